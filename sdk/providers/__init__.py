@@ -1,0 +1,38 @@
+"""Provider adapters, built from a policy's `providers` section."""
+
+from __future__ import annotations
+
+from sdk.errors import ProviderUnavailableError
+from sdk.policy import ProviderConfig
+from sdk.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL, AnthropicDialect
+from sdk.providers.base import HTTPProvider, Provider
+from sdk.providers.openai import DEFAULT_BASE_URL as OPENAI_URL, OpenAIDialect
+from sdk.providers.upstream import Timeouts
+from sdk.types import Answer, LLMRequest, Protocol, Timings
+
+
+class UnavailableProvider:
+    """A provider that cannot serve (no key configured, engine missing): fails over to the next target."""
+
+    def __init__(self, name: str, protocol: Protocol, reason: str):
+        self.name = name
+        self.protocol = protocol
+        self.reason = reason
+
+    async def send(self, request: LLMRequest, timings: Timings) -> Answer:
+        raise ProviderUnavailableError(f"provider {self.name!r} is unavailable: {self.reason}")
+
+
+def build_provider(name: str, config: ProviderConfig) -> Provider:
+    if config.kind == "local":
+        return UnavailableProvider(
+            name, Protocol.OPENAI, "the bundled local engine is not part of this build yet"
+        )
+    dialect = AnthropicDialect() if config.kind == "anthropic" else OpenAIDialect()
+    base_url = (config.base_url or (ANTHROPIC_URL if config.kind == "anthropic" else OPENAI_URL)).rstrip("/")
+    key = config.resolve_api_key()
+    if not key:
+        where = f"environment variable {config.api_key_env}" if config.api_key_env else "'api_key' or 'api_key_env'"
+        return UnavailableProvider(name, dialect.protocol, f"no API key (set {where})")
+    timeouts = Timeouts(config.connect_timeout_s, config.first_byte_timeout_s, config.read_timeout_s)
+    return HTTPProvider(name=name, dialect=dialect, base_url=base_url, api_key=key, timeouts=timeouts)

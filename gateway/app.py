@@ -1,0 +1,85 @@
+"""The Litestar app: the proxy's endpoints, health, metrics, and the policy watcher's lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from litestar import Litestar, Request, Response, get
+from litestar.handlers import asgi
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.proxy import _team_key, make_handler
+from sdk.errors import AuthenticationError
+from sdk.metrics import REGISTRY
+from sdk.providers.upstream import close_upstream_for_running_loop
+from sdk.runtime import TeamRegistry, TeamRuntime
+from sdk.types import Endpoint, Protocol
+
+
+def _models(team: TeamRuntime) -> list[str]:
+    """Model names a team can ask for: literal route matches and the targets' own models."""
+    names: dict[str, None] = {}
+    for route in team.policy.routes:
+        if not any(ch in route.match.model for ch in "*?["):
+            names[route.match.model] = None
+        for target in route.targets:
+            if target.model:
+                names[target.model] = None
+    return list(names)
+
+
+def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None = 1.0) -> Litestar:
+    """Build the proxy for the given policy files or directories (errors raise PolicyError)."""
+    registry = TeamRegistry(list(policy_paths))
+
+    @get("/healthz", sync_to_thread=False)
+    def healthz() -> dict[str, object]:
+        return {"status": "ok", "teams": sorted(registry.teams)}
+
+    @get("/metrics", sync_to_thread=False)
+    def metrics() -> Response[bytes]:
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    @get("/v1/models", sync_to_thread=False)
+    def models(request: Request) -> Response[object]:
+        anthropic = "anthropic-version" in request.headers
+        protocol = Protocol.ANTHROPIC if anthropic else Protocol.OPENAI
+        try:
+            team = registry.authenticate(_team_key(list(request.scope["headers"])))
+        except AuthenticationError as exc:
+            return Response(exc.body(protocol), status_code=401, media_type="application/json")
+        ids = _models(team)
+        if anthropic:
+            data = [{"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"} for m in ids]
+            body: object = {"data": data, "has_more": False, "first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None}
+        else:
+            body = {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "slipstream"} for m in ids]}
+        return Response(body)
+
+    proxied = [
+        asgi("/v1/chat/completions", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.CHAT_COMPLETIONS)),
+        asgi("/v1/messages", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.MESSAGES)),
+        asgi("/v1/messages/count_tokens", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.COUNT_TOKENS)),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        watcher = asyncio.create_task(registry.watch(watch_interval_s)) if watch_interval_s else None
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            await close_upstream_for_running_loop()
+
+    app = Litestar(
+        route_handlers=[healthz, metrics, models, *proxied],
+        lifespan=[lifespan],
+        openapi_config=None,
+        request_max_body_size=None,  # each team's limit is enforced by the proxy handler itself
+    )
+    app.state.registry = registry
+    return app

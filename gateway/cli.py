@@ -1,0 +1,104 @@
+"""`slipstream` command line: serve, emulate, engine serve, policy check."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from sdk.errors import PolicyError
+from sdk.policy import load_policies, policy_files
+
+_BUNDLED_POLICIES = Path(__file__).resolve().parent.parent / "policies"
+
+
+def _default_policy_dir() -> Path:
+    local = Path("policies")
+    return local if local.is_dir() else _BUNDLED_POLICIES
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    paths = args.policy or [args.policy_dir or _default_policy_dir()]
+    try:
+        app = create_app(paths)
+    except PolicyError as exc:
+        print(f"slipstream: invalid policy:\n{exc}", file=sys.stderr)
+        return 2
+    print(f"slipstream: serving teams {', '.join(sorted(app.state.registry.teams))} on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, loop="uvloop", http="httptools", log_level="warning", access_log=False)
+    return 0
+
+
+def _emulate(args: argparse.Namespace) -> int:
+    import emulator
+    from emulator.app import EmulatorConfig
+
+    config = EmulatorConfig.realistic() if args.latency == "realistic" else EmulatorConfig()
+    print(f"slipstream emulator on http://{args.host}:{args.port} (latency: {args.latency})", flush=True)
+    emulator.serve(host=args.host, port=args.port, config=config)
+    return 0
+
+
+def _engine_serve(args: argparse.Namespace) -> int:
+    print("slipstream: the local engine is not part of this build yet", file=sys.stderr)
+    return 2
+
+
+def _policy_check(args: argparse.Namespace) -> int:
+    try:
+        policies = load_policies(args.paths)
+    except PolicyError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for file in policy_files(args.paths):
+        print(f"ok  {file}  (team {policies[file].team})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="slipstream", description="Client-side LLM gateway")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the proxy")
+    where = serve.add_mutually_exclusive_group()
+    where.add_argument("--policy-dir", type=Path, help="directory of team policy files (default: ./policies)")
+    where.add_argument("--policy", type=Path, action="append", help="a policy file (repeatable)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.set_defaults(run=_serve)
+
+    emulate = commands.add_parser("emulate", help="run the Anthropic + OpenAI emulator")
+    emulate.add_argument("--host", default="127.0.0.1")
+    emulate.add_argument("--port", type=int, default=8081)
+    emulate.add_argument("--latency", choices=("fast", "realistic"), default="fast")
+    emulate.set_defaults(run=_emulate)
+
+    engine = commands.add_parser("engine", help="the local inference engine")
+    engine_commands = engine.add_subparsers(dest="engine_command", required=True)
+    engine_serve = engine_commands.add_parser("serve", help="OpenAI-compatible server for a local model")
+    engine_serve.add_argument("--model", required=True)
+    engine_serve.add_argument("--host", default="127.0.0.1")
+    engine_serve.add_argument("--port", type=int, default=8000)
+    engine_serve.set_defaults(run=_engine_serve)
+
+    policy = commands.add_parser("policy", help="policy tools")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    check = policy_commands.add_parser("check", help="validate policy files or directories")
+    check.add_argument("paths", nargs="+", type=Path)
+    check.set_defaults(run=_policy_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The proxy's request path as raw ASGI: HTTP in, pipeline, HTTP out.
+
+Mounted into the Litestar app as ASGI handlers so that the hot path pays for no framework layers it
+does not use, and so that it controls disconnects itself: a watcher task waits for
+`http.disconnect` and cancels the request's task, which closes the upstream call at once whether
+the answer is still pending or streaming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from sdk.errors import (
+    InvalidRequestError,
+    RequestTooLargeError,
+    SlipstreamError,
+    UpstreamHTTPError,
+)
+from sdk.pipeline import RequestContext
+from sdk.runtime import TeamRegistry, slipstream_headers
+from sdk.types import Endpoint, LLMRequest, LLMStream, Protocol, Timings
+
+log = logging.getLogger("slipstream.proxy")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Client headers that change what the provider does and therefore travel upstream.
+_FORWARDED = (b"anthropic-version", b"anthropic-beta")
+_JSON = [(b"content-type", b"application/json")]
+_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+
+
+class ClientGone(Exception):
+    """The client closed the connection; nothing is left to answer."""
+
+
+def _team_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name == b"x-api-key":
+            return value.decode("latin-1")
+        if name == b"authorization" and value[:7].lower() == b"bearer ":
+            return value[7:].decode("latin-1").strip()
+    return None
+
+
+async def _read_body(receive: Receive, headers: list[tuple[bytes, bytes]], limit: int) -> bytes:
+    for name, value in headers:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise RequestTooLargeError(f"request body of {int(value)} bytes is over this team's limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLargeError(f"request body is over this team's limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _parse(endpoint: Endpoint, raw: bytes, query: bytes, headers: list[tuple[bytes, bytes]]) -> LLMRequest:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequestError("model: a non-empty string is required")
+    if not isinstance(body.get("messages"), list):
+        raise InvalidRequestError("messages: a list of messages is required")
+    forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
+    return LLMRequest(endpoint, body, forward, query.decode("latin-1"))
+
+
+async def _send_error(send: Send, protocol: Protocol, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
+    headers = list(_JSON)
+    for name, value in (extra or {}).items():
+        headers.append((name.encode(), value.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            task.cancel("client disconnected")
+            return
+
+
+def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    protocol = endpoint.protocol
+
+    async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+        timings = Timings()
+        if scope["method"] != "POST":
+            await _send_error(send, protocol, 405, SlipstreamError("use POST", status=405).body(protocol))
+            return
+        headers = scope["headers"]
+        try:
+            team = registry.authenticate(_team_key(headers))
+            raw = await _read_body(receive, headers, team.policy.limits.max_body_bytes)
+            request = _parse(endpoint, raw, scope.get("query_string", b""), headers)
+        except SlipstreamError as exc:
+            await _send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)
+            return
+        except ClientGone:
+            return
+        ctx = RequestContext(request=request, team=team.team, timings=timings)
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, task))
+        stream: LLMStream | None = None
+        try:
+            answer, _ = await team.handle(request, ctx)
+            extra = slipstream_headers(ctx, answer)
+            response_headers = [*(_SSE if isinstance(answer, LLMStream) else _JSON)]
+            response_headers += [(k.encode(), v.encode("latin-1")) for k, v in answer.headers.items()]
+            response_headers += [(k.encode(), v.encode("latin-1")) for k, v in extra.items()]
+            await send({"type": "http.response.start", "status": answer.status, "headers": response_headers})
+            if not isinstance(answer, LLMStream):
+                await send({"type": "http.response.body", "body": answer.body})
+                return
+            stream = answer
+            async for event in stream.events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        except asyncio.CancelledError:
+            if watcher.done() and not watcher.cancelled():
+                task.uncancel()  # the client left: a normal end, not an error of ours
+                log.debug("client disconnected; upstream call cancelled")
+                return
+            raise
+        except UpstreamHTTPError as exc:
+            await _send_error(send, protocol, exc.status, exc.body, exc.headers)
+        except SlipstreamError as exc:
+            if stream is None:
+                await _send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)
+            else:
+                await send({"type": "http.response.body", "body": exc.sse_event(protocol), "more_body": False})
+        finally:
+            watcher.cancel()
+            if stream is not None:
+                await stream.aclose()
+
+    return handle

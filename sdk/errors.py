@@ -1,0 +1,115 @@
+"""Errors are answers: every failure becomes a provider-shaped error body.
+
+Anthropic: {"type":"error","error":{"type":...,"message":...}}
+OpenAI:    {"error":{"message":...,"type":...,"param":null,"code":...}}
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from sdk.types import Protocol
+
+# Anthropic's error.type for each status (provider-protocols.md B.5); OpenAI reuses its own codes.
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_OPENAI_TYPES = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "model_not_found"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+
+
+class SlipstreamError(Exception):
+    """An error Slipstream answers itself, shaped like the client's provider would shape it."""
+
+    status: int = 500
+
+    def __init__(self, message: str, *, status: int | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+        self.headers = headers or {}
+
+    def body(self, protocol: Protocol) -> bytes:
+        return error_body(protocol, self.status, self.message)
+
+    def sse_event(self, protocol: Protocol) -> bytes:
+        """The error as a stream event, for failures after the first streamed byte."""
+        return error_event(protocol, self.status, self.message)
+
+
+class InvalidRequestError(SlipstreamError):
+    status = 400
+
+
+class AuthenticationError(SlipstreamError):
+    status = 401
+
+
+class NotFoundError(SlipstreamError):
+    status = 404
+
+
+class RequestTooLargeError(SlipstreamError):
+    status = 413
+
+
+class UpstreamUnreachableError(SlipstreamError):
+    status = 502
+
+
+class UpstreamTimeoutError(SlipstreamError):
+    status = 504
+
+
+class PolicyError(Exception):
+    """A policy file is invalid; the message names the file, the key and what was expected."""
+
+
+class UpstreamHTTPError(Exception):
+    """A provider answered with an error status; its body and headers go back to the client as they are."""
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str], route: str):
+        super().__init__(f"{route} answered {status}")
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.route = route
+
+
+def error_body(protocol: Protocol, status: int, message: str) -> bytes:
+    if protocol is Protocol.ANTHROPIC:
+        kind = _ANTHROPIC_TYPES.get(status, "api_error")
+        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    kind, code = _OPENAI_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+
+def error_event(protocol: Protocol, status: int, message: str) -> bytes:
+    if protocol is Protocol.ANTHROPIC:
+        return b"event: error\ndata: " + error_body(protocol, status, message) + b"\n\n"
+    return b"data: " + error_body(protocol, status, message) + b"\n\n"
+
+
+class ProviderUnavailableError(SlipstreamError):
+    """A target cannot serve at all (no key, engine missing); the router moves to the next target."""
+
+    status = 502

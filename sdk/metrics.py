@@ -1,0 +1,128 @@
+"""Latency accounting: Prometheus histograms per team and route, plus a rolling percentile monitor.
+
+Definitions (per request): TTFT = start → first token event; ITL = gap between consecutive token
+events; TPOT = (e2e − TTFT) / (output tokens − 1); e2e = start → last byte. For a non-streaming
+answer the first token is the whole body, so TTFT = e2e.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from sdk.policy import AlertsPolicy
+from sdk.types import Timings, Usage
+
+log = logging.getLogger("slipstream.metrics")
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_GAPS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+_LABELS = ("team", "route")
+
+TTFT = Histogram("slipstream_ttft_seconds", "Time to first token", _LABELS, buckets=_SECONDS, registry=REGISTRY)
+ITL = Histogram("slipstream_itl_seconds", "Time between tokens (stream events)", _LABELS, buckets=_GAPS, registry=REGISTRY)
+TPOT = Histogram("slipstream_tpot_seconds", "Time per output token after the first", _LABELS, buckets=_GAPS, registry=REGISTRY)
+E2E = Histogram("slipstream_e2e_seconds", "End-to-end request time", _LABELS, buckets=_SECONDS, registry=REGISTRY)
+OVERHEAD = Histogram(
+    "slipstream_overhead_seconds",
+    "Time spent in Slipstream itself, excluding upstream time",
+    ("team",),
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge("slipstream_in_flight_requests", "Requests being served", ("team",), registry=REGISTRY)
+REQUESTS = Counter("slipstream_requests_total", "Answered requests", ("team", "route", "status"), registry=REGISTRY)
+ERRORS = Counter("slipstream_errors_total", "Failed requests by kind", ("team", "kind"), registry=REGISTRY)
+CANCELLED = Counter("slipstream_cancelled_total", "Requests whose client went away", ("team",), registry=REGISTRY)
+TOKENS = Counter("slipstream_tokens_total", "Tokens by kind (input, output, cache_read, cache_write)", ("team", "route", "kind"), registry=REGISTRY)
+PERCENTILE = Gauge("slipstream_latency_percentile_seconds", "Rolling percentiles", ("team", "metric", "quantile"), registry=REGISTRY)
+ALERTS = Counter("slipstream_latency_alerts_total", "Rolling percentile crossed a policy threshold", ("team", "metric", "quantile"), registry=REGISTRY)
+POLICY_RELOADS = Counter("slipstream_policy_reloads_total", "Policy reloads by outcome", ("outcome",), registry=REGISTRY)
+
+
+def record(team: str, route: str, timings: Timings, usage: Usage, streamed: bool) -> tuple[float, float]:
+    """Observe one finished request; returns (ttft, e2e) in seconds for the percentile monitor."""
+    end = time.perf_counter()
+    e2e = end - timings.start
+    ttft = (timings.first_token - timings.start) if streamed and timings.first_token else e2e
+    TTFT.labels(team, route).observe(ttft)
+    E2E.labels(team, route).observe(e2e)
+    if timings.gaps:
+        itl = ITL.labels(team, route)
+        for gap in timings.gaps:
+            itl.observe(gap)
+    if streamed and usage.output_tokens > 1 and timings.last_token:
+        TPOT.labels(team, route).observe((timings.last_token - timings.start - ttft) / (usage.output_tokens - 1))
+    for kind, value in (
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+        ("cache_read", usage.cache_read_tokens),
+        ("cache_write", usage.cache_write_tokens),
+    ):
+        if value:
+            TOKENS.labels(team, route, kind).inc(value)
+    return ttft, e2e
+
+
+@dataclass
+class _Window:
+    samples: deque[float]
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class PercentileMonitor:
+    """p50/p95/p99 of TTFT and e2e over the last `window` requests, checked against policy thresholds.
+
+    Checked every `window // 10` requests rather than on each one: sorting is cheap, but not free.
+    An alert fires when a threshold is first crossed and re-arms once the percentile falls back.
+    """
+
+    QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+
+    def __init__(self, team: str, alerts: AlertsPolicy):
+        self.team = team
+        self.alerts = alerts
+        self.windows = {m: _Window(deque(maxlen=alerts.window)) for m in ("ttft", "e2e")}
+        self._count = 0
+        self._firing: set[tuple[str, str]] = set()
+
+    def observe(self, ttft: float, e2e: float) -> None:
+        self.windows["ttft"].samples.append(ttft)
+        self.windows["e2e"].samples.append(e2e)
+        self._count += 1
+        if self._count % max(1, self.alerts.window // 10) == 0:
+            self.check()
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        return {
+            metric: {name: window.percentile(q) for name, q in self.QUANTILES.items()}
+            for metric, window in self.windows.items()
+            if window.samples
+        }
+
+    def check(self) -> None:
+        for metric, values in self.snapshot().items():
+            for name, seconds in values.items():
+                PERCENTILE.labels(self.team, metric, name).set(seconds)
+                threshold_ms = getattr(self.alerts, f"{metric}_{name}_ms")
+                key = (metric, name)
+                if threshold_ms is None:
+                    continue
+                if seconds * 1000 > threshold_ms:
+                    if key not in self._firing:
+                        self._firing.add(key)
+                        ALERTS.labels(self.team, metric, name).inc()
+                        log.warning(
+                            "team %s: %s %s is %.1f ms, above the policy threshold of %.1f ms",
+                            self.team, metric, name, seconds * 1000, threshold_ms,
+                        )
+                else:
+                    self._firing.discard(key)

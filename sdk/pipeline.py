@@ -1,0 +1,58 @@
+"""The pipeline: an ordered list of stages around a terminal handler (the router).
+
+A stage is middleware: it receives the request context and `call_next`, and may change the request,
+answer by itself (a cache hit), or wrap the answer (metrics). The order is data (`DEFAULT_STAGES`,
+or a team's own list), composed once per team so a request pays one call per stage and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol as TypingProtocol
+
+from sdk.types import Answer, LLMRequest, Timings
+
+Handler = Callable[["RequestContext"], Awaitable[Answer]]
+
+
+@dataclass(slots=True)
+class PromptCacheReport:
+    """Provider-reported cache tokens against what the pipeline expected to be read."""
+
+    expected_read: int = 0
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request: LLMRequest
+    team: str
+    timings: Timings = field(default_factory=Timings)
+    cache_status: str = "miss"  # miss | exact-hit | semantic-hit
+    prompt_cache: PromptCacheReport = field(default_factory=PromptCacheReport)
+    route: str = ""  # PROVIDER/MODEL that answered, set by the router
+
+
+class Stage(TypingProtocol):
+    name: str
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer: ...
+
+
+class Pipeline:
+    def __init__(self, stages: Sequence[Stage], terminal: Handler):
+        self.stages = list(stages)
+        handler = terminal
+        for stage in reversed(self.stages):
+            handler = _bind(stage, handler)
+        self._handler = handler
+
+    async def run(self, ctx: RequestContext) -> Answer:
+        return await self._handler(ctx)
+
+
+def _bind(stage: Stage, call_next: Handler) -> Handler:
+    async def handler(ctx: RequestContext) -> Answer:
+        return await stage(ctx, call_next)
+
+    return handler

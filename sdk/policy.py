@@ -1,0 +1,207 @@
+"""Team policies: one YAML file per team, validated by pydantic; unknown keys are errors.
+
+Every key is documented in policies/README.md. Loading errors name the file, the key path and what
+was expected, so `slipstream policy check` output can be acted on directly.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sdk.errors import PolicyError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SecretRef(_Strict):
+    """A secret given by environment variable name or, for tests and the emulator, literally."""
+
+    env: str | None = None
+    value: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.value is None):
+            raise ValueError("give exactly one of 'env' (an environment variable name) or 'value'")
+        return self
+
+    def resolve(self) -> str | None:
+        return os.environ.get(self.env) if self.env else self.value
+
+
+class ProviderConfig(_Strict):
+    kind: Literal["anthropic", "openai", "local"]
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key: str | None = None
+    model: str | None = None  # local engine: model path or "demo"
+    connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    first_byte_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    read_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ProviderConfig:
+        if self.api_key_env and self.api_key:
+            raise ValueError("give either 'api_key_env' or 'api_key', not both")
+        if self.kind == "local" and (self.api_key_env or self.api_key):
+            raise ValueError("a local provider takes no api key")
+        return self
+
+    def resolve_api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else self.api_key
+
+
+class RouteMatch(_Strict):
+    model: str = "*"  # shell-style glob on the requested model name
+
+    def matches(self, model: str) -> bool:
+        return fnmatch.fnmatchcase(model, self.model)
+
+
+class Target(_Strict):
+    provider: str
+    model: str | None = None  # None: the model the client asked for
+
+
+class Route(_Strict):
+    match: RouteMatch = RouteMatch()
+    targets: Annotated[list[Target], Field(min_length=1)]
+
+
+class RetryPolicy(_Strict):
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    base_delay_ms: Annotated[int, Field(ge=0)] = 250
+    max_delay_ms: Annotated[int, Field(ge=0)] = 8000
+    honor_retry_after: bool = True
+
+
+class PromptCachePolicy(_Strict):
+    enabled: bool = True
+    reorder: bool = False
+    breakpoints: Literal["auto", "client", "off"] = "auto"
+    ttl: Literal["5m", "1h"] = "5m"
+
+
+class SemanticCachePolicy(_Strict):
+    enabled: bool = False
+
+
+class CompressionPolicy(_Strict):
+    enabled: bool = False
+
+
+class LimitsPolicy(_Strict):
+    max_body_bytes: Annotated[int, Field(gt=0)] = 32 * 1024 * 1024  # Anthropic's own limit
+
+
+class AlertsPolicy(_Strict):
+    """Latency thresholds in ms; crossing one logs a warning and counts slipstream_latency_alerts_total."""
+
+    window: Annotated[int, Field(ge=10)] = 200  # requests in the rolling window
+    ttft_p50_ms: float | None = None
+    ttft_p95_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    e2e_p99_ms: float | None = None
+
+
+class Policy(_Strict):
+    team: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    api_keys: list[SecretRef] = []
+    providers: Annotated[dict[str, ProviderConfig], Field(min_length=1)]
+    routes: Annotated[list[Route], Field(min_length=1)]
+    retry: RetryPolicy = RetryPolicy()
+    prompt_cache: PromptCachePolicy = PromptCachePolicy()
+    semantic_cache: SemanticCachePolicy = SemanticCachePolicy()
+    compression: CompressionPolicy = CompressionPolicy()
+    limits: LimitsPolicy = LimitsPolicy()
+    alerts: AlertsPolicy = AlertsPolicy()
+
+    @model_validator(mode="after")
+    def _targets_exist(self) -> Policy:
+        for i, route in enumerate(self.routes):
+            for j, target in enumerate(route.targets):
+                if target.provider not in self.providers:
+                    known = ", ".join(sorted(self.providers))
+                    raise ValueError(f"routes.{i}.targets.{j}.provider: unknown provider {target.provider!r} (known: {known})")
+        return self
+
+    def resolved_keys(self) -> list[str]:
+        return [key for ref in self.api_keys if (key := ref.resolve())]
+
+
+def _format_errors(path: Path, error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (see policies/README.md for the keys a policy takes)"
+        elif "expected" not in message and item["type"] not in ("value_error",):
+            message = f"{message} (got {item.get('input')!r})"
+        lines.append(f"{path}: {where}: {message.removeprefix('Value error, ')}")
+    return "\n".join(lines)
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate one policy file; raises PolicyError with a clear message."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise PolicyError(f"{path}: expected a mapping of policy keys at the top level")
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as exc:
+        raise PolicyError(_format_errors(path, exc)) from None
+
+
+def policy_files(paths: list[str | Path]) -> list[Path]:
+    """Expand directories to their *.yaml / *.yml files, sorted for a stable order."""
+    files: list[Path] = []
+    for entry in map(Path, paths):
+        if entry.is_dir():
+            files.extend(sorted(p for p in entry.iterdir() if p.suffix in (".yaml", ".yml")))
+        else:
+            files.append(entry)
+    return files
+
+
+def load_policies(paths: list[str | Path]) -> dict[Path, Policy]:
+    """Load every policy; collects all errors, and checks team names and keys are unique."""
+    policies: dict[Path, Policy] = {}
+    errors: list[str] = []
+    files = policy_files(paths)
+    if not files:
+        raise PolicyError(f"no policy files (*.yaml) found in {', '.join(map(str, paths))}")
+    for file in files:
+        try:
+            policies[file] = load_policy(file)
+        except PolicyError as exc:
+            errors.append(str(exc))
+    teams: dict[str, Path] = {}
+    keys: dict[str, Path] = {}
+    for file, policy in policies.items():
+        if policy.team in teams:
+            errors.append(f"{file}: team: {policy.team!r} is already defined in {teams[policy.team]}")
+        teams[policy.team] = file
+        for key in policy.resolved_keys():
+            if key in keys and keys[key] != file:
+                errors.append(f"{file}: api_keys: a key is also used by {keys[key]}; each key must name one team")
+            keys[key] = file
+    if errors:
+        raise PolicyError("\n".join(errors))
+    return policies

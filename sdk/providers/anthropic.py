@@ -1,0 +1,25 @@
+"""Anthropic Messages API dialect (provider-protocols.md B)."""
+
+from __future__ import annotations
+
+from sdk.types import Endpoint, LLMRequest, Protocol
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_VERSION = "2023-06-01"
+
+
+class AnthropicDialect:
+    protocol = Protocol.ANTHROPIC
+
+    def path(self, endpoint: Endpoint) -> str:
+        return "/v1/messages/count_tokens" if endpoint is Endpoint.COUNT_TOKENS else "/v1/messages"
+
+    def headers(self, api_key: str, request: LLMRequest) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if request.stream else "application/json",
+            "x-api-key": api_key,
+            "anthropic-version": DEFAULT_VERSION,
+        }
+        headers.update(request.forward_headers)
+        return headers

@@ -1,0 +1,121 @@
+"""Provider adapters: send one LLMRequest to one upstream and return its answer.
+
+Both hosted providers speak HTTP + JSON + SSE; they differ only in paths, auth headers and usage
+shapes, which a small `Dialect` describes. The adapter never rewrites the body beyond what the
+pipeline already decided: unknown fields (cache_control with ttl, betas, ...) pass through untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol as TypingProtocol
+
+import orjson
+
+from sdk.errors import SlipstreamError, UpstreamHTTPError
+from sdk.providers.upstream import Timeouts, UpstreamClient, UpstreamResponse, upstream_for_running_loop
+from sdk.sse import StreamObserver, split_events
+from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, LLMStream, Protocol, Timings, Usage
+from sdk.usage import usage_from_body
+
+# Upstream response headers worth handing to the client (ids for support tickets, rate-limit state).
+_PASSTHROUGH_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "anthropic-priority-", "anthropic-fast-")
+_PASSTHROUGH = {"request-id", "x-request-id", "retry-after", "retry-after-ms", "x-should-retry", "openai-processing-ms"}
+
+
+def passthrough_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k in _PASSTHROUGH or k.startswith(_PASSTHROUGH_PREFIXES)}
+
+
+class Provider(TypingProtocol):
+    name: str
+    protocol: Protocol
+
+    async def send(self, request: LLMRequest, timings: Timings) -> Answer: ...
+
+
+class Dialect(TypingProtocol):
+    protocol: Protocol
+
+    def path(self, endpoint: Endpoint) -> str: ...
+    def headers(self, api_key: str, request: LLMRequest) -> dict[str, str]: ...
+
+
+@dataclass
+class HTTPProvider:
+    """A hosted provider (or anything speaking its wire format, such as the emulator)."""
+
+    name: str
+    dialect: Dialect
+    base_url: str
+    api_key: str
+    timeouts: Timeouts = Timeouts()
+    client: UpstreamClient | None = None  # None: the shared pool of the running loop
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.dialect.protocol
+
+    async def send(self, request: LLMRequest, timings: Timings) -> Answer:
+        if request.protocol is not self.protocol:
+            raise SlipstreamError(
+                f"provider {self.name!r} speaks {self.protocol} and cannot serve a {request.protocol} request "
+                "(cross-provider translation is not available yet)",
+                status=400,
+            )
+        route = f"{self.name}/{request.model}"
+        client = self.client or upstream_for_running_loop()
+        url = self.base_url + self.dialect.path(request.endpoint) + (f"?{request.query}" if request.query else "")
+        body = orjson.dumps(request.body)
+        started = time.perf_counter()
+        try:
+            response = await client.post(url, self.dialect.headers(self.api_key, request), body, self.timeouts)
+            if response.status >= 400 or not request.stream or request.endpoint is Endpoint.COUNT_TOKENS:
+                data = await response.read()
+        finally:
+            timings.upstream_s += time.perf_counter() - started
+        if response.status >= 400:
+            raise UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), route)
+        if not request.stream or request.endpoint is Endpoint.COUNT_TOKENS:
+            return LLMResponse(
+                status=response.status,
+                body=data,
+                headers=passthrough_headers(response.headers),
+                usage=usage_from_body(self.protocol, data),
+                route=route,
+            )
+        usage = Usage()
+        events = _observed_events(response, StreamObserver(self.protocol, usage, timings), route)
+
+        async def close() -> None:
+            response.abort()
+            await events.aclose()
+
+        return LLMStream(
+            status=response.status,
+            events=events,
+            headers=passthrough_headers(response.headers),
+            usage=usage,
+            route=route,
+            close=close,
+        )
+
+
+async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str) -> AsyncIterator[bytes]:
+    """Forward events as they arrive; a failure mid-stream ends it with a provider-shaped error event."""
+    protocol = observer.protocol
+    drained = False  # read to the end: the connection can go back to the pool
+    try:
+        async for event in split_events(response.iter_chunks()):
+            observer.observe(event, time.perf_counter())
+            yield event
+        drained = True
+        if not observer.finished and observer.error is None:
+            yield SlipstreamError(f"{route} closed the stream before it finished", status=502).sse_event(protocol)
+    except SlipstreamError as exc:
+        yield exc.sse_event(protocol)
+    finally:
+        if not drained:
+            response.abort()

@@ -1,0 +1,23 @@
+"""OpenAI Chat Completions dialect (provider-protocols.md C)."""
+
+from __future__ import annotations
+
+from sdk.types import Endpoint, LLMRequest, Protocol
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIDialect:
+    protocol = Protocol.OPENAI
+
+    def path(self, endpoint: Endpoint) -> str:
+        return "/chat/completions"
+
+    def headers(self, api_key: str, request: LLMRequest) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if request.stream else "application/json",
+            "authorization": f"Bearer {api_key}",
+        }
+        headers.update(request.forward_headers)
+        return headers

@@ -1,0 +1,138 @@
+"""What both doors share: a team's built pipeline, and the registry that finds it by key.
+
+`TeamRuntime` is immutable once built; a policy reload builds new ones and swaps the registry's
+maps, so requests already in flight finish on the runtime they started with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sdk import metrics
+from sdk.errors import AuthenticationError, PolicyError
+from sdk.pipeline import Pipeline, RequestContext
+from sdk.policy import Policy, load_policies, policy_files
+from sdk.providers import build_provider
+from sdk.router import Router
+from sdk.stages.metrics import MetricsStage
+from sdk.types import Answer, LLMRequest, LLMStream
+
+log = logging.getLogger("slipstream")
+
+
+@dataclass(frozen=True)
+class TeamRuntime:
+    policy: Policy
+    pipeline: Pipeline
+    monitor: metrics.PercentileMonitor
+
+    @property
+    def team(self) -> str:
+        return self.policy.team
+
+    @classmethod
+    def build(cls, policy: Policy) -> TeamRuntime:
+        providers = {name: build_provider(name, config) for name, config in policy.providers.items()}
+        router = Router(policy.routes, providers, policy.retry)
+        monitor = metrics.PercentileMonitor(policy.team, policy.alerts)
+        stages = [MetricsStage(policy.team, monitor)]
+        return cls(policy=policy, pipeline=Pipeline(stages, router), monitor=monitor)
+
+    async def handle(self, request: LLMRequest, ctx: RequestContext | None = None) -> tuple[Answer, RequestContext]:
+        ctx = ctx or RequestContext(request=request, team=self.team)
+        answer = await self.pipeline.run(ctx)
+        return answer, ctx
+
+
+def slipstream_headers(ctx: RequestContext, answer: Answer) -> dict[str, str]:
+    """The x-slipstream-* headers of an answer (DESIGN.md), computed when headers are sent."""
+    overhead_ms = max(0.0, (time.perf_counter() - ctx.timings.start - ctx.timings.upstream_s) * 1000)
+    usage = answer.usage
+    # An OpenAI stream reports usage only in its last chunk: unknown when headers go out.
+    usage_known = not (isinstance(answer, LLMStream) and ctx.request.protocol == "openai")
+    prompt_cache = f"expected_read={ctx.prompt_cache.expected_read}"
+    if usage_known:
+        prompt_cache = f"read={usage.cache_read_tokens};write={usage.cache_write_tokens};{prompt_cache}"
+    return {
+        "x-slipstream-cache": ctx.cache_status,
+        "x-slipstream-route": answer.route,
+        "x-slipstream-overhead-ms": f"{overhead_ms:.3f}",
+        "x-slipstream-prompt-cache": prompt_cache,
+    }
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+class TeamRegistry:
+    """Team keys → runtimes, loaded from policy files and reloaded when they change.
+
+    Keys are looked up by their SHA-256 digest and then compared with `hmac.compare_digest`, so the
+    time taken does not depend on how much of a key matched.
+    """
+
+    def __init__(self, paths: list[str | Path]):
+        self.paths = [Path(p) for p in paths]
+        self._by_digest: dict[bytes, tuple[bytes, TeamRuntime]] = {}
+        self.teams: dict[str, TeamRuntime] = {}
+        self._stamp: dict[Path, float] = {}
+        self.load()
+
+    def load(self) -> None:
+        """Build every team; on any error the previous state stays in force and PolicyError is raised."""
+        stamp = self._current_stamp()
+        policies = load_policies(self.paths)
+        teams = {policy.team: TeamRuntime.build(policy) for policy in policies.values()}
+        by_digest = {}
+        for runtime in teams.values():
+            keys = runtime.policy.resolved_keys()
+            if not keys:
+                log.warning("team %s has no usable api key (unset environment variable?): it cannot be reached", runtime.team)
+            for key in keys:
+                by_digest[_digest(key)] = (key.encode(), runtime)
+        self.teams, self._by_digest, self._stamp = teams, by_digest, stamp
+
+    def authenticate(self, key: str | None) -> TeamRuntime:
+        if not key:
+            raise AuthenticationError("missing team key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'")
+        entry = self._by_digest.get(_digest(key))
+        if entry is None or not hmac.compare_digest(entry[0], key.encode()):
+            raise AuthenticationError("invalid team key")
+        return entry[1]
+
+    def _current_stamp(self) -> dict[Path, float]:
+        stamp = {}
+        for file in policy_files(self.paths):
+            try:
+                stamp[file] = os.stat(file).st_mtime_ns
+            except FileNotFoundError:
+                continue
+        return stamp
+
+    def reload_if_changed(self) -> bool:
+        if self._current_stamp() == self._stamp:
+            return False
+        try:
+            self.load()
+        except PolicyError as exc:
+            metrics.POLICY_RELOADS.labels("error").inc()
+            log.error("policy reload failed; keeping the policies in force:\n%s", exc)
+            self._stamp = self._current_stamp()  # report once per change, not every poll
+            return False
+        metrics.POLICY_RELOADS.labels("ok").inc()
+        log.info("policies reloaded: %s", ", ".join(sorted(self.teams)))
+        return True
+
+    async def watch(self, interval_s: float = 1.0) -> None:
+        """Poll the policy files and reload on change; run as a background task."""
+        while True:
+            await asyncio.sleep(interval_s)
+            await asyncio.to_thread(self.reload_if_changed)

@@ -1,0 +1,87 @@
+"""Server-sent events: split a byte stream into whole events and watch them as they pass.
+
+Events are forwarded as the exact bytes the provider sent; only the few that carry usage or errors
+are parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import orjson
+
+from sdk.types import Protocol, Timings, Usage
+from sdk.usage import merge_anthropic_usage, openai_usage
+
+
+async def split_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Yield complete events (each ending in a blank line) from arbitrary chunks."""
+    buffer = b""
+    async for chunk in chunks:
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        buffer += chunk
+        while True:
+            end = buffer.find(b"\n\n")
+            if end < 0:
+                break
+            yield buffer[: end + 2]
+            buffer = buffer[end + 2 :]
+    if buffer.strip():
+        yield buffer if buffer.endswith(b"\n\n") else buffer.rstrip(b"\n") + b"\n\n"
+
+
+def _data(event: bytes) -> bytes:
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            return line[5:].strip()
+    return b""
+
+
+class StreamObserver:
+    """Tracks usage, token timing and in-band errors of one stream without changing it."""
+
+    def __init__(self, protocol: Protocol, usage: Usage, timings: Timings):
+        self.protocol = protocol
+        self.usage = usage
+        self.timings = timings
+        self.error: bytes | None = None  # the provider's in-band error event, if one arrived
+        self.finished = False  # saw message_stop / [DONE]
+
+    def observe(self, event: bytes, now: float) -> None:
+        if self.protocol is Protocol.ANTHROPIC:
+            self._observe_anthropic(event, now)
+        else:
+            self._observe_openai(event, now)
+
+    def _observe_anthropic(self, event: bytes, now: float) -> None:
+        if event.startswith(b"event: content_block_delta"):
+            self.timings.mark_token(now)
+        elif event.startswith(b"event: message_start"):
+            message = orjson.loads(_data(event)).get("message") or {}
+            merge_anthropic_usage(self.usage, message.get("usage"))
+        elif event.startswith(b"event: message_delta"):
+            merge_anthropic_usage(self.usage, orjson.loads(_data(event)).get("usage"))
+        elif event.startswith(b"event: message_stop"):
+            self.finished = True
+        elif event.startswith(b"event: error"):
+            self.error = event
+
+    def _observe_openai(self, event: bytes, now: float) -> None:
+        data = _data(event)
+        if data == b"[DONE]":
+            self.finished = True
+            return
+        if b'"usage":{' in data or b'"error":' in data:
+            chunk = orjson.loads(data)
+            if "error" in chunk and "choices" not in chunk:
+                self.error = event
+                return
+            if isinstance(chunk.get("usage"), dict):
+                parsed = openai_usage(chunk["usage"])
+                self.usage.input_tokens = parsed.input_tokens
+                self.usage.output_tokens = parsed.output_tokens
+                self.usage.cache_read_tokens = parsed.cache_read_tokens
+                self.usage.cache_write_tokens = parsed.cache_write_tokens
+        if (b'"content":"' in data and b'"content":""' not in data) or b'"tool_calls":[' in data:
+            self.timings.mark_token(now)

@@ -1,0 +1,69 @@
+"""The metrics stage: in-flight gauge, errors, latency histograms and the percentile monitor.
+
+It wraps everything after it, so upstream time, retries and cache hits are all inside its clock.
+A stream is recorded when it ends, however it ends (finished, failed, or closed by the client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from sdk import metrics
+from sdk.errors import SlipstreamError, UpstreamHTTPError
+from sdk.pipeline import Handler, RequestContext
+from sdk.types import Answer, LLMResponse, LLMStream, close_after
+
+
+class MetricsStage:
+    name = "metrics"
+
+    def __init__(self, team: str, monitor: metrics.PercentileMonitor):
+        self.team = team
+        self.monitor = monitor
+        self.in_flight = metrics.IN_FLIGHT.labels(team)
+        self.overhead = metrics.OVERHEAD.labels(team)
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
+        self.in_flight.inc()
+        try:
+            answer = await call_next(ctx)
+        except asyncio.CancelledError:
+            self.in_flight.dec()
+            metrics.CANCELLED.labels(self.team).inc()
+            raise
+        except (SlipstreamError, UpstreamHTTPError) as exc:
+            self.in_flight.dec()
+            kind = type(exc).__name__ if isinstance(exc, SlipstreamError) else f"upstream_{exc.status}"
+            metrics.ERRORS.labels(self.team, kind).inc()
+            metrics.REQUESTS.labels(self.team, ctx.route or "none", str(exc.status)).inc()
+            raise
+        except BaseException:
+            self.in_flight.dec()
+            raise
+        self.overhead.observe(max(0.0, time.perf_counter() - ctx.timings.start - ctx.timings.upstream_s))
+        if isinstance(answer, LLMResponse):
+            self.in_flight.dec()
+            self._finish(ctx, answer, streamed=False)
+            return answer
+        answer.events = self._watch(ctx, answer, answer.events)
+        return answer
+
+    def _finish(self, ctx: RequestContext, answer: Answer, streamed: bool) -> None:
+        metrics.REQUESTS.labels(self.team, answer.route, str(answer.status)).inc()
+        self.monitor.observe(*metrics.record(self.team, answer.route, ctx.timings, answer.usage, streamed))
+
+    async def _watch(self, ctx: RequestContext, stream: LLMStream, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        completed = False
+        try:
+            async for event in events:
+                yield event
+            completed = True
+        finally:
+            await close_after(events)
+            self.in_flight.dec()
+            if completed:
+                self._finish(ctx, stream, streamed=True)
+            else:
+                metrics.CANCELLED.labels(self.team).inc()

@@ -1,0 +1,143 @@
+"""The request and response objects that flow through the pipeline.
+
+The request body stays the provider's wire JSON (a dict) so that fields Slipstream does not know
+pass through untouched; everything Slipstream itself decides lives in typed dataclasses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Protocol(StrEnum):
+    """Wire dialect of a request or a provider."""
+
+    ANTHROPIC = "anthropic"
+    OPENAI = "openai"
+
+
+class Endpoint(StrEnum):
+    MESSAGES = "messages"  # Anthropic POST /v1/messages
+    COUNT_TOKENS = "count_tokens"  # Anthropic POST /v1/messages/count_tokens
+    CHAT_COMPLETIONS = "chat_completions"  # OpenAI POST /v1/chat/completions
+
+    @property
+    def protocol(self) -> Protocol:
+        return Protocol.OPENAI if self is Endpoint.CHAT_COMPLETIONS else Protocol.ANTHROPIC
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage in one normalized shape.
+
+    `input_tokens` is uncached input (Anthropic's meaning); OpenAI's `prompt_tokens` includes cached
+    tokens, so the OpenAI parser subtracts them. The client always receives the provider's own usage
+    object unchanged; this copy feeds metrics and cache verification.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total_input_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    endpoint: Endpoint
+    body: dict[str, Any]
+    # Client headers that providers act on (anthropic-version, anthropic-beta, ...); never auth.
+    forward_headers: dict[str, str] = field(default_factory=dict)
+    query: str = ""
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.endpoint.protocol
+
+    @property
+    def model(self) -> str:
+        model = self.body.get("model")
+        return model if isinstance(model, str) else ""
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+    def with_model(self, model: str) -> LLMRequest:
+        """A copy addressed to another model; the body is copied shallowly, never mutated."""
+        if model == self.model:
+            return self
+        return LLMRequest(self.endpoint, {**self.body, "model": model}, self.forward_headers, self.query)
+
+
+@dataclass(slots=True)
+class Timings:
+    """Monotonic timestamps of one request, for TTFT/ITL/TPOT/e2e and the overhead header."""
+
+    start: float = field(default_factory=time.perf_counter)
+    upstream_s: float = 0.0  # seconds spent waiting on providers (excluded from overhead)
+    first_token: float | None = None
+    last_token: float | None = None
+    token_events: int = 0
+    max_gap_s: float = 0.0
+    gaps: list[float] = field(default_factory=list)
+
+    def mark_token(self, now: float) -> None:
+        if self.first_token is None:
+            self.first_token = now
+        else:
+            self.gaps.append(now - (self.last_token or now))
+        self.last_token = now
+        self.token_events += 1
+
+
+@dataclass(slots=True)
+class LLMResponse:
+    """A complete (non-streaming) answer: the provider's body bytes, passed through unchanged."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+    usage: Usage
+    route: str
+    media_type: str = "application/json"
+
+
+@dataclass(slots=True)
+class LLMStream:
+    """A streaming answer: complete SSE events (bytes ending in a blank line), in arrival order.
+
+    `usage` fills in while the events pass. `aclose()` cancels the upstream call; it is safe to call
+    more than once and is called by every consumer when it stops early.
+    """
+
+    status: int
+    events: AsyncIterator[bytes]
+    headers: dict[str, str]
+    usage: Usage
+    route: str
+    close: Callable[[], Awaitable[None]]
+    media_type: str = "text/event-stream"
+
+    async def aclose(self) -> None:
+        await self.close()  # drop the upstream connection first: that is the cancel the provider sees
+        aclose = getattr(self.events, "aclose", None)
+        if aclose is not None:
+            await aclose()  # every wrapper closes the iterator it wraps (see close_after)
+
+
+Answer = LLMResponse | LLMStream
+
+
+async def close_after(events: AsyncIterator[bytes]) -> None:
+    """Close a wrapped event iterator; wrappers call this in `finally` so a close reaches the source."""
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()

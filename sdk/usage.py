@@ -1,0 +1,60 @@
+"""Usage accounting from provider bodies and stream events.
+
+Anthropic's `message_delta` usage is cumulative: fields are merged by overwrite, never added to
+`message_start`'s (provider-protocols.md B.4). OpenAI's `prompt_tokens` includes cached tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sdk.types import Protocol, Usage
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def merge_anthropic_usage(usage: Usage, raw: Any) -> None:
+    """Overwrite, field by field, the values present in an Anthropic usage object."""
+    if not isinstance(raw, dict):
+        return
+    if "input_tokens" in raw:
+        usage.input_tokens = _int(raw["input_tokens"])
+    if "output_tokens" in raw:
+        usage.output_tokens = _int(raw["output_tokens"])
+    if "cache_read_input_tokens" in raw:
+        usage.cache_read_tokens = _int(raw["cache_read_input_tokens"])
+    if "cache_creation_input_tokens" in raw:
+        usage.cache_write_tokens = _int(raw["cache_creation_input_tokens"])
+
+
+def openai_usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    details = raw.get("prompt_tokens_details") or {}
+    cached = _int(details.get("cached_tokens"))
+    written = _int(details.get("cache_write_tokens"))
+    return Usage(
+        input_tokens=max(0, _int(raw.get("prompt_tokens")) - cached - written),
+        output_tokens=_int(raw.get("completion_tokens")),
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+    )
+
+
+def usage_from_body(protocol: Protocol, body: bytes) -> Usage:
+    """Usage of a complete answer; a body that is not JSON yields zeros rather than an error."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return Usage()
+    if not isinstance(data, dict):
+        return Usage()
+    if protocol is Protocol.ANTHROPIC:
+        usage = Usage()
+        merge_anthropic_usage(usage, data.get("usage"))
+        return usage
+    return openai_usage(data.get("usage"))
