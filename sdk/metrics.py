@@ -56,8 +56,10 @@ def record(team: str, route: str, timings: Timings, usage: Usage, streamed: bool
         itl = ITL.labels(team, route)
         for gap in timings.gaps:
             itl.observe(gap)
-    if streamed and usage.output_tokens > 1 and timings.last_token:
-        TPOT.labels(team, route).observe((timings.last_token - timings.start - ttft) / (usage.output_tokens - 1))
+    # Without reported usage (an OpenAI stream not asking include_usage) token events stand in for tokens.
+    output_tokens = usage.output_tokens or timings.token_events
+    if streamed and output_tokens > 1 and timings.last_token:
+        TPOT.labels(team, route).observe((timings.last_token - timings.start - ttft) / (output_tokens - 1))
     for kind, value in (
         ("input", usage.input_tokens),
         ("output", usage.output_tokens),

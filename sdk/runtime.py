@@ -21,7 +21,8 @@ from sdk.pipeline import Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
 from sdk.providers import build_provider
 from sdk.router import Router
-from sdk.stages.metrics import MetricsStage
+from sdk.services import Services
+from sdk.stages import build_stages
 from sdk.types import Answer, LLMRequest, LLMStream
 
 log = logging.getLogger("slipstream")
@@ -31,19 +32,17 @@ log = logging.getLogger("slipstream")
 class TeamRuntime:
     policy: Policy
     pipeline: Pipeline
-    monitor: metrics.PercentileMonitor
 
     @property
     def team(self) -> str:
         return self.policy.team
 
     @classmethod
-    def build(cls, policy: Policy) -> TeamRuntime:
+    def build(cls, policy: Policy, services: Services | None = None) -> TeamRuntime:
+        services = services or Services()
         providers = {name: build_provider(name, config) for name, config in policy.providers.items()}
         router = Router(policy.routes, providers, policy.retry)
-        monitor = metrics.PercentileMonitor(policy.team, policy.alerts)
-        stages = [MetricsStage(policy.team, monitor)]
-        return cls(policy=policy, pipeline=Pipeline(stages, router), monitor=monitor)
+        return cls(policy=policy, pipeline=Pipeline(build_stages(policy, services), router))
 
     async def handle(self, request: LLMRequest, ctx: RequestContext | None = None) -> tuple[Answer, RequestContext]:
         ctx = ctx or RequestContext(request=request, team=self.team)
@@ -79,8 +78,9 @@ class TeamRegistry:
     time taken does not depend on how much of a key matched.
     """
 
-    def __init__(self, paths: list[str | Path]):
+    def __init__(self, paths: list[str | Path], services: Services | None = None):
         self.paths = [Path(p) for p in paths]
+        self.services = services or Services()
         self._by_digest: dict[bytes, tuple[bytes, TeamRuntime]] = {}
         self.teams: dict[str, TeamRuntime] = {}
         self._stamp: dict[Path, float] = {}
@@ -90,7 +90,7 @@ class TeamRegistry:
         """Build every team; on any error the previous state stays in force and PolicyError is raised."""
         stamp = self._current_stamp()
         policies = load_policies(self.paths)
-        teams = {policy.team: TeamRuntime.build(policy) for policy in policies.values()}
+        teams = {policy.team: TeamRuntime.build(policy, self.services) for policy in policies.values()}
         by_digest = {}
         for runtime in teams.values():
             keys = runtime.policy.resolved_keys()

@@ -1,1 +1,25 @@
-"""Pipeline stages, by name. A team's pipeline is `DEFAULT_STAGES` in order, then the router."""
+"""Pipeline stages by name, and the order a team's pipeline runs them in.
+
+The order is data: `STAGE_ORDER` lists stage names outermost first; the router is always last.
+Each factory returns None when the team's policy leaves its stage off, so a disabled feature costs
+nothing per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sdk.pipeline import Stage
+from sdk.policy import Policy
+from sdk.services import Services
+from sdk.stages.metrics import build_metrics
+
+StageFactory = Callable[[Policy, Services], Stage | None]
+
+STAGE_ORDER: tuple[str, ...] = ("metrics",)
+FACTORIES: dict[str, StageFactory] = {"metrics": build_metrics}
+
+
+def build_stages(policy: Policy, services: Services) -> list[Stage]:
+    stages = [FACTORIES[name](policy, services) for name in STAGE_ORDER]
+    return [stage for stage in stages if stage is not None]

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from sdk import metrics
 from sdk.errors import SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import Handler, RequestContext
+from sdk.policy import Policy
+from sdk.services import Services
 from sdk.types import Answer, LLMResponse, LLMStream, close_after
 
 
@@ -67,3 +69,7 @@ class MetricsStage:
                 self._finish(ctx, stream, streamed=True)
             else:
                 metrics.CANCELLED.labels(self.team).inc()
+
+
+def build_metrics(policy: Policy, services: Services) -> MetricsStage:
+    return MetricsStage(policy.team, metrics.PercentileMonitor(policy.team, policy.alerts))

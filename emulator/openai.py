@@ -1,0 +1,423 @@
+"""OpenAI Chat Completions: POST /v1/chat/completions and GET /v1/models.
+
+Wire format per reference C.3-C.7; automatic prefix caching per C.1 (see caching.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .asgi import JSON_CT, SSE_HEADERS, Call, Headers
+from .caching import CachePlan, openai_prompt_blob, plan_openai
+from .faults import FaultSpecError
+from .reply import Reply, ToolPick, make_reply
+from .streaming import apply_pre_faults, respond_after, run_stream
+from .text import seed_for, split_chunks, split_deltas, wants_tool
+
+if TYPE_CHECKING:
+    from .app import Emulator
+
+MODELS = ("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini")
+FINISH = {"end": "stop", "max": "length", "stop_sequence": "stop", "tool": "tool_calls"}
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+_NO_KEY = (
+    "You didn't provide an API key. You need to provide your API key in an Authorization header "
+    "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with "
+    "blank username) if you're accessing the API from your browser and are prompted for a "
+    "username and password. You can obtain an API key from https://platform.openai.com/account/api-keys."
+)
+_SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
+_OVERLOADED = "The server is overloaded or not ready yet."
+
+# C.7: limits, remaining and reset durations (static plausible values).
+_RL: Headers = [
+    (b"openai-organization", b"org-emulator"),
+    (b"openai-version", b"2020-10-01"),
+    (b"openai-processing-ms", b"1"),
+    (b"x-ratelimit-limit-requests", b"10000"),
+    (b"x-ratelimit-limit-tokens", b"30000000"),
+    (b"x-ratelimit-remaining-requests", b"9999"),
+    (b"x-ratelimit-remaining-tokens", b"29999000"),
+    (b"x-ratelimit-reset-requests", b"6ms"),
+    (b"x-ratelimit-reset-tokens", b"2ms"),
+]
+
+
+def _headers(call: Call) -> Headers:
+    h = [(b"x-request-id", call.request_id.encode())]
+    h.extend(_RL)
+    return h
+
+
+def _err_obj(message: str, etype: str = "invalid_request_error", param: str | None = None,
+             code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": etype, "param": param, "code": code}}
+
+
+async def _error(emu: Emulator, call: Call, status: int, obj: dict[str, Any],
+                 extra: Headers | None = None) -> None:
+    h = _headers(call)
+    if extra:
+        h.extend(extra)
+    emu.count_status(status)
+    await call.json(status, obj, h)
+
+
+async def _bad(emu: Emulator, call: Call, message: str, param: str | None = None,
+               code: str | None = None) -> None:
+    await _error(emu, call, 400, _err_obj(message, param=param, code=code))
+
+
+def _fault_body(status: int, model: str | None) -> dict[str, Any]:
+    if status == 429:
+        return _err_obj(
+            f"Rate limit reached for {model or 'default'} in organization org-emulator on requests "
+            "per min (RPM): Limit 10000, Used 10000, Requested 1. Please try again in 1s. Visit "
+            "https://platform.openai.com/account/rate-limits to learn more.",
+            "requests", "requests", "rate_limit_exceeded")
+    if status == 503:
+        return _err_obj(_OVERLOADED, "server_error")
+    if status >= 500:
+        return _err_obj(_SERVER_ERROR, "server_error")
+    if status == 401:
+        return _err_obj("Incorrect API key provided.", code="invalid_api_key")
+    return _err_obj(f"Emulated error {status}.")
+
+
+async def _preamble(emu: Emulator, call: Call, parse: bool) -> tuple[Any, str] | None:
+    call.request_id = emu.new_id("req_")
+    auth = call.headers.get("authorization", "")
+    key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if not key:
+        await _error(emu, call, 401, _err_obj(_NO_KEY))
+        return None
+    keys = emu.config.api_keys
+    if keys is not None and key not in keys:
+        shown = key[:3] + "*" * 3 + key[-4:] if len(key) > 8 else "***"
+        await _error(emu, call, 401, _err_obj(
+            f"Incorrect API key provided: {shown}. You can find your API key at "
+            "https://platform.openai.com/account/api-keys.", code="invalid_api_key"))
+        return None
+    if not parse:
+        return None, key
+    try:
+        body = orjson.loads(call.body)
+    except orjson.JSONDecodeError:
+        await _bad(emu, call, "We could not parse the JSON body of your request. (HINT: This likely "
+                   "means you aren't using your HTTP library correctly. The OpenAI API expects a "
+                   "JSON payload, but what was sent was not valid JSON. If you have trouble "
+                   "figuring out how to fix this, please contact us through our help center at "
+                   "help.openai.com.)")
+        return None
+    if not isinstance(body, dict):
+        await _bad(emu, call, "Invalid type for request body: expected an object.", code="invalid_type")
+        return None
+    return body, key
+
+
+def _range(body: dict[str, Any], name: str, lo: float, hi: float) -> tuple[str, str, str] | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return (f"Invalid type for '{name}': expected a decimal, but got {type(v).__name__} instead.",
+                name, "invalid_type")
+    if v > hi:
+        return (f"Invalid '{name}': decimal above maximum value. Expected a value <= {hi:g}, but got "
+                f"{v} instead.", name, "decimal_above_max_value")
+    if v < lo:
+        return (f"Invalid '{name}': decimal below minimum value. Expected a value >= {lo:g}, but got "
+                f"{v} instead.", name, "decimal_below_min_value")
+    return None
+
+
+def _validate(body: dict[str, Any]) -> tuple[str, str | None, str | None] | None:
+    """(message, param, code) of the first problem, or None."""
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "you must provide a model parameter", None, None
+    msgs = body.get("messages")
+    if msgs is None:
+        return "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"
+    if not isinstance(msgs, list):
+        return ("Invalid type for 'messages': expected an array of objects, but got "
+                f"{type(msgs).__name__} instead.", "messages", "invalid_type")
+    if not msgs:
+        return ("Invalid 'messages': empty array. Expected an array with minimum length 1, but got "
+                "an empty array instead.", "messages", "empty_array")
+    for i, m in enumerate(msgs):
+        p = f"messages[{i}]"
+        if not isinstance(m, dict):
+            return f"Invalid type for '{p}': expected an object.", p, "invalid_type"
+        role = m.get("role")
+        if role is None:
+            return f"Missing required parameter: '{p}.role'.", f"{p}.role", "missing_required_parameter"
+        if role not in ROLES:
+            return (f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', "
+                    "'function', 'tool', and 'developer'.", f"{p}.role", "invalid_value")
+        c = m.get("content")
+        if c is None and not (role == "assistant" and (m.get("tool_calls") or "content" in m)):
+            return (f"Missing required parameter: '{p}.content'.", f"{p}.content",
+                    "missing_required_parameter")
+        if c is not None and not isinstance(c, (str, list)):
+            return (f"Invalid type for '{p}.content': expected one of a string or array of objects.",
+                    f"{p}.content", "invalid_type")
+        if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+            return (f"Missing required parameter: '{p}.tool_call_id'.", f"{p}.tool_call_id",
+                    "missing_required_parameter")
+    for name, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1), ("presence_penalty", -2, 2),
+                         ("frequency_penalty", -2, 2)):
+        r = _range(body, name, lo, hi)
+        if r:
+            return r
+    for name in ("max_tokens", "max_completion_tokens"):
+        v = body.get(name)
+        if v is not None:
+            if not isinstance(v, int) or isinstance(v, bool):
+                return (f"Invalid type for '{name}': expected an integer.", name, "invalid_type")
+            if v < 1:
+                return (f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but "
+                        f"got {v} instead.", name, "integer_below_min_value")
+    n = body.get("n")
+    if n is not None and (not isinstance(n, int) or n < 1 or n > 128):
+        return "Invalid 'n': expected an integer between 1 and 128.", "n", "invalid_value"
+    if n not in (None, 1) and body.get("stream"):
+        return "The emulator does not support n > 1 with stream=true.", "n", None
+    if body.get("stream_options") is not None and not body.get("stream"):
+        return ("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                "stream_options", None)
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            return "Invalid type for 'stop': expected a string or array of strings.", "stop", "invalid_type"
+        if len(stop) > 4:
+            return ("Invalid 'stop': array too long. Expected an array with maximum length 4, but got "
+                    f"an array with length {len(stop)} instead.", "stop", "array_above_max_length")
+    return _validate_tools(body)
+
+
+def _validate_tools(body: dict[str, Any]) -> tuple[str, str | None, str | None] | None:
+    tools = body.get("tools")
+    names: list[str] = []
+    if tools is not None:
+        if not isinstance(tools, list):
+            return "Invalid type for 'tools': expected an array.", "tools", "invalid_type"
+        for i, t in enumerate(tools):
+            if not isinstance(t, dict):
+                return f"Invalid type for 'tools[{i}]': expected an object.", f"tools[{i}]", "invalid_type"
+            if t.get("type", "function") == "function":
+                fn = t.get("function")
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    return (f"Missing required parameter: 'tools[{i}].function.name'.",
+                            f"tools[{i}].function.name", "missing_required_parameter")
+                names.append(fn["name"])
+    tc = body.get("tool_choice")
+    if tc is None:
+        return None
+    if not tools:
+        return ("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+                "specified.", "tool_choice", None)
+    if isinstance(tc, str):
+        if tc not in ("none", "auto", "required"):
+            return (f"Invalid value: '{tc}'. Supported values are: 'none', 'auto', and 'required'.",
+                    "tool_choice", "invalid_value")
+    elif isinstance(tc, dict):
+        name = (tc.get("function") or {}).get("name") if isinstance(tc.get("function"), dict) else None
+        if tc.get("type") == "function" and name not in names:
+            return (f"Invalid value for 'tool_choice': tool '{name}' is not in 'tools'.",
+                    "tool_choice", "invalid_value")
+    else:
+        return "Invalid type for 'tool_choice'.", "tool_choice", "invalid_type"
+    return None
+
+
+def _pick_tool(body: dict[str, Any]) -> ToolPick | None:
+    """Same rule as Anthropic: `required`/named function always call; `auto` calls when the last
+    user text names a tool or says "use a tool" (not when the last message is a tool result)."""
+    fns = [t["function"] for t in body.get("tools") or ()
+           if t.get("type", "function") == "function" and isinstance(t.get("function"), dict)]
+    if not fns:
+        return None
+    by_name = {f["name"]: f.get("parameters") or {"type": "object", "properties": {}} for f in fns}
+    tc = body.get("tool_choice") or "auto"
+    if tc == "none":
+        return None
+    if isinstance(tc, dict):
+        name = (tc.get("function") or {}).get("name")
+        return ToolPick(name, by_name[name], False) if name in by_name else None
+    msgs = body["messages"]
+    text = ""
+    for m in reversed(msgs):
+        if m.get("role") == "user":
+            c = m.get("content")
+            text = c if isinstance(c, str) else " ".join(
+                p.get("text", "") for p in c or () if isinstance(p, dict) and p.get("type") == "text")
+            break
+    name = wants_tool(text, list(by_name))
+    if tc == "required":
+        name = name or fns[0]["name"]
+        return ToolPick(name, by_name[name], False)
+    if name is None or msgs[-1].get("role") == "tool":
+        return None
+    return ToolPick(name, by_name[name], False)
+
+
+def _usage(plan: CachePlan, out: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": plan.total,
+        "completion_tokens": out,
+        "total_tokens": plan.total + out,
+        "prompt_tokens_details": {"cached_tokens": plan.read, "cache_write_tokens": 0,
+                                  "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                      "accepted_prediction_tokens": 0,
+                                      "rejected_prediction_tokens": 0},
+    }
+
+
+async def chat_completions(emu: Emulator, call: Call) -> None:
+    pre = await _preamble(emu, call, parse=True)
+    if pre is None:
+        return
+    body, key = pre
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    stream = body.get("stream") is True
+    try:
+        faults = emu.take_faults(call, model, stream)
+    except FaultSpecError as e:
+        await _bad(emu, call, f"x-emulator-fault: {e}")
+        return
+
+    async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
+        status = 503 if status == 529 else status
+        extra: Headers = []
+        if ra is not None:
+            extra.append((b"retry-after", _num(ra)))
+        if ra_ms is not None:
+            extra.append((b"retry-after-ms", _num(ra_ms)))
+        if status == 429:
+            extra.append((b"x-ratelimit-remaining-requests", b"0"))
+        await _error(emu, call, status, _fault_body(status, model), extra)
+
+    if await apply_pre_faults(emu, call, faults, stream, send_fault):
+        return
+    err = _validate(body)
+    if err:
+        await _bad(emu, call, *err)
+        return
+    assert model is not None
+    cfg = emu.config
+    scope = f"{key}\x00{model}\x00{body.get('prompt_cache_key') or ''}"
+    plan = plan_openai(emu.state.openai_cache, openai_prompt_blob(body), scope, call.start,
+                       cfg.openai_cache_ttl_s)
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else (stop or [])
+    mt = body.get("max_completion_tokens") or body.get("max_tokens")
+    v = call.headers.get("x-emulator-output-tokens")
+    natural = int(v) if v and v.isdigit() else cfg.default_output_tokens
+    reply = make_reply(seed_for(model, body["messages"]), natural, mt, stops, _pick_tool(body))
+    cid = emu.new_id("chatcmpl-")
+    call_id = emu.new_id("call_") if reply.tool_name else ""
+    created = int(time.time())
+    ttft = cfg.ttft_seconds(plan.uncached, plan.read)
+    if stream:
+        opts = body.get("stream_options") or {}
+        events, tokens = _chunks(emu, cid, created, model, plan, reply, call_id,
+                                 bool(opts.get("include_usage")))
+        otype = faults.midstream_type if faults else "overloaded_error"
+        msg = _OVERLOADED if otype == "overloaded_error" else _SERVER_ERROR
+        err_ev = b"data: " + orjson.dumps(_err_obj(msg, "server_error")) + b"\n\n"
+        headers = _headers(call)
+        headers.extend(SSE_HEADERS)
+        await run_stream(emu, call, headers, events, tokens, faults, err_ev, ttft, plan.commit)
+        return
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None,
+                               "refusal": None, "annotations": []}
+    if reply.tool_name:
+        message["tool_calls"] = [{"id": call_id, "type": "function", "function": {
+            "name": reply.tool_name, "arguments": reply.tool_json}}]
+    n = body.get("n") or 1
+    choices = [{"index": i, "message": message, "logprobs": None,
+                "finish_reason": FINISH[reply.stop]} for i in range(n)]
+    out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
+           "choices": choices, "usage": _usage(plan, reply.output_tokens * n),
+           "service_tier": "default", "system_fingerprint": "fp_emulator"}
+    headers = _headers(call)
+    headers.append(JSON_CT)
+    delay = ttft + cfg.per_output_token_ms * reply.output_tokens / 1000.0
+    await respond_after(emu, call, delay, 200, orjson.dumps(out), headers, plan.commit)
+
+
+def _num(x: float) -> bytes:
+    return (str(int(x)) if float(x).is_integer() else str(x)).encode()
+
+
+def _chunks(emu: Emulator, cid: str, created: int, model: str, plan: CachePlan, reply: Reply,
+            call_id: str, include_usage: bool) -> tuple[list[bytes], list[int]]:
+    """C.5 chunk sequence (+ usage chunk and [DONE]) with per-chunk token counts for pacing."""
+    base: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                            "model": model, "service_tier": "default",
+                            "system_fingerprint": "fp_emulator"}
+    if include_usage:
+        base["usage"] = None
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        d = dict(base)
+        d["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        return b"data: " + orjson.dumps(d) + b"\n\n"
+
+    k = emu.config.tokens_per_delta
+    ev: list[bytes] = []
+    toks: list[int] = []
+    if reply.tool_name:
+        ev.append(chunk({"role": "assistant", "content": None, "tool_calls": [
+            {"index": 0, "id": call_id, "type": "function",
+             "function": {"name": reply.tool_name, "arguments": ""}}], "refusal": None}))
+        toks.append(0)
+        for frag in split_chunks(reply.tool_json, 3):
+            ev.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": frag}}]}))
+            toks.append(max(1, len(frag) // 4))
+    else:
+        ev.append(chunk({"role": "assistant", "content": "", "refusal": None}))
+        toks.append(0)
+        if reply.text:
+            for piece in split_deltas(reply.text, k):
+                ev.append(chunk({"content": piece}))
+                toks.append(k)
+    ev.append(chunk({}, FINISH[reply.stop]))
+    toks.append(0)
+    if include_usage:
+        d = dict(base)
+        d["choices"] = []
+        d["usage"] = _usage(plan, reply.output_tokens)
+        ev.append(b"data: " + orjson.dumps(d) + b"\n\n")
+        toks.append(0)
+    ev.append(b"data: [DONE]\n\n")
+    toks.append(0)
+    return ev, toks
+
+
+async def models(emu: Emulator, call: Call) -> None:
+    pre = await _preamble(emu, call, parse=False)
+    if pre is None:
+        return
+    try:
+        faults = emu.take_faults(call, None, False)
+    except FaultSpecError as e:
+        await _bad(emu, call, f"x-emulator-fault: {e}")
+        return
+
+    async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
+        status = 503 if status == 529 else status
+        extra = [(b"retry-after", _num(ra))] if ra is not None else []
+        await _error(emu, call, status, _fault_body(status, None), extra)
+
+    if await apply_pre_faults(emu, call, faults, False, send_fault):
+        return
+    data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "openai"}
+            for m in MODELS]
+    emu.count_status(200)
+    await call.json(200, {"object": "list", "data": data}, _headers(call))

@@ -1,0 +1,117 @@
+"""Shared response flow: pre-response faults, latency waits, paced SSE with faults and
+cancellation accounting. Provider modules build the bytes; this module decides when to send."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from .asgi import Call, Headers
+from .faults import FaultSet
+
+if TYPE_CHECKING:
+    from .app import Emulator
+
+# Sends a provider-shaped error response: (status, retry_after_s, retry_after_ms) -> None
+ErrorSender = Callable[[int, "float | None", "float | None"], Awaitable[None]]
+
+
+async def apply_pre_faults(
+    emu: Emulator, call: Call, faults: FaultSet | None, stream: bool, send_error: ErrorSender
+) -> bool:
+    """Stall / reset / error-status faults that act before the first byte.
+
+    Returns True when the request has been fully dealt with (answered, dropped or cancelled).
+    """
+    if faults is None:
+        return False
+    if faults.stall_ms > 0 and not await call.pause(faults.stall_ms / 1000.0):
+        _cancelled(emu, stream)
+        return True
+    if faults.reset:
+        await call.reset()
+        return True
+    if faults.status:
+        await send_error(faults.status, faults.retry_after, faults.retry_after_ms)
+        return True
+    return False
+
+
+def _cancelled(emu: Emulator, stream: bool) -> None:
+    if stream:
+        emu.stats.cancelled_streams += 1
+    else:
+        emu.stats.cancelled_requests += 1
+
+
+async def respond_after(
+    emu: Emulator, call: Call, seconds: float, status: int, body: bytes, headers: Headers,
+    on_start: Callable[[], None],
+) -> None:
+    """Non-streaming answer after the modelled latency; counts a disconnect while 'thinking'."""
+    if seconds > 0 and not await call.pause(seconds):
+        emu.stats.cancelled_requests += 1
+        return
+    on_start()
+    emu.count_status(status)
+    await call.respond(status, body, headers)
+
+
+async def run_stream(
+    emu: Emulator,
+    call: Call,
+    headers: Headers,
+    events: list[bytes],
+    tokens: list[int],
+    faults: FaultSet | None,
+    error_event: bytes,
+    ttft_s: float,
+    on_start: Callable[[], None],
+) -> None:
+    """Send SSE `events` (each preceded by tokens[i] x per_output_token_ms of pacing).
+
+    Exactly one of completed_streams / cancelled_streams / errored_streams is incremented for
+    every stream that got past validation.
+    """
+    st = emu.stats
+    st.open_streams += 1
+    try:
+        if not await call.pause(ttft_s):
+            st.cancelled_streams += 1
+            return
+        await call.start_stream(headers)
+        emu.count_status(200)
+        on_start()
+        cut = -1
+        if faults is not None:
+            n = faults.disconnect_after if faults.disconnect_after >= 0 else faults.midstream_after
+            cut = min(n, len(events) - 1) if n >= 0 else -1
+        pace = emu.config.per_output_token_ms / 1000.0
+        if pace <= 0 and cut < 0 and not call.gone():
+            # Nothing to wait for: one write is much cheaper than one per event.
+            await call.chunk(b"".join(events), more=False)
+            st.completed_streams += 1
+            return
+        for i, ev in enumerate(events):
+            if i == cut:
+                st.errored_streams += 1
+                assert faults is not None
+                if faults.disconnect_after >= 0:
+                    await call.close_after_flush()
+                else:
+                    await call.chunk(error_event, more=False)
+                return
+            if pace > 0 and tokens[i] > 0:
+                ok = await call.pause(pace * tokens[i])
+            else:
+                ok = not call.gone()
+            if not ok:
+                st.cancelled_streams += 1
+                return
+            await call.chunk(ev)
+        if call.gone():
+            st.cancelled_streams += 1
+            return
+        await call.chunk(b"", more=False)
+        st.completed_streams += 1
+    finally:
+        st.open_streams -= 1

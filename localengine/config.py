@@ -1,0 +1,83 @@
+"""Engine configuration: one dataclass, filled from arguments and the model's config.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEMO_DIR = Path(__file__).parent / "demo"
+# Model names that resolve to the checkpoints bundled with the package.
+BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft"}
+
+
+def resolve_model_path(model: str) -> Path:
+    if model in BUNDLED_MODELS:
+        return BUNDLED_MODELS[model]
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model {model!r} is not a local Hugging Face directory with config.json "
+            f"(hub downloads are not supported; use a local path, 'demo' or 'demo-draft')"
+        )
+    return path
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device, checkpoint_dtype: str | None) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        # CPUs run fp32 matmuls fastest and keep greedy results comparable to reference models.
+        if device.type == "cpu" or checkpoint_dtype in (None, "float32"):
+            return torch.float32
+        return getattr(torch, checkpoint_dtype)
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+    if dtype not in names:
+        raise ValueError(f"unsupported dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+    return names[dtype]
+
+
+@dataclass(slots=True)
+class Config:
+    model: str
+    dtype: str | torch.dtype = "auto"
+    device: str | None = None  # None: cuda when available, else cpu
+    block_size: int = 16
+    max_num_batched_tokens: int = 2048  # token budget per engine step
+    max_num_seqs: int = 128
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    enable_prefix_caching: bool = True
+    num_kvcache_blocks: int | None = None  # None: sized from available memory
+    kv_cache_memory_fraction: float = 0.5  # of the memory still available after loading weights
+    max_kv_cache_bytes: int | None = None  # cap on CPU, where "available" is the whole machine's RAM
+    seed: int = 0
+    attention_backend: str = "auto"  # auto | torch | triton
+    num_threads: int | None = None  # CPU intra-op threads; None leaves torch's default
+    hf_config: dict[str, Any] = field(default_factory=dict)
+    model_path: Path = field(default_factory=Path)
+
+    def __post_init__(self) -> None:
+        import json
+
+        self.model_path = resolve_model_path(self.model)
+        self.hf_config = json.loads((self.model_path / "config.json").read_text())
+        max_pos = int(self.hf_config.get("max_position_embeddings", 4096))
+        self.max_model_len = min(self.max_model_len or max_pos, max_pos)
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError("block_size must be a power of two")
+        if self.attention_backend not in ("auto", "torch", "triton"):
+            raise ValueError("attention_backend must be auto, torch or triton")
+
+    @property
+    def torch_device(self) -> torch.device:
+        if self.device is not None:
+            return torch.device(self.device)
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        checkpoint = self.hf_config.get("torch_dtype") or self.hf_config.get("dtype")
+        return resolve_dtype(self.dtype, self.torch_device, checkpoint)

@@ -1,0 +1,92 @@
+"""Canonical request hashing: the exact key, the partition key, and the text the semantic tier embeds.
+
+The partition is everything that must be identical for two requests to share an answer: team,
+protocol, model, system prompt and tools, generation parameters, and every turn before the latest
+user message. Only that latest user message is compared by meaning. Hashes are over canonical JSON
+(sorted keys, `cache_control` markers removed) so byte-different but equivalent requests match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from sdk.types import LLMRequest
+
+# Fields that change neither the answer's meaning nor its content: transport, tracing, billing tier.
+# `slipstream` is this stage's own per-request metadata (stripped before the request goes upstream).
+_NOT_IN_KEY = frozenset({"stream", "stream_options", "metadata", "user", "store", "service_tier", "slipstream"})
+_CONTENT_FIELDS = frozenset({"model", "messages", "system", "tools"})
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKeys:
+    exact: str  # hash of the whole canonical request, team included
+    partition: str  # hash of everything but the latest user turn, team included
+    query: str | None  # the latest user turn's text; None when it is not plain text (tool results, images)
+    user_turns: int
+    sampled: bool  # temperature > 0, or left to the provider's default (1.0 on both providers)
+
+
+def _strip(value: Any) -> Any:
+    """Drop prompt-caching markers: they steer the provider's cache, not the answer."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(orjson.dumps(list(parts), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)).hexdigest()
+
+
+def _text_of(content: Any) -> str | None:
+    """Plain text of a message's content, or None when it holds anything but text."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        texts = []
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+                return None
+            texts.append(block["text"])
+        return "\n".join(texts)
+    return None
+
+
+def _split_messages(body: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
+    """(system messages, earlier turns, latest message). OpenAI carries its system prompt in messages."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return [], [], None
+    lead = 0  # only the leading system/developer messages are "the system prompt"; later ones are turns
+    while lead < len(messages) and isinstance(messages[lead], dict) and messages[lead].get("role") in ("system", "developer"):
+        lead += 1
+    system, turns = messages[:lead], messages[lead:]
+    if not turns:
+        return system, [], None
+    return system, turns[:-1], turns[-1]
+
+
+def is_sampled(body: dict[str, Any]) -> bool:
+    temperature = body.get("temperature")
+    return not isinstance(temperature, (int, float)) or temperature > 0
+
+
+def cache_keys(team: str, request: LLMRequest) -> CacheKeys:
+    body = _strip(request.body)
+    system_msgs, earlier, latest = _split_messages(body)
+    params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in _CONTENT_FIELDS}
+    prefix = (team, str(request.protocol), request.model, _digest(body.get("system"), system_msgs, body.get("tools")), _digest(params))
+    partition = _digest(*prefix, _digest(earlier))
+    exact = _digest(*prefix, _digest(earlier), latest)
+    query = None
+    if isinstance(latest, dict) and latest.get("role") == "user":
+        text = _text_of(latest.get("content"))
+        query = text.strip() if text and text.strip() else None
+    user_turns = sum(1 for m in [*earlier, latest] if isinstance(m, dict) and m.get("role") == "user")
+    return CacheKeys(exact=exact, partition=partition, query=query, user_turns=user_turns, sampled=is_sampled(body))

@@ -1,0 +1,366 @@
+"""The drop-in SDK: the official `openai` / `anthropic` clients, with the pipeline in process.
+
+`OpenAI(...)` and friends return the official client objects, unchanged, except that their HTTP
+client's transport answers every request by running the team's pipeline here instead of sending it
+to a server. Everything above the transport (typed results, streaming helpers, `with_raw_response`,
+retries, error classes) is the official SDK's own code.
+
+One async function, `_answer`, maps an httpx2 request to an `LLMRequest` and the pipeline's answer
+back to status, headers and body; it mirrors the proxy's door (gateway/proxy.py). The async
+transport awaits it on the caller's loop. The sync transport runs it on one background loop thread
+per process (the upstream aiohttp pool is per loop, so it lives there) and streams events back
+through a bounded buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import orjson
+
+from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError
+from sdk.pipeline import RequestContext
+from sdk.policy import Policy, ProviderConfig, RetryPolicy, Route, Target, load_policy
+from sdk.providers.upstream import close_upstream_for_running_loop
+from sdk.runtime import TeamRuntime, slipstream_headers
+from sdk.types import Endpoint, LLMRequest, LLMStream, Protocol, Timings
+
+__all__ = ["OpenAI", "AsyncOpenAI", "Anthropic", "AsyncAnthropic"]
+
+# The official client only ever talks to this origin; `.invalid` can never resolve (RFC 2606),
+# so nothing can leak to the network if a request ever bypassed the transport.
+_ORIGIN = "http://slipstream.invalid"
+_BASE_URL = {Protocol.OPENAI: _ORIGIN + "/v1", Protocol.ANTHROPIC: _ORIGIN}
+# The official client insists on a key; with a policy the real upstream keys come from the policy.
+_PLACEHOLDER_KEY = "slipstream-in-process"
+_ENV = {  # (api key, base url) variables the official client would read in pass-through mode
+    Protocol.OPENAI: ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    Protocol.ANTHROPIC: ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+}
+_ENDPOINTS = {
+    "/v1/chat/completions": Endpoint.CHAT_COMPLETIONS,
+    "/v1/messages": Endpoint.MESSAGES,
+    "/v1/messages/count_tokens": Endpoint.COUNT_TOKENS,
+}
+# Client headers that change what the provider does (as in the proxy), plus OpenAI's billing scope.
+_FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project")
+_JSON = {"content-type": "application/json"}
+_SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+
+def _runtime(protocol: Protocol, policy: str | os.PathLike[str] | Policy | None, kwargs: dict[str, Any]) -> TeamRuntime:
+    """Build the client's team runtime and rewrite `kwargs` for the official constructor."""
+    if kwargs.get("http_client") is not None:
+        raise TypeError("http_client cannot be given: Slipstream supplies the client's HTTP client (its transport runs the pipeline)")
+    policy = policy if policy is not None else os.environ.get("SLIPSTREAM_POLICY") or None
+    base_url = kwargs.pop("base_url", None)
+    if policy is None:
+        key_env, url_env = _ENV[protocol]
+        api_key = kwargs.get("api_key") or os.environ.get(key_env)
+        resolved = _passthrough(protocol, str(base_url or os.environ.get(url_env) or "") or None, api_key)
+    else:
+        # base_url is not used: the policy names the upstreams.
+        resolved = policy if isinstance(policy, Policy) else load_policy(policy)
+        if kwargs.get("api_key") is None:
+            kwargs["api_key"] = _PLACEHOLDER_KEY
+    kwargs["base_url"] = _BASE_URL[protocol]
+    return TeamRuntime.build(resolved)
+
+
+def _passthrough(protocol: Protocol, base_url: str | None, api_key: str | None) -> Policy:
+    """No policy: one provider of the client's kind with its base_url and key, routing every model.
+
+    One attempt per call, so retries stay the official client's own (its `max_retries`), as before
+    the migration.
+    """
+    name = protocol.value
+    return Policy(
+        team="default",
+        providers={name: ProviderConfig(kind=name, base_url=base_url, api_key=api_key or None)},
+        routes=[Route(targets=[Target(provider=name)])],
+        retry=RetryPolicy(max_attempts=1),
+    )
+
+
+def OpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> openai.OpenAI:
+    """`openai.OpenAI(**kwargs)` running Slipstream in process; `policy` or $SLIPSTREAM_POLICY names the team's policy."""
+    team = _runtime(Protocol.OPENAI, policy, kwargs)
+    return openai.OpenAI(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team, Protocol.OPENAI)))
+
+
+def AsyncOpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> openai.AsyncOpenAI:
+    """`openai.AsyncOpenAI(**kwargs)` running Slipstream on the caller's event loop."""
+    team = _runtime(Protocol.OPENAI, policy, kwargs)
+    return openai.AsyncOpenAI(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team, Protocol.OPENAI)))
+
+
+def Anthropic(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> anthropic.Anthropic:
+    """`anthropic.Anthropic(**kwargs)` running Slipstream in process; `policy` or $SLIPSTREAM_POLICY names the team's policy."""
+    team = _runtime(Protocol.ANTHROPIC, policy, kwargs)
+    return anthropic.Anthropic(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team, Protocol.ANTHROPIC)))
+
+
+def AsyncAnthropic(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> anthropic.AsyncAnthropic:
+    """`anthropic.AsyncAnthropic(**kwargs)` running Slipstream on the caller's event loop."""
+    team = _runtime(Protocol.ANTHROPIC, policy, kwargs)
+    return anthropic.AsyncAnthropic(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team, Protocol.ANTHROPIC)))
+
+
+# --- the shared mapping: httpx2 request -> pipeline -> status, headers, body ----------------------
+
+
+@dataclass(slots=True)
+class _Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes = b""
+    stream: LLMStream | None = None
+
+    def response(self, stream: httpx2.SyncByteStream | httpx2.AsyncByteStream | None = None) -> httpx2.Response:
+        if stream is None:
+            return httpx2.Response(self.status, headers=self.headers, content=self.body)
+        return httpx2.Response(self.status, headers=self.headers, stream=stream)
+
+
+def _error(status: int, body: bytes, headers: dict[str, str] | None = None) -> _Reply:
+    return _Reply(status, {**_JSON, **(headers or {})}, body)
+
+
+def _parse(endpoint: Endpoint, raw: bytes, request: httpx2.Request, limit: int) -> LLMRequest:
+    if len(raw) > limit:
+        raise RequestTooLargeError(f"request body of {len(raw)} bytes is over this team's limit of {limit} bytes")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequestError("model: a non-empty string is required")
+    if not isinstance(body.get("messages"), list):
+        raise InvalidRequestError("messages: a list of messages is required")
+    forward = {name: value for name in _FORWARDED if (value := request.headers.get(name)) is not None}
+    return LLMRequest(endpoint, body, forward, request.url.query.decode("latin-1"))
+
+
+async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes) -> _Reply:
+    """Run one request through the team's pipeline; every failure becomes a provider-shaped answer."""
+    timings = Timings()
+    path, method = request.url.path, request.method
+    if method == "GET" and path == "/v1/models":
+        return _Reply(200, dict(_JSON), _models_body(team, protocol))
+    endpoint = _ENDPOINTS.get(path)
+    if endpoint is None or endpoint.protocol is not protocol:
+        return _error(404, NotFoundError(f"{method} {path} is not an endpoint Slipstream serves").body(protocol))
+    if method != "POST":
+        return _error(405, SlipstreamError("use POST", status=405).body(protocol))
+    try:
+        llm_request = _parse(endpoint, raw, request, team.policy.limits.max_body_bytes)
+        ctx = RequestContext(request=llm_request, team=team.team, timings=timings)
+        answer, _ = await team.handle(llm_request, ctx)
+    except UpstreamHTTPError as exc:
+        return _error(exc.status, exc.body, exc.headers)
+    except SlipstreamError as exc:
+        return _error(exc.status, exc.body(protocol), exc.headers)
+    headers = {**(_SSE if isinstance(answer, LLMStream) else _JSON), **answer.headers, **slipstream_headers(ctx, answer)}
+    if isinstance(answer, LLMStream):
+        return _Reply(answer.status, headers, stream=answer)
+    return _Reply(answer.status, headers, answer.body)
+
+
+async def _events(stream: LLMStream, protocol: Protocol) -> AsyncIterator[bytes]:
+    """The stream's SSE events; a failure mid-stream ends it with an error event (as the proxy does).
+
+    Closing this iterator early (or cancelling the task reading it) closes the LLMStream, which
+    drops the upstream connection: that is the cancel the provider sees.
+    """
+    try:
+        async for event in stream.events:
+            yield event
+    except SlipstreamError as exc:
+        yield exc.sse_event(protocol)
+    finally:
+        await stream.aclose()
+
+
+def _models_body(team: TeamRuntime, protocol: Protocol) -> bytes:
+    """Model names this team can ask for: literal route matches and the targets' own models."""
+    names: dict[str, None] = {}
+    for route in team.policy.routes:
+        if not any(ch in route.match.model for ch in "*?["):
+            names[route.match.model] = None
+        names.update((target.model, None) for target in route.targets if target.model)
+    ids = list(names)
+    if protocol is Protocol.ANTHROPIC:
+        data = [{"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"} for m in ids]
+        return orjson.dumps({"data": data, "has_more": False, "first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None})
+    return orjson.dumps({"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "slipstream"} for m in ids]})
+
+
+# --- async transport: the caller's own loop --------------------------------------------------------
+
+
+class _AsyncEvents(httpx2.AsyncByteStream):
+    def __init__(self, stream: LLMStream, protocol: Protocol):
+        self._stream = stream
+        self._events = _events(stream, protocol)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for event in self._events:
+            yield event
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+        await self._stream.aclose()  # also when iteration never started (aclose on a fresh generator skips its finally)
+
+
+class AsyncTransport(httpx2.AsyncBaseTransport):
+    """Answers an `httpx2.AsyncClient`'s requests by awaiting the pipeline on the caller's loop."""
+
+    def __init__(self, team: TeamRuntime, protocol: Protocol):
+        self.team = team
+        self.protocol = protocol
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        reply = await _answer(self.team, self.protocol, request, await request.aread())
+        return reply.response(_AsyncEvents(reply.stream, self.protocol) if reply.stream else None)
+
+
+# --- sync transport: one background loop thread per process ----------------------------------------
+
+
+class _LoopThread:
+    """A daemon thread running an event loop, started on first use (and again after a fork)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="slipstream-sdk-loop", daemon=True)
+                self._thread.start()
+                self._loop, self._pid = loop, os.getpid()
+                atexit.register(self._close_pool, loop)
+            if threading.current_thread() is self._thread:
+                # Blocking this thread on itself would deadlock (a sync client called from inside the pipeline).
+                raise RuntimeError("a synchronous Slipstream client cannot be called from Slipstream's own loop thread")
+            return self._loop
+
+    @staticmethod
+    def _close_pool(loop: asyncio.AbstractEventLoop) -> None:
+        # Close the keep-alive pool at exit, so aiohttp does not warn about an unclosed session.
+        if loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(close_upstream_for_running_loop(), loop).result(timeout=1)
+            except Exception:
+                pass
+
+
+_LOOP = _LoopThread()
+_END = object()
+_BUFFER_EVENTS = 64  # events read ahead of a slow consumer before the upstream read pauses
+_CLOSE_WAIT_S = 1.0  # bound on how long close() waits for the upstream to be dropped
+
+
+class _SyncEvents(httpx2.SyncByteStream):
+    """Events pumped from the loop thread into a bounded buffer for a consumer on another thread.
+
+    The buffer is a SimpleQueue bounded by credits: the pump takes a credit before reading each
+    event, and the consumer returns one per event taken, so a slow consumer stops the upstream read
+    (and the loop is never blocked by a full queue).
+    """
+
+    def __init__(self, stream: LLMStream, protocol: Protocol, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._credits = asyncio.Semaphore(_BUFFER_EVENTS)
+        self._done = threading.Event()
+        self._reading = True  # loop-thread only: a cancel must not interrupt the cleanup in _pump's finally
+        self._task = loop.create_task(self._pump(_events(stream, protocol), stream))  # runs on the loop thread
+
+    async def _pump(self, events: AsyncIterator[bytes], stream: LLMStream) -> None:
+        try:
+            while True:
+                await self._credits.acquire()
+                try:
+                    event = await anext(events)
+                except StopAsyncIteration:
+                    break
+                self._queue.put(event)
+            self._queue.put(_END)
+        except asyncio.CancelledError:
+            self._queue.put(_END)  # closed by the consumer
+        except BaseException as exc:  # an unexpected failure reaches the consumer, not the loop's log
+            self._queue.put(exc)
+        finally:
+            self._reading = False
+            await events.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
+            self._done.set()
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            item = self._queue.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            self._loop.call_soon_threadsafe(self._credits.release)
+            yield item  # type: ignore[misc]
+
+    def _cancel(self) -> bool:
+        """Ask the loop thread to stop the pump; False when the loop is gone (interpreter exit)."""
+        try:
+            self._loop.call_soon_threadsafe(lambda: self._reading and self._task.cancel())
+        except RuntimeError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if not self._done.is_set() and self._cancel():
+            self._done.wait(_CLOSE_WAIT_S)  # return once the upstream connection is dropped
+
+    def __del__(self) -> None:
+        # Safety net for a response dropped unclosed: cancel, without waiting in a finalizer.
+        if not self._done.is_set():
+            self._cancel()
+
+
+class SyncTransport(httpx2.BaseTransport):
+    """Answers an `httpx2.Client`'s requests by running the pipeline on the background loop thread."""
+
+    def __init__(self, team: TeamRuntime, protocol: Protocol):
+        self.team = team
+        self.protocol = protocol
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        loop = _LOOP.get()
+        future = asyncio.run_coroutine_threadsafe(self._start(request, request.read(), loop), loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt while waiting: cancel the pipeline, not just the wait
+            raise
+
+    async def _start(self, request: httpx2.Request, raw: bytes, loop: asyncio.AbstractEventLoop) -> httpx2.Response:
+        reply = await _answer(self.team, self.protocol, request, raw)
+        return reply.response(_SyncEvents(reply.stream, self.protocol, loop) if reply.stream else None)

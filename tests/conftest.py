@@ -1,0 +1,26 @@
+"""Shared fixtures: the provider emulator and policy files that point at it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator[object]:
+    from emulator.testing import running_emulator
+
+    with running_emulator() as running:
+        yield running
+
+
+@pytest.fixture
+def fresh_emulator(emulator):
+    """The session's emulator with counters, faults and prompt cache cleared."""
+    httpx.post(f"{emulator.url}/_emulator/reset").raise_for_status()
+    return emulator

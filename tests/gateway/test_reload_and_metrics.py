@@ -1,0 +1,89 @@
+"""Policies reload on change without dropping in-flight requests; latency metrics and alerts."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import openai
+
+from emulator.app import EmulatorConfig
+from emulator.testing import running_emulator
+from gateway.testing import running_proxy
+from tests.helpers import write_policy
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def test_reload_on_change_keeps_in_flight_streams(tmp_path):
+    with running_emulator(EmulatorConfig(per_output_token_ms=10.0, default_output_tokens=60)) as upstream:
+        policy = write_policy(tmp_path, "team", "sk-old", upstream.url)
+        with running_proxy([tmp_path], watch_interval_s=0.05) as proxy:
+            old = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-old", max_retries=0)
+            stream = old.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+            chunks = [next(iter(stream))]
+            write_policy(tmp_path, "team", "sk-new", upstream.url)
+            policy.touch()
+            deadline = time.monotonic() + 5
+            new = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-new", max_retries=0)
+            while True:
+                try:
+                    new.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+                    break
+                except openai.AuthenticationError:
+                    assert time.monotonic() < deadline, "the new key never became valid"
+                    time.sleep(0.05)
+            chunks.extend(stream)  # the stream that began under the old policy finishes
+            assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+            try:
+                old.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+                raise AssertionError("the old key still works after reload")
+            except openai.AuthenticationError:
+                pass
+
+
+def test_invalid_reload_keeps_previous_policy(tmp_path, emulator):
+    policy = write_policy(tmp_path, "team", "sk-keep", emulator.url)
+    with running_proxy([tmp_path], watch_interval_s=0.05) as proxy:
+        policy.write_text(policy.read_text() + "nonsense_key: 1\n")
+        time.sleep(0.3)
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-keep", max_retries=0)
+        assert client.chat.completions.create(model="gpt-4o", messages=MESSAGES).choices
+        assert 'slipstream_policy_reloads_total{outcome="error"}' in httpx.get(f"{proxy.url}/metrics").text
+
+
+def test_latency_histograms_and_alerts(tmp_path, emulator):
+    write_policy(tmp_path, "metered", "sk-metered", emulator.url, extra="alerts: {window: 10, e2e_p50_ms: 0.001}\n")
+    with running_proxy([tmp_path]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-metered", max_retries=0)
+        for _ in range(10):
+            client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+        for _ in client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True):
+            pass
+        text = httpx.get(f"{proxy.url}/metrics").text
+    for name in ("ttft", "e2e", "itl", "tpot"):
+        assert f'slipstream_{name}_seconds_count{{route="gpt/gpt-4o",team="metered"}}' in text, name
+    assert 'slipstream_latency_alerts_total{metric="e2e",quantile="p50",team="metered"} 1.0' in text
+    assert 'slipstream_latency_percentile_seconds{metric="ttft",quantile="p95",team="metered"}' in text
+
+
+def test_concurrent_requests_through_proxy(tmp_path, emulator):
+    write_policy(tmp_path, "busy", "sk-busy", emulator.url)
+    with running_proxy([tmp_path]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-busy", max_retries=0)
+        errors: list[Exception] = []
+
+        def worker() -> None:
+            try:
+                for _ in range(5):
+                    client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+            except Exception as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not errors
