@@ -56,12 +56,20 @@ class Config:
     seed: int = 0
     attention_backend: str = "auto"  # auto | torch | triton
     num_threads: int | None = None  # CPU intra-op threads; None leaves torch's default
+    # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k}. Accepted so
+    # the public signature is final; the scheduler's lookahead slots are where drafts will go.
+    speculative_config: dict[str, Any] | None = None
     hf_config: dict[str, Any] = field(default_factory=dict)
     model_path: Path = field(default_factory=Path)
 
     def __post_init__(self) -> None:
         import json
 
+        if self.speculative_config is not None:
+            raise NotImplementedError(
+                "speculative decoding is not implemented yet in localengine; "
+                "pass speculative_config=None (a later release adds ngram and draft_model)"
+            )
         self.model_path = resolve_model_path(self.model)
         self.hf_config = json.loads((self.model_path / "config.json").read_text())
         max_pos = int(self.hf_config.get("max_position_embeddings", 4096))

@@ -19,7 +19,7 @@ import atexit
 import os
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +70,8 @@ def _runtime(protocol: Protocol, policy: str | os.PathLike[str] | Policy | None,
     if policy is None:
         key_env, url_env = _ENV[protocol]
         api_key = kwargs.get("api_key") or os.environ.get(key_env)
-        resolved = _passthrough(protocol, str(base_url or os.environ.get(url_env) or "") or None, api_key)
+        url = base_url or os.environ.get(url_env)
+        resolved = _passthrough(protocol, str(url) if url else None, api_key)
     else:
         # base_url is not used: the policy names the upstreams.
         resolved = policy if isinstance(policy, Policy) else load_policy(policy)
@@ -168,10 +169,18 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
         return _error(404, NotFoundError(f"{method} {path} is not an endpoint Slipstream serves").body(protocol))
     if method != "POST":
         return _error(405, SlipstreamError("use POST", status=405).body(protocol))
+    # The client's read timeout bounds the wait for an answer, as it would on the wire; raised as
+    # httpx2's own exception, the official client turns it into APITimeoutError (and retries).
+    deadline = asyncio.timeout((request.extensions.get("timeout") or {}).get("read"))
     try:
         llm_request = _parse(endpoint, raw, request, team.policy.limits.max_body_bytes)
         ctx = RequestContext(request=llm_request, team=team.team, timings=timings)
-        answer, _ = await team.handle(llm_request, ctx)
+        async with deadline:
+            answer, _ = await team.handle(llm_request, ctx)
+    except TimeoutError:
+        if deadline.expired():
+            raise httpx2.ReadTimeout("Slipstream got no answer within the client's timeout", request=request) from None
+        raise
     except UpstreamHTTPError as exc:
         return _error(exc.status, exc.body, exc.headers)
     except SlipstreamError as exc:
@@ -182,7 +191,7 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
     return _Reply(answer.status, headers, answer.body)
 
 
-async def _events(stream: LLMStream, protocol: Protocol) -> AsyncIterator[bytes]:
+async def _events(stream: LLMStream, protocol: Protocol) -> AsyncGenerator[bytes, None]:
     """The stream's SSE events; a failure mid-stream ends it with an error event (as the proxy does).
 
     Closing this iterator early (or cancelling the task reading it) closes the LLMStream, which
@@ -219,9 +228,8 @@ class _AsyncEvents(httpx2.AsyncByteStream):
         self._stream = stream
         self._events = _events(stream, protocol)
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for event in self._events:
-            yield event
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._events
 
     async def aclose(self) -> None:
         await self._events.aclose()
@@ -297,7 +305,7 @@ class _SyncEvents(httpx2.SyncByteStream):
         self._reading = True  # loop-thread only: a cancel must not interrupt the cleanup in _pump's finally
         self._task = loop.create_task(self._pump(_events(stream, protocol), stream))  # runs on the loop thread
 
-    async def _pump(self, events: AsyncIterator[bytes], stream: LLMStream) -> None:
+    async def _pump(self, events: AsyncGenerator[bytes, None], stream: LLMStream) -> None:
         try:
             while True:
                 await self._credits.acquire()
@@ -309,13 +317,15 @@ class _SyncEvents(httpx2.SyncByteStream):
             self._queue.put(_END)
         except asyncio.CancelledError:
             self._queue.put(_END)  # closed by the consumer
-        except BaseException as exc:  # an unexpected failure reaches the consumer, not the loop's log
+        except Exception as exc:  # an unexpected failure reaches the consumer, not the loop's log
             self._queue.put(exc)
         finally:
             self._reading = False
-            await events.aclose()  # type: ignore[attr-defined]
-            await stream.aclose()
-            self._done.set()
+            try:
+                await events.aclose()
+                await stream.aclose()  # also when the consumer closed before the first event was read
+            finally:
+                self._done.set()
 
     def __iter__(self) -> Iterator[bytes]:
         while True:

@@ -7,10 +7,12 @@ answer the first token is the whole body, so TTFT = e2e.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -45,21 +47,41 @@ ALERTS = Counter("slipstream_latency_alerts_total", "Rolling percentile crossed 
 POLICY_RELOADS = Counter("slipstream_policy_reloads_total", "Policy reloads by outcome", ("outcome",), registry=REGISTRY)
 
 
+@dataclass(frozen=True, slots=True)
+class _RouteSeries:
+    """The labelled children of one (team, route), looked up once: `labels()` takes a lock each call."""
+
+    ttft: Any
+    e2e: Any
+    itl: Any
+    tpot: Any
+    tokens: dict[str, Any]
+
+
+@functools.cache
+def _series(team: str, route: str) -> _RouteSeries:
+    return _RouteSeries(
+        ttft=TTFT.labels(team, route),
+        e2e=E2E.labels(team, route),
+        itl=ITL.labels(team, route),
+        tpot=TPOT.labels(team, route),
+        tokens={kind: TOKENS.labels(team, route, kind) for kind in ("input", "output", "cache_read", "cache_write")},
+    )
+
+
 def record(team: str, route: str, timings: Timings, usage: Usage, streamed: bool) -> tuple[float, float]:
     """Observe one finished request; returns (ttft, e2e) in seconds for the percentile monitor."""
-    end = time.perf_counter()
-    e2e = end - timings.start
+    series = _series(team, route)
+    e2e = time.perf_counter() - timings.start
     ttft = (timings.first_token - timings.start) if streamed and timings.first_token else e2e
-    TTFT.labels(team, route).observe(ttft)
-    E2E.labels(team, route).observe(e2e)
-    if timings.gaps:
-        itl = ITL.labels(team, route)
-        for gap in timings.gaps:
-            itl.observe(gap)
+    series.ttft.observe(ttft)
+    series.e2e.observe(e2e)
+    for gap in timings.gaps:
+        series.itl.observe(gap)
     # Without reported usage (an OpenAI stream not asking include_usage) token events stand in for tokens.
     output_tokens = usage.output_tokens or timings.token_events
     if streamed and output_tokens > 1 and timings.last_token:
-        TPOT.labels(team, route).observe((timings.last_token - timings.start - ttft) / (output_tokens - 1))
+        series.tpot.observe((timings.last_token - timings.start - ttft) / (output_tokens - 1))
     for kind, value in (
         ("input", usage.input_tokens),
         ("output", usage.output_tokens),
@@ -67,7 +89,7 @@ def record(team: str, route: str, timings: Timings, usage: Usage, streamed: bool
         ("cache_write", usage.cache_write_tokens),
     ):
         if value:
-            TOKENS.labels(team, route, kind).inc(value)
+            series.tokens[kind].inc(value)
     return ttft, e2e
 
 

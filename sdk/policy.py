@@ -91,7 +91,18 @@ class PromptCachePolicy(_Strict):
 
 
 class SemanticCachePolicy(_Strict):
+    """Response cache (exact + semantic tiers); every key is documented in docs/semantic-cache.md."""
+
     enabled: bool = False
+    exact: bool = True  # serve byte-for-byte equivalent requests (canonical hash)
+    semantic: bool = True  # serve paraphrases of the latest user turn, through the verifier
+    min_precision: Annotated[float, Field(gt=0, le=1)] = 0.95  # a request may raise it, never lower it
+    ttl_s: Annotated[float, Field(gt=0)] = 86_400.0
+    max_entries: Annotated[int, Field(ge=1)] = 10_000  # per team; least recently used evicted first
+    max_bytes: Annotated[int, Field(ge=1)] = 256 * 1024 * 1024  # per team
+    max_turns_for_semantic: Annotated[int, Field(ge=1)] = 3  # user turns; longer conversations: exact tier only
+    cache_sampled: bool = False  # cache answers to temperature > 0 (or unset) requests
+    cache_tool_calls: bool = False  # cache answers that call tools
 
 
 class CompressionPolicy(_Strict):

@@ -7,8 +7,14 @@ whose policy does not enable a feature never pays for it.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sdk.cache.response_cache import ResponseCache
+    from sdk.embedding import Embedder
 
 
 def default_data_dir() -> Path:
@@ -18,3 +24,25 @@ def default_data_dir() -> Path:
 @dataclass
 class Services:
     data_dir: Path = field(default_factory=default_data_dir)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _embedder: Embedder | None = field(default=None, init=False, repr=False)
+    _response_cache: ResponseCache | None = field(default=None, init=False, repr=False)
+
+    def embedder(self) -> Embedder:
+        """The MiniLM sentence embedder (loaded on its first batch, in its own thread)."""
+        with self._lock:
+            if self._embedder is None:
+                from sdk.embedding import Embedder
+
+                self._embedder = Embedder()
+            return self._embedder
+
+    def response_cache(self) -> ResponseCache:
+        """The exact + semantic response cache, persisted under data_dir."""
+        embedder = self.embedder()
+        with self._lock:
+            if self._response_cache is None:
+                from sdk.cache.response_cache import ResponseCache
+
+                self._response_cache = ResponseCache(self.data_dir, embedder)
+            return self._response_cache

@@ -86,7 +86,6 @@ class Timings:
     first_token: float | None = None
     last_token: float | None = None
     token_events: int = 0
-    max_gap_s: float = 0.0
     gaps: list[float] = field(default_factory=list)
 
     def mark_token(self, now: float) -> None:

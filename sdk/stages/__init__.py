@@ -12,12 +12,13 @@ from collections.abc import Callable
 from sdk.pipeline import Stage
 from sdk.policy import Policy
 from sdk.services import Services
+from sdk.stages.cache import build_cache
 from sdk.stages.metrics import build_metrics
 
 StageFactory = Callable[[Policy, Services], Stage | None]
 
-STAGE_ORDER: tuple[str, ...] = ("metrics",)
-FACTORIES: dict[str, StageFactory] = {"metrics": build_metrics}
+STAGE_ORDER: tuple[str, ...] = ("metrics", "cache")
+FACTORIES: dict[str, StageFactory] = {"metrics": build_metrics, "cache": build_cache}
 
 
 def build_stages(policy: Policy, services: Services) -> list[Stage]:

@@ -25,13 +25,24 @@ def emu(_server: RunningEmulator) -> RunningEmulator:
     return _server
 
 
-@pytest.fixture()
-def anth(emu: RunningEmulator) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=emu.url, api_key=KEY, max_retries=0) as c:
+# Clients live per module (creating one costs ~50 ms); requesting them resets the emulator.
+@pytest.fixture(scope="module")
+def _anth(_server: RunningEmulator) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=_server.url, api_key=KEY, max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def _oai(_server: RunningEmulator) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=_server.openai_url, api_key=KEY, max_retries=0) as c:
         yield c
 
 
 @pytest.fixture()
-def oai(emu: RunningEmulator) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=emu.openai_url, api_key=KEY, max_retries=0) as c:
-        yield c
+def anth(emu: RunningEmulator, _anth: anthropic.Anthropic) -> anthropic.Anthropic:
+    return _anth
+
+
+@pytest.fixture()
+def oai(emu: RunningEmulator, _oai: openai.OpenAI) -> openai.OpenAI:
+    return _oai

@@ -48,5 +48,9 @@ def sse_events(raw: str) -> list[tuple[str | None, str]]:
     return out
 
 
+# One shared client: building an httpx client (SSL context) costs ~50 ms.
+HTTP = httpx.Client(timeout=10)
+
+
 def post(url: str, path: str, body: Any, headers: dict[str, str]) -> httpx.Response:
-    return httpx.post(url + path, json=body, headers=headers, timeout=10)
+    return HTTP.post(url + path, json=body, headers=headers)

@@ -10,7 +10,7 @@ import pytest
 
 from emulator.text import count_tokens
 
-from .helpers import ANTHROPIC_HEADERS, post, sse_events
+from .helpers import HTTP, ANTHROPIC_HEADERS, post, sse_events
 
 MODEL = "claude-sonnet-4-6"
 MSGS = [{"role": "user", "content": "Hello there"}]
@@ -135,7 +135,7 @@ def test_tool_use_auto_rule(anth):
 def test_count_tokens_and_beta_query(anth, emu):
     n = anth.messages.count_tokens(model=MODEL, messages=MSGS, system="Be brief.")
     assert n.input_tokens == count_tokens("Hello there") + count_tokens("Be brief.")
-    r = httpx.post(emu.url + "/v1/messages?beta=true", headers={
+    r = HTTP.post(emu.url + "/v1/messages?beta=true", headers={
         **ANTHROPIC_HEADERS, "anthropic-beta": "extended-cache-ttl-2025-04-11"},
         json={"model": MODEL, "max_tokens": 10, "messages": MSGS})
     assert r.status_code == 200 and r.json()["usage"]["output_tokens"] == 10
@@ -191,7 +191,7 @@ def test_validation_errors(emu, body, fragment):
 
 
 def test_malformed_json_is_provider_shaped(emu):
-    r = httpx.post(emu.url + "/v1/messages", content=b"{not json", headers=ANTHROPIC_HEADERS)
+    r = HTTP.post(emu.url + "/v1/messages", content=b"{not json", headers=ANTHROPIC_HEADERS)
     assert r.status_code == 400
     assert r.json()["error"]["type"] == "invalid_request_error"
     assert "JSON" in r.json()["error"]["message"]

@@ -11,7 +11,7 @@ from emulator.app import EmulatorConfig
 from emulator.testing import RunningEmulator, running_emulator
 from sdk.providers.upstream import close_upstream_for_running_loop
 
-from dropin_helpers import EMU_KEY, write_policy
+from tests.sdk.dropin_helpers import EMU_KEY, write_policy
 
 
 @pytest.fixture(scope="module")

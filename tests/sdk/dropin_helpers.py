@@ -1,4 +1,4 @@
-"""Helpers shared by the drop-in SDK tests (this folder is on sys.path under pytest's default import mode)."""
+"""Helpers shared by the drop-in SDK tests."""
 
 from __future__ import annotations
 

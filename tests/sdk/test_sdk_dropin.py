@@ -16,7 +16,7 @@ import pytest
 
 import sdk
 from emulator.testing import RunningEmulator
-from dropin_helpers import EMU_KEY, slow_stream, write_policy
+from tests.sdk.dropin_helpers import EMU_KEY, slow_stream, write_policy
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -278,7 +278,8 @@ def test_sync_stream_buffer_is_bounded(emu: RunningEmulator, policy: Path) -> No
         with client.chat.completions.with_streaming_response.create(model=GPT, messages=HELLO, stream=True) as response:
             next(response.iter_bytes())
             time.sleep(0.2)  # the upstream has long finished sending by now
-            assert response.http_response.stream._queue.qsize() <= _BUFFER_EVENTS
+            buffered = response.http_response.stream._stream._queue.qsize()  # httpx2 wraps our byte stream
+            assert 0 < buffered <= _BUFFER_EVENTS
         emu.wait_for(lambda s: s["open_streams"] == 0, timeout=2)
 
 
@@ -300,3 +301,33 @@ async def test_async_midstream_error_event_reaches_client(emu: RunningEmulator, 
     with pytest.raises(openai.APIError):
         async for _ in stream:
             pass
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_client_timeout_bounds_the_wait(emu: RunningEmulator, policy: Path, loop_pool: None, kind: str) -> None:
+    emu.inject_fault("stall:ms=3000")
+    started = time.perf_counter()
+    with pytest.raises(openai.APITimeoutError):
+        if kind == "sync":
+            sdk.OpenAI(policy=policy, max_retries=0, timeout=0.3).chat.completions.create(model=GPT, messages=HELLO)
+        else:
+            await sdk.AsyncOpenAI(policy=policy, max_retries=0, timeout=0.3).chat.completions.create(model=GPT, messages=HELLO)
+    assert time.perf_counter() - started < 2
+    await asyncio.to_thread(emu.wait_for, lambda s: s["cancelled_requests"] == 1, 2)  # the upstream call was dropped
+
+
+def test_sync_clients_share_one_loop_thread_across_threads(emu: RunningEmulator, policy: Path) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = sdk.Anthropic(policy=policy, max_retries=0)
+    prompts = [[{"role": "user", "content": f"Question number {i}"}] for i in range(8)]
+    expected = [direct_anthropic(emu).messages.create(model=CLAUDE, max_tokens=64, messages=p).content[0].text for p in prompts]
+
+    def ask(messages: list[dict[str, str]]) -> str:
+        with client.messages.stream(model=CLAUDE, max_tokens=64, messages=messages) as helper:
+            return "".join(helper.text_stream)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(ask, prompts)) == expected
+    assert sum(t.name == "slipstream-sdk-loop" for t in threading.enumerate()) == 1

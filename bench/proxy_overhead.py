@@ -1,0 +1,225 @@
+"""Proxy overhead: the same requests sent straight to the emulator and through `slipstream serve`.
+
+Everything is measured in one run on one machine: the emulator, the proxy and the load generator
+are separate processes, so the ratios hold even where absolute times drift. Reports the latency the
+proxy adds (p50/p99) at concurrency 1 and 32, and requests/s at concurrency 64, streaming and not.
+With `--litellm PATH_TO_LITELLM_BIN`, LiteLLM's proxy runs against the same emulator too.
+
+    .venv/bin/python bench/proxy_overhead.py [--requests 400] [--seconds 10] [--litellm /tmp/litellm-venv/bin/litellm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import uvloop
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+KEY = "sk-bench"
+BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello in one short sentence."}], "max_tokens": 16}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(url: str, timeout_s: float = 60) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} never answered")
+
+
+def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@dataclass
+class Target:
+    name: str
+    url: str  # full chat-completions URL
+    key: str
+
+
+async def one(session: aiohttp.ClientSession, target: Target, body: bytes, stream: bool) -> float:
+    started = time.perf_counter()
+    async with session.post(target.url, data=body, headers={"authorization": f"Bearer {target.key}", "content-type": "application/json"}) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{target.name}: {response.status} {await response.text()}")
+        if stream:
+            async for _ in response.content.iter_any():
+                pass
+        else:
+            await response.read()
+    return time.perf_counter() - started
+
+
+async def latencies(target: Target, n: int, concurrency: int, stream: bool) -> list[float]:
+    body = json.dumps({**BODY, "stream": stream}).encode()
+    results: list[float] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        for _ in range(min(20, n)):  # warm connections and caches
+            await one(session, target, body, stream)
+
+        async def worker(count: int) -> None:
+            for _ in range(count):
+                results.append(await one(session, target, body, stream))
+
+        await asyncio.gather(*(worker(n // concurrency) for _ in range(concurrency)))
+    return results
+
+
+async def throughput(target: Target, seconds: float, concurrency: int, stream: bool) -> float:
+    body = json.dumps({**BODY, "stream": stream}).encode()
+    done = 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        for _ in range(concurrency):
+            await one(session, target, body, stream)
+        deadline = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal done
+            while time.perf_counter() < deadline:
+                await one(session, target, body, stream)
+                done += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done / (time.perf_counter() - started)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def interleaved(direct: Target, via: Target, n: int, concurrency: int, stream: bool, rounds: int = 4) -> tuple[list[float], list[float]]:
+    """Alternate blocks of direct and proxied requests so machine noise hits both sides alike."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(rounds):
+        a += await latencies(direct, n // rounds, concurrency, stream)
+        b += await latencies(via, n // rounds, concurrency, stream)
+    return a, b
+
+
+def emulator_process(port: int, ttft_ms: float) -> subprocess.Popen:
+    code = (
+        "from emulator.app import EmulatorConfig, serve;"
+        f"serve('127.0.0.1', {port}, EmulatorConfig(ttft_base_ms={ttft_ms}, default_output_tokens=16))"
+    )
+    return start([PY, "-c", code])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--ttft-ms", type=float, default=5.0, help="emulator time to first byte")
+    parser.add_argument("--litellm", help="path of a `litellm` executable to compare against")
+    args = parser.parse_args()
+    uvloop.install()
+    procs: list[subprocess.Popen] = []
+    workdir = Path(tempfile.mkdtemp(prefix="slipstream-bench-"))
+    try:
+        emu_port, proxy_port = free_port(), free_port()
+        procs.append(emulator_process(emu_port, args.ttft_ms))
+        wait_ready(f"http://127.0.0.1:{emu_port}/_emulator/stats")
+        policy = workdir / "bench.yaml"
+        policy.write_text(
+            f"team: bench\napi_keys: [{{value: {KEY}}}]\n"
+            f"providers:\n  gpt: {{kind: openai, base_url: 'http://127.0.0.1:{emu_port}/v1', api_key: up}}\n"
+            "routes:\n  - match: {model: '*'}\n    targets: [{provider: gpt}]\nretry: {max_attempts: 1}\n"
+        )
+        procs.append(start([PY, "-m", "gateway.cli", "serve", "--policy", str(policy), "--port", str(proxy_port)]))
+        wait_ready(f"http://127.0.0.1:{proxy_port}/healthz")
+        direct = Target("direct", f"http://127.0.0.1:{emu_port}/v1/chat/completions", "up")
+        targets = [Target("slipstream", f"http://127.0.0.1:{proxy_port}/v1/chat/completions", KEY)]
+        if args.litellm:
+            litellm_port = free_port()
+            config = workdir / "litellm.yaml"
+            config.write_text(
+                "model_list:\n  - model_name: gpt-4o\n    litellm_params:\n      model: openai/gpt-4o\n"
+                f"      api_base: http://127.0.0.1:{emu_port}/v1\n      api_key: up\n"
+                "litellm_settings:\n  num_retries: 0\n  telemetry: false\n"
+            )
+            procs.append(start([args.litellm, "--config", str(config), "--port", str(litellm_port), "--num_workers", "1"], env={"LITELLM_LOG": "ERROR"}))
+            wait_ready(f"http://127.0.0.1:{litellm_port}/health/liveliness", timeout_s=180)
+            targets.append(Target("litellm", f"http://127.0.0.1:{litellm_port}/v1/chat/completions", "up"))
+
+        rows = []
+        for target in targets:
+            for stream in (False, True):
+                mode = "stream" if stream else "json"
+                for concurrency in (1, 32):
+                    n = args.requests if concurrency == 1 else args.requests * 4
+                    base, via = asyncio.run(interleaved(direct, target, n, concurrency, stream))
+                    rows.append(
+                        {
+                            "proxy": target.name, "mode": mode, "concurrency": concurrency,
+                            "direct_p50_ms": pct(base, 0.5), "proxied_p50_ms": pct(via, 0.5),
+                            "added_p50_ms": pct(via, 0.5) - pct(base, 0.5),
+                            "added_p99_ms": pct(via, 0.99) - pct(base, 0.99),
+                        }
+                    )
+                    print(json.dumps(rows[-1]), flush=True)
+                rps_direct = asyncio.run(throughput(direct, args.seconds, 64, stream))
+                rps_via = asyncio.run(throughput(target, args.seconds, 64, stream))
+                rows.append({"proxy": target.name, "mode": mode, "concurrency": 64, "direct_rps": rps_direct, "proxied_rps": rps_via, "ratio": rps_via / rps_direct})
+                print(json.dumps(rows[-1]), flush=True)
+
+        print("\n| proxy | mode | concurrency | direct p50 ms | proxied p50 ms | added p50 ms | added p99 ms | direct req/s | proxied req/s |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for row in rows:
+            if row["concurrency"] == 64:
+                print(f"| {row['proxy']} | {row['mode']} | 64 | | | | | {row['direct_rps']:.0f} | {row['proxied_rps']:.0f} |")
+            else:
+                print(
+                    f"| {row['proxy']} | {row['mode']} | {row['concurrency']} | {row['direct_p50_ms']:.2f} | {row['proxied_p50_ms']:.2f} "
+                    f"| {row['added_p50_ms']:.2f} | {row['added_p99_ms']:.2f} | | |"
+                )
+        if args.litellm:
+            ours = {(r["mode"], r["concurrency"]): r for r in rows if r["proxy"] == "slipstream"}
+            theirs = {(r["mode"], r["concurrency"]): r for r in rows if r["proxy"] == "litellm"}
+            for key in ours:
+                if key[1] == 1:
+                    print(f"added p50 at c=1 ({key[0]}): litellm / slipstream = {theirs[key]['added_p50_ms'] / max(ours[key]['added_p50_ms'], 1e-3):.1f}x")
+                if key[1] == 64:
+                    print(f"req/s at c=64 ({key[0]}): slipstream / litellm = {ours[key]['proxied_rps'] / theirs[key]['proxied_rps']:.1f}x")
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Incremental detokenization and stop-string detection for one request.
+
+Decoding only the new token would break multi-byte characters and SentencePiece's leading
+spaces, so (like vLLM and TGI) each step decodes a short window ending at the new token and keeps
+the part past the previous window, holding back text that ends in an incomplete character.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localengine.sampling_params import SamplingParams
+
+# Prompt tokens decoded in front of the first output tokens, for tokenizers whose output depends
+# on the previous token (SentencePiece drops a leading space at the start of a decode).
+_PROMPT_CONTEXT = 5
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer: Any, params: SamplingParams, prompt_token_ids: list[int]):
+        self.tokenizer = tokenizer
+        self.params = params
+        self.ids = list(prompt_token_ids[-_PROMPT_CONTEXT:])
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+        self.text = ""
+        stops = params.stop if isinstance(params.stop, list) else []
+        self.stops = stops
+        # Streamed text may not end in the beginning of a stop string that could still complete.
+        self.holdback = max((len(s) for s in stops), default=1) - 1
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.params.skip_special_tokens)
+
+    def append(self, token_id: int) -> str | None:
+        """Add a token; returns the stop string if the text now contains one (text is truncated)."""
+        self.ids.append(token_id)
+        prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        full = self._decode(self.ids[self.prefix_offset :])
+        if len(full) <= len(prefix) or full.endswith("\ufffd"):
+            return None
+        before = len(self.text)
+        self.text += full[len(prefix) :]
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return self._check_stop(before)
+
+    def _check_stop(self, before: int) -> str | None:
+        for stop in self.stops:
+            idx = self.text.find(stop, max(0, before - len(stop) + 1))
+            if idx >= 0:
+                end = idx + len(stop) if self.params.include_stop_str_in_output else idx
+                self.text = self.text[:end]
+                return stop
+        return None
+
+    def visible_text(self, finished: bool) -> str:
+        if finished or not self.holdback:
+            return self.text
+        return self.text[: max(0, len(self.text) - self.holdback)]

@@ -1,0 +1,158 @@
+"""Runs the model for one scheduler step: flatten the batch, build attention metadata, sample.
+
+It also owns the KV cache: one allocation [2, layers, blocks, block_size, kv_heads, head_dim]
+whose per-layer slices the attention layers write into, sized from the memory left after the
+weights are loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from localengine.config import Config
+from localengine.engine.scheduler import ScheduledSequence, SchedulerOutput
+from localengine.layers.attention import AttentionMetadata
+from localengine.layers.sampler import Sampler
+from localengine.models.loader import load_model
+from localengine.outputs import Logprob
+
+# On CPU "available memory" is the whole machine's; never take more than this for KV by default.
+CPU_KV_CACHE_CAP_BYTES = 2 << 30
+
+
+def available_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def triton_usable(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(slots=True)
+class SampledToken:
+    item: ScheduledSequence
+    token_id: int
+    logprobs: dict[int, Logprob] | None
+
+
+class ModelRunner:
+    def __init__(self, config: Config):
+        self.config = config
+        self.device = config.torch_device
+        self.dtype = config.torch_dtype
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.model = load_model(config.model_path, config.hf_config, self.dtype, self.device)
+        self.block_size = config.block_size
+        backend = config.attention_backend
+        self.use_triton = backend == "triton" or (backend == "auto" and triton_usable(self.device))
+        self.num_kvcache_blocks = self._num_blocks()
+        self._allocate_kv_cache()
+        self.sampler = Sampler(config.seed)
+
+    def _block_bytes(self) -> int:
+        a = self.model.args
+        itemsize = torch.empty(0, dtype=self.dtype).element_size()
+        return 2 * a.num_layers * self.block_size * a.num_kv_heads * a.head_dim * itemsize
+
+    def _num_blocks(self) -> int:
+        cfg = self.config
+        if cfg.num_kvcache_blocks is not None:
+            return cfg.num_kvcache_blocks
+        assert cfg.max_model_len is not None
+        budget = available_memory_bytes(self.device) * cfg.kv_cache_memory_fraction
+        cap = cfg.max_kv_cache_bytes or (CPU_KV_CACHE_CAP_BYTES if self.device.type == "cpu" else None)
+        if cap is not None:
+            budget = min(budget, cap)
+        # More blocks than every sequence at full length could use would only waste memory.
+        needed = cfg.max_num_seqs * -(-cfg.max_model_len // self.block_size)
+        num_blocks = min(int(budget // self._block_bytes()), needed)
+        min_blocks = -(-cfg.max_model_len // self.block_size)
+        if num_blocks < min_blocks:
+            raise MemoryError(
+                f"KV cache would hold {num_blocks} blocks, fewer than one max_model_len sequence needs "
+                f"({min_blocks}); lower max_model_len or free memory"
+            )
+        return num_blocks
+
+    def _allocate_kv_cache(self) -> None:
+        a = self.model.args
+        # Zeroed, not empty: masked-out padding positions must hold finite values (0 * NaN = NaN).
+        self.kv_cache = torch.zeros(
+            2, a.num_layers, self.num_kvcache_blocks, self.block_size, a.num_kv_heads, a.head_dim,
+            dtype=self.dtype, device=self.device,
+        )
+        for i, attn in enumerate(self.model.attention_layers()):
+            attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+
+    def prepare(self, items: list[ScheduledSequence]) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+        bs = self.block_size
+        input_ids: list[int] = []
+        positions, slots = [], []
+        query_start, seq_lens = [0], []
+        max_blocks = max(len(it.seq.block_table) for it in items)
+        block_tables = np.zeros((len(items), max_blocks), dtype=np.int32)
+        for i, it in enumerate(items):
+            start, end = it.num_computed_before, it.num_computed_before + it.num_new_tokens
+            input_ids.extend(it.seq.token_ids[start:end])
+            pos = np.arange(start, end)
+            table = np.asarray(it.seq.block_table, dtype=np.int64)
+            positions.append(pos)
+            slots.append(table[pos // bs] * bs + pos % bs)
+            query_start.append(query_start[-1] + it.num_new_tokens)
+            seq_lens.append(end)
+            block_tables[i, : len(table)] = table
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev),
+            query_start_loc=torch.tensor(query_start, dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            block_tables=torch.from_numpy(block_tables).to(dev),
+            query_start_loc_cpu=query_start,
+            seq_lens_cpu=seq_lens,
+            num_decodes=sum(1 for it in items if it.num_new_tokens == 1),
+            max_query_len=max(it.num_new_tokens for it in items),
+            max_seq_len=max(seq_lens),
+            use_triton=self.use_triton,
+        )
+        ids = torch.tensor(input_ids, dtype=torch.long, device=dev)
+        return ids, torch.from_numpy(np.concatenate(positions)).to(dev), meta
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput) -> list[SampledToken]:
+        # Decodes first: the attention backend batches the one-token queries at the front.
+        items = sorted(out.scheduled, key=lambda it: it.num_new_tokens != 1)
+        input_ids, positions, meta = self.prepare(items)
+        hidden = self.model(input_ids, positions, meta)
+        sampling = [i for i, it in enumerate(items) if it.samples]
+        if not sampling:
+            return []
+        # Only the last position of each finishing chunk needs logits: the LM head is the
+        # largest matmul for small models.
+        last = torch.tensor([meta.query_start_loc_cpu[i + 1] - 1 for i in sampling], device=self.device)
+        logits = self.model.compute_logits(hidden[last])
+        sampled = self.sampler(logits, [items[i].seq for i in sampling])
+        return [
+            SampledToken(items[i], tok, lp)
+            for i, tok, lp in zip(sampling, sampled.token_ids, sampled.logprobs, strict=True)
+        ]

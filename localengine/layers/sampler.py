@@ -1,0 +1,90 @@
+"""Token sampling for a batch with per-request parameters.
+
+Temperature, then top-k, then top-p shape each row's distribution; the token is drawn with the
+exponential race argmax(p / E), E ~ Exp(1), which samples exactly from p without normalising it
+or calling torch.multinomial. Seeded requests draw their noise from their own generator, so their
+tokens do not depend on what else is in the batch. Logprobs are those of the raw model
+distribution (vLLM's default), before temperature and truncation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from localengine.engine.sequence import Sequence
+from localengine.outputs import Logprob
+
+
+@dataclass(slots=True)
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: list[dict[int, Logprob] | None]
+
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask logits outside each row's top-k / nucleus with -inf. top_k = vocab disables it."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(logits.shape[-1], device=logits.device)[None, :]
+    drop = ranks >= top_k[:, None]
+    probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+    # Drop a token when the tokens ranked above it already cover top_p; the top token always stays.
+    drop |= (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
+    drop[:, 0] = False
+    return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+
+
+class Sampler:
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
+        logits = logits.float()
+        greedy_tokens = logits.argmax(dim=-1)
+        tokens = greedy_tokens
+        if not all(s.sampling_params.greedy for s in seqs):
+            tokens = torch.where(self._greedy_mask(seqs, logits.device), greedy_tokens, self._sample(logits, seqs))
+        token_list = tokens.tolist()
+        return SamplerOutput(token_list, self._logprobs(logits, seqs, token_list))
+
+    @staticmethod
+    def _greedy_mask(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
+        return torch.tensor([s.sampling_params.greedy for s in seqs], device=device)
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        vocab = logits.shape[-1]
+        params = [s.sampling_params for s in seqs]
+        temps = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=logits.device)
+        logits = logits / temps[:, None]
+        if any(0 < p.top_k < vocab or p.top_p < 1.0 for p in params):
+            top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=logits.device)
+            top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+            logits = apply_top_k_top_p(logits, top_k, top_p)
+        probs = logits.softmax(dim=-1)
+        noise = torch.empty(probs.shape, dtype=torch.float32).exponential_(generator=self.generator)
+        for i, seq in enumerate(seqs):
+            if seq.generator is not None:
+                noise[i].exponential_(generator=seq.generator)
+        return (probs / noise.to(probs.device)).argmax(dim=-1)
+
+    @staticmethod
+    def _logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]) -> list[dict[int, Logprob] | None]:
+        wanted = [s.sampling_params.logprobs for s in seqs]
+        if all(n is None for n in wanted):
+            return [None] * len(seqs)
+        logprobs = logits.log_softmax(dim=-1)
+        out: list[dict[int, Logprob] | None] = []
+        for i, n in enumerate(wanted):
+            if n is None:
+                out.append(None)
+                continue
+            row = logprobs[i]
+            chosen = row[tokens[i]]
+            entry = {tokens[i]: Logprob(chosen.item(), int((row > chosen).sum().item()) + 1)}
+            if n > 0:
+                values, ids = row.topk(n)
+                for rank, (tid, lp) in enumerate(zip(ids.tolist(), values.tolist(), strict=True), start=1):
+                    entry.setdefault(tid, Logprob(lp, rank))
+            out.append(entry)
+        return out

@@ -1,0 +1,60 @@
+"""`LLM`: the offline batch API, vLLM's names."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from localengine.config import Config
+from localengine.engine.llm_engine import LLMEngine, Prompt
+from localengine.outputs import RequestOutput
+from localengine.sampling_params import SamplingParams
+
+
+class LLM:
+    """Load a local model and generate for many prompts at once with continuous batching.
+
+    >>> llm = LLM("demo")
+    >>> llm.generate(["def main("], SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text
+    """
+
+    def __init__(self, model: str, speculative_config: dict[str, Any] | None = None, **kwargs: Any):
+        self.llm_engine = LLMEngine(Config(model=model, speculative_config=speculative_config, **kwargs))
+
+    def get_tokenizer(self) -> Any:
+        return self.llm_engine.tokenizer
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Outputs in the order of `prompts`. A list of ints is one tokenized prompt."""
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # type: ignore[list-item]
+        prompt_list = list(prompts)  # type: ignore[arg-type]
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = (
+            [sampling_params] * len(prompt_list)
+            if isinstance(sampling_params, SamplingParams)
+            else list(sampling_params)
+        )
+        if len(params) != len(prompt_list):
+            raise ValueError("give one SamplingParams, or one per prompt")
+        engine = self.llm_engine
+        ids = []
+        for prompt, p in zip(prompt_list, params, strict=True):
+            rid = engine.new_request_id()
+            engine.add_request(rid, prompt, p)
+            ids.append(rid)
+        finished: dict[str, RequestOutput] = {}
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    finished[out.request_id] = out
+        return [finished[rid] for rid in ids]
+
+    def chat(self, messages: list[dict[str, str]], sampling_params: SamplingParams | None = None) -> RequestOutput:
+        prompt = self.llm_engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.generate(prompt, sampling_params)[0]

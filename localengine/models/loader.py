@@ -1,0 +1,62 @@
+"""Load a Hugging Face checkpoint directory (config.json + *.safetensors) into our model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from localengine.layers.linear import MergedLinear
+from localengine.models.llama import LlamaForCausalLM, ModelArgs
+
+
+def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path} (only safetensors checkpoints are supported)")
+    with torch.device(device):
+        model = LlamaForCausalLM(ModelArgs.from_hf(hf_config))
+    model.to(dtype)
+    # RoPE tables stay fp32 whatever the weights' dtype.
+    for module in model.modules():
+        if hasattr(module, "cos"):
+            module.cos, module.sin = module.cos.float(), module.sin.float()
+    params = dict(model.named_parameters(remove_duplicate=False))
+    loaded: set[str] = set()
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                if "rotary_emb.inv_freq" in name:
+                    continue
+                _load_tensor(model, params, name, f.get_tensor(name), loaded)
+    if model.args.tie_word_embeddings:
+        loaded.add("lm_head.weight")
+    missing = set(params) - loaded
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks weights: {sorted(missing)[:5]}")
+    return model.eval()
+
+
+def _load_tensor(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter], name: str,
+                 tensor: torch.Tensor, loaded: set[str]) -> None:
+    for piece, (fused, shard) in model.packed_modules_mapping.items():
+        if f".{piece}." in name:
+            module_name, param_name = name.replace(f".{piece}.", f".{fused}.").rsplit(".", 1)
+            module = model.get_submodule(module_name)
+            assert isinstance(module, MergedLinear)
+            module.load_shard(param_name, shard, tensor)
+            # The fused parameter counts as loaded once its last shard arrives.
+            if shard == len(module.output_sizes) - 1:
+                loaded.add(f"{module_name}.{param_name}")
+            return
+    if name not in params:
+        if name == "lm_head.weight" and model.args.tie_word_embeddings:
+            return
+        raise ValueError(f"unexpected checkpoint tensor {name!r}")
+    param = params[name]
+    if param.shape != tensor.shape:
+        raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != model shape {tuple(param.shape)}")
+    param.data.copy_(tensor)
+    loaded.add(name)

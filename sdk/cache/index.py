@@ -1,0 +1,60 @@
+"""One faiss index per partition: exact inner product while small, IVF (approximate) once large.
+
+Vectors are unit-norm, so inner product is cosine similarity. Ids are the SQLite row ids of the
+entries, so a search result names its row directly. IVF keeps removal by id, which eviction needs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import faiss
+import numpy as np
+
+from sdk.embedding import DIMENSION
+
+
+@dataclass
+class PartitionIndex:
+    approximate_from: int = 20_000  # entries; below this a flat scan is both exact and fast (< 1 ms)
+    _index: faiss.Index = field(init=False)
+    _vectors: dict[int, np.ndarray] = field(default_factory=dict, init=False, repr=False)
+    approximate: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(DIMENSION))
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def add(self, ids: list[int], vectors: np.ndarray) -> None:
+        vectors = np.ascontiguousarray(vectors.reshape(len(ids), DIMENSION), dtype=np.float32)
+        for entry_id, vector in zip(ids, vectors, strict=True):
+            self._vectors[entry_id] = vector
+        self._index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
+        if not self.approximate and len(self._vectors) >= self.approximate_from:
+            self._rebuild_approximate()
+
+    def remove(self, ids: list[int]) -> None:
+        present = [i for i in ids if self._vectors.pop(i, None) is not None]
+        if present:
+            self._index.remove_ids(np.asarray(present, dtype=np.int64))
+
+    def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Up to k (entry id, cosine) pairs, most similar first."""
+        if not self._vectors:
+            return []
+        scores, ids = self._index.search(vector.reshape(1, DIMENSION).astype(np.float32, copy=False), min(k, len(self._vectors)))
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+
+    def _rebuild_approximate(self) -> None:
+        ids = np.fromiter(self._vectors, dtype=np.int64, count=len(self._vectors))
+        data = np.stack([self._vectors[int(i)] for i in ids])
+        nlist = int(4 * math.sqrt(len(ids)))  # faiss's rule of thumb: 4·sqrt(n) to 16·sqrt(n) lists
+        quantizer = faiss.IndexFlatIP(DIMENSION)
+        index = faiss.IndexIVFFlat(quantizer, DIMENSION, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(data)
+        index.add_with_ids(data, ids)
+        index.nprobe = max(8, nlist // 16)
+        self._index, self.approximate = index, True

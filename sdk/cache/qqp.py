@@ -1,0 +1,193 @@
+"""Quora Question Pairs as a cache workload: the data behind training, calibration, tests and the benchmark.
+
+Splits are by connected component of the question graph (a question that appears in several pairs
+stays in one split), so nothing the verifier trained on leaks into calibration or evaluation. As a
+cache workload, a split's first questions are stored and its second questions looked up; serving
+an entry is right when it is the same text or labelled a duplicate (transitively, within the split).
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+import orjson
+
+from sdk.cache.verifier import Verifier
+
+DEFAULT_DATA = Path("/work/shared/data/qqp-dev.jsonl.gz")
+SPLITS = {"train": 0.6, "calibration": 0.2, "test": 0.2}
+SEED = 20261105
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    a: str
+    b: str
+    duplicate: bool
+
+
+def normalize(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def load_pairs(path: Path = DEFAULT_DATA) -> list[Pair]:
+    with gzip.open(path, "rb") as handle:
+        rows = [orjson.loads(line) for line in handle if line.strip()]
+    return [Pair(row["a"].strip(), row["b"].strip(), bool(row["duplicate"])) for row in rows if row["a"].strip() and row["b"].strip()]
+
+
+class _Groups:
+    """Union-find over normalized question texts."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, x: str, y: str) -> None:
+        self.parent[self.find(x)] = self.find(y)
+
+
+def split(pairs: list[Pair], seed: int = SEED) -> dict[str, list[Pair]]:
+    groups = _Groups()
+    for pair in pairs:
+        groups.union(normalize(pair.a), normalize(pair.b))
+    roots = sorted({groups.find(normalize(p.a)) for p in pairs})
+    random.Random(seed).shuffle(roots)
+    names, cut, bounds = list(SPLITS), 0.0, {}
+    for name in names:
+        cut += SPLITS[name]
+        bounds[name] = cut
+    where = {root: next(n for n in names if i / len(roots) < bounds[n]) for i, root in enumerate(roots)}
+    result: dict[str, list[Pair]] = {name: [] for name in names}
+    for pair in pairs:
+        result[where[groups.find(normalize(pair.a))]].append(pair)
+    return result
+
+
+@dataclass
+class Workload:
+    """Index the first questions, look up the second ones."""
+
+    stored: list[str]
+    lookups: list[str]
+    same: _Groups  # duplicate clusters
+    stored_clusters: set[str]
+
+    @classmethod
+    def of(cls, pairs: list[Pair]) -> Workload:
+        same = _Groups()
+        for pair in pairs:
+            if pair.duplicate:
+                same.union(normalize(pair.a), normalize(pair.b))
+        stored = list(dict.fromkeys(p.a for p in pairs))
+        clusters = {same.find(normalize(text)) for text in stored}
+        return cls(stored=stored, lookups=[p.b for p in pairs], same=same, stored_clusters=clusters)
+
+    def correct(self, query: str, served: str) -> bool:
+        return self.same.find(normalize(query)) == self.same.find(normalize(served))
+
+    def answerable(self, query: str) -> bool:
+        """Some stored question is a right answer for this lookup."""
+        return self.same.find(normalize(query)) in self.stored_clusters
+
+
+def embed_cached(texts: Iterable[str], embed: Callable[[list[str]], np.ndarray], cache_dir: Path) -> dict[str, np.ndarray]:
+    """Embeddings by text, memoized on disk: QQP has ~75k questions, minutes of CPU to embed."""
+    names, vectors_path = cache_dir / "qqp-minilm-texts.json", cache_dir / "qqp-minilm-vectors.npy"
+    known: dict[str, np.ndarray] = {}
+    if names.exists() and vectors_path.exists():
+        known = dict(zip(orjson.loads(names.read_bytes()), np.load(vectors_path), strict=True))
+    wanted = list(dict.fromkeys(texts))
+    missing = [t for t in wanted if t not in known]
+    if missing:
+        known.update(zip(missing, embed(missing), strict=True))
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        names.write_bytes(orjson.dumps(list(known)))
+        np.save(vectors_path, np.stack(list(known.values())))
+    return {t: known[t] for t in wanted}
+
+
+def wilson_lower(correct: int, total: int, z: float = 1.2816) -> float:
+    """One-sided 90% lower confidence bound of a proportion (Wilson score)."""
+    if total == 0:
+        return 0.0
+    p = correct / total
+    denominator = 1 + z * z / total
+    centre = p + z * z / (2 * total)
+    margin = z * np.sqrt(p * (1 - p) / total + z * z / (4 * total * total))
+    return float((centre - margin) / denominator)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One lookup of the workload: what the verifier would serve, and what a cosine cut would."""
+
+    score: float | None  # verifier score of its best unvetoed candidate; None when there is none
+    correct: bool  # that candidate is a right answer
+    cosine: float  # the nearest entry's cosine
+    nearest_correct: bool
+    answerable: bool
+
+
+def outcomes(workload: Workload, vectors: dict[str, np.ndarray], verifier: Verifier, k: int = 4) -> list[Outcome]:
+    """Replays the workload through the same candidate search and verifier the cache uses."""
+    stored = np.stack([vectors[t] for t in workload.stored])
+    index = faiss.IndexFlatIP(stored.shape[1])
+    index.add(stored)
+    sims, ids = index.search(np.stack([vectors[t] for t in workload.lookups]), k)
+    results = []
+    for query, row_sims, row_ids in zip(workload.lookups, sims, ids, strict=True):
+        found = [workload.stored[i] for i in row_ids if i >= 0]
+        ranked = verifier.rank(query, vectors[query], [(text, vectors[text]) for text in found])
+        results.append(
+            Outcome(
+                score=None if ranked is None else ranked[1],
+                correct=ranked is not None and workload.correct(query, found[ranked[0]]),
+                cosine=float(row_sims[0]),
+                nearest_correct=workload.correct(query, found[0]),
+                answerable=workload.answerable(query),
+            )
+        )
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    hits: int
+    right: int
+    lookups: int
+    answerable: int
+
+    @property
+    def precision(self) -> float:
+        return self.right / self.hits if self.hits else 1.0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.lookups if self.lookups else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.right / self.answerable if self.answerable else 0.0
+
+
+def served_by_verifier(results: list[Outcome], threshold: float) -> Served:
+    hits = [r for r in results if r.score is not None and r.score >= threshold]
+    return Served(len(hits), sum(r.correct for r in hits), len(results), sum(r.answerable for r in results))
+
+
+def served_by_cosine(results: list[Outcome], cutoff: float) -> Served:
+    hits = [r for r in results if r.cosine >= cutoff]
+    return Served(len(hits), sum(r.nearest_correct for r in hits), len(results), sum(r.answerable for r in results))

@@ -1,0 +1,68 @@
+"""The process-wide response cache: store + embedder + verifier, shared by every team's cache stage.
+
+Created once by `Services.response_cache()`; teams differ only in the limits and precision they
+pass in. The invalidation methods are the admin surface (the gateway exposes them over HTTP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sdk.cache.keys import CacheKeys
+from sdk.cache.store import CacheStore, Entry, NewEntry, TeamLimits
+from sdk.cache.verifier import Verifier
+from sdk.embedding import Embedder
+from sdk.policy import SemanticCachePolicy
+
+CANDIDATES = 4  # neighbours the verifier sees: the nearest is often a near-miss, the right one close behind
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    entry: Entry | None
+    status: str  # miss | exact-hit | semantic-hit
+    vector: np.ndarray | None  # the query's embedding, reused when the answer is stored
+
+
+class ResponseCache:
+    def __init__(self, data_dir: Path, embedder: Embedder, verifier: Verifier | None = None, approximate_from: int = 20_000):
+        self.store = CacheStore(data_dir / "response-cache.sqlite3", approximate_from=approximate_from)
+        self.embedder = embedder
+        self.verifier = verifier or Verifier.load()
+
+    async def lookup(self, team: str, keys: CacheKeys, exact: bool, semantic: bool, min_precision: float) -> Lookup:
+        if exact and (entry := self.store.get_exact(team, keys.exact)) is not None:
+            return Lookup(entry, "exact-hit", None)
+        if not semantic or keys.query is None:
+            return Lookup(None, "miss", None)
+        vector = await self.embedder.embed(keys.query)
+        if self.verifier.threshold(min_precision) is None:
+            return Lookup(None, "miss", vector)  # no calibrated threshold is that precise: exact tier only
+        candidates = self.store.search(team, keys.partition, vector, CANDIDATES)
+        chosen = self.verifier.best(keys.query, vector, [(c.query, c.vector) for c in candidates], min_precision)
+        if chosen is not None and (entry := self.store.fetch(team, candidates[chosen].id)) is not None:
+            return Lookup(entry, "semantic-hit", vector)
+        return Lookup(None, "miss", vector)
+
+    def put(self, team: str, keys: CacheKeys, route: str, response: dict, vector: np.ndarray | None, config: SemanticCachePolicy) -> int:
+        limits = TeamLimits(ttl_s=config.ttl_s, max_entries=config.max_entries, max_bytes=config.max_bytes)
+        entry = NewEntry(team, keys.partition, keys.exact, route, keys.query if vector is not None else None, vector, response)
+        return self.store.put(entry, limits)
+
+    # -- admin -----------------------------------------------------------------------------------
+
+    def invalidate_team(self, team: str) -> int:
+        return self.store.invalidate(team=team)
+
+    def invalidate_key(self, key: str, team: str | None = None) -> int:
+        """Drop the entry with this key (the `x-slipstream-cache-key` header of the answer it produced)."""
+        return self.store.invalidate(team=team, exact_key=key)
+
+    def invalidate_all(self) -> int:
+        return self.store.invalidate()
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,255 @@
+"""Cache entries in SQLite, with in-memory lookup structures rebuilt from it on start.
+
+SQLite is the one source of truth: it holds each entry's response, its embedding, TTL and LRU
+stamps, so a restart (or a crash between two writes) can never leave an index pointing at a missing
+row. The exact-key map and the per-partition faiss indexes are derived from it when the store opens.
+
+Isolation is structural: every in-memory map is keyed by team first, and every SQL statement
+filters by team, so no lookup can reach another team's entries whatever the similarity.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from sdk.cache.index import PartitionIndex
+from sdk.embedding import DIMENSION
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    id INTEGER PRIMARY KEY,
+    team TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    exact_key TEXT NOT NULL,
+    route TEXT NOT NULL,
+    query TEXT,
+    embedding BLOB,
+    response BLOB NOT NULL,
+    size INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    last_used_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS entries_exact ON entries (team, exact_key);
+CREATE INDEX IF NOT EXISTS entries_lru ON entries (team, last_used_at);
+CREATE INDEX IF NOT EXISTS entries_expiry ON entries (team, expires_at);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class TeamLimits:
+    ttl_s: float
+    max_entries: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewEntry:
+    team: str
+    partition: str
+    exact_key: str
+    route: str
+    query: str | None
+    vector: np.ndarray | None  # None: exact tier only
+    response: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    id: int
+    team: str
+    exact_key: str
+    route: str
+    query: str | None
+    response: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    id: int
+    cosine: float
+    query: str
+    vector: np.ndarray
+
+
+@dataclass(slots=True)
+class _Team:
+    exact: dict[str, int] = field(default_factory=dict)
+    partitions: dict[str, PartitionIndex] = field(default_factory=dict)
+    located: dict[int, tuple[str, str]] = field(default_factory=dict)  # id -> (exact key, partition)
+    bytes: int = 0
+
+
+class CacheStore:
+    def __init__(self, path: Path, approximate_from: int = 20_000, clock: Callable[[], float] = time.time):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.clock = clock
+        self.approximate_from = approximate_from
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # a crash may lose the last entries, never corrupt
+        self._db.executescript(_SCHEMA)
+        self._teams: dict[str, _Team] = {}
+        self._load()
+
+    # -- lookups ---------------------------------------------------------------------------------
+
+    def get_exact(self, team: str, exact_key: str) -> Entry | None:
+        with self._lock:
+            entry_id = self._team(team).exact.get(exact_key)
+            return self._fetch(team, entry_id) if entry_id is not None else None
+
+    def search(self, team: str, partition: str, vector: np.ndarray, k: int) -> list[Candidate]:
+        """Nearest entries of this team's partition (live ones only), most similar first."""
+        with self._lock:
+            index = self._team(team).partitions.get(partition)
+            if index is None:
+                return []
+            hits = index.search(vector, k)
+            if not hits:
+                return []
+            marks = ",".join("?" * len(hits))
+            rows = self._db.execute(
+                f"SELECT id, query, embedding FROM entries WHERE team = ? AND partition = ? AND expires_at > ? AND id IN ({marks})",
+                (team, partition, self.clock(), *(i for i, _ in hits)),
+            ).fetchall()
+        found = {row[0]: row for row in rows}
+        return [
+            Candidate(i, cosine, found[i][1], np.frombuffer(found[i][2], dtype=np.float32))
+            for i, cosine in hits
+            if i in found
+        ]
+
+    def fetch(self, team: str, entry_id: int) -> Entry | None:
+        with self._lock:
+            return self._fetch(team, entry_id)
+
+    def _fetch(self, team: str, entry_id: int) -> Entry | None:
+        now = self.clock()
+        row = self._db.execute(
+            "SELECT id, team, exact_key, route, query, response FROM entries WHERE id = ? AND team = ? AND expires_at > ?",
+            (entry_id, team, now),
+        ).fetchone()
+        if row is None:
+            return None
+        self._db.execute("UPDATE entries SET last_used_at = ? WHERE id = ?", (now, entry_id))  # LRU stamp
+        return Entry(row[0], row[1], row[2], row[3], row[4], orjson.loads(row[5]))
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def put(self, entry: NewEntry, limits: TeamLimits) -> int:
+        response = orjson.dumps(entry.response)
+        blob = None if entry.vector is None else np.asarray(entry.vector, dtype=np.float32).reshape(DIMENSION).tobytes()
+        size = len(response) + len(blob or b"") + len(entry.query or "")
+        now = self.clock()
+        with self._lock:
+            team = self._team(entry.team)
+            self._purge_expired(entry.team, now)
+            if (old := team.exact.get(entry.exact_key)) is not None:
+                self._delete(entry.team, [old])  # a concurrent miss stored it first: the newer answer wins
+            cursor = self._db.execute(
+                "INSERT INTO entries (team, partition, exact_key, route, query, embedding, response, size, created_at, expires_at, last_used_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.team, entry.partition, entry.exact_key, entry.route, entry.query, blob, response, size, now, now + limits.ttl_s, now),
+            )
+            entry_id = int(cursor.lastrowid or 0)
+            self._remember(entry.team, entry_id, entry.exact_key, entry.partition, blob, size)
+            self._enforce_caps(entry.team, limits)
+            return entry_id
+
+    def invalidate(self, team: str | None = None, exact_key: str | None = None) -> int:
+        """Delete entries: one by key (within a team if given), a whole team, or everything. Returns the count."""
+        with self._lock:
+            if exact_key is not None:
+                teams = [team] if team is not None else list(self._teams)
+                ids = {t: [i] for t in teams if (i := self._teams.get(t, _Team()).exact.get(exact_key)) is not None}
+            else:
+                teams = [team] if team is not None else list(self._teams)
+                ids = {t: list(self._teams[t].located) for t in teams if t in self._teams}
+            for t, team_ids in ids.items():
+                self._delete(t, team_ids)
+            return sum(len(v) for v in ids.values())
+
+    def count(self, team: str) -> int:
+        with self._lock:
+            return len(self._team(team).located)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _team(self, team: str) -> _Team:
+        state = self._teams.get(team)
+        if state is None:
+            state = self._teams[team] = _Team()
+        return state
+
+    def _remember(self, team: str, entry_id: int, exact_key: str, partition: str, blob: bytes | None, size: int) -> None:
+        state = self._team(team)
+        state.exact[exact_key] = entry_id
+        state.located[entry_id] = (exact_key, partition)
+        state.bytes += size
+        if blob is not None:
+            index = state.partitions.get(partition)
+            if index is None:
+                index = state.partitions[partition] = PartitionIndex(self.approximate_from)
+            index.add([entry_id], np.frombuffer(blob, dtype=np.float32))
+
+    def _delete(self, team: str, ids: list[int]) -> None:
+        if not ids:
+            return
+        state = self._team(team)
+        for start in range(0, len(ids), 500):  # SQLite caps the number of bound parameters
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(f"SELECT id, size FROM entries WHERE team = ? AND id IN ({marks})", (team, *chunk)).fetchall()
+            self._db.execute(f"DELETE FROM entries WHERE team = ? AND id IN ({marks})", (team, *chunk))
+            state.bytes -= sum(size for _, size in rows)
+        by_partition: dict[str, list[int]] = {}
+        for entry_id in ids:
+            located = state.located.pop(entry_id, None)
+            if located is None:
+                continue
+            exact_key, partition = located
+            if state.exact.get(exact_key) == entry_id:
+                del state.exact[exact_key]
+            by_partition.setdefault(partition, []).append(entry_id)
+        for partition, partition_ids in by_partition.items():
+            index = state.partitions.get(partition)
+            if index is not None:
+                index.remove(partition_ids)
+                if not len(index):
+                    del state.partitions[partition]
+
+    def _purge_expired(self, team: str, now: float) -> None:
+        rows = self._db.execute("SELECT id FROM entries WHERE team = ? AND expires_at <= ?", (team, now)).fetchall()
+        self._delete(team, [row[0] for row in rows])
+
+    def _enforce_caps(self, team: str, limits: TeamLimits) -> None:
+        """Evict least recently used entries until the team is within both caps."""
+        state = self._team(team)
+        while len(state.located) > limits.max_entries or (state.bytes > limits.max_bytes and len(state.located) > 1):
+            excess = max(1, len(state.located) - limits.max_entries)
+            rows = self._db.execute(
+                "SELECT id FROM entries WHERE team = ? ORDER BY last_used_at, id LIMIT ?", (team, excess)
+            ).fetchall()
+            self._delete(team, [row[0] for row in rows])
+
+    def _load(self) -> None:
+        self._db.execute("DELETE FROM entries WHERE expires_at <= ?", (self.clock(),))
+        rows = self._db.execute("SELECT id, team, partition, exact_key, embedding, size FROM entries ORDER BY id").fetchall()
+        for entry_id, team, partition, exact_key, blob, size in rows:
+            self._remember(team, entry_id, exact_key, partition, blob, size)

@@ -1,0 +1,110 @@
+"""Train and calibrate the semantic-cache verifier on Quora Question Pairs; writes sdk/cache/verifier.npz.
+
+    .venv/bin/python -m sdk.cache.train_verifier [--data /work/shared/data/qqp-dev.jsonl.gz]
+
+Three disjoint splits (by question-graph component, see qqp.py): the MLP learns on `train`, the
+thresholds are chosen on `calibration`, and `test` is only reported. Training pairs are the labelled
+pairs plus hard negatives mined the way a cache meets them (a question's nearest stored neighbours
+that are not duplicates of it), because those, not random pairs, are what a cache wrongly serves.
+Each precision target gets the lowest threshold whose served hits on the calibration workload reach
+it with 90% confidence (Wilson lower bound), so the test precision is not an optimistic in-sample one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+from sklearn.neural_network import MLPClassifier
+
+from sdk.cache import qqp, rules
+from sdk.cache.verifier import WEIGHTS, Verifier, pair_features
+from sdk.embedding import Embedder
+from sdk.services import default_data_dir
+
+TARGETS = (0.80, 0.85, 0.90, 0.95, 0.97, 0.98, 0.99)
+MINED_PER_QUERY = 3
+MIN_SERVED = 30  # a threshold must be backed by at least this many served calibration hits
+
+
+def training_set(pairs: list[qqp.Pair], vectors: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    examples: list[tuple[str, str, bool]] = []
+    for pair in pairs:
+        examples += [(pair.a, pair.b, pair.duplicate), (pair.b, pair.a, pair.duplicate)]
+    workload = qqp.Workload.of(pairs)
+    texts = list(dict.fromkeys(t for p in pairs for t in (p.a, p.b)))
+    matrix = np.stack([vectors[t] for t in texts])
+    index = faiss.IndexFlatIP(matrix.shape[1])
+    index.add(matrix)
+    _, ids = index.search(matrix, MINED_PER_QUERY + 4)
+    for query, row in zip(texts, ids, strict=True):
+        mined = [texts[i] for i in row if i >= 0 and qqp.normalize(texts[i]) != qqp.normalize(query)]
+        examples += [(query, other, workload.correct(query, other)) for other in mined[:MINED_PER_QUERY]]
+    features = np.stack([pair_features(vectors[a], vectors[b], rules.check(a, b)) for a, b, _ in examples])
+    return features, np.array([label for _, _, label in examples], dtype=np.int8)
+
+
+def fit(features: np.ndarray, labels: np.ndarray) -> MLPClassifier:
+    model = MLPClassifier(
+        hidden_layer_sizes=(64,), alpha=1e-3, batch_size=256, learning_rate_init=1e-3, max_iter=60,
+        early_stopping=True, validation_fraction=0.1, n_iter_no_change=5, random_state=0,
+    )  # fmt: skip
+    return model.fit(features, labels)
+
+
+def calibrate(results: list[qqp.Outcome]) -> tuple[np.ndarray, np.ndarray]:
+    """Per target, the lowest score threshold whose served hits reach it (90% lower confidence bound)."""
+    scored = sorted(((r.score, r.correct) for r in results if r.score is not None), key=lambda x: -x[0])
+    right = np.cumsum([correct for _, correct in scored])
+    targets, thresholds = [], []
+    for target in TARGETS:
+        reach = [k for k in range(MIN_SERVED, len(scored) + 1) if qqp.wilson_lower(int(right[k - 1]), k) >= target]
+        if reach:
+            targets.append(target)
+            thresholds.append(scored[max(reach) - 1][0])
+    return np.array(targets, dtype=np.float64), np.array(thresholds, dtype=np.float64)
+
+
+def report(name: str, results: list[qqp.Outcome], verifier: Verifier) -> None:
+    base = qqp.served_by_cosine(results, 0.8)
+    print(f"[{name}] {len(results)} lookups; cosine>=0.8: hit rate {base.hit_rate:.3f}, precision {base.precision:.3f}, recall {base.recall:.3f}")
+    for target, threshold in zip(verifier.targets, verifier.thresholds, strict=True):
+        got = qqp.served_by_verifier(results, threshold)
+        print(f"[{name}] target {target:.2f} (score>={threshold:.3f}): hit rate {got.hit_rate:.3f}, precision {got.precision:.3f}, recall {got.recall:.3f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=qqp.DEFAULT_DATA)
+    parser.add_argument("--out", type=Path, default=WEIGHTS)
+    parser.add_argument("--embedding-cache", type=Path, default=default_data_dir() / "qqp")
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    splits = qqp.split(qqp.load_pairs(args.data))
+    embedder = Embedder()
+    every_text = [t for pairs in splits.values() for p in pairs for t in (p.a, p.b)]
+    vectors = qqp.embed_cached(every_text, embedder.embed_many, args.embedding_cache)
+    print(f"splits: {', '.join(f'{k} {len(v)}' for k, v in splits.items())}; embedded in {time.perf_counter() - started:.0f}s")
+
+    features, labels = training_set(splits["train"], vectors)
+    print(f"training on {len(labels)} pairs ({labels.mean():.2f} positive)")
+    model = fit(features, labels)
+    w1, w2 = model.coefs_
+    b1, b2 = model.intercepts_
+    untuned = Verifier(w1.astype(np.float32), b1.astype(np.float32), w2.astype(np.float32), b2.astype(np.float32), np.array([]), np.array([]))
+
+    calibration = qqp.outcomes(qqp.Workload.of(splits["calibration"]), vectors, untuned)
+    targets, thresholds = calibrate(calibration)
+    verifier = Verifier(untuned.w1, untuned.b1, untuned.w2, untuned.b2, targets, thresholds)
+    report("calibration", calibration, verifier)
+    report("test (held out)", qqp.outcomes(qqp.Workload.of(splits["test"]), vectors, verifier), verifier)
+    verifier.save(args.out)
+    print(f"wrote {args.out} in {time.perf_counter() - started:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

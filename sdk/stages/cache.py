@@ -1,0 +1,145 @@
+"""The response cache stage: answer from the exact or semantic tier, or store what upstream answers.
+
+Only safe answers are stored: a 200 that ended on its own (end_turn / stop_sequence / stop), with no
+tool call unless the policy allows, to a request that is not sampled (temperature > 0 or unset)
+unless the policy allows. A stream is stored only once it has passed to the client in full.
+
+A hit replays the provider's own response JSON — body, or a synthesized stream in the provider's
+event format — including the usage the provider originally reported, so clients see exactly what
+they would have. Slipstream's own accounting (`answer.usage`, which feeds metrics) is zero: no
+tokens were spent. `x-slipstream-cache` says which tier answered; `x-slipstream-cache-key` names the
+entry, for invalidation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from sdk.cache import answers
+from sdk.cache.keys import CacheKeys, cache_keys
+from sdk.errors import InvalidRequestError
+from sdk.pipeline import Handler, RequestContext
+from sdk.policy import Policy, SemanticCachePolicy
+from sdk.services import Services
+from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, LLMStream, Protocol, Usage, close_after
+
+if TYPE_CHECKING:  # numpy and faiss load with the cache itself, only for teams that enable it
+    from sdk.cache.response_cache import Lookup, ResponseCache
+
+PRECISION_HEADER = "x-slipstream-min-precision"
+METADATA_FIELD = "slipstream"  # body field {"min_precision": x}; the official clients send it via extra_body
+KEY_HEADER = "x-slipstream-cache-key"
+
+
+def _strip_metadata(request: LLMRequest) -> tuple[LLMRequest, float | None]:
+    """The request as upstream must see it (without Slipstream's own fields), and the precision it asks for."""
+    asked: list[object] = []
+    body, headers = request.body, request.forward_headers
+    if METADATA_FIELD in body:
+        meta = body[METADATA_FIELD]
+        if not isinstance(meta, dict) or set(meta) - {"min_precision"}:
+            raise InvalidRequestError(f"'{METADATA_FIELD}' takes an object with the key 'min_precision' only")
+        asked.append(meta.get("min_precision"))
+        body = {k: v for k, v in body.items() if k != METADATA_FIELD}
+    for name in [h for h in headers if h.lower() == PRECISION_HEADER]:
+        asked.append(headers[name])
+        headers = {k: v for k, v in headers.items() if k != name}
+    values = []
+    for value in asked:
+        try:
+            values.append(float(value))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise InvalidRequestError(f"min_precision must be a number between 0 and 1, got {value!r}") from None
+    stripped = request if body is request.body and headers is request.forward_headers else LLMRequest(request.endpoint, body, headers, request.query)
+    return stripped, max(values) if values else None
+
+
+class CacheStage:
+    name = "cache"
+
+    def __init__(self, team: str, config: SemanticCachePolicy, cache: ResponseCache):
+        self.team = team
+        self.config = config
+        self.cache = cache
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
+        request, asked = _strip_metadata(ctx.request)
+        ctx.request = request
+        if not self._eligible(request):
+            return await call_next(ctx)
+        keys = cache_keys(self.team, request)
+        if keys.sampled and not self.config.cache_sampled:
+            return await call_next(ctx)
+        # A request can only make the cache stricter than its team's policy, never looser.
+        min_precision = max(self.config.min_precision, asked or 0.0)
+        semantic = self.config.semantic and keys.user_turns <= self.config.max_turns_for_semantic
+        found = await self.cache.lookup(self.team, keys, self.config.exact, semantic, min_precision)
+        if found.entry is not None:
+            return self._replay(ctx, found)
+        answer = await call_next(ctx)
+        if answer.status != 200:
+            return answer
+        if isinstance(answer, LLMResponse):
+            message = answers.from_body(request.protocol, answer.body)
+            if message is not None and self._store(request.protocol, keys, answer.route, message, found):
+                answer.headers[KEY_HEADER] = keys.exact
+            return answer
+        answer.events = self._capture(request.protocol, keys, answer, found, answer.events)
+        return answer
+
+    def _eligible(self, request: LLMRequest) -> bool:
+        n = request.body.get("n", 1)
+        return request.endpoint is not Endpoint.COUNT_TOKENS and (n is None or n == 1)
+
+    def _store(self, protocol: Protocol, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
+        if not answers.completed_safely(protocol, message, self.config.cache_tool_calls):
+            return False
+        self.cache.put(self.team, keys, route, message, found.vector, self.config)
+        return True
+
+    async def _capture(self, protocol: Protocol, keys: CacheKeys, stream: LLMStream, found: Lookup, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        capture = answers.StreamCapture(protocol)
+        try:
+            async for event in events:
+                capture.feed(event)
+                yield event
+        finally:
+            await close_after(events)
+        # Reached only when the stream ran to its end (a client that stops early closes us above).
+        message = capture.message()
+        if message is not None:
+            self._store(protocol, keys, stream.route, message, found)
+
+    def _replay(self, ctx: RequestContext, found: Lookup) -> Answer:
+        entry = found.entry
+        assert entry is not None and entry.team == self.team  # partitions are per team; this cannot fail
+        route = f"cache/{entry.route}"
+        ctx.cache_status, ctx.route = found.status, route
+        headers = {KEY_HEADER: entry.exact_key}
+        protocol = ctx.request.protocol
+        if not ctx.request.stream:
+            return LLMResponse(status=200, body=answers.render_body(protocol, entry.response), headers=headers, usage=Usage(), route=route)
+        options = ctx.request.body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        events = _replayed(answers.render_events(protocol, entry.response, include_usage), ctx)
+
+        async def close() -> None:
+            await events.aclose()
+
+        return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close)
+
+
+async def _replayed(events: list[bytes], ctx: RequestContext) -> AsyncIterator[bytes]:
+    for event in events:
+        if event.startswith(b"event: content_block_delta") or (event.startswith(b"data: {") and b'"delta":{"content"' in event):
+            ctx.timings.mark_token(time.perf_counter())
+        yield event
+
+
+def build_cache(policy: Policy, services: Services) -> CacheStage | None:
+    config = policy.semantic_cache
+    if not config.enabled or not (config.exact or config.semantic):
+        return None
+    return CacheStage(policy.team, config, services.response_cache())

@@ -1,0 +1,110 @@
+"""The store alone: TTL, LRU and size caps per team, persistence, invalidation, isolation, IVF switch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from sdk.cache.store import CacheStore, NewEntry, TeamLimits
+
+LIMITS = TeamLimits(ttl_s=60, max_entries=100, max_bytes=10**9)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def vec(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(384).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def entry(n: int, team: str = "a", partition: str = "p", size: int = 0) -> NewEntry:
+    return NewEntry(team, partition, f"key-{n}", "emu/m", f"question {n}", vec(n), {"n": n, "pad": "x" * size})
+
+
+def test_ttl_expires_entries(tmp_path: Path):
+    clock = Clock()
+    store = CacheStore(tmp_path / "c.db", clock=clock)
+    store.put(entry(1), LIMITS)
+    assert store.get_exact("a", "key-1") is not None
+    clock.now += 61
+    assert store.get_exact("a", "key-1") is None
+    assert store.search("a", "p", vec(1), 4) == []
+
+
+def test_lru_eviction_keeps_recently_used_entries(tmp_path: Path):
+    clock = Clock()
+    store = CacheStore(tmp_path / "c.db", clock=clock)
+    limits = TeamLimits(ttl_s=600, max_entries=3, max_bytes=10**9)
+    for n in range(3):
+        clock.now += 1
+        store.put(entry(n), limits)
+    clock.now += 1
+    assert store.get_exact("a", "key-0") is not None  # touch the oldest: now the most recent
+    clock.now += 1
+    store.put(entry(3), limits)
+    assert store.count("a") == 3
+    assert store.get_exact("a", "key-1") is None  # least recently used went
+    assert store.get_exact("a", "key-0") is not None
+
+
+def test_byte_cap_is_per_team(tmp_path: Path):
+    store = CacheStore(tmp_path / "c.db")
+    limits = TeamLimits(ttl_s=600, max_entries=100, max_bytes=25_000)
+    for n in range(5):
+        store.put(entry(n, size=10_000), limits)
+        store.put(entry(100 + n, team="b"), LIMITS)
+    assert store.count("a") == 2
+    assert store.count("b") == 5
+
+
+def test_entries_and_index_survive_a_restart(tmp_path: Path):
+    store = CacheStore(tmp_path / "c.db")
+    for n in range(10):
+        store.put(entry(n), LIMITS)
+    store.close()
+    reopened = CacheStore(tmp_path / "c.db")
+    assert reopened.get_exact("a", "key-3").response["n"] == 3
+    nearest = reopened.search("a", "p", vec(7), 1)[0]
+    assert nearest.query == "question 7" and nearest.cosine > 0.999
+
+
+def test_invalidation_by_key_team_and_all(tmp_path: Path):
+    store = CacheStore(tmp_path / "c.db")
+    for n in range(3):
+        store.put(entry(n), LIMITS)
+        store.put(entry(10 + n, team="b"), LIMITS)
+    assert store.invalidate(exact_key="key-0") == 1
+    assert store.get_exact("a", "key-0") is None and store.search("a", "p", vec(0), 1)[0].query != "question 0"
+    assert store.invalidate(team="a") == 2
+    assert store.count("a") == 0 and store.count("b") == 3
+    assert store.invalidate() == 3
+    store.close()
+    assert CacheStore(tmp_path / "c.db").count("b") == 0
+
+
+def test_search_never_crosses_teams_or_partitions(tmp_path: Path):
+    store = CacheStore(tmp_path / "c.db")
+    store.put(entry(1, team="a"), LIMITS)
+    assert store.search("b", "p", vec(1), 4) == []
+    assert store.search("a", "other", vec(1), 4) == []
+    assert store.get_exact("b", "key-1") is None
+
+
+def test_large_partitions_switch_to_an_approximate_index(tmp_path: Path):
+    store = CacheStore(tmp_path / "c.db", approximate_from=300)
+    limits = TeamLimits(ttl_s=600, max_entries=10_000, max_bytes=10**9)
+    for n in range(400):
+        store.put(entry(n), limits)
+    index = store._teams["a"].partitions["p"]
+    assert index.approximate
+    found = sum(store.search("a", "p", vec(n), 1)[0].query == f"question {n}" for n in range(0, 400, 10))
+    assert found >= 36  # IVF may miss a few of 40 at this nprobe; exact search would find all
+    store.invalidate(exact_key="key-5")
+    assert all(c.query != "question 5" for c in store.search("a", "p", vec(5), 4))

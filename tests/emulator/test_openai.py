@@ -1,0 +1,156 @@
+"""OpenAI Chat Completions wire format (reference C.3-C.7) and automatic caching (C.1)."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from emulator.caching import openai_prompt_blob
+from emulator.text import count_tokens
+
+from .helpers import HTTP, OPENAI_HEADERS, post, sse_events, text_of
+
+MODEL = "gpt-5-mini"
+MSGS = [{"role": "user", "content": "Hello there"}]
+TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_non_streaming_shape(oai):
+    raw = oai.chat.completions.with_raw_response.create(model=MODEL, messages=MSGS)
+    assert raw.headers["x-request-id"]
+    assert raw.headers["x-ratelimit-remaining-requests"] and raw.headers["x-ratelimit-reset-tokens"]
+    r = raw.parse()
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-") and r.model == MODEL
+    c = r.choices[0]
+    assert c.finish_reason == "stop" and c.message.role == "assistant"
+    assert r.usage.completion_tokens == 48 == count_tokens(c.message.content)
+    assert r.usage.prompt_tokens == len(openai_prompt_blob({"messages": MSGS})) // 4
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 48
+    assert r.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_length_and_stop(oai):
+    r = oai.chat.completions.create(model=MODEL, messages=MSGS, max_completion_tokens=6)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 6
+    full = oai.chat.completions.create(model=MODEL, messages=MSGS).choices[0].message.content
+    word = full.split()[2]
+    s = oai.chat.completions.create(model=MODEL, messages=MSGS, stop=[word])
+    assert s.choices[0].finish_reason == "stop"
+    assert s.choices[0].message.content == full[: full.index(word)]
+
+
+def test_streaming_golden_sequence_with_usage(emu):
+    body = {"model": MODEL, "messages": MSGS, "stream": True, "max_tokens": 12,
+            "stream_options": {"include_usage": True}}
+    r = post(emu.url, "/v1/chat/completions", body, OPENAI_HEADERS)
+    assert r.headers["content-type"].startswith("text/event-stream")
+    evs = sse_events(r.text)
+    assert all(name is None for name, _ in evs)
+    assert evs[-1][1] == "[DONE]"
+    chunks = [json.loads(d) for _, d in evs[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = [c for c in chunks[1:-2]]
+    assert len(content) == 3 and all("content" in c["choices"][0]["delta"] for c in content)
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert all(c["usage"] is None for c in chunks[:-1])
+    last = chunks[-1]
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 12
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+
+
+def test_streaming_without_usage_has_no_usage_chunk(oai):
+    chunks = list(oai.chat.completions.create(model=MODEL, messages=MSGS, stream=True))
+    assert all(c.choices for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert count_tokens(text) == 48
+
+
+def test_tool_calls(oai):
+    r = oai.chat.completions.create(model=MODEL, messages=MSGS, tools=[TOOL], tool_choice="required")
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content is None
+    tc = c.message.tool_calls[0]
+    assert tc.function.name == "get_weather" and json.loads(tc.function.arguments) == {"city": "example_city"}
+    auto = oai.chat.completions.create(model=MODEL, tools=[TOOL],
+                                       messages=[{"role": "user", "content": "use get_weather for Oslo"}])
+    assert auto.choices[0].finish_reason == "tool_calls"
+    plain = oai.chat.completions.create(model=MODEL, messages=MSGS, tools=[TOOL])
+    assert plain.choices[0].finish_reason == "stop"
+    stream = oai.chat.completions.create(model=MODEL, messages=MSGS, tools=[TOOL], stream=True,
+                                         tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    chunks = list(stream)
+    first = chunks[0].choices[0].delta.tool_calls[0]
+    assert first.id.startswith("call_") and first.function.name == "get_weather"
+    args = "".join(c.choices[0].delta.tool_calls[0].function.arguments
+                   for c in chunks if c.choices[0].delta.tool_calls)
+    assert json.loads(args) == {"city": "example_city"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_models_list(oai):
+    ids = [m.id for m in oai.models.list()]
+    assert "gpt-5-mini" in ids and "gpt-4o" in ids
+
+
+def test_errors(emu, oai):
+    r = post(emu.url, "/v1/chat/completions", {"model": MODEL, "messages": MSGS}, {})
+    assert r.status_code == 401 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+    with pytest.raises(openai.BadRequestError) as ei:
+        oai.chat.completions.create(model=MODEL, messages=MSGS, temperature=3)
+    assert ei.value.code == "decimal_above_max_value" and ei.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as ei:
+        oai.chat.completions.create(model=MODEL, messages=[])
+    assert ei.value.code == "empty_array"
+    with pytest.raises(openai.BadRequestError) as ei:
+        oai.chat.completions.create(model=MODEL, messages=[{"role": "robot", "content": "x"}])
+    assert ei.value.param == "messages[0].role"
+    import httpx
+    bad = HTTP.post(emu.openai_url + "/chat/completions", content=b"{oops", headers=OPENAI_HEADERS)
+    assert bad.status_code == 400 and "could not parse the JSON body" in bad.json()["error"]["message"]
+
+
+def _long_prompt(tokens: int, seed: int = 1) -> list[dict]:
+    return [{"role": "system", "content": text_of(tokens, seed)}]
+
+
+def test_cache_1024_and_128_rule(oai):
+    short = _long_prompt(900) + MSGS
+    oai.chat.completions.create(model=MODEL, messages=short)
+    again = oai.chat.completions.create(model=MODEL, messages=short)
+    assert again.usage.prompt_tokens < 1024 and again.usage.prompt_tokens_details.cached_tokens == 0
+
+    long = _long_prompt(1500) + MSGS
+    first = oai.chat.completions.create(model=MODEL, messages=long)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    p = first.usage.prompt_tokens
+    second = oai.chat.completions.create(model=MODEL, messages=long)
+    assert second.usage.prompt_tokens == p  # prompt_tokens includes cached tokens
+    assert second.usage.prompt_tokens_details.cached_tokens == (p // 128) * 128 >= 1024
+
+    grown = long + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": text_of(300, 9)}]
+    third = oai.chat.completions.create(model=MODEL, messages=grown)
+    assert third.usage.prompt_tokens_details.cached_tokens == (p // 128) * 128
+
+
+def test_cache_scoped_by_prompt_cache_key_and_key(oai, emu):
+    long = _long_prompt(1300, 2) + MSGS
+    oai.chat.completions.create(model=MODEL, messages=long, prompt_cache_key="a")
+    b = oai.chat.completions.create(model=MODEL, messages=long, prompt_cache_key="b")
+    assert b.usage.prompt_tokens_details.cached_tokens == 0
+    a = oai.chat.completions.create(model=MODEL, messages=long, prompt_cache_key="a")
+    assert a.usage.prompt_tokens_details.cached_tokens >= 1024
+    with openai.OpenAI(base_url=emu.openai_url, api_key="another", max_retries=0) as other:
+        o = other.chat.completions.create(model=MODEL, messages=long, prompt_cache_key="a")
+    assert o.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_streaming_usage_reports_cache(oai):
+    long = _long_prompt(1200, 3) + MSGS
+    oai.chat.completions.create(model=MODEL, messages=long)
+    chunks = list(oai.chat.completions.create(model=MODEL, messages=long, stream=True,
+                                              stream_options={"include_usage": True}))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 1152

@@ -1,0 +1,83 @@
+"""Tiny random-initialised Hugging Face checkpoints saved to disk, loaded by our loader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# The Triton interpreter must be chosen before triton is first imported anywhere.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)  # CPU is shared with other test runs; tiny models gain nothing from more
+
+TEXT = [
+    "def add(a, b):\n    return a + b\n",
+    "The quick brown fox jumps over the lazy dog.",
+    "Hello, world! This is a tiny tokenizer for tests.",
+    "import os\nimport sys\nprint(sys.argv)\n",
+]
+VOCAB = 320
+
+
+def make_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TEXT * 4, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>", pad_token="<|end|>")
+    fast.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    return fast
+
+
+def hf_config(model_type: str):
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  eos_token_id=0, bos_token_id=None, tie_word_embeddings=False)
+    if model_type == "llama":
+        return LlamaConfig(**common, rope_theta=10000.0)
+    if model_type == "qwen2":
+        return Qwen2Config(**common)
+    if model_type == "qwen3":
+        return Qwen3Config(**common, head_dim=16)
+    raise ValueError(model_type)
+
+
+def save_tiny_model(model_type: str, out: Path, seed: int = 0) -> Path:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(hf_config(model_type))
+    with torch.no_grad():  # bigger-than-default weights make logits decisive, so greedy ties are rare
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.15)
+            elif model_type == "qwen2" and p.dim() == 1 and p.shape[0] != 64:
+                p.normal_(0, 0.1)  # random q/k/v biases, so the bias path is exercised
+    model.save_pretrained(out, safe_serialization=True)
+    make_tokenizer().save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {t: save_tiny_model(t, root / t) for t in ("llama", "qwen2", "qwen3")}
+
+
+@pytest.fixture(scope="session")
+def llama_dir(model_dirs) -> Path:
+    return model_dirs["llama"]
