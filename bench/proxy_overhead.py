@@ -30,6 +30,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 KEY = "sk-bench"
+LITELLM_KEY = "sk-litellm-bench-0123456789abcdef0123456789abcdef"
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello in one short sentence."}], "max_tokens": 16}
 
 
@@ -173,9 +174,9 @@ def main() -> None:
                 f"      api_base: http://127.0.0.1:{emu_port}/v1\n      api_key: up\n"
                 "litellm_settings:\n  num_retries: 0\n  telemetry: false\n"
             )
-            procs.append(start([args.litellm, "--config", str(config), "--port", str(litellm_port), "--num_workers", "1"], env={"LITELLM_LOG": "ERROR"}))
+            procs.append(start([args.litellm, "--config", str(config), "--port", str(litellm_port), "--num_workers", "1"], env={"LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": LITELLM_KEY}))
             wait_ready(f"http://127.0.0.1:{litellm_port}/health/liveliness", timeout_s=180)
-            targets.append(Target("litellm", f"http://127.0.0.1:{litellm_port}/v1/chat/completions", "up"))
+            targets.append(Target("litellm", f"http://127.0.0.1:{litellm_port}/v1/chat/completions", LITELLM_KEY))
 
         rows = []
         for target in targets:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -60,7 +60,7 @@ def _reset_headers() -> Headers:
     global _reset_cache
     sec = int(time.time())
     if _reset_cache[0] != sec:
-        ts = datetime.fromtimestamp(sec + 1, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+        ts = datetime.fromtimestamp(sec + 1, UTC).strftime("%Y-%m-%dT%H:%M:%SZ").encode()
         _reset_cache = (sec, [(b"anthropic-ratelimit-requests-reset", ts),
                               (b"anthropic-ratelimit-tokens-reset", ts),
                               (b"anthropic-ratelimit-input-tokens-reset", ts),
@@ -233,7 +233,8 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
     tc = body.get("tool_choice")
     if tc is not None:
         if not isinstance(tc, dict) or tc.get("type") not in ("auto", "any", "tool", "none"):
-            return "tool_choice: Input tag does not match any of the expected tags: 'auto', 'any', 'tool', 'none'"
+            return ("tool_choice: Input tag does not match any of the expected tags: "
+                    "'auto', 'any', 'tool', 'none'")
         if tc["type"] == "tool":
             if not isinstance(tc.get("name"), str):
                 return "tool_choice.tool.name: Field required"
@@ -244,7 +245,8 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
     th = body.get("thinking")
     if th is not None:
         if not isinstance(th, dict) or th.get("type") not in ("enabled", "adaptive", "disabled"):
-            return "thinking: Input tag does not match any of the expected tags: 'enabled', 'adaptive', 'disabled'"
+            return ("thinking: Input tag does not match any of the expected tags: "
+                    "'enabled', 'adaptive', 'disabled'")
         if th["type"] == "enabled":
             bt = th.get("budget_tokens")
             if not isinstance(bt, int) or bt < 1024:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import os
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import orjson
 
@@ -16,6 +18,8 @@ from . import anthropic, openai
 from .asgi import Call, Receive, Scope, Send
 from .caching import PrefixStore
 from .faults import FaultQueue, FaultSet, FaultSpecError, parse_fault
+
+_log = logging.getLogger("emulator")
 
 
 @dataclass
@@ -175,6 +179,10 @@ class Emulator:
             await call.read_body()
             self._record(call, method)
             await handler(self, call)
+        except Exception:  # an emulator bug must still look like a provider 500
+            _log.exception("emulator handler failed for %s %s", method, path)
+            if not call.started:
+                await self._internal_error(call, path)
         finally:
             st.open_requests -= 1
             call.finish()
@@ -189,6 +197,16 @@ class Emulator:
     def count_status(self, status: int) -> None:
         k = str(status)
         self.stats.statuses[k] = self.stats.statuses.get(k, 0) + 1
+
+    async def _internal_error(self, call: Call, path: str) -> None:
+        self.count_status(500)
+        if path.startswith("/v1/chat") or path.startswith("/v1/models"):
+            await call.json(500, {"error": {"message": "The server had an error while processing "
+                                            "your request. Sorry about that!",
+                                            "type": "server_error", "param": None, "code": None}})
+        else:
+            await call.json(500, {"type": "error", "error": {"type": "api_error",
+                                                             "message": "Internal server error"}})
 
     async def _not_found(self, call: Call, method: str, path: str) -> None:
         msg = f"Unknown request URL: {method} {path}."

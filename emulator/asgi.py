@@ -6,7 +6,8 @@ Kept framework-free so a request costs a handful of dict lookups and one or two 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 

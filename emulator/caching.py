@@ -290,7 +290,7 @@ def _add_block(bl: _Blocks, role: bytes, b: dict[str, Any], path: str, validate:
 def count_input_tokens(body: dict[str, Any]) -> int:
     """Total input tokens (count_tokens endpoint and usage): sum over all blocks."""
     bl = _collect(body, validate=False)
-    return sum(f if f is not None else count_tokens(t) for t, f in zip(bl.texts, bl.fixed))
+    return sum(f if f is not None else count_tokens(t) for t, f in zip(bl.texts, bl.fixed, strict=True))
 
 
 def _settings_salt(body: dict[str, Any]) -> bytes:
@@ -343,7 +343,7 @@ def plan_anthropic(
 
     pos: list[int] = []
     acc = 0
-    for text, fixed in zip(bl.texts, bl.fixed):
+    for text, fixed in zip(bl.texts, bl.fixed, strict=True):
         acc += fixed if fixed is not None else count_tokens(text)
         pos.append(acc)
     total = acc

@@ -3,7 +3,8 @@ cancellation accounting. Provider modules build the bytes; this module decides w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from .asgi import Call, Headers
 from .faults import FaultSet

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import re
 from array import array
-from random import Random
 from typing import Any
 
 import orjson
@@ -92,26 +91,41 @@ def seed_for(model: str, messages: Any) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+_REPLY_CACHE: dict[tuple[int, int], str] = {}
+
+
 def reply_text(seed: int, n_tokens: int) -> str:
-    """`n_tokens` single-token units: words, with a '.' token ending every sentence."""
+    """`n_tokens` single-token units: words, with a '.' token ending every sentence.
+
+    Randomness comes from one SHAKE-128 digest of the seed (one C call, not a PRNG call per
+    word); results are memoised because load tests repeat the same request.
+    """
     if n_tokens <= 0:
         return ""
+    key = (seed, n_tokens)
+    cached = _REPLY_CACHE.get(key)
+    if cached is not None:
+        return cached
     vocab = vocabulary()
-    rng = Random(seed)
+    nv = len(vocab)
+    rnd = hashlib.shake_128(seed.to_bytes(8, "little")).digest(2 * n_tokens + 2)
     parts: list[str] = []
     sentence = 0  # words in the current sentence; a '.' never follows another '.'
-    target = 6 + rng.randrange(6)
+    target = 6 + rnd[0] % 6
     for i in range(n_tokens):
-        last = i == n_tokens - 1
-        if sentence > 0 and (last or sentence >= target):
+        if sentence > 0 and (i == n_tokens - 1 or sentence >= target):
             parts.append(".")
             sentence = 0
-            target = 6 + rng.randrange(6)
+            target = 6 + rnd[2 * i + 1] % 6
             continue
-        w = vocab[rng.randrange(len(vocab))]
+        w = vocab[(rnd[2 * i + 2] << 8 | rnd[2 * i + 1]) % nv]
         parts.append(w if i == 0 else " " + w)
         sentence += 1
-    return "".join(parts)
+    text = "".join(parts)
+    if len(_REPLY_CACHE) >= _CACHE_MAX:
+        _REPLY_CACHE.clear()
+    _REPLY_CACHE[key] = text
+    return text
 
 
 _PIECE = re.compile(r" ?[^ ]+| +")

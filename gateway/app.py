@@ -15,20 +15,9 @@ from gateway.proxy import _team_key, make_handler
 from sdk.errors import AuthenticationError
 from sdk.metrics import REGISTRY
 from sdk.providers.upstream import close_upstream_for_running_loop
-from sdk.runtime import TeamRegistry, TeamRuntime
+from sdk.requests import models_body
+from sdk.runtime import TeamRegistry
 from sdk.types import Endpoint, Protocol
-
-
-def _models(team: TeamRuntime) -> list[str]:
-    """Model names a team can ask for: literal route matches and the targets' own models."""
-    names: dict[str, None] = {}
-    for route in team.policy.routes:
-        if not any(ch in route.match.model for ch in "*?["):
-            names[route.match.model] = None
-        for target in route.targets:
-            if target.model:
-                names[target.model] = None
-    return list(names)
 
 
 def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None = 1.0) -> Litestar:
@@ -44,20 +33,14 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     @get("/v1/models", sync_to_thread=False)
-    def models(request: Request) -> Response[object]:
+    def models(request: Request) -> Response[bytes]:
         anthropic = "anthropic-version" in request.headers
         protocol = Protocol.ANTHROPIC if anthropic else Protocol.OPENAI
         try:
             team = registry.authenticate(_team_key(list(request.scope["headers"])))
         except AuthenticationError as exc:
             return Response(exc.body(protocol), status_code=401, media_type="application/json")
-        ids = _models(team)
-        if anthropic:
-            data = [{"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"} for m in ids]
-            body: object = {"data": data, "has_more": False, "first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None}
-        else:
-            body = {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "slipstream"} for m in ids]}
-        return Response(body)
+        return Response(models_body(team.model_names(), protocol), media_type="application/json")
 
     proxied = [
         asgi("/v1/chat/completions", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.CHAT_COMPLETIONS)),

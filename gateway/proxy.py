@@ -13,17 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-
-from sdk.errors import (
-    InvalidRequestError,
-    RequestTooLargeError,
-    SlipstreamError,
-    UpstreamHTTPError,
-)
+from sdk.errors import RequestTooLargeError, SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import RequestContext
+from sdk.requests import FORWARDED_HEADERS, parse_request
 from sdk.runtime import TeamRegistry, slipstream_headers
-from sdk.types import Endpoint, LLMRequest, LLMStream, Protocol, Timings
+from sdk.types import Endpoint, LLMStream, Protocol, Timings
 
 log = logging.getLogger("slipstream.proxy")
 
@@ -31,8 +25,7 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-# Client headers that change what the provider does and therefore travel upstream.
-_FORWARDED = (b"anthropic-version", b"anthropic-beta")
+_FORWARDED = tuple(name.encode() for name in FORWARDED_HEADERS)
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
@@ -69,22 +62,6 @@ async def _read_body(receive: Receive, headers: list[tuple[bytes, bytes]], limit
             return b"".join(chunks)
 
 
-def _parse(endpoint: Endpoint, raw: bytes, query: bytes, headers: list[tuple[bytes, bytes]]) -> LLMRequest:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequestError("model: a non-empty string is required")
-    if not isinstance(body.get("messages"), list):
-        raise InvalidRequestError("messages: a list of messages is required")
-    forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
-    return LLMRequest(endpoint, body, forward, query.decode("latin-1"))
-
-
 async def _send_error(send: Send, protocol: Protocol, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
     headers = list(_JSON)
     for name, value in (extra or {}).items():
@@ -113,7 +90,8 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
         try:
             team = registry.authenticate(_team_key(headers))
             raw = await _read_body(receive, headers, team.policy.limits.max_body_bytes)
-            request = _parse(endpoint, raw, scope.get("query_string", b""), headers)
+            forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
+            request = parse_request(endpoint, raw, scope.get("query_string", b"").decode("latin-1"), forward)
         except SlipstreamError as exc:
             await _send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)
             return

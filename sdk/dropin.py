@@ -28,10 +28,11 @@ import httpx2
 import openai
 import orjson
 
-from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError
+from sdk.errors import NotFoundError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import RequestContext
 from sdk.policy import Policy, ProviderConfig, RetryPolicy, Route, Target, load_policy
 from sdk.providers.upstream import close_upstream_for_running_loop
+from sdk.requests import FORWARDED_HEADERS, models_body, parse_request
 from sdk.runtime import TeamRuntime, slipstream_headers
 from sdk.types import Endpoint, LLMRequest, LLMStream, Protocol, Timings
 
@@ -52,8 +53,6 @@ _ENDPOINTS = {
     "/v1/messages": Endpoint.MESSAGES,
     "/v1/messages/count_tokens": Endpoint.COUNT_TOKENS,
 }
-# Client headers that change what the provider does (as in the proxy), plus OpenAI's billing scope.
-_FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project")
 _JSON = {"content-type": "application/json"}
 _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
@@ -140,30 +139,12 @@ def _error(status: int, body: bytes, headers: dict[str, str] | None = None) -> _
     return _Reply(status, {**_JSON, **(headers or {})}, body)
 
 
-def _parse(endpoint: Endpoint, raw: bytes, request: httpx2.Request, limit: int) -> LLMRequest:
-    if len(raw) > limit:
-        raise RequestTooLargeError(f"request body of {len(raw)} bytes is over this team's limit of {limit} bytes")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequestError("model: a non-empty string is required")
-    if not isinstance(body.get("messages"), list):
-        raise InvalidRequestError("messages: a list of messages is required")
-    forward = {name: value for name in _FORWARDED if (value := request.headers.get(name)) is not None}
-    return LLMRequest(endpoint, body, forward, request.url.query.decode("latin-1"))
-
-
 async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes) -> _Reply:
     """Run one request through the team's pipeline; every failure becomes a provider-shaped answer."""
     timings = Timings()
     path, method = request.url.path, request.method
     if method == "GET" and path == "/v1/models":
-        return _Reply(200, dict(_JSON), _models_body(team, protocol))
+        return _Reply(200, dict(_JSON), models_body(team.model_names(), protocol))
     endpoint = _ENDPOINTS.get(path)
     if endpoint is None or endpoint.protocol is not protocol:
         return _error(404, NotFoundError(f"{method} {path} is not an endpoint Slipstream serves").body(protocol))
@@ -173,7 +154,11 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
     # httpx2's own exception, the official client turns it into APITimeoutError (and retries).
     deadline = asyncio.timeout((request.extensions.get("timeout") or {}).get("read"))
     try:
-        llm_request = _parse(endpoint, raw, request, team.policy.limits.max_body_bytes)
+        limit = team.policy.limits.max_body_bytes
+        if len(raw) > limit:
+            raise RequestTooLargeError(f"request body of {len(raw)} bytes is over this team's limit of {limit} bytes")
+        forward = {name: value for name in FORWARDED_HEADERS if (value := request.headers.get(name)) is not None}
+        llm_request = parse_request(endpoint, raw, request.url.query.decode("latin-1"), forward)
         ctx = RequestContext(request=llm_request, team=team.team, timings=timings)
         async with deadline:
             answer, _ = await team.handle(llm_request, ctx)
@@ -204,20 +189,6 @@ async def _events(stream: LLMStream, protocol: Protocol) -> AsyncGenerator[bytes
         yield exc.sse_event(protocol)
     finally:
         await stream.aclose()
-
-
-def _models_body(team: TeamRuntime, protocol: Protocol) -> bytes:
-    """Model names this team can ask for: literal route matches and the targets' own models."""
-    names: dict[str, None] = {}
-    for route in team.policy.routes:
-        if not any(ch in route.match.model for ch in "*?["):
-            names[route.match.model] = None
-        names.update((target.model, None) for target in route.targets if target.model)
-    ids = list(names)
-    if protocol is Protocol.ANTHROPIC:
-        data = [{"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"} for m in ids]
-        return orjson.dumps({"data": data, "has_more": False, "first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None})
-    return orjson.dumps({"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "slipstream"} for m in ids]})
 
 
 # --- async transport: the caller's own loop --------------------------------------------------------

@@ -72,6 +72,12 @@ class RequestTooLargeError(SlipstreamError):
     status = 413
 
 
+class RateLimitedError(SlipstreamError):
+    """A team or key limit of Slipstream's own (not the provider's); carries retry-after."""
+
+    status = 429
+
+
 class UpstreamUnreachableError(SlipstreamError):
     status = 502
 

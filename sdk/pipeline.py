@@ -21,6 +21,10 @@ class PromptCacheReport:
     """Provider-reported cache tokens against what the pipeline expected to be read."""
 
     expected_read: int = 0
+    miss_cause: str = ""  # KIND@PATH of the first block that differs from a prefix cached earlier
+    moved: int = 0  # volatile lines moved out of the cached prefix (reorder)
+    advice: int = 0  # volatile lines found and left in place
+    repaired: int = 0  # client cache_control markers removed to stay within the provider's limit
 
 
 @dataclass(slots=True)
@@ -31,6 +35,7 @@ class RequestContext:
     cache_status: str = "miss"  # miss | exact-hit | semantic-hit
     prompt_cache: PromptCacheReport = field(default_factory=PromptCacheReport)
     route: str = ""  # PROVIDER/MODEL that answered, set by the router
+    key_id: str = ""  # which team key sent it (a hash prefix, never the key), for per-key limits
 
 
 class Stage(TypingProtocol):

@@ -69,25 +69,72 @@ class RouteMatch(_Strict):
 class Target(_Strict):
     provider: str
     model: str | None = None  # None: the model the client asked for
+    weight: Annotated[float, Field(gt=0)] = 1.0  # share of traffic under strategy "weighted"
 
 
 class Route(_Strict):
+    """Keys documented in docs/routing.md."""
+
     match: RouteMatch = RouteMatch()
     targets: Annotated[list[Target], Field(min_length=1)]
+    strategy: Literal["priority", "weighted", "lowest_latency", "least_busy"] = "priority"
 
 
 class RetryPolicy(_Strict):
-    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    """Keys documented in docs/routing.md."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3  # per target
     base_delay_ms: Annotated[int, Field(ge=0)] = 250
     max_delay_ms: Annotated[int, Field(ge=0)] = 8000
-    honor_retry_after: bool = True
+    honor_retry_after: bool = True  # also retry-after-ms and x-should-retry
+    deadline_ms: Annotated[int, Field(gt=0)] | None = None  # whole request, every attempt and wait included
+    first_byte_timeout_ms: Annotated[int, Field(gt=0)] | None = None  # per attempt: abandon a stalled target
+
+
+class BreakerPolicy(_Strict):
+    """Per-target circuit breaker; keys documented in docs/routing.md."""
+
+    enabled: bool = True
+    window_s: Annotated[float, Field(gt=0)] = 30.0
+    min_requests: Annotated[int, Field(ge=1)] = 10
+    failure_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
+    cooldown_s: Annotated[float, Field(gt=0)] = 5.0
+
+
+class HedgingPolicy(_Strict):
+    """Opt-in hedged requests; keys documented in docs/routing.md."""
+
+    enabled: bool = False
+    delay_ms: Annotated[int, Field(gt=0)] | None = None  # None: the target's observed p95 time to first byte
+    default_delay_ms: Annotated[int, Field(gt=0)] = 1000  # until enough samples exist for a p95
+    min_samples: Annotated[int, Field(ge=1)] = 20
+
+
+class RateLimits(_Strict):
+    """Token buckets and a concurrency cap; None leaves that limit off."""
+
+    requests_per_minute: Annotated[int, Field(gt=0)] | None = None
+    tokens_per_minute: Annotated[int, Field(gt=0)] | None = None
+    max_concurrent: Annotated[int, Field(gt=0)] | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent))
 
 
 class PromptCachePolicy(_Strict):
+    """Prompt-cache optimizer; every key is documented in docs/prompt-cache.md."""
+
     enabled: bool = True
-    reorder: bool = False
+    reorder: bool = False  # move volatile system-prompt lines to the latest user turn (changes where the model reads them)
     breakpoints: Literal["auto", "client", "off"] = "auto"
-    ttl: Literal["5m", "1h"] = "5m"
+    ttl: Literal["5m", "1h"] = "5m"  # breakpoints on the static prefix (tools, system, documents)
+    tail_ttl: Literal["5m", "1h"] = "5m"  # rolling breakpoints on the conversation
+    canonicalize: bool = True  # sort keys of tool schemas and tool inputs
+    learn_volatile: bool = True  # learn from traffic which system-prompt lines vary within a conversation
+    openai_cache_key: bool = True  # set prompt_cache_key from team + stable prefix when the client did not
+    warm_fanout: bool = False  # hold requests sharing a prefix being written until its writer's first byte
+    fanout_max_wait_ms: Annotated[int, Field(gt=0, le=600_000)] = 5000
 
 
 class SemanticCachePolicy(_Strict):
@@ -109,8 +156,11 @@ class CompressionPolicy(_Strict):
     enabled: bool = False
 
 
-class LimitsPolicy(_Strict):
+class LimitsPolicy(RateLimits):
+    """Team-wide rate limits, plus `per_key` for each team key alone (docs/routing.md)."""
+
     max_body_bytes: Annotated[int, Field(gt=0)] = 32 * 1024 * 1024  # Anthropic's own limit
+    per_key: RateLimits = RateLimits()
 
 
 class AlertsPolicy(_Strict):
@@ -131,6 +181,8 @@ class Policy(_Strict):
     providers: Annotated[dict[str, ProviderConfig], Field(min_length=1)]
     routes: Annotated[list[Route], Field(min_length=1)]
     retry: RetryPolicy = RetryPolicy()
+    breaker: BreakerPolicy = BreakerPolicy()
+    hedging: HedgingPolicy = HedgingPolicy()
     prompt_cache: PromptCachePolicy = PromptCachePolicy()
     semantic_cache: SemanticCachePolicy = SemanticCachePolicy()
     compression: CompressionPolicy = CompressionPolicy()

@@ -1,105 +1,215 @@
-"""Routing: the first route whose match fits the model gives a fallback chain of targets.
+"""Routing: the first route whose match fits the model gives the targets; the router gets an answer.
 
-Each target is tried with retries and backoff (full jitter, capped, honouring retry-after within
-the cap) while nothing has reached the client. A stream counts as started once its first event has
-arrived: the router pulls that event before answering, so a stream that fails at once is retried
-like any other failure. After that, failures end the stream with a provider-shaped error event.
+Per request: the route's strategy orders its targets (sdk/routing/strategies.py); targets whose
+circuit is open are skipped while another remains (sdk/routing/breaker.py); each target is tried
+up to `retry.max_attempts` times with capped full-jitter backoff that honours server hints within
+bounds (sdk/routing/backoff.py), every attempt bounded by the first-byte timeout and the whole
+request by `retry.deadline_ms`; with hedging on, a slow attempt races the next target
+(sdk/routing/hedging.py). A target of the other protocol is reached through translation.
+
+A stream counts as answered once its first event has arrived: the router pulls that event before
+returning, so a stream that fails at once is retried like any other failure. Once the router has
+returned, the door sends headers and nothing is retried again: later failures end the stream with a
+provider-shaped error event (sdk/providers/base.py). Every abandoned attempt is cancelled, which
+drops its upstream connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Mapping
 
-from sdk.errors import NotFoundError, ProviderUnavailableError, SlipstreamError, UpstreamHTTPError, UpstreamTimeoutError, UpstreamUnreachableError
+from sdk.errors import NotFoundError, SlipstreamError, UpstreamTimeoutError
 from sdk.pipeline import RequestContext
-from sdk.policy import RetryPolicy, Route, Target
+from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
 from sdk.providers.base import Provider
-from sdk.types import Answer, LLMStream, close_after
+from sdk.routing.backoff import FirstByteTimeout, Step, StreamFailedBeforeFirstByte, TranslationRefused, blame, decide
+from sdk.routing.breaker import BreakerState, BreakerStore, InMemoryBreakerStore
+from sdk.routing.ending import on_end
+from sdk.routing.hedging import AllLegsFailed, race
+from sdk.routing.strategies import StatsBook, TargetStats, ordered_targets, target_key
+from sdk.routing.translation import TranslatingProvider
+from sdk.types import Answer, LLMStream, Protocol, close_after
 
 log = logging.getLogger("slipstream.router")
 
-# 401/403 from a provider mean *our* upstream key is wrong there: try the next target, never retry.
-_NEXT_TARGET = {401, 403}
-_RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
-
-
-class StreamFailedBeforeFirstByte(Exception):
-    def __init__(self, event: bytes, route: str):
-        super().__init__(f"{route} failed before its first event")
-        self.event = event
-
 
 class Router:
-    def __init__(self, routes: list[Route], providers: Mapping[str, Provider], retry: RetryPolicy):
+    def __init__(
+        self,
+        routes: list[Route],
+        providers: Mapping[str, Provider],
+        retry: RetryPolicy,
+        breaker: BreakerPolicy | None = None,
+        hedging: HedgingPolicy | None = None,
+        store: BreakerStore | None = None,
+    ):
         self.routes = routes
         self.providers = providers
         self.retry = retry
+        self.hedging = hedging or HedgingPolicy()
+        self.breakers: BreakerStore = store or InMemoryBreakerStore(breaker or BreakerPolicy())
+        self.stats = StatsBook()
+        self._translating: dict[tuple[str, Protocol], Provider] = {}
 
-    def chain(self, model: str) -> list[Target]:
+    def route_for(self, model: str) -> Route:
         for route in self.routes:
             if route.match.matches(model):
-                return route.targets
+                return route
         raise NotFoundError(f"no route for model {model!r} in this team's policy")
 
+    def chain(self, model: str) -> list[Target]:
+        return self.route_for(model).targets
+
     async def __call__(self, ctx: RequestContext) -> Answer:
-        last_error: Exception | None = None
-        for target in self.chain(ctx.request.model):
-            provider = self.providers[target.provider]
-            request = ctx.request.with_model(target.model) if target.model else ctx.request
-            for attempt in range(self.retry.max_attempts):
-                try:
+        model = ctx.request.model
+        order = ordered_targets(self.route_for(model), model, self.stats)
+        deadline = None if self.retry.deadline_ms is None else time.monotonic() + self.retry.deadline_ms / 1000
+        errors: list[BaseException] = []
+        skipped: list[Target] = []
+        for target in order:
+            if await self.breakers.acquire(target_key(target, model)):
+                if (answer := await self._on_target(ctx, target, order, deadline, errors)) is not None:
+                    return answer
+            else:
+                skipped.append(target)
+        if len(skipped) == len(order):
+            # Every circuit is open: a breaker steers traffic to a healthy alternative, and there is
+            # none, so try them anyway rather than hide the provider's own error behind ours.
+            for target in skipped:
+                if (answer := await self._on_target(ctx, target, order, deadline, errors)) is not None:
+                    return answer
+        raise _final_error(errors)
+
+    async def _on_target(
+        self, ctx: RequestContext, target: Target, order: list[Target], deadline: float | None, errors: list[BaseException]
+    ) -> Answer | None:
+        """Attempts on one target (retries included); None: move on to the next target."""
+        key = target_key(target, ctx.request.model)
+        for attempt in range(self.retry.max_attempts):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _deadline_error(errors)
+            try:
+                answer = await self._hedged(ctx, target, order, deadline)
+            except AllLegsFailed as exc:
+                error: BaseException = exc.errors[0]
+            except Exception as exc:  # noqa: BLE001 - classified below; unknown kinds are re-raised
+                error = exc
+            else:
+                ctx.route = answer.route
+                return answer
+            decision = decide(error, attempt, self.retry)
+            if decision.step is Step.FAIL:
+                raise error
+            errors.append(error)
+            if decision.step is Step.NEXT or await self.breakers.state(key) is BreakerState.OPEN:
+                return None
+            delay = decision.delay_s
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                raise _deadline_error(errors)  # the wait alone would pass the deadline
+            log.info("retrying %s in %.3fs after %s", key, delay, error)
+            started = time.perf_counter()
+            await asyncio.sleep(delay)
+            ctx.timings.upstream_s += time.perf_counter() - started
+        return None
+
+    async def _hedged(self, ctx: RequestContext, target: Target, order: list[Target], deadline: float | None) -> Answer:
+        others = [t for t in order if t is not target]
+        if not self.hedging.enabled or not others:
+            return await self._attempt(ctx, target, deadline)
+
+        async def hedge_leg() -> Answer:
+            for other in others:
+                if await self.breakers.acquire(target_key(other, ctx.request.model)):
+                    log.info("hedging %s with %s", target_key(target, ctx.request.model), target_key(other, ctx.request.model))
+                    return await self._attempt(ctx, other, deadline)
+            raise SlipstreamError("no target is available to hedge with", status=503)
+
+        answer, _ = await race(lambda: self._attempt(ctx, target, deadline), self._hedge_delay_s(target, ctx.request.model), hedge_leg)
+        return answer
+
+    def _hedge_delay_s(self, target: Target, model: str) -> float:
+        if self.hedging.delay_ms is not None:
+            return self.hedging.delay_ms / 1000
+        p95 = self.stats[target_key(target, model)].p95_ttfb_s(self.hedging.min_samples)
+        return p95 if p95 is not None else self.hedging.default_delay_ms / 1000
+
+    async def _attempt(self, ctx: RequestContext, target: Target, deadline: float | None) -> Answer:
+        """One upstream call, up to its first byte; its outcome feeds the breaker and the statistics."""
+        key = target_key(target, ctx.request.model)
+        stats = self.stats[key]
+        request = ctx.request.with_model(target.model) if target.model else ctx.request
+        provider = self._provider(target.provider, request.protocol)
+        limit = self._first_byte_limit_s(deadline)
+        stats.in_flight += 1
+        started = time.perf_counter()
+        try:
+            try:
+                async with asyncio.timeout(limit):
                     answer = await provider.send(request, ctx.timings)
                     if isinstance(answer, LLMStream):
                         answer = await _primed(answer, ctx)
-                    ctx.route = answer.route
-                    return answer
-                except UpstreamHTTPError as exc:
-                    last_error = exc
-                    if exc.status in _NEXT_TARGET:
-                        log.warning("%s rejected our upstream key (%d); trying the next target", exc.route, exc.status)
-                        break
-                    if exc.status not in _RETRYABLE:
-                        raise
-                    delay = self._delay(attempt, exc.headers)
-                except ProviderUnavailableError as exc:
-                    last_error = exc
-                    break
-                except (UpstreamUnreachableError, UpstreamTimeoutError, StreamFailedBeforeFirstByte) as exc:
-                    last_error = exc
-                    delay = self._delay(attempt, {})
-                if delay is None or attempt + 1 == self.retry.max_attempts:
-                    break
-                started = time.perf_counter()
-                await asyncio.sleep(delay)
-                ctx.timings.upstream_s += time.perf_counter() - started
-        if isinstance(last_error, StreamFailedBeforeFirstByte):
-            raise SlipstreamError("every target failed before streaming; the last one sent an error event", status=502)
-        assert last_error is not None
-        raise last_error
+            except TimeoutError:
+                raise FirstByteTimeout(f"{key} sent no first byte within {limit * 1000:.0f} ms") from None
+        except asyncio.CancelledError:
+            stats.in_flight -= 1
+            await self.breakers.release(key)  # a cancelled attempt says nothing about the target
+            raise
+        except BaseException as exc:
+            stats.in_flight -= 1
+            verdict = blame(exc)
+            if verdict.failed:
+                stats.failure()
+                await self.breakers.record(key, failed=True, open_now=verdict.open_now)
+            else:
+                await self.breakers.release(key)
+            raise
+        stats.success(time.perf_counter() - started)
+        await self.breakers.record(key, failed=False)
+        if isinstance(answer, LLMStream):
+            on_end(answer, lambda: _leave(stats))  # a stream is busy until it ends (least_busy)
+        else:
+            stats.in_flight -= 1
+        return answer
 
-    def _delay(self, attempt: int, headers: Mapping[str, str]) -> float | None:
-        """Seconds to wait before the next attempt, or None to move on to the next target now."""
-        cap = self.retry.max_delay_ms / 1000
-        if self.retry.honor_retry_after:
-            hinted = _retry_after(headers)
-            if hinted is not None:
-                return hinted if hinted <= cap else None
-        return random.uniform(0, min(cap, self.retry.base_delay_ms / 1000 * 2**attempt))
+    def _first_byte_limit_s(self, deadline: float | None) -> float | None:
+        limits = []
+        if self.retry.first_byte_timeout_ms is not None:
+            limits.append(self.retry.first_byte_timeout_ms / 1000)
+        if deadline is not None:
+            limits.append(max(0.0, deadline - time.monotonic()))
+        return min(limits) if limits else None
+
+    def _provider(self, name: str, protocol: Protocol) -> Provider:
+        provider = self.providers[name]
+        if provider.protocol is protocol:
+            return provider
+        translating = self._translating.get((name, protocol))
+        if translating is None:
+            translating = self._translating[(name, protocol)] = TranslatingProvider(provider, protocol)
+        return translating
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return max(0.0, float(value) / scale)
-            except ValueError:
-                continue
-    return None
+def _leave(stats: TargetStats) -> None:
+    stats.in_flight -= 1
+
+
+def _deadline_error(errors: list[BaseException]) -> UpstreamTimeoutError:
+    last = f"; last error: {errors[-1]}" if errors else ""
+    return UpstreamTimeoutError(f"request deadline passed after {len(errors)} failed attempts{last}")
+
+
+def _final_error(errors: list[BaseException]) -> BaseException:
+    """The error to answer with when every target failed: the last upstream one, else a refusal."""
+    upstream = [e for e in errors if not isinstance(e, TranslationRefused)]
+    if not errors:
+        return SlipstreamError("no target could be tried", status=503)
+    last = (upstream or errors)[-1]
+    if isinstance(last, StreamFailedBeforeFirstByte):
+        return SlipstreamError("every target failed before streaming; the last one sent an error event", status=502)
+    return last
 
 
 async def _primed(stream: LLMStream, ctx: RequestContext) -> LLMStream:

@@ -41,8 +41,17 @@ class TeamRuntime:
     def build(cls, policy: Policy, services: Services | None = None) -> TeamRuntime:
         services = services or Services()
         providers = {name: build_provider(name, config) for name, config in policy.providers.items()}
-        router = Router(policy.routes, providers, policy.retry)
+        router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging)
         return cls(policy=policy, pipeline=Pipeline(build_stages(policy, services), router))
+
+    def model_names(self) -> list[str]:
+        """Model names this team can ask for: literal route matches and the targets' own models."""
+        names: dict[str, None] = {}
+        for route in self.policy.routes:
+            if not any(ch in route.match.model for ch in "*?["):
+                names[route.match.model] = None
+            names.update((target.model, None) for target in route.targets if target.model)
+        return list(names)
 
     async def handle(self, request: LLMRequest, ctx: RequestContext | None = None) -> tuple[Answer, RequestContext]:
         ctx = ctx or RequestContext(request=request, team=self.team)
@@ -59,6 +68,12 @@ def slipstream_headers(ctx: RequestContext, answer: Answer) -> dict[str, str]:
     prompt_cache = f"expected_read={ctx.prompt_cache.expected_read}"
     if usage_known:
         prompt_cache = f"read={usage.cache_read_tokens};write={usage.cache_write_tokens};{prompt_cache}"
+    report = ctx.prompt_cache  # optional fields, appended only when set (docs/prompt-cache.md)
+    if report.miss_cause:
+        prompt_cache += f";miss_cause={report.miss_cause}"
+    for name, value in (("moved", report.moved), ("advice", report.advice), ("repaired", report.repaired)):
+        if value:
+            prompt_cache += f";{name}={value}"
     return {
         "x-slipstream-cache": ctx.cache_status,
         "x-slipstream-route": answer.route,

@@ -32,11 +32,15 @@ class CacheKeys:
 
 
 def _strip(value: Any) -> Any:
-    """Drop prompt-caching markers: they steer the provider's cache, not the answer."""
+    """Drop prompt-caching markers (they steer the provider's cache, not the answer), and write a
+    content list of one plain text block as the string it is equivalent to on both providers."""
     if isinstance(value, dict):
         return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
     if isinstance(value, list):
-        return [_strip(v) for v in value]
+        items = [_strip(v) for v in value]
+        if len(items) == 1 and isinstance(items[0], dict) and items[0].keys() == {"type", "text"} and items[0]["type"] == "text":
+            return items[0]["text"]
+        return items
     return value
 
 

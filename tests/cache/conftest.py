@@ -31,7 +31,7 @@ def services(tmp_path: Path, embedder: Embedder) -> Services:
 def runtime_for(tmp_path: Path, services: Services, fresh_emulator):
     """Build a team's runtime against the emulator, with `semantic_cache` set from a YAML flow mapping."""
 
-    def build(team: str = "search", cache: str = "{enabled: true}") -> TeamRuntime:
+    def build(team: str = "search", cache: str = "{enabled: true}", services: Services = services) -> TeamRuntime:
         path = write_policy(tmp_path, team, f"key-{team}", fresh_emulator.url, extra=f"semantic_cache: {cache}\n")
         return TeamRuntime.build(load_policy(path), services)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import anthropic
-import httpx
 import pytest
 
 from emulator import EmulatorConfig
@@ -13,7 +12,7 @@ from emulator.caching import min_cacheable_tokens
 from emulator.testing import running_emulator
 
 from .conftest import KEY
-from .helpers import HTTP, ANTHROPIC_HEADERS, blocks, post, text_of
+from .helpers import ANTHROPIC_HEADERS, HTTP, blocks, post, text_of
 
 MODEL = "claude-sonnet-4-6"  # minimum 1024
 T = 110  # tokens per block: 10 blocks = 1100 >= 1024
@@ -107,7 +106,8 @@ def test_mixed_ttl_billing_split(anth):
 
 def test_marker_on_empty_text_rejected(emu):
     body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "hi"}, {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}]}]}
+        {"type": "text", "text": "hi"},
+        {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}]}]}
     r = post(emu.url, "/v1/messages", body, ANTHROPIC_HEADERS)
     assert r.status_code == 400
     assert r.json()["error"]["message"] == (

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import anthropic
-import httpx
 import pytest
 
 from emulator.text import count_tokens
 
-from .helpers import HTTP, ANTHROPIC_HEADERS, post, sse_events
+from .helpers import ANTHROPIC_HEADERS, HTTP, post, sse_events
 
 MODEL = "claude-sonnet-4-6"
 MSGS = [{"role": "user", "content": "Hello there"}]
@@ -76,7 +75,7 @@ def test_streaming_golden_sequence(emu):
                      + ["content_block_delta"] * n_deltas
                      + ["content_block_stop", "message_delta", "message_stop"])
     datas = [json.loads(d) for _, d in evs]
-    assert all(d["type"] == n for (n, _), d in zip(evs, datas))
+    assert all(d["type"] == n for (n, _), d in zip(evs, datas, strict=True))
     start = datas[0]["message"]
     assert start["content"] == [] and start["stop_reason"] is None
     assert set(start["usage"]) >= {"input_tokens", "cache_creation_input_tokens",

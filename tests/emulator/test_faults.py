@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import anthropic
-import httpx
 import httpx2
 import openai
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from emulator.faults import FaultSpecError, parse_fault
 
 from .conftest import KEY
-from .helpers import HTTP, ANTHROPIC_HEADERS, OPENAI_HEADERS, post, sse_events
+from .helpers import ANTHROPIC_HEADERS, HTTP, OPENAI_HEADERS, post, sse_events
 
 A_MODEL = "claude-sonnet-4-6"
 O_MODEL = "gpt-5-mini"

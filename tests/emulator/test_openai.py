@@ -80,8 +80,9 @@ def test_tool_calls(oai):
     assert auto.choices[0].finish_reason == "tool_calls"
     plain = oai.chat.completions.create(model=MODEL, messages=MSGS, tools=[TOOL])
     assert plain.choices[0].finish_reason == "stop"
+    named = {"type": "function", "function": {"name": "get_weather"}}
     stream = oai.chat.completions.create(model=MODEL, messages=MSGS, tools=[TOOL], stream=True,
-                                         tool_choice={"type": "function", "function": {"name": "get_weather"}})
+                                         tool_choice=named)
     chunks = list(stream)
     first = chunks[0].choices[0].delta.tool_calls[0]
     assert first.id.startswith("call_") and first.function.name == "get_weather"
@@ -108,7 +109,6 @@ def test_errors(emu, oai):
     with pytest.raises(openai.BadRequestError) as ei:
         oai.chat.completions.create(model=MODEL, messages=[{"role": "robot", "content": "x"}])
     assert ei.value.param == "messages[0].role"
-    import httpx
     bad = HTTP.post(emu.openai_url + "/chat/completions", content=b"{oops", headers=OPENAI_HEADERS)
     assert bad.status_code == 400 and "could not parse the JSON body" in bad.json()["error"]["message"]
 

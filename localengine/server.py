@@ -1,0 +1,166 @@
+"""OpenAI-compatible HTTP server for the local engine (a bare ASGI app run by uvicorn).
+
+    POST /v1/chat/completions   streaming (SSE, `data: [DONE]`) and not, with usage
+    GET  /v1/models             the served model
+    GET  /metrics               Prometheus text, vLLM's metric names
+    GET  /health                200 once the model is loaded
+
+Bare ASGI rather than a framework because this server must notice a client disconnect while it
+waits for the engine: a watcher task reads `http.disconnect` and cancels the request, and the
+cancellation aborts the engine request (freeing its KV blocks) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from localengine.engine.async_engine import AsyncLLMEngine
+from localengine.serving_chat import (
+    ChatRequestError,
+    chat_completion,
+    chat_completion_events,
+    error_body,
+    parse_chat_request,
+)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+MAX_BODY_BYTES = 32 << 20
+
+
+class EngineApp:
+    def __init__(self, engine: AsyncLLMEngine, served_model_name: str):
+        self.engine = engine
+        self.served_model_name = served_model_name
+        self.created = int(time.time())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        method, path = scope["method"], scope["path"].rstrip("/")
+        if path == "/v1/chat/completions" and method == "POST":
+            await self._chat(receive, send)
+        elif path == "/v1/models" and method == "GET":
+            models = {"object": "list", "data": [{"id": self.served_model_name, "object": "model",
+                                                   "created": self.created, "owned_by": "localengine"}]}
+            await _respond(send, 200, orjson.dumps(models))
+        elif path == "/metrics" and method == "GET":
+            await _respond(send, 200, self.engine.engine.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/health" and method == "GET":
+            await _respond(send, 200, b"")
+        else:
+            await _respond(send, 404, error_body(f"no route for {method} {scope['path']}", 404))
+
+    async def _chat(self, receive: Receive, send: Send) -> None:
+        raw = await _read_body(receive)
+        if raw is None:
+            await _respond(send, 413, error_body("request body too large", 413))
+            return
+        try:
+            req = parse_chat_request(orjson.loads(raw), self.engine, self.served_model_name)
+        except orjson.JSONDecodeError:
+            await _respond(send, 400, error_body("the request body is not valid JSON"))
+            return
+        except ChatRequestError as exc:
+            await _respond(send, exc.status, error_body(str(exc), exc.status, exc.param))
+            return
+        if req.stream:
+            await _until_disconnect(receive, self._stream(send, chat_completion_events(self.engine, req)))
+        else:
+            await _until_disconnect(receive, self._complete(send, chat_completion(self.engine, req)))
+
+    @staticmethod
+    async def _complete(send: Send, body: Awaitable[dict[str, Any]]) -> None:
+        try:
+            data = await body
+        except Exception as exc:  # engine failure: an OpenAI-shaped 500
+            await _respond(send, 500, error_body(f"generation failed: {exc}", 500))
+            return
+        await _respond(send, 200, orjson.dumps(data))
+
+    @staticmethod
+    async def _stream(send: Send, events: AsyncIterator[bytes]) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]})
+        try:
+            async for event in events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+        except Exception as exc:  # after the first byte, errors travel in band
+            await send({"type": "http.response.body", "body": b"data: " + error_body(f"generation failed: {exc}", 500)
+                        + b"\n\n", "more_body": True})
+        finally:
+            await events.aclose()  # aborts the engine request if we stopped early
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
+    """Run `work`; if the client disconnects first, cancel it (which aborts the engine request)."""
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, watcher):
+            t.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        body += message.get("body", b"")
+        if len(body) > MAX_BODY_BYTES:
+            return None
+        if not message.get("more_body"):
+            return body
+
+
+async def _respond(send: Send, status: int, body: bytes, content_type: str = "application/json") -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def create_app(engine: AsyncLLMEngine, served_model_name: str | None = None) -> EngineApp:
+    return EngineApp(engine, served_model_name or engine.model_name)
+
+
+def serve(model: str, host: str = "127.0.0.1", port: int = 8000, **engine_kwargs: Any) -> None:
+    """Load `model` (a local HF directory, or `demo` / `demo-draft`) and serve it until interrupted.
+    This is what `slipstream engine serve --model PATH|demo --port N` runs."""
+    import uvicorn
+
+    engine = AsyncLLMEngine.from_args(model, **engine_kwargs)
+    try:
+        uvicorn.run(create_app(engine, model), host=host, port=port, log_level="info")
+    finally:
+        engine.shutdown()

@@ -1,0 +1,225 @@
+"""The prefixes a team has sent to each provider cache, to predict reads and explain misses.
+
+A scope is one provider cache: (protocol, model, OpenAI prompt_cache_key); the provider's own scope
+is the upstream workspace, which is fixed per team and route. Entries follow the provider's rules
+(A.8, A.9, C.1): Anthropic writes only at breakpoints whose prefix reaches the model minimum, reads
+look back 20 positions from each breakpoint, latest first; OpenAI caches every prefix from 1,024
+tokens in 128-token steps. An entry becomes readable only once its writer's response has started
+(`publish`), and TTL clocks run from the start of the request that wrote or read the entry.
+
+The history keeps the last requests' block chains, so a request that reads less than a similar
+earlier one did can be explained by the first block that differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from sdk.promptcache.blocks import Block, Layout
+from sdk.promptcache.volatility import excerpt
+
+LOOKBACK = 20
+OPENAI_MIN, OPENAI_STEP = 1024, 128
+OPENAI_TTL_S = 300.0  # in-memory retention is "5-10 min idle": predict the short end
+TTL_S = {"5m": 300.0, "1h": 3600.0}
+
+
+@dataclass(slots=True)
+class Entry:
+    pos: int  # provider tokens through the block (calibrated estimate)
+    ttl: float
+    expires: float
+    readable: bool
+    ready: asyncio.Event | None  # set once the writer's response starts; fan-out siblings wait on it
+
+
+@dataclass(slots=True)
+class Prediction:
+    hit: int = -1  # block whose entry should be read
+    read: int = 0  # tokens expected to be read
+    pending: Entry | None = None  # an in-flight write that would let this request read more
+
+
+@dataclass(slots=True)
+class Write:
+    key: bytes
+    entry: Entry
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    chain: list[bytes]
+    blocks: list[Block]
+    written: int  # last block index with an entry (-1: nothing cached)
+    written_pos: int
+    conversation: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    kind: str  # tools_changed | system_changed | messages_changed | expired_or_evicted
+    path: str
+    excerpt: str
+    lost_tokens: int  # tokens the similar earlier prefix had cached beyond the change
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}@{self.path}" if self.path else self.kind
+
+
+def diff_excerpt(old: str, new: str, width: int = 32) -> str:
+    """The changed middle of two texts with a little context: '…ctx[old→new]…'."""
+    p = 0
+    limit = min(len(old), len(new))
+    while p < limit and old[p] == new[p]:
+        p += 1
+    s = 0
+    while s < limit - p and old[-1 - s] == new[-1 - s]:
+        s += 1
+    context = excerpt(old[max(0, p - width // 2):p], width)
+    return f"…{context}[{excerpt(old[p:len(old) - s], width)}→{excerpt(new[p:len(new) - s], width)}]…"
+
+
+@dataclass
+class Scope:
+    entries: dict[bytes, Entry] = field(default_factory=dict)
+    history: deque[Snapshot] = field(default_factory=lambda: deque(maxlen=32))
+    _writes: int = 0
+
+    def live(self, key: bytes, now: float) -> Entry | None:
+        entry = self.entries.get(key)
+        return entry if entry is not None and entry.expires > now else None
+
+    def sweep(self, now: float) -> None:
+        self._writes += 1
+        if self._writes % 1024 == 0:
+            for key in [k for k, e in self.entries.items() if e.expires <= now]:
+                del self.entries[key]
+
+
+class Ledger:
+    """One team's view of its provider caches."""
+
+    MAX_SCOPES = 256
+
+    def __init__(self) -> None:
+        self.scopes: dict[tuple[str, str, str], Scope] = {}
+
+    def scope(self, protocol: str, model: str, cache_key: str = "") -> Scope:
+        key = (protocol, model, cache_key)
+        found = self.scopes.get(key)
+        if found is None:
+            if len(self.scopes) >= self.MAX_SCOPES:
+                self.scopes.pop(next(iter(self.scopes)))
+            found = self.scopes[key] = Scope()
+        return found
+
+    # --- prediction ------------------------------------------------------------------------
+    @staticmethod
+    def predict_anthropic(scope: Scope, layout: Layout, marks: list[int], now: float, ratio: float) -> Prediction:
+        prediction = Prediction()
+        for mark in reversed(marks):
+            for b in range(mark, max(-1, mark - LOOKBACK), -1):
+                entry = scope.live(layout.chain[b], now)
+                if entry is None:
+                    continue
+                if entry.readable:
+                    prediction.hit, prediction.read = b, round(layout.pos[b] * ratio)
+                    break
+                if prediction.pending is None:
+                    prediction.pending = entry
+            if prediction.hit >= 0:
+                break
+        return prediction
+
+    @staticmethod
+    def predict_openai(scope: Scope, layout: Layout, now: float, ratio: float) -> Prediction:
+        prediction = Prediction()
+        for b in range(len(layout.blocks) - 1, -1, -1):
+            tokens = layout.pos[b] * ratio
+            if tokens < OPENAI_MIN:
+                break
+            entry = scope.live(layout.chain[b], now)
+            if entry is None:
+                continue
+            if entry.readable:
+                prediction.hit, prediction.read = b, int(tokens) // OPENAI_STEP * OPENAI_STEP
+                break
+            if prediction.pending is None:
+                prediction.pending = entry
+        return prediction
+
+    # --- writes ----------------------------------------------------------------------------
+    @staticmethod
+    def begin(scope: Scope, layout: Layout, marks: list[tuple[int, float]], hit: int, start: float,
+              ratio: float, with_event: bool) -> list[Write]:
+        """Record the entries this request writes or refreshes: (block, ttl seconds) per mark."""
+        writes: list[Write] = []
+        if hit >= 0 and (entry := scope.live(layout.chain[hit], start)) is not None:
+            entry.expires = max(entry.expires, start + entry.ttl)  # a hit refreshes the TTL (A.9)
+        for index, ttl in marks:
+            key = layout.chain[index]
+            entry = scope.live(key, start)
+            if entry is not None:
+                entry.ttl = max(entry.ttl, ttl)
+                entry.expires = max(entry.expires, start + entry.ttl)
+                writes.append(Write(key, entry, False))
+                continue
+            entry = Entry(round(layout.pos[index] * ratio), ttl, start + ttl, False, asyncio.Event() if with_event else None)
+            scope.entries[key] = entry
+            writes.append(Write(key, entry, True))
+        scope.sweep(start)
+        return writes
+
+    @staticmethod
+    def publish(writes: list[Write]) -> None:
+        """The writer's response started: its entries are readable now."""
+        for write in writes:
+            write.entry.readable = True
+            if write.entry.ready is not None:
+                write.entry.ready.set()
+
+    @staticmethod
+    def discard(scope: Scope, writes: list[Write]) -> None:
+        """The request failed, or the provider cached nothing: forget what it would have written."""
+        for write in writes:
+            if write.created and scope.entries.get(write.key) is write.entry:
+                del scope.entries[write.key]
+            if write.entry.ready is not None:
+                write.entry.ready.set()
+
+    # --- history and causes ----------------------------------------------------------------
+    @staticmethod
+    def remember(scope: Scope, layout: Layout, written: int, written_pos: int, conversation: bytes) -> None:
+        scope.history.append(Snapshot(layout.chain, layout.blocks, written, written_pos, conversation))
+
+    @staticmethod
+    def diagnose(scope: Scope, layout: Layout, conversation: bytes, ratio: float) -> Cause | None:
+        """Why this request cannot read what the most similar earlier request cached, if it cannot."""
+        best: Snapshot | None = None
+        best_len = -1
+        for snap in reversed(scope.history):
+            if snap.written < 0:
+                continue
+            shared = layout.common_prefix(snap.chain)
+            if shared > best_len:
+                best, best_len = snap, shared
+        if best is None or best_len > best.written:
+            return None  # the earlier cached prefix is intact (an extension, or nothing cached)
+        before = round(layout.pos[best_len - 1] * ratio) if best_len > 0 else 0
+        lost = best.written_pos - before
+        old = best.blocks[best_len]
+        if best_len >= len(layout.blocks):
+            return Cause("messages_changed", old.path, "history truncated", lost)
+        new = layout.blocks[best_len]
+        if new.section == "messages" and best.conversation != conversation:
+            return None  # another conversation: nothing was shared past the common part
+        return Cause(f"{new.section}_changed", new.path, diff_excerpt(old.text, new.text), lost)
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,257 @@
+"""One team's prompt-cache optimizer: plan a request before it goes upstream, verify it after.
+
+`prepare` runs canonicalization, volatility detection (and the opt-in move), breakpoint placement
+or prompt_cache_key, the ledger's prediction and the miss diagnosis; it is synchronous and touches
+only memoised work for blocks seen before. `settle` compares the provider's usage with the
+prediction and does the accounting. The pipeline stage (sdk/stages/prompt_cache.py) calls both.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from hashlib import blake2b
+from typing import Any
+
+import orjson
+
+from sdk.policy import PromptCachePolicy
+from sdk.promptcache import stats
+from sdk.promptcache.blocks import Layout, anthropic_layout, openai_layout
+from sdk.promptcache.canonicalize import canonicalize
+from sdk.promptcache.ledger import OPENAI_MIN, OPENAI_TTL_S, TTL_S, Cause, Ledger, Prediction, Scope, Write
+from sdk.promptcache.placement import Placement, apply, min_cacheable_tokens, place
+from sdk.promptcache.reorder import move_lines, system_texts
+from sdk.promptcache.tokens import Calibration
+from sdk.promptcache.volatility import Finding, VolatilityDetector
+from sdk.types import LLMRequest, Protocol, Usage
+
+log = logging.getLogger("slipstream.prompt_cache")
+
+MISS_TOLERANCE = 0.9  # a read below 90% of the prediction counts as a miss (token estimates are approximate)
+
+
+@dataclass(slots=True)
+class Plan:
+    protocol: Protocol
+    model: str
+    body: dict[str, Any]
+    layout: Layout
+    scope: Scope
+    ratio: float
+    conversation: bytes
+    marks: list[tuple[int, float]]  # (block, ttl seconds) of the entries this request writes
+    breakpoints: list[int]  # every breakpoint (Anthropic), for the read prediction
+    prediction: Prediction
+    findings: list[Finding] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    placement: Placement | None = None
+    cause: Cause | None = None
+    writes: list[Write] = field(default_factory=list)
+
+
+def _conversation(protocol: Protocol, body: dict[str, Any]) -> bytes:
+    """Identity of a thread: its first non-system message (history is append-only)."""
+    for message in body.get("messages") or ():
+        if isinstance(message, dict) and message.get("role") not in ("system", "developer"):
+            return blake2b(orjson.dumps(message.get("content")), digest_size=12).digest()
+    return b""
+
+
+def _tool_descriptions(protocol: Protocol, body: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for i, tool in enumerate(body.get("tools") or ()):
+        if not isinstance(tool, dict):
+            continue
+        holder = tool.get("function") if protocol is Protocol.OPENAI else tool
+        text = holder.get("description") if isinstance(holder, dict) else None
+        if isinstance(text, str) and text:
+            out.append((f"tools.{i}", text))
+    return out
+
+
+class Optimizer:
+    def __init__(self, team: str, config: PromptCachePolicy):
+        self.team = team
+        self.config = config
+        self.detector = VolatilityDetector()
+        self.ledger = Ledger()
+        self.calibration = Calibration()
+        self.stats = stats.team_stats(team)
+        self._logged: set[tuple[str, str]] = set()  # findings already logged at INFO (then DEBUG)
+
+    # --- before the request ----------------------------------------------------------------
+    def prepare(self, request: LLMRequest, now: float) -> Plan:
+        protocol, model = request.protocol, request.model
+        body = canonicalize(protocol, request.body) if self.config.canonicalize else request.body
+        conversation = _conversation(protocol, body)
+        findings, moved, body = self._volatility(protocol, body, conversation)
+        if protocol is Protocol.ANTHROPIC:
+            return self._plan_anthropic(body, model, conversation, findings, moved, now)
+        return self._plan_openai(body, model, conversation, findings, moved, now)
+
+    def _volatility(self, protocol: Protocol, body: dict[str, Any], conversation: bytes) -> tuple[list[Finding], list[str], dict[str, Any]]:
+        learn = conversation if self.config.learn_volatile else None
+        texts = system_texts(protocol, body)
+        findings: list[Finding] = []
+        for item in texts:
+            findings += self.detector.scan(item.path, item.text, learn)
+        for path, text in _tool_descriptions(protocol, body):
+            findings += self.detector.scan(path, text, None, movable_section=False)
+        moved: list[str] = []
+        if self.config.reorder and any(f.movable for f in findings):
+            remove: dict[str, set[int]] = {}
+            for finding in findings:
+                if finding.movable:
+                    remove.setdefault(finding.path, set()).add(finding.line)
+            lines = {item.path: self.detector.lines(item.text) for item in texts}
+            body, moved = move_lines(protocol, body, texts, lines, remove)
+        return findings, moved, body
+
+    def _volatile_from(self, layout: Layout, findings: list[Finding], moved: bool) -> int | None:
+        """First block that still holds volatile content after any move."""
+        paths = {f.path for f in findings if not (moved and f.movable)}
+        if "system" in paths:
+            paths.add("system.0")  # a string system prompt becomes one list block before placement
+        return next((i for i, b in enumerate(layout.blocks) if b.path in paths), None)
+
+    def _plan_anthropic(self, body: dict[str, Any], model: str, conversation: bytes, findings: list[Finding],
+                        moved: list[str], now: float) -> Plan:
+        auto = self.config.breakpoints == "auto"
+        if auto and isinstance(body.get("system"), str) and body["system"]:
+            # Always the list form, so the prefix renders the same whether or not a marker lands on it.
+            body = {**body, "system": [{"type": "text", "text": body["system"]}]}
+        layout = anthropic_layout(body)
+        ratio = self.calibration.ratio("anthropic", model)
+        scope = self.ledger.scope("anthropic", model)
+        placement: Placement | None = None
+        if self.config.breakpoints != "off":
+            placement = place(
+                layout, auto=auto, ttl=self.config.ttl, tail_ttl=self.config.tail_ttl,
+                minimum=min_cacheable_tokens(model), ratio=ratio,
+                volatile_from=self._volatile_from(layout, findings, bool(moved)),
+                tail_moved=bool(moved), anchor=self._anchor(scope, layout, now),
+            )
+            body = apply(body, layout, placement)
+            marks = [(m.index, m.ttl) for m in placement.marks]
+        else:
+            marks = [(i, b.marker) for i, b in enumerate(layout.blocks) if b.marker]
+        if layout.auto_marker:
+            last = next((i for i in range(len(layout.blocks) - 1, -1, -1) if layout.blocks[i].eligible), -1)
+            if last >= 0 and all(i != last for i, _ in marks):
+                marks.append((last, layout.auto_marker))
+        marks.sort()
+        minimum = min_cacheable_tokens(model)
+        written = [(i, TTL_S[ttl or "5m"]) for i, ttl in marks if layout.pos[i] * ratio >= minimum]
+        if marks and layout.pos[marks[-1][0]] * ratio < minimum:
+            written = []  # the provider caches nothing when the last breakpoint is below the minimum (A.5)
+        breakpoints = [i for i, _ in marks]
+        prediction = self.ledger.predict_anthropic(scope, layout, breakpoints, now, ratio)
+        return Plan(Protocol.ANTHROPIC, model, body, layout, scope, ratio, conversation, written, breakpoints,
+                    prediction, findings, moved, placement)
+
+    @staticmethod
+    def _anchor(scope: Scope, layout: Layout, now: float) -> int:
+        """The last block whose prefix the ledger holds live and readable (-1: none)."""
+        for b in range(len(layout.blocks) - 1, -1, -1):
+            entry = scope.live(layout.chain[b], now)
+            if entry is not None and entry.readable:
+                return b
+        return -1
+
+    def _plan_openai(self, body: dict[str, Any], model: str, conversation: bytes, findings: list[Finding],
+                     moved: list[str], now: float) -> Plan:
+        layout = openai_layout(body)
+        if self.config.openai_cache_key and not body.get("prompt_cache_key"):
+            # Team + stable prefix (tools, schema, system): requests sharing it land on warm machines.
+            stable = layout.first_message - 1
+            volatile = any(not (moved and f.movable) for f in findings if not f.path.startswith("tools"))
+            suffix = layout.chain[stable].hex()[:16] if stable >= 0 and not volatile else "default"
+            body = {**body, "prompt_cache_key": f"slipstream-{self.team}-{suffix}"}
+        ratio = self.calibration.ratio("openai", model)
+        scope = self.ledger.scope("openai", model, str(body.get("prompt_cache_key") or ""))
+        written = [(i, OPENAI_TTL_S) for i in range(len(layout.blocks)) if layout.pos[i] * ratio >= OPENAI_MIN]
+        prediction = self.ledger.predict_openai(scope, layout, now, ratio)
+        return Plan(Protocol.OPENAI, model, body, layout, scope, ratio, conversation, written, [], prediction, findings, moved)
+
+    def diagnose(self, plan: Plan) -> None:
+        plan.cause = self.ledger.diagnose(plan.scope, plan.layout, plan.conversation, plan.ratio)
+
+    def repredict(self, plan: Plan, now: float) -> None:
+        if plan.protocol is Protocol.ANTHROPIC:
+            plan.prediction = self.ledger.predict_anthropic(plan.scope, plan.layout, plan.breakpoints, now, plan.ratio)
+        else:
+            plan.prediction = self.ledger.predict_openai(plan.scope, plan.layout, now, plan.ratio)
+
+    def begin(self, plan: Plan, start: float, with_event: bool) -> None:
+        plan.writes = self.ledger.begin(plan.scope, plan.layout, plan.marks, plan.prediction.hit, start, plan.ratio, with_event)
+        written = plan.marks[-1][0] if plan.marks else -1
+        written_pos = round(plan.layout.pos[written] * plan.ratio) if written >= 0 else 0
+        self.ledger.remember(plan.scope, plan.layout, written, written_pos, plan.conversation)
+
+    # --- reporting -------------------------------------------------------------------------
+    def report_findings(self, plan: Plan) -> tuple[int, int]:
+        """Log and count volatile findings; returns (moved, advice) line counts."""
+        moved = advice = 0
+        for finding in plan.findings:
+            is_move = bool(plan.moved) and finding.movable
+            if is_move:
+                moved += 1
+                stats.MOVES.labels(self.team, finding.kind).inc()
+            else:
+                advice += 1
+                stats.ADVICE.labels(self.team, finding.kind).inc()
+            key = (finding.path, finding.kind)
+            what = "moved to the latest user turn" if is_move else "left in the cached prefix (advice: move it after the prefix or set prompt_cache.reorder)"
+            level = logging.INFO if key not in self._logged else logging.DEBUG
+            if len(self._logged) < 4096:
+                self._logged.add(key)
+            log.log(level, "team %s: volatile %s at %s line %d %s: %r", self.team, finding.kind, finding.path, finding.line, what, finding.excerpt)
+        self.stats.moves += moved
+        self.stats.advice += advice
+        if plan.placement is not None and plan.placement.remove:
+            self.stats.repairs += 1
+            stats.REPAIRS.labels(self.team).inc()
+            for note in plan.placement.notes:
+                log.warning("team %s: %s", self.team, note)
+        if plan.cause is not None:
+            label = plan.cause.kind
+            stats.MISSES.labels(self.team, label).inc()
+            stats.MISSED_TOKENS.labels(self.team, label).inc(max(0, plan.cause.lost_tokens))
+            self.stats.causes[plan.cause.label] += 1
+            self.stats.examples[plan.cause.label] = plan.cause.excerpt
+            log.info("team %s: prompt cache miss, %s (%d cached tokens lost): %s", self.team, plan.cause.label,
+                     plan.cause.lost_tokens, plan.cause.excerpt)
+        return moved, advice
+
+    # --- after the response ----------------------------------------------------------------
+    def settle(self, plan: Plan, usage: Usage) -> None:
+        """Compare the provider's usage with the prediction; calibrate; account."""
+        total = usage.total_input_tokens
+        self.calibration.observe(plan.protocol.value, plan.model, plan.layout.total, total)
+        read, write = usage.cache_read_tokens, usage.cache_write_tokens
+        if plan.protocol is Protocol.ANTHROPIC and plan.writes:
+            if read == 0 and write == 0:
+                self.ledger.discard(plan.scope, plan.writes)  # below the provider's minimum after all
+            elif plan.writes[-1].created:
+                plan.writes[-1].entry.pos = read + write  # exact: the provider's own position of the last breakpoint
+        expected = plan.prediction.read
+        team = self.stats
+        team.requests += 1
+        team.hits += 1 if read else 0
+        team.input_tokens += total
+        team.read_tokens += read
+        team.write_tokens += write
+        team.expected_read_tokens += expected
+        team.saved_usd += stats.saved_usd(plan.model, read, write)
+        stats.PREDICTED.labels(self.team).inc(expected)
+        if expected and read < expected * MISS_TOLERANCE:
+            team.expected_misses += 1
+            label = "expired_or_evicted"
+            team.causes[label] += 1
+            team.examples[label] = f"expected {expected} cached tokens, provider read {read}"
+            stats.EXPECTED_MISSES.labels(self.team).inc()
+            stats.MISSES.labels(self.team, label).inc()
+            stats.MISSED_TOKENS.labels(self.team, label).inc(expected - read)
+            log.warning("team %s: expected %d cache-read tokens on %s, the provider read %d (entry expired or evicted upstream)",
+                        self.team, expected, plan.model, read)

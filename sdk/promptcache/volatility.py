@@ -1,0 +1,125 @@
+"""Find content that changes between requests inside what should be the stable prefix.
+
+Two detectors, both line-based over the system prompt (and tool descriptions, report-only):
+- patterns: timestamps, times of day, UUIDs, request/session/trace ids, epoch seconds, counters
+  ("turn 12"); a bare date changes only daily, so alone it is reported but not moved;
+- learning: within one conversation (same first user message) the system prompt should not change;
+  a line that does is remembered by its label (first words, digits masked) and treated as volatile
+  for the team from then on, e.g. "The user's name is Alice" / "... Bob".
+
+Analysis of a text is memoised by digest, so an unchanged system prompt costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from hashlib import blake2b
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),
+    ("timestamp", re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}")),
+    ("timestamp", re.compile(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? \d{1,2} [A-Z][a-z]{2,8} \d{4} \d{1,2}:\d{2}")),
+    ("time", re.compile(r"\b\d{1,2}:\d{2}:\d{2}\b|\b\d{1,2}:\d{2}\s?(?:[AaPp][Mm]|UTC|GMT)\b")),
+    ("request_id", re.compile(r"\b(?:req|request|session|sess|trace|span|run|conv|conversation|msg|call|correlation)[ _-]?(?:id)?\s*[:=#]?\s*[\"']?[A-Za-z0-9_-]*\d[A-Za-z0-9_-]{5,}", re.I)),
+    ("hex_id", re.compile(r"\b[0-9a-f]{16,}\b")),
+    ("epoch", re.compile(r"\b1[5-9]\d{8}(?:\d{3})?\b")),
+    ("counter", re.compile(r"\b(?:turn|request|attempt|iteration|invocation)\s*(?:#|no\.|number|count|:)\s*\d+\b", re.I)),
+    ("date", re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{1,2},? \d{4}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b")),
+)
+ADVISORY_KINDS = frozenset({"date"})  # reported, moved only once learning confirms it varies
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    path: str  # where the content sits (system.0, messages.0, tools.3)
+    line: int  # line number inside that text
+    kind: str  # a pattern name, or "learned"
+    excerpt: str  # the line, shortened
+    movable: bool  # confident enough to move out of the prefix when reorder is on
+
+
+@dataclass(frozen=True, slots=True)
+class _Analysis:
+    lines: tuple[str, ...]
+    labels: tuple[str, ...]
+    kinds: tuple[str | None, ...]  # pattern kind per line
+    digests: tuple[bytes, ...]
+
+
+def _label(line: str) -> str:
+    return _DIGITS.sub("#", " ".join(line.split()[:3]).lower())[:48]
+
+
+def excerpt(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _pattern_kind(line: str) -> str | None:
+    for kind, pattern in _PATTERNS:
+        if pattern.search(line):
+            return kind
+    return None
+
+
+class VolatilityDetector:
+    """Per-team detector; holds the learned labels and each conversation's last system prompt."""
+
+    MAX_ANALYSES = 4096
+    MAX_CONVERSATIONS = 4096
+    MAX_CHANGED_SHARE = 0.25  # more lines than this changed: a different prompt, not a volatile line
+
+    def __init__(self) -> None:
+        self._analyses: dict[bytes, _Analysis] = {}
+        self._previous: OrderedDict[tuple[str, bytes], tuple[bytes, ...]] = OrderedDict()
+        self.learned: dict[str, set[str]] = {}  # path -> labels seen to vary within a conversation
+
+    def _analyse(self, text: str) -> _Analysis:
+        key = blake2b(text.encode(), digest_size=16).digest()
+        found = self._analyses.get(key)
+        if found is None:
+            lines = tuple(text.split("\n"))
+            found = _Analysis(
+                lines,
+                tuple(_label(line) for line in lines),
+                tuple(_pattern_kind(line) for line in lines),
+                tuple(blake2b(line.encode(), digest_size=8).digest() for line in lines),
+            )
+            if len(self._analyses) >= self.MAX_ANALYSES:
+                self._analyses.clear()
+            self._analyses[key] = found
+        return found
+
+    def _learn(self, path: str, conversation: bytes, analysis: _Analysis) -> None:
+        key = (path, conversation)
+        before = self._previous.get(key)
+        self._previous[key] = analysis.digests
+        self._previous.move_to_end(key)
+        if len(self._previous) > self.MAX_CONVERSATIONS:
+            self._previous.popitem(last=False)
+        if before is None or before == analysis.digests or len(before) != len(analysis.digests):
+            return
+        changed = [i for i, (a, b) in enumerate(zip(before, analysis.digests)) if a != b]
+        if len(changed) <= max(2, int(len(before) * self.MAX_CHANGED_SHARE)):
+            self.learned.setdefault(path, set()).update(analysis.labels[i] for i in changed)
+
+    def scan(self, path: str, text: str, conversation: bytes | None, movable_section: bool = True) -> list[Finding]:
+        """Volatile lines of one text; `conversation` (None: do not learn) identifies its thread."""
+        analysis = self._analyse(text)
+        if conversation is not None and movable_section:
+            self._learn(path, conversation, analysis)
+        learned = self.learned.get(path, ())
+        findings = []
+        for i, kind in enumerate(analysis.kinds):
+            is_learned = bool(learned) and analysis.labels[i] in learned
+            if kind is None and not is_learned:
+                continue
+            movable = movable_section and (is_learned or kind not in ADVISORY_KINDS)
+            findings.append(Finding(path, i, kind or "learned", excerpt(analysis.lines[i]), movable))
+        return findings
+
+    def lines(self, text: str) -> tuple[str, ...]:
+        return self._analyse(text).lines

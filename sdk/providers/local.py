@@ -1,0 +1,121 @@
+"""The `kind: local` provider: Slipstream's bundled engine, in process or over HTTP.
+
+In process, one engine per model per process is created on first use (weights load in a worker
+thread, model steps run in the engine's own thread, never on the event loop) and answers with the
+same OpenAI Chat Completions bytes the engine's HTTP server sends. With `base_url`, requests go
+over HTTP to a running `slipstream engine serve` or any other OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from sdk.errors import SlipstreamError
+from sdk.providers.base import HTTPProvider
+from sdk.providers.openai import OpenAIDialect
+from sdk.providers.upstream import Timeouts
+from sdk.sse import StreamObserver
+from sdk.types import Answer, LLMRequest, LLMResponse, LLMStream, Protocol, Timings, Usage
+
+if TYPE_CHECKING:
+    from localengine.engine.async_engine import AsyncLLMEngine
+    from localengine.serving_chat import ChatRequest
+
+
+class LocalProvider:
+    protocol = Protocol.OPENAI
+
+    def __init__(self, name: str, model: str, base_url: str | None = None, api_key: str = "local",
+                 timeouts: Timeouts = Timeouts(), engine_args: dict[str, Any] | None = None):
+        self.name = name
+        self.model = model
+        self.engine_args = engine_args or {}
+        self._http = (
+            HTTPProvider(name=name, dialect=OpenAIDialect(), base_url=base_url.rstrip("/"), api_key=api_key,
+                         timeouts=timeouts)
+            if base_url
+            else None
+        )
+
+    async def send(self, request: LLMRequest, timings: Timings) -> Answer:
+        if request.protocol is not Protocol.OPENAI:
+            raise SlipstreamError(
+                f"provider {self.name!r} (local engine) speaks OpenAI Chat Completions and cannot serve "
+                f"a {request.protocol} request",
+                status=400,
+            )
+        if self._http is not None:
+            return await self._http.send(request, timings)
+        from localengine.serving_chat import ChatRequestError, parse_chat_request
+
+        started = time.perf_counter()
+        try:
+            engine = await self._engine()
+            try:
+                chat = parse_chat_request(request.body, engine)
+            except ChatRequestError as exc:
+                raise SlipstreamError(str(exc), status=exc.status) from exc
+            route = f"{self.name}/{request.model or self.model}"
+            if not chat.stream:
+                return await self._complete(engine, chat, route)
+        finally:
+            timings.upstream_s += time.perf_counter() - started
+        return self._stream(engine, chat, route, timings)
+
+    async def _engine(self) -> AsyncLLMEngine:
+        from localengine.engine.async_engine import get_shared_engine
+
+        try:
+            return await asyncio.to_thread(get_shared_engine, self.model, **self.engine_args)
+        except (FileNotFoundError, NotImplementedError, ValueError, MemoryError) as exc:
+            raise SlipstreamError(f"local engine cannot load model {self.model!r}: {exc}", status=503) from exc
+
+    @staticmethod
+    async def _complete(engine: AsyncLLMEngine, chat: ChatRequest, route: str) -> LLMResponse:
+        from localengine.serving_chat import chat_completion
+
+        data = await chat_completion(engine, chat)
+        return LLMResponse(status=200, body=orjson.dumps(data), headers={}, usage=usage_of(data["usage"]), route=route)
+
+    @staticmethod
+    def _stream(engine: AsyncLLMEngine, chat: ChatRequest, route: str, timings: Timings) -> LLMStream:
+        from localengine.serving_chat import chat_completion_events
+
+        usage = Usage()
+
+        def fill(raw: dict[str, Any]) -> None:  # always, even when the client did not ask for usage
+            filled = usage_of(raw)
+            usage.input_tokens, usage.output_tokens = filled.input_tokens, filled.output_tokens
+            usage.cache_read_tokens = filled.cache_read_tokens
+
+        source = chat_completion_events(engine, chat, on_usage=fill)
+        events = _observed(source, StreamObserver(Protocol.OPENAI, usage, timings), route)
+
+        async def close() -> None:
+            await events.aclose()
+            engine.abort(chat.request_id)  # idempotent: frees the KV blocks even if nothing was read
+
+        return LLMStream(status=200, events=events, headers={}, usage=usage, route=route, close=close)
+
+
+def usage_of(raw: dict[str, Any]) -> Usage:
+    cached = raw.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    return Usage(input_tokens=raw["prompt_tokens"] - cached, output_tokens=raw["completion_tokens"],
+                 cache_read_tokens=cached)
+
+
+async def _observed(source: AsyncIterator[bytes], observer: StreamObserver, route: str) -> AsyncIterator[bytes]:
+    """Forward events, marking token times; closing this closes the source, aborting the request."""
+    try:
+        async for event in source:
+            observer.observe(event, time.perf_counter())
+            yield event
+    except Exception as exc:  # after the first byte, failures end the stream in band
+        yield SlipstreamError(f"{route} failed mid-stream: {exc}", status=500).sse_event(Protocol.OPENAI)
+    finally:
+        await source.aclose()

@@ -1,0 +1,104 @@
+"""Which target of a route to try first: the order strategies and the per-target statistics they read.
+
+- priority: the order written in the policy (a fallback chain).
+- weighted: a weighted random order (each pick without replacement, proportional to `weight`).
+- lowest_latency: by EWMA of time to first byte, inflated by the EWMA error rate; targets with no
+  measurement yet go first so that every target gets measured.
+- least_busy: fewest requests in flight (streams count until they end); ties keep policy order.
+
+Whatever the strategy, the rest of the route stays behind the first pick as fallbacks.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sdk.policy import Route, Target
+
+_ALPHA = 0.2  # EWMA weight of the newest sample: about the last ten requests matter
+_ERROR_PENALTY = 4.0  # a target failing every request scores as if five times slower
+_P95_SAMPLES = 200
+
+
+def target_key(target: Target, model: str) -> str:
+    """Identity of a target for breakers and statistics: PROVIDER/MODEL as it is sent upstream."""
+    return f"{target.provider}/{target.model or model}"
+
+
+@dataclass(slots=True)
+class TargetStats:
+    ttfb_ewma_s: float | None = None
+    error_ewma: float = 0.0
+    in_flight: int = 0
+    recent_ttfb_s: deque[float] = field(default_factory=lambda: deque(maxlen=_P95_SAMPLES))
+
+    def success(self, ttfb_s: float) -> None:
+        self.ttfb_ewma_s = ttfb_s if self.ttfb_ewma_s is None else self.ttfb_ewma_s + _ALPHA * (ttfb_s - self.ttfb_ewma_s)
+        self.error_ewma *= 1 - _ALPHA
+        self.recent_ttfb_s.append(ttfb_s)
+
+    def failure(self) -> None:
+        self.error_ewma += _ALPHA * (1 - self.error_ewma)
+
+    def p95_ttfb_s(self, min_samples: int) -> float | None:
+        if len(self.recent_ttfb_s) < min_samples:
+            return None
+        ordered = sorted(self.recent_ttfb_s)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+
+    @property
+    def latency_score(self) -> float:
+        if self.ttfb_ewma_s is None:
+            return -1.0  # unmeasured: try it so that it gets measured
+        return self.ttfb_ewma_s * (1 + _ERROR_PENALTY * self.error_ewma)
+
+
+class StatsBook:
+    """Statistics of every target this router has used, keyed by `target_key`."""
+
+    def __init__(self) -> None:
+        self._stats: dict[str, TargetStats] = {}
+
+    def __getitem__(self, key: str) -> TargetStats:
+        stats = self._stats.get(key)
+        if stats is None:
+            stats = self._stats[key] = TargetStats()
+        return stats
+
+
+Order = Callable[[Sequence[Target], str, StatsBook], list[Target]]
+
+
+def _priority(targets: Sequence[Target], model: str, book: StatsBook) -> list[Target]:
+    return list(targets)
+
+
+def _weighted(targets: Sequence[Target], model: str, book: StatsBook) -> list[Target]:
+    left, order = list(targets), []
+    while left:
+        pick = random.choices(range(len(left)), weights=[t.weight for t in left])[0]
+        order.append(left.pop(pick))
+    return order
+
+
+def _lowest_latency(targets: Sequence[Target], model: str, book: StatsBook) -> list[Target]:
+    return sorted(targets, key=lambda t: book[target_key(t, model)].latency_score)
+
+
+def _least_busy(targets: Sequence[Target], model: str, book: StatsBook) -> list[Target]:
+    return sorted(targets, key=lambda t: book[target_key(t, model)].in_flight)
+
+
+STRATEGIES: dict[str, Order] = {
+    "priority": _priority,
+    "weighted": _weighted,
+    "lowest_latency": _lowest_latency,
+    "least_busy": _least_busy,
+}
+
+
+def ordered_targets(route: Route, model: str, book: StatsBook) -> list[Target]:
+    return STRATEGIES[route.strategy](route.targets, model, book)

@@ -1,0 +1,91 @@
+"""Complete response bodies and error bodies between the two dialects.
+
+Usage stays exact: OpenAI's prompt_tokens includes cached and cache-written tokens, Anthropic's
+input_tokens does not, so the numbers are moved between fields, never estimated.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from sdk.errors import error_body
+from sdk.types import Protocol
+
+# stop_reason ↔ finish_reason (provider-protocols.md B.3, C.4).
+A2O_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+            "refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length"}
+O2A_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
+            "content_filter": "refusal"}
+
+
+def usage_a2o(usage: dict[str, Any]) -> dict[str, Any]:
+    read = usage.get("cache_read_input_tokens") or 0
+    written = usage.get("cache_creation_input_tokens") or 0
+    prompt = (usage.get("input_tokens") or 0) + read + written
+    completion = usage.get("output_tokens") or 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
+
+
+def usage_o2a(usage: dict[str, Any] | None) -> dict[str, Any]:
+    usage = usage or {}
+    details = usage.get("prompt_tokens_details") or {}
+    read, written = details.get("cached_tokens") or 0, details.get("cache_write_tokens") or 0
+    return {"input_tokens": max(0, (usage.get("prompt_tokens") or 0) - read - written),
+            "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
+            "output_tokens": usage.get("completion_tokens") or 0}
+
+
+def message_a2o(body: bytes) -> bytes:
+    """An Anthropic message as an OpenAI chat.completion."""
+    data = orjson.loads(body)
+    texts = [b["text"] for b in data.get("content") or () if b.get("type") == "text"]
+    calls = [{"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": orjson.dumps(b.get("input") or {}).decode()}}
+             for b in data.get("content") or () if b.get("type") == "tool_use"]
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None, "refusal": None}
+    if calls:
+        message["tool_calls"] = calls
+    return orjson.dumps({
+        "id": f"chatcmpl-{data.get('id', '')}", "object": "chat.completion", "created": int(time.time()),
+        "model": data.get("model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": A2O_STOP.get(data.get("stop_reason") or "", "stop"), "logprobs": None}],
+        "usage": usage_a2o(data.get("usage") or {}),
+    })
+
+
+def completion_o2a(body: bytes) -> bytes:
+    """An OpenAI chat.completion as an Anthropic message."""
+    data = orjson.loads(body)
+    choice = (data.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    content: list[dict[str, Any]] = []
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        content.append({"type": "tool_use", "id": call["id"], "name": function.get("name"), "input": orjson.loads(function.get("arguments") or "{}")})
+    return orjson.dumps({
+        "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
+        "content": content, "stop_reason": O2A_STOP.get(choice.get("finish_reason") or "", "end_turn"), "stop_sequence": None,
+        "usage": usage_o2a(data.get("usage")),
+    })
+
+
+def error_message(body: bytes) -> str:
+    """The human message of either dialect's error body (or the raw text)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace")[:500]
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    return body.decode("utf-8", "replace")[:500]
+
+
+def error_for(client: Protocol, status: int, body: bytes) -> bytes:
+    """An upstream error body reshaped for the client's dialect, keeping status and message."""
+    return error_body(client, status, error_message(body))

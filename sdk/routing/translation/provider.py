@@ -1,0 +1,57 @@
+"""A provider wrapper that lets a target of one protocol serve requests of the other.
+
+The request is translated (or refused) before anything is sent; the answer comes back in the
+client's dialect: bodies, error bodies and stream events alike. Usage is the inner provider's own
+`Usage` object, filled from the upstream's exact numbers, so metrics and headers stay true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from sdk.errors import UpstreamHTTPError
+from sdk.providers.base import Provider
+from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.bodies import completion_o2a, error_for, message_a2o
+from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic
+from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
+from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, LLMStream, Protocol, Timings, close_after
+
+_ENDPOINT = {Protocol.ANTHROPIC: Endpoint.MESSAGES, Protocol.OPENAI: Endpoint.CHAT_COMPLETIONS}
+
+
+class TranslatingProvider:
+    """Serves `client`-protocol requests through `inner`, which speaks the other protocol."""
+
+    def __init__(self, inner: Provider, client: Protocol):
+        self.inner = inner
+        self.name = inner.name
+        self.protocol = client
+
+    async def send(self, request: LLMRequest, timings: Timings) -> Answer:
+        if request.endpoint is Endpoint.COUNT_TOKENS:
+            raise TranslationRefused("count_tokens has no OpenAI counterpart; route it to an Anthropic target")
+        to_openai = self.protocol is Protocol.ANTHROPIC
+        body = anthropic_to_openai(request.body) if to_openai else openai_to_anthropic(request.body)
+        # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
+        upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body)
+        try:
+            answer = await self.inner.send(upstream, timings)
+        except UpstreamHTTPError as exc:
+            raise UpstreamHTTPError(exc.status, error_for(self.protocol, exc.status, exc.body), exc.headers, exc.route) from exc
+        if isinstance(answer, LLMResponse):
+            answer.body = completion_o2a(answer.body) if to_openai else message_a2o(answer.body)
+            return answer
+        include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+        translator = OpenAIToAnthropic() if to_openai else AnthropicToOpenAI(include_usage)
+        answer.events = _translated(answer.events, translator)
+        return answer
+
+
+async def _translated(events: AsyncIterator[bytes], translator: OpenAIToAnthropic | AnthropicToOpenAI) -> AsyncIterator[bytes]:
+    try:
+        async for event in events:
+            for out in translator.feed(event):
+                yield out
+    finally:
+        await close_after(events)

@@ -1,0 +1,265 @@
+"""Request bodies between the Anthropic Messages and OpenAI Chat Completions dialects.
+
+Each direction walks the fields it knows. A field that has no faithful counterpart is refused with
+`TranslationRefused` naming it, before anything is sent; a field that only tunes delivery and
+changes nothing about the answer (cache_control markers, service tier, caching keys) is dropped.
+Unknown fields are refused: passing them on could fail upstream, and dropping them could silently
+change what the answer means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sdk.routing.backoff import TranslationRefused
+
+# Fields that change how a request is delivered or billed, never what the answer means.
+_ANTHROPIC_DROPPABLE = {"cache_control", "service_tier", "inference_geo"}
+_OPENAI_DROPPABLE = {"store", "service_tier", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
+                     "safety_identifier", "stream_options", "metadata"}
+# OpenAI requests without a limit must still give Anthropic one; this is Anthropic's largest common cap.
+DEFAULT_MAX_TOKENS = 8192
+
+
+def _refuse(what: str, target: str) -> TranslationRefused:
+    return TranslationRefused(f"{what} cannot be translated for a {target} target; send it to a target of its own protocol")
+
+
+def _text_of(blocks: Any, where: str, target: str) -> str:
+    """A string, or a list of text blocks/parts, as one string."""
+    if isinstance(blocks, str):
+        return blocks
+    parts = []
+    for block in blocks or ():
+        if not isinstance(block, dict) or block.get("type") != "text":
+            raise _refuse(f"{where}: a {block.get('type') if isinstance(block, dict) else type(block).__name__!r} part", target)
+        parts.append(block["text"])
+    return "\n\n".join(parts)
+
+
+# --- Anthropic → OpenAI -----------------------------------------------------------------------------
+
+_A2O_TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": body.get("model"), "messages": []}
+    for key, value in body.items():
+        if key in ("model", "messages", "system", "tools", "tool_choice") or key in _ANTHROPIC_DROPPABLE:
+            continue
+        if key == "max_tokens":
+            out["max_completion_tokens"] = value
+        elif key == "stop_sequences":
+            out["stop"] = value
+        elif key in ("temperature", "top_p"):
+            out[key] = value
+        elif key == "stream":
+            out["stream"] = value
+            if value:
+                out["stream_options"] = {"include_usage": True}  # usage must stay exact
+        elif key == "metadata":
+            if isinstance(value, dict) and value.get("user_id"):
+                out["user"] = value["user_id"]
+        elif key == "thinking" and isinstance(value, dict) and value.get("type") == "disabled":
+            continue
+        else:
+            raise _refuse(f"{key!r}", "OpenAI")
+    system = body.get("system")
+    if system:
+        out["messages"].append({"role": "system", "content": _text_of(system, "system", "OpenAI")})
+    for i, message in enumerate(body.get("messages") or ()):
+        out["messages"].extend(_a2o_message(message, f"messages.{i}"))
+    if body.get("tools"):
+        out["tools"] = [_a2o_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"])]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        kind = choice.get("type")
+        out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}} if kind == "tool" else _A2O_TOOL_CHOICE[kind]
+        if choice.get("disable_parallel_tool_use") and body.get("tools"):
+            out["parallel_tool_calls"] = False
+    return out
+
+
+def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    if tool.get("type") not in (None, "custom"):
+        raise _refuse(f"{where}: server tool {tool.get('type')!r}", "OpenAI")
+    function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    if tool.get("strict") is not None:
+        function["strict"] = tool["strict"]
+    return {"type": "function", "function": function}
+
+
+def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    role, content = message.get("role"), message.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if role == "assistant":
+        texts, calls = [], []
+        for j, block in enumerate(content or ()):
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(block["text"])
+            elif kind == "tool_use":
+                arguments = orjson.dumps(block.get("input") or {}).decode()
+                calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}})
+            else:
+                raise _refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
+        out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+        if calls:
+            out["tool_calls"] = calls
+        return [out]
+    # A user turn: tool results become `tool` messages, which must directly follow the assistant's calls.
+    tool_messages, parts = [], []
+    for j, block in enumerate(content or ()):
+        kind = block.get("type")
+        if kind == "tool_result":
+            text = _text_of(block.get("content") or "", f"{where}.content.{j}.content", "OpenAI")
+            if block.get("is_error"):
+                text = f"Error: {text}"  # OpenAI has no error flag on tool results
+            tool_messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+        elif kind == "text":
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source") or {}, f"{where}.content.{j}")}})
+        else:
+            raise _refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
+    if parts:
+        tool_messages.append({"role": role, "content": parts})
+    return tool_messages
+
+
+def _image_url(source: dict[str, Any], where: str) -> str:
+    if source.get("type") == "base64":
+        return f"data:{source['media_type']};base64,{source['data']}"
+    if source.get("type") == "url":
+        return source["url"]
+    raise _refuse(f"{where}: an image from a {source.get('type')!r} source", "OpenAI")
+
+
+# --- OpenAI → Anthropic -----------------------------------------------------------------------------
+
+
+def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": body.get("model")}
+    tool_choice: dict[str, Any] | None = None
+    for key, value in body.items():
+        if key in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
+                   "max_completion_tokens", "user") or key in _OPENAI_DROPPABLE:
+            continue
+        if key == "stop":
+            out["stop_sequences"] = [value] if isinstance(value, str) else value
+        elif key == "temperature":
+            if value is not None and value > 1:
+                raise _refuse("'temperature' above 1", "Anthropic")
+            out["temperature"] = value
+        elif key in ("top_p", "stream"):
+            out[key] = value
+        elif key == "n" and value in (None, 1):
+            continue
+        elif key == "response_format" and isinstance(value, dict) and value.get("type") == "text":
+            continue
+        else:
+            raise _refuse(f"{key!r}", "Anthropic")
+    out["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
+    if body.get("user"):
+        out["metadata"] = {"user_id": body["user"]}
+    system, messages = _o2a_messages(body.get("messages") or [])
+    if system:
+        out["system"] = system
+    out["messages"] = messages
+    if body.get("tools"):
+        out["tools"] = [_o2a_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"])]
+        choice = body.get("tool_choice", "auto")
+        if choice == "none":
+            tool_choice = {"type": "none"}
+        elif choice == "required":
+            tool_choice = {"type": "any"}
+        elif isinstance(choice, dict):
+            tool_choice = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
+        else:
+            tool_choice = {"type": "auto"}
+        if body.get("parallel_tool_calls") is False and tool_choice["type"] != "none":
+            tool_choice["disable_parallel_tool_use"] = True
+        out["tool_choice"] = tool_choice
+    return out
+
+
+def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        raise _refuse(f"{where}: a {tool.get('type')!r} tool", "Anthropic")
+    function = tool["function"]
+    out = {"name": function["name"], "input_schema": function.get("parameters") or {"type": "object", "properties": {}}}
+    if function.get("description"):
+        out["description"] = function["description"]
+    if function.get("strict") is not None:
+        out["strict"] = function["strict"]
+    return out
+
+
+def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """System text, and messages with consecutive turns of one role merged (tool results join the user turn)."""
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        role, where = message.get("role"), f"messages.{i}"
+        if role in ("system", "developer"):
+            if out:
+                raise _refuse(f"{where}: a system message after the conversation started", "Anthropic")
+            system.append(_text_of(message.get("content"), where, "Anthropic"))
+            continue
+        if role == "tool":
+            content = _text_of(message.get("content"), where, "Anthropic")
+            blocks = [{"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": content}]
+            role = "user"
+        elif role == "assistant":
+            blocks = _o2a_assistant(message, where)
+        elif role == "user":
+            blocks = _o2a_user(message.get("content"), where)
+        else:
+            raise _refuse(f"{where}: role {role!r}", "Anthropic")
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return "\n\n".join(system), out
+
+
+def _o2a_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    text = _text_of(message.get("content") or "", f"{where}.content", "Anthropic")
+    if text:
+        blocks.append({"type": "text", "text": text})
+    for j, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") or {}
+        try:
+            arguments = orjson.loads(function.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            raise _refuse(f"{where}.tool_calls.{j}: arguments that are not JSON", "Anthropic") from None
+        blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": arguments})
+    return blocks
+
+
+def _o2a_user(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    blocks: list[dict[str, Any]] = []
+    for j, part in enumerate(content or ()):
+        kind = part.get("type")
+        if kind == "text":
+            blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            blocks.append({"type": "image", "source": _image_source((part.get("image_url") or {}).get("url", ""))})
+        else:
+            raise _refuse(f"{where}.content.{j}: a {kind!r} part", "Anthropic")
+    return blocks
+
+
+def _image_source(url: str) -> dict[str, Any]:
+    if url.startswith("data:"):
+        header, _, data = url.partition(",")
+        return {"type": "base64", "media_type": header[5:].split(";")[0], "data": data}
+    return {"type": "url", "url": url}

@@ -1,0 +1,175 @@
+"""Streaming event translators: OpenAI chunks → Anthropic events, and Anthropic events → OpenAI chunks.
+
+Each is a small state machine fed one complete SSE event at a time, returning the events to send
+(possibly none). Usage stays exact: Anthropic's closing `message_delta` carries the full usage (the
+SDKs overwrite message_start's numbers with it), and an OpenAI client that asked for
+`stream_options.include_usage` gets its usage chunk before `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from sdk.errors import error_event
+from sdk.routing.translation.bodies import A2O_STOP, O2A_STOP, usage_a2o, usage_o2a
+from sdk.types import Protocol, Usage
+from sdk.usage import merge_anthropic_usage
+
+_ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                           "not_found_error": 404, "rate_limit_error": 429, "api_error": 500, "timeout_error": 504,
+                           "overloaded_error": 529}
+_OPENAI_ERROR_STATUS = {"invalid_request_error": 400, "rate_limit_error": 429, "server_error": 500}
+
+
+def _data(event: bytes) -> bytes:
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            return line[5:].strip()
+    return b""
+
+
+def _anthropic_event(payload: dict[str, Any]) -> bytes:
+    return b"event: " + payload["type"].encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+class OpenAIToAnthropic:
+    """Feeds on an OpenAI chunk stream (from an OpenAI target), yields Anthropic events."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.block = -1  # index of the last Anthropic content block opened
+        self.open = False  # that block is still open
+        self.text_block: int | None = None  # index of the open text block, if the open one is text
+        self.tools: dict[int, int] = {}  # OpenAI tool_call index → Anthropic block index
+        self.stop_reason = "end_turn"
+        self.usage: dict[str, Any] = {"output_tokens": 0}
+
+    def feed(self, event: bytes) -> list[bytes]:
+        data = _data(event)
+        if not data:
+            return []
+        if data == b"[DONE]":
+            return self._finish()
+        chunk = orjson.loads(data)
+        if "error" in chunk and "choices" not in chunk:
+            error = chunk["error"] or {}
+            message = error.get("message") or "upstream error"
+            status = 529 if "overload" in message.lower() else _OPENAI_ERROR_STATUS.get(error.get("type"), 500)
+            return [error_event(Protocol.ANTHROPIC, status, message)]
+        out: list[bytes] = []
+        if not self.started:
+            self.started = True
+            out.append(_anthropic_event({"type": "message_start", "message": {
+                "id": f"msg_{chunk.get('id', '')}", "type": "message", "role": "assistant", "model": chunk.get("model"),
+                "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}}}))
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                if self.text_block is None:
+                    out += self._open_block({"type": "text", "text": ""})
+                    self.text_block = self.block
+                out.append(_anthropic_event({"type": "content_block_delta", "index": self.block,
+                                             "delta": {"type": "text_delta", "text": delta["content"]}}))
+            for call in delta.get("tool_calls") or ():
+                index = call.get("index", 0)
+                function = call.get("function") or {}
+                if index not in self.tools:
+                    out += self._open_block({"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": {}})
+                    self.tools[index] = self.block
+                if function.get("arguments"):
+                    out.append(_anthropic_event({"type": "content_block_delta", "index": self.tools[index],
+                                                 "delta": {"type": "input_json_delta", "partial_json": function["arguments"]}}))
+            if choice.get("finish_reason"):
+                self.stop_reason = O2A_STOP.get(choice["finish_reason"], "end_turn")
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = usage_o2a(chunk["usage"])
+        return out
+
+    def _open_block(self, block: dict[str, Any]) -> list[bytes]:
+        out = self._close_block()
+        self.block += 1
+        self.open = True
+        return out + [_anthropic_event({"type": "content_block_start", "index": self.block, "content_block": block})]
+
+    def _close_block(self) -> list[bytes]:
+        if not self.open:
+            return []
+        self.open, self.text_block = False, None
+        return [_anthropic_event({"type": "content_block_stop", "index": self.block})]
+
+    def _finish(self) -> list[bytes]:
+        return self._close_block() + [
+            _anthropic_event({"type": "message_delta", "delta": {"stop_reason": self.stop_reason, "stop_sequence": None}, "usage": self.usage}),
+            _anthropic_event({"type": "message_stop"}),
+        ]
+
+
+class AnthropicToOpenAI:
+    """Feeds on an Anthropic event stream (from an Anthropic target), yields OpenAI chunks."""
+
+    def __init__(self, include_usage: bool) -> None:
+        self.include_usage = include_usage
+        self.id = ""
+        self.model = ""
+        self.created = int(time.time())
+        self.tools: dict[int, int] = {}  # Anthropic block index → OpenAI tool_call index
+        self.finish_reason = "stop"
+        self.usage = Usage()
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        payload: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+        if self.include_usage:
+            payload["usage"] = None
+        return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+    def feed(self, event: bytes) -> list[bytes]:
+        data = _data(event)
+        if not data:
+            return []
+        payload = orjson.loads(data)
+        kind = payload.get("type")
+        if kind == "message_start":
+            message = payload.get("message") or {}
+            self.id, self.model = f"chatcmpl-{message.get('id', '')}", message.get("model") or ""
+            merge_anthropic_usage(self.usage, message.get("usage"))
+            return [self._chunk({"role": "assistant", "content": "", "refusal": None})]
+        if kind == "content_block_start":
+            block = payload.get("content_block") or {}
+            if block.get("type") != "tool_use":
+                return []
+            index = self.tools[payload["index"]] = len(self.tools)
+            call = {"index": index, "id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": ""}}
+            return [self._chunk({"tool_calls": [call]})]
+        if kind == "content_block_delta":
+            delta = payload.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                return [self._chunk({"content": delta.get("text", "")})]
+            if delta.get("type") == "input_json_delta" and delta.get("partial_json"):
+                call = {"index": self.tools.get(payload["index"], 0), "function": {"arguments": delta["partial_json"]}}
+                return [self._chunk({"tool_calls": [call]})]
+            return []
+        if kind == "message_delta":
+            merge_anthropic_usage(self.usage, payload.get("usage"))
+            reason = (payload.get("delta") or {}).get("stop_reason")
+            if reason:
+                self.finish_reason = A2O_STOP.get(reason, "stop")
+            return []
+        if kind == "message_stop":
+            out = [self._chunk({}, self.finish_reason)]
+            if self.include_usage:
+                usage = usage_a2o({"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens,
+                                   "cache_read_input_tokens": self.usage.cache_read_tokens,
+                                   "cache_creation_input_tokens": self.usage.cache_write_tokens})
+                out.append(b"data: " + orjson.dumps({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                                                     "model": self.model, "choices": [], "usage": usage}) + b"\n\n")
+            return out + [b"data: [DONE]\n\n"]
+        if kind == "error":
+            error = payload.get("error") or {}
+            status = _ANTHROPIC_ERROR_STATUS.get(error.get("type"), 500)
+            return [error_event(Protocol.OPENAI, status, error.get("message") or "upstream error")]
+        return []  # ping, and event types this translation does not carry (tolerated, as the protocol asks)

@@ -1,0 +1,33 @@
+"""The shipped verifier on held-out QQP pairs (a slice of the test split, never trained or calibrated on)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdk.cache import qqp
+from sdk.cache.verifier import Verifier
+from sdk.services import default_data_dir
+
+SLICE = 2000  # pairs; the question embeddings are memoized under the data dir after the first run
+
+
+def test_held_out_precision_meets_each_target_and_beats_a_cosine_cut(embedder):
+    workload = qqp.Workload.of(qqp.split(qqp.load_pairs())["test"][:SLICE])
+    vectors = qqp.embed_cached(workload.stored + workload.lookups, embedder.embed_many, default_data_dir() / "qqp")
+    verifier = Verifier.load()
+    results = qqp.outcomes(workload, vectors, verifier)
+    baseline = qqp.served_by_cosine(results, 0.8)
+    for target in (0.90, 0.95):
+        got = qqp.served_by_verifier(results, verifier.threshold(target))
+        assert got.hits >= 50, got
+        # The threshold was set for this target with 90% confidence on the calibration split; allow this
+        # slice's own sampling error (two standard errors) before calling it a miss.
+        slack = 2 * np.sqrt(target * (1 - target) / got.hits)
+        assert got.precision >= target - slack, (target, got)
+        assert got.precision > baseline.precision + 0.15, (got, baseline)
+
+
+def test_targets_are_monotone_and_an_unreachable_target_disables_the_semantic_tier():
+    verifier = Verifier.load()
+    assert np.all(np.diff(verifier.targets) > 0) and np.all(np.diff(verifier.thresholds) >= 0)
+    assert verifier.threshold(1.0) is None

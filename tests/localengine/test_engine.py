@@ -1,0 +1,148 @@
+"""Engine behaviour: batching invariance, chunking, preemption, prefix caching, abort, sampling."""
+
+from __future__ import annotations
+
+import pytest
+
+from localengine import LLM, SamplingParams
+from localengine.engine.sequence import SequenceStatus
+
+GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+PROMPTS = [list(range(3, 3 + n)) for n in (5, 23, 40, 9, 17, 64)]
+
+
+def make_llm(path, **kwargs) -> LLM:
+    args = dict(dtype="float32", block_size=4, max_model_len=256, max_num_seqs=16, num_kvcache_blocks=256)
+    args.update(kwargs)
+    return LLM(str(path), **args)
+
+
+@pytest.fixture(scope="module")
+def llm(llama_dir) -> LLM:
+    return make_llm(llama_dir)
+
+
+@pytest.fixture(scope="module")
+def alone(llm) -> list[list[int]]:
+    """Each prompt generated on its own: the reference for every batching variant."""
+    llm.llm_engine.block_manager.reset_prefix_cache()
+    return [llm.generate([p], GREEDY)[0].outputs[0].token_ids for p in PROMPTS]
+
+
+def tokens(outs) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in outs]
+
+
+def test_batch_composition_does_not_change_results(llm, alone):
+    assert tokens(llm.generate(PROMPTS, GREEDY)) == alone
+    assert tokens(llm.generate(PROMPTS[::-1], GREEDY)) == alone[::-1]
+
+
+def test_chunked_prefill_and_preemption_give_same_tokens(llama_dir, alone):
+    # A tiny token budget chunks every long prompt; 24 blocks of 4 tokens cannot hold all six
+    # sequences, so the scheduler must preempt and recompute.
+    llm = make_llm(llama_dir, max_num_batched_tokens=16, num_kvcache_blocks=24, enable_prefix_caching=False)
+    assert tokens(llm.generate(PROMPTS, GREEDY)) == alone
+    engine = llm.llm_engine
+    assert engine.scheduler.num_preemptions > 0
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_prefix_cache_hits_and_same_tokens(llama_dir, alone):
+    llm = make_llm(llama_dir)
+    bm = llm.llm_engine.block_manager
+    first = llm.generate([PROMPTS[5]], GREEDY)[0]
+    assert first.num_cached_tokens == 0
+    second = llm.generate([PROMPTS[5]], GREEDY)[0]
+    # 64 prompt tokens: 15 full blocks hit; the last block is recomputed to get logits.
+    assert second.num_cached_tokens == 60
+    assert second.outputs[0].token_ids == first.outputs[0].token_ids == alone[5]
+    assert bm.prefix_cache_hits == 60
+    extended = llm.generate([PROMPTS[5] + [7, 8, 9, 10, 11]], GREEDY)[0]
+    assert extended.num_cached_tokens == 64
+
+
+def test_cache_salt_isolates_tenants(llama_dir):
+    engine = make_llm(llama_dir).llm_engine
+    prompt = list(range(10, 50))
+
+    def run(rid: str, salt: str | None) -> int:
+        engine.add_request(rid, prompt, GREEDY, cache_salt=salt)
+        cached = 0
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                cached = out.num_cached_tokens
+        return cached
+
+    assert run("a1", "team-a") == 0
+    assert run("b1", "team-b") == 0  # same prompt, other tenant: no hit
+    assert run("n1", None) == 0
+    assert run("a2", "team-a") == 36
+
+
+def test_abort_frees_blocks_at_once(llama_dir):
+    engine = make_llm(llama_dir).llm_engine
+    bm = engine.block_manager
+    engine.add_request("x", PROMPTS[5], SamplingParams(temperature=0, max_tokens=100, ignore_eos=True))
+    engine.add_request("y", PROMPTS[2], SamplingParams(temperature=0, max_tokens=100, ignore_eos=True))
+    engine.step()
+    engine.step()
+    assert bm.num_free_blocks < bm.num_blocks
+    seq = engine.scheduler.requests["x"]
+    [out] = engine.abort_request("x")
+    assert out.finished and out.outputs[0].finish_reason == "abort"
+    assert seq.status is SequenceStatus.FINISHED and seq.block_table == []
+    engine.abort_request("y")
+    assert bm.num_free_blocks == bm.num_blocks
+    assert not engine.has_unfinished_requests()
+
+
+def test_max_tokens_and_stop_token(llm, alone):
+    out = llm.generate([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))[0]
+    assert out.outputs[0].token_ids == alone[0][:3]
+    assert out.outputs[0].finish_reason == "length"
+    stop_tok = alone[0][4]
+    out = llm.generate([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=10, stop_token_ids=[stop_tok]))[0]
+    first = alone[0].index(stop_tok)
+    assert out.outputs[0].token_ids == alone[0][: first + 1]
+    assert out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == stop_tok
+
+
+def test_stop_string_truncates_text(llm):
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    full = llm.generate(["hello world"], params)[0].outputs[0].text
+    assert len(full) > 4
+    stop = full[2:4]
+    idx = full.find(stop)
+    out = llm.generate(["hello world"], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, stop=[stop]))[0]
+    assert out.outputs[0].text == full[:idx]
+    assert out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == stop
+    kept = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, stop=stop, include_stop_str_in_output=True)
+    assert llm.generate(["hello world"], kept)[0].outputs[0].text == full[: idx + len(stop)]
+
+
+def test_seed_is_deterministic_and_independent_of_batch(llm):
+    params = SamplingParams(temperature=1.0, top_k=50, top_p=0.9, seed=1234, max_tokens=12, ignore_eos=True)
+    solo = llm.generate([PROMPTS[1]], params)[0].outputs[0].token_ids
+    other = SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True)
+    batched = llm.generate([PROMPTS[0], PROMPTS[1], PROMPTS[3]], [other, params, other])
+    assert batched[1].outputs[0].token_ids == solo
+    different = SamplingParams(temperature=1.0, seed=99, max_tokens=12, ignore_eos=True)
+    assert llm.generate([PROMPTS[1]], different)[0].outputs[0].token_ids != solo
+
+
+def test_top_k_one_is_greedy(llm, alone):
+    params = SamplingParams(temperature=0.8, top_k=1, max_tokens=10, ignore_eos=True)
+    assert llm.generate([PROMPTS[2]], params)[0].outputs[0].token_ids == alone[2]
+
+
+def test_string_prompt_and_outputs_shape(llm):
+    out = llm.generate("def add(a, b):", SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))[0]
+    assert out.prompt == "def add(a, b):"
+    assert out.prompt_token_ids == llm.get_tokenizer().encode("def add(a, b):")
+    assert len(out.outputs[0].token_ids) == 4 and isinstance(out.outputs[0].text, str)
+
+
+def test_speculative_config_is_not_implemented_yet(llama_dir):
+    with pytest.raises(NotImplementedError, match="speculative decoding"):
+        LLM(str(llama_dir), speculative_config={"method": "ngram", "num_speculative_tokens": 3})

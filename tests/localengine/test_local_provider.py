@@ -1,0 +1,75 @@
+"""The gateway's `kind: local` provider, in process (shared engine) and over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from sdk.errors import SlipstreamError
+from sdk.providers.local import LocalProvider
+from sdk.types import Endpoint, LLMRequest, LLMResponse, LLMStream, Timings
+
+ENGINE_ARGS = dict(dtype="float32", block_size=4, max_model_len=256, num_kvcache_blocks=64)
+
+
+def chat(**extra) -> LLMRequest:
+    body = {"model": "local-tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5,
+            "temperature": 0, "ignore_eos": True, **extra}
+    return LLMRequest(Endpoint.CHAT_COMPLETIONS, body)
+
+
+@pytest.fixture(scope="module")
+def provider(llama_dir) -> LocalProvider:
+    return LocalProvider("local", str(llama_dir), engine_args=ENGINE_ARGS)
+
+
+async def test_non_streaming_answer_with_usage(provider):
+    answer = await provider.send(chat(), Timings())
+    assert isinstance(answer, LLMResponse) and answer.status == 200
+    data = orjson.loads(answer.body)
+    assert data["object"] == "chat.completion" and data["choices"][0]["finish_reason"] == "length"
+    assert answer.usage.output_tokens == 5 and answer.usage.total_input_tokens == data["usage"]["prompt_tokens"]
+    assert answer.route == "local/local-tiny"
+
+
+async def test_streaming_events_and_usage(provider):
+    timings = Timings()
+    answer = await provider.send(chat(stream=True), timings)
+    assert isinstance(answer, LLMStream)
+    events = [e async for e in answer.events]
+    assert events[-1] == b"data: [DONE]\n\n"
+    assert all(e.startswith(b"data: ") and e.endswith(b"\n\n") for e in events)
+    assert b'"usage"' not in b"".join(events)  # the client did not ask for usage in the stream...
+    assert answer.usage.output_tokens == 5  # ...but the pipeline still gets it
+    assert timings.first_token is not None
+
+
+async def test_close_aborts_the_engine_request(provider):
+    from localengine.engine.async_engine import get_shared_engine
+
+    answer = await provider.send(chat(stream=True, max_tokens=200), Timings())
+    assert isinstance(answer, LLMStream)
+    await anext(answer.events)
+    await answer.aclose()
+    engine = get_shared_engine(provider.model).engine
+    for _ in range(500):
+        if not engine.has_unfinished_requests():
+            break
+        await asyncio.sleep(0.01)
+    assert not engine.has_unfinished_requests()
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+async def test_anthropic_requests_are_refused(provider):
+    request = LLMRequest(Endpoint.MESSAGES, {"model": "x", "messages": [], "max_tokens": 1})
+    with pytest.raises(SlipstreamError) as info:
+        await provider.send(request, Timings())
+    assert info.value.status == 400
+
+
+async def test_bad_request_is_an_openai_shaped_error(provider):
+    with pytest.raises(SlipstreamError) as info:
+        await provider.send(chat(n=2), Timings())
+    assert info.value.status == 400 and "n=1" in info.value.message

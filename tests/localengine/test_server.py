@@ -1,0 +1,122 @@
+"""The OpenAI-compatible server on loopback, driven by the official `openai` client."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from localengine.engine.async_engine import AsyncLLMEngine
+from localengine.server import create_app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(llama_dir) -> Iterator[tuple[str, AsyncLLMEngine]]:
+    import uvicorn
+
+    engine = AsyncLLMEngine.from_args(str(llama_dir), dtype="float32", block_size=4, max_model_len=256,
+                                      num_kvcache_blocks=128)
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(engine, "tiny"), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(url + "/health").status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.05)
+    yield url, engine
+    srv.should_exit = True
+    thread.join(10)
+    engine.shutdown()
+
+
+@pytest.fixture
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key="unused")
+
+
+MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
+
+
+def test_chat_completion(client):
+    res = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=6, temperature=0,
+                                         extra_body={"ignore_eos": True})
+    assert res.object == "chat.completion" and res.model == "tiny"
+    choice = res.choices[0]
+    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert choice.finish_reason == "length"
+    assert res.usage.completion_tokens == 6
+    assert res.usage.total_tokens == res.usage.prompt_tokens + 6
+
+
+def test_streaming_matches_non_streaming(client):
+    args = dict(model="tiny", messages=MESSAGES, max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+    full = client.chat.completions.create(**args).choices[0].message.content
+    chunks = list(client.chat.completions.create(**args, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+    # Repeating the prompt hits the prefix cache; usage reports it as OpenAI does.
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_raw_sse_ends_with_done(server):
+    body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 3, "stream": True}
+    with httpx.stream("POST", server[0] + "/v1/chat/completions", json=body) as res:
+        assert res.headers["content-type"].startswith("text/event-stream")
+        raw = b"".join(res.iter_bytes())
+    assert raw.endswith(b"data: [DONE]\n\n")
+
+
+def test_models_metrics_and_errors(client, server):
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="other", messages=MESSAGES)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="tiny", messages=[])
+    metrics = httpx.get(server[0] + "/metrics").text
+    for name in ("vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+                 "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:inter_token_latency_seconds_bucket", "vllm:num_requests_running",
+                 "vllm:num_requests_waiting"):
+        assert name in metrics
+
+
+def test_client_disconnect_aborts_request(server):
+    url, engine = server
+    body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 200, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body) as res:
+        next(res.iter_bytes())
+    bm = engine.engine.block_manager
+    deadline = time.time() + 10
+    while (engine.engine.has_unfinished_requests() or bm.num_free_blocks != bm.num_blocks) and time.time() < deadline:
+        time.sleep(0.02)
+    assert not engine.engine.has_unfinished_requests()
+    assert bm.num_free_blocks == bm.num_blocks
+
+
+async def test_local_provider_over_http(server):
+    from sdk.providers.local import LocalProvider
+    from sdk.types import Endpoint, LLMRequest, LLMResponse, Timings
+
+    provider = LocalProvider("local", "tiny", base_url=server[0] + "/v1")
+    request = LLMRequest(Endpoint.CHAT_COMPLETIONS, {"model": "tiny", "messages": MESSAGES, "max_tokens": 4})
+    answer = await provider.send(request, Timings())
+    assert isinstance(answer, LLMResponse) and answer.status == 200
+    assert answer.usage.output_tokens + answer.usage.cache_read_tokens > 0

@@ -1,0 +1,140 @@
+"""Retries, fallback, timeouts, deadlines and hedging through a TeamRuntime against the emulator's faults.
+
+Every request must end in a complete answer or a clear error, with no duplicated or spliced output,
+and every abandoned upstream call must be cancelled (the emulator counts them).
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+
+from sdk.errors import UpstreamHTTPError, UpstreamTimeoutError
+from tests.routing.conftest import collect, inject, messages_request
+
+
+def _events(body: bytes) -> list[str]:
+    return [line[7:] for line in body.decode().splitlines() if line.startswith("event: ")]
+
+
+def _complete_stream(body: bytes) -> None:
+    events = _events(body)
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    assert events.count("message_start") == 1 and events.count("message_stop") == 1  # nothing spliced
+
+
+async def test_retry_after_ms_is_honoured(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 3, base_delay_ms: 1, max_delay_ms: 1000}\n")
+    inject(fresh_emulator, "429:retry_after_ms=150", model="claude-a")
+    started = time.perf_counter()
+    answer, ctx = await runtime.handle(messages_request())
+    assert 0.15 <= time.perf_counter() - started < 1.0
+    assert ctx.route == "claude/claude-a"  # retried the same target after the hint
+    assert orjson.loads(await collect(answer))["type"] == "message"
+
+
+async def test_long_retry_after_falls_back_at_once(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 3, base_delay_ms: 1, max_delay_ms: 200}\n")
+    inject(fresh_emulator, "429:retry_after=30", model="claude-a")
+    started = time.perf_counter()
+    answer, ctx = await runtime.handle(messages_request(stream=True))
+    assert time.perf_counter() - started < 1.0
+    assert ctx.route == "claude/claude-b"
+    _complete_stream(await collect(answer))
+
+
+async def test_stream_failing_at_first_event_is_retried_whole(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 2, base_delay_ms: 1, max_delay_ms: 10}\n")
+    inject(fresh_emulator, "midstream_error:events=0", model="claude-a")
+    answer, ctx = await runtime.handle(messages_request(stream=True))
+    _complete_stream(await collect(answer))
+    assert fresh_emulator.stats()["requests_total"] == 2
+
+
+async def test_no_retry_after_first_byte(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 3, base_delay_ms: 1, max_delay_ms: 10}\n")
+    inject(fresh_emulator, "midstream_error:events=3", model="claude-a")
+    answer, ctx = await runtime.handle(messages_request(stream=True))
+    body = await collect(answer)
+    events = _events(body)
+    assert events[0] == "message_start" and events[-1] == "error"  # ended with a provider-shaped error event
+    assert "message_stop" not in events
+    assert fresh_emulator.stats()["requests_total"] == 1  # never retried or spliced with another answer
+
+
+async def test_stalled_target_is_abandoned_and_cancelled(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 2, first_byte_timeout_ms: 150}\n")
+    inject(fresh_emulator, "stall:ms=3000", model="claude-a")
+    started = time.perf_counter()
+    answer, ctx = await runtime.handle(messages_request(stream=True))
+    assert time.perf_counter() - started < 1.0
+    assert ctx.route == "claude/claude-b"
+    _complete_stream(await collect(answer))
+    fresh_emulator.wait_for(lambda s: s["cancelled_requests"] + s["cancelled_streams"] == 1, timeout=3)
+
+
+async def test_deadline_bounds_the_whole_request(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 3, deadline_ms: 300}\n")
+    inject(fresh_emulator, "stall:ms=3000", count=6)
+    started = time.perf_counter()
+    with pytest.raises(UpstreamTimeoutError):
+        await runtime.handle(messages_request())
+    assert time.perf_counter() - started < 1.0
+    fresh_emulator.wait_for(lambda s: s["cancelled_requests"] == 1, timeout=3)  # the stalled call was dropped
+
+
+async def test_client_errors_are_not_retried(build_runtime, fresh_emulator):
+    runtime = build_runtime()
+    inject(fresh_emulator, "400", model="claude-a")
+    with pytest.raises(UpstreamHTTPError) as error:
+        await runtime.handle(messages_request())
+    assert error.value.status == 400
+    assert fresh_emulator.stats()["requests_total"] == 1
+
+
+async def test_every_target_failing_ends_in_the_last_error(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 2, base_delay_ms: 1, max_delay_ms: 5}\n")
+    inject(fresh_emulator, "529", count=10)
+    with pytest.raises(UpstreamHTTPError) as error:
+        await runtime.handle(messages_request())
+    assert error.value.status == 529
+    assert fresh_emulator.stats()["requests_total"] == 4  # 2 attempts on each of 2 targets
+
+
+async def test_hedge_wins_and_loser_is_cancelled(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="hedging: {enabled: true, delay_ms: 50}\n")
+    inject(fresh_emulator, "stall:ms=3000", model="claude-a")
+    started = time.perf_counter()
+    answer, ctx = await runtime.handle(messages_request(stream=True))
+    assert time.perf_counter() - started < 1.0
+    assert ctx.route == "claude/claude-b"
+    _complete_stream(await collect(answer))
+    fresh_emulator.wait_for(lambda s: s["cancelled_requests"] + s["cancelled_streams"] == 1, timeout=3)
+    assert fresh_emulator.stats()["requests_total"] == 2
+
+
+async def test_fast_primary_needs_no_hedge(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="hedging: {enabled: true, delay_ms: 500}\n")
+    answer, ctx = await runtime.handle(messages_request())
+    assert ctx.route == "claude/claude-a"
+    assert fresh_emulator.stats()["requests_total"] == 1
+
+
+@pytest.mark.parametrize("strategy", ["weighted", "lowest_latency", "least_busy"])
+async def test_strategies_spread_or_pick(build_runtime, fresh_emulator, strategy):
+    routes = f"""  - match: {{model: "claude-*"}}
+    strategy: {strategy}
+    targets: [{{provider: claude, model: claude-a, weight: 1}}, {{provider: claude, model: claude-b, weight: 3}}]"""
+    runtime = build_runtime(routes=routes)
+    seen = []
+    for _ in range(12):
+        answer, ctx = await runtime.handle(messages_request())
+        await collect(answer)
+        seen.append(ctx.route)
+    assert set(seen) <= {"claude/claude-a", "claude/claude-b"}
+    if strategy == "weighted":
+        assert "claude/claude-b" in seen
+    if strategy == "lowest_latency":
+        assert len(set(seen)) == 2  # each unmeasured target is tried once, then the faster one is kept
