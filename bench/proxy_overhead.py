@@ -3,7 +3,8 @@
 Everything is measured in one run on one machine: the emulator, the proxy and the load generator
 are separate processes, so the ratios hold even where absolute times drift. Reports the latency the
 proxy adds (p50/p99) at concurrency 1 and 32, and requests/s at concurrency 64, streaming and not.
-With `--litellm PATH_TO_LITELLM_BIN`, LiteLLM's proxy runs against the same emulator too.
+A bare ASGI forwarder (bench/bare_forwarder.py) runs too, as the floor any Python forwarder pays
+here. With `--litellm PATH_TO_LITELLM_BIN`, LiteLLM's proxy runs against the same emulator too.
 
     .venv/bin/python bench/proxy_overhead.py [--requests 400] [--seconds 10] [--litellm /tmp/litellm-venv/bin/litellm]
 """
@@ -41,6 +42,7 @@ def free_port() -> int:
 
 
 def wait_ready(url: str, timeout_s: float = 60) -> None:
+    import urllib.error
     import urllib.request
 
     deadline = time.monotonic() + timeout_s
@@ -48,6 +50,8 @@ def wait_ready(url: str, timeout_s: float = 60) -> None:
         try:
             urllib.request.urlopen(url, timeout=1)
             return
+        except urllib.error.HTTPError:
+            return  # it answered
         except Exception:  # noqa: BLE001 - not up yet
             time.sleep(0.1)
     raise RuntimeError(f"{url} never answered")
@@ -164,8 +168,14 @@ def main() -> None:
         )
         procs.append(start([PY, "-m", "gateway.cli", "serve", "--policy", str(policy), "--port", str(proxy_port)]))
         wait_ready(f"http://127.0.0.1:{proxy_port}/healthz")
+        floor_port = free_port()
+        procs.append(start([PY, str(ROOT / "bench" / "bare_forwarder.py"), f"http://127.0.0.1:{emu_port}", str(floor_port)]))
+        wait_ready(f"http://127.0.0.1:{floor_port}/v1/models")
         direct = Target("direct", f"http://127.0.0.1:{emu_port}/v1/chat/completions", "up")
-        targets = [Target("slipstream", f"http://127.0.0.1:{proxy_port}/v1/chat/completions", KEY)]
+        targets = [
+            Target("bare-forwarder", f"http://127.0.0.1:{floor_port}/v1/chat/completions", "up"),
+            Target("slipstream", f"http://127.0.0.1:{proxy_port}/v1/chat/completions", KEY),
+        ]
         if args.litellm:
             litellm_port = free_port()
             config = workdir / "litellm.yaml"

@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.proxy import _team_key, make_handler
 from sdk.errors import AuthenticationError
 from sdk.metrics import REGISTRY
+from sdk.promptcache.stats import report as prompt_cache_report
 from sdk.providers.upstream import close_upstream_for_running_loop
 from sdk.requests import models_body
 from sdk.runtime import TeamRegistry
@@ -42,6 +43,15 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
             return Response(exc.body(protocol), status_code=401, media_type="application/json")
         return Response(models_body(team.model_names(), protocol), media_type="application/json")
 
+    @get("/v1/slipstream/cache-report", sync_to_thread=False)
+    def cache_report(request: Request) -> Response[object]:
+        """The caller's team prompt-cache summary (docs/prompt-cache.md); authenticated by team key."""
+        try:
+            team = registry.authenticate(_team_key(list(request.scope["headers"])))
+        except AuthenticationError as exc:
+            return Response(exc.body(Protocol.OPENAI), status_code=401, media_type="application/json")
+        return Response(prompt_cache_report(team.team))
+
     proxied = [
         asgi("/v1/chat/completions", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.CHAT_COMPLETIONS)),
         asgi("/v1/messages", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.MESSAGES)),
@@ -59,9 +69,10 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
             await close_upstream_for_running_loop()
 
     app = Litestar(
-        route_handlers=[healthz, metrics, models, *proxied],
+        route_handlers=[healthz, metrics, models, cache_report, *proxied],
         lifespan=[lifespan],
         openapi_config=None,
+        logging_config=None,  # the CLI configures logging; an embedding program keeps its own
         request_max_body_size=None,  # each team's limit is enforced by the proxy handler itself
     )
     app.state.registry = registry

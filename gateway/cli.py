@@ -60,6 +60,29 @@ def _policy_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache_report(args: argparse.Namespace) -> int:
+    import os
+
+    import httpx
+
+    from gateway.cache_report import format_report
+
+    key = args.key or os.environ.get("SLIPSTREAM_TEAM_KEY")
+    if not key:
+        print("slipstream: give the team key with --key or SLIPSTREAM_TEAM_KEY", file=sys.stderr)
+        return 2
+    try:
+        response = httpx.get(f"{args.url.rstrip('/')}/v1/slipstream/cache-report", headers={"authorization": f"Bearer {key}"}, timeout=10)
+    except httpx.HTTPError as exc:
+        print(f"slipstream: cannot reach the proxy at {args.url}: {exc}", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        print(f"slipstream: the proxy answered {response.status_code}: {response.text}", file=sys.stderr)
+        return 1
+    print(response.text if args.json else format_report(response.json()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slipstream", description="Client-side LLM gateway")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -91,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     check = policy_commands.add_parser("check", help="validate policy files or directories")
     check.add_argument("paths", nargs="+", type=Path)
     check.set_defaults(run=_policy_check)
+
+    cache = commands.add_parser("cache", help="prompt-cache tools")
+    cache_commands = cache.add_subparsers(dest="cache_command", required=True)
+    report = cache_commands.add_parser("report", help="a team's prompt-cache hit rate, savings and top miss causes")
+    report.add_argument("--url", default="http://127.0.0.1:8080", help="the running proxy")
+    report.add_argument("--key", help="the team key (default: $SLIPSTREAM_TEAM_KEY)")
+    report.add_argument("--json", action="store_true", help="print the raw JSON summary")
+    report.set_defaults(run=_cache_report)
     return parser
 
 

@@ -31,7 +31,7 @@ import orjson
 from sdk.errors import NotFoundError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import RequestContext
 from sdk.policy import Policy, ProviderConfig, RetryPolicy, Route, Target, load_policy
-from sdk.providers.upstream import close_upstream_for_running_loop
+from sdk.providers.upstream import close_upstream_for_running_loop, release_upstream, retain_upstream
 from sdk.requests import FORWARDED_HEADERS, models_body, parse_request
 from sdk.runtime import TeamRuntime, slipstream_headers
 from sdk.types import Endpoint, LLMRequest, LLMStream, Protocol, Timings
@@ -213,10 +213,20 @@ class AsyncTransport(httpx2.AsyncBaseTransport):
     def __init__(self, team: TeamRuntime, protocol: Protocol):
         self.team = team
         self.protocol = protocol
+        self._retained = False  # holds the caller loop's upstream pool open until aclose()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if not self._retained:
+            retain_upstream()
+            self._retained = True
         reply = await _answer(self.team, self.protocol, request, await request.aread())
         return reply.response(_AsyncEvents(reply.stream, self.protocol) if reply.stream else None)
+
+    async def aclose(self) -> None:
+        """`await client.close()` / leaving `async with client`: the last client on a loop closes its pool."""
+        if self._retained:
+            self._retained = False
+            await release_upstream()
 
 
 # --- sync transport: one background loop thread per process ----------------------------------------

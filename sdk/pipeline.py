@@ -25,6 +25,7 @@ class PromptCacheReport:
     moved: int = 0  # volatile lines moved out of the cached prefix (reorder)
     advice: int = 0  # volatile lines found and left in place
     repaired: int = 0  # client cache_control markers removed to stay within the provider's limit
+    canonicalized: bool = False  # tool schemas / tool inputs were re-serialized with sorted keys
 
 
 @dataclass(slots=True)

@@ -84,7 +84,8 @@ class Router:
         raise _final_error(errors)
 
     async def _on_target(
-        self, ctx: RequestContext, target: Target, order: list[Target], deadline: float | None, errors: list[BaseException]
+        self, ctx: RequestContext, target: Target, order: list[Target], deadline: float | None,
+        errors: list[BaseException], hedge: bool = True,
     ) -> Answer | None:
         """Attempts on one target (retries included); None: move on to the next target."""
         key = target_key(target, ctx.request.model)
@@ -92,7 +93,10 @@ class Router:
             if deadline is not None and time.monotonic() >= deadline:
                 raise _deadline_error(errors)
             try:
-                answer = await self._hedged(ctx, target, order, deadline)
+                if hedge:
+                    answer = await self._hedged(ctx, target, order, deadline)
+                else:
+                    answer = await self._attempt(ctx, target, deadline)
             except AllLegsFailed as exc:
                 error: BaseException = exc.errors[0]
             except Exception as exc:  # noqa: BLE001 - classified below; unknown kinds are re-raised
@@ -121,12 +125,16 @@ class Router:
             return await self._attempt(ctx, target, deadline)
 
         async def hedge_leg() -> Answer:
+            """The rest of the route, with its own retries: a hedge that fails fast keeps trying while the primary stalls."""
+            errors: list[BaseException] = []
             for other in others:
                 if await self.breakers.acquire(target_key(other, ctx.request.model)):
-                    log.info("hedging %s with %s", target_key(target, ctx.request.model), target_key(other, ctx.request.model))
-                    return await self._attempt(ctx, other, deadline)
-            raise SlipstreamError("no target is available to hedge with", status=503)
+                    log.info("hedging %s with %s", key, target_key(other, ctx.request.model))
+                    if (answer := await self._on_target(ctx, other, order, deadline, errors, hedge=False)) is not None:
+                        return answer
+            raise _final_error(errors)
 
+        key = target_key(target, ctx.request.model)
         answer, _ = await race(lambda: self._attempt(ctx, target, deadline), self._hedge_delay_s(target, ctx.request.model), hedge_leg)
         return answer
 

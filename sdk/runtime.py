@@ -71,7 +71,8 @@ def slipstream_headers(ctx: RequestContext, answer: Answer) -> dict[str, str]:
     report = ctx.prompt_cache  # optional fields, appended only when set (docs/prompt-cache.md)
     if report.miss_cause:
         prompt_cache += f";miss_cause={report.miss_cause}"
-    for name, value in (("moved", report.moved), ("advice", report.advice), ("repaired", report.repaired)):
+    for name, value in (("moved", report.moved), ("advice", report.advice), ("repaired", report.repaired),
+                        ("canonicalized", int(report.canonicalized))):
         if value:
             prompt_cache += f";{name}={value}"
     return {

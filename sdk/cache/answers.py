@@ -46,6 +46,7 @@ def replayable(protocol: Protocol, message: Message) -> bool:
     return (
         isinstance(choices, list)
         and len(choices) == 1
+        and isinstance(choices[0], dict)
         and isinstance(choices[0].get("message"), dict)
         and choices[0].get("logprobs") is None
     )

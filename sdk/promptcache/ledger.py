@@ -54,8 +54,8 @@ class Write:
 class Snapshot:
     chain: list[bytes]
     blocks: list[Block]
-    written: int  # last block index with an entry (-1: nothing cached)
-    written_pos: int
+    reach: int  # last block whose prefix was cached, or could have been had nothing busted it
+    reach_pos: int
     conversation: bytes
 
 
@@ -71,8 +71,8 @@ class Cause:
         return f"{self.kind}@{self.path}" if self.path else self.kind
 
 
-def diff_excerpt(old: str, new: str, width: int = 32) -> str:
-    """The changed middle of two texts with a little context: '…ctx[old→new]…'."""
+def diff_excerpt(old: str, new: str, width: int = 40) -> str:
+    """The changed words of two texts with a little context: '…ctx [old→new]…'."""
     p = 0
     limit = min(len(old), len(new))
     while p < limit and old[p] == new[p]:
@@ -80,8 +80,12 @@ def diff_excerpt(old: str, new: str, width: int = 32) -> str:
     s = 0
     while s < limit - p and old[-1 - s] == new[-1 - s]:
         s += 1
+    while p > 0 and not old[p - 1].isspace():  # widen to whole words: '10:00:07Z', not '0'
+        p -= 1
+    while s > 0 and not old[len(old) - s].isspace():
+        s -= 1
     context = excerpt(old[max(0, p - width // 2):p], width)
-    return f"…{context}[{excerpt(old[p:len(old) - s], width)}→{excerpt(new[p:len(new) - s], width)}]…"
+    return f"…{context} [{excerpt(old[p:len(old) - s], width)}→{excerpt(new[p:len(new) - s], width)}]…"
 
 
 @dataclass
@@ -194,8 +198,8 @@ class Ledger:
 
     # --- history and causes ----------------------------------------------------------------
     @staticmethod
-    def remember(scope: Scope, layout: Layout, written: int, written_pos: int, conversation: bytes) -> None:
-        scope.history.append(Snapshot(layout.chain, layout.blocks, written, written_pos, conversation))
+    def remember(scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: bytes) -> None:
+        scope.history.append(Snapshot(layout.chain, layout.blocks, reach, reach_pos, conversation))
 
     @staticmethod
     def diagnose(scope: Scope, layout: Layout, conversation: bytes, ratio: float) -> Cause | None:
@@ -203,15 +207,15 @@ class Ledger:
         best: Snapshot | None = None
         best_len = -1
         for snap in reversed(scope.history):
-            if snap.written < 0:
+            if snap.reach < 0:
                 continue
             shared = layout.common_prefix(snap.chain)
             if shared > best_len:
                 best, best_len = snap, shared
-        if best is None or best_len > best.written:
-            return None  # the earlier cached prefix is intact (an extension, or nothing cached)
+        if best is None or best_len > best.reach:
+            return None  # the earlier prefix is intact (an extension of it)
         before = round(layout.pos[best_len - 1] * ratio) if best_len > 0 else 0
-        lost = best.written_pos - before
+        lost = best.reach_pos - before
         old = best.blocks[best_len]
         if best_len >= len(layout.blocks):
             return Cause("messages_changed", old.path, "history truncated", lost)

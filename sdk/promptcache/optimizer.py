@@ -48,6 +48,7 @@ class Plan:
     placement: Placement | None = None
     cause: Cause | None = None
     writes: list[Write] = field(default_factory=list)
+    canonicalized: bool = False
 
 
 def _conversation(protocol: Protocol, body: dict[str, Any]) -> bytes:
@@ -85,10 +86,17 @@ class Optimizer:
         protocol, model = request.protocol, request.model
         body = canonicalize(protocol, request.body) if self.config.canonicalize else request.body
         conversation = _conversation(protocol, body)
+        canonicalized = body is not request.body
         findings, moved, body = self._volatility(protocol, body, conversation)
         if protocol is Protocol.ANTHROPIC:
-            return self._plan_anthropic(body, model, conversation, findings, moved, now)
-        return self._plan_openai(body, model, conversation, findings, moved, now)
+            plan = self._plan_anthropic(body, model, conversation, findings, moved, now)
+        else:
+            plan = self._plan_openai(body, model, conversation, findings, moved, now)
+        plan.canonicalized = canonicalized
+        if canonicalized:
+            stats.CANONICALIZED.labels(self.team).inc()
+            self.stats.canonicalized += 1
+        return plan
 
     def _volatility(self, protocol: Protocol, body: dict[str, Any], conversation: bytes) -> tuple[list[Finding], list[str], dict[str, Any]]:
         learn = conversation if self.config.learn_volatile else None
@@ -185,9 +193,11 @@ class Optimizer:
 
     def begin(self, plan: Plan, start: float, with_event: bool) -> None:
         plan.writes = self.ledger.begin(plan.scope, plan.layout, plan.marks, plan.prediction.hit, start, plan.ratio, with_event)
-        written = plan.marks[-1][0] if plan.marks else -1
-        written_pos = round(plan.layout.pos[written] * plan.ratio) if written >= 0 else 0
-        self.ledger.remember(plan.scope, plan.layout, written, written_pos, plan.conversation)
+        # How far this prefix can be reused: its last entry, or (nothing written: busted or too
+        # short) everything but the content moved to the tail.
+        reach = plan.marks[-1][0] if plan.marks else len(plan.layout.blocks) - 1 - (1 if plan.moved else 0)
+        reach_pos = round(plan.layout.pos[reach] * plan.ratio) if reach >= 0 else 0
+        self.ledger.remember(plan.scope, plan.layout, reach, reach_pos, plan.conversation)
 
     # --- reporting -------------------------------------------------------------------------
     def report_findings(self, plan: Plan) -> tuple[int, int]:

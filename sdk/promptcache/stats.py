@@ -29,6 +29,7 @@ MISSES = Counter(
 MISSED_TOKENS = Counter("slipstream_prompt_cache_missed_tokens_total", "Tokens lost to cache misses, by cause", ("team", "cause"), registry=REGISTRY)
 MOVES = Counter("slipstream_prompt_cache_moves_total", "Volatile lines moved out of the cached prefix (reorder)", ("team", "kind"), registry=REGISTRY)
 ADVICE = Counter("slipstream_prompt_cache_advice_total", "Volatile content found and left in place", ("team", "kind"), registry=REGISTRY)
+CANONICALIZED = Counter("slipstream_prompt_cache_canonicalized_total", "Requests whose tool schemas/inputs arrived in unstable key order", ("team",), registry=REGISTRY)
 REPAIRS = Counter("slipstream_prompt_cache_repairs_total", "Requests whose cache_control markers were repaired", ("team",), registry=REGISTRY)
 FANOUT_WAITS = Counter("slipstream_prompt_cache_fanout_waits_total", "Requests held until a sibling warmed the cache", ("team", "outcome"), registry=REGISTRY)
 
@@ -78,6 +79,7 @@ class TeamStats:
     moves: int = 0
     advice: int = 0
     repairs: int = 0
+    canonicalized: int = 0
     causes: Tally[str] = field(default_factory=Tally)
     examples: dict[str, str] = field(default_factory=dict)  # cause label -> latest excerpt
 
@@ -95,6 +97,7 @@ class TeamStats:
             "volatile_moved": self.moves,
             "volatile_advice": self.advice,
             "markers_repaired": self.repairs,
+            "canonicalized": self.canonicalized,
             "top_miss_causes": [
                 {"cause": cause, "count": count, "example": self.examples.get(cause, "")}
                 for cause, count in self.causes.most_common(top)

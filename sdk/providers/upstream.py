@@ -123,3 +123,22 @@ async def close_upstream_for_running_loop() -> None:
     client = _clients.pop(asyncio.get_running_loop(), None)
     if client is not None:
         await client.aclose()
+
+
+_users: dict[asyncio.AbstractEventLoop, int] = {}
+
+
+def retain_upstream() -> None:
+    """Count a user of this loop's pool (an async drop-in client) so the last one to close closes it."""
+    loop = asyncio.get_running_loop()
+    _users[loop] = _users.get(loop, 0) + 1
+
+
+async def release_upstream() -> None:
+    loop = asyncio.get_running_loop()
+    remaining = _users.get(loop, 1) - 1
+    if remaining > 0:
+        _users[loop] = remaining
+        return
+    _users.pop(loop, None)
+    await close_upstream_for_running_loop()

@@ -13,6 +13,7 @@ entry, for invalidation.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -31,6 +32,8 @@ if TYPE_CHECKING:  # numpy and faiss load with the cache itself, only for teams 
 PRECISION_HEADER = "x-slipstream-min-precision"
 METADATA_FIELD = "slipstream"  # body field {"min_precision": x}; the official clients send it via extra_body
 KEY_HEADER = "x-slipstream-cache-key"
+
+log = logging.getLogger("slipstream.cache")
 
 
 def _strip_metadata(request: LLMRequest) -> tuple[LLMRequest, float | None]:
@@ -75,7 +78,11 @@ class CacheStage:
         # A request can only make the cache stricter than its team's policy, never looser.
         min_precision = max(self.config.min_precision, asked or 0.0)
         semantic = self.config.semantic and keys.user_turns <= self.config.max_turns_for_semantic
-        found = await self.cache.lookup(self.team, keys, self.config.exact, semantic, min_precision)
+        try:
+            found = await self.cache.lookup(self.team, keys, self.config.exact, semantic, min_precision)
+        except Exception:  # the cache only ever saves work: a broken one must not fail the request
+            log.exception("cache lookup failed for team %s; answering from upstream", self.team)
+            return await call_next(ctx)
         if found.entry is not None:
             return self._replay(ctx, found)
         answer = await call_next(ctx)
@@ -96,7 +103,11 @@ class CacheStage:
     def _store(self, protocol: Protocol, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
         if not answers.completed_safely(protocol, message, self.config.cache_tool_calls):
             return False
-        self.cache.put(self.team, keys, route, message, found.vector, self.config)
+        try:
+            self.cache.put(self.team, keys, route, message, found.vector, self.config)
+        except Exception:  # the client already has its answer; a failed store is only a future miss
+            log.exception("cache store failed for team %s", self.team)
+            return False
         return True
 
     async def _capture(self, protocol: Protocol, keys: CacheKeys, stream: LLMStream, found: Lookup, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -49,6 +49,7 @@ class PromptCacheStage:
         report.miss_cause = plan.cause.label if plan.cause else ""
         report.moved, report.advice = moved, advice
         report.repaired = len(plan.placement.remove) if plan.placement else 0
+        report.canonicalized = plan.canonicalized
         if plan.body is not request.body:
             ctx.request = LLMRequest(request.endpoint, plan.body, request.forward_headers, request.query)
         optimizer.begin(plan, time.time(), self.config.warm_fanout)

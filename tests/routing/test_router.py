@@ -6,6 +6,7 @@ and every abandoned upstream call must be cancelled (the emulator counts them).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import orjson
@@ -72,7 +73,7 @@ async def test_stalled_target_is_abandoned_and_cancelled(build_runtime, fresh_em
     assert time.perf_counter() - started < 1.0
     assert ctx.route == "claude/claude-b"
     _complete_stream(await collect(answer))
-    fresh_emulator.wait_for(lambda s: s["cancelled_requests"] + s["cancelled_streams"] == 1, timeout=3)
+    await asyncio.to_thread(fresh_emulator.wait_for, lambda s: s["cancelled_requests"] + s["cancelled_streams"] == 1, 3)
 
 
 async def test_deadline_bounds_the_whole_request(build_runtime, fresh_emulator):
@@ -82,7 +83,7 @@ async def test_deadline_bounds_the_whole_request(build_runtime, fresh_emulator):
     with pytest.raises(UpstreamTimeoutError):
         await runtime.handle(messages_request())
     assert time.perf_counter() - started < 1.0
-    fresh_emulator.wait_for(lambda s: s["cancelled_requests"] == 1, timeout=3)  # the stalled call was dropped
+    await asyncio.to_thread(fresh_emulator.wait_for, lambda s: s["cancelled_requests"] == 1, 3)  # the stalled call was dropped
 
 
 async def test_client_errors_are_not_retried(build_runtime, fresh_emulator):
@@ -111,7 +112,7 @@ async def test_hedge_wins_and_loser_is_cancelled(build_runtime, fresh_emulator):
     assert time.perf_counter() - started < 1.0
     assert ctx.route == "claude/claude-b"
     _complete_stream(await collect(answer))
-    fresh_emulator.wait_for(lambda s: s["cancelled_requests"] + s["cancelled_streams"] == 1, timeout=3)
+    await asyncio.to_thread(fresh_emulator.wait_for, lambda s: s["cancelled_requests"] + s["cancelled_streams"] == 1, 3)
     assert fresh_emulator.stats()["requests_total"] == 2
 
 

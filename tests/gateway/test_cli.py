@@ -1,0 +1,82 @@
+"""The console commands as a user runs them: `slipstream serve` and `slipstream emulate` start and answer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from gateway.testing import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _command() -> list[str]:
+    script = shutil.which("slipstream", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-m", "gateway.cli"]
+
+
+def _wait(url: str, process: subprocess.Popen, timeout_s: float = 60) -> httpx.Response:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read().decode() if process.stderr else "exited"
+        try:
+            return httpx.get(url, timeout=1)
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} never answered")
+
+
+@pytest.fixture
+def run():
+    processes: list[subprocess.Popen] = []
+
+    def start(*args: str) -> subprocess.Popen:
+        process = subprocess.Popen([*_command(), *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def test_serve_with_no_policy_arguments_uses_policies_dir(run):
+    port = free_port()
+    process = run("serve", "--port", str(port))
+    health = _wait(f"http://127.0.0.1:{port}/healthz", process)
+    assert health.status_code == 200
+    assert "default" in health.json()["teams"]
+
+
+def test_emulate_then_serve_against_it(run, tmp_path):
+    from tests.helpers import write_policy
+
+    emulator_port, proxy_port = free_port(), free_port()
+    emulator = run("emulate", "--port", str(emulator_port))
+    _wait(f"http://127.0.0.1:{emulator_port}/_emulator/stats", emulator)
+    policy = write_policy(tmp_path, "cli", "sk-cli", f"http://127.0.0.1:{emulator_port}")
+    proxy = run("serve", "--policy", str(policy), "--port", str(proxy_port))
+    _wait(f"http://127.0.0.1:{proxy_port}/healthz", proxy)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key="sk-cli", max_retries=0)
+    assert client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}]).choices
+
+
+def test_serve_refuses_an_invalid_policy(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("team: x\nproviders: {}\nroutes: []\n")
+    result = subprocess.run([*_command(), "serve", "--policy", str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "bad.yaml: providers:" in result.stderr

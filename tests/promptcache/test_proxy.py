@@ -1,0 +1,62 @@
+"""Through the proxy with the official clients: headers, streaming verification, the report endpoint."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from gateway.cache_report import format_report
+from gateway.testing import running_proxy
+from tests.helpers import write_policy
+
+KEY = "sk-prompt-cache-team"
+STATIC = "You are the support assistant.\n" + "Answer from the manual and cite the section. " * 150
+
+
+@pytest.fixture
+def proxy(request, tmp_path, fresh_emulator):
+    team = f"pcproxy-{request.node.name[5:12]}"  # the report's counters are per team and process-wide
+    write_policy(tmp_path, team, KEY, fresh_emulator.url, extra="prompt_cache: {reorder: true}\n")
+    with running_proxy([tmp_path], watch_interval_s=None) as running:
+        yield running
+
+
+def test_anthropic_stream_verifies_reads_and_report_endpoint(proxy, fresh_emulator):
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+    messages: list[dict] = []
+    headers = []
+    for turn in range(3):
+        messages.append({"role": "user", "content": f"Question {turn}: how do I reset the device? " * 5})
+        system = f"{STATIC}\nSession id: sess_{turn}a7f3c9d2e1"
+        with client.messages.with_streaming_response.create(
+            model="claude-sonnet-5", max_tokens=16, system=system, messages=messages, stream=True
+        ) as raw:
+            headers.append(raw.headers["x-slipstream-prompt-cache"])
+            text = "".join(line for line in raw.iter_lines())
+        assert "message_stop" in text
+        messages.append({"role": "assistant", "content": f"Answer {turn}."})
+    fields = [dict(part.split("=") for part in h.split(";")) for h in headers]
+    assert fields[0]["read"] == "0" and fields[0]["moved"] == "1"
+    for f in fields[1:]:
+        assert int(f["read"]) > 1000 and f["read"] == f["expected_read"]
+    report = httpx.get(f"{proxy.url}/v1/slipstream/cache-report", headers={"x-api-key": KEY}).json()
+    assert report["team"].startswith("pcproxy") and report["requests"] == 3
+    assert report["hit_rate"] == pytest.approx(2 / 3, abs=1e-3) and report["saved_usd"] > 0
+    assert "cached token share" in format_report(report)
+    assert httpx.get(f"{proxy.url}/v1/slipstream/cache-report", headers={"x-api-key": "wrong"}).status_code == 401
+
+
+def test_openai_prompt_cache_key_and_streamed_usage(proxy, fresh_emulator):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    messages = [{"role": "system", "content": STATIC}, {"role": "user", "content": "Hello"}]
+    first = client.chat.completions.create(model="gpt-4o", messages=messages)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    sent = fresh_emulator.state.recent[-1]
+    assert "slipstream-pcproxy-" in str(sent)  # prompt_cache_key set from team + stable prefix
+    stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= 1024
+    report = httpx.get(f"{proxy.url}/v1/slipstream/cache-report", headers={"authorization": f"Bearer {KEY}"}).json()
+    assert report["requests"] == 2 and report["expected_misses"] == 0 and report["cache_read_tokens"] >= 1024
