@@ -139,7 +139,7 @@ async def run_pass(name: str, client, url: str, requests: int, concurrency: int)
                     ok += 1
                     latencies.append(time.perf_counter() - started)
             except Exception as exc:  # noqa: BLE001 - a failed request is what is being counted
-                kind = f"{type(exc).__name__}: {str(exc)[-150:]}"
+                kind = f"{type(exc).__name__}: {str(exc)[-100:]}"
                 failures[kind] = failures.get(kind, 0) + 1
 
     failures: dict[str, int] = {}

@@ -38,7 +38,7 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
         anthropic = "anthropic-version" in request.headers
         protocol = Protocol.ANTHROPIC if anthropic else Protocol.OPENAI
         try:
-            team = registry.authenticate(_team_key(list(request.scope["headers"])))
+            team, _ = registry.authenticate(_team_key(list(request.scope["headers"])))
         except AuthenticationError as exc:
             return Response(exc.body(protocol), status_code=401, media_type="application/json")
         return Response(models_body(team.model_names(), protocol), media_type="application/json")
@@ -47,7 +47,7 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
     def cache_report(request: Request) -> Response[object]:
         """The caller's team prompt-cache summary (docs/prompt-cache.md); authenticated by team key."""
         try:
-            team = registry.authenticate(_team_key(list(request.scope["headers"])))
+            team, _ = registry.authenticate(_team_key(list(request.scope["headers"])))
         except AuthenticationError as exc:
             return Response(exc.body(Protocol.OPENAI), status_code=401, media_type="application/json")
         return Response(prompt_cache_report(team.team))

@@ -88,7 +88,7 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
             return
         headers = scope["headers"]
         try:
-            team = registry.authenticate(_team_key(headers))
+            team, key_id = registry.authenticate(_team_key(headers))
             raw = await _read_body(receive, headers, team.policy.limits.max_body_bytes)
             forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
             request = parse_request(endpoint, raw, scope.get("query_string", b"").decode("latin-1"), forward)
@@ -97,7 +97,7 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
             return
         except ClientGone:
             return
-        ctx = RequestContext(request=request, team=team.team, timings=timings)
+        ctx = RequestContext(request=request, team=team.team, timings=timings, key_id=key_id)
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, task))

@@ -59,8 +59,8 @@ class Config:
     # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k}. Accepted so
     # the public signature is final; the scheduler's lookahead slots are where drafts will go.
     speculative_config: dict[str, Any] | None = None
-    hf_config: dict[str, Any] = field(default_factory=dict)
-    model_path: Path = field(default_factory=Path)
+    hf_config: dict[str, Any] = field(init=False, default_factory=dict)
+    model_path: Path = field(init=False, default_factory=Path)
 
     def __post_init__(self) -> None:
         import json
@@ -73,6 +73,11 @@ class Config:
         self.model_path = resolve_model_path(self.model)
         self.hf_config = json.loads((self.model_path / "config.json").read_text())
         max_pos = int(self.hf_config.get("max_position_embeddings", 4096))
+        window = self.hf_config.get("sliding_window")
+        if isinstance(window, int) and self.hf_config.get("use_sliding_window", True):
+            # Attention here is always full; capping the context at the window keeps it exact
+            # for sliding-window models (Mistral v0.1) instead of silently attending too far.
+            max_pos = min(max_pos, window)
         self.max_model_len = min(self.max_model_len or max_pos, max_pos)
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise ValueError("block_size must be a power of two")

@@ -9,6 +9,7 @@ concurrency 1 no request waits for a batching window. Nothing here runs on the e
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import queue
 import threading
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 DIMENSION = 384
+
+log = logging.getLogger("slipstream.embedding")
 
 
 def minilm_path() -> Path:
@@ -50,6 +53,7 @@ class Embedder:
     """Unit-norm float32 embeddings, so inner product is cosine similarity."""
 
     max_batch: int = 64
+    batches: int = field(default=0, init=False)  # batches encoded for `embed` callers (observability)
     _model: SentenceTransformer | None = field(default=None, init=False, repr=False)
     _jobs: queue.SimpleQueue[_Job] = field(default_factory=queue.SimpleQueue, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -58,7 +62,7 @@ class Embedder:
     async def embed(self, text: str) -> np.ndarray:
         """One text's embedding, shape (DIMENSION,), computed in a batch with whatever else is queued."""
         future: Future[np.ndarray] = Future()
-        self._start()
+        self.start()
         self._jobs.put(_Job([text], future))
         return (await asyncio.wrap_future(future))[0]
 
@@ -77,7 +81,8 @@ class Embedder:
             self._model = load_minilm()
         return self._model
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start the worker, which loads the model at once: call early so no request waits for the load."""
         if self._worker is None:
             with self._lock:
                 if self._worker is None:
@@ -85,6 +90,10 @@ class Embedder:
                     self._worker.start()
 
     def _run(self) -> None:
+        try:
+            self.warm_up()
+        except Exception:  # every batch retries the load, so callers get the error instead of a hang
+            log.exception("loading the embedding model failed")
         while True:
             jobs = [self._jobs.get()]
             size = len(jobs[0].texts)
@@ -105,6 +114,7 @@ class Embedder:
                 for job in live:
                     job.future.set_exception(exc)
                 continue
+            self.batches += 1
             start = 0
             for job in live:
                 job.future.set_result(vectors[start : start + len(job.texts)])

@@ -29,6 +29,16 @@ class PromptCacheReport:
 
 
 @dataclass(slots=True)
+class CompressionReport:
+    """Message tokens (tiktoken cl100k) before and after the compression stage (docs/compression.md)."""
+
+    before: int = 0
+    after: int = 0
+    refused: int = 0  # documents left whole because pruning would drop a protected item
+    history: str = ""  # "compacted" | "pending" when history compaction acted
+
+
+@dataclass(slots=True)
 class RequestContext:
     request: LLMRequest
     team: str
@@ -37,6 +47,7 @@ class RequestContext:
     prompt_cache: PromptCacheReport = field(default_factory=PromptCacheReport)
     route: str = ""  # PROVIDER/MODEL that answered, set by the router
     key_id: str = ""  # which team key sent it (a hash prefix, never the key), for per-key limits
+    compression: CompressionReport | None = None  # set by the compression stage when it ran
 
 
 class Stage(TypingProtocol):

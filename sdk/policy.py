@@ -152,8 +152,55 @@ class SemanticCachePolicy(_Strict):
     cache_tool_calls: bool = False  # cache answers that call tools
 
 
-class CompressionPolicy(_Strict):
+class DocumentCompression(_Strict):
+    """Query-aware extractive pruning of documents; keys documented in docs/compression.md."""
+
+    enabled: bool = True
+    min_tokens: Annotated[int, Field(ge=1)] = 400  # smaller documents are left alone
+    ratio: Annotated[float, Field(gt=0, le=1)] = 0.5  # share of a document's prose tokens kept (code always kept)
+    max_tokens: Annotated[int, Field(ge=1)] | None = None  # and at most this many tokens per document
+    scorer: Literal["static", "contextual"] = "static"
+    neighbours: bool = True  # keep the sentence before one that refers back ("It", "This", "However", ...)
+    latest_turn: bool = True  # documents attached to the latest user turn (its question is never touched)
+    marker: str = "[…]"  # replaces each run of dropped sentences
+
+
+class HistoryCompression(_Strict):
+    """Summaries of older turns, computed in the background; keys documented in docs/compression.md."""
+
     enabled: bool = False
+    trigger_tokens: Annotated[int, Field(ge=1)] = 8000  # messages (or the verbatim tail after a summary) above this
+    keep_turns: Annotated[int, Field(ge=1)] = 2  # latest user turns (and what follows them) kept verbatim
+
+
+class TokenPruning(_Strict):
+    """Drop low-surprisal tokens from documents with the local demo model; docs/compression.md."""
+
+    enabled: bool = False
+    ratio: Annotated[float, Field(gt=0, le=1)] = 0.8  # share of a document's prose tokens kept
+
+
+class Summarizer(_Strict):
+    provider: str  # one of the team's providers
+    model: str | None = None  # required for hosted providers; a local provider uses its own model
+    max_tokens: Annotated[int, Field(ge=16, le=8192)] = 512
+
+
+class CompressionPolicy(_Strict):
+    """Prompt compression (opt-in: it changes what the model sees); docs/compression.md."""
+
+    enabled: bool = False
+    documents: DocumentCompression = DocumentCompression()
+    history: HistoryCompression = HistoryCompression()
+    token_pruning: TokenPruning = TokenPruning()
+    protect: list[Literal["numbers", "identifiers", "entities"]] = ["numbers", "identifiers", "entities"]
+    summarizer: Summarizer | None = None
+
+    @model_validator(mode="after")
+    def _summarizer_for_history(self) -> CompressionPolicy:
+        if self.history.enabled and self.summarizer is None:
+            raise ValueError("history compaction needs a 'summarizer' ({provider: NAME, model: MODEL})")
+        return self
 
 
 class LimitsPolicy(RateLimits):
@@ -196,6 +243,18 @@ class Policy(_Strict):
                 if target.provider not in self.providers:
                     known = ", ".join(sorted(self.providers))
                     raise ValueError(f"routes.{i}.targets.{j}.provider: unknown provider {target.provider!r} (known: {known})")
+        return self
+
+    @model_validator(mode="after")
+    def _summarizer_exists(self) -> Policy:
+        summarizer = self.compression.summarizer
+        if summarizer is not None:
+            provider = self.providers.get(summarizer.provider)
+            if provider is None:
+                known = ", ".join(sorted(self.providers))
+                raise ValueError(f"compression.summarizer.provider: unknown provider {summarizer.provider!r} (known: {known})")
+            if provider.kind != "local" and summarizer.model is None:
+                raise ValueError("compression.summarizer.model: a hosted provider needs a model name")
         return self
 
     def resolved_keys(self) -> list[str]:

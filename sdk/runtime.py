@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sdk import metrics
 from sdk.errors import AuthenticationError, PolicyError
-from sdk.pipeline import Pipeline, RequestContext
+from sdk.pipeline import CompressionReport, Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
 from sdk.providers import build_provider
 from sdk.router import Router
@@ -75,12 +75,24 @@ def slipstream_headers(ctx: RequestContext, answer: Answer) -> dict[str, str]:
                         ("canonicalized", int(report.canonicalized))):
         if value:
             prompt_cache += f";{name}={value}"
-    return {
+    headers = {
         "x-slipstream-cache": ctx.cache_status,
         "x-slipstream-route": answer.route,
         "x-slipstream-overhead-ms": f"{overhead_ms:.3f}",
         "x-slipstream-prompt-cache": prompt_cache,
     }
+    if ctx.compression is not None:  # only where the team enabled compression (docs/compression.md)
+        headers["x-slipstream-compression"] = _compression_header(ctx.compression)
+    return headers
+
+
+def _compression_header(report: CompressionReport) -> str:
+    value = f"before={report.before};after={report.after}"
+    if report.refused:
+        value += f";refused={report.refused}"
+    if report.history:
+        value += f";history={report.history}"
+    return value
 
 
 def _digest(key: str) -> bytes:
@@ -116,13 +128,15 @@ class TeamRegistry:
                 by_digest[_digest(key)] = (key.encode(), runtime)
         self.teams, self._by_digest, self._stamp = teams, by_digest, stamp
 
-    def authenticate(self, key: str | None) -> TeamRuntime:
+    def authenticate(self, key: str | None) -> tuple[TeamRuntime, str]:
+        """The key's team, and a key id (a digest prefix, never the key) for per-key limits."""
         if not key:
             raise AuthenticationError("missing team key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'")
-        entry = self._by_digest.get(_digest(key))
+        digest = _digest(key)
+        entry = self._by_digest.get(digest)
         if entry is None or not hmac.compare_digest(entry[0], key.encode()):
             raise AuthenticationError("invalid team key")
-        return entry[1]
+        return entry[1], digest[:6].hex()
 
     def _current_stamp(self) -> dict[Path, float]:
         stamp = {}

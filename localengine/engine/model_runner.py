@@ -15,6 +15,7 @@ import torch
 
 from localengine.config import Config
 from localengine.engine.scheduler import ScheduledSequence, SchedulerOutput
+from localengine.kernels.reference import GatherWorkspace
 from localengine.layers.attention import AttentionMetadata
 from localengine.layers.sampler import Sampler
 from localengine.models.loader import load_model
@@ -69,6 +70,7 @@ class ModelRunner:
         self.num_kvcache_blocks = self._num_blocks()
         self._allocate_kv_cache()
         self.sampler = Sampler(config.seed)
+        self.workspace = GatherWorkspace()
 
     def _block_bytes(self) -> int:
         a = self.model.args
@@ -134,14 +136,16 @@ class ModelRunner:
             max_query_len=max(it.num_new_tokens for it in items),
             max_seq_len=max(seq_lens),
             use_triton=self.use_triton,
+            workspace=self.workspace,
         )
         ids = torch.tensor(input_ids, dtype=torch.long, device=dev)
         return ids, torch.from_numpy(np.concatenate(positions)).to(dev), meta
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> list[SampledToken]:
-        # Decodes first: the attention backend batches the one-token queries at the front.
-        items = sorted(out.scheduled, key=lambda it: it.num_new_tokens != 1)
+        # Decodes first, shortest context first: the attention backend batches the one-token
+        # queries at the front, in groups of similar length.
+        items = sorted(out.scheduled, key=lambda it: (it.num_new_tokens != 1, it.num_computed_before))
         input_ids, positions, meta = self.prepare(items)
         hidden = self.model(input_ids, positions, meta)
         sampling = [i for i, it in enumerate(items) if it.samples]

@@ -27,6 +27,7 @@ class AttentionMetadata:
     max_query_len: int
     max_seq_len: int
     use_triton: bool = False
+    workspace: reference.GatherWorkspace | None = None  # reused gather buffers (CPU path)
 
 
 class Attention(nn.Module):
@@ -47,4 +48,4 @@ class Attention(nn.Module):
             triton_attention.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
             return triton_attention.paged_attention(q, self.k_cache, self.v_cache, meta, self.scale)
         reference.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-        return reference.paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        return reference.paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, meta.workspace)

@@ -30,6 +30,7 @@ _STOP = frozenset(
     "of in on at to for from by with about as into than then so and or but if there here some any all best good way ways "
     "get make much many more most very just also really quora".split()
 )
+_DIRECTIONAL = ("to", "from", "than", "into", "over", "against", "before", "after", "vs")
 FEATURES = ("numbers_differ", "negation_differs", "swapped", "jaccard", "only_a", "only_b", "entity_diff", "length_ratio")
 
 
@@ -83,15 +84,25 @@ def _entities(words: list[str]) -> set[str]:
     return {w.lower() for w in words[1:] if w[0].isupper() and w.lower() not in _STOP}
 
 
+def _sides_differ(wa: list[str], wb: list[str]) -> bool:
+    """Same words on the other side of a directional word: "Paris to London" / "London to Paris",
+    "Python faster than Java" / "Java faster than Python". Symmetric phrasings ("between X and Y",
+    "X or Y", plain reordering) do not count: on QQP those are mostly true duplicates."""
+    la, lb = [w.lower() for w in wa], [w.lower() for w in wb]
+    for marker in _DIRECTIONAL:
+        if la.count(marker) == 1 and lb.count(marker) == 1:
+            before_a, before_b = set(_content(wa[: la.index(marker)])), set(_content(wb[: lb.index(marker)]))
+            if before_a != before_b:
+                return True
+    return False
+
+
 def check(a: str, b: str) -> RuleCheck:
     wa, wb = _tokens(a), _tokens(b)
     ca, cb = _content(wa), _content(wb)
     sa, sb = set(ca), set(cb)
     union = sa | sb
-    # Same key words, different order ("Paris to London" / "London to Paris"): only the order of the
-    # words that occur once on each side is compared, so a repeated word cannot fake a swap.
-    once = {w for w in sa & sb if ca.count(w) == 1 and cb.count(w) == 1}
-    swapped = Counter(ca) == Counter(cb) and [w for w in ca if w in once] != [w for w in cb if w in once]
+    swapped = sa == sb and _sides_differ(wa, wb)
     entities_a, entities_b = _entities(wa), _entities(wb)
     entity_diff = len({e for e in entities_a ^ entities_b if e not in sa or e not in sb})
     return RuleCheck(

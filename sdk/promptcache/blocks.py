@@ -15,15 +15,11 @@ come first, then one part per message. Parts are the units we track (the provide
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from hashlib import blake2b
 from typing import Any
 
 import orjson
 
 from sdk.promptcache import tokens
-
-SECTIONS = ("tools", "system", "messages")
-
 
 @dataclass(slots=True)
 class Block:
@@ -33,7 +29,7 @@ class Block:
     role: str  # message role; "" outside messages
     message: int  # message index; -1 outside messages
     text: str  # what is counted and shown in miss excerpts
-    digest: bytes
+    digest: int  # Python str hashes are cached on the string: repeated prompts hash for free
     tokens: int
     eligible: bool  # may carry a cache_control marker (A.3)
     marker: str | None  # the client's own marker TTL ("5m" | "1h"), if any
@@ -42,7 +38,7 @@ class Block:
 @dataclass(slots=True)
 class Layout:
     blocks: list[Block] = field(default_factory=list)
-    chain: list[bytes] = field(default_factory=list)  # cumulative prefix hash through each block
+    chain: list[int] = field(default_factory=list)  # cumulative prefix hash through each block
     pos: list[int] = field(default_factory=list)  # cumulative estimated tokens through each block
     first_system: int = 0
     first_message: int = 0
@@ -58,7 +54,7 @@ class Layout:
         start = {"tools": 0, "system": self.first_system, "messages": self.first_message}[section]
         return end - 1 if end > start else -1
 
-    def common_prefix(self, other: list[bytes]) -> int:
+    def common_prefix(self, other: list[int]) -> int:
         """Number of leading blocks shared with another chain (cumulative, so binary search works)."""
         lo, hi = 0, min(len(self.chain), len(other))
         while lo < hi:
@@ -70,8 +66,9 @@ class Layout:
         return lo
 
 
-def _digest(tag: str, text: str) -> bytes:
-    return blake2b(f"{tag}\x00{text}".encode(), digest_size=16).digest()
+def _digest(tag: str, text: str) -> int:
+    # 64-bit, process-local: enough for a predictor (a collision mispredicts; the provider decides).
+    return hash((tag, text))
 
 
 def _dumps(value: Any) -> str:
@@ -179,11 +176,11 @@ def _settings_salt(body: dict[str, Any]) -> bytes:
 
 
 def _chain(layout: Layout, seed: bytes, salts: dict[int, bytes]) -> None:
-    state = blake2b(seed, digest_size=16).digest()
+    state = hash(seed)
     acc = 0
     for i, block in enumerate(layout.blocks):
         salt = salts.get(i, b"")
-        state = blake2b(state + salt + block.digest, digest_size=16).digest()
+        state = hash((state, salt, block.digest))
         acc += block.tokens
         layout.chain.append(state)
         layout.pos.append(acc)

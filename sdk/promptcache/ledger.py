@@ -14,7 +14,6 @@ earlier one did can be explained by the first block that differs.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -45,18 +44,18 @@ class Prediction:
 
 @dataclass(slots=True)
 class Write:
-    key: bytes
+    key: int
     entry: Entry
     created: bool
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    chain: list[bytes]
+    chain: list[int]
     blocks: list[Block]
     reach: int  # last block whose prefix was cached, or could have been had nothing busted it
     reach_pos: int
-    conversation: bytes
+    conversation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +89,11 @@ def diff_excerpt(old: str, new: str, width: int = 40) -> str:
 
 @dataclass
 class Scope:
-    entries: dict[bytes, Entry] = field(default_factory=dict)
+    entries: dict[int, Entry] = field(default_factory=dict)
     history: deque[Snapshot] = field(default_factory=lambda: deque(maxlen=32))
     _writes: int = 0
 
-    def live(self, key: bytes, now: float) -> Entry | None:
+    def live(self, key: int, now: float) -> Entry | None:
         entry = self.entries.get(key)
         return entry if entry is not None and entry.expires > now else None
 
@@ -198,11 +197,11 @@ class Ledger:
 
     # --- history and causes ----------------------------------------------------------------
     @staticmethod
-    def remember(scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: bytes) -> None:
+    def remember(scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: int) -> None:
         scope.history.append(Snapshot(layout.chain, layout.blocks, reach, reach_pos, conversation))
 
     @staticmethod
-    def diagnose(scope: Scope, layout: Layout, conversation: bytes, ratio: float) -> Cause | None:
+    def diagnose(scope: Scope, layout: Layout, conversation: int, ratio: float) -> Cause | None:
         """Why this request cannot read what the most similar earlier request cached, if it cannot."""
         best: Snapshot | None = None
         best_len = -1
@@ -223,7 +222,3 @@ class Ledger:
         if new.section == "messages" and best.conversation != conversation:
             return None  # another conversation: nothing was shared past the common part
         return Cause(f"{new.section}_changed", new.path, diff_excerpt(old.text, new.text), lost)
-
-
-def now() -> float:
-    return time.time()

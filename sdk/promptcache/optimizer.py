@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Any
 
-import orjson
-
 from sdk.policy import PromptCachePolicy
 from sdk.promptcache import stats
 from sdk.promptcache.blocks import Layout, anthropic_layout, openai_layout
@@ -39,7 +37,7 @@ class Plan:
     layout: Layout
     scope: Scope
     ratio: float
-    conversation: bytes
+    conversation: int
     marks: list[tuple[int, float]]  # (block, ttl seconds) of the entries this request writes
     breakpoints: list[int]  # every breakpoint (Anthropic), for the read prediction
     prediction: Prediction
@@ -51,12 +49,21 @@ class Plan:
     canonicalized: bool = False
 
 
-def _conversation(protocol: Protocol, body: dict[str, Any]) -> bytes:
+def _fingerprint(value: Any) -> int:
+    """Structural hash of JSON; string hashes are cached on the objects, so this stays cheap."""
+    if isinstance(value, dict):
+        return hash(tuple((k, _fingerprint(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return hash(tuple(_fingerprint(v) for v in value))
+    return hash(value)
+
+
+def _conversation(body: dict[str, Any]) -> int:
     """Identity of a thread: its first non-system message (history is append-only)."""
     for message in body.get("messages") or ():
         if isinstance(message, dict) and message.get("role") not in ("system", "developer"):
-            return blake2b(orjson.dumps(message.get("content")), digest_size=12).digest()
-    return b""
+            return _fingerprint(message.get("content"))
+    return 0
 
 
 def _tool_descriptions(protocol: Protocol, body: dict[str, Any]) -> list[tuple[str, str]]:
@@ -85,7 +92,7 @@ class Optimizer:
     def prepare(self, request: LLMRequest, now: float) -> Plan:
         protocol, model = request.protocol, request.model
         body = canonicalize(protocol, request.body) if self.config.canonicalize else request.body
-        conversation = _conversation(protocol, body)
+        conversation = _conversation(body)
         canonicalized = body is not request.body
         findings, moved, body = self._volatility(protocol, body, conversation)
         if protocol is Protocol.ANTHROPIC:
@@ -98,7 +105,7 @@ class Optimizer:
             self.stats.canonicalized += 1
         return plan
 
-    def _volatility(self, protocol: Protocol, body: dict[str, Any], conversation: bytes) -> tuple[list[Finding], list[str], dict[str, Any]]:
+    def _volatility(self, protocol: Protocol, body: dict[str, Any], conversation: int) -> tuple[list[Finding], list[str], dict[str, Any]]:
         learn = conversation if self.config.learn_volatile else None
         texts = system_texts(protocol, body)
         findings: list[Finding] = []
@@ -123,7 +130,7 @@ class Optimizer:
             paths.add("system.0")  # a string system prompt becomes one list block before placement
         return next((i for i, b in enumerate(layout.blocks) if b.path in paths), None)
 
-    def _plan_anthropic(self, body: dict[str, Any], model: str, conversation: bytes, findings: list[Finding],
+    def _plan_anthropic(self, body: dict[str, Any], model: str, conversation: int, findings: list[Finding],
                         moved: list[str], now: float) -> Plan:
         auto = self.config.breakpoints == "auto"
         if auto and isinstance(body.get("system"), str) and body["system"]:
@@ -167,14 +174,16 @@ class Optimizer:
                 return b
         return -1
 
-    def _plan_openai(self, body: dict[str, Any], model: str, conversation: bytes, findings: list[Finding],
+    def _plan_openai(self, body: dict[str, Any], model: str, conversation: int, findings: list[Finding],
                      moved: list[str], now: float) -> Plan:
         layout = openai_layout(body)
         if self.config.openai_cache_key and not body.get("prompt_cache_key"):
             # Team + stable prefix (tools, schema, system): requests sharing it land on warm machines.
             stable = layout.first_message - 1
             volatile = any(not (moved and f.movable) for f in findings if not f.path.startswith("tools"))
-            suffix = layout.chain[stable].hex()[:16] if stable >= 0 and not volatile else "default"
+            # A stable digest (not Python's per-process hash): replicas and restarts must agree on the key.
+            stable_text = "\x00".join(b.text for b in layout.blocks[: stable + 1]).encode()
+            suffix = blake2b(stable_text, digest_size=8).hexdigest() if stable >= 0 and not volatile else "default"
             body = {**body, "prompt_cache_key": f"slipstream-{self.team}-{suffix}"}
         ratio = self.calibration.ratio("openai", model)
         scope = self.ledger.scope("openai", model, str(body.get("prompt_cache_key") or ""))
@@ -193,9 +202,9 @@ class Optimizer:
 
     def begin(self, plan: Plan, start: float, with_event: bool) -> None:
         plan.writes = self.ledger.begin(plan.scope, plan.layout, plan.marks, plan.prediction.hit, start, plan.ratio, with_event)
-        # How far this prefix can be reused: its last entry, or (nothing written: busted or too
-        # short) everything but the content moved to the tail.
-        reach = plan.marks[-1][0] if plan.marks else len(plan.layout.blocks) - 1 - (1 if plan.moved else 0)
+        # How far this prefix could be reused by a later request: all of it but what was moved to the
+        # tail. A later request that diverges before that point lost cache for a reason worth naming.
+        reach = len(plan.layout.blocks) - 1 - (1 if plan.moved else 0)
         reach_pos = round(plan.layout.pos[reach] * plan.ratio) if reach >= 0 else 0
         self.ledger.remember(plan.scope, plan.layout, reach, reach_pos, plan.conversation)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tiktoken
 
 _ENCODING: tiktoken.Encoding | None = None
-_COUNTS: dict[bytes, int] = {}
+_COUNTS: dict[int, int] = {}
 _MAX_COUNTS = 65_536  # entries; cleared wholesale when full (cheap, bounded)
 IMAGE_TOKENS = 1000  # rough cost of an image / binary document; calibration absorbs the error
 
@@ -23,7 +23,7 @@ def _encoding() -> tiktoken.Encoding:
     return _ENCODING
 
 
-def count(digest: bytes, text: str) -> int:
+def count(digest: int, text: str) -> int:
     """Tokens in `text`, whose digest is `digest` (the caller hashes anyway, so reuse it as key)."""
     n = _COUNTS.get(digest)
     if n is None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from hashlib import blake2b
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),
@@ -46,7 +45,7 @@ class _Analysis:
     lines: tuple[str, ...]
     labels: tuple[str, ...]
     kinds: tuple[str | None, ...]  # pattern kind per line
-    digests: tuple[bytes, ...]
+    digests: tuple[int, ...]
 
 
 def _label(line: str) -> str:
@@ -73,12 +72,12 @@ class VolatilityDetector:
     MAX_CHANGED_SHARE = 0.25  # more lines than this changed: a different prompt, not a volatile line
 
     def __init__(self) -> None:
-        self._analyses: dict[bytes, _Analysis] = {}
-        self._previous: OrderedDict[tuple[str, bytes], tuple[bytes, ...]] = OrderedDict()
+        self._analyses: dict[int, _Analysis] = {}
+        self._previous: OrderedDict[tuple[str, int], tuple[int, ...]] = OrderedDict()
         self.learned: dict[str, set[str]] = {}  # path -> labels seen to vary within a conversation
 
     def _analyse(self, text: str) -> _Analysis:
-        key = blake2b(text.encode(), digest_size=16).digest()
+        key = hash(text)  # cached on the string object
         found = self._analyses.get(key)
         if found is None:
             lines = tuple(text.split("\n"))
@@ -86,14 +85,14 @@ class VolatilityDetector:
                 lines,
                 tuple(_label(line) for line in lines),
                 tuple(_pattern_kind(line) for line in lines),
-                tuple(blake2b(line.encode(), digest_size=8).digest() for line in lines),
+                tuple(hash(line) for line in lines),
             )
             if len(self._analyses) >= self.MAX_ANALYSES:
                 self._analyses.clear()
             self._analyses[key] = found
         return found
 
-    def _learn(self, path: str, conversation: bytes, analysis: _Analysis) -> None:
+    def _learn(self, path: str, conversation: int, analysis: _Analysis) -> None:
         key = (path, conversation)
         before = self._previous.get(key)
         self._previous[key] = analysis.digests
@@ -106,7 +105,7 @@ class VolatilityDetector:
         if len(changed) <= max(2, int(len(before) * self.MAX_CHANGED_SHARE)):
             self.learned.setdefault(path, set()).update(analysis.labels[i] for i in changed)
 
-    def scan(self, path: str, text: str, conversation: bytes | None, movable_section: bool = True) -> list[Finding]:
+    def scan(self, path: str, text: str, conversation: int | None, movable_section: bool = True) -> list[Finding]:
         """Volatile lines of one text; `conversation` (None: do not learn) identifies its thread."""
         analysis = self._analyse(text)
         if conversation is not None and movable_section:

@@ -153,4 +153,7 @@ def build_cache(policy: Policy, services: Services) -> CacheStage | None:
     config = policy.semantic_cache
     if not config.enabled or not (config.exact or config.semantic):
         return None
-    return CacheStage(policy.team, config, services.response_cache())
+    cache = services.response_cache()
+    if config.semantic:
+        cache.embedder.start()  # load the model in the background now, not on the first request
+    return CacheStage(policy.team, config, cache)

@@ -113,10 +113,14 @@ def test_client_disconnect_aborts_request(server):
 
 async def test_local_provider_over_http(server):
     from sdk.providers.local import LocalProvider
+    from sdk.providers.upstream import close_upstream_for_running_loop
     from sdk.types import Endpoint, LLMRequest, LLMResponse, Timings
 
     provider = LocalProvider("local", "tiny", base_url=server[0] + "/v1")
     request = LLMRequest(Endpoint.CHAT_COMPLETIONS, {"model": "tiny", "messages": MESSAGES, "max_tokens": 4})
-    answer = await provider.send(request, Timings())
+    try:
+        answer = await provider.send(request, Timings())
+    finally:
+        await close_upstream_for_running_loop()
     assert isinstance(answer, LLMResponse) and answer.status == 200
     assert answer.usage.output_tokens + answer.usage.cache_read_tokens > 0

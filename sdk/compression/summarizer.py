@@ -1,0 +1,51 @@
+"""The cheap route that writes history summaries: one of the team's providers, called directly.
+
+It bypasses the team's pipeline on purpose: a summary is the gateway's own work, so it must not be
+cached, compressed or counted as the client's traffic.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from sdk.errors import SlipstreamError
+from sdk.providers.base import Provider
+from sdk.types import Endpoint, LLMRequest, LLMResponse, Protocol, Timings
+
+INSTRUCTIONS = (
+    "You compact the earlier part of a conversation between a user and an assistant so that the assistant "
+    "can continue it without the original turns. Write a faithful, compact summary in the third person. "
+    "Keep every fact, number, name, identifier, decision, constraint, request and open question; keep code "
+    "and exact values verbatim; drop pleasantries and repetition. Output only the summary."
+)
+
+
+class Summarizer:
+    def __init__(self, provider: Provider, model: str, max_tokens: int):
+        self.provider = provider
+        self.model = model
+        self.max_tokens = max_tokens
+
+    async def __call__(self, transcript: str) -> str:
+        user = {"role": "user", "content": f"Conversation to summarize:\n\n{transcript}"}
+        if self.provider.protocol is Protocol.ANTHROPIC:
+            body = {"model": self.model, "max_tokens": self.max_tokens, "temperature": 0, "system": INSTRUCTIONS, "messages": [user]}
+            request = LLMRequest(Endpoint.MESSAGES, body)
+        else:
+            messages = [{"role": "system", "content": INSTRUCTIONS}, user]
+            body = {"model": self.model, "max_tokens": self.max_tokens, "temperature": 0, "messages": messages}
+            request = LLMRequest(Endpoint.CHAT_COMPLETIONS, body)
+        answer = await self.provider.send(request, Timings())
+        if not isinstance(answer, LLMResponse):  # we never ask for a stream; close one defensively
+            await answer.aclose()
+            raise SlipstreamError("summarizer answered with a stream", status=502)
+        if answer.status != 200:
+            raise SlipstreamError(f"summarizer answered {answer.status}", status=502)
+        return _text(self.provider.protocol, orjson.loads(answer.body))
+
+
+def _text(protocol: Protocol, body: dict) -> str:
+    if protocol is Protocol.ANTHROPIC:
+        return "".join(block.get("text", "") for block in body.get("content", []) if block.get("type") == "text")
+    choices = body.get("choices") or [{}]
+    return choices[0].get("message", {}).get("content") or ""

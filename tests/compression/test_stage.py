@@ -1,0 +1,121 @@
+"""The compression stage through TeamRuntime against the emulator: what upstream sees, header, metrics."""
+
+from __future__ import annotations
+
+import copy
+
+import orjson
+
+from sdk.metrics import REGISTRY
+from sdk.runtime import slipstream_headers
+from sdk.types import Endpoint, LLMRequest
+from tests.compression.textdata import FILLER, document
+
+QUESTION = "What happens when the iterator of a for loop is exhausted?"
+TOOLS = [{"name": "lookup", "description": "Look a word up. " * 200, "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}}}]
+SYSTEM = "You answer questions about Python. " * 150
+
+
+def sent_body(emulator) -> dict:
+    """The last body the emulator received."""
+    return orjson.loads(emulator.state.recent[-1]["body"])
+
+
+def anthropic_body(content: list, **extra) -> dict:
+    return {"model": "claude-test", "max_tokens": 8, "system": SYSTEM, "tools": TOOLS, "messages": [{"role": "user", "content": content}], **extra}
+
+
+async def test_documents_are_pruned_and_everything_else_is_sent_unchanged(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true, protect: []}")
+    body = anthropic_body([{"type": "text", "text": FILLER}, {"type": "text", "text": QUESTION}])
+    original = copy.deepcopy(body)
+    answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, body))
+    assert answer.status == 200 and body == original  # the client's body is never mutated
+    sent = sent_body(fresh_emulator)
+    assert sent["system"] == SYSTEM and sent["tools"] == TOOLS
+    document_text, question = sent["messages"][0]["content"]
+    assert question == {"type": "text", "text": QUESTION}
+    assert "When the iterator is exhausted" in document_text["text"].replace("\n", " ") and "[…]" in document_text["text"]
+    header = slipstream_headers(ctx, answer)["x-slipstream-compression"]
+    assert header == f"before={ctx.compression.before};after={ctx.compression.after}"
+    assert ctx.compression.after < 0.6 * ctx.compression.before
+    assert REGISTRY.get_sample_value("slipstream_compression_tokens_total", {"team": "docs", "when": "before"}) >= ctx.compression.before
+    assert REGISTRY.get_sample_value("slipstream_compression_requests_total", {"team": "docs", "outcome": "compressed"}) >= 1
+
+
+async def test_tagged_documents_and_document_blocks_in_openai_and_anthropic(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true, protect: []}")
+    tagged = f"Context:\n<document>\n{FILLER}\n</document>\n{QUESTION}"
+    body = {"model": "gpt-test", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": tagged}]}
+    _, ctx = await runtime.handle(LLMRequest(Endpoint.CHAT_COMPLETIONS, body))
+    sent = sent_body(fresh_emulator)["messages"]
+    assert sent[0] == {"role": "system", "content": SYSTEM}
+    assert sent[1]["content"].startswith("Context:\n<document>\n") and sent[1]["content"].endswith(f"\n</document>\n{QUESTION}")
+    assert ctx.compression.after < ctx.compression.before
+    block = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": FILLER}, "title": "Python reference"}
+    await runtime.handle(LLMRequest(Endpoint.MESSAGES, anthropic_body([block, {"type": "text", "text": QUESTION}])))
+    sent_block = sent_body(fresh_emulator)["messages"][0]["content"][0]
+    assert sent_block["title"] == "Python reference" and len(sent_block["source"]["data"]) < 0.6 * len(FILLER)
+
+
+async def test_latest_question_cached_prefix_and_citations_are_never_touched(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true, protect: []}")
+    plain = anthropic_body([{"type": "text", "text": FILLER + "\n\n" + QUESTION}])  # one text: it is all question
+    cited = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": FILLER}, "citations": {"enabled": True}}
+    marked = anthropic_body([{"type": "text", "text": FILLER, "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": QUESTION}])
+    earlier = {"role": "user", "content": [{"type": "text", "text": FILLER}, {"type": "text", "text": "Summarize it.", "cache_control": {"type": "ephemeral"}}]}
+    multi_turn = anthropic_body([{"type": "text", "text": QUESTION}])
+    multi_turn["messages"] = [earlier, {"role": "assistant", "content": "Done."}, *multi_turn["messages"]]
+    for body in (plain, anthropic_body([cited, {"type": "text", "text": QUESTION}]), marked, multi_turn):
+        answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
+        assert sent_body(fresh_emulator)["messages"] == body["messages"]
+        assert ctx.compression.before == ctx.compression.after
+        assert slipstream_headers(ctx, answer)["x-slipstream-compression"].startswith("before=")
+
+
+async def test_latest_turn_off_compresses_only_earlier_turns(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true, protect: [], documents: {latest_turn: false}}")
+    doc_turn = {"role": "user", "content": [{"type": "text", "text": FILLER}, {"type": "text", "text": QUESTION}]}
+    body = anthropic_body([{"type": "text", "text": document("while")}, {"type": "text", "text": "And while loops?"}])
+    body["messages"] = [doc_turn, {"role": "assistant", "content": "It ends."}, *body["messages"]]
+    await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
+    sent = sent_body(fresh_emulator)["messages"]
+    assert sent[2] == body["messages"][2] and len(sent[0]["content"][0]["text"]) < 0.6 * len(FILLER)
+
+
+async def test_refusal_is_reported_in_header_and_metrics(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true, documents: {ratio: 0.05}}")  # default protection
+    body = anthropic_body([{"type": "text", "text": FILLER}, {"type": "text", "text": QUESTION}])
+    answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
+    assert sent_body(fresh_emulator)["messages"] == body["messages"]
+    assert slipstream_headers(ctx, answer)["x-slipstream-compression"].endswith(";refused=1")
+    assert REGISTRY.get_sample_value("slipstream_compression_refusals_total", {"team": "docs"}) >= 1
+
+
+async def test_contextual_scorer_uses_the_shared_minilm(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true, protect: [], documents: {scorer: contextual}}")
+    body = anthropic_body([{"type": "text", "text": document("for", "while", "del")}, {"type": "text", "text": QUESTION}])
+    _, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, body))
+    text = sent_body(fresh_emulator)["messages"][0]["content"][0]["text"]
+    assert "When the iterator is exhausted" in text.replace("\n", " ") and ctx.compression.after < ctx.compression.before
+
+
+async def test_disabled_compression_adds_no_stage_and_no_header(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: false}")
+    assert "compression" not in [stage.name for stage in runtime.pipeline.stages]
+    answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, anthropic_body([{"type": "text", "text": QUESTION}])))
+    assert ctx.compression is None and "x-slipstream-compression" not in slipstream_headers(ctx, answer)
+
+
+async def test_compressed_prefix_is_stable_so_the_prompt_cache_reads_it(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true, protect: []}", extra="prompt_cache: {enabled: true}\n")
+    turn = [{"type": "text", "text": FILLER}, {"type": "text", "text": QUESTION}]
+    body = anthropic_body(turn)
+    await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
+    first = sent_body(fresh_emulator)["messages"][0]
+    body["messages"] += [{"role": "assistant", "content": "It ends."}, {"role": "user", "content": "And then?"}]
+    answer, _ = await runtime.handle(LLMRequest(Endpoint.MESSAGES, body))
+    second = sent_body(fresh_emulator)["messages"][0]
+    strip = lambda m: [{k: v for k, v in b.items() if k != "cache_control"} for b in m["content"]]  # noqa: E731
+    assert strip(first) == strip(second)  # same compressed document on the next turn
+    assert answer.usage.cache_read_tokens > 1000
