@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,6 @@ class Config:
     model_path: Path = field(init=False, default_factory=Path)
 
     def __post_init__(self) -> None:
-        import json
-
         if self.speculative_config is not None:
             raise NotImplementedError(
                 "speculative decoding is not implemented yet in localengine; "

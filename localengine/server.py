@@ -164,3 +164,14 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, **engine_kwargs
         uvicorn.run(create_app(engine, model), host=host, port=port, log_level="info")
     finally:
         engine.shutdown()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Serve a local model with an OpenAI-compatible API.")
+    parser.add_argument("--model", default="demo", help="local Hugging Face directory, or demo / demo-draft")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    cli = parser.parse_args()
+    serve(cli.model, cli.host, cli.port)

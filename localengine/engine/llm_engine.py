@@ -7,6 +7,7 @@ Not thread-safe: the async engine calls it from its single engine thread.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -31,8 +32,6 @@ def load_tokenizer(config: Config) -> Any:
 
 def eos_token_ids(config: Config, tokenizer: Any) -> set[int]:
     """EOS ids from config.json, generation_config.json and the tokenizer (models disagree)."""
-    import json
-
     ids: set[int] = set()
     sources = [config.hf_config.get("eos_token_id")]
     gen = config.model_path / "generation_config.json"
@@ -52,7 +51,7 @@ class LLMEngine:
         self.config = config
         self.tokenizer = load_tokenizer(config)
         self.eos_token_ids = eos_token_ids(config, self.tokenizer)
-        self.model_runner = ModelRunner(config)
+        self.model_runner = ModelRunner(config, self.eos_token_ids)
         assert config.max_model_len is not None
         self.max_model_len = config.max_model_len
         self.block_manager = BlockManager(

@@ -57,7 +57,7 @@ class SampledToken:
 
 
 class ModelRunner:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, eos_token_ids: set[int]):
         self.config = config
         self.device = config.torch_device
         self.dtype = config.torch_dtype
@@ -69,7 +69,7 @@ class ModelRunner:
         self.use_triton = backend == "triton" or (backend == "auto" and triton_usable(self.device))
         self.num_kvcache_blocks = self._num_blocks()
         self._allocate_kv_cache()
-        self.sampler = Sampler(config.seed)
+        self.sampler = Sampler(config.seed, eos_token_ids)
         self.workspace = GatherWorkspace()
 
     def _block_bytes(self) -> int:

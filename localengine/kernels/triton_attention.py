@@ -44,7 +44,7 @@ def _paged_attention_kernel(
     Q, K_cache, V_cache, Out, block_tables, seq_lens, query_start_loc, scale,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_ot, stride_oh, stride_bt,
     QUERIES_PER_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -72,7 +72,7 @@ def _paged_attention_kernel(
             block_ids = tl.load(block_tables + seq * stride_bt + offs_n // BLOCK_SIZE, mask=n_mask, other=0)
             kv_off = block_ids.to(tl.int64) * stride_kb + (offs_n % BLOCK_SIZE) * stride_ks + kv_head * stride_kh
             k = tl.load(K_cache + kv_off[None, :] + offs_d[:, None], mask=n_mask[None, :] & d_mask[:, None], other=0.0)
-            s = tl.dot(q, k).to(tl.float32) * scale
+            s = tl.dot(q, k, input_precision=DOT_PRECISION).to(tl.float32) * scale
             visible = (offs_n[None, :] <= (context + offs_m)[:, None]) & n_mask[None, :]
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -80,7 +80,7 @@ def _paged_attention_kernel(
             alpha = tl.exp(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(V_cache + kv_off[:, None] + offs_d[None, :], mask=n_mask[:, None] & d_mask[None, :], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION).to(tl.float32)
             m_i = m_new
         acc = acc / l_i[:, None]
         tl.store(Out + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
@@ -100,5 +100,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         out.stride(0), out.stride(1), meta.block_tables.stride(0),
         QUERIES_PER_KV=num_heads // k_cache.shape[2], BLOCK_SIZE=k_cache.shape[1], HEAD_DIM=head_dim,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m, BLOCK_N=block_n,
+        # fp32 models get fp32 dot products, not TF32 (which would break parity with the reference).
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )
     return out

@@ -36,17 +36,28 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
 
 
 class Sampler:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, eos_token_ids: set[int]):
         self.generator = torch.Generator().manual_seed(seed)
+        self.eos_token_ids = sorted(eos_token_ids)
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
         logits = logits.float()
+        self._enforce_min_tokens(logits, seqs)
         greedy_tokens = logits.argmax(dim=-1)
         tokens = greedy_tokens
         if not all(s.sampling_params.greedy for s in seqs):
             tokens = torch.where(self._greedy_mask(seqs, logits.device), greedy_tokens, self._sample(logits, seqs))
         token_list = tokens.tolist()
         return SamplerOutput(token_list, self._logprobs(logits, seqs, token_list))
+
+    def _enforce_min_tokens(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        """Until a request has min_tokens outputs, the tokens that would stop it cannot be drawn."""
+        for i, seq in enumerate(seqs):
+            params = seq.sampling_params
+            if seq.num_output_tokens < params.min_tokens:
+                banned = list(params.stop_token_ids) + ([] if params.ignore_eos else self.eos_token_ids)
+                if banned:
+                    logits[i, banned] = float("-inf")
 
     @staticmethod
     def _greedy_mask(seqs: list[Sequence], device: torch.device) -> torch.Tensor:

@@ -29,7 +29,6 @@ class Candidate:
 @dataclass(slots=True)
 class Selection:
     keep: list[bool]
-    kept_tokens: int  # prose tokens kept (code is kept on top)
     refused: list[str] = field(default_factory=list)  # protected items that could not fit; empty when accepted
 
     @property
@@ -41,11 +40,11 @@ def select(units: list[Candidate], budget: int, neighbours: bool) -> Selection:
     """Keep code, cover protected items, then add units by relevance while `budget` (prose tokens) allows."""
     keep = [u.code for u in units]  # code blocks always stay (see splitting.py) and are not counted
     if budget < 0:
-        return Selection(keep, 0, refused=["code blocks alone exceed max_tokens"])
+        return Selection(keep, refused=["code blocks alone exceed max_tokens"])
     by_score = sorted(range(len(units)), key=lambda i: (-units[i].score, i))
     used, over = _cover_items(units, keep, 0, budget, by_score)
     if over:
-        return Selection(keep, used, refused=over)
+        return Selection(keep, refused=over)
     for i in by_score:
         if keep[i]:
             continue
@@ -57,7 +56,7 @@ def select(units: list[Candidate], budget: int, neighbours: bool) -> Selection:
             for j in group:
                 keep[j] = True
             used += cost
-    return Selection(keep, used)
+    return Selection(keep)
 
 
 def _cover_items(units: list[Candidate], keep: list[bool], used: int, budget: int, by_score: list[int]) -> tuple[int, list[str]]:

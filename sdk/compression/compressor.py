@@ -68,7 +68,7 @@ class Compressor:
             counts = await asyncio.to_thread(_message_counts, result.body["messages"])
         if self.history is not None:
             messages = result.body["messages"]
-            compacted, result.report.history = self.history.apply(messages, counts, documents.frozen_until(body)[0])
+            compacted, result.report.history = self.history.apply(messages, counts, documents.frozen_until(body)[0] >= 0)
             if compacted is not messages:
                 result.body = {**result.body, "messages": compacted}
                 counts = await asyncio.to_thread(_message_counts, compacted)

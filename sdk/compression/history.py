@@ -10,7 +10,7 @@ is computed in the background; the old one is used until it is ready.
 The summary is prepended to the first kept user message, inside <conversation-summary> tags, so the
 conversation still starts with a user turn and no assistant text is invented. Cuts are made only
 before a plain user message (never between a tool call and its result), and never inside the
-provider's cached prefix (a client cache_control marker at or after the cut's message).
+provider's cached prefix (with a client cache_control marker in the messages, nothing is compacted).
 """
 
 from __future__ import annotations
@@ -57,10 +57,11 @@ class HistoryCompactor:
         self._summaries: OrderedDict[bytes, list[Summary]] = OrderedDict()  # by digest of messages[0]
         self._tasks: dict[bytes, asyncio.Task[None]] = {}  # by digest of the prefix being summarized
 
-    def apply(self, messages: list[Any], counts: list[int], frozen_message: int) -> tuple[list[Any], str]:
+    def apply(self, messages: list[Any], counts: list[int], cached_prefix: bool) -> tuple[list[Any], str]:
         """The messages to send and what happened ("compacted", "pending" or ""). `counts` are the
-        messages' tokens; messages up to `frozen_message` lie in the provider's cached prefix."""
-        if len(messages) < 2:
+        messages' tokens. Compaction rewrites the conversation from its first message, so a client
+        cache_control marker anywhere in the messages (`cached_prefix`) rules it out."""
+        if len(messages) < 2 or cached_prefix:
             return messages, ""
         prefix = _prefix_digests(messages)
         current = self._current(messages, prefix)
@@ -68,10 +69,10 @@ class HistoryCompactor:
         status = ""
         if sum(counts[start:]) > self.settings.trigger_tokens:
             cut = self._cut(messages)
-            if cut > max(start, frozen_message) and prefix[cut] not in self._tasks:
+            if cut > start and prefix[cut] not in self._tasks:
                 self._schedule(messages, prefix, current, cut)
                 status = "pending"
-        if current is None or current.cut <= frozen_message:
+        if current is None:
             return messages, status
         report.HISTORY.labels(self.team, "applied").inc()
         return _compacted(messages, current), "compacted"

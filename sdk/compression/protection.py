@@ -38,12 +38,21 @@ _LABEL = {"numbers": "number", "identifiers": "identifier", "entities": "entity"
 
 def find_items(text: str, kinds: Iterable[str]) -> set[str]:
     """The distinct protected items in `text` (each prefixed by its kind, so reports say what it was)."""
-    found: set[str] = set()
+    return {f"{_LABEL[kind]}:{text[start:end]}" for kind, start, end in _matches(text, kinds)}
+
+
+def protected_spans(text: str, kinds: Iterable[str]) -> list[tuple[int, int]]:
+    """Character spans of protected items (token pruning must not cut into them)."""
+    return [(start, end) for _, start, end in _matches(text, kinds)]
+
+
+def _matches(text: str, kinds: Iterable[str]) -> list[tuple[str, int, int]]:
+    found = []
     for kind in kinds:
         for match in _PATTERNS[kind].finditer(text):
-            item = match.group().rstrip(_TRAILING)
+            start, item = match.start(), match.group().rstrip(_TRAILING)
             while item[-1:] in (")", "]") and item.count(item[-1]) > item.count("(" if item[-1] == ")" else "["):
                 item = item[:-1].rstrip(_TRAILING)  # a closing bracket of the prose, not of the item
             if item:
-                found.add(f"{_LABEL[kind]}:{item}")
+                found.append((kind, start, start + len(item)))
     return found

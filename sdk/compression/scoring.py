@@ -17,6 +17,7 @@ import functools
 import math
 import re
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -92,59 +93,69 @@ def warm_up_in_background() -> None:
 
 
 def score_static(query: str, units: list[str]) -> list[float]:
-    terms, query_terms = [words(u) for u in units], words(query)
-    counts, vocabulary, idf = _term_matrix(terms, query_terms)
-    if not vocabulary:
+    terms = _Terms.build([words(u) for u in units], words(query))
+    if not terms.vocabulary:
         return [0.0] * len(units)
-    vectors = static_vectors().matrix(vocabulary)
-    weights = np.sqrt(counts) * idf  # damped term frequency: a repeated word should not dominate a unit
-    query = _query_counts(vocabulary, query_terms)
-    semantic = _normalize(weights @ vectors) @ _normalize((query * idf) @ vectors)
-    return _mix(semantic, _bm25(counts, idf, query))
+    vectors = static_vectors().matrix(terms.vocabulary)
+    # Sparse sums in plain numpy, not BLAS matrix products: BLAS threads spin-wait badly on a busy CPU.
+    weights = np.sqrt(terms.counts) * terms.idf[terms.columns]  # damped tf: a repeated word must not dominate
+    unit_vectors = np.zeros((len(units), vectors.shape[1]), np.float32)
+    filled = np.flatnonzero(np.diff(terms.starts))
+    if len(filled):
+        unit_vectors[filled] = np.add.reduceat(vectors[terms.columns] * weights[:, None], terms.starts[filled], axis=0)
+    asked = np.flatnonzero(terms.query)
+    query_vector = (vectors[asked] * terms.idf[asked, None]).sum(axis=0)
+    semantic = (_normalize(unit_vectors) * _normalize(query_vector)).sum(axis=1)
+    return _mix(semantic, terms.bm25())
 
 
 async def score_contextual(embedder: Embedder, query: str, units: list[str]) -> list[float]:
     vectors = await asyncio.gather(embedder.embed(query), *(embedder.embed(u) for u in units))
     semantic = np.stack(vectors[1:]) @ vectors[0]
-    terms, query_terms = [words(u) for u in units], words(query)
-    counts, vocabulary, idf = _term_matrix(terms, query_terms)
-    lexical = _bm25(counts, idf, _query_counts(vocabulary, query_terms)) if vocabulary else np.zeros(len(units))
-    return _mix(semantic, lexical)
+    terms = _Terms.build([words(u) for u in units], words(query))
+    return _mix(semantic, terms.bm25() if terms.vocabulary else np.zeros(len(units)))
 
 
-def _term_matrix(terms: list[list[str]], query_terms: list[str]) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """Term counts per unit (units × vocabulary), the vocabulary (document words, then new query
-    words), and each word's BM25 IDF over the document's units."""
-    index: dict[str, int] = {}
-    rows: list[int] = []
-    columns: list[int] = []
-    for row, unit_terms in enumerate(terms):
-        columns.extend(index.setdefault(w, len(index)) for w in unit_terms)
-        rows.extend([row] * len(unit_terms))
-    for w in query_terms:
-        index.setdefault(w, len(index))
-    size = len(index)
-    flat = np.bincount(np.asarray(rows, np.int64) * size + np.asarray(columns, np.int64), minlength=len(terms) * size)
-    counts = flat.reshape(len(terms), size).astype(np.float32)
-    df = (counts > 0).sum(axis=0)
-    n = max(1, len(terms))
-    idf = np.log(1 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
-    return counts, list(index), idf
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    """Sparse term counts of a document's units (entries sorted by unit), with BM25 statistics."""
 
+    vocabulary: list[str]  # document words, then words only the query has
+    rows: np.ndarray  # unit of each entry
+    columns: np.ndarray  # word of each entry
+    counts: np.ndarray  # occurrences of that word in that unit
+    starts: np.ndarray  # entries of unit i are starts[i]:starts[i + 1]
+    idf: np.ndarray  # per word, over the document's units
+    query: np.ndarray  # 1 for words the query asks (presence, not count)
 
-def _query_counts(vocabulary: list[str], query_terms: list[str]) -> np.ndarray:
-    position = {w: i for i, w in enumerate(vocabulary)}
-    q = np.zeros(len(vocabulary), np.float32)
-    for w in query_terms:
-        q[position[w]] = 1.0  # presence: a question repeating a word does not ask twice as much
-    return q
+    @classmethod
+    def build(cls, terms: list[list[str]], query_terms: list[str]) -> _Terms:
+        index: dict[str, int] = {}
+        rows: list[int] = []
+        columns: list[int] = []
+        for row, unit_terms in enumerate(terms):
+            columns.extend(index.setdefault(w, len(index)) for w in unit_terms)
+            rows.extend([row] * len(unit_terms))
+        for w in query_terms:
+            index.setdefault(w, len(index))
+        size = max(1, len(index))
+        keys, counts = np.unique(np.asarray(rows, np.int64) * size + np.asarray(columns, np.int64), return_counts=True)
+        entry_rows, entry_columns = keys // size, keys % size
+        starts = np.searchsorted(entry_rows, np.arange(len(terms) + 1))
+        df = np.bincount(entry_columns, minlength=len(index))
+        n = max(1, len(terms))
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        query = np.zeros(len(index), np.float32)
+        query[[index[w] for w in query_terms]] = 1.0
+        return cls(list(index), entry_rows, entry_columns, counts.astype(np.float32), starts, idf, query)
 
-
-def _bm25(counts: np.ndarray, idf: np.ndarray, query: np.ndarray) -> np.ndarray:
-    lengths = counts.sum(axis=1, keepdims=True)
-    average = max(1.0, float(lengths.mean())) if len(lengths) else 1.0
-    tf = counts * (BM25_K1 + 1) / (counts + BM25_K1 * (1 - BM25_B + BM25_B * lengths / average))
-    return tf @ (idf * query)
+    def bm25(self) -> np.ndarray:
+        units = len(self.starts) - 1
+        lengths = np.bincount(self.rows, weights=self.counts, minlength=units)
+        average = max(1.0, float(lengths.mean())) if units else 1.0
+        length = lengths[self.rows] / average
+        tf = self.counts * (BM25_K1 + 1) / (self.counts + BM25_K1 * (1 - BM25_B + BM25_B * length))
+        return np.bincount(self.rows, weights=tf * (self.idf * self.query)[self.columns], minlength=units)
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:

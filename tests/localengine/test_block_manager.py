@@ -19,8 +19,8 @@ from localengine.sampling_params import SamplingParams
 BS = 4
 
 op = st.one_of(
-    st.tuples(st.just("add"), st.lists(st.integers(0, 2), min_size=1, max_size=30), st.sampled_from([None, "a", "b"])),
-    st.tuples(st.just("step"), st.integers(1, 3)),
+    st.tuples(st.just("add"), st.lists(st.integers(0, 2), min_size=6, max_size=30), st.sampled_from([None, "a", "b"])),
+    st.tuples(st.just("step"), st.integers(1, 8)),
     st.tuples(st.just("abort"), st.integers(0, 50)),
 )
 
@@ -46,7 +46,7 @@ def check_invariants(bm: BlockManager, sched: Scheduler, shadow: dict[int, tuple
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops=st.lists(op, max_size=40), num_blocks=st.integers(8, 24), caching=st.booleans())
+@given(ops=st.lists(op, min_size=12, max_size=40), num_blocks=st.integers(10, 20), caching=st.booleans())
 def test_random_workload_keeps_block_accounting_exact(ops, num_blocks, caching):
     bm = BlockManager(num_blocks, BS, enable_prefix_caching=caching)
     sched = Scheduler(bm, max_num_batched_tokens=12, max_num_seqs=6, max_model_len=num_blocks * BS)

@@ -108,6 +108,13 @@ def test_max_tokens_and_stop_token(llm, alone):
     assert out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == stop_tok
 
 
+def test_min_tokens_holds_back_stop_tokens(llm, alone):
+    stop_tok = alone[0][0]
+    params = SamplingParams(temperature=0, max_tokens=5, min_tokens=3, stop_token_ids=[stop_tok])
+    out = llm.generate([PROMPTS[0]], params)[0].outputs[0]
+    assert stop_tok not in out.token_ids[:3] and len(out.token_ids) >= 3
+
+
 def test_stop_string_truncates_text(llm):
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     full = llm.generate(["hello world"], params)[0].outputs[0].text

@@ -1,0 +1,93 @@
+"""History compaction through TeamRuntime against the emulator: background summary, stable reuse."""
+
+from __future__ import annotations
+
+import orjson
+
+from sdk.compression.history import SUMMARY_OPEN
+from sdk.runtime import slipstream_headers
+from sdk.types import Endpoint, LLMRequest
+
+POLICY = "{enabled: true, history: {enabled: true, trigger_tokens: 600, keep_turns: 1}, summarizer: {provider: claude, model: claude-haiku-cheap}}"
+
+
+def turns(n: int) -> list[dict]:
+    messages: list[dict] = []
+    for t in range(n):
+        messages.append({"role": "user", "content": f"Turn {t}: tell me about release {t} of the deploy tool, " + "with details " * 30})
+        messages.append({"role": "assistant", "content": f"Release {t} changed the rollout order. " + "More notes. " * 20})
+    return messages
+
+
+def ask_body(n: int) -> dict:
+    return {"model": "claude-test", "max_tokens": 8, "system": "Be brief.", "messages": [*turns(n), {"role": "user", "content": f"Question {n}?"}]}
+
+
+def sent(emulator, model: str) -> dict:
+    return next(orjson.loads(r["body"]) for r in reversed(emulator.state.recent) if orjson.loads(r["body"] or b"{}").get("model") == model)
+
+
+def compactor(runtime):
+    return next(s for s in runtime.pipeline.stages if s.name == "compression").compressor.history
+
+
+async def test_history_is_summarized_in_background_and_reused_verbatim(make_runtime, fresh_emulator):
+    runtime = make_runtime(POLICY)
+    answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, ask_body(6)))
+    assert ctx.compression.history == "pending" and "history=pending" in slipstream_headers(ctx, answer)["x-slipstream-compression"]
+    assert sent(fresh_emulator, "claude-test")["messages"] == ask_body(6)["messages"]  # this request went unchanged
+    await compactor(runtime).drain()
+    summarizer_call = sent(fresh_emulator, "claude-haiku-cheap")
+    assert "Turn 0: tell me about release 0" in summarizer_call["messages"][0]["content"]
+
+    firsts = []
+    for n in (7, 8):  # the next turns: earlier turns replaced by the same summary, the rest verbatim
+        answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, ask_body(n)))
+        assert ctx.compression.history == "compacted" and ctx.compression.after < ctx.compression.before
+        messages = sent(fresh_emulator, "claude-test")["messages"]
+        assert messages[0]["role"] == "user" and messages[0]["content"].startswith(SUMMARY_OPEN)
+        assert messages[-1] == {"role": "user", "content": f"Question {n}?"}
+        assert messages[1:] == ask_body(n)["messages"][13:]  # from the kept turn on, untouched
+        firsts.append(messages[0]["content"].split("\n\n" + "Turn 6")[0])
+    assert firsts[0] == firsts[1]
+
+
+async def test_long_tail_is_recompacted_from_the_previous_summary(make_runtime, fresh_emulator):
+    runtime = make_runtime(POLICY)
+    await runtime.handle(LLMRequest(Endpoint.MESSAGES, ask_body(6)))
+    await compactor(runtime).drain()
+    _, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, ask_body(12)))  # the tail outgrew the trigger
+    assert ctx.compression.history == "compacted"  # the old summary is used while the new one is computed
+    await compactor(runtime).drain()
+    assert "Summary of the conversation before this point" in sent(fresh_emulator, "claude-haiku-cheap")["messages"][0]["content"]
+    _, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, ask_body(13)))
+    messages = sent(fresh_emulator, "claude-test")["messages"]
+    assert ctx.compression.history == "compacted" and messages[1:] == ask_body(13)["messages"][25:]
+
+
+async def test_history_inside_a_client_cached_prefix_is_left_alone(make_runtime, fresh_emulator):
+    runtime = make_runtime(POLICY)
+    body = ask_body(6)
+    body["messages"][-2] = {"role": "assistant", "content": [{"type": "text", "text": "ok", "cache_control": {"type": "ephemeral"}}]}
+    _, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, body))
+    await compactor(runtime).drain()
+    _, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, body))
+    assert ctx.compression.history == "" and sent(fresh_emulator, "claude-test")["messages"] == body["messages"]
+
+
+def test_history_needs_a_known_summarizer(tmp_path, fresh_emulator):
+    import pytest
+
+    from sdk.errors import PolicyError
+    from sdk.policy import load_policy
+    from tests.helpers import write_policy
+
+    for compression, message in (
+        ("{enabled: true, history: {enabled: true}}", "needs a 'summarizer'"),
+        ("{enabled: true, summarizer: {provider: nope, model: m}}", "unknown provider 'nope'"),
+        ("{enabled: true, summarizer: {provider: claude}}", "needs a model name"),
+    ):
+        path = write_policy(tmp_path, "bad", "k", fresh_emulator.url, extra=f"compression: {compression}\n")
+        with pytest.raises(PolicyError, match=message):
+            load_policy(path)
+    assert load_policy(write_policy(tmp_path, "ok", "k", fresh_emulator.url, extra="compression: {enabled: true}\n")).compression.enabled
