@@ -6,29 +6,16 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import yaml
-
 from emulator.testing import RunningEmulator
+from tests.helpers import write_policy as shared_write_policy
 
 EMU_KEY = "emu-key"  # the only upstream key the emulator accepts
 
 
 def write_policy(tmp_path: Path, emu: RunningEmulator, key: str) -> Path:
-    doc = {
-        "team": "sdk-tests",
-        "providers": {
-            "emu-anthropic": {"kind": "anthropic", "base_url": emu.url, "api_key": key},
-            "emu-openai": {"kind": "openai", "base_url": emu.openai_url, "api_key": key},
-        },
-        "routes": [
-            {"match": {"model": "claude-*"}, "targets": [{"provider": "emu-anthropic"}]},
-            {"match": {"model": "gpt-*"}, "targets": [{"provider": "emu-openai"}]},
-        ],
-        "retry": {"max_attempts": 1},
-    }
-    path = tmp_path / f"policy-{key}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    """The drop-in tests' team: the emulator upstream with `key`, pass-through (optimizers off)."""
+    extra = "retry: {max_attempts: 1}\nprompt_cache: {enabled: false}\n"
+    return shared_write_policy(tmp_path, f"sdk-{key}", "sk-sdk-team", emu.url, extra=extra, upstream_key=key)
 
 
 @contextlib.contextmanager

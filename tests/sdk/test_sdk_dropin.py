@@ -190,13 +190,13 @@ def test_prompt_cache_usage_carried_through(emu: RunningEmulator, policy: Path) 
 def test_route_header_via_with_raw_response(policy: Path) -> None:
     raw = sdk.OpenAI(policy=policy).chat.completions.with_raw_response.create(model=GPT, messages=HELLO)
     assert raw.status_code == 200
-    assert raw.headers["x-slipstream-route"] == f"emu-openai/{GPT}"
+    assert raw.headers["x-slipstream-route"] == f"gpt/{GPT}"
     assert raw.headers["x-slipstream-cache"] == "miss"
     assert float(raw.headers["x-slipstream-overhead-ms"]) >= 0
     assert raw.parse().choices[0].message.content
 
     raw = sdk.Anthropic(policy=policy).messages.with_raw_response.create(model=CLAUDE, max_tokens=32, messages=HELLO)
-    assert raw.headers["x-slipstream-route"] == f"emu-anthropic/{CLAUDE}"
+    assert raw.headers["x-slipstream-route"] == f"claude/{CLAUDE}"
 
 
 def test_unknown_model_is_not_found(policy: Path) -> None:
