@@ -15,7 +15,6 @@ from collections.abc import Iterator
 
 import anthropic
 import openai
-
 from _local import TEAM_KEY, emulator_url, policy_file
 
 

@@ -11,7 +11,12 @@ from _local import emulator_url, policy_file
 
 # from openai import OpenAI, AsyncOpenAI            <- before
 # from anthropic import Anthropic, AsyncAnthropic
-from sdk import Anthropic, AsyncAnthropic, AsyncOpenAI, OpenAI  # <- after: the only change
+from sdk import (  # <- after: the only change
+    Anthropic,
+    AsyncAnthropic,
+    AsyncOpenAI,
+    OpenAI,
+)
 
 
 def sync_calls(policy: str) -> None:

@@ -13,8 +13,8 @@ import time
 
 import httpx
 import openai
-
 from _local import TEAM_KEY, emulator_url, policy_file
+
 from gateway.testing import running_proxy
 
 

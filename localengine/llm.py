@@ -55,6 +55,10 @@ class LLM:
                     finished[out.request_id] = out
         return [finished[rid] for rid in ids]
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix; running requests keep their blocks."""
+        self.llm_engine.block_manager.reset_prefix_cache()
+
     def chat(self, messages: list[dict[str, str]], sampling_params: SamplingParams | None = None) -> RequestOutput:
         prompt = self.llm_engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return self.generate(prompt, sampling_params)[0]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(slots=True)
@@ -21,9 +21,6 @@ class CompletionOutput:
     logprobs: list[dict[int, Logprob]] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None  # the stop string or token that ended it
-
-    def finished(self) -> bool:
-        return self.finish_reason is not None
 
 
 @dataclass(slots=True)
@@ -44,4 +41,3 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     metrics: RequestMetrics | None = None
-    prompt_logprobs: None = field(default=None)  # not computed; kept for vLLM-shaped access

@@ -26,15 +26,23 @@ from typing import Any
 import anthropic
 import httpx2
 import openai
-import orjson
 
-from sdk.errors import NotFoundError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError
+from sdk.errors import (
+    NotFoundError,
+    RequestTooLargeError,
+    SlipstreamError,
+    UpstreamHTTPError,
+)
 from sdk.pipeline import RequestContext
 from sdk.policy import Policy, ProviderConfig, RetryPolicy, Route, Target, load_policy
-from sdk.providers.upstream import close_upstream_for_running_loop, release_upstream, retain_upstream
+from sdk.providers.upstream import (
+    close_upstream_for_running_loop,
+    release_upstream,
+    retain_upstream,
+)
 from sdk.requests import FORWARDED_HEADERS, models_body, parse_request
 from sdk.runtime import TeamRuntime, slipstream_headers
-from sdk.types import Endpoint, LLMRequest, LLMStream, Protocol, Timings
+from sdk.types import Endpoint, LLMStream, Protocol, Timings
 
 __all__ = ["OpenAI", "AsyncOpenAI", "Anthropic", "AsyncAnthropic"]
 

@@ -25,13 +25,20 @@ from sdk.errors import NotFoundError, SlipstreamError, UpstreamTimeoutError
 from sdk.pipeline import RequestContext
 from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
 from sdk.providers.base import Provider
-from sdk.routing.backoff import FirstByteTimeout, Step, StreamFailedBeforeFirstByte, TranslationRefused, blame, decide
+from sdk.routing.backoff import (
+    FirstByteTimeout,
+    Step,
+    StreamFailedBeforeFirstByte,
+    TranslationRefused,
+    blame,
+    decide,
+)
 from sdk.routing.breaker import BreakerState, BreakerStore, InMemoryBreakerStore
-from sdk.routing.ending import on_end
 from sdk.routing.hedging import AllLegsFailed, race
 from sdk.routing.strategies import StatsBook, TargetStats, ordered_targets, target_key
 from sdk.routing.translation import TranslatingProvider
-from sdk.types import Answer, LLMStream, Protocol, close_after
+from sdk.streams import close_after, on_end
+from sdk.types import Answer, LLMStream, Protocol
 
 log = logging.getLogger("slipstream.router")
 
@@ -177,7 +184,7 @@ class Router:
         stats.success(time.perf_counter() - started)
         await self.breakers.record(key, failed=False)
         if isinstance(answer, LLMStream):
-            on_end(answer, lambda: _leave(stats))  # a stream is busy until it ends (least_busy)
+            on_end(answer, lambda _completed: _leave(stats))  # a stream is busy until it ends (least_busy)
         else:
             stats.in_flight -= 1
         return answer

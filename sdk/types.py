@@ -129,14 +129,8 @@ class LLMStream:
         await self.close()  # drop the upstream connection first: that is the cancel the provider sees
         aclose = getattr(self.events, "aclose", None)
         if aclose is not None:
-            await aclose()  # every wrapper closes the iterator it wraps (see close_after)
+            await aclose()  # every wrapper closes the iterator it wraps (sdk.streams.close_after)
 
 
 Answer = LLMResponse | LLMStream
 
-
-async def close_after(events: AsyncIterator[bytes]) -> None:
-    """Close a wrapped event iterator; wrappers call this in `finally` so a close reaches the source."""
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()

@@ -83,6 +83,38 @@ def ttft(llm, prompt: list[int]) -> float:
     return time.perf_counter() - start
 
 
+def throughput(path: Path, args: argparse.Namespace) -> None:
+    from localengine import LLM
+
+    reqs = workload(args.requests, args.vocab)
+    out_tokens = sum(n for _, n in reqs)
+    print(f"workload: {len(reqs)} requests, {sum(len(p) for p, _ in reqs)} prompt tokens, {out_tokens} output tokens")
+    llm = LLM(str(path), dtype="float32", max_model_len=1536, max_num_seqs=args.requests,
+              max_num_batched_tokens=1024, enable_prefix_caching=False)
+    run_engine(llm, workload(2, args.vocab, seed=1))  # warm-up
+    t_engine = run_engine(llm, reqs)
+    print(f"localengine: {t_engine:7.1f} s  {out_tokens / t_engine:7.1f} output tok/s")
+    if not args.skip_hf:
+        t_hf = run_hf(path, reqs, args.hf_batch)
+        print(f"HF generate (static batch {args.hf_batch}): {t_hf:7.1f} s  {out_tokens / t_hf:7.1f} output tok/s")
+        print(f"throughput ratio localengine / HF: {t_hf / t_engine:.2f}x")
+
+
+def prefix_ttft(path: Path, args: argparse.Namespace) -> None:
+    from localengine import LLM
+
+    llm = LLM(str(path), dtype="float32", max_model_len=1536, max_num_seqs=8, max_num_batched_tokens=2048)
+    rng = random.Random(2)
+    prefix = [rng.randrange(1, args.vocab) for _ in range(1000)]
+    cold, warm = [], []
+    for _ in range(args.ttft_runs):
+        llm.llm_engine.block_manager.reset_prefix_cache()
+        cold.append(ttft(llm, prefix + [rng.randrange(1, args.vocab) for _ in range(16)]))
+        warm.append(ttft(llm, prefix + [rng.randrange(1, args.vocab) for _ in range(16)]))
+    c, w = sorted(cold)[len(cold) // 2], sorted(warm)[len(warm) // 2]  # medians
+    print(f"shared 1000-token prefix TTFT: cold {c * 1000:.0f} ms, warm {w * 1000:.0f} ms, warm/cold = {w / c:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hidden", type=int, default=512)
@@ -92,36 +124,16 @@ def main() -> None:
     parser.add_argument("--hf-batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-hf", action="store_true", help="engine side only")
+    parser.add_argument("--ttft-only", action="store_true", help="only the shared-prefix TTFT part")
+    parser.add_argument("--ttft-runs", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from localengine import LLM
-
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp)
         build_model(path, args.hidden, args.layers, args.vocab)
-        reqs = workload(args.requests, args.vocab)
-        out_tokens = sum(n for _, n in reqs)
-        print(f"workload: {len(reqs)} requests, {sum(len(p) for p, _ in reqs)} prompt tokens, {out_tokens} output tokens")
-        llm = LLM(str(path), dtype="float32", max_model_len=1536, max_num_seqs=args.requests,
-                  max_num_batched_tokens=1024, enable_prefix_caching=False)
-        run_engine(llm, workload(2, args.vocab, seed=1))  # warm-up
-        t_engine = run_engine(llm, reqs)
-        print(f"localengine: {t_engine:7.1f} s  {out_tokens / t_engine:7.1f} output tok/s")
-        if not args.skip_hf:
-            t_hf = run_hf(path, reqs, args.hf_batch)
-            print(f"HF generate (static batch {args.hf_batch}): {t_hf:7.1f} s  {out_tokens / t_hf:7.1f} output tok/s")
-            print(f"throughput ratio localengine / HF: {t_hf / t_engine:.2f}x")
-
-        llm = LLM(str(path), dtype="float32", max_model_len=1536, max_num_seqs=8, max_num_batched_tokens=2048)
-        rng = random.Random(2)
-        prefix = [rng.randrange(1, args.vocab) for _ in range(1000)]
-        cold, warm = [], []
-        for i in range(3):
-            llm.llm_engine.block_manager.reset_prefix_cache()
-            cold.append(ttft(llm, prefix + [rng.randrange(1, args.vocab) for _ in range(16)]))
-            warm.append(ttft(llm, prefix + [rng.randrange(1, args.vocab) for _ in range(16)]))
-        c, w = sorted(cold)[1], sorted(warm)[1]
-        print(f"shared 1000-token prefix TTFT: cold {c * 1000:.0f} ms, warm {w * 1000:.0f} ms, warm/cold = {w / c:.3f}")
+        if not args.ttft_only:
+            throughput(path, args)
+        prefix_ttft(path, args)
 
 
 if __name__ == "__main__":

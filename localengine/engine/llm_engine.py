@@ -101,9 +101,6 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
 
-    def get_num_unfinished_requests(self) -> int:
-        return len(self.scheduler.requests)
-
     def step(self) -> list[RequestOutput]:
         sched_out = self.scheduler.schedule()
         if sched_out.is_empty:

@@ -134,7 +134,6 @@ class ModelRunner:
             seq_lens_cpu=seq_lens,
             num_decodes=sum(1 for it in items if it.num_new_tokens == 1),
             max_query_len=max(it.num_new_tokens for it in items),
-            max_seq_len=max(seq_lens),
             use_triton=self.use_triton,
             workspace=self.workspace,
         )

@@ -25,7 +25,6 @@ class AttentionMetadata:
     seq_lens_cpu: list[int]
     num_decodes: int  # the first num_decodes sequences have exactly one query token
     max_query_len: int
-    max_seq_len: int
     use_triton: bool = False
     workspace: reference.GatherWorkspace | None = None  # reused gather buffers (CPU path)
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-from sklearn.neural_network import MLPClassifier
 
 from sdk.cache import qqp, rules
 from sdk.cache.verifier import WEIGHTS, Verifier, pair_features
@@ -27,6 +26,7 @@ from sdk.services import default_data_dir
 
 TARGETS = (0.80, 0.85, 0.90, 0.95, 0.97, 0.98, 0.99)
 MINED_PER_QUERY = 3
+HIDDEN, EPOCHS, BATCH = 64, 8, 512
 MIN_SERVED = 30  # a threshold must be backed by at least this many served calibration hits
 
 
@@ -47,12 +47,29 @@ def training_set(pairs: list[qqp.Pair], vectors: dict[str, np.ndarray]) -> tuple
     return features, np.array([label for _, _, label in examples], dtype=np.int8)
 
 
-def fit(features: np.ndarray, labels: np.ndarray) -> MLPClassifier:
-    model = MLPClassifier(
-        hidden_layer_sizes=(64,), alpha=1e-3, batch_size=256, learning_rate_init=1e-3, max_iter=60,
-        early_stopping=True, validation_fraction=0.1, n_iter_no_change=5, random_state=0,
+def fit(features: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Full-batch-ish Adam on a 64-unit MLP with torch (already a dependency); returns (w1, b1, w2, b2)."""
+    import torch
+
+    torch.manual_seed(0)
+    x, y = torch.from_numpy(features), torch.from_numpy(labels.astype(np.float32))
+    model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    for epoch in range(EPOCHS):
+        order = torch.randperm(len(y))
+        for start in range(0, len(y), BATCH):
+            batch = order[start : start + BATCH]
+            optimizer.zero_grad()
+            loss = loss_fn(model(x[batch]).squeeze(1), y[batch])
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch + 1}/{EPOCHS}: last batch loss {loss.item():.4f}", flush=True)
+    first, second = model[0], model[2]
+    return (
+        first.weight.detach().numpy().T.copy(), first.bias.detach().numpy().copy(),
+        second.weight.detach().numpy().T.copy(), second.bias.detach().numpy().copy(),
     )  # fmt: skip
-    return model.fit(features, labels)
 
 
 def calibrate(results: list[qqp.Outcome]) -> tuple[np.ndarray, np.ndarray]:
@@ -92,10 +109,8 @@ def main(argv: list[str] | None = None) -> None:
 
     features, labels = training_set(splits["train"], vectors)
     print(f"training on {len(labels)} pairs ({labels.mean():.2f} positive)")
-    model = fit(features, labels)
-    w1, w2 = model.coefs_
-    b1, b2 = model.intercepts_
-    untuned = Verifier(w1.astype(np.float32), b1.astype(np.float32), w2.astype(np.float32), b2.astype(np.float32), np.array([]), np.array([]))
+    w1, b1, w2, b2 = fit(features, labels)
+    untuned = Verifier(w1, b1, w2, b2, np.array([]), np.array([]))
 
     calibration = qqp.outcomes(qqp.Workload.of(splits["calibration"]), vectors, untuned)
     targets, thresholds = calibrate(calibration)

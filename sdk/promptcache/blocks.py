@@ -21,6 +21,7 @@ import orjson
 
 from sdk.promptcache import tokens
 
+
 @dataclass(slots=True)
 class Block:
     section: str  # tools | system | messages

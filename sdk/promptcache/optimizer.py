@@ -17,7 +17,16 @@ from sdk.policy import PromptCachePolicy
 from sdk.promptcache import stats
 from sdk.promptcache.blocks import Layout, anthropic_layout, openai_layout
 from sdk.promptcache.canonicalize import canonicalize
-from sdk.promptcache.ledger import OPENAI_MIN, OPENAI_TTL_S, TTL_S, Cause, Ledger, Prediction, Scope, Write
+from sdk.promptcache.ledger import (
+    OPENAI_MIN,
+    OPENAI_TTL_S,
+    TTL_S,
+    Cause,
+    Ledger,
+    Prediction,
+    Scope,
+    Write,
+)
 from sdk.promptcache.placement import Placement, apply, min_cacheable_tokens, place
 from sdk.promptcache.reorder import move_lines, system_texts
 from sdk.promptcache.tokens import Calibration

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from sdk.errors import ProviderUnavailableError
 from sdk.policy import ProviderConfig
-from sdk.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL, AnthropicDialect
+from sdk.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
+from sdk.providers.anthropic import AnthropicDialect
 from sdk.providers.base import HTTPProvider, Provider
-from sdk.providers.openai import DEFAULT_BASE_URL as OPENAI_URL, OpenAIDialect
+from sdk.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
+from sdk.providers.openai import OpenAIDialect
 from sdk.providers.upstream import Timeouts
 from sdk.types import Answer, LLMRequest, Protocol, Timings
 

@@ -15,9 +15,23 @@ from typing import Protocol as TypingProtocol
 import orjson
 
 from sdk.errors import SlipstreamError, UpstreamHTTPError
-from sdk.providers.upstream import Timeouts, UpstreamClient, UpstreamResponse, upstream_for_running_loop
+from sdk.providers.upstream import (
+    Timeouts,
+    UpstreamClient,
+    UpstreamResponse,
+    upstream_for_running_loop,
+)
 from sdk.sse import StreamObserver, split_events
-from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, LLMStream, Protocol, Timings, Usage
+from sdk.types import (
+    Answer,
+    Endpoint,
+    LLMRequest,
+    LLMResponse,
+    LLMStream,
+    Protocol,
+    Timings,
+    Usage,
+)
 from sdk.usage import usage_from_body
 
 # Upstream response headers worth handing to the client (ids for support tickets, rate-limit state).

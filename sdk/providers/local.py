@@ -15,12 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from sdk.errors import SlipstreamError
+from sdk.errors import ProviderUnavailableError, SlipstreamError
 from sdk.providers.base import HTTPProvider
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.upstream import Timeouts
 from sdk.sse import StreamObserver
-from sdk.types import Answer, LLMRequest, LLMResponse, LLMStream, Protocol, Timings, Usage
+from sdk.types import (
+    Answer,
+    LLMRequest,
+    LLMResponse,
+    LLMStream,
+    Protocol,
+    Timings,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from localengine.engine.async_engine import AsyncLLMEngine
@@ -28,6 +36,9 @@ if TYPE_CHECKING:
 
 
 class LocalProvider:
+    """`engine_args` (LLM keyword arguments) apply when this provider creates the process's engine
+    for `model`; a provider created later for the same model shares that engine as it is."""
+
     protocol = Protocol.OPENAI
 
     def __init__(self, name: str, model: str, base_url: str | None = None, api_key: str = "local",
@@ -73,7 +84,9 @@ class LocalProvider:
         try:
             return await asyncio.to_thread(get_shared_engine, self.model, **self.engine_args)
         except (FileNotFoundError, NotImplementedError, ValueError, MemoryError) as exc:
-            raise SlipstreamError(f"local engine cannot load model {self.model!r}: {exc}", status=503) from exc
+            # Unavailable, not failed: the router moves on to the route's next target.
+            raise ProviderUnavailableError(f"provider {self.name!r}: local engine cannot load model "
+                                           f"{self.model!r}: {exc}") from exc
 
     @staticmethod
     async def _complete(engine: AsyncLLMEngine, chat: ChatRequest, route: str) -> LLMResponse:

@@ -14,7 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from sdk.errors import ProviderUnavailableError, SlipstreamError, UpstreamHTTPError, UpstreamTimeoutError, UpstreamUnreachableError
+from sdk.errors import (
+    ProviderUnavailableError,
+    SlipstreamError,
+    UpstreamHTTPError,
+    UpstreamTimeoutError,
+    UpstreamUnreachableError,
+)
 from sdk.policy import RetryPolicy
 
 # 401/403 from a provider mean *our* upstream key is wrong there: try the next target, never retry.

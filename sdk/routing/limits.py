@@ -19,7 +19,7 @@ from sdk.errors import RateLimitedError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, RateLimits
 from sdk.services import Services
-from sdk.routing.ending import on_end
+from sdk.streams import on_end
 from sdk.types import Answer, LLMResponse, Usage
 
 
@@ -121,7 +121,7 @@ class LimitsStage:
         else:
             stream = answer
 
-            def release() -> None:  # the slot is held until the stream ends; then its real usage is charged
+            def release(_completed: bool) -> None:  # the slot is held until the stream ends; then its real usage is charged
                 for limiter in limiters:
                     limiter.done(stream.usage)
 

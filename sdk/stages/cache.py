@@ -24,7 +24,16 @@ from sdk.errors import InvalidRequestError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, SemanticCachePolicy
 from sdk.services import Services
-from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, LLMStream, Protocol, Usage, close_after
+from sdk.streams import close_after
+from sdk.types import (
+    Answer,
+    Endpoint,
+    LLMRequest,
+    LLMResponse,
+    LLMStream,
+    Protocol,
+    Usage,
+)
 
 if TYPE_CHECKING:  # numpy and faiss load with the cache itself, only for teams that enable it
     from sdk.cache.response_cache import Lookup, ResponseCache

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 from sdk import metrics
 from sdk.errors import SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
 from sdk.services import Services
-from sdk.types import Answer, LLMResponse, LLMStream, close_after
+from sdk.streams import on_end
+from sdk.types import Answer, LLMResponse, LLMStream
 
 
 class MetricsStage:
@@ -49,26 +49,19 @@ class MetricsStage:
             self.in_flight.dec()
             self._finish(ctx, answer, streamed=False)
             return answer
-        answer.events = self._watch(ctx, answer, answer.events)
+        on_end(answer, lambda completed: self._stream_ended(ctx, answer, completed))
         return answer
 
     def _finish(self, ctx: RequestContext, answer: Answer, streamed: bool) -> None:
         metrics.REQUESTS.labels(self.team, answer.route, str(answer.status)).inc()
         self.monitor.observe(*metrics.record(self.team, answer.route, ctx.timings, answer.usage, streamed))
 
-    async def _watch(self, ctx: RequestContext, stream: LLMStream, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        completed = False
-        try:
-            async for event in events:
-                yield event
-            completed = True
-        finally:
-            await close_after(events)
-            self.in_flight.dec()
-            if completed:
-                self._finish(ctx, stream, streamed=True)
-            else:
-                metrics.CANCELLED.labels(self.team).inc()
+    def _stream_ended(self, ctx: RequestContext, stream: LLMStream, completed: bool) -> None:
+        self.in_flight.dec()
+        if completed:
+            self._finish(ctx, stream, streamed=True)
+        else:
+            metrics.CANCELLED.labels(self.team).inc()
 
 
 def build_metrics(policy: Policy, services: Services) -> MetricsStage:

@@ -9,7 +9,6 @@ the stream is returned; OpenAI usage arrives in the last chunk, so the stream is
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, PromptCachePolicy
@@ -17,7 +16,8 @@ from sdk.promptcache import stats, tokens
 from sdk.promptcache.fanout import wait_for_writer
 from sdk.promptcache.optimizer import Optimizer, Plan
 from sdk.services import Services
-from sdk.types import Answer, Endpoint, LLMRequest, LLMStream, Protocol, close_after
+from sdk.streams import on_end
+from sdk.types import Answer, Endpoint, LLMRequest, LLMStream, Protocol
 
 _ENDPOINTS = (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS)
 
@@ -62,21 +62,14 @@ class PromptCacheStage:
         if answer.status != 200:
             return answer
         if isinstance(answer, LLMStream) and plan.protocol is Protocol.OPENAI:
-            answer.events = self._settle_at_end(plan, answer, answer.events)
+            on_end(answer, lambda completed: self._settle_at_end(plan, answer, completed))
         else:
             optimizer.settle(plan, answer.usage)
         return answer
 
-    async def _settle_at_end(self, plan: Plan, stream: LLMStream, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        completed = False
-        try:
-            async for event in events:
-                yield event
-            completed = True
-        finally:
-            await close_after(events)
-            if completed and stream.usage.total_input_tokens:  # without include_usage nothing can be verified
-                self.optimizer.settle(plan, stream.usage)
+    def _settle_at_end(self, plan: Plan, stream: LLMStream, completed: bool) -> None:
+        if completed and stream.usage.total_input_tokens:  # without include_usage nothing can be verified
+            self.optimizer.settle(plan, stream.usage)
 
 
 def build_prompt_cache(policy: Policy, services: Services) -> PromptCacheStage | None:

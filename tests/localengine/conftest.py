@@ -12,8 +12,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
 
-torch.set_num_threads(1)  # CPU is shared with other test runs; tiny models gain nothing from more
-
 TEXT = [
     "def add(a, b):\n    return a + b\n",
     "The quick brown fox jumps over the lazy dog.",
@@ -42,13 +40,15 @@ def make_tokenizer():
 
 
 def hf_config(model_type: str):
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   eos_token_id=0, bos_token_id=None, tie_word_embeddings=False)
     if model_type == "llama":
         return LlamaConfig(**common, rope_theta=10000.0)
+    if model_type == "mistral":
+        return MistralConfig(**common, sliding_window=4096)
     if model_type == "qwen2":
         return Qwen2Config(**common)
     if model_type == "qwen3":
@@ -72,10 +72,19 @@ def save_tiny_model(model_type: str, out: Path, seed: int = 0) -> Path:
     return out
 
 
+@pytest.fixture(scope="package", autouse=True)
+def one_torch_thread():
+    """The CPU is shared with other test runs and tiny models gain nothing from more threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
-    return {t: save_tiny_model(t, root / t) for t in ("llama", "qwen2", "qwen3")}
+    return {t: save_tiny_model(t, root / t) for t in ("llama", "mistral", "qwen2", "qwen3")}
 
 
 @pytest.fixture(scope="session")

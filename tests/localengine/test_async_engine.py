@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -31,7 +32,7 @@ async def wait_idle(engine: AsyncLLMEngine) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_streams_are_cumulative_and_match_offline(engine):
+async def test_streams_are_cumulative_and_repeatable(engine):
     params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     seen = [out async for out in engine.generate([5, 6, 7, 8], params, "s1")]
     assert [len(o.outputs[0].token_ids) for o in seen] == [1, 2, 3, 4, 5, 6]
@@ -40,34 +41,41 @@ async def test_streams_are_cumulative_and_match_offline(engine):
     assert again[-1].outputs[0].token_ids == seen[-1].outputs[0].token_ids
 
 
-async def test_loop_stays_responsive_while_the_model_runs(engine):
-    ticks = 0
+async def test_model_steps_run_in_the_engine_thread(engine, monkeypatch):
+    runner = engine.engine.model_runner
+    threads = []
+    execute = runner.execute
 
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0.001)
+    def recording(out):
+        threads.append(threading.current_thread())
+        return execute(out)
 
-    task = asyncio.create_task(ticker())
-    outs = [o async for o in engine.generate(list(range(3, 60)), SamplingParams(temperature=0, max_tokens=20), "busy")]
-    task.cancel()
-    assert outs[-1].finished and ticks >= len(outs)
+    monkeypatch.setattr(runner, "execute", recording)
+    outs = [o async for o in engine.generate(list(range(3, 40)), SamplingParams(temperature=0, max_tokens=5), "t")]
+    assert outs[-1].finished and threads
+    assert all(t.name == "localengine-engine" for t in threads)
+    assert threading.current_thread() not in threads
 
 
 async def test_abort_by_id_ends_only_that_stream(engine):
-    async def consume(rid: str) -> list:
-        return [o async for o in engine.generate([9, 10, 11], LONG, rid)]
+    async def victim() -> list:
+        outs = []
+        async for out in engine.generate([9, 10, 11], LONG, "victim"):
+            if not outs:
+                engine.abort("victim")  # after its first token, while the survivor keeps going
+            outs.append(out)
+        return outs
 
-    victim = asyncio.create_task(consume("victim"))
-    survivor = asyncio.create_task(consume("survivor"))
-    await asyncio.sleep(0.05)
-    engine.abort("victim")
-    outs = await victim
+    survivor = asyncio.create_task(_collect(engine.generate([9, 10, 11, 12], LONG, "survivor")))
+    outs = await victim()
     assert outs[-1].outputs[0].finish_reason == "abort" and len(outs[-1].outputs[0].token_ids) < 200
     assert (await survivor)[-1].outputs[0].finish_reason == "length"
     await wait_idle(engine)
     assert all_blocks_free(engine)
+
+
+async def _collect(stream) -> list:
+    return [o async for o in stream]
 
 
 async def test_leaving_the_loop_aborts(engine):

@@ -75,7 +75,7 @@ def test_random_workload_keeps_block_accounting_exact(ops, num_blocks, caching):
                 sched.update_after_step(out)
                 for item in out.scheduled:
                     if item.samples:
-                        item.seq.append_token(len(item.seq) % 3)
+                        item.seq.append_token(item.seq.num_tokens % 3)
                         if item.seq.num_output_tokens >= 8:
                             sched.finish(item.seq, "length")
         check_invariants(bm, sched, shadow)

@@ -73,3 +73,10 @@ async def test_bad_request_is_an_openai_shaped_error(provider):
     with pytest.raises(SlipstreamError) as info:
         await provider.send(chat(n=2), Timings())
     assert info.value.status == 400 and "n=1" in info.value.message
+
+
+async def test_missing_model_is_unavailable_so_the_router_fails_over(tmp_path):
+    from sdk.errors import ProviderUnavailableError
+
+    with pytest.raises(ProviderUnavailableError, match="cannot load"):
+        await LocalProvider("local", str(tmp_path / "nope")).send(chat(), Timings())

@@ -59,7 +59,6 @@ def build_batch(specs: list[tuple[int, int]], num_blocks: int = 40, seed: int = 
         seq_lens_cpu=seq_lens,
         num_decodes=sum(1 for _, n in specs if n == 1),
         max_query_len=max(n for _, n in specs),
-        max_seq_len=max(seq_lens),
     )
     return torch.cat(qs), torch.cat(ks), torch.cat(vs), k_cache, v_cache, meta
 

@@ -15,7 +15,15 @@ from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import completion_o2a, error_for, message_a2o
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
-from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, LLMStream, Protocol, Timings, close_after
+from sdk.streams import close_after
+from sdk.types import (
+    Answer,
+    Endpoint,
+    LLMRequest,
+    LLMResponse,
+    Protocol,
+    Timings,
+)
 
 _ENDPOINT = {Protocol.ANTHROPIC: Endpoint.MESSAGES, Protocol.OPENAI: Endpoint.CHAT_COMPLETIONS}
 
