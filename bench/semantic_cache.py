@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -101,6 +102,10 @@ def main() -> None:
         results = asyncio.run(run_lookups(services, workload.lookups, args.concurrency, args.min_precision))
         wall = time.perf_counter() - started
         single = asyncio.run(run_lookups(services, workload.lookups[:200], 1, args.min_precision))
+        # Machine reference for reading the latencies: raw MiniLM throughput on this machine, now.
+        started = time.perf_counter()
+        embedder.embed_many(workload.lookups[:640])
+        raw_ms = (time.perf_counter() - started) / 640 * 1000
         cache.close()
 
     print(f"held-out QQP workload: {len(workload.stored)} stored, {len(results)} lookups, {sum(map(workload.answerable, workload.lookups))} answerable")
@@ -112,6 +117,7 @@ def main() -> None:
     solo = np.array([r.seconds for r in single]) * 1000
     print(f"lookup latency at concurrency {args.concurrency}: p50 {np.percentile(latencies, 50):.1f} ms, p99 {np.percentile(latencies, 99):.1f} ms ({len(results) / wall:.0f} lookups/s)")
     print(f"lookup latency at concurrency 1: p50 {np.percentile(solo, 50):.1f} ms, p99 {np.percentile(solo, 99):.1f} ms")
+    print(f"machine reference: MiniLM alone, batches of 64: {raw_ms:.1f} ms/question; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

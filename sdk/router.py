@@ -1,8 +1,9 @@
 """Routing: the first route whose match fits the model gives the targets; the router gets an answer.
 
 Per request: the route's strategy orders its targets (sdk/routing/strategies.py); targets whose
-circuit is open are skipped while another remains (sdk/routing/breaker.py); each target is tried
-up to `retry.max_attempts` times with capped full-jitter backoff that honours server hints within
+circuit is open are skipped while another remains (sdk/routing/breaker.py); the router makes up to
+`retry.max_attempts` rounds over the targets, moving to the next target at once after a failure
+and backing off between rounds with capped full-jitter backoff that honours server hints within
 bounds (sdk/routing/backoff.py), every attempt bounded by the first-byte timeout and the whole
 request by `retry.deadline_ms`; with hedging on, a slow attempt races the next target
 (sdk/routing/hedging.py). A target of the other protocol is reached through translation.
@@ -30,10 +31,11 @@ from sdk.routing.backoff import (
     Step,
     StreamFailedBeforeFirstByte,
     TranslationRefused,
+    backoff_delay,
     blame,
     decide,
 )
-from sdk.routing.breaker import BreakerState, BreakerStore, InMemoryBreakerStore
+from sdk.routing.breaker import BreakerStore, InMemoryBreakerStore
 from sdk.routing.hedging import AllLegsFailed, race
 from sdk.routing.strategies import StatsBook, TargetStats, ordered_targets, target_key
 from sdk.routing.translation import TranslatingProvider
@@ -71,78 +73,74 @@ class Router:
         return self.route_for(model).targets
 
     async def __call__(self, ctx: RequestContext) -> Answer:
+        """Rounds over the route: each round tries every target still in play once, in order.
+
+        A failed attempt moves on to the next target at once: waiting on a busy or failing target
+        while another could answer only adds latency. Between rounds the router backs off (the
+        shortest server hint of the round, else full-jitter backoff), so every target gets
+        `retry.max_attempts` attempts in all, and a target that failed early in a round is tried
+        again after the others rather than abandoned.
+        """
         model = ctx.request.model
         order = ordered_targets(self.route_for(model), model, self.stats)
         deadline = None if self.retry.deadline_ms is None else time.monotonic() + self.retry.deadline_ms / 1000
         errors: list[BaseException] = []
-        skipped: list[Target] = []
-        for target in order:
-            if await self.breakers.acquire(target_key(target, model)):
-                if (answer := await self._on_target(ctx, target, order, deadline, errors)) is not None:
-                    return answer
-            else:
-                skipped.append(target)
-        if len(skipped) == len(order):
-            # Every circuit is open: a breaker steers traffic to a healthy alternative, and there is
-            # none, so try them anyway rather than hide the provider's own error behind ours.
-            for target in skipped:
-                if (answer := await self._on_target(ctx, target, order, deadline, errors)) is not None:
-                    return answer
-        raise _final_error(errors)
-
-    async def _on_target(
-        self, ctx: RequestContext, target: Target, order: list[Target], deadline: float | None,
-        errors: list[BaseException], hedge: bool = True,
-    ) -> Answer | None:
-        """Attempts on one target (retries included); None: move on to the next target."""
-        key = target_key(target, ctx.request.model)
-        for attempt in range(self.retry.max_attempts):
-            if deadline is not None and time.monotonic() >= deadline:
-                raise _deadline_error(errors)
-            try:
-                if hedge:
-                    answer = await self._hedged(ctx, target, order, deadline)
+        in_play = list(order)
+        for round_ in range(self.retry.max_attempts):
+            allowed = [t for t in in_play if await self.breakers.acquire(target_key(t, model))]
+            # Every circuit open: a breaker steers to a healthy alternative and there is none, so try
+            # them anyway rather than hide the provider's own error behind ours.
+            hints: list[float] = []
+            for target in allowed or in_play:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _deadline_error(errors)
+                try:
+                    answer = await self._hedged(ctx, target, in_play, deadline)
+                except AllLegsFailed as exc:
+                    error: BaseException = exc.errors[0]
+                except Exception as exc:  # noqa: BLE001 - classified below; unknown kinds are re-raised
+                    error = exc
                 else:
-                    answer = await self._attempt(ctx, target, deadline)
-            except AllLegsFailed as exc:
-                error: BaseException = exc.errors[0]
-            except Exception as exc:  # noqa: BLE001 - classified below; unknown kinds are re-raised
-                error = exc
-            else:
-                ctx.route = answer.route
-                return answer
-            decision = decide(error, attempt, self.retry)
-            if decision.step is Step.FAIL:
-                raise error
-            errors.append(error)
-            if decision.step is Step.NEXT or await self.breakers.state(key) is BreakerState.OPEN:
-                return None
-            delay = decision.delay_s
+                    ctx.route = answer.route
+                    return answer
+                decision = decide(error, round_, self.retry)
+                if decision.step is Step.FAIL:
+                    raise error
+                errors.append(error)
+                if decision.step is Step.RETRY:
+                    hints.append(decision.delay_s)
+                elif not isinstance(error, FirstByteTimeout):  # a stall may pass; a refusal will not
+                    in_play.remove(target)
+            if not in_play or round_ + 1 == self.retry.max_attempts:
+                break
+            delay = min(hints) if hints else backoff_delay(round_, {}, self.retry) or 0.0
             if deadline is not None and time.monotonic() + delay >= deadline:
                 raise _deadline_error(errors)  # the wait alone would pass the deadline
-            log.info("retrying %s in %.3fs after %s", key, delay, error)
+            log.info("retrying %s in %.3fs after %s", model, delay, errors[-1])
             started = time.perf_counter()
             await asyncio.sleep(delay)
             ctx.timings.upstream_s += time.perf_counter() - started
-        return None
+        raise _final_error(errors)
 
-    async def _hedged(self, ctx: RequestContext, target: Target, order: list[Target], deadline: float | None) -> Answer:
-        others = [t for t in order if t is not target]
+    async def _hedged(self, ctx: RequestContext, target: Target, in_play: list[Target], deadline: float | None) -> Answer:
+        """One attempt on `target`; with hedging on, the next target in play races it after a delay."""
+        others = [t for t in in_play if t is not target]
         if not self.hedging.enabled or not others:
             return await self._attempt(ctx, target, deadline)
+        model = ctx.request.model
 
         async def hedge_leg() -> Answer:
-            """The rest of the route, with its own retries: a hedge that fails fast keeps trying while the primary stalls."""
             errors: list[BaseException] = []
             for other in others:
-                if await self.breakers.acquire(target_key(other, ctx.request.model)):
-                    log.info("hedging %s with %s", key, target_key(other, ctx.request.model))
-                    if (answer := await self._on_target(ctx, other, order, deadline, errors, hedge=False)) is not None:
-                        return answer
+                if await self.breakers.acquire(target_key(other, model)):
+                    log.info("hedging %s with %s", target_key(target, model), target_key(other, model))
+                    try:
+                        return await self._attempt(ctx, other, deadline)
+                    except Exception as exc:  # noqa: BLE001 - the primary leg is still running
+                        errors.append(exc)
             raise _final_error(errors)
 
-        key = target_key(target, ctx.request.model)
-        answer, _ = await race(lambda: self._attempt(ctx, target, deadline), self._hedge_delay_s(target, ctx.request.model), hedge_leg)
+        answer, _ = await race(lambda: self._attempt(ctx, target, deadline), self._hedge_delay_s(target, model), hedge_leg)
         return answer
 
     def _hedge_delay_s(self, target: Target, model: str) -> float:

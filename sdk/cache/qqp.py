@@ -119,8 +119,8 @@ def embed_cached(texts: Iterable[str], embed: Callable[[list[str]], np.ndarray],
     return {t: known[t] for t in wanted}
 
 
-def wilson_lower(correct: int, total: int, z: float = 1.2816) -> float:
-    """One-sided 90% lower confidence bound of a proportion (Wilson score)."""
+def wilson_lower(correct: int, total: int, z: float = 1.96) -> float:
+    """One-sided 97.5% lower confidence bound of a proportion (Wilson score)."""
     if total == 0:
         return 0.0
     p = correct / total

@@ -1,11 +1,11 @@
 """Lexical checks for near-misses that sentence embeddings barely see.
 
 MiniLM places "flights from Paris to London" and "... from London to Paris", or "under $50" and
-"under $500", within a few hundredths of cosine. Three differences are treated as hard vetoes,
-because serving a cached answer across them is wrong whatever the model says: different numbers,
-a negation on one side only, and the same words in a different order of their key terms (swapped
-entities). Softer differences (an entity or constraint word on one side only) become features
-of the learned verifier instead.
+"under $500", within a few hundredths of cosine. Three differences are hard vetoes, because serving
+a cached answer across them is wrong whatever the model says: different numbers (digits or number
+words), a negation on one side only, and the same key words moved across a directional word
+("to", "than", "from", ...: swapped entities). Softer differences (an entity or constraint word on
+one side only, overlap, length) are features of the learned verifier instead.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ _STOP = frozenset(
     "get make much many more most very just also really quora".split()
 )
 _DIRECTIONAL = ("to", "from", "than", "into", "over", "against", "before", "after", "vs")
-FEATURES = ("numbers_differ", "negation_differs", "swapped", "jaccard", "only_a", "only_b", "entity_diff", "length_ratio")
 
 
 @dataclass(frozen=True, slots=True)

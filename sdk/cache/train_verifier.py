@@ -7,7 +7,7 @@ thresholds are chosen on `calibration`, and `test` is only reported. Training pa
 pairs plus hard negatives mined the way a cache meets them (a question's nearest stored neighbours
 that are not duplicates of it), because those, not random pairs, are what a cache wrongly serves.
 Each precision target gets the lowest threshold whose served hits on the calibration workload reach
-it with 90% confidence (Wilson lower bound), so the test precision is not an optimistic in-sample one.
+it with 97.5% confidence (Wilson lower bound), so the test precision is not an optimistic in-sample one.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def fit(features: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def calibrate(results: list[qqp.Outcome]) -> tuple[np.ndarray, np.ndarray]:
-    """Per target, the lowest score threshold whose served hits reach it (90% lower confidence bound)."""
+    """Per target, the lowest score threshold whose served hits reach it (97.5% lower confidence bound)."""
     scored = sorted(((r.score, r.correct) for r in results if r.score is not None), key=lambda x: -x[0])
     right = np.cumsum([correct for _, correct in scored])
     targets, thresholds = [], []

@@ -75,7 +75,10 @@ def blame(exc: BaseException) -> Blame:
 
 
 def decide(exc: BaseException, attempt: int, policy: RetryPolicy) -> Decision:
-    """Classify one failed attempt (`attempt` counts from 0 on this target)."""
+    """Classify one failed attempt (`attempt` counts from 0 on this target).
+
+    RETRY: the target may be tried again after `delay_s`; NEXT: leave it for the rest of the request.
+    """
     last = attempt + 1 >= policy.max_attempts
     if isinstance(exc, UpstreamHTTPError):
         if exc.status in NEXT_TARGET_STATUSES:

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from sdk.cache import qqp
 from sdk.cache.verifier import Verifier
 from sdk.services import default_data_dir
 
-SLICE = 2000  # pairs; the question embeddings are memoized under the data dir after the first run
+SLICE = 3000  # lookups against the whole test split's stored questions; embeddings are memoized after a first run
 
 
 def test_held_out_precision_meets_each_target_and_beats_a_cosine_cut(embedder):
-    workload = qqp.Workload.of(qqp.split(qqp.load_pairs())["test"][:SLICE])
+    whole = qqp.Workload.of(qqp.split(qqp.load_pairs())["test"])
+    workload = dataclasses.replace(whole, lookups=whole.lookups[:SLICE])
     vectors = qqp.embed_cached(workload.stored + workload.lookups, embedder.embed_many, default_data_dir() / "qqp")
     verifier = Verifier.load()
     results = qqp.outcomes(workload, vectors, verifier)
     baseline = qqp.served_by_cosine(results, 0.8)
-    for target in (0.90, 0.95):
+    for target in (0.90, 0.95, 0.98):
         got = qqp.served_by_verifier(results, verifier.threshold(target))
         assert got.hits >= 50, got
-        # The threshold was set for this target with 90% confidence on the calibration split; allow this
+        # The threshold was set for this target with 97.5% confidence on the calibration split; allow this
         # slice's own sampling error (two standard errors) before calling it a miss.
         slack = 2 * np.sqrt(target * (1 - target) / got.hits)
         assert got.precision >= target - slack, (target, got)

@@ -37,4 +37,5 @@ def test_decisions():
     assert decide(error(400, **{"x-should-retry": "true"}), 0, POLICY).step is Step.RETRY
     assert decide(error(503, **{"x-should-retry": "false"}), 0, POLICY).step is Step.NEXT
     assert decide(UpstreamUnreachableError("reset"), 0, POLICY).step is Step.RETRY
+
     assert decide(FirstByteTimeout("stalled"), 0, POLICY).step is Step.NEXT  # a stalled target is abandoned
