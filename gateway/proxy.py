@@ -34,7 +34,7 @@ class ClientGone(Exception):
     """The client closed the connection; nothing is left to answer."""
 
 
-def _team_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+def team_key(headers: list[tuple[bytes, bytes]]) -> str | None:
     for name, value in headers:
         if name == b"x-api-key":
             return value.decode("latin-1")
@@ -88,7 +88,7 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
             return
         headers = scope["headers"]
         try:
-            team, key_id = registry.authenticate(_team_key(headers))
+            team, key_id = registry.authenticate(team_key(headers))
             raw = await _read_body(receive, headers, team.policy.limits.max_body_bytes)
             forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
             request = parse_request(endpoint, raw, scope.get("query_string", b"").decode("latin-1"), forward)

@@ -11,8 +11,14 @@ import orjson
 from sdk.errors import InvalidRequestError
 from sdk.types import Endpoint, LLMRequest, Protocol
 
-# Client headers that change what the provider does and therefore travel upstream; never auth.
-FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+# Client headers the pipeline acts on; never auth. The provider ones travel upstream, Slipstream's
+# own (a request raising its semantic-cache precision) stop at the gateway: see `upstream_headers`.
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "x-slipstream-min-precision")
+
+
+def upstream_headers(request: LLMRequest) -> dict[str, str]:
+    """The client headers a provider should see."""
+    return {k: v for k, v in request.forward_headers.items() if not k.startswith("x-slipstream-")}
 
 
 def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str, str]) -> LLMRequest:

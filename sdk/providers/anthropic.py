@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sdk.requests import upstream_headers
 from sdk.types import Endpoint, LLMRequest, Protocol
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -21,5 +22,5 @@ class AnthropicDialect:
             "x-api-key": api_key,
             "anthropic-version": DEFAULT_VERSION,
         }
-        headers.update(request.forward_headers)
+        headers.update(upstream_headers(request))
         return headers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sdk.requests import upstream_headers
 from sdk.types import Endpoint, LLMRequest, Protocol
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -19,5 +20,5 @@ class OpenAIDialect:
             "accept": "text/event-stream" if request.stream else "application/json",
             "authorization": f"Bearer {api_key}",
         }
-        headers.update(request.forward_headers)
+        headers.update(upstream_headers(request))
         return headers
