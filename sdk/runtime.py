@@ -118,12 +118,15 @@ class TeamRegistry:
         """Build every team; on any error the previous state stays in force and PolicyError is raised."""
         stamp = self._current_stamp()
         policies = load_policies(self.paths)
-        teams = {policy.team: TeamRuntime.build(policy, self.services) for policy in policies.values()}
+        teams: dict[str, TeamRuntime] = {}
         by_digest = {}
-        for runtime in teams.values():
-            keys = runtime.policy.resolved_keys()
+        for policy in policies.values():
+            keys = policy.resolved_keys()
             if not keys:
-                log.warning("team %s has no usable api key (unset environment variable?): it cannot be reached", runtime.team)
+                # Nobody could reach it: building its stages (a cache model, say) would cost for nothing.
+                log.warning("team %s has no usable api key (unset environment variable?): not served", policy.team)
+                continue
+            runtime = teams[policy.team] = TeamRuntime.build(policy, self.services)
             for key in keys:
                 by_digest[_digest(key)] = (key.encode(), runtime)
         self.teams, self._by_digest, self._stamp = teams, by_digest, stamp
