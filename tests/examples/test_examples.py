@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from gateway.testing import running_proxy
 from tests.helpers import write_policy
 
@@ -46,7 +44,26 @@ def test_proxy_curl_session(tmp_path, emulator):
     assert "invalid_request_error" in out
 
 
-@pytest.mark.skipif(not (EXAMPLES / "streaming_cancel.py").exists(), reason="example not written yet")
 def test_streaming_cancel():
     out = run_example("streaming_cancel.py")
     assert "upstream cancelled: 1" in out
+
+
+def test_prompt_caching_agent_loop():
+    out = run_example("prompt_caching.py")
+    assert "turn 5: read=" in out and "moved=2" in out
+    rate = int(out.split("cache hit rate: ")[1].split("%")[0])
+    assert rate >= 70
+
+
+def test_semantic_cache_and_compression(tmp_path):
+    out = run_example("cache_and_compression.py", env={"SLIPSTREAM_DATA_DIR": str(tmp_path)})
+    assert [line.split()[0] for line in out.splitlines()[1:5]] == ["miss", "exact-hit", "semantic-hit", "miss"]
+    before, after = (int(part.split("=")[1]) for part in out.split("compression: ")[1].split()[0].split(";")[:2])
+    assert after < before / 2
+
+
+def test_routing_fallback_survives_faults():
+    out = run_example("routing_fallback.py")
+    assert out.count("answered by gpt/gpt-5-mini") == 4
+    assert "none -> answered by claude/claude-sonnet-5" in out
