@@ -45,8 +45,11 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 def _engine_serve(args: argparse.Namespace) -> int:
-    print("slipstream: the local engine is not part of this build yet", file=sys.stderr)
-    return 2
+    from localengine.server import serve
+
+    print(f"slipstream engine: {args.model} on http://{args.host}:{args.port}", flush=True)
+    serve(args.model, host=args.host, port=args.port)
+    return 0
 
 
 def _policy_check(args: argparse.Namespace) -> int:

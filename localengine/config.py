@@ -42,6 +42,39 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device, checkpoint_dty
 
 
 @dataclass(slots=True)
+class SpeculativeConfig:
+    """vLLM's `speculative_config` keys, plus the adaptive policy's knobs."""
+
+    method: str  # "ngram" | "draft_model"
+    num_speculative_tokens: int  # k, the most tokens proposed per request per step
+    model: str | None = None  # draft_model: a local HF directory or "demo-draft" (same tokenizer)
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+    # Adaptive speculation (see spec_decode/policy.py). Requests asking for fewer tokens than
+    # this gain too little to repay the draft's prefill; at this many running requests decode is
+    # compute-bound and verifying k extra tokens costs about as much as generating them.
+    min_output_tokens: int = 50
+    disable_by_batch_size: int = 16
+    adaptive: bool = True  # False: always propose k tokens (tests, benchmarks)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpeculativeConfig:
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown speculative_config keys: {sorted(unknown)}")
+        cfg = cls(**d)
+        if cfg.method not in ("ngram", "draft_model"):
+            raise ValueError("speculative_config method must be 'ngram' or 'draft_model'")
+        if cfg.method == "draft_model" and not cfg.model:
+            raise ValueError("speculative_config method 'draft_model' needs 'model'")
+        if not 1 <= cfg.num_speculative_tokens <= 32:
+            raise ValueError("num_speculative_tokens must be in [1, 32]")
+        if not 1 <= cfg.prompt_lookup_min <= cfg.prompt_lookup_max:
+            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+        return cfg
+
+
+@dataclass(slots=True)
 class Config:
     model: str
     dtype: str | torch.dtype = "auto"
@@ -57,18 +90,15 @@ class Config:
     seed: int = 0
     attention_backend: str = "auto"  # auto | torch | triton
     num_threads: int | None = None  # CPU intra-op threads; None leaves torch's default
-    # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k}. Accepted so
-    # the public signature is final; the scheduler's lookahead slots are where drafts will go.
-    speculative_config: dict[str, Any] | None = None
+    # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k, ...};
+    # turned into a SpeculativeConfig here.
+    speculative_config: dict[str, Any] | SpeculativeConfig | None = None
     hf_config: dict[str, Any] = field(init=False, default_factory=dict)
     model_path: Path = field(init=False, default_factory=Path)
 
     def __post_init__(self) -> None:
-        if self.speculative_config is not None:
-            raise NotImplementedError(
-                "speculative decoding is not implemented yet in localengine; "
-                "pass speculative_config=None (a later release adds ngram and draft_model)"
-            )
+        if isinstance(self.speculative_config, dict):
+            self.speculative_config = SpeculativeConfig.from_dict(self.speculative_config)
         self.model_path = resolve_model_path(self.model)
         self.hf_config = json.loads((self.model_path / "config.json").read_text())
         max_pos = int(self.hf_config.get("max_position_embeddings", 4096))

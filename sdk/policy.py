@@ -42,7 +42,7 @@ class ProviderConfig(_Strict):
     base_url: str | None = None
     api_key_env: str | None = None
     api_key: str | None = None
-    model: str | None = None  # local engine: model path or "demo"
+    model: str | None = None  # local: model path or "demo" (in process), or the served model's name (base_url)
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     first_byte_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     read_timeout_s: Annotated[float, Field(gt=0)] = 600.0
@@ -51,8 +51,8 @@ class ProviderConfig(_Strict):
     def _one_key_source(self) -> ProviderConfig:
         if self.api_key_env and self.api_key:
             raise ValueError("give either 'api_key_env' or 'api_key', not both")
-        if self.kind == "local" and (self.api_key_env or self.api_key):
-            raise ValueError("a local provider takes no api key")
+        if self.kind == "local" and (self.api_key_env or self.api_key) and not self.base_url:
+            raise ValueError("an in-process local provider takes no api key (give base_url to reach a server)")
         return self
 
     def resolve_api_key(self) -> str | None:

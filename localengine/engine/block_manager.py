@@ -169,7 +169,10 @@ class BlockManager:
         """Register the blocks of `seq` whose K/V are now complete, so later requests can hit them."""
         if not self.enable_prefix_caching:
             return
-        num_full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
+        # Accepted speculative tokens are computed before they are appended to token_ids: a block
+        # is hashed only once its tokens are known, i.e. at the next step.
+        num_full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
+        num_full = min(num_full, len(seq.block_table))
         for i, block_hash in enumerate(self._block_hashes(seq, num_full)):
             block = self.blocks[seq.block_table[i]]
             if block.block_hash is None and block_hash not in self.cached:

@@ -20,6 +20,7 @@ from localengine.layers.attention import AttentionMetadata
 from localengine.layers.sampler import Sampler
 from localengine.models.loader import load_model
 from localengine.outputs import Logprob
+from localengine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
 
 # On CPU "available memory" is the whole machine's; never take more than this for KV by default.
 CPU_KV_CACHE_CAP_BYTES = 2 << 30
@@ -52,8 +53,16 @@ def triton_usable(device: torch.device) -> bool:
 @dataclass(slots=True)
 class SampledToken:
     item: ScheduledSequence
-    token_id: int
-    logprobs: dict[int, Logprob] | None
+    token_ids: list[int]  # one token, or with speculation the accepted drafts + one more
+    logprobs: dict[int, Logprob] | None  # the one token's (speculation is off for logprobs requests)
+
+    @property
+    def num_draft(self) -> int:
+        return len(self.item.spec_token_ids)
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.token_ids) - 1
 
 
 class ModelRunner:
@@ -116,7 +125,8 @@ class ModelRunner:
         block_tables = np.zeros((len(items), max_blocks), dtype=np.int32)
         for i, it in enumerate(items):
             start, end = it.num_computed_before, it.num_computed_before + it.num_new_tokens
-            input_ids.extend(it.seq.token_ids[start:end])
+            tokens = it.seq.token_ids + it.spec_token_ids if it.spec_token_ids else it.seq.token_ids
+            input_ids.extend(tokens[start:end])
             pos = np.arange(start, end)
             table = np.asarray(it.seq.block_table, dtype=np.int64)
             positions.append(pos)
@@ -150,12 +160,40 @@ class ModelRunner:
         sampling = [i for i, it in enumerate(items) if it.samples]
         if not sampling:
             return []
-        # Only the last position of each finishing chunk needs logits: the LM head is the
-        # largest matmul for small models.
-        last = torch.tensor([meta.query_start_loc_cpu[i + 1] - 1 for i in sampling], device=self.device)
-        logits = self.model.compute_logits(hidden[last])
-        sampled = self.sampler(logits, [items[i].seq for i in sampling])
-        return [
-            SampledToken(items[i], tok, lp)
-            for i, tok, lp in zip(sampling, sampled.token_ids, sampled.logprobs, strict=True)
-        ]
+        # Only the positions that yield a token need logits (the LM head is the largest matmul
+        # for small models): the last one per request, or with s proposals the last s + 1.
+        rows: list[int] = []
+        for i in sampling:
+            end = meta.query_start_loc_cpu[i + 1]
+            rows.extend(range(end - 1 - len(items[i].spec_token_ids), end))
+        logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
+        plain = [j for j, i in enumerate(sampling) if not items[i].spec_token_ids]
+        results: list[SampledToken] = []
+        if len(plain) == len(sampling):
+            sampled = self.sampler(logits, [items[i].seq for i in sampling])
+            return [
+                SampledToken(items[i], [tok], lp)
+                for i, tok, lp in zip(sampling, sampled.token_ids, sampled.logprobs, strict=True)
+            ]
+        row_start, offsets = 0, []
+        for i in sampling:
+            offsets.append(row_start)
+            row_start += len(items[i].spec_token_ids) + 1
+        if plain:
+            sampled = self.sampler(logits[[offsets[j] for j in plain]], [items[sampling[j]].seq for j in plain])
+            for j, tok, lp in zip(plain, sampled.token_ids, sampled.logprobs, strict=True):
+                results.append(SampledToken(items[sampling[j]], [tok], lp))
+        for j, i in enumerate(sampling):
+            it = items[i]
+            if it.spec_token_ids:
+                rows_j = logits[offsets[j] : offsets[j] + len(it.spec_token_ids) + 1]
+                results.append(SampledToken(it, self.verify(it, rows_j), None))
+        return results
+
+    def verify(self, it: ScheduledSequence, logits: torch.Tensor) -> list[int]:
+        """Accepted proposals plus one target token, from one target pass over the proposals."""
+        if it.seq.sampling_params.greedy:
+            return greedy_verify(logits.argmax(dim=-1).tolist(), it.spec_token_ids)
+        probs = Sampler.compute_probs(logits, [it.seq] * logits.shape[0])
+        generator = it.seq.generator or self.sampler.generator
+        return rejection_sample(probs, it.spec_token_ids, it.spec_draft_probs, generator)

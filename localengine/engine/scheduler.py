@@ -13,6 +13,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import torch
+
 from localengine.engine.block_manager import BlockManager
 from localengine.engine.sequence import Sequence, SequenceStatus
 
@@ -22,11 +24,15 @@ class ScheduledSequence:
     seq: Sequence
     num_new_tokens: int  # tokens whose K/V this step computes, starting at seq.num_computed_tokens
     num_computed_before: int
+    # Proposed tokens appended after seq.token_ids for this step only; the model runner verifies
+    # them and the rejected ones are rolled back (update_after_step).
+    spec_token_ids: list[int] = field(default_factory=list)
+    spec_draft_probs: torch.Tensor | None = None
 
     @property
     def samples(self) -> bool:
         """Whether this step reaches the sequence's last token, so its logits yield a new token."""
-        return self.num_computed_before + self.num_new_tokens == self.seq.num_tokens
+        return self.num_computed_before + self.num_new_tokens == self.seq.num_tokens + len(self.spec_token_ids)
 
 
 @dataclass(slots=True)
@@ -50,7 +56,8 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
-        # Speculative decoding will reserve slots for draft tokens here; 0 without it.
+        # k with speculative decoding: every allocation also reserves room for the next step's
+        # proposals, so verifying them never needs a block the cache cannot give.
         self.num_lookahead_tokens = num_lookahead_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -77,7 +84,8 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            spec = seq.spec_token_ids
+            num_new = min(seq.num_tokens + len(spec) - seq.num_computed_tokens, budget)
             while not bm.allocate_slots(seq, num_new, num_lookahead_tokens=self.num_lookahead_tokens):
                 victim = self.running.pop()  # the most recently admitted request
                 self._preempt(victim)
@@ -85,7 +93,11 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                out.scheduled.append(ScheduledSequence(seq, num_new, seq.num_computed_tokens))
+                # Proposals beyond the token budget are dropped, not deferred: they go stale.
+                num_spec = max(0, seq.num_computed_tokens + num_new - seq.num_tokens)
+                probs = seq.spec_draft_probs[:num_spec] if seq.spec_draft_probs is not None and num_spec else None
+                out.scheduled.append(ScheduledSequence(seq, num_new, seq.num_computed_tokens, spec[:num_spec], probs))
+                seq.clear_spec()
                 scheduled_ids.add(seq.request_id)
                 budget -= num_new
                 i += 1
@@ -111,14 +123,18 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free(seq)
+        seq.clear_spec()
         seq.status = SequenceStatus.PREEMPTED
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
 
-    def update_after_step(self, out: SchedulerOutput) -> None:
-        """Advance computed-token counts once the model has written this step's K/V."""
+    def update_after_step(self, out: SchedulerOutput, num_rejected: dict[str, int] | None = None) -> None:
+        """Advance computed-token counts once the model has written this step's K/V. Rejected
+        speculative positions are rolled back: their K/V stay in the (still held) slots and are
+        overwritten by the next step, and they are never hashed into the prefix cache."""
         for item in out.scheduled:
-            item.seq.num_computed_tokens = item.num_computed_before + item.num_new_tokens
+            rejected = num_rejected.get(item.seq.request_id, 0) if num_rejected else 0
+            item.seq.num_computed_tokens = item.num_computed_before + item.num_new_tokens - rejected
             self.block_manager.cache_full_blocks(item.seq)
 
     def finish(self, seq: Sequence, reason: str, stop_reason: int | str | None = None) -> None:
@@ -129,6 +145,7 @@ class Scheduler:
         seq.finish_reason = reason
         seq.stop_reason = stop_reason
         seq.metrics.finished_time = time.time()
+        seq.clear_spec()
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:

@@ -54,6 +54,9 @@ class Sequence:
         self.metrics = RequestMetrics(arrival_time=arrival_time or time.time())
         # A per-request generator makes seeded sampling independent of batch composition.
         self.generator: torch.Generator | None = None
+        # Tokens proposed after the last step, verified by the next one (speculative decoding).
+        self.spec_token_ids: list[int] = []
+        self.spec_draft_probs: torch.Tensor | None = None  # [len(spec_token_ids), V]; None: one-hot
         if sampling_params.seed is not None:
             self.generator = torch.Generator().manual_seed(sampling_params.seed)
 
@@ -79,3 +82,7 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+
+    def clear_spec(self) -> None:
+        self.spec_token_ids = []
+        self.spec_draft_probs = None

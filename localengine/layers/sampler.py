@@ -63,16 +63,22 @@ class Sampler:
     def _greedy_mask(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
         return torch.tensor([s.sampling_params.greedy for s in seqs], device=device)
 
-    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    @staticmethod
+    def compute_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """Each row's sampling distribution: temperature, top-k, top-p (speculative decoding
+        verifies against this same distribution, so it stays exactly what plain sampling draws)."""
         vocab = logits.shape[-1]
         params = [s.sampling_params for s in seqs]
         temps = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=logits.device)
-        logits = logits / temps[:, None]
+        logits = logits.float() / temps[:, None]
         if any(0 < p.top_k < vocab or p.top_p < 1.0 for p in params):
             top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=logits.device)
             top_p = torch.tensor([p.top_p for p in params], device=logits.device)
             logits = apply_top_k_top_p(logits, top_k, top_p)
-        probs = logits.softmax(dim=-1)
+        return logits.softmax(dim=-1)
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        probs = self.compute_probs(logits, seqs)
         noise = torch.empty(probs.shape, dtype=torch.float32).exponential_(generator=self.generator)
         for i, seq in enumerate(seqs):
             if seq.generator is not None:

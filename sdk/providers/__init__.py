@@ -7,6 +7,7 @@ from sdk.policy import ProviderConfig
 from sdk.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
 from sdk.providers.anthropic import AnthropicDialect
 from sdk.providers.base import HTTPProvider, Provider
+from sdk.providers.local import LocalProvider
 from sdk.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.upstream import Timeouts
@@ -26,15 +27,14 @@ class UnavailableProvider:
 
 
 def build_provider(name: str, config: ProviderConfig) -> Provider:
+    timeouts = Timeouts(config.connect_timeout_s, config.first_byte_timeout_s, config.read_timeout_s)
     if config.kind == "local":
-        return UnavailableProvider(
-            name, Protocol.OPENAI, "the bundled local engine is not part of this build yet"
-        )
+        # In process, or over HTTP to `slipstream engine serve` / any OpenAI-compatible server.
+        return LocalProvider(name, config.model or "demo", config.base_url, config.resolve_api_key() or "local", timeouts)
     dialect = AnthropicDialect() if config.kind == "anthropic" else OpenAIDialect()
     base_url = (config.base_url or (ANTHROPIC_URL if config.kind == "anthropic" else OPENAI_URL)).rstrip("/")
     key = config.resolve_api_key()
     if not key:
         where = f"environment variable {config.api_key_env}" if config.api_key_env else "'api_key' or 'api_key_env'"
         return UnavailableProvider(name, dialect.protocol, f"no API key (set {where})")
-    timeouts = Timeouts(config.connect_timeout_s, config.first_byte_timeout_s, config.read_timeout_s)
     return HTTPProvider(name=name, dialect=dialect, base_url=base_url, api_key=key, timeouts=timeouts)

@@ -80,3 +80,27 @@ def test_serve_refuses_an_invalid_policy(tmp_path):
     result = subprocess.run([*_command(), "serve", "--policy", str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "bad.yaml: providers:" in result.stderr
+
+
+def test_serve_with_no_provider_keys_answers_from_the_local_demo_model(run):
+    port = free_port()
+    env_keys = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+    saved = {k: os.environ.pop(k) for k in env_keys if k in os.environ}
+    try:
+        process = run("serve", "--port", str(port))
+    finally:
+        os.environ.update(saved)
+    _wait(f"http://127.0.0.1:{port}/healthz", process)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-slipstream-local", max_retries=0, timeout=120)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[{"role": "user", "content": "def add(a, b):"}], max_tokens=8)
+    assert raw.headers["x-slipstream-route"].startswith("local/")
+    assert raw.parse().choices[0].message.content
+    claude = anthropic_client(port)
+    message = claude.messages.create(model="claude-sonnet-5", max_tokens=8, messages=[{"role": "user", "content": "import os"}])
+    assert message.content[0].text and message.usage.output_tokens > 0
+
+
+def anthropic_client(port: int):
+    import anthropic
+
+    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="sk-slipstream-local", max_retries=0, timeout=120)

@@ -150,6 +150,6 @@ def test_string_prompt_and_outputs_shape(llm):
     assert len(out.outputs[0].token_ids) == 4 and isinstance(out.outputs[0].text, str)
 
 
-def test_speculative_config_is_not_implemented_yet(llama_dir):
-    with pytest.raises(NotImplementedError, match="speculative decoding"):
-        LLM(str(llama_dir), speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+def test_speculative_config_is_validated(llama_dir):
+    with pytest.raises(ValueError, match="method"):
+        LLM(str(llama_dir), speculative_config={"method": "medusa", "num_speculative_tokens": 3})
