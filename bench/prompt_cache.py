@@ -110,6 +110,7 @@ async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path
     runtime = TeamRuntime.build(load_policy(write_policy(directory, team, f"k-{team}", url, f"prompt_cache: {extra}\n")))
     totals = dict(input=0, read=0, write=0, uncached=0, ttft=0.0, n=0)
     sent: list[dict] = []
+    hit_rate: list[float] = []  # cumulative share of input tokens read from cache, after each request
     # Conversations run in interleaved rounds, as concurrent users would.
     for round_ in range(max(len(c) for c in convs)):
         for bodies in convs:
@@ -129,11 +130,13 @@ async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path
             totals["write"] += usage.cache_write_tokens
             totals["uncached"] += usage.input_tokens
             totals["n"] += 1
+            hit_rate.append(totals["read"] / max(1, totals["input"]))
             sent.append(ctx.request.body)
     await close_upstream_for_running_loop()
     totals["cost"] = (totals["uncached"] + 0.1 * totals["read"] + 1.25 * totals["write"]) * PRICE / 1e6
     totals["report"] = stats.report(team)
     totals["sent"] = sent
+    totals["hit_rate"] = hit_rate
     return totals
 
 
@@ -155,6 +158,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=0.1, help="latency scale of EmulatorConfig.realistic()")
     parser.add_argument("--conversations", type=int, default=6)
+    parser.add_argument("--plot", help="write the cache hit rate over the run as a PNG here")
     args = parser.parse_args()
     convs = workload(args.conversations)
     config = EmulatorConfig.realistic(ttft_base_ms=200.0 * args.scale, ttft_per_uncached_token_ms=0.05 * args.scale,
@@ -165,6 +169,11 @@ async def main() -> None:
             with running_emulator(config) as emu:  # a fresh provider cache per mode
                 results[mode] = await run_mode(emu.url, mode, convs, Path(tmp))
     possible = possible_reads(results["slipstream"]["sent"])
+    if args.plot:
+        from bench.plots import line_chart
+
+        line_chart(args.plot, "Prompt-cache hit rate over an agentic workload", "request", "share of input tokens read from cache",
+                   {mode: (list(range(1, len(r["hit_rate"]) + 1)), r["hit_rate"]) for mode, r in results.items()})
     base_cost = results["as-written"]["cost"]
     n = results["as-written"]["n"]
     print(f"{n} requests, {args.conversations} conversations, model {MODEL}, latency scale {args.scale}")

@@ -28,6 +28,7 @@ import aiohttp
 import uvloop
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `bench.plots` when run as a script
 PY = sys.executable
 KEY = "sk-bench"
 LITELLM_KEY = "sk-litellm-bench-0123456789abcdef0123456789abcdef"
@@ -151,6 +152,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--ttft-ms", type=float, default=5.0, help="emulator time to first byte")
     parser.add_argument("--litellm", help="path of a `litellm` executable to compare against")
+    parser.add_argument("--plot", help="write latency percentiles at concurrency 1 (JSON) as a PNG here")
     args = parser.parse_args()
     uvloop.install()
     procs: list[subprocess.Popen] = []
@@ -188,12 +190,16 @@ def main() -> None:
             targets.append(Target("litellm", f"http://127.0.0.1:{litellm_port}/v1/chat/completions", LITELLM_KEY))
 
         rows = []
+        curves: dict[str, list[float]] = {}  # latencies at concurrency 1, JSON, for the plot
         for target in targets:
             for stream in (False, True):
                 mode = "stream" if stream else "json"
                 for concurrency in (1, 32):
                     n = args.requests if concurrency == 1 else args.requests * 4
                     base, via = asyncio.run(interleaved(direct, target, n, concurrency, stream))
+                    if concurrency == 1 and not stream:
+                        curves.setdefault("direct", base)
+                        curves[target.name] = via
                     rows.append(
                         {
                             "proxy": target.name, "mode": mode, "concurrency": concurrency,
@@ -208,6 +214,12 @@ def main() -> None:
                 rows.append({"proxy": target.name, "mode": mode, "concurrency": 64, "direct_rps": rps_direct, "proxied_rps": rps_via, "ratio": rps_via / rps_direct})
                 print(json.dumps(rows[-1]), flush=True)
 
+        if args.plot:
+            from bench.plots import line_chart
+
+            quantiles = [q / 100 for q in range(1, 100)]
+            line_chart(args.plot, "Latency at concurrency 1 (emulator answers after 5 ms)", "percentile", "ms",
+                       {name: ([q * 100 for q in quantiles], [pct(values, q) for q in quantiles]) for name, values in curves.items()})
         print("\n| proxy | mode | concurrency | direct p50 ms | proxied p50 ms | added p50 ms | added p99 ms | direct req/s | proxied req/s |")
         print("|---|---|---|---|---|---|---|---|---|")
         for row in rows:

@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from localengine.config import Config
+from localengine.config import Config, SpeculativeConfig
 from localengine.engine.block_manager import BlockManager
 from localengine.engine.detokenizer import IncrementalDetokenizer
 from localengine.engine.model_runner import ModelRunner
@@ -22,6 +22,9 @@ from localengine.engine.sequence import Sequence
 from localengine.metrics import EngineMetrics
 from localengine.outputs import CompletionOutput, RequestOutput
 from localengine.sampling_params import SamplingParams
+from localengine.spec_decode.metrics import SpecDecodingMetrics, SpecDecodingStats
+from localengine.spec_decode.policy import SpeculationPolicy
+from localengine.spec_decode.proposer import Proposer
 
 Prompt = str | list[int]
 
@@ -57,12 +60,36 @@ class LLMEngine:
         self.block_manager = BlockManager(
             self.model_runner.num_kvcache_blocks, config.block_size, config.enable_prefix_caching
         )
+        spec = config.speculative_config
+        assert spec is None or isinstance(spec, SpeculativeConfig)
         self.scheduler = Scheduler(
-            self.block_manager, config.max_num_batched_tokens, config.max_num_seqs, self.max_model_len
+            self.block_manager, config.max_num_batched_tokens, config.max_num_seqs, self.max_model_len,
+            num_lookahead_tokens=spec.num_speculative_tokens if spec else 0,
         )
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
         self.metrics = EngineMetrics(config.model)
+        self.proposer: Proposer | None = None
+        self.spec_policy: SpeculationPolicy | None = None
+        self.spec_metrics: SpecDecodingMetrics | None = None
+        if spec is not None:
+            self._init_speculation(spec)
         self._next_id = 0
+        self._last_step_seconds = 0.0
+
+    def _init_speculation(self, spec: SpeculativeConfig) -> None:
+        from localengine.spec_decode.draft import DraftModelProposer
+        from localengine.spec_decode.ngram import NgramProposer
+
+        if spec.method == "ngram":
+            self.proposer, draft_cost = NgramProposer(spec.prompt_lookup_min, spec.prompt_lookup_max), 0.0
+        else:
+            draft = DraftModelProposer(self.config, spec, self.model_runner.num_kvcache_blocks, self.tokenizer)
+            self.proposer, draft_cost = draft, draft.cost_ratio(self.model_runner.model)
+        self.spec_policy = SpeculationPolicy(spec, self.max_model_len, draft_cost)
+        self.spec_metrics = SpecDecodingMetrics(self.metrics.registry, self.config.model, spec.num_speculative_tokens)
+
+    def spec_decode_stats(self) -> SpecDecodingStats | None:
+        return self.spec_metrics.stats if self.spec_metrics else None
 
     @classmethod
     def from_args(cls, model: str, **kwargs: Any) -> LLMEngine:
@@ -95,7 +122,7 @@ class LLMEngine:
                 continue
             self.scheduler.finish(seq, "abort")
             outputs.append(self._output(seq))
-            self.detokenizers.pop(rid, None)
+            self._forget(seq)
         return outputs
 
     def has_unfinished_requests(self) -> bool:
@@ -106,16 +133,28 @@ class LLMEngine:
         if sched_out.is_empty:
             self._record_step(0, 0)
             return []
+        start = time.perf_counter()
         sampled = self.model_runner.execute(sched_out)
-        self.scheduler.update_after_step(sched_out)
+        self._last_step_seconds = time.perf_counter() - start
+        num_rejected = {s.item.seq.request_id: s.num_draft - s.num_accepted for s in sampled if s.num_draft}
+        self.scheduler.update_after_step(sched_out, num_rejected)
         now = time.time()
         outputs = []
+        num_generated = 0
         for s in sampled:
             seq = s.item.seq
-            seq.append_token(s.token_id)
-            if s.logprobs is not None and seq.logprobs is not None:
-                seq.logprobs.append(s.logprobs)
-                seq.cumulative_logprob += s.logprobs[s.token_id].logprob
+            if s.num_draft and self.spec_metrics and self.spec_policy:
+                self.spec_metrics.observe_draft(s.num_draft, s.num_accepted)
+                self.spec_policy.observe(seq.request_id, s.num_draft, s.num_accepted)
+            for token_id in s.token_ids:
+                seq.append_token(token_id)
+                num_generated += 1
+                if s.logprobs is not None and seq.logprobs is not None:
+                    seq.logprobs.append(s.logprobs)
+                    seq.cumulative_logprob += s.logprobs[token_id].logprob
+                self._check_stop(seq, token_id)
+                if seq.is_finished:
+                    break  # tokens accepted past a stop condition are dropped
             m = seq.metrics
             if m.first_token_time is None:
                 m.first_token_time = now
@@ -123,17 +162,49 @@ class LLMEngine:
             elif m.last_token_time is not None:
                 self.metrics.record_inter_token(now - m.last_token_time)
             m.last_token_time = now
-            self._check_stop(seq, s.token_id)
             outputs.append(self._output(seq))
             if seq.is_finished:
-                self.detokenizers.pop(seq.request_id, None)
+                self._forget(seq)
                 self.metrics.record_finished(seq.finish_reason or "stop", now - m.arrival_time)
         prompt_tokens = sum(
             max(0, min(it.num_computed_before + it.num_new_tokens, it.seq.num_prompt_tokens) - it.num_computed_before)
             for it in sched_out.scheduled
         )
-        self._record_step(prompt_tokens, len(sampled))
+        self._record_step(prompt_tokens, num_generated)
+        if self.proposer is not None:
+            self._propose()
         return outputs
+
+    def _propose(self) -> None:
+        """Proposals for the next step, for every running request that is decoding (its K/V
+        cover all but the last token) and for which the policy says speculation pays."""
+        assert self.proposer is not None and self.spec_policy is not None
+        running = self.scheduler.running
+        seqs, ks = [], []
+        for seq in running:
+            if seq.spec_token_ids or seq.num_computed_tokens != seq.num_tokens - 1:
+                continue
+            k = self.spec_policy.num_tokens(seq, len(running))
+            if k > 0:
+                seqs.append(seq)
+                ks.append(k)
+        if not seqs:
+            return
+        start = time.perf_counter()
+        proposals = self.proposer.propose(seqs, ks)
+        # The policy's cost model: one proposal position (a draft pass over the batch, or the
+        # n-gram lookups) relative to the target step that just ran.
+        self.spec_policy.observe_cost((time.perf_counter() - start) / max(ks) / max(self._last_step_seconds, 1e-6))
+        for seq, proposal in zip(seqs, proposals, strict=True):
+            seq.spec_token_ids = proposal.token_ids
+            seq.spec_draft_probs = proposal.draft_probs
+
+    def _forget(self, seq: Sequence) -> None:
+        """Drop per-request state once a request is finished or aborted (its blocks are already free)."""
+        self.detokenizers.pop(seq.request_id, None)
+        if self.proposer is not None and self.spec_policy is not None:
+            self.proposer.free(seq.request_id)
+            self.spec_policy.free(seq.request_id)
 
     def _check_stop(self, seq: Sequence, token_id: int) -> None:
         params = seq.sampling_params

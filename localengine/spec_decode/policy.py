@@ -3,8 +3,10 @@
 With per-token acceptance rate a, k proposals yield E(k) = (1 - a^(k+1)) / (1 - a) tokens per
 target step (Leviathan et al., Eq. 1) at a cost of about 1 + k * (c + v) plain decode steps, where c
 is one proposed token's cost (0 for n-gram lookup) and v the verifier's marginal cost per extra
-position. k maximises E(k) / cost(k); when even the best k loses (E / cost < 1, below break-even)
-the request stops speculating for a while and then probes again. Speculation is also off for
+position; c starts from the proposer's static estimate and then follows the measured time of
+proposing relative to the target step. k maximises E(k) / cost(k); when even the best k loses (E / cost < 1, below break-even)
+the request stops speculating for a while and then probes again with one token (also the first
+thing a request does when the prior says no: costs and acceptance are only known once measured). Speculation is also off for
 short outputs (the draft's catch-up prefill is not repaid) and for large batches, where decode is
 no longer memory-bound and verifying k extra positions costs as much as generating them
 (vLLM measured 1.4-1.8x slowdowns at high QPS).
@@ -20,6 +22,7 @@ from localengine.engine.sequence import Sequence
 VERIFY_COST_PER_TOKEN = 0.1  # extra positions in a small verification pass cost ~10% of a decode
 PRIOR_ACCEPTED, PRIOR_TRIALS = 3.0, 5.0  # an optimistic a = 0.6 until measured
 DECAY = 0.9  # older drafts count less: acceptance changes along a sequence
+COST_DECAY = 0.95  # the measured draft cost is smoothed over ~20 steps
 COOLDOWN_STEPS = 32  # steps without speculation before probing a below-break-even request again
 
 
@@ -28,6 +31,7 @@ class RequestSpecState:
     accepted: float = PRIOR_ACCEPTED
     trials: float = PRIOR_TRIALS
     cooldown: int = 0
+    probe: bool = True  # the next below-break-even decision still proposes one token, to measure
 
     @property
     def acceptance(self) -> float:
@@ -66,14 +70,21 @@ class SpeculationPolicy:
         state = self.states.setdefault(seq.request_id, RequestSpecState())
         if state.cooldown > 0:
             state.cooldown -= 1
+            state.probe = state.cooldown == 0
             return 0
         a = state.acceptance
         best = max(range(1, k + 1), key=lambda n: expected_speedup(a, n, self.draft_cost))
         if expected_speedup(a, best, self.draft_cost) < 1.0:
-            # Restart from the prior after the pause, so one bad stretch does not end it for good.
-            self.states[seq.request_id] = RequestSpecState(cooldown=COOLDOWN_STEPS)
+            if state.probe:
+                state.probe = False
+                return 1
+            state.cooldown = COOLDOWN_STEPS
             return 0
+        state.probe = False
         return best
+
+    def observe_cost(self, draft_cost: float) -> None:
+        self.draft_cost = COST_DECAY * self.draft_cost + (1.0 - COST_DECAY) * draft_cost
 
     def observe(self, request_id: str, num_draft: int, num_accepted: int) -> None:
         state = self.states.get(request_id)
