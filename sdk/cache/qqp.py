@@ -9,6 +9,7 @@ an entry is right when it is the same text or labelled a duplicate (transitively
 from __future__ import annotations
 
 import gzip
+import os
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ import orjson
 
 from sdk.cache.verifier import Verifier
 
-DEFAULT_DATA = Path("/work/shared/data/qqp-dev.jsonl.gz")
+# The evaluation data lies in the `shared/` folder beside the repository; SLIPSTREAM_QQP overrides.
+DEFAULT_DATA = Path(os.environ.get("SLIPSTREAM_QQP", Path(__file__).resolve().parents[3] / "shared" / "data" / "qqp-dev.jsonl.gz"))
 SPLITS = {"train": 0.6, "calibration": 0.2, "test": 0.2}
 SEED = 20261105
 

@@ -1,6 +1,6 @@
 """Train and calibrate the semantic-cache verifier on Quora Question Pairs; writes sdk/cache/verifier.npz.
 
-    .venv/bin/python -m sdk.cache.train_verifier [--data /work/shared/data/qqp-dev.jsonl.gz]
+    .venv/bin/python -m sdk.cache.train_verifier [--data ../shared/data/qqp-dev.jsonl.gz]
 
 Three disjoint splits (by question-graph component, see qqp.py): the MLP learns on `train`, the
 thresholds are chosen on `calibration`, and `test` is only reported. Training pairs are the labelled
