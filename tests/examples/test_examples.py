@@ -67,3 +67,11 @@ def test_routing_fallback_survives_faults():
     out = run_example("routing_fallback.py")
     assert out.count("answered by gpt/gpt-5-mini") == 4
     assert "none -> answered by claude/claude-sonnet-5" in out
+
+
+def test_local_engine_generate_server_and_speculation():
+    out = run_example("local_engine.py", timeout_s=300)
+    assert "'def fibonacci(n):' ->" in out and "server:" in out
+    for method in ("no speculation", "ngram", "draft_model"):
+        assert f"{method}:" in out
+    assert out.count("same text as without: True") == 3
