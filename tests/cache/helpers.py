@@ -9,7 +9,7 @@ import orjson
 from sdk.runtime import TeamRuntime
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse
 
-CLAUDE = "claude-sonnet-4-5"
+CLAUDE = "claude-sonnet-5"
 GPT = "gpt-5-mini"
 
 

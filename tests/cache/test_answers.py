@@ -10,7 +10,7 @@ from sdk.cache.answers import StreamCapture, render_body, render_events
 from sdk.types import Protocol
 
 ANTHROPIC_MESSAGE = {
-    "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+    "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-5",
     "content": [{"type": "text", "text": "Rayleigh scattering."}, {"type": "tool_use", "id": "tu_1", "name": "lookup", "input": {"q": "sky", "n": 2}}],
     "stop_reason": "tool_use", "stop_sequence": None,
     "usage": {"input_tokens": 12, "output_tokens": 9, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
@@ -32,7 +32,7 @@ def _client_transport(raw: bytes) -> httpx.Client:
 def test_anthropic_stream_replay_parses_with_the_official_client():
     raw = b"".join(render_events(Protocol.ANTHROPIC, ANTHROPIC_MESSAGE, include_usage=False))
     client = anthropic.Anthropic(api_key="k", base_url="http://cache.test", http_client=_client_transport(raw))
-    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=10, messages=[{"role": "user", "content": "q"}]) as stream:
+    with client.messages.stream(model="claude-sonnet-5", max_tokens=10, messages=[{"role": "user", "content": "q"}]) as stream:
         final = stream.get_final_message()
     assert final.content[0].text == "Rayleigh scattering."
     assert final.content[1].input == {"q": "sky", "n": 2}

@@ -51,7 +51,7 @@ def test_unset_temperature_counts_as_sampled():
 
 parts = st.tuples(
     st.sampled_from(["search", "billing", "ads"]),
-    st.sampled_from(["claude-sonnet-4-5", "claude-haiku-4-5"]),
+    st.sampled_from(["claude-sonnet-5", "claude-haiku-4-5"]),
     st.sampled_from(["", "Be brief.", "Answer in French."]),
     st.sampled_from([0, 0.5, 1.0]),
     st.sampled_from([(), ("earlier question", "earlier answer")]),

@@ -124,7 +124,7 @@ def test_below_minimum_is_silently_uncached(anth):
 
 
 @pytest.mark.parametrize("model, minimum", [
-    ("claude-opus-5", 512), ("claude-sonnet-4-5-20250929", 1024), ("claude-opus-4-20250514", 1024),
+    ("claude-opus-5", 512), ("claude-sonnet-5-20250929", 1024), ("claude-opus-4-20250514", 1024),
     ("claude-opus-4-7", 2048), ("claude-3-5-haiku-latest", 2048), ("claude-haiku-4-5", 4096),
     ("claude-opus-4-6", 4096), ("claude-opus-4-1-20250805", 1024), ("some-new-model", 1024),
 ])

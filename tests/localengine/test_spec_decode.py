@@ -90,7 +90,7 @@ def test_greedy_output_unchanged_in_batch(base_llm, reference, spec):
     llm = LLM("demo", speculative_config=spec)
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == [r.outputs[0].token_ids for r in reference]
-    stats = llm.llm_engine.spec_decode_stats()
+    stats = llm.spec_decode_stats()
     assert stats is not None and stats.num_drafts > 0 and stats.num_accepted_tokens > 0
     assert stats.mean_acceptance_length == 1 + stats.num_accepted_tokens / stats.num_drafts
     assert sum(stats.num_accepted_tokens_per_pos) == stats.num_accepted_tokens
@@ -149,11 +149,11 @@ def test_sampled_requests_and_abort_mid_speculation_free_everything(spec):
 def test_adaptive_policy_switches_speculation_off():
     llm = LLM("demo", speculative_config={**NGRAM, "adaptive": True, "disable_by_batch_size": 3})
     llm.generate(PROMPTS[:2], SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
-    assert llm.llm_engine.spec_decode_stats().num_drafts == 0  # short outputs
+    assert llm.spec_decode_stats().num_drafts == 0  # short outputs
     llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=60, ignore_eos=True))
-    assert llm.llm_engine.spec_decode_stats().num_drafts == 0  # batch of 4 >= 3
+    assert llm.spec_decode_stats().num_drafts == 0  # batch of 4 >= 3
     llm.generate(PROMPTS[:1], SamplingParams(temperature=0, max_tokens=80, ignore_eos=True))
-    assert llm.llm_engine.spec_decode_stats().num_drafts > 0
+    assert llm.spec_decode_stats().num_drafts > 0
     assert_no_blocks_held(llm)
 
 
@@ -192,3 +192,38 @@ async def test_async_engine_streams_speculative_tokens(reference):
         assert b"vllm:spec_decode_num_accepted_tokens_total" in engine.engine.metrics.render()
     finally:
         engine.shutdown()
+
+
+def test_grouped_short_queries_match_per_sequence_attention(monkeypatch):
+    """Verification batches (k + 1 queries over a cached prefix) take the grouped path."""
+    from localengine.kernels import reference
+    from localengine.layers.attention import AttentionMetadata
+
+    g = torch.Generator().manual_seed(0)
+    block, kv_heads, heads, dim = 4, 2, 4, 8
+    k_cache = torch.randn(64, block, kv_heads, dim, generator=g)
+    v_cache = torch.randn(64, block, kv_heads, dim, generator=g)
+    specs = [(5, 1), (9, 4), (3, 4), (17, 2), (0, 6)]  # (cached context, new queries)
+    free = torch.randperm(64, generator=g).tolist()
+    tables, starts, seq_lens, slots = [], [0], [], []
+    for ctx, n in specs:
+        table = [free.pop() for _ in range(-(-(ctx + n) // block))]
+        tables.append(table + [0] * (8 - len(table)))
+        pos = torch.arange(ctx, ctx + n)
+        slots.append(torch.tensor(table)[pos // block] * block + pos % block)
+        starts.append(starts[-1] + n)
+        seq_lens.append(ctx + n)
+    total = starts[-1]
+    q = torch.randn(total, heads, dim, generator=g)
+    k = torch.randn(total, kv_heads, dim, generator=g)
+    v = torch.randn(total, kv_heads, dim, generator=g)
+    reference.store_kv_cache(k, v, k_cache, v_cache, torch.cat(slots))
+    meta = AttentionMetadata(
+        slot_mapping=torch.cat(slots), query_start_loc=torch.tensor(starts, dtype=torch.int32),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32), block_tables=torch.tensor(tables, dtype=torch.int32),
+        query_start_loc_cpu=starts, seq_lens_cpu=seq_lens, num_decodes=1, max_query_len=6,
+    )
+    grouped = reference.paged_attention(q, k, v, k_cache, v_cache, meta, dim**-0.5)
+    monkeypatch.setattr(reference, "MAX_GROUPED_QUERY_LEN", 0)
+    per_sequence = reference.paged_attention(q, k, v, k_cache, v_cache, meta, dim**-0.5)
+    torch.testing.assert_close(grouped, per_sequence, atol=1e-5, rtol=1e-5)
