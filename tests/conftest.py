@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from sdk.providers.upstream import close_upstream_for_running_loop
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -24,3 +26,10 @@ def fresh_emulator(emulator):
     """The session's emulator with counters, faults and prompt cache cleared."""
     httpx.post(f"{emulator.url}/_emulator/reset").raise_for_status()
     return emulator
+
+
+@pytest.fixture(autouse=True)
+async def _close_upstream_pool():
+    """Each async test has its own loop and the upstream pool is per loop: close it with the loop."""
+    yield
+    await close_upstream_for_running_loop()

@@ -6,7 +6,6 @@ from collections.abc import Callable
 import pytest
 
 from sdk.policy import load_policy
-from sdk.providers.upstream import close_upstream_for_running_loop
 from sdk.runtime import TeamRuntime
 from tests.helpers import write_policy
 
@@ -14,13 +13,7 @@ _TEAMS = itertools.count()
 
 
 @pytest.fixture
-async def _close_upstream():
-    yield
-    await close_upstream_for_running_loop()  # the runtime tests' loop ends with the test
-
-
-@pytest.fixture
-def make_runtime(_close_upstream, tmp_path, fresh_emulator) -> Callable[[str], TeamRuntime]:
+def make_runtime(tmp_path, fresh_emulator) -> Callable[[str], TeamRuntime]:
     """A TeamRuntime (fresh ledger, unique team name for the process-wide stats) against the emulator."""
 
     def make(prompt_cache: str = "{}", url: str | None = None) -> TeamRuntime:

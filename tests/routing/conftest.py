@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 from sdk.policy import load_policy
-from sdk.providers.upstream import close_upstream_for_running_loop
 from sdk.runtime import TeamRuntime
 from sdk.types import Endpoint, LLMRequest
 
@@ -64,9 +63,3 @@ async def collect(answer) -> bytes:
     finally:
         await answer.aclose()
 
-
-@pytest.fixture(autouse=True)
-async def _close_upstream_pool():
-    """Each test has its own loop, and the upstream pool is per loop: close it with the loop."""
-    yield
-    await close_upstream_for_running_loop()
