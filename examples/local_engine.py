@@ -48,7 +48,7 @@ def speculative() -> None:
         text = llm.generate(prompt, params)[0].outputs[0].text
         elapsed = time.perf_counter() - started
         baseline = text if baseline is None else baseline
-        stats = llm.llm_engine.spec_decode_stats()
+        stats = llm.spec_decode_stats()
         accepted = f"acceptance {stats.acceptance_rate:.0%}, mean acceptance length {stats.mean_acceptance_length:.2f}" if stats else "-"
         name = config["method"] if config else "no speculation"
         print(f"{name:>15}: {96 / elapsed:6.1f} tok/s, {accepted}, same text as without: {text == baseline}")

@@ -9,6 +9,7 @@ from localengine.config import Config
 from localengine.engine.llm_engine import LLMEngine, Prompt
 from localengine.outputs import RequestOutput
 from localengine.sampling_params import SamplingParams
+from localengine.spec_decode.metrics import SpecDecodingStats
 
 
 class LLM:
@@ -54,6 +55,11 @@ class LLM:
                 if out.finished:
                     finished[out.request_id] = out
         return [finished[rid] for rid in ids]
+
+    def spec_decode_stats(self) -> SpecDecodingStats | None:
+        """Speculative decoding totals since start (drafts, draft/accepted tokens, per position,
+        mean_acceptance_length, acceptance_rate); None without speculative_config."""
+        return self.llm_engine.spec_decode_stats()
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix; running requests keep their blocks."""

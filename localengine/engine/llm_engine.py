@@ -83,8 +83,10 @@ class LLMEngine:
         if spec.method == "ngram":
             self.proposer, draft_cost = NgramProposer(spec.prompt_lookup_min, spec.prompt_lookup_max), 0.0
         else:
-            draft = DraftModelProposer(self.config, spec, self.model_runner.num_kvcache_blocks, self.tokenizer)
-            self.proposer, draft_cost = draft, draft.cost_ratio(self.model_runner.model)
+            runner = self.model_runner
+            draft = DraftModelProposer(self.config, spec, runner.num_kvcache_blocks, self.tokenizer,
+                                       runner.model.args.vocab_size)
+            self.proposer, draft_cost = draft, draft.cost_ratio(runner.model)
         self.spec_policy = SpeculationPolicy(spec, self.max_model_len, draft_cost)
         self.spec_metrics = SpecDecodingMetrics(self.metrics.registry, self.config.model, spec.num_speculative_tokens)
 

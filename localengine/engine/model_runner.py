@@ -163,24 +163,17 @@ class ModelRunner:
         # Only the positions that yield a token need logits (the LM head is the largest matmul
         # for small models): the last one per request, or with s proposals the last s + 1.
         rows: list[int] = []
+        offsets = []  # each sampling request's first row in `logits`
         for i in sampling:
             end = meta.query_start_loc_cpu[i + 1]
+            offsets.append(len(rows))
             rows.extend(range(end - 1 - len(items[i].spec_token_ids), end))
         logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
         plain = [j for j, i in enumerate(sampling) if not items[i].spec_token_ids]
         results: list[SampledToken] = []
-        if len(plain) == len(sampling):
-            sampled = self.sampler(logits, [items[i].seq for i in sampling])
-            return [
-                SampledToken(items[i], [tok], lp)
-                for i, tok, lp in zip(sampling, sampled.token_ids, sampled.logprobs, strict=True)
-            ]
-        row_start, offsets = 0, []
-        for i in sampling:
-            offsets.append(row_start)
-            row_start += len(items[i].spec_token_ids) + 1
         if plain:
-            sampled = self.sampler(logits[[offsets[j] for j in plain]], [items[sampling[j]].seq for j in plain])
+            plain_logits = logits if len(plain) == len(rows) else logits[[offsets[j] for j in plain]]
+            sampled = self.sampler(plain_logits, [items[sampling[j]].seq for j in plain])
             for j, tok, lp in zip(plain, sampled.token_ids, sampled.logprobs, strict=True):
                 results.append(SampledToken(items[sampling[j]], [tok], lp))
         for j, i in enumerate(sampling):

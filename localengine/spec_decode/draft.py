@@ -27,7 +27,8 @@ from localengine.spec_decode.rejection_sampler import sample_from
 
 
 class DraftModelProposer:
-    def __init__(self, target: Config, spec: SpeculativeConfig, num_blocks: int, tokenizer: Any):
+    def __init__(self, target: Config, spec: SpeculativeConfig, num_blocks: int, tokenizer: Any,
+                 target_vocab_size: int):
         assert spec.model is not None
         self.config = Config(
             model=spec.model, dtype=target.dtype, device=target.device, block_size=target.block_size,
@@ -44,7 +45,8 @@ class DraftModelProposer:
         self.block_manager = BlockManager(num_blocks, target.block_size, enable_prefix_caching=False)
         assert self.config.max_model_len is not None
         self.max_model_len = self.config.max_model_len
-        self.vocab_size = len(tokenizer)
+        # Checkpoints pad their vocabularies differently: proposals and q live in the target's.
+        self.vocab_size = target_vocab_size
         self.generator = torch.Generator().manual_seed(target.seed + 1)
         self.seqs: dict[str, Sequence] = {}
         self.synced: dict[str, int] = {}  # target length at the last proposal: the shared prefix
@@ -76,7 +78,9 @@ class DraftModelProposer:
 
     def _forward(self, batch: list[tuple[Sequence, int]]) -> torch.Tensor:
         """Run the draft over the given (shadow, new tokens) pairs; logits at each one's last token."""
-        items = [ScheduledSequence(d, n, d.num_computed_tokens) for d, n in batch]
+        # The attention backend expects the one-token queries first (ModelRunner.execute's order).
+        order = sorted(range(len(batch)), key=lambda j: (batch[j][1] != 1, batch[j][0].num_computed_tokens))
+        items = [ScheduledSequence(batch[j][0], batch[j][1], batch[j][0].num_computed_tokens) for j in order]
         input_ids, positions, meta = self.runner.prepare(items)
         with torch.inference_mode():
             hidden = self.runner.model(input_ids, positions, meta)
@@ -84,7 +88,12 @@ class DraftModelProposer:
             logits = self.runner.model.compute_logits(hidden[last]).float()
         for d, n in batch:
             d.num_computed_tokens += n
-        return logits[:, : self.vocab_size]
+        unsorted = torch.empty_like(logits)
+        unsorted[torch.tensor(order)] = logits
+        if unsorted.shape[1] < self.vocab_size:
+            pad = unsorted.new_full((unsorted.shape[0], self.vocab_size - unsorted.shape[1]), float("-inf"))
+            return torch.cat([unsorted, pad], dim=1)
+        return unsorted[:, : self.vocab_size]
 
     def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
         tokens: list[list[int]] = [[] for _ in seqs]

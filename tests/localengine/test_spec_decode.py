@@ -227,3 +227,27 @@ def test_grouped_short_queries_match_per_sequence_attention(monkeypatch):
     monkeypatch.setattr(reference, "MAX_GROUPED_QUERY_LEN", 0)
     per_sequence = reference.paged_attention(q, k, v, k_cache, v_cache, meta, dim**-0.5)
     torch.testing.assert_close(grouped, per_sequence, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_draft_equal_to_target_accepts_everything(llama_dir, backend):
+    """A draft identical to the target proposes the target's own argmax: every proposal is
+    accepted. The triton case runs verification through the unified kernel (interpreter)."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+    common = {"dtype": "float32", "block_size": 4, "max_model_len": 64, "num_kvcache_blocks": 64, "device": "cpu",
+              "attention_backend": backend}
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    prompts = [[5, 6, 7, 8, 9, 10], [40, 41, 42]]
+    ref = LLM(str(llama_dir), **common).generate(prompts, params)
+    spec = {"method": "draft_model", "model": str(llama_dir), "num_speculative_tokens": 3, "adaptive": False}
+    llm = LLM(str(llama_dir), speculative_config=spec, **common)
+    outs = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == [r.outputs[0].token_ids for r in ref]
+    stats = llm.spec_decode_stats()
+    assert stats.num_drafts > 0 and stats.acceptance_rate == 1.0
+    if backend == "torch":
+        # Sampled: q is the draft's (= the target's) distribution, so p / q = 1 up to rounding.
+        llm.generate(prompts, SamplingParams(temperature=0.9, top_k=20, max_tokens=10, ignore_eos=True))
+        assert stats.acceptance_rate > 0.99
+    assert_no_blocks_held(llm)
