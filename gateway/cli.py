@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -47,8 +48,9 @@ def _emulate(args: argparse.Namespace) -> int:
 def _engine_serve(args: argparse.Namespace) -> int:
     from localengine.server import serve
 
+    speculative = json.loads(args.speculative_config) if args.speculative_config else None
     print(f"slipstream engine: {args.model} on http://{args.host}:{args.port}", flush=True)
-    serve(args.model, host=args.host, port=args.port)
+    serve(args.model, host=args.host, port=args.port, speculative_config=speculative)
     return 0
 
 
@@ -110,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--model", required=True)
     engine_serve.add_argument("--host", default="127.0.0.1")
     engine_serve.add_argument("--port", type=int, default=8000)
+    engine_serve.add_argument(
+        "--speculative-config", help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\''
+    )
     engine_serve.set_defaults(run=_engine_serve)
 
     policy = commands.add_parser("policy", help="policy tools")

@@ -37,12 +37,27 @@ class SecretRef(_Strict):
         return os.environ.get(self.env) if self.env else self.value
 
 
+class SpeculativePolicy(_Strict):
+    """Speculative decoding for an in-process local engine (vLLM's `speculative_config` keys)."""
+
+    method: Literal["ngram", "draft_model"]
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=32)] = 4
+    model: str | None = None  # draft_model: a local HF directory or "demo-draft"
+
+    @model_validator(mode="after")
+    def _draft_needs_model(self) -> SpeculativePolicy:
+        if self.method == "draft_model" and not self.model:
+            raise ValueError("method 'draft_model' needs 'model' (a local directory or 'demo-draft')")
+        return self
+
+
 class ProviderConfig(_Strict):
     kind: Literal["anthropic", "openai", "local"]
     base_url: str | None = None
     api_key_env: str | None = None
     api_key: str | None = None
     model: str | None = None  # local: model path or "demo" (in process), or the served model's name (base_url)
+    speculative: SpeculativePolicy | None = None  # local, in process only
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     first_byte_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     read_timeout_s: Annotated[float, Field(gt=0)] = 600.0
@@ -51,6 +66,8 @@ class ProviderConfig(_Strict):
     def _one_key_source(self) -> ProviderConfig:
         if self.api_key_env and self.api_key:
             raise ValueError("give either 'api_key_env' or 'api_key', not both")
+        if self.speculative is not None and (self.kind != "local" or self.base_url):
+            raise ValueError("'speculative' applies to an in-process local engine (kind: local, no base_url)")
         if self.kind == "local" and (self.api_key_env or self.api_key) and not self.base_url:
             raise ValueError("an in-process local provider takes no api key (give base_url to reach a server)")
         return self

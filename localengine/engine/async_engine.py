@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -165,15 +166,17 @@ class AsyncLLMEngine:
             stream.put(exc)
 
 
-_shared: dict[str, AsyncLLMEngine] = {}
+_shared: dict[tuple[str, str], AsyncLLMEngine] = {}
 _shared_lock = threading.Lock()
 
 
 def get_shared_engine(model: str, **kwargs: Any) -> AsyncLLMEngine:
-    """The process-wide engine for `model`, created on first use (loading weights blocks: call it
-    from a worker thread when on an event loop)."""
+    """The process-wide engine for `model` and these engine arguments, created on first use (loading
+    weights blocks: call it from a worker thread when on an event loop). Providers asking for the
+    same model with other arguments (speculation, say) get an engine of their own."""
+    key = (model, json.dumps(kwargs, sort_keys=True, default=str))
     with _shared_lock:
-        engine = _shared.get(model)
+        engine = _shared.get(key)
         if engine is None:
-            engine = _shared[model] = AsyncLLMEngine.from_args(model, **kwargs)
+            engine = _shared[key] = AsyncLLMEngine.from_args(model, **kwargs)
         return engine

@@ -30,7 +30,8 @@ def build_provider(name: str, config: ProviderConfig) -> Provider:
     timeouts = Timeouts(config.connect_timeout_s, config.first_byte_timeout_s, config.read_timeout_s)
     if config.kind == "local":
         # In process, or over HTTP to `slipstream engine serve` / any OpenAI-compatible server.
-        return LocalProvider(name, config.model or "demo", config.base_url, config.resolve_api_key() or "local", timeouts)
+        engine_args = {"speculative_config": config.speculative.model_dump(exclude_none=True)} if config.speculative else None
+        return LocalProvider(name, config.model or "demo", config.base_url, config.resolve_api_key() or "local", timeouts, engine_args)
     dialect = AnthropicDialect() if config.kind == "anthropic" else OpenAIDialect()
     base_url = (config.base_url or (ANTHROPIC_URL if config.kind == "anthropic" else OPENAI_URL)).rstrip("/")
     key = config.resolve_api_key()

@@ -80,3 +80,31 @@ async def test_missing_model_is_unavailable_so_the_router_fails_over(tmp_path):
 
     with pytest.raises(ProviderUnavailableError, match="cannot load"):
         await LocalProvider("local", str(tmp_path / "nope")).send(chat(), Timings())
+
+
+async def test_policy_speculative_config_reaches_the_engine(tmp_path):
+    """`speculative:` on a local provider builds its own engine with speculation (the shared demo engine is untouched)."""
+    import orjson
+
+    from localengine.engine.async_engine import get_shared_engine
+    from sdk.policy import Policy
+    from sdk.requests import parse_request
+    from sdk.runtime import TeamRuntime
+    from sdk.types import Endpoint
+
+    policy = Policy.model_validate(
+        {
+            "team": "spec",
+            "providers": {"local": {"kind": "local", "model": "demo", "speculative": {"method": "ngram", "num_speculative_tokens": 3}}},
+            "routes": [{"targets": [{"provider": "local"}]}],
+            "prompt_cache": {"enabled": False},
+        }
+    )
+    runtime = TeamRuntime.build(policy)
+    body = {"model": "demo", "messages": [{"role": "user", "content": "for i in range(3):\n    print(i)\n"}], "max_tokens": 64, "temperature": 0}
+    answer, _ = await runtime.handle(parse_request(Endpoint.CHAT_COMPLETIONS, orjson.dumps(body), "", {}))
+    assert answer.status == 200 and answer.usage.output_tokens > 0
+    # The shared-engine registry is keyed by model and arguments: this is the engine that answered.
+    engine = await asyncio.to_thread(get_shared_engine, "demo", speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+    stats = engine.engine.spec_decode_stats()
+    assert stats is not None and stats.num_drafts > 0
