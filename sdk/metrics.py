@@ -44,6 +44,12 @@ CANCELLED = Counter("slipstream_cancelled_total", "Requests whose client went aw
 TOKENS = Counter("slipstream_tokens_total", "Tokens by kind (input, output, cache_read, cache_write)", ("team", "route", "kind"), registry=REGISTRY)
 PERCENTILE = Gauge("slipstream_latency_percentile_seconds", "Rolling percentiles", ("team", "metric", "quantile"), registry=REGISTRY)
 ALERTS = Counter("slipstream_latency_alerts_total", "Rolling percentile crossed a policy threshold", ("team", "metric", "quantile"), registry=REGISTRY)
+RESPONSE_CACHE = Counter(
+    "slipstream_response_cache_lookups_total",
+    "Response-cache lookups by outcome (miss, exact-hit, semantic-hit, error)",
+    ("team", "outcome"),
+    registry=REGISTRY,
+)
 POLICY_RELOADS = Counter("slipstream_policy_reloads_total", "Policy reloads by outcome", ("outcome",), registry=REGISTRY)
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from sdk import metrics
 from sdk.cache import answers
 from sdk.cache.keys import CacheKeys, cache_keys
 from sdk.errors import InvalidRequestError
@@ -91,7 +92,9 @@ class CacheStage:
             found = await self.cache.lookup(self.team, keys, self.config.exact, semantic, min_precision)
         except Exception:  # the cache only ever saves work: a broken one must not fail the request
             log.exception("cache lookup failed for team %s; answering from upstream", self.team)
+            metrics.RESPONSE_CACHE.labels(self.team, "error").inc()
             return await call_next(ctx)
+        metrics.RESPONSE_CACHE.labels(self.team, found.status if found.entry is not None else "miss").inc()
         if found.entry is not None:
             return self._replay(ctx, found)
         answer = await call_next(ctx)

@@ -33,5 +33,8 @@ def test_hit_header_precision_hint_and_invalidation(tmp_path, monkeypatch, fresh
         assert removed.json() == {"removed": 1}
         third = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=QUESTION, temperature=0)
         assert third.headers["x-slipstream-cache"] == "miss"
+        exposition = httpx.get(f"{proxy.url}/metrics").text
+        assert 'slipstream_response_cache_lookups_total{outcome="exact-hit",team="cached"} 1.0' in exposition
+        assert 'slipstream_response_cache_lookups_total{outcome="miss",team="cached"} 2.0' in exposition
         denied = httpx.request("DELETE", f"{proxy.url}/v1/slipstream/cache", headers={"authorization": "Bearer nope"})
         assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
