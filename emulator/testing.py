@@ -10,15 +10,13 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import uvicorn
+from gateway.testing import serve_in_thread
 
 from .app import Emulator, EmulatorConfig, EmulatorState, create_app
 
@@ -76,24 +74,5 @@ def running_emulator(config: EmulatorConfig | None = None, host: str = "127.0.0.
                      port: int = 0, startup_timeout: float = 10.0) -> Iterator[RunningEmulator]:
     """Serve a fresh emulator on `host:port` (0 = free port) for the duration of the block."""
     app = create_app(config)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    bound_port = sock.getsockname()[1]
-    cfg = uvicorn.Config(app, loop="uvloop", http="httptools", log_level="warning",
-                         access_log=False, lifespan="off", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(cfg)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                              name=f"emulator-{bound_port}", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("emulator server failed to start")
-            time.sleep(0.005)
-        yield RunningEmulator(f"http://{host}:{bound_port}", app)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
+    with serve_in_thread(app, host, port, lifespan="off", startup_timeout_s=startup_timeout) as running:
+        yield RunningEmulator(running.url, app)

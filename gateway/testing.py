@@ -28,23 +28,34 @@ class RunningServer:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Any, host: str = "127.0.0.1", startup_timeout_s: float = 10.0) -> Iterator[RunningServer]:
-    """Serve `app` with uvicorn (uvloop + httptools) on a free loopback port until the block exits."""
-    port = free_port(host)
-    config = uvicorn.Config(app, host=host, port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False, lifespan="auto")
+def serve_in_thread(
+    app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: str = "auto", startup_timeout_s: float = 10.0
+) -> Iterator[RunningServer]:
+    """Serve `app` with uvicorn (uvloop + httptools) on `host:port` (0: a free port) until the block exits.
+
+    The socket is bound here and handed to uvicorn, so the port is ours before the server starts.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, loop="uvloop", http="httptools", log_level="warning", access_log=False, lifespan=lifespan, timeout_graceful_shutdown=1
+    )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"uvicorn:{port}", daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn:{bound}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + startup_timeout_s
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"server on port {port} did not start")
-        time.sleep(0.01)
     try:
-        yield RunningServer(url=f"http://{host}:{port}", server=server, app=app)
+        deadline = time.monotonic() + startup_timeout_s
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"server on port {bound} did not start")
+            time.sleep(0.005)
+        yield RunningServer(url=f"http://{host}:{bound}", server=server, app=app)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        sock.close()
 
 
 @contextlib.contextmanager
