@@ -44,8 +44,8 @@ providers:
 routes:
   - match: {{model: "*"}}
     targets: [{{provider: a}}, {{provider: b}}]
-retry: {{max_attempts: 3, base_delay_ms: 10, max_delay_ms: 1000, first_byte_timeout_ms: 1000, deadline_ms: 30000}}
-hedging: {{enabled: true, min_samples: 20, default_delay_ms: 400}}
+retry: {{max_attempts: 4, base_delay_ms: 10, max_delay_ms: 1000, first_byte_timeout_ms: 1000, deadline_ms: 30000}}
+hedging: {{enabled: true, min_samples: 20, default_delay_ms: 400, max_legs: 3}}
 """
 
 

@@ -125,6 +125,7 @@ class HedgingPolicy(_Strict):
     delay_ms: Annotated[int, Field(gt=0)] | None = None  # None: the target's observed p95 time to first byte
     default_delay_ms: Annotated[int, Field(gt=0)] = 1000  # until enough samples exist for a p95
     min_samples: Annotated[int, Field(ge=1)] = 20
+    max_legs: Annotated[int, Field(ge=2, le=4)] = 2  # attempts of one request running at once
 
 
 class RateLimits(_Strict):

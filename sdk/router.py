@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Mapping
 
@@ -26,17 +27,16 @@ from sdk.errors import NotFoundError, SlipstreamError, UpstreamTimeoutError
 from sdk.pipeline import RequestContext
 from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
 from sdk.providers.base import Provider
+from sdk.routing.attempts import AttemptPlan, Leg, TargetSlot
 from sdk.routing.backoff import (
     FirstByteTimeout,
     Step,
     StreamFailedBeforeFirstByte,
     TranslationRefused,
-    backoff_delay,
     blame,
-    decide,
 )
 from sdk.routing.breaker import BreakerStore, InMemoryBreakerStore
-from sdk.routing.hedging import AllLegsFailed, race
+from sdk.routing.hedging import discard
 from sdk.routing.strategies import StatsBook, TargetStats, ordered_targets, target_key
 from sdk.routing.translation import TranslatingProvider
 from sdk.streams import close_after, on_end
@@ -73,83 +73,92 @@ class Router:
         return self.route_for(model).targets
 
     async def __call__(self, ctx: RequestContext) -> Answer:
-        """Rounds over the route: each round tries every target still in play once, in order.
+        """Attempts over the route's targets until one answers, the budget is spent or the deadline passes.
 
-        A failed attempt moves on to the next target at once: waiting on a busy or failing target
-        while another could answer only adds latency. Between rounds the router backs off (the
-        shortest server hint of the round, else full-jitter backoff), so every target gets
-        `retry.max_attempts` attempts in all, and a target that failed early in a round is tried
-        again after the others rather than abandoned.
+        Which target and when: sdk/routing/attempts.py. Without hedging one attempt runs at a time.
+        With hedging, a leg that has gone without a first byte for the hedge delay is presumed slow,
+        and the request keeps one leg more than it has slow ones, up to `hedging.max_legs`: a second
+        leg starts when the first turns slow, a failed leg beside a slow one is replaced as soon as a
+        target is ready (a stalled primary whose hedge failed never leaves the request waiting for
+        its first-byte timeout), and with `max_legs: 3` a hedge that stalls too gets a third. The
+        first leg to answer wins; the others are cancelled.
         """
         model = ctx.request.model
         order = ordered_targets(self.route_for(model), model, self.stats)
-        deadline = None if self.retry.deadline_ms is None else time.monotonic() + self.retry.deadline_ms / 1000
+        plan = AttemptPlan(order, [target_key(t, model) for t in order], self.retry)
+        deadline = math.inf if self.retry.deadline_ms is None else time.monotonic() + self.retry.deadline_ms / 1000
+        max_legs = self.hedging.max_legs if self.hedging.enabled else 1
+        legs: dict[asyncio.Task[Answer], Leg] = {}
         errors: list[BaseException] = []
-        in_play = list(order)
-        for round_ in range(self.retry.max_attempts):
-            allowed = [t for t in in_play if await self.breakers.acquire(target_key(t, model))]
-            # Every circuit open: a breaker steers to a healthy alternative and there is none, so try
-            # them anyway rather than hide the provider's own error behind ours.
-            hints: list[float] = []
-            for target in allowed or in_play:
-                if deadline is not None and time.monotonic() >= deadline:
+        winner: asyncio.Task[Answer] | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
                     raise _deadline_error(errors)
-                try:
-                    answer = await self._hedged(ctx, target, in_play, deadline)
-                except AllLegsFailed as exc:
-                    error: BaseException = exc.errors[0]
-                except Exception as exc:  # noqa: BLE001 - classified below; unknown kinds are re-raised
-                    error = exc
-                else:
-                    ctx.route = answer.route
-                    return answer
-                decision = decide(error, round_, self.retry)
-                if decision.step is Step.FAIL:
-                    raise error
-                errors.append(error)
-                if decision.step is Step.RETRY:
-                    hints.append(decision.delay_s)
-                elif not isinstance(error, FirstByteTimeout):  # a stall may pass; a refusal will not
-                    in_play.remove(target)
-            if not in_play or round_ + 1 == self.retry.max_attempts:
-                break
-            delay = min(hints) if hints else backoff_delay(round_, {}, self.retry) or 0.0
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                raise _deadline_error(errors)  # the wait alone would pass the deadline
-            log.info("retrying %s in %.3fs after %s", model, delay, errors[-1])
-            started = time.perf_counter()
-            await asyncio.sleep(delay)
-            ctx.timings.upstream_s += time.perf_counter() - started
-        raise _final_error(errors)
+                slow = sum(now >= leg.hedge_at for leg in legs.values())
+                wake_at = deadline
+                if len(legs) < min(max_legs, 1 + slow):
+                    ready, later = plan.split(now)
+                    slot = await self._claim(ready, force=not legs and later is None)
+                    if slot is not None:
+                        if legs:
+                            log.info("hedging %s on %s: %d leg(s) without a first byte", model, slot.key, slow)
+                        plan.started(slot)
+                        hedge_at = now + self._hedge_delay_s(slot.key) if max_legs > 1 else math.inf
+                        legs[asyncio.ensure_future(self._attempt(ctx, slot.target, deadline))] = Leg(slot, hedge_at)
+                        continue
+                    if later is None and not legs:
+                        raise _final_error(errors)
+                    if later is not None:
+                        wake_at = min(wake_at, later)
+                elif len(legs) < max_legs:  # one more leg once another running one turns slow
+                    wake_at = min(wake_at, min(leg.hedge_at for leg in legs.values() if leg.hedge_at > now))
+                if not legs:  # every target is backing off
+                    if wake_at >= deadline:
+                        raise _deadline_error(errors)  # the wait alone would pass the deadline
+                    log.info("retrying %s in %.3fs after %s", model, wake_at - now, errors[-1])
+                    started = time.perf_counter()
+                    await asyncio.sleep(wake_at - now)
+                    ctx.timings.upstream_s += time.perf_counter() - started
+                    continue
+                timeout = None if math.isinf(wake_at) else max(0.0, wake_at - time.monotonic())
+                done, _ = await asyncio.wait(legs, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: t.exception() is not None):  # an answer first
+                    slot = legs.pop(task).slot
+                    error = task.exception()
+                    if error is None:
+                        plan.finished(slot)
+                        winner = task
+                        answer = task.result()
+                        ctx.route = answer.route
+                        return answer
+                    if plan.failed(slot, error, time.monotonic()).step is Step.FAIL:
+                        raise error
+                    errors.append(error)
+        finally:
+            for task in legs:
+                if task is not winner:
+                    await discard(task)
 
-    async def _hedged(self, ctx: RequestContext, target: Target, in_play: list[Target], deadline: float | None) -> Answer:
-        """One attempt on `target`; with hedging on, the next target in play races it after a delay."""
-        others = [t for t in in_play if t is not target]
-        if not self.hedging.enabled or not others:
-            return await self._attempt(ctx, target, deadline)
-        model = ctx.request.model
+    async def _claim(self, ready: list[TargetSlot], force: bool) -> TargetSlot | None:
+        """The first ready target whose breaker admits an attempt now.
 
-        async def hedge_leg() -> Answer:
-            errors: list[BaseException] = []
-            for other in others:
-                if await self.breakers.acquire(target_key(other, model)):
-                    log.info("hedging %s with %s", target_key(target, model), target_key(other, model))
-                    try:
-                        return await self._attempt(ctx, other, deadline)
-                    except Exception as exc:  # noqa: BLE001 - the primary leg is still running
-                        errors.append(exc)
-            raise _final_error(errors)
+        With `force` (nothing running, nothing backing off) and every circuit open, the first one
+        anyway: with no healthy alternative a synthetic 503 would only hide the provider's own error.
+        """
+        for slot in ready:
+            if await self.breakers.acquire(slot.key):
+                return slot
+        return ready[0] if force and ready else None
 
-        answer, _ = await race(lambda: self._attempt(ctx, target, deadline), self._hedge_delay_s(target, model), hedge_leg)
-        return answer
-
-    def _hedge_delay_s(self, target: Target, model: str) -> float:
+    def _hedge_delay_s(self, key: str) -> float:
         if self.hedging.delay_ms is not None:
             return self.hedging.delay_ms / 1000
-        p95 = self.stats[target_key(target, model)].p95_ttfb_s(self.hedging.min_samples)
+        p95 = self.stats[key].p95_ttfb_s(self.hedging.min_samples)
         return p95 if p95 is not None else self.hedging.default_delay_ms / 1000
 
-    async def _attempt(self, ctx: RequestContext, target: Target, deadline: float | None) -> Answer:
+    async def _attempt(self, ctx: RequestContext, target: Target, deadline: float) -> Answer:
         """One upstream call, up to its first byte; its outcome feeds the breaker and the statistics."""
         key = target_key(target, ctx.request.model)
         stats = self.stats[key]
@@ -187,13 +196,11 @@ class Router:
             stats.in_flight -= 1
         return answer
 
-    def _first_byte_limit_s(self, deadline: float | None) -> float | None:
-        limits = []
+    def _first_byte_limit_s(self, deadline: float) -> float | None:
+        limit = max(0.0, deadline - time.monotonic())
         if self.retry.first_byte_timeout_ms is not None:
-            limits.append(self.retry.first_byte_timeout_ms / 1000)
-        if deadline is not None:
-            limits.append(max(0.0, deadline - time.monotonic()))
-        return min(limits) if limits else None
+            limit = min(limit, self.retry.first_byte_timeout_ms / 1000)
+        return None if math.isinf(limit) else limit
 
     def _provider(self, name: str, protocol: Protocol) -> Provider:
         provider = self.providers[name]
@@ -237,7 +244,7 @@ async def _primed(stream: LLMStream, ctx: RequestContext) -> LLMStream:
         raise
     finally:
         ctx.timings.upstream_s += time.perf_counter() - started
-    if first.startswith(b"event: error") or first.startswith(b'data: {"error"') or not first:
+    if not first or first.startswith((b"event: error", b'data: {"error"')):
         await stream.aclose()
         raise StreamFailedBeforeFirstByte(first, stream.route)
     stream.events = _prepend(first, stream.events)
