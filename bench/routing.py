@@ -1,6 +1,7 @@
 """Routing under faults: the official SDK's own retries against Slipstream with two targets, in one run.
 
-An emulator subprocess answers streaming Anthropic requests with a realistic latency; an ASGI
+An emulator subprocess answers streaming Anthropic requests (TTFT 200 ms, 32 tokens at 5 ms; with
+`--ttft-jitter S` each TTFT is multiplied by a lognormal(0, S) factor, as real providers' vary); an ASGI
 wrapper in front of it gives each upstream attempt, independently, a 20% chance of an error
 (429 with retry-after 1 s, 529 or 500, one third each) and a 5% chance of a 5 s stall before the
 first byte. Three passes of the same requests at the same concurrency:
@@ -11,9 +12,9 @@ first byte. Three passes of the same requests at the same concurrency:
    short full-jitter backoff, a first-byte timeout and hedging.
 
 Latency is end to end (request sent to the last event read). Upstream attempts come from the
-emulator's own counter. Not a test; the numbers go in docs/routing.md.
+emulator's own counter. Not a test; the numbers go in docs/routing.md and docs/benchmarks.md.
 
-    .venv/bin/python bench/routing.py [--requests 1000] [--concurrency 32]
+    .venv/bin/python bench/routing.py [--requests 1000] [--concurrency 32] [--ttft-jitter 0.3]
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ hedging: {{enabled: true, min_samples: 20, default_delay_ms: 400, max_legs: 3}}
 """
 
 
-def faulty_emulator_app(rate: float):
+def faulty_emulator_app(rate: float, jitter: float):
     """The emulator behind an ASGI wrapper that sets x-emulator-fault at random on `rate` of attempts."""
     from emulator.app import EmulatorConfig, create_app
 
-    app = create_app(EmulatorConfig.realistic(ttft_base_ms=200, per_output_token_ms=5, default_output_tokens=32))
+    app = create_app(EmulatorConfig.realistic(ttft_base_ms=200, ttft_jitter=jitter, per_output_token_ms=5,
+                                              default_output_tokens=32))
 
     async def wrapped(scope, receive, send):
         if scope["type"] == "http" and scope["path"] == "/v1/messages" and rate > 0:
@@ -70,10 +72,10 @@ def faulty_emulator_app(rate: float):
     return wrapped
 
 
-def serve_emulator(port: int, rate: float) -> None:
+def serve_emulator(port: int, rate: float, jitter: float) -> None:
     import uvicorn
 
-    uvicorn.run(faulty_emulator_app(rate), host="127.0.0.1", port=port, loop="uvloop", http="httptools",
+    uvicorn.run(faulty_emulator_app(rate, jitter), host="127.0.0.1", port=port, loop="uvloop", http="httptools",
                 log_level="warning", access_log=False, lifespan="off")
 
 
@@ -83,9 +85,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_emulator(rate: float) -> tuple[subprocess.Popen, str]:
+def start_emulator(rate: float, jitter: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-emulator", str(port), "--fault-rate", str(rate)],
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-emulator", str(port), "--fault-rate", str(rate),
+                             "--ttft-jitter", str(jitter)],
                             cwd=ROOT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -155,8 +158,8 @@ async def main(args: argparse.Namespace) -> None:
     import sdk
     from sdk.providers.upstream import close_upstream_for_running_loop
 
-    clean, clean_url = start_emulator(0.0)
-    faulty, faulty_url = start_emulator(0.25)
+    clean, clean_url = start_emulator(0.0, args.ttft_jitter)
+    faulty, faulty_url = start_emulator(0.25, args.ttft_jitter)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             policy = Path(tmp) / "bench.yaml"
@@ -168,15 +171,18 @@ async def main(args: argparse.Namespace) -> None:
             ]
             results = []
             for name, client, url in passes:
-                await run_pass(name, client, url, min(64, args.requests), args.concurrency)  # warm-up: pools, p95 samples
+                # Warm-up, not counted: connection pools, and for Slipstream a window of steady-state
+                # time-to-first-byte samples (the hedge delay is their p95; a cold start's first
+                # concurrent burst is slower and would set it for the first few hundred requests).
+                await run_pass(name, client, url, min(args.warmup, args.requests), args.concurrency)
                 results.append(await run_pass(name, client, url, args.requests, args.concurrency))
         await close_upstream_for_running_loop()
     finally:
         for proc in (clean, faulty):
             os.killpg(proc.pid, signal.SIGTERM)
     baseline = sorted(results[0].latencies)[int(len(results[0].latencies) * 0.99)] * 1000
-    print(f"{args.requests} streaming requests at concurrency {args.concurrency}; faults per upstream attempt: "
-          "20% 429/529/500, 5% 5 s stall")
+    print(f"{args.requests} streaming requests at concurrency {args.concurrency}; TTFT 200 ms x lognormal(0, "
+          f"{args.ttft_jitter}); faults per upstream attempt: 20% 429/529/500, 5% 5 s stall")
     print(f"{'pass':<34} {'success':>9} {'p50 ms':>9} {'p99 ms':>9} {'p99/base':>9} {'attempts/req':>10}")
     for result in results:
         print(result.row(baseline))
@@ -186,11 +192,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=1000, help="requests run before each pass, not counted")
+    parser.add_argument("--ttft-jitter", type=float, default=0.0,
+                        help="sigma of the emulator's lognormal TTFT factor (0: every TTFT is 200 ms)")
     parser.add_argument("--serve-emulator", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--fault-rate", type=float, default=0.0, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.serve_emulator:
-        serve_emulator(arguments.serve_emulator, arguments.fault_rate)
+        serve_emulator(arguments.serve_emulator, arguments.fault_rate, arguments.ttft_jitter)
     else:
         import uvloop
 

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import logging
 import os
+import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ class EmulatorConfig:
     ttft_base_ms: float = 0.0  # time to first byte, fixed part
     ttft_per_uncached_token_ms: float = 0.0  # ... plus this per uncached input token
     ttft_per_cached_token_ms: float = 0.0  # ... plus this per cache-read token (reads are fast)
+    ttft_jitter: float = 0.0  # sigma of a lognormal factor (median 1) on each TTFT; 0: deterministic
     per_output_token_ms: float = 0.0  # stream pacing; also added to non-streaming latency
     default_output_tokens: int = 48  # reply length when max_tokens allows
     tokens_per_delta: int = 4  # words per streamed text delta
@@ -55,6 +57,8 @@ class EmulatorConfig:
     def ttft_seconds(self, uncached: int, cached: int) -> float:
         ms = (self.ttft_base_ms + self.ttft_per_uncached_token_ms * uncached
               + self.ttft_per_cached_token_ms * cached)
+        if self.ttft_jitter:
+            ms *= random.lognormvariate(0.0, self.ttft_jitter)  # real providers' TTFT has a long right tail
         return ms / 1000.0
 
 

@@ -59,6 +59,7 @@ class Stage(TypingProtocol):
 class Pipeline:
     def __init__(self, stages: Sequence[Stage], terminal: Handler):
         self.stages = list(stages)
+        self.terminal = terminal  # the router
         handler = terminal
         for stage in reversed(self.stages):
             handler = _bind(stage, handler)

@@ -20,7 +20,11 @@ from sdk.policy import Route, Target
 
 _ALPHA = 0.2  # EWMA weight of the newest sample: about the last ten requests matter
 _ERROR_PENALTY = 4.0  # a target failing every request scores as if five times slower
-_P95_SAMPLES = 200
+# The hedge delay is the p95 of the last _P95_SAMPLES first-byte times. A long window keeps one burst
+# of correlated slow samples (a pause on our side delays every request in flight at once) under 5%
+# of it; the quantile is re-sorted only every _P95_REFRESH new samples.
+_P95_SAMPLES = 1000
+_P95_REFRESH = 25
 
 
 def target_key(target: Target, model: str) -> str:
@@ -34,11 +38,14 @@ class TargetStats:
     error_ewma: float = 0.0
     in_flight: int = 0
     recent_ttfb_s: deque[float] = field(default_factory=lambda: deque(maxlen=_P95_SAMPLES))
+    _p95_s: float | None = None
+    _p95_age: int = 0  # samples since _p95_s was computed
 
     def success(self, ttfb_s: float) -> None:
         self.ttfb_ewma_s = ttfb_s if self.ttfb_ewma_s is None else self.ttfb_ewma_s + _ALPHA * (ttfb_s - self.ttfb_ewma_s)
         self.error_ewma *= 1 - _ALPHA
         self.recent_ttfb_s.append(ttfb_s)
+        self._p95_age += 1
 
     def failure(self) -> None:
         self.error_ewma += _ALPHA * (1 - self.error_ewma)
@@ -46,8 +53,10 @@ class TargetStats:
     def p95_ttfb_s(self, min_samples: int) -> float | None:
         if len(self.recent_ttfb_s) < min_samples:
             return None
-        ordered = sorted(self.recent_ttfb_s)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+        if self._p95_s is None or self._p95_age >= _P95_REFRESH:
+            ordered = sorted(self.recent_ttfb_s)
+            self._p95_s, self._p95_age = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 0
+        return self._p95_s
 
     @property
     def latency_score(self) -> float:

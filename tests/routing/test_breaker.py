@@ -72,3 +72,14 @@ async def test_open_target_is_skipped_then_probed(build_runtime, fresh_emulator)
     answer, ctx = await runtime.handle(messages_request())
     assert ctx.route == "claude/claude-a"  # half-open probe succeeded: closed again
     assert (await collect(answer)).startswith(b"{")
+
+
+async def test_a_half_open_target_that_was_not_needed_keeps_its_probe(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="breaker: {cooldown_s: 0.1}\n")
+    breakers = runtime.pipeline.terminal.breakers
+    await breakers.record("claude/claude-b", failed=True, open_now=True)
+    await asyncio.sleep(0.15)
+    assert await breakers.state("claude/claude-b") is BreakerState.HALF_OPEN
+    answer, ctx = await runtime.handle(messages_request())
+    assert ctx.route == "claude/claude-a"
+    assert await breakers.acquire("claude/claude-b")  # claude-b was never tried, so its probe is still free

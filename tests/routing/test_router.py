@@ -141,3 +141,39 @@ async def test_strategies_spread_or_pick(build_runtime, fresh_emulator, strategy
         assert "claude/claude-b" in seen
     if strategy == "lowest_latency":
         assert len(set(seen)) == 2  # each unmeasured target is tried once, then the faster one is kept
+
+
+async def test_failed_hedge_is_replaced_without_waiting_for_the_stall(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 3, base_delay_ms: 1, max_delay_ms: 10, first_byte_timeout_ms: 3000}\n"
+                                  "hedging: {enabled: true, delay_ms: 50}\n")
+    inject(fresh_emulator, "stall:ms=3000", model="claude-a")
+    inject(fresh_emulator, "500", model="claude-b")
+    started = time.perf_counter()
+    answer, ctx = await runtime.handle(messages_request(stream=True))
+    # a stalls; its hedge on b fails at once and is replaced by a fresh leg (whichever target is
+    # ready first) long before a's first-byte timeout.
+    assert time.perf_counter() - started < 1.0
+    _complete_stream(await collect(answer))
+    await asyncio.to_thread(fresh_emulator.wait_for, lambda s: s["cancelled_requests"] + s["cancelled_streams"] == 1, 3)
+    assert fresh_emulator.stats()["requests_total"] == 3
+
+
+async def test_a_stalled_hedge_gets_a_third_leg(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {first_byte_timeout_ms: 3000}\nhedging: {enabled: true, delay_ms: 100, max_legs: 3}\n")
+    inject(fresh_emulator, "stall:ms=3000", count=2)
+    started = time.perf_counter()
+    answer, ctx = await runtime.handle(messages_request(stream=True))
+    elapsed = time.perf_counter() - started
+    assert 0.2 <= elapsed < 1.0  # two hedge delays, then the third leg's answer
+    _complete_stream(await collect(answer))
+    await asyncio.to_thread(fresh_emulator.wait_for, lambda s: s["cancelled_requests"] + s["cancelled_streams"] == 2, 3)
+    assert fresh_emulator.stats()["requests_total"] == 3
+
+
+async def test_two_legs_at_most_by_default(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {first_byte_timeout_ms: 400}\nhedging: {enabled: true, delay_ms: 50}\n")
+    inject(fresh_emulator, "stall:ms=3000", count=2)
+    answer, ctx = await runtime.handle(messages_request())
+    # Both legs stalled: no third until one of them times out, then a fresh attempt answers.
+    assert fresh_emulator.stats()["requests_total"] == 3
+    assert orjson.loads(await collect(answer))["type"] == "message"
