@@ -8,7 +8,7 @@ retries, error classes) is the official SDK's own code.
 One async function, `_answer`, maps an httpx2 request to an `LLMRequest` and the pipeline's answer
 back to status, headers and body; it mirrors the proxy's door (gateway/proxy.py). The async
 transport awaits it on the caller's loop. The sync transport runs it on one background loop thread
-per process (the upstream aiohttp pool is per loop, so it lives there) and streams events back
+per process (the upstream connection pool is per loop, so it lives there) and streams events back
 through a bounded buffer.
 """
 
@@ -264,7 +264,7 @@ class _LoopThread:
 
     @staticmethod
     def _close_pool(loop: asyncio.AbstractEventLoop) -> None:
-        # Close the keep-alive pool at exit, so aiohttp does not warn about an unclosed session.
+        # Close the keep-alive pool at exit, so no connection outlives the interpreter unclosed.
         if loop.is_running():
             try:
                 asyncio.run_coroutine_threadsafe(close_upstream_for_running_loop(), loop).result(timeout=1)

@@ -1,0 +1,297 @@
+"""A small HTTP/1.1 client for the upstream hot path: a keep-alive pool, one write per request, httptools.
+
+Why not aiohttp: on the proxy's hot path the upstream client is most of the added latency, and
+aiohttp's request machinery (ClientSession._request, its tracing, cookie and redirect hooks)
+costs more per call than everything else Slipstream does (docs/benchmarks.md). Provider APIs need
+little of it: POST with a body, answers delimited by Content-Length, chunks or the connection's
+end, keep-alive and TLS. So that is all this does; no redirects, cookies, proxies or compression
+(the request asks for `identity`, so bytes arrive as the provider wrote them).
+
+One `Http1Upstream` per event loop (sdk/providers/upstream.py). A response owns its connection
+until its body has been read to the end (then the connection goes back to the pool) or until it
+is aborted (then the connection is closed, which is how an upstream learns of a cancel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import httptools
+
+from sdk.errors import UpstreamTimeoutError, UpstreamUnreachableError
+
+if TYPE_CHECKING:
+    from sdk.providers.upstream import Timeouts
+
+_PAUSE_AT = 256 * 1024  # buffered body bytes a slow reader may leave before the socket read pauses
+_RESUME_AT = 64 * 1024
+_IDLE_PER_ORIGIN = 256  # idle keep-alive connections kept per origin
+_KEEPALIVE_S = 60.0  # an idle connection older than this is closed rather than reused
+
+
+@functools.lru_cache(maxsize=512)
+def _split(url: str) -> tuple[tuple[str, str, int], bytes]:
+    """((scheme, host, port), b"POST <target> HTTP/1.1\\r\\nHost: <host>\\r\\n") for a URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UpstreamUnreachableError(f"cannot reach {url}: only http:// and https:// URLs are supported")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return (parts.scheme, parts.hostname, port), f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n".encode("latin-1")
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection and the state of the exchange running on it."""
+
+    def __init__(self, origin: tuple[str, str, int]) -> None:
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._parser = httptools.HttpResponseParser(self)
+        self._begin_state(None)
+
+    def _begin_state(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.head: asyncio.Future[None] | None = loop.create_future() if loop else None
+        self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self.complete = False
+        self.keep_alive = False
+        self.error: BaseException | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        self._paused = False
+
+    def begin(self, request: bytes) -> None:
+        self._begin_state(asyncio.get_running_loop())
+        self.transport.write(request)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()  # no lingering: an upstream sees the cancel at once
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.head is None:  # bytes on an idle connection: nothing can be trusted on it any more
+            self.close()
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamUnreachableError(f"upstream sent a malformed HTTP answer: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.head is None or self.complete:
+            return
+        if self.head.done() and self._ends_at_eof():
+            self.on_message_complete()  # an answer delimited by the connection's end
+            return
+        reason = f": {exc!r}" if exc else ""
+        self._fail(UpstreamUnreachableError(
+            f"upstream closed the connection mid-stream, before the answer was complete{reason}"))
+
+    # --- httptools callbacks ------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        if self.head is not None and not self.head.done():
+            self.head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(bytes(body))
+        self.buffered += len(body)
+        if self.buffered > _PAUSE_AT and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep_alive = self._parser.should_keep_alive() and not self.closed
+        self._wake()
+
+    # --- for the response ---------------------------------------------------------------------
+
+    def take(self) -> bytes | None:
+        """The next buffered body piece, or None when none is buffered."""
+        if not self.chunks:
+            return None
+        chunk = self.chunks.popleft()
+        self.buffered -= len(chunk)
+        if self._paused and self.buffered < _RESUME_AT and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    async def wait(self) -> None:
+        """Until more body, the end of the answer, or a failure."""
+        if self.chunks or self.complete or self.error is not None:
+            return
+        self._wakeup = asyncio.get_running_loop().create_future()
+        try:
+            await self._wakeup
+        finally:
+            self._wakeup = None
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    def _fail(self, error: BaseException) -> None:
+        self.error = error
+        if self.head is not None and not self.head.done():
+            self.head.set_exception(error)
+            self.head.exception()  # retrieved here: a caller may already have given up on it
+        self._wake()
+
+    def _ends_at_eof(self) -> bool:
+        return ("content-length" not in self.headers and "chunked" not in self.headers.get("transfer-encoding", "")
+                and self.status not in (204, 304))
+
+
+class _Response:
+    __slots__ = ("_conn", "_pool", "_read_timeout", "headers", "status")
+
+    def __init__(self, conn: _Connection, pool: Http1Upstream, read_timeout: float):
+        self._conn: _Connection | None = conn
+        self._pool = pool
+        self._read_timeout = read_timeout
+        self.status = conn.status
+        self.headers = conn.headers
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.iter_chunks()])
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            while True:
+                chunk = conn.take()
+                if chunk is not None:
+                    yield chunk
+                    continue
+                if conn.complete:
+                    break
+                if conn.error is not None:
+                    raise conn.error
+                try:
+                    async with asyncio.timeout(self._read_timeout):
+                        await conn.wait()
+                except TimeoutError as exc:
+                    raise UpstreamTimeoutError(f"upstream sent nothing for {self._read_timeout:g}s mid-answer") from exc
+        except BaseException:
+            self.abort()  # unread bytes (or a failure) stay on the connection: it cannot be reused
+            raise
+        self._conn = None
+        self._pool.release(conn)
+
+    def abort(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class Http1Upstream:
+    """Keep-alive pool per origin; create it inside the loop that will use it."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._tls: ssl.SSLContext | None = None
+        self._closed = False
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes, timeout: Timeouts) -> _Response:
+        origin, start = _split(url)
+        request = start + _head(headers, len(body)) + body
+        conn = await self._acquire(origin, url, timeout.connect_s)
+        conn.begin(request)
+        try:
+            async with asyncio.timeout(timeout.first_byte_s):
+                await conn.head  # type: ignore[misc]
+        except TimeoutError as exc:
+            conn.close()
+            raise UpstreamTimeoutError(f"{url} sent no response within {timeout.first_byte_s:g}s") from exc
+        except BaseException:
+            # Failed, or cancelled: dropping the connection is what tells the upstream. Never sent
+            # again here, even when no byte came back: the provider may have started on it, and the
+            # router decides (and counts) retries.
+            conn.close()
+            raise
+        return _Response(conn, self, timeout.read_s)
+
+    def release(self, conn: _Connection) -> None:
+        idle = self._idle.get(conn.origin)
+        if self._closed or not conn.keep_alive or conn.closed or idle is None or len(idle) >= _IDLE_PER_ORIGIN:
+            conn.close()
+            return
+        conn.head = None
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    async def _acquire(self, origin: tuple[str, str, int], url: str, connect_s: float) -> _Connection:
+        idle = self._idle.setdefault(origin, [])
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()  # the most recently used: the least likely to have been closed by the server
+            if not conn.closed and now - conn.idle_since < _KEEPALIVE_S:
+                return conn  # a server that closed it while idle has been seen closing (connection_lost)
+            conn.close()
+        scheme, host, port = origin
+        try:
+            async with asyncio.timeout(connect_s):
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    lambda: _Connection(origin), host, port, ssl=self._tls_context() if scheme == "https" else None
+                )
+        except TimeoutError as exc:
+            raise UpstreamUnreachableError(f"cannot reach {url}: no connection within {connect_s:g}s") from exc
+        except OSError as exc:  # refused, unreachable, DNS, TLS (ssl.SSLError is an OSError)
+            raise UpstreamUnreachableError(f"cannot reach {url}: {exc}") from exc
+        return conn
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+
+_OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "accept-encoding", "connection"})
+
+
+def _head(headers: dict[str, str], length: int) -> bytes:
+    lines = []
+    for name, value in headers.items():
+        if name.lower() in _OWN_HEADERS:
+            continue  # framing and encoding are this client's to state
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+            raise UpstreamUnreachableError(f"header {name!r} has a line break; it cannot be sent")
+        lines.append(f"{name}: {value}\r\n")
+    lines.append(f"Accept-Encoding: identity\r\nContent-Length: {length}\r\n\r\n")
+    return "".join(lines).encode("latin-1")

@@ -1,0 +1,203 @@
+"""The upstream HTTP/1.1 client (sdk/providers/http1.py) against small loopback servers with scripted answers.
+
+The rest of the suite drives it through the emulator (every provider call goes through it); these
+tests pin down what the emulator never does: answers framed three ways, a keep-alive connection the
+server closed while idle, an answer cut short, TLS, and what reaches the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from sdk.errors import UpstreamTimeoutError, UpstreamUnreachableError
+from sdk.providers.http1 import Http1Upstream
+from sdk.providers.upstream import Timeouts
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+QUICK = Timeouts(connect_s=2, first_byte_s=2, read_s=2)
+
+
+class Server:
+    """A loopback server that hands each request (head and body read) to `handler`."""
+
+    def __init__(self, handler: Handler):
+        self.handler = handler
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.closed = asyncio.Event()  # set when a client closes its side
+
+    async def start(self, tls: ssl.SSLContext | None = None) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"{'https://localhost' if tls else 'http://127.0.0.1'}:{port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+                self.requests.append(head + await reader.readexactly(length))
+                await self.handler(reader, writer, len(self.requests))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.closed.set()
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+
+async def _answer(writer: asyncio.StreamWriter, raw: bytes) -> None:
+    writer.write(raw)
+    await writer.drain()
+
+
+async def test_framings_and_keep_alive():
+    answers = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Id: a\r\nX-Id: b\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nchu\r\n4\r\nnked\r\n0\r\n\r\n",
+    ]
+
+    async def handler(reader, writer, n):
+        await _answer(writer, answers[n - 1])
+
+    server = Server(handler)
+    url = await server.start()
+    client = Http1Upstream()
+    try:
+        first = await client.post(f"{url}/v1/messages?beta=true", {"x-api-key": "k"}, b'{"a":1}', QUICK)
+        assert first.status == 200 and first.headers["x-id"] == "a, b"
+        assert await first.read() == b"hello"
+        second = await client.post(f"{url}/v1/messages", {}, b"{}", QUICK)
+        assert [chunk async for chunk in second.iter_chunks()] and await second.read() == b""
+        assert server.connections == 1  # the connection went back to the pool and was reused
+        head = server.requests[0].decode()
+        assert head.startswith("POST /v1/messages?beta=true HTTP/1.1\r\nHost: 127.0.0.1:")
+        assert "x-api-key: k\r\n" in head and "Content-Length: 7\r\n" in head and head.endswith('\r\n\r\n{"a":1}')
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_an_answer_ended_by_the_connection_close():
+    async def handler(reader, writer, n):
+        await _answer(writer, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+        writer.close()
+
+    server = Server(handler)
+    url = await server.start()
+    client = Http1Upstream()
+    try:
+        response = await client.post(url, {}, b"", QUICK)
+        assert await response.read() == b"until the end"
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_a_keep_alive_connection_closed_while_idle_is_not_reused():
+    async def handler(reader, writer, n):
+        await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        writer.close()  # without a `Connection: close`: the client learns it from the socket
+
+    server = Server(handler)
+    url = await server.start()
+    client = Http1Upstream()
+    try:
+        assert await (await client.post(url, {}, b"1", QUICK)).read() == b"ok"
+        await asyncio.sleep(0.05)
+        assert await (await client.post(url, {}, b"2", QUICK)).read() == b"ok"
+        assert server.connections == 2 and len(server.requests) == 2
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_an_answer_cut_short_is_an_error_not_a_short_body():
+    async def handler(reader, writer, n):
+        await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
+        writer.transport.abort()
+
+    server = Server(handler)
+    url = await server.start()
+    client = Http1Upstream()
+    try:
+        response = await client.post(url, {}, b"", QUICK)
+        with pytest.raises(UpstreamUnreachableError, match="before the answer was complete"):
+            await response.read()
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_first_byte_timeout_and_abort_drop_the_connection():
+    async def handler(reader, writer, n):
+        if n == 2:
+            await _answer(writer, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        # n == 1: never answers
+
+    server = Server(handler)
+    url = await server.start()
+    client = Http1Upstream()
+    try:
+        with pytest.raises(UpstreamTimeoutError):
+            await client.post(url, {}, b"", Timeouts(first_byte_s=0.1))
+        await asyncio.wait_for(server.closed.wait(), 2)  # the server saw the connection go
+        server.closed.clear()
+        response = await client.post(url, {}, b"", QUICK)
+        chunks = response.iter_chunks()
+        assert await anext(chunks) == b"first"
+        response.abort()  # a client gone mid-stream
+        await asyncio.wait_for(server.closed.wait(), 2)
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_header_injection_is_refused_before_anything_is_sent():
+    client = Http1Upstream()
+    with pytest.raises(UpstreamUnreachableError, match="line break"):
+        await client.post("http://127.0.0.1:9/", {"x-evil": "a\r\nx-injected: 1"}, b"", QUICK)
+    with pytest.raises(UpstreamUnreachableError, match="only http"):
+        await client.post("ftp://example.invalid/", {}, b"", QUICK)
+
+
+async def test_unreachable_origin_is_a_clear_error():
+    client = Http1Upstream()
+    with pytest.raises(UpstreamUnreachableError, match="cannot reach"):
+        await client.post("http://127.0.0.1:9/v1/messages", {}, b"", QUICK)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+async def test_tls_with_hostname_verification(tmp_path: Path, monkeypatch):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+
+    async def handler(reader, writer, n):
+        await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret")
+
+    server = Server(handler)
+    url = await server.start(tls=server_tls)
+    client = Http1Upstream()
+    try:
+        with pytest.raises(UpstreamUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.post(url, {}, b"", QUICK)  # an untrusted certificate is refused
+        monkeypatch.setattr(client, "_tls_context", lambda: ssl.create_default_context(cafile=str(cert)))
+        response = await client.post(url, {}, b"", QUICK)
+        assert await response.read() == b"secret"
+    finally:
+        await client.aclose()
+        await server.stop()
