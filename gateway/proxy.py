@@ -105,7 +105,10 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
         try:
             answer, _ = await team.handle(request, ctx)
             extra = slipstream_headers(ctx, answer)
-            response_headers = [*(_SSE if isinstance(answer, LLMStream) else _JSON)]
+            if isinstance(answer, LLMStream):
+                response_headers = [*_SSE]
+            else:
+                response_headers = [*_JSON, (b"content-length", str(len(answer.body)).encode())]
             response_headers += [(k.encode(), v.encode("latin-1")) for k, v in answer.headers.items()]
             response_headers += [(k.encode(), v.encode("latin-1")) for k, v in extra.items()]
             await send({"type": "http.response.start", "status": answer.status, "headers": response_headers})

@@ -211,6 +211,8 @@ class Ledger:
             shared = layout.common_prefix(snap.chain)
             if shared > best_len:
                 best, best_len = snap, shared
+                if shared == len(layout.chain):
+                    break  # no snapshot can share more: the most recent full match is the answer
         if best is None or best_len > best.reach:
             return None  # the earlier prefix is intact (an extension of it)
         before = round(layout.pos[best_len - 1] * ratio) if best_len > 0 else 0
