@@ -177,3 +177,27 @@ async def test_two_legs_at_most_by_default(build_runtime, fresh_emulator):
     # Both legs stalled: no third until one of them times out, then a fresh attempt answers.
     assert fresh_emulator.stats()["requests_total"] == 3
     assert orjson.loads(await collect(answer))["type"] == "message"
+
+
+async def test_concurrent_requests_under_mixed_faults_all_complete_unspliced(build_runtime, fresh_emulator):
+    runtime = build_runtime(extra="retry: {max_attempts: 4, base_delay_ms: 1, max_delay_ms: 100, first_byte_timeout_ms: 1500}\n"
+                                  "hedging: {enabled: true, delay_ms: 100, max_legs: 3}\n")
+    faults = {"500": 8, "529": 6, "429:retry_after_ms=30": 6, "reset": 4, "stall:ms=3000": 4, "midstream_error:events=0": 4}
+    for fault, count in faults.items():
+        inject(fresh_emulator, fault, count=count)
+    queue = iter(range(48))
+
+    async def worker() -> int:
+        done = 0
+        for _ in queue:
+            answer, _ = await runtime.handle(messages_request(stream=True))
+            _complete_stream(await collect(answer))
+            done += 1
+        return done
+
+    started = time.perf_counter()
+    assert sum(await asyncio.gather(*(worker() for _ in range(8)))) == 48
+    assert time.perf_counter() - started < 10
+    stats = await asyncio.to_thread(
+        fresh_emulator.wait_for, lambda s: s["open_requests"] + s["open_streams"] == 0, 5)  # nothing left running upstream
+    assert stats["faults_injected"] == sum(faults.values())

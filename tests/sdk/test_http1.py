@@ -8,10 +8,11 @@ server closed while idle, an answer cut short, TLS, and what reaches the wire.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import ssl
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,18 @@ class Server:
         await self._server.wait_closed()
 
 
+@contextlib.asynccontextmanager
+async def serving(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[tuple[Server, str, Http1Upstream]]:
+    server = Server(handler)
+    url = await server.start(tls)
+    client = Http1Upstream()
+    try:
+        yield server, url, client
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
 async def _answer(writer: asyncio.StreamWriter, raw: bytes) -> None:
     writer.write(raw)
     await writer.drain()
@@ -70,22 +83,17 @@ async def test_framings_and_keep_alive():
     async def handler(reader, writer, n):
         await _answer(writer, answers[n - 1])
 
-    server = Server(handler)
-    url = await server.start()
-    client = Http1Upstream()
-    try:
+    async with serving(handler) as (server, url, client):
         first = await client.post(f"{url}/v1/messages?beta=true", {"x-api-key": "k"}, b'{"a":1}', QUICK)
         assert first.status == 200 and first.headers["x-id"] == "a, b"
         assert await first.read() == b"hello"
         second = await client.post(f"{url}/v1/messages", {}, b"{}", QUICK)
-        assert [chunk async for chunk in second.iter_chunks()] and await second.read() == b""
+        assert b"".join([chunk async for chunk in second.iter_chunks()]) == b"chunked"
+        assert await second.read() == b""  # read to the end already: nothing more
         assert server.connections == 1  # the connection went back to the pool and was reused
         head = server.requests[0].decode()
         assert head.startswith("POST /v1/messages?beta=true HTTP/1.1\r\nHost: 127.0.0.1:")
         assert "x-api-key: k\r\n" in head and "Content-Length: 7\r\n" in head and head.endswith('\r\n\r\n{"a":1}')
-    finally:
-        await client.aclose()
-        await server.stop()
 
 
 async def test_an_answer_ended_by_the_connection_close():
@@ -93,15 +101,9 @@ async def test_an_answer_ended_by_the_connection_close():
         await _answer(writer, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
         writer.close()
 
-    server = Server(handler)
-    url = await server.start()
-    client = Http1Upstream()
-    try:
+    async with serving(handler) as (server, url, client):
         response = await client.post(url, {}, b"", QUICK)
         assert await response.read() == b"until the end"
-    finally:
-        await client.aclose()
-        await server.stop()
 
 
 async def test_a_keep_alive_connection_closed_while_idle_is_not_reused():
@@ -109,17 +111,11 @@ async def test_a_keep_alive_connection_closed_while_idle_is_not_reused():
         await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         writer.close()  # without a `Connection: close`: the client learns it from the socket
 
-    server = Server(handler)
-    url = await server.start()
-    client = Http1Upstream()
-    try:
+    async with serving(handler) as (server, url, client):
         assert await (await client.post(url, {}, b"1", QUICK)).read() == b"ok"
         await asyncio.sleep(0.05)
         assert await (await client.post(url, {}, b"2", QUICK)).read() == b"ok"
         assert server.connections == 2 and len(server.requests) == 2
-    finally:
-        await client.aclose()
-        await server.stop()
 
 
 async def test_an_answer_cut_short_is_an_error_not_a_short_body():
@@ -127,16 +123,10 @@ async def test_an_answer_cut_short_is_an_error_not_a_short_body():
         await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
         writer.transport.abort()
 
-    server = Server(handler)
-    url = await server.start()
-    client = Http1Upstream()
-    try:
+    async with serving(handler) as (server, url, client):
         response = await client.post(url, {}, b"", QUICK)
         with pytest.raises(UpstreamUnreachableError, match="before the answer was complete"):
             await response.read()
-    finally:
-        await client.aclose()
-        await server.stop()
 
 
 async def test_first_byte_timeout_and_abort_drop_the_connection():
@@ -145,10 +135,7 @@ async def test_first_byte_timeout_and_abort_drop_the_connection():
             await _answer(writer, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
         # n == 1: never answers
 
-    server = Server(handler)
-    url = await server.start()
-    client = Http1Upstream()
-    try:
+    async with serving(handler) as (server, url, client):
         with pytest.raises(UpstreamTimeoutError):
             await client.post(url, {}, b"", Timeouts(first_byte_s=0.1))
         await asyncio.wait_for(server.closed.wait(), 2)  # the server saw the connection go
@@ -158,9 +145,6 @@ async def test_first_byte_timeout_and_abort_drop_the_connection():
         assert await anext(chunks) == b"first"
         response.abort()  # a client gone mid-stream
         await asyncio.wait_for(server.closed.wait(), 2)
-    finally:
-        await client.aclose()
-        await server.stop()
 
 
 async def test_header_injection_is_refused_before_anything_is_sent():
@@ -189,15 +173,9 @@ async def test_tls_with_hostname_verification(tmp_path: Path, monkeypatch):
     async def handler(reader, writer, n):
         await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret")
 
-    server = Server(handler)
-    url = await server.start(tls=server_tls)
-    client = Http1Upstream()
-    try:
+    async with serving(handler, tls=server_tls) as (server, url, client):
         with pytest.raises(UpstreamUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.post(url, {}, b"", QUICK)  # an untrusted certificate is refused
         monkeypatch.setattr(client, "_tls_context", lambda: ssl.create_default_context(cafile=str(cert)))
         response = await client.post(url, {}, b"", QUICK)
         assert await response.read() == b"secret"
-    finally:
-        await client.aclose()
-        await server.stop()
