@@ -14,7 +14,7 @@ first byte. Three passes of the same requests at the same concurrency:
 Latency is end to end (request sent to the last event read). Upstream attempts come from the
 emulator's own counter. Not a test; the numbers go in docs/routing.md and docs/benchmarks.md.
 
-    .venv/bin/python bench/routing.py [--requests 1000] [--concurrency 32] [--ttft-jitter 0.3]
+    .venv/bin/python bench/routing.py [--requests 1000] [--concurrency 32] [--ttft-jitter 0.3] [--keys 2]
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ MESSAGES = [{"role": "user", "content": "Say hello in one short sentence."}]
 FAULTS = [(0.2 / 3, "429:retry_after=1"), (0.2 / 3, "529"), (0.2 / 3, "500"), (0.05, "stall:ms=5000")]
 POLICY = """team: bench
 providers:
-  a: {{kind: anthropic, base_url: "{url}", api_key: "up"}}
-  b: {{kind: anthropic, base_url: "{url}", api_key: "up"}}
+  a: {{kind: anthropic, base_url: "{url}", api_key: {keys}}}
+  b: {{kind: anthropic, base_url: "{url}", api_key: {keys}}}
 routes:
   - match: {{model: "*"}}
     targets: [{{provider: a}}, {{provider: b}}]
@@ -163,7 +163,8 @@ async def main(args: argparse.Namespace) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             policy = Path(tmp) / "bench.yaml"
-            policy.write_text(POLICY.format(url=faulty_url))
+            keys = "[" + ", ".join(f"up-{i}" for i in range(args.keys)) + "]"
+            policy.write_text(POLICY.format(url=faulty_url, keys=keys))
             passes = [
                 ("fault-free, official SDK", anthropic.AsyncAnthropic(base_url=clean_url, api_key="up"), clean_url),
                 ("faults, official SDK (2 retries)", anthropic.AsyncAnthropic(base_url=faulty_url, api_key="up"), faulty_url),
@@ -182,7 +183,8 @@ async def main(args: argparse.Namespace) -> None:
             os.killpg(proc.pid, signal.SIGTERM)
     baseline = sorted(results[0].latencies)[int(len(results[0].latencies) * 0.99)] * 1000
     print(f"{args.requests} streaming requests at concurrency {args.concurrency}; TTFT 200 ms x lognormal(0, "
-          f"{args.ttft_jitter}); faults per upstream attempt: 20% 429/529/500, 5% 5 s stall")
+          f"{args.ttft_jitter}); faults per upstream attempt: 20% 429/529/500, 5% 5 s stall; "
+          f"{args.keys} key(s) per Slipstream target")
     print(f"{'pass':<34} {'success':>9} {'p50 ms':>9} {'p99 ms':>9} {'p99/base':>9} {'attempts/req':>10}")
     for result in results:
         print(result.row(baseline))
@@ -193,6 +195,7 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=1000, help="requests run before each pass, not counted")
+    parser.add_argument("--keys", type=int, default=1, help="API keys per Slipstream target (a 429 moves to the next)")
     parser.add_argument("--ttft-jitter", type=float, default=0.0,
                         help="sigma of the emulator's lognormal TTFT factor (0: every TTFT is 200 ms)")
     parser.add_argument("--serve-emulator", type=int, help=argparse.SUPPRESS)

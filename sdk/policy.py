@@ -54,8 +54,8 @@ class SpeculativePolicy(_Strict):
 class ProviderConfig(_Strict):
     kind: Literal["anthropic", "openai", "local"]
     base_url: str | None = None
-    api_key_env: str | None = None
-    api_key: str | None = None
+    api_key_env: str | list[str] | None = None  # several: a 429 or refused key moves a call to the next
+    api_key: str | list[str] | None = None
     model: str | None = None  # local: model path or "demo" (in process), or the served model's name (base_url)
     speculative: SpeculativePolicy | None = None  # local, in process only
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
@@ -72,8 +72,14 @@ class ProviderConfig(_Strict):
             raise ValueError("an in-process local provider takes no api key (give base_url to reach a server)")
         return self
 
-    def resolve_api_key(self) -> str | None:
-        return os.environ.get(self.api_key_env) if self.api_key_env else self.api_key
+    def resolve_api_keys(self) -> tuple[str, ...]:
+        """The keys that are set, in the policy's order (an unset environment variable is skipped)."""
+        if self.api_key_env:
+            names = [self.api_key_env] if isinstance(self.api_key_env, str) else self.api_key_env
+            values = [os.environ.get(name) for name in names]
+        else:
+            values = [self.api_key] if isinstance(self.api_key, str) else list(self.api_key or [])
+        return tuple(value for value in values if value)
 
 
 class RouteMatch(_Strict):

@@ -7,6 +7,7 @@ from sdk.policy import ProviderConfig
 from sdk.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
 from sdk.providers.anthropic import AnthropicDialect
 from sdk.providers.base import HTTPProvider, Provider
+from sdk.providers.keys import KeyRing
 from sdk.providers.local import LocalProvider
 from sdk.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
 from sdk.providers.openai import OpenAIDialect
@@ -31,11 +32,13 @@ def build_provider(name: str, config: ProviderConfig) -> Provider:
     if config.kind == "local":
         # In process, or over HTTP to `slipstream engine serve` / any OpenAI-compatible server.
         engine_args = {"speculative_config": config.speculative.model_dump(exclude_none=True)} if config.speculative else None
-        return LocalProvider(name, config.model or "demo", config.base_url, config.resolve_api_key() or "local", timeouts, engine_args)
+        keys = config.resolve_api_keys() or ("local",)
+        return LocalProvider(name, config.model or "demo", config.base_url, keys[0], timeouts, engine_args)
     dialect = AnthropicDialect() if config.kind == "anthropic" else OpenAIDialect()
     base_url = (config.base_url or (ANTHROPIC_URL if config.kind == "anthropic" else OPENAI_URL)).rstrip("/")
-    key = config.resolve_api_key()
-    if not key:
-        where = f"environment variable {config.api_key_env}" if config.api_key_env else "'api_key' or 'api_key_env'"
+    keys = config.resolve_api_keys()
+    if not keys:
+        env = [config.api_key_env] if isinstance(config.api_key_env, str) else config.api_key_env
+        where = f"environment variable {' or '.join(env)}" if env else "'api_key' or 'api_key_env'"
         return UnavailableProvider(name, dialect.protocol, f"no API key (set {where})")
-    return HTTPProvider(name=name, dialect=dialect, base_url=base_url, api_key=key, timeouts=timeouts)
+    return HTTPProvider(name=name, dialect=dialect, base_url=base_url, keys=KeyRing(keys), timeouts=timeouts)

@@ -7,6 +7,7 @@ pipeline already decided: unknown fields (cache_control with ttl, betas, ...) pa
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Protocol as TypingProtocol
 import orjson
 
 from sdk.errors import SlipstreamError, UpstreamHTTPError
+from sdk.providers.keys import ROTATE_STATUSES, KeyRing
 from sdk.providers.upstream import (
     Timeouts,
     UpstreamClient,
@@ -33,6 +35,8 @@ from sdk.types import (
     Usage,
 )
 from sdk.usage import usage_from_body
+
+log = logging.getLogger("slipstream.providers")
 
 # Upstream response headers worth handing to the client (ids for support tickets, rate-limit state).
 _PASSTHROUGH_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "anthropic-priority-", "anthropic-fast-")
@@ -64,7 +68,7 @@ class HTTPProvider:
     name: str
     dialect: Dialect
     base_url: str
-    api_key: str
+    keys: KeyRing
     timeouts: Timeouts = Timeouts()
     client: UpstreamClient | None = None  # None: the shared pool of the running loop
 
@@ -85,9 +89,16 @@ class HTTPProvider:
         body = orjson.dumps(request.body)
         started = time.perf_counter()
         try:
-            response = await client.post(url, self.dialect.headers(self.api_key, request), body, self.timeouts)
-            if response.status >= 400 or not request.stream or request.endpoint is Endpoint.COUNT_TOKENS:
-                data = await response.read()
+            order = self.keys.order()
+            for tried, index in enumerate(order, 1):
+                response = await client.post(url, self.dialect.headers(self.keys.keys[index], request), body, self.timeouts)
+                if response.status >= 400 or not request.stream or request.endpoint is Endpoint.COUNT_TOKENS:
+                    data = await response.read()
+                if response.status not in ROTATE_STATUSES or len(order) == 1:
+                    break
+                self.keys.refused(index, response.status, response.headers)
+                if tried < len(order):
+                    log.info("%s: key %d answered %d; trying key %d", self.name, index + 1, response.status, order[tried] + 1)
         finally:
             timings.upstream_s += time.perf_counter() - started
         if response.status >= 400:

@@ -18,6 +18,7 @@ import orjson
 from sdk.errors import ProviderUnavailableError, SlipstreamError
 from sdk.providers.base import HTTPProvider
 from sdk.providers.openai import OpenAIDialect
+from sdk.providers.keys import KeyRing
 from sdk.providers.upstream import Timeouts
 from sdk.sse import StreamObserver
 from sdk.types import (
@@ -47,7 +48,7 @@ class LocalProvider:
         self.model = model
         self.engine_args = engine_args or {}
         self._http = (
-            HTTPProvider(name=name, dialect=OpenAIDialect(), base_url=base_url.rstrip("/"), api_key=api_key,
+            HTTPProvider(name=name, dialect=OpenAIDialect(), base_url=base_url.rstrip("/"), keys=KeyRing((api_key,)),
                          timeouts=timeouts)
             if base_url
             else None

@@ -1,0 +1,44 @@
+"""Several API keys for one provider: a 429 or a refused key moves the call to the next key at once.
+
+Rate limits and credentials belong to a key, not to the provider, so a provider given several keys
+(`api_key_env: [KEY_A, KEY_B]`) answers a 429 on one of them by sending the same call with the
+next, without a backoff (Bifrost rotates keys the same way). The key that was refused cools down
+for the server's retry-after hint (one second without one; five minutes for a 401/403), and
+later calls try cooled-down keys last. A key is never skipped outright: when every key is cooling
+down the call still goes out, and the provider's own 429 reaches the router, which backs off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from sdk.routing.backoff import retry_after
+
+ROTATE_STATUSES = frozenset({401, 403, 429})
+_RATE_LIMIT_COOLDOWN_S = 1.0  # a 429 without a hint
+_BAD_KEY_COOLDOWN_S = 300.0  # a 401/403: this key is wrong here, not busy
+
+
+class KeyRing:
+    def __init__(self, keys: tuple[str, ...]):
+        if not keys:
+            raise ValueError("a key ring needs at least one key")
+        self.keys = keys
+        self._cool_until = [0.0] * len(keys)
+
+    def order(self) -> list[int]:
+        """Key indexes to try, in order: ready keys first (in the policy's order), then by cooldown end."""
+        if len(self.keys) == 1:
+            return [0]
+        now = time.monotonic()
+        return sorted(range(len(self.keys)), key=lambda i: (max(self._cool_until[i], now), i))
+
+    def refused(self, index: int, status: int, headers: Mapping[str, str]) -> None:
+        """Key `index` got `status` (one of ROTATE_STATUSES): cool it down."""
+        if status == 429:
+            cooldown = retry_after(headers)
+            cooldown = _RATE_LIMIT_COOLDOWN_S if cooldown is None else cooldown
+        else:
+            cooldown = _BAD_KEY_COOLDOWN_S
+        self._cool_until[index] = max(self._cool_until[index], time.monotonic() + cooldown)

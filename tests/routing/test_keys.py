@@ -1,0 +1,63 @@
+"""Several API keys for one provider (sdk/providers/keys.py): a 429 or a refused key moves the call on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sdk.errors import UpstreamHTTPError
+from sdk.policy import ProviderConfig, load_policy
+from sdk.runtime import TeamRuntime
+from tests.routing.conftest import inject, messages_request
+
+def _keys_used(emulator) -> list[str]:
+    recent = httpx.get(f"{emulator.url}/_emulator/requests").json()["requests"]
+    return [r["headers"]["x-api-key"] for r in recent if r["path"] == "/v1/messages"]
+
+
+@pytest.fixture
+def keyed_runtime(tmp_path: Path, fresh_emulator) -> TeamRuntime:
+    path = tmp_path / "keys.yaml"
+    path.write_text(f"""team: keys
+api_keys: [{{value: "sk-keys"}}]
+providers:
+  keyed: {{kind: anthropic, base_url: "{fresh_emulator.url}", api_key: [key-one, key-two]}}
+routes:
+  - match: {{model: "claude-*"}}
+    targets: [{{provider: keyed}}]
+retry: {{max_attempts: 1}}
+""")
+    return TeamRuntime.build(load_policy(path))
+
+
+async def test_a_rate_limited_key_hands_the_call_to_the_next_and_cools_down(keyed_runtime, fresh_emulator):
+    inject(fresh_emulator, "429:retry_after=30")
+    answer, ctx = await keyed_runtime.handle(messages_request())
+    assert answer.status == 200  # one router attempt: the second key answered at once, no backoff
+    answer, ctx = await keyed_runtime.handle(messages_request())
+    assert _keys_used(fresh_emulator) == ["key-one", "key-two", "key-two"]  # key-one cools down for its 30 s
+
+
+async def test_every_key_refused_reaches_the_router_as_the_provider_answered(keyed_runtime, fresh_emulator):
+    inject(fresh_emulator, "429:retry_after=30", count=2)
+    with pytest.raises(UpstreamHTTPError) as error:
+        await keyed_runtime.handle(messages_request())
+    assert error.value.status == 429 and error.value.headers["retry-after"] == "30"
+    assert _keys_used(fresh_emulator) == ["key-one", "key-two"]
+
+
+async def test_server_errors_do_not_rotate_keys(keyed_runtime, fresh_emulator):
+    inject(fresh_emulator, "500")
+    with pytest.raises(UpstreamHTTPError):
+        await keyed_runtime.handle(messages_request())
+    assert _keys_used(fresh_emulator) == ["key-one"]  # a 500 is the provider's, not the key's: the router decides
+
+
+def test_keys_from_a_list_of_environment_variables(monkeypatch):
+    monkeypatch.setenv("KEY_A", "a")
+    monkeypatch.delenv("KEY_UNSET", raising=False)
+    config = ProviderConfig(kind="openai", api_key_env=["KEY_A", "KEY_UNSET"])
+    assert config.resolve_api_keys() == ("a",)
+    assert ProviderConfig(kind="openai", api_key="solo").resolve_api_keys() == ("solo",)
