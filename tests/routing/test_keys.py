@@ -61,3 +61,14 @@ def test_keys_from_a_list_of_environment_variables(monkeypatch):
     config = ProviderConfig(kind="openai", api_key_env=["KEY_A", "KEY_UNSET"])
     assert config.resolve_api_keys() == ("a",)
     assert ProviderConfig(kind="openai", api_key="solo").resolve_api_keys() == ("solo",)
+
+
+def test_key_ring_tries_cooled_keys_last_but_never_skips_them():
+    from sdk.providers.keys import KeyRing
+
+    ring = KeyRing(("a", "b", "c"))
+    assert ring.order() == [0, 1, 2]
+    ring.refused(0, 429, {"retry-after-ms": "60000"})
+    ring.refused(1, 401, {})
+    assert ring.order() == [2, 0, 1]  # ready first; then the 60 s cooldown before the 5 min one
+    assert KeyRing(("solo",)).order() == [0]
