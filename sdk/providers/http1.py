@@ -19,7 +19,8 @@ import functools
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 _PAUSE_AT = 256 * 1024  # buffered body bytes a slow reader may leave before the socket read pauses
 _RESUME_AT = 64 * 1024
 _IDLE_PER_ORIGIN = 256  # idle keep-alive connections kept per origin
+_MAX_PER_ORIGIN = 1000  # open connections per origin; beyond it a call waits for one to free up
 _KEEPALIVE_S = 60.0  # an idle connection older than this is closed rather than reused
 
 
@@ -50,8 +52,9 @@ def _split(url: str) -> tuple[tuple[str, str, int], bytes]:
 class _Connection(asyncio.Protocol):
     """One keep-alive connection and the state of the exchange running on it."""
 
-    def __init__(self, origin: tuple[str, str, int]) -> None:
+    def __init__(self, origin: tuple[str, str, int], on_closed: Callable[[_Connection], None]) -> None:
         self.origin = origin
+        self._on_closed = on_closed
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
@@ -76,9 +79,13 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         if not self.closed:
-            self.closed = True
+            self._mark_closed()
             if self.transport is not None:
                 self.transport.abort()  # no lingering: an upstream sees the cancel at once
+
+    def _mark_closed(self) -> None:
+        self.closed = True
+        self._on_closed(self)  # once: the pool counts open connections
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -96,7 +103,8 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        if not self.closed:
+            self._mark_closed()
         if self.head is None or self.complete:
             return
         if self.head.done() and self._ends_at_eof():
@@ -213,18 +221,36 @@ class _Response:
             self._conn = None
 
 
+@dataclass(slots=True)
+class _Origin:
+    idle: list[_Connection] = field(default_factory=list)
+    open: int = 0  # connections open (idle or in use)
+    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)  # calls waiting for a free one
+
+    def wake_one(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+
 class Http1Upstream:
     """Keep-alive pool per origin; create it inside the loop that will use it."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._origins: dict[tuple[str, str, int], _Origin] = {}
         self._tls: ssl.SSLContext | None = None
         self._closed = False
 
     async def post(self, url: str, headers: dict[str, str], body: bytes, timeout: Timeouts) -> _Response:
         origin, start = _split(url)
         request = start + _head(headers, len(body)) + body
-        conn = await self._acquire(origin, url, timeout.connect_s)
+        try:
+            async with asyncio.timeout(timeout.connect_s):  # a free connection, or a new one, in time
+                conn = await self._acquire(origin, url)
+        except TimeoutError as exc:
+            raise UpstreamUnreachableError(f"cannot reach {url}: no connection within {timeout.connect_s:g}s") from exc
         conn.begin(request)
         try:
             async with asyncio.timeout(timeout.first_byte_s):
@@ -241,33 +267,53 @@ class Http1Upstream:
         return _Response(conn, self, timeout.read_s)
 
     def release(self, conn: _Connection) -> None:
-        idle = self._idle.get(conn.origin)
-        if self._closed or not conn.keep_alive or conn.closed or idle is None or len(idle) >= _IDLE_PER_ORIGIN:
+        pool = self._origins.get(conn.origin)
+        if self._closed or not conn.keep_alive or conn.closed or pool is None or len(pool.idle) >= _IDLE_PER_ORIGIN:
             conn.close()
             return
         conn.head = None
         conn.idle_since = time.monotonic()
-        idle.append(conn)
+        pool.idle.append(conn)
+        pool.wake_one()
 
-    async def _acquire(self, origin: tuple[str, str, int], url: str, connect_s: float) -> _Connection:
-        idle = self._idle.setdefault(origin, [])
-        now = time.monotonic()
-        while idle:
-            conn = idle.pop()  # the most recently used: the least likely to have been closed by the server
-            if not conn.closed and now - conn.idle_since < _KEEPALIVE_S:
-                return conn  # a server that closed it while idle has been seen closing (connection_lost)
-            conn.close()
+    def _forget(self, conn: _Connection) -> None:
+        pool = self._origins.get(conn.origin)
+        if pool is not None:
+            pool.open -= 1
+            pool.wake_one()
+
+    async def _acquire(self, origin: tuple[str, str, int], url: str) -> _Connection:
+        pool = self._origins.setdefault(origin, _Origin())
+        while True:
+            now = time.monotonic()
+            while pool.idle:
+                conn = pool.idle.pop()  # the most recently used: the least likely to have been closed by the server
+                if not conn.closed and now - conn.idle_since < _KEEPALIVE_S:
+                    return conn  # a server that closed it while idle has been seen closing (connection_lost)
+                conn.close()
+            if pool.open < _MAX_PER_ORIGIN:
+                break
+            waiter = asyncio.get_running_loop().create_future()
+            pool.waiters.append(waiter)
+            try:
+                await waiter  # woken by a release or a close; then look again
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    pool.wake_one()  # woken, but leaving (timeout, cancel): pass the turn on
+                raise
+        pool.open += 1  # counted from now, so concurrent calls cannot overshoot while this one connects
         scheme, host, port = origin
         try:
-            async with asyncio.timeout(connect_s):
-                _, conn = await asyncio.get_running_loop().create_connection(
-                    lambda: _Connection(origin), host, port, ssl=self._tls_context() if scheme == "https" else None
-                )
-        except TimeoutError as exc:
-            raise UpstreamUnreachableError(f"cannot reach {url}: no connection within {connect_s:g}s") from exc
-        except OSError as exc:  # refused, unreachable, DNS, TLS (ssl.SSLError is an OSError)
-            raise UpstreamUnreachableError(f"cannot reach {url}: {exc}") from exc
-        return conn
+            _, conn = await asyncio.get_running_loop().create_connection(
+                lambda: _Connection(origin, self._forget), host, port, ssl=self._tls_context() if scheme == "https" else None
+            )
+        except BaseException as exc:
+            pool.open -= 1
+            pool.wake_one()
+            if isinstance(exc, OSError):  # refused, unreachable, DNS, TLS (ssl.SSLError is an OSError)
+                raise UpstreamUnreachableError(f"cannot reach {url}: {exc}") from exc
+            raise
+        return conn  # counted until it closes: then _forget gives the place back
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._tls is None:
@@ -276,10 +322,10 @@ class Http1Upstream:
 
     async def aclose(self) -> None:
         self._closed = True
-        for idle in self._idle.values():
-            for conn in idle:
+        for pool in self._origins.values():
+            for conn in pool.idle:
                 conn.close()
-        self._idle.clear()
+            pool.idle.clear()
 
 
 _OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "accept-encoding", "connection"})

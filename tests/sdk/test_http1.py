@@ -179,3 +179,25 @@ async def test_tls_with_hostname_verification(tmp_path: Path, monkeypatch):
         monkeypatch.setattr(client, "_tls_context", lambda: ssl.create_default_context(cafile=str(cert)))
         response = await client.post(url, {}, b"", QUICK)
         assert await response.read() == b"secret"
+
+
+async def test_connections_per_origin_are_capped_and_calls_wait_their_turn(monkeypatch):
+    monkeypatch.setattr("sdk.providers.http1._MAX_PER_ORIGIN", 2)
+
+    async def handler(reader, writer, n):
+        await asyncio.sleep(0.1)
+        await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async def call(client: Http1Upstream, url: str) -> bytes:
+        return await (await client.post(url, {}, b"", QUICK)).read()
+
+    async with serving(handler) as (server, url, client):
+        assert await asyncio.gather(*(call(client, url) for _ in range(5))) == [b"ok"] * 5
+        assert server.connections == 2  # the other three waited and reused a released connection
+        outcomes = await asyncio.gather(*(client.post(url, {}, b"", Timeouts(connect_s=0.05)) for _ in range(3)),
+                                        return_exceptions=True)
+        waited_too_long = [o for o in outcomes if isinstance(o, UpstreamUnreachableError)]
+        assert len(waited_too_long) == 1 and "no connection within" in str(waited_too_long[0])
+        for outcome in outcomes:
+            if not isinstance(outcome, Exception):
+                outcome.abort()
