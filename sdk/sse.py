@@ -14,21 +14,34 @@ from sdk.types import Protocol, Timings, Usage
 from sdk.usage import merge_anthropic_usage, openai_usage
 
 
-async def split_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Yield complete events (each ending in a blank line) from arbitrary chunks."""
+async def split_event_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    """The complete events (each ending in a blank line) each chunk completes, as one list per chunk.
+
+    Events that arrive together leave together: the door writes one batch with one send.
+    """
     buffer = b""
     async for chunk in chunks:
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
         buffer += chunk
+        batch = []
         while True:
             end = buffer.find(b"\n\n")
             if end < 0:
                 break
-            yield buffer[: end + 2]
+            batch.append(buffer[: end + 2])
             buffer = buffer[end + 2 :]
+        if batch:
+            yield batch
     if buffer.strip():
-        yield buffer if buffer.endswith(b"\n\n") else buffer.rstrip(b"\n") + b"\n\n"
+        yield [buffer if buffer.endswith(b"\n\n") else buffer.rstrip(b"\n") + b"\n\n"]
+
+
+def events_of(item: bytes) -> list[bytes]:
+    """The whole events in one item of an LLMStream (which may carry several that arrived together)."""
+    if item.count(b"\n\n") <= 1:
+        return [item]
+    return [part + b"\n\n" for part in item.split(b"\n\n") if part]
 
 
 def _data(event: bytes) -> bytes:

@@ -113,6 +113,9 @@ class LLMResponse:
 class LLMStream:
     """A streaming answer: complete SSE events (bytes ending in a blank line), in arrival order.
 
+    An item holds one event or several that arrived together (`sdk.sse.events_of` splits one), so
+    the door forwards each item with one write. The first item always starts with the first event.
+
     `usage` fills in while the events pass. `aclose()` cancels the upstream call; it is safe to call
     more than once and is called by every consumer when it stops early.
     """

@@ -23,7 +23,7 @@ from sdk.providers.upstream import (
     UpstreamResponse,
     upstream_for_running_loop,
 )
-from sdk.sse import StreamObserver, split_events
+from sdk.sse import StreamObserver, split_event_batches
 from sdk.types import (
     Answer,
     Endpoint,
@@ -133,9 +133,11 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
     protocol = observer.protocol
     drained = False  # read to the end: the connection can go back to the pool
     try:
-        async for event in split_events(response.iter_chunks()):
-            observer.observe(event, time.perf_counter())
-            yield event
+        async for batch in split_event_batches(response.iter_chunks()):
+            now = time.perf_counter()
+            for event in batch:
+                observer.observe(event, now)
+            yield batch[0] if len(batch) == 1 else b"".join(batch)  # arrived together: one write onward
         drained = True
         if not observer.finished and observer.error is None:
             yield SlipstreamError(f"{route} closed the stream before it finished", status=502).sse_event(protocol)

@@ -23,6 +23,7 @@ from sdk.cache import answers
 from sdk.cache.keys import CacheKeys, cache_keys
 from sdk.errors import InvalidRequestError
 from sdk.pipeline import Handler, RequestContext
+from sdk.sse import events_of
 from sdk.policy import Policy, SemanticCachePolicy
 from sdk.services import Services
 from sdk.streams import close_after
@@ -125,9 +126,10 @@ class CacheStage:
     async def _capture(self, protocol: Protocol, keys: CacheKeys, stream: LLMStream, found: Lookup, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         capture = answers.StreamCapture(protocol)
         try:
-            async for event in events:
-                capture.feed(event)
-                yield event
+            async for item in events:
+                for event in events_of(item):
+                    capture.feed(event)
+                yield item
         finally:
             await close_after(events)
         # Reached only when the stream ran to its end (a client that stops early closes us above).

@@ -15,6 +15,7 @@ from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import completion_o2a, error_for, message_a2o
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
+from sdk.sse import events_of
 from sdk.streams import close_after
 from sdk.types import (
     Answer,
@@ -58,8 +59,9 @@ class TranslatingProvider:
 
 async def _translated(events: AsyncIterator[bytes], translator: OpenAIToAnthropic | AnthropicToOpenAI) -> AsyncIterator[bytes]:
     try:
-        async for event in events:
-            for out in translator.feed(event):
-                yield out
+        async for item in events:
+            out = [translated for event in events_of(item) for translated in translator.feed(event)]
+            if out:
+                yield b"".join(out)
     finally:
         await close_after(events)

@@ -1,0 +1,28 @@
+"""Splitting a byte stream into whole SSE events, batched by the chunk that completed them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from sdk.sse import events_of, split_event_batches
+
+
+async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def test_events_that_arrive_together_leave_together():
+    chunks = _chunks(b"event: a\ndata: 1\n\nevent: b\nda", b"ta: 2\n\nevent: c\r\ndata: 3\r\n\r\nevent: d\n", b"data: 4\n\n", b"data: tail")
+    batches = [batch async for batch in split_event_batches(chunks)]
+    assert batches == [
+        [b"event: a\ndata: 1\n\n"],
+        [b"event: b\ndata: 2\n\n", b"event: c\ndata: 3\n\n"],  # CRLF normalised
+        [b"event: d\ndata: 4\n\n"],
+        [b"data: tail\n\n"],  # an unterminated last event is closed
+    ]
+
+
+def test_events_of_splits_an_item_back_into_events():
+    assert events_of(b"data: 1\n\n") == [b"data: 1\n\n"]
+    assert events_of(b"event: a\ndata: 1\n\nevent: b\ndata: 2\n\n") == [b"event: a\ndata: 1\n\n", b"event: b\ndata: 2\n\n"]
