@@ -1,12 +1,13 @@
 """Routing: the first route whose match fits the model gives the targets; the router gets an answer.
 
-Per request: the route's strategy orders its targets (sdk/routing/strategies.py); targets whose
-circuit is open are skipped while another remains (sdk/routing/breaker.py); the router makes up to
-`retry.max_attempts` rounds over the targets, moving to the next target at once after a failure
-and backing off between rounds with capped full-jitter backoff that honours server hints within
-bounds (sdk/routing/backoff.py), every attempt bounded by the first-byte timeout and the whole
-request by `retry.deadline_ms`; with hedging on, a slow attempt races the next target
-(sdk/routing/hedging.py). A target of the other protocol is reached through translation.
+Per request: the route's strategy orders its targets (sdk/routing/strategies.py); an attempt
+budget (sdk/routing/attempts.py) decides which target is tried next and when: a failed target is
+left for the next one at once and is ready again after its backoff, capped full jitter that
+honours server hints within bounds (sdk/routing/backoff.py); a target's breaker is asked when an
+attempt starts on it (sdk/routing/breaker.py). Every attempt is bounded by the first-byte timeout
+and the whole request by `retry.deadline_ms`; with hedging on, a slow attempt gets a companion leg
+in the same loop (losers cancelled by sdk/routing/hedging.py). A target of the other protocol is
+reached through translation.
 
 A stream counts as answered once its first event has arrived: the router pulls that event before
 returning, so a stream that fails at once is retried like any other failure. Once the router has
@@ -106,7 +107,7 @@ class Router:
                             log.info("hedging %s on %s: %d leg(s) without a first byte", model, slot.key, slow)
                         plan.started(slot)
                         hedge_at = now + self._hedge_delay_s(slot.key) if max_legs > 1 else math.inf
-                        legs[asyncio.ensure_future(self._attempt(ctx, slot.target, deadline))] = Leg(slot, hedge_at)
+                        legs[asyncio.ensure_future(self._attempt(ctx, slot, deadline))] = Leg(slot, hedge_at)
                         continue
                     if later is None and not legs:
                         raise _final_error(errors)
@@ -158,9 +159,9 @@ class Router:
         p95 = self.stats[key].p95_ttfb_s(self.hedging.min_samples)
         return p95 if p95 is not None else self.hedging.default_delay_ms / 1000
 
-    async def _attempt(self, ctx: RequestContext, target: Target, deadline: float) -> Answer:
+    async def _attempt(self, ctx: RequestContext, slot: TargetSlot, deadline: float) -> Answer:
         """One upstream call, up to its first byte; its outcome feeds the breaker and the statistics."""
-        key = target_key(target, ctx.request.model)
+        target, key = slot.target, slot.key
         stats = self.stats[key]
         request = ctx.request.with_model(target.model) if target.model else ctx.request
         provider = self._provider(target.provider, request.protocol)

@@ -135,7 +135,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
-        self.keep_alive = self._parser.should_keep_alive() and not self.closed
+        self.keep_alive = self._parser.should_keep_alive()  # release() also refuses a closed connection
         self._wake()
 
     # --- for the response ---------------------------------------------------------------------

@@ -3,10 +3,12 @@
 Every target of the route gets `retry.max_attempts` attempts. After a failure a target is ready
 again after its backoff (a server hint or full jitter, sdk/routing/backoff.py), or leaves the
 request for good (401/403, a hint over the cap, its last attempt). The next attempt goes to a
-target that is ready now, preferring one with no attempt of this request already running, then
-one tried fewer times (so targets take turns: rounds), then the strategy's order; with none ready, the request waits for the first to become ready. So a failed target is left for the next one at once, and when all have failed
-the request waits only for the first of them to be ready again: the "rounds over the targets" of
-docs/routing.md, without waiting for a round to finish when a hedge is running beside it.
+target that is ready now, preferring one with no attempt of this request already running, then one
+tried fewer times (so targets take turns: rounds), then the strategy's order; with none ready, the
+request waits for the first to become ready. So a failed target is left for the next one at once,
+and when all have failed the request waits only for the first of them to be ready again: the
+"rounds over the targets" of docs/routing.md, without waiting for a round to finish when a hedge
+is running beside it.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ class TargetStats:
     error_ewma: float = 0.0
     in_flight: int = 0
     recent_ttfb_s: deque[float] = field(default_factory=lambda: deque(maxlen=_P95_SAMPLES))
-    _p95_s: float | None = None
-    _p95_age: int = 0  # samples since _p95_s was computed
+    _p95_s: float | None = field(default=None, init=False, repr=False)
+    _p95_age: int = field(default=0, init=False, repr=False)  # samples since _p95_s was computed
 
     def success(self, ttfb_s: float) -> None:
         self.ttfb_ewma_s = ttfb_s if self.ttfb_ewma_s is None else self.ttfb_ewma_s + _ALPHA * (ttfb_s - self.ttfb_ewma_s)

@@ -23,9 +23,9 @@ from sdk.cache import answers
 from sdk.cache.keys import CacheKeys, cache_keys
 from sdk.errors import InvalidRequestError
 from sdk.pipeline import Handler, RequestContext
-from sdk.sse import events_of
 from sdk.policy import Policy, SemanticCachePolicy
 from sdk.services import Services
+from sdk.sse import events_of
 from sdk.streams import close_after
 from sdk.types import (
     Answer,
