@@ -1,8 +1,10 @@
 """Semantic cache benchmark on held-out Quora Question Pairs (not a test).
 
-    .venv/bin/python bench/semantic_cache.py [--pairs N] [--concurrency 16] [--min-precision 0.95]
+    .venv/bin/python bench/semantic_cache.py [--data qqp-dev.jsonl.gz] [--pairs N] [--concurrency 16] [--min-precision 0.95]
 
-The held-out `test` split (never trained or calibrated on) is used as a cache workload: its first
+With `--data` (or SLIPSTREAM_QQP) naming the full QQP development set, its held-out `test` split
+(never trained or calibrated on) is the workload; without, the repository's 2,000-pair sample of
+that split (data/qqp-heldout-sample.jsonl.gz). The workload is used as a cache workload: its first
 questions are stored through the real ResponseCache (SQLite + faiss), then its second questions are
 looked up through the real path — MiniLM embedding, micro-batched across concurrent lookups, faiss
 search, verifier. A served entry is right when it is a labelled duplicate of the question (or the
@@ -80,12 +82,13 @@ def summary(name: str, served: list[tuple[str, str]], workload: qqp.Workload) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=os.environ.get("SLIPSTREAM_QQP"), help="the full QQP development set (default: $SLIPSTREAM_QQP, else the repository's held-out sample)")
     parser.add_argument("--pairs", type=int, default=0, help="use the first N held-out pairs (0: all)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--min-precision", type=float, default=SemanticCachePolicy().min_precision)
     args = parser.parse_args()
 
-    pairs = qqp.split(qqp.load_pairs())["test"]
+    pairs = qqp.split(qqp.load_pairs(qqp.full_set(args.data)))["test"] if args.data else qqp.load_pairs(qqp.HELD_OUT_SAMPLE)
     pairs = pairs[: args.pairs] if args.pairs else pairs
     workload = qqp.Workload.of(pairs)
     with tempfile.TemporaryDirectory() as tmp:

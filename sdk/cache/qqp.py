@@ -4,6 +4,9 @@ Splits are by connected component of the question graph (a question that appears
 stays in one split), so nothing the verifier trained on leaks into calibration or evaluation. As a
 cache workload, a split's first questions are stored and its second questions looked up; serving
 an entry is right when it is the same text or labelled a duplicate (transitively, within the split).
+
+The full development set is an input the user gives (`--data` or `SLIPSTREAM_QQP`); the repository
+ships only `data/qqp-heldout-sample.jsonl.gz`, whole components of the `test` split (see data/README.md).
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import orjson
 
 from sdk.cache.verifier import Verifier
 
-# The evaluation data lies in the `shared/` folder beside the repository; SLIPSTREAM_QQP overrides.
-DEFAULT_DATA = Path(os.environ.get("SLIPSTREAM_QQP", Path(__file__).resolve().parents[3] / "shared" / "data" / "qqp-dev.jsonl.gz"))
+REPOSITORY = Path(__file__).resolve().parents[2]
+HELD_OUT_SAMPLE = REPOSITORY / "data" / "qqp-heldout-sample.jsonl.gz"  # in a source checkout, not in the wheel
 SPLITS = {"train": 0.6, "calibration": 0.2, "test": 0.2}
 SEED = 20261105
 
@@ -38,7 +41,15 @@ def normalize(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def load_pairs(path: Path = DEFAULT_DATA) -> list[Pair]:
+def full_set(given: Path | None) -> Path:
+    """The full QQP development set: the path given, else $SLIPSTREAM_QQP; there is no default location."""
+    path = given or (Path(os.environ["SLIPSTREAM_QQP"]) if os.environ.get("SLIPSTREAM_QQP") else None)
+    if path is None or not path.is_file():
+        raise SystemExit(f"the QQP development set (JSON lines with a, b, duplicate; gzip) is needed: pass --data PATH or set SLIPSTREAM_QQP (got {path})")
+    return path
+
+
+def load_pairs(path: Path) -> list[Pair]:
     with gzip.open(path, "rb") as handle:
         rows = [orjson.loads(line) for line in handle if line.strip()]
     return [Pair(row["a"].strip(), row["b"].strip(), bool(row["duplicate"])) for row in rows if row["a"].strip() and row["b"].strip()]
@@ -61,21 +72,46 @@ class _Groups:
         self.parent[self.find(x)] = self.find(y)
 
 
-def split(pairs: list[Pair], seed: int = SEED) -> dict[str, list[Pair]]:
+def components(pairs: list[Pair], seed: int = SEED) -> list[list[Pair]]:
+    """Pairs grouped by connected component of the question graph, components in a seeded random order."""
     groups = _Groups()
     for pair in pairs:
         groups.union(normalize(pair.a), normalize(pair.b))
-    roots = sorted({groups.find(normalize(p.a)) for p in pairs})
+    grouped: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        grouped.setdefault(groups.find(normalize(pair.a)), []).append(pair)
+    roots = sorted(grouped)
     random.Random(seed).shuffle(roots)
+    return [grouped[root] for root in roots]
+
+
+def split(pairs: list[Pair], seed: int = SEED) -> dict[str, list[Pair]]:
+    parts = components(pairs, seed)
     names, cut, bounds = list(SPLITS), 0.0, {}
     for name in names:
         cut += SPLITS[name]
         bounds[name] = cut
-    where = {root: next(n for n in names if i / len(roots) < bounds[n]) for i, root in enumerate(roots)}
     result: dict[str, list[Pair]] = {name: [] for name in names}
-    for pair in pairs:
-        result[where[groups.find(normalize(pair.a))]].append(pair)
-    return result
+    for i, part in enumerate(parts):
+        result[next(n for n in names if i / len(parts) < bounds[n])] += part
+    # Keep the file's order inside each split, as before components were materialized.
+    order = {id(p): i for i, p in enumerate(pairs)}
+    return {name: sorted(found, key=lambda p: order[id(p)]) for name, found in result.items()}
+
+
+def sample(pairs: list[Pair], size: int, seed: int = SEED) -> list[Pair]:
+    """Whole components (so duplicate clusters stay intact) until `size` pairs."""
+    chosen: list[Pair] = []
+    for part in components(pairs, seed + 1):
+        if len(chosen) >= size:
+            break
+        chosen += part
+    return chosen
+
+
+def write_pairs(pairs: list[Pair], path: Path) -> None:
+    lines = b"".join(orjson.dumps({"a": p.a, "b": p.b, "duplicate": p.duplicate}) + b"\n" for p in pairs)
+    path.write_bytes(gzip.compress(lines, mtime=0))  # mtime 0: the same pairs give the same bytes
 
 
 @dataclass
@@ -193,3 +229,21 @@ def served_by_verifier(results: list[Outcome], threshold: float) -> Served:
 def served_by_cosine(results: list[Outcome], cutoff: float) -> Served:
     hits = [r for r in results if r.cosine >= cutoff]
     return Served(len(hits), sum(r.nearest_correct for r in hits), len(results), sum(r.answerable for r in results))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write the repository's held-out sample from the full development set."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--data", type=Path, help="the full QQP development set (default: $SLIPSTREAM_QQP)")
+    parser.add_argument("--size", type=int, default=2000)
+    parser.add_argument("--out", type=Path, default=HELD_OUT_SAMPLE)
+    args = parser.parse_args(argv)
+    chosen = sample(split(load_pairs(full_set(args.data)))["test"], args.size)
+    write_pairs(chosen, args.out)
+    print(f"wrote {len(chosen)} pairs of the test split to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

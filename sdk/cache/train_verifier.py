@@ -1,6 +1,6 @@
 """Train and calibrate the semantic-cache verifier on Quora Question Pairs; writes sdk/cache/verifier.npz.
 
-    .venv/bin/python -m sdk.cache.train_verifier [--data ../shared/data/qqp-dev.jsonl.gz]
+    .venv/bin/python -m sdk.cache.train_verifier --data qqp-dev.jsonl.gz   # or SLIPSTREAM_QQP=...
 
 Three disjoint splits (by question-graph component, see qqp.py): the MLP learns on `train`, the
 thresholds are chosen on `calibration`, and `test` is only reported. Training pairs are the labelled
@@ -95,13 +95,13 @@ def report(name: str, results: list[qqp.Outcome], verifier: Verifier) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=qqp.DEFAULT_DATA)
+    parser.add_argument("--data", type=Path, help="the full QQP development set (default: $SLIPSTREAM_QQP)")
     parser.add_argument("--out", type=Path, default=WEIGHTS)
     parser.add_argument("--embedding-cache", type=Path, default=default_data_dir() / "qqp")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
-    splits = qqp.split(qqp.load_pairs(args.data))
+    splits = qqp.split(qqp.load_pairs(qqp.full_set(args.data)))
     embedder = Embedder()
     every_text = [t for pairs in splits.values() for p in pairs for t in (p.a, p.b)]
     vectors = qqp.embed_cached(every_text, embedder.embed_many, args.embedding_cache)
