@@ -44,11 +44,15 @@ class LLM:
         if len(params) != len(prompt_list):
             raise ValueError("give one SamplingParams, or one per prompt")
         engine = self.llm_engine
-        ids = []
-        for prompt, p in zip(prompt_list, params, strict=True):
-            rid = engine.new_request_id()
-            engine.add_request(rid, prompt, p)
-            ids.append(rid)
+        ids: list[str] = []
+        try:
+            for prompt, p in zip(prompt_list, params, strict=True):
+                rid = engine.new_request_id()
+                engine.add_request(rid, prompt, p)
+                ids.append(rid)
+        except Exception:
+            engine.abort_request(ids)  # all or nothing: none of this call's prompts stays queued
+            raise
         finished: dict[str, RequestOutput] = {}
         while engine.has_unfinished_requests():
             for out in engine.step():

@@ -19,6 +19,10 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # number of top logprobs per token; 0: only the sampled token's
     skip_special_tokens: bool = True
+    presence_penalty: float = 0.0  # subtracted once from every token already generated
+    frequency_penalty: float = 0.0  # subtracted per occurrence in the generated tokens
+    repetition_penalty: float = 1.0  # > 1 discourages tokens of the prompt and output (CTRL's rule)
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -34,6 +38,18 @@ class SamplingParams:
             raise ValueError("max_tokens must be at least 1")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError("logprobs must be >= 0")
+        if not -2 <= self.presence_penalty <= 2 or not -2 <= self.frequency_penalty <= 2:
+            raise ValueError("presence_penalty and frequency_penalty must be in [-2, 2]")
+        if self.repetition_penalty <= 0:
+            raise ValueError("repetition_penalty must be > 0")
+        if self.min_tokens < 0:
+            raise ValueError("min_tokens must be >= 0")
+
+    @property
+    def shapes_logits(self) -> bool:
+        """Whether penalties or biases change the logits the token is drawn from."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+                    or self.logit_bias)
 
     @property
     def greedy(self) -> bool:

@@ -71,6 +71,38 @@ def _number(body: dict[str, Any], key: str, default: Any, kind: type | tuple[typ
     return value
 
 
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    """Features this engine cannot honour are refused, never silently dropped."""
+    if body.get("tools") and body.get("tool_choice", "auto") != "none":
+        raise ChatRequestError("this engine does not support tool calling; send no 'tools' "
+                               "(or tool_choice 'none')", param="tools")
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise ChatRequestError("this engine supports only response_format {'type': 'text'} "
+                               "(no JSON mode or structured outputs)", param="response_format")
+
+
+def _logit_bias(body: dict[str, Any], vocab_size: int) -> dict[int, float] | None:
+    raw = body.get("logit_bias")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ChatRequestError("'logit_bias' must map token ids to numbers in [-100, 100]", param="logit_bias")
+    bias: dict[int, float] = {}
+    for key, value in raw.items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise ChatRequestError(f"logit_bias key {key!r} is not a token id", param="logit_bias") from None
+        if not 0 <= token < vocab_size:
+            raise ChatRequestError(f"logit_bias token {token} is outside this model's vocabulary of {vocab_size}",
+                                   param="logit_bias")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise ChatRequestError(f"logit_bias for {key} must be a number in [-100, 100]", param="logit_bias")
+        bias[token] = float(value)
+    return bias
+
+
 def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | None = None) -> ChatRequest:
     """Validate an OpenAI chat request and render its prompt with the model's chat template."""
     if not isinstance(body, dict):
@@ -83,6 +115,7 @@ def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | No
         raise ChatRequestError("'messages' must be a non-empty list", param="messages")
     if _number(body, "n", 1, int) != 1:
         raise ChatRequestError("only n=1 is supported", param="n")
+    _refuse_unsupported(body)
     rendered = [{"role": str(m.get("role", "user")), "content": _text_content(m.get("content"))}
                 for m in messages if isinstance(m, dict)]
     tokenizer = engine.tokenizer
@@ -101,6 +134,7 @@ def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | No
         raise ChatRequestError("'stop' must be a string or a list of strings", param="stop")
     top_logprobs = _number(body, "top_logprobs", 0, int) if body.get("logprobs") is True else None
     stream_options = body.get("stream_options") or {}
+    logit_bias = _logit_bias(body, engine.engine.model_runner.model.args.vocab_size)
     try:
         params = SamplingParams(
             temperature=float(_number(body, "temperature", 1.0, (int, float))),
@@ -112,6 +146,10 @@ def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | No
             stop_token_ids=list(body.get("stop_token_ids") or []),
             ignore_eos=bool(body.get("ignore_eos", False)),
             logprobs=top_logprobs,
+            presence_penalty=float(_number(body, "presence_penalty", 0.0, (int, float))),
+            frequency_penalty=float(_number(body, "frequency_penalty", 0.0, (int, float))),
+            repetition_penalty=float(_number(body, "repetition_penalty", 1.0, (int, float))),  # vLLM's extra
+            logit_bias=logit_bias,
         )
     except ValueError as exc:
         raise ChatRequestError(str(exc)) from exc

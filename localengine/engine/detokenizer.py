@@ -32,8 +32,9 @@ class IncrementalDetokenizer:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.params.skip_special_tokens)
 
-    def append(self, token_id: int) -> str | None:
-        """Add a token; returns the stop string if the text now contains one (text is truncated)."""
+    def append(self, token_id: int, check_stop: bool = True) -> str | None:
+        """Add a token; returns the stop string if the new text completes one (text is truncated).
+        With `check_stop` False (before min_tokens, as in vLLM) stop strings are not looked for."""
         self.ids.append(token_id)
         prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
         full = self._decode(self.ids[self.prefix_offset :])
@@ -42,7 +43,7 @@ class IncrementalDetokenizer:
         before = len(self.text)
         self.text += full[len(prefix) :]
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return self._check_stop(before)
+        return self._check_stop(before) if check_stop else None
 
     def _check_stop(self, before: int) -> str | None:
         for stop in self.stops:

@@ -111,6 +111,9 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams,
                     cache_salt: str | None = None, arrival_time: float | None = None) -> None:
         text, token_ids = self.tokenize(prompt)
+        vocab = self.model_runner.model.args.vocab_size
+        if params.logit_bias and not all(isinstance(t, int) and 0 <= t < vocab for t in params.logit_bias):
+            raise ValueError("logit_bias keys must be token ids inside the model's vocabulary")
         seq = Sequence(request_id, token_ids, params, text, cache_salt, arrival_time)
         self.scheduler.add(seq)
         self.detokenizers[request_id] = IncrementalDetokenizer(self.tokenizer, params, token_ids)
@@ -210,9 +213,10 @@ class LLMEngine:
 
     def _check_stop(self, seq: Sequence, token_id: int) -> None:
         params = seq.sampling_params
-        stop_string = self.detokenizers[seq.request_id].append(token_id)
+        may_stop = seq.num_output_tokens >= params.min_tokens
+        stop_string = self.detokenizers[seq.request_id].append(token_id, check_stop=may_stop)
         reason: tuple[str, int | str | None] | None = None
-        if seq.num_output_tokens >= params.min_tokens:
+        if may_stop:
             if token_id in params.stop_token_ids:
                 reason = ("stop", token_id)
             elif not params.ignore_eos and token_id in self.eos_token_ids:

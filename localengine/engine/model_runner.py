@@ -88,21 +88,27 @@ class ModelRunner:
 
     def _num_blocks(self) -> int:
         cfg = self.config
-        if cfg.num_kvcache_blocks is not None:
-            return cfg.num_kvcache_blocks
         assert cfg.max_model_len is not None
-        budget = available_memory_bytes(self.device) * cfg.kv_cache_memory_fraction
-        cap = cfg.max_kv_cache_bytes or (CPU_KV_CACHE_CAP_BYTES if self.device.type == "cpu" else None)
-        if cap is not None:
-            budget = min(budget, cap)
-        # More blocks than every sequence at full length could use would only waste memory.
-        needed = cfg.max_num_seqs * -(-cfg.max_model_len // self.block_size)
-        num_blocks = min(int(budget // self._block_bytes()), needed)
-        min_blocks = -(-cfg.max_model_len // self.block_size)
+        spec = cfg.speculative_config
+        lookahead = spec.num_speculative_tokens if spec is not None and not isinstance(spec, dict) else 0
+        # One request may grow to max_model_len tokens plus the proposals reserved ahead of it; a
+        # cache smaller than that would preempt that request forever (vLLM refuses to start too).
+        min_blocks = -(-(cfg.max_model_len + lookahead) // self.block_size)
+        if cfg.num_kvcache_blocks is not None:
+            num_blocks = cfg.num_kvcache_blocks
+        else:
+            budget = available_memory_bytes(self.device) * cfg.kv_cache_memory_fraction
+            cap = cfg.max_kv_cache_bytes or (CPU_KV_CACHE_CAP_BYTES if self.device.type == "cpu" else None)
+            if cap is not None:
+                budget = min(budget, cap)
+            # More blocks than every sequence at full length could use would only waste memory.
+            needed = cfg.max_num_seqs * min_blocks
+            num_blocks = min(int(budget // self._block_bytes()), needed)
         if num_blocks < min_blocks:
             raise MemoryError(
-                f"KV cache would hold {num_blocks} blocks, fewer than one max_model_len sequence needs "
-                f"({min_blocks}); lower max_model_len or free memory"
+                f"the KV cache holds {num_blocks} blocks of {self.block_size} tokens, fewer than one request "
+                f"of max_model_len={cfg.max_model_len} tokens (plus {lookahead} speculative) needs ({min_blocks}); "
+                f"lower max_model_len, raise num_kvcache_blocks or free memory"
             )
         return num_blocks
 

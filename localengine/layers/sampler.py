@@ -3,8 +3,9 @@
 Temperature, then top-k, then top-p shape each row's distribution; the token is drawn with the
 exponential race argmax(p / E), E ~ Exp(1), which samples exactly from p without normalising it
 or calling torch.multinomial. Seeded requests draw their noise from their own generator, so their
-tokens do not depend on what else is in the batch. Logprobs are those of the raw model
-distribution (vLLM's default), before temperature and truncation.
+tokens do not depend on what else is in the batch. Penalties, logit biases and the min_tokens ban
+shape the logits the token is drawn from; logprobs are those of the raw model distribution
+(vLLM's default), before any of them and before temperature and truncation.
 """
 
 from __future__ import annotations
@@ -35,29 +36,60 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
 
 
+def apply_penalties(row: torch.Tensor, seq: Sequence) -> None:
+    """vLLM's penalties on one row of logits, in place: repetition (CTRL: divide positive logits,
+    multiply negative ones, for every token of the prompt and output), then frequency and presence
+    (OpenAI: subtract per occurrence / once, for output tokens), then the logit bias."""
+    params = seq.sampling_params
+    vocab = row.shape[-1]
+    if params.repetition_penalty != 1.0:
+        seen = torch.zeros(vocab, dtype=torch.bool, device=row.device)
+        seen[torch.tensor(seq.token_ids, device=row.device)] = True
+        penalized = torch.where(row > 0, row / params.repetition_penalty, row * params.repetition_penalty)
+        row.copy_(torch.where(seen, penalized, row))
+    if (params.frequency_penalty or params.presence_penalty) and seq.num_output_tokens:
+        counts = torch.bincount(torch.tensor(seq.output_token_ids, device=row.device), minlength=vocab)[:vocab]
+        row -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
+    if params.logit_bias:
+        ids = torch.tensor(list(params.logit_bias), device=row.device)
+        row[ids] += torch.tensor(list(params.logit_bias.values()), device=row.device, dtype=row.dtype)
+
+
 class Sampler:
     def __init__(self, seed: int, eos_token_ids: set[int]):
         self.generator = torch.Generator().manual_seed(seed)
         self.eos_token_ids = sorted(eos_token_ids)
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
-        logits = logits.float()
-        self._enforce_min_tokens(logits, seqs)
+        raw = logits.float()
+        logits = self._shape(raw, seqs)
         greedy_tokens = logits.argmax(dim=-1)
         tokens = greedy_tokens
         if not all(s.sampling_params.greedy for s in seqs):
             tokens = torch.where(self._greedy_mask(seqs, logits.device), greedy_tokens, self._sample(logits, seqs))
         token_list = tokens.tolist()
-        return SamplerOutput(token_list, self._logprobs(logits, seqs, token_list))
+        return SamplerOutput(token_list, self._logprobs(raw, seqs, token_list))
 
-    def _enforce_min_tokens(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
-        """Until a request has min_tokens outputs, the tokens that would stop it cannot be drawn."""
-        for i, seq in enumerate(seqs):
-            params = seq.sampling_params
-            if seq.num_output_tokens < params.min_tokens:
-                banned = list(params.stop_token_ids) + ([] if params.ignore_eos else self.eos_token_ids)
-                if banned:
-                    logits[i, banned] = float("-inf")
+    def _shape(self, raw: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """The logits to draw from: `raw` itself when no request shapes them, else a copy with
+        each request's penalties, biases and min_tokens ban applied."""
+        rows = [i for i, s in enumerate(seqs) if s.sampling_params.shapes_logits or self._banned(s)]
+        if not rows:
+            return raw
+        logits = raw.clone()
+        for i in rows:
+            apply_penalties(logits[i], seqs[i])
+            banned = self._banned(seqs[i])
+            if banned:
+                # Until a request has min_tokens outputs, the tokens that would stop it cannot be drawn.
+                logits[i, banned] = float("-inf")
+        return logits
+
+    def _banned(self, seq: Sequence) -> list[int]:
+        params = seq.sampling_params
+        if seq.num_output_tokens >= params.min_tokens:
+            return []
+        return list(params.stop_token_ids) + ([] if params.ignore_eos else self.eos_token_ids)
 
     @staticmethod
     def _greedy_mask(seqs: list[Sequence], device: torch.device) -> torch.Tensor:

@@ -38,6 +38,7 @@ class ModelArgs:
     rope_scaling: dict[str, Any] | None
     max_positions: int
     attention_bias: bool
+    o_proj_bias: bool
     mlp_bias: bool
     qk_norm: bool
     tie_word_embeddings: bool
@@ -65,6 +66,8 @@ class ModelArgs:
             rope_scaling=scaling,
             max_positions=cfg.get("max_position_embeddings", 4096),
             attention_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
+            # Llama/Qwen3's attention_bias also covers o_proj; Qwen2 biases q/k/v only.
+            o_proj_bias=model_type != "qwen2" and bool(cfg.get("attention_bias", False)),
             mlp_bias=bool(cfg.get("mlp_bias", False)),
             qk_norm=model_type == "qwen3",
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
@@ -77,7 +80,7 @@ class LlamaAttention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = a.num_heads, a.num_kv_heads, a.head_dim
         q_size, kv_size = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
         self.qkv_proj = MergedLinear(a.hidden_size, [q_size, kv_size, kv_size], bias=a.attention_bias)
-        self.o_proj = nn.Linear(q_size, a.hidden_size, bias=False)
+        self.o_proj = nn.Linear(q_size, a.hidden_size, bias=a.o_proj_bias)
         self.q_norm = RMSNorm(a.head_dim, a.rms_norm_eps) if a.qk_norm else None
         self.k_norm = RMSNorm(a.head_dim, a.rms_norm_eps) if a.qk_norm else None
         self.rotary_emb = RotaryEmbedding(a.head_dim, a.max_positions, a.rope_theta, a.rope_scaling)

@@ -58,8 +58,9 @@ class SpeculationPolicy:
     def num_tokens(self, seq: Sequence, batch_size: int) -> int:
         """Proposals to make for `seq` now (0: decode normally this step)."""
         cfg, params = self.config, seq.sampling_params
-        # Verification returns no logprobs and cannot ban stop tokens below min_tokens.
-        if params.logprobs is not None or seq.num_output_tokens < params.min_tokens:
+        # Verification returns no logprobs, cannot ban stop tokens below min_tokens and samples
+        # from the model's distribution before penalties and biases.
+        if params.logprobs is not None or seq.num_output_tokens < params.min_tokens or params.shapes_logits:
             return 0
         # Proposals past the request's last token would be thrown away.
         limit = self.max_model_len - seq.num_tokens - 1

@@ -40,8 +40,9 @@ def test_batch_composition_does_not_change_results(llm, alone):
 
 def test_chunked_prefill_and_preemption_give_same_tokens(llama_dir, alone):
     # A tiny token budget chunks every long prompt; 24 blocks of 4 tokens cannot hold all six
-    # sequences, so the scheduler must preempt and recompute.
-    llm = make_llm(llama_dir, max_num_batched_tokens=16, num_kvcache_blocks=24, enable_prefix_caching=False)
+    # sequences (one of max_model_len fits), so the scheduler must preempt and recompute.
+    llm = make_llm(llama_dir, max_num_batched_tokens=16, num_kvcache_blocks=24, max_model_len=96,
+                   enable_prefix_caching=False)
     assert tokens(llm.generate(PROMPTS, GREEDY)) == alone
     engine = llm.llm_engine
     assert engine.scheduler.num_preemptions > 0

@@ -109,8 +109,9 @@ def test_greedy_output_unchanged_in_batch(base_llm, reference, spec):
 
 
 def test_greedy_unchanged_under_preemption_chunking_and_stops(reference):
-    """A tiny cache forces preemption mid-speculation; a small budget truncates proposals."""
-    llm = LLM("demo", speculative_config=DRAFT, num_kvcache_blocks=8, max_num_batched_tokens=16)
+    """A tiny cache (one max_model_len request fits) forces preemption mid-speculation; a small
+    budget truncates proposals."""
+    llm = LLM("demo", speculative_config=DRAFT, num_kvcache_blocks=8, max_num_batched_tokens=16, max_model_len=96)
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == [r.outputs[0].token_ids for r in reference]
     assert llm.llm_engine.scheduler.num_preemptions > 0
