@@ -21,11 +21,9 @@ import queue
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx2
-import openai
 
 from sdk.errors import (
     NotFoundError,
@@ -43,6 +41,10 @@ from sdk.providers.upstream import (
 from sdk.requests import FORWARDED_HEADERS, models_body, parse_request
 from sdk.runtime import TeamRuntime, slipstream_headers
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
+
+if TYPE_CHECKING:  # each constructor imports its official package: an OpenAI-only program never loads anthropic
+    import anthropic
+    import openai
 
 __all__ = ["OpenAI", "AsyncOpenAI", "Anthropic", "AsyncAnthropic"]
 
@@ -106,24 +108,32 @@ def _passthrough(protocol: Protocol, base_url: str | None, api_key: str | None) 
 def OpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> openai.OpenAI:
     """`openai.OpenAI(**kwargs)` running Slipstream in process; `policy` or $SLIPSTREAM_POLICY names the team's policy."""
     team = _runtime(Protocol.OPENAI, policy, kwargs)
+    import openai
+
     return openai.OpenAI(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team, Protocol.OPENAI)))
 
 
 def AsyncOpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> openai.AsyncOpenAI:
     """`openai.AsyncOpenAI(**kwargs)` running Slipstream on the caller's event loop."""
     team = _runtime(Protocol.OPENAI, policy, kwargs)
+    import openai
+
     return openai.AsyncOpenAI(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team, Protocol.OPENAI)))
 
 
 def Anthropic(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> anthropic.Anthropic:
     """`anthropic.Anthropic(**kwargs)` running Slipstream in process; `policy` or $SLIPSTREAM_POLICY names the team's policy."""
     team = _runtime(Protocol.ANTHROPIC, policy, kwargs)
+    import anthropic
+
     return anthropic.Anthropic(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team, Protocol.ANTHROPIC)))
 
 
 def AsyncAnthropic(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> anthropic.AsyncAnthropic:
     """`anthropic.AsyncAnthropic(**kwargs)` running Slipstream on the caller's event loop."""
     team = _runtime(Protocol.ANTHROPIC, policy, kwargs)
+    import anthropic
+
     return anthropic.AsyncAnthropic(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team, Protocol.ANTHROPIC)))
 
 

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sdk.errors import PolicyError
+from sdk.extras import missing_extras
 
 
 class _Strict(BaseModel):
@@ -310,9 +311,12 @@ def load_policy(path: str | Path) -> Policy:
     if not isinstance(raw, dict):
         raise PolicyError(f"{path}: expected a mapping of policy keys at the top level")
     try:
-        return Policy.model_validate(raw)
+        policy = Policy.model_validate(raw)
     except ValidationError as exc:
         raise PolicyError(_format_errors(path, exc)) from None
+    if missing := missing_extras(policy):
+        raise PolicyError("\n".join(f"{path}: {line}" for line in missing))
+    return policy
 
 
 def policy_files(paths: list[str | Path]) -> list[Path]:
