@@ -7,6 +7,7 @@ import itertools
 import logging
 import os
 import random
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -15,10 +16,11 @@ from typing import Any
 
 import orjson
 
-from . import anthropic, openai
+from . import anthropic, openai, responses, responses_store
 from .asgi import Call, Receive, Scope, Send
 from .caching import PrefixStore
 from .faults import FaultQueue, FaultSet, FaultSpecError, parse_fault
+from .responses_store import ResponseStore
 
 _log = logging.getLogger("emulator")
 
@@ -106,6 +108,7 @@ class EmulatorState:
     anthropic_cache: PrefixStore = field(default_factory=PrefixStore)
     openai_cache: PrefixStore = field(default_factory=PrefixStore)
     faults: FaultQueue = field(default_factory=FaultQueue)
+    responses: ResponseStore = field(default_factory=ResponseStore)
     clock_offset: float = 0.0  # added by POST /_emulator/clock to test TTL expiry
     recent: deque[dict[str, Any]] = field(default_factory=deque)
 
@@ -117,7 +120,37 @@ _ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/messages/count_tokens"): anthropic.count_tokens,
     ("POST", "/v1/chat/completions"): openai.chat_completions,
     ("GET", "/v1/models"): openai.models,
+    ("POST", "/v1/responses"): responses.create,
+    ("POST", "/v1/responses/input_tokens"): responses.input_tokens,
 }
+
+# Paths with parameters: (method, pattern, name counted in stats, handler); groups -> call.params.
+_PATTERNS: list[tuple[str, re.Pattern[str], str, Handler]] = [
+    ("GET", re.compile(r"/v1/responses/([^/]+)"), "/v1/responses/{id}", responses_store.retrieve),
+    ("DELETE", re.compile(r"/v1/responses/([^/]+)"), "/v1/responses/{id}", responses_store.delete),
+    ("GET", re.compile(r"/v1/responses/([^/]+)/input_items"), "/v1/responses/{id}/input_items",
+     responses_store.input_items),
+    ("POST", re.compile(r"/v1/responses/([^/]+)/cancel"), "/v1/responses/{id}/cancel",
+     responses_store.cancel),
+]
+
+
+def _route(method: str, path: str) -> tuple[Handler, str, tuple[str, ...]] | None:
+    handler = _ROUTES.get((method, path))
+    if handler is not None:
+        return handler, path, ()
+    for m, pattern, name, h in _PATTERNS:
+        if m == method:
+            match = pattern.fullmatch(path)
+            if match:
+                return h, name, match.groups()
+    return None
+
+
+def is_openai_call(call: Call) -> bool:
+    """Whose error shape an answer takes: Anthropic for /v1/messages* and requests that carry
+    `anthropic-version`, OpenAI for everything else."""
+    return not call.path.startswith("/v1/messages") and "anthropic-version" not in call.headers
 
 
 class Emulator:
@@ -167,16 +200,17 @@ class Emulator:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         call = Call(scope, receive, send, self.now())
         method, path = scope["method"], call.path
-        handler = _ROUTES.get((method, path))
-        if handler is None:
+        route = _route(method, path)
+        if route is None:
             if path.startswith("/_emulator/"):
                 await self._control(call, method, path)
                 return
             await self._not_found(call, method, path)
             return
+        handler, name, call.params = route
         st = self.stats
         st.requests_total += 1
-        key = f"{method} {path}"
+        key = f"{method} {name}"
         st.endpoints[key] = st.endpoints.get(key, 0) + 1
         st.open_requests += 1
         try:
@@ -204,7 +238,7 @@ class Emulator:
 
     async def _internal_error(self, call: Call, path: str) -> None:
         self.count_status(500)
-        if path.startswith("/v1/chat") or path.startswith("/v1/models"):
+        if is_openai_call(call):
             await call.json(500, {"error": {"message": "The server had an error while processing "
                                             "your request. Sorry about that!",
                                             "type": "server_error", "param": None, "code": None}})
@@ -214,7 +248,7 @@ class Emulator:
 
     async def _not_found(self, call: Call, method: str, path: str) -> None:
         msg = f"Unknown request URL: {method} {path}."
-        if path.startswith("/v1/chat") or path.startswith("/v1/models"):
+        if is_openai_call(call):
             await call.json(404, {"error": {"message": msg, "type": "invalid_request_error",
                                             "param": None, "code": "unknown_url"}})
         else:
@@ -285,6 +319,7 @@ class Emulator:
         st.anthropic_cache.clear()
         st.openai_cache.clear()
         st.faults.clear()
+        st.responses.clear()
         st.recent.clear()
         st.clock_offset = 0.0
 

@@ -27,7 +27,7 @@ class Call:
     """One HTTP request in flight, plus its client-disconnect watcher."""
 
     __slots__ = ("scope", "receive", "send", "path", "headers", "body", "start", "request_id",
-                 "watcher", "started")
+                 "watcher", "started", "params")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, start: float) -> None:
         self.scope = scope
@@ -42,6 +42,7 @@ class Call:
         self.request_id = ""
         self.watcher: asyncio.Future[Any] | None = None
         self.started = False  # response start sent
+        self.params: tuple[str, ...] = ()  # path parameters, e.g. the id in /v1/responses/{id}
 
     async def read_body(self) -> bytes:
         chunks: list[bytes] = []

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .asgi import JSON_CT, SSE_HEADERS, Call, Headers
+from . import openai_wire as wire
+from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
-from .faults import FaultSpecError
 from .reply import Reply, ToolPick, make_reply
-from .streaming import apply_pre_faults, respond_after, run_stream
+from .streaming import respond_after, run_stream
 from .text import seed_for, split_chunks, split_deltas, wants_tool
 
 if TYPE_CHECKING:
@@ -24,118 +24,8 @@ MODELS = ("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-4.1", "gpt-4.1-mini", "gpt-4
 FINISH = {"end": "stop", "max": "length", "stop_sequence": "stop", "tool": "tool_calls"}
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
-_NO_KEY = (
-    "You didn't provide an API key. You need to provide your API key in an Authorization header "
-    "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with "
-    "blank username) if you're accessing the API from your browser and are prompted for a "
-    "username and password. You can obtain an API key from https://platform.openai.com/account/api-keys."
-)
-_SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
-_OVERLOADED = "The server is overloaded or not ready yet."
 
-# C.7: limits, remaining and reset durations (static plausible values).
-_RL: Headers = [
-    (b"openai-organization", b"org-emulator"),
-    (b"openai-version", b"2020-10-01"),
-    (b"openai-processing-ms", b"1"),
-    (b"x-ratelimit-limit-requests", b"10000"),
-    (b"x-ratelimit-limit-tokens", b"30000000"),
-    (b"x-ratelimit-remaining-requests", b"9999"),
-    (b"x-ratelimit-remaining-tokens", b"29999000"),
-    (b"x-ratelimit-reset-requests", b"6ms"),
-    (b"x-ratelimit-reset-tokens", b"2ms"),
-]
-
-
-def _headers(call: Call) -> Headers:
-    h = [(b"x-request-id", call.request_id.encode())]
-    h.extend(_RL)
-    return h
-
-
-def _err_obj(message: str, etype: str = "invalid_request_error", param: str | None = None,
-             code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": etype, "param": param, "code": code}}
-
-
-async def _error(emu: Emulator, call: Call, status: int, obj: dict[str, Any],
-                 extra: Headers | None = None) -> None:
-    h = _headers(call)
-    if extra:
-        h.extend(extra)
-    emu.count_status(status)
-    await call.json(status, obj, h)
-
-
-async def _bad(emu: Emulator, call: Call, message: str, param: str | None = None,
-               code: str | None = None) -> None:
-    await _error(emu, call, 400, _err_obj(message, param=param, code=code))
-
-
-def _fault_body(status: int, model: str | None) -> dict[str, Any]:
-    if status == 429:
-        return _err_obj(
-            f"Rate limit reached for {model or 'default'} in organization org-emulator on requests "
-            "per min (RPM): Limit 10000, Used 10000, Requested 1. Please try again in 1s. Visit "
-            "https://platform.openai.com/account/rate-limits to learn more.",
-            "requests", "requests", "rate_limit_exceeded")
-    if status == 503:
-        return _err_obj(_OVERLOADED, "server_error")
-    if status >= 500:
-        return _err_obj(_SERVER_ERROR, "server_error")
-    if status == 401:
-        return _err_obj("Incorrect API key provided.", code="invalid_api_key")
-    return _err_obj(f"Emulated error {status}.")
-
-
-async def _preamble(emu: Emulator, call: Call, parse: bool) -> tuple[Any, str] | None:
-    call.request_id = emu.new_id("req_")
-    auth = call.headers.get("authorization", "")
-    key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-    if not key:
-        await _error(emu, call, 401, _err_obj(_NO_KEY))
-        return None
-    keys = emu.config.api_keys
-    if keys is not None and key not in keys:
-        shown = key[:3] + "*" * 3 + key[-4:] if len(key) > 8 else "***"
-        await _error(emu, call, 401, _err_obj(
-            f"Incorrect API key provided: {shown}. You can find your API key at "
-            "https://platform.openai.com/account/api-keys.", code="invalid_api_key"))
-        return None
-    if not parse:
-        return None, key
-    try:
-        body = orjson.loads(call.body)
-    except orjson.JSONDecodeError:
-        await _bad(emu, call, "We could not parse the JSON body of your request. (HINT: This likely "
-                   "means you aren't using your HTTP library correctly. The OpenAI API expects a "
-                   "JSON payload, but what was sent was not valid JSON. If you have trouble "
-                   "figuring out how to fix this, please contact us through our help center at "
-                   "help.openai.com.)")
-        return None
-    if not isinstance(body, dict):
-        await _bad(emu, call, "Invalid type for request body: expected an object.", code="invalid_type")
-        return None
-    return body, key
-
-
-def _range(body: dict[str, Any], name: str, lo: float, hi: float) -> tuple[str, str, str] | None:
-    v = body.get(name)
-    if v is None:
-        return None
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return (f"Invalid type for '{name}': expected a decimal, but got {type(v).__name__} instead.",
-                name, "invalid_type")
-    if v > hi:
-        return (f"Invalid '{name}': decimal above maximum value. Expected a value <= {hi:g}, but got "
-                f"{v} instead.", name, "decimal_above_max_value")
-    if v < lo:
-        return (f"Invalid '{name}': decimal below minimum value. Expected a value >= {lo:g}, but got "
-                f"{v} instead.", name, "decimal_below_min_value")
-    return None
-
-
-def _validate(body: dict[str, Any]) -> tuple[str, str | None, str | None] | None:
+def _validate(body: dict[str, Any]) -> wire.Problem | None:
     """(message, param, code) of the first problem, or None."""
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "you must provide a model parameter", None, None
@@ -170,25 +60,27 @@ def _validate(body: dict[str, Any]) -> tuple[str, str | None, str | None] | None
                     "missing_required_parameter")
     for name, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1), ("presence_penalty", -2, 2),
                          ("frequency_penalty", -2, 2)):
-        r = _range(body, name, lo, hi)
+        r = wire.check_range(body, name, lo, hi)
         if r:
             return r
-    for name in ("max_tokens", "max_completion_tokens"):
-        v = body.get(name)
-        if v is not None:
-            if not isinstance(v, int) or isinstance(v, bool):
-                return (f"Invalid type for '{name}': expected an integer.", name, "invalid_type")
-            if v < 1:
-                return (f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but "
-                        f"got {v} instead.", name, "integer_below_min_value")
+    r = wire.check_int(body, "max_tokens", 1) or wire.check_int(body, "max_completion_tokens", 1)
+    if r:
+        return r
     n = body.get("n")
     if n is not None and (not isinstance(n, int) or n < 1 or n > 128):
         return "Invalid 'n': expected an integer between 1 and 128.", "n", "invalid_value"
     if n not in (None, 1) and body.get("stream"):
         return "The emulator does not support n > 1 with stream=true.", "n", None
-    if body.get("stream_options") is not None and not body.get("stream"):
-        return ("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-                "stream_options", None)
+    if "stream" in body and not isinstance(body["stream"], bool) and body["stream"] is not None:
+        return "Invalid type for 'stream': expected a boolean.", "stream", "invalid_type"
+    opts = body.get("stream_options")
+    if opts is not None:
+        if not body.get("stream"):
+            return ("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                    "stream_options", None)
+        if not isinstance(opts, dict):
+            return ("Invalid type for 'stream_options': expected an object, but got "
+                    f"{type(opts).__name__} instead.", "stream_options", "invalid_type")
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str):
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
@@ -199,7 +91,7 @@ def _validate(body: dict[str, Any]) -> tuple[str, str | None, str | None] | None
     return _validate_tools(body)
 
 
-def _validate_tools(body: dict[str, Any]) -> tuple[str, str | None, str | None] | None:
+def _validate_tools(body: dict[str, Any]) -> wire.Problem | None:
     tools = body.get("tools")
     names: list[str] = []
     if tools is not None:
@@ -220,21 +112,11 @@ def _validate_tools(body: dict[str, Any]) -> tuple[str, str | None, str | None] 
     if not tools:
         return ("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
                 "specified.", "tool_choice", None)
-    if isinstance(tc, str):
-        if tc not in ("none", "auto", "required"):
-            return (f"Invalid value: '{tc}'. Supported values are: 'none', 'auto', and 'required'.",
-                    "tool_choice", "invalid_value")
-    elif isinstance(tc, dict):
-        name = (tc.get("function") or {}).get("name") if isinstance(tc.get("function"), dict) else None
-        if tc.get("type") == "function" and name not in names:
-            return (f"Invalid value for 'tool_choice': tool '{name}' is not in 'tools'.",
-                    "tool_choice", "invalid_value")
-    else:
-        return "Invalid type for 'tool_choice'.", "tool_choice", "invalid_type"
-    return None
+    fn = tc.get("function") if isinstance(tc, dict) else None
+    return wire.check_tool_choice(tc, names, fn.get("name") if isinstance(fn, dict) else None)
 
 
-def _pick_tool(body: dict[str, Any]) -> ToolPick | None:
+def pick_tool(body: dict[str, Any]) -> ToolPick | None:
     """Same rule as Anthropic: `required`/named function always call; `auto` calls when the last
     user text names a tool or says "use a tool" (not when the last message is a tool result)."""
     fns = [t["function"] for t in body.get("tools") or ()
@@ -279,36 +161,10 @@ def _usage(plan: CachePlan, out: int) -> dict[str, Any]:
 
 
 async def chat_completions(emu: Emulator, call: Call) -> None:
-    pre = await _preamble(emu, call, parse=True)
-    if pre is None:
+    req = await wire.begin(emu, call, _validate)
+    if req is None:
         return
-    body, key = pre
-    model = body.get("model") if isinstance(body.get("model"), str) else None
-    stream = body.get("stream") is True
-    try:
-        faults = emu.take_faults(call, model, stream)
-    except FaultSpecError as e:
-        await _bad(emu, call, f"x-emulator-fault: {e}")
-        return
-
-    async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
-        status = 503 if status == 529 else status
-        extra: Headers = []
-        if ra is not None:
-            extra.append((b"retry-after", _num(ra)))
-        if ra_ms is not None:
-            extra.append((b"retry-after-ms", _num(ra_ms)))
-        if status == 429:
-            extra.append((b"x-ratelimit-remaining-requests", b"0"))
-        await _error(emu, call, status, _fault_body(status, model), extra)
-
-    if await apply_pre_faults(emu, call, faults, stream, send_fault):
-        return
-    err = _validate(body)
-    if err:
-        await _bad(emu, call, *err)
-        return
-    assert model is not None
+    body, key, model, stream, faults = req.body, req.key, req.model, req.stream, req.faults
     cfg = emu.config
     scope = f"{key}\x00{model}\x00{body.get('prompt_cache_key') or ''}"
     plan = plan_openai(emu.state.openai_cache, openai_prompt_blob(body), scope, call.start,
@@ -318,7 +174,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     mt = body.get("max_completion_tokens") or body.get("max_tokens")
     v = call.headers.get("x-emulator-output-tokens")
     natural = int(v) if v and v.isdigit() else cfg.default_output_tokens
-    reply = make_reply(seed_for(model, body["messages"]), natural, mt, stops, _pick_tool(body))
+    reply = make_reply(seed_for(model, body["messages"]), natural, mt, stops, pick_tool(body))
     cid = emu.new_id("chatcmpl-")
     call_id = emu.new_id("call_") if reply.tool_name else ""
     created = int(time.time())
@@ -327,10 +183,9 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
         opts = body.get("stream_options") or {}
         events, tokens = _chunks(emu, cid, created, model, plan, reply, call_id,
                                  bool(opts.get("include_usage")))
-        otype = faults.midstream_type if faults else "overloaded_error"
-        msg = _OVERLOADED if otype == "overloaded_error" else _SERVER_ERROR
-        err_ev = b"data: " + orjson.dumps(_err_obj(msg, "server_error")) + b"\n\n"
-        headers = _headers(call)
+        err = wire.err_obj(wire.midstream_message(faults), "server_error")
+        err_ev = b"data: " + orjson.dumps(err) + b"\n\n"
+        headers = wire.headers(call)
         headers.extend(SSE_HEADERS)
         await run_stream(emu, call, headers, events, tokens, faults, err_ev, ttft, plan.commit)
         return
@@ -345,14 +200,10 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
            "choices": choices, "usage": _usage(plan, reply.output_tokens * n),
            "service_tier": "default", "system_fingerprint": "fp_emulator"}
-    headers = _headers(call)
+    headers = wire.headers(call)
     headers.append(JSON_CT)
     delay = ttft + cfg.per_output_token_ms * reply.output_tokens / 1000.0
     await respond_after(emu, call, delay, 200, orjson.dumps(out), headers, plan.commit)
-
-
-def _num(x: float) -> bytes:
-    return (str(int(x)) if float(x).is_integer() else str(x)).encode()
 
 
 def _chunks(emu: Emulator, cid: str, created: int, model: str, plan: CachePlan, reply: Reply,
@@ -401,23 +252,11 @@ def _chunks(emu: Emulator, cid: str, created: int, model: str, plan: CachePlan, 
 
 
 async def models(emu: Emulator, call: Call) -> None:
-    pre = await _preamble(emu, call, parse=False)
-    if pre is None:
+    if await wire.authenticate(emu, call) is None:
         return
-    try:
-        faults = emu.take_faults(call, None, False)
-    except FaultSpecError as e:
-        await _bad(emu, call, f"x-emulator-fault: {e}")
-        return
-
-    async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
-        status = 503 if status == 529 else status
-        extra = [(b"retry-after", _num(ra))] if ra is not None else []
-        await _error(emu, call, status, _fault_body(status, None), extra)
-
-    if await apply_pre_faults(emu, call, faults, False, send_fault):
+    handled, _ = await wire.pre_faults(emu, call, None, False)
+    if handled:
         return
     data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "openai"}
             for m in MODELS]
-    emu.count_status(200)
-    await call.json(200, {"object": "list", "data": data}, _headers(call))
+    await wire.ok(emu, call, {"object": "list", "data": data})

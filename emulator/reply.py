@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from .text import apply_stop, count_tokens, example_from_schema, reply_text
+from .text import apply_stop, count_tokens, example_from_schema, reply_text, truncate_tokens
 
 
 @dataclass(slots=True)
@@ -34,8 +34,13 @@ def make_reply(
     max_tokens: int | None,
     stops: list[str],
     tool: ToolPick | None,
+    json_schema: Any = None,
 ) -> Reply:
-    """Plan the reply. `natural` is the length the model 'wants'; `max_tokens` caps it."""
+    """Plan the reply. `natural` is the length the model 'wants'; `max_tokens` caps it.
+
+    With `json_schema` (structured output) the text is a minimal JSON instance of that schema
+    whatever its length; `max_tokens` still cuts it (then it is invalid JSON, as real models' is).
+    """
     cap = natural if max_tokens is None else min(natural, max_tokens)
     if tool is not None and (max_tokens is None or max_tokens > 0):
         args = example_from_schema(tool.schema)
@@ -44,6 +49,8 @@ def make_reply(
         n = count_tokens(pre) + count_tokens(tool.name) + count_tokens(args_json)
         if max_tokens is None or n <= max_tokens:
             return Reply(pre, tool.name, args, args_json, "tool", None, n)
+    if json_schema is not None:
+        return _json_reply(json_schema, max_tokens)
     text = reply_text(seed, cap)
     stop = "max" if max_tokens is not None and max_tokens < natural else "end"
     hit = None
@@ -53,3 +60,28 @@ def make_reply(
             stop = "stop_sequence"
     n = cap if hit is None else count_tokens(text)
     return Reply(text, None, None, "", stop, hit, n)
+
+
+def _json_reply(schema: Any, max_tokens: int | None) -> Reply:
+    text = orjson.dumps(example_from_schema(schema)).decode()
+    n = count_tokens(text)
+    if max_tokens is not None and n > max_tokens:
+        text = truncate_tokens(text, max_tokens)
+        return Reply(text, None, None, "", "max", None, count_tokens(text))
+    return Reply(text, None, None, "", "end", None, n)
+
+
+_JSON_OBJECT = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+def output_schema(response_format: Any) -> Any:
+    """The schema a chat `response_format` asks the reply to follow (None: free text)."""
+    if not isinstance(response_format, dict):
+        return None
+    if response_format.get("type") == "json_schema":
+        js = response_format.get("json_schema")
+        schema = js.get("schema") if isinstance(js, dict) else None
+        return schema if isinstance(schema, dict) else {}
+    if response_format.get("type") == "json_object":
+        return _JSON_OBJECT
+    return None

@@ -64,13 +64,14 @@ async def run_stream(
     events: list[bytes],
     tokens: list[int],
     faults: FaultSet | None,
-    error_event: bytes,
+    error_event: bytes | Callable[[int], bytes],
     ttft_s: float,
     on_start: Callable[[], None],
 ) -> None:
     """Send SSE `events` (each preceded by tokens[i] x per_output_token_ms of pacing).
 
-    Exactly one of completed_streams / cancelled_streams / errored_streams is incremented for
+    `error_event` is what `midstream_error` sends, or a function of the event index it replaces
+    (for protocols that number their events). Exactly one of completed_streams / cancelled_streams / errored_streams is incremented for
     every stream that got past validation.
     """
     st = emu.stats
@@ -99,7 +100,8 @@ async def run_stream(
                 if faults.disconnect_after >= 0:
                     await call.close_after_flush()
                 else:
-                    await call.chunk(error_event, more=False)
+                    err = error_event(i) if callable(error_event) else error_event
+                    await call.chunk(err, more=False)
                 return
             if pace > 0 and tokens[i] > 0:
                 ok = await call.pause(pace * tokens[i])

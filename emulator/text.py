@@ -162,10 +162,18 @@ def apply_stop(text: str, stops: list[str]) -> tuple[str, str | None]:
 # --- tool input synthesis -------------------------------------------------------------------
 
 
-def example_from_schema(schema: Any, name: str = "value", depth: int = 0) -> Any:
-    """A deterministic value that satisfies simple JSON schemas (object/array/enum/const/types)."""
-    if not isinstance(schema, dict) or depth > 6:
+def example_from_schema(schema: Any, name: str = "value", depth: int = 0, root: Any = None) -> Any:
+    """A deterministic minimal instance of a JSON schema, valid for the common subset clients
+    send (pydantic / zod output): objects with their required properties, `$ref` into `$defs`,
+    const / default / enum, anyOf / oneOf / allOf, arrays with minItems, string length bounds and
+    formats, numeric bounds."""
+    if root is None:
+        root = schema
+    if not isinstance(schema, dict) or depth > 12:
         return f"example_{name}"
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return example_from_schema(_resolve_ref(root, ref), name, depth + 1, root)
     if "const" in schema:
         return schema["const"]
     if "default" in schema:
@@ -173,10 +181,18 @@ def example_from_schema(schema: Any, name: str = "value", depth: int = 0) -> Any
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         return enum[0]
-    for key in ("anyOf", "oneOf", "allOf"):
+    for key in ("anyOf", "oneOf"):
         alts = schema.get(key)
         if isinstance(alts, list) and alts:
-            return example_from_schema(alts[0], name, depth + 1)
+            return example_from_schema(alts[0], name, depth + 1, root)
+    alls = schema.get("allOf")
+    if isinstance(alls, list) and alls:
+        merged: dict[str, Any] = {}
+        for part in alls:
+            part = _resolve_ref(root, part["$ref"]) if isinstance(part, dict) and "$ref" in part else part
+            if isinstance(part, dict):
+                merged.update(part)
+        return example_from_schema(merged, name, depth + 1, root)
     typ = schema.get("type")
     if isinstance(typ, list):
         typ = next((t for t in typ if t != "null"), typ[0] if typ else "string")
@@ -184,28 +200,72 @@ def example_from_schema(schema: Any, name: str = "value", depth: int = 0) -> Any
         props = schema.get("properties") or {}
         required = schema.get("required")
         keys = [k for k in props if k in required] if isinstance(required, list) else list(props)
-        return {k: example_from_schema(props[k], k, depth + 1) for k in keys}
+        return {k: example_from_schema(props[k], k, depth + 1, root) for k in keys}
     if typ == "array":
         n = max(1, int(schema.get("minItems", 1) or 1))
-        return [example_from_schema(schema.get("items", {}), name, depth + 1) for _ in range(n)]
-    if typ == "integer":
-        return int(schema.get("minimum", 1) or 1) if "minimum" in schema else 1
-    if typ == "number":
-        return float(schema["minimum"]) if "minimum" in schema else 1.5
+        items = schema.get("items", {})
+        if isinstance(schema.get("prefixItems"), list):
+            return [example_from_schema(s, name, depth + 1, root) for s in schema["prefixItems"]]
+        return [example_from_schema(items, name, depth + 1, root) for _ in range(n)]
+    if typ in ("integer", "number"):
+        return _number(schema, typ == "integer")
     if typ == "boolean":
         return True
     if typ == "null":
         return None
-    fmt = schema.get("format")
-    if fmt == "date":
-        return "2026-01-01"
-    if fmt == "date-time":
-        return "2026-01-01T00:00:00Z"
-    if fmt == "email":
-        return "user@example.com"
-    if fmt in ("uri", "url"):
-        return "https://example.com"
-    return f"example_{name}"
+    return _string(schema, name)
+
+
+def _resolve_ref(root: Any, ref: str) -> Any:
+    """A local JSON pointer (`#/$defs/Name`); anything else resolves to an empty schema."""
+    if not ref.startswith("#"):
+        return {}
+    node = root
+    for part in ref[1:].split("/"):
+        if not part:
+            continue
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return {}
+        node = node[part]
+    return node
+
+
+def _number(schema: dict[str, Any], integer: bool) -> int | float:
+    lo = schema.get("minimum")
+    xlo = schema.get("exclusiveMinimum")
+    hi = schema.get("maximum")
+    if isinstance(xlo, (int, float)) and not isinstance(xlo, bool):
+        v: float = xlo + 1 if integer else xlo + 0.5
+    elif isinstance(lo, (int, float)) and not isinstance(lo, bool):
+        v = lo
+    else:
+        v = 1 if integer else 1.5
+    if isinstance(hi, (int, float)) and not isinstance(hi, bool) and v > hi:
+        v = hi
+    return int(v) if integer else float(v)
+
+
+_FORMATS = {"date": "2026-01-01", "date-time": "2026-01-01T00:00:00Z", "time": "00:00:00Z",
+            "email": "user@example.com", "uri": "https://example.com", "url": "https://example.com",
+            "uuid": "00000000-0000-4000-8000-000000000000", "ipv4": "127.0.0.1", "hostname": "example.com"}
+
+
+def _string(schema: dict[str, Any], name: str) -> str:
+    s = _FORMATS.get(schema.get("format", ""), f"example_{name}")
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    if isinstance(lo, int) and len(s) < lo:
+        s += "x" * (lo - len(s))
+    if isinstance(hi, int) and len(s) > hi:
+        s = s[:hi]
+    return s
+
+
+def truncate_tokens(text: str, n: int) -> str:
+    """The first `n` tokens of `text` (a reply cut by max_tokens)."""
+    enc = encoding()
+    toks = enc.encode_ordinary(text)
+    return text if len(toks) <= n else enc.decode(toks[:max(0, n)])
 
 
 def wants_tool(last_user_text: str, tool_names: list[str]) -> str | None:

@@ -109,6 +109,10 @@ def test_errors(emu, oai):
     with pytest.raises(openai.BadRequestError) as ei:
         oai.chat.completions.create(model=MODEL, messages=[{"role": "robot", "content": "x"}])
     assert ei.value.param == "messages[0].role"
+    for opts in ([1], "x", 3):  # a malformed body is a provider-shaped 400, never a 500
+        r = post(emu.url, "/v1/chat/completions", {"model": MODEL, "messages": MSGS, "stream": True,
+                                                   "stream_options": opts}, OPENAI_HEADERS)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stream_options"
     bad = HTTP.post(emu.openai_url + "/chat/completions", content=b"{oops", headers=OPENAI_HEADERS)
     assert bad.status_code == 400 and "could not parse the JSON body" in bad.json()["error"]["message"]
 

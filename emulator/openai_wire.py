@@ -1,0 +1,244 @@
+"""What every OpenAI endpoint shares: response headers (C.7), the error shape (C.6), the
+authentication/JSON preamble and the pre-response fault handling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .asgi import Call, Headers
+from .faults import FaultSet, FaultSpecError
+from .streaming import apply_pre_faults
+
+if TYPE_CHECKING:
+    from .app import Emulator
+
+_NO_KEY = (
+    "You didn't provide an API key. You need to provide your API key in an Authorization header "
+    "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with "
+    "blank username) if you're accessing the API from your browser and are prompted for a "
+    "username and password. You can obtain an API key from https://platform.openai.com/account/api-keys."
+)
+_BAD_JSON = (
+    "We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
+    "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
+    "valid JSON. If you have trouble figuring out how to fix this, please contact us through our "
+    "help center at help.openai.com.)"
+)
+SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
+OVERLOADED = "The server is overloaded or not ready yet."
+
+# C.7: limits, remaining and reset durations (static plausible values).
+_RL: Headers = [
+    (b"openai-organization", b"org-emulator"),
+    (b"openai-version", b"2020-10-01"),
+    (b"openai-processing-ms", b"1"),
+    (b"x-ratelimit-limit-requests", b"10000"),
+    (b"x-ratelimit-limit-tokens", b"30000000"),
+    (b"x-ratelimit-remaining-requests", b"9999"),
+    (b"x-ratelimit-remaining-tokens", b"29999000"),
+    (b"x-ratelimit-reset-requests", b"6ms"),
+    (b"x-ratelimit-reset-tokens", b"2ms"),
+]
+
+Problem = tuple[str, "str | None", "str | None"]  # (message, param, code) of a 400
+
+
+def headers(call: Call) -> Headers:
+    h = [(b"x-request-id", call.request_id.encode())]
+    h.extend(_RL)
+    return h
+
+
+def err_obj(message: str, etype: str = "invalid_request_error", param: str | None = None,
+            code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": etype, "param": param, "code": code}}
+
+
+async def error(emu: Emulator, call: Call, status: int, obj: dict[str, Any],
+                extra: Headers | None = None) -> None:
+    h = headers(call)
+    if extra:
+        h.extend(extra)
+    emu.count_status(status)
+    await call.json(status, obj, h)
+
+
+async def bad(emu: Emulator, call: Call, message: str, param: str | None = None,
+              code: str | None = None) -> None:
+    await error(emu, call, 400, err_obj(message, param=param, code=code))
+
+
+async def not_found(emu: Emulator, call: Call, message: str, param: str | None = None,
+                    code: str | None = None) -> None:
+    await error(emu, call, 404, err_obj(message, param=param, code=code))
+
+
+async def ok(emu: Emulator, call: Call, obj: Any) -> None:
+    emu.count_status(200)
+    await call.json(200, obj, headers(call))
+
+
+def fault_body(status: int, model: str | None) -> dict[str, Any]:
+    if status == 429:
+        return err_obj(
+            f"Rate limit reached for {model or 'default'} in organization org-emulator on requests "
+            "per min (RPM): Limit 10000, Used 10000, Requested 1. Please try again in 1s. Visit "
+            "https://platform.openai.com/account/rate-limits to learn more.",
+            "requests", "requests", "rate_limit_exceeded")
+    if status == 503:
+        return err_obj(OVERLOADED, "server_error")
+    if status >= 500:
+        return err_obj(SERVER_ERROR, "server_error")
+    if status == 401:
+        return err_obj("Incorrect API key provided.", code="invalid_api_key")
+    return err_obj(f"Emulated error {status}.")
+
+
+def num(x: float) -> bytes:
+    return (str(int(x)) if float(x).is_integer() else str(x)).encode()
+
+
+async def authenticate(emu: Emulator, call: Call) -> str | None:
+    """The Bearer key, or None after answering 401."""
+    call.request_id = emu.new_id("req_")
+    auth = call.headers.get("authorization", "")
+    key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if not key:
+        await error(emu, call, 401, err_obj(_NO_KEY))
+        return None
+    keys = emu.config.api_keys
+    if keys is not None and key not in keys:
+        shown = key[:3] + "*" * 3 + key[-4:] if len(key) > 8 else "***"
+        await error(emu, call, 401, err_obj(
+            f"Incorrect API key provided: {shown}. You can find your API key at "
+            "https://platform.openai.com/account/api-keys.", code="invalid_api_key"))
+        return None
+    return key
+
+
+async def json_body(emu: Emulator, call: Call) -> dict[str, Any] | None:
+    """The request body as a JSON object, or None after answering 400."""
+    try:
+        body = orjson.loads(call.body)
+    except orjson.JSONDecodeError:
+        await bad(emu, call, _BAD_JSON)
+        return None
+    if not isinstance(body, dict):
+        await bad(emu, call, "Invalid type for request body: expected an object.", code="invalid_type")
+        return None
+    return body
+
+
+async def preamble(emu: Emulator, call: Call) -> tuple[dict[str, Any], str] | None:
+    """(body, key) for a JSON POST, or None once an error has been answered."""
+    key = await authenticate(emu, call)
+    if key is None:
+        return None
+    body = await json_body(emu, call)
+    return None if body is None else (body, key)
+
+
+async def pre_faults(emu: Emulator, call: Call, model: str | None,
+                     stream: bool) -> tuple[bool, FaultSet | None]:
+    """(handled, faults): faults that answer before the first byte are applied here."""
+    try:
+        faults = emu.take_faults(call, model, stream)
+    except FaultSpecError as e:
+        await bad(emu, call, f"x-emulator-fault: {e}")
+        return True, None
+
+    async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
+        status = 503 if status == 529 else status
+        extra: Headers = []
+        if ra is not None:
+            extra.append((b"retry-after", num(ra)))
+        if ra_ms is not None:
+            extra.append((b"retry-after-ms", num(ra_ms)))
+        if status == 429:
+            extra.append((b"x-ratelimit-remaining-requests", b"0"))
+        await error(emu, call, status, fault_body(status, model), extra)
+
+    return await apply_pre_faults(emu, call, faults, stream, send_fault), faults
+
+
+@dataclass(slots=True)
+class Request:
+    """A generation request that passed auth, faults and validation."""
+
+    body: dict[str, Any]
+    key: str
+    model: str
+    stream: bool
+    faults: FaultSet | None
+
+
+async def begin(emu: Emulator, call: Call,
+                validate: Callable[[dict[str, Any]], Problem | None]) -> Request | None:
+    """Auth, JSON, pre-response faults, then `validate`; None once an answer has been sent."""
+    pre = await preamble(emu, call)
+    if pre is None:
+        return None
+    body, key = pre
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    stream = body.get("stream") is True
+    handled, faults = await pre_faults(emu, call, model, stream)
+    if handled:
+        return None
+    err = validate(body)
+    if err:
+        await bad(emu, call, *err)
+        return None
+    assert model is not None  # every validator requires it
+    return Request(body, key, model, stream, faults)
+
+
+def check_tool_choice(tc: Any, names: list[str], named: Any) -> Problem | None:
+    """`tool_choice` is none/auto/required or an object; a named function must be in `tools`."""
+    if isinstance(tc, str):
+        if tc not in ("none", "auto", "required"):
+            return (f"Invalid value: '{tc}'. Supported values are: 'none', 'auto', and 'required'.",
+                    "tool_choice", "invalid_value")
+    elif isinstance(tc, dict):
+        if tc.get("type") == "function" and named not in names:
+            return (f"Invalid value for 'tool_choice': tool '{named}' is not in 'tools'.",
+                    "tool_choice", "invalid_value")
+    else:
+        return "Invalid type for 'tool_choice'.", "tool_choice", "invalid_type"
+    return None
+
+
+def check_range(body: dict[str, Any], name: str, lo: float, hi: float) -> Problem | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return (f"Invalid type for '{name}': expected a decimal, but got {type(v).__name__} instead.",
+                name, "invalid_type")
+    if v > hi:
+        return (f"Invalid '{name}': decimal above maximum value. Expected a value <= {hi:g}, but got "
+                f"{v} instead.", name, "decimal_above_max_value")
+    if v < lo:
+        return (f"Invalid '{name}': decimal below minimum value. Expected a value >= {lo:g}, but got "
+                f"{v} instead.", name, "decimal_below_min_value")
+    return None
+
+
+def check_int(body: dict[str, Any], name: str, lo: int) -> Problem | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool):
+        return f"Invalid type for '{name}': expected an integer.", name, "invalid_type"
+    if v < lo:
+        return (f"Invalid '{name}': integer below minimum value. Expected a value >= {lo}, but "
+                f"got {v} instead.", name, "integer_below_min_value")
+    return None
+
+
+def midstream_message(faults: FaultSet | None) -> str:
+    otype = faults.midstream_type if faults else "overloaded_error"
+    return OVERLOADED if otype == "overloaded_error" else SERVER_ERROR

@@ -1,0 +1,268 @@
+"""OpenAI Responses API: POST /v1/responses (stream and not) and POST /v1/responses/input_tokens.
+
+Shapes follow the OpenAI API reference and the official client's types (openai.types.responses). The
+conversation is turned into its Chat Completions view (responses_input.py), so prompt caching
+(C.1, `prompt_cache_key`), the tool rule and reply text are exactly those of chat completions.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from . import openai_wire as wire
+from .asgi import JSON_CT, SSE_HEADERS, Call
+from .caching import CachePlan, openai_prompt_blob, plan_openai
+from .openai import pick_tool
+from .reply import Reply, make_reply, output_schema
+from .responses_input import chat_view, input_items, validate
+from .responses_store import StoredResponse
+from .streaming import respond_after, run_stream
+from .text import reply_text, seed_for, split_chunks, split_deltas
+
+if TYPE_CHECKING:
+    from .app import Emulator
+
+# Hidden reasoning per effort (output tokens billed as reasoning_tokens) for reasoning models.
+REASONING_TOKENS = {"minimal": 4, "low": 8, "medium": 16, "high": 32, "xhigh": 64}
+_REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4")
+
+
+def _effort(model: str, body: dict[str, Any]) -> str | None:
+    """The reasoning effort in force, or None for models that do not reason (or effort none)."""
+    if not model.startswith(_REASONING_PREFIXES) or "-chat" in model:
+        return None
+    effort = (body.get("reasoning") or {}).get("effort") or "medium"
+    return None if effort == "none" else effort
+
+
+class _Turn:
+    """Everything one request resolves to before the reply is planned."""
+
+    def __init__(self, body: dict[str, Any], items: list[dict[str, Any]],
+                 context: list[dict[str, Any]]) -> None:
+        self.body = body
+        self.items = items  # this request's input items
+        self.context = context  # earlier turns + items
+        self.view = chat_view(body, context)
+
+
+async def _resolve(emu: Emulator, call: Call, body: dict[str, Any], key: str) -> _Turn | None:
+    """Input items plus the `previous_response_id` chain; None once a 400 has been answered."""
+    items = input_items(body.get("input"), emu.new_id)
+    prev_id = body.get("previous_response_id")
+    earlier: list[dict[str, Any]] = []
+    if prev_id:
+        got = emu.state.responses.continuation(prev_id, key)
+        if got is None:
+            await wire.bad(emu, call, f"Previous response with id '{prev_id}' not found.",
+                           "previous_response_id", "previous_response_not_found")
+            return None
+        earlier = got
+    return _Turn(body, items, earlier + items)
+
+
+async def input_tokens(emu: Emulator, call: Call) -> None:
+    pre = await wire.preamble(emu, call)
+    if pre is None:
+        return
+    body, key = pre
+    handled, _ = await wire.pre_faults(emu, call, body.get("model") if isinstance(
+        body.get("model"), str) else None, False)
+    if handled:
+        return
+    err = validate(body, count_only=True)
+    if err:
+        await wire.bad(emu, call, *err)
+        return
+    turn = await _resolve(emu, call, body, key)
+    if turn is None:
+        return
+    n = len(openai_prompt_blob(turn.view)) // 4
+    await wire.ok(emu, call, {"object": "response.input_tokens", "input_tokens": n})
+
+
+async def create(emu: Emulator, call: Call) -> None:
+    req = await wire.begin(emu, call, validate)
+    if req is None:
+        return
+    body, key, model, stream, faults = req.body, req.key, req.model, req.stream, req.faults
+    turn = await _resolve(emu, call, body, key)
+    if turn is None:
+        return
+    cfg = emu.config
+    scope = f"{key}\x00{model}\x00{body.get('prompt_cache_key') or ''}"
+    plan = plan_openai(emu.state.openai_cache, openai_prompt_blob(turn.view), scope, call.start,
+                       cfg.openai_cache_ttl_s)
+    effort = _effort(model, body)
+    reasoning = REASONING_TOKENS.get(effort or "", 0)
+    mt = body.get("max_output_tokens")
+    budget = None if mt is None else max(0, mt - reasoning)  # reasoning counts against the cap
+    v = call.headers.get("x-emulator-output-tokens")
+    natural = int(v) if v and v.isdigit() else cfg.default_output_tokens
+    seed = seed_for(model, turn.view["messages"])
+    reply = make_reply(seed, natural, budget, [], pick_tool(turn.view),
+                       output_schema(turn.view.get("response_format")))
+    resp = _Response(emu, body, model, plan, reply, effort, reasoning, seed)
+    if body.get("store", True):
+        emu.state.responses.put(resp.id, StoredResponse(key, resp.final, turn.items, turn.context))
+    ttft = cfg.ttft_seconds(plan.uncached, plan.read)
+    if stream:
+        headers = wire.headers(call)
+        headers.extend(SSE_HEADERS)
+        events, tokens = resp.events()
+        await run_stream(emu, call, headers, events, tokens, faults,
+                         lambda seq: resp.failed_event(seq, wire.midstream_message(faults)),
+                         ttft, plan.commit)
+        return
+    headers = wire.headers(call)
+    headers.append(JSON_CT)
+    delay = ttft + cfg.per_output_token_ms * (reply.output_tokens + reasoning) / 1000.0
+    await respond_after(emu, call, delay, 200, orjson.dumps(resp.final), headers, plan.commit)
+
+
+def _usage(plan: CachePlan, out: int, reasoning: int) -> dict[str, Any]:
+    return {"input_tokens": plan.total,
+            "input_tokens_details": {"cached_tokens": plan.read, "cache_write_tokens": 0},
+            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": plan.total + out}
+
+
+def _echo_tools(tools: Any) -> list[Any]:
+    out = []
+    for t in tools or ():
+        if t.get("type") == "function":
+            t = {"type": "function", "description": None, "parameters": None, "strict": True, **t}
+        out.append(t)
+    return out
+
+
+class _Response:
+    """The planned response: the final object and the F.3 event sequence that builds it."""
+
+    def __init__(self, emu: Emulator, body: dict[str, Any], model: str, plan: CachePlan,
+                 reply: Reply, effort: str | None, reasoning: int, seed: int) -> None:
+        self.id = emu.new_id("resp_")
+        self.reply = reply
+        self.reasoning = reasoning
+        self.tokens_per_delta = emu.config.tokens_per_delta
+        self.created = int(time.time())
+        incomplete = reply.stop == "max"
+        self.status = "incomplete" if incomplete else "completed"
+        self.items: list[dict[str, Any]] = []
+        self.summary = ""
+        if effort is not None:
+            rs: dict[str, Any] = {"id": emu.new_id("rs_"), "type": "reasoning", "summary": []}
+            if (body.get("reasoning") or {}).get("summary"):
+                self.summary = reply_text(seed ^ 0x5EED, 12)
+                rs["summary"] = [{"type": "summary_text", "text": self.summary}]
+            if "reasoning.encrypted_content" in (body.get("include") or ()):
+                rs["encrypted_content"] = base64.b64encode(
+                    f"emulator-reasoning:{seed}:{reasoning}".encode()).decode()
+            self.items.append(rs)
+        if reply.text or (not reply.tool_name and not self.items):
+            self.items.append({
+                "id": emu.new_id("msg_"), "type": "message",
+                "status": "incomplete" if incomplete else "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": reply.text, "annotations": [],
+                             "logprobs": []}]})
+        if reply.tool_name:
+            self.items.append({"id": emu.new_id("fc_"), "type": "function_call",
+                               "status": "completed", "arguments": reply.tool_json,
+                               "call_id": emu.new_id("call_"), "name": reply.tool_name})
+        reasoning_cfg = body.get("reasoning") or {}
+        text_cfg = body.get("text") or {}
+        self.base: dict[str, Any] = {
+            "id": self.id, "object": "response", "created_at": self.created,
+            "status": "in_progress", "background": False, "completed_at": None, "error": None,
+            "incomplete_details": None, "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"), "max_tool_calls": None,
+            "model": model, "output": [], "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": body.get("previous_response_id"),
+            "prompt_cache_key": body.get("prompt_cache_key"),
+            "prompt_cache_retention": body.get("prompt_cache_retention"),
+            "reasoning": {"effort": effort, "summary": reasoning_cfg.get("summary")},
+            "safety_identifier": body.get("safety_identifier"), "service_tier": "default",
+            "store": body.get("store", True), "temperature": body.get("temperature", 1.0),
+            "text": {"format": text_cfg.get("format") or {"type": "text"},
+                     "verbosity": text_cfg.get("verbosity", "medium")},
+            "tool_choice": body.get("tool_choice", "auto"), "tools": _echo_tools(body.get("tools")),
+            "top_logprobs": body.get("top_logprobs", 0), "top_p": body.get("top_p", 1.0),
+            "truncation": body.get("truncation", "disabled"), "usage": None,
+            "user": body.get("user"), "metadata": body.get("metadata") or {},
+        }
+        self.final = dict(self.base, status=self.status, output=self.items,
+                          completed_at=None if incomplete else self.created,
+                          incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
+                          usage=_usage(plan, reply.output_tokens + reasoning, reasoning))
+
+    # --- streaming ---------------------------------------------------------------------------
+
+    def events(self) -> tuple[list[bytes], list[int]]:
+        """F.3 order with sequence numbers, and the output tokens that pace each event."""
+        ev: list[bytes] = []
+        toks: list[int] = []
+
+        def emit(typ: str, tokens: int = 0, **data: Any) -> None:
+            payload = {"type": typ, "sequence_number": len(ev), **data}
+            ev.append(b"event: " + typ.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n")
+            toks.append(tokens)
+
+        emit("response.created", response=self.base)
+        emit("response.in_progress", response=self.base)
+        for i, item in enumerate(self.items):
+            typ = item["type"]
+            if typ == "reasoning":
+                self._reasoning_events(emit, i, item)
+            elif typ == "message":
+                self._message_events(emit, i, item)
+            else:
+                emit("response.output_item.added", output_index=i,
+                     item=dict(item, status="in_progress", arguments=""))
+                for frag in split_chunks(item["arguments"], 3):
+                    emit("response.function_call_arguments.delta", max(1, len(frag) // 4),
+                         item_id=item["id"], output_index=i, delta=frag)
+                emit("response.function_call_arguments.done", item_id=item["id"], output_index=i,
+                     name=item["name"], arguments=item["arguments"])
+                emit("response.output_item.done", output_index=i, item=item)
+        emit(f"response.{self.status}", response=self.final)
+        return ev, toks
+
+    def _reasoning_events(self, emit: Any, i: int, item: dict[str, Any]) -> None:
+        emit("response.output_item.added", output_index=i, item=dict(item, summary=[]))
+        if self.summary:
+            part = {"type": "summary_text", "text": ""}
+            emit("response.reasoning_summary_part.added", item_id=item["id"], output_index=i,
+                 summary_index=0, part=part)
+            for piece in split_deltas(self.summary, 4):
+                emit("response.reasoning_summary_text.delta", item_id=item["id"], output_index=i,
+                     summary_index=0, delta=piece)
+            emit("response.reasoning_summary_text.done", item_id=item["id"], output_index=i,
+                 summary_index=0, text=self.summary)
+            emit("response.reasoning_summary_part.done", item_id=item["id"], output_index=i,
+                 summary_index=0, part=dict(part, text=self.summary))
+        emit("response.output_item.done", self.reasoning, output_index=i, item=item)
+
+    def _message_events(self, emit: Any, i: int, item: dict[str, Any]) -> None:
+        emit("response.output_item.added", output_index=i,
+             item=dict(item, status="in_progress", content=[]))
+        part = item["content"][0]
+        ids = {"item_id": item["id"], "output_index": i, "content_index": 0}
+        emit("response.content_part.added", **ids, part=dict(part, text=""))
+        text = part["text"]
+        k = self.tokens_per_delta
+        for piece in split_deltas(text, k) if text else ():
+            emit("response.output_text.delta", k, **ids, delta=piece, logprobs=[])
+        emit("response.output_text.done", **ids, text=text, logprobs=[])
+        emit("response.content_part.done", **ids, part=part)
+        emit("response.output_item.done", output_index=i, item=item)
+
+    def failed_event(self, seq: int, message: str) -> bytes:
+        """The terminal `response.failed` a mid-stream fault sends instead of the rest."""
+        resp = dict(self.base, status="failed",
+                    error={"code": "server_error", "message": message})
+        payload = {"type": "response.failed", "sequence_number": seq, "response": resp}
+        return b"event: response.failed\ndata: " + orjson.dumps(payload) + b"\n\n"

@@ -1,0 +1,119 @@
+"""Stored responses (`store: true`, the default) and the endpoints that read them:
+GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items, and the context that
+`previous_response_id` prepends. Entries are scoped by API key, like OpenAI's per-project store."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from . import openai_wire as wire
+from .asgi import Call
+
+if TYPE_CHECKING:
+    from .app import Emulator
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    key: str  # the API key that created it; other keys get a 404
+    response: dict[str, Any]
+    input_items: list[dict[str, Any]]  # this request's input, as items with ids
+    context: list[dict[str, Any]]  # every item the model saw: earlier turns, then input_items
+
+
+class ResponseStore:
+    """Bounded map id -> StoredResponse (oldest dropped first)."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self.entries: OrderedDict[str, StoredResponse] = OrderedDict()
+        self.max_entries = max_entries
+
+    def put(self, rid: str, entry: StoredResponse) -> None:
+        self.entries[rid] = entry
+        while len(self.entries) > self.max_entries:
+            self.entries.popitem(last=False)
+
+    def get(self, rid: str, key: str) -> StoredResponse | None:
+        e = self.entries.get(rid)
+        return e if e is not None and e.key == key else None
+
+    def delete(self, rid: str, key: str) -> bool:
+        if self.get(rid, key) is None:
+            return False
+        del self.entries[rid]
+        return True
+
+    def continuation(self, rid: str, key: str) -> list[dict[str, Any]] | None:
+        """What `previous_response_id=rid` prepends: that turn's context, then its output."""
+        e = self.get(rid, key)
+        return None if e is None else e.context + e.response["output"]
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+async def _stored(emu: Emulator, call: Call) -> tuple[str, StoredResponse] | None:
+    """(id, entry) of the response in the path after auth and faults; None once answered."""
+    key = await wire.authenticate(emu, call)
+    if key is None:
+        return None
+    handled, _ = await wire.pre_faults(emu, call, None, False)
+    if handled:
+        return None
+    rid = call.params[0]
+    e = emu.state.responses.get(rid, key)
+    if e is None:
+        await wire.not_found(emu, call, f"Response with id '{rid}' not found.")
+        return None
+    return rid, e
+
+
+async def retrieve(emu: Emulator, call: Call) -> None:
+    got = await _stored(emu, call)
+    if got is not None:
+        await wire.ok(emu, call, got[1].response)
+
+
+async def delete(emu: Emulator, call: Call) -> None:
+    got = await _stored(emu, call)
+    if got is not None:
+        rid, e = got
+        emu.state.responses.delete(rid, e.key)
+        await wire.ok(emu, call, {"id": rid, "object": "response.deleted", "deleted": True})
+
+
+async def cancel(emu: Emulator, call: Call) -> None:
+    if await _stored(emu, call) is not None:
+        await wire.bad(emu, call, "Only responses created with background=true can be cancelled.")
+
+
+async def input_items(emu: Emulator, call: Call) -> None:
+    """The request's input items, newest first unless `order=asc`; `limit` 1-100, `after` an id."""
+    got = await _stored(emu, call)
+    if got is None:
+        return
+    e = got[1]
+    q = {k: v[-1] for k, v in parse_qs(call.scope.get("query_string", b"").decode("latin-1")).items()}
+    order = q.get("order", "desc")
+    if order not in ("asc", "desc"):
+        await wire.bad(emu, call, f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
+                       "order", "invalid_value")
+        return
+    limit_s = q.get("limit", "20")
+    if not limit_s.isdigit() or not 1 <= int(limit_s) <= 100:
+        await wire.bad(emu, call, f"Invalid 'limit': expected an integer between 1 and 100, got "
+                       f"{limit_s}.", "limit", "invalid_value")
+        return
+    items = e.input_items if order == "asc" else e.input_items[::-1]
+    after = q.get("after")
+    if after:
+        ids = [it.get("id") for it in items]
+        items = items[ids.index(after) + 1:] if after in ids else []
+    page = items[: int(limit_s)]
+    await wire.ok(emu, call, {
+        "object": "list", "data": page, "has_more": len(items) > len(page),
+        "first_id": page[0].get("id") if page else None,
+        "last_id": page[-1].get("id") if page else None})
