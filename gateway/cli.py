@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 from sdk.errors import PolicyError
+from sdk.extras import missing_extras
 from sdk.policy import load_policies, policy_files
+from sdk.policy_advice import warnings as policy_warnings
 
 _BUNDLED_POLICIES = Path(__file__).resolve().parent.parent / "policies"
 
@@ -55,14 +57,26 @@ def _engine_serve(args: argparse.Namespace) -> int:
 
 
 def _policy_check(args: argparse.Namespace) -> int:
+    """Errors (exit 1): invalid policies, features whose extra is not installed. Warnings (exit 0):
+    environment variables the policy names that are unset here."""
     try:
         policies = load_policies(args.paths)
     except PolicyError as exc:
         print(exc, file=sys.stderr)
         return 1
+    failed = False
     for file in policy_files(args.paths):
-        print(f"ok  {file}  (team {policies[file].team})")
-    return 0
+        policy = policies[file]
+        missing = missing_extras(policy)
+        if missing:
+            failed = True
+            print("\n".join(f"{file}: {line}" for line in missing), file=sys.stderr)
+            continue
+        advice = policy_warnings(policy)
+        print(f"ok  {file}  (team {policy.team}{f', {len(advice)} warnings' if advice else ''})")
+        for line in advice:
+            print(f"    warning: {line}")
+    return 1 if failed else 0
 
 
 def _cache_report(args: argparse.Namespace) -> int:

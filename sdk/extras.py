@@ -1,9 +1,10 @@
 """Optional features and the pip extra each needs (pyproject.toml's optional-dependencies).
 
-The core install serves the proxy and the SDK with routing and the prompt-cache optimizer. A policy
-that turns on a feature whose extra is not installed is refused when it is loaded (`slipstream serve`,
-`slipstream policy check`, the drop-in SDK's `policy=`), with the extra's name and the pip command,
-instead of failing deep inside a request. Presence is checked with `importlib.util.find_spec`, which
+The core install serves the proxy and the SDK with routing and the prompt-cache optimizer. A team
+whose policy turns on a feature whose extra is not installed is refused when it is built (`slipstream
+serve` at startup or reload, the drop-in SDK's constructor) and by `slipstream policy check`, with the
+extra's name and the pip command, instead of failing deep inside a request. A policy in the served
+folder that no key can reach is not built, so it needs nothing installed. Presence is checked with `importlib.util.find_spec`, which
 finds a module without importing it, so the check costs nothing at startup.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from sdk.errors import PolicyError
 
 if TYPE_CHECKING:
     from sdk.policy import Policy
@@ -83,3 +86,9 @@ def missing_extras(policy: Policy) -> list[str]:
         if message:
             lines.append(f"{need.where}: {message}")
     return lines
+
+
+def require_extras(policy: Policy, where: str) -> None:
+    """Raise PolicyError (one line per feature, each prefixed with `where`) when an extra is missing."""
+    if missing := missing_extras(policy):
+        raise PolicyError("\n".join(f"{where}: {line}" for line in missing))

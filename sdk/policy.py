@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sdk.errors import PolicyError
-from sdk.extras import missing_extras
+from sdk.policy_advice import did_you_mean, keys_at
 
 
 class _Strict(BaseModel):
@@ -267,7 +267,8 @@ class Policy(_Strict):
             for j, target in enumerate(route.targets):
                 if target.provider not in self.providers:
                     known = ", ".join(sorted(self.providers))
-                    raise ValueError(f"routes.{i}.targets.{j}.provider: unknown provider {target.provider!r} (known: {known})")
+                    hint = did_you_mean(target.provider, list(self.providers))
+                    raise ValueError(f"routes.{i}.targets.{j}.provider: unknown provider {target.provider!r}{hint} (known: {known})")
         return self
 
     @model_validator(mode="after")
@@ -292,7 +293,12 @@ def _format_errors(path: Path, error: ValidationError) -> str:
         where = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = item["msg"]
         if item["type"] == "extra_forbidden":
-            message = "unknown key (see policies/README.md for the keys a policy takes)"
+            hint = did_you_mean(str(item["loc"][-1]), keys_at(Policy, item["loc"][:-1]))
+            message = f"unknown key{hint} (see policies/README.md for the keys a policy takes)"
+        elif item["type"] == "model_type":  # pydantic says "instance of SecretRef": name the keys instead
+            keys = keys_at(Policy, item["loc"])
+            listed = f"keys: {', '.join(keys)}" if len(keys) <= 4 else "see policies/README.md for its keys"
+            message = f"expected a mapping ({listed}), got {item.get('input')!r}"
         elif "expected" not in message and item["type"] not in ("value_error",):
             message = f"{message} (got {item.get('input')!r})"
         lines.append(f"{path}: {where}: {message.removeprefix('Value error, ')}")
@@ -311,12 +317,9 @@ def load_policy(path: str | Path) -> Policy:
     if not isinstance(raw, dict):
         raise PolicyError(f"{path}: expected a mapping of policy keys at the top level")
     try:
-        policy = Policy.model_validate(raw)
+        return Policy.model_validate(raw)
     except ValidationError as exc:
         raise PolicyError(_format_errors(path, exc)) from None
-    if missing := missing_extras(policy):
-        raise PolicyError("\n".join(f"{path}: {line}" for line in missing))
-    return policy
 
 
 def policy_files(paths: list[str | Path]) -> list[Path]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sdk import metrics
 from sdk.errors import AuthenticationError, PolicyError
+from sdk.extras import require_extras
 from sdk.pipeline import CompressionReport, Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
 from sdk.providers import build_provider
@@ -39,6 +40,7 @@ class TeamRuntime:
 
     @classmethod
     def build(cls, policy: Policy, services: Services | None = None) -> TeamRuntime:
+        require_extras(policy, f"team {policy.team}")
         services = services or Services()
         providers = {name: build_provider(name, config) for name, config in policy.providers.items()}
         router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging)

@@ -12,7 +12,9 @@ import pytest
 
 from gateway.cli import main
 from sdk.errors import PolicyError
+from sdk.extras import missing_extras
 from sdk.policy import load_policy
+from sdk.runtime import TeamRegistry, TeamRuntime
 from tests.helpers import write_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,12 @@ def test_from_sdk_import_openai_does_not_load_anthropic():
     assert result.stdout.split() == ["False", "False"], result.stderr
 
 
+def _write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
 LOCAL_AND_CACHE = """
 team: heavy
 api_keys: [{value: "sk-heavy"}]
@@ -65,31 +73,36 @@ def without(monkeypatch):
     return hide
 
 
-def test_a_missing_extra_is_named_at_policy_load(tmp_path, without):
-    path = tmp_path / "heavy.yaml"
-    path.write_text(LOCAL_AND_CACHE)
-    assert load_policy(path).team == "heavy"  # everything installed: loads
+def test_a_missing_extra_is_named_when_the_team_is_built(tmp_path, without):
+    policy = load_policy(_write(tmp_path, "heavy.yaml", LOCAL_AND_CACHE))
     without("torch", "faiss")
     with pytest.raises(PolicyError) as error:
-        load_policy(path)
+        TeamRuntime.build(policy)
     message = str(error.value)
-    assert f"{path}: providers.local: the in-process local engine (model 'demo') needs the [engine] extra" in message
+    assert "team heavy: providers.local: the in-process local engine (model 'demo') needs the [engine] extra" in message
     assert "pip install 'slipstream[engine]'" in message
-    assert f"{path}: semantic_cache: the response cache" in message and "pip install 'slipstream[semantic]'" in message
+    assert "team heavy: semantic_cache: the response cache" in message and "pip install 'slipstream[semantic]'" in message
     assert "torch, faiss not installed" in message
 
 
+def test_a_team_no_key_reaches_needs_nothing_installed(tmp_path, without, monkeypatch):
+    """`slipstream serve` reads every policy in the folder; one that is not served costs nothing."""
+    monkeypatch.delenv("HEAVY_TEAM_KEY", raising=False)
+    _write(tmp_path, "heavy.yaml", LOCAL_AND_CACHE.replace('{value: "sk-heavy"}', "{env: HEAVY_TEAM_KEY}"))
+    write_policy(tmp_path, "light", "sk-light", "http://127.0.0.1:9")
+    without("torch", "faiss", "transformers")
+    assert sorted(TeamRegistry([tmp_path]).teams) == ["light"]
+
+
 def test_policy_check_reports_the_missing_extra(tmp_path, without, capsys):
-    path = tmp_path / "heavy.yaml"
-    path.write_text(LOCAL_AND_CACHE)
+    path = _write(tmp_path, "heavy.yaml", LOCAL_AND_CACHE)
     without("transformers")
     assert main(["policy", "check", str(path)]) == 1
     assert "needs the [engine] extra (transformers not installed)" in capsys.readouterr().err
 
 
 def test_a_local_engine_over_http_needs_no_extra(tmp_path, without):
-    path = tmp_path / "remote.yaml"
-    path.write_text(LOCAL_AND_CACHE.replace("model: demo}", 'model: demo, base_url: "http://127.0.0.1:8000/v1"}')
-                    .replace("semantic_cache: {enabled: true}", ""))
+    remote = LOCAL_AND_CACHE.replace("model: demo}", 'model: demo, base_url: "http://127.0.0.1:8000/v1"}')
+    policy = load_policy(_write(tmp_path, "remote.yaml", remote.replace("semantic_cache: {enabled: true}", "")))
     without("torch", "transformers")
-    assert load_policy(path).providers["local"].base_url
+    assert missing_extras(policy) == []
