@@ -52,7 +52,8 @@ def _engine_serve(args: argparse.Namespace) -> int:
 
     speculative = json.loads(args.speculative_config) if args.speculative_config else None
     print(f"slipstream engine: {args.model} on http://{args.host}:{args.port}", flush=True)
-    serve(args.model, host=args.host, port=args.port, speculative_config=speculative)
+    serve(args.model, host=args.host, port=args.port, speculative_config=speculative,
+          tensor_parallel_size=args.tensor_parallel_size)
     return 0
 
 
@@ -126,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--model", required=True)
     engine_serve.add_argument("--host", default="127.0.0.1")
     engine_serve.add_argument("--port", type=int, default=8000)
+    engine_serve.add_argument("--tensor-parallel-size", type=int, default=1,
+                              help="processes (GPUs) to split the model across (gloo on CPU, NCCL on CUDA)")
     engine_serve.add_argument(
         "--speculative-config", help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\''
     )

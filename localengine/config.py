@@ -91,6 +91,7 @@ class Config:
     seed: int = 0
     attention_backend: str = "auto"  # auto | torch | triton
     num_threads: int | None = None  # CPU intra-op threads; None leaves torch's default
+    tensor_parallel_size: int = 1  # processes (GPUs) the model is split across; gloo on CPU, NCCL on CUDA
     # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k, ...};
     # turned into a SpeculativeConfig here.
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None
@@ -111,6 +112,8 @@ class Config:
         self.max_model_len = min(self.max_model_len or max_pos, max_pos)
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise ValueError("block_size must be a power of two")
+        if self.tensor_parallel_size < 1:
+            raise ValueError("tensor_parallel_size must be at least 1")
         if self.attention_backend not in ("auto", "torch", "triton"):
             raise ValueError("attention_backend must be auto, torch or triton")
 

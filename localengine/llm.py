@@ -65,6 +65,10 @@ class LLM:
         mean_acceptance_length, acceptance_rate); None without speculative_config."""
         return self.llm_engine.spec_decode_stats()
 
+    def shutdown(self) -> None:
+        """Stop the worker processes of a tensor-parallel engine (they also end with this process)."""
+        self.llm_engine.shutdown()
+
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix; running requests keep their blocks."""
         self.llm_engine.block_manager.reset_prefix_cache()

@@ -111,6 +111,7 @@ class AsyncLLMEngine:
             self._stopped = True
             self._cv.notify()
         self._thread.join(timeout=30)
+        self.engine.shutdown()
 
     def _run(self) -> None:
         engine = self.engine

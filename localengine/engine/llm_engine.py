@@ -18,6 +18,7 @@ from localengine.engine.block_manager import BlockManager
 from localengine.engine.detokenizer import IncrementalDetokenizer
 from localengine.engine.model_runner import ModelRunner
 from localengine.engine.scheduler import Scheduler
+from localengine.engine.tp_worker import TensorParallelWorkers
 from localengine.engine.sequence import Sequence
 from localengine.metrics import EngineMetrics
 from localengine.outputs import CompletionOutput, RequestOutput
@@ -54,6 +55,7 @@ class LLMEngine:
         self.config = config
         self.tokenizer = load_tokenizer(config)
         self.eos_token_ids = eos_token_ids(config, self.tokenizer)
+        self.tp_workers = TensorParallelWorkers(config) if config.tensor_parallel_size > 1 else None
         self.model_runner = ModelRunner(config, self.eos_token_ids)
         assert config.max_model_len is not None
         self.max_model_len = config.max_model_len
@@ -92,6 +94,13 @@ class LLMEngine:
 
     def spec_decode_stats(self) -> SpecDecodingStats | None:
         return self.spec_metrics.stats if self.spec_metrics else None
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers (nothing to do without tensor parallelism)."""
+        if self.tp_workers is not None:
+            self.model_runner.stop_workers()
+            self.tp_workers.join()
+            self.tp_workers = None
 
     @classmethod
     def from_args(cls, model: str, **kwargs: Any) -> LLMEngine:

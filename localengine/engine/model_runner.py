@@ -2,7 +2,9 @@
 
 It also owns the KV cache: one allocation [2, layers, blocks, block_size, kv_heads, head_dim]
 whose per-layer slices the attention layers write into, sized from the memory left after the
-weights are loaded.
+weights are loaded. With tensor parallelism every rank has a runner over its shard (its KV heads);
+rank 0's `execute` sends each step's inputs to the others (`run_worker_loop`), and all ranks run
+the forward pass together; only rank 0 gets logits and samples.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from localengine import distributed
 from localengine.config import Config
 from localengine.engine.scheduler import ScheduledSequence, SchedulerOutput
 from localengine.kernels.reference import GatherWorkspace
@@ -51,6 +54,21 @@ def triton_usable(device: torch.device) -> bool:
 
 
 @dataclass(slots=True)
+class StepInputs:
+    """One forward pass's inputs, on the CPU: what rank 0 sends the other tensor-parallel ranks."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
+    block_tables: torch.Tensor
+    query_start_loc: list[int]
+    seq_lens: list[int]
+    num_decodes: int
+    max_query_len: int
+    logit_rows: list[int]  # flat token positions whose logits are needed, in sampling order
+
+
+@dataclass(slots=True)
 class SampledToken:
     item: ScheduledSequence
     token_ids: list[int]  # one token, or with speculation the accepted drafts + one more
@@ -66,17 +84,25 @@ class SampledToken:
 
 
 class ModelRunner:
-    def __init__(self, config: Config, eos_token_ids: set[int]):
+    def __init__(self, config: Config, eos_token_ids: set[int], rank: int = 0):
         self.config = config
+        self.rank = rank
+        self.tp_size = config.tensor_parallel_size
         self.device = config.torch_device
         self.dtype = config.torch_dtype
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.model = load_model(config.model_path, config.hf_config, self.dtype, self.device)
+        assert config.max_model_len is not None
+        self.model = load_model(config.model_path, config.hf_config, self.dtype, self.device,
+                                config.max_model_len, rank, self.tp_size)
         self.block_size = config.block_size
         backend = config.attention_backend
         self.use_triton = backend == "triton" or (backend == "auto" and triton_usable(self.device))
-        self.num_kvcache_blocks = self._num_blocks()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # what loading left in the allocator's cache counts as free below
+        num_blocks = self._num_blocks()
+        # Every rank must hold the same blocks: take the smallest any rank can afford.
+        self.num_kvcache_blocks = distributed.all_reduce_min(num_blocks) if self.tp_size > 1 else num_blocks
         self._allocate_kv_cache()
         self.sampler = Sampler(config.seed, eos_token_ids)
         self.workspace = GatherWorkspace()
@@ -84,7 +110,7 @@ class ModelRunner:
     def _block_bytes(self) -> int:
         a = self.model.args
         itemsize = torch.empty(0, dtype=self.dtype).element_size()
-        return 2 * a.num_layers * self.block_size * a.num_kv_heads * a.head_dim * itemsize
+        return 2 * a.num_layers * self.block_size * a.num_local_kv_heads * a.head_dim * itemsize
 
     def _num_blocks(self) -> int:
         cfg = self.config
@@ -116,17 +142,18 @@ class ModelRunner:
         a = self.model.args
         # Zeroed, not empty: masked-out padding positions must hold finite values (0 * NaN = NaN).
         self.kv_cache = torch.zeros(
-            2, a.num_layers, self.num_kvcache_blocks, self.block_size, a.num_kv_heads, a.head_dim,
+            2, a.num_layers, self.num_kvcache_blocks, self.block_size, a.num_local_kv_heads, a.head_dim,
             dtype=self.dtype, device=self.device,
         )
         for i, attn in enumerate(self.model.attention_layers()):
             attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
 
-    def prepare(self, items: list[ScheduledSequence]) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    def prepare(self, items: list[ScheduledSequence]) -> StepInputs:
         bs = self.block_size
         input_ids: list[int] = []
         positions, slots = [], []
         query_start, seq_lens = [0], []
+        logit_rows: list[int] = []
         max_blocks = max(len(it.seq.block_table) for it in items)
         block_tables = np.zeros((len(items), max_blocks), dtype=np.int32)
         for i, it in enumerate(items):
@@ -140,54 +167,77 @@ class ModelRunner:
             query_start.append(query_start[-1] + it.num_new_tokens)
             seq_lens.append(end)
             block_tables[i, : len(table)] = table
-        dev = self.device
-        meta = AttentionMetadata(
-            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev),
-            query_start_loc=torch.tensor(query_start, dtype=torch.int32, device=dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            block_tables=torch.from_numpy(block_tables).to(dev),
-            query_start_loc_cpu=query_start,
-            seq_lens_cpu=seq_lens,
+            if it.samples:
+                # Only the positions that yield a token need logits (the LM head is the largest
+                # matmul for small models): the last one, or with s proposals the last s + 1.
+                logit_rows.extend(range(query_start[-1] - 1 - len(it.spec_token_ids), query_start[-1]))
+        return StepInputs(
+            input_ids=torch.tensor(input_ids, dtype=torch.long),
+            positions=torch.from_numpy(np.concatenate(positions)),
+            slot_mapping=torch.from_numpy(np.concatenate(slots)),
+            block_tables=torch.from_numpy(block_tables),
+            query_start_loc=query_start,
+            seq_lens=seq_lens,
             num_decodes=sum(1 for it in items if it.num_new_tokens == 1),
             max_query_len=max(it.num_new_tokens for it in items),
+            logit_rows=logit_rows,
+        )
+
+    def forward(self, step: StepInputs) -> torch.Tensor | None:
+        """One forward pass (every tensor-parallel rank runs it); the logit rows' logits on rank 0."""
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=step.slot_mapping.to(dev),
+            query_start_loc=torch.tensor(step.query_start_loc, dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor(step.seq_lens, dtype=torch.int32, device=dev),
+            block_tables=step.block_tables.to(dev),
+            query_start_loc_cpu=step.query_start_loc,
+            seq_lens_cpu=step.seq_lens,
+            num_decodes=step.num_decodes,
+            max_query_len=step.max_query_len,
             use_triton=self.use_triton,
             workspace=self.workspace,
         )
-        ids = torch.tensor(input_ids, dtype=torch.long, device=dev)
-        return ids, torch.from_numpy(np.concatenate(positions)).to(dev), meta
+        hidden = self.model(step.input_ids.to(dev), step.positions.to(dev), meta)
+        if not step.logit_rows:
+            return None
+        return self.model.compute_logits(hidden[torch.tensor(step.logit_rows, device=dev)])
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> list[SampledToken]:
         # Decodes first, shortest context first: the attention backend batches the one-token
         # queries at the front, in groups of similar length.
         items = sorted(out.scheduled, key=lambda it: (it.num_new_tokens != 1, it.num_computed_before))
-        input_ids, positions, meta = self.prepare(items)
-        hidden = self.model(input_ids, positions, meta)
-        sampling = [i for i, it in enumerate(items) if it.samples]
-        if not sampling:
+        step = self.prepare(items)
+        if self.tp_size > 1:
+            distributed.broadcast_from_first(step)
+        logits = self.forward(step)
+        sampling = [it for it in items if it.samples]
+        if logits is None:
             return []
-        # Only the positions that yield a token need logits (the LM head is the largest matmul
-        # for small models): the last one per request, or with s proposals the last s + 1.
-        rows: list[int] = []
-        offsets = []  # each sampling request's first row in `logits`
-        for i in sampling:
-            end = meta.query_start_loc_cpu[i + 1]
-            offsets.append(len(rows))
-            rows.extend(range(end - 1 - len(items[i].spec_token_ids), end))
-        logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
-        plain = [j for j, i in enumerate(sampling) if not items[i].spec_token_ids]
+        offsets = np.cumsum([0] + [len(it.spec_token_ids) + 1 for it in sampling]).tolist()  # first row of each
+        plain = [j for j, it in enumerate(sampling) if not it.spec_token_ids]
         results: list[SampledToken] = []
         if plain:
-            plain_logits = logits if len(plain) == len(rows) else logits[[offsets[j] for j in plain]]
-            sampled = self.sampler(plain_logits, [items[sampling[j]].seq for j in plain])
+            plain_logits = logits if len(plain) == len(step.logit_rows) else logits[[offsets[j] for j in plain]]
+            sampled = self.sampler(plain_logits, [sampling[j].seq for j in plain])
             for j, tok, lp in zip(plain, sampled.token_ids, sampled.logprobs, strict=True):
-                results.append(SampledToken(items[sampling[j]], [tok], lp))
-        for j, i in enumerate(sampling):
-            it = items[i]
+                results.append(SampledToken(sampling[j], [tok], lp))
+        for j, it in enumerate(sampling):
             if it.spec_token_ids:
-                rows_j = logits[offsets[j] : offsets[j] + len(it.spec_token_ids) + 1]
+                rows_j = logits[offsets[j] : offsets[j + 1]]
                 results.append(SampledToken(it, self.verify(it, rows_j), None))
         return results
+
+    @torch.inference_mode()
+    def run_worker_loop(self) -> None:
+        """Tensor-parallel ranks > 0: run each step rank 0 sends until it sends None."""
+        while (step := distributed.broadcast_from_first()) is not None:
+            self.forward(step)
+
+    def stop_workers(self) -> None:
+        if self.tp_size > 1 and self.rank == 0:
+            distributed.broadcast_from_first(None)
 
     def verify(self, it: ScheduledSequence, logits: torch.Tensor) -> list[int]:
         """Accepted proposals plus one target token, from one target pass over the proposals."""

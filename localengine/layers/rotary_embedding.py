@@ -1,6 +1,7 @@
 """Rotary position embedding (rotate-half layout, as in Hugging Face checkpoints).
 
-cos/sin are precomputed for every position up to max_model_len and indexed by each token's
+cos/sin are precomputed for every position up to max_model_len (not the checkpoint's
+max_position_embeddings: 128k positions would cost hundreds of MB) and indexed by each token's
 absolute position, so sequences at different positions share one batched call.
 """
 
@@ -35,22 +36,26 @@ def _inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> to
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict[str, Any] | None = None):
+    """cos/sin for every position up to max_model_len, built once (fp32) by `build` after the
+    model is placed on its device; the model looks them up once per step for all layers."""
+
+    def __init__(self, head_dim: int, theta: float, scaling: dict[str, Any] | None = None):
         super().__init__()
-        inv_freq = _inv_freq(head_dim, theta, scaling).float()
-        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        self.head_dim, self.theta, self.scaling = head_dim, theta, scaling
+        self.cos = self.sin = torch.empty(0)
+
+    def build(self, max_positions: int, device: torch.device) -> None:
+        inv_freq = _inv_freq(self.head_dim, self.theta, self.scaling).float().to(device)
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32, device=device), inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)
-        self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.cos, self.sin = emb.cos(), emb.sin()
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # q: [tokens, heads, head_dim]; the rotation runs in fp32 and casts back.
-        cos = self.cos[positions].unsqueeze(1)
-        sin = self.sin[positions].unsqueeze(1)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x: [tokens, heads, head_dim] by its positions' cos/sin, in fp32, cast back."""
     xf = x.float()
     x1, x2 = xf.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)

@@ -5,6 +5,8 @@ The variants differ only in flags read from config.json:
 - `qk_norm`: per-head RMSNorm on q and k before RoPE (Qwen3);
 - `tie_word_embeddings`, `head_dim`, rope scaling.
 Parameter names match Hugging Face's except the fused qkv_proj / gate_up_proj (see layers/linear.py).
+With tensor parallelism (`tp_size` > 1) each rank builds the same model with its share of the
+heads, MLP features and vocabulary; one RoPE table (sized by max_model_len) serves every layer.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from torch import nn
 
 from localengine.layers.attention import Attention, AttentionMetadata
 from localengine.layers.layernorm import RMSNorm
-from localengine.layers.linear import MergedLinear
-from localengine.layers.rotary_embedding import RotaryEmbedding
+from localengine.layers.linear import ColumnParallelLinear, RowParallelLinear
+from localengine.layers.rotary_embedding import RotaryEmbedding, apply_rotary
+from localengine.layers.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -42,9 +45,11 @@ class ModelArgs:
     mlp_bias: bool
     qk_norm: bool
     tie_word_embeddings: bool
+    tp_rank: int = 0
+    tp_size: int = 1
 
     @classmethod
-    def from_hf(cls, cfg: dict[str, Any]) -> ModelArgs:
+    def from_hf(cls, cfg: dict[str, Any], tp_rank: int = 0, tp_size: int = 1) -> ModelArgs:
         model_type = cfg.get("model_type", "llama")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise NotImplementedError(f"model_type {model_type!r} is not supported (supported: {SUPPORTED_MODEL_TYPES})")
@@ -71,29 +76,45 @@ class ModelArgs:
             mlp_bias=bool(cfg.get("mlp_bias", False)),
             qk_norm=model_type == "qwen3",
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            tp_rank=tp_rank,
+            tp_size=tp_size,
         )
+
+    @property
+    def num_local_heads(self) -> int:
+        return self.num_heads // self.tp_size
+
+    @property
+    def num_local_kv_heads(self) -> int:
+        return self.num_kv_heads // self.tp_size
+
+    def check_tensor_parallel(self) -> None:
+        for what, size in (("num_attention_heads", self.num_heads), ("num_key_value_heads", self.num_kv_heads),
+                           ("intermediate_size", self.intermediate_size)):
+            if size % self.tp_size:
+                raise ValueError(f"{what} ({size}) is not divisible by tensor_parallel_size {self.tp_size}")
 
 
 class LlamaAttention(nn.Module):
     def __init__(self, a: ModelArgs):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = a.num_heads, a.num_kv_heads, a.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = a.num_local_heads, a.num_local_kv_heads, a.head_dim
         q_size, kv_size = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
-        self.qkv_proj = MergedLinear(a.hidden_size, [q_size, kv_size, kv_size], bias=a.attention_bias)
-        self.o_proj = nn.Linear(q_size, a.hidden_size, bias=a.o_proj_bias)
+        tp = dict(tp_rank=a.tp_rank, tp_size=a.tp_size)
+        self.qkv_proj = ColumnParallelLinear(a.hidden_size, [q_size, kv_size, kv_size], bias=a.attention_bias, **tp)
+        self.o_proj = RowParallelLinear(q_size, a.hidden_size, bias=a.o_proj_bias, **tp)
         self.q_norm = RMSNorm(a.head_dim, a.rms_norm_eps) if a.qk_norm else None
         self.k_norm = RMSNorm(a.head_dim, a.rms_norm_eps) if a.qk_norm else None
-        self.rotary_emb = RotaryEmbedding(a.head_dim, a.max_positions, a.rope_theta, a.rope_scaling)
-        self.attn = Attention(a.num_heads, a.num_kv_heads, a.head_dim, a.head_dim**-0.5)
+        self.attn = Attention(self.num_heads, self.num_kv_heads, a.head_dim, a.head_dim**-0.5)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         q, k, v = self.qkv_proj(x).split(self.qkv_proj.output_sizes, dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
+        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         out = self.attn(q, k.contiguous(), v.contiguous(), meta)
         return self.o_proj(out.flatten(1))
 
@@ -101,8 +122,9 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     def __init__(self, a: ModelArgs):
         super().__init__()
-        self.gate_up_proj = MergedLinear(a.hidden_size, [a.intermediate_size] * 2, bias=a.mlp_bias)
-        self.down_proj = nn.Linear(a.intermediate_size, a.hidden_size, bias=a.mlp_bias)
+        tp = dict(tp_rank=a.tp_rank, tp_size=a.tp_size)
+        self.gate_up_proj = ColumnParallelLinear(a.hidden_size, [a.intermediate_size] * 2, bias=a.mlp_bias, **tp)
+        self.down_proj = RowParallelLinear(a.intermediate_size, a.hidden_size, bias=a.mlp_bias, **tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -117,22 +139,24 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        x = x + self.self_attn(positions, self.input_layernorm(x), meta)
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        x = x + self.self_attn(rope, self.input_layernorm(x), meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class LlamaModel(nn.Module):
     def __init__(self, a: ModelArgs):
         super().__init__()
-        self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(a.vocab_size, a.hidden_size, a.tp_rank, a.tp_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(a) for _ in range(a.num_layers))
         self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(a.head_dim, a.rope_theta, a.rope_scaling)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
+        rope = self.rotary_emb(positions)  # looked up once per step, shared by every layer
         for layer in self.layers:
-            x = layer(positions, x, meta)
+            x = layer(rope, x, meta)
         return self.norm(x)
 
 
@@ -148,17 +172,19 @@ class LlamaForCausalLM(nn.Module):
 
     def __init__(self, args: ModelArgs):
         super().__init__()
+        args.check_tensor_parallel()
         self.args = args
         self.model = LlamaModel(args)
-        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, args.tp_rank, args.tp_size)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         return self.model(input_ids, positions, meta)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden)
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """Logits over the whole vocabulary (None on tensor-parallel ranks other than 0)."""
+        return self.lm_head.compute_logits(hidden)
 
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn.attn for layer in self.model.layers]

@@ -1,4 +1,10 @@
-"""Load a Hugging Face checkpoint directory (config.json + *.safetensors) into our model."""
+"""Load a Hugging Face checkpoint directory (config.json + *.safetensors) into our model.
+
+The model is built on the meta device and given uninitialised storage on its real device, so no
+random weights are ever materialised (an 8B model built the usual way would first take ~30 GiB
+of fp32 noise); each checkpoint tensor is then copied in, through the layer's `weight_loader`
+where the layer is fused or split across tensor-parallel ranks.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +14,20 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from localengine.layers.linear import MergedLinear
 from localengine.models.llama import LlamaForCausalLM, ModelArgs
 
 
-def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
+def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device: torch.device,
+               max_model_len: int, tp_rank: int = 0, tp_size: int = 1) -> LlamaForCausalLM:
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {path} (only safetensors checkpoints are supported)")
-    with torch.device(device):
-        model = LlamaForCausalLM(ModelArgs.from_hf(hf_config))
-    model.to(dtype)
-    # RoPE tables stay fp32 whatever the weights' dtype.
-    for module in model.modules():
-        if hasattr(module, "cos"):
-            module.cos, module.sin = module.cos.float(), module.sin.float()
+    with torch.device("meta"):
+        model = LlamaForCausalLM(ModelArgs.from_hf(hf_config, tp_rank, tp_size))
+    model = model.to_empty(device=device).to(dtype)
+    if model.args.tie_word_embeddings:  # re-tie: to_empty gives every module its own storage
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.model.rotary_emb.build(max_model_len, device)
     params = dict(model.named_parameters(remove_duplicate=False))
     loaded: set[str] = set()
     for file in files:
@@ -45,8 +50,7 @@ def _load_tensor(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter],
         if f".{piece}." in name:
             module_name, param_name = name.replace(f".{piece}.", f".{fused}.").rsplit(".", 1)
             module = model.get_submodule(module_name)
-            assert isinstance(module, MergedLinear)
-            module.load_shard(param_name, shard, tensor)
+            module.weight_loader(getattr(module, param_name), tensor, shard)
             # The fused parameter counts as loaded once its last shard arrives.
             if shard == len(module.output_sizes) - 1:
                 loaded.add(f"{module_name}.{param_name}")
@@ -56,7 +60,12 @@ def _load_tensor(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter],
             return
         raise ValueError(f"unexpected checkpoint tensor {name!r}")
     param = params[name]
-    if param.shape != tensor.shape:
+    module = model.get_submodule(name.rsplit(".", 1)[0])
+    loader = getattr(module, "weight_loader", None)
+    if loader is not None:
+        loader(param, tensor)
+    elif param.shape != tensor.shape:
         raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != model shape {tuple(param.shape)}")
-    param.data.copy_(tensor)
+    else:
+        param.data.copy_(tensor)
     loaded.add(name)

@@ -81,11 +81,12 @@ class DraftModelProposer:
         # The attention backend expects the one-token queries first (ModelRunner.execute's order).
         order = sorted(range(len(batch)), key=lambda j: (batch[j][1] != 1, batch[j][0].num_computed_tokens))
         items = [ScheduledSequence(batch[j][0], batch[j][1], batch[j][0].num_computed_tokens) for j in order]
-        input_ids, positions, meta = self.runner.prepare(items)
+        step = self.runner.prepare(items)
+        step.logit_rows = [end - 1 for end in step.query_start_loc[1:]]
         with torch.inference_mode():
-            hidden = self.runner.model(input_ids, positions, meta)
-            last = torch.tensor(meta.query_start_loc_cpu[1:], device=self.runner.device) - 1
-            logits = self.runner.model.compute_logits(hidden[last]).float()
+            logits = self.runner.forward(step)
+        assert logits is not None
+        logits = logits.float()
         for d, n in batch:
             d.num_computed_tokens += n
         unsorted = torch.empty_like(logits)

@@ -1,0 +1,46 @@
+"""Embedding and LM head split by vocabulary across tensor-parallel ranks (Megatron / vLLM).
+
+Each rank holds a contiguous slice of the (padded) vocabulary. The embedding looks up the ids it
+owns, zeroes the others and all-reduces; the LM head computes its slice of the logits and rank 0
+gathers the slices. With tp_size 1 both are the plain layers.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from localengine import distributed
+
+
+class VocabParallelEmbedding(nn.Module):
+    def __init__(self, vocab_size: int, hidden_size: int, tp_rank: int = 0, tp_size: int = 1):
+        super().__init__()
+        self.vocab_size, self.tp_rank, self.tp_size = vocab_size, tp_rank, tp_size
+        self.shard_size = -(-vocab_size // tp_size)
+        self.start = tp_rank * self.shard_size
+        self.weight = nn.Parameter(torch.empty(self.shard_size, hidden_size))
+
+    def weight_loader(self, param: nn.Parameter, tensor: torch.Tensor, shard: int = 0) -> None:
+        rows = tensor[self.start : self.start + self.shard_size]
+        param.data.zero_()  # padding rows past the vocabulary stay zero
+        param.data[: rows.shape[0]].copy_(rows)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.tp_size == 1:
+            return F.embedding(input_ids, self.weight)
+        local = input_ids - self.start
+        owned = (local >= 0) & (local < self.shard_size)
+        out = F.embedding(local.masked_fill(~owned, 0), self.weight) * owned.unsqueeze(-1).to(self.weight.dtype)
+        return distributed.all_reduce(out)
+
+
+class ParallelLMHead(VocabParallelEmbedding):
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """Logits over the whole vocabulary on rank 0; None on the other ranks."""
+        logits = F.linear(hidden, self.weight)
+        if self.tp_size == 1:
+            return logits
+        full = distributed.gather_to_first(logits, self.tp_size)
+        return full[:, : self.vocab_size] if full is not None else None
