@@ -9,16 +9,17 @@ from pathlib import Path
 from typing import Annotated
 
 from litestar import Litestar, Request, Response, delete, get
+from litestar.exceptions import MethodNotAllowedException, NotFoundException
 from litestar.handlers import asgi
-from litestar.params import QueryParameter
+from litestar.params import PathParameter, QueryParameter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.proxy import team_key, make_handler
-from sdk.errors import AuthenticationError
+from sdk.errors import AuthenticationError, NotFoundError, SlipstreamError
 from sdk.metrics import REGISTRY
+from sdk.models import model_body, models_body
 from sdk.promptcache.stats import report as prompt_cache_report
 from sdk.providers.upstream import close_upstream_for_running_loop
-from sdk.requests import models_body
 from sdk.runtime import TeamRegistry, TeamRuntime
 from sdk.types import Endpoint, Protocol
 
@@ -27,8 +28,8 @@ def _protocol(request: Request) -> Protocol:
     return Protocol.ANTHROPIC if "anthropic-version" in request.headers else Protocol.OPENAI
 
 
-def _auth_failed(request: Request, exc: AuthenticationError) -> Response[bytes]:
-    return Response(exc.body(_protocol(request)), status_code=401, media_type="application/json")
+def _answer_error(request: Request, exc: SlipstreamError) -> Response[bytes]:
+    return Response(exc.body(_protocol(request)), status_code=exc.status, media_type="application/json", headers=exc.headers)
 
 
 def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None = 1.0) -> Litestar:
@@ -47,9 +48,33 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
         """The caller's team; an unknown key raises AuthenticationError (answered by `_auth_failed`)."""
         return registry.authenticate(team_key(list(request.scope["headers"])))[0]
 
-    @get("/v1/models", sync_to_thread=False)
-    def models(request: Request) -> Response[bytes]:
-        return Response(models_body(team_of(request).model_names(), _protocol(request)), media_type="application/json")
+    @get("/v1/models")
+    async def models(request: Request) -> Response[bytes]:
+        """The models the caller's team may call (sdk/models.py), in the client's provider's shape."""
+        listed = await team_of(request).models.models()
+        return Response(models_body(listed, _protocol(request), dict(request.query_params)), media_type="application/json")
+
+    @get("/v1/models/{model_id:path}")
+    async def model(request: Request, model_id: Annotated[str, PathParameter()]) -> Response[bytes]:
+        found = await team_of(request).models.model(model_id.lstrip("/"))
+        return Response(model_body(found, _protocol(request)), media_type="application/json")
+
+    def no_route(request: Request, exc: NotFoundException | MethodNotAllowedException) -> Response[bytes]:
+        """Litestar found no handler (path) or the handler takes another method: answered in the
+        provider's shape, after the key is checked so an unauthenticated caller learns nothing."""
+        team_of(request)
+        method, path = request.method, request.url.path
+        if isinstance(exc, MethodNotAllowedException):
+            error: SlipstreamError = SlipstreamError(f"{method} is not allowed on {path}", status=405)
+        else:
+            error = NotFoundError(f"{method} {path} is not an endpoint Slipstream serves (docs/api.md lists them)")
+        return _answer_error(request, error)
+
+    def routing_error(request: Request, exc: NotFoundException | MethodNotAllowedException) -> Response[bytes]:
+        try:
+            return no_route(request, exc)
+        except AuthenticationError as failed:
+            return _answer_error(request, failed)
 
     @get("/v1/slipstream/cache-report", sync_to_thread=False)
     def cache_report(request: Request) -> Response[object]:
@@ -62,13 +87,15 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
         (the `x-slipstream-cache-key` header of the answer it produced)."""
         team = team_of(request).team
         cache = registry.services.response_cache()
-        removed = cache.invalidate_key(key, team=team) if key else cache.invalidate_team(team)
-        return {"removed": removed}
+        if key:
+            return {"removed": cache.invalidate_key(key, team=team)}
+        return {"removed": cache.invalidate_team(team) + registry.services.embedding_cache().invalidate_team(team)}
 
     proxied = [
         asgi("/v1/chat/completions", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.CHAT_COMPLETIONS)),
         asgi("/v1/messages", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.MESSAGES)),
         asgi("/v1/messages/count_tokens", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.COUNT_TOKENS)),
+        asgi("/v1/embeddings", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.EMBEDDINGS)),
     ]
 
     @contextlib.asynccontextmanager
@@ -82,12 +109,13 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
             await close_upstream_for_running_loop()
 
     app = Litestar(
-        route_handlers=[healthz, metrics, models, cache_report, invalidate_cache, *proxied],
+        route_handlers=[healthz, metrics, models, model, cache_report, invalidate_cache, *proxied],
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own
         request_max_body_size=None,
-        exception_handlers={AuthenticationError: _auth_failed},  # each team's limit is enforced by the proxy handler itself
+        # Errors are answers in the provider's shape (each team's body limit is enforced by the proxy handler itself).
+        exception_handlers={SlipstreamError: _answer_error, NotFoundException: routing_error, MethodNotAllowedException: routing_error},
     )
     app.state.registry = registry
     return app

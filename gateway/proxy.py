@@ -83,12 +83,11 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
 
     async def handle(scope: Scope, receive: Receive, send: Send) -> None:
         timings = Timings()
-        if scope["method"] != "POST":
-            await _send_error(send, protocol, 405, SlipstreamError("use POST", status=405).body(protocol))
-            return
         headers = scope["headers"]
         try:
             team, key_id = registry.authenticate(team_key(headers))
+            if scope["method"] != "POST":
+                raise SlipstreamError(f"{scope['method']} is not allowed on {scope['path']}: use POST", status=405)
             raw = await _read_body(receive, headers, team.policy.limits.max_body_bytes)
             forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
             request = parse_request(endpoint, raw, scope.get("query_string", b"").decode("latin-1"), forward)

@@ -19,7 +19,7 @@ import atexit
 import os
 import queue
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,8 @@ from sdk.providers.upstream import (
     release_upstream,
     retain_upstream,
 )
-from sdk.requests import FORWARDED_HEADERS, models_body, parse_request
+from sdk.models import model_body, models_body
+from sdk.requests import FORWARDED_HEADERS, parse_request
 from sdk.runtime import TeamRuntime, slipstream_headers
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
 
@@ -62,6 +63,7 @@ _ENDPOINTS = {
     "/v1/chat/completions": Endpoint.CHAT_COMPLETIONS,
     "/v1/messages": Endpoint.MESSAGES,
     "/v1/messages/count_tokens": Endpoint.COUNT_TOKENS,
+    "/v1/embeddings": Endpoint.EMBEDDINGS,
 }
 _JSON = {"content-type": "application/json"}
 _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
@@ -161,13 +163,13 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
     """Run one request through the team's pipeline; every failure becomes a provider-shaped answer."""
     timings = Timings()
     path, method = request.url.path, request.method
-    if method == "GET" and path == "/v1/models":
-        return _Reply(200, dict(_JSON), models_body(team.model_names(), protocol))
+    if path == "/v1/models" or path.startswith("/v1/models/"):
+        return await _models(team, protocol, method, path, request.url.params)
     endpoint = _ENDPOINTS.get(path)
     if endpoint is None or endpoint.protocol is not protocol:
         return _error(404, NotFoundError(f"{method} {path} is not an endpoint Slipstream serves").body(protocol))
     if method != "POST":
-        return _error(405, SlipstreamError("use POST", status=405).body(protocol))
+        return _error(405, SlipstreamError(f"{method} is not allowed on {path}: use POST", status=405).body(protocol))
     # The client's read timeout bounds the wait for an answer, as it would on the wire; raised as
     # httpx2's own exception, the official client turns it into APITimeoutError (and retries).
     deadline = asyncio.timeout((request.extensions.get("timeout") or {}).get("read"))
@@ -192,6 +194,18 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
     if isinstance(answer, LLMStream):
         return _Reply(answer.status, headers, stream=answer)
     return _Reply(answer.status, headers, answer.body)
+
+
+async def _models(team: TeamRuntime, protocol: Protocol, method: str, path: str, params: Mapping[str, str]) -> _Reply:
+    """`GET /v1/models` and `GET /v1/models/{id}`, as the proxy answers them."""
+    if method != "GET":
+        return _error(405, SlipstreamError(f"{method} is not allowed on {path}: use GET", status=405).body(protocol))
+    try:
+        if path == "/v1/models":
+            return _Reply(200, dict(_JSON), models_body(await team.models.models(), protocol, dict(params)))
+        return _Reply(200, dict(_JSON), model_body(await team.models.model(path.removeprefix("/v1/models/")), protocol))
+    except SlipstreamError as exc:
+        return _error(exc.status, exc.body(protocol), exc.headers)
 
 
 async def _events(stream: LLMStream, protocol: Protocol) -> AsyncGenerator[bytes, None]:

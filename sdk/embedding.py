@@ -45,7 +45,8 @@ def load_minilm() -> SentenceTransformer:
 @dataclass(slots=True)
 class _Job:
     texts: list[str]
-    future: Future[np.ndarray]
+    future: Future[tuple[np.ndarray, list[int] | None]]
+    count_tokens: bool = False  # also report each text's token count (the embeddings endpoint's usage)
 
 
 @dataclass
@@ -61,10 +62,20 @@ class Embedder:
 
     async def embed(self, text: str) -> np.ndarray:
         """One text's embedding, shape (DIMENSION,), computed in a batch with whatever else is queued."""
-        future: Future[np.ndarray] = Future()
+        vectors, _ = await self._submit(_Job([text], Future()))
+        return vectors[0]
+
+    async def embed_counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        """Several texts' embeddings, shape (len(texts), DIMENSION), and each text's token count
+        (special tokens included, after truncation to the model's window: what the model read)."""
+        vectors, counts = await self._submit(_Job(texts, Future(), count_tokens=True))
+        assert counts is not None
+        return vectors, counts
+
+    async def _submit(self, job: _Job) -> tuple[np.ndarray, list[int] | None]:
         self.start()
-        self._jobs.put(_Job([text], future))
-        return (await asyncio.wrap_future(future))[0]
+        self._jobs.put(job)
+        return await asyncio.wrap_future(job.future)
 
     def embed_many(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         """Blocking bulk embedding for offline work (training, benchmarks); shape (len(texts), DIMENSION)."""
@@ -117,8 +128,14 @@ class Embedder:
             self.batches += 1
             start = 0
             for job in live:
-                job.future.set_result(vectors[start : start + len(job.texts)])
+                counts = _token_counts(self._load(), job.texts) if job.count_tokens else None
+                job.future.set_result((vectors[start : start + len(job.texts)], counts))
                 start += len(job.texts)
+
+
+def _token_counts(model: SentenceTransformer, texts: list[str]) -> list[int]:
+    features = model.preprocess(texts)  # the same truncation the encoder applies
+    return [int(n) for n in features["attention_mask"].sum(dim=1).tolist()]
 
 
 def _encode(model: SentenceTransformer, texts: list[str], batch_size: int) -> np.ndarray:

@@ -17,6 +17,7 @@ _ANTHROPIC_TYPES = {
     402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     409: "conflict_error",
     413: "request_too_large",
     429: "rate_limit_error",

@@ -50,6 +50,12 @@ RESPONSE_CACHE = Counter(
     ("team", "outcome"),
     registry=REGISTRY,
 )
+EMBEDDING_CACHE = Counter(
+    "slipstream_embedding_cache_items_total",
+    "Embedding input items looked up in the exact embedding cache, by outcome (hit, miss)",
+    ("team", "outcome"),
+    registry=REGISTRY,
+)
 POLICY_RELOADS = Counter("slipstream_policy_reloads_total", "Policy reloads by outcome", ("outcome",), registry=REGISTRY)
 
 

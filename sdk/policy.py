@@ -177,6 +177,22 @@ class SemanticCachePolicy(_Strict):
     cache_tool_calls: bool = False  # cache answers that call tools
 
 
+class EmbeddingCachePolicy(_Strict):
+    """Exact cache of `/v1/embeddings` vectors per input item (always safe: embeddings are deterministic)."""
+
+    enabled: bool = True
+    ttl_s: Annotated[float, Field(gt=0)] = 7 * 86_400.0
+    max_entries: Annotated[int, Field(ge=1)] = 100_000  # per team; least recently used evicted first
+    max_bytes: Annotated[int, Field(ge=1)] = 128 * 1024 * 1024  # per team, counting the vectors' JSON
+
+
+class ModelsPolicy(_Strict):
+    """What `GET /v1/models` lists beyond the names the routes spell out."""
+
+    upstream_lists: bool = True  # for glob routes, list the upstreams' own models that the glob matches
+    ttl_s: Annotated[float, Field(gt=0)] = 300.0  # how long an upstream's list is reused
+
+
 class DocumentCompression(_Strict):
     """Query-aware extractive pruning of documents; keys documented in docs/compression.md."""
 
@@ -257,6 +273,8 @@ class Policy(_Strict):
     hedging: HedgingPolicy = HedgingPolicy()
     prompt_cache: PromptCachePolicy = PromptCachePolicy()
     semantic_cache: SemanticCachePolicy = SemanticCachePolicy()
+    embedding_cache: EmbeddingCachePolicy = EmbeddingCachePolicy()
+    models: ModelsPolicy = ModelsPolicy()
     compression: CompressionPolicy = CompressionPolicy()
     limits: LimitsPolicy = LimitsPolicy()
     alerts: AlertsPolicy = AlertsPolicy()

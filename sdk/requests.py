@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 
 from sdk.errors import InvalidRequestError
-from sdk.types import Endpoint, LLMRequest, Protocol
+from sdk.types import Endpoint, LLMRequest
 
 # Client headers the pipeline acts on; never auth. The provider ones travel upstream, Slipstream's
 # own (a request raising its semantic-cache precision) stop at the gateway: see `upstream_headers`.
@@ -31,15 +31,25 @@ def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str,
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequestError("model: a non-empty string is required")
-    if not isinstance(body.get("messages"), list):
+    if endpoint is Endpoint.EMBEDDINGS:
+        _check_embedding_input(body.get("input"))
+    elif not isinstance(body.get("messages"), list):
         raise InvalidRequestError("messages: a list of messages is required")
     return LLMRequest(endpoint, body, forward, query)
 
 
-def models_body(names: list[str], protocol: Protocol) -> bytes:
-    """A `GET /v1/models` answer in the client's provider's shape."""
-    if protocol is Protocol.ANTHROPIC:
-        data = [{"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"} for m in names]
-        first, last = (names[0], names[-1]) if names else (None, None)
-        return orjson.dumps({"data": data, "has_more": False, "first_id": first, "last_id": last})
-    return orjson.dumps({"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "slipstream"} for m in names]})
+def _check_embedding_input(value: object) -> None:
+    """OpenAI's four input shapes: a string, a list of strings, a token list, a list of token lists."""
+    if isinstance(value, str) and value:
+        return
+    if isinstance(value, list) and value:
+        if all(isinstance(item, str) and item for item in value):
+            return
+        if all(isinstance(item, int) for item in value):
+            return
+        if all(isinstance(item, list) and item and all(isinstance(t, int) for t in item) for item in value):
+            return
+    raise InvalidRequestError(
+        "input: a non-empty string, a list of non-empty strings, a list of token ids, or a list of token-id lists is required"
+    )
+

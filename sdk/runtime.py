@@ -12,15 +12,18 @@ import hmac
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sdk import metrics
 from sdk.errors import AuthenticationError, PolicyError
 from sdk.extras import require_extras
+from sdk.models import ModelCatalog
 from sdk.pipeline import CompressionReport, Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
 from sdk.providers import build_provider
+from sdk.providers.base import Provider
 from sdk.router import Router
 from sdk.services import Services
 from sdk.stages import build_stages
@@ -33,6 +36,8 @@ log = logging.getLogger("slipstream")
 class TeamRuntime:
     policy: Policy
     pipeline: Pipeline
+    models: ModelCatalog
+    providers: Mapping[str, Provider]
 
     @property
     def team(self) -> str:
@@ -42,18 +47,10 @@ class TeamRuntime:
     def build(cls, policy: Policy, services: Services | None = None) -> TeamRuntime:
         require_extras(policy, f"team {policy.team}")
         services = services or Services()
-        providers = {name: build_provider(name, config) for name, config in policy.providers.items()}
+        providers = {name: build_provider(name, config, services) for name, config in policy.providers.items()}
         router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging)
-        return cls(policy=policy, pipeline=Pipeline(build_stages(policy, services), router))
-
-    def model_names(self) -> list[str]:
-        """Model names this team can ask for: literal route matches and the targets' own models."""
-        names: dict[str, None] = {}
-        for route in self.policy.routes:
-            if not any(ch in route.match.model for ch in "*?["):
-                names[route.match.model] = None
-            names.update((target.model, None) for target in route.targets if target.model)
-        return list(names)
+        return cls(policy=policy, pipeline=Pipeline(build_stages(policy, services), router),
+                   models=ModelCatalog(policy.routes, providers, policy.models), providers=providers)
 
     async def handle(self, request: LLMRequest, ctx: RequestContext | None = None) -> tuple[Answer, RequestContext]:
         ctx = ctx or RequestContext(request=request, team=self.team)

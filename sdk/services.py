@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sdk.cache.embeddings import EmbeddingCache
     from sdk.cache.response_cache import ResponseCache
     from sdk.embedding import Embedder
 
@@ -27,6 +28,7 @@ class Services:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _embedder: Embedder | None = field(default=None, init=False, repr=False)
     _response_cache: ResponseCache | None = field(default=None, init=False, repr=False)
+    _embedding_cache: EmbeddingCache | None = field(default=None, init=False, repr=False)
 
     def embedder(self) -> Embedder:
         """The MiniLM sentence embedder (loaded on its first batch, in its own thread)."""
@@ -46,3 +48,12 @@ class Services:
 
                 self._response_cache = ResponseCache(self.data_dir, embedder)
             return self._response_cache
+
+    def embedding_cache(self) -> EmbeddingCache:
+        """The exact `/v1/embeddings` cache (in memory, partitioned by team)."""
+        with self._lock:
+            if self._embedding_cache is None:
+                from sdk.cache.embeddings import EmbeddingCache
+
+                self._embedding_cache = EmbeddingCache()
+            return self._embedding_cache

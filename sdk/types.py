@@ -24,10 +24,11 @@ class Endpoint(StrEnum):
     MESSAGES = "messages"  # Anthropic POST /v1/messages
     COUNT_TOKENS = "count_tokens"  # Anthropic POST /v1/messages/count_tokens
     CHAT_COMPLETIONS = "chat_completions"  # OpenAI POST /v1/chat/completions
+    EMBEDDINGS = "embeddings"  # OpenAI POST /v1/embeddings
 
     @property
     def protocol(self) -> Protocol:
-        return Protocol.OPENAI if self is Endpoint.CHAT_COMPLETIONS else Protocol.ANTHROPIC
+        return Protocol.ANTHROPIC if self in (Endpoint.MESSAGES, Endpoint.COUNT_TOKENS) else Protocol.OPENAI
 
 
 @dataclass(slots=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sdk.errors import ProviderUnavailableError
 from sdk.policy import ProviderConfig
 from sdk.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
@@ -12,6 +14,7 @@ from sdk.providers.local import LocalProvider
 from sdk.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.upstream import Timeouts
+from sdk.services import Services
 from sdk.types import Answer, LLMRequest, Protocol, Timings
 
 
@@ -26,14 +29,17 @@ class UnavailableProvider:
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         raise ProviderUnavailableError(f"provider {self.name!r} is unavailable: {self.reason}")
 
+    async def list_models(self) -> list[dict[str, Any]]:
+        return []  # nothing can be called through it
 
-def build_provider(name: str, config: ProviderConfig) -> Provider:
+
+def build_provider(name: str, config: ProviderConfig, services: Services | None = None) -> Provider:
     timeouts = Timeouts(config.connect_timeout_s, config.first_byte_timeout_s, config.read_timeout_s)
     if config.kind == "local":
         # In process, or over HTTP to `slipstream engine serve` / any OpenAI-compatible server.
         engine_args = {"speculative_config": config.speculative.model_dump(exclude_none=True)} if config.speculative else None
         keys = config.resolve_api_keys() or ("local",)
-        return LocalProvider(name, config.model or "demo", config.base_url, keys[0], timeouts, engine_args)
+        return LocalProvider(name, config.model or "demo", config.base_url, keys[0], timeouts, engine_args, services)
     dialect = AnthropicDialect() if config.kind == "anthropic" else OpenAIDialect()
     base_url = (config.base_url or (ANTHROPIC_URL if config.kind == "anthropic" else OPENAI_URL)).rstrip("/")
     keys = config.resolve_api_keys()

@@ -11,7 +11,9 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 from typing import Protocol as TypingProtocol
+from urllib.parse import quote
 
 import orjson
 
@@ -40,6 +42,7 @@ log = logging.getLogger("slipstream.providers")
 
 # Upstream response headers worth handing to the client (ids for support tickets, rate-limit state).
 _PASSTHROUGH_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "anthropic-priority-", "anthropic-fast-")
+_MAX_MODEL_PAGES = 20
 _PASSTHROUGH = {"request-id", "x-request-id", "retry-after", "retry-after-ms", "x-should-retry", "openai-processing-ms"}
 
 
@@ -52,12 +55,15 @@ class Provider(TypingProtocol):
     protocol: Protocol
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer: ...
+    async def list_models(self) -> list[dict[str, Any]]: ...  # the upstream's own entries ({"id": ...})
 
 
 class Dialect(TypingProtocol):
     protocol: Protocol
+    models_path: str  # GET: the upstream's own model list
 
     def path(self, endpoint: Endpoint) -> str: ...
+    def auth(self, api_key: str) -> dict[str, str]: ...
     def headers(self, api_key: str, request: LLMRequest) -> dict[str, str]: ...
 
 
@@ -126,6 +132,26 @@ class HTTPProvider:
             route=route,
             close=close,
         )
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """The upstream's own model entries, as it sends them, fetched with this provider's key
+        (every page of Anthropic's paginated list)."""
+        client = self.client or upstream_for_running_loop()
+        headers = {"accept": "application/json", **self.dialect.auth(self.keys.keys[self.keys.order()[0]])}
+        url = self.base_url + self.dialect.models_path
+        entries: list[dict[str, Any]] = []
+        query = "?limit=1000" if self.protocol is Protocol.ANTHROPIC else ""
+        for _ in range(_MAX_MODEL_PAGES):
+            response = await client.request("GET", url + query, headers, b"", self.timeouts)
+            data = await response.read()
+            if response.status != 200:
+                raise UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), f"{self.name}/models")
+            page = orjson.loads(data)
+            entries.extend(entry for entry in page.get("data", []) if isinstance(entry, dict) and isinstance(entry.get("id"), str))
+            if not page.get("has_more") or not page.get("last_id"):
+                break
+            query = f"?limit=1000&after_id={quote(str(page['last_id']))}"
+        return entries
 
 
 async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str) -> AsyncIterator[bytes]:

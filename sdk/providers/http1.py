@@ -3,8 +3,9 @@
 Why not aiohttp: on the proxy's hot path the upstream client is most of the added latency, and
 aiohttp's request machinery (ClientSession._request, its tracing, cookie and redirect hooks)
 costs more per call than everything else Slipstream does (docs/benchmarks.md). Provider APIs need
-little of it: POST with a body, answers delimited by Content-Length, chunks or the connection's
-end, keep-alive and TLS. So that is all this does; no redirects, cookies, proxies or compression
+little of it: a request with a body (whole, or streamed from the client for pass-through uploads,
+with backpressure), answers delimited by Content-Length, chunks or the connection's end,
+keep-alive and TLS. So that is all this does; no redirects, cookies, proxies or compression
 (the request asks for `identity`, so bytes arrive as the provider wrote them).
 
 One `Http1Upstream` per event loop (sdk/providers/upstream.py). A response owns its connection
@@ -19,7 +20,7 @@ import functools
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -39,14 +40,16 @@ _KEEPALIVE_S = 60.0  # an idle connection older than this is closed rather than 
 
 
 @functools.lru_cache(maxsize=512)
-def _split(url: str) -> tuple[tuple[str, str, int], bytes]:
-    """((scheme, host, port), b"POST <target> HTTP/1.1\\r\\nHost: <host>\\r\\n") for a URL."""
+def _split(method: str, url: str) -> tuple[tuple[str, str, int], bytes]:
+    """((scheme, host, port), b"METHOD <target> HTTP/1.1\\r\\nHost: <host>\\r\\n") for a URL."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UpstreamUnreachableError(f"cannot reach {url}: only http:// and https:// URLs are supported")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return (parts.scheme, parts.hostname, port), f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n".encode("latin-1")
+    if any(ch in target for ch in " \r\n"):
+        raise UpstreamUnreachableError(f"cannot send to {url!r}: the path has a space or a line break")
+    return (parts.scheme, parts.hostname, port), f"{method} {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n".encode("latin-1")
 
 
 class _Connection(asyncio.Protocol):
@@ -59,6 +62,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
+        self._writable: asyncio.Future[None] | None = None  # set while the transport's write buffer is full
         self._begin_state(None)
 
     def _begin_state(self, loop: asyncio.AbstractEventLoop | None) -> None:
@@ -76,6 +80,21 @@ class _Connection(asyncio.Protocol):
     def begin(self, request: bytes) -> None:
         self._begin_state(asyncio.get_running_loop())
         self.transport.write(request)
+
+    async def drain(self) -> None:
+        """Until the transport's write buffer has room again (an upload must not outrun the socket)."""
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None:
+            if not self._writable.done():
+                self._writable.set_result(None)
+            self._writable = None
 
     def close(self) -> None:
         if not self.closed:
@@ -105,6 +124,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
             self._mark_closed()
+        self.resume_writing()  # an upload waiting for room finds the connection gone
         if self.head is None or self.complete:
             return
         if self.head.done() and self._ends_at_eof():
@@ -244,8 +264,18 @@ class Http1Upstream:
         self._closed = False
 
     async def post(self, url: str, headers: dict[str, str], body: bytes, timeout: Timeouts) -> _Response:
-        origin, start = _split(url)
-        request = start + _head(headers, len(body)) + body
+        return await self.request("POST", url, headers, body, timeout)
+
+    async def request(self, method: str, url: str, headers: dict[str, str], body: bytes | AsyncIterable[bytes],
+                      timeout: Timeouts, length: int | None = None) -> _Response:
+        """Send one request; `body` is bytes (sent with the head in one write) or an async iterable
+        streamed as it is produced: with Content-Length when `length` is given, else chunked."""
+        origin, start = _split(method, url)
+        streamed = not isinstance(body, bytes)
+        if streamed:
+            request = start + _head(headers, length, chunked=length is None)
+        else:
+            request = start + _head(headers, len(body) if body or method not in _NO_BODY else None) + body
         try:
             async with asyncio.timeout(timeout.connect_s):  # a free connection, or a new one, in time
                 conn = await self._acquire(origin, url)
@@ -253,6 +283,8 @@ class Http1Upstream:
             raise UpstreamUnreachableError(f"cannot reach {url}: no connection within {timeout.connect_s:g}s") from exc
         conn.begin(request)
         try:
+            if streamed:
+                await _upload(conn, body, chunked=length is None)  # type: ignore[arg-type]
             async with asyncio.timeout(timeout.first_byte_s):
                 await conn.head  # type: ignore[misc]
         except TimeoutError as exc:
@@ -328,10 +360,24 @@ class Http1Upstream:
             pool.idle.clear()
 
 
+async def _upload(conn: _Connection, body: AsyncIterable[bytes], chunked: bool) -> None:
+    """Write a streamed body piece by piece, waiting for socket room between pieces. An upstream that
+    answers before the upload ends (a 4xx, typically) ends it: its answer is what the caller gets."""
+    async for piece in body:
+        if conn.closed or conn.head is None or conn.head.done():
+            return
+        if piece:
+            conn.transport.write(b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece)  # type: ignore[union-attr]
+            await conn.drain()
+    if chunked and not conn.closed:
+        conn.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
+
+
 _OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "accept-encoding", "connection"})
+_NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})  # no Content-Length: 0 on a request without a body
 
 
-def _head(headers: dict[str, str], length: int) -> bytes:
+def _head(headers: dict[str, str], length: int | None, chunked: bool = False) -> bytes:
     lines = []
     for name, value in headers.items():
         if name.lower() in _OWN_HEADERS:
@@ -339,5 +385,10 @@ def _head(headers: dict[str, str], length: int) -> bytes:
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
             raise UpstreamUnreachableError(f"header {name!r} has a line break; it cannot be sent")
         lines.append(f"{name}: {value}\r\n")
-    lines.append(f"Accept-Encoding: identity\r\nContent-Length: {length}\r\n\r\n")
+    lines.append("Accept-Encoding: identity\r\n")
+    if chunked:
+        lines.append("Transfer-Encoding: chunked\r\n")
+    elif length is not None:
+        lines.append(f"Content-Length: {length}\r\n")
+    lines.append("\r\n")
     return "".join(lines).encode("latin-1")

@@ -2,8 +2,9 @@
 
 In process, one engine per model per process is created on first use (weights load in a worker
 thread, model steps run in the engine's own thread, never on the event loop) and answers with the
-same OpenAI Chat Completions bytes the engine's HTTP server sends. With `base_url`, requests go
-over HTTP to a running `slipstream engine serve` or any other OpenAI-compatible server.
+same OpenAI Chat Completions bytes the engine's HTTP server sends; embeddings come from the bundled
+MiniLM model (sdk/providers/local_embeddings.py). With `base_url`, requests go over HTTP to a
+running `slipstream engine serve` or any other OpenAI-compatible server.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from sdk.errors import ProviderUnavailableError, SlipstreamError
 from sdk.providers.base import HTTPProvider
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.keys import KeyRing
+from sdk.providers.local_embeddings import MODEL_ID as EMBEDDING_MODEL
+from sdk.providers.local_embeddings import LocalEmbeddings
 from sdk.providers.upstream import Timeouts
+from sdk.services import Services
 from sdk.sse import StreamObserver
 from sdk.types import (
     Answer,
+    Endpoint,
     LLMRequest,
     LLMResponse,
     LLMStream,
@@ -43,10 +48,12 @@ class LocalProvider:
     protocol = Protocol.OPENAI
 
     def __init__(self, name: str, model: str, base_url: str | None = None, api_key: str = "local",
-                 timeouts: Timeouts = Timeouts(), engine_args: dict[str, Any] | None = None):
+                 timeouts: Timeouts = Timeouts(), engine_args: dict[str, Any] | None = None,
+                 services: Services | None = None):
         self.name = name
         self.model = model
         self.engine_args = engine_args or {}
+        self._embeddings = LocalEmbeddings(name, services or Services())
         self._http = (
             HTTPProvider(name=name, dialect=OpenAIDialect(), base_url=base_url.rstrip("/"), keys=KeyRing((api_key,)),
                          timeouts=timeouts)
@@ -63,6 +70,8 @@ class LocalProvider:
             )
         if self._http is not None:
             return await self._http.send(request, timings)
+        if request.endpoint is Endpoint.EMBEDDINGS:
+            return await self._embeddings.send(request, timings)
         from localengine.serving_chat import ChatRequestError, parse_chat_request
 
         started = time.perf_counter()
@@ -78,6 +87,13 @@ class LocalProvider:
         finally:
             timings.upstream_s += time.perf_counter() - started
         return self._stream(engine, chat, route, timings)
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """What this provider serves: the server's own list over HTTP; in process, the engine's model
+        and the bundled embedding model."""
+        if self._http is not None:
+            return await self._http.list_models()
+        return [{"id": self.model}, {"id": EMBEDDING_MODEL}]
 
     async def _engine(self) -> AsyncLLMEngine:
         from localengine.engine.async_engine import get_shared_engine

@@ -10,7 +10,7 @@ with keep-alive connections reused across requests and teams.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 
@@ -28,6 +28,8 @@ class UpstreamResponse(TypingProtocol):
 
 class UpstreamClient(TypingProtocol):
     async def post(self, url: str, headers: dict[str, str], body: bytes, timeout: "Timeouts") -> UpstreamResponse: ...
+    async def request(self, method: str, url: str, headers: dict[str, str], body: bytes | AsyncIterable[bytes],
+                      timeout: "Timeouts", length: int | None = None) -> UpstreamResponse: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,21 @@ from sdk.routing.limits import build_limits
 from sdk.services import Services
 from sdk.stages.cache import build_cache
 from sdk.stages.compression import build_compression
+from sdk.stages.embedding_cache import build_embedding_cache
 from sdk.stages.metrics import build_metrics
 from sdk.stages.prompt_cache import build_prompt_cache
 
 StageFactory = Callable[[Policy, Services], Stage | None]
 
-STAGE_ORDER: tuple[str, ...] = ("metrics", "limits", "cache", "compression", "prompt_cache")
-FACTORIES: dict[str, StageFactory] = {"metrics": build_metrics, "limits": build_limits, "cache": build_cache, "compression": build_compression, "prompt_cache": build_prompt_cache}
+STAGE_ORDER: tuple[str, ...] = ("metrics", "limits", "embedding_cache", "cache", "compression", "prompt_cache")
+FACTORIES: dict[str, StageFactory] = {
+    "metrics": build_metrics,
+    "limits": build_limits,
+    "embedding_cache": build_embedding_cache,
+    "cache": build_cache,
+    "compression": build_compression,
+    "prompt_cache": build_prompt_cache,
+}
 
 
 def build_stages(policy: Policy, services: Services) -> list[Stage]:

@@ -111,7 +111,7 @@ class CacheStage:
 
     def _eligible(self, request: LLMRequest) -> bool:
         n = request.body.get("n", 1)
-        return request.endpoint is not Endpoint.COUNT_TOKENS and (n is None or n == 1)
+        return request.endpoint in (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS) and (n is None or n == 1)
 
     def _store(self, protocol: Protocol, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
         if not answers.completed_safely(protocol, message, self.config.cache_tool_calls):

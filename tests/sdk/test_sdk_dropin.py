@@ -221,7 +221,12 @@ def test_policy_from_environment_and_models_list(policy: Path, monkeypatch: pyte
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     client = sdk.OpenAI()  # no api_key: the policy holds the upstream keys
     assert client.chat.completions.create(model=GPT, messages=HELLO).choices[0].message.content
-    assert client.models.list().data == []  # only glob routes: no literal model names
+    # Only glob routes: the listing is the upstream's own models that the globs match.
+    listed = [model.id for model in client.models.list()]
+    assert GPT in listed and all(name.startswith(("gpt-", "claude-")) for name in listed)
+    assert client.models.retrieve(GPT).id == GPT
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("text-davinci-001")
 
 
 # --- cancellation --------------------------------------------------------------------------------------

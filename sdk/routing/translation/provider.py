@@ -8,6 +8,7 @@ client's dialect: bodies, error bodies and stream events alike. Usage is the inn
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 from sdk.errors import UpstreamHTTPError
 from sdk.providers.base import Provider
@@ -37,9 +38,14 @@ class TranslatingProvider:
         self.name = inner.name
         self.protocol = client
 
+    async def list_models(self) -> list[dict[str, Any]]:
+        return await self.inner.list_models()
+
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         if request.endpoint is Endpoint.COUNT_TOKENS:
             raise TranslationRefused("count_tokens has no OpenAI counterpart; route it to an Anthropic target")
+        if request.endpoint is Endpoint.EMBEDDINGS:
+            raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
         body = anthropic_to_openai(request.body) if to_openai else openai_to_anthropic(request.body)
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
