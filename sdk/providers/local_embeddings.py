@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from sdk.errors import InvalidRequestError, NotFoundError
+from sdk.errors import InvalidRequestError, NotFoundError, ProviderUnavailableError
+from sdk.extras import missing_extra_message
 from sdk.types import LLMRequest, LLMResponse, Timings, Usage
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class LocalEmbeddings:
         from sdk.embedding import DIMENSION
 
         body = request.body
+        missing = missing_extra_message("semantic", f"embeddings from the bundled {MODEL_ID}")
+        if missing is not None:
+            raise ProviderUnavailableError(f"provider {self.name!r}: {missing}")
         if not serves_embeddings(request.model):
             raise NotFoundError(f"provider {self.name!r} (local) embeds with {MODEL_ID!r} only, not {request.model!r}")
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
