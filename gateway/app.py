@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -15,13 +15,13 @@ from litestar.params import PathParameter, QueryParameter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.proxy import team_key, make_handler
-from sdk.errors import AuthenticationError, NotFoundError, SlipstreamError
+from sdk.errors import AuthenticationError, NotFoundError, SlipstreamError, UpstreamHTTPError
 from sdk.metrics import REGISTRY
 from sdk.models import model_body, models_body
 from sdk.promptcache.stats import report as prompt_cache_report
 from sdk.providers.upstream import close_upstream_for_running_loop
 from sdk.runtime import TeamRegistry, TeamRuntime
-from sdk.types import Endpoint, Protocol
+from sdk.types import Endpoint, LLMResponse, Protocol
 
 
 def _protocol(request: Request) -> Protocol:
@@ -91,12 +91,39 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
             return {"removed": cache.invalidate_key(key, team=team)}
         return {"removed": cache.invalidate_team(team) + registry.services.embedding_cache().invalidate_team(team)}
 
+    async def stored(request: Request, answer: Callable[[TeamRuntime], Awaitable[LLMResponse]]) -> Response[bytes]:
+        """A stored-response call for the caller's team; failures answered in OpenAI's error shape."""
+        try:
+            result = await answer(team_of(request))
+        except UpstreamHTTPError as exc:
+            return Response(exc.body, status_code=exc.status, media_type="application/json", headers=exc.headers)
+        except SlipstreamError as exc:
+            return Response(exc.body(Protocol.OPENAI), status_code=exc.status, media_type="application/json", headers=exc.headers)
+        return Response(result.body, status_code=result.status, media_type="application/json", headers=result.headers)
+
+    @get("/v1/responses/{response_id:str}")
+    async def retrieve_response(request: Request, response_id: Annotated[str, PathParameter()]) -> Response[bytes]:
+        query = request.scope["query_string"].decode("latin-1")
+        return await stored(request, lambda team: team.responses.retrieve(response_id, query))
+
+    @delete("/v1/responses/{response_id:str}", status_code=200)
+    async def delete_response(request: Request, response_id: Annotated[str, PathParameter()]) -> Response[bytes]:
+        return await stored(request, lambda team: team.responses.delete(response_id))
+
+    @get("/v1/responses/{response_id:str}/input_items")
+    async def response_input_items(request: Request, response_id: Annotated[str, PathParameter()]) -> Response[bytes]:
+        query = request.scope["query_string"].decode("latin-1")
+        return await stored(request, lambda team: team.responses.input_items(response_id, query))
+
     proxied = [
         asgi("/v1/chat/completions", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.CHAT_COMPLETIONS)),
         asgi("/v1/messages", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.MESSAGES)),
         asgi("/v1/messages/count_tokens", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.COUNT_TOKENS)),
         asgi("/v1/embeddings", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.EMBEDDINGS)),
+        asgi("/v1/responses", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.RESPONSES)),
+        asgi("/v1/responses/input_tokens", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.RESPONSES_INPUT_TOKENS)),
     ]
+    responses = [retrieve_response, delete_response, response_input_items]
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -109,7 +136,7 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
             await close_upstream_for_running_loop()
 
     app = Litestar(
-        route_handlers=[healthz, metrics, models, model, cache_report, invalidate_cache, *proxied],
+        route_handlers=[healthz, metrics, models, model, cache_report, invalidate_cache, *proxied, *responses],
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own

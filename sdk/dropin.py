@@ -18,6 +18,7 @@ import asyncio
 import atexit
 import os
 import queue
+import re
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
@@ -64,7 +65,10 @@ _ENDPOINTS = {
     "/v1/messages": Endpoint.MESSAGES,
     "/v1/messages/count_tokens": Endpoint.COUNT_TOKENS,
     "/v1/embeddings": Endpoint.EMBEDDINGS,
+    "/v1/responses": Endpoint.RESPONSES,
+    "/v1/responses/input_tokens": Endpoint.RESPONSES_INPUT_TOKENS,
 }
+_STORED = re.compile(r"/v1/responses/([^/]+)(/input_items)?")  # a stored response: GET, DELETE, input_items
 _JSON = {"content-type": "application/json"}
 _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
@@ -166,6 +170,9 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
     if path == "/v1/models" or path.startswith("/v1/models/"):
         return await _models(team, protocol, method, path, request.url.params)
     endpoint = _ENDPOINTS.get(path)
+    stored = _STORED.fullmatch(path) if endpoint is None and protocol is Protocol.OPENAI else None
+    if stored is not None and method in ("GET", "DELETE"):
+        return await _stored(team, method, stored.group(1), stored.group(2) is not None, request.url.query.decode("latin-1"))
     if endpoint is None or endpoint.protocol is not protocol:
         return _error(404, NotFoundError(f"{method} {path} is not an endpoint Slipstream serves").body(protocol))
     if method != "POST":
@@ -206,6 +213,22 @@ async def _models(team: TeamRuntime, protocol: Protocol, method: str, path: str,
         return _Reply(200, dict(_JSON), model_body(await team.models.model(path.removeprefix("/v1/models/")), protocol))
     except SlipstreamError as exc:
         return _error(exc.status, exc.body(protocol), exc.headers)
+async def _stored(team: TeamRuntime, method: str, response_id: str, items: bool, query: str) -> _Reply:
+    """GET / DELETE of a stored response, or its input items (sdk/responses/api.py)."""
+    try:
+        if items:
+            if method != "GET":
+                return _error(405, SlipstreamError("use GET", status=405).body(Protocol.OPENAI))
+            answer = await team.responses.input_items(response_id, query)
+        elif method == "GET":
+            answer = await team.responses.retrieve(response_id, query)
+        else:
+            answer = await team.responses.delete(response_id)
+    except UpstreamHTTPError as exc:
+        return _error(exc.status, exc.body, exc.headers)
+    except SlipstreamError as exc:
+        return _error(exc.status, exc.body(Protocol.OPENAI), exc.headers)
+    return _Reply(answer.status, {**_JSON, **answer.headers}, answer.body)
 
 
 async def _events(stream: LLMStream, protocol: Protocol) -> AsyncGenerator[bytes, None]:

@@ -33,6 +33,9 @@ def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str,
         raise InvalidRequestError("model: a non-empty string is required")
     if endpoint is Endpoint.EMBEDDINGS:
         _check_embedding_input(body.get("input"))
+    elif endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS):
+        if not isinstance(body.get("input", ""), (str, list)):
+            raise InvalidRequestError("input: a string or a list of input items is required")
     elif not isinstance(body.get("messages"), list):
         raise InvalidRequestError("messages: a list of messages is required")
     return LLMRequest(endpoint, body, forward, query)

@@ -22,12 +22,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamTimeoutError
 from sdk.pipeline import RequestContext
 from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
 from sdk.providers.base import Provider
+from sdk.responses.store import ResponseStore
+from sdk.responses.target import ResponsesTarget
 from sdk.routing.attempts import AttemptPlan, Leg, TargetSlot
 from sdk.routing.backoff import (
     FirstByteTimeout,
@@ -41,7 +43,7 @@ from sdk.routing.hedging import discard
 from sdk.routing.strategies import StatsBook, TargetStats, ordered_targets, target_key
 from sdk.routing.translation import TranslatingProvider
 from sdk.streams import close_after, on_end
-from sdk.types import Answer, LLMStream, Protocol
+from sdk.types import Answer, Endpoint, LLMRequest, LLMStream, Protocol
 
 log = logging.getLogger("slipstream.router")
 
@@ -55,6 +57,8 @@ class Router:
         breaker: BreakerPolicy | None = None,
         hedging: HedgingPolicy | None = None,
         store: BreakerStore | None = None,
+        team: str = "",
+        responses: Callable[[], ResponseStore] | None = None,
     ):
         self.routes = routes
         self.providers = providers
@@ -63,6 +67,9 @@ class Router:
         self.breakers: BreakerStore = store or InMemoryBreakerStore(breaker or BreakerPolicy())
         self.stats = StatsBook()
         self._translating: dict[tuple[str, Protocol], Provider] = {}
+        self.team = team
+        self.responses = responses  # the team's response store, for Responses API targets
+        self._responses: dict[str, ResponsesTarget] = {}
 
     def route_for(self, model: str) -> Route:
         for route in self.routes:
@@ -164,7 +171,7 @@ class Router:
         target, key = slot.target, slot.key
         stats = self.stats[key]
         request = ctx.request.with_model(target.model) if target.model else ctx.request
-        provider = self._provider(target.provider, request.protocol)
+        provider = self._provider(target.provider, request)
         limit = self._first_byte_limit_s(deadline)
         stats.in_flight += 1
         started = time.perf_counter()
@@ -203,14 +210,28 @@ class Router:
             limit = min(limit, self.retry.first_byte_timeout_ms / 1000)
         return None if math.isinf(limit) else limit
 
-    def _provider(self, name: str, protocol: Protocol) -> Provider:
+    def _provider(self, name: str, request: LLMRequest) -> Provider:
         provider = self.providers[name]
+        if request.endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS):
+            return self._responses_target(name, provider)
+        protocol = request.protocol
         if provider.protocol is protocol:
             return provider
         translating = self._translating.get((name, protocol))
         if translating is None:
             translating = self._translating[(name, protocol)] = TranslatingProvider(provider, protocol)
         return translating
+
+
+    def _responses_target(self, name: str, provider: Provider) -> ResponsesTarget:
+        """The provider behind its Responses adapter (native or translated), kept for the policy's life:
+        it remembers whether an `auto` upstream turned out to lack /responses."""
+        target = self._responses.get(name)
+        if target is None:
+            if self.responses is None:
+                raise SlipstreamError("this router has no response store; the Responses API is not available", status=501)
+            target = self._responses[name] = ResponsesTarget(provider, self.team, self.responses)
+        return target
 
 
 def _leave(stats: TargetStats) -> None:

@@ -24,6 +24,7 @@ from sdk.pipeline import CompressionReport, Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
 from sdk.providers import build_provider
 from sdk.providers.base import Provider
+from sdk.responses.api import StoredResponses
 from sdk.router import Router
 from sdk.services import Services
 from sdk.stages import build_stages
@@ -38,6 +39,7 @@ class TeamRuntime:
     pipeline: Pipeline
     models: ModelCatalog
     providers: Mapping[str, Provider]
+    responses: StoredResponses  # GET / DELETE / input_items of the team's stored responses
 
     @property
     def team(self) -> str:
@@ -48,9 +50,11 @@ class TeamRuntime:
         require_extras(policy, f"team {policy.team}")
         services = services or Services()
         providers = {name: build_provider(name, config, services) for name, config in policy.providers.items()}
-        router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging)
+        router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging,
+                        team=policy.team, responses=services.response_store)
         return cls(policy=policy, pipeline=Pipeline(build_stages(policy, services), router),
-                   models=ModelCatalog(policy.routes, providers, policy.models), providers=providers)
+                   models=ModelCatalog(policy.routes, providers, policy.models), providers=providers,
+                   responses=StoredResponses(policy.team, services.response_store, providers))
 
     async def handle(self, request: LLMRequest, ctx: RequestContext | None = None) -> tuple[Answer, RequestContext]:
         ctx = ctx or RequestContext(request=request, team=self.team)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from sdk.cache.embeddings import EmbeddingCache
     from sdk.cache.response_cache import ResponseCache
     from sdk.embedding import Embedder
+    from sdk.responses.store import ResponseStore
 
 
 def default_data_dir() -> Path:
@@ -29,6 +30,7 @@ class Services:
     _embedder: Embedder | None = field(default=None, init=False, repr=False)
     _response_cache: ResponseCache | None = field(default=None, init=False, repr=False)
     _embedding_cache: EmbeddingCache | None = field(default=None, init=False, repr=False)
+    _response_store: ResponseStore | None = field(default=None, init=False, repr=False)
 
     def embedder(self) -> Embedder:
         """The MiniLM sentence embedder (loaded on its first batch, in its own thread)."""
@@ -57,3 +59,12 @@ class Services:
 
                 self._embedding_cache = EmbeddingCache()
             return self._embedding_cache
+
+    def response_store(self) -> ResponseStore:
+        """Stored Responses API responses (previous_response_id, GET/DELETE by id), under data_dir."""
+        with self._lock:
+            if self._response_store is None:
+                from sdk.responses.store import SQLiteResponseStore
+
+                self._response_store = SQLiteResponseStore(self.data_dir / "responses.sqlite3")
+            return self._response_store

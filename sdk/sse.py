@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from sdk.types import Protocol, Timings, Usage
-from sdk.usage import merge_anthropic_usage, openai_usage
+from sdk.types import Endpoint, Protocol, Timings, Usage
+from sdk.usage import merge_anthropic_usage, openai_usage, responses_usage
 
 
 async def split_event_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
@@ -44,44 +44,66 @@ def events_of(item: bytes) -> list[bytes]:
     return [part + b"\n\n" for part in item.split(b"\n\n") if part]
 
 
-def _data(event: bytes) -> bytes:
+def event_data(event: bytes) -> bytes:
+    """The payload of an event's `data:` line (b"" when it has none)."""
     for line in event.split(b"\n"):
         if line.startswith(b"data:"):
             return line[5:].strip()
     return b""
 
 
+# Responses API events that carry output tokens, and the terminal ones that carry the full usage.
+_RESPONSES_TOKENS = (b"event: response.output_text.delta", b"event: response.function_call_arguments.delta",
+                     b"event: response.refusal.delta", b"event: response.reasoning")
+_RESPONSES_END = (b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
+
+
 class StreamObserver:
     """Tracks usage, token timing and in-band errors of one stream without changing it."""
 
-    def __init__(self, protocol: Protocol, usage: Usage, timings: Timings):
-        self.protocol = protocol
+    def __init__(self, endpoint: Endpoint, usage: Usage, timings: Timings):
+        self.endpoint = endpoint
+        self.protocol = endpoint.protocol  # the shape of the error event that ends a failed stream
         self.usage = usage
         self.timings = timings
         self.error: bytes | None = None  # the provider's in-band error event, if one arrived
-        self.finished = False  # saw message_stop / [DONE]
+        self.finished = False  # saw message_stop / [DONE] / the terminal response.* event
 
     def observe(self, event: bytes, now: float) -> None:
-        if self.protocol is Protocol.ANTHROPIC:
+        if self.endpoint is Endpoint.RESPONSES:
+            self._observe_responses(event, now)
+        elif self.protocol is Protocol.ANTHROPIC:
             self._observe_anthropic(event, now)
         else:
             self._observe_openai(event, now)
+
+    def _observe_responses(self, event: bytes, now: float) -> None:
+        if event.startswith(_RESPONSES_TOKENS):
+            self.timings.mark_token(now)
+        elif event.startswith(_RESPONSES_END):
+            response = orjson.loads(event_data(event)).get("response") or {}
+            parsed = responses_usage(response.get("usage"))
+            self.usage.input_tokens, self.usage.output_tokens = parsed.input_tokens, parsed.output_tokens
+            self.usage.cache_read_tokens, self.usage.cache_write_tokens = parsed.cache_read_tokens, parsed.cache_write_tokens
+            self.finished = True
+        elif event.startswith(b"event: error") or event.startswith(b'data: {"error"'):
+            self.error = event
 
     def _observe_anthropic(self, event: bytes, now: float) -> None:
         if event.startswith(b"event: content_block_delta"):
             self.timings.mark_token(now)
         elif event.startswith(b"event: message_start"):
-            message = orjson.loads(_data(event)).get("message") or {}
+            message = orjson.loads(event_data(event)).get("message") or {}
             merge_anthropic_usage(self.usage, message.get("usage"))
         elif event.startswith(b"event: message_delta"):
-            merge_anthropic_usage(self.usage, orjson.loads(_data(event)).get("usage"))
+            merge_anthropic_usage(self.usage, orjson.loads(event_data(event)).get("usage"))
         elif event.startswith(b"event: message_stop"):
             self.finished = True
         elif event.startswith(b"event: error"):
             self.error = event
 
     def _observe_openai(self, event: bytes, now: float) -> None:
-        data = _data(event)
+        data = event_data(event)
         if data == b"[DONE]":
             self.finished = True
             return

@@ -25,9 +25,12 @@ class Endpoint(StrEnum):
     COUNT_TOKENS = "count_tokens"  # Anthropic POST /v1/messages/count_tokens
     CHAT_COMPLETIONS = "chat_completions"  # OpenAI POST /v1/chat/completions
     EMBEDDINGS = "embeddings"  # OpenAI POST /v1/embeddings
+    RESPONSES = "responses"  # OpenAI POST /v1/responses
+    RESPONSES_INPUT_TOKENS = "responses_input_tokens"  # OpenAI POST /v1/responses/input_tokens
 
     @property
     def protocol(self) -> Protocol:
+        """The provider whose error shapes and auth the endpoint's clients expect."""
         return Protocol.ANTHROPIC if self in (Endpoint.MESSAGES, Endpoint.COUNT_TOKENS) else Protocol.OPENAI
 
 

@@ -1,7 +1,8 @@
 """Usage accounting from provider bodies and stream events.
 
 Anthropic's `message_delta` usage is cumulative: fields are merged by overwrite, never added to
-`message_start`'s (provider-protocols.md B.4). OpenAI's `prompt_tokens` includes cached tokens.
+`message_start`'s (provider-protocols.md B.4). OpenAI's `prompt_tokens` (Responses: `input_tokens`)
+includes cached tokens.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from sdk.types import Protocol, Usage
+from sdk.types import Endpoint, Protocol, Usage
 
 
 def _int(value: Any) -> int:
@@ -45,7 +46,22 @@ def openai_usage(raw: Any) -> Usage:
     )
 
 
-def usage_from_body(protocol: Protocol, body: bytes) -> Usage:
+def responses_usage(raw: Any) -> Usage:
+    """The Responses API's usage: `input_tokens` includes cached and cache-written tokens, as in Chat."""
+    if not isinstance(raw, dict):
+        return Usage()
+    details = raw.get("input_tokens_details") or {}
+    cached = _int(details.get("cached_tokens"))
+    written = _int(details.get("cache_write_tokens"))
+    return Usage(
+        input_tokens=max(0, _int(raw.get("input_tokens")) - cached - written),
+        output_tokens=_int(raw.get("output_tokens")),
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+    )
+
+
+def usage_from_body(endpoint: Endpoint, body: bytes) -> Usage:
     """Usage of a complete answer; a body that is not JSON yields zeros rather than an error."""
     try:
         data = orjson.loads(body)
@@ -53,7 +69,9 @@ def usage_from_body(protocol: Protocol, body: bytes) -> Usage:
         return Usage()
     if not isinstance(data, dict):
         return Usage()
-    if protocol is Protocol.ANTHROPIC:
+    if endpoint is Endpoint.RESPONSES:
+        return responses_usage(data.get("usage"))
+    if endpoint.protocol is Protocol.ANTHROPIC:
         usage = Usage()
         merge_anthropic_usage(usage, data.get("usage"))
         return usage

@@ -43,6 +43,7 @@ log = logging.getLogger("slipstream.providers")
 # Upstream response headers worth handing to the client (ids for support tickets, rate-limit state).
 _PASSTHROUGH_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "anthropic-priority-", "anthropic-fast-")
 _MAX_MODEL_PAGES = 20
+_NEVER_STREAMED = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # counts answer with JSON, whatever `stream` says
 _PASSTHROUGH = {"request-id", "x-request-id", "retry-after", "retry-after-ms", "x-should-retry", "openai-processing-ms"}
 
 
@@ -93,12 +94,13 @@ class HTTPProvider:
         client = self.client or upstream_for_running_loop()
         url = self.base_url + self.dialect.path(request.endpoint) + (f"?{request.query}" if request.query else "")
         body = orjson.dumps(request.body)
+        streamed = request.stream and request.endpoint not in _NEVER_STREAMED
         started = time.perf_counter()
         try:
             order = self.keys.order()
             for tried, index in enumerate(order, 1):
                 response = await client.post(url, self.dialect.headers(self.keys.keys[index], request), body, self.timeouts)
-                if response.status >= 400 or not request.stream or request.endpoint is Endpoint.COUNT_TOKENS:
+                if response.status >= 400 or not streamed:
                     data = await response.read()
                 if response.status not in ROTATE_STATUSES or len(order) == 1:
                     break
@@ -109,16 +111,16 @@ class HTTPProvider:
             timings.upstream_s += time.perf_counter() - started
         if response.status >= 400:
             raise UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), route)
-        if not request.stream or request.endpoint is Endpoint.COUNT_TOKENS:
+        if not streamed:
             return LLMResponse(
                 status=response.status,
                 body=data,
                 headers=passthrough_headers(response.headers),
-                usage=usage_from_body(self.protocol, data),
+                usage=usage_from_body(request.endpoint, data),
                 route=route,
             )
         usage = Usage()
-        events = _observed_events(response, StreamObserver(self.protocol, usage, timings), route)
+        events = _observed_events(response, StreamObserver(request.endpoint, usage, timings), route)
 
         async def close() -> None:
             response.abort()
@@ -152,6 +154,24 @@ class HTTPProvider:
                 break
             query = f"?limit=1000&after_id={quote(str(page['last_id']))}"
         return entries
+
+    async def call(self, method: str, path: str, timings: Timings) -> LLMResponse:
+        """A plain request under the provider's base URL (GET/DELETE of a stored object), answered whole.
+
+        An error status raises UpstreamHTTPError with the provider's own body, as `send` does.
+        """
+        route = f"{self.name}/{path}"
+        client = self.client or upstream_for_running_loop()
+        headers = {"accept": "application/json", **self.dialect.auth(self.keys.keys[self.keys.order()[0]])}
+        started = time.perf_counter()
+        try:
+            response = await client.request(method, self.base_url + path, headers, b"", self.timeouts)
+            data = await response.read()
+        finally:
+            timings.upstream_s += time.perf_counter() - started
+        if response.status >= 400:
+            raise UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), route)
+        return LLMResponse(status=response.status, body=data, headers=passthrough_headers(response.headers), usage=Usage(), route=route)
 
 
 async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str) -> AsyncIterator[bytes]:

@@ -124,7 +124,7 @@ class LocalProvider:
             usage.cache_read_tokens = filled.cache_read_tokens
 
         source = chat_completion_events(engine, chat, on_usage=fill)
-        events = _observed(source, StreamObserver(Protocol.OPENAI, usage, timings), route)
+        events = _observed(source, StreamObserver(Endpoint.CHAT_COMPLETIONS, usage, timings), route)
 
         async def close() -> None:
             await events.aclose()

@@ -1,18 +1,31 @@
-"""OpenAI Chat Completions dialect (provider-protocols.md C)."""
+"""OpenAI dialect: Chat Completions and the Responses API (provider-protocols.md C, F)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from sdk.requests import upstream_headers
 from sdk.types import Endpoint, LLMRequest, Protocol
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_PATHS = {Endpoint.CHAT_COMPLETIONS: "/chat/completions", Endpoint.EMBEDDINGS: "/embeddings", Endpoint.RESPONSES: "/responses",
+          Endpoint.RESPONSES_INPUT_TOKENS: "/responses/input_tokens"}
+
+
+ResponsesMode = Literal["native", "auto", "chat"]
 
 
 class OpenAIDialect:
+    """`responses`: how the upstream serves POST /responses — natively, natively until it answers
+    404 (`auto`), or not at all (`chat`: Responses requests are translated to Chat Completions)."""
+
     protocol = Protocol.OPENAI
 
+    def __init__(self, responses: ResponsesMode = "auto"):
+        self.responses = responses
+
     def path(self, endpoint: Endpoint) -> str:
-        return "/embeddings" if endpoint is Endpoint.EMBEDDINGS else "/chat/completions"
+        return _PATHS[endpoint]
 
     models_path = "/models"
 

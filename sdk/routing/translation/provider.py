@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
+from typing import Protocol as TypingProtocol
 
 from sdk.errors import UpstreamHTTPError
 from sdk.providers.base import Provider
@@ -59,11 +60,16 @@ class TranslatingProvider:
             return answer
         include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
         translator = OpenAIToAnthropic() if to_openai else AnthropicToOpenAI(include_usage)
-        answer.events = _translated(answer.events, translator)
+        answer.events = translated_events(answer.events, translator)
         return answer
 
 
-async def _translated(events: AsyncIterator[bytes], translator: OpenAIToAnthropic | AnthropicToOpenAI) -> AsyncIterator[bytes]:
+class Translator(TypingProtocol):
+    def feed(self, event: bytes) -> list[bytes]: ...
+
+
+async def translated_events(events: AsyncIterator[bytes], translator: Translator) -> AsyncIterator[bytes]:
+    """Each item's events fed through `translator`; what one item yields leaves as one item."""
     try:
         async for item in events:
             out = [translated for event in events_of(item) for translated in translator.feed(event)]

@@ -23,7 +23,7 @@ _OPENAI_DROPPABLE = {"store", "service_tier", "prompt_cache_key", "prompt_cache_
 DEFAULT_MAX_TOKENS = 8192
 
 
-def _refuse(what: str, target: str) -> TranslationRefused:
+def refuse(what: str, target: str) -> TranslationRefused:
     return TranslationRefused(f"{what} cannot be translated for a {target} target; send it to a target of its own protocol")
 
 
@@ -34,7 +34,7 @@ def _text_of(blocks: Any, where: str, target: str) -> str:
     parts = []
     for block in blocks or ():
         if not isinstance(block, dict) or block.get("type") != "text":
-            raise _refuse(f"{where}: a {block.get('type') if isinstance(block, dict) else type(block).__name__!r} part", target)
+            raise refuse(f"{where}: a {block.get('type') if isinstance(block, dict) else type(block).__name__!r} part", target)
         parts.append(block["text"])
     return "\n\n".join(parts)
 
@@ -65,7 +65,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
         elif key == "thinking" and isinstance(value, dict) and value.get("type") == "disabled":
             continue
         else:
-            raise _refuse(f"{key!r}", "OpenAI")
+            raise refuse(f"{key!r}", "OpenAI")
     system = body.get("system")
     if system:
         out["messages"].append({"role": "system", "content": _text_of(system, "system", "OpenAI")})
@@ -84,7 +84,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
 
 def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") not in (None, "custom"):
-        raise _refuse(f"{where}: server tool {tool.get('type')!r}", "OpenAI")
+        raise refuse(f"{where}: server tool {tool.get('type')!r}", "OpenAI")
     function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
     if tool.get("description"):
         function["description"] = tool["description"]
@@ -107,7 +107,7 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
                 arguments = orjson.dumps(block.get("input") or {}).decode()
                 calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}})
             else:
-                raise _refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
+                raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
         out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
         if calls:
             out["tool_calls"] = calls
@@ -126,7 +126,7 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         elif kind == "image":
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source") or {}, f"{where}.content.{j}")}})
         else:
-            raise _refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
+            raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
     if parts:
         tool_messages.append({"role": role, "content": parts})
     return tool_messages
@@ -137,7 +137,7 @@ def _image_url(source: dict[str, Any], where: str) -> str:
         return f"data:{source['media_type']};base64,{source['data']}"
     if source.get("type") == "url":
         return source["url"]
-    raise _refuse(f"{where}: an image from a {source.get('type')!r} source", "OpenAI")
+    raise refuse(f"{where}: an image from a {source.get('type')!r} source", "OpenAI")
 
 
 # --- OpenAI → Anthropic -----------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             out["stop_sequences"] = [value] if isinstance(value, str) else value
         elif key == "temperature":
             if value is not None and value > 1:
-                raise _refuse("'temperature' above 1", "Anthropic")
+                raise refuse("'temperature' above 1", "Anthropic")
             out["temperature"] = value
         elif key in ("top_p", "stream"):
             out[key] = value
@@ -163,7 +163,7 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
         elif key == "response_format" and isinstance(value, dict) and value.get("type") == "text":
             continue
         else:
-            raise _refuse(f"{key!r}", "Anthropic")
+            raise refuse(f"{key!r}", "Anthropic")
     out["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
     if body.get("user"):
         out["metadata"] = {"user_id": body["user"]}
@@ -190,7 +190,7 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
 
 def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") != "function":
-        raise _refuse(f"{where}: a {tool.get('type')!r} tool", "Anthropic")
+        raise refuse(f"{where}: a {tool.get('type')!r} tool", "Anthropic")
     function = tool["function"]
     out = {"name": function["name"], "input_schema": function.get("parameters") or {"type": "object", "properties": {}}}
     if function.get("description"):
@@ -208,7 +208,7 @@ def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
         role, where = message.get("role"), f"messages.{i}"
         if role in ("system", "developer"):
             if out:
-                raise _refuse(f"{where}: a system message after the conversation started", "Anthropic")
+                raise refuse(f"{where}: a system message after the conversation started", "Anthropic")
             system.append(_text_of(message.get("content"), where, "Anthropic"))
             continue
         if role == "tool":
@@ -220,7 +220,7 @@ def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
         elif role == "user":
             blocks = _o2a_user(message.get("content"), where)
         else:
-            raise _refuse(f"{where}: role {role!r}", "Anthropic")
+            raise refuse(f"{where}: role {role!r}", "Anthropic")
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
@@ -238,7 +238,7 @@ def _o2a_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         try:
             arguments = orjson.loads(function.get("arguments") or "{}")
         except orjson.JSONDecodeError:
-            raise _refuse(f"{where}.tool_calls.{j}: arguments that are not JSON", "Anthropic") from None
+            raise refuse(f"{where}.tool_calls.{j}: arguments that are not JSON", "Anthropic") from None
         blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": arguments})
     return blocks
 
@@ -254,7 +254,7 @@ def _o2a_user(content: Any, where: str) -> list[dict[str, Any]]:
         elif kind == "image_url":
             blocks.append({"type": "image", "source": _image_source((part.get("image_url") or {}).get("url", ""))})
         else:
-            raise _refuse(f"{where}.content.{j}: a {kind!r} part", "Anthropic")
+            raise refuse(f"{where}.content.{j}: a {kind!r} part", "Anthropic")
     return blocks
 
 

@@ -15,6 +15,7 @@ import orjson
 
 from sdk.errors import error_event
 from sdk.routing.translation.bodies import A2O_STOP, O2A_STOP, usage_a2o, usage_o2a
+from sdk.sse import event_data
 from sdk.types import Protocol, Usage
 from sdk.usage import merge_anthropic_usage
 
@@ -22,13 +23,6 @@ _ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error":
                            "not_found_error": 404, "rate_limit_error": 429, "api_error": 500, "timeout_error": 504,
                            "overloaded_error": 529}
 _OPENAI_ERROR_STATUS = {"invalid_request_error": 400, "rate_limit_error": 429, "server_error": 500}
-
-
-def _data(event: bytes) -> bytes:
-    for line in event.split(b"\n"):
-        if line.startswith(b"data:"):
-            return line[5:].strip()
-    return b""
 
 
 def _anthropic_event(payload: dict[str, Any]) -> bytes:
@@ -48,7 +42,7 @@ class OpenAIToAnthropic:
         self.usage: dict[str, Any] = {"output_tokens": 0}
 
     def feed(self, event: bytes) -> list[bytes]:
-        data = _data(event)
+        data = event_data(event)
         if not data:
             return []
         if data == b"[DONE]":
@@ -128,7 +122,7 @@ class AnthropicToOpenAI:
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
     def feed(self, event: bytes) -> list[bytes]:
-        data = _data(event)
+        data = event_data(event)
         if not data:
             return []
         payload = orjson.loads(data)

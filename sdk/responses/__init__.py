@@ -1,0 +1,1 @@
+"""The Responses API: routing targets (native or translated), the response store, stored-response reads."""

@@ -1,0 +1,93 @@
+"""Chat Completions answers as Responses API answers: the complete body, and the response object.
+
+The response object echoes the client's request settings as OpenAI's does (the SDKs and agent
+frameworks read `tools`, `tool_choice`, `text`, ...). Usage is moved field by field, never
+estimated: Chat's `prompt_tokens` is Responses' `input_tokens` (both include cached and
+cache-written tokens; an Anthropic upstream's three input counts were already summed on the way
+to Chat, `bodies.usage_a2o`). `length` ends a response `incomplete` with `max_output_tokens`,
+`content_filter` with `content_filter`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import orjson
+
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def new_id(prefix: str) -> str:
+    """An id in OpenAI's style (`resp_…`, `msg_…`, `fc_…`), unique without coordination."""
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def usage_c2r(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    prompt = usage.get("prompt_tokens_details") or {}
+    completion = usage.get("completion_tokens_details") or {}
+    input_tokens, output_tokens = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": prompt.get("cached_tokens") or 0, "cache_write_tokens": prompt.get("cache_write_tokens") or 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": completion.get("reasoning_tokens") or 0},
+        "total_tokens": usage.get("total_tokens") or input_tokens + output_tokens,
+    }
+
+
+def response_object(request: dict[str, Any], response_id: str, model: str, status: str, output: list[dict[str, Any]],
+                    usage: dict[str, Any] | None, finish_reason: str | None = None, created_at: int | None = None) -> dict[str, Any]:
+    """The Responses API object for `request`'s settings, with `status`, `output` and `usage`."""
+    incomplete = _INCOMPLETE.get(finish_reason or "") if status != "in_progress" else None
+    if incomplete:
+        status = "incomplete"
+    text = request.get("text") or {}
+    return {
+        "id": response_id, "object": "response", "created_at": created_at or int(time.time()), "status": status,
+        "background": False, "error": None,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "instructions": request.get("instructions"), "max_output_tokens": request.get("max_output_tokens"),
+        "max_tool_calls": None, "model": model, "output": output,
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "previous_response_id": request.get("previous_response_id"),
+        "prompt_cache_key": request.get("prompt_cache_key"),
+        "reasoning": request.get("reasoning") or {"effort": None, "summary": None},
+        "safety_identifier": request.get("safety_identifier"), "service_tier": "default",
+        "store": request.get("store", True),
+        "temperature": request.get("temperature", 1.0),
+        "text": {"format": text.get("format") or {"type": "text"}, "verbosity": text.get("verbosity", "medium")},
+        "tool_choice": request.get("tool_choice", "auto"), "tools": request.get("tools") or [],
+        "top_logprobs": 0, "top_p": request.get("top_p", 1.0), "truncation": request.get("truncation", "disabled"),
+        "usage": usage, "user": request.get("user"), "metadata": request.get("metadata") or {},
+    }
+
+
+def message_item(item_id: str, text: str, status: str = "completed", refusal: bool = False) -> dict[str, Any]:
+    part = {"type": "refusal", "refusal": text} if refusal else {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": [part]}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments}
+
+
+def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> bytes:
+    """An OpenAI chat.completion as the Responses API object answering `request`."""
+    data = orjson.loads(body)
+    choice = (data.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    output: list[dict[str, Any]] = []
+    if message.get("content"):
+        output.append(message_item(new_id("msg"), message["content"]))
+    elif message.get("refusal"):
+        output.append(message_item(new_id("msg"), message["refusal"], refusal=True))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        output.append(function_call_item(new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "", function.get("arguments") or "{}"))
+    finish = choice.get("finish_reason")
+    return orjson.dumps(response_object(request, response_id, data.get("model") or request.get("model") or "", "completed",
+                                        output, usage_c2r(data.get("usage")), finish, data.get("created")))

@@ -1,0 +1,179 @@
+"""Responses API request bodies as Chat Completions request bodies.
+
+A Responses request reaches a chat-completions-only upstream (the local engine, vLLM/SGLang, an
+OpenAI-compatible server without /responses) as Chat, and an Anthropic upstream as Chat first and
+then Messages (`requests.openai_to_anthropic`), so one walk of the Responses fields serves both.
+
+`previous_response_id` is resolved before this runs (sdk/responses/history.py): the body here holds
+the whole conversation. Fields with no faithful Chat counterpart are refused with
+`TranslationRefused` naming them; fields that only tune delivery or storage are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sdk.routing.translation.requests import refuse
+
+# Stored, billed or transported differently, never a change to the answer: Slipstream's response
+# store keeps `store`/`metadata`; a chat upstream has nothing to truncate (`truncation`).
+_DROPPABLE = {"store", "metadata", "service_tier", "truncation", "stream_options", "prompt_cache_retention",
+              "previous_response_id", "background"}
+_PASSED = {"temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user"}
+# `include` values that ask for something a translated answer cannot hold and does not miss: there
+# are no reasoning items to carry encrypted content in.
+_INCLUDABLE = {"reasoning.encrypted_content"}
+_TARGET = "Chat Completions"
+
+
+def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": body.get("model"), "messages": []}
+    for key, value in body.items():
+        if key in ("model", "input", "instructions", "tools", "tool_choice", "text", "reasoning", "include",
+                   "max_output_tokens", "stream") or key in _DROPPABLE:
+            if key == "background" and value:
+                raise refuse("'background': true", _TARGET)
+            continue
+        if key in _PASSED:
+            if value is not None:
+                out[key] = value
+        else:
+            raise refuse(f"{key!r}", _TARGET)
+    if body.get("max_output_tokens") is not None:
+        out["max_completion_tokens"] = body["max_output_tokens"]
+    if body.get("stream"):
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}  # usage must stay exact: response.completed waits for it
+    for value in body.get("include") or ():
+        if value not in _INCLUDABLE:
+            raise refuse(f"include {value!r}", _TARGET)
+    _reasoning(body.get("reasoning"), out)
+    _text_format(body.get("text"), out)
+    instructions = body.get("instructions")
+    if instructions:
+        if not isinstance(instructions, str):
+            raise refuse("'instructions' given as items", _TARGET)
+        out["messages"].append({"role": "system", "content": instructions})
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    out["messages"] += _messages(items or [])
+    if body.get("tools"):
+        out["tools"] = [_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"])]
+    if body.get("tool_choice") is not None:
+        out["tool_choice"] = _tool_choice(body["tool_choice"])
+    return out
+
+
+def _reasoning(reasoning: Any, out: dict[str, Any]) -> None:
+    if not reasoning:
+        return
+    if reasoning.get("summary") or reasoning.get("generate_summary"):
+        raise refuse("'reasoning.summary'", _TARGET)
+    if reasoning.get("effort") is not None:
+        out["reasoning_effort"] = reasoning["effort"]
+
+
+def _text_format(text: Any, out: dict[str, Any]) -> None:
+    if not text:
+        return
+    if text.get("verbosity") is not None:
+        out["verbosity"] = text["verbosity"]
+    fmt = text.get("format") or {"type": "text"}
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        schema = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}
+        for key in ("strict", "description"):
+            if fmt.get(key) is not None:
+                schema[key] = fmt[key]
+        out["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif kind == "json_object":
+        out["response_format"] = {"type": "json_object"}
+    elif kind != "text":
+        raise refuse(f"text.format {kind!r}", _TARGET)
+
+
+def _tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        raise refuse(f"{where}: the built-in tool {tool.get('type')!r}", _TARGET)
+    function: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    if tool.get("strict") is not None:
+        function["strict"] = tool["strict"]
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    kind = choice.get("type") if isinstance(choice, dict) else choice
+    raise refuse(f"tool_choice {kind!r}", _TARGET)
+
+
+def _messages(items: list[Any]) -> list[dict[str, Any]]:
+    """Input items in order; function calls join the assistant turn they follow, as Chat requires."""
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        where = f"input.{i}"
+        if not isinstance(item, dict):
+            raise refuse(f"{where}: an item that is not an object", _TARGET)
+        kind = item.get("type", "message")
+        if kind == "message":
+            out.append(_message(item, where))
+        elif kind == "function_call":
+            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item.get("output"), where)})
+        elif kind == "reasoning":
+            # Reasoning from another model cannot be replayed (OpenAI drops it too on a model mismatch:
+            # `input_transformations` reason "model_mismatch"); the visible turns carry the conversation.
+            continue
+        else:
+            raise refuse(f"{where}: a {kind!r} item", _TARGET)
+    return out
+
+
+def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
+    role, content = item.get("role"), item.get("content")
+    if role not in ("user", "assistant", "system", "developer"):
+        raise refuse(f"{where}: role {role!r}", _TARGET)
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content or ()):
+        kind = part.get("type")
+        if kind in ("input_text", "output_text"):
+            parts.append({"type": "text", "text": part.get("text", "")})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": part.get("refusal", "")})
+        elif kind == "input_image" and part.get("image_url"):
+            image: dict[str, Any] = {"url": part["image_url"]}
+            if part.get("detail") and part["detail"] != "auto":
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise refuse(f"{where}.content.{j}: a {kind!r} part" + (" given by file_id" if kind == "input_image" else ""), _TARGET)
+    if role != "user" or all(p["type"] == "text" for p in parts):
+        if any(p["type"] != "text" for p in parts):
+            raise refuse(f"{where}: an image in a {role} message", _TARGET)
+        return {"role": role, "content": "".join(p["text"] for p in parts) if role == "assistant" else parts}
+    return {"role": role, "content": parts}
+
+
+def _output_text(output: Any, where: str) -> str:
+    if isinstance(output, str):
+        return output
+    texts = []
+    for j, part in enumerate(output or ()):
+        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text"):
+            raise refuse(f"{where}.output.{j}: a {part.get('type') if isinstance(part, dict) else 'non-object'!r} part", _TARGET)
+        texts.append(part.get("text", ""))
+    return "".join(texts)

@@ -1,0 +1,139 @@
+"""Chat Completions chunks → Responses API stream events.
+
+The event sequence is OpenAI's: `response.created`, `response.in_progress`, then per output item
+`response.output_item.added` … (`response.content_part.added`, `response.output_text.delta`*,
+`response.output_text.done`, `response.content_part.done`) or (`response.function_call_arguments.delta`*,
+`response.function_call_arguments.done`) … `response.output_item.done`, and exactly one terminal
+`response.completed` | `response.incomplete`, each with its `sequence_number`.
+
+The terminal event carries the usage, so it is sent only once the upstream's usage chunk (`choices:
+[]`, asked for with `stream_options.include_usage`) and `[DONE]` have arrived, never at the
+`finish_reason` chunk before them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sdk.errors import error_event
+from sdk.sse import event_data
+from sdk.routing.translation.responses_answers import (
+    function_call_item,
+    message_item,
+    new_id,
+    response_object,
+    usage_c2r,
+)
+from sdk.types import Protocol
+
+
+class ChatToResponses:
+    """Feeds on an OpenAI chunk stream, yields Responses events for `request`'s response `response_id`."""
+
+    def __init__(self, request: dict[str, Any], response_id: str) -> None:
+        self.request = request
+        self.id = response_id
+        self.model = request.get("model") or ""
+        self.created_at: int | None = None
+        self.sequence = 0
+        self.started = False
+        self.output: list[dict[str, Any]] = []  # items in output order, completed as they close
+        self.open: dict[str, Any] | None = None  # the item being streamed
+        self.calls: dict[int, int] = {}  # chat tool_call index → output index
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        payload = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    def _response(self, status: str) -> dict[str, Any]:
+        return response_object(self.request, self.id, self.model, status, self.output if status != "in_progress" else [],
+                               self.usage if status != "in_progress" else None, self.finish_reason, self.created_at)
+
+    def feed(self, event: bytes) -> list[bytes]:
+        data = event_data(event)
+        if not data:
+            return []
+        if data == b"[DONE]":
+            return self._finish()
+        chunk = orjson.loads(data)
+        if "error" in chunk and "choices" not in chunk:
+            error = chunk.get("error") or {}
+            return [error_event(Protocol.OPENAI, 500 if error.get("type") == "server_error" else 400, error.get("message") or "upstream error")]
+        out: list[bytes] = []
+        if not self.started:
+            self.started = True
+            self.model = chunk.get("model") or self.model
+            self.created_at = chunk.get("created")
+            out += [self._event("response.created", response=self._response("in_progress")),
+                    self._event("response.in_progress", response=self._response("in_progress"))]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                out += self._text(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                out += self._call(call)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = usage_c2r(chunk["usage"])
+        return out
+
+    def _text(self, text: str) -> list[bytes]:
+        out: list[bytes] = []
+        if self.open is None or self.open["type"] != "message":
+            out += self._close()
+            self.open = message_item(new_id("msg"), "", status="in_progress")
+            part = self.open["content"][0]
+            self.open["content"] = []
+            out.append(self._event("response.output_item.added", output_index=len(self.output), item=self.open))
+            self.open["content"] = [part]
+            out.append(self._event("response.content_part.added", item_id=self.open["id"], output_index=len(self.output),
+                                   content_index=0, part=part))
+        self.open["content"][0]["text"] += text
+        out.append(self._event("response.output_text.delta", item_id=self.open["id"], output_index=len(self.output),
+                               content_index=0, delta=text, logprobs=[]))
+        return out
+
+    def _call(self, call: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        index = call.get("index", 0)
+        function = call.get("function") or {}
+        if index not in self.calls:
+            out += self._close()
+            self.calls[index] = len(self.output)
+            self.open = function_call_item(new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "", "", status="in_progress")
+            out.append(self._event("response.output_item.added", output_index=len(self.output), item=dict(self.open)))
+        if function.get("arguments") and self.open is not None and self.calls[index] == len(self.output):
+            self.open["arguments"] += function["arguments"]
+            out.append(self._event("response.function_call_arguments.delta", item_id=self.open["id"],
+                                   output_index=len(self.output), delta=function["arguments"]))
+        return out
+
+    def _close(self) -> list[bytes]:
+        """Finish the open item: its `.done` events, then it joins the output."""
+        item, self.open = self.open, None
+        if item is None:
+            return []
+        index = len(self.output)
+        item["status"] = "completed"
+        if item["type"] == "message":
+            part = item["content"][0]
+            out = [self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                               text=part["text"], logprobs=[]),
+                   self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)]
+        else:
+            out = [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                               name=item["name"], arguments=item["arguments"])]
+        self.output.append(item)
+        return out + [self._event("response.output_item.done", output_index=index, item=item)]
+
+    def _finish(self) -> list[bytes]:
+        out = self._close()
+        response = self._response("completed")
+        kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        return out + [self._event(kind, response=response)]

@@ -1,0 +1,57 @@
+"""Fixtures for the Responses API tests: one team whose targets cover every way /v1/responses is served.
+
+- `gpt-*`   → `gpt`, an OpenAI-kind provider told its upstream has no /responses (`responses: chat`):
+  translated to Chat Completions;
+- `auto-*`  → `auto`, an OpenAI-kind provider left to discover it (`responses: auto`);
+- `claude-*` → `claude`, Anthropic: translated to Chat, then to Messages;
+- `fall-*`  → `gpt` (model `gpt-primary`, where tests aim faults) first, then `claude`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.testing import RunningServer, running_proxy
+
+KEY = "sk-responses-team"
+OTHER_KEY = "sk-other-team"
+
+
+def policy_text(team: str, key: str, emulator_url: str) -> str:
+    return f"""team: {team}
+api_keys: [{{value: "{key}"}}]
+providers:
+  claude: {{kind: anthropic, base_url: "{emulator_url}", api_key: "up-anthropic"}}
+  gpt: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai", responses: chat}}
+  auto: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai"}}
+routes:
+  - match: {{model: "claude-*"}}
+    targets: [{{provider: claude}}]
+  - match: {{model: "gpt-*"}}
+    targets: [{{provider: gpt}}]
+  - match: {{model: "auto-*"}}
+    targets: [{{provider: auto}}]
+  - match: {{model: "fall-*"}}
+    targets: [{{provider: gpt, model: gpt-primary}}, {{provider: claude, model: claude-backup}}]
+retry: {{max_attempts: 1}}
+prompt_cache: {{enabled: false}}
+"""
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory, emulator) -> Path:
+    directory = tmp_path_factory.mktemp("responses-policies")
+    (directory / "responses.yaml").write_text(policy_text("responses", KEY, emulator.url))
+    (directory / "other.yaml").write_text(policy_text("other", OTHER_KEY, emulator.url))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def proxy(policy_dir, tmp_path_factory) -> Iterator[RunningServer]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path_factory.mktemp("responses-data")))
+        with running_proxy([policy_dir]) as running:
+            yield running

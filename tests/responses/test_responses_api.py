@@ -1,0 +1,165 @@
+"""The Responses API with the official openai client, through the proxy and through the drop-in SDK.
+
+Every test runs against both doors (`door` fixture) and, where the target matters, against a
+Chat-Completions-only upstream (`gpt-*`) and an Anthropic one (`claude-*`).
+"""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from pydantic import BaseModel
+
+import sdk
+from tests.responses.conftest import KEY, OTHER_KEY
+
+MODELS = ["gpt-4o", "claude-x"]
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+TEXT_EVENTS = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+               "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+               "response.output_item.done", "response.completed"]
+
+
+@pytest.fixture(params=["proxy", "dropin"])
+def door(request, proxy, policy_dir, tmp_path_factory, monkeypatch):
+    """An openai.OpenAI client for the team, through the proxy or the drop-in SDK."""
+    if request.param == "proxy":
+        return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path_factory.mktemp("dropin-data")))
+    return sdk.OpenAI(policy=policy_dir / "responses.yaml", max_retries=0)
+
+
+def _collapse(types: list[str]) -> list[str]:
+    """Event types with runs of deltas folded into one, to compare with the expected order."""
+    return [t for i, t in enumerate(types) if not (t.endswith(".delta") and i and types[i - 1] == t)]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_create_chain_retrieve_items_delete(door, model, fresh_emulator):
+    first = door.responses.create(model=model, instructions="Be brief.", input="Tell me about fjords.", max_output_tokens=60)
+    assert first.status == "completed" and first.output_text and first.id.startswith("resp_")
+    assert first.usage.total_tokens == first.usage.input_tokens + first.usage.output_tokens
+    second = door.responses.create(model=model, input="And glaciers?", previous_response_id=first.id)
+    assert second.previous_response_id == first.id and second.output_text
+    assert second.usage.input_tokens > first.usage.input_tokens  # the first turn travelled as history
+
+    assert door.responses.retrieve(second.id).output_text == second.output_text
+    items = door.responses.input_items.list(second.id, order="asc")
+    texts = [part.text for item in items.data for part in item.content]
+    assert texts == ["Tell me about fjords.", first.output_text, "And glaciers?"]
+    assert [i.id for i in door.responses.input_items.list(second.id, limit=2).data] == [i.id for i in items.data[::-1][:2]]
+
+    door.responses.delete(second.id)
+    with pytest.raises(openai.NotFoundError):
+        door.responses.retrieve(second.id)
+    with pytest.raises(openai.BadRequestError, match="not found"):
+        door.responses.create(model=model, input="more", previous_response_id=second.id)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_stream_event_sequence_and_usage(door, model, fresh_emulator):
+    with door.responses.create(model=model, input="Tell me about fjords.", stream=True) as stream:
+        events = list(stream)
+    assert _collapse([e.type for e in events]) == TEXT_EVENTS
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    done = events[-1].response
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert done.output_text == text and done.usage.output_tokens > 0 and done.usage.input_tokens > 0
+    assert door.responses.retrieve(done.id).output_text == text  # stored before the last event went out
+
+    with door.responses.stream(model=model, input="Again, briefly.", previous_response_id=done.id) as helper:
+        final = helper.get_final_response()
+    assert final.status == "completed" and final.output_text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("model", MODELS)
+def test_function_tool_round_trip(door, model, stream, fresh_emulator):
+    ask = dict(model=model, tools=[WEATHER], input="Use the get_weather tool for Oslo.")
+    if stream:
+        with door.responses.stream(**ask) as helper:
+            first = helper.get_final_response()
+    else:
+        first = door.responses.create(**ask)
+    call = next(item for item in first.output if item.type == "function_call")
+    assert call.name == "get_weather" and call.arguments.startswith("{") and call.call_id
+    follow = door.responses.create(model=model, tools=[WEATHER], previous_response_id=first.id,
+                                   input=[{"type": "function_call_output", "call_id": call.call_id, "output": "12°C, rain"}])
+    assert follow.status == "completed" and follow.output_text
+    # The same turn sent stateless (the whole conversation as input items) is accepted too.
+    replay = [{"role": "user", "content": "Use the get_weather tool for Oslo."},
+              {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+              {"type": "function_call_output", "call_id": call.call_id, "output": "12°C, rain"}]
+    assert door.responses.create(model=model, tools=[WEATHER], input=replay, store=False).output_text
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_max_output_tokens_ends_incomplete(door, model, fresh_emulator):
+    result = door.responses.create(model=model, input="Tell me everything about fjords.", max_output_tokens=3)
+    assert result.status == "incomplete" and result.incomplete_details.reason == "max_output_tokens"
+    assert result.usage.output_tokens == 3
+    with door.responses.create(model=model, input="Tell me everything about fjords.", max_output_tokens=3, stream=True) as stream:
+        last = list(stream)[-1]
+    assert last.type == "response.incomplete" and last.response.incomplete_details.reason == "max_output_tokens"
+
+
+def test_untranslatable_is_refused_before_sending(door, fresh_emulator):
+    with pytest.raises(openai.BadRequestError, match="web_search"):
+        door.responses.create(model="gpt-4o", input="Search the web.", tools=[{"type": "web_search"}])
+    with pytest.raises(openai.BadRequestError, match="reasoning.summary"):
+        door.responses.create(model="claude-x", input="Think.", reasoning={"effort": "low", "summary": "auto"})
+    assert fresh_emulator.stats()["requests_total"] == 0
+
+
+def test_stored_responses_are_per_team(proxy, fresh_emulator):
+    mine = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    theirs = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=OTHER_KEY, max_retries=0)
+    created = mine.responses.create(model="gpt-4o", input="A secret.")
+    for call in (lambda: theirs.responses.retrieve(created.id), lambda: theirs.responses.delete(created.id),
+                 lambda: theirs.responses.input_items.list(created.id)):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    with pytest.raises(openai.BadRequestError, match="not found"):
+        theirs.responses.create(model="gpt-4o", input="Go on.", previous_response_id=created.id)
+    assert mine.responses.retrieve(created.id).id == created.id
+
+
+def test_store_false_is_not_kept(door, fresh_emulator):
+    result = door.responses.create(model="gpt-4o", input="Forget this.", store=False)
+    with pytest.raises(openai.NotFoundError):
+        door.responses.retrieve(result.id)
+
+
+def test_fallback_from_failing_target_to_anthropic(door, fresh_emulator):
+    fresh_emulator.inject_fault("500", count=2, model="gpt-primary")
+    raw = door.responses.with_raw_response.create(model="fall-x", input="Tell me about fjords.")
+    assert raw.headers["x-slipstream-route"] == "claude/claude-backup"
+    assert raw.parse().output_text
+    with door.responses.stream(model="fall-x", input="Tell me about fjords.") as helper:
+        assert helper.get_final_response().output_text
+    stats = fresh_emulator.stats()
+    assert stats["requests_total"] == 4  # two refused by the fault, two answered by the Anthropic target
+
+
+@pytest.fixture
+def slow_emulator(fresh_emulator):
+    """Long, paced answers (seconds), so a stream is still open when the client leaves."""
+    config = fresh_emulator.config
+    saved = (config.per_output_token_ms, config.default_output_tokens)
+    config.per_output_token_ms, config.default_output_tokens = 5.0, 2000
+    yield fresh_emulator
+    config.per_output_token_ms, config.default_output_tokens = saved
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_closing_a_stream_cancels_upstream(door, model, slow_emulator):
+    stream = door.responses.create(model=model, input="Tell me everything.", stream=True)
+    deltas = 0
+    for event in stream:
+        deltas += event.type == "response.output_text.delta"
+        if deltas == 3:
+            break
+    stream.close()
+    stats = slow_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
+    assert stats["completed_streams"] == 0
