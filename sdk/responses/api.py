@@ -61,7 +61,7 @@ class StoredResponses:
         if holder is not None:
             path = f"/responses/{quote(response_id)}/input_items" + (f"?{query}" if query else "")
             return await holder.call("GET", path, Timings())
-        items = [_as_item(item, response_id, i) for i, item in enumerate(record.context)]
+        items = [_as_item(item, response_id, i) for i, item in enumerate(record.input_items())]
         return _json(_page(items, parse_qs(query)), record.provider)
 
 

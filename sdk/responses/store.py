@@ -34,8 +34,12 @@ class StoredResponse:
     provider: str  # the policy's provider name that answered
     native: bool  # that provider stores the response too (it served the Responses API natively)
     created_at: float
-    context: list[dict[str, Any]]  # the conversation's input items, this request's last
+    context: list[dict[str, Any]]  # the conversation's input items, this request's own last
     response: dict[str, Any]  # the response object as the client received it
+    own_items: int  # how many of the context's last items this request sent itself (its input_items)
+
+    def input_items(self) -> list[dict[str, Any]]:
+        return self.context[len(self.context) - self.own_items :]
 
     def history(self) -> list[dict[str, Any]]:
         """The input items a next turn continues from: the context, then this response's output."""
@@ -57,6 +61,7 @@ CREATE TABLE IF NOT EXISTS responses (
     created_at REAL NOT NULL,
     context BLOB NOT NULL,
     response BLOB NOT NULL,
+    own_items INTEGER NOT NULL,
     PRIMARY KEY (team, id)
 );
 CREATE INDEX IF NOT EXISTS responses_age ON responses (created_at);
@@ -87,21 +92,22 @@ class SQLiteResponseStore:
 
     def _put(self, record: StoredResponse) -> None:
         row = (record.team, record.id, record.provider, int(record.native), record.created_at,
-               orjson.dumps(record.context), orjson.dumps(record.response))
+               orjson.dumps(record.context), orjson.dumps(record.response), record.own_items)
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
             self._db.execute("DELETE FROM responses WHERE created_at < ?", (time.time() - self.retention_s,))
 
     def _get(self, team: str, response_id: str) -> StoredResponse | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT provider, native, created_at, context, response FROM responses WHERE team = ? AND id = ? AND created_at >= ?",
+                "SELECT provider, native, created_at, context, response, own_items FROM responses WHERE team = ? AND id = ? AND created_at >= ?",
                 (team, response_id, time.time() - self.retention_s),
             ).fetchone()
         if row is None:
             return None
-        provider, native, created_at, context, response = row
-        return StoredResponse(response_id, team, provider, bool(native), created_at, orjson.loads(context), orjson.loads(response))
+        provider, native, created_at, context, response, own_items = row
+        return StoredResponse(response_id, team, provider, bool(native), created_at, orjson.loads(context),
+                              orjson.loads(response), own_items)
 
     def _delete(self, team: str, response_id: str) -> bool:
         with self._lock:

@@ -99,7 +99,8 @@ class ResponsesTarget:
     async def _record(self, response: dict[str, Any], context: list[dict[str, Any]], native: bool, body: dict[str, Any]) -> None:
         if body.get("store") is False or not isinstance(response.get("id"), str):
             return
-        record = StoredResponse(response["id"], self.team, self.name, native, time.time(), context, response)
+        own = len(_items(body.get("input")))
+        record = StoredResponse(response["id"], self.team, self.name, native, time.time(), context, response, own)
         await self.store().put(record)
 
     # --- native -------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Fixtures for the Responses API tests: one team whose targets cover every way /v1/responses is served.
 
+- `oai-*`   → `oai`, an OpenAI-kind provider serving /responses natively (`responses: native`);
 - `gpt-*`   → `gpt`, an OpenAI-kind provider told its upstream has no /responses (`responses: chat`):
   translated to Chat Completions;
 - `auto-*`  → `auto`, an OpenAI-kind provider left to discover it (`responses: auto`);
 - `claude-*` → `claude`, Anthropic: translated to Chat, then to Messages;
-- `fall-*`  → `gpt` (model `gpt-primary`, where tests aim faults) first, then `claude`.
+- `fall-*`  → `oai` (model `gpt-primary`, where tests aim faults) first, then `claude`.
 """
 
 from __future__ import annotations
@@ -26,16 +27,19 @@ api_keys: [{{value: "{key}"}}]
 providers:
   claude: {{kind: anthropic, base_url: "{emulator_url}", api_key: "up-anthropic"}}
   gpt: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai", responses: chat}}
+  oai: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai", responses: native}}
   auto: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai"}}
 routes:
   - match: {{model: "claude-*"}}
     targets: [{{provider: claude}}]
   - match: {{model: "gpt-*"}}
     targets: [{{provider: gpt}}]
+  - match: {{model: "oai-*"}}
+    targets: [{{provider: oai}}]
   - match: {{model: "auto-*"}}
     targets: [{{provider: auto}}]
   - match: {{model: "fall-*"}}
-    targets: [{{provider: gpt, model: gpt-primary}}, {{provider: claude, model: claude-backup}}]
+    targets: [{{provider: oai, model: gpt-primary}}, {{provider: claude, model: claude-backup}}]
 retry: {{max_attempts: 1}}
 prompt_cache: {{enabled: false}}
 """

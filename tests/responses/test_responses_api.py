@@ -1,7 +1,8 @@
 """The Responses API with the official openai client, through the proxy and through the drop-in SDK.
 
-Every test runs against both doors (`door` fixture) and, where the target matters, against a
-Chat-Completions-only upstream (`gpt-*`) and an Anthropic one (`claude-*`).
+Every test runs against both doors (`door` fixture) and, where the target matters, against a native
+Responses upstream (`oai-*`), a Chat-Completions-only upstream (`gpt-*`) and an Anthropic one
+(`claude-*`), all served by the emulator.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pydantic import BaseModel
 import sdk
 from tests.responses.conftest import KEY, OTHER_KEY
 
-MODELS = ["gpt-4o", "claude-x"]
+MODELS = ["oai-4o", "gpt-4o", "claude-x"]
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 TEXT_EVENTS = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
@@ -45,10 +46,11 @@ def test_create_chain_retrieve_items_delete(door, model, fresh_emulator):
     assert second.usage.input_tokens > first.usage.input_tokens  # the first turn travelled as history
 
     assert door.responses.retrieve(second.id).output_text == second.output_text
-    items = door.responses.input_items.list(second.id, order="asc")
-    texts = [part.text for item in items.data for part in item.content]
-    assert texts == ["Tell me about fjords.", first.output_text, "And glaciers?"]
-    assert [i.id for i in door.responses.input_items.list(second.id, limit=2).data] == [i.id for i in items.data[::-1][:2]]
+    items = door.responses.input_items.list(first.id, order="asc")
+    assert [part.text for item in items.data for part in item.content] == ["Tell me about fjords."]
+    assert items.data[0].role == "user"
+    items = door.responses.input_items.list(second.id)  # this request's own input, newest first
+    assert [part.text for item in items.data for part in item.content] == ["And glaciers?"]
 
     door.responses.delete(second.id)
     with pytest.raises(openai.NotFoundError):
@@ -96,10 +98,10 @@ def test_function_tool_round_trip(door, model, stream, fresh_emulator):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_max_output_tokens_ends_incomplete(door, model, fresh_emulator):
-    result = door.responses.create(model=model, input="Tell me everything about fjords.", max_output_tokens=3)
+    result = door.responses.create(model=model, input="Tell me everything about fjords.", max_output_tokens=16)
     assert result.status == "incomplete" and result.incomplete_details.reason == "max_output_tokens"
-    assert result.usage.output_tokens == 3
-    with door.responses.create(model=model, input="Tell me everything about fjords.", max_output_tokens=3, stream=True) as stream:
+    assert result.usage.output_tokens == 16
+    with door.responses.create(model=model, input="Tell me everything about fjords.", max_output_tokens=16, stream=True) as stream:
         last = list(stream)[-1]
     assert last.type == "response.incomplete" and last.response.incomplete_details.reason == "max_output_tokens"
 
