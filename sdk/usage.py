@@ -32,33 +32,29 @@ def merge_anthropic_usage(usage: Usage, raw: Any) -> None:
         usage.cache_write_tokens = _int(raw["cache_creation_input_tokens"])
 
 
-def openai_usage(raw: Any) -> Usage:
+def _input_inclusive(raw: Any, input_key: str, details_key: str, output_key: str) -> Usage:
+    """OpenAI's usage shapes: the input count includes cached and cache-written tokens."""
     if not isinstance(raw, dict):
         return Usage()
-    details = raw.get("prompt_tokens_details") or {}
+    details = raw.get(details_key) or {}
     cached = _int(details.get("cached_tokens"))
     written = _int(details.get("cache_write_tokens"))
     return Usage(
-        input_tokens=max(0, _int(raw.get("prompt_tokens")) - cached - written),
-        output_tokens=_int(raw.get("completion_tokens")),
+        input_tokens=max(0, _int(raw.get(input_key)) - cached - written),
+        output_tokens=_int(raw.get(output_key)),
         cache_read_tokens=cached,
         cache_write_tokens=written,
     )
+
+
+def openai_usage(raw: Any) -> Usage:
+    """Chat Completions usage."""
+    return _input_inclusive(raw, "prompt_tokens", "prompt_tokens_details", "completion_tokens")
 
 
 def responses_usage(raw: Any) -> Usage:
-    """The Responses API's usage: `input_tokens` includes cached and cache-written tokens, as in Chat."""
-    if not isinstance(raw, dict):
-        return Usage()
-    details = raw.get("input_tokens_details") or {}
-    cached = _int(details.get("cached_tokens"))
-    written = _int(details.get("cache_write_tokens"))
-    return Usage(
-        input_tokens=max(0, _int(raw.get("input_tokens")) - cached - written),
-        output_tokens=_int(raw.get("output_tokens")),
-        cache_read_tokens=cached,
-        cache_write_tokens=written,
-    )
+    """Responses API usage."""
+    return _input_inclusive(raw, "input_tokens", "input_tokens_details", "output_tokens")
 
 
 def usage_from_body(endpoint: Endpoint, body: bytes) -> Usage:

@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 
 from sdk.errors import error_event
-from sdk.sse import event_data
 from sdk.routing.translation.responses_answers import (
     function_call_item,
     message_item,
@@ -26,6 +25,7 @@ from sdk.routing.translation.responses_answers import (
     response_object,
     usage_c2r,
 )
+from sdk.routing.translation.streams import DONE, ChunkError, read_chunk
 from sdk.types import Protocol
 
 
@@ -55,15 +55,13 @@ class ChatToResponses:
                                self.usage if status != "in_progress" else None, self.finish_reason, self.created_at)
 
     def feed(self, event: bytes) -> list[bytes]:
-        data = event_data(event)
-        if not data:
+        chunk = read_chunk(event)
+        if chunk is None:
             return []
-        if data == b"[DONE]":
+        if chunk is DONE:
             return self._finish()
-        chunk = orjson.loads(data)
-        if "error" in chunk and "choices" not in chunk:
-            error = chunk.get("error") or {}
-            return [error_event(Protocol.OPENAI, 500 if error.get("type") == "server_error" else 400, error.get("message") or "upstream error")]
+        if isinstance(chunk, ChunkError):
+            return [error_event(Protocol.OPENAI, chunk.status, chunk.message)]
         out: list[bytes] = []
         if not self.started:
             self.started = True

@@ -9,6 +9,7 @@ SDKs overwrite message_start's numbers with it), and an OpenAI client that asked
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,6 +30,30 @@ def _anthropic_event(payload: dict[str, Any]) -> bytes:
     return b"event: " + payload["type"].encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
+DONE: dict[str, Any] = {}  # `read_chunk`'s answer to `data: [DONE]`
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkError:
+    status: int
+    message: str
+
+
+def read_chunk(event: bytes) -> dict[str, Any] | ChunkError | None:
+    """One Chat Completions stream event: its chunk, `DONE`, the in-band error it carries, or None (no data)."""
+    data = event_data(event)
+    if not data:
+        return None
+    if data == b"[DONE]":
+        return DONE
+    chunk = orjson.loads(data)
+    if "error" in chunk and "choices" not in chunk:
+        error = chunk["error"] or {}
+        message = error.get("message") or "upstream error"
+        return ChunkError(529 if "overload" in message.lower() else _OPENAI_ERROR_STATUS.get(error.get("type"), 500), message)
+    return chunk
+
+
 class OpenAIToAnthropic:
     """Feeds on an OpenAI chunk stream (from an OpenAI target), yields Anthropic events."""
 
@@ -42,17 +67,13 @@ class OpenAIToAnthropic:
         self.usage: dict[str, Any] = {"output_tokens": 0}
 
     def feed(self, event: bytes) -> list[bytes]:
-        data = event_data(event)
-        if not data:
+        chunk = read_chunk(event)
+        if chunk is None:
             return []
-        if data == b"[DONE]":
+        if chunk is DONE:
             return self._finish()
-        chunk = orjson.loads(data)
-        if "error" in chunk and "choices" not in chunk:
-            error = chunk["error"] or {}
-            message = error.get("message") or "upstream error"
-            status = 529 if "overload" in message.lower() else _OPENAI_ERROR_STATUS.get(error.get("type"), 500)
-            return [error_event(Protocol.ANTHROPIC, status, message)]
+        if isinstance(chunk, ChunkError):
+            return [error_event(Protocol.ANTHROPIC, chunk.status, chunk.message)]
         out: list[bytes] = []
         if not self.started:
             self.started = True
