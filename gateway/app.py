@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated
@@ -21,6 +22,8 @@ from sdk.models import model_body, models_body
 from sdk.promptcache.stats import report as prompt_cache_report
 from sdk.providers.upstream import close_upstream_for_running_loop
 from sdk.runtime import TeamRegistry, TeamRuntime
+from sdk.services import Services
+from sdk.spend import spend_report
 from sdk.types import Endpoint, LLMResponse, Protocol
 
 
@@ -32,9 +35,13 @@ def _answer_error(request: Request, exc: SlipstreamError) -> Response[bytes]:
     return Response(exc.body(_protocol(request)), status_code=exc.status, media_type="application/json", headers=exc.headers)
 
 
-def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None = 1.0) -> Litestar:
-    """Build the proxy for the given policy files or directories (errors raise PolicyError)."""
-    registry = TeamRegistry(list(policy_paths))
+def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None = 1.0, state_url: str | None = None) -> Litestar:
+    """Build the proxy for the given policy files or directories (errors raise PolicyError).
+
+    `state_url` names the state backend (sdk/state/); None reads $SLIPSTREAM_STATE_URL.
+    """
+    registry = TeamRegistry(list(policy_paths), Services(state_url=state_url))
+    state = registry.services.state()  # opened now: a bad URL fails at start, not on the first request
 
     @get("/healthz", sync_to_thread=False)
     def healthz() -> dict[str, object]:
@@ -80,6 +87,12 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
     def cache_report(request: Request) -> Response[object]:
         """The caller's team prompt-cache summary (docs/prompt-cache.md)."""
         return Response(prompt_cache_report(team_of(request).team))
+
+    @get("/v1/slipstream/spend")
+    async def spend(request: Request) -> Response[object]:
+        """The caller's team spend this UTC day and month, by key and model (docs/spend.md)."""
+        team = team_of(request)
+        return Response(await spend_report(state, team.team, team.policy.budget))
 
     @delete("/v1/slipstream/cache", status_code=200, sync_to_thread=True)
     def invalidate_cache(request: Request, key: Annotated[str | None, QueryParameter()] = None) -> dict[str, int]:
@@ -128,15 +141,19 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         watcher = asyncio.create_task(registry.watch(watch_interval_s)) if watch_interval_s else None
+        start = getattr(state, "start", None)
+        if start is not None:
+            start()  # check in with the shared store now: replica count and flags before the first request
         try:
             yield
         finally:
             if watcher is not None:
                 watcher.cancel()
+            await registry.services.close()
             await close_upstream_for_running_loop()
 
     app = Litestar(
-        route_handlers=[healthz, metrics, models, model, cache_report, invalidate_cache, *proxied, *responses],
+        route_handlers=[healthz, metrics, models, model, cache_report, spend, invalidate_cache, *proxied, *responses],
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own
@@ -146,3 +163,11 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
     )
     app.state.registry = registry
     return app
+
+
+SERVE_PATHS_ENV = "SLIPSTREAM_SERVE_POLICIES"  # os.pathsep-separated, set by `slipstream serve --workers N`
+
+
+def app_from_env() -> Litestar:
+    """The app of one `--workers` process: policies and state URL from the environment the CLI set."""
+    return create_app(os.environ[SERVE_PATHS_ENV].split(os.pathsep))

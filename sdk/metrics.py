@@ -57,6 +57,11 @@ EMBEDDING_CACHE = Counter(
     registry=REGISTRY,
 )
 POLICY_RELOADS = Counter("slipstream_policy_reloads_total", "Policy reloads by outcome", ("outcome",), registry=REGISTRY)
+STATE_BACKEND_UP = Gauge(
+    "slipstream_state_backend_up", "1 while the configured state backend answers (in process: always); 0: degraded to local state", registry=REGISTRY
+)
+STATE_BACKEND_UP.set(1)  # in process, the backend is always there; a Redis guard sets it
+SPEND = Counter("slipstream_spend_usd_total", "Spend in USD priced by Slipstream, as charged by this replica", ("team", "key", "model"), registry=REGISTRY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,6 +255,30 @@ class LimitsPolicy(RateLimits):
     per_key: RateLimits = RateLimits()
 
 
+class Price(_Strict):
+    """USD per million tokens (docs/spend.md)."""
+
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+    cache_read: Annotated[float, Field(ge=0)] | None = None  # None: the input price
+    cache_write: Annotated[float, Field(ge=0)] | None = None  # None: the input price
+
+    @model_validator(mode="after")
+    def _cache_default_to_input(self) -> Price:
+        if self.cache_read is None:
+            object.__setattr__(self, "cache_read", self.input)
+        if self.cache_write is None:
+            object.__setattr__(self, "cache_write", self.input)
+        return self
+
+
+class BudgetPolicy(_Strict):
+    """A team's spend limit per UTC day or month; over it, calls are refused with a 429 (docs/spend.md)."""
+
+    usd: Annotated[float, Field(gt=0)]
+    period: Literal["day", "month"] = "month"
+
+
 class AlertsPolicy(_Strict):
     """Latency thresholds in ms; crossing one logs a warning and counts slipstream_latency_alerts_total."""
 
@@ -282,6 +306,8 @@ class Policy(_Strict):
     compression: CompressionPolicy = CompressionPolicy()
     limits: LimitsPolicy = LimitsPolicy()
     alerts: AlertsPolicy = AlertsPolicy()
+    pricing: dict[str, Price] = {}  # model glob → price, searched before the built-in table
+    budget: BudgetPolicy | None = None
 
     @model_validator(mode="after")
     def _targets_exist(self) -> Policy:

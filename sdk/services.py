@@ -1,6 +1,6 @@
 """Process-wide resources that stages share across teams and survive policy reloads.
 
-Heavy things (the embedding model, cache stores) are created once, lazily, on first use, so a team
+Heavy things (the embedding model, cache stores, the state backend's client) are created once, lazily, on first use, so a team
 whose policy does not enable a feature never pays for it.
 """
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from sdk.cache.response_cache import ResponseCache
     from sdk.embedding import Embedder
     from sdk.responses.store import ResponseStore
+    from sdk.state import StateBackend
 
 
 def default_data_dir() -> Path:
@@ -26,11 +27,22 @@ def default_data_dir() -> Path:
 @dataclass
 class Services:
     data_dir: Path = field(default_factory=default_data_dir)
+    state_url: str | None = None  # None: $SLIPSTREAM_STATE_URL, unset: in process (sdk/state/)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _embedder: Embedder | None = field(default=None, init=False, repr=False)
     _response_cache: ResponseCache | None = field(default=None, init=False, repr=False)
     _embedding_cache: EmbeddingCache | None = field(default=None, init=False, repr=False)
     _response_store: ResponseStore | None = field(default=None, init=False, repr=False)
+    _state: StateBackend | None = field(default=None, init=False, repr=False)
+
+    def state(self) -> StateBackend:
+        """Limits, budgets, breakers and key cooldowns: in process, or shared by every replica."""
+        with self._lock:
+            if self._state is None:
+                from sdk.state import open_state
+
+                self._state = open_state(self.state_url)
+            return self._state
 
     def embedder(self) -> Embedder:
         """The MiniLM sentence embedder (loaded on its first batch, in its own thread)."""
@@ -68,3 +80,9 @@ class Services:
 
                 self._response_store = SQLiteResponseStore(self.data_dir / "responses.sqlite3")
             return self._response_store
+    async def close(self) -> None:
+        """Release what holds connections (the state backend's client); the process goes on."""
+        with self._lock:
+            state, self._state = self._state, None
+        if state is not None:
+            await state.close()

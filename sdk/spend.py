@@ -1,0 +1,113 @@
+"""What a request cost: the provider's reported usage times a price table, and where spend is kept.
+
+Prices are USD per million tokens, by model glob (first match wins; a team's `pricing:` map is
+searched before the built-in table). Cache writes are priced at the provider's 5-minute write rate
+(1.25× input on Anthropic) because usage does not say which TTL a write had; OpenAI charges no write
+fee before GPT-5.6. The built-in figures and their public sources are in docs/spend.md.
+
+Spend is kept per team in one record per day and one per month (UTC), fields `total`, `key:ID`
+and `model:NAME`; a team `budget` is checked against its period's `total` before each call.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+
+from sdk.policy import BudgetPolicy, Price
+from sdk.state.backend import BudgetCheck, SpendRecord, StateBackend
+from sdk.types import Usage
+
+# USD per million tokens: input, output, cache read, cache write (5m).
+BUILT_IN: tuple[tuple[str, Price], ...] = tuple(
+    (glob, Price(input=i, output=o, cache_read=r, cache_write=w))
+    for glob, (i, o, r, w) in {
+        # Anthropic: platform.claude.com/docs/en/about-claude/pricing (reads 0.1×, 5m writes 1.25× input)
+        "claude-opus-4-5*": (5, 25, 0.5, 6.25),
+        "claude-opus-4-6*": (5, 25, 0.5, 6.25),
+        "claude-opus-5*": (5, 25, 0.5, 6.25),
+        "claude-opus-4*": (15, 75, 1.5, 18.75),  # Opus 4 and 4.1
+        "claude-sonnet-4*": (3, 15, 0.3, 3.75),
+        "claude-sonnet-5*": (3, 15, 0.3, 3.75),
+        "claude-3-7-sonnet*": (3, 15, 0.3, 3.75),
+        "claude-haiku-4-5*": (1, 5, 0.1, 1.25),
+        "claude-3-5-haiku*": (0.8, 4, 0.08, 1.0),
+        # OpenAI: developers.openai.com/api/docs/pricing (no write fee; cached input 90% off on gpt-5.x,
+        # 75% on gpt-4.1, 50% on gpt-4o)
+        "gpt-5-nano*": (0.05, 0.4, 0.005, 0),
+        "gpt-5-mini*": (0.25, 2, 0.025, 0),
+        "gpt-5*": (1.25, 10, 0.125, 0),
+        "gpt-4.1-nano*": (0.1, 0.4, 0.025, 0),
+        "gpt-4.1-mini*": (0.4, 1.6, 0.1, 0),
+        "gpt-4.1*": (2, 8, 0.5, 0),
+        "gpt-4o-mini*": (0.15, 0.6, 0.075, 0),
+        "gpt-4o*": (2.5, 10, 1.25, 0),
+    }.items()
+)
+
+
+def price_of(model: str, overrides: dict[str, Price]) -> Price | None:
+    for glob, price in (*overrides.items(), *BUILT_IN):
+        if fnmatch.fnmatchcase(model, glob):
+            return price
+    return None
+
+
+def cost_usd(usage: Usage, price: Price) -> float:
+    return (usage.input_tokens * price.input + usage.output_tokens * price.output
+            + usage.cache_read_tokens * price.cache_read + usage.cache_write_tokens * price.cache_write) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    name: str  # "day" | "month"
+    id: str  # "2026-11-22" | "2026-11"
+    keep_s: float  # until the period ends, and a day more so its spend can still be read
+
+
+def periods(now: float | None = None) -> tuple[Period, Period]:
+    now = time.time() if now is None else now
+    today = datetime.fromtimestamp(now, timezone.utc).date()
+    month_start = today.replace(day=1)
+    next_month = (month_start + timedelta(days=32)).replace(day=1)
+
+    def seconds_until(day: date) -> float:
+        return datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp() - now + 86_400
+
+    return (Period("day", today.isoformat(), seconds_until(today + timedelta(days=1))),
+            Period("month", month_start.isoformat()[:7], seconds_until(next_month)))
+
+
+def record_key(team: str, period: Period) -> str:
+    return f"spend:{team}:{period.name}:{period.id}"
+
+
+def budget_check(team: str, budget: BudgetPolicy | None) -> BudgetCheck | None:
+    if budget is None:
+        return None
+    period = next(p for p in periods() if p.name == budget.period)
+    return BudgetCheck(record_key(team, period), budget.usd)
+
+
+def spend_record(team: str, key_id: str | None, model: str, usd: float) -> SpendRecord:
+    fields = ("total", f"model:{model}") + ((f"key:{key_id}",) if key_id else ())
+    return SpendRecord(usd, tuple((record_key(team, p), p.keep_s) for p in periods()), fields)
+
+
+async def spend_report(state: StateBackend, team: str, budget: BudgetPolicy | None) -> dict[str, object]:
+    """A team's spend this UTC day and month, by key and by model (GET /v1/slipstream/spend)."""
+    report: dict[str, object] = {"team": team, "currency": "USD"}
+    for period in periods():
+        fields = await state.spend(record_key(team, period))
+        report[period.name] = {
+            "period": period.id,
+            "total": round(fields.get("total", 0.0), 6),
+            "by_key": {name[4:]: round(usd, 6) for name, usd in sorted(fields.items()) if name.startswith("key:")},
+            "by_model": {name[6:]: round(usd, 6) for name, usd in sorted(fields.items()) if name.startswith("model:")},
+        }
+    if budget is not None:
+        spent = report[budget.period]["total"]  # type: ignore[index]
+        report["budget"] = {"usd": budget.usd, "period": budget.period, "spent": spent, "remaining": round(max(0.0, budget.usd - spent), 6)}
+    return report

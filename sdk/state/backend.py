@@ -1,0 +1,106 @@
+"""The state backend's interface: what replicas must agree on, in a few coarse calls.
+
+One request costs one call before it runs (`admit`: every rate bucket, concurrency cap and budget it
+touches, checked and charged atomically) and one after (`settle`: leases released, tokens and spend
+charged, sent in the background), so a shared store adds one round trip to a request's latency. Breakers and key cooldowns share *flags*: a
+name with an expiry (wall-clock seconds), read from a local mirror that the backend keeps fresh, so
+the routing hot path asks nothing of the store.
+
+Implementations: `LocalState` (in process, the default) and `RedisState`; `GuardedState` puts a
+breaker around a shared one and falls back to local state while it is unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A token bucket of `per_minute` capacity, refilled continuously."""
+
+    key: str
+    per_minute: float
+    cost: float  # taken at admission: 1 for a request bucket, 0 for a token bucket (any positive balance admits)
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """At most `limit` leases at once; a lease expires unless its holder renews it (a dead replica's slots come back)."""
+
+    key: str
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetCheck:
+    key: str  # the spend record of the current period (sdk/spend.py)
+    usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    lease: str  # unique per request; names its concurrency slots
+    rates: tuple[Rate, ...] = ()
+    caps: tuple[Cap, ...] = ()
+    budget: BudgetCheck | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    kind: Literal["rate", "cap", "budget"]
+    index: int  # into the admission's rates or caps
+    wait_s: float  # until a rate bucket has room again
+    value: float  # leases held (cap) or USD spent (budget)
+
+
+@dataclass(frozen=True, slots=True)
+class SpendRecord:
+    """USD spent by one request, added to each period's record under every field given."""
+
+    usd: float
+    records: tuple[tuple[str, float], ...]  # (record key, seconds to keep it)
+    fields: tuple[str, ...]  # "total", "key:ID", "model:NAME"
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    lease: str
+    caps: tuple[str, ...] = ()  # cap keys whose lease ends now
+    charges: tuple[tuple[Rate, float], ...] = ()  # token buckets and the amount used
+    spend: SpendRecord | None = None
+
+
+class StateBackend(Protocol):
+    kind: str  # "local" | "redis"
+
+    async def admit(self, admission: Admission) -> Refusal | None:
+        """Check every rate, cap and budget; charge all of them only if none refuses."""
+        ...
+
+    def settle(self, settlement: Settlement) -> None:
+        """Release the request's leases and charge its tokens and spend. Never blocks the request:
+        a shared backend sends it in the background."""
+        ...
+
+    async def spend(self, key: str) -> dict[str, float]:
+        """A spend record's fields (total, key:ID, model:NAME) in USD."""
+        ...
+
+    async def set_flag(self, name: str, until: float) -> None:
+        """Raise flag `name` until wall-clock time `until` (a breaker opened, a key cooling down)."""
+        ...
+
+    async def clear_flag(self, name: str) -> None: ...
+
+    def flags(self) -> Mapping[str, float]:
+        """The flags as last seen (no I/O): name → until."""
+        ...
+
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        """True for exactly one caller until `ttl_s` passes (a half-open breaker's single probe)."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,189 @@
+"""A breaker around the shared store: when Redis cannot answer, the replica keeps serving on local state.
+
+Every call to Redis is bounded by its timeout. The first failure opens the guard and from then on
+requests go to local state without touching Redis, so a Redis that hangs costs a request at most one
+timeout, once. Degraded, a replica enforces each limit divided by the last known number of live
+replicas, and a budget by its share of what was left. A background task checks in with Redis every
+`sync_interval_s` (it is also the probe); its first success heals the guard and hands the spend
+recorded meanwhile to Redis. Each transition is one log line, `slipstream_state_backend_up` on
+/metrics, and `status()` for /readyz.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from sdk.metrics import STATE_BACKEND_UP
+from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Refusal, Settlement, StateBackend
+from sdk.state.local import LocalState
+from sdk.state.redis import RedisState
+
+log = logging.getLogger("slipstream.state")
+T = TypeVar("T")
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    from redis.exceptions import RedisError
+
+    return (RedisError, OSError, TimeoutError)
+
+
+class GuardedState:
+    kind = "redis"
+
+    def __init__(self, shared: RedisState, sync_interval_s: float = 0.5):
+        self.shared = shared
+        self.local = LocalState()
+        self.sync_interval_s = sync_interval_s
+        self.up = True  # until a call says otherwise; the first sync runs at once
+        self.down_since: float | None = None
+        self.last_error = ""
+        self._errors = _redis_errors()
+        self._where: dict[str, StateBackend] = {}  # lease → the backend that admitted it
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._pending: set[asyncio.Task[None]] = set()  # settlements on their way to Redis
+        STATE_BACKEND_UP.set(1)
+
+    # --- the StateBackend calls ----------------------------------------------------------------
+
+    async def admit(self, admission: Admission) -> Refusal | None:
+        shared = await self._shared(lambda: self.shared.admit(admission))
+        if shared is not _DOWN:
+            if shared is None and admission.caps:
+                self._where[admission.lease] = self.shared
+            return shared
+        refusal = await self.local.admit(self._local_share(admission))
+        if refusal is None and admission.caps:
+            self._where[admission.lease] = self.local
+        return refusal
+
+    def settle(self, settlement: Settlement) -> None:
+        where = self._where.pop(settlement.lease, None)
+        if where is self.local or not self.up:
+            self.local.settle(settlement)
+            return
+        task = asyncio.get_running_loop().create_task(self._settle_shared(settlement))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _settle_shared(self, settlement: Settlement) -> None:
+        if await self._shared(lambda: self.shared.settle(settlement)) is _DOWN:
+            self.local.settle(settlement)  # tokens and spend still count, against this replica's share
+
+    async def spend(self, key: str) -> dict[str, float]:
+        shared = await self._shared(lambda: self.shared.spend(key))
+        local = await self.local.spend(key)
+        if shared is _DOWN:
+            return local
+        return {name: shared.get(name, 0.0) + local.get(name, 0.0) for name in shared.keys() | local.keys()}
+
+    async def set_flag(self, name: str, until: float) -> None:
+        await self.local.set_flag(name, until)  # holds here even while Redis is away
+        await self._shared(lambda: self.shared.set_flag(name, until))
+
+    async def clear_flag(self, name: str) -> None:
+        await self.local.clear_flag(name)
+        await self._shared(lambda: self.shared.clear_flag(name))
+
+    def flags(self) -> Mapping[str, float]:
+        shared, local = self.shared.flags(), self.local.flags()
+        return {**shared, **local} if local else shared
+
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        claimed = await self._shared(lambda: self.shared.claim(name, ttl_s))
+        return await self.local.claim(name, ttl_s) if claimed is _DOWN else claimed
+
+    async def close(self) -> None:
+        if self._pending:
+            await asyncio.wait(self._pending, timeout=self.shared.timeout_s * 2)
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self.up:
+            await self._shared(self.shared.leave)
+        await self.shared.close()
+
+    # --- health --------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "backend": "redis",
+            "up": self.up,
+            "mode": "shared" if self.up else "degraded",
+            "replicas": self.shared.replicas,
+            "down_for_s": round(time.monotonic() - self.down_since, 1) if self.down_since is not None else None,
+            "last_error": self.last_error or None,
+        }
+
+    def start(self) -> None:
+        """Run the check-in loop on the running event loop (again if the loop changed)."""
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.get_loop() is not loop or self._task.done():
+            self._task = loop.create_task(self._check_in_forever(), name="slipstream-state-sync")
+
+    async def _check_in_forever(self) -> None:
+        while not self._closed:
+            if await self._shared(self.shared.sync, probe=True) is not _DOWN and not self.up:
+                await self._heal()
+            await asyncio.sleep(self.sync_interval_s)
+
+    async def _shared(self, call: Callable[[], Awaitable[T]], probe: bool = False) -> T | object:
+        """`call()` within the timeout, or _DOWN (the guard opens on a failure; an open guard skips the call)."""
+        if not self._closed:
+            self.start()
+        if not (self.up or probe):
+            return _DOWN
+        try:
+            async with asyncio.timeout(self.shared.timeout_s):
+                return await call()
+        except self._errors as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError from exc  # redis-py reports a cancelled read as a connection error
+            self._went_down(exc)
+            return _DOWN
+
+    def _went_down(self, exc: BaseException) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if not self.up:
+            return
+        self.up, self.down_since = False, time.monotonic()
+        STATE_BACKEND_UP.set(0)
+        log.warning("state backend %s unreachable (%s): degraded to local state, limits divided by %d replicas",
+                    self.shared.url, self.last_error, self.shared.replicas)
+
+    async def _heal(self) -> None:
+        records = self.local.spend_records()
+        if records:
+            if await self._shared(lambda: self.shared.add_spend(records), probe=True) is _DOWN:
+                return  # gone again; the next check-in tries once more
+            self.local.forget_spend()
+        down_for = time.monotonic() - (self.down_since or time.monotonic())
+        self.up, self.down_since, self.last_error = True, None, ""
+        STATE_BACKEND_UP.set(1)
+        log.warning("state backend %s is back after %.1f s: shared state restored (%d replicas)", self.shared.url, down_for, self.shared.replicas)
+
+    def _local_share(self, admission: Admission) -> Admission:
+        """This replica's share of each limit while it cannot see the others."""
+        n = self.shared.replicas
+        budget = admission.budget
+        if budget is not None:
+            left = budget.usd - self.shared.last_spent.get(budget.key, 0.0)
+            budget = BudgetCheck(budget.key, max(0.0, left) / n)
+        return replace(
+            admission,
+            rates=tuple(Rate(r.key, r.per_minute / n, r.cost) for r in admission.rates),
+            caps=tuple(Cap(c.key, max(1, math.ceil(c.limit / n))) for c in admission.caps),
+            budget=budget,
+        )
+
+
+_DOWN = object()

@@ -1,0 +1,127 @@
+"""In-process state: the default backend, and the fallback a replica uses while Redis is away.
+
+Everything runs synchronously on the event loop between awaits, so admit's check-then-charge needs
+no lock. Same semantics as the Redis scripts (sdk/state/redis_scripts.py), one process's worth.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sdk.state.backend import Admission, Rate, Refusal, Settlement
+
+_DUST = 1e-9  # a token bucket admits while any balance is left: usage is charged afterwards
+
+
+@dataclass(slots=True)
+class _Bucket:
+    level: float
+    updated: float
+
+    def refill(self, rate: Rate, now: float) -> float:
+        self.level = min(rate.per_minute, self.level + (now - self.updated) * rate.per_minute / 60)
+        self.updated = now
+        return self.level
+
+
+@dataclass(slots=True)
+class _Record:
+    expires: float
+    fields: dict[str, float] = field(default_factory=dict)
+
+
+class LocalState:
+    kind = "local"
+
+    def __init__(self, clock=time.monotonic, wall=time.time):
+        self._clock = clock
+        self._wall = wall
+        self._buckets: dict[str, _Bucket] = {}
+        self._leases: dict[str, set[str]] = {}
+        self._records: dict[str, _Record] = {}
+        self._flags: dict[str, float] = {}
+        self._claims: dict[str, float] = {}
+
+    def _bucket(self, rate: Rate, now: float) -> _Bucket:
+        bucket = self._buckets.get(rate.key)
+        if bucket is None:
+            bucket = self._buckets[rate.key] = _Bucket(rate.per_minute, now)
+        bucket.refill(rate, now)
+        return bucket
+
+    async def admit(self, admission: Admission) -> Refusal | None:
+        now = self._clock()
+        for i, cap in enumerate(admission.caps):
+            held = len(self._leases.get(cap.key, ()))
+            if held >= cap.limit:
+                return Refusal("cap", i, 1.0, held)
+        buckets = [self._bucket(rate, now) for rate in admission.rates]
+        for i, (rate, bucket) in enumerate(zip(admission.rates, buckets)):
+            need = rate.cost or _DUST
+            if bucket.level < need:
+                return Refusal("rate", i, (need - bucket.level) * 60 / rate.per_minute, bucket.level)
+        if admission.budget is not None:
+            spent = (await self.spend(admission.budget.key)).get("total", 0.0)
+            if spent >= admission.budget.usd:
+                return Refusal("budget", 0, 0.0, spent)
+        for rate, bucket in zip(admission.rates, buckets):
+            bucket.level -= rate.cost
+        for cap in admission.caps:
+            self._leases.setdefault(cap.key, set()).add(admission.lease)
+        return None
+
+    def settle(self, settlement: Settlement) -> None:
+        for key in settlement.caps:
+            self._leases.get(key, set()).discard(settlement.lease)
+        now = self._clock()
+        for rate, amount in settlement.charges:
+            self._bucket(rate, now).level -= amount
+        spend = settlement.spend
+        if spend is not None and spend.usd:
+            wall = self._wall()
+            for key, keep_s in spend.records:
+                record = self._live_record(key, wall)
+                if record is None:
+                    record = self._records[key] = _Record(wall + keep_s)
+                for name in spend.fields:
+                    record.fields[name] = record.fields.get(name, 0.0) + spend.usd
+
+    def _live_record(self, key: str, wall: float) -> _Record | None:
+        record = self._records.get(key)
+        if record is not None and record.expires <= wall:
+            del self._records[key]
+            return None
+        return record
+
+    async def spend(self, key: str) -> dict[str, float]:
+        record = self._live_record(key, self._wall())
+        return dict(record.fields) if record is not None else {}
+
+    def spend_records(self) -> list[tuple[str, float, dict[str, float]]]:
+        """Every live spend record: (key, seconds left, fields) — what a healed shared store absorbs."""
+        wall = self._wall()
+        return [(key, record.expires - wall, dict(record.fields)) for key, record in self._records.items() if record.expires > wall]
+
+    def forget_spend(self) -> None:
+        self._records.clear()
+
+    async def set_flag(self, name: str, until: float) -> None:
+        self._flags[name] = max(until, self._flags.get(name, 0.0))
+
+    async def clear_flag(self, name: str) -> None:
+        self._flags.pop(name, None)
+
+    def flags(self) -> Mapping[str, float]:
+        return self._flags
+
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        now = self._clock()
+        if self._claims.get(name, 0.0) > now:
+            return False
+        self._claims[name] = now + ttl_s
+        return True
+
+    async def close(self) -> None:
+        return None

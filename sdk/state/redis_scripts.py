@@ -1,0 +1,93 @@
+"""Lua scripts for the Redis backend: each request's check-and-charge and its settlement run
+atomically inside Redis, in one round trip each, on the server's clock (replicas' clocks never meet).
+
+Numbers go back as strings: Redis truncates Lua numbers to integers in replies.
+"""
+
+from __future__ import annotations
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+"""
+
+_REFILL = """
+local function level_of(key, per_minute, now)
+  local s = redis.call('HMGET', key, 'v', 't')
+  if not s[1] then return per_minute end
+  return math.min(per_minute, tonumber(s[1]) + (now - tonumber(s[2])) * per_minute / 60)
+end
+"""
+
+# KEYS: rate buckets (nr), cap lease sets (nc), budget record (nb: 0|1)
+# ARGV: nr, nc, nb, lease, lease_ttl_s, then per rate (per_minute, cost), per cap (limit), budget usd
+ADMIT = _NOW + _REFILL + """
+local nr, nc, nb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local lease, ttl = ARGV[4], tonumber(ARGV[5])
+local a = 6
+for i = 1, nc do
+  local key = KEYS[nr + i]
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local held = redis.call('ZCARD', key)
+  if held >= tonumber(ARGV[a + 2 * nr + i - 1]) then return {'cap', tostring(i - 1), '1', tostring(held)} end
+end
+local levels = {}
+for i = 1, nr do
+  local per, cost = tonumber(ARGV[a + 2 * i - 2]), tonumber(ARGV[a + 2 * i - 1])
+  local level = level_of(KEYS[i], per, now)
+  local need = cost
+  if need <= 0 then need = 1e-9 end
+  if level < need then return {'rate', tostring(i - 1), tostring((need - level) * 60 / per), tostring(level)} end
+  levels[i] = level
+end
+local spent = 0
+if nb == 1 then
+  spent = tonumber(redis.call('HGET', KEYS[nr + nc + 1], 'total') or '0')
+  if spent >= tonumber(ARGV[a + 2 * nr + nc]) then return {'budget', '0', '0', tostring(spent)} end
+end
+for i = 1, nr do
+  local per, cost = tonumber(ARGV[a + 2 * i - 2]), tonumber(ARGV[a + 2 * i - 1])
+  redis.call('HSET', KEYS[i], 'v', tostring(levels[i] - cost), 't', tostring(now))
+  redis.call('EXPIRE', KEYS[i], 120)
+end
+for i = 1, nc do
+  redis.call('ZADD', KEYS[nr + i], now + ttl, lease)
+  redis.call('EXPIRE', KEYS[nr + i], math.ceil(ttl) * 2)
+end
+return {'ok', '0', '0', tostring(spent)}
+"""
+
+# KEYS: cap lease sets (nc), token buckets (nr), spend records (ns)
+# ARGV: nc, nr, ns, lease, then per bucket (per_minute, amount), then usd, nf, fields..., keep_s per record
+SETTLE = _NOW + _REFILL + """
+local nc, nr, ns = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local lease = ARGV[4]
+for i = 1, nc do redis.call('ZREM', KEYS[i], lease) end
+local a = 5
+for i = 1, nr do
+  local key, per, amount = KEYS[nc + i], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local level = level_of(key, per, now)
+  redis.call('HSET', key, 'v', tostring(level - amount), 't', tostring(now))
+  redis.call('EXPIRE', key, 120)
+  a = a + 2
+end
+if ns > 0 then
+  local usd, nf = ARGV[a], tonumber(ARGV[a + 1])
+  local fields = {}
+  for f = 1, nf do fields[f] = ARGV[a + 1 + f] end
+  a = a + 2 + nf
+  for i = 1, ns do
+    local key = KEYS[nc + nr + i]
+    for f = 1, nf do redis.call('HINCRBYFLOAT', key, fields[f], usd) end
+    if redis.call('TTL', key) < 0 then redis.call('EXPIRE', key, tonumber(ARGV[a + i - 1])) end
+  end
+end
+return false
+"""
+
+# KEYS: lease sets; ARGV: lease_ttl_s, then one lease per key. Renews this replica's live leases.
+RENEW = _NOW + """
+local ttl = tonumber(ARGV[1])
+for i = 1, #KEYS do redis.call('ZADD', KEYS[i], 'XX', now + ttl, ARGV[i + 1]) end
+return false
+"""

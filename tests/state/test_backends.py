@@ -1,0 +1,114 @@
+"""The contract every state backend keeps, run against the in-process one and a real Redis."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sdk.state import open_state
+from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Settlement, SpendRecord
+
+
+@pytest.fixture(params=["local", "redis"])
+async def state(request):
+    url = "" if request.param == "local" else request.getfixturevalue("redis_url")
+    backend = open_state(url)
+    yield backend
+    await backend.close()
+
+
+async def test_request_bucket_admits_its_capacity_then_says_when(state):
+    rate = Rate("rpm", 3, 1)
+    for _ in range(3):
+        assert await state.admit(Admission("", (rate,))) is None
+    refusal = await state.admit(Admission("", (rate,)))
+    assert refusal is not None and refusal.kind == "rate" and refusal.index == 0
+    assert 15 < refusal.wait_s <= 20.5  # one request refills in 60/3 s
+
+
+async def test_token_bucket_goes_into_debt_from_settled_usage(state):
+    requests, tokens = Rate("rpm", 100, 1), Rate("tpm", 60, 0)
+    assert await state.admit(Admission("", (requests, tokens))) is None
+    state.settle(Settlement("", charges=((tokens, 120),)))
+    await _settled(state)
+    refusal = await state.admit(Admission("", (requests, tokens)))
+    assert refusal is not None and refusal.index == 1 and refusal.wait_s > 59  # 60 tokens of debt: a minute
+    other = await state.admit(Admission("", (requests,)))
+    assert other is None  # a refusal charged nothing: the request bucket still had room
+
+
+async def test_concurrency_leases_are_released_on_settle(state):
+    cap = Cap("conc", 2)
+    assert await state.admit(Admission("a", caps=(cap,))) is None
+    assert await state.admit(Admission("b", caps=(cap,))) is None
+    refusal = await state.admit(Admission("c", caps=(cap,)))
+    assert refusal is not None and refusal.kind == "cap" and refusal.value == 2
+    state.settle(Settlement("a", caps=(cap.key,)))
+    await _settled(state)
+    assert await state.admit(Admission("c", caps=(cap,))) is None
+
+
+async def test_budget_refuses_once_the_period_total_is_spent(state):
+    record = SpendRecord(0.6, (("spend:t:day:x", 3600),), ("total", "model:m", "key:k"))
+    budget = BudgetCheck("spend:t:day:x", 1.0)
+    assert await state.admit(Admission("", budget=budget)) is None
+    state.settle(Settlement("", spend=record))
+    await _settled(state)
+    assert await state.admit(Admission("", budget=budget)) is None  # 0.6 < 1.0
+    state.settle(Settlement("", spend=record))
+    await _settled(state)
+    refusal = await state.admit(Admission("", budget=budget))
+    assert refusal is not None and refusal.kind == "budget" and refusal.value == pytest.approx(1.2)
+    assert await state.spend("spend:t:day:x") == pytest.approx({"total": 1.2, "model:m": 1.2, "key:k": 1.2})
+
+
+async def test_flags_and_single_claims(state):
+    await state.set_flag("breaker:x", time.time() + 60)
+    assert state.flags()["breaker:x"] > time.time()
+    await state.clear_flag("breaker:x")
+    assert "breaker:x" not in state.flags()
+    assert await state.claim("probe:x", 5) is True
+    assert await state.claim("probe:x", 5) is False
+
+
+async def test_a_dead_replicas_lease_expires(redis_url, monkeypatch):
+    """A replica that dies holding a concurrency slot stops renewing it; the slot comes back."""
+    from sdk.state import redis as redis_state
+
+    monkeypatch.setattr(redis_state, "LEASE_TTL_S", 0.5)
+    dead, alive = open_state(redis_url), open_state(redis_url)
+    cap = Cap("conc", 1)
+    assert await dead.admit(Admission("dies-holding-it", caps=(cap,))) is None
+    await dead.close()  # never settles
+    assert (await alive.admit(Admission("waits", caps=(cap,)))).kind == "cap"
+    await _sleep(0.7)
+    assert await alive.admit(Admission("waits", caps=(cap,))) is None
+    await alive.close()
+
+
+async def test_a_live_replica_keeps_its_lease_past_the_ttl(redis_url, monkeypatch):
+    from sdk.state import redis as redis_state
+
+    monkeypatch.setattr(redis_state, "LEASE_TTL_S", 0.5)
+    holder, other = open_state(redis_url), open_state(redis_url)
+    holder.sync_interval_s = 0.1
+    cap = Cap("conc", 1)
+    assert await holder.admit(Admission("long-stream", caps=(cap,))) is None
+    await _sleep(1.0)  # twice the TTL: the check-in loop renewed it
+    assert (await other.admit(Admission("x", caps=(cap,)))).kind == "cap"
+    await holder.close()
+    await other.close()
+
+
+async def _settled(state) -> None:
+    """Let a shared backend's background settlement reach Redis."""
+    pending = getattr(state, "_pending", None)
+    while pending:
+        await _sleep(0.01)
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)

@@ -1,0 +1,124 @@
+"""Two proxies on one Redis behave as one gateway: limits, budget and spend; and losing Redis
+degrades to local state without failing a request, then heals."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import pytest
+
+from gateway.testing import RunningServer, running_proxy
+from tests.helpers import write_policy
+
+PRICED = 'pricing: {"claude-*": {input: 1000, output: 1000}}\n'  # USD per million tokens: cents per call
+
+
+@contextlib.contextmanager
+def two_proxies(policy_dir: Path, state_url: str) -> Iterator[tuple[RunningServer, RunningServer]]:
+    with running_proxy([policy_dir], state_url=state_url) as a, running_proxy([policy_dir], state_url=state_url) as b:
+        yield a, b
+
+
+def ask(proxy: RunningServer, key: str, **options) -> anthropic.types.Message:
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0, **options)
+    return client.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+
+
+def admitted(proxies: tuple[RunningServer, ...], key: str, n: int) -> int:
+    """Send n requests round-robin; count those not refused with a 429."""
+    count = 0
+    for i in range(n):
+        try:
+            ask(proxies[i % len(proxies)], key)
+            count += 1
+        except anthropic.RateLimitError:
+            pass
+    return count
+
+
+def test_team_limit_holds_across_two_proxies(tmp_path, fresh_emulator, redis_url):
+    write_policy(tmp_path, "t", "sk-t", fresh_emulator.url, extra="limits: {requests_per_minute: 4, per_key: {max_concurrent: 2}}\n")
+    with two_proxies(tmp_path, redis_url) as proxies:
+        assert admitted(proxies, "sk-t", 10) == 4  # per replica it would have been 8
+    assert fresh_emulator.stats()["requests_total"] == 4
+
+
+def test_budget_and_spend_are_shared_by_two_proxies(tmp_path, fresh_emulator, redis_url):
+    write_policy(tmp_path, "t", "sk-t", fresh_emulator.url, extra=PRICED + "budget: {usd: 0.001, period: day}\n")
+    with two_proxies(tmp_path, redis_url) as (a, b):
+        ask(a, "sk-t")  # each call costs more than the budget: the first spends it all
+        spend = httpx.get(f"{b.url}/v1/slipstream/spend", headers={"authorization": "Bearer sk-t"}).json()
+        assert spend["day"]["total"] > 0.001 and spend["day"]["by_model"]["claude-x"] == spend["day"]["total"]
+        assert spend["budget"]["remaining"] == 0 and spend["month"]["total"] == spend["day"]["total"]
+        with pytest.raises(anthropic.RateLimitError) as refused:
+            ask(b, "sk-t")
+        assert "budget" in refused.value.body["error"]["message"]
+        metrics = httpx.get(f"{a.url}/metrics").text
+        assert 'slipstream_spend_usd_total{key="' in metrics and 'model="claude-x",team="t"}' in metrics
+    assert fresh_emulator.stats()["requests_total"] == 1
+
+
+def test_spend_needs_a_team_key(tmp_path, fresh_emulator, redis_url):
+    write_policy(tmp_path, "t", "sk-t", fresh_emulator.url)
+    write_policy(tmp_path, "u", "sk-u", fresh_emulator.url, extra=PRICED)
+    with running_proxy([tmp_path], state_url=redis_url) as proxy:
+        ask(proxy, "sk-u")
+        assert httpx.get(f"{proxy.url}/v1/slipstream/spend").status_code == 401
+        own = httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"x-api-key": "sk-t"}).json()
+        assert own["team"] == "t" and own["day"]["total"] == 0  # team u's spend is not t's to see
+
+
+def test_redis_killed_and_restarted_mid_traffic(tmp_path, fresh_emulator, redis_server, redis_url, caplog):
+    """No request fails or hangs while Redis is gone; limits are shared again once it is back."""
+    write_policy(tmp_path, "busy", "sk-busy", fresh_emulator.url, extra="limits: {requests_per_minute: 100000}\n")
+    write_policy(tmp_path, "tight", "sk-tight", fresh_emulator.url, extra="limits: {requests_per_minute: 3}\n")
+    with two_proxies(tmp_path, redis_url) as proxies:
+        slowest = 0.0
+
+        def traffic(n: int) -> None:
+            nonlocal slowest
+            for i in range(n):
+                started = time.perf_counter()
+                ask(proxies[i % 2], "sk-busy")
+                slowest = max(slowest, time.perf_counter() - started)
+
+        traffic(6)
+        redis_server.stop()
+        traffic(20)  # every request answered; the first on each proxy paid one timeout at most
+        assert slowest < 1.0
+        assert _ready(proxies[0])["up"] is False and "slipstream_state_backend_up 0.0" in httpx.get(f"{proxies[0].url}/metrics").text
+        redis_server.start()
+        deadline = time.monotonic() + 5
+        while not all(_ready(p)["up"] for p in proxies):
+            assert time.monotonic() < deadline, "the guard did not heal"
+            traffic(2)
+        assert admitted(proxies, "sk-tight", 6) == 3  # one shared bucket again, not one per proxy
+    transitions = [r.getMessage() for r in caplog.records if r.name == "slipstream.state"]
+    assert sum("degraded to local state" in m for m in transitions) == 2  # one line per proxy per transition
+    assert sum("is back after" in m for m in transitions) == 2
+
+
+def test_a_hung_redis_costs_one_timeout_once(tmp_path, fresh_emulator, redis_server, redis_url):
+    write_policy(tmp_path, "t", "sk-t", fresh_emulator.url, extra="limits: {requests_per_minute: 100000}\n")
+    with running_proxy([tmp_path], state_url=redis_url.replace("timeout_ms=200", "timeout_ms=1000")) as proxy:
+        ask(proxy, "sk-t")
+        redis_server.pause()
+        try:
+            times = []
+            for _ in range(5):
+                started = time.perf_counter()
+                ask(proxy, "sk-t")
+                times.append(time.perf_counter() - started)
+        finally:
+            redis_server.resume()
+    assert times[0] < 1.0 + 0.5  # the timeout (1 s here), once
+    assert max(times[1:]) < 0.5  # then local state, without waiting on Redis again
+
+
+def _ready(proxy: RunningServer) -> dict:
+    return proxy.app.state.registry.services.state().status()
