@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from sdk.extras import missing_extra_message
 from sdk.state import redis_scripts
 from sdk.state.backend import Admission, Refusal, Settlement
 
@@ -37,10 +38,9 @@ class RedisState:
     kind = "redis"
 
     def __init__(self, url: str, replica_id: str | None = None):
-        try:
-            import redis.asyncio  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - depends on the installed extras
-            raise RuntimeError("a redis:// state URL needs the redis client: pip install 'slipstream[redis]'") from exc
+        missing = missing_extra_message("redis", "a redis:// state URL")
+        if missing:
+            raise RuntimeError(missing)
         self.url, self.prefix, self.timeout_s = split_url(url)
         self.replica_id = replica_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._client: Any = None
