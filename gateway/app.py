@@ -21,6 +21,7 @@ from sdk.metrics import REGISTRY
 from sdk.models import model_body, models_body
 from sdk.promptcache.stats import report as prompt_cache_report
 from sdk.providers.upstream import close_upstream_for_running_loop
+from sdk.readiness import Readiness
 from sdk.runtime import TeamRegistry, TeamRuntime
 from sdk.services import Services
 from sdk.spend import spend_report
@@ -43,9 +44,17 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
     registry = TeamRegistry(list(policy_paths), Services(state_url=state_url))
     state = registry.services.state()  # opened now: a bad URL fails at start, not on the first request
 
+    readiness = Readiness()
+
     @get("/healthz", sync_to_thread=False)
     def healthz() -> dict[str, object]:
+        """Liveness: the process answers. Readiness is /readyz."""
         return {"status": "ok", "teams": sorted(registry.teams)}
+
+    @get("/readyz", sync_to_thread=False)
+    def readyz() -> Response[dict[str, object]]:
+        """200 once what the served policies need is loaded (sdk/readiness.py); 503 with each part's state before."""
+        return Response({**readiness.body(), "teams": sorted(registry.teams)}, status_code=200 if readiness.ready else 503)
 
     @get("/metrics", sync_to_thread=False)
     def metrics() -> Response[bytes]:
@@ -140,7 +149,11 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        watcher = asyncio.create_task(registry.watch(watch_interval_s)) if watch_interval_s else None
+        def reloaded() -> None:  # a reload may add a team that needs a model loaded
+            readiness.start(registry.warm_ups())
+
+        reloaded()
+        watcher = asyncio.create_task(registry.watch(watch_interval_s, reloaded)) if watch_interval_s else None
         start = getattr(state, "start", None)
         if start is not None:
             start()  # check in with the shared store now: replica count and flags before the first request
@@ -153,7 +166,7 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
             await close_upstream_for_running_loop()
 
     app = Litestar(
-        route_handlers=[healthz, metrics, models, model, cache_report, spend, invalidate_cache, *proxied, *responses],
+        route_handlers=[healthz, readyz, metrics, models, model, cache_report, spend, invalidate_cache, *proxied, *responses],
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own
@@ -162,6 +175,7 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
         exception_handlers={SlipstreamError: _answer_error, NotFoundException: routing_error, MethodNotAllowedException: routing_error},
     )
     app.state.registry = registry
+    app.state.readiness = readiness
     return app
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import os
@@ -26,8 +27,12 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import SERVE_PATHS_ENV, create_app
+    from gateway.serving import fixed_key_warnings, port_problem
     from sdk.state import STATE_URL_ENV, open_state
 
+    if problem := port_problem(args.host, args.port):
+        print(f"slipstream: {problem}", file=sys.stderr)
+        return 1
     paths = args.policy or [args.policy_dir or _default_policy_dir()]
     state_url = args.state_url or os.environ.get(STATE_URL_ENV) or None
     if args.workers > 1 and state_url is None and not args.local_state:
@@ -37,19 +42,23 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.workers > 1:  # each worker builds its own app; here only check what they will load
-            teams = sorted(policy.team for policy in load_policies(paths).values())
+            served = [policy for policy in load_policies(paths).values() if policy.resolved_keys()]
             kind = open_state(state_url or "").kind
         else:
             app = create_app(paths, state_url=state_url or "")
-            teams, kind = sorted(app.state.registry.teams), app.state.registry.services.state().kind
+            served, kind = [team.policy for team in app.state.registry.teams.values()], app.state.registry.services.state().kind
     except PolicyError as exc:
-        print(f"slipstream: invalid policy:\n{exc}", file=sys.stderr)
+        print(f"slipstream: cannot serve these policies:\n{exc}", file=sys.stderr)
         return 2
     except (ValueError, RuntimeError) as exc:  # a state URL of an unknown scheme, or no redis client
         print(f"slipstream: {exc}", file=sys.stderr)
         return 2
-    print(f"slipstream: serving teams {', '.join(teams)} on http://{args.host}:{args.port}; state: {kind}"
-          + (f" ({args.workers} workers)" if args.workers > 1 else ""), flush=True)
+    for warning in fixed_key_warnings(args.host, served):
+        print(f"slipstream: warning: {warning}", file=sys.stderr, flush=True)
+    teams = ", ".join(sorted(policy.team for policy in served))
+    print(f"slipstream: serving teams {teams} on http://{args.host}:{args.port}; state: {kind}"
+          + (f" ({args.workers} workers)" if args.workers > 1 else "")
+          + " (GET /readyz answers 200 once the models the policies need are loaded)", flush=True)
     options = dict(host=args.host, port=args.port, loop="uvloop", http="httptools", log_level="warning", access_log=False)
     if args.workers > 1:
         # Each worker process builds its own app from the environment (uvicorn imports the factory).
@@ -127,34 +136,52 @@ def _cache_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="slipstream", description="Client-side LLM gateway")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _version() -> str:
+    try:
+        return importlib.metadata.version("slipstream")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was not pip-installed
+        return "(not installed)"
 
-    serve = commands.add_parser("serve", help="run the proxy")
+
+class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each argument's default, except where there is none to show (None, a False flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = _ShowDefaults  # every argument has a help text: the formatter adds defaults only to those
+    parser = argparse.ArgumentParser(prog="slipstream", description="Client-side LLM gateway", formatter_class=formatter)
+    parser.add_argument("--version", action="version", version=f"slipstream {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the proxy", formatter_class=formatter)
     where = serve.add_mutually_exclusive_group()
-    where.add_argument("--policy-dir", type=Path, help="directory of team policy files (default: ./policies)")
+    where.add_argument("--policy-dir", type=Path, help="directory of team policy files (default: ./policies, else the bundled ones)")
     where.add_argument("--policy", type=Path, action="append", help="a policy file (repeatable)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on")
     serve.add_argument("--state-url", help="shared state for limits, budgets, breakers and caches: redis://[:PASSWORD@]HOST:PORT/DB "
                        "or rediss://… (default: $SLIPSTREAM_STATE_URL, else in process)")
     serve.add_argument("--workers", type=int, default=1, help="processes sharing the port (needs --state-url or --local-state)")
     serve.add_argument("--local-state", action="store_true", help="with --workers: let each worker keep its own state")
     serve.set_defaults(run=_serve)
 
-    emulate = commands.add_parser("emulate", help="run the Anthropic + OpenAI emulator")
-    emulate.add_argument("--host", default="127.0.0.1")
-    emulate.add_argument("--port", type=int, default=8081)
-    emulate.add_argument("--latency", choices=("fast", "realistic"), default="fast")
+    emulate = commands.add_parser("emulate", help="run the Anthropic + OpenAI emulator", formatter_class=formatter)
+    emulate.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    emulate.add_argument("--port", type=int, default=8081, help="port to listen on")
+    emulate.add_argument("--latency", choices=("fast", "realistic"), default="fast", help="latency model")
     emulate.set_defaults(run=_emulate)
 
-    engine = commands.add_parser("engine", help="the local inference engine")
-    engine_commands = engine.add_subparsers(dest="engine_command", required=True)
-    engine_serve = engine_commands.add_parser("serve", help="OpenAI-compatible server for a local model")
-    engine_serve.add_argument("--model", required=True)
-    engine_serve.add_argument("--host", default="127.0.0.1")
-    engine_serve.add_argument("--port", type=int, default=8000)
+    engine = commands.add_parser("engine", help="the local inference engine", formatter_class=formatter)
+    engine_commands = engine.add_subparsers(dest="engine_command", required=True, metavar="COMMAND")
+    engine_serve = engine_commands.add_parser("serve", help="OpenAI-compatible server for a local model", formatter_class=formatter)
+    engine_serve.add_argument("--model", required=True, help="a local Hugging Face directory, or 'demo'")
+    engine_serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    engine_serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     engine_serve.add_argument("--tensor-parallel-size", type=int, default=1,
                               help="processes (GPUs) to split the model across (gloo on CPU, NCCL on CUDA)")
     engine_serve.add_argument(
@@ -162,15 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     engine_serve.set_defaults(run=_engine_serve)
 
-    policy = commands.add_parser("policy", help="policy tools")
-    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
-    check = policy_commands.add_parser("check", help="validate policy files or directories")
-    check.add_argument("paths", nargs="+", type=Path)
+    policy = commands.add_parser("policy", help="policy tools", formatter_class=formatter)
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
+    check = policy_commands.add_parser("check", help="validate policy files or directories", formatter_class=formatter)
+    check.add_argument("paths", nargs="+", type=Path, help="policy files or directories of them")
     check.set_defaults(run=_policy_check)
 
-    cache = commands.add_parser("cache", help="prompt-cache tools")
-    cache_commands = cache.add_subparsers(dest="cache_command", required=True)
-    report = cache_commands.add_parser("report", help="a team's prompt-cache hit rate, savings and top miss causes")
+    cache = commands.add_parser("cache", help="prompt-cache tools", formatter_class=formatter)
+    cache_commands = cache.add_subparsers(dest="cache_command", required=True, metavar="COMMAND")
+    report = cache_commands.add_parser("report", help="a team's prompt-cache hit rate, savings and top miss causes",
+                                       formatter_class=formatter)
     report.add_argument("--url", default="http://127.0.0.1:8080", help="the running proxy")
     report.add_argument("--key", help="the team key (default: $SLIPSTREAM_TEAM_KEY)")
     report.add_argument("--json", action="store_true", help="print the raw JSON summary")
@@ -178,9 +206,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging() -> None:
+    """Slipstream's own loggers at INFO (startup timings, reloads); libraries only from WARNING, so
+    neither httpx's per-request lines nor faiss's import chatter reach the terminal."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("slipstream", "emulator", "localengine"):
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    configure_logging()
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
     return args.run(args)
 
 

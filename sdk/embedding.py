@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sdk.readiness import WarmUp
+from sdk.services import MODEL_LOAD_LOCK
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -37,9 +40,10 @@ def minilm_path() -> Path:
 
 def load_minilm() -> SentenceTransformer:
     os.environ["HF_HUB_OFFLINE"] = "1"  # a miss in the local folder must fail, not download
-    from sentence_transformers import SentenceTransformer
+    with MODEL_LOAD_LOCK:
+        from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(str(minilm_path()), device="cpu")
+        return SentenceTransformer(str(minilm_path()), device="cpu")
 
 
 @dataclass(slots=True)
@@ -84,8 +88,12 @@ class Embedder:
             return _encode(model, texts, batch_size)
 
     def warm_up(self) -> None:
+        """Load the model and encode once (the first batch pays one-time setup), so no caller waits."""
         with self._lock:
-            self._load()
+            _encode(self._load(), ["warm up"], 1)
+
+    def warm_ups(self) -> list[WarmUp]:
+        return [WarmUp("embedder all-MiniLM-L6-v2", self.warm_up)]
 
     def _load(self) -> SentenceTransformer:
         if self._model is None:

@@ -71,8 +71,9 @@ def policy_needs(policy: Policy) -> list[Need]:
     if cache.enabled and (cache.exact or cache.semantic):
         needs.append(Need("semantic", "semantic_cache", "the response cache (MiniLM embeddings, faiss index)"))
     compression = policy.compression
-    if compression.enabled and compression.documents.enabled and compression.documents.scorer == "contextual":
-        needs.append(Need("semantic", "compression.documents.scorer", "the contextual scorer (MiniLM embeddings)"))
+    if compression.enabled and compression.documents.enabled:  # both scorers read MiniLM's files
+        scorer = "MiniLM embeddings" if compression.documents.scorer == "contextual" else "MiniLM's embedding table"
+        needs.append(Need("semantic", "compression.documents", f"document pruning ({scorer})"))
     if compression.enabled and compression.token_pruning.enabled:
         needs.append(Need("engine", "compression.token_pruning", "token pruning (the bundled demo model)"))
     return needs

@@ -12,7 +12,7 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from sdk.pipeline import CompressionReport, Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
 from sdk.providers import build_provider
 from sdk.providers.base import Provider
+from sdk.readiness import HasWarmUps, WarmUp
 from sdk.responses.api import StoredResponses
 from sdk.router import Router
 from sdk.services import Services
@@ -40,6 +41,7 @@ class TeamRuntime:
     models: ModelCatalog
     providers: Mapping[str, Provider]
     responses: StoredResponses  # GET / DELETE / input_items of the team's stored responses
+    warm_ups: tuple[WarmUp, ...] = ()  # what its providers and stages load before the first request
 
     @property
     def team(self) -> str:
@@ -52,9 +54,11 @@ class TeamRuntime:
         providers = {name: build_provider(name, config, services) for name, config in policy.providers.items()}
         router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging,
                         team=policy.team, responses=services.response_store)
-        return cls(policy=policy, pipeline=Pipeline(build_stages(policy, services), router),
+        stages = build_stages(policy, services)
+        warm_ups = tuple(w for part in [*stages, *providers.values()] if isinstance(part, HasWarmUps) for w in part.warm_ups())
+        return cls(policy=policy, pipeline=Pipeline(stages, router),
                    models=ModelCatalog(policy.routes, providers, policy.models), providers=providers,
-                   responses=StoredResponses(policy.team, services.response_store, providers))
+                   responses=StoredResponses(policy.team, services.response_store, providers), warm_ups=warm_ups)
 
     async def handle(self, request: LLMRequest, ctx: RequestContext | None = None) -> tuple[Answer, RequestContext]:
         ctx = ctx or RequestContext(request=request, team=self.team)
@@ -123,15 +127,19 @@ class TeamRegistry:
         policies = load_policies(self.paths)
         teams: dict[str, TeamRuntime] = {}
         by_digest = {}
+        unreachable = []
         for policy in policies.values():
             keys = policy.resolved_keys()
             if not keys:
                 # Nobody could reach it: building its stages (a cache model, say) would cost for nothing.
-                log.warning("team %s has no usable api key (unset environment variable?): not served", policy.team)
+                unreachable.append(policy.team)
                 continue
             runtime = teams[policy.team] = TeamRuntime.build(policy, self.services)
             for key in keys:
                 by_digest[_digest(key)] = (key.encode(), runtime)
+        if unreachable:
+            log.warning("not serving team%s %s: no team key is set (see `slipstream policy check`)",
+                        "s" if len(unreachable) > 1 else "", ", ".join(unreachable))
         self.teams, self._by_digest, self._stamp = teams, by_digest, stamp
 
     def authenticate(self, key: str | None) -> tuple[TeamRuntime, str]:
@@ -167,8 +175,13 @@ class TeamRegistry:
         log.info("policies reloaded: %s", ", ".join(sorted(self.teams)))
         return True
 
-    async def watch(self, interval_s: float = 1.0) -> None:
+    def warm_ups(self) -> list[WarmUp]:
+        """What every served team needs loaded (duplicates are loaded once by name, in sdk/readiness.py)."""
+        return [warm_up for runtime in self.teams.values() for warm_up in runtime.warm_ups]
+
+    async def watch(self, interval_s: float = 1.0, on_reload: Callable[[], None] | None = None) -> None:
         """Poll the policy files and reload on change; run as a background task."""
         while True:
             await asyncio.sleep(interval_s)
-            await asyncio.to_thread(self.reload_if_changed)
+            if await asyncio.to_thread(self.reload_if_changed) and on_reload is not None:
+                on_reload()

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from sdk.state import StateBackend
 
 
+# One model load at a time in this process: loads run in worker threads (readiness, the embedder's
+# own thread, a request's first use), and transformers' lazy module imports are not thread-safe
+# (two threads importing it at once can see "cannot import name 'AutoTokenizer'").
+MODEL_LOAD_LOCK = threading.RLock()
+
+
 def default_data_dir() -> Path:
     return Path(os.environ.get("SLIPSTREAM_DATA_DIR", Path.home() / ".cache" / "slipstream"))
 

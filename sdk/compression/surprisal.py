@@ -20,6 +20,7 @@ from sdk.compression import tokens
 from sdk.compression.extractive import Budget, Outcome
 from sdk.compression.protection import protected_spans
 from sdk.compression.splitting import split_units
+from sdk.services import MODEL_LOAD_LOCK
 
 WINDOW = 128  # the demo model's training length; longer windows extrapolate badly
 _WORD = re.compile(r"\S+")
@@ -65,13 +66,19 @@ class _Model:
 
 @functools.cache
 def _model() -> _Model:
-    return _Model(demo_model_path())
+    with MODEL_LOAD_LOCK:
+        return _Model(demo_model_path())
 
 
 class TokenPruner:
     def __init__(self, ratio: float, protect: tuple[str, ...]):
         self.ratio = ratio
         self.protect = protect
+
+    @staticmethod
+    def load() -> None:
+        """Load the demo model now (the proxy's readiness), not on the first pruned request."""
+        _model()
 
     def prune(self, outcome: Outcome, budget: Budget) -> Outcome:
         text = outcome.text

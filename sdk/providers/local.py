@@ -23,7 +23,8 @@ from sdk.providers.keys import KeyRing
 from sdk.providers.local_embeddings import MODEL_ID as EMBEDDING_MODEL
 from sdk.providers.local_embeddings import LocalEmbeddings
 from sdk.providers.upstream import Timeouts
-from sdk.services import Services
+from sdk.readiness import WarmUp
+from sdk.services import MODEL_LOAD_LOCK, Services
 from sdk.sse import StreamObserver
 from sdk.types import (
     Answer,
@@ -60,6 +61,24 @@ class LocalProvider:
             if base_url
             else None
         )
+
+    def warm_ups(self) -> list[WarmUp]:
+        """In process, the model to load before the first request (the proxy's /readyz waits for it)."""
+        if self._http is not None:
+            return []
+        label = f"local engine {self.model!r}" + (" with speculative decoding" if self.engine_args else "")
+        return [WarmUp(label, self._load_engine)]
+
+    def _load_engine(self) -> None:
+        """Load the model, then answer one chat request the way `send` does: the first request pays
+        one-time setup (the chat template, the first model step) that a client's request should not."""
+        from localengine.engine.async_engine import get_shared_engine
+        from localengine.serving_chat import chat_completion, parse_chat_request
+
+        with MODEL_LOAD_LOCK:
+            engine = get_shared_engine(self.model, **self.engine_args)
+        chat = parse_chat_request({"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 1}, engine)
+        asyncio.run(chat_completion(engine, chat))  # this worker thread's own loop; the engine answers on it
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         if request.protocol is not Protocol.OPENAI:
@@ -98,8 +117,12 @@ class LocalProvider:
     async def _engine(self) -> AsyncLLMEngine:
         from localengine.engine.async_engine import get_shared_engine
 
-        try:
-            return await asyncio.to_thread(get_shared_engine, self.model, **self.engine_args)
+        def load() -> AsyncLLMEngine:
+            with MODEL_LOAD_LOCK:
+                return get_shared_engine(self.model, **self.engine_args)
+
+        try:  # loaded already when the proxy's readiness warmed it up
+            return await asyncio.to_thread(load)
         except (FileNotFoundError, NotImplementedError, ValueError, MemoryError) as exc:
             # Unavailable, not failed: the router moves on to the route's next target.
             raise ProviderUnavailableError(f"provider {self.name!r}: local engine cannot load model "

@@ -24,6 +24,7 @@ from sdk.cache.keys import CacheKeys, cache_keys
 from sdk.errors import InvalidRequestError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, SemanticCachePolicy
+from sdk.readiness import WarmUp
 from sdk.services import Services
 from sdk.sse import events_of
 from sdk.streams import close_after
@@ -77,6 +78,9 @@ class CacheStage:
         self.team = team
         self.config = config
         self.cache = cache
+
+    def warm_ups(self) -> list[WarmUp]:
+        return self.cache.embedder.warm_ups() if self.config.semantic else []
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
         request, asked = _strip_metadata(ctx.request)

@@ -13,11 +13,12 @@ from sdk.compression import report
 from sdk.compression.compressor import Compressor, DocumentSettings, Result
 from sdk.compression.extractive import Budget
 from sdk.compression.history import HistoryCompactor, Settings
-from sdk.compression.scoring import warm_up_in_background
+from sdk.compression.scoring import static_vectors, warm_up_in_background
 from sdk.compression.summarizer import Summarizer
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import CompressionPolicy, Policy
 from sdk.providers import build_provider
+from sdk.readiness import WarmUp
 from sdk.services import Services
 from sdk.types import Answer, Endpoint, LLMRequest
 
@@ -31,6 +32,15 @@ class CompressionStage:
     def __init__(self, team: str, compressor: Compressor):
         self.team = team
         self.compressor = compressor
+
+    def warm_ups(self) -> list[WarmUp]:
+        compressor, parts = self.compressor, []
+        if compressor.docs is not None:
+            parts += (compressor.embedder().warm_ups() if compressor.docs.scorer == "contextual"
+                      else [WarmUp("compression: MiniLM embedding table", static_vectors)])
+        if compressor.pruner is not None:
+            parts.append(WarmUp("compression: token-pruning model (demo)", compressor.pruner.load))
+        return parts
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
         request = ctx.request

@@ -24,7 +24,7 @@ HEAVY = ("torch", "sentence_transformers", "faiss", "transformers", "triton", "r
 def test_the_drop_in_and_the_proxy_import_no_heavy_module(tmp_path):
     """`import sdk`, `from sdk import OpenAI`, the proxy app, and building a team whose policy uses
     neither the semantic cache nor the local engine leave torch, faiss & co. unimported."""
-    policy = write_policy(tmp_path, "light", "sk-light", "http://127.0.0.1:9", extra="compression: {enabled: true}\n")
+    policy = write_policy(tmp_path, "light", "sk-light", "http://127.0.0.1:9", extra="prompt_cache: {enabled: true, reorder: true}\n")
     script = textwrap.dedent(f"""
         import sys
         import sdk
