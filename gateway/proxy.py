@@ -16,7 +16,7 @@ from typing import Any
 from sdk.errors import RequestTooLargeError, SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import RequestContext
 from sdk.requests import FORWARDED_HEADERS, parse_request
-from sdk.runtime import TeamRegistry, slipstream_headers
+from sdk.runtime import TeamRegistry, slipstream_headers, upstream_error_headers
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
 
 log = logging.getLogger("slipstream.proxy")
@@ -125,7 +125,7 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
                 return
             raise
         except UpstreamHTTPError as exc:
-            await _send_error(send, protocol, exc.status, exc.body, exc.headers)
+            await _send_error(send, protocol, exc.status, exc.body, upstream_error_headers(ctx, exc))
         except SlipstreamError as exc:
             if stream is None:
                 await _send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)

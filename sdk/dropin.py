@@ -41,7 +41,7 @@ from sdk.providers.upstream import (
 )
 from sdk.models import model_body, models_body
 from sdk.requests import FORWARDED_HEADERS, parse_request
-from sdk.runtime import TeamRuntime, slipstream_headers
+from sdk.runtime import TeamRuntime, slipstream_headers, upstream_error_headers
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
 
 if TYPE_CHECKING:  # each constructor imports its official package: an OpenAI-only program never loads anthropic
@@ -194,7 +194,7 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
             raise httpx2.ReadTimeout("Slipstream got no answer within the client's timeout", request=request) from None
         raise
     except UpstreamHTTPError as exc:
-        return _error(exc.status, exc.body, exc.headers)
+        return _error(exc.status, exc.body, upstream_error_headers(ctx, exc))
     except SlipstreamError as exc:
         return _error(exc.status, exc.body(protocol), exc.headers)
     headers = {**(_SSE if isinstance(answer, LLMStream) else _JSON), **answer.headers, **slipstream_headers(ctx, answer)}

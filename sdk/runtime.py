@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sdk import metrics
-from sdk.errors import AuthenticationError, PolicyError
+from sdk.errors import AuthenticationError, PolicyError, UpstreamHTTPError
 from sdk.extras import require_extras
 from sdk.models import ModelCatalog
 from sdk.pipeline import CompressionReport, Pipeline, RequestContext
@@ -29,7 +29,7 @@ from sdk.responses.api import StoredResponses
 from sdk.router import Router
 from sdk.services import Services
 from sdk.stages import build_stages
-from sdk.types import Answer, LLMRequest, LLMStream
+from sdk.types import Answer, LLMRequest, LLMResponse, LLMStream, Usage
 
 log = logging.getLogger("slipstream")
 
@@ -91,6 +91,13 @@ def slipstream_headers(ctx: RequestContext, answer: Answer) -> dict[str, str]:
     if ctx.compression is not None:  # only where the team enabled compression (docs/compression.md)
         headers["x-slipstream-compression"] = _compression_header(ctx.compression)
     return headers
+
+
+def upstream_error_headers(ctx: RequestContext, exc: UpstreamHTTPError) -> dict[str, str]:
+    """A provider's error passed through as it is, with its headers and the x-slipstream-* ones
+    (every answer carries them: which route answered, the cache status, the overhead)."""
+    answered = LLMResponse(status=exc.status, body=exc.body, headers=exc.headers, usage=Usage(), route=exc.route)
+    return {**exc.headers, **slipstream_headers(ctx, answered)}
 
 
 def _compression_header(report: CompressionReport) -> str:

@@ -96,11 +96,11 @@ class LocalProvider:
         started = time.perf_counter()
         try:
             engine = await self._engine()
-            try:
-                chat = parse_chat_request(request.body, engine)
+            try:  # the engine's own model answers, whatever name the client asked for: say so
+                chat = parse_chat_request({**request.body, "model": self.model}, engine)
             except ChatRequestError as exc:
                 raise SlipstreamError(str(exc), status=exc.status) from exc
-            route = f"{self.name}/{request.model or self.model}"
+            route = f"{self.name}/{self.model}"
             if not chat.stream:
                 return await self._complete(engine, chat, route)
         finally:

@@ -93,10 +93,13 @@ def test_serve_with_no_provider_keys_answers_from_the_local_demo_model(run):
     _wait(f"http://127.0.0.1:{port}/healthz", process)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-slipstream-local", max_retries=0, timeout=120)
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[{"role": "user", "content": "def add(a, b):"}], max_tokens=8)
-    assert raw.headers["x-slipstream-route"].startswith("local/")
-    assert raw.parse().choices[0].message.content
+    assert raw.headers["x-slipstream-route"] == "local/demo"  # the demo model answered, not gpt-4o
+    completion = raw.parse()
+    assert completion.model == "demo" and completion.choices[0].message.content
     claude = anthropic_client(port)
-    message = claude.messages.create(model="claude-sonnet-5", max_tokens=8, messages=[{"role": "user", "content": "import os"}])
+    raw = claude.messages.with_raw_response.create(model="claude-sonnet-5", max_tokens=8, messages=[{"role": "user", "content": "import os"}])
+    message = raw.parse()
+    assert raw.headers["x-slipstream-route"] == "local/demo" and message.model == "demo"
     assert message.content[0].text and message.usage.output_tokens > 0
 
 

@@ -85,6 +85,22 @@ def test_upstream_error_passes_through_with_retry_after(proxy, fresh_emulator):
         )
     assert error.value.response.headers["retry-after"] == "30"
     assert error.value.body["error"]["type"] == "rate_limit_error"
+    _assert_slipstream_headers(error.value.response.headers)
+
+
+def _assert_slipstream_headers(headers) -> None:
+    """A passed-through upstream error carries the x-slipstream-* headers, like every answer."""
+    assert headers["x-slipstream-route"] == "claude/claude-x" and headers["x-slipstream-cache"] == "miss"
+    assert float(headers["x-slipstream-overhead-ms"]) >= 0 and "expected_read=" in headers["x-slipstream-prompt-cache"]
+
+
+def test_upstream_error_in_process_carries_the_same_headers(policy_dir, fresh_emulator):
+    from sdk import Anthropic
+
+    inject(fresh_emulator, "429:retry_after=30", count=2)
+    with pytest.raises(anthropic.RateLimitError) as error:
+        Anthropic(policy=policy_dir / "alpha.yaml", max_retries=0).messages.create(model="claude-x", max_tokens=5, messages=MESSAGES)
+    _assert_slipstream_headers(error.value.response.headers)
 
 
 def test_transient_failure_before_first_byte_is_retried(proxy, fresh_emulator):

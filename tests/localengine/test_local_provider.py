@@ -31,7 +31,8 @@ async def test_non_streaming_answer_with_usage(provider):
     data = orjson.loads(answer.body)
     assert data["object"] == "chat.completion" and data["choices"][0]["finish_reason"] == "length"
     assert answer.usage.output_tokens == 5 and answer.usage.total_input_tokens == data["usage"]["prompt_tokens"]
-    assert answer.route == "local/local-tiny"
+    # The engine's model answered, whatever the client asked for ("local-tiny"): the labels say so.
+    assert answer.route == f"local/{provider.model}" and data["model"] == provider.model
 
 
 async def test_streaming_events_and_usage(provider):
