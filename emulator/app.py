@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import logging
 import os
 import random
-import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from . import anthropic, openai, responses, responses_store
 from .asgi import Call, Receive, Scope, Send
+from .batch_runner import BatchStore
 from .caching import PrefixStore
 from .faults import FaultQueue, FaultSet, FaultSpecError, parse_fault
+from .files import FileStore
 from .responses_store import ResponseStore
+from .routes import is_openai_call, route
 
 _log = logging.getLogger("emulator")
 
@@ -42,6 +43,7 @@ class EmulatorConfig:
     max_breakpoints: int = 4
     openai_cache_ttl_s: float = 600.0  # in-memory retention of OpenAI prefix entries
     record_requests: int = 64  # recent requests kept for GET /_emulator/requests
+    batch_delay_ms: float = 0.0  # how long a batch waits (queued) before running its requests
 
     @classmethod
     def realistic(cls, **overrides: Any) -> EmulatorConfig:
@@ -109,48 +111,10 @@ class EmulatorState:
     openai_cache: PrefixStore = field(default_factory=PrefixStore)
     faults: FaultQueue = field(default_factory=FaultQueue)
     responses: ResponseStore = field(default_factory=ResponseStore)
+    files: FileStore = field(default_factory=FileStore)
+    batches: BatchStore = field(default_factory=BatchStore)
     clock_offset: float = 0.0  # added by POST /_emulator/clock to test TTL expiry
     recent: deque[dict[str, Any]] = field(default_factory=deque)
-
-
-Handler = Callable[["Emulator", Call], Awaitable[None]]
-
-_ROUTES: dict[tuple[str, str], Handler] = {
-    ("POST", "/v1/messages"): anthropic.messages,
-    ("POST", "/v1/messages/count_tokens"): anthropic.count_tokens,
-    ("POST", "/v1/chat/completions"): openai.chat_completions,
-    ("GET", "/v1/models"): openai.models,
-    ("POST", "/v1/responses"): responses.create,
-    ("POST", "/v1/responses/input_tokens"): responses.input_tokens,
-}
-
-# Paths with parameters: (method, pattern, name counted in stats, handler); groups -> call.params.
-_PATTERNS: list[tuple[str, re.Pattern[str], str, Handler]] = [
-    ("GET", re.compile(r"/v1/responses/([^/]+)"), "/v1/responses/{id}", responses_store.retrieve),
-    ("DELETE", re.compile(r"/v1/responses/([^/]+)"), "/v1/responses/{id}", responses_store.delete),
-    ("GET", re.compile(r"/v1/responses/([^/]+)/input_items"), "/v1/responses/{id}/input_items",
-     responses_store.input_items),
-    ("POST", re.compile(r"/v1/responses/([^/]+)/cancel"), "/v1/responses/{id}/cancel",
-     responses_store.cancel),
-]
-
-
-def _route(method: str, path: str) -> tuple[Handler, str, tuple[str, ...]] | None:
-    handler = _ROUTES.get((method, path))
-    if handler is not None:
-        return handler, path, ()
-    for m, pattern, name, h in _PATTERNS:
-        if m == method:
-            match = pattern.fullmatch(path)
-            if match:
-                return h, name, match.groups()
-    return None
-
-
-def is_openai_call(call: Call) -> bool:
-    """Whose error shape an answer takes: Anthropic for /v1/messages* and requests that carry
-    `anthropic-version`, OpenAI for everything else."""
-    return not call.path.startswith("/v1/messages") and "anthropic-version" not in call.headers
 
 
 class Emulator:
@@ -178,6 +142,8 @@ class Emulator:
 
     def take_faults(self, call: Call, model: str | None, stream: bool) -> FaultSet | None:
         """Faults for this request: the x-emulator-fault header, else the first queued match."""
+        if call.scope.get("emulator.internal"):
+            return None  # a batch line: faults apply to the batch request itself, not its lines
         spec = call.headers.get("x-emulator-fault")
         fs = parse_fault(spec) if spec else self.state.faults.take(call.path, model, stream)
         if fs is None:
@@ -187,6 +153,39 @@ class Emulator:
             return None
         self.stats.faults_injected += 1
         return fs
+
+    async def run_internal(self, method: str, path: str, headers: dict[str, str],
+                           body: bytes) -> tuple[int, bytes]:
+        """Answer a request in process with the route's own handler: (status, body). Used by
+        batches; not counted as an API request, and never given a fault."""
+        found = route(method, path)
+        if found is None:
+            raise ValueError(f"no emulator route for {method} {path}")
+        handler, _, params = found
+        scope = {"type": "http", "method": method, "path": path, "query_string": b"",
+                 "emulator.internal": True,
+                 "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]}
+        sent: list[dict[str, Any]] = []
+        pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if pending:
+                return pending.pop()
+            await asyncio.get_running_loop().create_future()  # never disconnects
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        call = Call(scope, receive, send, self.now())
+        call.params = params
+        await call.read_body()
+        try:
+            await handler(self, call)
+        finally:
+            call.finish()
+        status = next((m["status"] for m in sent if m["type"] == "http.response.start"), 500)
+        return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
     # --- ASGI ----------------------------------------------------------------------------------
 
@@ -200,14 +199,14 @@ class Emulator:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         call = Call(scope, receive, send, self.now())
         method, path = scope["method"], call.path
-        route = _route(method, path)
-        if route is None:
+        found = route(method, path)
+        if found is None:
             if path.startswith("/_emulator/"):
                 await self._control(call, method, path)
                 return
             await self._not_found(call, method, path)
             return
-        handler, name, call.params = route
+        handler, name, call.params = found
         st = self.stats
         st.requests_total += 1
         key = f"{method} {name}"
@@ -320,6 +319,8 @@ class Emulator:
         st.openai_cache.clear()
         st.faults.clear()
         st.responses.clear()
+        st.files.clear()
+        st.batches.clear()
         st.recent.clear()
         st.clock_offset = 0.0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
@@ -43,6 +44,11 @@ class Call:
         self.watcher: asyncio.Future[Any] | None = None
         self.started = False  # response start sent
         self.params: tuple[str, ...] = ()  # path parameters, e.g. the id in /v1/responses/{id}
+
+    def query(self) -> dict[str, str]:
+        """Query parameters (the last value of a repeated one)."""
+        qs = self.scope.get("query_string", b"").decode("latin-1")
+        return {k: v[-1] for k, v in parse_qs(qs).items()}
 
     async def read_body(self) -> bytes:
         chunks: list[bytes] = []

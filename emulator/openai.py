@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions: POST /v1/chat/completions and GET /v1/models.
+"""OpenAI Chat Completions: POST /v1/chat/completions.
 
 Wire format per reference C.3-C.7; automatic prefix caching per C.1 (see caching.py).
 """
@@ -13,15 +13,16 @@ import orjson
 from . import openai_wire as wire
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
-from .reply import Reply, ToolPick, make_reply
+from .models import openai_generates
+from .chat_stream import Choice, chunks
+from .logprobs import chat_entries
+from .reply import ToolPick, make_reply, output_schema
 from .streaming import respond_after, run_stream
-from .text import seed_for, split_chunks, split_deltas, wants_tool
+from .text import choice_seed, seed_for, wants_tool
 
 if TYPE_CHECKING:
     from .app import Emulator
 
-MODELS = ("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini")
-FINISH = {"end": "stop", "max": "length", "stop_sequence": "stop", "tool": "tool_calls"}
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
@@ -58,19 +59,32 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
         if role == "tool" and not isinstance(m.get("tool_call_id"), str):
             return (f"Missing required parameter: '{p}.tool_call_id'.", f"{p}.tool_call_id",
                     "missing_required_parameter")
-    for name, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1), ("presence_penalty", -2, 2),
-                         ("frequency_penalty", -2, 2)):
-        r = wire.check_range(body, name, lo, hi)
-        if r:
-            return r
-    r = wire.check_int(body, "max_tokens", 1) or wire.check_int(body, "max_completion_tokens", 1)
+    r = (wire.check_ranges(body, *wire.SAMPLING, *wire.PENALTIES)
+         or wire.check_int(body, "max_tokens", 1) or wire.check_int(body, "max_completion_tokens", 1))
     if r:
         return r
     n = body.get("n")
     if n is not None and (not isinstance(n, int) or n < 1 or n > 128):
         return "Invalid 'n': expected an integer between 1 and 128.", "n", "invalid_value"
-    if n not in (None, 1) and body.get("stream"):
-        return "The emulator does not support n > 1 with stream=true.", "n", None
+    lp, top = body.get("logprobs"), body.get("top_logprobs")
+    if lp is not None and not isinstance(lp, bool):
+        return "Invalid type for 'logprobs': expected a boolean.", "logprobs", "invalid_type"
+    if top is not None:
+        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20:
+            return "Invalid 'top_logprobs': expected an integer between 0 and 20.", "top_logprobs", \
+                "invalid_value"
+        if not lp:
+            return ("Invalid value for 'top_logprobs': 'logprobs' must be set to true when "
+                    "'top_logprobs' is used.", "top_logprobs", None)
+    rf = body.get("response_format")
+    if rf is not None:
+        if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+            return ("Invalid value for 'response_format.type': supported values are 'text', "
+                    "'json_object' and 'json_schema'.", "response_format.type", "invalid_value")
+        js = rf.get("json_schema")
+        if rf["type"] == "json_schema" and (not isinstance(js, dict) or not isinstance(js.get("name"), str)):
+            return ("Missing required parameter: 'response_format.json_schema.name'.",
+                    "response_format.json_schema.name", "missing_required_parameter")
     if "stream" in body and not isinstance(body["stream"], bool) and body["stream"] is not None:
         return "Invalid type for 'stream': expected a boolean.", "stream", "invalid_type"
     opts = body.get("stream_options")
@@ -161,7 +175,7 @@ def _usage(plan: CachePlan, out: int) -> dict[str, Any]:
 
 
 async def chat_completions(emu: Emulator, call: Call) -> None:
-    req = await wire.begin(emu, call, _validate)
+    req = await wire.begin(emu, call, _validate, openai_generates)
     if req is None:
         return
     body, key, model, stream, faults = req.body, req.key, req.model, req.stream, req.faults
@@ -174,89 +188,35 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     mt = body.get("max_completion_tokens") or body.get("max_tokens")
     v = call.headers.get("x-emulator-output-tokens")
     natural = int(v) if v and v.isdigit() else cfg.default_output_tokens
-    reply = make_reply(seed_for(model, body["messages"]), natural, mt, stops, pick_tool(body))
+    seed = seed_for(model, body["messages"])
+    tool = pick_tool(body)
+    schema = output_schema(body.get("response_format"))
+    replies = [make_reply(choice_seed(seed, i), natural, mt, stops, tool, schema)
+               for i in range(body.get("n") or 1)]
+    top = body.get("top_logprobs") or 0
+    choices = [Choice(i, r, emu.new_id("call_") if r.tool_name else "",
+                      chat_entries(r.text, top) if body.get("logprobs") else None)
+               for i, r in enumerate(replies)]
     cid = emu.new_id("chatcmpl-")
-    call_id = emu.new_id("call_") if reply.tool_name else ""
     created = int(time.time())
     ttft = cfg.ttft_seconds(plan.uncached, plan.read)
+    out_tokens = sum(r.output_tokens for r in replies)
     if stream:
         opts = body.get("stream_options") or {}
-        events, tokens = _chunks(emu, cid, created, model, plan, reply, call_id,
-                                 bool(opts.get("include_usage")))
+        head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                "service_tier": "default", "system_fingerprint": "fp_emulator"}
+        usage = _usage(plan, out_tokens) if opts.get("include_usage") else None
+        events, tokens = chunks(head, choices, usage, cfg.tokens_per_delta)
         err = wire.err_obj(wire.midstream_message(faults), "server_error")
         err_ev = b"data: " + orjson.dumps(err) + b"\n\n"
         headers = wire.headers(call)
         headers.extend(SSE_HEADERS)
         await run_stream(emu, call, headers, events, tokens, faults, err_ev, ttft, plan.commit)
         return
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None,
-                               "refusal": None, "annotations": []}
-    if reply.tool_name:
-        message["tool_calls"] = [{"id": call_id, "type": "function", "function": {
-            "name": reply.tool_name, "arguments": reply.tool_json}}]
-    n = body.get("n") or 1
-    choices = [{"index": i, "message": message, "logprobs": None,
-                "finish_reason": FINISH[reply.stop]} for i in range(n)]
     out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
-           "choices": choices, "usage": _usage(plan, reply.output_tokens * n),
+           "choices": [c.message() for c in choices], "usage": _usage(plan, out_tokens),
            "service_tier": "default", "system_fingerprint": "fp_emulator"}
     headers = wire.headers(call)
     headers.append(JSON_CT)
-    delay = ttft + cfg.per_output_token_ms * reply.output_tokens / 1000.0
+    delay = ttft + cfg.per_output_token_ms * max(r.output_tokens for r in replies) / 1000.0
     await respond_after(emu, call, delay, 200, orjson.dumps(out), headers, plan.commit)
-
-
-def _chunks(emu: Emulator, cid: str, created: int, model: str, plan: CachePlan, reply: Reply,
-            call_id: str, include_usage: bool) -> tuple[list[bytes], list[int]]:
-    """C.5 chunk sequence (+ usage chunk and [DONE]) with per-chunk token counts for pacing."""
-    base: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
-                            "model": model, "service_tier": "default",
-                            "system_fingerprint": "fp_emulator"}
-    if include_usage:
-        base["usage"] = None
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        d = dict(base)
-        d["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
-        return b"data: " + orjson.dumps(d) + b"\n\n"
-
-    k = emu.config.tokens_per_delta
-    ev: list[bytes] = []
-    toks: list[int] = []
-    if reply.tool_name:
-        ev.append(chunk({"role": "assistant", "content": None, "tool_calls": [
-            {"index": 0, "id": call_id, "type": "function",
-             "function": {"name": reply.tool_name, "arguments": ""}}], "refusal": None}))
-        toks.append(0)
-        for frag in split_chunks(reply.tool_json, 3):
-            ev.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": frag}}]}))
-            toks.append(max(1, len(frag) // 4))
-    else:
-        ev.append(chunk({"role": "assistant", "content": "", "refusal": None}))
-        toks.append(0)
-        if reply.text:
-            for piece in split_deltas(reply.text, k):
-                ev.append(chunk({"content": piece}))
-                toks.append(k)
-    ev.append(chunk({}, FINISH[reply.stop]))
-    toks.append(0)
-    if include_usage:
-        d = dict(base)
-        d["choices"] = []
-        d["usage"] = _usage(plan, reply.output_tokens)
-        ev.append(b"data: " + orjson.dumps(d) + b"\n\n")
-        toks.append(0)
-    ev.append(b"data: [DONE]\n\n")
-    toks.append(0)
-    return ev, toks
-
-
-async def models(emu: Emulator, call: Call) -> None:
-    if await wire.authenticate(emu, call) is None:
-        return
-    handled, _ = await wire.pre_faults(emu, call, None, False)
-    if handled:
-        return
-    data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "openai"}
-            for m in MODELS]
-    await wire.ok(emu, call, {"object": "list", "data": data})

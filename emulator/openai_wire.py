@@ -176,9 +176,15 @@ class Request:
     faults: FaultSet | None
 
 
-async def begin(emu: Emulator, call: Call,
-                validate: Callable[[dict[str, Any]], Problem | None]) -> Request | None:
-    """Auth, JSON, pre-response faults, then `validate`; None once an answer has been sent."""
+def model_missing(model: str) -> dict[str, Any]:
+    return err_obj(f"The model `{model}` does not exist or you do not have access to it.",
+                   code="model_not_found")
+
+
+async def begin(emu: Emulator, call: Call, validate: Callable[[dict[str, Any]], Problem | None],
+                known: Callable[[str], bool]) -> Request | None:
+    """Auth, JSON, pre-response faults, `validate`, then the model (`known`, else 404); None once
+    an answer has been sent."""
     pre = await preamble(emu, call)
     if pre is None:
         return None
@@ -193,6 +199,9 @@ async def begin(emu: Emulator, call: Call,
         await bad(emu, call, *err)
         return None
     assert model is not None  # every validator requires it
+    if not known(model):
+        await error(emu, call, 404, model_missing(model))
+        return None
     return Request(body, key, model, stream, faults)
 
 
@@ -208,6 +217,19 @@ def check_tool_choice(tc: Any, names: list[str], named: Any) -> Problem | None:
                     "tool_choice", "invalid_value")
     else:
         return "Invalid type for 'tool_choice'.", "tool_choice", "invalid_type"
+    return None
+
+
+SAMPLING = (("temperature", 0, 2), ("top_p", 0, 1))
+PENALTIES = (("presence_penalty", -2, 2), ("frequency_penalty", -2, 2))
+
+
+def check_ranges(body: dict[str, Any], *specs: tuple[str, float, float]) -> Problem | None:
+    """The first (name, lo, hi) decimal parameter out of range, if any."""
+    for name, lo, hi in specs:
+        r = check_range(body, name, lo, hi)
+        if r:
+            return r
     return None
 
 
@@ -242,3 +264,13 @@ def check_int(body: dict[str, Any], name: str, lo: int) -> Problem | None:
 def midstream_message(faults: FaultSet | None) -> str:
     otype = faults.midstream_type if faults else "overloaded_error"
     return OVERLOADED if otype == "overloaded_error" else SERVER_ERROR
+
+
+async def admit(emu: Emulator, call: Call) -> str | None:
+    """Authentication and pre-response faults for a request without a JSON body to read first:
+    the API key, or None once an answer has been sent."""
+    key = await authenticate(emu, call)
+    if key is None:
+        return None
+    handled, _ = await pre_faults(emu, call, None, False)
+    return None if handled else key

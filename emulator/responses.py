@@ -16,6 +16,7 @@ import orjson
 from . import openai_wire as wire
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
+from .models import openai_generates
 from .openai import pick_tool
 from .reply import Reply, make_reply, output_schema
 from .responses_input import chat_view, input_items, validate
@@ -86,7 +87,7 @@ async def input_tokens(emu: Emulator, call: Call) -> None:
 
 
 async def create(emu: Emulator, call: Call) -> None:
-    req = await wire.begin(emu, call, validate)
+    req = await wire.begin(emu, call, validate, openai_generates)
     if req is None:
         return
     body, key, model, stream, faults = req.body, req.key, req.model, req.stream, req.faults

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .openai_wire import Problem, check_int, check_range, check_tool_choice
+from .openai_wire import SAMPLING, Problem, check_int, check_ranges, check_tool_choice
 
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 _TEXT_PARTS = ("input_text", "output_text", "refusal", "summary_text", "reasoning_text")
@@ -59,11 +59,7 @@ def validate(body: dict[str, Any], count_only: bool = False) -> Problem | None:
     if body.get("background"):
         return ("The emulator does not run background responses; send background=false.",
                 "background", "unsupported_value")
-    for name, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1)):
-        r = check_range(body, name, lo, hi)
-        if r:
-            return r
-    r = check_int(body, "max_output_tokens", 16)
+    r = check_ranges(body, *SAMPLING) or check_int(body, "max_output_tokens", 16)
     if r:
         return r
     return _validate_reasoning(body) or _validate_text(body) or _validate_tools(body)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 from . import openai_wire as wire
 from .asgi import Call
+from .paging import limit_of, page
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -57,11 +57,8 @@ class ResponseStore:
 
 async def _stored(emu: Emulator, call: Call) -> tuple[str, StoredResponse] | None:
     """(id, entry) of the response in the path after auth and faults; None once answered."""
-    key = await wire.authenticate(emu, call)
+    key = await wire.admit(emu, call)
     if key is None:
-        return None
-    handled, _ = await wire.pre_faults(emu, call, None, False)
-    if handled:
         return None
     rid = call.params[0]
     e = emu.state.responses.get(rid, key)
@@ -96,24 +93,16 @@ async def input_items(emu: Emulator, call: Call) -> None:
     if got is None:
         return
     e = got[1]
-    q = {k: v[-1] for k, v in parse_qs(call.scope.get("query_string", b"").decode("latin-1")).items()}
+    q = call.query()
     order = q.get("order", "desc")
     if order not in ("asc", "desc"):
         await wire.bad(emu, call, f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
                        "order", "invalid_value")
         return
-    limit_s = q.get("limit", "20")
-    if not limit_s.isdigit() or not 1 <= int(limit_s) <= 100:
-        await wire.bad(emu, call, f"Invalid 'limit': expected an integer between 1 and 100, got "
-                       f"{limit_s}.", "limit", "invalid_value")
+    n = limit_of(q, 20, 100)
+    if n is None:
+        await wire.bad(emu, call, "Invalid 'limit': expected an integer between 1 and 100.", "limit",
+                       "invalid_value")
         return
     items = e.input_items if order == "asc" else e.input_items[::-1]
-    after = q.get("after")
-    if after:
-        ids = [it.get("id") for it in items]
-        items = items[ids.index(after) + 1:] if after in ids else []
-    page = items[: int(limit_s)]
-    await wire.ok(emu, call, {
-        "object": "list", "data": page, "has_more": len(items) > len(page),
-        "first_id": page[0].get("id") if page else None,
-        "last_id": page[-1].get("id") if page else None})
+    await wire.ok(emu, call, {"object": "list", **page(items, n, q.get("after"))})

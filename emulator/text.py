@@ -91,6 +91,11 @@ def seed_for(model: str, messages: Any) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of sample `index` (n > 1): index 0 keeps `seed`, so it is the n = 1 answer."""
+    return (seed ^ (index * 0x9E3779B97F4A7C15)) & 0xFFFF_FFFF_FFFF_FFFF
+
+
 _REPLY_CACHE: dict[tuple[int, int], str] = {}
 
 

@@ -1,0 +1,107 @@
+"""Anthropic reply content: the content blocks of a message (thinking, text, tool_use) and the
+streamed event sequence that builds them (B.4)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .reply import Reply
+from .text import reply_text, split_chunks, split_deltas
+
+STOP_REASONS = {"end": "end_turn", "max": "max_tokens", "stop_sequence": "stop_sequence",
+                "tool": "tool_use"}
+THINKING_TOKENS = 24  # extended thinking the emulator 'does' (capped by budget_tokens)
+
+
+@dataclass(slots=True)
+class Thinking:
+    text: str  # "" when display is "omitted"
+    signature: str
+    tokens: int
+
+
+def plan_thinking(body: dict[str, Any], seed: int) -> Thinking | None:
+    """A thinking block for `thinking: enabled | adaptive`, signed with an opaque signature."""
+    cfg = body.get("thinking")
+    if not isinstance(cfg, dict) or cfg.get("type") not in ("enabled", "adaptive"):
+        return None
+    budget = cfg.get("budget_tokens") if cfg["type"] == "enabled" else None
+    n = min(THINKING_TOKENS, budget) if isinstance(budget, int) else THINKING_TOKENS
+    text = reply_text(seed ^ 0x7417, n)
+    digest = hashlib.blake2b(f"thinking:{seed}:{n}".encode(), digest_size=48).digest()
+    shown = "" if cfg.get("display") == "omitted" else text
+    return Thinking(shown, base64.b64encode(digest).decode(), n)
+
+
+def content_blocks(reply: Reply, tool_id: str, thinking: Thinking | None) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if thinking is not None:
+        blocks.append({"type": "thinking", "thinking": thinking.text, "signature": thinking.signature})
+    if reply.text:
+        blocks.append({"type": "text", "text": reply.text})
+    if reply.tool_name:
+        blocks.append({"type": "tool_use", "id": tool_id, "name": reply.tool_name,
+                       "input": reply.tool_input})
+    return blocks
+
+
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+_PING = sse("ping", {"type": "ping"})
+_MESSAGE_STOP = sse("message_stop", {"type": "message_stop"})
+
+
+def stream_events(message: dict[str, Any], reply: Reply, thinking: Thinking | None,
+                  start_usage: dict[str, Any], tokens_per_delta: int) -> tuple[list[bytes], list[int]]:
+    """The B.4 sequence for `message` (its final form), with per-event output tokens for pacing.
+    A ping follows the first block's start, as in Anthropic's captures."""
+    k = tokens_per_delta
+    ev = [sse("message_start", {"type": "message_start", "message": dict(
+        message, content=[], stop_reason=None, stop_sequence=None, usage=start_usage)})]
+    toks = [0]
+
+    def delta(i: int, d: dict[str, Any], tokens: int) -> None:
+        ev.append(sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d}))
+        toks.append(tokens)
+
+    for i, block in enumerate(message["content"]):
+        typ = block["type"]
+        start = {"thinking": {"type": "thinking", "thinking": "", "signature": ""},
+                 "text": {"type": "text", "text": ""},
+                 "tool_use": dict(block, input={})}[typ]
+        ev.append(sse("content_block_start", {"type": "content_block_start", "index": i,
+                                              "content_block": start}))
+        toks.append(0)
+        if i == 0:
+            ev.append(_PING)
+            toks.append(0)
+        if typ == "thinking":
+            assert thinking is not None
+            pieces = split_deltas(block["thinking"], k) if block["thinking"] else []
+            for piece in pieces:
+                delta(i, {"type": "thinking_delta", "thinking": piece}, k)
+            # omitted display: the time is still spent, before the signature
+            delta(i, {"type": "signature_delta", "signature": block["signature"]},
+                  0 if pieces else thinking.tokens)
+        elif typ == "text":
+            for piece in split_deltas(block["text"], k):
+                delta(i, {"type": "text_delta", "text": piece}, k)
+        else:
+            for frag in [""] + split_chunks(reply.tool_json, 3):
+                delta(i, {"type": "input_json_delta", "partial_json": frag}, max(0, len(frag) // 4))
+        ev.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
+        toks.append(0)
+    ev.append(sse("message_delta", {"type": "message_delta",
+                                    "delta": {"stop_reason": message["stop_reason"],
+                                              "stop_sequence": message["stop_sequence"]},
+                                    "usage": {"output_tokens": message["usage"]["output_tokens"]}}))
+    ev.append(_MESSAGE_STOP)
+    toks += [0, 0]
+    return ev, toks

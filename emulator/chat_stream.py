@@ -1,0 +1,86 @@
+"""Chat Completions choices: the non-streaming message and the streamed chunk sequence (C.5),
+with `n > 1` choices interleaved as the real API sends them and per-delta logprobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .logprobs import tokens_of
+from .reply import Reply
+from .text import split_chunks, split_deltas
+
+FINISH = {"end": "stop", "max": "length", "stop_sequence": "stop", "tool": "tool_calls"}
+
+
+@dataclass(slots=True)
+class Choice:
+    index: int
+    reply: Reply
+    call_id: str  # "" when the reply is text
+    logprobs: list[dict[str, Any]] | None  # `logprobs.content` entries, when asked for
+
+    def message(self) -> dict[str, Any]:
+        r = self.reply
+        msg: dict[str, Any] = {"role": "assistant", "content": r.text or None, "refusal": None,
+                               "annotations": []}
+        if r.tool_name:
+            msg["tool_calls"] = [{"id": self.call_id, "type": "function", "function": {
+                "name": r.tool_name, "arguments": r.tool_json}}]
+        lp = None if self.logprobs is None else {"content": self.logprobs, "refusal": None}
+        return {"index": self.index, "message": msg, "logprobs": lp,
+                "finish_reason": FINISH[r.stop]}
+
+    def deltas(self, tokens_per_delta: int) -> list[tuple[dict[str, Any], Any, str | None, int]]:
+        """(delta, logprobs, finish_reason, output tokens) per chunk of this choice."""
+        r = self.reply
+        out: list[tuple[dict[str, Any], Any, str | None, int]] = []
+        if r.tool_name:
+            out.append(({"role": "assistant", "content": None, "refusal": None, "tool_calls": [
+                {"index": 0, "id": self.call_id, "type": "function",
+                 "function": {"name": r.tool_name, "arguments": ""}}]}, None, None, 0))
+            for frag in split_chunks(r.tool_json, 3):
+                out.append(({"tool_calls": [{"index": 0, "function": {"arguments": frag}}]},
+                            None, None, max(1, len(frag) // 4)))
+        else:
+            out.append(({"role": "assistant", "content": "", "refusal": None}, None, None, 0))
+            pos = 0
+            for piece in split_deltas(r.text, tokens_per_delta) if r.text else ():
+                n = len(tokens_of(piece)) if self.logprobs is not None else tokens_per_delta
+                lp = None
+                if self.logprobs is not None:
+                    lp = {"content": self.logprobs[pos: pos + n], "refusal": None}
+                    pos += n
+                out.append(({"content": piece}, lp, None, tokens_per_delta))
+        out.append(({}, None, FINISH[r.stop], 0))
+        return out
+
+
+def chunks(head: dict[str, Any], choices: list[Choice], usage: dict[str, Any] | None,
+           tokens_per_delta: int) -> tuple[list[bytes], list[int]]:
+    """SSE events (choices round-robin, then the usage chunk when asked for, then [DONE]) and the
+    output tokens that pace each one."""
+    base = dict(head)
+    if usage is not None:
+        base["usage"] = None  # every chunk but the last carries usage: null
+    per_choice = [c.deltas(tokens_per_delta) for c in choices]
+    ev: list[bytes] = []
+    toks: list[int] = []
+    for step in range(max(len(d) for d in per_choice)):
+        paced = False  # choices are generated in parallel: one step costs one delta's time
+        for c, ds in zip(choices, per_choice, strict=True):
+            if step < len(ds):
+                delta, lp, finish, n = ds[step]
+                d = dict(base, choices=[{"index": c.index, "delta": delta, "logprobs": lp,
+                                         "finish_reason": finish}])
+                ev.append(b"data: " + orjson.dumps(d) + b"\n\n")
+                toks.append(0 if paced else n)
+                paced = paced or n > 0
+    if usage is not None:
+        ev.append(b"data: " + orjson.dumps(dict(base, choices=[], usage=usage)) + b"\n\n")
+        toks.append(0)
+    ev.append(b"data: [DONE]\n\n")
+    toks.append(0)
+    return ev, toks

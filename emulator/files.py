@@ -1,0 +1,140 @@
+"""OpenAI Files: POST /v1/files (multipart), GET /v1/files, GET /v1/files/{id},
+GET /v1/files/{id}/content, DELETE /v1/files/{id}. Files are kept in memory, per API key; batch
+input and output files live here."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from email.parser import BytesParser
+from email.policy import HTTP
+from typing import TYPE_CHECKING, Any
+
+from . import openai_wire as wire
+from .asgi import Call
+from .paging import limit_of, page
+
+if TYPE_CHECKING:
+    from .app import Emulator
+
+PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+
+
+@dataclass(slots=True)
+class StoredFile:
+    key: str
+    obj: dict[str, Any]
+    content: bytes
+
+
+@dataclass
+class FileStore:
+    entries: dict[str, StoredFile] = field(default_factory=dict)
+
+    def add(self, emu: Emulator, key: str, filename: str, purpose: str, content: bytes) -> dict[str, Any]:
+        fid = emu.new_id("file-")
+        obj = {"id": fid, "object": "file", "bytes": len(content), "created_at": int(time.time()),
+               "filename": filename, "purpose": purpose, "status": "processed",
+               "expires_at": None, "status_details": None}
+        self.entries[fid] = StoredFile(key, obj, content)
+        return obj
+
+    def get(self, fid: str, key: str) -> StoredFile | None:
+        f = self.entries.get(fid)
+        return f if f is not None and f.key == key else None
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+def missing(fid: str) -> dict[str, Any]:
+    return wire.err_obj(f"No such File object: {fid}", param="id")
+
+
+def _multipart(content_type: str, body: bytes) -> dict[str, tuple[str | None, bytes]] | None:
+    """name -> (filename, bytes) of a multipart/form-data body, or None if it is not one."""
+    if not content_type.startswith("multipart/form-data"):
+        return None
+    msg = BytesParser(policy=HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+    if not msg.is_multipart():
+        return None
+    fields: dict[str, tuple[str | None, bytes]] = {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if isinstance(name, str):
+            payload = part.get_payload(decode=True)
+            fields[name] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
+    return fields
+
+
+async def upload(emu: Emulator, call: Call) -> None:
+    key = await wire.admit(emu, call)
+    if key is None:
+        return
+    fields = _multipart(call.headers.get("content-type", ""), call.body)
+    if fields is None:
+        await wire.bad(emu, call, "Invalid content type: expected multipart/form-data with 'file' "
+                       "and 'purpose' fields.")
+        return
+    purpose = fields.get("purpose", (None, b""))[1].decode("utf-8", "replace")
+    if "file" not in fields:
+        await wire.bad(emu, call, "Missing required parameter: 'file'.", "file",
+                       "missing_required_parameter")
+        return
+    if purpose not in PURPOSES:
+        await wire.bad(emu, call, f"Invalid value: '{purpose}'. Supported values are: "
+                       + ", ".join(f"'{p}'" for p in PURPOSES) + ".", "purpose", "invalid_value")
+        return
+    filename, content = fields["file"]
+    await wire.ok(emu, call, emu.state.files.add(emu, key, filename or "upload", purpose, content))
+
+
+async def list_files(emu: Emulator, call: Call) -> None:
+    """`purpose` filter, `order` (desc default), `limit` (1-10000), `after` cursor."""
+    key = await wire.admit(emu, call)
+    if key is None:
+        return
+    q = call.query()
+    n = limit_of(q, 10_000, 10_000)
+    if n is None:
+        await wire.bad(emu, call, "Invalid 'limit': expected an integer between 1 and 10000.",
+                       "limit", "invalid_value")
+        return
+    files = [f.obj for f in emu.state.files.entries.values()
+             if f.key == key and q.get("purpose") in (None, f.obj["purpose"])]
+    if q.get("order", "desc") == "desc":
+        files.reverse()
+    await wire.ok(emu, call, {"object": "list", **page(files, n, q.get("after"))})
+
+
+async def _stored(emu: Emulator, call: Call) -> StoredFile | None:
+    key = await wire.admit(emu, call)
+    if key is None:
+        return None
+    f = emu.state.files.get(call.params[0], key)
+    if f is None:
+        await wire.error(emu, call, 404, missing(call.params[0]))
+    return f
+
+
+async def retrieve(emu: Emulator, call: Call) -> None:
+    f = await _stored(emu, call)
+    if f is not None:
+        await wire.ok(emu, call, f.obj)
+
+
+async def content(emu: Emulator, call: Call) -> None:
+    f = await _stored(emu, call)
+    if f is not None:
+        emu.count_status(200)
+        h = wire.headers(call)
+        h.append((b"content-type", b"application/octet-stream"))
+        await call.respond(200, f.content, h)
+
+
+async def delete(emu: Emulator, call: Call) -> None:
+    f = await _stored(emu, call)
+    if f is not None:
+        del emu.state.files.entries[f.obj["id"]]
+        await wire.ok(emu, call, {"id": f.obj["id"], "object": "file", "deleted": True})

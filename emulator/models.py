@@ -1,0 +1,108 @@
+"""The model catalogue: GET /v1/models and GET /v1/models/{id} in OpenAI's shape, or Anthropic's
+when the request carries `anthropic-version`, and which model names each API accepts (an
+unknown model is the provider's 404, as on the real APIs)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import anthropic_wire, openai_wire
+from .paging import limit_of, page
+
+if TYPE_CHECKING:
+    from .app import Emulator
+    from .asgi import Call
+
+OPENAI_CREATED = 1_700_000_000
+OPENAI_MODELS = ("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-4.1", "gpt-4.1-mini", "gpt-4o",
+                 "gpt-4o-mini", "o3", "o4-mini", "gpt-3.5-turbo-instruct", "davinci-002",
+                 "text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")
+# Embedding models and their native dimensions; only text-embedding-3-* accept `dimensions`.
+EMBEDDING_MODELS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072,
+                    "text-embedding-ada-002": 1536}
+# (id, display name, created_at), newest first as the real list is ordered.
+ANTHROPIC_MODELS = (
+    ("claude-opus-5", "Claude Opus 5", "2026-06-01T00:00:00Z"),
+    ("claude-sonnet-5", "Claude Sonnet 5", "2026-06-01T00:00:00Z"),
+    ("claude-sonnet-4-6", "Claude Sonnet 4.6", "2026-02-17T00:00:00Z"),
+    ("claude-opus-4-1", "Claude Opus 4.1", "2025-08-05T00:00:00Z"),
+    ("claude-sonnet-4-5", "Claude Sonnet 4.5", "2025-09-29T00:00:00Z"),
+    ("claude-haiku-4-5", "Claude Haiku 4.5", "2025-10-01T00:00:00Z"),
+)
+# Families the emulator serves beyond the listed ids (dated snapshots, fine-tunes, test names).
+_OPENAI_FAMILIES = ("gpt-", "o1", "o3", "o4", "chatgpt-", "ft:gpt-", "codex-", "davinci-",
+                    "babbage-")
+
+
+def openai_generates(model: str) -> bool:
+    """A text model on the OpenAI side (chat, responses, completions)."""
+    return model.startswith(_OPENAI_FAMILIES)
+
+
+def anthropic_generates(model: str) -> bool:
+    return model.startswith("claude-")
+
+
+def _openai_entry(mid: str) -> dict[str, Any]:
+    return {"id": mid, "object": "model", "created": OPENAI_CREATED,
+            "owned_by": "system" if mid.startswith(("text-", "davinci", "babbage")) else "openai"}
+
+
+def _anthropic_entry(row: tuple[str, str, str]) -> dict[str, Any]:
+    return {"type": "model", "id": row[0], "display_name": row[1], "created_at": row[2]}
+
+
+def _anthropic_row(mid: str) -> tuple[str, str, str] | None:
+    for row in ANTHROPIC_MODELS:
+        if row[0] == mid:
+            return row
+    if anthropic_generates(mid):  # a dated or unlisted claude-* id
+        return (mid, mid.replace("-", " ").title(), "2025-01-01T00:00:00Z")
+    return None
+
+
+async def list_models(emu: Emulator, call: Call) -> None:
+    if "anthropic-version" in call.headers:
+        await _anthropic_list(emu, call)
+        return
+    if await openai_wire.admit(emu, call) is not None:
+        await openai_wire.ok(emu, call, {"object": "list",
+                                         "data": [_openai_entry(m) for m in OPENAI_MODELS]})
+
+
+async def retrieve_model(emu: Emulator, call: Call) -> None:
+    mid = call.params[0]
+    if "anthropic-version" in call.headers:
+        if await anthropic_wire.authenticate(emu, call) is None:
+            return
+        handled, _ = await anthropic_wire.pre_faults(emu, call, mid, False)
+        if handled:
+            return
+        row = _anthropic_row(mid)
+        if row is None:
+            await anthropic_wire.error(emu, call, 404, f"model: {mid}")
+        else:
+            await anthropic_wire.ok(emu, call, _anthropic_entry(row))
+        return
+    if await openai_wire.authenticate(emu, call) is None:
+        return
+    handled, _ = await openai_wire.pre_faults(emu, call, mid, False)
+    if handled:
+        return
+    if mid in OPENAI_MODELS or openai_generates(mid):
+        await openai_wire.ok(emu, call, _openai_entry(mid))
+    else:
+        await openai_wire.error(emu, call, 404, openai_wire.model_missing(mid))
+
+
+async def _anthropic_list(emu: Emulator, call: Call) -> None:
+    """Anthropic's page: `limit` (1-1000, default 20), `after_id` / `before_id` cursors."""
+    if await anthropic_wire.admit(emu, call) is None:
+        return
+    q = call.query()
+    n = limit_of(q, 20, 1000)
+    if n is None:
+        await anthropic_wire.error(emu, call, 400, "limit: Input should be between 1 and 1000")
+        return
+    rows = [_anthropic_entry(r) for r in ANTHROPIC_MODELS]
+    await anthropic_wire.ok(emu, call, page(rows, n, q.get("after_id"), q.get("before_id")))
