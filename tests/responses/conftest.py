@@ -1,6 +1,7 @@
 """Fixtures for the Responses API tests: one team whose targets cover every way /v1/responses is served.
 
-- `oai-*`   → `oai`, an OpenAI-kind provider serving /responses natively (`responses: native`);
+- `oai-*`   → `oai` (model gpt-4.1-mini), an OpenAI-kind provider serving /responses natively
+  (`responses: native`);
 - `gpt-*`   → `gpt`, an OpenAI-kind provider told its upstream has no /responses (`responses: chat`):
   translated to Chat Completions;
 - `auto-*`  → `auto`, an OpenAI-kind provider left to discover it (`responses: auto`);
@@ -35,7 +36,7 @@ routes:
   - match: {{model: "gpt-*"}}
     targets: [{{provider: gpt}}]
   - match: {{model: "oai-*"}}
-    targets: [{{provider: oai}}]
+    targets: [{{provider: oai, model: gpt-4.1-mini}}]  # the emulator, like OpenAI, 404s unknown models
   - match: {{model: "auto-*"}}
     targets: [{{provider: auto}}]
   - match: {{model: "fall-*"}}
