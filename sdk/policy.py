@@ -105,7 +105,7 @@ class Route(_Strict):
 
     match: RouteMatch = RouteMatch()
     targets: Annotated[list[Target], Field(min_length=1)]
-    strategy: Literal["priority", "weighted", "lowest_latency", "least_busy"] = "priority"
+    strategy: Literal["priority", "weighted", "lowest_latency", "least_busy", "prefix_affinity"] = "priority"
 
 
 class RetryPolicy(_Strict):

@@ -30,6 +30,7 @@ from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
 from sdk.providers.base import Provider
 from sdk.responses.store import ResponseStore
 from sdk.responses.target import ResponsesTarget
+from sdk.routing.affinity import prefix_hashes
 from sdk.routing.attempts import AttemptPlan, Leg, TargetSlot
 from sdk.routing.backoff import (
     FirstByteTimeout,
@@ -92,7 +93,9 @@ class Router:
         first leg to answer wins; the others are cancelled.
         """
         model = ctx.request.model
-        order = ordered_targets(self.route_for(model), model, self.stats)
+        route = self.route_for(model)
+        prefix = prefix_hashes(ctx.request.body) if route.strategy == "prefix_affinity" else []
+        order = ordered_targets(route, model, self.stats, prefix)
         plan = AttemptPlan(order, [target_key(t, model) for t in order], self.retry)
         deadline = math.inf if self.retry.deadline_ms is None else time.monotonic() + self.retry.deadline_ms / 1000
         max_legs = self.hedging.max_legs if self.hedging.enabled else 1
@@ -137,6 +140,8 @@ class Router:
                     error = task.exception()
                     if error is None:
                         plan.finished(slot)
+                        if prefix:  # the replica that answered now holds this prefix
+                            self.stats.prefix_owners.remember(prefix, slot.key)
                         winner = task
                         answer = task.result()
                         ctx.route = answer.route

@@ -5,6 +5,8 @@
 - lowest_latency: by EWMA of time to first byte, inflated by the EWMA error rate; targets with no
   measurement yet go first so that every target gets measured.
 - least_busy: fewest requests in flight (streams count until they end); ties keep policy order.
+- prefix_affinity: requests sharing a leading prompt block go to the same target, with bounded
+  load (sdk/routing/affinity.py); for groups of replicas that keep a prefix cache.
 
 Whatever the strategy, the rest of the route stays behind the first pick as fallbacks.
 """
@@ -17,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sdk.policy import Route, Target
+from sdk.routing.affinity import PrefixOwners, affinity_order
 
 _ALPHA = 0.2  # EWMA weight of the newest sample: about the last ten requests matter
 _ERROR_PENALTY = 4.0  # a target failing every request scores as if five times slower
@@ -66,10 +69,12 @@ class TargetStats:
 
 
 class StatsBook:
-    """Statistics of every target this router has used, keyed by `target_key`."""
+    """Statistics of every target this router has used, keyed by `target_key`, and which target
+    answered which prompt prefixes (for prefix_affinity)."""
 
     def __init__(self) -> None:
         self._stats: dict[str, TargetStats] = {}
+        self.prefix_owners = PrefixOwners()
 
     def __getitem__(self, key: str) -> TargetStats:
         stats = self._stats.get(key)
@@ -78,14 +83,15 @@ class StatsBook:
         return stats
 
 
-Order = Callable[[Sequence[Target], str, StatsBook], list[Target]]
+# (targets, model, statistics, prompt prefix hashes: only computed for prefix_affinity routes)
+Order = Callable[[Sequence[Target], str, StatsBook, list[bytes]], list[Target]]
 
 
-def _priority(targets: Sequence[Target], model: str, book: StatsBook) -> list[Target]:
+def _priority(targets: Sequence[Target], model: str, book: StatsBook, prefix: list[bytes]) -> list[Target]:
     return list(targets)
 
 
-def _weighted(targets: Sequence[Target], model: str, book: StatsBook) -> list[Target]:
+def _weighted(targets: Sequence[Target], model: str, book: StatsBook, prefix: list[bytes]) -> list[Target]:
     left, order = list(targets), []
     while left:
         pick = random.choices(range(len(left)), weights=[t.weight for t in left])[0]
@@ -93,12 +99,18 @@ def _weighted(targets: Sequence[Target], model: str, book: StatsBook) -> list[Ta
     return order
 
 
-def _lowest_latency(targets: Sequence[Target], model: str, book: StatsBook) -> list[Target]:
+def _lowest_latency(targets: Sequence[Target], model: str, book: StatsBook, prefix: list[bytes]) -> list[Target]:
     return sorted(targets, key=lambda t: book[target_key(t, model)].latency_score)
 
 
-def _least_busy(targets: Sequence[Target], model: str, book: StatsBook) -> list[Target]:
+def _least_busy(targets: Sequence[Target], model: str, book: StatsBook, prefix: list[bytes]) -> list[Target]:
     return sorted(targets, key=lambda t: book[target_key(t, model)].in_flight)
+
+
+def _prefix_affinity(targets: Sequence[Target], model: str, book: StatsBook, prefix: list[bytes]) -> list[Target]:
+    keys = [target_key(t, model) for t in targets]
+    order = affinity_order(keys, [book[k].in_flight for k in keys], prefix, book.prefix_owners)
+    return [targets[i] for i in order]
 
 
 STRATEGIES: dict[str, Order] = {
@@ -106,8 +118,9 @@ STRATEGIES: dict[str, Order] = {
     "weighted": _weighted,
     "lowest_latency": _lowest_latency,
     "least_busy": _least_busy,
+    "prefix_affinity": _prefix_affinity,
 }
 
 
-def ordered_targets(route: Route, model: str, book: StatsBook) -> list[Target]:
-    return STRATEGIES[route.strategy](route.targets, model, book)
+def ordered_targets(route: Route, model: str, book: StatsBook, prefix: list[bytes]) -> list[Target]:
+    return STRATEGIES[route.strategy](route.targets, model, book, prefix)
