@@ -85,8 +85,10 @@ def _engine_serve(args: argparse.Namespace) -> int:
 
     speculative = json.loads(args.speculative_config) if args.speculative_config else None
     print(f"slipstream engine: {args.model} on http://{args.host}:{args.port}", flush=True)
+    sizes = {k: v for k, v in (("max_model_len", args.max_model_len), ("num_kvcache_blocks", args.num_kvcache_blocks))
+             if v is not None}
     serve(args.model, host=args.host, port=args.port, speculative_config=speculative,
-          tensor_parallel_size=args.tensor_parallel_size)
+          tensor_parallel_size=args.tensor_parallel_size, **sizes)
     return 0
 
 
@@ -184,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     engine_serve.add_argument("--tensor-parallel-size", type=int, default=1,
                               help="processes (GPUs) to split the model across (gloo on CPU, NCCL on CUDA)")
+    engine_serve.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
+    engine_serve.add_argument("--num-kvcache-blocks", type=int,
+                              help="KV cache size in blocks of 16 tokens (default: sized from free memory)")
     engine_serve.add_argument(
         "--speculative-config", help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\''
     )

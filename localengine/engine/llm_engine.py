@@ -123,7 +123,7 @@ class LLMEngine:
         vocab = self.model_runner.model.args.vocab_size
         if params.logit_bias and not all(isinstance(t, int) and 0 <= t < vocab for t in params.logit_bias):
             raise ValueError("logit_bias keys must be token ids inside the model's vocabulary")
-        seq = Sequence(request_id, token_ids, params, text, cache_salt, arrival_time)
+        seq = Sequence(request_id, token_ids, params, text, cache_salt, arrival_time, self.model_runner.device)
         self.scheduler.add(seq)
         self.detokenizers[request_id] = IncrementalDetokenizer(self.tokenizer, params, token_ids)
 

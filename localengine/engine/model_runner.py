@@ -104,7 +104,7 @@ class ModelRunner:
         # Every rank must hold the same blocks: take the smallest any rank can afford.
         self.num_kvcache_blocks = distributed.all_reduce_min(num_blocks) if self.tp_size > 1 else num_blocks
         self._allocate_kv_cache()
-        self.sampler = Sampler(config.seed, eos_token_ids)
+        self.sampler = Sampler(config.seed, eos_token_ids, self.device)
         self.workspace = GatherWorkspace()
 
     def _block_bytes(self) -> int:

@@ -33,6 +33,7 @@ class Sequence:
         prompt: str | None = None,
         cache_salt: str | None = None,
         arrival_time: float | None = None,
+        device: torch.device | None = None,
     ):
         if not prompt_token_ids:
             raise ValueError("the prompt must contain at least one token")
@@ -58,7 +59,8 @@ class Sequence:
         self.spec_token_ids: list[int] = []
         self.spec_draft_probs: torch.Tensor | None = None  # [len(spec_token_ids), V]; None: one-hot
         if sampling_params.seed is not None:
-            self.generator = torch.Generator().manual_seed(sampling_params.seed)
+            # On the model's device, so a seeded draw is never a host round trip.
+            self.generator = torch.Generator(device=device or "cpu").manual_seed(sampling_params.seed)
 
     @property
     def num_tokens(self) -> int:

@@ -47,7 +47,7 @@ class DraftModelProposer:
         self.max_model_len = self.config.max_model_len
         # Checkpoints pad their vocabularies differently: proposals and q live in the target's.
         self.vocab_size = target_vocab_size
-        self.generator = torch.Generator().manual_seed(target.seed + 1)
+        self.generator = torch.Generator(device=self.runner.device).manual_seed(target.seed + 1)
         self.seqs: dict[str, Sequence] = {}
         self.synced: dict[str, int] = {}  # target length at the last proposal: the shared prefix
 

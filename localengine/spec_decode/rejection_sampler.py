@@ -15,9 +15,9 @@ import torch
 
 
 def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """Exact categorical sample of an unnormalised row: argmax(p / E), E ~ Exp(1)."""
-    noise = torch.empty(probs.shape, dtype=torch.float32).exponential_(generator=generator)
-    return int((probs.float().cpu() / noise).argmax())
+    """Exact categorical sample of an unnormalised row: argmax(p / E), E ~ Exp(1), on p's device."""
+    noise = torch.empty(probs.shape, dtype=torch.float32, device=probs.device).exponential_(generator=generator)
+    return int((probs.float() / noise).argmax())
 
 
 def rejection_sample(
@@ -27,31 +27,30 @@ def rejection_sample(
     generator: torch.Generator | None,
 ) -> list[int]:
     """target_probs: [k+1, V] (p after temperature/top-k/top-p); draft_probs: [k, V] or None.
-    Returns the accepted drafts followed by one recovered or bonus token (1..k+1 tokens)."""
+    Returns the accepted drafts followed by one recovered or bonus token (1..k+1 tokens).
+    Everything stays on the probabilities' device; the number accepted is the one host sync."""
     k = len(draft_token_ids)
-    p = target_probs.float().cpu()
-    # One batched draw of the uniforms: the host loop below then touches scalars only.
-    u = torch.rand(k, generator=generator).tolist()
-    drafts = torch.tensor(draft_token_ids, dtype=torch.long)
-    p_draft = p[torch.arange(k), drafts].tolist()
-    q_draft = [1.0] * k if draft_probs is None else draft_probs.float().cpu()[torch.arange(k), drafts].tolist()
-    out: list[int] = []
-    for i, tok in enumerate(draft_token_ids):
-        # Written as p >= u * q so q = 0 (a token the draft could not have produced) never divides.
-        if q_draft[i] > 0 and p_draft[i] >= u[i] * q_draft[i]:
-            out.append(tok)
-            continue
-        if draft_probs is None:
-            residual = p[i].clone()
-            residual[tok] = 0.0
-        else:
-            residual = (p[i] - draft_probs[i].float().cpu()).clamp_min(0.0)
-        if not float(residual.sum()) > 0.0:
-            residual = p[i]  # only reachable through rounding (p == q); p is then the right law
-        out.append(sample_from(residual, generator))
-        return out
-    out.append(sample_from(p[k], generator))
-    return out
+    p = target_probs.float()
+    rows = torch.arange(k, device=p.device)
+    drafts = torch.tensor(draft_token_ids, dtype=torch.long, device=p.device)
+    # One batched draw of the uniforms, then the first rejection found without a loop.
+    u = torch.rand(k, generator=generator, device=p.device)
+    p_draft = p[rows, drafts]
+    q_draft = torch.ones_like(p_draft) if draft_probs is None else draft_probs.float()[rows, drafts]
+    # Written as p >= u * q so q = 0 (a token the draft could not have produced) never divides.
+    accepted = (q_draft > 0) & (p_draft >= u * q_draft)
+    num_accepted = int(accepted.int().cumprod(0).sum())
+    if num_accepted == k:
+        return draft_token_ids + [sample_from(p[k], generator)]
+    i = num_accepted
+    if draft_probs is None:
+        residual = p[i].clone()
+        residual[drafts[i]] = 0.0
+    else:
+        residual = (p[i] - draft_probs[i].float()).clamp_min(0.0)
+    if not float(residual.sum()) > 0.0:
+        residual = p[i]  # only reachable through rounding (p == q); p is then the right law
+    return draft_token_ids[:i] + [sample_from(residual, generator)]
 
 
 def greedy_verify(target_argmax: list[int], draft_token_ids: list[int]) -> list[int]:
