@@ -86,7 +86,8 @@ class Config:
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     enable_prefix_caching: bool = True
     num_kvcache_blocks: int | None = None  # None: sized from available memory
-    kv_cache_memory_fraction: float = 0.5  # of the memory still available after loading weights
+    kv_cache_memory_fraction: float = 0.5  # CPU: of the RAM still available after loading weights
+    gpu_memory_utilization: float = 0.9  # CUDA: of the whole GPU, for weights + activations + KV (vLLM's)
     max_kv_cache_bytes: int | None = None  # cap on CPU, where "available" is the whole machine's RAM
     seed: int = 0
     attention_backend: str = "auto"  # auto | torch | triton
@@ -112,6 +113,8 @@ class Config:
         self.max_model_len = min(self.max_model_len or max_pos, max_pos)
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise ValueError("block_size must be a power of two")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError("gpu_memory_utilization must be in (0, 1]")
         if self.tensor_parallel_size < 1:
             raise ValueError("tensor_parallel_size must be at least 1")
         if self.attention_backend not in ("auto", "torch", "triton"):

@@ -12,7 +12,7 @@ vllm:prefix_cache_queries, in tokens, summed over the replicas) and time to firs
 the client (p50/p95: request sent to the first content delta).
 
 By default each replica's KV cache (--num-kvcache-blocks) holds about a third of the distinct
-prompt prefixes in play (two of six system prompts), the regime of a busy deployment where the
+prompt prefixes in play (three of nine system prompts), the regime of a busy deployment where the
 traffic's prefixes outgrow one replica's cache; pass a large value (e.g. 2000) for the regime
 where every replica can hold everything.
 
@@ -198,14 +198,14 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--systems", type=int, default=6, help="distinct system prompts")
+    parser.add_argument("--systems", type=int, default=9, help="distinct system prompts")
     parser.add_argument("--system-tokens", type=int, default=900)
-    parser.add_argument("--conversations", type=int, default=24)
+    parser.add_argument("--conversations", type=int, default=27)
     parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--concurrency", type=int, default=3, help="conversations running at once")
+    parser.add_argument("--concurrency", type=int, default=9, help="conversations running at once")
     parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--num-kvcache-blocks", type=int, default=200,
-                        help="per replica, 16 tokens each (200: two system prompts and the histories in flight)")
+    parser.add_argument("--num-kvcache-blocks", type=int, default=190,
+                        help="per replica, 16 tokens each (190: about three system prompts and the histories in flight)")
     parser.add_argument("--rounds", type=int, default=2)
     asyncio.run(main_async(parser.parse_args()))
 

@@ -98,6 +98,7 @@ class ModelRunner:
         self.block_size = config.block_size
         backend = config.attention_backend
         self.use_triton = backend == "triton" or (backend == "auto" and triton_usable(self.device))
+        self.workspace = GatherWorkspace()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # what loading left in the allocator's cache counts as free below
         num_blocks = self._num_blocks()
@@ -105,7 +106,6 @@ class ModelRunner:
         self.num_kvcache_blocks = distributed.all_reduce_min(num_blocks) if self.tp_size > 1 else num_blocks
         self._allocate_kv_cache()
         self.sampler = Sampler(config.seed, eos_token_ids, self.device)
-        self.workspace = GatherWorkspace()
 
     def _block_bytes(self) -> int:
         a = self.model.args
@@ -123,13 +123,9 @@ class ModelRunner:
         if cfg.num_kvcache_blocks is not None:
             num_blocks = cfg.num_kvcache_blocks
         else:
-            budget = available_memory_bytes(self.device) * cfg.kv_cache_memory_fraction
-            cap = cfg.max_kv_cache_bytes or (CPU_KV_CACHE_CAP_BYTES if self.device.type == "cpu" else None)
-            if cap is not None:
-                budget = min(budget, cap)
             # More blocks than every sequence at full length could use would only waste memory.
             needed = cfg.max_num_seqs * min_blocks
-            num_blocks = min(int(budget // self._block_bytes()), needed)
+            num_blocks = min(int(self._kv_budget_bytes() // self._block_bytes()), needed)
         if num_blocks < min_blocks:
             raise MemoryError(
                 f"the KV cache holds {num_blocks} blocks of {self.block_size} tokens, fewer than one request "
@@ -138,6 +134,62 @@ class ModelRunner:
             )
         return num_blocks
 
+    def _kv_budget_bytes(self) -> float:
+        """Bytes the KV cache may take. CUDA, vLLM's rule: `gpu_memory_utilization` of the whole
+        GPU, less the peak that a forward pass over a full step's token budget reaches (weights and
+        activations, measured by `profile_run`) and what lives outside torch's allocator (the CUDA
+        context, NCCL). CPU: `kv_cache_memory_fraction` of available RAM, capped (the machine's RAM
+        is everybody's). `max_kv_cache_bytes` caps both."""
+        cfg = self.config
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            outside_torch = (total - free) - torch.cuda.memory_reserved(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.profile_run()
+            torch.cuda.synchronize(self.device)
+            budget = total * cfg.gpu_memory_utilization - torch.cuda.max_memory_allocated(self.device) - outside_torch
+            torch.cuda.empty_cache()
+        else:
+            budget = min(available_memory_bytes(self.device) * cfg.kv_cache_memory_fraction, CPU_KV_CACHE_CAP_BYTES)
+        return min(budget, cfg.max_kv_cache_bytes) if cfg.max_kv_cache_bytes else budget
+
+    @torch.inference_mode()
+    def profile_run(self) -> None:
+        """One forward pass over a whole step's token budget (prefills of at most max_model_len
+        tokens) into a scratch KV cache, so that the activation peak is what a real step reaches."""
+        cfg = self.config
+        assert cfg.max_model_len is not None
+        total = min(cfg.max_num_batched_tokens, cfg.max_num_seqs * cfg.max_model_len)
+        lens = [cfg.max_model_len] * (total // cfg.max_model_len) + [total % cfg.max_model_len] * bool(
+            total % cfg.max_model_len)
+        blocks = [-(-n // self.block_size) for n in lens]
+        first_block = np.cumsum([0] + blocks)
+        a = self.model.args
+        scratch = torch.zeros(2, a.num_layers, sum(blocks), self.block_size, a.num_local_kv_heads, a.head_dim,
+                              dtype=self.dtype, device=self.device)
+        self._point_attention_at(scratch)
+        query_start = np.cumsum([0] + lens).tolist()
+        tables = np.zeros((len(lens), max(blocks)), dtype=np.int32)
+        for j, n in enumerate(blocks):
+            tables[j, :n] = np.arange(first_block[j], first_block[j] + n)
+        step = StepInputs(
+            input_ids=torch.zeros(total, dtype=torch.long),
+            positions=torch.cat([torch.arange(n) for n in lens]),
+            slot_mapping=torch.cat([torch.arange(n) + int(first_block[j]) * self.block_size for j, n in enumerate(lens)]),
+            block_tables=torch.from_numpy(tables), query_start_loc=query_start, seq_lens=lens, num_decodes=0,
+            max_query_len=max(lens), logit_rows=[end - 1 for end in query_start[1:]],
+        )
+        try:
+            self.forward(step)
+        finally:
+            del scratch
+            if hasattr(self, "kv_cache"):
+                self._point_attention_at(self.kv_cache)
+
+    def _point_attention_at(self, kv_cache: torch.Tensor) -> None:
+        for i, attn in enumerate(self.model.attention_layers()):
+            attn.k_cache, attn.v_cache = kv_cache[0, i], kv_cache[1, i]
+
     def _allocate_kv_cache(self) -> None:
         a = self.model.args
         # Zeroed, not empty: masked-out padding positions must hold finite values (0 * NaN = NaN).
@@ -145,8 +197,7 @@ class ModelRunner:
             2, a.num_layers, self.num_kvcache_blocks, self.block_size, a.num_local_kv_heads, a.head_dim,
             dtype=self.dtype, device=self.device,
         )
-        for i, attn in enumerate(self.model.attention_layers()):
-            attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+        self._point_attention_at(self.kv_cache)
 
     def prepare(self, items: list[ScheduledSequence]) -> StepInputs:
         bs = self.block_size
@@ -183,14 +234,21 @@ class ModelRunner:
             logit_rows=logit_rows,
         )
 
+    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
+        """CPU: the tensor itself. CUDA: an asynchronous copy through pinned memory (a pageable
+        copy would stall the host until the GPU has caught up, every step)."""
+        if self.device.type != "cuda":
+            return host
+        return host.pin_memory().to(self.device, non_blocking=True)
+
     def forward(self, step: StepInputs) -> torch.Tensor | None:
         """One forward pass (every tensor-parallel rank runs it); the logit rows' logits on rank 0."""
-        dev = self.device
+        to_device = self._to_device
         meta = AttentionMetadata(
-            slot_mapping=step.slot_mapping.to(dev),
-            query_start_loc=torch.tensor(step.query_start_loc, dtype=torch.int32, device=dev),
-            seq_lens=torch.tensor(step.seq_lens, dtype=torch.int32, device=dev),
-            block_tables=step.block_tables.to(dev),
+            slot_mapping=to_device(step.slot_mapping),
+            query_start_loc=to_device(torch.tensor(step.query_start_loc, dtype=torch.int32)),
+            seq_lens=to_device(torch.tensor(step.seq_lens, dtype=torch.int32)),
+            block_tables=to_device(step.block_tables),
             query_start_loc_cpu=step.query_start_loc,
             seq_lens_cpu=step.seq_lens,
             num_decodes=step.num_decodes,
@@ -198,10 +256,10 @@ class ModelRunner:
             use_triton=self.use_triton,
             workspace=self.workspace,
         )
-        hidden = self.model(step.input_ids.to(dev), step.positions.to(dev), meta)
+        hidden = self.model(to_device(step.input_ids), to_device(step.positions), meta)
         if not step.logit_rows:
             return None
-        return self.model.compute_logits(hidden[torch.tensor(step.logit_rows, device=dev)])
+        return self.model.compute_logits(hidden[to_device(torch.tensor(step.logit_rows))])
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> list[SampledToken]:

@@ -131,3 +131,15 @@ def test_chat_server_maps_penalties(llm):
             "presence_penalty": 0.2, "logit_bias": {"7": -100}, "tools": [], "tool_choice": "none"}
     params = parse_chat_request(body, _Engine(llm)).params  # type: ignore[arg-type]
     assert (params.frequency_penalty, params.presence_penalty, params.logit_bias) == (0.5, 0.2, {7: -100.0})
+
+
+def test_profile_run_leaves_the_engine_as_it_was(llm):
+    """The pass that sizes the KV cache on a GPU, run here on the CPU: a full step's token budget
+    into a scratch cache, after which generation reads the real cache unchanged."""
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    before = llm.generate([PROMPT], params)[0]
+    runner = llm.llm_engine.model_runner
+    runner.profile_run()
+    assert runner.model.attention_layers()[0].k_cache.data_ptr() == runner.kv_cache[0, 0].data_ptr()
+    after = llm.generate([PROMPT], params)[0]
+    assert after.outputs[0].token_ids == before.outputs[0].token_ids and after.num_cached_tokens > 0
