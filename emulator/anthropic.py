@@ -147,8 +147,14 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
                 return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
             if not count_only and isinstance(mt, int) and mt and bt >= mt:
                 return "`max_tokens` must be greater than `thinking.budget_tokens`."
+        if th.get("display") not in (None, "summarized", "omitted"):
+            return "thinking.display: Input should be 'summarized' or 'omitted'"
+    oc = body.get("output_config")
+    if oc is not None:
+        err = _validate_output_config(oc)
+        if err:
+            return err
     if not count_only and mt == 0:
-        oc = body.get("output_config")
         if body.get("stream"):
             return "max_tokens: 0 is not supported with stream=true"
         if isinstance(th, dict) and th.get("type") == "enabled":
@@ -157,6 +163,18 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
             return "max_tokens: 0 is not supported with tool_choice of type 'any' or 'tool'"
         if isinstance(oc, dict) and oc.get("format") is not None:
             return "max_tokens: 0 is not supported with output_config.format"
+    return None
+
+
+def _validate_output_config(oc: Any) -> str | None:
+    if not isinstance(oc, dict):
+        return "output_config: Input should be a valid dictionary"
+    if oc.get("effort") not in (None, "low", "medium", "high", "xhigh", "max"):
+        return "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
+    fmt = oc.get("format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "json_schema"
+                            or not isinstance(fmt.get("schema"), dict)):
+        return "output_config.format: Input should be {'type': 'json_schema', 'schema': {...}}"
     return None
 
 
@@ -242,7 +260,7 @@ async def messages(emu: Emulator, call: Call) -> None:
     thinking = plan_thinking(body, seed)
     spent = thinking.tokens if thinking else 0  # thinking counts against max_tokens
     fmt = (body.get("output_config") or {}).get("format")
-    schema = fmt.get("schema", {}) if isinstance(fmt, dict) and fmt.get("type") == "json_schema" else None
+    schema = fmt["schema"] if fmt else None
     reply = make_reply(seed, _natural_length(emu, call), max(0, body["max_tokens"] - spent),
                        body.get("stop_sequences") or [], _pick_tool(body), schema)
     out_tokens = reply.output_tokens + spent

@@ -56,6 +56,13 @@ def validate(body: dict[str, Any], count_only: bool = False) -> Problem | None:
         if v is not None and not isinstance(v, typ):
             return (f"Invalid type for '{name}': expected a {_type_name(typ())}, but got "
                     f"{_type_name(v)} instead.", name, "invalid_type")
+    for name in ("include", "metadata"):
+        v = body.get(name)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                  if name == "include" else isinstance(v, dict)):
+            want = "an array of strings" if name == "include" else "an object"
+            return f"Invalid type for '{name}': expected {want}, but got {_type_name(v)} instead.", \
+                name, "invalid_type"
     if body.get("background"):
         return ("The emulator does not run background responses; send background=false.",
                 "background", "unsupported_value")
