@@ -16,6 +16,7 @@ import orjson
 from . import openai_wire as wire
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
+from .logprobs import chat_entries, tokens_of
 from .models import openai_generates
 from .openai import pick_tool
 from .reply import Reply, make_reply, output_schema
@@ -164,12 +165,15 @@ class _Response:
                 rs["encrypted_content"] = base64.b64encode(
                     f"emulator-reasoning:{seed}:{reasoning}".encode()).decode()
             self.items.append(rs)
+        # include: ["message.output_text.logprobs"] fills the parts' logprobs (top_logprobs 0-20)
+        wants_lp = "message.output_text.logprobs" in (body.get("include") or ())
+        lp = chat_entries(reply.text, body.get("top_logprobs") or 0) if wants_lp and reply.text else []
         if reply.text or (not reply.tool_name and not self.items):
             self.items.append({
                 "id": emu.new_id("msg_"), "type": "message",
                 "status": "incomplete" if incomplete else "completed", "role": "assistant",
                 "content": [{"type": "output_text", "text": reply.text, "annotations": [],
-                             "logprobs": []}]})
+                             "logprobs": lp}]})
         if reply.tool_name:
             self.items.append({"id": emu.new_id("fc_"), "type": "function_call",
                                "status": "completed", "arguments": reply.tool_json,
@@ -253,11 +257,14 @@ class _Response:
         part = item["content"][0]
         ids = {"item_id": item["id"], "output_index": i, "content_index": 0}
         emit("response.content_part.added", **ids, part=dict(part, text=""))
-        text = part["text"]
+        text, lp = part["text"], part["logprobs"]
         k = self.tokens_per_delta
+        pos = 0
         for piece in split_deltas(text, k) if text else ():
-            emit("response.output_text.delta", k, **ids, delta=piece, logprobs=[])
-        emit("response.output_text.done", **ids, text=text, logprobs=[])
+            n = len(tokens_of(piece)) if lp else 0
+            emit("response.output_text.delta", k, **ids, delta=piece, logprobs=lp[pos: pos + n])
+            pos += n
+        emit("response.output_text.done", **ids, text=text, logprobs=lp)
         emit("response.content_part.done", **ids, part=part)
         emit("response.output_item.done", output_index=i, item=item)
 

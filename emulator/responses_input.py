@@ -66,7 +66,11 @@ def validate(body: dict[str, Any], count_only: bool = False) -> Problem | None:
     if body.get("background"):
         return ("The emulator does not run background responses; send background=false.",
                 "background", "unsupported_value")
-    r = check_ranges(body, *SAMPLING) or check_int(body, "max_output_tokens", 16)
+    r = check_ranges(body, *SAMPLING) or check_int(body, "max_output_tokens", 16) \
+        or check_int(body, "top_logprobs", 0)
+    if r is None and (body.get("top_logprobs") or 0) > 20:
+        r = ("Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got "
+             f"{body['top_logprobs']} instead.", "top_logprobs", "integer_above_max_value")
     if r:
         return r
     return _validate_reasoning(body) or _validate_text(body) or _validate_tools(body)

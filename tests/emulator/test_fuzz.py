@@ -44,7 +44,7 @@ VALID = {
         "model": "claude-sonnet-4-6", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}}]},
 }
 
-leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 3000), st.floats(allow_nan=False),
+leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 3000), st.floats(allow_nan=False, allow_infinity=False),
                  st.text(max_size=6))
 value = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                    st.dictionaries(st.text(max_size=5), inner, max_size=3)),

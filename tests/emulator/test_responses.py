@@ -130,6 +130,19 @@ def test_reasoning_items_and_encrypted_content(oai):
     assert plain.output[0].type == "message" and plain.usage.output_tokens_details.reasoning_tokens == 0
 
 
+def test_output_text_logprobs(oai):
+    kw = dict(model=MODEL, input="Hi", max_output_tokens=16, top_logprobs=2,
+              include=["message.output_text.logprobs"])
+    r = oai.responses.create(**kw)
+    part = r.output[0].content[0]
+    assert "".join(t.token for t in part.logprobs) == part.text and len(part.logprobs) == 16
+    assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in part.logprobs)
+    with oai.responses.stream(**kw) as s:
+        streamed = [t.token for ev in s if ev.type == "response.output_text.delta" for t in ev.logprobs]
+    assert streamed == [t.token for t in part.logprobs]
+    assert oai.responses.create(model=MODEL, input="Hi").output[0].content[0].logprobs == []
+
+
 def test_prompt_caching_follows_chat_rules(oai, emu):
     long = text_of(1400, 5)
     first = oai.responses.create(model=MODEL, instructions=long, input="q1", prompt_cache_key="t")
