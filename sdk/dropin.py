@@ -42,6 +42,7 @@ from sdk.providers.upstream import (
 from sdk.models import model_body, models_body
 from sdk.requests import FORWARDED_HEADERS, parse_request
 from sdk.runtime import TeamRuntime, slipstream_headers, upstream_error_headers
+from sdk.services import Services
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
 
 if TYPE_CHECKING:  # each constructor imports its official package: an OpenAI-only program never loads anthropic
@@ -76,7 +77,8 @@ _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 # --- configuration -------------------------------------------------------------------------------
 
 
-def _runtime(protocol: Protocol, policy: str | os.PathLike[str] | Policy | None, kwargs: dict[str, Any]) -> TeamRuntime:
+def _runtime(protocol: Protocol, policy: str | os.PathLike[str] | Policy | None, kwargs: dict[str, Any],
+             state_url: str | None = None) -> TeamRuntime:
     """Build the client's team runtime and rewrite `kwargs` for the official constructor."""
     if kwargs.get("http_client") is not None:
         raise TypeError("http_client cannot be given: Slipstream supplies the client's HTTP client (its transport runs the pipeline)")
@@ -93,7 +95,8 @@ def _runtime(protocol: Protocol, policy: str | os.PathLike[str] | Policy | None,
         if kwargs.get("api_key") is None:
             kwargs["api_key"] = _PLACEHOLDER_KEY
     kwargs["base_url"] = _BASE_URL[protocol]
-    return TeamRuntime.build(resolved)
+    # state_url (else $SLIPSTREAM_STATE_URL): limits, budgets and breakers shared with proxies and other apps
+    return TeamRuntime.build(resolved, Services(state_url=state_url))
 
 
 def _passthrough(protocol: Protocol, base_url: str | None, api_key: str | None) -> Policy:
@@ -111,33 +114,33 @@ def _passthrough(protocol: Protocol, base_url: str | None, api_key: str | None) 
     )
 
 
-def OpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> openai.OpenAI:
+def OpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, state_url: str | None = None, **kwargs: Any) -> openai.OpenAI:
     """`openai.OpenAI(**kwargs)` running Slipstream in process; `policy` or $SLIPSTREAM_POLICY names the team's policy."""
-    team = _runtime(Protocol.OPENAI, policy, kwargs)
+    team = _runtime(Protocol.OPENAI, policy, kwargs, state_url)
     import openai
 
     return openai.OpenAI(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team, Protocol.OPENAI)))
 
 
-def AsyncOpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> openai.AsyncOpenAI:
+def AsyncOpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, state_url: str | None = None, **kwargs: Any) -> openai.AsyncOpenAI:
     """`openai.AsyncOpenAI(**kwargs)` running Slipstream on the caller's event loop."""
-    team = _runtime(Protocol.OPENAI, policy, kwargs)
+    team = _runtime(Protocol.OPENAI, policy, kwargs, state_url)
     import openai
 
     return openai.AsyncOpenAI(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team, Protocol.OPENAI)))
 
 
-def Anthropic(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> anthropic.Anthropic:
+def Anthropic(*, policy: str | os.PathLike[str] | Policy | None = None, state_url: str | None = None, **kwargs: Any) -> anthropic.Anthropic:
     """`anthropic.Anthropic(**kwargs)` running Slipstream in process; `policy` or $SLIPSTREAM_POLICY names the team's policy."""
-    team = _runtime(Protocol.ANTHROPIC, policy, kwargs)
+    team = _runtime(Protocol.ANTHROPIC, policy, kwargs, state_url)
     import anthropic
 
     return anthropic.Anthropic(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team, Protocol.ANTHROPIC)))
 
 
-def AsyncAnthropic(*, policy: str | os.PathLike[str] | Policy | None = None, **kwargs: Any) -> anthropic.AsyncAnthropic:
+def AsyncAnthropic(*, policy: str | os.PathLike[str] | Policy | None = None, state_url: str | None = None, **kwargs: Any) -> anthropic.AsyncAnthropic:
     """`anthropic.AsyncAnthropic(**kwargs)` running Slipstream on the caller's event loop."""
-    team = _runtime(Protocol.ANTHROPIC, policy, kwargs)
+    team = _runtime(Protocol.ANTHROPIC, policy, kwargs, state_url)
     import anthropic
 
     return anthropic.AsyncAnthropic(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team, Protocol.ANTHROPIC)))

@@ -27,6 +27,7 @@ from sdk.providers.base import Provider
 from sdk.readiness import HasWarmUps, WarmUp
 from sdk.responses.api import StoredResponses
 from sdk.router import Router
+from sdk.routing.shared_breaker import SharedBreakerStore
 from sdk.services import Services
 from sdk.stages import build_stages
 from sdk.types import Answer, LLMRequest, LLMResponse, LLMStream, Usage
@@ -52,8 +53,10 @@ class TeamRuntime:
         require_extras(policy, f"team {policy.team}")
         services = services or Services()
         providers = {name: build_provider(name, config, services) for name, config in policy.providers.items()}
+        state = services.shared_state()
+        breakers = SharedBreakerStore(policy.breaker, state, policy.team) if state is not None else None
         router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging,
-                        team=policy.team, responses=services.response_store)
+                        team=policy.team, responses=services.response_store, store=breakers)
         stages = build_stages(policy, services)
         warm_ups = tuple(w for part in [*stages, *providers.values()] if isinstance(part, HasWarmUps) for w in part.warm_ups())
         return cls(policy=policy, pipeline=Pipeline(stages, router),

@@ -50,6 +50,11 @@ class Services:
                 self._state = open_state(self.state_url)
             return self._state
 
+    def shared_state(self) -> StateBackend | None:
+        """The state backend when replicas share it (breakers and key cooldowns then publish flags); else None."""
+        state = self.state()
+        return state if state.kind != "local" else None
+
     def embedder(self) -> Embedder:
         """The MiniLM sentence embedder (loaded on its first batch, in its own thread)."""
         with self._lock:

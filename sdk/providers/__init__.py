@@ -47,4 +47,4 @@ def build_provider(name: str, config: ProviderConfig, services: Services | None 
         env = [config.api_key_env] if isinstance(config.api_key_env, str) else config.api_key_env
         where = f"environment variable {' or '.join(env)}" if env else "'api_key' or 'api_key_env'"
         return UnavailableProvider(name, dialect.protocol, f"no API key (set {where})")
-    return HTTPProvider(name=name, dialect=dialect, base_url=base_url, keys=KeyRing(keys), timeouts=timeouts)
+    return HTTPProvider(name=name, dialect=dialect, base_url=base_url, keys=KeyRing(keys, services.shared_state() if services else None), timeouts=timeouts)

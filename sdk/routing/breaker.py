@@ -5,8 +5,8 @@ failure share reaches `failure_rate`, the target opens. A 401/403 opens it at on
 is wrong there; retrying cannot help). Open: the target is skipped for `cooldown_s`. Half-open: one
 request at a time probes it; success closes the breaker, failure opens it for another cooldown.
 
-State lives behind `BreakerStore`, an async Protocol, so a shared store (Redis, with the transitions
-in a Lua script) can replace `InMemoryBreakerStore` and every replica then sees the same state.
+State lives behind `BreakerStore`, an async Protocol: `InMemoryBreakerStore` for one process, and
+`SharedBreakerStore` (sdk/routing/shared_breaker.py) when replicas share a state backend.
 """
 
 from __future__ import annotations

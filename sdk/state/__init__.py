@@ -7,7 +7,10 @@ is unreachable (sdk/state/guard.py). The interface is sdk/state/backend.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Coroutine
+from typing import Any
 
 from sdk.state.backend import StateBackend
 from sdk.state.local import LocalState
@@ -28,10 +31,20 @@ def open_state(url: str | None = None) -> StateBackend:
     raise ValueError(f"state URL {url!r}: expected redis://HOST:PORT/DB or rediss://… (or nothing, for in-process state)")
 
 
+_background: set[asyncio.Task[Any]] = set()
+
+
+def in_background(call: Coroutine[Any, Any, Any]) -> None:
+    """Run `call` on the running loop without waiting for it (held here so it is not collected)."""
+    task = asyncio.get_running_loop().create_task(call)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
 def backend_status(state: StateBackend) -> dict[str, object]:
     """What /readyz shows about the state backend."""
     status = getattr(state, "status", None)
     return status() if status is not None else {"backend": state.kind, "up": True, "mode": "local"}
 
 
-__all__ = ["STATE_URL_ENV", "StateBackend", "backend_status", "open_state"]
+__all__ = ["STATE_URL_ENV", "StateBackend", "backend_status", "in_background", "open_state"]

@@ -93,6 +93,8 @@ class GuardedState:
         await self._shared(lambda: self.shared.clear_flag(name))
 
     def flags(self) -> Mapping[str, float]:
+        if self._task is None and not self._closed:
+            self.start()  # the mirror is kept by the check-in loop: a replica that reads flags needs it running
         shared, local = self.shared.flags(), self.local.flags()
         return {**shared, **local} if local else shared
 

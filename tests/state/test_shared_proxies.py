@@ -1,8 +1,9 @@
-"""Two proxies on one Redis behave as one gateway: limits, budget and spend; and losing Redis
-degrades to local state without failing a request, then heals."""
+"""Two proxies on one Redis behave as one gateway: limits, budget and spend, breakers and key
+cooldowns; and losing Redis degrades to local state without failing a request, then heals."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
@@ -121,4 +122,65 @@ def test_a_hung_redis_costs_one_timeout_once(tmp_path, fresh_emulator, redis_ser
 
 
 def _ready(proxy: RunningServer) -> dict:
-    return proxy.app.state.registry.services.state().status()
+    return _state(proxy).status()
+
+
+def test_a_breaker_opened_by_one_proxy_is_seen_by_the_other(tmp_path, fresh_emulator, redis_url):
+    routes = """  - match: {model: "claude-*"}
+    targets: [{provider: claude, model: claude-a}, {provider: claude, model: claude-b}]
+"""
+    (tmp_path / "t.yaml").write_text(f"""team: t
+api_keys: [{{value: "sk-t"}}]
+providers:
+  claude: {{kind: anthropic, base_url: "{fresh_emulator.url}", api_key: "up"}}
+routes:
+{routes}breaker: {{min_requests: 2, failure_rate: 0.5, cooldown_s: 30}}
+""")
+    fresh_emulator.inject_fault("500", count=2, model="claude-a")
+    with two_proxies(tmp_path, redis_url) as (a, b):
+        for _ in range(2):  # claude-a fails on proxy a, claude-b answers; the second failure opens a's breaker
+            assert ask_raw(a).headers["x-slipstream-route"] == "claude/claude-b"
+        deadline = time.monotonic() + 3
+        while not any(name.startswith("breaker:t:") for name in _state(b).flags()):
+            assert time.monotonic() < deadline, "proxy b never saw the open breaker"
+            time.sleep(0.05)
+        # claude-a is healthy again, but b skips it: its breaker is open for the whole gateway
+        assert ask_raw(b).headers["x-slipstream-route"] == "claude/claude-b"
+
+
+async def test_a_key_cooled_down_by_one_replica_is_tried_last_by_another(redis_url):
+    from sdk.providers.keys import KeyRing
+    from sdk.state import open_state
+
+    one, other = open_state(redis_url), open_state(redis_url)
+    ring_one, ring_other = KeyRing(("key-a", "key-b"), one), KeyRing(("key-a", "key-b"), other)
+    ring_one.refused(0, 429, {"retry-after": "30"})
+    assert ring_one.order() == [1, 0]
+    deadline = time.monotonic() + 3
+    while ring_other.order() != [1, 0]:
+        assert time.monotonic() < deadline, "the other replica never saw the cooldown"
+        await asyncio.sleep(0.05)
+    await one.close()
+    await other.close()
+
+
+def ask_raw(proxy: RunningServer) -> httpx.Response:
+    return httpx.post(f"{proxy.url}/v1/messages", headers={"x-api-key": "sk-t", "anthropic-version": "2023-06-01"},
+                      json={"model": "claude-x", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}, timeout=10)
+
+
+def _state(proxy: RunningServer):
+    return proxy.app.state.registry.services.state()
+
+
+def test_the_drop_in_sdk_and_a_proxy_share_one_limit(tmp_path, fresh_emulator, redis_url):
+    import sdk
+
+    policy = write_policy(tmp_path, "t", "sk-t", fresh_emulator.url, extra="limits: {requests_per_minute: 3}\n")
+    app = sdk.Anthropic(policy=policy, state_url=redis_url, max_retries=0)
+    with running_proxy([tmp_path], state_url=redis_url) as proxy:
+        for _ in range(2):
+            app.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        ask(proxy, "sk-t")
+        with pytest.raises(anthropic.RateLimitError):
+            app.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
