@@ -25,6 +25,7 @@ from sdk.readiness import Readiness
 from sdk.runtime import TeamRegistry, TeamRuntime
 from sdk.services import Services
 from sdk.spend import spend_report
+from sdk.state import backend_status
 from sdk.types import Endpoint, LLMResponse, Protocol
 
 
@@ -53,8 +54,10 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
 
     @get("/readyz", sync_to_thread=False)
     def readyz() -> Response[dict[str, object]]:
-        """200 once what the served policies need is loaded (sdk/readiness.py); 503 with each part's state before."""
-        return Response({**readiness.body(), "teams": sorted(registry.teams)}, status_code=200 if readiness.ready else 503)
+        """200 once what the served policies need is loaded (sdk/readiness.py); 503 with each part's state before.
+        `state` shows the state backend: a degraded one (Redis away, local state) still serves, so stays ready."""
+        body = {**readiness.body(), "teams": sorted(registry.teams), "state": backend_status(state)}
+        return Response(body, status_code=200 if readiness.ready else 503)
 
     @get("/metrics", sync_to_thread=False)
     def metrics() -> Response[bytes]:

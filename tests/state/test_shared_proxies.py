@@ -89,10 +89,13 @@ def test_redis_killed_and_restarted_mid_traffic(tmp_path, fresh_emulator, redis_
                 slowest = max(slowest, time.perf_counter() - started)
 
         traffic(6)
+        slowest = 0.0
         redis_server.stop()
-        traffic(20)  # every request answered; the first on each proxy paid one timeout at most
-        assert slowest < 1.0
+        traffic(20)  # every request answered; the first on each proxy paid one timeout (200 ms) at most
+        assert slowest < 2.0  # no hang (a loaded 2-core machine is slow; a hang would be the client's timeout)
         assert _ready(proxies[0])["up"] is False and "slipstream_state_backend_up 0.0" in httpx.get(f"{proxies[0].url}/metrics").text
+        ready = httpx.get(f"{proxies[0].url}/readyz")
+        assert ready.status_code == 200 and ready.json()["state"]["mode"] == "degraded"  # degraded still serves
         redis_server.start()
         deadline = time.monotonic() + 5
         while not all(_ready(p)["up"] for p in proxies):
