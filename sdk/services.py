@@ -65,13 +65,16 @@ class Services:
             return self._embedder
 
     def response_cache(self) -> ResponseCache:
-        """The exact + semantic response cache, persisted under data_dir."""
+        """The exact + semantic response cache: persisted under data_dir, or, with a shared state
+        backend, kept in step with every replica's through Redis (sdk/cache/replication.py)."""
         embedder = self.embedder()
+        shared = self.shared_state()
         with self._lock:
             if self._response_cache is None:
                 from sdk.cache.response_cache import ResponseCache
 
-                self._response_cache = ResponseCache(self.data_dir, embedder)
+                redis = getattr(shared, "shared", None)  # the Redis behind the guard
+                self._response_cache = ResponseCache(self.data_dir, embedder, shared=redis)
             return self._response_cache
 
     def embedding_cache(self) -> EmbeddingCache:
@@ -92,8 +95,11 @@ class Services:
                 self._response_store = SQLiteResponseStore(self.data_dir / "responses.sqlite3")
             return self._response_store
     async def close(self) -> None:
-        """Release what holds connections (the state backend's client); the process goes on."""
+        """Release what holds connections (the state backend's clients); the process goes on."""
         with self._lock:
             state, self._state = self._state, None
+            replicator = self._response_cache.replicator if self._response_cache is not None else None
+        if replicator is not None:
+            await replicator.close()
         if state is not None:
             await state.close()

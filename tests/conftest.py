@@ -21,6 +21,16 @@ def emulator() -> Iterator[object]:
         yield running
 
 
+@pytest.fixture(scope="session")
+def embedder():
+    """One real MiniLM for the whole session (cache, compression and shared-state tests)."""
+    from sdk.embedding import Embedder
+
+    model = Embedder()
+    model.warm_up()
+    return model
+
+
 @pytest.fixture
 def fresh_emulator(emulator):
     """The session's emulator with counters, faults and prompt cache cleared."""

@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from sdk.cache.keys import CacheKeys
+from sdk.cache.replication import CacheReplicator
 from sdk.cache.store import CacheStore, Entry, NewEntry, TeamLimits
 from sdk.cache.verifier import Verifier
 from sdk.embedding import Embedder
 from sdk.policy import SemanticCachePolicy
+from sdk.state.redis import RedisState
 
 CANDIDATES = 4  # neighbours the verifier sees: the nearest is often a near-miss, the right one close behind
 
@@ -28,12 +30,19 @@ class Lookup:
 
 
 class ResponseCache:
-    def __init__(self, data_dir: Path, embedder: Embedder, verifier: Verifier | None = None, approximate_from: int = 20_000):
-        self.store = CacheStore(data_dir / "response-cache.sqlite3", approximate_from=approximate_from)
+    def __init__(self, data_dir: Path, embedder: Embedder, verifier: Verifier | None = None, approximate_from: int = 20_000,
+                 shared: RedisState | None = None):
+        """With `shared`, Redis holds the durable copy (sdk/cache/replication.py) and this replica's
+        store lives in memory, rebuilt from the shared stream when it starts."""
+        path = Path(":memory:") if shared is not None else data_dir / "response-cache.sqlite3"
+        self.store = CacheStore(path, approximate_from=approximate_from)
         self.embedder = embedder
         self.verifier = verifier or Verifier.load()
+        self.replicator = CacheReplicator(shared, self.store) if shared is not None else None
 
     async def lookup(self, team: str, keys: CacheKeys, exact: bool, semantic: bool, min_precision: float) -> Lookup:
+        if self.replicator is not None:
+            self.replicator.start()  # follow what the other replicas store (idempotent)
         if exact and (entry := self.store.get_exact(team, keys.exact)) is not None:
             return Lookup(entry, "exact-hit", None)
         if not semantic or keys.query is None:
@@ -50,19 +59,28 @@ class ResponseCache:
     def put(self, team: str, keys: CacheKeys, route: str, response: dict, vector: np.ndarray | None, config: SemanticCachePolicy) -> int:
         limits = TeamLimits(ttl_s=config.ttl_s, max_entries=config.max_entries, max_bytes=config.max_bytes)
         entry = NewEntry(team, keys.partition, keys.exact, route, keys.query if vector is not None else None, vector, response)
-        return self.store.put(entry, limits)
+        entry_id = self.store.put(entry, limits)
+        if self.replicator is not None:
+            self.replicator.added(entry, limits)
+        return entry_id
 
     # -- admin -----------------------------------------------------------------------------------
 
     def invalidate_team(self, team: str) -> int:
-        return self.store.invalidate(team=team)
+        return self._invalidate(team, None)
 
     def invalidate_key(self, key: str, team: str | None = None) -> int:
         """Drop the entry with this key (the `x-slipstream-cache-key` header of the answer it produced)."""
-        return self.store.invalidate(team=team, exact_key=key)
+        return self._invalidate(team, key)
 
     def invalidate_all(self) -> int:
-        return self.store.invalidate()
+        return self._invalidate(None, None)
+
+    def _invalidate(self, team: str | None, exact_key: str | None) -> int:
+        removed = self.store.invalidate(team=team, exact_key=exact_key)
+        if self.replicator is not None:
+            self.replicator.invalidated(team, exact_key)  # every replica drops it, whether or not this one had it
+        return removed
 
     def close(self) -> None:
         self.store.close()

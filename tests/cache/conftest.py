@@ -13,13 +13,6 @@ from sdk.services import Services
 from tests.helpers import write_policy
 
 
-@pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    model = Embedder()
-    model.warm_up()
-    return model
-
-
 @pytest.fixture
 def services(tmp_path: Path, embedder: Embedder) -> Services:
     services = Services(data_dir=tmp_path / "data")

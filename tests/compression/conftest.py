@@ -13,11 +13,6 @@ from sdk.services import Services
 from tests.helpers import write_policy
 
 
-@pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    return Embedder()
-
-
 @pytest.fixture
 def make_runtime(tmp_path: Path, embedder: Embedder, fresh_emulator):
     """A team runtime whose `compression:` is the given YAML flow mapping (prompt cache off unless asked)."""

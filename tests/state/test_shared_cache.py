@@ -1,0 +1,58 @@
+"""The response cache across replicas: an answer stored through one proxy is served by another
+(exact and semantic tiers), a replica that starts later replays what was stored, and an
+invalidation reaches every replica."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+
+from gateway.testing import RunningServer, running_proxy
+from tests.helpers import write_policy
+
+PARAPHRASE = ("How do I reset my password?", "How can I reset my password?")
+
+
+def chat(proxy: RunningServer, text: str):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-c", max_retries=0)
+    return client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[{"role": "user", "content": text}], temperature=0)
+
+
+def eventually(proxy: RunningServer, text: str, status: str, within_s: float = 1.0):
+    """Ask until the answer has `status`; the replication delay must stay under `within_s`."""
+    started = time.monotonic()
+    while True:
+        answer = chat(proxy, text)
+        if answer.headers["x-slipstream-cache"] == status:
+            return time.monotonic() - started, answer
+        assert time.monotonic() - started < within_s, f"no {status} after {within_s}s"
+        time.sleep(0.05)
+
+
+def replica(proxy: RunningServer, embedder) -> RunningServer:
+    """Replicas in one test process share one loaded MiniLM (each would load its own in production)."""
+    proxy.app.state.registry.services.response_cache().embedder = embedder
+    return proxy
+
+
+def test_answers_stored_by_one_proxy_are_served_by_the_others(tmp_path, monkeypatch, fresh_emulator, redis_url, embedder):
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    write_policy(tmp_path, "c", "sk-c", fresh_emulator.url, extra="semantic_cache: {enabled: true}\n")
+    with running_proxy([tmp_path], state_url=redis_url) as a, running_proxy([tmp_path], state_url=redis_url) as b:
+        a, b = replica(a, embedder), replica(b, embedder)
+        first = chat(a, PARAPHRASE[0])
+        assert first.headers["x-slipstream-cache"] == "miss"
+        delay, hit = eventually(b, PARAPHRASE[1], "semantic-hit")
+        assert hit.parse().choices[0].message.content == first.parse().choices[0].message.content
+        eventually(b, PARAPHRASE[0], "exact-hit")
+        assert fresh_emulator.stats()["requests_total"] == 1
+
+        with running_proxy([tmp_path], state_url=redis_url) as late:  # started after the answer was stored
+            replica(late, embedder)
+            eventually(late, PARAPHRASE[0], "exact-hit", within_s=3.0)
+
+        removed = httpx.request("DELETE", f"{b.url}/v1/slipstream/cache", headers={"authorization": "Bearer sk-c"})
+        assert removed.status_code == 200
+        eventually(a, PARAPHRASE[0], "miss")  # a's copy is gone too
