@@ -20,8 +20,9 @@ def chat(proxy: RunningServer, text: str):
     return client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[{"role": "user", "content": text}], temperature=0)
 
 
-def eventually(proxy: RunningServer, text: str, status: str, within_s: float = 1.0):
-    """Ask until the answer has `status`; the replication delay must stay under `within_s`."""
+def eventually(proxy: RunningServer, text: str, status: str, within_s: float = 2.0):
+    """Ask until the answer has `status` within `within_s` (the design bound is 1 s; bench/shared_state.py
+    measures it — the margin here is for a loaded 2-core test machine, where one request can take 0.5 s)."""
     started = time.monotonic()
     while True:
         answer = chat(proxy, text)
