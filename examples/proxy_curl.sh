@@ -1,13 +1,50 @@
 #!/usr/bin/env bash
-# A plain curl session against a running proxy.
-#   slipstream emulate --port 8081 & ; slipstream serve --policy my-team.yaml &
-#   SLIPSTREAM_PROXY_URL=http://127.0.0.1:8080 SLIPSTREAM_TEAM_KEY=... examples/proxy_curl.sh
+# A plain curl session against the proxy.
+#
+#   examples/proxy_curl.sh
+#
+# starts what it needs (the provider emulator and a proxy whose team policy points at it, on free
+# loopback ports) and stops them on exit. To use a proxy you already run instead:
+#
+#   SLIPSTREAM_PROXY_URL=http://127.0.0.1:8080 SLIPSTREAM_TEAM_KEY=sk-slipstream-local examples/proxy_curl.sh
+#
+# `slipstream` is looked up on PATH, then in .venv/bin (the README's install).
 set -euo pipefail
-URL=${SLIPSTREAM_PROXY_URL:-http://127.0.0.1:8080}
+cd "$(dirname "$0")/.."
+
+if [ -z "${SLIPSTREAM_PROXY_URL:-}" ]; then
+  slipstream=$(command -v slipstream || echo .venv/bin/slipstream)
+  work=$(mktemp -d)
+  trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+  free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+  emulator_port=$(free_port)
+  proxy_port=$(free_port)
+  "$slipstream" emulate --port "$emulator_port" > "$work/emulator.log" 2>&1 &
+  cat > "$work/curl.yaml" <<POLICY
+team: curl
+api_keys: [{value: "sk-curl-example"}]
+providers:
+  claude: {kind: anthropic, base_url: "http://127.0.0.1:$emulator_port", api_key: "emulator-key"}
+  gpt: {kind: openai, base_url: "http://127.0.0.1:$emulator_port/v1", api_key: "emulator-key"}
+routes:
+  - match: {model: "claude-*"}
+    targets: [{provider: claude}]
+  - match: {model: "*"}
+    targets: [{provider: gpt}]
+POLICY
+  "$slipstream" serve --policy "$work/curl.yaml" --port "$proxy_port" > "$work/proxy.log" 2>&1 &
+  SLIPSTREAM_PROXY_URL="http://127.0.0.1:$proxy_port"
+  SLIPSTREAM_TEAM_KEY=sk-curl-example
+  for _ in $(seq 300); do  # up to 30 s: until the proxy says it is ready
+    curl -sf "$SLIPSTREAM_PROXY_URL/readyz" > /dev/null 2>&1 && break
+    sleep 0.1
+  done
+fi
+URL=$SLIPSTREAM_PROXY_URL
 KEY=${SLIPSTREAM_TEAM_KEY:-sk-slipstream-local}
 
-echo "# health"
-curl -sS "$URL/healthz"; echo
+echo "# ready"
+curl -sS "$URL/readyz"; echo
 
 echo "# OpenAI-shaped chat completion (headers shown)"
 curl -sS -D - "$URL/v1/chat/completions" -H "authorization: Bearer $KEY" -H "content-type: application/json" \

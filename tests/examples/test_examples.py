@@ -38,10 +38,27 @@ def test_proxy_curl_session(tmp_path, emulator):
     write_policy(tmp_path, "curl", "sk-curl", emulator.url)
     with running_proxy([tmp_path]) as proxy:
         out = run_example("proxy_curl.sh", env={"SLIPSTREAM_PROXY_URL": proxy.url, "SLIPSTREAM_TEAM_KEY": "sk-curl"})
-    assert '"status":"ok"' in out
+    _assert_curl_session(out)
+
+
+def _assert_curl_session(out: str) -> None:
+    assert '"status":"ready"' in out
     assert "x-slipstream-route: gpt/gpt-4o" in out
     assert "event: message_stop" in out
     assert "invalid_request_error" in out
+
+
+def test_proxy_curl_starts_what_it_needs():
+    """With no proxy URL given, the script starts the emulator and a proxy itself, and stops them."""
+    bin_dir = os.path.dirname(sys.executable)  # where `slipstream` is installed next to this Python
+    _assert_curl_session(run_example("proxy_curl.sh", env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}))
+
+
+def test_sdk_inside_agent_frameworks():
+    out = run_example("sdk_frameworks.py")
+    for name in ("langchain:", "pydantic-ai:", "openai-agents:"):
+        line = next(line for line in out.splitlines() if line.startswith(name))
+        assert len(line) > len(name) + 5  # a non-empty answer from the emulator, through the pipeline
 
 
 def test_streaming_cancel():
