@@ -149,6 +149,8 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
                 return "`max_tokens` must be greater than `thinking.budget_tokens`."
         if th.get("display") not in (None, "summarized", "omitted"):
             return "thinking.display: Input should be 'summarized' or 'omitted'"
+        if th["type"] != "disabled" and isinstance(tc, dict) and tc.get("type") in ("any", "tool"):
+            return "Thinking may not be enabled when tool_choice forces tool use."
     oc = body.get("output_config")
     if oc is not None:
         err = _validate_output_config(oc)

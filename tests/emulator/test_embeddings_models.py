@@ -57,6 +57,16 @@ def test_embedding_errors(emu, oai):
         assert r.status_code == 400 and r.json()["error"]["param"] == param, body
 
 
+def test_faults_apply_to_embeddings_and_models(oai, anth, emu):
+    emu.inject_fault("429:retry_after=0", path="/v1/embeddings")
+    with pytest.raises(openai.RateLimitError):
+        oai.embeddings.create(model=EMB, input="x")
+    emu.inject_fault("529", path="/v1/models")
+    with pytest.raises(anthropic.InternalServerError) as ei:
+        anth.models.list()
+    assert ei.value.status_code == 529 and emu.stats()["faults_injected"] == 2
+
+
 def test_models_openai_shape(oai):
     ids = [m.id for m in oai.models.list()]
     assert {"gpt-5-mini", "gpt-4o", EMB} <= set(ids)

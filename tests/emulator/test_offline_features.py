@@ -138,7 +138,12 @@ def test_agent_loops_end_after_a_tool_result(oai, anth):
     assert turn == 1 and a.content[0].type == "text"
 
 
-def test_thinking_budget_must_fit(anth):
-    with pytest.raises(anthropic.BadRequestError):
+def test_thinking_validation(anth):
+    with pytest.raises(anthropic.BadRequestError):  # the budget must fit under max_tokens
         anth.messages.create(model=CLAUDE, max_tokens=1000, messages=MSGS,
                              thinking={"type": "enabled", "budget_tokens": 1024})
+    with pytest.raises(anthropic.BadRequestError) as ei:
+        anth.messages.create(model=CLAUDE, max_tokens=2000, messages=MSGS, tools=[TOOL_ANTH],
+                             tool_choice={"type": "any"},
+                             thinking={"type": "enabled", "budget_tokens": 1024})
+    assert "forces tool use" in ei.value.message
