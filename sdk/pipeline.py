@@ -30,12 +30,23 @@ class PromptCacheReport:
 
 @dataclass(slots=True)
 class CompressionReport:
-    """Message tokens (tiktoken cl100k) before and after the compression stage (docs/compression.md)."""
+    """What the compression stage did (docs/compression.md): tokens (tiktoken cl100k) of the system
+    prompt and messages before and after, the places whose material was pruned, and the material
+    left whole, by place and reason."""
 
     before: int = 0
     after: int = 0
-    refused: int = 0  # documents left whole because pruning would drop a protected item
+    refused: int = 0  # pieces left whole because pruning would drop a protected item
     history: str = ""  # "compacted" | "pending" when history compaction acted
+    compressed: dict[str, int] = field(default_factory=dict)  # place -> pieces pruned
+    left: dict[str, int] = field(default_factory=dict)  # "place:reason" -> pieces left whole
+
+    def compress(self, place: str) -> None:
+        self.compressed[place] = self.compressed.get(place, 0) + 1
+
+    def leave(self, place: str, reason: str) -> None:
+        key = f"{place}:{reason}"
+        self.left[key] = self.left.get(key, 0) + 1
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sdk.compression.protection import DEFAULT_PROTECT, ProtectKind
 from sdk.errors import PolicyError
 from sdk.policy_advice import did_you_mean, keys_at
 
@@ -202,11 +203,10 @@ class DocumentCompression(_Strict):
 
     enabled: bool = True
     min_tokens: Annotated[int, Field(ge=1)] = 400  # smaller documents are left alone
-    ratio: Annotated[float, Field(gt=0, le=1)] = 0.5  # share of a document's prose tokens kept (code always kept)
+    ratio: Annotated[float, Field(gt=0, le=1)] = 0.4  # share of a piece's prose tokens kept (code always kept)
     max_tokens: Annotated[int, Field(ge=1)] | None = None  # and at most this many tokens per document
     scorer: Literal["static", "contextual"] = "static"
     neighbours: bool = True  # keep the sentence before one that refers back ("It", "This", "However", ...)
-    latest_turn: bool = True  # documents attached to the latest user turn (its question is never touched)
     marker: str = "[…]"  # replaces each run of dropped sentences
 
 
@@ -238,7 +238,9 @@ class CompressionPolicy(_Strict):
     documents: DocumentCompression = DocumentCompression()
     history: HistoryCompression = HistoryCompression()
     token_pruning: TokenPruning = TokenPruning()
-    protect: list[Literal["numbers", "identifiers", "entities"]] = ["numbers", "identifiers", "entities"]
+    # Where material is looked for (docs/compression.md, "Where the material is").
+    scope: list[Literal["system", "earlier_turns", "latest_turn"]] = ["system", "earlier_turns", "latest_turn"]
+    protect: list[ProtectKind] = list(DEFAULT_PROTECT)
     summarizer: Summarizer | None = None
 
     @model_validator(mode="after")

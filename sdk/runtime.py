@@ -104,9 +104,14 @@ def upstream_error_headers(ctx: RequestContext, exc: UpstreamHTTPError) -> dict[
 
 
 def _compression_header(report: CompressionReport) -> str:
+    """`before=N;after=M[;compressed=PLACE:K,...][;refused=K][;left=PLACE:REASON:K,...][;history=...]`."""
     value = f"before={report.before};after={report.after}"
+    if report.compressed:
+        value += ";compressed=" + ",".join(f"{place}:{n}" for place, n in sorted(report.compressed.items()))
     if report.refused:
         value += f";refused={report.refused}"
+    if report.left:
+        value += ";left=" + ",".join(f"{why}:{n}" for why, n in sorted(report.left.items()))
     if report.history:
         value += f";history={report.history}"
     return value

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sdk.compression import documents, extractive, tokens
+from sdk.compression import documents, extractive, places, tokens
 from sdk.compression.history import HistoryCompactor
+from sdk.compression.places import Found
 from sdk.compression.scoring import score_contextual, score_static
 from sdk.pipeline import CompressionReport
 
@@ -24,12 +27,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("slipstream.compression")
 _COUNTS: dict[str, int] = {}  # message text → tokens: conversations resend the same turns every time
 _MAX_COUNTS = 16_384
+_MAX_OUTCOMES = 1024  # compressed pieces remembered per team
+_MIN_CHARS_PER_TOKEN = 2  # cheap pre-filter: text shorter than this many characters per token cannot reach min_tokens
+_KNOWN = extractive.Prepared("", [], [], [], [], [], [], 0)  # placeholder for a piece whose outcome is remembered
 
 
 @dataclass(frozen=True, slots=True)
 class DocumentSettings:
     min_tokens: int
-    latest_turn: bool
+    scope: frozenset[str]  # places searched for material (sdk/compression/places.py)
     scorer: str  # "static" | "contextual"
     budget: extractive.Budget
 
@@ -38,7 +44,7 @@ class DocumentSettings:
 class Result:
     body: dict[str, Any]
     report: CompressionReport
-    removed: list[tuple[documents.Found, list[str]]] = field(default_factory=list)
+    removed: list[tuple[Found, list[str]]] = field(default_factory=list)
 
 
 class Compressor:
@@ -55,60 +61,111 @@ class Compressor:
         self.history = history
         self.embedder = embedder
         self.pruner = pruner
+        # Outcomes keyed by content (material, question, instructions): an earlier turn resent on
+        # every request is compressed once, and always to the same bytes.
+        self._outcomes: OrderedDict[tuple[str, str, str], extractive.Outcome] = OrderedDict()
+        self._outcomes_lock = threading.Lock()  # pieces compress in worker threads
 
     async def run(self, body: dict[str, Any]) -> Result:
         result = Result(body, CompressionReport())
-        counts = await asyncio.to_thread(_message_counts, body["messages"])
-        result.report.before = sum(counts)
-        if self.docs is not None:
-            found = documents.find_documents(body, self.docs.min_tokens, self.docs.latest_turn)
-            if found:
-                result.body = documents.apply(body, await self._prune(found, result))
-        if result.body is not body:
-            counts = await asyncio.to_thread(_message_counts, result.body["messages"])
+        if self.docs is not None and self.docs.scorer == "contextual":
+            counts = await self._contextual(result)
+        else:  # one trip to a worker thread for the whole request: on a busy CPU each trip waits its turn
+            counts = await asyncio.to_thread(self._static, result)
         if self.history is not None:
             messages = result.body["messages"]
-            compacted, result.report.history = self.history.apply(messages, counts, documents.frozen_until(body)[0] >= 0)
+            compacted, result.report.history = self.history.apply(messages, counts[1:], places.frozen_until(body)[0] >= 0)
             if compacted is not messages:
                 result.body = {**result.body, "messages": compacted}
-                counts = await asyncio.to_thread(_message_counts, compacted)
+                counts = await asyncio.to_thread(_body_counts, result.body)
         result.report.after = sum(counts)
         return result
 
-    async def _prune(self, found: list[documents.Found], result: Result) -> dict[documents.Found, str]:
-        assert self.docs is not None
-        if self.docs.scorer == "contextual":
-            prepared = await asyncio.to_thread(self._prepare, found)
-            embedder = self.embedder()
-            scores = [await score_contextual(embedder, f.query, p.units) for f, p in prepared]
-            outcomes = await asyncio.to_thread(lambda: [self._finish(p, s) for (_, p), s in zip(prepared, scores, strict=True)])
-        else:  # one trip to the worker thread for the whole request
-            prepared, outcomes = await asyncio.to_thread(self._static, found)
-        replacements = {}
-        for (f, _), outcome in zip(prepared, outcomes, strict=True):
+    def _static(self, result: Result) -> list[int]:
+        """Count, locate, prune with the static scorer and write back; the final body's counts."""
+        found, counts = self._locate(result)
+        if not found:
+            return counts
+        prepared = self._prepare(found)
+        outcomes = [o if o is not None else self._finish(f, p, score_static(f.query, p.units, p.words)) for f, p, o in prepared]
+        return self._apply(result, prepared, outcomes, counts)
+
+    async def _contextual(self, result: Result) -> list[int]:
+        found, counts = await asyncio.to_thread(self._locate, result)
+        if not found:
+            return counts
+        prepared = await asyncio.to_thread(self._prepare, found)
+        embedder = self.embedder()
+        scores = [None if o is not None else await score_contextual(embedder, f.query, p.units, p.words) for f, p, o in prepared]
+        outcomes = await asyncio.to_thread(lambda: [o if o is not None else self._finish(f, p, s) for (f, p, o), s in zip(prepared, scores, strict=True)])
+        return await asyncio.to_thread(self._apply, result, prepared, outcomes, counts)
+
+    def _locate(self, result: Result) -> tuple[list[Found], list[int]]:
+        """The material to prune, and the token counts of the body as sent (system, then each message)."""
+        counts = _body_counts(result.body)
+        result.report.before = sum(counts)
+        if self.docs is None:
+            return [], counts
+        located = places.locate(result.body, self.docs.scope, self.docs.min_tokens * _MIN_CHARS_PER_TOKEN)
+        for place, reason in located.left:
+            result.report.leave(place, reason)
+        return located.found, counts
+
+    def _apply(self, result: Result, prepared: list[tuple[Found, extractive.Prepared, extractive.Outcome | None]], outcomes: list[extractive.Outcome], counts: list[int]) -> list[int]:
+        """Write the outcomes into a new body; its counts (or `counts`, the unchanged body's)."""
+        edits: dict[tuple[int, int, str], list[documents.Edit]] = {}
+        for (f, _, _), outcome in zip(prepared, outcomes, strict=True):
             if outcome.refused:
                 result.report.refused += 1
-                log.info("team %s: document in messages[%d] left whole: pruning would drop %s", self.team, f.message, ", ".join(outcome.refused[:10]))
+                result.report.leave(f.place, "protected_items")
+                log.info("team %s: %s material in %s left whole: pruning would drop %s", self.team, f.place, _where(f), ", ".join(outcome.refused[:10]))
             elif outcome.text != f.text:
-                replacements[f] = outcome.text
+                edits.setdefault((f.message, f.block, f.key), []).append((f.start, f.end, outcome.text))
+                result.report.compress(f.place)
                 result.removed.append((f, outcome.removed))
-        return replacements
+        if not edits:
+            return counts
+        result.body = documents.apply(result.body, edits)
+        return _body_counts(result.body)
 
-    def _prepare(self, found: list[documents.Found]) -> list[tuple[documents.Found, extractive.Prepared]]:
+    def _prepare(self, found: list[Found]) -> list[tuple[Found, extractive.Prepared, extractive.Outcome | None]]:
+        """Each piece prepared, with its outcome when this content was compressed before."""
         assert self.docs is not None
-        prepared = [(f, extractive.prepare(f.text)) for f in found]
-        return [(f, p) for f, p in prepared if p.total >= self.docs.min_tokens]
+        out = []
+        for f in found:
+            known = self._remembered((f.text, f.query, f.instructions))
+            prepared = extractive.prepare(f.text) if known is None else _KNOWN
+            if known is not None or prepared.total >= self.docs.min_tokens:
+                out.append((f, prepared, known))
+        return out
 
-    def _static(self, found: list[documents.Found]) -> tuple[list[tuple[documents.Found, extractive.Prepared]], list[extractive.Outcome]]:
-        prepared = self._prepare(found)
-        return prepared, [self._finish(p, score_static(f.query, p.units)) for f, p in prepared]
-
-    def _finish(self, prepared: extractive.Prepared, scores: list[float]) -> extractive.Outcome:
+    def _finish(self, found: Found, prepared: extractive.Prepared, scores: list[float]) -> extractive.Outcome:
         assert self.docs is not None
-        outcome = extractive.finish(prepared, scores, self.docs.budget)
+        outcome = extractive.finish(prepared, scores, self.docs.budget, found.query, found.instructions)
         if self.pruner is not None and not outcome.refused:
-            return self.pruner.prune(outcome, self.docs.budget)
+            outcome = self.pruner.prune(outcome, self.docs.budget, found.query)
+        with self._outcomes_lock:
+            self._outcomes[(found.text, found.query, found.instructions)] = outcome
+            if len(self._outcomes) > _MAX_OUTCOMES:
+                self._outcomes.popitem(last=False)
         return outcome
+
+    def _remembered(self, key: tuple[str, str, str]) -> extractive.Outcome | None:
+        with self._outcomes_lock:
+            outcome = self._outcomes.get(key)
+            if outcome is not None:
+                self._outcomes.move_to_end(key)
+            return outcome
+
+
+def _where(found: Found) -> str:
+    return "system" if found.message == documents.SYSTEM else f"messages[{found.message}]"
+
+
+def _body_counts(body: dict[str, Any]) -> list[int]:
+    """Tokens of the system prompt, then of each message."""
+    system = body.get("system")
+    return [_count(_message_text({"content": system})), *_message_counts(body["messages"])]
 
 
 def _message_counts(messages: list[Any]) -> list[int]:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from sdk.compression import tokens
 from sdk.compression.budget import Candidate, render, select
-from sdk.compression.protection import find_items
+from sdk.compression.protection import unit_items
+from sdk.compression.scoring import words
 from sdk.compression.splitting import split_units
 
 
@@ -33,9 +34,11 @@ class Budget:
 class Prepared:
     text: str
     units: list[str]
+    starts: list[int]  # offset of each unit in `text`
     gaps: list[str]  # whitespace before each unit, and after the last
     code: list[bool]
     counts: list[int]
+    words: list[list[str]]  # each unit's lower-case words without stop words (scoring and protection)
     total: int  # tokens of the whole document
 
 
@@ -54,13 +57,19 @@ def prepare(text: str) -> Prepared:
     ends = [0] + [u.end for u in spans]
     gaps = [text[ends[i] : spans[i].start] for i in range(len(spans))] + [text[ends[-1] :]]
     counts = tokens.count_many(units)
-    return Prepared(text, units, gaps, [u.code for u in spans], counts, tokens.count(text))
+    # The whole document's count is the units' sum: the whitespace between units rarely adds a token,
+    # and a second pass of the tokenizer over the document costs as much as the first.
+    return Prepared(text, units, [u.start for u in spans], gaps, [u.code for u in spans], counts, [words(u) for u in units], sum(counts))
 
 
-def finish(prepared: Prepared, scores: list[float], budget: Budget) -> Outcome:
+def finish(prepared: Prepared, scores: list[float], budget: Budget, query: str, instructions: str) -> Outcome:
+    """Select and render. `query` is the question the scores rank against; `instructions` the text
+    around the material (query-aware protection reads both)."""
+    unit_words = [set(w) if not code else set() for w, code in zip(prepared.words, prepared.code, strict=True)]
+    items = unit_items(prepared.text, prepared.starts, unit_words, budget.protect, query, instructions) if budget.protect else [frozenset()] * len(prepared.units)
     candidates = [
-        Candidate(text, count, score, code, frozenset(find_items(text, budget.protect)) if not code else frozenset())
-        for text, count, score, code in zip(prepared.units, prepared.counts, scores, prepared.code, strict=True)
+        Candidate(text, count, score, code, unit if not code else frozenset())
+        for text, count, score, code, unit in zip(prepared.units, prepared.counts, scores, prepared.code, items, strict=True)
     ]
     code = sum(count for count, is_code in zip(prepared.counts, prepared.code, strict=True) if is_code)
     target = budget.prose_tokens(sum(prepared.counts) - code, code)
@@ -69,7 +78,8 @@ def finish(prepared: Prepared, scores: list[float], budget: Budget) -> Outcome:
     if not selection.accepted or all(selection.keep):
         return unchanged
     text = render(prepared.units, prepared.gaps, selection.keep, budget.marker)
-    after = tokens.count(text)
+    runs = sum(1 for i, kept in enumerate(selection.keep) if not kept and (i == 0 or selection.keep[i - 1]))
+    after = sum(n for n, kept in zip(prepared.counts, selection.keep, strict=True) if kept) + runs * tokens.count(budget.marker)
     if after >= prepared.total:  # markers cost more than what was dropped: keep the original
         return unchanged
     removed = [unit for unit, kept in zip(prepared.units, selection.keep, strict=True) if not kept]

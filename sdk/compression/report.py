@@ -20,8 +20,20 @@ REQUESTS = Counter(
 )
 REFUSALS = Counter(
     "slipstream_compression_refusals_total",
-    "Documents left whole because pruning them would drop a protected item",
+    "Pieces of material left whole because pruning them would drop a protected item",
     ("team",),
+    registry=REGISTRY,
+)
+PIECES = Counter(
+    "slipstream_compression_pieces_total",
+    "Pieces of material pruned, by place (system, earlier_turns, latest_turn)",
+    ("team", "place"),
+    registry=REGISTRY,
+)
+LEFT = Counter(
+    "slipstream_compression_left_total",
+    "Pieces of material left whole, by place and reason (no_question, no_lead_in, cached_prefix, protected_items)",
+    ("team", "place", "reason"),
     registry=REGISTRY,
 )
 HISTORY = Counter(

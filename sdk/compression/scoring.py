@@ -92,8 +92,8 @@ def warm_up_in_background() -> None:
     threading.Thread(target=static_vectors, name="slipstream-compression-warmup", daemon=True).start()
 
 
-def score_static(query: str, units: list[str]) -> list[float]:
-    terms = _Terms.build([words(u) for u in units], words(query))
+def score_static(query: str, units: list[str], unit_words: list[list[str]] | None = None) -> list[float]:
+    terms = _Terms.build(unit_words if unit_words is not None else [words(u) for u in units], words(query))
     if not terms.vocabulary:
         return [0.0] * len(units)
     vectors = static_vectors().matrix(terms.vocabulary)
@@ -109,10 +109,10 @@ def score_static(query: str, units: list[str]) -> list[float]:
     return _mix(semantic, terms.bm25())
 
 
-async def score_contextual(embedder: Embedder, query: str, units: list[str]) -> list[float]:
+async def score_contextual(embedder: Embedder, query: str, units: list[str], unit_words: list[list[str]] | None = None) -> list[float]:
     vectors = await asyncio.gather(embedder.embed(query), *(embedder.embed(u) for u in units))
     semantic = np.stack(vectors[1:]) @ vectors[0]
-    terms = _Terms.build([words(u) for u in units], words(query))
+    terms = _Terms.build(unit_words if unit_words is not None else [words(u) for u in units], words(query))
     return _mix(semantic, terms.bm25() if terms.vocabulary else np.zeros(len(units)))
 
 

@@ -15,7 +15,11 @@ _FENCE = re.compile(r"^(```|~~~)[^\n]*\n.*?(?:^\1[ \t]*$|\Z)", re.MULTILINE | re
 # An indented block: consecutive lines starting with 4 spaces or a tab (after a blank line).
 _INDENTED = re.compile(r"(?:(?<=\n\n)|\A)(?:(?:    |\t)[^\n]*(?:\n|\Z)|[ \t]*\n(?=    |\t))+")
 # Sentence ends: . ! ? (optionally closed by quotes/brackets) followed by space and a likely start.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[*`_-])")
+# Not after a title or a common abbreviation ("Dr. Lindqvist", "e.g. Foo"): that is no sentence end.
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bSt\.)(?<!\bNo\.)(?<!\bvs\.)"
+    r"(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\bcf\.)(?<!\bFig\.)[\"')\]]*\s+(?=[A-Z0-9\"'(\[*`_-])"
+)
 _BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+•]|\d+[.)])\s)")  # paragraphs and list items
 _WORD_GAP = re.compile(r"\s+")
 MAX_UNIT_CHARS = 400  # ~100 tokens: longer runs (tables, logs) are cut at line or word gaps

@@ -19,6 +19,7 @@ from typing import Any
 from sdk.compression import tokens
 from sdk.compression.extractive import Budget, Outcome
 from sdk.compression.protection import protected_spans
+from sdk.compression.scoring import words
 from sdk.compression.splitting import split_units
 from sdk.services import MODEL_LOAD_LOCK
 
@@ -80,22 +81,24 @@ class TokenPruner:
         """Load the demo model now (the proxy's readiness), not on the first pruned request."""
         _model()
 
-    def prune(self, outcome: Outcome, budget: Budget) -> Outcome:
+    def prune(self, outcome: Outcome, budget: Budget, query: str) -> Outcome:
+        """Drop words of `outcome.text`; words the question uses stay when `query` protection is on."""
         text = outcome.text
         blocked = [(u.start, u.end) for u in split_units(text) if u.code] + protected_spans(text, self.protect)
         blocked += [(m.start(), m.end()) for m in re.finditer(re.escape(budget.marker), text)]
-        words = [m.span() for m in _WORD.finditer(text)]
-        eligible = [i for i, (s, e) in enumerate(words) if not any(s < be and bs < e for bs, be in blocked)]
+        asked = set(words(query)) if "query" in self.protect else set()
+        words_at = [m.span() for m in _WORD.finditer(text)]
+        eligible = [i for i, (s, e) in enumerate(words_at) if not any(s < be and bs < e for bs, be in blocked) and not (asked & set(words(text[s:e])))]
         if not eligible:
             return outcome
         scores, offsets = _model().surprisal(text)
-        word_scores = _word_scores(words, scores, offsets)
+        word_scores = _word_scores(words_at, scores, offsets)
         drop_count = int(len(eligible) * (1 - self.ratio))
         dropped = set(sorted(eligible, key=lambda i: (word_scores[i], i))[:drop_count])
         if not dropped:
             return outcome
-        pruned = _without(text, words, dropped)
-        return Outcome(pruned, outcome.before, tokens.count(pruned), [], [*outcome.removed, *(text[slice(*words[i])] for i in sorted(dropped))])
+        pruned = _without(text, words_at, dropped)
+        return Outcome(pruned, outcome.before, tokens.count(pruned), [], [*outcome.removed, *(text[slice(*words_at[i])] for i in sorted(dropped))])
 
 
 def _word_scores(words: list[tuple[int, int]], scores: list[float], offsets: list[Any]) -> list[float]:

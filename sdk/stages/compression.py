@@ -66,13 +66,18 @@ class CompressionStage:
         report.TOKENS.labels(self.team, "after").inc(summary.after)
         if summary.refused:
             report.REFUSALS.labels(self.team).inc(summary.refused)
+        for place, n in summary.compressed.items():
+            report.PIECES.labels(self.team, place).inc(n)
+        for why, n in summary.left.items():
+            place, reason = why.split(":", 1)
+            report.LEFT.labels(self.team, place, reason).inc(n)
         outcome = "compressed" if summary.after < summary.before else "refused" if summary.refused else "unchanged"
         report.REQUESTS.labels(self.team, outcome).inc()
         if log.isEnabledFor(logging.DEBUG):
             for found, removed in result.removed:
                 log.debug(
-                    "team %s: messages[%d] document pruned against %r; removed %d units: %s",
-                    self.team, found.message, found.query[:200], len(removed), " | ".join(removed)[:4000],
+                    "team %s: %s material (message %d) pruned against %r; removed %d units: %s",
+                    self.team, found.place, found.message, found.query[:200], len(removed), " | ".join(removed)[:4000],
                 )
 
 
@@ -99,7 +104,7 @@ def _document_settings(config: CompressionPolicy) -> DocumentSettings | None:
     if not documents.enabled:
         return None
     budget = Budget(documents.ratio, documents.max_tokens, documents.neighbours, documents.marker, tuple(config.protect))
-    return DocumentSettings(documents.min_tokens, documents.latest_turn, documents.scorer, budget)
+    return DocumentSettings(documents.min_tokens, frozenset(config.scope), documents.scorer, budget)
 
 
 def _history(policy: Policy) -> HistoryCompactor:

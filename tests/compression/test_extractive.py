@@ -27,7 +27,7 @@ NO_PROTECTION = extractive.Budget(ratio=0.5, max_tokens=None, neighbours=True, m
 
 def compress(text: str, question: str, budget: extractive.Budget = NO_PROTECTION) -> extractive.Outcome:
     prepared = extractive.prepare(text)
-    return extractive.finish(prepared, score_static(question, prepared.units), budget)
+    return extractive.finish(prepared, score_static(question, prepared.units), budget, question, "")
 
 
 def answer_sentence(text: str, phrase: str) -> str:

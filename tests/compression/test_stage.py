@@ -37,7 +37,7 @@ async def test_documents_are_pruned_and_everything_else_is_sent_unchanged(make_r
     assert question == {"type": "text", "text": QUESTION}
     assert "When the iterator is exhausted" in document_text["text"].replace("\n", " ") and "[…]" in document_text["text"]
     header = slipstream_headers(ctx, answer)["x-slipstream-compression"]
-    assert header == f"before={ctx.compression.before};after={ctx.compression.after}"
+    assert header == f"before={ctx.compression.before};after={ctx.compression.after};compressed=latest_turn:1;left=system:no_lead_in:1"  # long instructions, no material announced
     assert ctx.compression.after < 0.6 * ctx.compression.before
     assert REGISTRY.get_sample_value("slipstream_compression_tokens_total", {"team": "docs", "when": "before"}) >= ctx.compression.before
     assert REGISTRY.get_sample_value("slipstream_compression_requests_total", {"team": "docs", "outcome": "compressed"}) >= 1
@@ -58,23 +58,59 @@ async def test_tagged_documents_and_document_blocks_in_openai_and_anthropic(make
     assert sent_block["title"] == "Python reference" and len(sent_block["source"]["data"]) < 0.6 * len(FILLER)
 
 
-async def test_latest_question_cached_prefix_and_citations_are_never_touched(make_runtime, fresh_emulator):
+async def test_cached_prefix_and_citations_are_never_touched(make_runtime, fresh_emulator):
     runtime = make_runtime("{enabled: true, protect: []}")
-    plain = anthropic_body([{"type": "text", "text": FILLER + "\n\n" + QUESTION}])  # one text: it is all question
     cited = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": FILLER}, "citations": {"enabled": True}}
     marked = anthropic_body([{"type": "text", "text": FILLER, "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": QUESTION}])
     earlier = {"role": "user", "content": [{"type": "text", "text": FILLER}, {"type": "text", "text": "Summarize it.", "cache_control": {"type": "ephemeral"}}]}
     multi_turn = anthropic_body([{"type": "text", "text": QUESTION}])
     multi_turn["messages"] = [earlier, {"role": "assistant", "content": "Done."}, *multi_turn["messages"]]
-    for body in (plain, anthropic_body([cited, {"type": "text", "text": QUESTION}]), marked, multi_turn):
+    for body in (anthropic_body([cited, {"type": "text", "text": QUESTION}]), marked, multi_turn):
         answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
         assert sent_body(fresh_emulator)["messages"] == body["messages"]
         assert ctx.compression.before == ctx.compression.after
         assert slipstream_headers(ctx, answer)["x-slipstream-compression"].startswith("before=")
 
 
-async def test_latest_turn_off_compresses_only_earlier_turns(make_runtime, fresh_emulator):
-    runtime = make_runtime("{enabled: true, protect: [], documents: {latest_turn: false}}")
+async def test_plain_rag_prompts_are_compressed_with_the_question_byte_identical(make_runtime, fresh_emulator):
+    """The issue's prompts: reference material pasted into a plain user message, in the system
+    prompt, or before the question of the latest message; defaults only (ratio as the user set it)."""
+    runtime = make_runtime("{enabled: true, documents: {ratio: 0.5}}")
+    pasted = {"role": "user", "content": "Reference documents:\n\n" + FILLER}
+    ack = {"role": "assistant", "content": "Thanks, I have read them."}
+    body = {"model": "gpt-test", "messages": [pasted, ack, {"role": "user", "content": QUESTION}]}
+    answer, ctx = await runtime.handle(LLMRequest(Endpoint.CHAT_COMPLETIONS, copy.deepcopy(body)))
+    sent = sent_body(fresh_emulator)["messages"]
+    assert sent[1:] == body["messages"][1:] and sent[0]["content"].startswith("Reference documents:\n\n")
+    assert "When the iterator is exhausted" in sent[0]["content"].replace("\n", " ") and ctx.compression.after < 0.65 * ctx.compression.before
+    assert "compressed=earlier_turns:1" in slipstream_headers(ctx, answer)["x-slipstream-compression"]
+
+    system = "You answer questions about Python.\n\nUse the following documentation:\n\n" + FILLER
+    body = {"model": "claude-test", "max_tokens": 8, "system": system, "messages": [{"role": "user", "content": QUESTION}]}
+    _, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
+    sent = sent_body(fresh_emulator)
+    assert sent["system"].startswith("You answer questions about Python.\n\nUse the following documentation:\n") and len(sent["system"]) < 0.65 * len(system)
+    assert sent["messages"] == body["messages"] and ctx.compression.compressed == {"system": 1}
+
+    latest = f"Here are the relevant documents:\n\n{FILLER}\n\nQuestion: {QUESTION}"
+    body = anthropic_body([{"type": "text", "text": latest}])
+    _, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
+    text = sent_body(fresh_emulator)["messages"][0]["content"][0]["text"]
+    assert text.startswith("Here are the relevant documents:\n\n") and text.endswith(f"\n\nQuestion: {QUESTION}") and len(text) < 0.65 * len(latest)
+    assert sent_body(fresh_emulator)["system"] == SYSTEM  # no lead-in announces material: instructions stay whole
+
+
+async def test_material_left_whole_is_counted_with_its_reason(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true}")
+    body = anthropic_body([{"type": "text", "text": FILLER}])  # long, and no question to tell apart
+    answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
+    assert sent_body(fresh_emulator)["messages"] == body["messages"]
+    assert slipstream_headers(ctx, answer)["x-slipstream-compression"].endswith(";left=latest_turn:no_question:1,system:no_lead_in:1")
+    assert REGISTRY.get_sample_value("slipstream_compression_left_total", {"team": "docs", "place": "latest_turn", "reason": "no_question"}) >= 1
+
+
+async def test_scope_limits_the_places(make_runtime, fresh_emulator):
+    runtime = make_runtime("{enabled: true, protect: [], scope: [earlier_turns]}")
     doc_turn = {"role": "user", "content": [{"type": "text", "text": FILLER}, {"type": "text", "text": QUESTION}]}
     body = anthropic_body([{"type": "text", "text": document("while")}, {"type": "text", "text": "And while loops?"}])
     body["messages"] = [doc_turn, {"role": "assistant", "content": "It ends."}, *body["messages"]]
@@ -84,11 +120,11 @@ async def test_latest_turn_off_compresses_only_earlier_turns(make_runtime, fresh
 
 
 async def test_refusal_is_reported_in_header_and_metrics(make_runtime, fresh_emulator):
-    runtime = make_runtime("{enabled: true, documents: {ratio: 0.05}}")  # default protection
+    runtime = make_runtime("{enabled: true, protect: [numbers, identifiers, entities], documents: {ratio: 0.05}}")  # the broad protection
     body = anthropic_body([{"type": "text", "text": FILLER}, {"type": "text", "text": QUESTION}])
     answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, copy.deepcopy(body)))
     assert sent_body(fresh_emulator)["messages"] == body["messages"]
-    assert slipstream_headers(ctx, answer)["x-slipstream-compression"].endswith(";refused=1")
+    assert slipstream_headers(ctx, answer)["x-slipstream-compression"].endswith(";refused=1;left=latest_turn:protected_items:1,system:no_lead_in:1")
     assert REGISTRY.get_sample_value("slipstream_compression_refusals_total", {"team": "docs"}) >= 1
 
 
