@@ -19,7 +19,8 @@ time per request, scaled to 4,000 tokens, and its CPU time (all threads; what a 
 when the machine is not shared, since these machines are).
 
 Settings compare protection and scorers: `default` (the policy defaults), `none` (`protect: []`),
-`broad` (the first version's default: numbers, identifiers, entities), `contextual` (full MiniLM),
+`broad` (the first version's default: numbers, identifiers, entities), `contextual` (full MiniLM;
+`contextual_unprotected` without protection, to see what the scorer alone finds),
 `tokens` (token pruning with the demo model on top of the defaults), `ratio=X` (default with
 documents.ratio X). Settings the code under test rejects are skipped (so the same file measures the
 previous version).
@@ -48,6 +49,7 @@ SETTINGS = {
     "none": {"protect": []},
     "broad": {"protect": ["numbers", "identifiers", "entities"]},
     "contextual": {"documents": {"scorer": "contextual"}},
+    "contextual_unprotected": {"protect": [], "documents": {"scorer": "contextual"}},
     "tokens": {"token_pruning": {"enabled": True}},
 }
 
@@ -196,7 +198,7 @@ async def main_async(args: argparse.Namespace) -> None:
             built = compressor(settings, Path(tmp))
             if built is None:
                 continue
-            subset = cases[: args.slow_cases] if name in ("contextual", "tokens") else cases
+            subset = cases[: args.slow_cases] if name.startswith(("contextual", "tokens")) else cases
             await built.run(request(subset[0], "system"))  # load MiniLM's table (and the demo model) outside the timings
             for position in positions:
                 row = await evaluate(built.run, subset, position, args.show_misses)
