@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from sdk.cache.store import CacheStore, NewEntry, TeamLimits
+from sdk.extras import missing_extra_message
 from sdk.state.redis import RedisState
 
 log = logging.getLogger("slipstream.cache")
@@ -34,6 +35,9 @@ _BLOCK_MS = 1000
 
 class CacheReplicator:
     def __init__(self, shared: RedisState, store: CacheStore):
+        missing = missing_extra_message("redis", "a response cache shared through Redis")
+        if missing:
+            raise RuntimeError(missing)
         self.shared = shared
         self.store = store
         self.stream = shared.key("cache:events")

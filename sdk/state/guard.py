@@ -23,15 +23,10 @@ from sdk.metrics import STATE_BACKEND_UP
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Refusal, Settlement, StateBackend
 from sdk.state.local import LocalState
 from sdk.state.redis import RedisState
+from sdk.state.resp import RespError
 
 log = logging.getLogger("slipstream.state")
 T = TypeVar("T")
-
-
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    from redis.exceptions import RedisError
-
-    return (RedisError, OSError, TimeoutError)
 
 
 class GuardedState:
@@ -44,7 +39,6 @@ class GuardedState:
         self.up = True  # until a call says otherwise; the first sync runs at once
         self.down_since: float | None = None
         self.last_error = ""
-        self._errors = _redis_errors()
         self._where: dict[str, StateBackend] = {}  # lease → the backend that admitted it
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -146,10 +140,10 @@ class GuardedState:
         try:
             async with asyncio.timeout(self.shared.timeout_s):
                 return await call()
-        except self._errors as exc:
+        except (RespError, OSError, TimeoutError) as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
-                raise asyncio.CancelledError from exc  # redis-py reports a cancelled read as a connection error
+                raise asyncio.CancelledError from exc  # a cancelled request, not a failed Redis
             self._went_down(exc)
             return _DOWN
 

@@ -112,3 +112,18 @@ async def _sleep(seconds: float) -> None:
     import asyncio
 
     await asyncio.sleep(seconds)
+
+
+async def test_a_password_and_a_database_in_the_url():
+    from gateway.testing import running_redis
+
+    with running_redis(password="s3cret") as server:
+        state = open_state(server.url.replace("/0", "/3") + "?timeout_ms=500")
+        assert await state.admit(Admission("", (Rate("rpm", 1, 1),))) is None
+        assert (await state.admit(Admission("", (Rate("rpm", 1, 1),)))).kind == "rate"  # the bucket is in Redis
+        assert state.status()["up"] is True
+        await state.close()
+        wrong = open_state(f"redis://:nope@127.0.0.1:{server.port}/0?timeout_ms=500")
+        assert await wrong.admit(Admission("", (Rate("rpm", 1, 1),))) is None  # refused by Redis: served locally
+        assert wrong.status()["mode"] == "degraded" and "WRONGPASS" in wrong.status()["last_error"]
+        await wrong.close()
