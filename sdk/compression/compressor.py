@@ -7,6 +7,7 @@ event loop; the contextual scorer awaits the shared embedder, which batches in i
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 from collections import OrderedDict
@@ -61,9 +62,9 @@ class Compressor:
         self.history = history
         self.embedder = embedder
         self.pruner = pruner
-        # Outcomes keyed by content (material, question, instructions): an earlier turn resent on
-        # every request is compressed once, and always to the same bytes.
-        self._outcomes: OrderedDict[tuple[str, str, str], extractive.Outcome] = OrderedDict()
+        # Outcomes keyed by a digest of the content (material, question, instructions): an earlier
+        # turn resent on every request is compressed once, and always to the same bytes.
+        self._outcomes: OrderedDict[bytes, extractive.Outcome] = OrderedDict()
         self._outcomes_lock = threading.Lock()  # pieces compress in worker threads
 
     async def run(self, body: dict[str, Any]) -> Result:
@@ -133,7 +134,7 @@ class Compressor:
         assert self.docs is not None
         out = []
         for f in found:
-            known = self._remembered((f.text, f.query, f.instructions))
+            known = self._remembered(_content_key(f))
             prepared = extractive.prepare(f.text) if known is None else _KNOWN
             if known is not None or prepared.total >= self.docs.min_tokens:
                 out.append((f, prepared, known))
@@ -145,17 +146,21 @@ class Compressor:
         if self.pruner is not None and not outcome.refused:
             outcome = self.pruner.prune(outcome, self.docs.budget, found.query)
         with self._outcomes_lock:
-            self._outcomes[(found.text, found.query, found.instructions)] = outcome
+            self._outcomes[_content_key(found)] = outcome
             if len(self._outcomes) > _MAX_OUTCOMES:
                 self._outcomes.popitem(last=False)
         return outcome
 
-    def _remembered(self, key: tuple[str, str, str]) -> extractive.Outcome | None:
+    def _remembered(self, key: bytes) -> extractive.Outcome | None:
         with self._outcomes_lock:
             outcome = self._outcomes.get(key)
             if outcome is not None:
                 self._outcomes.move_to_end(key)
             return outcome
+
+
+def _content_key(found: Found) -> bytes:
+    return hashlib.blake2b(f"{found.text}\0{found.query}\0{found.instructions}".encode(), digest_size=16).digest()
 
 
 def _where(found: Found) -> str:

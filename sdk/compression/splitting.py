@@ -20,6 +20,21 @@ _SENTENCE_END = re.compile(
     r"(?<=[.!?])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bSt\.)(?<!\bNo\.)(?<!\bvs\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\bcf\.)(?<!\bFig\.)[\"')\]]*\s+(?=[A-Z0-9\"'(\[*`_-])"
 )
+# Code pasted without a fence or indentation: a paragraph whose lines mostly read as code.
+_CODE_LINE = re.compile(
+    r"\s*(?:"
+    r"(?:def|class|if|elif|else|for|while|with|try|except|finally|async def)\b[^\n]*:"  # Python block openers
+    r"|from\s+[\w.]+\s+import\b.*|import\s+[\w.]+(?:\s*,\s*[\w.]+)*(?:\s+as\s+\w+)?"
+    r"|@\w[\w.]*(?:\(.*\))?"  # decorators
+    r"|.*[;{}]"  # C-like statements and braces
+    r"|[}\])]+[;,)]*"
+    r"|\"[^\"\n]+\"\s*:.*"  # JSON / YAML keys
+    r"|[A-Za-z_][\w.\[\]\"']*\s*[-+*/%|&]?=\s*\S.*"  # assignments
+    r"|[\w.]+\([^()\n]*\)"  # a call on its own line
+    r")\s*"
+)
+_PARAGRAPH = re.compile(r"[^\n]+(?:\n[^\n]*\S[^\n]*)*")
+CODE_LINE_SHARE = 0.6
 _BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+•]|\d+[.)])\s)")  # paragraphs and list items
 _WORD_GAP = re.compile(r"\s+")
 MAX_UNIT_CHARS = 400  # ~100 tokens: longer runs (tables, logs) are cut at line or word gaps
@@ -52,7 +67,15 @@ def _code_spans(text: str) -> list[tuple[int, int]]:
     for m in _INDENTED.finditer(text):
         if m.end() > m.start() and not any(s <= m.start() < e for s, e in spans):
             spans.append(m.span())
+    for m in _PARAGRAPH.finditer(text):
+        if not any(s <= m.start() < e for s, e in spans) and _looks_like_code(m.group()):
+            spans.append(m.span())
     return sorted(spans)
+
+
+def _looks_like_code(paragraph: str) -> bool:
+    lines = [line for line in paragraph.split("\n") if line.strip()]
+    return len(lines) >= 2 and sum(1 for line in lines if _CODE_LINE.fullmatch(line)) >= CODE_LINE_SHARE * len(lines)
 
 
 def _prose_units(text: str, start: int, end: int) -> list[Unit]:

@@ -54,8 +54,15 @@ def test_output_is_original_sentences_in_original_order():
     assert outcome.removed and all(unit in text for unit in outcome.removed)
 
 
-def test_code_blocks_are_kept_whole():
-    code = "```python\ndef quota(user):\n    return LIMITS[user] * 2\n```"
+@pytest.mark.parametrize(
+    "code",
+    [
+        "```python\ndef quota(user):\n    return LIMITS[user] * 2\n```",
+        "def quota(user):\n    return LIMITS[user] * 2\nlimit = quota('ann')\nprint(limit)",  # pasted without a fence
+        '{\n  "tenant": "acme",\n  "max_requests": 4096\n}',
+    ],
+)
+def test_code_blocks_are_kept_whole(code: str):
     text = document("while", "try") + "\n\n" + code + "\n\n" + document("del")
     outcome = compress(text, "How is deletion defined?")
     assert outcome.after < outcome.before and code in outcome.text
