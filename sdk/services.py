@@ -87,12 +87,20 @@ class Services:
             return self._embedding_cache
 
     def response_store(self) -> ResponseStore:
-        """Stored Responses API responses (previous_response_id, GET/DELETE by id), under data_dir."""
+        """Stored Responses API responses (previous_response_id, GET/DELETE by id), under data_dir, or
+        in Redis when replicas share state (sdk/responses/redis_store.py)."""
+        shared = self.shared_state()
         with self._lock:
             if self._response_store is None:
                 from sdk.responses.store import SQLiteResponseStore
 
-                self._response_store = SQLiteResponseStore(self.data_dir / "responses.sqlite3")
+                local = SQLiteResponseStore(self.data_dir / "responses.sqlite3")
+                if shared is not None:
+                    from sdk.responses.redis_store import RedisResponseStore
+
+                    self._response_store = RedisResponseStore(shared, local)
+                else:
+                    self._response_store = local
             return self._response_store
     async def close(self) -> None:
         """Release what holds connections (the state backend's clients); the process goes on."""

@@ -49,7 +49,7 @@ class GuardedState:
 
     async def admit(self, admission: Admission) -> Refusal | None:
         shared = await self._shared(lambda: self.shared.admit(admission))
-        if shared is not _DOWN:
+        if shared is not DOWN:
             if shared is None and admission.caps:
                 self._where[admission.lease] = self.shared
             return shared
@@ -68,13 +68,13 @@ class GuardedState:
         task.add_done_callback(self._pending.discard)
 
     async def _settle_shared(self, settlement: Settlement) -> None:
-        if await self._shared(lambda: self.shared.settle(settlement)) is _DOWN:
+        if await self._shared(lambda: self.shared.settle(settlement)) is DOWN:
             self.local.settle(settlement)  # tokens and spend still count, against this replica's share
 
     async def spend(self, key: str) -> dict[str, float]:
         shared = await self._shared(lambda: self.shared.spend(key))
         local = await self.local.spend(key)
-        if shared is _DOWN:
+        if shared is DOWN:
             return local
         return {name: shared.get(name, 0.0) + local.get(name, 0.0) for name in shared.keys() | local.keys()}
 
@@ -94,7 +94,7 @@ class GuardedState:
 
     async def claim(self, name: str, ttl_s: float) -> bool:
         claimed = await self._shared(lambda: self.shared.claim(name, ttl_s))
-        return await self.local.claim(name, ttl_s) if claimed is _DOWN else claimed
+        return await self.local.claim(name, ttl_s) if claimed is DOWN else claimed
 
     async def close(self) -> None:
         if self._pending:
@@ -127,16 +127,20 @@ class GuardedState:
 
     async def _check_in_forever(self) -> None:
         while not self._closed:
-            if await self._shared(self.shared.sync, probe=True) is not _DOWN and not self.up:
+            if await self._shared(self.shared.sync, probe=True) is not DOWN and not self.up:
                 await self._heal()
             await asyncio.sleep(self.sync_interval_s)
 
+    async def try_shared(self, call: Callable[[], Awaitable[T]]) -> T | object:
+        """`call()` (a call to `self.shared`) within the timeout, or DOWN: the caller falls back."""
+        return await self._shared(call)
+
     async def _shared(self, call: Callable[[], Awaitable[T]], probe: bool = False) -> T | object:
-        """`call()` within the timeout, or _DOWN (the guard opens on a failure; an open guard skips the call)."""
+        """`call()` within the timeout, or DOWN (the guard opens on a failure; an open guard skips the call)."""
         if not self._closed:
             self.start()
         if not (self.up or probe):
-            return _DOWN
+            return DOWN
         try:
             async with asyncio.timeout(self.shared.timeout_s):
                 return await call()
@@ -145,7 +149,7 @@ class GuardedState:
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError from exc  # a cancelled request, not a failed Redis
             self._went_down(exc)
-            return _DOWN
+            return DOWN
 
     def _went_down(self, exc: BaseException) -> None:
         self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -159,7 +163,7 @@ class GuardedState:
     async def _heal(self) -> None:
         records = self.local.spend_records()
         if records:
-            if await self._shared(lambda: self.shared.add_spend(records), probe=True) is _DOWN:
+            if await self._shared(lambda: self.shared.add_spend(records), probe=True) is DOWN:
                 return  # gone again; the next check-in tries once more
             self.local.forget_spend()
         down_for = time.monotonic() - (self.down_since or time.monotonic())
@@ -182,4 +186,4 @@ class GuardedState:
         )
 
 
-_DOWN = object()
+DOWN = object()  # what a shared call returns when Redis could not answer
