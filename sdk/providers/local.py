@@ -54,6 +54,7 @@ class LocalProvider:
         self.name = name
         self.model = model
         self.engine_args = engine_args or {}
+        self._loaded: AsyncLLMEngine | None = None  # once loaded, requests skip the worker-thread hop
         self._embeddings = LocalEmbeddings(name, services or Services())
         self._http = (
             HTTPProvider(name=name, dialect=OpenAIDialect(), base_url=base_url.rstrip("/"), keys=KeyRing((api_key,)),
@@ -77,8 +78,9 @@ class LocalProvider:
 
         with MODEL_LOAD_LOCK:
             engine = get_shared_engine(self.model, **self.engine_args)
-        chat = parse_chat_request({"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 1}, engine)
+        chat = parse_chat_request({"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 8}, engine)
         asyncio.run(chat_completion(engine, chat))  # this worker thread's own loop; the engine answers on it
+        self._loaded = engine
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         if request.protocol is not Protocol.OPENAI:
@@ -115,14 +117,17 @@ class LocalProvider:
         return [{"id": self.model}, {"id": EMBEDDING_MODEL}]
 
     async def _engine(self) -> AsyncLLMEngine:
+        if self._loaded is not None:
+            return self._loaded
         from localengine.engine.async_engine import get_shared_engine
 
         def load() -> AsyncLLMEngine:
             with MODEL_LOAD_LOCK:
                 return get_shared_engine(self.model, **self.engine_args)
 
-        try:  # loaded already when the proxy's readiness warmed it up
-            return await asyncio.to_thread(load)
+        try:
+            self._loaded = await asyncio.to_thread(load)
+            return self._loaded
         except (FileNotFoundError, NotImplementedError, ValueError, MemoryError) as exc:
             # Unavailable, not failed: the router moves on to the route's next target.
             raise ProviderUnavailableError(f"provider {self.name!r}: local engine cannot load model "
