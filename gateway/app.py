@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Annotated
 
 from litestar import Litestar, Request, Response, delete, get
-from litestar.exceptions import MethodNotAllowedException, NotFoundException
+from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.handlers import asgi
 from litestar.params import PathParameter, QueryParameter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.proxy import team_key, make_handler
-from sdk.errors import AuthenticationError, NotFoundError, SlipstreamError, UpstreamHTTPError
+from gateway.admin import AdminKey, admin_guard
+from gateway.proxy import make_handler, team_key
+from sdk.errors import AuthenticationError, InvalidRequestError, NotFoundError, SlipstreamError, UpstreamHTTPError
 from sdk.metrics import REGISTRY
 from sdk.models import model_body, models_body
 from sdk.promptcache.stats import report as prompt_cache_report
@@ -27,6 +28,7 @@ from sdk.services import Services
 from sdk.spend import spend_report
 from sdk.state import backend_status
 from sdk.types import Endpoint, LLMResponse, Protocol
+from sdk.unexpected import unexpected_error
 
 
 def _protocol(request: Request) -> Protocol:
@@ -37,10 +39,27 @@ def _answer_error(request: Request, exc: SlipstreamError) -> Response[bytes]:
     return Response(exc.body(_protocol(request)), status_code=exc.status, media_type="application/json", headers=exc.headers)
 
 
-def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None = 1.0, state_url: str | None = None) -> Litestar:
+def _framework_error(request: Request, exc: HTTPException) -> Response[bytes]:
+    """Litestar's other refusals (a bad query parameter, ...) in the provider's shape."""
+    return _answer_error(request, SlipstreamError(str(exc.detail), status=exc.status_code, headers=exc.headers))
+
+
+def _unexpected(request: Request, exc: Exception) -> Response[bytes]:
+    """A bug of ours behind a framework route: a logged, counted, provider-shaped 500 (sdk/unexpected.py)."""
+    return _answer_error(request, unexpected_error(exc, None))
+
+
+def create_app(
+    policy_paths: list[str | Path],
+    *,
+    watch_interval_s: float | None = 1.0,
+    state_url: str | None = None,
+    admin_key: str | None = None,
+) -> Litestar:
     """Build the proxy for the given policy files or directories (errors raise PolicyError).
 
     `state_url` names the state backend (sdk/state/); None reads $SLIPSTREAM_STATE_URL.
+    `admin_key` (default: $SLIPSTREAM_ADMIN_KEY) guards /metrics when set (gateway/admin.py).
     """
     registry = TeamRegistry(list(policy_paths), Services(state_url=state_url))
     state = registry.services.state()  # opened now: a bad URL fails at start, not on the first request
@@ -49,22 +68,24 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
 
     @get("/healthz", sync_to_thread=False)
     def healthz() -> dict[str, object]:
-        """Liveness: the process answers. Readiness is /readyz."""
-        return {"status": "ok", "teams": sorted(registry.teams)}
+        """Liveness: the process answers (no team names to anyone who can reach the port). Readiness is /readyz."""
+        return {"status": "ok"}
 
     @get("/readyz", sync_to_thread=False)
     def readyz() -> Response[dict[str, object]]:
         """200 once what the served policies need is loaded (sdk/readiness.py); 503 with each part's state before.
-        `state` shows the state backend: a degraded one (Redis away, local state) still serves, so stays ready."""
-        body = {**readiness.body(), "teams": sorted(registry.teams), "state": backend_status(state)}
+        `state` shows the state backend: a degraded one (Redis away, local state) still serves, so stays ready.
+        No team names: anyone who can reach the port may ask."""
+        body = {**readiness.body(), "state": backend_status(state)}
         return Response(body, status_code=200 if readiness.ready else 503)
 
-    @get("/metrics", sync_to_thread=False)
-    def metrics() -> Response[bytes]:
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    @get("/metrics", guards=[admin_guard])
+    async def metrics() -> Response[bytes]:
+        # Rendering walks every series: in a thread, so a scrape never holds the loop.
+        return Response(await asyncio.to_thread(generate_latest, REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     def team_of(request: Request) -> TeamRuntime:
-        """The caller's team; an unknown key raises AuthenticationError (answered by `_auth_failed`)."""
+        """The caller's team; an unknown key raises AuthenticationError (answered by `_answer_error`)."""
         return registry.authenticate(team_key(list(request.scope["headers"])))[0]
 
     @get("/v1/models")
@@ -111,6 +132,8 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
         """Drop the caller's team's response-cache entries: all of them, or the one `?key=` names
         (the `x-slipstream-cache-key` header of the answer it produced)."""
         team = team_of(request).team
+        if key is not None and not key.strip():
+            raise InvalidRequestError("key: empty; give an entry's x-slipstream-cache-key, or leave 'key' out to drop every entry")
         cache = registry.services.response_cache()
         if key:
             return {"removed": cache.invalidate_key(key, team=team)}
@@ -175,10 +198,17 @@ def create_app(policy_paths: list[str | Path], *, watch_interval_s: float | None
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own
         request_max_body_size=None,
         # Errors are answers in the provider's shape (each team's body limit is enforced by the proxy handler itself).
-        exception_handlers={SlipstreamError: _answer_error, NotFoundException: routing_error, MethodNotAllowedException: routing_error},
+        exception_handlers={
+            SlipstreamError: _answer_error,
+            NotFoundException: routing_error,
+            MethodNotAllowedException: routing_error,
+            HTTPException: _framework_error,
+            Exception: _unexpected,
+        },
     )
     app.state.registry = registry
     app.state.readiness = readiness
+    app.state.admin_key = AdminKey.from_env(admin_key)
     return app
 
 

@@ -26,6 +26,7 @@ def _default_policy_dir() -> Path:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.admin import ENV as ADMIN_KEY_ENV
     from gateway.app import SERVE_PATHS_ENV, create_app
     from gateway.serving import fixed_key_warnings, port_problem
     from sdk.state import STATE_URL_ENV, open_state
@@ -45,7 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
             served = [policy for policy in load_policies(paths).values() if policy.resolved_keys()]
             kind = open_state(state_url or "").kind
         else:
-            app = create_app(paths, state_url=state_url or "")
+            app = create_app(paths, state_url=state_url or "", admin_key=args.admin_key)
             served, kind = [team.policy for team in app.state.registry.teams.values()], app.state.registry.services.state().kind
     except PolicyError as exc:
         print(f"slipstream: cannot serve these policies:\n{exc}", file=sys.stderr)
@@ -64,6 +65,8 @@ def _serve(args: argparse.Namespace) -> int:
         # Each worker process builds its own app from the environment (uvicorn imports the factory).
         os.environ[SERVE_PATHS_ENV] = os.pathsep.join(map(str, paths))
         os.environ[STATE_URL_ENV] = state_url or ""
+        if args.admin_key:
+            os.environ[ADMIN_KEY_ENV] = args.admin_key  # each worker's app reads it (gateway/admin.py)
         uvicorn.run("gateway.app:app_from_env", factory=True, workers=args.workers, **options)
     else:
         uvicorn.run(app, **options)
@@ -170,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "or rediss://… (default: $SLIPSTREAM_STATE_URL, else in process)")
     serve.add_argument("--workers", type=int, default=1, help="processes sharing the port (needs --state-url or --local-state)")
     serve.add_argument("--local-state", action="store_true", help="with --workers: let each worker keep its own state")
+    serve.add_argument("--admin-key", help="guards /metrics: clients send 'Authorization: Bearer KEY' (default: $SLIPSTREAM_ADMIN_KEY)")
     serve.set_defaults(run=_serve)
 
     emulate = commands.add_parser("emulate", help="run the Anthropic + OpenAI emulator", formatter_class=formatter)

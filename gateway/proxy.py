@@ -13,11 +13,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sdk.errors import RequestTooLargeError, SlipstreamError, UpstreamHTTPError
+from sdk.errors import AuthenticationError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError, error_body
 from sdk.pipeline import RequestContext
-from sdk.requests import FORWARDED_HEADERS, parse_request
+from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRegistry, slipstream_headers, upstream_error_headers
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
+from sdk.unexpected import unexpected_error
 
 log = logging.getLogger("slipstream.proxy")
 
@@ -35,12 +36,20 @@ class ClientGone(Exception):
 
 
 def team_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The team key from `x-api-key` or `Authorization: Bearer`. An empty value is no key (it must
+    not hide a valid one in the other header); two different keys are refused, never one picked."""
+    found: str | None = None
     for name, value in headers:
         if name == b"x-api-key":
-            return value.decode("latin-1")
-        if name == b"authorization" and value[:7].lower() == b"bearer ":
-            return value[7:].decode("latin-1").strip()
-    return None
+            key = value.decode("latin-1").strip()
+        elif name == b"authorization" and value[:7].lower() == b"bearer ":
+            key = value[7:].decode("latin-1").strip()
+        else:
+            continue
+        if key and found is not None and key != found:
+            raise AuthenticationError("two different team keys in one request: send one key, in one header")
+        found = key or found
+    return found
 
 
 async def _read_body(receive: Receive, headers: list[tuple[bytes, bytes]], limit: int) -> bytes:
@@ -70,6 +79,18 @@ async def _send_error(send: Send, protocol: Protocol, status: int, body: bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
+def _for_team(ctx: RequestContext, exc: UpstreamHTTPError, protocol: Protocol) -> tuple[bytes, dict[str, str]]:
+    """An upstream error as a team's client may see it. A 401/403 means the provider refused the
+    gateway's own key; its body can echo that key (masked or not), so the gateway answers instead."""
+    headers = upstream_error_headers(ctx, exc)
+    if exc.status not in (401, 403):
+        return exc.body, headers
+    provider = exc.route.split("/", 1)[0]
+    message = (f"provider {provider!r} refused the gateway's upstream credentials ({exc.status}); the gateway's "
+               "operator must fix the provider key in the policy. Your team key was accepted.")
+    return error_body(protocol, exc.status, message), {k: v for k, v in headers.items() if k.startswith("x-slipstream-")}
+
+
 async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
     while True:
         message = await receive()
@@ -84,23 +105,30 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
     async def handle(scope: Scope, receive: Receive, send: Send) -> None:
         timings = Timings()
         headers = scope["headers"]
+        team_name: str | None = None
         try:
             team, key_id = registry.authenticate(team_key(headers))
+            team_name = team.team
             if scope["method"] != "POST":
                 raise SlipstreamError(f"{scope['method']} is not allowed on {scope['path']}: use POST", status=405)
             raw = await _read_body(receive, headers, team.policy.limits.max_body_bytes)
             forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
-            request = parse_request(endpoint, raw, scope.get("query_string", b"").decode("latin-1"), forward)
+            request = await parse_off_loop(endpoint, raw, scope.get("query_string", b"").decode("latin-1"), forward)
         except SlipstreamError as exc:
             await _send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)
             return
         except ClientGone:
+            return
+        except Exception as exc:  # a bug of ours: answered and logged, never a dropped connection
+            error = unexpected_error(exc, team_name)
+            await _send_error(send, protocol, error.status, error.body(protocol), error.headers)
             return
         ctx = RequestContext(request=request, team=team.team, timings=timings, key_id=key_id)
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, task))
         stream: LLMStream | None = None
+        started = False  # response headers sent: from here an error can only end the body
         try:
             answer, _ = await team.handle(request, ctx)
             extra = slipstream_headers(ctx, answer)
@@ -110,11 +138,13 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
                 response_headers = [*_JSON, (b"content-length", str(len(answer.body)).encode())]
             response_headers += [(k.encode(), v.encode("latin-1")) for k, v in answer.headers.items()]
             response_headers += [(k.encode(), v.encode("latin-1")) for k, v in extra.items()]
+            if isinstance(answer, LLMStream):
+                stream = answer
             await send({"type": "http.response.start", "status": answer.status, "headers": response_headers})
-            if not isinstance(answer, LLMStream):
+            started = True
+            if stream is None:
                 await send({"type": "http.response.body", "body": answer.body})
                 return
-            stream = answer
             async for event in stream.events:
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
@@ -125,12 +155,13 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
                 return
             raise
         except UpstreamHTTPError as exc:
-            await _send_error(send, protocol, exc.status, exc.body, upstream_error_headers(ctx, exc))
-        except SlipstreamError as exc:
-            if stream is None:
-                await _send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)
-            else:
-                await send({"type": "http.response.body", "body": exc.sse_event(protocol), "more_body": False})
+            await _send_error(send, protocol, exc.status, *_for_team(ctx, exc, protocol))
+        except Exception as exc:
+            error = exc if isinstance(exc, SlipstreamError) else unexpected_error(exc, team_name)
+            if not started:
+                await _send_error(send, protocol, error.status, error.body(protocol), error.headers)
+            elif stream is not None:
+                await send({"type": "http.response.body", "body": error.sse_event(protocol), "more_body": False})
         finally:
             watcher.cancel()
             if stream is not None:

@@ -40,10 +40,11 @@ from sdk.providers.upstream import (
     retain_upstream,
 )
 from sdk.models import model_body, models_body
-from sdk.requests import FORWARDED_HEADERS, parse_request
+from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRuntime, slipstream_headers, upstream_error_headers
 from sdk.services import Services
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
+from sdk.unexpected import unexpected_error
 
 if TYPE_CHECKING:  # each constructor imports its official package: an OpenAI-only program never loads anthropic
     import anthropic
@@ -188,7 +189,7 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
         if len(raw) > limit:
             raise RequestTooLargeError(f"request body of {len(raw)} bytes is over this team's limit of {limit} bytes")
         forward = {name: value for name in FORWARDED_HEADERS if (value := request.headers.get(name)) is not None}
-        llm_request = parse_request(endpoint, raw, request.url.query.decode("latin-1"), forward)
+        llm_request = await parse_off_loop(endpoint, raw, request.url.query.decode("latin-1"), forward)
         ctx = RequestContext(request=llm_request, team=team.team, timings=timings)
         async with deadline:
             answer, _ = await team.handle(llm_request, ctx)
@@ -200,6 +201,9 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
         return _error(exc.status, exc.body, upstream_error_headers(ctx, exc))
     except SlipstreamError as exc:
         return _error(exc.status, exc.body(protocol), exc.headers)
+    except Exception as exc:  # a bug of ours still answers in the provider's shape (sdk/unexpected.py)
+        error = unexpected_error(exc, team.team)
+        return _error(error.status, error.body(protocol), error.headers)
     headers = {**(_SSE if isinstance(answer, LLMStream) else _JSON), **answer.headers, **slipstream_headers(ctx, answer)}
     if isinstance(answer, LLMStream):
         return _Reply(answer.status, headers, stream=answer)
@@ -245,6 +249,8 @@ async def _events(stream: LLMStream, protocol: Protocol) -> AsyncGenerator[bytes
             yield event
     except SlipstreamError as exc:
         yield exc.sse_event(protocol)
+    except Exception as exc:
+        yield unexpected_error(exc, None).sse_event(protocol)
     finally:
         await stream.aclose()
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from sdk.policy import AlertsPolicy
+from sdk.policy import AlertsPolicy, Policy
 from sdk.types import Timings, Usage
 
 log = logging.getLogger("slipstream.metrics")
@@ -62,6 +62,32 @@ STATE_BACKEND_UP = Gauge(
 )
 STATE_BACKEND_UP.set(1)  # in process, the backend is always there; a Redis guard sets it
 SPEND = Counter("slipstream_spend_usd_total", "Spend in USD priced by Slipstream, as charged by this replica", ("team", "key", "model"), registry=REGISTRY)
+
+
+class RouteLabels:
+    """Route labels come from the policy only, so /metrics stays the same size whatever clients send.
+
+    A route label is PROVIDER/MODEL where the policy names the model: a target's `model`, or the
+    literal `match.model` of a route without wildcards. Any other model a client names (a wildcard
+    route passes it through) is counted as PROVIDER/other; a cache hit keeps its `cache/` prefix.
+    """
+
+    def __init__(self, policy: Policy):
+        self.providers = frozenset(policy.providers)
+        self.known: set[str] = set()
+        for route in policy.routes:
+            literal = None if any(ch in route.match.model for ch in "*?[") else route.match.model
+            for target in route.targets:
+                if model := target.model or literal:
+                    self.known.add(f"{target.provider}/{model}")
+
+    def __call__(self, route: str) -> str:
+        if route in self.known or route == "none":
+            return route
+        if route.startswith("cache/"):
+            return "cache/" + self(route[6:])
+        provider = route.split("/", 1)[0]
+        return f"{provider}/other" if provider in self.providers else "other"
 
 
 @dataclass(frozen=True, slots=True)

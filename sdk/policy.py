@@ -338,8 +338,10 @@ class Policy(_Strict):
 
 
 def _format_errors(path: Path, error: ValidationError) -> str:
+    """One line per error: file, key path, what was expected. Never the value that was given: a
+    policy holds team keys and provider keys, and this text goes to logs and terminals."""
     lines = []
-    for item in error.errors():
+    for item in error.errors(include_url=False):
         where = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = item["msg"]
         if item["type"] == "extra_forbidden":
@@ -348,22 +350,37 @@ def _format_errors(path: Path, error: ValidationError) -> str:
         elif item["type"] == "model_type":  # pydantic says "instance of SecretRef": name the keys instead
             keys = keys_at(Policy, item["loc"])
             listed = f"keys: {', '.join(keys)}" if len(keys) <= 4 else "see policies/README.md for its keys"
-            message = f"expected a mapping ({listed}), got {item.get('input')!r}"
-        elif "expected" not in message and item["type"] not in ("value_error",):
-            message = f"{message} (got {item.get('input')!r})"
+            message = f"expected a mapping ({listed}), got {_kind(item.get('input'))}"
+        elif "expected" not in message and item["type"] not in ("value_error", "missing"):
+            message = f"{message} (got {_kind(item.get('input'))})"  # the kind of value, never the value
         lines.append(f"{path}: {where}: {message.removeprefix('Value error, ')}")
     return "\n".join(lines)
+
+
+def _kind(value: object) -> str:
+    kinds = {str: "a string", bool: "true/false", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
+    return "nothing" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """Where the YAML breaks and why, without the snippet of the file PyYAML would quote (it may be a key)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or "cannot be parsed"
+    return f"{path}: not valid YAML{where}: {problem}"
 
 
 def load_policy(path: str | Path) -> Policy:
     """Read and validate one policy file; raises PolicyError with a clear message."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}: not UTF-8 text (byte {exc.start} cannot be decoded)") from None
     except yaml.YAMLError as exc:
-        raise PolicyError(f"{path}: not valid YAML: {exc}") from exc
+        raise PolicyError(_yaml_error(path, exc)) from None
     if not isinstance(raw, dict):
         raise PolicyError(f"{path}: expected a mapping of policy keys at the top level")
     try:

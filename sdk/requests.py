@@ -6,9 +6,12 @@ is accepted or refused the same way whichever door it came through.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from sdk.errors import InvalidRequestError
+from sdk.offload import is_large, off_loop
 from sdk.types import Endpoint, LLMRequest
 
 # Client headers the pipeline acts on; never auth. The provider ones travel upstream, Slipstream's
@@ -21,6 +24,13 @@ def upstream_headers(request: LLMRequest) -> dict[str, str]:
     return {k: v for k, v in request.forward_headers.items() if not k.startswith("x-slipstream-")}
 
 
+# What the pipeline relies on, checked at the door; everything else passes through untouched and
+# is the provider's to judge. Depth: orjson writes at most 255 levels and the stages recurse once
+# or twice per level, so a deeper body would fail inside the pipeline, after work was paid for.
+MAX_JSON_DEPTH = 64
+MAX_MODEL_CHARS = 256
+
+
 def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str, str]) -> LLMRequest:
     try:
         body = orjson.loads(raw)
@@ -28,9 +38,11 @@ def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str,
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
+    check_depth(raw, body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequestError("model: a non-empty string is required")
+    check_model_name(model)
     if endpoint is Endpoint.EMBEDDINGS:
         _check_embedding_input(body.get("input"))
     elif endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS):
@@ -38,7 +50,39 @@ def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str,
             raise InvalidRequestError("input: a string or a list of input items is required")
     elif not isinstance(body.get("messages"), list):
         raise InvalidRequestError("messages: a list of messages is required")
-    return LLMRequest(endpoint, body, forward, query)
+    return LLMRequest(endpoint, body, forward, query, size=len(raw))
+
+
+async def parse_off_loop(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str, str]) -> LLMRequest:
+    """`parse_request`, in the heavy-work pool when the body is large (sdk/offload.py)."""
+    if is_large(len(raw)):
+        return await off_loop(parse_request, endpoint, raw, query, forward)
+    return parse_request(endpoint, raw, query, forward)
+
+
+def check_model_name(model: str) -> None:
+    """Model names travel in response headers and metric labels: printable ASCII, bounded."""
+    if len(model) > MAX_MODEL_CHARS:
+        raise InvalidRequestError(f"model: at most {MAX_MODEL_CHARS} characters")
+    if not model.isascii() or not model.isprintable():
+        raise InvalidRequestError("model: only printable ASCII characters (no control characters)")
+
+
+def check_depth(raw: bytes, body: Any) -> None:
+    """Refuse JSON nested deeper than MAX_JSON_DEPTH (counted in containers)."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return  # cannot be deeper than the number of containers it opens (bytes.count: C speed)
+    level: list[Any] = [body]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidRequestError(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
+        nested: list[Any] = []
+        for value in level:
+            children = value.values() if isinstance(value, dict) else value
+            nested.extend(child for child in children if isinstance(child, (dict, list)))
+        level = nested
 
 
 def _check_embedding_input(value: object) -> None:

@@ -181,9 +181,12 @@ class TeamRegistry:
             return False
         try:
             self.load()
-        except PolicyError as exc:
+        except Exception as exc:  # any failure is a policy error: the watcher must outlive it
             metrics.POLICY_RELOADS.labels("error").inc()
-            log.error("policy reload failed; keeping the policies in force:\n%s", exc)
+            if isinstance(exc, PolicyError):  # its text names files and key paths, never values
+                log.error("policy reload failed; keeping the policies in force:\n%s", exc)
+            else:
+                log.error("policy reload failed (%s); keeping the policies in force", type(exc).__name__, exc_info=exc)
             self._stamp = self._current_stamp()  # report once per change, not every poll
             return False
         metrics.POLICY_RELOADS.labels("ok").inc()
@@ -198,5 +201,9 @@ class TeamRegistry:
         """Poll the policy files and reload on change; run as a background task."""
         while True:
             await asyncio.sleep(interval_s)
-            if await asyncio.to_thread(self.reload_if_changed) and on_reload is not None:
-                on_reload()
+            try:
+                if await asyncio.to_thread(self.reload_if_changed) and on_reload is not None:
+                    on_reload()
+            except Exception:  # e.g. a policy directory that vanished: log, count, keep watching
+                metrics.POLICY_RELOADS.labels("error").inc()
+                log.exception("policy watcher: checking the policy files failed; still watching")

@@ -70,12 +70,15 @@ class StreamObserver:
         self.finished = False  # saw message_stop / [DONE] / the terminal response.* event
 
     def observe(self, event: bytes, now: float) -> None:
-        if self.endpoint is Endpoint.RESPONSES:
-            self._observe_responses(event, now)
-        elif self.protocol is Protocol.ANTHROPIC:
-            self._observe_anthropic(event, now)
-        else:
-            self._observe_openai(event, now)
+        try:
+            if self.endpoint is Endpoint.RESPONSES:
+                self._observe_responses(event, now)
+            elif self.protocol is Protocol.ANTHROPIC:
+                self._observe_anthropic(event, now)
+            else:
+                self._observe_openai(event, now)
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+            pass  # an event we cannot read is forwarded as it is; it only goes uncounted
 
     def _observe_responses(self, event: bytes, now: float) -> None:
         if event.startswith(_RESPONSES_TOKENS):

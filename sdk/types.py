@@ -60,6 +60,7 @@ class LLMRequest:
     # Client headers that providers act on (anthropic-version, anthropic-beta, ...); never auth.
     forward_headers: dict[str, str] = field(default_factory=dict)
     query: str = ""
+    size: int = 0  # bytes of the client's body (0: not from a door); large bodies are handled off the loop
 
     @property
     def protocol(self) -> Protocol:
@@ -78,7 +79,7 @@ class LLMRequest:
         """A copy addressed to another model; the body is copied shallowly, never mutated."""
         if model == self.model:
             return self
-        return LLMRequest(self.endpoint, {**self.body, "model": model}, self.forward_headers, self.query)
+        return LLMRequest(self.endpoint, {**self.body, "model": model}, self.forward_headers, self.query, self.size)
 
 
 @dataclass(slots=True)

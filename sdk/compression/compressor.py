@@ -119,7 +119,9 @@ class Compressor:
             if outcome.refused:
                 result.report.refused += 1
                 result.report.leave(f.place, "protected_items")
-                log.info("team %s: %s material in %s left whole: pruning would drop %s", self.team, f.place, _where(f), ", ".join(outcome.refused[:10]))
+                log.info("team %s: %s material in %s left whole: pruning would drop %d protected items", self.team, f.place, _where(f),
+                         len(outcome.refused))
+                log.debug("team %s: protected items in %s: %s", self.team, _where(f), ", ".join(outcome.refused[:10]))  # prompt text: DEBUG only
             elif outcome.text != f.text:
                 edits.setdefault((f.message, f.block, f.key), []).append((f.start, f.end, outcome.text))
                 result.report.compress(f.place)

@@ -11,12 +11,15 @@ messages and blocks are copied, the rest is shared.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Any
 
-_TAGGED = re.compile(r"<(document|context)\b[^>]*>(.*?)</\1\s*>", re.DOTALL | re.IGNORECASE)
-_TAG = re.compile(r"<(/?)(document|context)\b[^>]*>", re.IGNORECASE)
+# Opening and closing tags, found in one linear pass (attributes bounded, so a '<document' without
+# its '>' cannot make each later start rescan the text); pairing is done in `_tagged`. A lazy
+# `<document>(.*?)</document>` over the whole text is quadratic in the number of unclosed tags.
+_TAG = re.compile(r"<(/?)(document|context)\b[^>]{0,1024}>", re.IGNORECASE)
 SYSTEM = -1  # message index of Anthropic's top-level `system`
 
 
@@ -63,7 +66,7 @@ def explicit(slots: list[Slot], user: bool) -> tuple[list[Span], list[Slot], lis
     plain: list[Slot] = []
     around: list[str] = []
     for slot in slots:
-        tagged = [Span(slot, *m.span(2)) for m in _TAGGED.finditer(slot.text)]
+        tagged = [Span(slot, start, end) for start, end in _tagged(slot.text)]
         if slot.key == "data":
             spans.append(Span(slot, 0, len(slot.text)))
         elif tagged:
@@ -85,6 +88,28 @@ def _plain_document(block: dict[str, Any]) -> bool:
         and isinstance(source.get("data"), str)
         and not (isinstance(citations, dict) and citations.get("enabled"))
     )
+
+
+def _tagged(text: str) -> list[tuple[int, int]]:
+    """Spans between an opening tag and the first closing tag of the same name after it; an opening
+    tag that is never closed is skipped, and the search goes on after each span (as a lazy match would)."""
+    tags = list(_TAG.finditer(text))
+    closes: dict[str, list[int]] = {}
+    for i, tag in enumerate(tags):
+        if tag.group(1):
+            closes.setdefault(tag.group(2).lower(), []).append(i)
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while i < len(tags):
+        tag = tags[i]
+        candidates = closes.get(tag.group(2).lower(), [])
+        j = bisect.bisect_right(candidates, i)
+        if tag.group(1) or j == len(candidates):
+            i += 1
+            continue
+        spans.append((tag.end(), tags[candidates[j]].start()))
+        i = candidates[j] + 1
+    return spans
 
 
 def _outside(text: str, spans: list[Span]) -> str:

@@ -76,6 +76,14 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+def _text(value: Any) -> str:
+    """A field that should hold text; anything else (a number, a list) is hashed as its JSON. The
+    provider refuses such a request; the optimizer must only not fail on it first."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else _dumps(value)
+
+
 def _ttl(cc: Any) -> str | None:
     if not isinstance(cc, dict):
         return None
@@ -87,7 +95,7 @@ def render_anthropic_block(block: dict[str, Any]) -> tuple[str, bool]:
     """(rendered text, binary) for one content block; binary blocks have a fixed token cost."""
     kind = block.get("type")
     if kind == "text":
-        return block.get("text") or "", False
+        return _text(block.get("text")), False
     if kind in ("tool_use", "server_tool_use"):
         return f"{block.get('id', '')} {block.get('name', '')} {_dumps(block.get('input', {}))}", False
     if kind == "tool_result":
@@ -95,15 +103,15 @@ def render_anthropic_block(block: dict[str, Any]) -> tuple[str, bool]:
         if isinstance(content, list):
             content = "\n".join(render_anthropic_block(b)[0] if isinstance(b, dict) else str(b) for b in content)
         error = " error" if block.get("is_error") else ""
-        return f"{block.get('tool_use_id', '')}{error} {content}", False
+        return f"{_text(block.get('tool_use_id'))}{error} {_text(content)}", False
     if kind == "thinking":
-        return block.get("thinking") or "", False
+        return _text(block.get("thinking")), False
     if kind == "redacted_thinking":
-        return block.get("data") or "", False
+        return _text(block.get("data")), False
     if kind in ("image", "document"):
         source = block.get("source") or {}
         if isinstance(source, dict) and source.get("type") == "text":
-            return source.get("data") or "", False
+            return _text(source.get("data")), False
         return _dumps(source), True
     rest = {k: v for k, v in block.items() if k != "cache_control"}
     return orjson.dumps(rest, option=orjson.OPT_SORT_KEYS).decode(), False
@@ -196,7 +204,7 @@ def _openai_content(content: Any) -> str:
         parts = []
         for part in content:
             if isinstance(part, dict):
-                parts.append(part.get("text") or "" if part.get("type") == "text" else _dumps(part))
+                parts.append(_text(part.get("text")) if part.get("type") == "text" else _dumps(part))
         return "\n".join(parts)
     return _dumps(content)
 

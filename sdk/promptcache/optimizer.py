@@ -28,9 +28,9 @@ from sdk.promptcache.ledger import (
     Write,
 )
 from sdk.promptcache.placement import Placement, apply, min_cacheable_tokens, place
-from sdk.promptcache.reorder import move_lines, system_texts
+from sdk.promptcache.reorder import SystemText, move_lines, system_texts
 from sdk.promptcache.tokens import Calibration
-from sdk.promptcache.volatility import Finding, VolatilityDetector
+from sdk.promptcache.volatility import MAX_SCAN_CHARS, SCAN_BUDGET_CHARS, Finding, VolatilityDetector
 from sdk.types import LLMRequest, Protocol, Usage
 
 log = logging.getLogger("slipstream.prompt_cache")
@@ -118,10 +118,20 @@ class Optimizer:
         learn = conversation if self.config.learn_volatile else None
         texts = system_texts(protocol, body)
         findings: list[Finding] = []
+        budget = SCAN_BUDGET_CHARS  # what one request may scan in all: texts past it are left alone
+        scanned: list[SystemText] = []
         for item in texts:
+            if budget <= 0:
+                break
             findings += self.detector.scan(item.path, item.text, learn)
+            scanned.append(item)
+            budget -= min(len(item.text), MAX_SCAN_CHARS)
         for path, text in _tool_descriptions(protocol, body):
+            if budget <= 0:
+                break
             findings += self.detector.scan(path, text, None, movable_section=False)
+            budget -= min(len(text), MAX_SCAN_CHARS)
+        texts = scanned
         moved: list[str] = []
         if self.config.reorder and any(f.movable for f in findings):
             remove: dict[str, set[int]] = {}
@@ -231,10 +241,11 @@ class Optimizer:
                 stats.ADVICE.labels(self.team, finding.kind).inc()
             key = (finding.path, finding.kind)
             what = "moved to the latest user turn" if is_move else "left in the cached prefix (advice: move it after the prefix or set prompt_cache.reorder)"
-            level = logging.INFO if key not in self._logged else logging.DEBUG
-            if len(self._logged) < 4096:
-                self._logged.add(key)
-            log.log(level, "team %s: volatile %s at %s line %d %s: %r", self.team, finding.kind, finding.path, finding.line, what, finding.excerpt)
+            if key not in self._logged:  # once per place at INFO, without the text: prompts are the client's
+                if len(self._logged) < 4096:
+                    self._logged.add(key)
+                log.info("team %s: volatile %s at %s line %d %s", self.team, finding.kind, finding.path, finding.line, what)
+            log.debug("team %s: volatile %s at %s line %d: %r", self.team, finding.kind, finding.path, finding.line, finding.excerpt)
         self.stats.moves += moved
         self.stats.advice += advice
         if plan.placement is not None and plan.placement.remove:
@@ -248,8 +259,8 @@ class Optimizer:
             stats.MISSED_TOKENS.labels(self.team, label).inc(max(0, plan.cause.lost_tokens))
             self.stats.causes[plan.cause.label] += 1
             self.stats.examples[plan.cause.label] = plan.cause.excerpt
-            log.info("team %s: prompt cache miss, %s (%d cached tokens lost): %s", self.team, plan.cause.label,
-                     plan.cause.lost_tokens, plan.cause.excerpt)
+            log.info("team %s: prompt cache miss, %s (%d cached tokens lost)", self.team, plan.cause.label, plan.cause.lost_tokens)
+            log.debug("team %s: prompt cache miss at %s: %s", self.team, plan.cause.label, plan.cause.excerpt)
         return moved, advice
 
     # --- after the response ----------------------------------------------------------------

@@ -21,6 +21,10 @@ class SystemText:
     text: str
 
 
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)  # a non-string `text` is the provider's to refuse
+
+
 def system_texts(protocol: Protocol, body: dict[str, Any]) -> list[SystemText]:
     """The texts of the system prompt, each with the path a finding reports."""
     out: list[SystemText] = []
@@ -30,7 +34,7 @@ def system_texts(protocol: Protocol, body: dict[str, Any]) -> list[SystemText]:
             out.append(SystemText("system", system))
         elif isinstance(system, list):
             for j, block in enumerate(system):
-                if isinstance(block, dict) and block.get("type") == "text" and block.get("text"):
+                if isinstance(block, dict) and block.get("type") == "text" and _is_text(block.get("text")):
                     out.append(SystemText(f"system.{j}", block["text"]))
         return out
     for i, message in enumerate(body.get("messages") or ()):
@@ -41,7 +45,7 @@ def system_texts(protocol: Protocol, body: dict[str, Any]) -> list[SystemText]:
             out.append(SystemText(f"messages.{i}", content))
         elif isinstance(content, list):
             for k, part in enumerate(content):
-                if isinstance(part, dict) and part.get("type") == "text" and part.get("text"):
+                if isinstance(part, dict) and part.get("type") == "text" and _is_text(part.get("text")):
                     out.append(SystemText(f"messages.{i}.content.{k}", part["text"]))
     return out
 

@@ -8,6 +8,12 @@ Two detectors, both line-based over the system prompt (and tool descriptions, re
   for the team from then on, e.g. "The user's name is Alice" / "... Bob".
 
 Analysis of a text is memoised by digest, so an unchanged system prompt costs one dict lookup.
+
+Every pattern here runs on client text on the event loop, so each is linear in its input and the
+input is bounded: lines are searched in their first `MAX_LINE_CHARS`, and a text only in its first
+`MAX_SCAN_CHARS` (the rest is one opaque tail line that is never reported or moved). Volatile lines
+sit near the top of a system prompt in practice (date, user, ids); the optimizer also caps what one
+request may scan in all (`SCAN_BUDGET_CHARS`).
 """
 
 from __future__ import annotations
@@ -16,12 +22,47 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+MAX_LINE_CHARS = 1024
+MAX_SCAN_CHARS = 32 * 1024
+SCAN_BUDGET_CHARS = 64 * 1024  # per request, over every text scanned (sdk/promptcache/optimizer.py)
+
+
+class _RequestId:
+    """`request_id: 8f3a91c2`, `session-7Gh2kq9d`, `trace=abc123xyz`: a keyword, then a token with a digit
+    followed by at least five more token characters.
+
+    As one regex (`keyword[A-Za-z0-9_-]*\\d[A-Za-z0-9_-]{5,}`) this is quadratic: on `req-req-req-…`
+    every keyword start rescans the rest of the run (13 s on 16 KB). Here each token is read once,
+    plus at most its last few characters (see `search`).
+    """
+
+    _KEY = re.compile(r"\b(?:request|req|session|sess|trace|span|run|conversation|conv|msg|call|correlation)", re.I)
+    # Possessive whitespace (Python 3.11+): the token holds no space, so how two runs split one never matters.
+    _VALUE = re.compile(r"[ _-]?(?:id)?\s*+[:=#]?\s*+[\"']?([A-Za-z0-9_-]+)", re.I)
+    _ID = re.compile(r"\d[A-Za-z0-9_-]{5}")
+    _LONGEST_KEY = len("conversation_id")
+
+    def search(self, line: str) -> bool:
+        pos = 0
+        while (key := self._KEY.search(line, pos)) is not None:
+            value = self._VALUE.match(line, key.end())
+            if value is None:
+                pos = key.end()
+                continue
+            if self._ID.search(value.group(1)):
+                return True
+            # A keyword inside this token sees only a suffix of it, unless the keyword (and its `_id`)
+            # ends where the token ends: then a space may lead it to a new token. Only those are re-read.
+            pos = max(key.end(), value.end() - self._LONGEST_KEY)
+        return False
+
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str] | _RequestId], ...] = (
     ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),
     ("timestamp", re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}")),
     ("timestamp", re.compile(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? \d{1,2} [A-Z][a-z]{2,8} \d{4} \d{1,2}:\d{2}")),
     ("time", re.compile(r"\b\d{1,2}:\d{2}:\d{2}\b|\b\d{1,2}:\d{2}\s?(?:[AaPp][Mm]|UTC|GMT)\b")),
-    ("request_id", re.compile(r"\b(?:req|request|session|sess|trace|span|run|conv|conversation|msg|call|correlation)[ _-]?(?:id)?\s*[:=#]?\s*[\"']?[A-Za-z0-9_-]*\d[A-Za-z0-9_-]{5,}", re.I)),
+    ("request_id", _RequestId()),
     ("hex_id", re.compile(r"\b[0-9a-f]{16,}\b")),
     ("epoch", re.compile(r"\b1[5-9]\d{8}(?:\d{3})?\b")),
     ("counter", re.compile(r"\b(?:turn|request|attempt|iteration|invocation)\s*(?:#|no\.|number|count|:)\s*\d+\b", re.I)),
@@ -44,12 +85,12 @@ class Finding:
 class _Analysis:
     lines: tuple[str, ...]
     labels: tuple[str, ...]
-    kinds: tuple[str | None, ...]  # pattern kind per line
+    kinds: tuple[str | None, ...]  # pattern kind per scanned line (all but an unscanned tail)
     digests: tuple[int, ...]
 
 
 def _label(line: str) -> str:
-    return _DIGITS.sub("#", " ".join(line.split()[:3]).lower())[:48]
+    return _DIGITS.sub("#", " ".join(line[:256].split()[:3]).lower())[:48]
 
 
 def excerpt(text: str, limit: int = 80) -> str:
@@ -58,10 +99,21 @@ def excerpt(text: str, limit: int = 80) -> str:
 
 
 def _pattern_kind(line: str) -> str | None:
+    line = line[:MAX_LINE_CHARS]
     for kind, pattern in _PATTERNS:
         if pattern.search(line):
             return kind
     return None
+
+
+def _split(text: str) -> tuple[tuple[str, ...], bool]:
+    """The lines of `text`; past MAX_SCAN_CHARS the rest is one tail line (True: the last line is that tail)."""
+    if len(text) <= MAX_SCAN_CHARS:
+        return tuple(text.split("\n")), False
+    cut = text.rfind("\n", 0, MAX_SCAN_CHARS)
+    if cut < 0:
+        return (text,), True
+    return (*text[:cut].split("\n"), text[cut + 1 :]), True
 
 
 class VolatilityDetector:
@@ -80,11 +132,12 @@ class VolatilityDetector:
         key = hash(text)  # cached on the string object
         found = self._analyses.get(key)
         if found is None:
-            lines = tuple(text.split("\n"))
+            lines, has_tail = _split(text)
+            scanned = lines[:-1] if has_tail else lines
             found = _Analysis(
                 lines,
                 tuple(_label(line) for line in lines),
-                tuple(_pattern_kind(line) for line in lines),
+                tuple(_pattern_kind(line) for line in scanned),
                 tuple(hash(line) for line in lines),
             )
             if len(self._analyses) >= self.MAX_ANALYSES:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httptools
 
@@ -39,17 +39,24 @@ _MAX_PER_ORIGIN = 1000  # open connections per origin; beyond it a call waits fo
 _KEEPALIVE_S = 60.0  # an idle connection older than this is closed rather than reused
 
 
+def shown(url: str) -> str:
+    """A URL as errors and logs may show it: without `user:password@` and without the query."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
 @functools.lru_cache(maxsize=512)
 def _split(method: str, url: str) -> tuple[tuple[str, str, int], bytes]:
     """((scheme, host, port), b"METHOD <target> HTTP/1.1\\r\\nHost: <host>\\r\\n") for a URL."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UpstreamUnreachableError(f"cannot reach {url}: only http:// and https:// URLs are supported")
+        raise UpstreamUnreachableError(f"cannot reach {shown(url)}: only http:// and https:// URLs are supported")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if any(ch in target for ch in " \r\n"):
-        raise UpstreamUnreachableError(f"cannot send to {url!r}: the path has a space or a line break")
-    return (parts.scheme, parts.hostname, port), f"{method} {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n".encode("latin-1")
+        raise UpstreamUnreachableError(f"cannot send to {shown(url)!r}: the path has a space or a line break")
+    host = parts.netloc.rpartition("@")[2]  # userinfo is never sent in Host (nor anywhere else)
+    return (parts.scheme, parts.hostname, port), f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n".encode("latin-1")
 
 
 class _Connection(asyncio.Protocol):
@@ -280,7 +287,7 @@ class Http1Upstream:
             async with asyncio.timeout(timeout.connect_s):  # a free connection, or a new one, in time
                 conn = await self._acquire(origin, url)
         except TimeoutError as exc:
-            raise UpstreamUnreachableError(f"cannot reach {url}: no connection within {timeout.connect_s:g}s") from exc
+            raise UpstreamUnreachableError(f"cannot reach {shown(url)}: no connection within {timeout.connect_s:g}s") from exc
         conn.begin(request)
         try:
             if streamed:
@@ -289,7 +296,7 @@ class Http1Upstream:
                 await conn.head  # type: ignore[misc]
         except TimeoutError as exc:
             conn.close()
-            raise UpstreamTimeoutError(f"{url} sent no response within {timeout.first_byte_s:g}s") from exc
+            raise UpstreamTimeoutError(f"{shown(url)} sent no response within {timeout.first_byte_s:g}s") from exc
         except BaseException:
             # Failed, or cancelled: dropping the connection is what tells the upstream. Never sent
             # again here, even when no byte came back: the provider may have started on it, and the
@@ -343,7 +350,7 @@ class Http1Upstream:
             pool.open -= 1
             pool.wake_one()
             if isinstance(exc, OSError):  # refused, unreachable, DNS, TLS (ssl.SSLError is an OSError)
-                raise UpstreamUnreachableError(f"cannot reach {url}: {exc}") from exc
+                raise UpstreamUnreachableError(f"cannot reach {shown(url)}: {exc}") from exc
             raise
         return conn  # counted until it closes: then _forget gives the place back
 

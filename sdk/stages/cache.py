@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sdk import metrics
@@ -67,7 +68,7 @@ def _strip_metadata(request: LLMRequest) -> tuple[LLMRequest, float | None]:
             values.append(float(value))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise InvalidRequestError(f"min_precision must be a number between 0 and 1, got {value!r}") from None
-    stripped = request if body is request.body and headers is request.forward_headers else LLMRequest(request.endpoint, body, headers, request.query)
+    stripped = request if body is request.body and headers is request.forward_headers else replace(request, body=body, forward_headers=headers)
     return stripped, max(values) if values else None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from sdk.compression import report
 from sdk.compression.compressor import Compressor, DocumentSettings, Result
@@ -20,7 +21,7 @@ from sdk.policy import CompressionPolicy, Policy
 from sdk.providers import build_provider
 from sdk.readiness import WarmUp
 from sdk.services import Services
-from sdk.types import Answer, Endpoint, LLMRequest
+from sdk.types import Answer, Endpoint
 
 _ENDPOINTS = (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS)  # count_tokens must count what the client sent
 log = logging.getLogger("slipstream.compression")
@@ -57,7 +58,7 @@ class CompressionStage:
         self._record(result)
         ctx.compression = result.report
         if result.body is not request.body:
-            ctx.request = LLMRequest(request.endpoint, result.body, request.forward_headers, request.query)
+            ctx.request = replace(request, body=result.body)
         return await call_next(ctx)
 
     def _record(self, result: Result) -> None:

@@ -8,22 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 from sdk import metrics
 from sdk.errors import SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
 from sdk.services import Services
-from sdk.streams import on_end
+from sdk.streams import close_after, on_end
 from sdk.types import Answer, LLMResponse, LLMStream
 
 
 class MetricsStage:
     name = "metrics"
 
-    def __init__(self, team: str, monitor: metrics.PercentileMonitor):
+    def __init__(self, team: str, monitor: metrics.PercentileMonitor, labels: metrics.RouteLabels):
         self.team = team
         self.monitor = monitor
+        self.labels = labels
         self.in_flight = metrics.IN_FLIGHT.labels(team)
         self.overhead = metrics.OVERHEAD.labels(team)
 
@@ -39,7 +41,7 @@ class MetricsStage:
             self.in_flight.dec()
             kind = type(exc).__name__ if isinstance(exc, SlipstreamError) else f"upstream_{exc.status}"
             metrics.ERRORS.labels(self.team, kind).inc()
-            metrics.REQUESTS.labels(self.team, ctx.route or "none", str(exc.status)).inc()
+            metrics.REQUESTS.labels(self.team, self.labels(ctx.route or "none"), str(exc.status)).inc()
             raise
         except BaseException:
             self.in_flight.dec()
@@ -49,20 +51,41 @@ class MetricsStage:
             self.in_flight.dec()
             self._finish(ctx, answer, streamed=False)
             return answer
-        on_end(answer, lambda completed: self._stream_ended(ctx, answer, completed))
+        failed: list[bytes] = []
+        answer.events = _watch_for_error(answer.events, failed)
+        on_end(answer, lambda completed: self._stream_ended(ctx, answer, completed, failed))
         return answer
 
     def _finish(self, ctx: RequestContext, answer: Answer, streamed: bool) -> None:
-        metrics.REQUESTS.labels(self.team, answer.route, str(answer.status)).inc()
-        self.monitor.observe(*metrics.record(self.team, answer.route, ctx.timings, answer.usage, streamed))
+        route = self.labels(answer.route)
+        metrics.REQUESTS.labels(self.team, route, str(answer.status)).inc()
+        self.monitor.observe(*metrics.record(self.team, route, ctx.timings, answer.usage, streamed))
 
-    def _stream_ended(self, ctx: RequestContext, stream: LLMStream, completed: bool) -> None:
+    def _stream_ended(self, ctx: RequestContext, stream: LLMStream, completed: bool, failed: list[bytes]) -> None:
         self.in_flight.dec()
-        if completed:
+        if failed:  # ended by an error event (the provider's, or ours mid-stream): a failure, not a 200
+            metrics.ERRORS.labels(self.team, "stream_error").inc()
+            metrics.REQUESTS.labels(self.team, self.labels(stream.route), "stream_error").inc()
+        elif completed:
             self._finish(ctx, stream, streamed=True)
         else:
             metrics.CANCELLED.labels(self.team).inc()
 
 
+def _is_error_event(item: bytes) -> bool:
+    """Whether an item (one or more whole SSE events) holds an error event, in either dialect."""
+    return item.startswith((b"event: error", b'data: {"error"')) or b"\n\nevent: error" in item or b'\n\ndata: {"error"' in item
+
+
+async def _watch_for_error(events: AsyncIterator[bytes], failed: list[bytes]) -> AsyncIterator[bytes]:
+    try:
+        async for item in events:
+            if _is_error_event(item):
+                failed.append(item)
+            yield item
+    finally:
+        await close_after(events)
+
+
 def build_metrics(policy: Policy, services: Services) -> MetricsStage:
-    return MetricsStage(policy.team, metrics.PercentileMonitor(policy.team, policy.alerts))
+    return MetricsStage(policy.team, metrics.PercentileMonitor(policy.team, policy.alerts), metrics.RouteLabels(policy))

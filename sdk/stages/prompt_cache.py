@@ -9,6 +9,7 @@ the stream is returned; OpenAI usage arrives in the last chunk, so the stream is
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, PromptCachePolicy
@@ -17,7 +18,7 @@ from sdk.promptcache.fanout import wait_for_writer
 from sdk.promptcache.optimizer import Optimizer, Plan
 from sdk.services import Services
 from sdk.streams import on_end
-from sdk.types import Answer, Endpoint, LLMRequest, LLMStream, Protocol
+from sdk.types import Answer, Endpoint, LLMStream, Protocol
 
 _ENDPOINTS = (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS)
 
@@ -51,7 +52,7 @@ class PromptCacheStage:
         report.repaired = len(plan.placement.remove) if plan.placement else 0
         report.canonicalized = plan.canonicalized
         if plan.body is not request.body:
-            ctx.request = LLMRequest(request.endpoint, plan.body, request.forward_headers, request.query)
+            ctx.request = replace(request, body=plan.body)
         optimizer.begin(plan, time.time(), self.config.warm_fanout)
         try:
             answer = await call_next(ctx)

@@ -60,7 +60,8 @@ def test_nested_unknown_key(tmp_path):
 
 def test_wrong_type_says_what_was_expected(tmp_path):
     message = _error(tmp_path, GOOD.replace("max_attempts: 3", "max_attempts: lots"))
-    assert "retry.max_attempts:" in message and "integer" in message and "'lots'" in message
+    assert "retry.max_attempts:" in message and "integer" in message and "(got a string)" in message
+    assert "lots" not in message  # values never appear in policy errors: some of them are keys
 
 
 def test_wrong_enum_value(tmp_path):
@@ -99,3 +100,37 @@ def test_bundled_policies_are_valid():
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-m", "gateway.cli", "policy", "check", str(root / "policies")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+SECRETS = """
+team: leaky
+api_keys: [{value: "sk-team-SECRET-1111"}]
+providers:
+  claude: {base_url: "https://api.anthropic.com", api_key: "sk-provider-SECRET-2222"}
+routes:
+  - targets: [{provider: claude}]
+"""
+
+
+def test_errors_name_key_paths_never_values(tmp_path, capsys):
+    """A provider missing its required `kind` printed the whole mapping, inline keys included."""
+    bad = _write(tmp_path, "leaky.yaml", SECRETS)
+    assert main(["policy", "check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "providers.claude.kind: Field required" in err
+    assert "SECRET" not in err
+
+
+def test_yaml_errors_do_not_quote_the_file(tmp_path, capsys):
+    bad = _write(tmp_path, "broken.yaml", 'team: x\napi_keys: [{value: "sk-SECRET-3333}]\n')
+    assert main(["policy", "check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "broken.yaml: not valid YAML at line" in err
+    assert "SECRET" not in err
+
+
+def test_non_utf8_policy_is_a_policy_error(tmp_path, capsys):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    assert main(["policy", "check", str(bad)]) == 1  # was: a UnicodeDecodeError traceback
+    assert "latin1.yaml: not UTF-8 text" in capsys.readouterr().err

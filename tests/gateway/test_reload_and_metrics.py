@@ -53,6 +53,27 @@ def test_invalid_reload_keeps_previous_policy(tmp_path, emulator):
         assert 'slipstream_policy_reloads_total{outcome="error"}' in httpx.get(f"{proxy.url}/metrics").text
 
 
+def test_unreadable_policy_does_not_end_the_watcher(tmp_path, emulator, caplog):
+    """A non-UTF-8 byte ended the reload watcher silently; later valid edits were ignored."""
+    policy = write_policy(tmp_path, "team", "sk-first", emulator.url)
+    good = policy.read_text()
+    with running_proxy([tmp_path], watch_interval_s=0.05) as proxy:
+        policy.write_bytes(good.encode() + b"# caf\xe9\n")
+        time.sleep(0.3)
+        assert "not UTF-8 text" in caplog.text
+        policy.write_text(good.replace("sk-first", "sk-second"))
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-second", max_retries=0)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                assert client.chat.completions.create(model="gpt-4o", messages=MESSAGES).choices
+                break
+            except openai.AuthenticationError:
+                assert time.monotonic() < deadline, "the valid edit after the unreadable one was never loaded"
+                time.sleep(0.05)
+        assert 'slipstream_policy_reloads_total{outcome="error"}' in httpx.get(f"{proxy.url}/metrics").text
+
+
 def test_latency_histograms_and_alerts(tmp_path, emulator):
     write_policy(tmp_path, "metered", "sk-metered", emulator.url, extra="alerts: {window: 10, e2e_p50_ms: 0.001}\n")
     with running_proxy([tmp_path]) as proxy:
@@ -62,8 +83,8 @@ def test_latency_histograms_and_alerts(tmp_path, emulator):
         for _ in client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True):
             pass
         text = httpx.get(f"{proxy.url}/metrics").text
-    for name in ("ttft", "e2e", "itl", "tpot"):
-        assert f'slipstream_{name}_seconds_count{{route="gpt/gpt-4o",team="metered"}}' in text, name
+    for name in ("ttft", "e2e", "itl", "tpot"):  # `gpt-*` passes the client's model on: labelled gpt/other
+        assert f'slipstream_{name}_seconds_count{{route="gpt/other",team="metered"}}' in text, name
     assert 'slipstream_latency_alerts_total{metric="e2e",quantile="p50",team="metered"} 1.0' in text
     assert 'slipstream_latency_percentile_seconds{metric="ttft",quantile="p95",team="metered"}' in text
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from typing import Protocol as TypingProtocol
 
-from sdk.errors import UpstreamHTTPError
+from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import completion_o2a, error_for, message_a2o
@@ -48,9 +48,15 @@ class TranslatingProvider:
         if request.endpoint is Endpoint.EMBEDDINGS:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
-        body = anthropic_to_openai(request.body) if to_openai else openai_to_anthropic(request.body)
+        try:
+            body = anthropic_to_openai(request.body) if to_openai else openai_to_anthropic(request.body)
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+            # The translators read the client's structure field by field; one that is missing or of
+            # the wrong type is the client's error, answered before anything is sent.
+            raise InvalidRequestError(f"malformed request: cannot translate it for a {self.inner.protocol} target "
+                                      f"({type(exc).__name__}: {exc})") from None
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
-        upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body)
+        upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
         try:
             answer = await self.inner.send(upstream, timings)
         except UpstreamHTTPError as exc:
@@ -58,7 +64,8 @@ class TranslatingProvider:
         if isinstance(answer, LLMResponse):
             answer.body = completion_o2a(answer.body) if to_openai else message_a2o(answer.body)
             return answer
-        include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+        options = request.body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         translator = OpenAIToAnthropic() if to_openai else AnthropicToOpenAI(include_usage)
         answer.events = translated_events(answer.events, translator)
         return answer

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
 
 # Fields that change how a request is delivered or billed, never what the answer means.
@@ -27,6 +28,14 @@ def refuse(what: str, target: str) -> TranslationRefused:
     return TranslationRefused(f"{what} cannot be translated for a {target} target; send it to a target of its own protocol")
 
 
+def _text(block: dict[str, Any], where: str) -> str:
+    """A text block's text: translation joins and re-nests it, so it must be a string."""
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise InvalidRequestError(f"{where}.text: a string is required")
+    return text
+
+
 def _text_of(blocks: Any, where: str, target: str) -> str:
     """A string, or a list of text blocks/parts, as one string."""
     if isinstance(blocks, str):
@@ -35,7 +44,7 @@ def _text_of(blocks: Any, where: str, target: str) -> str:
     for block in blocks or ():
         if not isinstance(block, dict) or block.get("type") != "text":
             raise refuse(f"{where}: a {block.get('type') if isinstance(block, dict) else type(block).__name__!r} part", target)
-        parts.append(block["text"])
+        parts.append(_text(block, where))
     return "\n\n".join(parts)
 
 
@@ -102,7 +111,7 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         for j, block in enumerate(content or ()):
             kind = block.get("type")
             if kind == "text":
-                texts.append(block["text"])
+                texts.append(_text(block, f"{where}.content.{j}"))
             elif kind == "tool_use":
                 arguments = orjson.dumps(block.get("input") or {}).decode()
                 calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}})
@@ -122,7 +131,7 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
                 text = f"Error: {text}"  # OpenAI has no error flag on tool results
             tool_messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
         elif kind == "text":
-            parts.append({"type": "text", "text": block["text"]})
+            parts.append({"type": "text", "text": _text(block, f"{where}.content.{j}")})
         elif kind == "image":
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source") or {}, f"{where}.content.{j}")}})
         else:
@@ -250,7 +259,7 @@ def _o2a_user(content: Any, where: str) -> list[dict[str, Any]]:
     for j, part in enumerate(content or ()):
         kind = part.get("type")
         if kind == "text":
-            blocks.append({"type": "text", "text": part["text"]})
+            blocks.append({"type": "text", "text": _text(part, f"{where}.content.{j}")})
         elif kind == "image_url":
             blocks.append({"type": "image", "source": _image_source((part.get("image_url") or {}).get("url", ""))})
         else:
