@@ -30,7 +30,7 @@ from sdk.providers.base import HTTPProvider, Provider
 from sdk.providers.openai import OpenAIDialect, ResponsesMode as Mode
 from sdk.responses.store import ResponseStore, StoredResponse
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.provider import TranslatingProvider, translated_events
+from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
 from sdk.routing.translation.responses_answers import completion_c2r, new_id
 from sdk.routing.translation.responses_requests import responses_to_chat
 from sdk.routing.translation.responses_streams import ChatToResponses
@@ -132,7 +132,7 @@ class ResponsesTarget:
         if body.get("previous_response_id") and previous is None:
             raise InvalidRequestError(f"Previous response with id '{body['previous_response_id']}' not found.")
         context = (previous.history() if previous else []) + _items(body.get("input"))
-        chat = responses_to_chat({**body, "input": context})
+        chat = translate(responses_to_chat, {**body, "input": context}, "Chat Completions")
         response_id = new_id("resp")
         answer = await self.chat.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat), timings)
         if isinstance(answer, LLMResponse):

@@ -23,6 +23,13 @@ from sdk.types import Answer, Endpoint, LLMStream, Protocol
 _ENDPOINTS = (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS)
 
 
+def _readable(body: dict[str, object]) -> bool:
+    """The top-level shapes the optimizer reads. A body with others goes upstream untouched: it is the
+    provider's to refuse, and planning a cache for it must not fail first."""
+    return (isinstance(body.get("messages"), list) and isinstance(body.get("tools", []), list)
+            and isinstance(body.get("system", ""), (str, list)))
+
+
 class PromptCacheStage:
     name = "prompt_cache"
 
@@ -33,7 +40,7 @@ class PromptCacheStage:
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
         request = ctx.request
-        if request.endpoint not in _ENDPOINTS or not isinstance(request.body.get("messages"), list):
+        if request.endpoint not in _ENDPOINTS or not _readable(request.body):
             return await call_next(ctx)
         optimizer = self.optimizer
         plan = optimizer.prepare(request, time.time())

@@ -71,6 +71,17 @@ MESSAGES = {
     "stream": False,
 }
 COUNT = {k: v for k, v in MESSAGES.items() if k not in ("max_tokens", "temperature", "stream")}
+RESPONSES = {
+    "model": "gpt-4o",
+    "instructions": "Be terse.",
+    "input": [{"role": "user", "content": [{"type": "input_text", "text": "hello"}]},
+              {"type": "function_call_output", "call_id": "c1", "output": "42"}],
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}],
+    "max_output_tokens": 16,
+    "store": False,
+    "stream": False,
+}
+EMBEDDINGS = {"model": "gpt-4o", "input": ["hello", "world"], "encoding_format": "float"}
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,18 @@ ENDPOINTS = [
     Target("POST", "/v1/messages", "anthropic", MESSAGES),
     Target("POST", "/v1/messages?beta=true", "anthropic", {**MESSAGES, "model": "x-to-openai", "stream": True}),
     Target("POST", "/v1/messages/count_tokens", "anthropic", COUNT),
+    Target("POST", "/v1/responses", "openai", RESPONSES),
+    Target("POST", "/v1/responses", "openai", {**RESPONSES, "model": "x-to-anthropic", "stream": True}),
+    Target("POST", "/v1/responses/input_tokens", "openai", {k: v for k, v in RESPONSES.items() if k != "stream"}),
+    Target("POST", "/v1/embeddings", "openai", EMBEDDINGS),
+    Target("GET", "/v1/responses/resp_123", "openai"),
+    Target("GET", "/v1/responses/resp_123/input_items", "openai"),
+    Target("DELETE", "/v1/responses/resp_123", "openai"),
     Target("GET", "/v1/models", "either"),
+    Target("GET", "/v1/models/gpt-4o", "either"),
+    Target("GET", "/v1/slipstream/spend", "either"),
+    Target("GET", "/readyz", "either"),
+    Target("POST", "/v1/unknown/path", "either"),
     Target("GET", "/v1/slipstream/cache-report", "either"),
     Target("DELETE", "/v1/slipstream/cache", "either"),
     Target("DELETE", "/v1/slipstream/cache?key=", "either"),

@@ -66,6 +66,7 @@ def test_messages_use_policy_terms_not_class_names(tmp_path, capsys):
     text = text.replace("semantic_cache: {enabled: false}\n", "")
     code, _, err = _check(tmp_path, text, capsys)
     assert code == 1
-    assert "api_keys.1: expected a mapping (keys: env, value), got 'sk-a-bare-string'" in err
-    assert "semantic_cache: expected a mapping (see policies/README.md for its keys), got True" in err
+    assert "api_keys.1: expected a mapping (keys: env, value), got a string" in err
+    assert "sk-a-bare-string" not in err  # a key written where a mapping belongs is still a key: never echoed
+    assert "semantic_cache: expected a mapping (see policies/README.md for its keys), got true/false" in err
     assert "instance of" not in err and "SecretRef" not in err and "Policy" not in err

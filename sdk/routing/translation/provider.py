@@ -7,7 +7,7 @@ client's dialect: bodies, error bodies and stream events alike. Usage is the inn
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from typing import Protocol as TypingProtocol
 
@@ -31,6 +31,17 @@ from sdk.types import (
 _ENDPOINT = {Protocol.ANTHROPIC: Endpoint.MESSAGES, Protocol.OPENAI: Endpoint.CHAT_COMPLETIONS}
 
 
+def translate(convert: Callable[[dict[str, Any]], dict[str, Any]], body: dict[str, Any], target: str) -> dict[str, Any]:
+    """`convert(body)`, for every translator. They read the client's structure field by field; one
+    that is missing or of the wrong type is the client's error, answered with a 400 before anything
+    is sent, never a 500."""
+    try:
+        return convert(body)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+        raise InvalidRequestError(f"malformed request: cannot translate it for a {target} target "
+                                  f"({type(exc).__name__}: {exc})") from None
+
+
 class TranslatingProvider:
     """Serves `client`-protocol requests through `inner`, which speaks the other protocol."""
 
@@ -48,13 +59,7 @@ class TranslatingProvider:
         if request.endpoint is Endpoint.EMBEDDINGS:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
-        try:
-            body = anthropic_to_openai(request.body) if to_openai else openai_to_anthropic(request.body)
-        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
-            # The translators read the client's structure field by field; one that is missing or of
-            # the wrong type is the client's error, answered before anything is sent.
-            raise InvalidRequestError(f"malformed request: cannot translate it for a {self.inner.protocol} target "
-                                      f"({type(exc).__name__}: {exc})") from None
+        body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, request.body, str(self.inner.protocol))
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
         try:
