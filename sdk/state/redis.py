@@ -45,6 +45,7 @@ class RedisState:
         self.client = RespClient(self.url, self.timeout_s)
         self.replica_id = replica_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._flags: dict[str, float] = {}
+        self._flag_changes = 0  # a sync that raced a local set/clear keeps the local view for one round
         self._held: dict[str, tuple[str, ...]] = {}  # lease → cap keys, renewed while the request runs
         self.replicas = 1
         self.last_spent: dict[str, float] = {}  # budget record → USD spent, as of the last admission
@@ -107,10 +108,12 @@ class RedisState:
 
     async def set_flag(self, name: str, until: float) -> None:
         self._flags[name] = until  # seen here at once; by the other replicas at their next sync
+        self._flag_changes += 1
         await self.client.execute("HSET", self.key("flags"), name, float(until))
 
     async def clear_flag(self, name: str) -> None:
         self._flags.pop(name, None)
+        self._flag_changes += 1
         await self.client.execute("HDEL", self.key("flags"), name)
 
     def flags(self) -> Mapping[str, float]:
@@ -124,6 +127,7 @@ class RedisState:
         """One round trip: check in as a live replica, count the live ones, renew this replica's
         leases, and refresh the flag mirror. Returns the replica count."""
         now = time.time()
+        changes = self._flag_changes
         replicas = self.key("replicas")
         commands: list[tuple[Any, ...]] = [
             ("ZADD", replicas, now, self.replica_id),
@@ -138,6 +142,8 @@ class RedisState:
         replies = await self.client.pipeline(commands)
         self.replicas = max(1, int(replies[2]))
         flags = replies[3]
+        if changes != self._flag_changes:
+            return self.replicas  # this replica raised or cleared a flag meanwhile: the snapshot may predate it
         self._flags = {flags[i].decode(): until for i in range(0, len(flags), 2) if (until := float(flags[i + 1])) > now}
         return self.replicas
 
