@@ -229,11 +229,6 @@ def _usage(plan: CachePlan, output_tokens: int) -> dict[str, Any]:
     }
 
 
-def _natural_length(emu: Emulator, call: Call) -> int:
-    v = call.headers.get("x-emulator-output-tokens")
-    return int(v) if v and v.isdigit() else emu.config.default_output_tokens
-
-
 async def messages(emu: Emulator, call: Call) -> None:
     pre = await wire.preamble(emu, call)
     if pre is None:
@@ -263,7 +258,7 @@ async def messages(emu: Emulator, call: Call) -> None:
     spent = thinking.tokens if thinking else 0  # thinking counts against max_tokens
     fmt = (body.get("output_config") or {}).get("format")
     schema = fmt["schema"] if fmt else None
-    reply = make_reply(seed, _natural_length(emu, call), max(0, body["max_tokens"] - spent),
+    reply = make_reply(seed, emu.natural_length(call), max(0, body["max_tokens"] - spent),
                        body.get("stop_sequences") or [], _pick_tool(body), schema)
     out_tokens = reply.output_tokens + spent
     tool_id = emu.new_id("toolu_") if reply.tool_name else ""

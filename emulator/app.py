@@ -137,6 +137,12 @@ class Emulator:
     def now(self) -> float:
         return time.monotonic() + self.state.clock_offset
 
+    def natural_length(self, call: Call) -> int:
+        """How long the model 'wants' to answer: the x-emulator-output-tokens header, else the
+        configured default."""
+        v = call.headers.get("x-emulator-output-tokens")
+        return int(v) if v and v.isdigit() else self.config.default_output_tokens
+
     def new_id(self, prefix: str) -> str:
         return f"{prefix}{self._id_prefix}{next(self._ids):012d}"
 

@@ -78,8 +78,7 @@ async def completions(emu: Emulator, call: Call) -> None:
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else (stop or [])
     lp = body.get("logprobs")
-    v = call.headers.get("x-emulator-output-tokens")
-    natural = int(v) if v and v.isdigit() else emu.config.default_output_tokens
+    natural = emu.natural_length(call)
     choices = []
     for i, p in enumerate(prompts):
         base = seed_for(model, p)

@@ -186,8 +186,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else (stop or [])
     mt = body.get("max_completion_tokens") or body.get("max_tokens")
-    v = call.headers.get("x-emulator-output-tokens")
-    natural = int(v) if v and v.isdigit() else cfg.default_output_tokens
+    natural = emu.natural_length(call)
     seed = seed_for(model, body["messages"])
     tool = pick_tool(body)
     schema = output_schema(body.get("response_format"))

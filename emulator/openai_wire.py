@@ -171,7 +171,7 @@ class Request:
 
     body: dict[str, Any]
     key: str
-    model: str
+    model: str  # "" where the endpoint allows no model (input_tokens)
     stream: bool
     faults: FaultSet | None
 
@@ -183,8 +183,8 @@ def model_missing(model: str) -> dict[str, Any]:
 
 async def begin(emu: Emulator, call: Call, validate: Callable[[dict[str, Any]], Problem | None],
                 known: Callable[[str], bool]) -> Request | None:
-    """Auth, JSON, pre-response faults, `validate`, then the model (`known`, else 404); None once
-    an answer has been sent."""
+    """Auth, JSON, pre-response faults, `validate`, then the model if any (`known`, else 404);
+    None once an answer has been sent."""
     pre = await preamble(emu, call)
     if pre is None:
         return None
@@ -198,11 +198,10 @@ async def begin(emu: Emulator, call: Call, validate: Callable[[dict[str, Any]], 
     if err:
         await bad(emu, call, *err)
         return None
-    assert model is not None  # every validator requires it
-    if not known(model):
+    if model is not None and not known(model):
         await error(emu, call, 404, model_missing(model))
         return None
-    return Request(body, key, model, stream, faults)
+    return Request(body, key, model or "", stream, faults)
 
 
 def check_tool_choice(tc: Any, names: list[str], named: Any) -> Problem | None:

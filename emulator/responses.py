@@ -68,23 +68,13 @@ async def _resolve(emu: Emulator, call: Call, body: dict[str, Any], key: str) ->
 
 
 async def input_tokens(emu: Emulator, call: Call) -> None:
-    pre = await wire.preamble(emu, call)
-    if pre is None:
+    req = await wire.begin(emu, call, lambda body: validate(body, count_only=True), openai_generates)
+    if req is None:
         return
-    body, key = pre
-    handled, _ = await wire.pre_faults(emu, call, body.get("model") if isinstance(
-        body.get("model"), str) else None, False)
-    if handled:
-        return
-    err = validate(body, count_only=True)
-    if err:
-        await wire.bad(emu, call, *err)
-        return
-    turn = await _resolve(emu, call, body, key)
-    if turn is None:
-        return
-    n = len(openai_prompt_blob(turn.view)) // 4
-    await wire.ok(emu, call, {"object": "response.input_tokens", "input_tokens": n})
+    turn = await _resolve(emu, call, req.body, req.key)
+    if turn is not None:
+        n = len(openai_prompt_blob(turn.view)) // 4
+        await wire.ok(emu, call, {"object": "response.input_tokens", "input_tokens": n})
 
 
 async def create(emu: Emulator, call: Call) -> None:
@@ -103,8 +93,7 @@ async def create(emu: Emulator, call: Call) -> None:
     reasoning = REASONING_TOKENS.get(effort or "", 0)
     mt = body.get("max_output_tokens")
     budget = None if mt is None else max(0, mt - reasoning)  # reasoning counts against the cap
-    v = call.headers.get("x-emulator-output-tokens")
-    natural = int(v) if v and v.isdigit() else cfg.default_output_tokens
+    natural = emu.natural_length(call)
     seed = seed_for(model, turn.view["messages"])
     reply = make_reply(seed, natural, budget, [], pick_tool(turn.view),
                        output_schema(turn.view.get("response_format")))
