@@ -16,9 +16,9 @@ from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CacheError, CachePlan, count_input_tokens, plan_anthropic
 from .models import anthropic_generates
 from .anthropic_stream import STOP_REASONS, content_blocks, plan_thinking, sse, stream_events
-from .reply import ToolPick, make_reply
+from .reply import ToolPick, choose_tool, make_reply
 from .streaming import respond_after, run_stream
-from .text import seed_for, wants_tool
+from .text import seed_for
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -180,23 +180,31 @@ def _validate_output_config(oc: Any) -> str | None:
     return None
 
 
-def _last_user(messages: list[dict[str, Any]]) -> tuple[str, bool]:
-    """(text of the last user message, whether it carries tool results)."""
-    for m in reversed(messages):
-        if m.get("role") != "user":
-            continue
+def _turn(messages: list[dict[str, Any]]) -> tuple[str, bool, set[str]]:
+    """(text of the user's last own message, whether the conversation ends with tool results,
+    tools called since that message). A user message made only of tool_results is not 'own'."""
+    def blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
         c = m.get("content")
-        if isinstance(c, str):
-            return c, False
-        texts = [b.get("text", "") for b in c if isinstance(b, dict) and b.get("type") == "text"]
-        has_result = any(isinstance(b, dict) and b.get("type") == "tool_result" for b in c)
-        return "\n".join(texts), has_result
-    return "", False
+        return [b for b in c if isinstance(b, dict)] if isinstance(c, list) else []
+
+    last = messages[-1] if messages else {}
+    after_result = last.get("role") == "user" and any(b.get("type") == "tool_result" for b in blocks(last))
+    called: set[str] = set()
+    for m in reversed(messages):
+        bs = blocks(m)
+        if m.get("role") == "assistant":
+            called.update(b.get("name", "") for b in bs if b.get("type") == "tool_use")
+        elif m.get("role") == "user" and (isinstance(m.get("content"), str)
+                                         or any(b.get("type") != "tool_result" for b in bs)):
+            c = m["content"]
+            text = c if isinstance(c, str) else "\n".join(b.get("text", "") for b in bs if b.get("type") == "text")
+            return text, after_result, called
+    return "", after_result, called
 
 
 def _pick_tool(body: dict[str, Any]) -> ToolPick | None:
-    """Forced choices (`any`/`tool`) always call; `auto` calls when the last user text names a
-    tool or says "use a tool" (never right after a tool_result); `none` never calls."""
+    """`none` never calls, `tool` always calls that tool, otherwise reply.choose_tool decides.
+    Auto calls are preceded by a short text block, as Claude's are."""
     tools = [t for t in body.get("tools") or () if isinstance(t.get("input_schema"), dict)]
     if not tools:
         return None
@@ -207,14 +215,9 @@ def _pick_tool(body: dict[str, Any]) -> ToolPick | None:
     by_name = {t["name"]: t for t in tools}
     if kind == "tool":
         return ToolPick(tc["name"], by_name[tc["name"]]["input_schema"], False)
-    text, after_result = _last_user(body["messages"])
-    name = wants_tool(text, list(by_name))
-    if kind == "any":
-        name = name or tools[0]["name"]
-        return ToolPick(name, by_name[name]["input_schema"], False)
-    if name is None or after_result:
-        return None
-    return ToolPick(name, by_name[name]["input_schema"], True)
+    text, after_result, called = _turn(body["messages"])
+    name = choose_tool(list(by_name), kind == "any", text, after_result, called)
+    return ToolPick(name, by_name[name]["input_schema"], kind != "any") if name else None
 
 
 def _usage(plan: CachePlan, output_tokens: int) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from .caching import CachePlan, openai_prompt_blob, plan_openai
 from .models import openai_generates
 from .chat_stream import Choice, chunks
 from .logprobs import chat_entries
-from .reply import ToolPick, make_reply, output_schema
+from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
-from .text import choice_seed, seed_for, wants_tool
+from .text import choice_seed, seed_for
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -131,8 +131,7 @@ def _validate_tools(body: dict[str, Any]) -> wire.Problem | None:
 
 
 def pick_tool(body: dict[str, Any]) -> ToolPick | None:
-    """Same rule as Anthropic: `required`/named function always call; `auto` calls when the last
-    user text names a tool or says "use a tool" (not when the last message is a tool result)."""
+    """`none` never calls, a named function always does, otherwise reply.choose_tool decides."""
     fns = [t["function"] for t in body.get("tools") or ()
            if t.get("type", "function") == "function" and isinstance(t.get("function"), dict)]
     if not fns:
@@ -145,20 +144,16 @@ def pick_tool(body: dict[str, Any]) -> ToolPick | None:
         name = (tc.get("function") or {}).get("name")
         return ToolPick(name, by_name[name], False) if name in by_name else None
     msgs = body["messages"]
+    start = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=-1)
     text = ""
-    for m in reversed(msgs):
-        if m.get("role") == "user":
-            c = m.get("content")
-            text = c if isinstance(c, str) else " ".join(
-                p.get("text", "") for p in c or () if isinstance(p, dict) and p.get("type") == "text")
-            break
-    name = wants_tool(text, list(by_name))
-    if tc == "required":
-        name = name or fns[0]["name"]
-        return ToolPick(name, by_name[name], False)
-    if name is None or msgs[-1].get("role") == "tool":
-        return None
-    return ToolPick(name, by_name[name], False)
+    if start >= 0:
+        c = msgs[start].get("content")
+        text = c if isinstance(c, str) else " ".join(
+            p.get("text", "") for p in c or () if isinstance(p, dict) and p.get("type") == "text")
+    called = {tc.get("function", {}).get("name") for m in msgs[start + 1:] if m.get("role") == "assistant"
+              for tc in m.get("tool_calls") or () if isinstance(tc, dict)}
+    name = choose_tool(list(by_name), tc == "required", text, msgs[-1].get("role") == "tool", called)
+    return ToolPick(name, by_name[name], False) if name else None
 
 
 def _usage(plan: CachePlan, out: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from .text import apply_stop, count_tokens, example_from_schema, reply_text, truncate_tokens
+from .text import apply_stop, count_tokens, example_from_schema, reply_text, truncate_tokens, wants_tool
 
 
 @dataclass(slots=True)
@@ -26,6 +26,26 @@ class ToolPick:
     name: str
     schema: Any
     preface: bool  # emit a short text before the call (auto mode, like real models do)
+
+
+def choose_tool(names: list[str], forced: bool, text: str, after_result: bool,
+                called: set[str]) -> str | None:
+    """The tool rule both providers share. `text` is the user's last own message, `called` the
+    tools already called since it, `after_result` whether the conversation ends with tool results.
+
+    auto: call the tool the text names (or the first on "use a tool"), never right after a result,
+    so an agent loop ends with a text answer. forced (`required` / `any`): the tool the text names
+    or the first; right after a result, the first tool not yet called in this turn, so a loop
+    that must end by calling an output tool (pydantic-ai's `final_result`) reaches it.
+    """
+    named = wants_tool(text, names)
+    if not forced:
+        return None if after_result else named
+    if after_result:
+        fresh = [n for n in names if n not in called]
+        if fresh:
+            return fresh[0]
+    return named or names[0]
 
 
 def make_reply(

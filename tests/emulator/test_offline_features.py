@@ -147,3 +147,47 @@ def test_thinking_validation(anth):
                              tool_choice={"type": "any"},
                              thinking={"type": "enabled", "budget_tokens": 1024})
     assert "forces tool use" in ei.value.message
+
+
+def test_forced_tool_choice_moves_on_after_a_result(oai, anth):
+    final = {"type": "function", "function": {"name": "final_result", "parameters": {
+        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}}
+    msgs: list = [{"role": "user", "content": "use lookup"}]
+    names = []
+    for _ in range(2):
+        m = oai.chat.completions.create(model=GPT, messages=msgs, tools=[TOOL_OAI, final],
+                                        tool_choice="required").choices[0].message
+        names.append(m.tool_calls[0].function.name)
+        msgs += [m.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": m.tool_calls[0].id, "content": "42"}]
+    assert names == ["lookup", "final_result"]
+    final_anth = {"name": "final_result", "input_schema": final["function"]["parameters"]}
+    amsgs: list = [{"role": "user", "content": "use lookup"}]
+    names = []
+    for _ in range(2):
+        a = anth.messages.create(model=CLAUDE, max_tokens=300, messages=amsgs, tools=[TOOL_ANTH, final_anth],
+                                 tool_choice={"type": "any"})
+        use = a.content[-1]
+        names.append(use.name)
+        amsgs += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in a.content]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "42"}]}]
+    assert names == ["lookup", "final_result"]
+
+
+def test_pydantic_ai_agent_with_tool_and_typed_output_terminates(emu):
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider(base_url=emu.openai_url, api_key="k")
+    for model_cls in (OpenAIChatModel, OpenAIResponsesModel):
+        agent = Agent(model_cls(GPT, provider=provider), output_type=Step)
+        calls = []
+
+        @agent.tool_plain
+        def lookup(q: str) -> str:
+            calls.append(q)
+            return "42"
+
+        out = agent.run_sync("use lookup to find the answer").output
+        assert isinstance(out, Step) and calls == ["example_q"]
