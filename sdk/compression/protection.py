@@ -97,11 +97,6 @@ def find_items(text: str, kinds: Iterable[str]) -> set[str]:
     return {f"{_LABEL[kind]}:{text[start:end]}" for kind, start, end in _matches(text, kinds)}
 
 
-def protected_spans(text: str, kinds: Iterable[str]) -> list[tuple[int, int]]:
-    """Character spans of pattern-found items (token pruning must not cut into them)."""
-    return [(start, end) for _, start, end in _matches(text, kinds)]
-
-
 def unit_items(text: str, starts: list[int], unit_words: list[set[str]], kinds: Iterable[str], query: str, instructions: str) -> list[frozenset[str]]:
     """The protected items of each unit of a document (units start at `starts` in `text`).
 

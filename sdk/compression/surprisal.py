@@ -4,8 +4,10 @@ The local engine's offline API does not return prompt log-probabilities, so surp
 bundled demo model (localengine/demo/demo, a 4-layer Llama trained on Python's own sources and
 docstrings) run directly with torch on the CPU, in windows of the 128 tokens it was trained on.
 Whole words are dropped (a word's score is the mean surprisal of its tokens), never inside code
-blocks, never the omission marker, never a protected item. It runs after extractive pruning, on the
-sentences that were kept, in the compression worker thread.
+blocks, never the omission marker, never a word the question uses (with `query` protection), and
+never inside a unit that holds a protected item: those sentences carry the specific facts, and stay
+verbatim. It runs after extractive pruning, on the sentences that were kept, in the compression
+worker thread.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from sdk.compression import tokens
 from sdk.compression.extractive import Budget, Outcome
-from sdk.compression.protection import protected_spans
+from sdk.compression.protection import unit_items
 from sdk.compression.scoring import words
 from sdk.compression.splitting import split_units
 from sdk.services import MODEL_LOAD_LOCK
@@ -82,9 +84,12 @@ class TokenPruner:
         _model()
 
     def prune(self, outcome: Outcome, budget: Budget, query: str) -> Outcome:
-        """Drop words of `outcome.text`; words the question uses stay when `query` protection is on."""
+        """Drop words of `outcome.text` (see the module docstring for what is never dropped)."""
         text = outcome.text
-        blocked = [(u.start, u.end) for u in split_units(text) if u.code] + protected_spans(text, self.protect)
+        units = split_units(text)
+        unit_words = [set(words(u.text(text))) if not u.code else set() for u in units]
+        items = unit_items(text, [u.start for u in units], unit_words, self.protect, query, "")
+        blocked = [(u.start, u.end) for u, held in zip(units, items, strict=True) if u.code or held]
         blocked += [(m.start(), m.end()) for m in re.finditer(re.escape(budget.marker), text)]
         asked = set(words(query)) if "query" in self.protect else set()
         words_at = [m.span() for m in _WORD.finditer(text)]
