@@ -108,8 +108,9 @@ class Compressor:
         if self.docs is None:
             return [], counts
         located = places.locate(result.body, self.docs.scope, self.docs.min_tokens * _MIN_CHARS_PER_TOKEN)
-        for place, reason in located.left:
-            result.report.leave(place, reason)
+        for place, reason, message in located.left:
+            if counts[message + 1] >= self.docs.min_tokens:  # counts[0] is the system prompt (message -1)
+                result.report.leave(place, reason)
         return located.found, counts
 
     def _apply(self, result: Result, prepared: list[tuple[Found, extractive.Prepared, extractive.Outcome | None]], outcomes: list[extractive.Outcome], counts: list[int]) -> list[int]:

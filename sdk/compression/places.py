@@ -43,7 +43,7 @@ class Found:
 @dataclass(slots=True)
 class Located:
     found: list[Found] = field(default_factory=list)
-    left: list[tuple[str, str]] = field(default_factory=list)  # (place, reason) of material left whole
+    left: list[tuple[str, str, int]] = field(default_factory=list)  # (place, reason, message) of material left whole
 
 
 @dataclass(slots=True)
@@ -111,9 +111,9 @@ def locate(body: dict[str, Any], scope: frozenset[str], min_chars: int) -> Locat
             if span.end - span.start < min_chars:
                 continue
             if (system_frozen if entry.message == SYSTEM else (entry.message, span.slot.block) <= frozen):
-                located.left.append((entry.place, "cached_prefix"))
+                located.left.append((entry.place, "cached_prefix", entry.message))
             elif not query:
-                located.left.append((entry.place, "no_question"))
+                located.left.append((entry.place, "no_question", entry.message))
             else:
                 text = span.slot.text[span.start : span.end]
                 located.found.append(Found(entry.place, entry.message, span.slot.block, span.slot.key, span.start, span.end, text, query, instructions))
@@ -135,7 +135,7 @@ def _entry(message: int, place: str, slots: list[Slot], min_chars: int, located:
         frame = framing.user_frame(slot.text, latest) if user else framing.system_frame(slot.text)
         if isinstance(frame, str):
             if place in scope:
-                located.left.append((place, frame))
+                located.left.append((place, frame, message))
             continue
         material.append((Span(slot, frame.start, frame.end), f"{slot.text[: frame.start]}\n{slot.text[frame.end :]}".strip()))
         if frame.question:

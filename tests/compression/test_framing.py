@@ -73,7 +73,7 @@ def test_places_follow_the_scope_and_earlier_turns_rank_against_the_next_questio
     assert [f.place for f in locate(body, frozenset({"earlier_turns"}), 800).found] == ["earlier_turns"]
     marked = _body([{"type": "text", "text": "Context:\n" + FILLER, "cache_control": {"type": "ephemeral"}}], messages)
     located = locate(marked, ALL, 800)
-    assert [f.place for f in located.found] == ["earlier_turns"] and located.left == [("system", "cached_prefix")]
+    assert [f.place for f in located.found] == ["earlier_turns"] and located.left == [("system", "cached_prefix", -1)]
 
 
 def test_openai_system_messages_and_tool_results_are_told_apart():
@@ -86,7 +86,7 @@ def test_openai_system_messages_and_tool_results_are_told_apart():
     ]}
     located = locate(body, ALL, 800)
     assert [(f.place, f.message) for f in located.found] == [("system", 0)]
-    assert located.left == [("latest_turn", "no_question")]
+    assert located.left == [("latest_turn", "no_question", 4)]
 
 
 def test_specific_items_are_rare_specific_tokens_not_every_capitalized_word():
