@@ -63,7 +63,7 @@ class Case:
     format: int
 
 
-def build_cases(count: int, sizes: list[int], seed: int) -> tuple[list[Case], list[str]]:
+def build_cases(count: int, sizes: list[int], seed: int, kinds: tuple[str, ...] = ("named", "unnamed")) -> tuple[list[Case], list[str]]:
     rng = random.Random(seed)
     available = [s for s in SOURCES if sections(s)]
     cases = []
@@ -81,7 +81,7 @@ def build_cases(count: int, sizes: list[int], seed: int) -> tuple[list[Case], li
             if document and tokens.count(document) >= size:
                 break
             document = f"{document}\n\n{paragraph}" if document else paragraph
-        fact = needle(rng)
+        fact = needle(rng, kinds)
         cases.append(Case(source, size, plant(document, fact.sentence, rng), fact, i % len(QUESTION_FORMATS)))
     return cases, [s for s in SOURCES if s not in available]
 
@@ -185,7 +185,7 @@ def _settings(names: list[str]) -> dict[str, dict]:
 
 async def main_async(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
-    cases, missing = build_cases(args.cases, sizes, args.seed)
+    cases, missing = build_cases(args.cases, sizes, args.seed, tuple(args.needles.split(",")))
     counts = defaultdict(int)
     for case in cases:
         counts[case.source] += 1
@@ -220,6 +220,7 @@ def main() -> None:
     parser.add_argument("--positions", default=",".join(POSITIONS))
     parser.add_argument("--slow-cases", type=int, default=24, help="cases for the contextual and token-pruning settings")
     parser.add_argument("--by-source", action="store_true", help="also break the latest_turn position down by source")
+    parser.add_argument("--needles", default="named,unnamed", help="needle kinds: named (the question keeps the subject's name or code), unnamed (no shared word)")
     parser.add_argument("--show-misses", action="store_true", help="print each needle that was not kept")
     asyncio.run(main_async(parser.parse_args()))
 

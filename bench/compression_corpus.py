@@ -65,8 +65,8 @@ class Needle:
     kind: str  # "named" | "unnamed"
 
 
-def needle(rng: random.Random) -> Needle:
-    template, question, kind = rng.choice(TEMPLATES)
+def needle(rng: random.Random, kinds: tuple[str, ...] = ("named", "unnamed")) -> Needle:
+    template, question, kind = rng.choice([t for t in TEMPLATES if t[2] in kinds])
     values = {
         "name": rng.choice(NAMES),
         "city": rng.choice(CITIES),
