@@ -22,6 +22,7 @@ import asyncio
 import logging
 import math
 import time
+from typing import TYPE_CHECKING
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamTimeoutError
@@ -46,6 +47,9 @@ from sdk.routing.translation import TranslatingProvider
 from sdk.streams import close_after, on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMStream, Protocol
 
+if TYPE_CHECKING:
+    from sdk.stages.prompt_cache import Planner
+
 log = logging.getLogger("slipstream.router")
 
 
@@ -60,6 +64,7 @@ class Router:
         store: BreakerStore | None = None,
         team: str = "",
         responses: Callable[[], ResponseStore] | None = None,
+        planner: Planner | None = None,
     ):
         self.routes = routes
         self.providers = providers
@@ -71,6 +76,7 @@ class Router:
         self.team = team
         self.responses = responses  # the team's response store, for Responses API targets
         self._responses: dict[str, ResponsesTarget] = {}
+        self.planner = planner  # the prompt-cache optimizer, for bodies translated below the pipeline
 
     def route_for(self, model: str) -> Route:
         for route in self.routes:
@@ -235,7 +241,7 @@ class Router:
         if target is None:
             if self.responses is None:
                 raise SlipstreamError("this router has no response store; the Responses API is not available", status=501)
-            target = self._responses[name] = ResponsesTarget(provider, self.team, self.responses)
+            target = self._responses[name] = ResponsesTarget(provider, self.team, self.responses, self.planner)
         return target
 
 

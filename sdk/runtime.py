@@ -30,6 +30,7 @@ from sdk.router import Router
 from sdk.routing.shared_breaker import SharedBreakerStore
 from sdk.services import Services
 from sdk.stages import build_stages
+from sdk.stages.prompt_cache import PromptCacheStage
 from sdk.types import Answer, LLMRequest, LLMResponse, LLMStream, Usage
 
 log = logging.getLogger("slipstream")
@@ -55,9 +56,10 @@ class TeamRuntime:
         providers = {name: build_provider(name, config, services) for name, config in policy.providers.items()}
         state = services.shared_state()
         breakers = SharedBreakerStore(policy.breaker, state, policy.team) if state is not None else None
-        router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging,
-                        team=policy.team, responses=services.response_store, store=breakers)
         stages = build_stages(policy, services)
+        planner = next((stage.planned for stage in stages if isinstance(stage, PromptCacheStage)), None)
+        router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging,
+                        team=policy.team, responses=services.response_store, planner=planner, store=breakers)
         warm_ups = tuple(w for part in [*stages, *providers.values()] if isinstance(part, HasWarmUps) for w in part.warm_ups())
         return cls(policy=policy, pipeline=Pipeline(stages, router),
                    models=ModelCatalog(policy.routes, providers, policy.models), providers=providers,

@@ -20,8 +20,9 @@ follow-up sent at once finds it.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -37,6 +38,9 @@ from sdk.routing.translation.responses_streams import ChatToResponses
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Protocol, Timings
+
+if TYPE_CHECKING:
+    from sdk.stages.prompt_cache import Planner
 
 _TERMINAL = (b"event: response.completed", b"event: response.incomplete")
 
@@ -62,15 +66,17 @@ def _items(value: Any) -> list[dict[str, Any]]:
 class ResponsesTarget:
     """A Provider for Responses requests in front of `inner`, recording stored answers for `team`."""
 
-    def __init__(self, inner: Provider, team: str, store: Callable[[], ResponseStore]):
+    def __init__(self, inner: Provider, team: str, store: Callable[[], ResponseStore], planner: Planner | None = None):
         self.inner = inner
         self.name = inner.name
         self.protocol = Protocol.OPENAI
         self.team = team
         self.store = store
         self.mode: Mode = responses_mode(inner)
-        # Chat reaches an Anthropic provider through the chat ↔ messages translation.
-        self.chat: Provider = inner if inner.protocol is Protocol.OPENAI else TranslatingProvider(inner, Protocol.OPENAI)
+        # Chat reaches an Anthropic provider through the chat ↔ messages translation. The prompt-cache
+        # optimizer plans the body the upstream receives (Anthropic breakpoints, or Chat's cache key).
+        self.planner = planner
+        self.chat: Provider = inner if inner.protocol is Protocol.OPENAI else TranslatingProvider(inner, Protocol.OPENAI, planner)
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         if request.endpoint is Endpoint.RESPONSES_INPUT_TOKENS:
@@ -114,7 +120,7 @@ class ResponsesTarget:
                 # Held by Slipstream or another provider: this one cannot continue it, so it gets the history.
                 body = {k: v for k, v in body.items() if k != "previous_response_id"}
                 body["input"] = previous.history() + context
-                request = LLMRequest(request.endpoint, body, request.forward_headers, request.query)
+                request = replace(request, body=body)
             context = previous.history() + context
         answer = await self.inner.send(request, timings)
         if isinstance(answer, LLMResponse):
@@ -134,7 +140,11 @@ class ResponsesTarget:
         context = (previous.history() if previous else []) + _items(body.get("input"))
         chat = translate(responses_to_chat, {**body, "input": context}, "Chat Completions")
         response_id = new_id("resp")
-        answer = await self.chat.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat), timings)
+        upstream = LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size)
+        if self.planner is not None and self.chat is self.inner:
+            answer = await self.planner(upstream, lambda planned: self.inner.send(planned, timings), timings)
+        else:
+            answer = await self.chat.send(upstream, timings)
         if isinstance(answer, LLMResponse):
             answer.body = completion_c2r(body, response_id, answer.body)
             await self._record(orjson.loads(answer.body), context, False, body)

@@ -3,22 +3,24 @@
 Innermost stage, right before the router, so it sees exactly the body that goes upstream (after
 any compression) and the usage that comes back. See sdk/promptcache/ and docs/prompt-cache.md.
 Streams: Anthropic usage is known from `message_start`, which the router has already read when
-the stream is returned; OpenAI usage arrives in the last chunk, so the stream is watched to its end.
+the stream is returned; OpenAI usage arrives in the last chunk, so the stream is watched to its end
+(as is any stream whose usage is not known yet, such as a translated one planned below the router).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from sdk.pipeline import Handler, RequestContext
+from sdk.pipeline import Handler, PromptCacheReport, RequestContext
 from sdk.policy import Policy, PromptCachePolicy
 from sdk.promptcache import stats, tokens
 from sdk.promptcache.fanout import wait_for_writer
 from sdk.promptcache.optimizer import Optimizer, Plan
 from sdk.services import Services
 from sdk.streams import on_end
-from sdk.types import Answer, Endpoint, LLMStream, Protocol
+from sdk.types import Answer, Endpoint, LLMRequest, LLMStream, Timings
 
 _ENDPOINTS = (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS)
 
@@ -28,6 +30,9 @@ def _readable(body: dict[str, object]) -> bool:
     provider's to refuse, and planning a cache for it must not fail first."""
     return (isinstance(body.get("messages"), list) and isinstance(body.get("tools", []), list)
             and isinstance(body.get("system", ""), (str, list)))
+
+
+Planner = Callable[[LLMRequest, Callable[[LLMRequest], Awaitable[Answer]], Timings], Awaitable[Answer]]
 
 
 class PromptCacheStage:
@@ -42,41 +47,56 @@ class PromptCacheStage:
         request = ctx.request
         if request.endpoint not in _ENDPOINTS or not _readable(request.body):
             return await call_next(ctx)
+
+        async def send(planned: LLMRequest) -> Answer:
+            ctx.request = planned
+            return await call_next(ctx)
+
+        return await self.planned(request, send, ctx.timings, ctx.prompt_cache)
+
+    async def planned(self, request: LLMRequest, send: Callable[[LLMRequest], Awaitable[Answer]], timings: Timings,
+                      report: PromptCacheReport | None = None) -> Answer:
+        """Plan `request` for its provider's prompt cache, `send` the planned request, verify the read.
+
+        The stage calls this with the client's request; a Responses request translated to Chat or
+        Messages is planned here too, on the body its upstream receives (sdk/responses/target.py),
+        so its breakpoints land exactly as on a native one.
+        """
         optimizer = self.optimizer
         plan = optimizer.prepare(request, time.time())
         optimizer.diagnose(plan)
         if self.config.warm_fanout and plan.prediction.pending is not None:
             started = time.perf_counter()
             outcome = await wait_for_writer(plan.prediction.pending, self.config.fanout_max_wait_ms / 1000)
-            ctx.timings.upstream_s += time.perf_counter() - started  # waiting is upstream time, not ours
+            timings.upstream_s += time.perf_counter() - started  # waiting is upstream time, not ours
             stats.FANOUT_WAITS.labels(self.team, outcome).inc()
             optimizer.repredict(plan, time.time())
         moved, advice = optimizer.report_findings(plan)
-        report = ctx.prompt_cache
-        report.expected_read = plan.prediction.read
-        report.miss_cause = plan.cause.label if plan.cause else ""
-        report.moved, report.advice = moved, advice
-        report.repaired = len(plan.placement.remove) if plan.placement else 0
-        report.canonicalized = plan.canonicalized
+        if report is not None:
+            report.expected_read = plan.prediction.read
+            report.miss_cause = plan.cause.label if plan.cause else ""
+            report.moved, report.advice = moved, advice
+            report.repaired = len(plan.placement.remove) if plan.placement else 0
+            report.canonicalized = plan.canonicalized
         if plan.body is not request.body:
-            ctx.request = replace(request, body=plan.body)
+            request = replace(request, body=plan.body)
         optimizer.begin(plan, time.time(), self.config.warm_fanout)
         try:
-            answer = await call_next(ctx)
+            answer = await send(request)
         except BaseException:
             optimizer.ledger.discard(plan.scope, plan.writes)
             raise
         optimizer.ledger.publish(plan.writes)  # the response has started: the provider's entries are readable
         if answer.status != 200:
             return answer
-        if isinstance(answer, LLMStream) and plan.protocol is Protocol.OPENAI:
-            on_end(answer, lambda completed: self._settle_at_end(plan, answer, completed))
+        if isinstance(answer, LLMStream) and not answer.usage.total_input_tokens:
+            on_end(answer, lambda _completed: self._settle_at_end(plan, answer))  # usage comes with the events
         else:
             optimizer.settle(plan, answer.usage)
         return answer
 
-    def _settle_at_end(self, plan: Plan, stream: LLMStream, completed: bool) -> None:
-        if completed and stream.usage.total_input_tokens:  # without include_usage nothing can be verified
+    def _settle_at_end(self, plan: Plan, stream: LLMStream) -> None:
+        if stream.usage.total_input_tokens:  # an OpenAI stream without include_usage cannot be verified
             self.optimizer.settle(plan, stream.usage)
 
 

@@ -20,9 +20,10 @@ from gateway.testing import RunningServer, running_proxy
 
 KEY = "sk-responses-team"
 OTHER_KEY = "sk-other-team"
+CACHING_KEY = "sk-caching-team"  # the same targets with the prompt-cache optimizer on
 
 
-def policy_text(team: str, key: str, emulator_url: str) -> str:
+def policy_text(team: str, key: str, emulator_url: str, prompt_cache: str = "{enabled: false}") -> str:
     return f"""team: {team}
 api_keys: [{{value: "{key}"}}]
 providers:
@@ -42,7 +43,7 @@ routes:
   - match: {{model: "fall-*"}}
     targets: [{{provider: oai, model: gpt-primary}}, {{provider: claude, model: claude-backup}}]
 retry: {{max_attempts: 1}}
-prompt_cache: {{enabled: false}}
+prompt_cache: {prompt_cache}
 """
 
 
@@ -51,6 +52,7 @@ def policy_dir(tmp_path_factory, emulator) -> Path:
     directory = tmp_path_factory.mktemp("responses-policies")
     (directory / "responses.yaml").write_text(policy_text("responses", KEY, emulator.url))
     (directory / "other.yaml").write_text(policy_text("other", OTHER_KEY, emulator.url))
+    (directory / "caching.yaml").write_text(policy_text("caching", CACHING_KEY, emulator.url, "{enabled: true}"))
     return directory
 
 

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 import sdk
-from tests.responses.conftest import KEY, OTHER_KEY
+from tests.responses.conftest import CACHING_KEY, KEY, OTHER_KEY
 
 MODELS = ["oai-4o", "gpt-4o", "claude-x"]
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -165,3 +165,29 @@ def test_closing_a_stream_cancels_upstream(door, model, slow_emulator):
     stream.close()
     stats = slow_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
     assert stats["completed_streams"] == 0
+
+
+LONG_INSTRUCTIONS = "You are a careful travel guide for Norway. " + " ".join(
+    f"Rule {i}: answer about fjord number {i} with its depth, its length and the nearest town." for i in range(120))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("model", MODELS)
+def test_prompt_cache_usage_is_carried(proxy, model, stream, fresh_emulator):
+    """Cache reads and writes reach the client as `cached_tokens` / `cache_write_tokens`, whatever the
+    target; on the Anthropic one the optimizer's breakpoints on the translated body make them happen."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=CACHING_KEY, max_retries=0)
+
+    def ask() -> object:
+        request = dict(model=model, instructions=LONG_INSTRUCTIONS, input="Tell me about fjord 7.", max_output_tokens=200)
+        if not stream:
+            return client.responses.create(**request).usage
+        with client.responses.stream(**request) as helper:
+            return helper.get_final_response().usage
+
+    first, second = ask(), ask()
+    assert first.input_tokens == second.input_tokens > 1024
+    assert second.input_tokens_details.cached_tokens > 0
+    assert second.input_tokens_details.cached_tokens + second.input_tokens_details.cache_write_tokens <= second.input_tokens
+    if model.startswith("claude"):
+        assert first.input_tokens_details.cache_write_tokens > 0  # Anthropic bills the write: it shows
