@@ -1,10 +1,10 @@
 """Fixtures for the Responses API tests: one team whose targets cover every way /v1/responses is served.
 
-- `oai-*`   → `oai` (model gpt-4.1-mini), an OpenAI-kind provider serving /responses natively
-  (`responses: native`);
+- `oai-*` → `oai` (model gpt-4.1-mini) and `o4-*` (a reasoning model) → `oai`: an OpenAI-kind
+  provider serving /responses natively (`responses: native`);
 - `gpt-*`   → `gpt`, an OpenAI-kind provider told its upstream has no /responses (`responses: chat`):
   translated to Chat Completions;
-- `auto-*`  → `auto`, an OpenAI-kind provider left to discover it (`responses: auto`);
+- `auto-*`  → `auto` (model gpt-4o), an OpenAI-kind provider left to discover it (`responses: auto`);
 - `claude-*` → `claude`, Anthropic: translated to Chat, then to Messages;
 - `fall-*`  → `oai` (model `gpt-primary`, where tests aim faults) first, then `claude`.
 """
@@ -38,8 +38,10 @@ routes:
     targets: [{{provider: gpt}}]
   - match: {{model: "oai-*"}}
     targets: [{{provider: oai, model: gpt-4.1-mini}}]  # the emulator, like OpenAI, 404s unknown models
+  - match: {{model: "o4-*"}}
+    targets: [{{provider: oai}}]
   - match: {{model: "auto-*"}}
-    targets: [{{provider: auto}}]
+    targets: [{{provider: auto, model: gpt-4o}}]
   - match: {{model: "fall-*"}}
     targets: [{{provider: oai, model: gpt-primary}}, {{provider: claude, model: claude-backup}}]
 retry: {{max_attempts: 1}}

@@ -7,6 +7,7 @@ Responses upstream (`oai-*`), a Chat-Completions-only upstream (`gpt-*`) and an 
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 from pydantic import BaseModel
@@ -191,3 +192,75 @@ def test_prompt_cache_usage_is_carried(proxy, model, stream, fresh_emulator):
     assert second.input_tokens_details.cached_tokens + second.input_tokens_details.cache_write_tokens <= second.input_tokens
     if model.startswith("claude"):
         assert first.input_tokens_details.cache_write_tokens > 0  # Anthropic bills the write: it shows
+
+
+class Fjord(BaseModel):
+    name: str
+    depth_m: int
+
+
+def test_parse_into_pydantic_model(door, fresh_emulator):
+    """Native here: the emulator answers `text.format` schemas with valid JSON on /v1/responses only
+    (translated targets carry the schema as `response_format` / `output_config.format`: test_translation_units)."""
+    model = "oai-4o"
+    parsed = door.responses.parse(model=model, input="Describe a fjord.", text_format=Fjord)
+    assert isinstance(parsed.output_parsed, Fjord)
+    with door.responses.stream(model=model, input="Describe a fjord.", text_format=Fjord) as helper:
+        assert isinstance(helper.get_final_response().output_parsed, Fjord)
+
+
+def _without_ids(value: object) -> object:
+    """A response as JSON with what differs between two identical calls (ids, timestamps) blanked."""
+    if isinstance(value, dict):
+        return {k: None if k in ("id", "created_at", "completed_at", "encrypted_content") else _without_ids(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_ids(v) for v in value]
+    return value
+
+
+def test_native_target_passes_body_and_bytes(proxy, fresh_emulator):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    direct = openai.OpenAI(base_url=fresh_emulator.openai_url, api_key="k", max_retries=0)
+    request = dict(model="o4-mini", input="Tell me about fjords.", reasoning={"effort": "low", "summary": "auto"},
+                   include=["reasoning.encrypted_content"], store=False, prompt_cache_key="fjords")
+    raw = client.responses.with_raw_response.create(**request)
+    ours, theirs = raw.http_response.json(), direct.responses.with_raw_response.create(**request).http_response.json()
+    assert raw.headers["x-slipstream-route"] == "oai/o4-mini"
+    assert _without_ids(ours) == _without_ids(theirs)  # what the provider sent, field for field
+    assert ours["usage"]["output_tokens_details"]["reasoning_tokens"] == 8
+    reasoning = next(item for item in ours["output"] if item["type"] == "reasoning")
+    assert reasoning["encrypted_content"] and reasoning["summary"]
+    # Stateless continuation: the reasoning item goes back as the client echoes it.
+    follow = client.responses.create(model="o4-mini", store=False, include=["reasoning.encrypted_content"],
+                                     input=[{"role": "user", "content": "Tell me about fjords."}, reasoning, *[
+                                         item for item in ours["output"] if item["type"] == "message"],
+                                         {"role": "user", "content": "And glaciers?"}])
+    assert follow.status == "completed" and follow.output_text
+
+
+def test_input_tokens_counted_by_native_target_refused_elsewhere(door, fresh_emulator):
+    counted = door.responses.input_tokens.count(model="oai-4o", input="Tell me about fjords.")
+    assert counted.input_tokens > 0
+    with pytest.raises(openai.BadRequestError, match="input_tokens"):
+        door.responses.input_tokens.count(model="gpt-4o", input="Tell me about fjords.")
+
+
+@pytest.mark.parametrize("model, route", [("oai-ttft", "oai/gpt-4.1-mini"), ("claude-ttft", "claude/claude-ttft")])
+def test_stream_latency_metrics_per_route(proxy, model, route, fresh_emulator):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    with client.responses.stream(model=model, input="Tell me about fjords.") as helper:
+        usage = helper.get_final_response().usage
+    metrics = httpx.get(f"{proxy.url}/metrics").text
+    labels = f'route="{route}",team="responses"'
+    assert f"slipstream_ttft_seconds_count{{{labels}}} 1.0" in metrics
+    assert f"slipstream_itl_seconds_count{{{labels}}}" in metrics
+    assert f'slipstream_tokens_total{{kind="output",{labels}}} {float(usage.output_tokens)}' in metrics
+
+
+def test_auto_discovers_an_upstream_without_responses(proxy, policy_dir, fresh_emulator):
+    """`responses: auto` goes native until /responses answers 404 (not about the model), then translates."""
+    fresh_emulator.inject_fault("404", path="/v1/responses")
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=OTHER_KEY, max_retries=0)  # a team built fresh here
+    assert client.responses.create(model="auto-x", input="Tell me about fjords.").output_text
+    assert client.responses.create(model="auto-x", input="And glaciers?").output_text
+    assert fresh_emulator.stats()["endpoints"] == {"/v1/responses": 1, "/v1/chat/completions": 2}

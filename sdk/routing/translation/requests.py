@@ -20,6 +20,8 @@ from sdk.routing.backoff import TranslationRefused
 _ANTHROPIC_DROPPABLE = {"cache_control", "service_tier", "inference_geo"}
 _OPENAI_DROPPABLE = {"store", "service_tier", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
                      "safety_identifier", "stream_options", "metadata"}
+# reasoning_effort values Anthropic's output_config.effort shares (it has no "minimal" or "none").
+_EFFORTS = ("low", "medium", "high", "xhigh")
 # OpenAI requests without a limit must still give Anthropic one; this is Anthropic's largest common cap.
 DEFAULT_MAX_TOKENS = 8192
 
@@ -171,6 +173,12 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             continue
         elif key == "response_format" and isinstance(value, dict) and value.get("type") == "text":
             continue
+        elif key == "response_format" and isinstance(value, dict) and value.get("type") == "json_schema":
+            # Anthropic's structured outputs take the schema alone (name/strict/description have no counterpart).
+            schema = (value.get("json_schema") or {}).get("schema") or {}
+            out.setdefault("output_config", {})["format"] = {"type": "json_schema", "schema": schema}
+        elif key == "reasoning_effort" and value in _EFFORTS:
+            out.setdefault("output_config", {})["effort"] = value
         else:
             raise refuse(f"{key!r}", "Anthropic")
     out["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
