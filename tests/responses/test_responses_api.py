@@ -245,16 +245,25 @@ def test_input_tokens_counted_by_native_target_refused_elsewhere(door, fresh_emu
         door.responses.input_tokens.count(model="gpt-4o", input="Tell me about fjords.")
 
 
+def _sample(metrics: str, name: str) -> float:
+    """One sample's value in Prometheus text (0 when absent)."""
+    line = next((line for line in metrics.splitlines() if line.startswith(name + " ")), None)
+    return float(line.rsplit(" ", 1)[1]) if line else 0.0
+
+
 @pytest.mark.parametrize("model, route", [("oai-ttft", "oai/gpt-4.1-mini"), ("claude-ttft", "claude/claude-ttft")])
 def test_stream_latency_metrics_per_route(proxy, model, route, fresh_emulator):
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    labels = f'{{route="{route}",team="responses"}}'
+    names = [f"slipstream_ttft_seconds_count{labels}", f"slipstream_itl_seconds_count{labels}",
+             f'slipstream_tokens_total{{kind="output",route="{route}",team="responses"}}']
+    before = [_sample(httpx.get(f"{proxy.url}/metrics").text, name) for name in names]
     with client.responses.stream(model=model, input="Tell me about fjords.") as helper:
         usage = helper.get_final_response().usage
-    metrics = httpx.get(f"{proxy.url}/metrics").text
-    labels = f'route="{route}",team="responses"'
-    assert f"slipstream_ttft_seconds_count{{{labels}}} 1.0" in metrics
-    assert f"slipstream_itl_seconds_count{{{labels}}}" in metrics
-    assert f'slipstream_tokens_total{{kind="output",{labels}}} {float(usage.output_tokens)}' in metrics
+    after = [_sample(httpx.get(f"{proxy.url}/metrics").text, name) for name in names]
+    assert after[0] - before[0] == 1  # one first token
+    assert after[1] - before[1] > 1  # gaps between the deltas
+    assert after[2] - before[2] == usage.output_tokens
 
 
 def test_auto_discovers_an_upstream_without_responses(proxy, policy_dir, fresh_emulator):
@@ -263,4 +272,4 @@ def test_auto_discovers_an_upstream_without_responses(proxy, policy_dir, fresh_e
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=OTHER_KEY, max_retries=0)  # a team built fresh here
     assert client.responses.create(model="auto-x", input="Tell me about fjords.").output_text
     assert client.responses.create(model="auto-x", input="And glaciers?").output_text
-    assert fresh_emulator.stats()["endpoints"] == {"/v1/responses": 1, "/v1/chat/completions": 2}
+    assert fresh_emulator.stats()["endpoints"] == {"POST /v1/responses": 1, "POST /v1/chat/completions": 2}
