@@ -112,3 +112,13 @@ def test_length_ends_incomplete_both_ways():
     response = orjson.loads(completion_c2r({"model": "m", "input": "hi"}, "resp_3", orjson.dumps(body)))
     assert response["status"] == "incomplete" and response["incomplete_details"] == {"reason": "max_output_tokens"}
     assert response["usage"]["input_tokens_details"]["cached_tokens"] == 2048
+
+
+def test_malformed_items_are_the_clients_400(proxy, fresh_emulator):
+    import openai
+
+    from tests.responses.conftest import KEY
+
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="malformed request"):
+        client.responses.create(model="claude-x", input=[{"type": "function_call_output", "output": "no call id"}])
