@@ -251,7 +251,8 @@ def _sample(metrics: str, name: str) -> float:
     return float(line.rsplit(" ", 1)[1]) if line else 0.0
 
 
-@pytest.mark.parametrize("model, route", [("oai-ttft", "oai/gpt-4.1-mini"), ("claude-ttft", "claude/other")]  # a model the policy does not name: one label)
+# claude-ttft is a model the policy does not name: it is counted under one label, claude/other.
+@pytest.mark.parametrize("model, route", [("oai-ttft", "oai/gpt-4.1-mini"), ("claude-ttft", "claude/other")])
 def test_stream_latency_metrics_per_route(proxy, model, route, fresh_emulator):
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
     labels = f'{{route="{route}",team="responses"}}'
