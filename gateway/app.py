@@ -16,10 +16,12 @@ from litestar.params import PathParameter, QueryParameter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admin import AdminKey, admin_guard
+from gateway.passthrough import make_passthrough_handler
 from gateway.proxy import make_handler, team_key
 from sdk.errors import AuthenticationError, InvalidRequestError, NotFoundError, SlipstreamError, UpstreamHTTPError
 from sdk.metrics import REGISTRY
 from sdk.models import model_body, models_body
+from sdk.passthrough import PREFIXES as PASSTHROUGH_PREFIXES
 from sdk.promptcache.stats import report as prompt_cache_report
 from sdk.providers.upstream import close_upstream_for_running_loop
 from sdk.readiness import Readiness
@@ -172,6 +174,8 @@ def create_app(
         asgi("/v1/responses/input_tokens", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.RESPONSES_INPUT_TOKENS)),
     ]
     responses = [retrieve_response, delete_response, response_input_items]
+    passthrough = make_passthrough_handler(registry)
+    passed = [asgi(prefix, is_mount=True, copy_scope=True)(passthrough) for prefix in PASSTHROUGH_PREFIXES]
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -192,7 +196,7 @@ def create_app(
             await close_upstream_for_running_loop()
 
     app = Litestar(
-        route_handlers=[healthz, readyz, metrics, models, model, cache_report, spend, invalidate_cache, *proxied, *responses],
+        route_handlers=[healthz, readyz, metrics, models, model, cache_report, spend, invalidate_cache, *proxied, *responses, *passed],
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own

@@ -71,7 +71,7 @@ async def _read_body(receive: Receive, headers: list[tuple[bytes, bytes]], limit
             return b"".join(chunks)
 
 
-async def _send_error(send: Send, protocol: Protocol, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
+async def send_error(send: Send, protocol: Protocol, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
     headers = list(_JSON)
     for name, value in (extra or {}).items():
         headers.append((name.encode(), value.encode()))
@@ -91,7 +91,7 @@ def _for_team(ctx: RequestContext, exc: UpstreamHTTPError, protocol: Protocol) -
     return error_body(protocol, exc.status, message), {k: v for k, v in headers.items() if k.startswith("x-slipstream-")}
 
 
-async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
+async def watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -115,18 +115,18 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
             forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
             request = await parse_off_loop(endpoint, raw, scope.get("query_string", b"").decode("latin-1"), forward)
         except SlipstreamError as exc:
-            await _send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)
+            await send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)
             return
         except ClientGone:
             return
         except Exception as exc:  # a bug of ours: answered and logged, never a dropped connection
             error = unexpected_error(exc, team_name)
-            await _send_error(send, protocol, error.status, error.body(protocol), error.headers)
+            await send_error(send, protocol, error.status, error.body(protocol), error.headers)
             return
         ctx = RequestContext(request=request, team=team.team, timings=timings, key_id=key_id)
         task = asyncio.current_task()
         assert task is not None
-        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, task))
+        watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, task))
         stream: LLMStream | None = None
         started = False  # response headers sent: from here an error can only end the body
         try:
@@ -155,11 +155,11 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
                 return
             raise
         except UpstreamHTTPError as exc:
-            await _send_error(send, protocol, exc.status, *_for_team(ctx, exc, protocol))
+            await send_error(send, protocol, exc.status, *_for_team(ctx, exc, protocol))
         except Exception as exc:
             error = exc if isinstance(exc, SlipstreamError) else unexpected_error(exc, team_name)
             if not started:
-                await _send_error(send, protocol, error.status, error.body(protocol), error.headers)
+                await send_error(send, protocol, error.status, error.body(protocol), error.headers)
             elif stream is not None:
                 await send({"type": "http.response.body", "body": error.sse_event(protocol), "more_body": False})
         finally:

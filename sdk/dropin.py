@@ -40,10 +40,11 @@ from sdk.providers.upstream import (
     retain_upstream,
 )
 from sdk.models import model_body, models_body
+from sdk.passthrough import family, forward
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRuntime, slipstream_headers, upstream_error_headers
 from sdk.services import Services
-from sdk.types import Endpoint, LLMStream, Protocol, Timings
+from sdk.types import Endpoint, LLMStream, Protocol, Timings, Usage
 from sdk.unexpected import unexpected_error
 
 if TYPE_CHECKING:  # each constructor imports its official package: an OpenAI-only program never loads anthropic
@@ -173,6 +174,8 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
     path, method = request.url.path, request.method
     if path == "/v1/models" or path.startswith("/v1/models/"):
         return await _models(team, protocol, method, path, request.url.params)
+    if family(path) is not None:
+        return await _passed(team, protocol, request, raw)
     endpoint = _ENDPOINTS.get(path)
     stored = _STORED.fullmatch(path) if endpoint is None and protocol is Protocol.OPENAI else None
     if stored is not None and method in ("GET", "DELETE"):
@@ -220,6 +223,8 @@ async def _models(team: TeamRuntime, protocol: Protocol, method: str, path: str,
         return _Reply(200, dict(_JSON), model_body(await team.models.model(path.removeprefix("/v1/models/")), protocol))
     except SlipstreamError as exc:
         return _error(exc.status, exc.body(protocol), exc.headers)
+
+
 async def _stored(team: TeamRuntime, method: str, response_id: str, items: bool, query: str) -> _Reply:
     """GET / DELETE of a stored response, or its input items (sdk/responses/api.py)."""
     try:
@@ -236,6 +241,22 @@ async def _stored(team: TeamRuntime, method: str, response_id: str, items: bool,
     except SlipstreamError as exc:
         return _error(exc.status, exc.body(Protocol.OPENAI), exc.headers)
     return _Reply(answer.status, {**_JSON, **answer.headers}, answer.body)
+
+
+async def _passed(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes) -> _Reply:
+    """A pass-through endpoint (sdk/passthrough.py); the answer's body streams back as it arrives."""
+    raw_path = request.url.raw_path.decode("ascii").partition("?")[0]
+    try:
+        passed = await forward(team, request.method, raw_path, request.url.query.decode("latin-1"), dict(request.headers), raw, len(raw))
+    except SlipstreamError as exc:
+        return _error(exc.status, exc.body(protocol), exc.headers)
+
+    async def close() -> None:
+        passed.abort()
+
+    route = dict(passed.headers).get("x-slipstream-route", "")
+    stream = LLMStream(passed.status, passed.body(), {}, Usage(), route, close)
+    return _Reply(passed.status, dict(passed.headers), stream=stream)
 
 
 async def _events(stream: LLMStream, protocol: Protocol) -> AsyncGenerator[bytes, None]:

@@ -56,6 +56,19 @@ EMBEDDING_CACHE = Counter(
     ("team", "outcome"),
     registry=REGISTRY,
 )
+PASSTHROUGH = Counter(
+    "slipstream_passthrough_requests_total",
+    "Pass-through requests (files, batches, completions) by provider, endpoint family and upstream status",
+    ("team", "provider", "endpoint", "status"),
+    registry=REGISTRY,
+)
+PASSTHROUGH_SECONDS = Histogram(
+    "slipstream_passthrough_first_byte_seconds",
+    "Pass-through requests: time until the provider's response headers (upload included)",
+    ("team", "endpoint"),
+    buckets=_SECONDS,
+    registry=REGISTRY,
+)
 POLICY_RELOADS = Counter("slipstream_policy_reloads_total", "Policy reloads by outcome", ("outcome",), registry=REGISTRY)
 STATE_BACKEND_UP = Gauge(
     "slipstream_state_backend_up", "1 while the configured state backend answers (in process: always); 0: degraded to local state", registry=REGISTRY

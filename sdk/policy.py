@@ -254,6 +254,7 @@ class LimitsPolicy(RateLimits):
     """Team-wide rate limits, plus `per_key` for each team key alone (docs/routing.md)."""
 
     max_body_bytes: Annotated[int, Field(gt=0)] = 32 * 1024 * 1024  # Anthropic's own limit
+    max_upload_bytes: Annotated[int, Field(gt=0)] = 512 * 1024 * 1024  # pass-through bodies (files): OpenAI's file limit
     per_key: RateLimits = RateLimits()
 
 
