@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -22,10 +22,13 @@ log = logging.getLogger("slipstream.readiness")
 
 @dataclass(frozen=True)
 class WarmUp:
-    """One part to load: `load` blocks until it is ready (run in a worker thread)."""
+    """One part to load: `load` blocks until it is ready (run in a worker thread); then `rehearse`,
+    if given, runs on the serving event loop (one request's worth of work, so the first client
+    request does not pay first-use costs on that loop)."""
 
     name: str
     load: Callable[[], object]
+    rehearse: Callable[[], Awaitable[object]] | None = None
 
 
 @runtime_checkable
@@ -78,6 +81,8 @@ class Readiness:
         started = time.perf_counter()
         try:
             await asyncio.to_thread(warm_up.load)
+            if warm_up.rehearse is not None:
+                await warm_up.rehearse()
         except Exception as exc:  # reported by /readyz and the log; the proxy stays up (liveness)
             part.state, part.error = "failed", f"{type(exc).__name__}: {exc}"
             log.error("loading %s failed after %.1f s: %s", warm_up.name, time.perf_counter() - started, part.error)

@@ -68,19 +68,21 @@ class LocalProvider:
         if self._http is not None:
             return []
         label = f"local engine {self.model!r}" + (" with speculative decoding" if self.engine_args else "")
-        return [WarmUp(label, self._load_engine)]
+        return [WarmUp(label, self._load_engine, self._rehearse)]
 
     def _load_engine(self) -> None:
-        """Load the model, then answer one chat request the way `send` does: the first request pays
-        one-time setup (the chat template, the first model step) that a client's request should not."""
         from localengine.engine.async_engine import get_shared_engine
-        from localengine.serving_chat import chat_completion, parse_chat_request
 
         with MODEL_LOAD_LOCK:
-            engine = get_shared_engine(self.model, **self.engine_args)
-        chat = parse_chat_request({"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 8}, engine)
-        asyncio.run(chat_completion(engine, chat))  # this worker thread's own loop; the engine answers on it
-        self._loaded = engine
+            self._loaded = get_shared_engine(self.model, **self.engine_args)
+
+    async def _rehearse(self) -> None:
+        """One chat request the way `send` answers it, on the serving loop: the first request pays
+        one-time setup (the chat template, the first model steps) that a client's request should not."""
+        from localengine.serving_chat import chat_completion, parse_chat_request
+
+        engine = await self._engine()
+        await chat_completion(engine, parse_chat_request({"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 8}, engine))
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         if request.protocol is not Protocol.OPENAI:
