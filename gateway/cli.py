@@ -31,9 +31,6 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.serving import fixed_key_warnings, port_problem
     from sdk.state import STATE_URL_ENV, open_state
 
-    if problem := port_problem(args.host, args.port):
-        print(f"slipstream: {problem}", file=sys.stderr)
-        return 1
     paths = args.policy or [args.policy_dir or _default_policy_dir()]
     state_url = args.state_url or os.environ.get(STATE_URL_ENV) or None
     if args.workers > 1 and state_url is None and not args.local_state:
@@ -54,6 +51,9 @@ def _serve(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as exc:  # a state URL of an unknown scheme, or no redis client
         print(f"slipstream: {exc}", file=sys.stderr)
         return 2
+    if problem := port_problem(args.host, args.port):  # after the policies (their errors come first), before "serving"
+        print(f"slipstream: {problem}", file=sys.stderr)
+        return 1
     for warning in fixed_key_warnings(args.host, served):
         print(f"slipstream: warning: {warning}", file=sys.stderr, flush=True)
     teams = ", ".join(sorted(policy.team for policy in served))
