@@ -202,10 +202,10 @@ def main() -> None:
     parser.add_argument("--system-tokens", type=int, default=900)
     parser.add_argument("--conversations", type=int, default=27)
     parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--concurrency", type=int, default=9, help="conversations running at once")
+    parser.add_argument("--concurrency", type=int, default=6, help="conversations running at once")
     parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--num-kvcache-blocks", type=int, default=190,
-                        help="per replica, 16 tokens each (190: about three system prompts and the histories in flight)")
+    parser.add_argument("--num-kvcache-blocks", type=int, default=256,
+                        help="per replica, 16 tokens each (256: three system prompts and the histories in flight)")
     parser.add_argument("--rounds", type=int, default=2)
     asyncio.run(main_async(parser.parse_args()))
 

@@ -13,8 +13,8 @@ Per request, over the route's targets:
    to the same engine replica without sharing state, and adding or removing a replica moves
    only that replica's share;
 3. bounded load: a pick already running more than `LOAD_SLACK` times its fair share of the
-   route's requests in flight yields to the next target in rendezvous order, so one hot prefix
-   cannot pile onto one replica.
+   route's requests in flight (plus `LOAD_ALLOWANCE`) yields to the next target in rendezvous
+   order, so one hot prefix cannot pile onto one replica.
 The remaining targets follow in rendezvous order as fallbacks; the target that answers becomes
 the owner of the request's blocks, so a failed or saturated replica hands its prefixes on.
 """
@@ -31,7 +31,11 @@ import orjson
 
 BLOCK_BYTES = 256  # about 64 tokens of JSON-serialized prompt
 MAX_BLOCKS = 64  # deeper than 16 KB, a longer match changes nothing about where to go
-LOAD_SLACK = 1.25
+# A target may run LOAD_SLACK x its fair share of the route's in-flight requests, plus
+# LOAD_ALLOWANCE, before its prefixes spill over (SGLang's router is looser still: it balances only
+# past a 1.5x and 64-request imbalance); a tight bound scatters prefixes at low concurrency.
+LOAD_SLACK = 1.5
+LOAD_ALLOWANCE = 2
 _PROMPT_FIELDS = ("tools", "system", "instructions", "messages", "input", "prompt")
 
 
@@ -86,7 +90,7 @@ def affinity_order(keys: Sequence[str], in_flight: Sequence[int], hashes: Sequen
         pick = keys.index(owner)
         order.remove(pick)
         order.insert(0, pick)
-    cap = max(1, math.ceil((sum(in_flight) + 1) / len(keys) * LOAD_SLACK))
+    cap = math.ceil((sum(in_flight) + 1) / len(keys) * LOAD_SLACK) + LOAD_ALLOWANCE
     for position, i in enumerate(order):
         if in_flight[i] < cap:
             return [i] + order[:position] + order[position + 1 :]

@@ -48,7 +48,7 @@ def test_the_deepest_known_prefix_wins_and_load_is_bounded():
     owners.remember(hashes[:2], natural)
     owners.remember(hashes, other)  # a later turn was answered elsewhere: follow the deeper match
     assert keys[affinity_order(keys, [0, 0, 0], hashes, owners)[0]] == other
-    busy = [5 if k == other else 0 for k in keys]  # far over its fair share of 6 in flight
+    busy = [8 if k == other else 0 for k in keys]  # over 1.5x its fair share of 9 in flight, plus two
     assert keys[affinity_order(keys, busy, hashes, owners)[0]] != other
 
 
