@@ -9,21 +9,25 @@ a chain: block i's hash covers blocks 0..i, so equal hashes mean equal prefixes.
 Per request, over the route's targets:
 1. the longest prefix this router has seen answered: the target that answered the deepest block
    hash the request shares (a hashed radix tree, remembered in a bounded LRU);
-2. otherwise rendezvous hashing on the first block, so every gateway replica sends a new prefix
-   to the same engine replica without sharing state, and adding or removing a replica moves
-   only that replica's share;
+2. otherwise the two targets that rendezvous hashing on the first block ranks highest, and of
+   those the one that holds fewer prefixes (the power of two choices: a handful of prefixes
+   hashed onto three replicas lands 6/3/0 as often as not, and the cache of the replica with 6
+   thrashes; SGLang's router sends a new prefix to the replica with the smallest cache tree for
+   the same reason). Rendezvous keeps the choice stable: gateway replicas pick among the same
+   two, and adding or removing a replica moves only that replica's share;
 3. bounded load: a pick already running more than `LOAD_SLACK` times its fair share of the
    route's requests in flight (plus `LOAD_ALLOWANCE`) yields to the next target in rendezvous
    order, so one hot prefix cannot pile onto one replica.
-The remaining targets follow in rendezvous order as fallbacks; the target that answers becomes
-the owner of the request's blocks, so a failed or saturated replica hands its prefixes on.
+The remaining targets follow in rendezvous order as fallbacks; a new prefix's root is claimed
+when it is routed, and the target that answers becomes the owner of the request's blocks, so a
+failed or saturated replica hands its prefixes on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,11 +56,14 @@ def prefix_hashes(body: dict[str, Any]) -> list[bytes]:
 
 
 class PrefixOwners:
-    """Block hash -> the target key that last answered a request with that prefix (LRU-bounded)."""
+    """Block hash -> the target key that last answered a request with that prefix (LRU-bounded),
+    and how many distinct first blocks (prefix roots) each target holds."""
 
     def __init__(self, capacity: int = 100_000):
         self.capacity = capacity
         self._owners: OrderedDict[bytes, str] = OrderedDict()
+        self._roots: set[bytes] = set()
+        self.roots_held: Counter[str] = Counter()
 
     def deepest(self, hashes: Sequence[bytes], keys: set[str]) -> str | None:
         for h in reversed(hashes):
@@ -67,11 +74,19 @@ class PrefixOwners:
         return None
 
     def remember(self, hashes: Sequence[bytes], key: str) -> None:
+        root = hashes[0]
+        if root in self._roots:
+            self.roots_held[self._owners[root]] -= 1
+        self._roots.add(root)
+        self.roots_held[key] += 1
         for h in hashes:
             self._owners[h] = key
             self._owners.move_to_end(h)
         while len(self._owners) > self.capacity:
-            self._owners.popitem(last=False)
+            h, owner = self._owners.popitem(last=False)
+            if h in self._roots:
+                self._roots.discard(h)
+                self.roots_held[owner] -= 1
 
 
 def rendezvous_order(first_block: bytes, keys: Sequence[str]) -> list[int]:
@@ -88,8 +103,13 @@ def affinity_order(keys: Sequence[str], in_flight: Sequence[int], hashes: Sequen
     owner = owners.deepest(hashes, set(keys))
     if owner is not None:
         pick = keys.index(owner)
-        order.remove(pick)
-        order.insert(0, pick)
+    else:
+        pick = min(order[:2], key=lambda i: owners.roots_held[keys[i]])  # ties: rendezvous order
+        # Claimed now, not when the answer comes: the requests of a burst that share this new
+        # prefix follow it instead of each choosing again.
+        owners.remember(hashes[:1], keys[pick])
+    order.remove(pick)
+    order.insert(0, pick)
     cap = math.ceil((sum(in_flight) + 1) / len(keys) * LOAD_SLACK) + LOAD_ALLOWANCE
     for position, i in enumerate(order):
         if in_flight[i] < cap:

@@ -39,6 +39,15 @@ def test_new_prefixes_spread_and_removal_moves_only_its_share():
     assert all(before == after for before, after in moved if before != "engine/b")
 
 
+def test_a_handful_of_new_prefixes_lands_evenly():
+    keys = ["engine/a", "engine/b", "engine/c"]
+    owners = PrefixOwners()
+    for n in range(9):
+        hashes = prefix_hashes({"system": f"agent {n}: " + "long instructions " * 40})
+        owners.remember(hashes, keys[affinity_order(keys, [0, 0, 0], hashes, owners)[0]])
+    assert max(owners.roots_held.values()) - min(owners.roots_held[k] for k in keys) <= 1
+
+
 def test_the_deepest_known_prefix_wins_and_load_is_bounded():
     keys = ["engine/a", "engine/b", "engine/c"]
     owners = PrefixOwners()
