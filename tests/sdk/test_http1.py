@@ -201,3 +201,60 @@ async def test_connections_per_origin_are_capped_and_calls_wait_their_turn(monke
         for outcome in outcomes:
             if not isinstance(outcome, Exception):
                 outcome.abort()
+
+
+@contextlib.contextmanager
+def stdlib_server(http11: bool):
+    """Python's own http.server with its defaults: head and body in two sends, Nagle left on."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1" if http11 else "HTTP/1.0"
+
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_an_answer_in_two_sends_is_not_held_by_a_delayed_ack():
+    # Without an immediate ACK the body waits ~40 ms for the head's ACK on every kept-alive call.
+    client = Http1Upstream()
+    with stdlib_server(http11=True) as url:
+        took = []
+        for _ in range(12):
+            started = asyncio.get_running_loop().time()
+            assert await (await client.post(url + "/v1/x", {}, b"{}", QUICK)).read() == b"{}"
+            took.append(asyncio.get_running_loop().time() - started)
+        await client.aclose()
+    assert sorted(took)[len(took) // 2] < 0.025
+
+
+async def test_an_upstream_that_closes_after_each_answer_gets_a_spare_connection():
+    client = Http1Upstream()
+    with stdlib_server(http11=False) as url:
+        for _ in range(3):
+            assert await (await client.post(url + "/v1/x", {}, b"{}", QUICK)).read() == b"{}"
+            for _ in range(200):  # the spare is opened in the background
+                pool = next(iter(client._origins.values()))
+                if pool.idle:
+                    break
+                await asyncio.sleep(0.005)
+            assert len(pool.idle) == 1 and pool.closes
+        await client.aclose()
