@@ -53,7 +53,7 @@ class TeamRuntime:
     def build(cls, policy: Policy, services: Services | None = None) -> TeamRuntime:
         require_extras(policy, f"team {policy.team}")
         services = services or Services()
-        providers = {name: build_provider(name, config, services) for name, config in policy.providers.items()}
+        providers = {name: build_provider(name, config, services, policy.team) for name, config in policy.providers.items()}
         state = services.shared_state()
         breakers = SharedBreakerStore(policy.breaker, state, policy.team) if state is not None else None
         stages = build_stages(policy, services)

@@ -10,7 +10,7 @@ from sdk.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
 from sdk.providers.anthropic import AnthropicDialect
 from sdk.providers.base import HTTPProvider, Provider
 from sdk.providers.keys import KeyRing
-from sdk.providers.local import LocalProvider
+from sdk.providers.local import LocalProvider, team_cache_salt
 from sdk.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.upstream import Timeouts
@@ -33,13 +33,15 @@ class UnavailableProvider:
         return []  # nothing can be called through it
 
 
-def build_provider(name: str, config: ProviderConfig, services: Services | None = None) -> Provider:
+def build_provider(name: str, config: ProviderConfig, services: Services | None = None, team: str | None = None) -> Provider:
+    """`team` scopes what a provider shares between teams: the local engine's prefix cache is salted per team."""
     timeouts = Timeouts(config.connect_timeout_s, config.first_byte_timeout_s, config.read_timeout_s)
     if config.kind == "local":
         # In process, or over HTTP to `slipstream engine serve` / any OpenAI-compatible server.
         engine_args = {"speculative_config": config.speculative.model_dump(exclude_none=True)} if config.speculative else None
         keys = config.resolve_api_keys() or ("local",)
-        return LocalProvider(name, config.model or "demo", config.base_url, keys[0], timeouts, engine_args, services)
+        return LocalProvider(name, config.model or "demo", config.base_url, keys[0], timeouts, engine_args, services,
+                             cache_salt=team_cache_salt(team or ""))
     dialect = AnthropicDialect() if config.kind == "anthropic" else OpenAIDialect(config.responses or "auto")
     base_url = (config.base_url or (ANTHROPIC_URL if config.kind == "anthropic" else OPENAI_URL)).rstrip("/")
     keys = config.resolve_api_keys()

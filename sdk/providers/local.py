@@ -10,8 +10,10 @@ running `slipstream engine serve` or any other OpenAI-compatible server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -42,6 +44,12 @@ if TYPE_CHECKING:
     from localengine.serving_chat import ChatRequest
 
 
+def team_cache_salt(team: str) -> str:
+    """A team's prefix-cache salt: fixed length and derived from the team's name, so no client's
+    salt can equal another team's (clients' salts only ever follow it, after a ':')."""
+    return "slipstream-" + hashlib.blake2b(team.encode(), digest_size=12, person=b"cache-salt").hexdigest()
+
+
 class LocalProvider:
     """`engine_args` (LLM keyword arguments) apply when this provider creates the process's engine
     for `model`; a provider created later for the same model shares that engine as it is."""
@@ -50,9 +58,10 @@ class LocalProvider:
 
     def __init__(self, name: str, model: str, base_url: str | None = None, api_key: str = "local",
                  timeouts: Timeouts = Timeouts(), engine_args: dict[str, Any] | None = None,
-                 services: Services | None = None):
+                 services: Services | None = None, cache_salt: str = ""):
         self.name = name
         self.model = model
+        self.cache_salt = cache_salt
         self.engine_args = engine_args or {}
         self._loaded: AsyncLLMEngine | None = None  # once loaded, requests skip the worker-thread hop
         self._embeddings = LocalEmbeddings(name, services or Services())
@@ -91,10 +100,13 @@ class LocalProvider:
                 f"a {request.protocol} request",
                 status=400,
             )
+        if request.endpoint is Endpoint.EMBEDDINGS:
+            if self._http is not None:
+                return await self._http.send(request, timings)
+            return await self._embeddings.send(request, timings)
+        request = replace(request, body=self._salted(request.body))
         if self._http is not None:
             return await self._http.send(request, timings)
-        if request.endpoint is Endpoint.EMBEDDINGS:
-            return await self._embeddings.send(request, timings)
         from localengine.serving_chat import ChatRequestError, parse_chat_request
 
         started = time.perf_counter()
@@ -110,6 +122,13 @@ class LocalProvider:
         finally:
             timings.upstream_s += time.perf_counter() - started
         return self._stream(engine, chat, route, timings)
+
+    def _salted(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body with this team's `cache_salt` (vLLM's name): prefix-cache blocks are keyed by it, so
+        one team's cached prompt is never read by another's, and `cached_tokens` says nothing about
+        other teams. A client's own salt can only split its team's cache further, never leave it."""
+        own = body.get("cache_salt")
+        return {**body, "cache_salt": f"{self.cache_salt}:{own}" if isinstance(own, str) and own else self.cache_salt}
 
     async def list_models(self) -> list[dict[str, Any]]:
         """What this provider serves: the server's own list over HTTP; in process, the engine's model

@@ -112,7 +112,7 @@ def _history(policy: Policy) -> HistoryCompactor:
     config = policy.compression
     assert config.summarizer is not None  # the policy validator requires one when history is enabled
     provider_config = policy.providers[config.summarizer.provider]
-    provider = build_provider(config.summarizer.provider, provider_config)
+    provider = build_provider(config.summarizer.provider, provider_config, team=policy.team)
     model = config.summarizer.model or provider_config.model or "demo"
     summarize = Summarizer(provider, model, config.summarizer.max_tokens)
     return HistoryCompactor(policy.team, Settings(config.history.trigger_tokens, config.history.keep_turns), summarize)
