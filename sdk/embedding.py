@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 DIMENSION = 384
+MAX_TEXT_CHARS = 16 * 1024  # 256 word pieces are at most a few KB of text; this bound leaves them whole
 
 log = logging.getLogger("slipstream.embedding")
 
@@ -77,6 +78,9 @@ class Embedder:
         return vectors, counts
 
     async def _submit(self, job: _Job) -> tuple[np.ndarray, list[int] | None]:
+        # The model reads 256 word pieces; the tokenizer would still read all of a 2 MB text first,
+        # in the one worker every team's lookups queue behind. Past MAX_TEXT_CHARS nothing is read.
+        job.texts = [text[:MAX_TEXT_CHARS] for text in job.texts]
         self.start()
         self._jobs.put(job)
         return await asyncio.wrap_future(job.future)

@@ -21,7 +21,7 @@ LARGE_BYTES = 256 * 1024
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
-_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipstream-heavy")
+HEAVY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipstream-heavy")
 
 
 def is_large(size: int) -> bool:
@@ -30,4 +30,4 @@ def is_large(size: int) -> bool:
 
 async def off_loop(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
     """`fn(*args, **kwargs)` in the heavy-work pool."""
-    return await asyncio.get_running_loop().run_in_executor(_POOL, functools.partial(fn, *args, **kwargs))
+    return await asyncio.get_running_loop().run_in_executor(HEAVY_POOL, functools.partial(fn, *args, **kwargs))

@@ -124,35 +124,36 @@ def _render_tool(tool: dict[str, Any]) -> str:
     return orjson.dumps(rest, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _make(section: str, path: str, kind: str, role: str, message: int, text: str, binary: bool,
-          eligible: bool, marker: str | None) -> Block:
+def _make(counter: tokens.RequestCounter, section: str, path: str, kind: str, role: str, message: int, text: str,
+          binary: bool, eligible: bool, marker: str | None) -> Block:
     digest = _digest(f"{section}:{role}:{kind}", text)
-    count = tokens.IMAGE_TOKENS if binary else tokens.count(digest, text)
+    count = tokens.IMAGE_TOKENS if binary else counter.count(digest, text)
     return Block(section, path, kind, role, message, text, digest, count, eligible, marker)
 
 
-def _content_block(section: str, role: str, message: int, path: str, raw: dict[str, Any]) -> Block:
+def _content_block(counter: tokens.RequestCounter, section: str, role: str, message: int, path: str, raw: dict[str, Any]) -> Block:
     kind = str(raw.get("type", ""))
     text, binary = render_anthropic_block(raw)
     eligible = kind not in ("thinking", "redacted_thinking") and not (kind == "text" and not text)
-    return _make(section, path, kind, role, message, text, binary, eligible, _ttl(raw.get("cache_control")))
+    return _make(counter, section, path, kind, role, message, text, binary, eligible, _ttl(raw.get("cache_control")))
 
 
 def anthropic_layout(body: dict[str, Any]) -> Layout:
+    counter = tokens.RequestCounter()
     layout = Layout(auto_marker=_ttl(body.get("cache_control")))
     blocks = layout.blocks
     has_images = False
     for i, tool in enumerate(body.get("tools") or ()):
         if isinstance(tool, dict):
-            blocks.append(_make("tools", f"tools.{i}", "tool", "", -1, _render_tool(tool), False, True, _ttl(tool.get("cache_control"))))
+            blocks.append(_make(counter, "tools", f"tools.{i}", "tool", "", -1, _render_tool(tool), False, True, _ttl(tool.get("cache_control"))))
     layout.first_system = len(blocks)
     system = body.get("system")
     if isinstance(system, str) and system:
-        blocks.append(_make("system", "system", "text", "", -1, system, False, True, None))
+        blocks.append(_make(counter, "system", "system", "text", "", -1, system, False, True, None))
     elif isinstance(system, list):
         for j, raw in enumerate(system):
             if isinstance(raw, dict):
-                blocks.append(_content_block("system", "", -1, f"system.{j}", raw))
+                blocks.append(_content_block(counter, "system", "", -1, f"system.{j}", raw))
     layout.first_message = len(blocks)
     for i, message in enumerate(body.get("messages") or ()):
         if not isinstance(message, dict):
@@ -160,11 +161,11 @@ def anthropic_layout(body: dict[str, Any]) -> Layout:
         role = str(message.get("role", ""))
         content = message.get("content")
         if isinstance(content, str):
-            blocks.append(_make("messages", f"messages.{i}.content", "text", role, i, content, False, bool(content), None))
+            blocks.append(_make(counter, "messages", f"messages.{i}.content", "text", role, i, content, False, bool(content), None))
         elif isinstance(content, list):
             for j, raw in enumerate(content):
                 if isinstance(raw, dict):
-                    block = _content_block("messages", role, i, f"messages.{i}.content.{j}", raw)
+                    block = _content_block(counter, "messages", role, i, f"messages.{i}.content.{j}", raw)
                     has_images = has_images or (block.kind in ("image", "document") and block.tokens == tokens.IMAGE_TOKENS)
                     blocks.append(block)
     settings = _settings_salt(body)
@@ -211,13 +212,14 @@ def _openai_content(content: Any) -> str:
 
 def openai_layout(body: dict[str, Any]) -> Layout:
     """Tools, response schema, then one block per message; leading system/developer messages are `system`."""
+    counter = tokens.RequestCounter()
     layout = Layout()
     blocks = layout.blocks
     if body.get("tools"):
-        blocks.append(_make("tools", "tools", "tools", "", -1, "<|tools|>" + _dumps(body["tools"]), False, True, None))
+        blocks.append(_make(counter, "tools", "tools", "tools", "", -1, "<|tools|>" + _dumps(body["tools"]), False, True, None))
     schema = body.get("response_format")
     if isinstance(schema, dict) and schema.get("type") == "json_schema":
-        blocks.append(_make("tools", "response_format", "schema", "", -1, "<|schema|>" + _dumps(schema), False, True, None))
+        blocks.append(_make(counter, "tools", "response_format", "schema", "", -1, "<|schema|>" + _dumps(schema), False, True, None))
     layout.first_system = len(blocks)
     leading = True
     for i, message in enumerate(body.get("messages") or ()):
@@ -235,7 +237,7 @@ def openai_layout(body: dict[str, Any]) -> Layout:
             text += _dumps(message["tool_calls"])
         if message.get("tool_call_id"):
             text += f"[{message['tool_call_id']}]"
-        blocks.append(_make("system" if leading else "messages", f"messages.{i}", "message", role, i, text, False, True, None))
+        blocks.append(_make(counter, "system" if leading else "messages", f"messages.{i}", "message", role, i, text, False, True, None))
     if leading:
         layout.first_message = len(blocks)
     _chain(layout, f"openai\x00{body.get('model', '')}".encode(), {})  # prompt_cache_key: part of the ledger scope

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import orjson
 
 from sdk.errors import SlipstreamError, UpstreamHTTPError
+from sdk.offload import is_large, off_loop
 from sdk.providers.keys import ROTATE_STATUSES, KeyRing
 from sdk.providers.upstream import (
     Timeouts,
@@ -93,7 +94,7 @@ class HTTPProvider:
         route = f"{self.name}/{request.model}"
         client = self.client or upstream_for_running_loop()
         url = self.base_url + self.dialect.path(request.endpoint) + (f"?{request.query}" if request.query else "")
-        body = orjson.dumps(request.body)
+        body = await off_loop(orjson.dumps, request.body) if is_large(request.size) else orjson.dumps(request.body)
         streamed = request.stream and request.endpoint not in _NEVER_STREAMED
         started = time.perf_counter()
         try:

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 from sdk import metrics
 from sdk.cache import answers
 from sdk.cache.keys import CacheKeys, cache_keys
+from sdk.embedding import MAX_TEXT_CHARS
 from sdk.errors import InvalidRequestError
+from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, SemanticCachePolicy
 from sdk.readiness import WarmUp
@@ -88,12 +90,16 @@ class CacheStage:
         ctx.request = request
         if not self._eligible(request):
             return await call_next(ctx)
-        keys = cache_keys(self.team, request)
+        # Hashing a large body (canonical JSON, SHA-256) runs in the heavy-work pool, off the loop.
+        keys = await off_loop(cache_keys, self.team, request) if is_large(request.size) else cache_keys(self.team, request)
         if keys.sampled and not self.config.cache_sampled:
             return await call_next(ctx)
         # A request can only make the cache stricter than its team's policy, never looser.
         min_precision = max(self.config.min_precision, asked or 0.0)
-        semantic = self.config.semantic and keys.user_turns <= self.config.max_turns_for_semantic
+        # A latest turn longer than the embedder reads (256 word pieces) would be matched on a fraction
+        # of what it says: such requests use the exact tier only.
+        semantic = (self.config.semantic and keys.user_turns <= self.config.max_turns_for_semantic
+                    and (keys.query is None or len(keys.query) <= MAX_TEXT_CHARS))
         try:
             found = await self.cache.lookup(self.team, keys, self.config.exact, semantic, min_precision)
         except Exception:  # the cache only ever saves work: a broken one must not fail the request

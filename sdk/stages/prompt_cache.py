@@ -9,10 +9,12 @@ the stream is returned; OpenAI usage arrives in the last chunk, so the stream is
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, PromptCacheReport, RequestContext
 from sdk.policy import Policy, PromptCachePolicy
 from sdk.promptcache import stats, tokens
@@ -42,6 +44,10 @@ class PromptCacheStage:
         self.team = team
         self.config = config
         self.optimizer = Optimizer(team, config)
+        # One plan at a time per team: a large request's plan is made in a worker thread, and the
+        # optimizer's state (volatility learning, the ledger) is not shared between threads. Only the
+        # same team's requests wait for it; other teams have optimizers of their own.
+        self._planning = asyncio.Lock()
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
         request = ctx.request
@@ -63,8 +69,12 @@ class PromptCacheStage:
         so its breakpoints land exactly as on a native one.
         """
         optimizer = self.optimizer
-        plan = optimizer.prepare(request, time.time())
-        optimizer.diagnose(plan)
+        async with self._planning:
+            if is_large(request.size):  # hashing, tokenizing and scanning megabytes: off the loop
+                plan = await off_loop(optimizer.prepare, request, time.time())
+            else:
+                plan = optimizer.prepare(request, time.time())
+            optimizer.diagnose(plan)
         if self.config.warm_fanout and plan.prediction.pending is not None:
             started = time.perf_counter()
             outcome = await wait_for_writer(plan.prediction.pending, self.config.fanout_max_wait_ms / 1000)
