@@ -14,3 +14,29 @@ async def test_concurrent_requests_are_micro_batched(embedder):
     assert embedder.batches - before < len(texts)  # queued while the worker was busy: encoded together
     np.testing.assert_allclose(np.stack(vectors), embedder.embed_many(texts), atol=1e-5)
     assert abs(float(np.linalg.norm(vectors[0])) - 1.0) < 1e-5  # unit norm: inner product is cosine
+
+
+async def test_a_huge_text_does_not_hold_other_lookups(embedder):
+    """The one embedder worker serves every team: a 2 MB text used to keep it busy for seconds
+    (the tokenizer reads all of it before truncating to 256 word pieces). Now it reads a bounded
+    prefix, which is all the model ever saw: the vector is the same."""
+    import asyncio
+    import time
+
+    import numpy as np
+
+    from sdk.embedding import MAX_TEXT_CHARS
+
+    huge = "The shipment left the port on time and arrived two days later. " * 32_000  # ~2 MB
+    small_started = 0.0
+
+    async def small() -> float:
+        nonlocal small_started
+        await asyncio.sleep(0.01)  # queued behind the huge one
+        small_started = time.perf_counter()
+        await embedder.embed("where is my parcel?")
+        return time.perf_counter() - small_started
+
+    vector, waited = await asyncio.gather(embedder.embed(huge), small())
+    assert waited < 1.0, f"a small lookup waited {waited:.2f}s behind another team's huge text"
+    assert np.allclose(vector, await embedder.embed(huge[:MAX_TEXT_CHARS]), atol=1e-5)

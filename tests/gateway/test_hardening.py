@@ -79,6 +79,38 @@ def test_adversarial_system_prompt_does_not_stall_the_proxy(proxy):
     assert max(stalls) < 3.0, f"/healthz waited {max(stalls):.2f}s behind it"
 
 
+def test_large_requests_do_not_stall_other_teams(tmp_path, emulator):
+    """Two 6 MB system prompts that differ only at the end: tokenizing them and naming the miss cause
+    (a character loop over the common prefix) ran on the loop for seconds; now that work is bounded
+    or in a worker thread, and another team's small requests keep being answered.
+
+    Team alpha's provider is a closed port, so its requests end right after Slipstream's own work:
+    the emulator (in this process, sharing its GIL) never spends time on the 6 MB."""
+    write_policy(tmp_path, "alpha", KEY_A, f"http://127.0.0.1:{free_port()}", extra=ALPHA)
+    write_policy(tmp_path, "beta", KEY_B, emulator.url, extra="retry: {max_attempts: 1}\n")
+    prompt = "All shipments are logged with their weight and route. " * 110_000
+    stalls: list[float] = []
+    done = threading.Event()
+    with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+        def probe() -> None:
+            while not done.is_set():
+                started = time.perf_counter()
+                assert _post(proxy, "/v1/chat/completions", {"model": "gpt-4o", "messages": HELLO}, key=KEY_B).status_code == 200
+                stalls.append(time.perf_counter() - started)
+                time.sleep(0.02)
+
+        prober = threading.Thread(target=probe)
+        prober.start()
+        try:
+            for ending in ("first", "second", "third"):
+                body = {"model": "gpt-4o", "messages": [{"role": "system", "content": prompt + ending}, *HELLO]}
+                assert _post(proxy, "/v1/chat/completions", body).status_code == 502  # after all of Slipstream's work
+        finally:
+            done.set()
+            prober.join()
+    assert max(stalls) < 1.0, f"team beta waited {max(stalls):.2f}s behind team alpha's large requests"
+
+
 def test_metric_labels_come_from_the_policy_only(proxy):
     """Invented model names on a wildcard route are one series (gpt/other), not one series each."""
     for i in range(30):
