@@ -276,6 +276,8 @@ class Emulator:
             snap["cache"] = {"anthropic_entries": len(st.anthropic_cache.entries),
                              "openai_entries": len(st.openai_cache.entries)}
             snap["pending_faults"] = len(st.faults.rules)
+            snap["stored"] = {"responses": len(st.responses.entries), "files": len(st.files.entries),
+                              "batches": len(st.batches.entries)}
             await call.json(200, snap)
         elif name == "reset" and method == "POST":
             self.reset()

@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from .helpers import OPENAI_HEADERS, post
+from .helpers import HTTP, OPENAI_HEADERS, post
 
 
 def _line(cid: str, content: str, **body) -> str:
@@ -61,6 +61,8 @@ def test_batch_round_trip(oai, emu):
     err = json.loads(oai.files.content(b.error_file_id).text)
     assert err["custom_id"] == "bad" and err["response"]["status_code"] == 400
     assert [x.id for x in oai.batches.list()] == [b.id]
+    stored = HTTP.get(emu.url + "/_emulator/stats").json()["stored"]
+    assert stored == {"responses": 0, "files": 3, "batches": 1}  # input, output and error files
     with pytest.raises(openai.BadRequestError):
         oai.batches.cancel(b.id)  # already completed
 
