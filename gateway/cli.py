@@ -29,6 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.admin import ENV as ADMIN_KEY_ENV
     from gateway.app import SERVE_PATHS_ENV, create_app
     from gateway.serving import fixed_key_warnings, port_problem
+    from sdk.access_log import ENV as ACCESS_LOG_ENV
     from sdk.state import STATE_URL_ENV, open_state
 
     paths = args.policy or [args.policy_dir or _default_policy_dir()]
@@ -38,6 +39,8 @@ def _serve(args: argparse.Namespace) -> int:
               f"{args.workers} ways (each worker counts alone). Give --state-url redis://HOST:PORT/DB (or ${STATE_URL_ENV}) "
               "to share them, or --local-state to accept per-worker state.", file=sys.stderr)
         return 2
+    if args.access_log:
+        os.environ[ACCESS_LOG_ENV] = args.access_log  # workers inherit it; sdk/access_log.py reads it
     try:
         if args.workers > 1:  # each worker builds its own app; here only check what they will load
             served = [policy for policy in load_policies(paths).values() if policy.resolved_keys()]
@@ -173,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "or rediss://… (default: $SLIPSTREAM_STATE_URL, else in process)")
     serve.add_argument("--workers", type=int, default=1, help="processes sharing the port (needs --state-url or --local-state)")
     serve.add_argument("--local-state", action="store_true", help="with --workers: let each worker keep its own state")
+    serve.add_argument("--access-log", choices=("off", "text", "json"),
+                       help="one line per request on stderr (default: $SLIPSTREAM_ACCESS_LOG, else off)")
     serve.add_argument("--admin-key", help="guards /metrics: clients send 'Authorization: Bearer KEY' (default: $SLIPSTREAM_ADMIN_KEY)")
     serve.set_defaults(run=_serve)
 

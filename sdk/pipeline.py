@@ -7,6 +7,7 @@ or a team's own list), composed once per team so a request pays one call per sta
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol as TypingProtocol
@@ -59,6 +60,8 @@ class RequestContext:
     route: str = ""  # PROVIDER/MODEL that answered, set by the router
     key_id: str = ""  # which team key sent it (a hash prefix, never the key), for per-key limits
     compression: CompressionReport | None = None  # set by the compression stage when it ran
+    attempts: int = 0  # upstream attempts the router started (retries, fallbacks and hedge legs)
+    request_id: str = field(default_factory=lambda: secrets.token_hex(8))  # x-slipstream-request-id, access log
 
 
 class Stage(TypingProtocol):

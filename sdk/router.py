@@ -185,6 +185,7 @@ class Router:
         provider = self._provider(target.provider, request)
         limit = self._first_byte_limit_s(deadline)
         stats.in_flight += 1
+        ctx.attempts += 1
         started = time.perf_counter()
         try:
             try:

@@ -92,6 +92,7 @@ def slipstream_headers(ctx: RequestContext, answer: Answer) -> dict[str, str]:
         "x-slipstream-route": answer.route,
         "x-slipstream-overhead-ms": f"{overhead_ms:.3f}",
         "x-slipstream-prompt-cache": prompt_cache,
+        "x-slipstream-request-id": ctx.request_id,
     }
     if ctx.compression is not None:  # only where the team enabled compression (docs/compression.md)
         headers["x-slipstream-compression"] = _compression_header(ctx.compression)

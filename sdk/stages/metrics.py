@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from sdk import metrics
+from sdk import access_log, metrics
 from sdk.errors import SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
@@ -36,12 +36,14 @@ class MetricsStage:
         except asyncio.CancelledError:
             self.in_flight.dec()
             metrics.CANCELLED.labels(self.team).inc()
+            access_log.record(ctx, "cancelled")
             raise
         except (SlipstreamError, UpstreamHTTPError) as exc:
             self.in_flight.dec()
             kind = type(exc).__name__ if isinstance(exc, SlipstreamError) else f"upstream_{exc.status}"
             metrics.ERRORS.labels(self.team, kind).inc()
             metrics.REQUESTS.labels(self.team, self.labels(ctx.route or "none"), str(exc.status)).inc()
+            access_log.record(ctx, exc.status)
             raise
         except BaseException:
             self.in_flight.dec()
@@ -60,16 +62,19 @@ class MetricsStage:
         route = self.labels(answer.route)
         metrics.REQUESTS.labels(self.team, route, str(answer.status)).inc()
         self.monitor.observe(*metrics.record(self.team, route, ctx.timings, answer.usage, streamed))
+        access_log.record(ctx, answer.status, answer.usage)
 
     def _stream_ended(self, ctx: RequestContext, stream: LLMStream, completed: bool, failed: list[bytes]) -> None:
         self.in_flight.dec()
         if failed:  # ended by an error event (the provider's, or ours mid-stream): a failure, not a 200
             metrics.ERRORS.labels(self.team, "stream_error").inc()
             metrics.REQUESTS.labels(self.team, self.labels(stream.route), "stream_error").inc()
+            access_log.record(ctx, "stream_error", stream.usage)
         elif completed:
             self._finish(ctx, stream, streamed=True)
         else:
             metrics.CANCELLED.labels(self.team).inc()
+            access_log.record(ctx, "cancelled", stream.usage)
 
 
 def _is_error_event(item: bytes) -> bool:

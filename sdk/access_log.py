@@ -1,0 +1,92 @@
+"""The access log: one structured line per request that reached a team's pipeline, when it ends.
+
+Off by default. `SLIPSTREAM_ACCESS_LOG=text|json` (what `slipstream serve --access-log` sets, so
+every worker inherits it) turns it on for both doors, the proxy and the drop-in SDK, on standard
+error through the `slipstream.access` logger (which does not propagate: an application's root
+logging never turns it on by accident). Lines carry ids, names, counts and times, never keys or
+prompt text: team, key id (a hash prefix), request id (also the `x-slipstream-request-id` header),
+endpoint, requested model, route, status, cache status, prompt-cache read against expected,
+tokens, TTFT, total time, upstream attempts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from sdk.pipeline import RequestContext
+from sdk.types import Usage
+
+ENV = "SLIPSTREAM_ACCESS_LOG"
+MODES = ("off", "text", "json")
+log = logging.getLogger("slipstream.access")
+log.propagate = False
+_configured = False
+
+
+class _JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return orjson.dumps({"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), **record.msg}).decode()  # type: ignore[dict-item]
+
+
+class _TextFormatter(logging.Formatter):
+    """logfmt: key=value pairs, values with spaces quoted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        pairs = (f"{k}={_text(v)}" for k, v in record.msg.items())  # type: ignore[union-attr]
+        return f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} " + " ".join(pairs)
+
+
+def _text(value: Any) -> str:
+    text = "-" if value is None or value == "" else str(value)
+    return f'"{text}"' if " " in text or '"' in text else text
+
+
+def configure(mode: str | None = None) -> None:
+    """Turn the access log on (`text`, `json`) or off; None reads `SLIPSTREAM_ACCESS_LOG`."""
+    global _configured
+    mode = (mode or os.environ.get(ENV) or "off").lower()
+    if mode not in MODES:
+        raise ValueError(f"access log mode must be one of {', '.join(MODES)}, not {mode!r}")
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+    if mode == "off":
+        log.setLevel(logging.WARNING)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_JSONFormatter() if mode == "json" else _TextFormatter())
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    _configured = True
+
+
+def record(ctx: RequestContext, status: int | str, usage: Usage | None = None) -> None:
+    """Log the request `ctx` that ended with `status` (an HTTP status, `stream_error` or `cancelled`)."""
+    if not _configured:
+        configure()
+    if not log.isEnabledFor(logging.INFO):
+        return
+    timings, usage = ctx.timings, usage or Usage()
+    first = timings.first_token
+    log.info({
+        "request_id": ctx.request_id,
+        "team": ctx.team,
+        "key_id": ctx.key_id,
+        "endpoint": str(ctx.request.endpoint),
+        "model": ctx.request.model,
+        "route": ctx.route,
+        "status": status,
+        "cache": ctx.cache_status,
+        "prompt_cache_read": usage.cache_read_tokens,
+        "prompt_cache_expected": ctx.prompt_cache.expected_read,
+        "input_tokens": usage.total_input_tokens,
+        "output_tokens": usage.output_tokens,
+        "ttft_ms": round((first - timings.start) * 1000, 1) if first is not None else None,
+        "total_ms": round((time.perf_counter() - timings.start) * 1000, 1),
+        "attempts": ctx.attempts,
+    })

@@ -1,0 +1,59 @@
+"""The access log: off by default; with `json` or `text`, one line per request through the proxy,
+carrying ids, counts and times but never the team key or prompt text."""
+
+from __future__ import annotations
+
+import orjson
+import openai
+import pytest
+
+from sdk import access_log
+from tests.gateway.conftest import TEAM_KEY
+
+
+@pytest.fixture
+def access(capsys):
+    yield capsys
+    access_log.configure("off")
+
+
+def lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def test_json_lines_for_answers_streams_and_errors(proxy, access):
+    access_log.configure("json")
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=TEAM_KEY, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-5-mini", messages=[{"role": "user", "content": "secret prompt text"}])
+    stream = client.chat.completions.create(model="gpt-5-mini", stream=True,
+                                            messages=[{"role": "user", "content": "hello"}])
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
+    records = [orjson.loads(line) for line in lines(access)]
+    assert [r["status"] for r in records] == [200, 200, 404]
+    first = records[0]
+    assert first["request_id"] == raw.headers["x-slipstream-request-id"]
+    assert first["team"] == "alpha" and first["route"].startswith("gpt/") and first["cache"] == "miss"
+    assert first["attempts"] == 1 and first["input_tokens"] > 0 and first["output_tokens"] > 0
+    assert first["ttft_ms"] is None or first["ttft_ms"] <= first["total_ms"]
+    assert records[1]["ttft_ms"] is not None and records[2]["route"] == ""
+    text = "\n".join(map(str, records))
+    assert TEAM_KEY not in text and "secret prompt text" not in text
+
+
+def test_text_lines_and_off_by_default(proxy, access):
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=TEAM_KEY, max_retries=0)
+    access_log.configure("off")
+    client.chat.completions.create(model="gpt-5-mini", messages=[{"role": "user", "content": "hi"}])
+    assert lines(access) == []
+    access_log.configure("text")
+    client.chat.completions.create(model="gpt-5-mini", messages=[{"role": "user", "content": "hi"}])
+    (line,) = lines(access)
+    assert " team=alpha " in line and " status=200 " in line and " attempts=1" in line
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="text, json"):
+        access_log.configure("yaml")
