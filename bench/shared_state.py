@@ -6,9 +6,10 @@ emulator; the same three with in-process state are the baseline, measured in the
 1. Limits: a team limited to R requests/minute, a client sending 3R per minute round-robin over the
    replicas (open loop) for `--seconds`, after the bucket's initial burst is spent. Admitted
    requests against the ideal R × seconds / 60: shared state should be 1.00 (±2%), in-process 3.00.
-2. Added latency: one replica with Redis against one with in-process state, interleaved, at
-   concurrency 1 and 64 (a team with a rate and a concurrency limit, so each request runs the
-   admission script and its settlement); and the admission call alone (`GuardedState.admit`).
+2. Added latency: one replica with Redis against one with in-process state, requests alternating
+   between them, at concurrency 1 and 64 (a team with a rate and a concurrency limit, so each
+   request runs the admission script and its settlement); and the admission call alone
+   (`GuardedState.admit`, in the benchmark's own process).
 3. Outage: `--rate` requests/s over the three Redis replicas; Redis is killed for `--outage-s` in
    the middle and started again. Failed requests (anything but 200), latency, and whether every
    replica healed.
@@ -33,7 +34,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `bench.proxy_overhead` and the repo's packages when run as a script
 
-from bench.proxy_overhead import PY, Target, emulator_process, free_port, interleaved, pct, start, stop, wait_ready  # noqa: E402
+from bench.proxy_overhead import PY, emulator_process, free_port, pct, start, stop, wait_ready  # noqa: E402
 from gateway.testing import RedisServer  # noqa: E402
 
 BODY = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}).encode()
@@ -109,8 +110,41 @@ def limits(urls: list[str], rpm: int, seconds: float) -> dict:
             "ideal": ideal, "admitted_over_ideal": admitted / ideal}
 
 
-async def admit_alone(state_url: str, n: int, concurrency: int) -> float:
-    """p50 ms of `GuardedState.admit` (one rate, one cap) plus its settlement, in this process."""
+async def paired(local: str, shared: str, n: int, concurrency: int) -> dict:
+    """Each worker alternates one request to the in-process replica and one to the Redis replica, so
+    machine noise falls on both alike; also the proxies' own `x-slipstream-overhead-ms`."""
+    seen: dict[str, tuple[list[float], list[float]]] = {"in_process": ([], []), "redis": ([], [])}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def one(name: str, url: str) -> None:
+            started = time.perf_counter()
+            async with session.post(f"{url}/v1/chat/completions", data=BODY,
+                                    headers={"authorization": "Bearer sk-busy", "content-type": "application/json"}) as response:
+                await response.read()
+                assert response.status == 200, response.status
+                seen[name][1].append(float(response.headers["x-slipstream-overhead-ms"]) / 1000)
+            seen[name][0].append(time.perf_counter() - started)
+
+        async def worker(count: int) -> None:
+            for i in range(count):
+                pair = [("in_process", local), ("redis", shared)]
+                for name, url in pair if i % 2 else pair[::-1]:
+                    await one(name, url)
+
+        await worker(20)  # connections, scripts
+        for values in seen.values():
+            values[0].clear()
+            values[1].clear()
+        await asyncio.gather(*(worker(max(1, n // concurrency)) for _ in range(concurrency)))
+    (base, base_own), (via, via_own) = seen["in_process"], seen["redis"]
+    return {"in_process_p50_ms": pct(base, 0.5), "redis_p50_ms": pct(via, 0.5), "added_p50_ms": pct(via, 0.5) - pct(base, 0.5),
+            "added_p99_ms": pct(via, 0.99) - pct(base, 0.99),
+            "overhead_header_p50_ms": {"in_process": pct(base_own, 0.5), "redis": pct(via_own, 0.5)}}
+
+
+async def admit_alone(state_url: str, n: int, concurrency: int) -> dict:
+    """p50 ms of `GuardedState.admit` (one rate, one cap) with its settlement, in this process; and
+    whether Redis answered them all (a timeout would have degraded the guard to local state)."""
     import uuid
 
     from sdk.state import open_state
@@ -128,11 +162,12 @@ async def admit_alone(state_url: str, n: int, concurrency: int) -> float:
             times.append(time.perf_counter() - started)
             state.settle(Settlement(lease, (cap.key,)))
 
-    await worker(50)  # connections, scripts loaded
+    await worker(50)  # connection, scripts loaded
     times.clear()
     await asyncio.gather(*(worker(n // concurrency) for _ in range(concurrency)))
+    up = state.status()["up"]
     await state.close()
-    return pct(times, 0.5)
+    return {"p50_ms": pct(times, 0.5), "p99_ms": pct(times, 0.99), "redis_answered_all": up}
 
 
 def outage(urls: list[str], server: RedisServer, rate: float, outage_s: float) -> dict:
@@ -180,13 +215,10 @@ def main() -> None:
             print(json.dumps(row), flush=True)
 
         for concurrency in (1, 64):
-            base, via = asyncio.run(interleaved(Target("in-process", f"{local[0]}/v1/chat/completions", "sk-busy"),
-                                                Target("redis", f"{shared[0]}/v1/chat/completions", "sk-busy"),
-                                                args.requests, concurrency, False))
-            print(json.dumps({"test": "latency", "concurrency": concurrency, "in_process_p50_ms": pct(base, 0.5), "redis_p50_ms": pct(via, 0.5),
-                              "added_p50_ms": pct(via, 0.5) - pct(base, 0.5), "added_p99_ms": pct(via, 0.99) - pct(base, 0.99)}), flush=True)
-            alone = asyncio.run(admit_alone(server.url, args.requests, concurrency))
-            print(json.dumps({"test": "admit-call", "concurrency": concurrency, "p50_ms": alone}), flush=True)
+            row = asyncio.run(paired(local[0], shared[0], args.requests, concurrency))
+            print(json.dumps({"test": "latency", "concurrency": concurrency, **row}), flush=True)
+            alone = asyncio.run(admit_alone(f"{server.url}?timeout_ms=1000", args.requests, concurrency))
+            print(json.dumps({"test": "admit-call", "concurrency": concurrency, **alone}), flush=True)
 
         print(json.dumps({"test": "outage", "rate": args.rate, "outage_s": args.outage_s, **outage(shared, server, args.rate, args.outage_s)}), flush=True)
     finally:
