@@ -43,6 +43,7 @@ class GuardedState:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._pending: set[asyncio.Task[None]] = set()  # settlements on their way to Redis
+        self._outbox: list[Settlement] = []  # settlements of this loop iteration, sent in one pipeline
         STATE_BACKEND_UP.set(1)
 
     # --- the StateBackend calls ----------------------------------------------------------------
@@ -63,13 +64,18 @@ class GuardedState:
         if where is self.local or not self.up:
             self.local.settle(settlement)
             return
-        task = asyncio.get_running_loop().create_task(self._settle_shared(settlement))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._outbox.append(settlement)
+        if len(self._outbox) == 1:  # the first of this loop iteration: one task sends them all
+            task = asyncio.get_running_loop().create_task(self._settle_shared())
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
 
-    async def _settle_shared(self, settlement: Settlement) -> None:
-        if await self._shared(lambda: self.shared.settle(settlement)) is DOWN:
-            self.local.settle(settlement)  # tokens and spend still count, against this replica's share
+    async def _settle_shared(self) -> None:
+        await asyncio.sleep(0)  # let the rest of this iteration's settlements join the batch
+        batch, self._outbox = self._outbox, []
+        if await self._shared(lambda: self.shared.settle_batch(batch)) is DOWN:
+            for settlement in batch:
+                self.local.settle(settlement)  # tokens and spend still count, against this replica's share
 
     async def spend(self, key: str) -> dict[str, float]:
         shared = await self._shared(lambda: self.shared.spend(key))

@@ -81,18 +81,28 @@ class RedisState:
             self._held[admission.lease] = tuple(keys[len(admission.rates):len(admission.rates) + len(admission.caps)])
         return None
 
-    async def settle(self, settlement: Settlement) -> None:
-        self._held.pop(settlement.lease, None)
-        keys = [self.key(k) for k in settlement.caps] + [self.key(rate.key) for rate, _ in settlement.charges]
-        spend = settlement.spend
-        records = spend.records if spend is not None and spend.usd else ()
-        args: list[Any] = [len(settlement.caps), len(settlement.charges), len(records), settlement.lease]
-        for rate, amount in settlement.charges:
-            args += [float(rate.per_minute), float(amount)]
-        if records:
-            keys += [self.key(key) for key, _ in records]
-            args += [float(spend.usd), len(spend.fields), *spend.fields, *(int(keep) for _, keep in records)]
-        await self._script("SETTLE", keys, args)
+    async def settle_batch(self, settlements: list[Settlement]) -> None:
+        """Every settlement in one pipelined write (they come in batches: one per loop iteration)."""
+        commands = []
+        for settlement in settlements:
+            self._held.pop(settlement.lease, None)
+            keys = [self.key(k) for k in settlement.caps] + [self.key(rate.key) for rate, _ in settlement.charges]
+            spend = settlement.spend
+            records = spend.records if spend is not None and spend.usd else ()
+            args: list[Any] = [len(settlement.caps), len(settlement.charges), len(records), settlement.lease]
+            for rate, amount in settlement.charges:
+                args += [float(rate.per_minute), float(amount)]
+            if records:
+                keys += [self.key(key) for key, _ in records]
+                args += [float(spend.usd), len(spend.fields), *spend.fields, *(int(keep) for _, keep in records)]
+            commands.append(("EVALSHA", _SCRIPTS["SETTLE"][1], len(keys), *keys, *args))
+        try:
+            await self.client.pipeline(commands)
+        except RespError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+            # A restarted Redis lost its scripts; the first one failed, and so did every other (same reason).
+            await self.client.pipeline([("SCRIPT", "LOAD", _SCRIPTS["SETTLE"][0]), *commands])
 
     async def spend(self, key: str) -> dict[str, float]:
         fields = await self.client.execute("HGETALL", self.key(key))
