@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sdk import metrics
 from sdk.errors import RateLimitedError
 from sdk.pipeline import Handler, RequestContext
-from sdk.policy import Policy, RateLimits
+from sdk.policy import Policy, Price, RateLimits
 from sdk.services import Services
 from sdk.spend import budget_check, cost_usd, periods, price_of, spend_record
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend
@@ -57,6 +57,7 @@ class LimitsStage:
         self.team = policy.team
         self.pricing = policy.pricing
         self.budget = policy.budget
+        self._prices: dict[str, Price | None | object] = {}
         limits = policy.limits
         self.team_scope = _Scope.of(f"team {policy.team}", f"limit:{policy.team}", limits) if limits.active else None
         self.per_key = limits.per_key if limits.per_key.active else None
@@ -97,7 +98,11 @@ class LimitsStage:
             charges = tuple((rate, used) for rate in admission.rates if rate.cost == 0 and used)
             if ctx.cache_status == "miss":  # a cached answer cost nothing upstream
                 model = route.partition("/")[2] or ctx.request.model
-                price = price_of(model, self.pricing)
+                price = self._prices.get(model, _UNSEEN)
+                if price is _UNSEEN:  # glob matching once per model, not per request
+                    if len(self._prices) >= 1024:  # model names come from clients: keep the memo bounded
+                        self._prices.clear()
+                    price = self._prices[model] = price_of(model, self.pricing)
                 usd = cost_usd(usage, price) if price is not None else 0.0
                 if usd:
                     spend = spend_record(self.team, ctx.key_id, model, usd)
@@ -119,6 +124,9 @@ class LimitsStage:
         scope = next(s for s in scopes if rate in (s.requests, s.tokens))
         what = "requests" if rate is scope.requests else "tokens"
         return _limited(f"rate limit: {scope.name} is over its limit of {int(rate.per_minute)} {what} per minute", refusal.wait_s)
+
+
+_UNSEEN = object()
 
 
 def _limited(message: str, wait_s: float) -> RateLimitedError:
