@@ -132,6 +132,8 @@ async def pre_faults(emu: Emulator, call: Call, model: Any,
     except FaultSpecError as e:
         await error(emu, call, 400, f"x-emulator-fault: {e}")
         return True, None
+    if faults is None:  # the common case: nothing to apply
+        return False, None
 
     async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
         extra: Headers = []

@@ -150,6 +150,8 @@ async def pre_faults(emu: Emulator, call: Call, model: str | None,
     except FaultSpecError as e:
         await bad(emu, call, f"x-emulator-fault: {e}")
         return True, None
+    if faults is None:  # the common case: nothing to apply
+        return False, None
 
     async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
         status = 503 if status == 529 else status
