@@ -47,6 +47,8 @@ class StoredResponse:
 
 
 class ResponseStore(Protocol):
+    """A record is readable by `get` as soon as `put` has been called, before the write completes."""
+
     async def put(self, record: StoredResponse) -> None: ...
     async def get(self, team: str, response_id: str) -> StoredResponse | None: ...
     async def delete(self, team: str, response_id: str) -> bool: ...
@@ -80,20 +82,31 @@ class SQLiteResponseStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._pending: dict[tuple[str, str], StoredResponse] = {}  # put, not yet written
 
     async def put(self, record: StoredResponse) -> None:
-        await asyncio.to_thread(self._put, record)
+        key = (record.team, record.id)
+        self._pending[key] = record  # readable at once, while the write runs in a worker thread
+        try:
+            await asyncio.to_thread(self._put, record)
+        finally:
+            if self._pending.get(key) is record:
+                del self._pending[key]
 
     async def get(self, team: str, response_id: str) -> StoredResponse | None:
-        return await asyncio.to_thread(self._get, team, response_id)
+        pending = self._pending.get((team, response_id))
+        return pending if pending is not None else await asyncio.to_thread(self._get, team, response_id)
 
     async def delete(self, team: str, response_id: str) -> bool:
-        return await asyncio.to_thread(self._delete, team, response_id)
+        pending = self._pending.pop((team, response_id), None)
+        return await asyncio.to_thread(self._delete, team, response_id) or pending is not None
 
     def _put(self, record: StoredResponse) -> None:
         row = (record.team, record.id, record.provider, int(record.native), record.created_at,
                orjson.dumps(record.context), orjson.dumps(record.response), record.own_items)
         with self._lock:
+            if self._pending.get((record.team, record.id)) is not record:
+                return  # deleted (or replaced) while waiting for this thread: writing it would resurrect it
             self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
             self._db.execute("DELETE FROM responses WHERE created_at < ?", (time.time() - self.retention_s,))
 

@@ -13,12 +13,15 @@ the policy's life.
 
 `previous_response_id`: the provider that holds a response continues it itself; any other target
 gets the stored conversation expanded into `input` (sdk/responses/store.py). Every answer with
-`store` not false is recorded when it completes, before the client sees its last event, so a
-follow-up sent at once finds it.
+`store` not false is recorded when it completes: a translated one before the client sees its last
+event, so a follow-up sent at once finds it; a native one (which its provider holds and continues
+itself) in the background, off the answer's path.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from dataclasses import replace
 from collections.abc import AsyncIterator, Callable
@@ -42,6 +45,7 @@ from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Protocol, Timin
 if TYPE_CHECKING:
     from sdk.stages.prompt_cache import Planner
 
+log = logging.getLogger("slipstream.responses")
 _TERMINAL = (b"event: response.completed", b"event: response.incomplete")
 
 
@@ -73,6 +77,7 @@ class ResponsesTarget:
         self.team = team
         self.store = store
         self.mode: Mode = responses_mode(inner)
+        self._writes: set[asyncio.Task[None]] = set()  # background copies of native responses
         # Chat reaches an Anthropic provider through the chat ↔ messages translation. The prompt-cache
         # optimizer plans the body the upstream receives (Anthropic breakpoints, or Chat's cache key).
         self.planner = planner
@@ -107,7 +112,20 @@ class ResponsesTarget:
             return
         own = len(_items(body.get("input")))
         record = StoredResponse(response["id"], self.team, self.name, native, time.time(), context, response, own)
-        await self.store().put(record)
+        if not native:
+            await self.store().put(record)  # Slipstream alone holds it: stored before the client can ask for it
+            return
+        # The provider holds a native response and continues it itself: our copy (for a fallback to
+        # another target, and GET/DELETE routing) is written off the answer's path.
+        task = asyncio.get_running_loop().create_task(self._put_quietly(record))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _put_quietly(self, record: StoredResponse) -> None:
+        try:
+            await self.store().put(record)
+        except Exception:  # the client has its answer; a lost copy only costs a later fallback its history
+            log.exception("could not store response %s for team %s", record.id, self.team)
 
     # --- native -------------------------------------------------------------------------------
 

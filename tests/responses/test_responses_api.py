@@ -274,3 +274,11 @@ def test_auto_discovers_an_upstream_without_responses(proxy, policy_dir, fresh_e
     assert client.responses.create(model="auto-x", input="Tell me about fjords.").output_text
     assert client.responses.create(model="auto-x", input="And glaciers?").output_text
     assert fresh_emulator.stats()["endpoints"] == {"POST /v1/responses": 1, "POST /v1/chat/completions": 2}
+
+
+@pytest.mark.parametrize("model", ["oai-4o", "claude-x"])
+def test_a_client_that_gives_up_cancels_a_json_request(door, model, slow_emulator):
+    with pytest.raises(openai.APITimeoutError):
+        door.with_options(timeout=0.5).responses.create(model=model, input="Tell me everything.")
+    stats = slow_emulator.wait_for(lambda s: s["cancelled_requests"] == 1)
+    assert stats["open_requests"] == 0
