@@ -8,19 +8,22 @@ A hit replays the provider's own response JSON — body, or a synthesized stream
 event format — including the usage the provider originally reported, so clients see exactly what
 they would have. Slipstream's own accounting (`answer.usage`, which feeds metrics) is zero: no
 tokens were spent. `x-slipstream-cache` says which tier answered; `x-slipstream-cache-key` names the
-entry, for invalidation.
+entry, for invalidation. A Responses API answer is stored as its response object and replayed under
+a fresh id, recorded in the team's response store (sdk/cache/responses.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import orjson
+
 from sdk import metrics
-from sdk.cache import answers
+from sdk.cache import answers, responses
 from sdk.cache.keys import CacheKeys, cache_keys
 from sdk.embedding import MAX_TEXT_CHARS
 from sdk.errors import InvalidRequestError
@@ -28,6 +31,9 @@ from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, SemanticCachePolicy
 from sdk.readiness import WarmUp
+from sdk.responses.store import ResponseStore, StoredResponse
+from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.responses_requests import responses_to_chat
 from sdk.services import Services
 from sdk.sse import events_of
 from sdk.streams import close_after
@@ -77,10 +83,12 @@ def _strip_metadata(request: LLMRequest) -> tuple[LLMRequest, float | None]:
 class CacheStage:
     name = "cache"
 
-    def __init__(self, team: str, config: SemanticCachePolicy, cache: ResponseCache):
+    def __init__(self, team: str, config: SemanticCachePolicy, cache: ResponseCache,
+                 response_store: Callable[[], ResponseStore]):
         self.team = team
         self.config = config
         self.cache = cache
+        self.response_store = response_store  # where a replayed Responses answer is recorded
 
     def warm_ups(self) -> list[WarmUp]:
         return self.cache.embedder.warm_ups() if self.config.semantic else []
@@ -91,7 +99,9 @@ class CacheStage:
         if not self._eligible(request):
             return await call_next(ctx)
         # Hashing a large body (canonical JSON, SHA-256) runs in the heavy-work pool, off the loop.
-        keys = await off_loop(cache_keys, self.team, request) if is_large(request.size) else cache_keys(self.team, request)
+        keys = await off_loop(self._keys, request) if is_large(request.size) else self._keys(request)
+        if keys is None:
+            return await call_next(ctx)
         if keys.sampled and not self.config.cache_sampled:
             return await call_next(ctx)
         # A request can only make the cache stricter than its team's policy, never looser.
@@ -108,24 +118,46 @@ class CacheStage:
             return await call_next(ctx)
         metrics.RESPONSE_CACHE.labels(self.team, found.status if found.entry is not None else "miss").inc()
         if found.entry is not None:
+            if request.endpoint is Endpoint.RESPONSES:
+                return await self._replay_response(ctx, found)
             return self._replay(ctx, found)
         answer = await call_next(ctx)
         if answer.status != 200:
             return answer
+        shape = request.endpoint if request.endpoint is Endpoint.RESPONSES else request.protocol
         if isinstance(answer, LLMResponse):
-            message = answers.from_body(request.protocol, answer.body)
-            if message is not None and self._store(request.protocol, keys, answer.route, message, found):
+            message = responses.from_body(answer.body) if shape is Endpoint.RESPONSES else answers.from_body(request.protocol, answer.body)
+            if message is not None and self._store(shape, keys, answer.route, message, found):
                 answer.headers[KEY_HEADER] = keys.exact
             return answer
-        answer.events = self._capture(request.protocol, keys, answer, found, answer.events)
+        answer.events = self._capture(shape, keys, answer, found, answer.events)
         return answer
 
     def _eligible(self, request: LLMRequest) -> bool:
-        n = request.body.get("n", 1)
+        body = request.body
+        if request.endpoint is Endpoint.RESPONSES:
+            # A continued conversation lives in the response store (or at the provider), not in the body.
+            return not body.get("previous_response_id") and not body.get("background")
+        n = body.get("n", 1)
         return request.endpoint in (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS) and (n is None or n == 1)
 
-    def _store(self, protocol: Protocol, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
-        if not answers.completed_safely(protocol, message, self.config.cache_tool_calls):
+    def _keys(self, request: LLMRequest) -> CacheKeys | None:
+        """The request's keys; a Responses request is keyed by its Chat form (so the semantic tier reads
+        its latest user turn the same way), marked so it never shares an entry with a Chat request."""
+        if request.endpoint is not Endpoint.RESPONSES:
+            return cache_keys(self.team, request)
+        try:
+            chat = responses_to_chat(request.body)
+        except (TranslationRefused, KeyError, TypeError, AttributeError, ValueError):
+            return None  # what has no Chat form (built-in tools, ...) is answered upstream, uncached
+        return cache_keys(self.team, replace(request, body={**chat, "api": "responses"}))
+
+    def _store(self, shape: Protocol | Endpoint, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
+        if shape is Endpoint.RESPONSES:
+            safe = responses.completed_safely(message, self.config.cache_tool_calls)
+        else:
+            safe = answers.completed_safely(shape, message, self.config.cache_tool_calls)
+        if not safe:
             return False
         try:
             self.cache.put(self.team, keys, route, message, found.vector, self.config)
@@ -134,8 +166,9 @@ class CacheStage:
             return False
         return True
 
-    async def _capture(self, protocol: Protocol, keys: CacheKeys, stream: LLMStream, found: Lookup, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        capture = answers.StreamCapture(protocol)
+    async def _capture(self, shape: Protocol | Endpoint, keys: CacheKeys, stream: LLMStream, found: Lookup,
+                       events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        capture = responses.StreamCapture() if shape is Endpoint.RESPONSES else answers.StreamCapture(shape)
         try:
             async for item in events:
                 for event in events_of(item):
@@ -146,7 +179,7 @@ class CacheStage:
         # Reached only when the stream ran to its end (a client that stops early closes us above).
         message = capture.message()
         if message is not None:
-            self._store(protocol, keys, stream.route, message, found)
+            self._store(shape, keys, stream.route, message, found)
 
     def _replay(self, ctx: RequestContext, found: Lookup) -> Answer:
         entry = found.entry
@@ -167,9 +200,35 @@ class CacheStage:
         return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close)
 
 
+    async def _replay_response(self, ctx: RequestContext, found: Lookup) -> Answer:
+        """A Responses hit: the cached response under a fresh id, recorded in the team's response store
+        like any other (unless `store: false`), so it can be continued, fetched and deleted."""
+        entry = found.entry
+        assert entry is not None and entry.team == self.team
+        route = f"cache/{entry.route}"
+        ctx.cache_status, ctx.route = found.status, route
+        body = ctx.request.body
+        response = responses.fresh(entry.response)
+        if body.get("store") is not False:
+            items = [{"role": "user", "content": body["input"]}] if isinstance(body.get("input"), str) else list(body.get("input") or [])
+            await self.response_store().put(StoredResponse(response["id"], self.team, "cache", False, time.time(), items, response, len(items)))
+        headers = {KEY_HEADER: entry.exact_key}
+        if not ctx.request.stream:
+            return LLMResponse(status=200, body=orjson.dumps(response), headers=headers, usage=Usage(), route=route)
+        events = _replayed(responses.render_events(response), ctx)
+
+        async def close() -> None:
+            await events.aclose()
+
+        return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close)
+
+
+_TOKEN_EVENTS = (b"event: content_block_delta", b"event: response.output_text.delta")
+
+
 async def _replayed(events: list[bytes], ctx: RequestContext) -> AsyncIterator[bytes]:
     for event in events:
-        if event.startswith(b"event: content_block_delta") or (event.startswith(b"data: {") and b'"delta":{"content"' in event):
+        if event.startswith(_TOKEN_EVENTS) or (event.startswith(b"data: {") and b'"delta":{"content"' in event):
             ctx.timings.mark_token(time.perf_counter())
         yield event
 
@@ -181,4 +240,4 @@ def build_cache(policy: Policy, services: Services) -> CacheStage | None:
     cache = services.response_cache()
     if config.semantic:
         cache.embedder.start()  # load the model in the background now, not on the first request
-    return CacheStage(policy.team, config, cache)
+    return CacheStage(policy.team, config, cache, services.response_store)

@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 import sdk
-from tests.responses.conftest import CACHING_KEY, KEY, OTHER_KEY
+from tests.responses.conftest import CACHING_KEY, HITS_KEY, KEY, OTHER_KEY
 
 MODELS = ["oai-4o", "gpt-4o", "claude-x"]
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -282,3 +282,23 @@ def test_a_client_that_gives_up_cancels_a_json_request(door, model, slow_emulato
         door.with_options(timeout=0.5).responses.create(model=model, input="Tell me everything.")
     stats = slow_emulator.wait_for(lambda s: s["cancelled_requests"] == 1)
     assert stats["open_requests"] == 0
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_exact_cache_replays_under_a_fresh_id(proxy, model, fresh_emulator):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=HITS_KEY, max_retries=0)
+    ask = dict(model=model, input=f"Tell me about fjords ({model}).", temperature=0)
+    first = client.responses.with_raw_response.create(**ask)
+    again = client.responses.with_raw_response.create(**ask)
+    assert (first.headers["x-slipstream-cache"], again.headers["x-slipstream-cache"]) == ("miss", "exact-hit")
+    original, replay = first.parse(), again.parse()
+    assert replay.output_text == original.output_text and replay.id != original.id
+    assert replay.usage.output_tokens == original.usage.output_tokens  # the usage the provider reported
+    with client.responses.stream(**ask) as helper:
+        streamed = helper.get_final_response()
+    assert streamed.output_text == original.output_text and streamed.id not in (original.id, replay.id)
+    assert fresh_emulator.stats()["requests_total"] == 1
+    # A replayed response is a response like any other: fetched, continued.
+    assert client.responses.retrieve(replay.id).output_text == original.output_text
+    follow = client.responses.create(model=model, input="And glaciers?", previous_response_id=streamed.id)
+    assert follow.output_text and follow.usage.input_tokens > original.usage.input_tokens

@@ -1,0 +1,103 @@
+"""The response cache's Responses API shape: what is stored, and how a hit is replayed.
+
+An entry is the response object as the client received it (from the body, or from the stream's
+terminal `response.completed` event). A hit is replayed under a fresh id (every response has its
+own, for `previous_response_id`, GET and DELETE: the stage records the replay in the team's response
+store), as a body or as OpenAI's event sequence with `sequence_number` from 0. Only responses that
+completed with message, function-call (when the policy allows) and reasoning items are stored.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import orjson
+
+from sdk.routing.translation.responses_answers import new_id
+from sdk.sse import event_data
+
+Message = dict[str, Any]
+_REPLAYABLE = frozenset({"message", "function_call", "reasoning"})
+
+
+def from_body(body: bytes) -> Message | None:
+    try:
+        response = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return response if _replayable(response) else None
+
+
+def _replayable(response: Any) -> bool:
+    output = response.get("output") if isinstance(response, dict) else None
+    return isinstance(output, list) and all(isinstance(item, dict) and item.get("type") in _REPLAYABLE for item in output)
+
+
+def completed_safely(response: Message, allow_tool_calls: bool) -> bool:
+    calls = any(item["type"] == "function_call" for item in response["output"])
+    return response.get("status") == "completed" and (allow_tool_calls or not calls)
+
+
+class StreamCapture:
+    """The response of a stream's terminal `response.completed` event (None until then)."""
+
+    def __init__(self) -> None:
+        self._response: Message | None = None
+
+    def feed(self, event: bytes) -> None:
+        if event.startswith(b"event: response.completed"):
+            response = orjson.loads(event_data(event)).get("response")
+            self._response = response if _replayable(response) else None
+
+    def message(self) -> Message | None:
+        return self._response
+
+
+def fresh(response: Message) -> Message:
+    """The cached response as a new one: its own id and creation time, output items re-identified."""
+    out = copy.deepcopy(response)
+    out["id"], out["created_at"] = new_id("resp"), int(time.time())
+    prefixes = {"message": "msg", "function_call": "fc", "reasoning": "rs"}
+    for item in out["output"]:
+        item["id"] = new_id(prefixes[item["type"]])
+    return out
+
+
+def render_events(response: Message) -> list[bytes]:
+    """OpenAI's stream for a finished response: lifecycle, each item's added/delta/done, completed."""
+    events: list[bytes] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        payload = {"type": kind, "sequence_number": len(events), **fields}
+        events.append(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n")
+
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    emit("response.created", response=opening)
+    emit("response.in_progress", response=opening)
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+            for part_index, part in enumerate(item["content"]):
+                text_key = "text" if part.get("type") == "output_text" else "refusal"
+                kind = "output_text" if text_key == "text" else "refusal"
+                ids = {"item_id": item["id"], "output_index": index, "content_index": part_index}
+                emit("response.content_part.added", **ids, part={**part, text_key: ""})
+                if kind == "output_text":
+                    emit("response.output_text.delta", **ids, delta=part["text"], logprobs=[])
+                    emit("response.output_text.done", **ids, text=part["text"], logprobs=[])
+                else:
+                    emit("response.refusal.delta", **ids, delta=part["refusal"])
+                    emit("response.refusal.done", **ids, refusal=part["refusal"])
+                emit("response.content_part.done", **ids, part=part)
+        elif item["type"] == "function_call":
+            emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""})
+            ids = {"item_id": item["id"], "output_index": index}
+            emit("response.function_call_arguments.delta", **ids, delta=item["arguments"])
+            emit("response.function_call_arguments.done", **ids, name=item["name"], arguments=item["arguments"])
+        else:
+            emit("response.output_item.added", output_index=index, item=item)
+        emit("response.output_item.done", output_index=index, item=item)
+    emit("response.completed", response=response)
+    return events
