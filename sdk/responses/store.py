@@ -46,6 +46,13 @@ class StoredResponse:
         return [*self.context, *self.response.get("output", [])]
 
 
+def as_items(value: Any) -> list[dict[str, Any]]:
+    """A request's `input` as items (a string is one user message)."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return list(value or [])
+
+
 class ResponseStore(Protocol):
     """A record is readable by `get` as soon as `put` has been called, before the write completes."""
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -32,7 +32,7 @@ import orjson
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.providers.base import HTTPProvider, Provider
 from sdk.providers.openai import OpenAIDialect, ResponsesMode as Mode
-from sdk.responses.store import ResponseStore, StoredResponse
+from sdk.responses.store import ResponseStore, StoredResponse, as_items
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
 from sdk.routing.translation.responses_answers import completion_c2r, new_id
@@ -59,12 +59,6 @@ def responses_mode(provider: Provider) -> Mode:
 def _lacks_endpoint(exc: UpstreamHTTPError) -> bool:
     """A 404/405 from POST /responses that is about the path, not the model (vLLM says "model ... does not exist")."""
     return exc.status in (404, 405) and b"model" not in exc.body.lower()
-
-
-def _items(value: Any) -> list[dict[str, Any]]:
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    return list(value or [])
 
 
 class ResponsesTarget:
@@ -110,7 +104,7 @@ class ResponsesTarget:
     async def _record(self, response: dict[str, Any], context: list[dict[str, Any]], native: bool, body: dict[str, Any]) -> None:
         if body.get("store") is False or not isinstance(response.get("id"), str):
             return
-        own = len(_items(body.get("input")))
+        own = len(as_items(body.get("input")))
         record = StoredResponse(response["id"], self.team, self.name, native, time.time(), context, response, own)
         if not native:
             await self.store().put(record)  # Slipstream alone holds it: stored before the client can ask for it
@@ -132,7 +126,7 @@ class ResponsesTarget:
     async def _native(self, request: LLMRequest, timings: Timings) -> Answer:
         body = request.body
         previous = await self._previous(body)
-        context = _items(body.get("input"))
+        context = as_items(body.get("input"))
         if previous is not None:
             if not (previous.native and previous.provider == self.name):
                 # Held by Slipstream or another provider: this one cannot continue it, so it gets the history.
@@ -155,7 +149,7 @@ class ResponsesTarget:
         previous = await self._previous(body)
         if body.get("previous_response_id") and previous is None:
             raise InvalidRequestError(f"Previous response with id '{body['previous_response_id']}' not found.")
-        context = (previous.history() if previous else []) + _items(body.get("input"))
+        context = (previous.history() if previous else []) + as_items(body.get("input"))
         chat = translate(responses_to_chat, {**body, "input": context}, "Chat Completions")
         response_id = new_id("resp")
         upstream = LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size)

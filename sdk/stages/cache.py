@@ -31,7 +31,7 @@ from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, SemanticCachePolicy
 from sdk.readiness import WarmUp
-from sdk.responses.store import ResponseStore, StoredResponse
+from sdk.responses.store import ResponseStore, StoredResponse, as_items
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.responses_requests import responses_to_chat
 from sdk.services import Services
@@ -210,7 +210,7 @@ class CacheStage:
         body = ctx.request.body
         response = responses.fresh(entry.response)
         if body.get("store") is not False:
-            items = [{"role": "user", "content": body["input"]}] if isinstance(body.get("input"), str) else list(body.get("input") or [])
+            items = as_items(body.get("input"))
             await self.response_store().put(StoredResponse(response["id"], self.team, "cache", False, time.time(), items, response, len(items)))
         headers = {KEY_HEADER: entry.exact_key}
         if not ctx.request.stream:
