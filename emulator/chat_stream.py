@@ -4,6 +4,7 @@ with `n > 1` choices interleaved as the real API sends them and per-delta logpro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 import orjson
@@ -68,16 +69,17 @@ def chunks(head: dict[str, Any], choices: list[Choice], usage: dict[str, Any] | 
     per_choice = [c.deltas(tokens_per_delta) for c in choices]
     ev: list[bytes] = []
     toks: list[int] = []
-    for step in range(max(len(d) for d in per_choice)):
+    for step in zip_longest(*per_choice):
         paced = False  # choices are generated in parallel: one step costs one delta's time
-        for c, ds in zip(choices, per_choice, strict=True):
-            if step < len(ds):
-                delta, lp, finish, n = ds[step]
-                d = dict(base, choices=[{"index": c.index, "delta": delta, "logprobs": lp,
-                                         "finish_reason": finish}])
-                ev.append(b"data: " + orjson.dumps(d) + b"\n\n")
-                toks.append(0 if paced else n)
-                paced = paced or n > 0
+        for c, row in zip(choices, step, strict=True):
+            if row is None:
+                continue
+            delta, lp, finish, n = row
+            base["choices"] = [{"index": c.index, "delta": delta, "logprobs": lp,
+                                "finish_reason": finish}]  # `base` is ours: reuse it per chunk
+            ev.append(b"data: " + orjson.dumps(base) + b"\n\n")
+            toks.append(0 if paced else n)
+            paced = paced or n > 0
     if usage is not None:
         ev.append(b"data: " + orjson.dumps(dict(base, choices=[], usage=usage)) + b"\n\n")
         toks.append(0)
