@@ -3,8 +3,10 @@
     python examples/cache_and_compression.py
 
 The first part asks a question, then a paraphrase of it, then a near-miss that must NOT be served
-from the cache (a different number). The second part sends a long document and prints how many
-input tokens compression saved.
+from the cache (a different number). The second part sends what most RAG applications send —
+reference material pasted into a plain user message, an acknowledgement, then the question — with
+compression's default settings, and prints the report header: tokens before and after, and where
+compression acted.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from _local import TEAM_KEY, emulator_url, policy_file
 from gateway.testing import running_proxy
 
 POLICY = """semantic_cache: {enabled: true, min_precision: 0.9}
-compression: {enabled: true, protect: [], documents: {ratio: 0.4, min_tokens: 200}}
+compression: {enabled: true, documents: {min_tokens: 200}}
 prompt_cache: {enabled: false}
 """
 
@@ -47,12 +49,15 @@ def main() -> None:
         ask(client, "How do I reset my password on the website in 5 minutes?")
 
         document = " ".join(TOPICS[i % len(TOPICS)].replace("The", f"Section {i}: the", 1) for i in range(200))
-        question = "How many tokens does each KV block hold?"
         raw = client.chat.completions.with_raw_response.create(
             model="gpt-4o",
-            messages=[{"role": "user", "content": [{"type": "text", "text": f"<document>{document}</document>"}, {"type": "text", "text": question}]}],
+            messages=[
+                {"role": "user", "content": f"Reference documents:\n\n{document}"},
+                {"role": "assistant", "content": "Thanks, I have read them."},
+                {"role": "user", "content": "How many tokens does each KV block hold?"},
+            ],
         )
-        print(f"\ncompression: {raw.headers['x-slipstream-compression']} (input tokens before and after)")
+        print(f"\ncompression: {raw.headers['x-slipstream-compression']} (input tokens before and after, where)")
 
 
 if __name__ == "__main__":

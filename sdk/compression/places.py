@@ -24,7 +24,6 @@ from typing import Any
 from sdk.compression import framing
 from sdk.compression.documents import SYSTEM, Slot, Span, explicit, text_slots
 
-PLACES = ("system", "earlier_turns", "latest_turn")
 
 
 @dataclass(frozen=True, slots=True)

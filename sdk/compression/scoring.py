@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import math
 import re
 import threading
@@ -130,16 +131,12 @@ class _Terms:
 
     @classmethod
     def build(cls, terms: list[list[str]], query_terms: list[str]) -> _Terms:
-        index: dict[str, int] = {}
-        rows: list[int] = []
-        columns: list[int] = []
-        for row, unit_terms in enumerate(terms):
-            columns.extend(index.setdefault(w, len(index)) for w in unit_terms)
-            rows.extend([row] * len(unit_terms))
-        for w in query_terms:
-            index.setdefault(w, len(index))
+        flat = list(itertools.chain.from_iterable(terms))
+        index = {w: i for i, w in enumerate(dict.fromkeys(itertools.chain(flat, query_terms)))}  # first-seen order
+        columns = np.fromiter(map(index.__getitem__, flat), np.int64, len(flat))  # C-level loops: this runs per request
+        rows = np.repeat(np.arange(len(terms), dtype=np.int64), [len(t) for t in terms])
         size = max(1, len(index))
-        keys, counts = np.unique(np.asarray(rows, np.int64) * size + np.asarray(columns, np.int64), return_counts=True)
+        keys, counts = np.unique(rows * size + columns, return_counts=True)
         entry_rows, entry_columns = keys // size, keys % size
         starts = np.searchsorted(entry_rows, np.arange(len(terms) + 1))
         df = np.bincount(entry_columns, minlength=len(index))

@@ -6,13 +6,13 @@ import pytest
 
 from sdk.compression import extractive
 from sdk.compression.framing import system_frame, user_frame
-from sdk.compression.places import PLACES, locate
+from sdk.compression.places import locate
 from sdk.compression.protection import DEFAULT_PROTECT, find_items, unit_items
 from sdk.compression.scoring import score_static
 from tests.compression.textdata import FILLER
 
 Q = "What happens when the iterator of a for loop is exhausted?"
-ALL = frozenset(PLACES)
+ALL = frozenset({"system", "earlier_turns", "latest_turn"})
 
 
 @pytest.mark.parametrize(
