@@ -15,7 +15,7 @@ from typing import Any
 
 from sdk.policy import PromptCachePolicy
 from sdk.promptcache import stats
-from sdk.promptcache.blocks import Layout, anthropic_layout, openai_layout
+from sdk.promptcache.blocks import Block, Layout, anthropic_layout, openai_layout
 from sdk.promptcache.canonicalize import canonicalize
 from sdk.promptcache.ledger import (
     OPENAI_MIN,
@@ -65,6 +65,17 @@ def _fingerprint(value: Any) -> int:
     if isinstance(value, list):
         return hash(tuple(_fingerprint(v) for v in value))
     return hash(value)
+
+
+def _stable_digest(blocks: list[Block]) -> str:
+    """blake2b of the blocks' texts joined by NUL, fed block by block: no joined copy of a large
+    prefix is made, and hashlib releases the GIL on large updates."""
+    digest = blake2b(digest_size=8)
+    for i, block in enumerate(blocks):
+        if i:
+            digest.update(b"\x00")
+        digest.update(block.text.encode())
+    return digest.hexdigest()
 
 
 def _conversation(body: dict[str, Any]) -> int:
@@ -201,8 +212,7 @@ class Optimizer:
             stable = layout.first_message - 1
             volatile = any(not (moved and f.movable) for f in findings if not f.path.startswith("tools"))
             # A stable digest (not Python's per-process hash): replicas and restarts must agree on the key.
-            stable_text = "\x00".join(b.text for b in layout.blocks[: stable + 1]).encode()
-            suffix = blake2b(stable_text, digest_size=8).hexdigest() if stable >= 0 and not volatile else "default"
+            suffix = _stable_digest(layout.blocks[: stable + 1]) if stable >= 0 and not volatile else "default"
             body = {**body, "prompt_cache_key": f"slipstream-{self.team}-{suffix}"}
         ratio = self.calibration.ratio("openai", model)
         scope = self.ledger.scope("openai", model, str(body.get("prompt_cache_key") or ""))
