@@ -11,7 +11,7 @@ import orjson
 
 from .asgi import Call, Headers
 from .faults import FaultSet, FaultSpecError
-from .streaming import apply_pre_faults
+from .streaming import apply_pre_faults, retry_headers
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -82,10 +82,6 @@ async def ok(emu: Emulator, call: Call, obj: Any) -> None:
     await call.json(200, obj, headers(call))
 
 
-def _num(x: float) -> bytes:
-    return (str(int(x)) if float(x).is_integer() else str(x)).encode()
-
-
 async def authenticate(emu: Emulator, call: Call) -> str | None:
     """The API key (x-api-key or Bearer) after the version check; None once a 4xx is answered."""
     call.request_id = emu.new_id("req_")
@@ -136,11 +132,7 @@ async def pre_faults(emu: Emulator, call: Call, model: Any,
         return False, None
 
     async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
-        extra: Headers = []
-        if ra is not None:
-            extra.append((b"retry-after", _num(ra)))
-        if ra_ms is not None:
-            extra.append((b"retry-after-ms", _num(ra_ms)))
+        extra = retry_headers(ra, ra_ms)
         if status == 429:
             extra.append((b"anthropic-ratelimit-requests-remaining", b"0"))
         await error(emu, call, status, extra=extra)

@@ -11,7 +11,7 @@ import orjson
 
 from .asgi import Call, Headers
 from .faults import FaultSet, FaultSpecError
-from .streaming import apply_pre_faults
+from .streaming import apply_pre_faults, retry_headers
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -98,10 +98,6 @@ def fault_body(status: int, model: str | None) -> dict[str, Any]:
     return err_obj(f"Emulated error {status}.")
 
 
-def num(x: float) -> bytes:
-    return (str(int(x)) if float(x).is_integer() else str(x)).encode()
-
-
 async def authenticate(emu: Emulator, call: Call) -> str | None:
     """The Bearer key, or None after answering 401."""
     call.request_id = emu.new_id("req_")
@@ -155,11 +151,7 @@ async def pre_faults(emu: Emulator, call: Call, model: str | None,
 
     async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
         status = 503 if status == 529 else status
-        extra: Headers = []
-        if ra is not None:
-            extra.append((b"retry-after", num(ra)))
-        if ra_ms is not None:
-            extra.append((b"retry-after-ms", num(ra_ms)))
+        extra = retry_headers(ra, ra_ms)
         if status == 429:
             extra.append((b"x-ratelimit-remaining-requests", b"0"))
         await error(emu, call, status, fault_body(status, model), extra)

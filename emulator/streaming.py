@@ -16,6 +16,15 @@ if TYPE_CHECKING:
 ErrorSender = Callable[[int, "float | None", "float | None"], Awaitable[None]]
 
 
+def retry_headers(retry_after: float | None, retry_after_ms: float | None) -> Headers:
+    """`retry-after` (seconds) and `retry-after-ms`, as both providers' SDKs read them."""
+    h: Headers = []
+    for name, v in ((b"retry-after", retry_after), (b"retry-after-ms", retry_after_ms)):
+        if v is not None:
+            h.append((name, (str(int(v)) if float(v).is_integer() else str(v)).encode()))
+    return h
+
+
 async def apply_pre_faults(
     emu: Emulator, call: Call, faults: FaultSet | None, stream: bool, send_error: ErrorSender
 ) -> bool:
