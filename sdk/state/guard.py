@@ -60,13 +60,22 @@ class GuardedState:
         return refusal
 
     def settle(self, settlement: Settlement) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a stream closed from outside the event loop: hand it over to the loop
+            if self._task is not None and not self._task.get_loop().is_closed():
+                self._task.get_loop().call_soon_threadsafe(self.settle, settlement)
+            else:
+                self._where.pop(settlement.lease, None)
+                self.local.settle(settlement)
+            return
         where = self._where.pop(settlement.lease, None)
         if where is self.local or not self.up:
             self.local.settle(settlement)
             return
         self._outbox.append(settlement)
         if len(self._outbox) == 1:  # the first of this loop iteration: one task sends them all
-            task = asyncio.get_running_loop().create_task(self._settle_shared())
+            task = loop.create_task(self._settle_shared())
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
 
