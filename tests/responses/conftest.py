@@ -21,7 +21,7 @@ from gateway.testing import RunningServer, running_proxy
 KEY = "sk-responses-team"
 OTHER_KEY = "sk-other-team"
 CACHING_KEY = "sk-caching-team"  # the same targets with the prompt-cache optimizer on
-HITS_KEY = "sk-hits-team"  # the same targets with the exact response cache on
+HITS_KEY = "sk-hits-team"  # the same targets with the response cache (exact and semantic tiers) on
 
 
 def policy_text(team: str, key: str, emulator_url: str, prompt_cache: str = "{enabled: false}", extra: str = "") -> str:
@@ -56,7 +56,7 @@ def policy_dir(tmp_path_factory, emulator) -> Path:
     (directory / "responses.yaml").write_text(policy_text("responses", KEY, emulator.url))
     (directory / "other.yaml").write_text(policy_text("other", OTHER_KEY, emulator.url))
     (directory / "caching.yaml").write_text(policy_text("caching", CACHING_KEY, emulator.url, "{enabled: true}"))
-    (directory / "hits.yaml").write_text(policy_text("hits", HITS_KEY, emulator.url, extra="semantic_cache: {enabled: true, semantic: false}"))
+    (directory / "hits.yaml").write_text(policy_text("hits", HITS_KEY, emulator.url, extra="semantic_cache: {enabled: true}"))
     return directory
 
 

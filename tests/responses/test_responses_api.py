@@ -302,3 +302,11 @@ def test_exact_cache_replays_under_a_fresh_id(proxy, model, fresh_emulator):
     assert client.responses.retrieve(replay.id).output_text == original.output_text
     follow = client.responses.create(model=model, input="And glaciers?", previous_response_id=streamed.id)
     assert follow.output_text and follow.usage.input_tokens > original.usage.input_tokens
+
+
+def test_semantic_cache_answers_a_paraphrase(proxy, fresh_emulator):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=HITS_KEY, max_retries=0)
+    first = client.responses.with_raw_response.create(model="gpt-4o", input="How do I reset my password?", temperature=0)
+    again = client.responses.with_raw_response.create(model="gpt-4o", input="How can I reset my password?", temperature=0)
+    assert (first.headers["x-slipstream-cache"], again.headers["x-slipstream-cache"]) == ("miss", "semantic-hit")
+    assert again.parse().output_text == first.parse().output_text and fresh_emulator.stats()["requests_total"] == 1
