@@ -12,6 +12,7 @@ and `model:NAME`; a team `budget` is checked against its period's `total` before
 from __future__ import annotations
 
 import fnmatch
+import functools
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
@@ -69,15 +70,21 @@ class Period:
 
 def periods(now: float | None = None) -> tuple[Period, Period]:
     now = time.time() if now is None else now
-    today = datetime.fromtimestamp(now, timezone.utc).date()
+    day, day_end, month, month_end = _bounds(int(now // 86_400))
+    return Period("day", day, day_end - now + 86_400), Period("month", month, month_end - now + 86_400)
+
+
+@functools.lru_cache(maxsize=4)
+def _bounds(epoch_day: int) -> tuple[str, float, str, float]:
+    """The UTC day's and month's ids and end times (computed once a day, not per request)."""
+    today = date(1970, 1, 1) + timedelta(days=epoch_day)
     month_start = today.replace(day=1)
     next_month = (month_start + timedelta(days=32)).replace(day=1)
 
-    def seconds_until(day: date) -> float:
-        return datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp() - now + 86_400
+    def start_of(day: date) -> float:
+        return datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp()
 
-    return (Period("day", today.isoformat(), seconds_until(today + timedelta(days=1))),
-            Period("month", month_start.isoformat()[:7], seconds_until(next_month)))
+    return today.isoformat(), start_of(today + timedelta(days=1)), month_start.isoformat()[:7], start_of(next_month)
 
 
 def record_key(team: str, period: Period) -> str:

@@ -31,11 +31,14 @@ class StateUnavailable(ConnectionError):
 
 
 def encode(*args: Any) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
+    out = bytearray(b"*%d\r\n" % len(args))
     for arg in args:
-        data = arg if isinstance(arg, bytes) else (repr(arg) if isinstance(arg, float) else str(arg)).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
+        kind = type(arg)
+        data = arg.encode() if kind is str else arg if kind is bytes else repr(arg).encode() if kind is float else str(arg).encode()
+        out += b"$%d\r\n" % len(data)
+        out += data
+        out += b"\r\n"
+    return bytes(out)
 
 
 def _parse(buf: bytearray, pos: int) -> tuple[Reply, int] | None:
