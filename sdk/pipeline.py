@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from typing import Protocol as TypingProtocol
 
 from sdk.types import Answer, LLMRequest, Timings
@@ -62,6 +63,7 @@ class RequestContext:
     compression: CompressionReport | None = None  # set by the compression stage when it ran
     attempts: int = 0  # upstream attempts the router started (retries, fallbacks and hedge legs)
     request_id: str = field(default_factory=lambda: secrets.token_hex(8))  # x-slipstream-request-id, access log
+    span: Any = None  # the request's OpenTelemetry span while it is open (sdk/tracing.py); None when off
 
 
 class Stage(TypingProtocol):

@@ -13,7 +13,8 @@ A stream counts as answered once its first event has arrived: the router pulls t
 returning, so a stream that fails at once is retried like any other failure. Once the router has
 returned, the door sends headers and nothing is retried again: later failures end the stream with a
 provider-shaped error event (sdk/providers/base.py). Every abandoned attempt is cancelled, which
-drops its upstream connection.
+drops its upstream connection. With tracing on, each attempt is a child span of the request's
+(sdk/tracing.py) whose `traceparent` goes upstream.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 from typing import TYPE_CHECKING
 from collections.abc import AsyncIterator, Callable, Mapping
 
+from sdk import tracing
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamTimeoutError
 from sdk.pipeline import RequestContext
 from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
@@ -151,6 +153,7 @@ class Router:
                         winner = task
                         answer = task.result()
                         ctx.route = answer.route
+                        tracing.answered_by(ctx, self.providers[slot.target.provider])
                         return answer
                     if plan.failed(slot, error, time.monotonic()).step is Step.FAIL:
                         raise error
@@ -186,6 +189,7 @@ class Router:
         limit = self._first_byte_limit_s(deadline)
         stats.in_flight += 1
         ctx.attempts += 1
+        span, request = tracing.begin_attempt(ctx, key, self.providers[target.provider], request)
         started = time.perf_counter()
         try:
             try:
@@ -197,10 +201,12 @@ class Router:
                 raise FirstByteTimeout(f"{key} sent no first byte within {limit * 1000:.0f} ms") from None
         except asyncio.CancelledError:
             stats.in_flight -= 1
+            tracing.end_attempt(span, "cancelled")
             await self.breakers.release(key)  # a cancelled attempt says nothing about the target
             raise
         except BaseException as exc:
             stats.in_flight -= 1
+            tracing.end_attempt(span, "failed", exc)
             verdict = blame(exc)
             if verdict.failed:
                 stats.failure()
@@ -208,6 +214,7 @@ class Router:
             else:
                 await self.breakers.release(key)
             raise
+        tracing.end_attempt(span, "ok")
         stats.success(time.perf_counter() - started)
         await self.breakers.record(key, failed=False)
         if isinstance(answer, LLMStream):

@@ -55,6 +55,7 @@ class LocalProvider:
     for `model`; a provider created later for the same model shares that engine as it is."""
 
     protocol = Protocol.OPENAI
+    gen_ai_provider = "slipstream.localengine"  # gen_ai.provider.name on trace spans
 
     def __init__(self, name: str, model: str, base_url: str | None = None, api_key: str = "local",
                  timeouts: Timeouts = Timeouts(), engine_args: dict[str, Any] | None = None,

@@ -2,6 +2,7 @@
 
 It wraps everything after it, so upstream time, retries and cache hits are all inside its clock.
 A stream is recorded when it ends, however it ends (finished, failed, or closed by the client).
+The same points open and close the request's trace span (sdk/tracing.py), when tracing is on.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from sdk import access_log, metrics
+from sdk import access_log, metrics, tracing
 from sdk.errors import SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
@@ -31,12 +32,14 @@ class MetricsStage:
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
         self.in_flight.inc()
+        tracing.begin(ctx)
         try:
             answer = await call_next(ctx)
         except asyncio.CancelledError:
             self.in_flight.dec()
             metrics.CANCELLED.labels(self.team).inc()
             access_log.record(ctx, "cancelled")
+            tracing.end(ctx, "cancelled")
             raise
         except (SlipstreamError, UpstreamHTTPError) as exc:
             self.in_flight.dec()
@@ -44,9 +47,11 @@ class MetricsStage:
             metrics.ERRORS.labels(self.team, kind).inc()
             metrics.REQUESTS.labels(self.team, self.labels(ctx.route or "none"), str(exc.status)).inc()
             access_log.record(ctx, exc.status)
+            tracing.end(ctx, exc.status, error=exc)
             raise
-        except BaseException:
+        except BaseException as exc:
             self.in_flight.dec()
+            tracing.end(ctx, 500, error=exc)
             raise
         self.overhead.observe(max(0.0, time.perf_counter() - ctx.timings.start - ctx.timings.upstream_s))
         if isinstance(answer, LLMResponse):
@@ -63,6 +68,7 @@ class MetricsStage:
         metrics.REQUESTS.labels(self.team, route, str(answer.status)).inc()
         self.monitor.observe(*metrics.record(self.team, route, ctx.timings, answer.usage, streamed))
         access_log.record(ctx, answer.status, answer.usage)
+        tracing.end(ctx, answer.status, answer)
 
     def _stream_ended(self, ctx: RequestContext, stream: LLMStream, completed: bool, failed: list[bytes]) -> None:
         self.in_flight.dec()
@@ -70,11 +76,13 @@ class MetricsStage:
             metrics.ERRORS.labels(self.team, "stream_error").inc()
             metrics.REQUESTS.labels(self.team, self.labels(stream.route), "stream_error").inc()
             access_log.record(ctx, "stream_error", stream.usage)
+            tracing.end(ctx, "stream_error", stream)
         elif completed:
             self._finish(ctx, stream, streamed=True)
         else:
             metrics.CANCELLED.labels(self.team).inc()
             access_log.record(ctx, "cancelled", stream.usage)
+            tracing.end(ctx, "cancelled", stream)
 
 
 def _is_error_event(item: bytes) -> bool:
