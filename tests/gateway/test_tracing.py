@@ -41,8 +41,9 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, exporter):
     """A paced emulator (a stream lasts ~150 ms, long enough to leave) behind a traced proxy."""
-    with running_emulator(EmulatorConfig(per_output_token_ms=5.0, default_output_tokens=30)) as upstream:
-        directory = tmp_path_factory.mktemp("tracing")
+    directory = tmp_path_factory.mktemp("tracing")
+    with pytest.MonkeyPatch.context() as patch, running_emulator(EmulatorConfig(per_output_token_ms=5.0, default_output_tokens=30)) as upstream:
+        patch.setenv("SLIPSTREAM_DATA_DIR", str(directory / "data"))  # a response cache of its own, empty
         (directory / "traced.yaml").write_text(policy_text(upstream.url, TWO_CLAUDES, EXTRA))
         with running_proxy([directory]) as proxy:
             yield upstream, proxy
