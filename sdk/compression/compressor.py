@@ -1,7 +1,8 @@
-"""One request through compression: prune documents, compact history, count tokens before and after.
+"""One request through compression: locate and prune material, compact history, count tokens before and after.
 
-CPU work (splitting, token counts, static scoring, selection) runs in a worker thread, never on the
-event loop; the contextual scorer awaits the shared embedder, which batches in its own thread.
+CPU work (counting, locating, splitting, static scoring, selection, writing back) runs in one trip to
+a worker thread, never on the event loop; the contextual scorer awaits the shared embedder, which
+batches in its own thread.
 """
 
 from __future__ import annotations
