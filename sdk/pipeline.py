@@ -59,6 +59,7 @@ class RequestContext:
     cache_status: str = "miss"  # miss | exact-hit | semantic-hit
     prompt_cache: PromptCacheReport = field(default_factory=PromptCacheReport)
     route: str = ""  # PROVIDER/MODEL that answered, set by the router
+    provider: str = ""  # gen_ai.provider.name of the target that answered (sdk/tracing.py:provider_name), set by the router
     key_id: str = ""  # which team key sent it (a hash prefix, never the key), for per-key limits
     compression: CompressionReport | None = None  # set by the compression stage when it ran
     attempts: int = 0  # upstream attempts the router started (retries, fallbacks and hedge legs)

@@ -153,7 +153,7 @@ class Router:
                         winner = task
                         answer = task.result()
                         ctx.route = answer.route
-                        tracing.answered_by(ctx, self.providers[slot.target.provider])
+                        ctx.provider = tracing.provider_name(self.providers[slot.target.provider])
                         return answer
                     if plan.failed(slot, error, time.monotonic()).step is Step.FAIL:
                         raise error

@@ -17,6 +17,7 @@ Attributes carry names, counts and times, never keys; prompt and response text o
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import time
@@ -43,6 +44,9 @@ _OPERATIONS = {
     Endpoint.COUNT_TOKENS: "count_tokens",
     Endpoint.RESPONSES_INPUT_TOKENS: "count_tokens",
 }
+_REQUEST_SETTINGS = (("max_tokens", "gen_ai.request.max_tokens"), ("max_completion_tokens", "gen_ai.request.max_tokens"),
+                     ("max_output_tokens", "gen_ai.request.max_tokens"), ("temperature", "gen_ai.request.temperature"),
+                     ("top_p", "gen_ai.request.top_p"))
 _MAX_PARSED_BODY = 1 << 20  # finish reasons are read from bodies up to this size only
 
 _tracer: Tracer | None = None
@@ -64,21 +68,35 @@ def reset() -> None:
     _tracer, _decided = None, False
 
 
-def _from_environment() -> None:
-    if not any(os.environ.get(name) for name in ENDPOINT_VARS):
-        install(None)
-        return
+def otlp_wanted(variables: tuple[str, ...], exporter_module: str, what: str) -> bool:
+    """Whether one of `variables` names an OTLP endpoint and the `[otel]` extra is there (else one warning)."""
+    if not any(os.environ.get(name) for name in variables):
+        return False
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        importlib.import_module(exporter_module)
     except ImportError as exc:
-        log.warning("an OTLP endpoint is set but OpenTelemetry is not installed (%s): tracing is off; "
-                    "install the extra with pip install 'slipstream[otel]'", exc)
+        log.warning("an OTLP endpoint is set but OpenTelemetry is not installed (%s): %s off; "
+                    "install the extra with pip install 'slipstream[otel]'", exc, what)
+        return False
+    return True
+
+
+def resource() -> Any:
+    """The service's OpenTelemetry resource: `OTEL_SERVICE_NAME`, `slipstream` by default."""
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "slipstream")})
+
+
+def _from_environment() -> None:
+    if not otlp_wanted(ENDPOINT_VARS, "opentelemetry.exporter.otlp.proto.http.trace_exporter", "tracing is"):
         install(None)
         return
-    provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "slipstream")}))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=resource())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     install(provider)
 
@@ -92,9 +110,9 @@ def begin(ctx: RequestContext) -> Span | None:
     from opentelemetry.trace import SpanKind
 
     request = ctx.request
-    operation = _OPERATIONS.get(request.endpoint, str(request.endpoint))
+    name = operation(request.endpoint)
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": operation,
+        "gen_ai.operation.name": name,
         "gen_ai.request.model": request.model,
         "slipstream.team": ctx.team,
         "slipstream.endpoint": str(request.endpoint),
@@ -102,15 +120,13 @@ def begin(ctx: RequestContext) -> Span | None:
         "slipstream.stream": request.stream,
     }
     body = request.body
-    for field, name in (("max_tokens", "gen_ai.request.max_tokens"), ("max_completion_tokens", "gen_ai.request.max_tokens"),
-                        ("max_output_tokens", "gen_ai.request.max_tokens"), ("temperature", "gen_ai.request.temperature"),
-                        ("top_p", "gen_ai.request.top_p")):
+    for field, attribute in _REQUEST_SETTINGS:
         value = body.get(field)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            attributes[name] = value
+            attributes[attribute] = value
     if _capture:
         _capture_input(attributes, body)
-    span = _tracer.start_span(f"{operation} {request.model}", context=_incoming(request), kind=SpanKind.INTERNAL,
+    span = _tracer.start_span(f"{name} {request.model}", context=_incoming(request), kind=SpanKind.INTERNAL,
                               attributes=attributes)
     ctx.span = span
     return span
@@ -138,6 +154,8 @@ def end(ctx: RequestContext, status: int | str, answer: Answer | None = None, er
     }
     if isinstance(status, int):
         attributes["http.response.status_code"] = status
+    if ctx.provider:
+        attributes["gen_ai.provider.name"] = ctx.provider
     if "/" in route:
         attributes["gen_ai.response.model"] = route.split("/", 1)[1]
     if isinstance(answer, LLMResponse) and len(answer.body) <= _MAX_PARSED_BODY:
@@ -149,7 +167,7 @@ def end(ctx: RequestContext, status: int | str, answer: Answer | None = None, er
         at = time.time_ns() - int((time.perf_counter() - first) * 1e9)
         span.add_event("gen_ai.first_token", {"slipstream.ttft_ms": round(ttft_ms, 3)}, timestamp=at)
     if error is not None:
-        span.set_attribute("error.type", _error_type(error))
+        span.set_attribute("error.type", error_type(error))
         span.set_status(StatusCode.ERROR, str(error)[:200])
     elif status == "stream_error":
         span.set_attribute("error.type", "stream_error")
@@ -158,10 +176,9 @@ def end(ctx: RequestContext, status: int | str, answer: Answer | None = None, er
     ctx.span = None
 
 
-def answered_by(ctx: RequestContext, provider: object) -> None:
-    """Name the provider that answered on the request's span."""
-    if ctx.span is not None:
-        ctx.span.set_attribute("gen_ai.provider.name", provider_name(provider))
+def operation(endpoint: Endpoint) -> str:
+    """The GenAI `gen_ai.operation.name` of an endpoint."""
+    return _OPERATIONS.get(endpoint, str(endpoint))
 
 
 def provider_name(provider: object) -> str:
@@ -181,7 +198,7 @@ def begin_attempt(ctx: RequestContext, key: str, provider: object, request: LLMR
         f"attempt {key}", context=set_span_in_context(ctx.span), kind=SpanKind.CLIENT,
         attributes={"slipstream.target": key, "slipstream.attempt": ctx.attempts,
                     "gen_ai.provider.name": provider_name(provider), "gen_ai.request.model": request.model,
-                    "gen_ai.operation.name": _OPERATIONS.get(request.endpoint, str(request.endpoint))},
+                    "gen_ai.operation.name": operation(request.endpoint)},
     )
     headers = {k: v for k, v in request.forward_headers.items() if k not in ("traceparent", "tracestate")}
     TraceContextTextMapPropagator().inject(headers, context=set_span_in_context(span))
@@ -196,7 +213,7 @@ def end_attempt(span: Span | None, outcome: str, error: BaseException | None = N
     if error is not None:
         from opentelemetry.trace import StatusCode
 
-        span.set_attribute("error.type", _error_type(error))
+        span.set_attribute("error.type", error_type(error))
         span.set_status(StatusCode.ERROR, str(error)[:200])
     span.end()
 
@@ -210,7 +227,8 @@ def _incoming(request: LLMRequest) -> Any:
     return TraceContextTextMapPropagator().extract(request.forward_headers)
 
 
-def _error_type(error: BaseException) -> str:
+def error_type(error: BaseException) -> str:
+    """`error.type`: the error's class, with its HTTP status when it has one (`UpstreamHTTPError:500`)."""
     status = getattr(error, "status", None)
     name = type(error).__name__
     return f"{name}:{status}" if isinstance(status, int) else name

@@ -2,7 +2,8 @@
 
 It wraps everything after it, so upstream time, retries and cache hits are all inside its clock.
 A stream is recorded when it ends, however it ends (finished, failed, or closed by the client).
-The same points open and close the request's trace span (sdk/tracing.py), when tracing is on.
+The same points write the access log line, open and close the request's trace span and record the
+OpenTelemetry metrics (sdk/access_log.py, sdk/tracing.py, sdk/otel_metrics.py), each when it is on.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from sdk import access_log, metrics, tracing
+from sdk import access_log, metrics, otel_metrics, tracing
 from sdk.errors import SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
@@ -38,20 +39,19 @@ class MetricsStage:
         except asyncio.CancelledError:
             self.in_flight.dec()
             metrics.CANCELLED.labels(self.team).inc()
-            access_log.record(ctx, "cancelled")
-            tracing.end(ctx, "cancelled")
+            _report(ctx, "cancelled")
             raise
         except (SlipstreamError, UpstreamHTTPError) as exc:
             self.in_flight.dec()
             kind = type(exc).__name__ if isinstance(exc, SlipstreamError) else f"upstream_{exc.status}"
             metrics.ERRORS.labels(self.team, kind).inc()
             metrics.REQUESTS.labels(self.team, self.labels(ctx.route or "none"), str(exc.status)).inc()
-            access_log.record(ctx, exc.status)
-            tracing.end(ctx, exc.status, error=exc)
+            _report(ctx, exc.status, error=exc)
             raise
         except BaseException as exc:
             self.in_flight.dec()
             tracing.end(ctx, 500, error=exc)
+            otel_metrics.record(ctx, error=exc)
             raise
         self.overhead.observe(max(0.0, time.perf_counter() - ctx.timings.start - ctx.timings.upstream_s))
         if isinstance(answer, LLMResponse):
@@ -67,22 +67,26 @@ class MetricsStage:
         route = self.labels(answer.route)
         metrics.REQUESTS.labels(self.team, route, str(answer.status)).inc()
         self.monitor.observe(*metrics.record(self.team, route, ctx.timings, answer.usage, streamed))
-        access_log.record(ctx, answer.status, answer.usage)
-        tracing.end(ctx, answer.status, answer)
+        _report(ctx, answer.status, answer)
 
     def _stream_ended(self, ctx: RequestContext, stream: LLMStream, completed: bool, failed: list[bytes]) -> None:
         self.in_flight.dec()
         if failed:  # ended by an error event (the provider's, or ours mid-stream): a failure, not a 200
             metrics.ERRORS.labels(self.team, "stream_error").inc()
             metrics.REQUESTS.labels(self.team, self.labels(stream.route), "stream_error").inc()
-            access_log.record(ctx, "stream_error", stream.usage)
-            tracing.end(ctx, "stream_error", stream)
+            _report(ctx, "stream_error", stream)
         elif completed:
             self._finish(ctx, stream, streamed=True)
         else:
             metrics.CANCELLED.labels(self.team).inc()
-            access_log.record(ctx, "cancelled", stream.usage)
-            tracing.end(ctx, "cancelled", stream)
+            _report(ctx, "cancelled", stream)
+
+
+def _report(ctx: RequestContext, status: int | str, answer: Answer | None = None, error: BaseException | None = None) -> None:
+    """The ended request to the access log, its trace span and the OpenTelemetry metrics (each a no-op when off)."""
+    access_log.record(ctx, status, answer.usage if answer is not None else None)
+    tracing.end(ctx, status, answer, error)
+    otel_metrics.record(ctx, answer, error)
 
 
 def _is_error_event(item: bytes) -> bool:

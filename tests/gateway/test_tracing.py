@@ -9,6 +9,8 @@ import anthropic
 import httpx
 import openai
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -16,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
-from sdk import tracing
+from sdk import otel_metrics, tracing
 from tests.routing.conftest import TWO_CLAUDES, policy_text
 
 TEAM_KEY = "sk-routing"  # the keys policy_text writes
@@ -39,7 +41,15 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, exporter):
+def reader() -> Iterator[InMemoryMetricReader]:
+    caught = InMemoryMetricReader()
+    otel_metrics.install(MeterProvider(metric_readers=[caught]))
+    yield caught
+    otel_metrics.reset()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, exporter, reader):
     """A paced emulator (a stream lasts ~150 ms, long enough to leave) behind a traced proxy."""
     directory = tmp_path_factory.mktemp("tracing")
     with pytest.MonkeyPatch.context() as patch, running_emulator(EmulatorConfig(per_output_token_ms=5.0, default_output_tokens=30)) as upstream:
@@ -186,3 +196,30 @@ def test_no_key_or_prompt_in_any_attribute_without_the_opt_in(traced, exporter, 
     finally:
         monkeypatch.delenv(tracing.CAPTURE_VAR)
         tracing.install(provider)
+
+
+def _points(reader: InMemoryMetricReader) -> dict[str, list]:
+    data = reader.get_metrics_data()
+    return {metric.name: list(metric.data.data_points)
+            for resource in data.resource_metrics for scope in resource.scope_metrics for metric in scope.metrics}
+
+
+def _claude_a(points: list) -> dict[str, object]:
+    """The points of answers from claude-a, by token type ('' for the duration histogram)."""
+    return {p.attributes.get("gen_ai.token.type", ""): p for p in points if p.attributes.get("gen_ai.response.model") == "claude-a"}
+
+
+def test_genai_metrics_are_recorded_beside_prometheus(traced, reader):
+    _, proxy = traced
+    before = _points(reader).get("gen_ai.client.operation.duration", [])
+    count_before = sum(p.count for p in _claude_a(before).values())
+    reply = _claude(proxy).messages.create(model="claude-x", max_tokens=16, messages=[{"role": "user", "content": "count"}])
+    points = _points(reader)
+    duration = _claude_a(points["gen_ai.client.operation.duration"])[""]
+    assert duration.count == count_before + 1  # cumulative
+    assert duration.attributes["gen_ai.operation.name"] == "chat"
+    assert duration.attributes["gen_ai.provider.name"] == "anthropic"
+    assert duration.attributes["gen_ai.request.model"] == "claude-x"
+    tokens = _claude_a(points["gen_ai.client.token.usage"])
+    assert set(tokens) == {"input", "output"}
+    assert tokens["output"].max >= reply.usage.output_tokens > 0

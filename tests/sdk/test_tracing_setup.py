@@ -7,18 +7,19 @@ import sys
 
 import pytest
 
-from sdk import tracing
+from sdk import otel_metrics, tracing
 from sdk.pipeline import RequestContext
 from sdk.types import Endpoint, LLMRequest
 
 
 @pytest.fixture(autouse=True)
 def undecided(monkeypatch):
-    for name in tracing.ENDPOINT_VARS:
+    for name in {*tracing.ENDPOINT_VARS, *otel_metrics.ENDPOINT_VARS}:
         monkeypatch.delenv(name, raising=False)
     tracing.reset()
     yield
     tracing.reset()
+    otel_metrics.reset()
 
 
 def _context() -> RequestContext:
@@ -52,3 +53,14 @@ def test_an_endpoint_sets_up_the_otlp_http_exporter(monkeypatch):
     assert type(processor).__name__ == "BatchSpanProcessor"
     assert isinstance(processor._batch_processor._exporter, OTLPSpanExporter)
     processor.shutdown()  # the span stays unended, so nothing is sent to port 9, where nothing listens
+
+
+def test_a_metrics_endpoint_without_the_extra_turns_only_the_metrics_off(monkeypatch, caplog):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9/v1/metrics")
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.metric_exporter", None)
+    otel_metrics.reset()
+    with caplog.at_level(logging.WARNING, logger="slipstream.tracing"):
+        otel_metrics.record(_context())  # nothing recorded, nothing raised
+        assert tracing.begin(_context()) is None  # the traces variable is not set
+    [record] = caplog.records
+    assert "OpenTelemetry metrics are off" in record.getMessage() and "slipstream[otel]" in record.getMessage()
