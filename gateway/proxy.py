@@ -157,7 +157,7 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
         except UpstreamHTTPError as exc:
             await send_error(send, protocol, exc.status, *_for_team(ctx, exc, protocol))
         except Exception as exc:
-            error = exc if isinstance(exc, SlipstreamError) else unexpected_error(exc, team_name)
+            error = exc if isinstance(exc, SlipstreamError) else unexpected_error(exc, team_name, ctx.request_id)
             if not started:
                 await send_error(send, protocol, error.status, error.body(protocol), error.headers)
             elif stream is not None:

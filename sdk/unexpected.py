@@ -16,8 +16,9 @@ from sdk.errors import SlipstreamError
 log = logging.getLogger("slipstream.internal")
 
 
-def unexpected_error(exc: BaseException, team: str | None) -> SlipstreamError:
-    request_id = secrets.token_hex(8)
+def unexpected_error(exc: BaseException, team: str | None, request_id: str | None = None) -> SlipstreamError:
+    """`request_id`: the request's own (its access-log line's) once it has one."""
+    request_id = request_id or secrets.token_hex(8)
     log.error("internal error in request %s (team %s): %s", request_id, team or "-", type(exc).__name__, exc_info=exc)
     metrics.ERRORS.labels(team or "none", "internal").inc()
     return SlipstreamError(f"internal error in Slipstream (request id {request_id}); the request was not completed", status=500,
