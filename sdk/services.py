@@ -36,6 +36,7 @@ class Services:
     state_url: str | None = None  # None: $SLIPSTREAM_STATE_URL, unset: in process (sdk/state/)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _embedder: Embedder | None = field(default=None, init=False, repr=False)
+    _cache_embedder: Embedder | None = field(default=None, init=False, repr=False)
     _response_cache: ResponseCache | None = field(default=None, init=False, repr=False)
     _embedding_cache: EmbeddingCache | None = field(default=None, init=False, repr=False)
     _response_store: ResponseStore | None = field(default=None, init=False, repr=False)
@@ -64,10 +65,19 @@ class Services:
                 self._embedder = Embedder()
             return self._embedder
 
+    def cache_embedder(self) -> Embedder:
+        """MiniLM with the response cache's QQP adapter (a second model: compression keeps the original)."""
+        with self._lock:
+            if self._cache_embedder is None:
+                from sdk.embedding import Embedder
+
+                self._cache_embedder = Embedder.for_cache()
+            return self._cache_embedder
+
     def response_cache(self) -> ResponseCache:
         """The exact + semantic response cache: persisted under data_dir, or, with a shared state
         backend, kept in step with every replica's through Redis (sdk/cache/replication.py)."""
-        embedder = self.embedder()
+        embedder = self.cache_embedder()
         shared = self.shared_state()
         with self._lock:
             if self._response_cache is None:

@@ -31,6 +31,16 @@ def embedder():
     return model
 
 
+@pytest.fixture(scope="session")
+def cache_embedder():
+    """The response cache's MiniLM, with the shipped QQP adapter merged in (one for the session)."""
+    from sdk.embedding import Embedder
+
+    model = Embedder.for_cache()
+    model.warm_up()
+    return model
+
+
 @pytest.fixture
 def fresh_emulator(emulator):
     """The session's emulator with counters, faults and prompt cache cleared."""

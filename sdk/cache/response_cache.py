@@ -35,9 +35,9 @@ class ResponseCache:
         """With `shared`, Redis holds the durable copy (sdk/cache/replication.py) and this replica's
         store lives in memory, rebuilt from the shared stream when it starts."""
         path = Path(":memory:") if shared is not None else data_dir / "response-cache.sqlite3"
-        self.store = CacheStore(path, approximate_from=approximate_from)
         self.embedder = embedder
-        self.verifier = verifier or Verifier.load()
+        self.verifier = verifier or Verifier.for_embedder(embedder.model_id)
+        self.store = CacheStore(path, space=embedder.model_id, approximate_from=approximate_from)
         self.replicator = CacheReplicator(shared, self.store) if shared is not None else None
 
     async def lookup(self, team: str, keys: CacheKeys, exact: bool, semantic: bool, min_precision: float) -> Lookup:

@@ -1,11 +1,21 @@
 """Lexical checks for near-misses that sentence embeddings barely see.
 
 MiniLM places "flights from Paris to London" and "... from London to Paris", or "under $50" and
-"under $500", within a few hundredths of cosine. Three differences are hard vetoes, because serving
-a cached answer across them is wrong whatever the model says: different numbers (digits or number
-words), a negation on one side only, and the same key words moved across a directional word
-("to", "than", "from", ...: swapped entities). Softer differences (an entity or constraint word on
-one side only, overlap, length) are features of the learned verifier instead.
+"under $500", within a few hundredths of cosine. These differences are hard vetoes, because serving
+a cached answer across them is wrong whatever the model says:
+
+- different numbers (digits or number words: "2 eggs" / "3 eggs", "10 lakh" / "10 crore");
+- a negation on one side only, or the same negation over another word ("have X and not be Y" /
+  "not have X and be Y"), or a word against its un- antonym ("healthy" / "unhealthy");
+- swapped arguments: two shared words in the other order around the same relation ("tigers afraid
+  of cats" / "cats afraid of tigers", "PDF to Word" / "Word to PDF"), unless joined symmetrically
+  ("Java or Python", "between X and Y": on QQP those are mostly true duplicates);
+- other units or currencies ("5 miles" / "5 km", "$100" / "€100"), both sides naming one;
+- other dates (months, weekdays, seasons, holidays, today / tomorrow, next / last), both naming one;
+- other named entities: a name (a word with a capital letter, past the first) on each side that
+  the other side does not mention at all ("visa for Canada" / "visa for Australia").
+
+Softer differences (overlap, words on one side only, length) are features of the learned verifier.
 """
 
 from __future__ import annotations
@@ -16,21 +26,53 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+(?:[.,]\d+)*")
+_WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+(?:[.,]\d+)*|[$€£¥₹%]")
 _NUMBER_WORDS = {
     "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
     "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "twenty": "20", "thirty": "30",
     "forty": "40", "fifty": "50", "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000",
+    "lakh": "100000", "lakhs": "100000", "crore": "10000000", "crores": "10000000", "dozen": "12",
     "first": "1", "second": "2", "third": "3", "half": "0.5", "double": "2x", "twice": "2x", "once": "1x",
 }  # fmt: skip
 _NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot", "cant", "dont", "doesnt", "isnt", "arent", "wasnt", "werent", "wont", "shouldnt", "couldnt", "wouldnt", "didnt", "havent", "hasnt"})
 _STOP = frozenset(
     "a an the is are was were be been being am do does did can could should would will shall may might must i me my "
-    "you your we our he she it its they them their this that these those what which who whom whose how why when where "
+    "you your we our he she it its they them their his her him hers this that these those what which who whom whose how why when where "
     "of in on at to for from by with about as into than then so and or but if there here some any all best good way ways "
-    "get make much many more most very just also really quora".split()
+    "get make much many more most very just also really".split()
 )
-_DIRECTIONAL = ("to", "from", "than", "into", "over", "against", "before", "after", "vs")
+_DIRECTIONAL = frozenset({"to", "from", "than", "into", "over", "against", "before", "after"})
+_SYMMETRIC = frozenset({"and", "or", "vs", "versus", "between", "&", "/", "compared", "both"})
+_UNITS = {
+    **dict.fromkeys(("mile", "miles", "mi", "mph"), "mile"), **dict.fromkeys(("km", "kms", "kilometer", "kilometers", "kilometre", "kilometres"), "km"),
+    **dict.fromkeys(("meter", "meters", "metre", "metres", "m"), "m"), **dict.fromkeys(("foot", "feet", "ft"), "foot"),
+    **dict.fromkeys(("inch", "inches"), "inch"), **dict.fromkeys(("yard", "yards"), "yard"), **dict.fromkeys(("cm", "centimeter", "centimeters", "mm"), "cm"),
+    **dict.fromkeys(("kg", "kgs", "kilogram", "kilograms", "kilo", "kilos"), "kg"), **dict.fromkeys(("pound", "pounds", "lb", "lbs"), "pound"),
+    **dict.fromkeys(("gram", "grams", "g"), "gram"), **dict.fromkeys(("ounce", "ounces", "oz"), "ounce"), **dict.fromkeys(("ton", "tons", "tonne", "tonnes"), "ton"),
+    **dict.fromkeys(("carat", "carats"), "carat"), **dict.fromkeys(("liter", "liters", "litre", "litres", "l", "ml"), "liter"),
+    **dict.fromkeys(("gallon", "gallons"), "gallon"), **dict.fromkeys(("cup", "cups"), "cup"),
+    **dict.fromkeys(("acre", "acres"), "acre"), **dict.fromkeys(("hectare", "hectares"), "hectare"),
+    **dict.fromkeys(("celsius", "centigrade"), "celsius"), "fahrenheit": "fahrenheit", "kelvin": "kelvin",
+    **dict.fromkeys(("second", "seconds", "sec", "secs"), "second"), **dict.fromkeys(("minute", "minutes", "min", "mins"), "minute"),
+    **dict.fromkeys(("hour", "hours", "hr", "hrs"), "hour"), **dict.fromkeys(("day", "days"), "day"), **dict.fromkeys(("night", "nights"), "night"),
+    **dict.fromkeys(("week", "weeks"), "week"), **dict.fromkeys(("month", "months"), "month"), **dict.fromkeys(("year", "years"), "year"),
+    **dict.fromkeys(("kb", "kilobyte", "kilobytes"), "kb"), **dict.fromkeys(("mb", "megabyte", "megabytes"), "mb"),
+    **dict.fromkeys(("gb", "gigabyte", "gigabytes"), "gb"), **dict.fromkeys(("tb", "terabyte", "terabytes"), "tb"),
+    "mbps": "mbps", "gbps": "gbps", "kbps": "kbps", "mah": "mah", "wh": "wh", "kwh": "kwh", "watt": "watt", "watts": "watt",
+    "knot": "knot", "knots": "knot", "parsec": "parsec", "parsecs": "parsec", "light": "light",
+    **dict.fromkeys(("dollar", "dollars", "usd", "$"), "dollar"), **dict.fromkeys(("euro", "euros", "eur", "€"), "euro"),
+    **dict.fromkeys(("rupee", "rupees", "inr", "rs", "₹"), "rupee"), **dict.fromkeys(("yen", "¥"), "yen"), "£": "pound", "gbp": "pound",
+    **dict.fromkeys(("bitcoin", "bitcoins", "btc"), "bitcoin"), "%": "percent", "percent": "percent",
+}  # fmt: skip
+_DATES = frozenset(
+    "january february march april may june july august september october november december jan feb mar apr jun jul aug sep sept oct nov dec "
+    "monday tuesday wednesday thursday friday saturday sunday weekday weekend weekends "
+    "spring summer autumn fall winter monsoon morning afternoon evening tonight today tomorrow yesterday "
+    "christmas diwali holi eid easter thanksgiving halloween valentine valentine's mother's father's new year's "
+    "next last previous upcoming ago".split()
+)  # fmt: skip
+_RELATIVE_TO = frozenset("year month week weekend morning evening night summer winter spring autumn season semester quarter".split())
+_NOT_DATES = frozenset({"may", "march", "fall"})  # also common verbs: a date only next to a number or "in"/"of"/"on"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +85,13 @@ class RuleCheck:
     only_b: int
     entity_diff: int  # capitalised words (names, places, products) on one side only
     length_ratio: float
+    units_differ: bool = False
+    dates_differ: bool = False
+    entity_swapped: bool = False
 
     @property
     def veto(self) -> bool:
-        return self.numbers_differ or self.negation_differs or self.swapped
+        return self.numbers_differ or self.negation_differs or self.swapped or self.units_differ or self.dates_differ or self.entity_swapped
 
     def vector(self) -> np.ndarray:
         return np.array(
@@ -70,30 +115,104 @@ def _numbers(words: list[str]) -> Counter[str]:
     return found
 
 
-def _negated(words: list[str]) -> bool:
-    return any(w.lower().replace("'", "") in _NEGATIONS or w.lower().endswith("n't") for w in words)
+def _is_negation(word: str) -> bool:
+    low = word.lower()
+    return low.replace("'", "") in _NEGATIONS or low.endswith("n't")
+
+
+def _negation_scopes(words: list[str]) -> Counter[str]:
+    """Each negation with the first content word after it: what it negates. A closing "or not" ("should
+    X be banned or not?") asks the same question as without it."""
+    scopes: Counter[str] = Counter()
+    for i, word in enumerate(words):
+        if _is_negation(word) and not (i > 0 and words[i - 1].lower() == "or" and not any(_is_content(w) for w in words[i + 1 :])):
+            scopes[next((w.lower() for w in words[i + 1 :] if _is_content(w)), "")] += 1
+    return scopes
+
+
+def _antonym_by_prefix(sa: set[str], sb: set[str]) -> bool:
+    """"healthy" against "unhealthy", "likely" against "unlikely"."""
+    return any(("un" + w) in sb or ("in" + w) in sb or ("dis" + w) in sb for w in sa) or any(("un" + w) in sa or ("dis" + w) in sa for w in sb)
+
+
+def _is_content(word: str) -> bool:
+    return word[0].isalpha() and word.lower() not in _STOP and not _is_negation(word)
 
 
 def _content(words: list[str]) -> list[str]:
-    return [w.lower() for w in words if w.lower() not in _STOP and w.lower() not in _NEGATIONS and not w[0].isdigit()]
+    return [w.lower() for w in words if _is_content(w)]
+
+
+def _bare(word: str) -> str:
+    return word.lower().split("'")[0]
 
 
 def _entities(words: list[str]) -> set[str]:
-    # Capitalised words past the first: the first word of a question is capitalised anyway.
-    return {w.lower() for w in words[1:] if w[0].isupper() and w.lower() not in _STOP}
+    # Words with a capital letter past the first: the first word of a question is capitalised anyway.
+    return {_bare(w) for w in words[1:] if any(c.isupper() for c in w) and w[0].isalpha() and w.lower() not in _STOP and w.lower() not in _DATES and w.lower() not in _UNITS}
 
 
-def _sides_differ(wa: list[str], wb: list[str]) -> bool:
-    """Same words on the other side of a directional word: "Paris to London" / "London to Paris",
-    "Python faster than Java" / "Java faster than Python". Symmetric phrasings ("between X and Y",
-    "X or Y", plain reordering) do not count: on QQP those are mostly true duplicates."""
+def _mentioned(entity: str, words: set[str]) -> bool:
+    """The same name or a form of it: "India" / "India's" / "Indian", "Colombia" / "Colombian" (not "Austria" / "Australia")."""
+    return any(w == entity or (min(len(w), len(entity)) >= 4 and (w.startswith(entity) or entity.startswith(w))) for w in words)
+
+
+def _entity_swapped(wa: list[str], wb: list[str]) -> bool:
+    """Each side names something the other never mentions, and the rest of the question is (mostly) the same."""
+    ea, eb = _entities(wa), _entities(wb)
+    bare_a, bare_b = {_bare(w) for w in wa}, {_bare(w) for w in wb}
+    only_a, only_b = {e for e in ea if not _mentioned(e, bare_b)}, {e for e in eb if not _mentioned(e, bare_a)}
+    if not (only_a and only_b):
+        return False
+    rest_a, rest_b = {_bare(w) for w in _content(wa)} - ea - eb, {_bare(w) for w in _content(wb)} - ea - eb
+    return len(rest_a & rest_b) >= 0.5 * len(rest_a | rest_b)
+
+
+def _units(words: list[str]) -> Counter[str]:
+    return Counter(_UNITS[w.lower()] for w in words if w.lower() in _UNITS)
+
+
+def _dates(words: list[str]) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for i, word in enumerate(words):
+        low = word.lower()
+        if low in ("this", "current") and i + 1 < len(words) and words[i + 1].lower() in _RELATIVE_TO:
+            found["this"] += 1  # "this year" against "next year"
+        if low in _DATES:
+            before = words[i - 1].lower() if i else ""
+            after = words[i + 1] if i + 1 < len(words) else ""
+            if low in _NOT_DATES and not (before in ("in", "of", "on", "by", "since", "until") or after[:1].isdigit()):
+                continue
+            found[low] += 1
+    return found
+
+
+def _order_swapped(wa: list[str], wb: list[str]) -> bool:
+    """Two words both sides share once each, in the other order, with the same relation between them (a
+    shared word between them on both sides, at most one new content word) and nothing symmetric
+    ("and", "or", "vs", "between") joining them: the arguments of one relation swapped. Adjacent words in
+    another order ("earn money fast online" / "online fast") are phrasing, not a swap."""
     la, lb = [w.lower() for w in wa], [w.lower() for w in wb]
-    for marker in _DIRECTIONAL:
-        if la.count(marker) == 1 and lb.count(marker) == 1:
-            before_a, before_b = set(_content(wa[: la.index(marker)])), set(_content(wb[: lb.index(marker)]))
-            if before_a != before_b:
+    ca, cb = _content(wa), _content(wb)
+    shared = [w for w in dict.fromkeys(ca) if ca.count(w) == 1 and cb.count(w) == 1]
+    for i, x in enumerate(shared):
+        for y in shared[i + 1 :]:
+            xa, ya, xb, yb = la.index(x), la.index(y), lb.index(x), lb.index(y)
+            if (xa < ya) == (xb < yb):
+                continue
+            span_a = la[min(xa, ya) + 1 : max(xa, ya)]
+            span_b = lb[min(xb, yb) + 1 : max(xb, yb)]
+            if not set(span_a) & set(span_b) or _SYMMETRIC & (set(span_a) | set(span_b)):
+                continue
+            # Words that only moved (both questions have them) do not change the relation; new words might.
+            if len((set(_content(span_a)) ^ set(_content(span_b))) - (set(ca) & set(cb))) <= 1:
                 return True
-    return False
+    # "from 7 to 10" / "from 10 to 7" (but "500 and 1000" / "1000 and 500" is the same pair of notes)
+    numbers_a, numbers_b = [w for w in la if w[0].isdigit()], [w for w in lb if w[0].isdigit()]
+    if numbers_a == numbers_b or sorted(numbers_a) != sorted(numbers_b):
+        return False
+    between = la[la.index(numbers_a[0]) + 1 : len(la) - la[::-1].index(numbers_a[-1]) - 1]
+    return bool(_DIRECTIONAL & set(between)) and not _SYMMETRIC & set(between)
 
 
 def check(a: str, b: str) -> RuleCheck:
@@ -101,16 +220,21 @@ def check(a: str, b: str) -> RuleCheck:
     ca, cb = _content(wa), _content(wb)
     sa, sb = set(ca), set(cb)
     union = sa | sb
-    swapped = sa == sb and _sides_differ(wa, wb)
     entities_a, entities_b = _entities(wa), _entities(wb)
     entity_diff = len({e for e in entities_a ^ entities_b if e not in sa or e not in sb})
+    negated_a, negated_b = _negation_scopes(wa), _negation_scopes(wb)
+    units_a, units_b = _units(wa), _units(wb)
+    dates_a, dates_b = _dates(wa), _dates(wb)
     return RuleCheck(
         numbers_differ=_numbers(wa) != _numbers(wb),
-        negation_differs=_negated(wa) != _negated(wb),
-        swapped=swapped,
+        negation_differs=bool(negated_a) != bool(negated_b) or negated_a != negated_b or _antonym_by_prefix(sa, sb),
+        swapped=_order_swapped(wa, wb),
         jaccard=len(sa & sb) / len(union) if union else 1.0,
         only_a=len(sa - sb),
         only_b=len(sb - sa),
         entity_diff=entity_diff,
         length_ratio=min(len(wa), len(wb)) / max(len(wa), len(wb), 1),
+        units_differ=bool(units_a) and bool(units_b) and set(units_a) != set(units_b),
+        dates_differ=bool(dates_a) and bool(dates_b) and set(dates_a) != set(dates_b),
+        entity_swapped=_entity_swapped(wa, wb),
     )

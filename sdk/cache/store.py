@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE UNIQUE INDEX IF NOT EXISTS entries_exact ON entries (team, exact_key);
 CREATE INDEX IF NOT EXISTS entries_lru ON entries (team, last_used_at);
 CREATE INDEX IF NOT EXISTS entries_expiry ON entries (team, expires_at);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -90,7 +91,7 @@ class _Team:
 
 
 class CacheStore:
-    def __init__(self, path: Path, approximate_from: int = 20_000, clock: Callable[[], float] = time.time):
+    def __init__(self, path: Path, space: str = "minilm", approximate_from: int = 20_000, clock: Callable[[], float] = time.time):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.clock = clock
@@ -101,6 +102,7 @@ class CacheStore:
         self._db.execute("PRAGMA synchronous=NORMAL")  # a crash may lose the last entries, never corrupt
         self._db.executescript(_SCHEMA)
         self._teams: dict[str, _Team] = {}
+        self._forget_other_space(space)
         self._load()
 
     # -- lookups ---------------------------------------------------------------------------------
@@ -247,6 +249,13 @@ class CacheStore:
                 "SELECT id FROM entries WHERE team = ? ORDER BY last_used_at, id LIMIT ?", (team, excess)
             ).fetchall()
             self._delete(team, [row[0] for row in rows])
+
+    def _forget_other_space(self, space: str) -> None:
+        """Embeddings from another model are not comparable with this one's: such entries keep their exact tier only."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'embedding_space'").fetchone()
+        if row is not None and row[0] != space:
+            self._db.execute("UPDATE entries SET embedding = NULL WHERE embedding IS NOT NULL")
+        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_space', ?)", (space,))
 
     def _load(self) -> None:
         self._db.execute("DELETE FROM entries WHERE expires_at <= ?", (self.clock(),))

@@ -1,9 +1,11 @@
-"""Train and calibrate the semantic-cache verifier on Quora Question Pairs; writes sdk/cache/verifier.npz.
+"""Train and calibrate the semantic-cache verifier on Quora Question Pairs; writes sdk/cache/verifier-tuned.npz.
 
-    .venv/bin/python -m sdk.cache.train_verifier --data qqp-dev.jsonl.gz   # or SLIPSTREAM_QQP=...
+    nice -n 10 .venv/bin/python -m sdk.cache.train_verifier --data qqp-dev.jsonl.gz   # or SLIPSTREAM_QQP=...
+    ... --embedder original        # the verifier for MiniLM as shipped (sdk/cache/verifier.npz)
 
-Three disjoint splits (by question-graph component, see qqp.py): the MLP learns on `train`, the
-thresholds are chosen on `calibration`, and `test` is only reported. Training pairs are the labelled
+Disjoint splits (by question-graph component, see qqp.py): the MLP learns on `train` (which the
+embedder's adapter never saw), the thresholds are chosen on `calibration`, and `test` is left to
+`bench/semantic_cache.py` and the tests. Training pairs are the labelled
 pairs plus hard negatives mined the way a cache meets them (a question's nearest stored neighbours
 that are not duplicates of it), because those, not random pairs, are what a cache wrongly serves.
 Each precision target gets the lowest threshold whose served hits on the calibration workload reach
@@ -20,7 +22,8 @@ import faiss
 import numpy as np
 
 from sdk.cache import qqp, rules
-from sdk.cache.verifier import WEIGHTS, Verifier, pair_features
+from sdk.cache.adapter import ADAPTER
+from sdk.cache.verifier import Verifier, pair_features, weights_for
 from sdk.embedding import Embedder
 from sdk.services import default_data_dir
 
@@ -96,29 +99,37 @@ def report(name: str, results: list[qqp.Outcome], verifier: Verifier) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, help="the full QQP development set (default: $SLIPSTREAM_QQP)")
-    parser.add_argument("--out", type=Path, default=WEIGHTS)
+    parser.add_argument("--embedder", choices=("tuned", "original"), default="tuned", help="MiniLM with the QQP adapter, or as shipped")
+    parser.add_argument("--adapter", type=Path, default=ADAPTER)
+    parser.add_argument("--out", type=Path, help="default: the shipped file for that embedder")
     parser.add_argument("--embedding-cache", type=Path, default=default_data_dir() / "qqp")
+    parser.add_argument("--max-pairs", type=int, default=0, help="use at most this many pairs of each split (whole components; 0: all), to fit a time budget")
     args = parser.parse_args(argv)
 
+    import torch
+
+    torch.set_num_threads(1)  # see train_embedder: a shared machine makes two OpenMP threads spin-wait
     started = time.perf_counter()
     splits = qqp.split(qqp.load_pairs(qqp.full_set(args.data)))
-    embedder = Embedder()
-    every_text = [t for pairs in splits.values() for p in pairs for t in (p.a, p.b)]
-    vectors = qqp.embed_cached(every_text, embedder.embed_many, args.embedding_cache)
+    if args.max_pairs:
+        splits = {name: qqp.sample(pairs, args.max_pairs) for name, pairs in splits.items()}
+    embedder = Embedder(adapter=args.adapter if args.embedder == "tuned" else None)
+    every_text = [t for name in ("train", "calibration") for p in splits[name] for t in (p.a, p.b)]
+    vectors = qqp.embed_cached(every_text, embedder.embed_many, args.embedding_cache, embedder.model_id)
     print(f"splits: {', '.join(f'{k} {len(v)}' for k, v in splits.items())}; embedded in {time.perf_counter() - started:.0f}s")
 
     features, labels = training_set(splits["train"], vectors)
     print(f"training on {len(labels)} pairs ({labels.mean():.2f} positive)")
     w1, b1, w2, b2 = fit(features, labels)
-    untuned = Verifier(w1, b1, w2, b2, np.array([]), np.array([]))
+    untuned = Verifier(w1, b1, w2, b2, np.array([]), np.array([]), embedder.model_id)
 
     calibration = qqp.outcomes(qqp.Workload.of(splits["calibration"]), vectors, untuned)
     targets, thresholds = calibrate(calibration)
-    verifier = Verifier(untuned.w1, untuned.b1, untuned.w2, untuned.b2, targets, thresholds)
+    verifier = Verifier(untuned.w1, untuned.b1, untuned.w2, untuned.b2, targets, thresholds, embedder.model_id)
     report("calibration", calibration, verifier)
-    report("test (held out)", qqp.outcomes(qqp.Workload.of(splits["test"]), vectors, verifier), verifier)
-    verifier.save(args.out)
-    print(f"wrote {args.out} in {time.perf_counter() - started:.0f}s")
+    out = args.out or weights_for(embedder.model_id)
+    verifier.save(out)
+    print(f"wrote {out} in {time.perf_counter() - started:.0f}s")
 
 
 if __name__ == "__main__":

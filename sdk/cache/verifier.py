@@ -6,7 +6,9 @@ wrong entry about 40% of the time. The verifier is a one-hidden-layer MLP over
 QQP (with hard negatives mined the way a cache meets them: nearest neighbours that are not
 duplicates), and calibrated on a separate part: for each precision target it stores the lowest
 score threshold at which served hits reached that precision. Rule vetoes (numbers, negation,
-swapped entities) reject before the model is asked. Weights ship as `verifier.npz` (~200 KB).
+swapped entities, ...) reject before the model is asked. A verifier belongs to one embedding space:
+`verifier-tuned.npz` to MiniLM with the QQP adapter (the default), `verifier.npz` to MiniLM as
+shipped; each file records the embedder id it was trained on, and loading it for another refuses.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ import numpy as np
 
 from sdk.cache import rules
 
-WEIGHTS = Path(__file__).with_name("verifier.npz")
+WEIGHTS = Path(__file__).with_name("verifier.npz")  # for MiniLM as shipped (id "minilm")
+TUNED_WEIGHTS = Path(__file__).with_name("verifier-tuned.npz")  # for MiniLM with the QQP adapter
+
+
+def weights_for(embedder_id: str) -> Path:
+    return WEIGHTS if embedder_id == "minilm" else TUNED_WEIGHTS
 
 
 def pair_features(u: np.ndarray, v: np.ndarray, check: rules.RuleCheck) -> np.ndarray:
@@ -35,14 +42,23 @@ class Verifier:
     b2: np.ndarray
     targets: np.ndarray  # precision targets, ascending
     thresholds: np.ndarray  # score threshold reaching each target on the calibration split
+    embedder: str  # id of the embedding space it was trained in (Embedder.model_id)
 
     @classmethod
-    def load(cls, path: Path = WEIGHTS) -> Verifier:
+    def load(cls, path: Path) -> Verifier:
         with np.load(path) as data:
-            return cls(*(np.asarray(data[name]) for name in ("w1", "b1", "w2", "b2", "targets", "thresholds")))
+            arrays = (np.asarray(data[name]) for name in ("w1", "b1", "w2", "b2", "targets", "thresholds"))
+            return cls(*arrays, embedder=str(data["embedder"]) if "embedder" in data else "minilm")
 
-    def save(self, path: Path = WEIGHTS) -> None:
-        np.savez_compressed(path, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2, targets=self.targets, thresholds=self.thresholds)
+    @classmethod
+    def for_embedder(cls, embedder_id: str) -> Verifier:
+        verifier = cls.load(weights_for(embedder_id))
+        if verifier.embedder != embedder_id:
+            raise ValueError(f"the verifier was trained for embedder {verifier.embedder}, not {embedder_id}: retrain it (python -m sdk.cache.train_verifier)")
+        return verifier
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(path, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2, targets=self.targets, thresholds=self.thresholds, embedder=np.array(self.embedder))
 
     def scores(self, features: np.ndarray) -> np.ndarray:
         hidden = np.maximum(features @ self.w1 + self.b1, 0.0)

@@ -16,7 +16,7 @@ from tests.helpers import write_policy
 @pytest.fixture
 def services(tmp_path: Path, embedder: Embedder) -> Services:
     services = Services(data_dir=tmp_path / "data")
-    services._embedder = embedder  # the model is process-wide in production too; load it once per session
+    services._cache_embedder = embedder  # the model is process-wide in production too; load it once per session
     return services
 
 

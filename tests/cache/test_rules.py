@@ -17,6 +17,16 @@ from sdk.cache.rules import check
         ("Can I eat eggs during pregnancy?", "Can I not eat eggs during pregnancy?"),
         ("Is Python faster than Java?", "Is Java faster than Python?"),
         ("How long is the flight from Paris to London?", "How long is the flight from London to Paris?"),
+        ("Are tigers afraid of cats?", "Are cats afraid of tigers?"),
+        ("How do I upgrade from Windows 7 to Windows 10?", "How do I upgrade from Windows 10 to Windows 7?"),
+        ("Is it possible to have mental illness and not be insane?", "Is it possible to not have mental illness and be insane?"),
+        ("Is it healthy to skip dinner?", "Is it unhealthy to skip dinner?"),
+        ("How many calories does running 5 miles burn?", "How many calories does running 5 kilometers burn?"),
+        ("What is 100 dollars in rupees?", "What is 100 € in rupees?"),
+        ("What movies are releasing in March?", "What movies are releasing in May?"),
+        ("Will there be a recession next year?", "Will there be a recession this year?"),
+        ("How do I get a work visa for Canada?", "How do I get a work visa for Australia?"),
+        ("What is the capital of Australia?", "What is the capital of Austria?"),
     ],
 )
 def test_near_misses_are_vetoed(a, b):
@@ -29,6 +39,12 @@ def test_near_misses_are_vetoed(a, b):
         ("How do I reset my password?", "How can I reset my password?"),
         ("What is the best way to learn Python?", "What's the best way to learn python?"),
         ("How many calories are in 2 eggs?", "How many calories do 2 eggs have?"),
+        ("Which is better, Java or Python?", "Which is better, Python or Java?"),
+        ("Why did Modi ban 500 and 1000 notes?", "Why did Modi ban 1000 and 500 notes?"),
+        ("Should cow slaughter be banned in India?", "Should cow slaughter be banned in India or not?"),
+        ("What is India's national language?", "What is the national language of India?"),
+        ("How can I earn money fast online?", "How can I earn money online fast?"),
+        ("What are the best places to visit in March?", "Which places are best to visit in March?"),
     ],
 )
 def test_paraphrases_are_not_vetoed(a, b):

@@ -127,13 +127,13 @@ async def test_openai_non_stream_entry_replays_as_a_stream_with_usage(runtime_fo
     assert chunks[-1]["usage"] == orjson.loads(body)["usage"] and replay.endswith(b"data: [DONE]\n\n")
 
 
-async def test_cache_survives_a_restart_and_invalidation_clears_it(runtime_for, services, embedder):
+async def test_cache_survives_a_restart_and_invalidation_clears_it(runtime_for, services, cache_embedder):
     runtime = runtime_for()
     await ask(runtime, claude(PARAPHRASE[0]))
     _, _, miss = await ask(runtime, claude("What is a lighthouse?"))
     services.response_cache().close()
     restarted = Services(data_dir=services.data_dir)
-    restarted._embedder = embedder
+    restarted._cache_embedder = cache_embedder
     runtime = runtime_for(services=restarted)
     assert (await ask(runtime, claude(PARAPHRASE[1])))[1] == "semantic-hit"
     cache = restarted.response_cache()

@@ -108,3 +108,17 @@ def test_large_partitions_switch_to_an_approximate_index(tmp_path: Path):
     assert found >= 36  # IVF may miss a few of 40 at this nprobe; exact search would find all
     store.invalidate(exact_key="key-5")
     assert all(c.query != "question 5" for c in store.search("a", "p", vec(5), 4))
+
+
+def test_entries_from_another_embedding_space_keep_only_their_exact_tier(tmp_path: Path):
+    store = CacheStore(tmp_path / "c.db", space="minilm")
+    store.put(entry(1), LIMITS)
+    store.close()
+    same = CacheStore(tmp_path / "c.db", space="minilm")
+    assert [c.id for c in same.search("a", "p", vec(1), 1)] == [1]
+    same.close()
+    other = CacheStore(tmp_path / "c.db", space="minilm-qqp-0123456789")
+    assert other.search("a", "p", vec(1), 1) == []  # its vector is not comparable with the new model's
+    assert other.get_exact("a", "key-1") is not None
+    other.put(entry(2), LIMITS)
+    assert [c.id for c in other.search("a", "p", vec(2), 1)] == [2]

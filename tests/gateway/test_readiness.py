@@ -67,7 +67,7 @@ def test_ready_only_after_the_demo_model_and_the_embedder_are_loaded(tmp_path):
         ready = _wait_ready(proxy.url)
         assert ready.status_code == 200, ready.text
         parts = ready.json()["parts"]
-        assert set(parts) == {"local engine 'demo'", "embedder all-MiniLM-L6-v2"}
+        assert set(parts) == {"local engine 'demo'", "embedder all-MiniLM-L6-v2 + QQP adapter"}
         assert all(part["state"] == "ready" and part["seconds"] >= 0 for part in parts.values())
         answer = httpx.post(f"{proxy.url}/v1/chat/completions", headers={"authorization": "Bearer sk-ready"}, timeout=60,
                             json={"model": "demo", "messages": [{"role": "user", "content": "def add(a, b):"}], "max_tokens": 4})

@@ -33,16 +33,16 @@ def eventually(proxy: RunningServer, text: str, status: str, within_s: float = 2
 
 
 def replica(proxy: RunningServer, embedder) -> RunningServer:
-    """Replicas in one test process share one loaded MiniLM (each would load its own in production)."""
+    """Replicas in one test process share one loaded cache MiniLM (each would load its own in production)."""
     proxy.app.state.registry.services.response_cache().embedder = embedder
     return proxy
 
 
-def test_answers_stored_by_one_proxy_are_served_by_the_others(tmp_path, monkeypatch, fresh_emulator, redis_url, embedder):
+def test_answers_stored_by_one_proxy_are_served_by_the_others(tmp_path, monkeypatch, fresh_emulator, redis_url, cache_embedder):
     monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
     write_policy(tmp_path, "c", "sk-c", fresh_emulator.url, extra="semantic_cache: {enabled: true}\n")
     with running_proxy([tmp_path], state_url=redis_url) as a, running_proxy([tmp_path], state_url=redis_url) as b:
-        a, b = replica(a, embedder), replica(b, embedder)
+        a, b = replica(a, cache_embedder), replica(b, cache_embedder)
         first = chat(a, PARAPHRASE[0])
         assert first.headers["x-slipstream-cache"] == "miss"
         delay, hit = eventually(b, PARAPHRASE[1], "semantic-hit")
@@ -51,7 +51,7 @@ def test_answers_stored_by_one_proxy_are_served_by_the_others(tmp_path, monkeypa
         assert fresh_emulator.stats()["requests_total"] == 1
 
         with running_proxy([tmp_path], state_url=redis_url) as late:  # started after the answer was stored
-            replica(late, embedder)
+            replica(late, cache_embedder)
             eventually(late, PARAPHRASE[0], "exact-hit", within_s=3.0)
 
         removed = httpx.request("DELETE", f"{b.url}/v1/slipstream/cache", headers={"authorization": "Bearer sk-c"})
