@@ -14,9 +14,10 @@ from tests.helpers import write_policy
 
 
 @pytest.fixture
-def services(tmp_path: Path, embedder: Embedder) -> Services:
+def services(tmp_path: Path, embedder: Embedder, cache_embedder: Embedder) -> Services:
     services = Services(data_dir=tmp_path / "data")
-    services._cache_embedder = embedder  # the model is process-wide in production too; load it once per session
+    services._embedder = embedder  # the models are process-wide in production too; load them once per session
+    services._cache_embedder = cache_embedder
     return services
 
 
