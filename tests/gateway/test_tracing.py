@@ -223,3 +223,18 @@ def test_genai_metrics_are_recorded_beside_prometheus(traced, reader):
     tokens = _claude_a(points["gen_ai.client.token.usage"])
     assert set(tokens) == {"input", "output"}
     assert tokens["output"].max >= reply.usage.output_tokens > 0
+
+
+def test_a_responses_request_translated_to_anthropic_is_traced_like_any_other(traced, exporter):
+    _, proxy = traced
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=TEAM_KEY, max_retries=0)
+    reply = client.responses.create(model="claude-x", input="hello", max_output_tokens=32, store=False)
+    [span] = _request_spans(exporter)
+    assert span.name == "chat claude-x"
+    assert span.attributes["slipstream.endpoint"] == "responses"
+    assert span.attributes["gen_ai.provider.name"] == "anthropic"  # the answering target, not the client's dialect
+    assert span.attributes["gen_ai.request.max_tokens"] == 32
+    assert span.attributes["gen_ai.usage.output_tokens"] == reply.usage.output_tokens > 0
+    [attempt] = _attempts(exporter, span)
+    assert attempt.attributes["slipstream.target"] == "claude/claude-a"
+    assert attempt.attributes["slipstream.outcome"] == "ok"
