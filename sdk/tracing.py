@@ -189,12 +189,12 @@ def provider_name(provider: object) -> str:
 
 def begin_attempt(ctx: RequestContext, key: str, provider: object, request: LLMRequest) -> tuple[Span | None, LLMRequest]:
     """A child span for one upstream attempt and the request carrying its `traceparent`; (None, request) untraced."""
-    if ctx.span is None:
+    if ctx.span is None or _tracer is None:  # untraced, or tracing turned off while the request ran
         return None, request
     from opentelemetry.trace import SpanKind, set_span_in_context
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    span = _tracer.start_span(  # type: ignore[union-attr]  # ctx.span exists only while a tracer does
+    span = _tracer.start_span(
         f"attempt {key}", context=set_span_in_context(ctx.span), kind=SpanKind.CLIENT,
         attributes={"slipstream.target": key, "slipstream.attempt": ctx.attempts,
                     "gen_ai.provider.name": provider_name(provider), "gen_ai.request.model": request.model,
