@@ -92,6 +92,7 @@ class _Connection(asyncio.Protocol):
         self.buffered = 0
         self.complete = False
         self.keep_alive = False
+        self.spent = False  # never reused, whatever the upstream says (a streamed upload, a HEAD)
         self.error: BaseException | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._paused = False
@@ -328,6 +329,10 @@ class Http1Upstream:
             # router decides (and counts) retries.
             conn.close()
             raise
+        if method == "HEAD":  # no body follows whatever Content-Length says; the parser would wait for one
+            conn.complete, conn.spent = True, True
+        if streamed:  # an answer that came before the upload ended leaves the upstream mid-body
+            conn.spent = True
         return _Response(conn, self, timeout.read_s)
 
     def release(self, conn: _Connection) -> None:
@@ -338,7 +343,7 @@ class Http1Upstream:
                 task = asyncio.get_running_loop().create_task(self._spare(conn.origin, pool))
                 self._spares.add(task)
                 task.add_done_callback(self._spares.discard)
-        if self._closed or not conn.keep_alive or conn.closed or pool is None or len(pool.idle) >= _IDLE_PER_ORIGIN:
+        if self._closed or not conn.keep_alive or conn.spent or conn.closed or pool is None or len(pool.idle) >= _IDLE_PER_ORIGIN:
             conn.close()
             return
         conn.head = None

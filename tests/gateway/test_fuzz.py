@@ -110,6 +110,12 @@ ENDPOINTS = [
     Target("GET", "/v1/slipstream/spend", "either"),
     Target("GET", "/readyz", "either"),
     Target("POST", "/v1/unknown/path", "either"),
+    # pass-through families (sdk/passthrough.py): bodies forwarded as they are, answers as the provider's
+    Target("POST", "/v1/completions", "openai", {"model": "gpt-4o", "prompt": "hello", "max_tokens": 4}),
+    Target("POST", "/v1/batches", "openai", {"input_file_id": "file-1", "endpoint": "/v1/chat/completions", "completion_window": "24h"}),
+    Target("GET", "/v1/batches/batch_1", "openai"),
+    Target("GET", "/v1/files", "openai"),
+    Target("POST", "/v1/messages/batches", "anthropic", {"requests": [{"custom_id": "a", "params": MESSAGES}]}),
     Target("GET", "/v1/slipstream/cache-report", "either"),
     Target("DELETE", "/v1/slipstream/cache", "either"),
     Target("DELETE", "/v1/slipstream/cache?key=", "either"),
@@ -270,8 +276,8 @@ def _check(client: httpx.Client, method: str, path: str, protocol: str, body: by
         response.json()
 
 
-# Three fuzz runs of ~10 s each: hypothesis's example budget, not a clock, is what bounds them.
-FUZZ = settings(max_examples=250, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck), database=None)
+# Two fuzz runs of ~10 s each: hypothesis's example budget, not a clock, is what bounds them.
+FUZZ = settings(max_examples=1000, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck), database=None)
 
 
 @FUZZ

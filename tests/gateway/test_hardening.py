@@ -273,3 +273,12 @@ def test_upstream_error_mid_stream_is_counted_as_an_error(tmp_path, fresh_emulat
         text = httpx.get(f"{proxy.url}/metrics").text
     assert 'slipstream_errors_total{kind="stream_error",team="midstream"} 1.0' in text
     assert 'status="200",team="midstream"' not in text
+
+
+def test_head_through_the_pass_through_keeps_the_upstream_connection_sane(proxy):
+    """A HEAD answer has a Content-Length and no body: the upstream client waited for that body, and
+    the pooled connection then swallowed the next answer (found by the fuzz: a dropped connection)."""
+    with httpx.Client(base_url=proxy.url, timeout=10) as client:
+        for method in ("HEAD", "HEAD", "GET", "HEAD"):
+            response = client.request(method, "/v1/batches/batch_1", headers={"x-api-key": KEY_A})
+            assert response.status_code == 404, (method, response.text)
