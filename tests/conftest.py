@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import httpx
@@ -11,6 +14,11 @@ import pytest
 from sdk.providers.upstream import close_upstream_for_running_loop
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Every run starts from an empty data folder (response cache, response store, embedding caches):
+# state left by an earlier run under ~/.cache/slipstream would turn an expected miss into a hit.
+if "SLIPSTREAM_DATA_DIR" not in os.environ:
+    os.environ["SLIPSTREAM_DATA_DIR"] = tempfile.mkdtemp(prefix="slipstream-tests-")
+    atexit.register(shutil.rmtree, os.environ["SLIPSTREAM_DATA_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
