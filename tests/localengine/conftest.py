@@ -72,6 +72,15 @@ def save_tiny_model(model_type: str, out: Path, seed: int = 0) -> Path:
     return out
 
 
+def make_llm(path, **kwargs):
+    """An engine over a tiny test model: fp32, small blocks, a fixed KV cache (kwargs override)."""
+    from localengine import LLM
+
+    args = dict(dtype="float32", block_size=4, max_model_len=256, max_num_seqs=16, num_kvcache_blocks=256)
+    args.update(kwargs)
+    return LLM(str(path), **args)
+
+
 @pytest.fixture(scope="package", autouse=True)
 def one_torch_thread():
     """The CPU is shared with other test runs and tiny models gain nothing from more threads."""

@@ -6,15 +6,10 @@ import pytest
 
 from localengine import LLM, SamplingParams
 from localengine.engine.sequence import SequenceStatus
+from tests.localengine.conftest import make_llm
 
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 PROMPTS = [list(range(3, 3 + n)) for n in (5, 23, 40, 9, 17, 64)]
-
-
-def make_llm(path, **kwargs) -> LLM:
-    args = dict(dtype="float32", block_size=4, max_model_len=256, max_num_seqs=16, num_kvcache_blocks=256)
-    args.update(kwargs)
-    return LLM(str(path), **args)
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,9 @@ from localengine import LLM, SamplingParams
 from localengine.engine.sequence import Sequence
 from localengine.layers.sampler import apply_penalties
 from localengine.serving_chat import ChatRequestError, parse_chat_request
+from tests.localengine.conftest import make_llm
 
 PROMPT = list(range(3, 20))
-
-
-def make_llm(path, **kwargs) -> LLM:
-    args = dict(dtype="float32", block_size=4, max_model_len=128, max_num_seqs=8, num_kvcache_blocks=128)
-    args.update(kwargs)
-    return LLM(str(path), **args)
 
 
 @pytest.fixture(scope="module")
