@@ -15,6 +15,7 @@ come first, then one part per message. Parts are the units we track (the provide
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from hashlib import blake2b
 from typing import Any
 
 import orjson
@@ -30,7 +31,7 @@ class Block:
     role: str  # message role; "" outside messages
     message: int  # message index; -1 outside messages
     text: str  # what is counted and shown in miss excerpts
-    digest: int  # Python str hashes are cached on the string: repeated prompts hash for free
+    digest: int  # stable 64-bit digest of (section, role, kind, text): the same in every process
     tokens: int
     eligible: bool  # may carry a cache_control marker (A.3)
     marker: str | None  # the client's own marker TTL ("5m" | "1h"), if any
@@ -39,7 +40,7 @@ class Block:
 @dataclass(slots=True)
 class Layout:
     blocks: list[Block] = field(default_factory=list)
-    chain: list[int] = field(default_factory=list)  # cumulative prefix hash through each block
+    chain: list[int] = field(default_factory=list)  # cumulative prefix digest through each block
     pos: list[int] = field(default_factory=list)  # cumulative estimated tokens through each block
     first_system: int = 0
     first_message: int = 0
@@ -68,8 +69,13 @@ class Layout:
 
 
 def _digest(tag: str, text: str) -> int:
-    # 64-bit, process-local: enough for a predictor (a collision mispredicts; the provider decides).
-    return hash((tag, text))
+    """64-bit blake2b of the tag and text. Not Python's hash(), which is salted per process
+    (PYTHONHASHSEED): replicas sharing a ledger (sdk/promptcache/shared_ledger.py) must name the same
+    prefix alike. 64 bits is enough for a predictor (a collision mispredicts; the provider decides)."""
+    digest = blake2b(tag.encode(), digest_size=8)
+    digest.update(b"\x00")
+    digest.update(text.encode("utf-8", "surrogatepass"))  # JSON may carry lone surrogates
+    return int.from_bytes(digest.digest(), "little")
 
 
 def _dumps(value: Any) -> str:
@@ -186,13 +192,16 @@ def _settings_salt(body: dict[str, Any]) -> bytes:
 
 
 def _chain(layout: Layout, seed: bytes, salts: dict[int, bytes]) -> None:
-    state = hash(seed)
+    """Each block's prefix digest: blake2b(previous digest, salt, block digest), stable across processes."""
+    state = blake2b(seed, digest_size=8).digest()
     acc = 0
     for i, block in enumerate(layout.blocks):
-        salt = salts.get(i, b"")
-        state = hash((state, salt, block.digest))
+        step = blake2b(state, digest_size=8)
+        step.update(salts.get(i, b""))
+        step.update(block.digest.to_bytes(8, "little"))
+        state = step.digest()
         acc += block.tokens
-        layout.chain.append(state)
+        layout.chain.append(int.from_bytes(state, "little"))
         layout.pos.append(acc)
 
 

@@ -1,9 +1,10 @@
 """One team's prompt-cache optimizer: plan a request before it goes upstream, verify it after.
 
-`prepare` runs canonicalization, volatility detection (and the opt-in move), breakpoint placement
-or prompt_cache_key, the ledger's prediction and the miss diagnosis; it is synchronous and touches
+`draft` runs canonicalization, volatility detection (and the opt-in move), the block layout and
+prompt_cache_key; `plan` places breakpoints and predicts the read from the ledger, which a shared
+ledger (sdk/promptcache/shared_ledger.py) updates between the two; both are synchronous and touch
 only memoised work for blocks seen before. `settle` compares the provider's usage with the
-prediction and does the accounting. The pipeline stage (sdk/stages/prompt_cache.py) calls both.
+prediction and does the accounting. The pipeline stage (sdk/stages/prompt_cache.py) calls them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,22 @@ from sdk.types import LLMRequest, Protocol, Usage
 log = logging.getLogger("slipstream.prompt_cache")
 
 MISS_TOLERANCE = 0.9  # a read below 90% of the prediction counts as a miss (token estimates are approximate)
+
+
+ScopeKey = tuple[str, str, str]  # (protocol, model, OpenAI prompt_cache_key): one provider cache
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    protocol: Protocol
+    model: str
+    body: dict[str, Any]
+    layout: Layout
+    scope: ScopeKey
+    conversation: int
+    findings: list[Finding]
+    moved: list[str]
+    canonicalized: bool
 
 
 @dataclass(slots=True)
@@ -109,20 +126,51 @@ class Optimizer:
         self._logged: set[tuple[str, str]] = set()  # findings already logged at INFO (then DEBUG)
 
     # --- before the request ----------------------------------------------------------------
-    def prepare(self, request: LLMRequest, now: float) -> Plan:
+    def draft(self, request: LLMRequest) -> Draft:
+        """What does not depend on the ledger: the canonical body, volatile lines (moved if asked), the
+        block layout and the cache scope. A shared ledger is read between this and `plan`."""
         protocol, model = request.protocol, request.model
         body = canonicalize(protocol, request.body) if self.config.canonicalize else request.body
         conversation = _conversation(body)
         canonicalized = body is not request.body
         findings, moved, body = self._volatility(protocol, body, conversation)
         if protocol is Protocol.ANTHROPIC:
-            plan = self._plan_anthropic(body, model, conversation, findings, moved, now)
+            if self.config.breakpoints == "auto" and isinstance(body.get("system"), str) and body["system"]:
+                # Always the list form, so the prefix renders the same whether or not a marker lands on it.
+                body = {**body, "system": [{"type": "text", "text": body["system"]}]}
+            layout = anthropic_layout(body)
+            scope: ScopeKey = ("anthropic", model, "")
         else:
-            plan = self._plan_openai(body, model, conversation, findings, moved, now)
-        plan.canonicalized = canonicalized
+            layout = openai_layout(body)
+            if self.config.openai_cache_key and not body.get("prompt_cache_key"):
+                # Team + stable prefix (tools, schema, system): requests sharing it land on warm machines.
+                stable = layout.first_message - 1
+                volatile = any(not (moved and f.movable) for f in findings if not f.path.startswith("tools"))
+                # A stable digest (not Python's per-process hash): replicas and restarts must agree on the key.
+                suffix = _stable_digest(layout.blocks[: stable + 1]) if stable >= 0 and not volatile else "default"
+                body = {**body, "prompt_cache_key": f"slipstream-{self.team}-{suffix}"}
+            scope = ("openai", model, str(body.get("prompt_cache_key") or ""))
         if canonicalized:
             stats.CANONICALIZED.labels(self.team).inc()
             self.stats.canonicalized += 1
+        return Draft(protocol, model, body, layout, scope, conversation, findings, moved, canonicalized)
+
+    def cacheable(self, draft: Draft) -> list[int]:
+        """Prefix digests the provider may hold for this request: blocks at or past the smallest
+        prefix it caches (what a shared ledger is asked about)."""
+        layout = draft.layout
+        minimum = OPENAI_MIN if draft.protocol is Protocol.OPENAI else min_cacheable_tokens(draft.model)
+        ratio = self.calibration.ratio(draft.scope[0], draft.model)
+        first = next((i for i, pos in enumerate(layout.pos) if pos * ratio >= minimum), len(layout.pos))
+        return layout.chain[first:]
+
+    def plan(self, draft: Draft, now: float) -> Plan:
+        """Breakpoints (Anthropic) and the read prediction from the ledger as it stands."""
+        if draft.protocol is Protocol.ANTHROPIC:
+            plan = self._plan_anthropic(draft, now)
+        else:
+            plan = self._plan_openai(draft, now)
+        plan.canonicalized = draft.canonicalized
         return plan
 
     def _volatility(self, protocol: Protocol, body: dict[str, Any], conversation: int) -> tuple[list[Finding], list[str], dict[str, Any]]:
@@ -160,22 +208,18 @@ class Optimizer:
             paths.add("system.0")  # a string system prompt becomes one list block before placement
         return next((i for i, b in enumerate(layout.blocks) if b.path in paths), None)
 
-    def _plan_anthropic(self, body: dict[str, Any], model: str, conversation: int, findings: list[Finding],
-                        moved: list[str], now: float) -> Plan:
+    def _plan_anthropic(self, draft: Draft, now: float) -> Plan:
+        body, model, layout = draft.body, draft.model, draft.layout
         auto = self.config.breakpoints == "auto"
-        if auto and isinstance(body.get("system"), str) and body["system"]:
-            # Always the list form, so the prefix renders the same whether or not a marker lands on it.
-            body = {**body, "system": [{"type": "text", "text": body["system"]}]}
-        layout = anthropic_layout(body)
         ratio = self.calibration.ratio("anthropic", model)
-        scope = self.ledger.scope("anthropic", model)
+        scope = self.ledger.scope(*draft.scope)
         placement: Placement | None = None
         if self.config.breakpoints != "off":
             placement = place(
                 layout, auto=auto, ttl=self.config.ttl, tail_ttl=self.config.tail_ttl,
                 minimum=min_cacheable_tokens(model), ratio=ratio,
-                volatile_from=self._volatile_from(layout, findings, bool(moved)),
-                tail_moved=bool(moved), anchor=self._anchor(scope, layout, now),
+                volatile_from=self._volatile_from(layout, draft.findings, bool(draft.moved)),
+                tail_moved=bool(draft.moved), anchor=self._anchor(scope, layout, now),
             )
             body = apply(body, layout, placement)
             marks = [(m.index, m.ttl) for m in placement.marks]
@@ -192,8 +236,8 @@ class Optimizer:
             written = []  # the provider caches nothing when the last breakpoint is below the minimum (A.5)
         breakpoints = [i for i, _ in marks]
         prediction = self.ledger.predict_anthropic(scope, layout, breakpoints, now, ratio)
-        return Plan(Protocol.ANTHROPIC, model, body, layout, scope, ratio, conversation, written, breakpoints,
-                    prediction, findings, moved, placement)
+        return Plan(Protocol.ANTHROPIC, model, body, layout, scope, ratio, draft.conversation, written, breakpoints,
+                    prediction, draft.findings, draft.moved, placement)
 
     @staticmethod
     def _anchor(scope: Scope, layout: Layout, now: float) -> int:
@@ -204,21 +248,14 @@ class Optimizer:
                 return b
         return -1
 
-    def _plan_openai(self, body: dict[str, Any], model: str, conversation: int, findings: list[Finding],
-                     moved: list[str], now: float) -> Plan:
-        layout = openai_layout(body)
-        if self.config.openai_cache_key and not body.get("prompt_cache_key"):
-            # Team + stable prefix (tools, schema, system): requests sharing it land on warm machines.
-            stable = layout.first_message - 1
-            volatile = any(not (moved and f.movable) for f in findings if not f.path.startswith("tools"))
-            # A stable digest (not Python's per-process hash): replicas and restarts must agree on the key.
-            suffix = _stable_digest(layout.blocks[: stable + 1]) if stable >= 0 and not volatile else "default"
-            body = {**body, "prompt_cache_key": f"slipstream-{self.team}-{suffix}"}
+    def _plan_openai(self, draft: Draft, now: float) -> Plan:
+        layout, model = draft.layout, draft.model
         ratio = self.calibration.ratio("openai", model)
-        scope = self.ledger.scope("openai", model, str(body.get("prompt_cache_key") or ""))
+        scope = self.ledger.scope(*draft.scope)
         written = [(i, OPENAI_TTL_S) for i in range(len(layout.blocks)) if layout.pos[i] * ratio >= OPENAI_MIN]
         prediction = self.ledger.predict_openai(scope, layout, now, ratio)
-        return Plan(Protocol.OPENAI, model, body, layout, scope, ratio, conversation, written, [], prediction, findings, moved)
+        return Plan(Protocol.OPENAI, model, draft.body, layout, scope, ratio, draft.conversation, written, [], prediction,
+                    draft.findings, draft.moved)
 
     def diagnose(self, plan: Plan) -> None:
         plan.cause = self.ledger.diagnose(plan.scope, plan.layout, plan.conversation, plan.ratio)

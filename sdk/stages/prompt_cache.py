@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, PromptCacheReport, RequestContext
@@ -21,8 +22,12 @@ from sdk.promptcache import stats, tokens
 from sdk.promptcache.fanout import wait_for_writer
 from sdk.promptcache.optimizer import Optimizer, Plan
 from sdk.services import Services
+from sdk.state.guard import GuardedState
 from sdk.streams import on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMStream, Timings
+
+if TYPE_CHECKING:
+    from sdk.promptcache.shared_ledger import SharedLedger
 
 _ENDPOINTS = (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS)
 
@@ -40,10 +45,15 @@ Planner = Callable[[LLMRequest, Callable[[LLMRequest], Awaitable[Answer]], Timin
 class PromptCacheStage:
     name = "prompt_cache"
 
-    def __init__(self, team: str, config: PromptCachePolicy):
+    def __init__(self, team: str, config: PromptCachePolicy, shared: GuardedState | None = None):
         self.team = team
         self.config = config
         self.optimizer = Optimizer(team, config)
+        self.shared: SharedLedger | None = None  # replicas share one ledger through Redis
+        if shared is not None:
+            from sdk.promptcache.shared_ledger import SharedLedger
+
+            self.shared = SharedLedger(team, shared)
         # One plan at a time per team: a large request's plan is made in a worker thread, and the
         # optimizer's state (volatility learning, the ledger) is not shared between threads. Only the
         # same team's requests wait for it; other teams have optimizers of their own.
@@ -69,11 +79,13 @@ class PromptCacheStage:
         so its breakpoints land exactly as on a native one.
         """
         optimizer = self.optimizer
+        large = is_large(request.size)  # hashing, tokenizing and scanning megabytes: off the loop
         async with self._planning:
-            if is_large(request.size):  # hashing, tokenizing and scanning megabytes: off the loop
-                plan = await off_loop(optimizer.prepare, request, time.time())
-            else:
-                plan = optimizer.prepare(request, time.time())
+            draft = await off_loop(optimizer.draft, request) if large else optimizer.draft(request)
+        if self.shared is not None:  # what other replicas' requests cached, before placing breakpoints
+            await self.shared.pull(optimizer.ledger.scope(*draft.scope), draft.scope, optimizer.cacheable(draft))
+        async with self._planning:
+            plan = await off_loop(optimizer.plan, draft, time.time()) if large else optimizer.plan(draft, time.time())
             optimizer.diagnose(plan)
         if self.config.warm_fanout and plan.prediction.pending is not None:
             started = time.perf_counter()
@@ -102,7 +114,9 @@ class PromptCacheStage:
         if isinstance(answer, LLMStream) and not answer.usage.total_input_tokens:
             on_end(answer, lambda _completed: self._settle_at_end(plan, answer))  # usage comes with the events
         else:
-            optimizer.settle(plan, answer.usage)
+            optimizer.settle(plan, answer.usage)  # may discard what the provider did not cache: before sharing
+        if self.shared is not None:
+            self.shared.push(draft.scope, plan)
         return answer
 
     def _settle_at_end(self, plan: Plan, stream: LLMStream) -> None:
@@ -115,4 +129,5 @@ def build_prompt_cache(policy: Policy, services: Services) -> PromptCacheStage |
     if not config.enabled:
         return None
     tokens.load_encoding()  # at build time (startup, reload thread), not on a team's first request
-    return PromptCacheStage(policy.team, config)
+    shared = services.shared_state()
+    return PromptCacheStage(policy.team, config, shared if isinstance(shared, GuardedState) else None)

@@ -25,7 +25,7 @@ from sdk.state.resp import RespClient, RespError
 LEASE_TTL_S = 30.0  # a dead replica's concurrency slots come back after this
 REPLICA_TTL_S = 5.0  # a replica that has not checked in for this long no longer counts
 _SCRIPTS = {name: (getattr(redis_scripts, name), hashlib.sha1(getattr(redis_scripts, name).encode()).hexdigest())
-            for name in ("ADMIT", "SETTLE", "RENEW")}
+            for name in ("ADMIT", "SETTLE", "RENEW", "READ_ENTRIES", "MERGE_ENTRIES")}
 
 
 def split_url(url: str) -> tuple[str, str, float]:
@@ -115,6 +115,18 @@ class RedisState:
             commands += [("HINCRBYFLOAT", self.key(key), name, float(usd)) for name, usd in fields.items()]
             commands.append(("EXPIRE", self.key(key), max(1, int(keep_s))))
         await self.client.pipeline(commands)
+
+    async def read_entries(self, names: list[str]) -> list[tuple[bytes, float] | None]:
+        """Expiring entries by name: (b"VALUE TTL_S", seconds left), None where there is none."""
+        reply = await self._script("READ_ENTRIES", [self.key(name) for name in names], [])
+        return [(reply[i], reply[i + 1] / 1000) if reply[i] is not None else None for i in range(0, len(reply), 2)]
+
+    async def merge_entries(self, entries: list[tuple[str, str, float, float]]) -> None:
+        """Store (name, value, ttl_s, seconds left) entries; an entry already there that lives longer keeps its life."""
+        args: list[Any] = []
+        for _, value, ttl_s, left_s in entries:
+            args += [value, float(ttl_s), int(left_s * 1000)]
+        await self._script("MERGE_ENTRIES", [self.key(name) for name, *_ in entries], args)
 
     async def set_flag(self, name: str, until: float) -> None:
         self._flags[name] = until  # seen here at once; by the other replicas at their next sync

@@ -91,3 +91,32 @@ local ttl = tonumber(ARGV[1])
 for i = 1, #KEYS do redis.call('ZADD', KEYS[i], 'XX', now + ttl, ARGV[i + 1]) end
 return false
 """
+
+# Expiring entries (the prompt-cache ledger, sdk/promptcache/shared_ledger.py), timed by Redis alone:
+# each replica sends and receives time left, never its own wall clock.
+# KEYS: entries. Returns per key: its value (or nil) and its milliseconds left.
+READ_ENTRIES = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[2 * i - 1] = redis.call('GET', key)
+  out[2 * i] = redis.call('PTTL', key)
+end
+return out
+"""
+
+# KEYS: entries. ARGV per key: value, ttl_s, ms left; stored as "VALUE TTL_S". What lives longer wins:
+# the larger TTL (a 1h write over a 5m one) and the later expiry; the value is the newest.
+MERGE_ENTRIES = """
+for i, key in ipairs(KEYS) do
+  local value, ttl, ms = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
+  local old = redis.call('GET', key)
+  if old then
+    local old_ttl = tonumber(string.match(old, ' (%S+)$'))
+    if old_ttl and old_ttl > ttl then ttl = old_ttl end
+    local left = redis.call('PTTL', key)
+    if left > ms then ms = left end
+  end
+  if ms > 0 then redis.call('SET', key, value .. ' ' .. ttl, 'PX', math.floor(ms)) end
+end
+return #KEYS
+"""

@@ -166,7 +166,7 @@ def test_unexpected_exception_is_a_logged_counted_provider_shaped_500(proxy, mon
     def broken(*args, **kwargs):  # fault injection: a bug inside a stage
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(Optimizer, "prepare", broken)
+    monkeypatch.setattr(Optimizer, "draft", broken)
     with caplog.at_level(logging.ERROR, logger="slipstream.internal"):
         response = _post(proxy, "/v1/messages", {"model": "claude-x", "max_tokens": 5, "messages": HELLO},
                          **{"anthropic-version": "2023-06-01"})

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import orjson
 
@@ -13,6 +16,15 @@ from sdk.promptcache.volatility import VolatilityDetector
 from sdk.types import Protocol
 
 LONG = "Follow the house style guide in every answer. " * 200
+
+
+def test_prefix_digests_are_the_same_in_every_process():
+    """Replicas share the ledger by these digests: Python's hash() would differ per PYTHONHASHSEED."""
+    code = ("from sdk.promptcache.blocks import anthropic_layout; print(anthropic_layout({'model': 'm', 'system': 'rules', "
+            "'messages': [{'role': 'user', 'content': 'hi'}]}).chain)")
+    chains = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True,
+                             text=True, check=True).stdout for seed in ("1", "2")}
+    assert len(chains) == 1 and chains.pop().startswith("[")
 
 
 def test_sorted_json_sorts_objects_keeps_lists_and_identity():
