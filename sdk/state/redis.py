@@ -1,5 +1,5 @@
 """Redis (≥ 6.2, or Valkey) as the shared state backend: `redis://[[USER]:PASSWORD@]HOST:PORT/DB`,
-`rediss://` for TLS.
+`rediss://` for TLS (its query options: sdk/state/resp.py).
 
 Two query parameters of the URL are Slipstream's own: `prefix` (default `slipstream`) namespaces the
 keys, so several deployments can share one Redis; `timeout_ms` (default 100) bounds every call. The

@@ -7,7 +7,12 @@ hands replies to the waiting futures in order (Redis answers a connection's comm
 any number of concurrent requests share one connection without waiting on each other. Commands
 issued in the same event-loop iteration go out in one write.
 
-URL: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`, `rediss://` for TLS (the system's trust store).
+URL: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`, `rediss://` for TLS: the server's certificate is
+checked against the system's trust store and its name, unless the query says otherwise, with
+redis-py's names so one URL serves both clients (the response cache's stream uses redis-py):
+`ssl_ca_certs=PATH` (trust this CA file instead), `ssl_cert_reqs=required|optional|none`,
+`ssl_check_hostname=true|false`, `ssl_certfile=PATH` and `ssl_keyfile=PATH` (a client certificate,
+for a server with `tls-auth-clients yes`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import socket
 import ssl
 from collections import deque
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 Reply = Any  # bytes | int | list | None | RespError
 
@@ -125,17 +130,43 @@ class _Connection(asyncio.Protocol):
             self.transport.write(payload)
 
 
+TLS_OPTIONS = ("ssl_ca_certs", "ssl_cert_reqs", "ssl_check_hostname", "ssl_certfile", "ssl_keyfile")
+_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+
+def tls_context(options: dict[str, str]) -> ssl.SSLContext:
+    """The TLS settings a `rediss://` URL's query asks for (names as redis-py spells them)."""
+    reqs = options.get("ssl_cert_reqs", "required").lower()
+    if reqs not in _CERT_REQS:
+        raise ValueError(f"state URL: ssl_cert_reqs={reqs!r}: expected required, optional or none")
+    try:
+        context = ssl.create_default_context(cafile=options.get("ssl_ca_certs"))  # a CA file replaces the system's store
+        if "ssl_certfile" in options:
+            context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile"))
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"state URL: cannot load the TLS files it names: {exc}") from exc
+    context.check_hostname = reqs == "required" and options.get("ssl_check_hostname", "true").lower() in ("true", "1", "yes")
+    context.verify_mode = _CERT_REQS[reqs]
+    return context
+
+
 class RespClient:
     def __init__(self, url: str, connect_timeout_s: float):
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
             raise ValueError(f"not a Redis URL: {url!r}")
+        options = dict(parse_qsl(parts.query))
+        unknown = sorted(options.keys() - set(TLS_OPTIONS))
+        if unknown:
+            raise ValueError(f"state URL: unknown option(s) {', '.join(unknown)}; known: prefix, timeout_ms, {', '.join(TLS_OPTIONS)}")
+        if options and parts.scheme != "rediss":
+            raise ValueError("state URL: TLS options need a rediss:// URL")
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 6379
         self.db = int(parts.path.lstrip("/") or 0)
         self.username = unquote(parts.username) if parts.username else None
         self.password = unquote(parts.password) if parts.password else None
-        self.tls = parts.scheme == "rediss"
+        self.tls = tls_context(options) if parts.scheme == "rediss" else None
         self.connect_timeout_s = connect_timeout_s
         self._conn: _Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -163,10 +194,9 @@ class RespClient:
         return await asyncio.shield(self._connecting)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:
-        context = ssl.create_default_context() if self.tls else None
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(_Connection, self.host, self.port, ssl=context)
+            async with asyncio.timeout(self.connect_timeout_s):  # the TLS handshake included
+                _, conn = await loop.create_connection(_Connection, self.host, self.port, ssl=self.tls)
         except OSError as exc:
             raise StateUnavailable(f"cannot connect to Redis at {self.host}:{self.port}: {exc}") from exc
         sock = conn.transport.get_extra_info("socket")
