@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2
 
+from sdk import tracing
 from sdk.errors import (
     NotFoundError,
     RequestTooLargeError,
@@ -44,6 +45,7 @@ from sdk.passthrough import family, forward
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRuntime, slipstream_headers, upstream_error_headers
 from sdk.services import Services
+from sdk.tracing import Parent
 from sdk.types import Endpoint, LLMStream, Protocol, Timings, Usage
 from sdk.unexpected import unexpected_error
 
@@ -168,14 +170,16 @@ def _error(status: int, body: bytes, headers: dict[str, str] | None = None) -> _
     return _Reply(status, {**_JSON, **(headers or {})}, body)
 
 
-async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes) -> _Reply:
-    """Run one request through the team's pipeline; every failure becomes a provider-shaped answer."""
+async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes,
+                  caller: Parent | None = None) -> _Reply:
+    """Run one request through the team's pipeline; every failure becomes a provider-shaped answer.
+    `caller`: the application's current span (traced requests go under it), read on its own thread."""
     timings = Timings()
     path, method = request.url.path, request.method
     if path == "/v1/models" or path.startswith("/v1/models/"):
         return await _models(team, protocol, method, path, request.url.params)
     if family(path) is not None:
-        return await _passed(team, protocol, request, raw)
+        return await _passed(team, protocol, request, raw, caller)
     endpoint = _ENDPOINTS.get(path)
     stored = _STORED.fullmatch(path) if endpoint is None and protocol is Protocol.OPENAI else None
     if stored is not None and method in ("GET", "DELETE"):
@@ -193,7 +197,7 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
             raise RequestTooLargeError(f"request body of {len(raw)} bytes is over this team's limit of {limit} bytes")
         forward = {name: value for name in FORWARDED_HEADERS if (value := request.headers.get(name)) is not None}
         llm_request = await parse_off_loop(endpoint, raw, request.url.query.decode("latin-1"), forward)
-        ctx = RequestContext(request=llm_request, team=team.team, timings=timings)
+        ctx = RequestContext(request=llm_request, team=team.team, timings=timings, parent=caller)
         async with deadline:
             answer, _ = await team.handle(llm_request, ctx)
     except TimeoutError:
@@ -243,11 +247,12 @@ async def _stored(team: TeamRuntime, method: str, response_id: str, items: bool,
     return _Reply(answer.status, {**_JSON, **answer.headers}, answer.body)
 
 
-async def _passed(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes) -> _Reply:
+async def _passed(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes, caller: Parent | None) -> _Reply:
     """A pass-through endpoint (sdk/passthrough.py); the answer's body streams back as it arrives."""
     raw_path = request.url.raw_path.decode("ascii").partition("?")[0]
     try:
-        passed = await forward(team, request.method, raw_path, request.url.query.decode("latin-1"), dict(request.headers), raw, len(raw))
+        passed = await forward(team, request.method, raw_path, request.url.query.decode("latin-1"), dict(request.headers),
+                               raw, len(raw), caller)
     except SlipstreamError as exc:
         return _error(exc.status, exc.body(protocol), exc.headers)
 
@@ -304,7 +309,7 @@ class AsyncTransport(httpx2.AsyncBaseTransport):
         if not self._retained:
             retain_upstream()
             self._retained = True
-        reply = await _answer(self.team, self.protocol, request, await request.aread())
+        reply = await _answer(self.team, self.protocol, request, await request.aread(), tracing.caller_parent())
         return reply.response(_AsyncEvents(reply.stream, self.protocol) if reply.stream else None)
 
     async def aclose(self) -> None:
@@ -430,13 +435,15 @@ class SyncTransport(httpx2.BaseTransport):
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         loop = _LOOP.get()
-        future = asyncio.run_coroutine_threadsafe(self._start(request, request.read(), loop), loop)
+        caller = tracing.caller_parent()  # the pipeline runs on the loop thread: read the caller's span here
+        future = asyncio.run_coroutine_threadsafe(self._start(request, request.read(), loop, caller), loop)
         try:
             return future.result()
         except BaseException:
             future.cancel()  # e.g. KeyboardInterrupt while waiting: cancel the pipeline, not just the wait
             raise
 
-    async def _start(self, request: httpx2.Request, raw: bytes, loop: asyncio.AbstractEventLoop) -> httpx2.Response:
-        reply = await _answer(self.team, self.protocol, request, raw)
+    async def _start(self, request: httpx2.Request, raw: bytes, loop: asyncio.AbstractEventLoop,
+                     caller: Parent | None) -> httpx2.Response:
+        reply = await _answer(self.team, self.protocol, request, raw, caller)
         return reply.response(_SyncEvents(reply.stream, self.protocol, loop) if reply.stream else None)

@@ -6,20 +6,23 @@ key is replaced by that provider's key; the method, path, query, body and the cl
 headers go as they came (hop-by-hop and account headers excepted), and the answer comes back as the
 provider sent it. Bodies stream both ways: an upload is written upstream piece by piece as the
 client sends it (bounded by `limits.max_upload_bytes`), never held whole in memory. One attempt, no
-retries: a streamed body cannot be sent twice. Counted per team, provider and endpoint family.
+retries: a streamed body cannot be sent twice. Counted per team, provider and endpoint family, and,
+with tracing on, one span per request (sdk/tracing/) whose `traceparent` goes upstream.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
 
-from sdk import metrics
+from sdk import metrics, tracing
 from sdk.errors import NotFoundError, RequestTooLargeError
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.runtime import TeamRuntime
+from sdk.tracing import Parent, RequestTrace
 from sdk.types import Protocol
 
 # (path prefix, provider kind, family label for metrics)
@@ -49,17 +52,36 @@ def family(path: str) -> tuple[Protocol, str] | None:
 
 @dataclass(slots=True)
 class Passed:
-    """The provider's answer: status, headers to send on, and the body as it arrives."""
+    """The provider's answer: status, headers to send on, and the body as it arrives.
+
+    Its trace span (when tracing is on) ends when the body has passed in full, or when it is aborted.
+    """
 
     status: int
     headers: list[tuple[str, str]]
     response: UpstreamResponse
+    trace: RequestTrace | None = None
 
     def body(self) -> AsyncIterator[bytes]:
-        return self.response.iter_chunks()
+        if self.trace is None:
+            return self.response.iter_chunks()
+        return self._traced_body()
+
+    async def _traced_body(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.response.iter_chunks():
+                yield chunk
+        except (GeneratorExit, asyncio.CancelledError):
+            tracing.end_passthrough(self.trace, "cancelled", self.status)
+            raise
+        except BaseException as exc:
+            tracing.end_passthrough(self.trace, "failed", self.status, exc)
+            raise
+        tracing.end_passthrough(self.trace, "ok", self.status)
 
     def abort(self) -> None:
         self.response.abort()
+        tracing.end_passthrough(self.trace, "cancelled", self.status)
 
 
 def provider_for(team: TeamRuntime, protocol: Protocol) -> HTTPProvider:
@@ -71,8 +93,9 @@ def provider_for(team: TeamRuntime, protocol: Protocol) -> HTTPProvider:
 
 
 async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, headers: Mapping[str, str],
-                  body: bytes | AsyncIterable[bytes], length: int | None = None) -> Passed:
-    """Send one pass-through request upstream; `raw_path` as the client wrote it (still percent-encoded)."""
+                  body: bytes | AsyncIterable[bytes], length: int | None = None, caller: Parent | None = None) -> Passed:
+    """Send one pass-through request upstream; `raw_path` as the client wrote it (still percent-encoded).
+    `caller`: the application's current span, when the drop-in SDK forwards in process."""
     found = family(raw_path)
     assert found is not None, raw_path
     protocol, name = found
@@ -83,6 +106,7 @@ async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, hea
     upstream_path = raw_path.removeprefix("/v1") if protocol is Protocol.OPENAI else raw_path  # OpenAI's base_url has /v1
     url = provider.base_url + upstream_path + (f"?{query}" if query else "")
     sent = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST and not k.lower().startswith("x-slipstream-")}
+    trace, sent = tracing.begin_passthrough(team.team, method, name, provider, sent, caller)
     sent = {**provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), **sent}
     if not isinstance(body, bytes):
         body = _bounded(body, limit)
@@ -90,14 +114,17 @@ async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, hea
     started = time.perf_counter()
     try:
         response = await client.request(method, url, sent, body, provider.timeouts, length)
-    except BaseException:
+    except BaseException as exc:
         metrics.PASSTHROUGH.labels(team.team, provider.name, name, "error").inc()
+        tracing.end_passthrough(trace, "failed", error=exc)
         raise
     metrics.PASSTHROUGH.labels(team.team, provider.name, name, str(response.status)).inc()
     metrics.PASSTHROUGH_SECONDS.labels(team.team, name).observe(time.perf_counter() - started)
     forwarded = [(k, v) for k, v in response.headers.items() if k not in _DROP_RESPONSE]
     forwarded.append(("x-slipstream-route", f"{provider.name}/{name}"))
-    return Passed(response.status, forwarded, response)
+    if trace is not None:
+        trace.root.attributes["slipstream.route"] = f"{provider.name}/{name}"
+    return Passed(response.status, forwarded, response, trace)
 
 
 async def _bounded(body: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:

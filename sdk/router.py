@@ -14,7 +14,7 @@ returning, so a stream that fails at once is retried like any other failure. Onc
 returned, the door sends headers and nothing is retried again: later failures end the stream with a
 provider-shaped error event (sdk/providers/base.py). Every abandoned attempt is cancelled, which
 drops its upstream connection. With tracing on, each attempt is a child span of the request's
-(sdk/tracing.py) whose `traceparent` goes upstream.
+(sdk/tracing/) whose `traceparent` goes upstream.
 """
 
 from __future__ import annotations
@@ -123,9 +123,10 @@ class Router:
                     if slot is not None:
                         if legs:
                             log.info("hedging %s on %s: %d leg(s) without a first byte", model, slot.key, slow)
+                        kind = _attempt_kind(slot, legs, errors, self.retry.max_attempts)
                         plan.started(slot)
                         hedge_at = now + self._hedge_delay_s(slot.key) if max_legs > 1 else math.inf
-                        legs[asyncio.ensure_future(self._attempt(ctx, slot, deadline))] = Leg(slot, hedge_at)
+                        legs[asyncio.ensure_future(self._attempt(ctx, slot, deadline, kind))] = Leg(slot, hedge_at)
                         continue
                     if later is None and not legs:
                         raise _final_error(errors)
@@ -180,8 +181,9 @@ class Router:
         p95 = self.stats[key].p95_ttfb_s(self.hedging.min_samples)
         return p95 if p95 is not None else self.hedging.default_delay_ms / 1000
 
-    async def _attempt(self, ctx: RequestContext, slot: TargetSlot, deadline: float) -> Answer:
-        """One upstream call, up to its first byte; its outcome feeds the breaker and the statistics."""
+    async def _attempt(self, ctx: RequestContext, slot: TargetSlot, deadline: float, kind: str = "first") -> Answer:
+        """One upstream call, up to its first byte; its outcome feeds the breaker and the statistics.
+        `kind` (first, retry, fallback, hedge) only names the attempt in its trace span."""
         target, key = slot.target, slot.key
         stats = self.stats[key]
         request = ctx.request.with_model(target.model) if target.model else ctx.request
@@ -189,7 +191,7 @@ class Router:
         limit = self._first_byte_limit_s(deadline)
         stats.in_flight += 1
         ctx.attempts += 1
-        span, request = tracing.begin_attempt(ctx, key, self.providers[target.provider], request)
+        span, request = tracing.begin_attempt(ctx, key, self.providers[target.provider], request, kind)
         started = time.perf_counter()
         try:
             try:
@@ -251,6 +253,16 @@ class Router:
                 raise SlipstreamError("this router has no response store; the Responses API is not available", status=501)
             target = self._responses[name] = ResponsesTarget(provider, self.team, self.responses, self.planner)
         return target
+
+
+def _attempt_kind(slot: TargetSlot, legs: Mapping[object, Leg], errors: list[BaseException], max_attempts: int) -> str:
+    """How an attempt about to start relates to the earlier ones: a hedge leg beside a running one, a
+    retry of a target tried before, a fallback to another target after a failure, or the first."""
+    if legs:
+        return "hedge"
+    if slot.attempts_left < max_attempts:
+        return "retry"
+    return "fallback" if errors else "first"
 
 
 def _leave(stats: TargetStats) -> None:

@@ -59,13 +59,14 @@ _RESPONSES_END = (b"event: response.completed", b"event: response.incomplete", b
 
 
 class StreamObserver:
-    """Tracks usage, token timing and in-band errors of one stream without changing it."""
+    """Tracks usage, token timing, finish reasons and in-band errors of one stream without changing it."""
 
     def __init__(self, endpoint: Endpoint, usage: Usage, timings: Timings):
         self.endpoint = endpoint
         self.protocol = endpoint.protocol  # the shape of the error event that ends a failed stream
         self.usage = usage
         self.timings = timings
+        self.finish_reasons: list[str] = []  # the stream's LLMStream shares this list
         self.error: bytes | None = None  # the provider's in-band error event, if one arrived
         self.finished = False  # saw message_stop / [DONE] / the terminal response.* event
 
@@ -85,6 +86,8 @@ class StreamObserver:
             self.timings.mark_token(now)
         elif event.startswith(_RESPONSES_END):
             response = orjson.loads(event_data(event)).get("response") or {}
+            if isinstance(response.get("status"), str):
+                self.finish_reasons.append(response["status"])
             parsed = responses_usage(response.get("usage"))
             self.usage.input_tokens, self.usage.output_tokens = parsed.input_tokens, parsed.output_tokens
             self.usage.cache_read_tokens, self.usage.cache_write_tokens = parsed.cache_read_tokens, parsed.cache_write_tokens
@@ -99,7 +102,11 @@ class StreamObserver:
             message = orjson.loads(event_data(event)).get("message") or {}
             merge_anthropic_usage(self.usage, message.get("usage"))
         elif event.startswith(b"event: message_delta"):
-            merge_anthropic_usage(self.usage, orjson.loads(event_data(event)).get("usage"))
+            delta = orjson.loads(event_data(event))
+            merge_anthropic_usage(self.usage, delta.get("usage"))
+            reason = (delta.get("delta") or {}).get("stop_reason")
+            if isinstance(reason, str):
+                self.finish_reasons.append(reason)
         elif event.startswith(b"event: message_stop"):
             self.finished = True
         elif event.startswith(b"event: error"):
@@ -110,11 +117,14 @@ class StreamObserver:
         if data == b"[DONE]":
             self.finished = True
             return
-        if b'"usage":{' in data or b'"error":' in data:
+        if b'"usage":{' in data or b'"error":' in data or b'"finish_reason":"' in data:
             chunk = orjson.loads(data)
             if "error" in chunk and "choices" not in chunk:
                 self.error = event
                 return
+            for choice in chunk.get("choices") or ():
+                if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
+                    self.finish_reasons.append(choice["finish_reason"])
             if isinstance(chunk.get("usage"), dict):
                 parsed = openai_usage(chunk["usage"])
                 self.usage.input_tokens = parsed.input_tokens

@@ -121,8 +121,8 @@ class LLMStream:
     An item holds one event or several that arrived together (`sdk.sse.events_of` splits one), so
     the door forwards each item with one write. The first item always starts with the first event.
 
-    `usage` fills in while the events pass. `aclose()` cancels the upstream call; it is safe to call
-    more than once and is called by every consumer when it stops early.
+    `usage` and `finish_reasons` fill in while the events pass. `aclose()` cancels the upstream call;
+    it is safe to call more than once and is called by every consumer when it stops early.
     """
 
     status: int
@@ -132,6 +132,7 @@ class LLMStream:
     route: str
     close: Callable[[], Awaitable[None]]
     media_type: str = "text/event-stream"
+    finish_reasons: list[str] = field(default_factory=list)  # from the final chunk/event, in the provider's words
 
     async def aclose(self) -> None:
         await self.close()  # drop the upstream connection first: that is the cancel the provider sees

@@ -64,6 +64,15 @@ def completed_safely(protocol: Protocol, message: Message, allow_tool_calls: boo
     return (stop in _OPENAI_STOPS and not calls) or (allow_tool_calls and stop == "tool_calls" and calls)
 
 
+def finish_reasons(protocol: Protocol, message: Message) -> list[str]:
+    """Why the stored answer stopped, in the provider's words (a replayed stream's finish reasons)."""
+    if protocol is Protocol.ANTHROPIC:
+        reasons = [message.get("stop_reason")]
+    else:
+        reasons = [choice.get("finish_reason") for choice in message.get("choices", ()) if isinstance(choice, dict)]
+    return [reason for reason in reasons if isinstance(reason, str)]
+
+
 class StreamCapture:
     """Folds a stream's events into the non-streaming response shape; `message()` is None unless it finished."""
 

@@ -121,7 +121,8 @@ class HTTPProvider:
                 route=route,
             )
         usage = Usage()
-        events = _observed_events(response, StreamObserver(request.endpoint, usage, timings), route)
+        observer = StreamObserver(request.endpoint, usage, timings)
+        events = _observed_events(response, observer, route)
 
         async def close() -> None:
             response.abort()
@@ -134,6 +135,7 @@ class HTTPProvider:
             usage=usage,
             route=route,
             close=close,
+            finish_reasons=observer.finish_reasons,
         )
 
     async def list_models(self) -> list[dict[str, Any]]:

@@ -174,13 +174,15 @@ class LocalProvider:
             usage.cache_read_tokens = filled.cache_read_tokens
 
         source = chat_completion_events(engine, chat, on_usage=fill)
-        events = _observed(source, StreamObserver(Endpoint.CHAT_COMPLETIONS, usage, timings), route)
+        observer = StreamObserver(Endpoint.CHAT_COMPLETIONS, usage, timings)
+        events = _observed(source, observer, route)
 
         async def close() -> None:
             await events.aclose()
             engine.abort(chat.request_id)  # idempotent: frees the KV blocks even if nothing was read
 
-        return LLMStream(status=200, events=events, headers={}, usage=usage, route=route, close=close)
+        return LLMStream(status=200, events=events, headers={}, usage=usage, route=route, close=close,
+                         finish_reasons=observer.finish_reasons)
 
 
 def usage_of(raw: dict[str, Any]) -> Usage:

@@ -15,6 +15,7 @@ every replica.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -74,7 +75,11 @@ class LimitsStage:
         caps = tuple(scope.cap for scope in scopes if scope.cap is not None)
         admission = Admission(uuid.uuid4().hex if caps else "", rates, caps, budget_check(self.team, self.budget))
         if rates or caps or admission.budget is not None:
+            trace = ctx.trace
+            started = time.time_ns() if trace is not None else 0
             refusal = await self.state.admit(admission)
+            if trace is not None:
+                trace.stage("limits admit", started, {"slipstream.limits.outcome": "refused" if refusal else "admitted"})
             if refusal is not None:
                 raise self._refused(refusal, scopes)
         try:

@@ -110,13 +110,20 @@ class CacheStage:
         # of what it says: such requests use the exact tier only.
         semantic = (self.config.semantic and keys.user_turns <= self.config.max_turns_for_semantic
                     and (keys.query is None or len(keys.query) <= MAX_TEXT_CHARS))
+        trace = ctx.trace
+        started = time.time_ns() if trace is not None else 0
         try:
             found = await self.cache.lookup(self.team, keys, self.config.exact, semantic, min_precision)
         except Exception:  # the cache only ever saves work: a broken one must not fail the request
             log.exception("cache lookup failed for team %s; answering from upstream", self.team)
             metrics.RESPONSE_CACHE.labels(self.team, "error").inc()
+            if trace is not None:
+                trace.stage("cache lookup", started, {"slipstream.cache.outcome": "error"})
             return await call_next(ctx)
-        metrics.RESPONSE_CACHE.labels(self.team, found.status if found.entry is not None else "miss").inc()
+        outcome = found.status if found.entry is not None else "miss"
+        metrics.RESPONSE_CACHE.labels(self.team, outcome).inc()
+        if trace is not None:
+            trace.stage("cache lookup", started, {"slipstream.cache.outcome": outcome, "slipstream.cache.semantic": semantic})
         if found.entry is not None:
             if request.endpoint is Endpoint.RESPONSES:
                 return await self._replay_response(ctx, found)
@@ -197,7 +204,8 @@ class CacheStage:
         async def close() -> None:
             await events.aclose()
 
-        return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close)
+        return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close,
+                         finish_reasons=answers.finish_reasons(protocol, entry.response))
 
 
     async def _replay_response(self, ctx: RequestContext, found: Lookup) -> Answer:
@@ -220,7 +228,9 @@ class CacheStage:
         async def close() -> None:
             await events.aclose()
 
-        return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close)
+        reasons = [response["status"]] if isinstance(response.get("status"), str) else []
+        return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close,
+                         finish_reasons=reasons)
 
 
 _TOKEN_EVENTS = (b"event: content_block_delta", b"event: response.output_text.delta")

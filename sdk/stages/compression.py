@@ -47,21 +47,34 @@ class CompressionStage:
         request = ctx.request
         if request.endpoint not in _ENDPOINTS or not isinstance(request.body.get("messages"), list):
             return await call_next(ctx)
+        trace = ctx.trace
+        started_ns = time.time_ns() if trace is not None else 0
         started = time.perf_counter()
         try:
             result = await self.compressor.run(request.body)
         except Exception:  # compression only saves tokens; it must never cost the request
             log.exception("team %s: compression failed; sending the request unchanged", self.team)
             report.REQUESTS.labels(self.team, "error").inc()
+            if trace is not None:
+                trace.stage("compression", started_ns, {"slipstream.compression.outcome": "error"})
             return await call_next(ctx)
         report.SECONDS.labels(self.team).observe(time.perf_counter() - started)
-        self._record(result)
+        outcome = self._record(result)
         ctx.compression = result.report
+        if trace is not None:
+            summary = result.report
+            trace.stage("compression", started_ns, {
+                "slipstream.compression.outcome": outcome, "slipstream.compression.tokens_before": summary.before,
+                "slipstream.compression.tokens_after": summary.after,
+                "slipstream.compression.pieces": sum(summary.compressed.values()),
+                "slipstream.compression.history": summary.history or "none",
+            })
         if result.body is not request.body:
             ctx.request = replace(request, body=result.body)
         return await call_next(ctx)
 
-    def _record(self, result: Result) -> None:
+    def _record(self, result: Result) -> str:
+        """Count what compression did; its outcome: compressed, refused or unchanged."""
         summary = result.report
         report.TOKENS.labels(self.team, "before").inc(summary.before)
         report.TOKENS.labels(self.team, "after").inc(summary.after)
@@ -80,6 +93,7 @@ class CompressionStage:
                     "team %s: %s material (message %d) pruned against %r; removed %d units: %s",
                     self.team, found.place, found.message, found.query[:200], len(removed), " | ".join(removed)[:4000],
                 )
+        return outcome
 
 
 def build_compression(policy: Policy, services: Services) -> CompressionStage | None:

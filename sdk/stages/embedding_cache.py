@@ -14,6 +14,7 @@ says `hits=H;misses=M` (items) whenever the cache was consulted.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -48,6 +49,8 @@ class EmbeddingCacheStage:
         request = ctx.request
         if request.endpoint is not Endpoint.EMBEDDINGS:
             return await call_next(ctx)
+        trace = ctx.trace
+        started = time.time_ns() if trace is not None else 0
         body = request.body
         items, listed = input_items(body["input"])
         encoding = body.get("encoding_format") or "float"
@@ -61,6 +64,9 @@ class EmbeddingCacheStage:
         self.counted["hit"].inc(hits)
         self.counted["miss"].inc(len(items) - hits)
         header = {ITEMS_HEADER: f"hits={hits};misses={len(items) - hits}"}
+        if trace is not None:
+            trace.stage("embedding_cache lookup", started, {"slipstream.embedding_cache.hits": hits,
+                                                            "slipstream.embedding_cache.misses": len(items) - hits})
         if not missing:
             ctx.cache_status = "exact-hit"
             ctx.route = f"cache/{found[0].route}"  # type: ignore[union-attr]

@@ -3,7 +3,7 @@
 It wraps everything after it, so upstream time, retries and cache hits are all inside its clock.
 A stream is recorded when it ends, however it ends (finished, failed, or closed by the client).
 The same points write the access log line, open and close the request's trace span and record the
-OpenTelemetry metrics (sdk/access_log.py, sdk/tracing.py, sdk/otel_metrics.py), each when it is on.
+OpenTelemetry metrics (sdk/access_log.py, sdk/tracing/, sdk/otel_metrics.py), each when it is on.
 """
 
 from __future__ import annotations

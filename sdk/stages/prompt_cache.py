@@ -64,7 +64,12 @@ class PromptCacheStage:
         if request.endpoint not in _ENDPOINTS or not _readable(request.body):
             return await call_next(ctx)
 
+        trace = ctx.trace
+        started = time.time_ns() if trace is not None else 0
+
         async def send(planned: LLMRequest) -> Answer:
+            if trace is not None:  # the plan is made (and any fan-out wait over): its span ends here
+                trace.stage("prompt_cache plan", started, _plan_attributes(ctx.prompt_cache))
             ctx.request = planned
             return await call_next(ctx)
 
@@ -122,6 +127,13 @@ class PromptCacheStage:
     def _settle_at_end(self, plan: Plan, stream: LLMStream) -> None:
         if stream.usage.total_input_tokens:  # an OpenAI stream without include_usage cannot be verified
             self.optimizer.settle(plan, stream.usage)
+
+
+def _plan_attributes(report: PromptCacheReport) -> dict[str, object]:
+    return {"slipstream.prompt_cache.expected_read": report.expected_read,
+            "slipstream.prompt_cache.miss_cause": report.miss_cause or "none",
+            "slipstream.prompt_cache.moved": report.moved, "slipstream.prompt_cache.advice": report.advice,
+            "slipstream.prompt_cache.repaired": report.repaired, "slipstream.prompt_cache.canonicalized": report.canonicalized}
 
 
 def build_prompt_cache(policy: Policy, services: Services) -> PromptCacheStage | None:

@@ -1,0 +1,238 @@
+"""OpenTelemetry traces: one span per request with the GenAI semantic conventions, a child per stage
+that did work and per upstream attempt.
+
+Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set: then the
+first request sets up a BatchSpanProcessor with the OTLP HTTP/protobuf exporter (sdk/tracing/setup.py;
+the SDK reads the other standard `OTEL_*` variables). OpenTelemetry is the `[otel]` extra and is
+imported only then. When off, `begin` reads two module globals and returns None; every other hook
+sees `ctx.trace is None` and does nothing, and no OpenTelemetry code runs at all.
+
+The metrics stage opens the request's trace (it sees every request start and end) and closes it
+when the answer is complete or the stream ends; stages add a child for their own work
+(`ctx.trace.stage(...)`), the router one CLIENT child per upstream attempt, up to its first byte,
+and sends that child's W3C `traceparent` upstream. An incoming `traceparent` (both doors pass it in
+`forward_headers`) makes the request's span its child; in the drop-in SDK the application's
+current span does (`caller_parent`). Pass-through requests are traced by `begin_passthrough`.
+
+While a request runs, its spans are plain records (sdk/tracing/records.py); they become
+OpenTelemetry spans in one pass when it ends (sdk/tracing/emit.py), which is what makes a span per
+stage cheap enough (docs/observability.md, "Cost").
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from sdk.tracing.genai import (
+    CAPTURE_VAR,
+    error_type,
+    operation,
+    provider_name,
+    request_attributes,
+    result_attributes,
+)
+from sdk.tracing.records import Parent, RequestTrace, SpanRecord, new_span_id, new_trace_id, parse_traceparent
+from sdk.tracing.setup import ENDPOINT_VARS, otlp_wanted, resource
+from sdk.types import Answer, LLMRequest
+
+if TYPE_CHECKING:
+    from sdk.pipeline import RequestContext
+    from sdk.tracing.emit import Sink
+
+__all__ = [
+    "CAPTURE_VAR", "ENDPOINT_VARS", "Parent", "RequestTrace", "SpanRecord", "begin", "begin_attempt",
+    "begin_passthrough", "caller_parent", "end", "end_attempt", "end_passthrough", "error_type", "install",
+    "operation", "otlp_wanted", "provider_name", "reset", "resource",
+]
+
+_sink: Sink | None = None
+_sampler: Any = None  # None: parent-based always-on, decided without a call
+_decided = False  # whether the environment has been read (once per process, at the first request)
+_capture = False
+_TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def install(processor: Any, sampler: Any = None, service: Any = None) -> None:
+    """Trace into `processor` (an OpenTelemetry SpanProcessor: tests, benchmarks, an application's own
+    exporter); None turns tracing off. `sampler` (an SDK Sampler) decides per request when given;
+    `service` is the resource (else `OTEL_SERVICE_NAME`, `slipstream` by default)."""
+    global _sink, _sampler, _decided, _capture
+    if processor is None:
+        _sink = None
+    else:
+        from sdk.tracing.emit import Sink
+
+        _sink = Sink(processor, service if service is not None else resource())
+    _sampler = sampler
+    _capture = os.environ.get(CAPTURE_VAR, "").lower() == "true"
+    _decided = True
+
+
+def reset() -> None:
+    """Forget the decision: the next request reads the environment again."""
+    global _sink, _sampler, _decided
+    _sink, _sampler, _decided = None, None, False
+
+
+def _decide() -> None:
+    from sdk.tracing.setup import from_environment
+
+    found = from_environment()
+    if found is None:
+        install(None)
+        return
+    processor, sampler, service = found
+    install(processor, sampler, service)
+    atexit.register(processor.shutdown)  # flush what the batch holds when the process ends
+
+
+def enabled() -> bool:
+    if not _decided:
+        _decide()
+    return _sink is not None
+
+
+def caller_parent() -> Parent | None:
+    """The application's current span, for the drop-in SDK (its request span goes under it); None when
+    tracing is off or no span is current. Sync clients call this on the caller's thread."""
+    if not enabled():
+        return None
+    from opentelemetry.trace import get_current_span
+
+    span = get_current_span().get_span_context()
+    if not span.is_valid:
+        return None
+    state = span.trace_state.to_header() if span.trace_state else ""
+    return Parent(span.trace_id, span.span_id, int(span.trace_flags), state, span.is_remote)
+
+
+def _parent(headers: dict[str, str], caller: Parent | None) -> Parent | None:
+    value = headers.get("traceparent")
+    if value is not None:
+        return parse_traceparent(value, headers.get("tracestate", ""))
+    return caller
+
+
+def _start(name: str, attributes: dict[str, Any], parent: Parent | None) -> RequestTrace | None:
+    """A new request trace, or None when the sampler (or an unsampled parent) says no."""
+    trace_id = parent.trace_id if parent is not None else new_trace_id()
+    if _sampler is not None:
+        from sdk.tracing.emit import sampled
+
+        if not sampled(_sampler, parent, trace_id, name, attributes):
+            return None
+    elif parent is not None and not parent.flags & 1:
+        return None  # parent-based: the caller chose not to record this trace
+    return RequestTrace(trace_id, SpanRecord(name, new_span_id(), time.time_ns(), attributes), parent)
+
+
+def begin(ctx: RequestContext) -> RequestTrace | None:
+    """The request's trace, or None when tracing is off (the one check a request pays)."""
+    if not _decided:
+        _decide()
+    if _sink is None:
+        return None
+    request = ctx.request
+    name = operation(request.endpoint)
+    trace = _start(f"{name} {request.model}", request_attributes(ctx, name, _capture), _parent(request.forward_headers, ctx.parent))
+    ctx.trace = trace
+    return trace
+
+
+def end(ctx: RequestContext, status: int | str, answer: Answer | None = None, error: BaseException | None = None) -> None:
+    """Close the request's trace (a no-op when it has none) with what the answer or the error says, and
+    hand its spans to the processor."""
+    trace = ctx.trace
+    if trace is None or _sink is None:
+        return
+    ctx.trace = None
+    root = trace.root
+    root.attributes.update(result_attributes(ctx, status, answer, _capture))
+    first = ctx.timings.first_token
+    if first is not None:
+        ttft_ms = (first - ctx.timings.start) * 1000
+        at = time.time_ns() - int((time.perf_counter() - first) * 1e9)
+        root.events.append(("gen_ai.first_token", at, {"slipstream.ttft_ms": round(ttft_ms, 3)}))
+    if error is not None:
+        root.attributes["error.type"] = error_type(error)
+        root.finish(error=str(error)[:200] or type(error).__name__)
+    elif status == "stream_error":
+        root.attributes["error.type"] = "stream_error"
+        root.finish(error="the stream ended with an error event")
+    else:
+        root.finish()
+    _sink.emit(trace)
+
+
+def begin_attempt(ctx: RequestContext, key: str, provider: object, request: LLMRequest,
+                  kind: str = "first") -> tuple[SpanRecord | None, LLMRequest]:
+    """A child span for one upstream attempt (`kind`: first, retry, fallback or hedge) and the request
+    carrying its `traceparent`; (None, request) untraced."""
+    trace = ctx.trace
+    if trace is None:
+        return None, request
+    record = trace.child(f"attempt {key}", time.time_ns(), {
+        "slipstream.target": key, "slipstream.attempt": ctx.attempts, "slipstream.attempt.kind": kind,
+        "gen_ai.provider.name": provider_name(provider), "gen_ai.request.model": request.model,
+        "gen_ai.operation.name": operation(request.endpoint),
+    }, client=True)
+    headers = _with_trace_context(request.forward_headers, trace, record)
+    return record, LLMRequest(request.endpoint, request.body, headers, request.query, request.size)
+
+
+def end_attempt(record: SpanRecord | None, outcome: str, error: BaseException | None = None) -> None:
+    """Close an attempt's span: `ok`, `failed` (with the error's type) or `cancelled`."""
+    if record is None:
+        return
+    if error is None:
+        record.finish({"slipstream.outcome": outcome})
+    else:
+        record.finish({"slipstream.outcome": outcome, "error.type": error_type(error)}, str(error)[:200] or type(error).__name__)
+
+
+def _with_trace_context(headers: dict[str, str], trace: RequestTrace, record: SpanRecord) -> dict[str, str]:
+    """`headers` with the client's trace context replaced by the one naming `record`."""
+    sent = {k: v for k, v in headers.items() if k.lower() not in _TRACE_HEADERS}
+    sent["traceparent"] = trace.traceparent(record)
+    if trace.parent is not None and trace.parent.tracestate:
+        sent["tracestate"] = trace.parent.tracestate
+    return sent
+
+
+def begin_passthrough(team: str, method: str, family: str, provider: object,
+                      headers: dict[str, str], caller: Parent | None = None) -> tuple[RequestTrace | None, dict[str, str]]:
+    """The trace of a pass-through request (one span, no pipeline) and the headers to send upstream
+    with its `traceparent`; (None, headers) when tracing is off."""
+    if not _decided:
+        _decide()
+    if _sink is None:
+        return None, headers
+    attributes: dict[str, Any] = {"slipstream.team": team, "slipstream.passthrough": family,
+                                  "http.request.method": method, "gen_ai.provider.name": provider_name(provider)}
+    if family == "completions":
+        attributes["gen_ai.operation.name"] = "text_completion"
+    lowered = {k.lower(): v for k, v in headers.items() if k.lower() in _TRACE_HEADERS}
+    trace = _start(f"passthrough {family}", attributes, _parent(lowered, caller))
+    if trace is None:
+        return None, headers
+    return trace, _with_trace_context(headers, trace, trace.root)
+
+
+def end_passthrough(trace: RequestTrace | None, outcome: str, status: int | None = None,
+                    error: BaseException | None = None) -> None:
+    """Close a pass-through trace (once): `ok` (the answer passed in full), `cancelled` or `failed`."""
+    if trace is None or _sink is None or trace.root.end_ns:
+        return
+    attributes: dict[str, Any] = {"slipstream.outcome": outcome}
+    description = ""
+    if status is not None:
+        attributes["http.response.status_code"] = status
+        if status >= 400:
+            attributes["error.type"], description = str(status), f"the provider answered {status}"
+    if error is not None:
+        attributes["error.type"], description = error_type(error), str(error)[:200] or type(error).__name__
+    trace.root.finish(attributes, description)
+    _sink.emit(trace)
