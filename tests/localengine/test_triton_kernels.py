@@ -26,27 +26,28 @@ BLOCK = 4
 KV_HEADS, HEADS, HEAD_DIM = 2, 4, 16
 
 
-def build_batch(specs: list[tuple[int, int]], num_blocks: int = 40, seed: int = 0):
+def build_batch(specs: list[tuple[int, int]], num_blocks: int = 40, seed: int = 0, block: int = BLOCK,
+                heads: int = HEADS, kv_heads: int = KV_HEADS, head_dim: int = HEAD_DIM):
     """specs: (context already cached, new query tokens) per sequence, decodes (q=1) first."""
     g = torch.Generator().manual_seed(seed)
-    k_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=g)
-    v_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=g)
+    k_cache = torch.randn(num_blocks, block, kv_heads, head_dim, generator=g)
+    v_cache = torch.randn(num_blocks, block, kv_heads, head_dim, generator=g)
     free = torch.randperm(num_blocks, generator=g).tolist()  # scattered, out-of-order blocks
     tables, slots, qs, ks, vs = [], [], [], [], []
     starts, seq_lens = [0], []
     for ctx, n in specs:
         seq_len = ctx + n
-        table = [free.pop() for _ in range(-(-seq_len // BLOCK))]
+        table = [free.pop() for _ in range(-(-seq_len // block))]
         tables.append(table)
-        k_full = torch.randn(seq_len, KV_HEADS, HEAD_DIM, generator=g)
-        v_full = torch.randn(seq_len, KV_HEADS, HEAD_DIM, generator=g)
+        k_full = torch.randn(seq_len, kv_heads, head_dim, generator=g)
+        v_full = torch.randn(seq_len, kv_heads, head_dim, generator=g)
         pos = torch.arange(seq_len)
-        all_slots = torch.tensor(table)[pos // BLOCK] * BLOCK + pos % BLOCK
+        all_slots = torch.tensor(table)[pos // block] * block + pos % block
         reference.store_kv_cache(k_full, v_full, k_cache, v_cache, all_slots)
         slots.append(all_slots[ctx:])
         ks.append(k_full[ctx:])
         vs.append(v_full[ctx:])
-        qs.append(torch.randn(n, HEADS, HEAD_DIM, generator=g))
+        qs.append(torch.randn(n, heads, head_dim, generator=g))
         starts.append(starts[-1] + n)
         seq_lens.append(seq_len)
     width = max(len(t) for t in tables)
@@ -63,19 +64,72 @@ def build_batch(specs: list[tuple[int, int]], num_blocks: int = 40, seed: int = 
     return torch.cat(qs), torch.cat(ks), torch.cat(vs), k_cache, v_cache, meta
 
 
+def assert_matches_reference(batch, num_splits: int | None, head_dim: int = HEAD_DIM) -> None:
+    q, k, v, k_cache, v_cache, meta = batch
+    expected = reference.paged_attention(q, k, v, k_cache, v_cache, meta, head_dim**-0.5)
+    got = triton_attention.paged_attention(q, k_cache, v_cache, meta, head_dim**-0.5, num_splits=num_splits)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     "specs",
     [
         [(6, 1), (13, 1), (0, 1)],  # decode only, partial last blocks
-        [(0, 7), (0, 20)],  # prefill without cached prefix, query blocks > BLOCK_M
+        [(0, 7), (0, 20)],  # prefill without cached prefix, query blocks > BLOCK_Q
         [(5, 1), (8, 9), (3, 18)],  # mixed: decode + chunked prefill over cached prefixes
     ],
 )
 def test_paged_attention_matches_reference(specs):
-    q, k, v, k_cache, v_cache, meta = build_batch(specs)
-    expected = reference.paged_attention(q, k, v, k_cache, v_cache, meta, HEAD_DIM**-0.5)
-    got = triton_attention.paged_attention(q, k_cache, v_cache, meta, HEAD_DIM**-0.5)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert_matches_reference(build_batch(specs), num_splits=1)
+
+
+# Contexts of 1..71 positions: partial blocks, one and several 32-position tiles; with 4 segments
+# of 32 the short ones leave later segments empty and 71 spans three.
+DECODES = [(0, 1), (6, 1), (37, 1), (70, 1)]
+
+
+@pytest.mark.parametrize("num_splits", [1, 4])
+@pytest.mark.parametrize(
+    "heads, kv_heads",
+    [(4, 4), (4, 2), (8, 2), (6, 2), (4, 1)],
+    ids=["mha", "gqa2", "gqa4", "gqa3", "mqa"],
+)
+def test_grouped_heads_decode_matches_reference(heads, kv_heads, num_splits):
+    batch = build_batch(DECODES, num_blocks=48, heads=heads, kv_heads=kv_heads)
+    assert_matches_reference(batch, num_splits)
+
+
+@pytest.mark.parametrize("block", [8, 16, 64])  # cache blocks smaller than, equal to, larger than a tile half
+@pytest.mark.parametrize("num_splits", [1, 2])
+def test_block_sizes_and_splits_match_reference(block, num_splits):
+    specs = [(63, 1), (64, 1), (95, 1)]  # around tile and segment boundaries
+    batch = build_batch(specs, num_blocks=3 * (96 // block + 1), block=block, heads=8, kv_heads=2, head_dim=12)
+    assert_matches_reference(batch, num_splits, head_dim=12)
+
+
+def test_split_with_multi_token_queries_matches_reference():
+    """Forced splits over chunked prefill: a segment beyond a query's causal limit contributes nothing
+    (rows that see no key in a segment must not turn into NaN)."""
+    # Query block 2 of the last sequence (positions 30..33) reaches into the segment starting at 32.
+    batch = build_batch([(5, 1), (8, 9), (22, 30)], num_blocks=40, heads=4, kv_heads=1)
+    assert_matches_reference(batch, num_splits=3)
+
+
+def test_split_heuristic():
+    choose = triton_attention.choose_num_splits
+    assert choose(1, 8, 1, 4096, sms=132) == 16  # batch-1 decode, long context: fill the SMs
+    assert choose(1, 8, 1, 300, sms=132) == 2  # short context: segments of >= MIN_SPLIT_LEN
+    assert choose(4, 8, 1, 4096, sms=132) == 4  # 32 programs: 4 segments each, power of two
+    assert choose(32, 8, 1, 4096, sms=132) == 1  # the batch already fills the GPU
+    assert choose(1, 8, 1, 100, sms=132) == 1  # nothing worth splitting
+    assert choose(1, 8, 7, 4096, sms=132) == 1  # prefill and verification stay unsplit
+
+
+def test_batch1_long_decode_splits_by_default_and_matches_reference():
+    batch = build_batch([(299, 1)], num_blocks=80, heads=4, kv_heads=2)
+    sms = triton_attention.num_sms(batch[0].device)
+    assert triton_attention.choose_num_splits(1, 2, 1, 300, sms) == 2  # what paged_attention picks below
+    assert_matches_reference(batch, num_splits=None)
 
 
 def test_store_kv_cache_matches_reference_with_non_power_of_two_width():
@@ -89,11 +143,15 @@ def test_store_kv_cache_matches_reference_with_non_power_of_two_width():
     assert torch.equal(tri_k, ref_k) and torch.equal(tri_v, ref_v)
 
 
-def test_engine_with_triton_backend_matches_torch_backend(llama_dir):
+def test_engine_with_triton_backend_matches_torch_backend(llama_dir, monkeypatch):
     from localengine import LLM, SamplingParams
 
+    # Segments of >= 8 positions instead of 128, so that the decode steps here (2 sequences x 2 KV
+    # heads, contexts up to 40) take the split-KV path without a long, slow interpreted prefill.
+    monkeypatch.setattr(triton_attention, "MIN_SPLIT_LEN", 8)
+    assert triton_attention.choose_num_splits(2, 2, 1, 38, triton_attention.num_sms(torch.device("cpu"))) == 4
     params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
-    prompts = [[5, 6, 7, 8, 9, 10], [40, 41, 42]]
+    prompts = [list(range(5, 42)), [40, 41, 42]]
     common = dict(dtype="float32", block_size=4, max_model_len=64, num_kvcache_blocks=32, device="cpu")
     tri = LLM(str(llama_dir), attention_backend="triton", **common).generate(prompts, params)
     ref = LLM(str(llama_dir), attention_backend="torch", **common).generate(prompts, params)
