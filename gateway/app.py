@@ -18,6 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.admin import AdminKey, admin_guard
 from gateway.passthrough import make_passthrough_handler
 from gateway.proxy import make_handler, team_key
+from gateway.ui import ui_handlers
+from sdk import live_stats
 from sdk.errors import AuthenticationError, InvalidRequestError, NotFoundError, SlipstreamError, UpstreamHTTPError
 from sdk.metrics import REGISTRY
 from sdk.models import model_body, models_body
@@ -61,12 +63,14 @@ def create_app(
     """Build the proxy for the given policy files or directories (errors raise PolicyError).
 
     `state_url` names the state backend (sdk/state/); None reads $SLIPSTREAM_STATE_URL.
-    `admin_key` (default: $SLIPSTREAM_ADMIN_KEY) guards /metrics when set (gateway/admin.py).
+    `admin_key` (default: $SLIPSTREAM_ADMIN_KEY) guards /metrics when set (gateway/admin.py) and the
+    status page at /ui (gateway/ui/), which stays closed without one.
     """
     registry = TeamRegistry(list(policy_paths), Services(state_url=state_url))
     state = registry.services.state()  # opened now: a bad URL fails at start, not on the first request
 
     readiness = Readiness()
+    live_stats.enable()  # the status page's buckets, fed by every team's metrics stage
 
     @get("/healthz", sync_to_thread=False)
     def healthz() -> dict[str, object]:
@@ -196,7 +200,8 @@ def create_app(
             await close_upstream_for_running_loop()
 
     app = Litestar(
-        route_handlers=[healthz, readyz, metrics, models, model, cache_report, spend, invalidate_cache, *proxied, *responses, *passed],
+        route_handlers=[healthz, readyz, metrics, models, model, cache_report, spend, invalidate_cache, *proxied, *responses, *passed,
+                        *ui_handlers(registry, state)],
         lifespan=[lifespan],
         openapi_config=None,
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own

@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--local-state", action="store_true", help="with --workers: let each worker keep its own state")
     serve.add_argument("--access-log", choices=("off", "text", "json"),
                        help="one line per request on stderr (default: $SLIPSTREAM_ACCESS_LOG, else off)")
-    serve.add_argument("--admin-key", help="guards /metrics: clients send 'Authorization: Bearer KEY' (default: $SLIPSTREAM_ADMIN_KEY)")
+    serve.add_argument("--admin-key", help="guards /metrics and opens the status page /ui: send 'Authorization: Bearer KEY', "
+                       "or sign in at /ui (default: $SLIPSTREAM_ADMIN_KEY)")
     serve.set_defaults(run=_serve)
 
     emulate = commands.add_parser("emulate", help="run the Anthropic + OpenAI emulator", formatter_class=formatter)

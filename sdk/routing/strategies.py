@@ -82,6 +82,10 @@ class StatsBook:
             stats = self._stats[key] = TargetStats()
         return stats
 
+    def keys(self) -> list[str]:
+        """The targets this router has tried (the status page lists their breakers)."""
+        return list(self._stats)
+
 
 # (targets, model, statistics, prompt prefix hashes: only computed for prefix_affinity routes)
 Order = Callable[[Sequence[Target], str, StatsBook, list[bytes]], list[Target]]

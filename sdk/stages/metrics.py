@@ -2,8 +2,9 @@
 
 It wraps everything after it, so upstream time, retries and cache hits are all inside its clock.
 A stream is recorded when it ends, however it ends (finished, failed, or closed by the client).
-The same points write the access log line, open and close the request's trace span and record the
-OpenTelemetry metrics (sdk/access_log.py, sdk/tracing/, sdk/otel_metrics.py), each when it is on.
+The same points write the access log line, open and close the request's trace span, record the
+OpenTelemetry metrics and feed the status page's buckets (sdk/access_log.py, sdk/tracing/,
+sdk/otel_metrics.py, sdk/live_stats.py), each when it is on.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from sdk import access_log, metrics, otel_metrics, tracing
+from sdk import access_log, live_stats, metrics, otel_metrics, tracing
 from sdk.errors import SlipstreamError, UpstreamHTTPError
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
@@ -39,19 +40,20 @@ class MetricsStage:
         except asyncio.CancelledError:
             self.in_flight.dec()
             metrics.CANCELLED.labels(self.team).inc()
-            _report(ctx, "cancelled")
+            self._report(ctx, "cancelled")
             raise
         except (SlipstreamError, UpstreamHTTPError) as exc:
             self.in_flight.dec()
             kind = type(exc).__name__ if isinstance(exc, SlipstreamError) else f"upstream_{exc.status}"
             metrics.ERRORS.labels(self.team, kind).inc()
             metrics.REQUESTS.labels(self.team, self.labels(ctx.route or "none"), str(exc.status)).inc()
-            _report(ctx, exc.status, error=exc)
+            self._report(ctx, exc.status, error=exc)
             raise
         except BaseException as exc:
             self.in_flight.dec()
             tracing.end(ctx, 500, error=exc)
             otel_metrics.record(ctx, error=exc)
+            live_stats.record(ctx, self.labels(ctx.route or "none"), 500)
             raise
         self.overhead.observe(max(0.0, time.perf_counter() - ctx.timings.start - ctx.timings.upstream_s))
         if isinstance(answer, LLMResponse):
@@ -66,27 +68,32 @@ class MetricsStage:
     def _finish(self, ctx: RequestContext, answer: Answer, streamed: bool) -> None:
         route = self.labels(answer.route)
         metrics.REQUESTS.labels(self.team, route, str(answer.status)).inc()
-        self.monitor.observe(*metrics.record(self.team, route, ctx.timings, answer.usage, streamed))
-        _report(ctx, answer.status, answer)
+        latency = metrics.record(self.team, route, ctx.timings, answer.usage, streamed)
+        self.monitor.observe(*latency)
+        self._report(ctx, answer.status, answer, latency=latency)
 
     def _stream_ended(self, ctx: RequestContext, stream: LLMStream, completed: bool, failed: list[bytes]) -> None:
         self.in_flight.dec()
         if failed:  # ended by an error event (the provider's, or ours mid-stream): a failure, not a 200
             metrics.ERRORS.labels(self.team, "stream_error").inc()
             metrics.REQUESTS.labels(self.team, self.labels(stream.route), "stream_error").inc()
-            _report(ctx, "stream_error", stream)
+            self._report(ctx, "stream_error", stream)
         elif completed:
             self._finish(ctx, stream, streamed=True)
         else:
             metrics.CANCELLED.labels(self.team).inc()
-            _report(ctx, "cancelled", stream)
+            self._report(ctx, "cancelled", stream)
 
-
-def _report(ctx: RequestContext, status: int | str, answer: Answer | None = None, error: BaseException | None = None) -> None:
-    """The ended request to the access log, its trace span and the OpenTelemetry metrics (each a no-op when off)."""
-    access_log.record(ctx, status, answer.usage if answer is not None else None)
-    tracing.end(ctx, status, answer, error)
-    otel_metrics.record(ctx, answer, error)
+    def _report(self, ctx: RequestContext, status: int | str, answer: Answer | None = None, error: BaseException | None = None,
+                latency: tuple[float, float] | None = None) -> None:
+        """The ended request to the access log, its trace span, the OpenTelemetry metrics and the status
+        page's buckets (each a no-op when off); `latency` is (TTFT, e2e) of an answered request."""
+        usage = answer.usage if answer is not None else None
+        access_log.record(ctx, status, usage)
+        tracing.end(ctx, status, answer, error)
+        otel_metrics.record(ctx, answer, error)
+        route = answer.route if answer is not None else error.route if isinstance(error, UpstreamHTTPError) else ctx.route
+        live_stats.record(ctx, self.labels(route or "none"), status, usage, latency)
 
 
 def _is_error_event(item: bytes) -> bool:
