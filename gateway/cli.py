@@ -94,7 +94,7 @@ def _engine_serve(args: argparse.Namespace) -> int:
     sizes = {k: v for k, v in (("max_model_len", args.max_model_len), ("num_kvcache_blocks", args.num_kvcache_blocks))
              if v is not None}
     serve(args.model, host=args.host, port=args.port, speculative_config=speculative,
-          tensor_parallel_size=args.tensor_parallel_size, **sizes)
+          tensor_parallel_size=args.tensor_parallel_size, enforce_eager=args.enforce_eager, **sizes)
     return 0
 
 
@@ -199,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
     engine_serve.add_argument("--num-kvcache-blocks", type=int,
                               help="KV cache size in blocks of 16 tokens (default: sized from free memory)")
+    engine_serve.add_argument("--enforce-eager", action="store_true",
+                              help="CUDA: run decode eagerly instead of replaying captured CUDA graphs")
     engine_serve.add_argument(
         "--speculative-config", help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\''
     )

@@ -8,6 +8,7 @@
 from localengine.engine.async_engine import AsyncLLMEngine
 from localengine.llm import LLM
 from localengine.outputs import CompletionOutput, Logprob, RequestOutput
-from localengine.sampling_params import SamplingParams
+from localengine.sampling_params import RequestOutputKind, SamplingParams
 
-__all__ = ["LLM", "AsyncLLMEngine", "CompletionOutput", "Logprob", "RequestOutput", "SamplingParams"]
+__all__ = ["LLM", "AsyncLLMEngine", "CompletionOutput", "Logprob", "RequestOutput", "RequestOutputKind",
+           "SamplingParams"]

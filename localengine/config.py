@@ -93,6 +93,7 @@ class Config:
     attention_backend: str = "auto"  # auto | torch | triton
     num_threads: int | None = None  # CPU intra-op threads; None leaves torch's default
     tensor_parallel_size: int = 1  # processes (GPUs) the model is split across; gloo on CPU, NCCL on CUDA
+    enforce_eager: bool = False  # CUDA: never capture or replay decode CUDA graphs (vLLM's name)
     # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k, ...};
     # turned into a SpeculativeConfig here.
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from localengine.config import Config
 from localengine.engine.llm_engine import LLMEngine, Prompt
 from localengine.outputs import RequestOutput
-from localengine.sampling_params import SamplingParams
+from localengine.sampling_params import RequestOutputKind, SamplingParams
 from localengine.spec_decode.metrics import SpecDecodingStats
 
 
@@ -43,6 +44,9 @@ class LLM:
         )
         if len(params) != len(prompt_list):
             raise ValueError("give one SamplingParams, or one per prompt")
+        # Only finished outputs are returned: the engine need not build one per request per step.
+        params = [p if p.output_kind is RequestOutputKind.FINAL_ONLY else replace(p, output_kind=RequestOutputKind.FINAL_ONLY)
+                  for p in params]
         engine = self.llm_engine
         ids: list[str] = []
         try:

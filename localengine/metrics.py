@@ -34,6 +34,8 @@ class EngineMetrics:
                              buckets=_E2E_BUCKETS, registry=r)
         self.model_name = model_name
         self._last = {"queries": 0, "hits": 0, "preemptions": 0}
+        # Children bound once: `labels()` is a locked dict lookup, paid per request per step otherwise.
+        self._ttft, self._itl, self._e2e = self.ttft.labels(model_name), self.itl.labels(model_name), self.e2e.labels(model_name)
 
     def _inc_to(self, key: str, counter: Counter, total: int) -> None:
         delta = total - self._last[key]
@@ -56,14 +58,14 @@ class EngineMetrics:
             self.generation_tokens.labels(m).inc(generation_tokens)
 
     def record_first_token(self, seconds: float) -> None:
-        self.ttft.labels(self.model_name).observe(seconds)
+        self._ttft.observe(seconds)
 
     def record_inter_token(self, seconds: float) -> None:
-        self.itl.labels(self.model_name).observe(seconds)
+        self._itl.observe(seconds)
 
     def record_finished(self, reason: str, e2e_seconds: float) -> None:
         self.success.labels(self.model_name, reason).inc()
-        self.e2e.labels(self.model_name).observe(e2e_seconds)
+        self._e2e.observe(e2e_seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
+
+
+class RequestOutputKind(Enum):
+    """vLLM's names: CUMULATIVE emits the whole output so far after every step; FINAL_ONLY emits
+    once, when the request finishes (`LLM.generate` asks for it: building per-step outputs that
+    nobody reads is a measurable share of a small model's step)."""
+
+    CUMULATIVE = 0
+    FINAL_ONLY = 2
 
 
 @dataclass(slots=True)
@@ -23,6 +33,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # subtracted per occurrence in the generated tokens
     repetition_penalty: float = 1.0  # > 1 discourages tokens of the prompt and output (CTRL's rule)
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

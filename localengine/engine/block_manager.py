@@ -173,13 +173,18 @@ class BlockManager:
         # is hashed only once its tokens are known, i.e. at the next step.
         num_full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
         num_full = min(num_full, len(seq.block_table))
-        for i, block_hash in enumerate(self._block_hashes(seq, num_full)):
+        done = seq.num_registered_blocks
+        if num_full <= done:
+            return  # most steps: no block filled up (this used to walk every full block, every step)
+        hashes = self._block_hashes(seq, num_full)
+        for i in range(done, num_full):
             block = self.blocks[seq.block_table[i]]
-            if block.block_hash is None and block_hash not in self.cached:
-                block.block_hash = block_hash
-                self.cached[block_hash] = block
+            if block.block_hash is None and hashes[i] not in self.cached:
+                block.block_hash = hashes[i]
+                self.cached[hashes[i]] = block
             # else: already cached, or an identical block exists elsewhere (block tables are
             # append-only, so the duplicate stays private and is freed normally).
+        seq.num_registered_blocks = num_full
 
     def free(self, seq: Sequence) -> None:
         # Reverse order: the tail of a chain reaches the free list first and is evicted first.
@@ -190,6 +195,7 @@ class BlockManager:
             if block.ref_cnt == 0:
                 self.free_queue.append(block)
         seq.block_table = []
+        seq.num_registered_blocks = 0
         seq.num_computed_tokens = 0
 
     def reset_prefix_cache(self) -> None:

@@ -1,13 +1,20 @@
 """Incremental detokenization and stop-string detection for one request.
 
 Decoding only the new token would break multi-byte characters and SentencePiece's leading
-spaces, so (like vLLM and TGI) each step decodes a short window ending at the new token and keeps
-the part past the previous window, holding back text that ends in an incomplete character.
+spaces. With a Rust-backed (`tokenizers`) tokenizer the text comes from its `DecodeStream`, primed
+with the prompt's last tokens (vLLM v1's fast path: one call into Rust per token, ~1 us, where the
+window below costs two Python-level `decode` calls, ~30 us, every token of every request). Other
+tokenizers, and those that clean up spaces after decoding (which a stream cannot reproduce), decode
+a short window ending at the new token and keep the part past the previous window, holding back
+text that ends in an incomplete character (vLLM's and TGI's slow path).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 
 from localengine.sampling_params import SamplingParams
 
@@ -24,6 +31,11 @@ class IncrementalDetokenizer:
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
         self.text = ""
+        backend = getattr(tokenizer, "_tokenizer", None)
+        self.stream: DecodeStream | None = None
+        if isinstance(backend, Tokenizer) and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
+            self.backend = backend
+            self.stream = DecodeStream(ids=self.ids, skip_special_tokens=params.skip_special_tokens)
         stops = params.stop if isinstance(params.stop, list) else []
         self.stops = stops
         # Streamed text may not end in the beginning of a stop string that could still complete.
@@ -35,15 +47,21 @@ class IncrementalDetokenizer:
     def append(self, token_id: int, check_stop: bool = True) -> str | None:
         """Add a token; returns the stop string if the new text completes one (text is truncated).
         With `check_stop` False (before min_tokens, as in vLLM) stop strings are not looked for."""
+        new = self.stream.step(self.backend, token_id) if self.stream is not None else self._window_step(token_id)
+        if not new:
+            return None
+        before = len(self.text)
+        self.text += new
+        return self._check_stop(before) if check_stop else None
+
+    def _window_step(self, token_id: int) -> str | None:
         self.ids.append(token_id)
         prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
         full = self._decode(self.ids[self.prefix_offset :])
         if len(full) <= len(prefix) or full.endswith("\ufffd"):
             return None
-        before = len(self.text)
-        self.text += full[len(prefix) :]
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return self._check_stop(before) if check_stop else None
+        return full[len(prefix) :]
 
     def _check_stop(self, before: int) -> str | None:
         for stop in self.stops:

@@ -22,7 +22,7 @@ from localengine.engine.tp_worker import TensorParallelWorkers
 from localengine.engine.sequence import Sequence
 from localengine.metrics import EngineMetrics
 from localengine.outputs import CompletionOutput, RequestOutput
-from localengine.sampling_params import SamplingParams
+from localengine.sampling_params import RequestOutputKind, SamplingParams
 from localengine.spec_decode.metrics import SpecDecodingMetrics, SpecDecodingStats
 from localengine.spec_decode.policy import SpeculationPolicy
 from localengine.spec_decode.proposer import Proposer
@@ -176,10 +176,12 @@ class LLMEngine:
             elif m.last_token_time is not None:
                 self.metrics.record_inter_token(now - m.last_token_time)
             m.last_token_time = now
-            outputs.append(self._output(seq))
             if seq.is_finished:
+                outputs.append(self._output(seq))
                 self._forget(seq)
                 self.metrics.record_finished(seq.finish_reason or "stop", now - m.arrival_time)
+            elif seq.sampling_params.output_kind is RequestOutputKind.CUMULATIVE:
+                outputs.append(self._output(seq))
         prompt_tokens = sum(
             max(0, min(it.num_computed_before + it.num_new_tokens, it.seq.num_prompt_tokens) - it.num_computed_before)
             for it in sched_out.scheduled

@@ -17,13 +17,15 @@ import torch
 
 from localengine import distributed
 from localengine.config import Config
+from localengine.engine.cuda_graphs import DecodeGraphs, capture_sizes
+from localengine.engine.input_batch import InputBuffers, StepInputs
 from localengine.engine.scheduler import ScheduledSequence, SchedulerOutput
 from localengine.kernels.reference import GatherWorkspace
 from localengine.layers.attention import AttentionMetadata
 from localengine.layers.sampler import Sampler
 from localengine.models.loader import load_model
 from localengine.outputs import Logprob
-from localengine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
+from localengine.spec_decode.rejection_sampler import greedy_verify_batch, rejection_sample_batch
 
 # On CPU "available memory" is the whole machine's; never take more than this for KV by default.
 CPU_KV_CACHE_CAP_BYTES = 2 << 30
@@ -51,21 +53,6 @@ def triton_usable(device: torch.device) -> bool:
     except ImportError:
         return False
     return True
-
-
-@dataclass(slots=True)
-class StepInputs:
-    """One forward pass's inputs, on the CPU: what rank 0 sends the other tensor-parallel ranks."""
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    slot_mapping: torch.Tensor
-    block_tables: torch.Tensor
-    query_start_loc: list[int]
-    seq_lens: list[int]
-    num_decodes: int
-    max_query_len: int
-    logit_rows: list[int]  # flat token positions whose logits are needed, in sampling order
 
 
 @dataclass(slots=True)
@@ -99,13 +86,32 @@ class ModelRunner:
         backend = config.attention_backend
         self.use_triton = backend == "triton" or (backend == "auto" and triton_usable(self.device))
         self.workspace = GatherWorkspace()
+        self.inputs = InputBuffers(self.block_size, pin=self.device.type == "cuda")
+        self._device_buffers: dict[str, torch.Tensor] = {}
+        # Decode steps replay CUDA graphs (cuda_graphs.py) unless told not to or not possible.
+        self.use_cuda_graphs = (self.device.type == "cuda" and not config.enforce_eager and self.use_triton
+                                and self.tp_size == 1)
+        self.graphs: DecodeGraphs | None = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # what loading left in the allocator's cache counts as free below
         num_blocks = self._num_blocks()
         # Every rank must hold the same blocks: take the smallest any rank can afford.
         self.num_kvcache_blocks = distributed.all_reduce_min(num_blocks) if self.tp_size > 1 else num_blocks
         self._allocate_kv_cache()
+        if self.use_cuda_graphs:
+            # Captured against the final cache: its addresses are baked into the graphs.
+            self.graphs = self._decode_graphs(capture_sizes(config.max_num_seqs), self.num_kvcache_blocks)
+            self.graphs.capture()
         self.sampler = Sampler(config.seed, eos_token_ids, self.device)
+
+    def _decode_graphs(self, sizes: list[int], scratch_block: int) -> DecodeGraphs:
+        cfg = self.config
+        assert cfg.max_model_len is not None
+        spec = cfg.speculative_config
+        lookahead = spec.num_speculative_tokens if spec is not None and not isinstance(spec, dict) else 0
+        max_blocks = -(-(cfg.max_model_len + lookahead) // self.block_size)
+        return DecodeGraphs(self.model, sizes, max_blocks, cfg.max_model_len, scratch_block, self.block_size,
+                            self.device, self.dtype)
 
     def _block_bytes(self) -> int:
         a = self.model.args
@@ -137,8 +143,9 @@ class ModelRunner:
     def _kv_budget_bytes(self) -> float:
         """Bytes the KV cache may take. CUDA, vLLM's rule: `gpu_memory_utilization` of the whole
         GPU, less the peak that a forward pass over a full step's token budget reaches (weights and
-        activations, measured by `profile_run`) and what lives outside torch's allocator (the CUDA
-        context, NCCL). CPU: `kv_cache_memory_fraction` of available RAM, capped (the machine's RAM
+        activations, measured by `profile_run`), what lives outside torch's allocator (the CUDA
+        context, NCCL) and the decode graphs' memory pool (`profile_graph_memory`), which stays
+        reserved beside the KV cache for the engine's life. CPU: `kv_cache_memory_fraction` of available RAM, capped (the machine's RAM
         is everybody's). `max_kv_cache_bytes` caps both."""
         cfg = self.config
         if self.device.type == "cuda":
@@ -147,8 +154,9 @@ class ModelRunner:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.profile_run()
             torch.cuda.synchronize(self.device)
-            budget = total * cfg.gpu_memory_utilization - torch.cuda.max_memory_allocated(self.device) - outside_torch
+            peak = torch.cuda.max_memory_allocated(self.device)
             torch.cuda.empty_cache()
+            budget = total * cfg.gpu_memory_utilization - peak - outside_torch - self.profile_graph_memory()
         else:
             budget = min(available_memory_bytes(self.device) * cfg.kv_cache_memory_fraction, CPU_KV_CACHE_CAP_BYTES)
         return min(budget, cfg.max_kv_cache_bytes) if cfg.max_kv_cache_bytes else budget
@@ -186,6 +194,26 @@ class ModelRunner:
             if hasattr(self, "kv_cache"):
                 self._point_attention_at(self.kv_cache)
 
+    def profile_graph_memory(self) -> int:
+        """Bytes the decode graphs will hold (0 without them), measured by capturing the largest
+        one against a one-block scratch cache (the smaller graphs share its pool), then freeing it."""
+        if not self.use_cuda_graphs:
+            return 0
+        a = self.model.args
+        scratch = torch.zeros(2, a.num_layers, 1, self.block_size, a.num_local_kv_heads, a.head_dim,
+                              dtype=self.dtype, device=self.device)
+        self._point_attention_at(scratch)
+        graphs = self._decode_graphs(capture_sizes(self.config.max_num_seqs)[-1:], scratch_block=0)
+        try:
+            graphs.capture()
+            return graphs.pool_bytes
+        finally:
+            del graphs, scratch
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            if hasattr(self, "kv_cache"):
+                self._point_attention_at(self.kv_cache)
+
     def _point_attention_at(self, kv_cache: torch.Tensor) -> None:
         for i, attn in enumerate(self.model.attention_layers()):
             attn.k_cache, attn.v_cache = kv_cache[0, i], kv_cache[1, i]
@@ -193,62 +221,37 @@ class ModelRunner:
     def _allocate_kv_cache(self) -> None:
         a = self.model.args
         # Zeroed, not empty: masked-out padding positions must hold finite values (0 * NaN = NaN).
+        # With decode graphs, one more block than the block manager hands out: padded rows' scratch.
         self.kv_cache = torch.zeros(
-            2, a.num_layers, self.num_kvcache_blocks, self.block_size, a.num_local_kv_heads, a.head_dim,
-            dtype=self.dtype, device=self.device,
+            2, a.num_layers, self.num_kvcache_blocks + self.use_cuda_graphs, self.block_size, a.num_local_kv_heads,
+            a.head_dim, dtype=self.dtype, device=self.device,
         )
         self._point_attention_at(self.kv_cache)
 
     def prepare(self, items: list[ScheduledSequence]) -> StepInputs:
-        bs = self.block_size
-        input_ids: list[int] = []
-        positions, slots = [], []
-        query_start, seq_lens = [0], []
-        logit_rows: list[int] = []
-        max_blocks = max(len(it.seq.block_table) for it in items)
-        block_tables = np.zeros((len(items), max_blocks), dtype=np.int32)
-        for i, it in enumerate(items):
-            start, end = it.num_computed_before, it.num_computed_before + it.num_new_tokens
-            tokens = it.seq.token_ids + it.spec_token_ids if it.spec_token_ids else it.seq.token_ids
-            input_ids.extend(tokens[start:end])
-            pos = np.arange(start, end)
-            table = np.asarray(it.seq.block_table, dtype=np.int64)
-            positions.append(pos)
-            slots.append(table[pos // bs] * bs + pos % bs)
-            query_start.append(query_start[-1] + it.num_new_tokens)
-            seq_lens.append(end)
-            block_tables[i, : len(table)] = table
-            if it.samples:
-                # Only the positions that yield a token need logits (the LM head is the largest
-                # matmul for small models): the last one, or with s proposals the last s + 1.
-                logit_rows.extend(range(query_start[-1] - 1 - len(it.spec_token_ids), query_start[-1]))
-        return StepInputs(
-            input_ids=torch.tensor(input_ids, dtype=torch.long),
-            positions=torch.from_numpy(np.concatenate(positions)),
-            slot_mapping=torch.from_numpy(np.concatenate(slots)),
-            block_tables=torch.from_numpy(block_tables),
-            query_start_loc=query_start,
-            seq_lens=seq_lens,
-            num_decodes=sum(1 for it in items if it.num_new_tokens == 1),
-            max_query_len=max(it.num_new_tokens for it in items),
-            logit_rows=logit_rows,
-        )
+        """The step's flat inputs, as views of the runner's reused host buffers."""
+        return self.inputs.build(items)
 
-    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
-        """CPU: the tensor itself. CUDA: an asynchronous copy through pinned memory (a pageable
-        copy would stall the host until the GPU has caught up, every step)."""
+    def _to_device(self, name: str, host: torch.Tensor) -> torch.Tensor:
+        """CPU: the tensor itself. CUDA: an asynchronous copy (from pinned memory) into a device
+        buffer kept across steps, so a step allocates nothing on either side."""
         if self.device.type != "cuda":
             return host
-        return host.pin_memory().to(self.device, non_blocking=True)
+        buf = self._device_buffers.get(name)
+        if buf is None or buf.numel() < host.numel():
+            buf = self._device_buffers[name] = torch.empty(max(host.numel(), 256), dtype=host.dtype, device=self.device)
+        dev = buf[: host.numel()].view(host.shape)
+        dev.copy_(host, non_blocking=True)
+        return dev
 
     def forward(self, step: StepInputs) -> torch.Tensor | None:
         """One forward pass (every tensor-parallel rank runs it); the logit rows' logits on rank 0."""
         to_device = self._to_device
         meta = AttentionMetadata(
-            slot_mapping=to_device(step.slot_mapping),
-            query_start_loc=to_device(torch.tensor(step.query_start_loc, dtype=torch.int32)),
-            seq_lens=to_device(torch.tensor(step.seq_lens, dtype=torch.int32)),
-            block_tables=to_device(step.block_tables),
+            slot_mapping=to_device("slot_mapping", step.slot_mapping),
+            query_start_loc=to_device("query_start_loc", torch.tensor(step.query_start_loc, dtype=torch.int32)),
+            seq_lens=to_device("seq_lens", torch.tensor(step.seq_lens, dtype=torch.int32)),
+            block_tables=to_device("block_tables", step.block_tables),
             query_start_loc_cpu=step.query_start_loc,
             seq_lens_cpu=step.seq_lens,
             num_decodes=step.num_decodes,
@@ -256,10 +259,20 @@ class ModelRunner:
             use_triton=self.use_triton,
             workspace=self.workspace,
         )
-        hidden = self.model(to_device(step.input_ids), to_device(step.positions), meta)
+        input_ids, positions = to_device("input_ids", step.input_ids), to_device("positions", step.positions)
+        rows = None
+        if step.logit_rows and len(step.logit_rows) < step.input_ids.shape[0]:
+            rows = to_device("logit_rows", torch.tensor(step.logit_rows))
+        if self.device.type == "cuda":
+            self.inputs.copied = torch.cuda.Event()
+            self.inputs.copied.record()
+        if self.graphs is not None and self.graphs.usable(step):
+            hidden = self.graphs.run(step, input_ids, positions, meta.slot_mapping, meta.seq_lens, meta.block_tables)
+            return self.model.compute_logits(hidden)
+        hidden = self.model(input_ids, positions, meta)
         if not step.logit_rows:
             return None
-        return self.model.compute_logits(hidden[to_device(torch.tensor(step.logit_rows))])
+        return self.model.compute_logits(hidden if rows is None else hidden[rows])
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> list[SampledToken]:
@@ -281,10 +294,11 @@ class ModelRunner:
             sampled = self.sampler(plain_logits, [sampling[j].seq for j in plain])
             for j, tok, lp in zip(plain, sampled.token_ids, sampled.logprobs, strict=True):
                 results.append(SampledToken(sampling[j], [tok], lp))
-        for j, it in enumerate(sampling):
-            if it.spec_token_ids:
-                rows_j = logits[offsets[j] : offsets[j + 1]]
-                results.append(SampledToken(it, self.verify(it, rows_j), None))
+        if len(plain) < len(sampling):
+            spec = [it for it in sampling if it.spec_token_ids]
+            rows = [r for j, it in enumerate(sampling) if it.spec_token_ids for r in range(offsets[j], offsets[j + 1])]
+            spec_logits = logits if len(rows) == logits.shape[0] else logits[rows]
+            results.extend(SampledToken(it, tokens, None) for it, tokens in zip(spec, self.verify(spec, spec_logits), strict=True))
         return results
 
     @torch.inference_mode()
@@ -297,10 +311,29 @@ class ModelRunner:
         if self.tp_size > 1 and self.rank == 0:
             distributed.broadcast_from_first(None)
 
-    def verify(self, it: ScheduledSequence, logits: torch.Tensor) -> list[int]:
-        """Accepted proposals plus one target token, from one target pass over the proposals."""
-        if it.seq.sampling_params.greedy:
-            return greedy_verify(logits.argmax(dim=-1).tolist(), it.spec_token_ids)
-        probs = Sampler.compute_probs(logits, [it.seq] * logits.shape[0])
-        generator = it.seq.generator or self.sampler.generator
-        return rejection_sample(probs, it.spec_token_ids, it.spec_draft_probs, generator)
+    def verify(self, items: list[ScheduledSequence], logits: torch.Tensor) -> list[list[int]]:
+        """Accepted proposals plus one target token per request, from one target pass over the
+        proposals; logits: each request's k + 1 rows, request after request. Greedy and sampled
+        requests are each verified in one batch."""
+        greedy = [it.seq.sampling_params.greedy for it in items]
+        out: list[list[int]] = [[] for _ in items]
+        groups = (True, False) if any(greedy) and not all(greedy) else (greedy[0],)
+        for want in groups:
+            idx = [i for i, g in enumerate(greedy) if g is want]
+            group = [items[i] for i in idx]
+            if len(group) == len(items):
+                rows = logits
+            else:
+                starts = np.cumsum([0] + [len(it.spec_token_ids) + 1 for it in items]).tolist()
+                rows = logits[[r for i in idx for r in range(starts[i], starts[i + 1])]]
+            drafts = [it.spec_token_ids for it in group]
+            if want:
+                tokens = greedy_verify_batch(rows.argmax(dim=-1), drafts)
+            else:
+                seqs = [it.seq for it in group for _ in range(len(it.spec_token_ids) + 1)]
+                tokens = rejection_sample_batch(Sampler.compute_probs(rows, seqs), drafts,
+                                                [it.spec_draft_probs for it in group],
+                                                [it.seq.generator or self.sampler.generator for it in group])
+            for i, t in zip(idx, tokens, strict=True):
+                out[i] = t
+        return out

@@ -48,6 +48,7 @@ class Sequence:
         self.num_cached_tokens = -1  # prompt tokens hit in the prefix cache at first admission
         self.block_table: list[int] = []
         self.block_hashes: list[bytes] = []  # hash chain over full blocks, grown lazily
+        self.num_registered_blocks = 0  # leading blocks of block_table already offered to the prefix cache
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
         self.logprobs: list[dict[int, Logprob]] | None = [] if sampling_params.logprobs is not None else None

@@ -121,21 +121,24 @@ class Sampler:
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]) -> list[dict[int, Logprob] | None]:
+        """The sampled token's logprob and rank plus the top-N, for the rows that ask: computed
+        for all those rows at once and brought to the host together (no per-row `.item()`)."""
         wanted = [s.sampling_params.logprobs for s in seqs]
-        if all(n is None for n in wanted):
+        rows = [i for i, n in enumerate(wanted) if n is not None]
+        if not rows:
             return [None] * len(seqs)
-        logprobs = logits.log_softmax(dim=-1)
-        out: list[dict[int, Logprob] | None] = []
-        for i, n in enumerate(wanted):
-            if n is None:
-                out.append(None)
-                continue
-            row = logprobs[i]
-            chosen = row[tokens[i]]
-            entry = {tokens[i]: Logprob(chosen.item(), int((row > chosen).sum().item()) + 1)}
-            if n > 0:
-                values, ids = row.topk(n)
-                for rank, (tid, lp) in enumerate(zip(ids.tolist(), values.tolist(), strict=True), start=1):
-                    entry.setdefault(tid, Logprob(lp, rank))
-            out.append(entry)
+        logprobs = (logits if len(rows) == len(seqs) else logits[rows]).log_softmax(dim=-1)
+        chosen_ids = torch.tensor([tokens[i] for i in rows], device=logits.device)
+        chosen = logprobs.gather(1, chosen_ids[:, None])
+        ranks = (logprobs > chosen).sum(dim=1) + 1
+        top = max(wanted[i] or 0 for i in rows)
+        values, ids = logprobs.topk(top, dim=-1) if top else (chosen[:, :0], chosen_ids[:, None][:, :0])
+        chosen_l, ranks_l, values_l, ids_l = chosen[:, 0].tolist(), ranks.tolist(), values.tolist(), ids.tolist()
+        out: list[dict[int, Logprob] | None] = [None] * len(seqs)
+        for r, i in enumerate(rows):
+            entry = {tokens[i]: Logprob(chosen_l[r], ranks_l[r])}
+            n = wanted[i] or 0
+            for rank, (tid, lp) in enumerate(zip(ids_l[r][:n], values_l[r][:n], strict=True), start=1):
+                entry.setdefault(tid, Logprob(lp, rank))
+            out[i] = entry
         return out

@@ -6,11 +6,13 @@ norm(max(0, p_i - q_i)); if every draft is accepted a bonus token is drawn from 
 emitted tokens are then distributed exactly as if the target had sampled them one by one.
 Deterministic proposals (n-gram, greedy drafts) pass `draft_probs=None`: q is one-hot, so x_i is
 accepted with probability p_i(x_i) and the residual is p_i with x_i removed (vLLM's IS_NGRAM path).
-Greedy requests accept exactly while the draft equals the target's argmax.
+Greedy requests accept exactly while the draft equals the target's argmax. Both verifiers take
+every request of a step at once (vLLM's batched rejection sampler, in PyTorch).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -26,40 +28,83 @@ def rejection_sample(
     draft_probs: torch.Tensor | None,
     generator: torch.Generator | None,
 ) -> list[int]:
-    """target_probs: [k+1, V] (p after temperature/top-k/top-p); draft_probs: [k, V] or None.
-    Returns the accepted drafts followed by one recovered or bonus token (1..k+1 tokens).
-    Everything stays on the probabilities' device; the number accepted is the one host sync."""
-    k = len(draft_token_ids)
+    """One request: target_probs [k+1, V] (p after temperature/top-k/top-p), draft_probs [k, V]
+    or None. Returns the accepted drafts followed by one recovered or bonus token (1..k+1 tokens)."""
+    return rejection_sample_batch(target_probs, [draft_token_ids], [draft_probs], [generator])[0]
+
+
+def rejection_sample_batch(
+    target_probs: torch.Tensor,
+    draft_token_ids: list[list[int]],
+    draft_probs: list[torch.Tensor | None],
+    generators: list[torch.Generator | None],
+) -> list[list[int]]:
+    """Every request of a step at once. target_probs: [sum(k_r + 1), V], request after request
+    (its k_r drafts' rows, then the bonus row). Each request draws its uniforms and its last
+    token's noise from its own generator (in that order), so a seeded request's tokens do not
+    depend on the rest of the batch; everything else is one tensor operation over all drafted
+    positions, and the host waits twice per step (the acceptance counts, the final tokens), not
+    once per request or per token."""
     p = target_probs.float()
-    rows = torch.arange(k, device=p.device)
-    drafts = torch.tensor(draft_token_ids, dtype=torch.long, device=p.device)
-    # One batched draw of the uniforms, then the first rejection found without a loop.
-    u = torch.rand(k, generator=generator, device=p.device)
-    p_draft = p[rows, drafts]
-    q_draft = torch.ones_like(p_draft) if draft_probs is None else draft_probs.float()[rows, drafts]
+    device = p.device
+    ks = [len(d) for d in draft_token_ids]
+    starts = np.cumsum([0] + [k + 1 for k in ks])[:-1]
+    req = np.repeat(np.arange(len(ks)), ks)  # request of each drafted position
+    col = np.arange(len(req)) - np.repeat(np.cumsum([0] + ks)[:-1], ks)  # its index in the request
+    flat_rows = torch.from_numpy(starts[req] + col).to(device)
+    flat_drafts = torch.tensor([t for d in draft_token_ids for t in d], dtype=torch.long, device=device)
+    u = torch.cat([torch.rand(k, generator=g, device=device) for k, g in zip(ks, generators, strict=True)])
+    p_draft = p[flat_rows, flat_drafts]
+    q_draft = torch.ones_like(p_draft)
+    for r, q in enumerate(draft_probs):
+        if q is not None:
+            seg = slice(int(starts[r]) - r, int(starts[r]) - r + ks[r])
+            q_draft[seg] = q.float()[torch.arange(ks[r], device=device), flat_drafts[seg]]
     # Written as p >= u * q so q = 0 (a token the draft could not have produced) never divides.
-    accepted = (q_draft > 0) & (p_draft >= u * q_draft)
-    num_accepted = int(accepted.int().cumprod(0).sum())
-    if num_accepted == k:
-        return draft_token_ids + [sample_from(p[k], generator)]
-    i = num_accepted
-    if draft_probs is None:
-        residual = p[i].clone()
-        residual[drafts[i]] = 0.0
-    else:
-        residual = (p[i] - draft_probs[i].float()).clamp_min(0.0)
-    if not float(residual.sum()) > 0.0:
-        residual = p[i]  # only reachable through rounding (p == q); p is then the right law
-    return draft_token_ids[:i] + [sample_from(residual, generator)]
+    accepted = torch.zeros(len(ks), max(ks), dtype=torch.bool, device=device)
+    accepted[torch.from_numpy(req).to(device), torch.from_numpy(col).to(device)] = (q_draft > 0) & (p_draft >= u * q_draft)
+    num_accepted = accepted.int().cumprod(1).sum(1).tolist()
+    last_rows = [int(s) + a for s, a in zip(starts, num_accepted, strict=True)]
+    target = p[torch.tensor(last_rows, device=device)]
+    dist = target.clone()
+    for r, (a, k) in enumerate(zip(num_accepted, ks, strict=True)):
+        if a < k:  # rejected at position a: draw from the residual norm(max(0, p - q))
+            if draft_probs[r] is None:
+                dist[r, draft_token_ids[r][a]] = 0.0
+            else:
+                dist[r] = (dist[r] - draft_probs[r][a].float()).clamp_min(0.0)
+    # An empty residual is only reachable through rounding (p == q); p is then the right law.
+    dist = torch.where((dist.sum(1) > 0)[:, None], dist, target)
+    noise = torch.empty_like(dist)
+    for r, g in enumerate(generators):
+        noise[r].exponential_(generator=g)
+    last = (dist / noise).argmax(dim=-1).tolist()
+    return [d[:a] + [t] for d, a, t in zip(draft_token_ids, num_accepted, last, strict=True)]
 
 
 def greedy_verify(target_argmax: list[int], draft_token_ids: list[int]) -> list[int]:
     """Greedy rows: accept while the draft matches the target's argmax, then emit the argmax
     (the correction at the first mismatch, or the bonus token after k matches)."""
-    out: list[int] = []
-    for tok, best in zip(draft_token_ids, target_argmax, strict=False):
-        if tok != best:
-            break
-        out.append(tok)
-    out.append(target_argmax[len(out)])
-    return out
+    return greedy_verify_batch(torch.tensor(target_argmax), [draft_token_ids])[0]
+
+
+def greedy_verify_batch(target_argmax: torch.Tensor, draft_token_ids: list[list[int]]) -> list[list[int]]:
+    """Every greedy request of a step at once; target_argmax: [sum(k_r + 1)] argmax of each
+    verified row, request after request. One comparison over a [requests, max k] matrix and one
+    host transfer, instead of a Python loop over tokens per request."""
+    device = target_argmax.device
+    ks = [len(d) for d in draft_token_ids]
+    kmax = max(ks)
+    starts = torch.tensor(np.cumsum([0] + [k + 1 for k in ks])[:-1], device=device)
+    lengths = torch.tensor(ks, device=device)
+    cols = torch.arange(kmax + 1, device=device)
+    # Row of each (request, position); positions past a request's k repeat its bonus row.
+    best = target_argmax[starts[:, None] + torch.minimum(cols[None, :], lengths[:, None])]
+    padded = np.full((len(ks), kmax), -1, dtype=np.int64)  # -1 never matches a token
+    for r, d in enumerate(draft_token_ids):
+        padded[r, : len(d)] = d
+    drafts = torch.from_numpy(padded).to(device)
+    num_accepted = (drafts == best[:, :kmax]).int().cumprod(1).sum(1)
+    last = best.gather(1, num_accepted[:, None])[:, 0]
+    counts, tokens = torch.stack([num_accepted, last]).tolist()
+    return [d[:a] + [t] for d, a, t in zip(draft_token_ids, counts, tokens, strict=True)]
