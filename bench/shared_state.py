@@ -7,14 +7,17 @@ emulator; the same three with in-process state are the baseline, measured in the
    replicas (open loop) for `--seconds`, after the bucket's initial burst is spent. Admitted
    requests against the ideal R × seconds / 60: shared state should be 1.00 (±2%), in-process 3.00.
 2. Added latency: one replica with Redis against one with in-process state, requests alternating
-   between them, at concurrency 1 and 64 (a team with a rate and a concurrency limit, so each
-   request runs the admission script and its settlement); and the admission call alone
-   (`GuardedState.admit`, in the benchmark's own process).
+   between them, at concurrency 1 and 64 (a team with a rate and a concurrency limit far from
+   reached, so each request is admitted, charged and settled in Redis; most go ahead without waiting,
+   sdk/state/headroom.py), with each replica's CPU time per request and how the Redis replica
+   admitted; and the admission call alone in the benchmark's own process (as a request sees it, and
+   the checked round trip a request near its limit waits for).
 3. Outage: `--rate` requests/s over the three Redis replicas; Redis is killed for `--outage-s` in
    the middle and started again. Failed requests (anything but 200), latency, and whether every
    replica healed.
 
     .venv/bin/python bench/shared_state.py [--rpm 1200] [--seconds 30] [--requests 2000] [--rate 200] [--outage-s 10]
+                                           [--parts limits,latency,outage]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -110,9 +114,25 @@ def limits(urls: list[str], rpm: int, seconds: float) -> dict:
             "ideal": ideal, "admitted_over_ideal": admitted / ideal}
 
 
-async def paired(local: str, shared: str, n: int, concurrency: int) -> dict:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def admissions(url: str) -> dict[str, float]:
+    """slipstream_state_admissions_total by how (checked | ahead | local) from a replica's /metrics."""
+    counts = {}
+    for line in urllib.request.urlopen(f"{url}/metrics").read().decode().splitlines():
+        if line.startswith("slipstream_state_admissions_total{"):
+            counts[line.split('how="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+async def paired(local: tuple[str, int], shared: tuple[str, int], n: int, concurrency: int) -> dict:
     """Each worker alternates one request to the in-process replica and one to the Redis replica, so
-    machine noise falls on both alike; also the proxies' own `x-slipstream-overhead-ms`."""
+    machine noise falls on both alike; also the proxies' own `x-slipstream-overhead-ms`, their CPU
+    time per request (less noisy than latency on a busy machine), and how the Redis replica admitted."""
     seen: dict[str, tuple[list[float], list[float]]] = {"in_process": ([], []), "redis": ([], [])}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
@@ -127,7 +147,7 @@ async def paired(local: str, shared: str, n: int, concurrency: int) -> dict:
 
         async def worker(count: int) -> None:
             for i in range(count):
-                pair = [("in_process", local), ("redis", shared)]
+                pair = [("in_process", local[0]), ("redis", shared[0])]
                 for name, url in pair if i % 2 else pair[::-1]:
                     await one(name, url)
 
@@ -135,39 +155,54 @@ async def paired(local: str, shared: str, n: int, concurrency: int) -> dict:
         for values in seen.values():
             values[0].clear()
             values[1].clear()
+        how_before, cpu_before = admissions(shared[0]), (cpu_s(local[1]), cpu_s(shared[1]))
         await asyncio.gather(*(worker(max(1, n // concurrency)) for _ in range(concurrency)))
+        how_after, cpu_after = admissions(shared[0]), (cpu_s(local[1]), cpu_s(shared[1]))
     (base, base_own), (via, via_own) = seen["in_process"], seen["redis"]
+    per_request = [(after - before) / len(base) * 1000 for before, after in zip(cpu_before, cpu_after, strict=True)]
     return {"in_process_p50_ms": pct(base, 0.5), "redis_p50_ms": pct(via, 0.5), "added_p50_ms": pct(via, 0.5) - pct(base, 0.5),
             "added_p99_ms": pct(via, 0.99) - pct(base, 0.99),
-            "overhead_header_p50_ms": {"in_process": pct(base_own, 0.5), "redis": pct(via_own, 0.5)}}
+            "overhead_header_p50_ms": {"in_process": pct(base_own, 0.5), "redis": pct(via_own, 0.5)},
+            "cpu_ms_per_request": {"in_process": per_request[0], "redis": per_request[1]},
+            "admissions": {how: how_after.get(how, 0) - how_before.get(how, 0) for how in how_after}}
 
 
 async def admit_alone(state_url: str, n: int, concurrency: int) -> dict:
-    """p50 ms of `GuardedState.admit` (one rate, one cap) with its settlement, in this process; and
-    whether Redis answered them all (a timeout would have degraded the guard to local state)."""
+    """p50 ms of `GuardedState.admit` (one rate, one cap, far from both) with its settlement, in this
+    process, as a request sees it (granted ahead after the first); and of the checked admission's
+    round trip alone (`RedisState.admit`: the script in Redis, what a request near its limit waits).
+    Whether Redis answered them all (a timeout would have degraded the guard to local state)."""
     import uuid
 
+    from sdk.metrics import STATE_ADMISSIONS
     from sdk.state import open_state
     from sdk.state.backend import Admission, Cap, Rate, Settlement
 
     state = open_state(state_url)
     rate, cap = Rate("bench:rpm", 1e9, 1), Cap("bench:conc", 1_000_000)
-    times: list[float] = []
+    seen: dict[str, list[float]] = {"as_seen": [], "checked": []}
 
     async def worker(count: int) -> None:
-        for _ in range(count):
+        for i in range(count):
             lease = uuid.uuid4().hex
             started = time.perf_counter()
-            await state.admit(Admission(lease, (rate,), (cap,)))
-            times.append(time.perf_counter() - started)
+            if i % 2:
+                await state.admit(Admission(lease, (rate,), (cap,)))
+                seen["as_seen"].append(time.perf_counter() - started)
+            else:
+                await state.shared.admit(Admission(lease, (rate,), (cap,)))
+                seen["checked"].append(time.perf_counter() - started)
             state.settle(Settlement(lease, (cap.key,)))
 
     await worker(50)  # connection, scripts loaded
-    times.clear()
+    for values in seen.values():
+        values.clear()
+    local = STATE_ADMISSIONS.labels("local")._value.get()
     await asyncio.gather(*(worker(n // concurrency) for _ in range(concurrency)))
-    up = state.status()["up"]
+    up = state.status()["up"] and STATE_ADMISSIONS.labels("local")._value.get() == local  # never degraded meanwhile
     await state.close()
-    return {"p50_ms": pct(times, 0.5), "p99_ms": pct(times, 0.99), "redis_answered_all": up}
+    return {**{f"{name}_p50_ms": pct(values, 0.5) for name, values in seen.items()},
+            **{f"{name}_p99_ms": pct(values, 0.99) for name, values in seen.items()}, "redis_answered_all": up}
 
 
 def outage(urls: list[str], server: RedisServer, rate: float, outage_s: float) -> dict:
@@ -195,7 +230,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per latency measurement")
     parser.add_argument("--rate", type=float, default=200, help="requests/s during the outage")
     parser.add_argument("--outage-s", type=float, default=10)
+    parser.add_argument("--parts", default="limits,latency,outage", help="which measurements to run (comma-separated)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     uvloop.install()
     workdir = Path(tempfile.mkdtemp(prefix="slipstream-shared-"))
     server = RedisServer()
@@ -210,17 +247,19 @@ def main() -> None:
         local_procs, local = replicas(policy_dir, None, 3)
         procs += shared_procs + local_procs
 
-        for name, urls in (("redis", shared), ("in-process", local)):
+        for name, urls in (("redis", shared), ("in-process", local)) if "limits" in parts else ():
             row = {"test": "limits", "state": name, "replicas": 3, "rpm": args.rpm, **limits(urls, args.rpm, args.seconds)}
             print(json.dumps(row), flush=True)
 
-        for concurrency in (1, 64):
-            row = asyncio.run(paired(local[0], shared[0], args.requests, concurrency))
+        for concurrency in (1, 64) if "latency" in parts else ():
+            row = asyncio.run(paired((local[0], local_procs[0].pid), (shared[0], shared_procs[0].pid), args.requests, concurrency))
             print(json.dumps({"test": "latency", "concurrency": concurrency, **row}), flush=True)
             alone = asyncio.run(admit_alone(f"{server.url}?timeout_ms=1000", args.requests, concurrency))
             print(json.dumps({"test": "admit-call", "concurrency": concurrency, **alone}), flush=True)
 
-        print(json.dumps({"test": "outage", "rate": args.rate, "outage_s": args.outage_s, **outage(shared, server, args.rate, args.outage_s)}), flush=True)
+        if "outage" in parts:
+            row = outage(shared, server, args.rate, args.outage_s)
+            print(json.dumps({"test": "outage", "rate": args.rate, "outage_s": args.outage_s, **row}), flush=True)
     finally:
         for proc in reversed(procs):
             stop(proc)

@@ -74,6 +74,11 @@ STATE_BACKEND_UP = Gauge(
     "slipstream_state_backend_up", "1 while the configured state backend answers (in process: always); 0: degraded to local state", registry=REGISTRY
 )
 STATE_BACKEND_UP.set(1)  # in process, the backend is always there; a Redis guard sets it
+STATE_ADMISSIONS = Counter(
+    "slipstream_state_admissions_total",
+    "Admissions through a shared state backend: checked in Redis (the request waited one round trip), granted ahead "
+    "(far from every limit: charged in the background), or local (degraded)", ("how",), registry=REGISTRY,
+)
 SPEND = Counter("slipstream_spend_usd_total", "Spend in USD priced by Slipstream, as charged by this replica", ("team", "key", "model"), registry=REGISTRY)
 
 

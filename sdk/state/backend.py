@@ -2,7 +2,8 @@
 
 One request costs one call before it runs (`admit`: every rate bucket, concurrency cap and budget it
 touches, checked and charged atomically) and one after (`settle`: leases released, tokens and spend
-charged, sent in the background), so a shared store adds one round trip to a request's latency. Breakers and key cooldowns share *flags*: a
+charged, sent in the background), so a shared store adds at most one round trip to a request's
+latency (none far from every limit: sdk/state/headroom.py). Breakers and key cooldowns share *flags*: a
 name with an expiry (wall-clock seconds), read from a local mirror that the backend keeps fresh, so
 the routing hot path asks nothing of the store.
 

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from sdk.metrics import STATE_ADMISSIONS as ADMISSIONS
 from sdk.metrics import STATE_BACKEND_UP
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Refusal, Settlement, StateBackend
 from sdk.state.local import LocalState
@@ -42,14 +43,23 @@ class GuardedState:
         self._where: dict[str, StateBackend] = {}  # lease → the backend that admitted it
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self._pending: set[asyncio.Task[None]] = set()  # settlements on their way to Redis
-        self._outbox: list[Settlement] = []  # settlements of this loop iteration, sent in one pipeline
+        self._pending: set[asyncio.Task[None]] = set()  # charges on their way to Redis
+        self._outbox: list[Admission | Settlement] = []  # charges of this loop iteration, sent in one pipeline
         STATE_BACKEND_UP.set(1)
 
     # --- the StateBackend calls ----------------------------------------------------------------
 
     async def admit(self, admission: Admission) -> Refusal | None:
+        room = self.shared.room
+        if self.up and room.grants(admission, self.shared.replicas):  # far from every limit: do not wait
+            ADMISSIONS.labels("ahead").inc()
+            if admission.caps:
+                self._where[admission.lease] = self.shared
+            room.unanswered += 1
+            self._post(admission)
+            return None
         shared = await self._shared(lambda: self.shared.admit(admission))
+        ADMISSIONS.labels("checked" if shared is not DOWN else "local").inc()
         if shared is not DOWN:
             if shared is None and admission.caps:
                 self._where[admission.lease] = self.shared
@@ -59,9 +69,30 @@ class GuardedState:
             self._where[admission.lease] = self.local
         return refusal
 
+    def _post(self, item: Admission | Settlement) -> None:
+        """Queue a charge for Redis: what one loop iteration queues goes out in one pipelined write."""
+        self._outbox.append(item)
+        if len(self._outbox) == 1:  # the first of this iteration: one task sends them all
+            task = asyncio.get_running_loop().create_task(self._send_outbox())
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _send_outbox(self) -> None:
+        await asyncio.sleep(0)  # let the rest of this iteration's charges join the batch
+        batch, self._outbox = self._outbox, []
+        ahead = sum(isinstance(item, Admission) for item in batch)
+        try:
+            sent = await self._shared(lambda: self.shared.send_batch(batch))
+        finally:
+            self.shared.room.unanswered -= ahead
+        if sent is DOWN:
+            for item in batch:
+                if isinstance(item, Settlement):
+                    self.local.settle(item)  # tokens and spend still count, against this replica's share
+
     def settle(self, settlement: Settlement) -> None:
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:  # a stream closed from outside the event loop: hand it over to the loop
             if self._task is not None and not self._task.get_loop().is_closed():
                 self._task.get_loop().call_soon_threadsafe(self.settle, settlement)
@@ -70,21 +101,11 @@ class GuardedState:
                 self.local.settle(settlement)
             return
         where = self._where.pop(settlement.lease, None)
+        self.shared.room.settled(settlement)
         if where is self.local or not self.up:
             self.local.settle(settlement)
             return
-        self._outbox.append(settlement)
-        if len(self._outbox) == 1:  # the first of this loop iteration: one task sends them all
-            task = loop.create_task(self._settle_shared())
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
-
-    async def _settle_shared(self) -> None:
-        await asyncio.sleep(0)  # let the rest of this iteration's settlements join the batch
-        batch, self._outbox = self._outbox, []
-        if await self._shared(lambda: self.shared.settle_batch(batch)) is DOWN:
-            for settlement in batch:
-                self.local.settle(settlement)  # tokens and spend still count, against this replica's share
+        self._post(settlement)
 
     async def spend(self, key: str) -> dict[str, float]:
         shared = await self._shared(lambda: self.shared.spend(key))

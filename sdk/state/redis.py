@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sdk.state import redis_scripts
 from sdk.state.backend import Admission, Refusal, Settlement
+from sdk.state.headroom import Headroom
 from sdk.state.resp import RespClient, RespError
 
 LEASE_TTL_S = 30.0  # a dead replica's concurrency slots come back after this
@@ -49,6 +50,7 @@ class RedisState:
         self._held: dict[str, tuple[str, ...]] = {}  # lease → cap keys, renewed while the request runs
         self.replicas = 1
         self.last_spent: dict[str, float] = {}  # budget record → USD spent, as of the last admission
+        self.room = Headroom()  # what the last answers left: admissions far from every limit go ahead
 
     def key(self, name: str) -> str:
         return f"{self.prefix}:{name}"
@@ -63,46 +65,82 @@ class RedisState:
                 raise
             return await self.client.execute("EVAL", source, len(keys), *keys, *args)
 
-    async def admit(self, admission: Admission) -> Refusal | None:
+    def _admit_command(self, admission: Admission, force: bool) -> tuple[list[str], list[Any]]:
+        nr, nc = len(admission.rates), len(admission.caps)
         keys = [self.key(r.key) for r in admission.rates] + [self.key(c.key) for c in admission.caps]
-        args: list[Any] = [len(admission.rates), len(admission.caps), int(admission.budget is not None), admission.lease, LEASE_TTL_S]
+        args: list[Any] = [nr, nc, int(admission.budget is not None), admission.lease, LEASE_TTL_S, int(force)]
         for rate in admission.rates:
             args += [float(rate.per_minute), float(rate.cost)]
         args += [cap.limit for cap in admission.caps]
         if admission.budget is not None:
             keys.append(self.key(admission.budget.key))
             args.append(float(admission.budget.usd))
-        kind, index, wait_s, value = await self._script("ADMIT", keys, args)
-        if kind != b"ok":
-            return Refusal(kind.decode(), int(index), float(wait_s), float(value))
+        if nc:  # held from now (renewed by the check-in); a refusal or a failure lets go
+            self._held[admission.lease] = tuple(keys[nr:nr + nc])
+        return keys, args
+
+    def _admitted(self, admission: Admission, reply: Any) -> Refusal | None:
+        if reply[0] != b"ok":
+            self._held.pop(admission.lease, None)
+            self.room.refused(admission)
+            return Refusal(reply[0].decode(), int(reply[1]), float(reply[2]), float(reply[3]))
+        spent, nr = float(reply[3]), len(admission.rates)
         if admission.budget is not None:  # what a degraded replica budgets against (sdk/state/guard.py)
-            self.last_spent[admission.budget.key] = float(value)
-        if admission.caps:
-            self._held[admission.lease] = tuple(keys[len(admission.rates):len(admission.rates) + len(admission.caps)])
+            self.last_spent[admission.budget.key] = spent
+        self.room.heard(admission, [float(v) for v in reply[4:4 + nr]], [float(v) for v in reply[4 + nr:]], spent)
         return None
 
-    async def settle_batch(self, settlements: list[Settlement]) -> None:
-        """Every settlement in one pipelined write (they come in batches: one per loop iteration)."""
-        commands = []
-        for settlement in settlements:
-            self._held.pop(settlement.lease, None)
-            keys = [self.key(k) for k in settlement.caps] + [self.key(rate.key) for rate, _ in settlement.charges]
-            spend = settlement.spend
-            records = spend.records if spend is not None and spend.usd else ()
-            args: list[Any] = [len(settlement.caps), len(settlement.charges), len(records), settlement.lease]
-            for rate, amount in settlement.charges:
-                args += [float(rate.per_minute), float(amount)]
-            if records:
-                keys += [self.key(key) for key, _ in records]
-                args += [float(spend.usd), len(spend.fields), *spend.fields, *(int(keep) for _, keep in records)]
-            commands.append(("EVALSHA", _SCRIPTS["SETTLE"][1], len(keys), *keys, *args))
+    async def admit(self, admission: Admission) -> Refusal | None:
+        """Check and charge every limit of `admission` in one script."""
+        keys, args = self._admit_command(admission, force=False)
         try:
-            await self.client.pipeline(commands)
-        except RespError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
-            # A restarted Redis lost its scripts; the first one failed, and so did every other (same reason).
-            await self.client.pipeline([("SCRIPT", "LOAD", _SCRIPTS["SETTLE"][0]), *commands])
+            reply = await self._script("ADMIT", keys, args)
+        except BaseException:
+            self._held.pop(admission.lease, None)
+            raise
+        return self._admitted(admission, reply)
+
+    async def send_batch(self, items: list[Admission | Settlement]) -> None:
+        """In one pipelined write, in order: the charges of admissions granted ahead (the script's
+        force mode) and settlements. They come in batches: what one loop iteration produced."""
+        commands: list[tuple[Any, ...]] = []
+        for item in items:
+            if isinstance(item, Admission):
+                keys, args = self._admit_command(item, force=True)
+                commands.append(("EVALSHA", _SCRIPTS["ADMIT"][1], len(keys), *keys, *args))
+            else:
+                commands.append(self._settle_command(item))
+        try:
+            replies = await self.client.pipeline(commands, raise_errors=False)
+            lost = [i for i, reply in enumerate(replies) if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT")]
+            if lost:  # a restarted Redis lost its scripts: load them, send again what did not run
+                again = await self.client.pipeline([("SCRIPT", "LOAD", _SCRIPTS["ADMIT"][0]), ("SCRIPT", "LOAD", _SCRIPTS["SETTLE"][0]),
+                                                    *(commands[i] for i in lost)], raise_errors=False)
+                for i, reply in zip(lost, again[2:], strict=True):
+                    replies[i] = reply
+        except BaseException:
+            for item in items:
+                if isinstance(item, Admission):
+                    self._held.pop(item.lease, None)  # never charged: a degraded replica settles it locally
+            raise
+        for item, reply in zip(items, replies, strict=True):
+            if isinstance(reply, RespError):
+                raise reply
+            if isinstance(item, Admission):
+                self._admitted(item, reply)
+
+    def _settle_command(self, settlement: Settlement) -> tuple[Any, ...]:
+        self._held.pop(settlement.lease, None)
+        keys = [self.key(k) for k in settlement.caps] + [self.key(rate.key) for rate, _ in settlement.charges]
+        spend = settlement.spend
+        records = spend.records if spend is not None and spend.usd else ()
+        args: list[Any] = [len(settlement.caps), len(settlement.charges), len(records), settlement.lease]
+        for rate, amount in settlement.charges:
+            args += [float(rate.per_minute), float(amount)]
+        if records:
+            keys += [self.key(key) for key, _ in records]
+            args += [float(spend.usd), len(spend.fields), *spend.fields, *(int(keep) for _, keep in records)]
+        return ("EVALSHA", _SCRIPTS["SETTLE"][1], len(keys), *keys, *args)
 
     async def spend(self, key: str) -> dict[str, float]:
         fields = await self.client.execute("HGETALL", self.key(key))

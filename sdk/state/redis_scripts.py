@@ -20,16 +20,19 @@ end
 """
 
 # KEYS: rate buckets (nr), cap lease sets (nc), budget record (nb: 0|1)
-# ARGV: nr, nc, nb, lease, lease_ttl_s, then per rate (per_minute, cost), per cap (limit), budget usd
+# ARGV: nr, nc, nb, lease, lease_ttl_s, force (1: charge without checking: an admission the replica
+# granted ahead, sdk/state/headroom.py), then per rate (per_minute, cost), per cap (limit), budget usd.
+# Admitted: {'ok', '0', '0', spent, each bucket's level after the charge..., each cap's leases after...}.
 ADMIT = _NOW + _REFILL + """
 local nr, nc, nb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local lease, ttl = ARGV[4], tonumber(ARGV[5])
-local a = 6
+local lease, ttl, force = ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
+local a = 7
+local held = {}
 for i = 1, nc do
   local key = KEYS[nr + i]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  local held = redis.call('ZCARD', key)
-  if held >= tonumber(ARGV[a + 2 * nr + i - 1]) then return {'cap', tostring(i - 1), '1', tostring(held)} end
+  held[i] = redis.call('ZCARD', key)
+  if not force and held[i] >= tonumber(ARGV[a + 2 * nr + i - 1]) then return {'cap', tostring(i - 1), '1', tostring(held[i])} end
 end
 local levels = {}
 for i = 1, nr do
@@ -37,24 +40,26 @@ for i = 1, nr do
   local level = level_of(KEYS[i], per, now)
   local need = cost
   if need <= 0 then need = 1e-9 end
-  if level < need then return {'rate', tostring(i - 1), tostring((need - level) * 60 / per), tostring(level)} end
-  levels[i] = level
+  if not force and level < need then return {'rate', tostring(i - 1), tostring((need - level) * 60 / per), tostring(level)} end
+  levels[i] = level - cost
 end
 local spent = 0
 if nb == 1 then
   spent = tonumber(redis.call('HGET', KEYS[nr + nc + 1], 'total') or '0')
-  if spent >= tonumber(ARGV[a + 2 * nr + nc]) then return {'budget', '0', '0', tostring(spent)} end
+  if not force and spent >= tonumber(ARGV[a + 2 * nr + nc]) then return {'budget', '0', '0', tostring(spent)} end
 end
+local out = {'ok', '0', '0', tostring(spent)}
 for i = 1, nr do
-  local per, cost = tonumber(ARGV[a + 2 * i - 2]), tonumber(ARGV[a + 2 * i - 1])
-  redis.call('HSET', KEYS[i], 'v', tostring(levels[i] - cost), 't', tostring(now))
+  redis.call('HSET', KEYS[i], 'v', tostring(levels[i]), 't', tostring(now))
   redis.call('EXPIRE', KEYS[i], 120)
+  out[#out + 1] = tostring(levels[i])
 end
 for i = 1, nc do
   redis.call('ZADD', KEYS[nr + i], now + ttl, lease)
   redis.call('EXPIRE', KEYS[nr + i], math.ceil(ttl) * 2)
+  out[#out + 1] = tostring(held[i] + 1)
 end
-return {'ok', '0', '0', tostring(spent)}
+return out
 """
 
 # KEYS: cap lease sets (nc), token buckets (nr), spend records (ns)

@@ -221,13 +221,15 @@ class RespClient:
             raise reply
         return reply
 
-    async def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Reply]:
-        """Send the commands in one write; their replies in order. An error reply raises RespError."""
+    async def pipeline(self, commands: list[tuple[Any, ...]], raise_errors: bool = True) -> list[Reply]:
+        """Send the commands in one write; their replies in order. An error reply raises RespError
+        (with `raise_errors=False`, it is returned in its place)."""
         conn = await self._connection()
         replies = await asyncio.gather(*conn.send(b"".join(encode(*c) for c in commands), len(commands)))
-        for reply in replies:
-            if isinstance(reply, RespError):
-                raise reply
+        if raise_errors:
+            for reply in replies:
+                if isinstance(reply, RespError):
+                    raise reply
         return replies
 
     async def close(self) -> None:

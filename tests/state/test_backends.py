@@ -8,6 +8,7 @@ import pytest
 
 from sdk.state import open_state
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Settlement, SpendRecord
+from sdk.state.redis import split_url
 
 
 @pytest.fixture(params=["local", "redis"])
@@ -99,6 +100,48 @@ async def test_a_live_replica_keeps_its_lease_past_the_ttl(redis_url, monkeypatc
     assert (await other.admit(Admission("x", caps=(cap,)))).kind == "cap"
     await holder.close()
     await other.close()
+
+
+def _admissions(how: str) -> float:
+    from sdk.metrics import STATE_ADMISSIONS
+
+    return STATE_ADMISSIONS.labels(how)._value.get()
+
+
+async def test_far_from_its_limits_an_admission_does_not_wait_for_redis(redis_url):
+    """After one checked admission, the next go ahead and are charged in the background."""
+    import redis
+
+    state = open_state(redis_url)
+    rate, cap = Rate("rpm", 1000, 1), Cap("conc", 1000)
+    checked, ahead = _admissions("checked"), _admissions("ahead")
+    for i in range(6):
+        assert await state.admit(Admission(f"l{i}", (rate,), (cap,))) is None
+    await _settled(state)
+    assert _admissions("checked") - checked == 1 and _admissions("ahead") - ahead == 5
+    server, prefix, _ = split_url(redis_url)
+    with redis.Redis.from_url(server) as client:
+        assert 994 <= float(client.hget(f"{prefix}:rpm", "v")) < 996  # all six charged (and a moment's refill)
+        assert client.zcard(f"{prefix}:conc") == 6  # and their leases held
+    for i in range(6):
+        state.settle(Settlement(f"l{i}", caps=(cap.key,)))
+    await _settled(state)
+    with redis.Redis.from_url(server) as client:
+        assert client.zcard(f"{prefix}:conc") == 0
+    await state.close()
+
+
+async def test_near_its_limit_every_admission_is_checked(redis_url):
+    """Going ahead stops while there is still room for every replica's share: never past the limit."""
+    state = open_state(redis_url)
+    rate = Rate("rpm", 20, 1)
+    ahead = _admissions("ahead")
+    admitted = [await state.admit(Admission("", (rate,))) is None for _ in range(30)]
+    await _settled(state)
+    assert 20 <= sum(admitted) <= 21  # one more if a refill (one per 3 s) came in meanwhile
+    assert not any(admitted[22:])
+    assert 0 < _admissions("ahead") - ahead < 20
+    await state.close()
 
 
 async def _settled(state) -> None:
