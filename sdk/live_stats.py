@@ -56,10 +56,27 @@ def bin_of(seconds: float) -> int:
     return min(_BINS - 1, int(math.log(seconds / _MIN_S) / _LOG_GROWTH))
 
 
-class _Series:
-    """One (team, route)'s ring: slot `epoch % BUCKETS` holds bucket `epoch` (epoch = time // BUCKET_S)."""
+@dataclass(frozen=True)
+class _Bucket:
+    """A copy of one bucket, its histograms dense: what a snapshot holds."""
 
-    __slots__ = ("epochs", "counts", "ttft", "e2e", "causes")
+    counts: tuple[int, ...]
+    ttft: np.ndarray  # samples per bin
+    e2e: np.ndarray
+    causes: Counter[str]
+
+
+def _dense(sparse: dict[int, int]) -> np.ndarray:
+    dense = np.zeros(_BINS, np.int64)
+    if sparse:
+        dense[list(sparse)] = list(sparse.values())
+    return dense
+
+
+class _Series:
+    """One (team, route)'s ring: slot `epoch % BUCKETS` holds bucket `epoch` (epoch = time // bucket_s)."""
+
+    __slots__ = ("epochs", "counts", "ttft", "e2e", "causes", "closed")
 
     def __init__(self) -> None:
         self.epochs = [-1] * BUCKETS
@@ -67,6 +84,12 @@ class _Series:
         self.ttft: list[dict[int, int]] = [{} for _ in range(BUCKETS)]  # bin -> samples, sparse
         self.e2e: list[dict[int, int]] = [{} for _ in range(BUCKETS)]
         self.causes: list[Counter[str]] = [Counter() for _ in range(BUCKETS)]
+        # Copies of buckets whose time has passed (nothing records into them any more): each is
+        # copied once, so a snapshot copies only the bucket still filling.
+        self.closed: dict[int, _Bucket] = {}
+
+    def copy(self, slot: int) -> _Bucket:
+        return _Bucket(tuple(self.counts[slot]), _dense(self.ttft[slot]), _dense(self.e2e[slot]), Counter(self.causes[slot]))
 
     def slot(self, epoch: int) -> int:
         slot = epoch % BUCKETS
@@ -159,13 +182,23 @@ class LiveStats:
         """Copies of the buckets still in the window: cheap, taken on the loop that records, so
         `Snapshot.window()` can do the arithmetic in a worker thread."""
         last = int(self._clock() // self.bucket_s)
+        first = last - BUCKETS + 1
         copied = []
         for (team, route), series in sorted(self._series.items()):
-            rows = [
-                (row, list(series.counts[slot]), dict(series.ttft[slot]), dict(series.e2e[slot]), Counter(series.causes[slot]))
-                for row, slot in enumerate((epoch % BUCKETS for epoch in range(last - BUCKETS + 1, last + 1)))
-                if series.epochs[slot] == last - BUCKETS + 1 + row
-            ]
+            rows = []
+            for row, epoch in enumerate(range(first, last + 1)):
+                slot = epoch % BUCKETS
+                if series.epochs[slot] != epoch:
+                    continue
+                if epoch == last:
+                    rows.append((row, series.copy(slot)))
+                else:
+                    bucket = series.closed.get(epoch)
+                    if bucket is None:
+                        bucket = series.closed[epoch] = series.copy(slot)
+                    rows.append((row, bucket))
+            for epoch in [epoch for epoch in series.closed if epoch < first]:
+                del series.closed[epoch]
             if rows:
                 copied.append(_SeriesCopy(team, route, rows))
         return Snapshot(self.bucket_s, last, copied)
@@ -178,7 +211,7 @@ class LiveStats:
 class _SeriesCopy:
     team: str
     route: str
-    rows: list[tuple[int, list[int], dict[int, int], dict[int, int], Counter[str]]]  # (row, counts, ttft, e2e, causes)
+    rows: list[tuple[int, _Bucket]]  # (row in the window, its bucket)
 
 
 @dataclass(frozen=True)
@@ -195,12 +228,11 @@ class Snapshot:
             # rows 0..BUCKETS-1: TTFT per bucket, BUCKETS: TTFT over the window; then the same for e2e
             histograms = np.zeros((2 * (BUCKETS + 1), _BINS), np.int64)
             causes: Counter[str] = Counter()
-            for row, bucket_counts, ttft, e2e, bucket_causes in copy.rows:
-                counts[row] = bucket_counts
-                for offset, sparse in ((0, ttft), (BUCKETS + 1, e2e)):
-                    for found, samples in sparse.items():
-                        histograms[offset + row, found] = samples
-                causes.update(bucket_causes)
+            for row, bucket in copy.rows:
+                counts[row] = bucket.counts
+                histograms[row] = bucket.ttft
+                histograms[BUCKETS + 1 + row] = bucket.e2e
+                causes.update(bucket.causes)
             histograms[BUCKETS] = histograms[:BUCKETS].sum(axis=0)
             histograms[-1] = histograms[BUCKETS + 1:-1].sum(axis=0)
             values = percentiles(histograms)

@@ -27,6 +27,9 @@ from sdk import live_stats
 ADMIN_KEY = "admin-ui-test-key"
 TEAM_KEY = "sk-search-ui"
 SYSTEM = "You are the search team's assistant. " + " ".join(f"Reference fact {i}: item {i} weighs {i * 7} grams." for i in range(160))
+# Retrieved context after a lead-in: what compression prunes (docs/compression.md)
+CONTEXT = "Use the following pieces of retrieved context to answer the question.\n\n" + "\n".join(
+    f"The warehouse in city {i} stores {i * 13} crates of apples and ships them on day {i % 7}.\nIts manager likes tea." for i in range(60))
 
 
 def _policy(directory: Path, emulator_url: str) -> None:
@@ -45,6 +48,7 @@ routes:
 retry: {{max_attempts: 2, base_delay_ms: 5, max_delay_ms: 20}}
 breaker: {{min_requests: 2, cooldown_s: 300}}
 semantic_cache: {{enabled: true, semantic: false}}
+compression: {{enabled: true}}
 budget: {{usd: 0.05, period: day}}
 """)
 
@@ -67,8 +71,8 @@ def proxy(tmp_path_factory) -> Iterator[RunningServer]:
 
 def _traffic(proxy: RunningServer, emulator_url: str) -> None:
     """Five one-second rounds: prompt-cache reads (one changed system prompt: a named miss cause),
-    response-cache hits and misses, a streamed answer, failures that open a breaker (its requests fall
-    back to gpt), and a request that fails."""
+    response-cache hits and misses, a streamed answer, compressed context, failures that open a
+    breaker (its requests fall back to gpt), and a request that fails."""
     claude = anthropic.Anthropic(base_url=proxy.url, api_key=TEAM_KEY, max_retries=0)
     gpt = openai.OpenAI(base_url=proxy.url + "/v1", api_key=TEAM_KEY, max_retries=0)
     for round_ in range(5):
@@ -80,8 +84,9 @@ def _traffic(proxy: RunningServer, emulator_url: str) -> None:
         with claude.messages.stream(model="claude-sonnet-5", max_tokens=64, system=SYSTEM,
                                     messages=[{"role": "user", "content": f"Round {round_}: stream it"}]) as stream:
             assert stream.get_final_text()
-        for question in ("same question every round", f"new question {round_}"):
-            gpt.chat.completions.create(model="gpt-5-mini", temperature=0, messages=[{"role": "user", "content": question}])
+        gpt.chat.completions.create(model="gpt-5-mini", temperature=0, messages=[{"role": "user", "content": "same question every round"}])
+        gpt.chat.completions.create(model="gpt-5-mini", temperature=0, messages=[
+            {"role": "system", "content": CONTEXT}, {"role": "user", "content": f"How many crates does city {round_ + 3} store?"}])
         if round_ == 2:
             httpx.post(f"{emulator_url}/_emulator/faults", json={"fault": "500", "count": 2, "match": {"model": "claude-flaky"}})
             for _ in range(2):  # two failed attempts open claude-flaky's breaker; both requests end on gpt
@@ -128,6 +133,7 @@ def test_login_sets_a_session_cookie_and_the_data_has_the_traffic(proxy):
     assert "system_changed@system" in summary  # the changed system prompt, named as a miss cause
     assert 'breaker-open">open' in summary and "claude/claude-flaky" in summary
     assert "day budget" in summary and "<meter" in summary
+    assert "tokens saved" in summary
     assert "4 exact" in summary  # the repeated question, answered from the response cache in rounds 1-4
 
 

@@ -55,6 +55,28 @@ def test_counts_land_in_the_bucket_of_their_time_and_age_out():
     assert stats.window().routes[0].totals["requests"] == 1
 
 
+def test_snapshots_copy_a_past_bucket_once_and_the_current_one_each_time():
+    clock = Clock()
+    stats = LiveStats(clock=clock)
+    stats.record(ctx(), "gpt/a", 200, latency=(0.05, 0.05))
+    assert stats.snapshot().window().routes[0].totals["requests"] == 1
+    stats.record(ctx(), "gpt/a", 200, latency=(0.5, 0.5))  # the same bucket, still filling: seen next time
+    assert stats.window().routes[0].totals["requests"] == 2
+    clock.now += BUCKET_S
+    first = stats.snapshot()
+    (series,) = stats._series.values()
+    assert len(series.closed) == 1  # the past bucket, copied once
+    stats.record(ctx(), "gpt/a", 500)
+    second = stats.snapshot()
+    assert first.series[0].rows[0][1] is second.series[0].rows[0][1]
+    route = second.window().routes[0]
+    assert route.counts["requests"][-2:] == [2, 1] and route.counts["errors"][-2:] == [0, 1]
+    assert route.e2e_ms["p99"][-2] == pytest.approx(500, rel=0.06) and route.e2e_total_ms["p50"] == pytest.approx(50, rel=0.06)
+    clock.now += BUCKETS * BUCKET_S
+    stats.snapshot()
+    assert series.closed == {}  # gone with the window
+
+
 def test_percentiles_are_within_the_bins_error():
     rng = random.Random(7)
     samples = sorted(rng.lognormvariate(-2, 1) for _ in range(5000))  # seconds, median ~0.135 s
@@ -110,6 +132,9 @@ def test_off_until_enabled(monkeypatch):
     live_stats.record(ctx(), "gpt/a", 200)  # no recorder: nothing happens, nothing fails
     assert live_stats.recorder() is None
     recorder = live_stats.enable()
-    assert live_stats.enable() is recorder
+    assert live_stats.enable() is recorder and recorder.bucket_s == BUCKET_S
+    short = live_stats.enable(LiveStats(bucket_s=1))  # what the browser test installs
+    assert live_stats.recorder() is short and live_stats.enable() is short
+    recorder = live_stats.enable(LiveStats())
     live_stats.record(ctx(), "gpt/a", 200)
     assert recorder.window().routes[0].totals["requests"] == 1
