@@ -104,7 +104,8 @@ class Router:
         route = self.route_for(model)
         prefix = prefix_hashes(ctx.request.body) if route.strategy == "prefix_affinity" else []
         order = ordered_targets(route, model, self.stats, prefix)
-        plan = AttemptPlan(order, [target_key(t, model) for t in order], self.retry)
+        keys = [target_key(t, model) for t in order]
+        plan = AttemptPlan(order, keys, self.retry)
         deadline = math.inf if self.retry.deadline_ms is None else time.monotonic() + self.retry.deadline_ms / 1000
         max_legs = self.hedging.max_legs if self.hedging.enabled else 1
         legs: dict[asyncio.Task[Answer], Leg] = {}
@@ -149,8 +150,9 @@ class Router:
                     error = task.exception()
                     if error is None:
                         plan.finished(slot)
-                        if prefix:  # the replica that answered now holds this prefix
-                            self.stats.prefix_owners.remember(prefix, slot.key)
+                        if prefix:  # the replica that answered now holds this prefix; a failed one hands it on
+                            keep = () if errors else keys
+                            self.stats.prefix_owners.remember(prefix, slot.key, keep)
                         winner = task
                         answer = task.result()
                         ctx.route = answer.route

@@ -11,12 +11,15 @@ Measured per strategy: the engines' own prefix-cache hit rate (vllm:prefix_cache
 vllm:prefix_cache_queries, in tokens, summed over the replicas) and time to first token seen by
 the client (p50/p95: request sent to the first content delta).
 
-By default each replica's KV cache (--num-kvcache-blocks) holds about a third of the distinct
-prompt prefixes in play (three of nine system prompts), the regime of a busy deployment where the
-traffic's prefixes outgrow one replica's cache; pass a large value (e.g. 2000) for the regime
-where every replica can hold everything.
+By default each replica's KV cache (--num-kvcache-blocks) holds its third of the distinct system
+prompts in play (four of twelve) with room for the histories in flight, about 40% of all of
+them: the regime of a busy deployment where the traffic's prefixes outgrow one replica's cache but
+not the replicas' together. A cache much smaller than a replica's share thrashes under any router
+(LRU evicts a prefix just before its next use); pass a large value (e.g. 2000) for the regime
+where every replica can hold everything, where routing matters only for the first request of
+each prefix.
 
-    .venv/bin/python bench/localengine/prefix_affinity.py [--rounds 2] [--num-kvcache-blocks 320]
+    .venv/bin/python bench/localengine/prefix_affinity.py [--rounds 2] [--num-kvcache-blocks 2000]
 """
 
 from __future__ import annotations
@@ -198,15 +201,16 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--systems", type=int, default=9, help="distinct system prompts")
+    parser.add_argument("--systems", type=int, default=12, help="distinct system prompts")
     parser.add_argument("--system-tokens", type=int, default=900)
-    parser.add_argument("--conversations", type=int, default=27)
-    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--conversations", type=int, default=60)
+    parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=6, help="conversations running at once")
     parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--num-kvcache-blocks", type=int, default=256,
-                        help="per replica, 16 tokens each (256: three system prompts and the histories in flight)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--num-kvcache-blocks", type=int, default=290,
+                        help="per replica, 16 tokens each (290: its third of the 12 system prompts, 228 blocks, "
+                             "and the histories in flight)")
+    parser.add_argument("--rounds", type=int, default=1)
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -9,18 +9,20 @@ a chain: block i's hash covers blocks 0..i, so equal hashes mean equal prefixes.
 Per request, over the route's targets:
 1. the longest prefix this router has seen answered: the target that answered the deepest block
    hash the request shares (a hashed radix tree, remembered in a bounded LRU);
-2. otherwise the two targets that rendezvous hashing on the first block ranks highest, and of
-   those the one that holds fewer prefixes (the power of two choices: a handful of prefixes
-   hashed onto three replicas lands 6/3/0 as often as not, and the cache of the replica with 6
-   thrashes; SGLang's router sends a new prefix to the replica with the smallest cache tree for
-   the same reason). Rendezvous keeps the choice stable: gateway replicas pick among the same
-   two, and adding or removing a replica moves only that replica's share;
+2. otherwise the target that holds the fewest prefixes, ties broken by rendezvous hashing on the
+   first block (plain hashing lands a handful of prefixes on three replicas 6/3/0 as often as
+   not, and even the power of two choices leaves 4/3/2: the cache of the replica with the most
+   thrashes once its prefixes outgrow it; SGLang's router sends a new prefix to the replica with
+   the smallest cache tree for the same reason). Prefixes already placed never move when others
+   arrive, and adding or removing a replica moves only that replica's share;
 3. bounded load: a pick already running more than `LOAD_SLACK` times its fair share of the
    route's requests in flight (plus `LOAD_ALLOWANCE`) yields to the next target in rendezvous
    order, so one hot prefix cannot pile onto one replica.
 The remaining targets follow in rendezvous order as fallbacks; a new prefix's root is claimed
-when it is routed, and the target that answers becomes the owner of the request's blocks, so a
-failed or saturated replica hands its prefixes on.
+when it is routed. The target that answers owns the request's blocks that had no live owner (a
+conversation that spilled over keeps its new turns where its history now is, while the shared
+system prompt stays with its owner: a spill is momentary); after a failed attempt it takes over
+every block, so a failed replica hands its prefixes on.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import orjson
@@ -73,13 +75,18 @@ class PrefixOwners:
                 return owner
         return None
 
-    def remember(self, hashes: Sequence[bytes], key: str) -> None:
-        root = hashes[0]
-        if root in self._roots:
-            self.roots_held[self._owners[root]] -= 1
-        self._roots.add(root)
-        self.roots_held[key] += 1
-        for h in hashes:
+    def remember(self, hashes: Sequence[bytes], key: str, keep: Collection[str] = ()) -> None:
+        """`key` now holds these blocks; those owned by a target in `keep` stay with it."""
+        for i, h in enumerate(hashes):
+            owner = self._owners.get(h)
+            if owner is not None and owner in keep:
+                self._owners.move_to_end(h)
+                continue
+            if i == 0:
+                if owner is not None:
+                    self.roots_held[owner] -= 1
+                self._roots.add(h)
+                self.roots_held[key] += 1
             self._owners[h] = key
             self._owners.move_to_end(h)
         while len(self._owners) > self.capacity:
@@ -104,7 +111,7 @@ def affinity_order(keys: Sequence[str], in_flight: Sequence[int], hashes: Sequen
     if owner is not None:
         pick = keys.index(owner)
     else:
-        pick = min(order[:2], key=lambda i: owners.roots_held[keys[i]])  # ties: rendezvous order
+        pick = min(order, key=lambda i: owners.roots_held[keys[i]])  # ties: rendezvous order
         # Claimed now, not when the answer comes: the requests of a burst that share this new
         # prefix follow it instead of each choosing again.
         owners.remember(hashes[:1], keys[pick])

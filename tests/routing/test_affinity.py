@@ -41,11 +41,29 @@ def test_new_prefixes_spread_and_removal_moves_only_its_share():
 
 def test_a_handful_of_new_prefixes_lands_evenly():
     keys = ["engine/a", "engine/b", "engine/c"]
+    for batch in range(20):  # whatever the prompts hash to: the cache of a replica with more thrashes first
+        owners = PrefixOwners()
+        for n in range(9):
+            hashes = prefix_hashes({"system": f"agent {batch}.{n}: " + "long instructions " * 40})
+            owners.remember(hashes, keys[affinity_order(keys, [0, 0, 0], hashes, owners)[0]])
+        assert sorted(owners.roots_held[k] for k in keys) == [3, 3, 3]
+
+
+def test_a_spill_leaves_the_shared_prefix_with_its_owner_and_a_failure_hands_it_on():
+    keys = ["engine/a", "engine/b", "engine/c"]
     owners = PrefixOwners()
-    for n in range(9):
-        hashes = prefix_hashes({"system": f"agent {n}: " + "long instructions " * 40})
-        owners.remember(hashes, keys[affinity_order(keys, [0, 0, 0], hashes, owners)[0]])
-    assert max(owners.roots_held.values()) - min(owners.roots_held[k] for k in keys) <= 1
+    first = prefix_hashes(conversation(SYSTEM, 1))
+    owner = keys[affinity_order(keys, [0, 0, 0], first, owners)[0]]
+    owners.remember(first, owner, keys)
+    spill = next(k for k in keys if k != owner)
+    longer = prefix_hashes(conversation(SYSTEM, 3))
+    owners.remember(longer, spill, keys)  # answered elsewhere because the owner was busy
+    assert keys[affinity_order(keys, [0, 0, 0], longer, owners)[0]] == spill  # its history is there now
+    another = prefix_hashes(conversation(SYSTEM, 2) | {"messages": [{"role": "user", "content": "new"}]})
+    assert keys[affinity_order(keys, [0, 0, 0], another, owners)[0]] == owner  # the system prompt is not
+    owners.remember(another, spill)  # the owner failed and the spill target answered: it takes over
+    assert keys[affinity_order(keys, [0, 0, 0], another, owners)[0]] == spill
+    assert owners.roots_held[spill] == 1 and owners.roots_held[owner] == 0
 
 
 def test_the_deepest_known_prefix_wins_and_load_is_bounded():
