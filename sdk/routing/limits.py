@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
+import secrets
 from dataclasses import dataclass
 
 from sdk import metrics
@@ -73,7 +73,7 @@ class LimitsStage:
         scopes = self._scopes(ctx)
         rates = tuple(rate for scope in scopes for rate in (scope.requests, scope.tokens) if rate is not None)
         caps = tuple(scope.cap for scope in scopes if scope.cap is not None)
-        admission = Admission(uuid.uuid4().hex if caps else "", rates, caps, budget_check(self.team, self.budget))
+        admission = Admission(secrets.token_hex(16) if caps else "", rates, caps, budget_check(self.team, self.budget))
         if rates or caps or admission.budget is not None:
             trace = ctx.trace
             started = time.time_ns() if trace is not None else 0

@@ -19,14 +19,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from sdk.metrics import STATE_ADMISSIONS as ADMISSIONS
-from sdk.metrics import STATE_BACKEND_UP
+from sdk.metrics import STATE_ADMISSIONS, STATE_BACKEND_UP
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Refusal, Settlement, StateBackend
 from sdk.state.local import LocalState
 from sdk.state.redis import RedisState
 from sdk.state.resp import RespError
 
 log = logging.getLogger("slipstream.state")
+AHEAD, CHECKED, LOCAL = (STATE_ADMISSIONS.labels(how) for how in ("ahead", "checked", "local"))
 T = TypeVar("T")
 
 
@@ -52,14 +52,14 @@ class GuardedState:
     async def admit(self, admission: Admission) -> Refusal | None:
         room = self.shared.room
         if self.up and room.grants(admission, self.shared.replicas):  # far from every limit: do not wait
-            ADMISSIONS.labels("ahead").inc()
+            AHEAD.inc()
             if admission.caps:
                 self._where[admission.lease] = self.shared
             room.unanswered += 1
             self._post(admission)
             return None
         shared = await self._shared(lambda: self.shared.admit(admission))
-        ADMISSIONS.labels("checked" if shared is not DOWN else "local").inc()
+        (CHECKED if shared is not DOWN else LOCAL).inc()
         if shared is not DOWN:
             if shared is None and admission.caps:
                 self._where[admission.lease] = self.shared

@@ -29,6 +29,10 @@ _SCRIPTS = {name: (getattr(redis_scripts, name), hashlib.sha1(getattr(redis_scri
             for name in ("ADMIT", "SETTLE", "RENEW", "READ_ENTRIES", "MERGE_ENTRIES")}
 
 
+def _evalsha(name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
+    return ("EVALSHA", _SCRIPTS[name][1], len(keys), *keys, *args)
+
+
 def split_url(url: str) -> tuple[str, str, float]:
     """(the URL of the server, key prefix, timeout in seconds)."""
     parts = urlsplit(url)
@@ -65,10 +69,13 @@ class RedisState:
                 raise
             return await self.client.execute("EVAL", source, len(keys), *keys, *args)
 
-    def _admit_command(self, admission: Admission, force: bool) -> tuple[list[str], list[Any]]:
+    def _admit_args(self, admissions: list[Admission], force: bool) -> tuple[list[str], list[Any]]:
+        """One ADMIT's keys and arguments, for admissions with the same limits (one, when checked; a
+        batch's, when forced)."""
+        admission = admissions[0]
         nr, nc = len(admission.rates), len(admission.caps)
         keys = [self.key(r.key) for r in admission.rates] + [self.key(c.key) for c in admission.caps]
-        args: list[Any] = [nr, nc, int(admission.budget is not None), admission.lease, LEASE_TTL_S, int(force)]
+        args: list[Any] = [nr, nc, int(admission.budget is not None), LEASE_TTL_S, int(force)]
         for rate in admission.rates:
             args += [float(rate.per_minute), float(rate.cost)]
         args += [cap.limit for cap in admission.caps]
@@ -76,8 +83,9 @@ class RedisState:
             keys.append(self.key(admission.budget.key))
             args.append(float(admission.budget.usd))
         if nc:  # held from now (renewed by the check-in); a refusal or a failure lets go
-            self._held[admission.lease] = tuple(keys[nr:nr + nc])
-        return keys, args
+            for each in admissions:
+                self._held[each.lease] = tuple(keys[nr:nr + nc])
+        return keys, [*args, *(each.lease for each in admissions)]
 
     def _admitted(self, admission: Admission, reply: Any) -> Refusal | None:
         if reply[0] != b"ok":
@@ -92,7 +100,7 @@ class RedisState:
 
     async def admit(self, admission: Admission) -> Refusal | None:
         """Check and charge every limit of `admission` in one script."""
-        keys, args = self._admit_command(admission, force=False)
+        keys, args = self._admit_args([admission], force=False)
         try:
             reply = await self._script("ADMIT", keys, args)
         except BaseException:
@@ -101,15 +109,22 @@ class RedisState:
         return self._admitted(admission, reply)
 
     async def send_batch(self, items: list[Admission | Settlement]) -> None:
-        """In one pipelined write, in order: the charges of admissions granted ahead (the script's
-        force mode) and settlements. They come in batches: what one loop iteration produced."""
-        commands: list[tuple[Any, ...]] = []
+        """The charges of admissions granted ahead (the script's force mode) and settlements, in one
+        pipelined write: what one loop iteration produced. Those with the same keys go as one script
+        call each (leases listed, amounts summed), admissions first, so a lease's admission always
+        precedes its settlement."""
+        admitted: dict[tuple[Any, ...], list[Admission]] = {}
+        settled: dict[tuple[Any, ...], list[Settlement]] = {}
         for item in items:
             if isinstance(item, Admission):
-                keys, args = self._admit_command(item, force=True)
-                commands.append(("EVALSHA", _SCRIPTS["ADMIT"][1], len(keys), *keys, *args))
+                admitted.setdefault((item.rates, item.caps, item.budget), []).append(item)
             else:
-                commands.append(self._settle_command(item))
+                spend = item.spend if item.spend is not None and item.spend.usd else None
+                shape = (item.caps, tuple(rate for rate, _ in item.charges), spend and spend.records, spend and spend.fields)
+                settled.setdefault(shape, []).append(item)
+        groups = list(admitted.values())
+        commands = [_evalsha("ADMIT", *self._admit_args(group, force=True)) for group in groups]
+        commands += [_evalsha("SETTLE", *self._settle_args(group)) for group in settled.values()]
         try:
             replies = await self.client.pipeline(commands, raise_errors=False)
             lost = [i for i, reply in enumerate(replies) if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT")]
@@ -119,28 +134,33 @@ class RedisState:
                 for i, reply in zip(lost, again[2:], strict=True):
                     replies[i] = reply
         except BaseException:
-            for item in items:
-                if isinstance(item, Admission):
-                    self._held.pop(item.lease, None)  # never charged: a degraded replica settles it locally
+            for group in groups:
+                for admission in group:
+                    self._held.pop(admission.lease, None)  # never charged: a degraded replica settles it locally
             raise
-        for item, reply in zip(items, replies, strict=True):
+        for reply in replies:
             if isinstance(reply, RespError):
                 raise reply
-            if isinstance(item, Admission):
-                self._admitted(item, reply)
+        for group, reply in zip(groups, replies, strict=False):
+            self._admitted(group[0], reply)
 
-    def _settle_command(self, settlement: Settlement) -> tuple[Any, ...]:
-        self._held.pop(settlement.lease, None)
-        keys = [self.key(k) for k in settlement.caps] + [self.key(rate.key) for rate, _ in settlement.charges]
-        spend = settlement.spend
+    def _settle_args(self, settlements: list[Settlement]) -> tuple[list[str], list[Any]]:
+        """One SETTLE's keys and arguments, for settlements with the same keys: their leases, tokens
+        and spend together."""
+        first = settlements[0]
+        keys = [self.key(k) for k in first.caps] + [self.key(rate.key) for rate, _ in first.charges]
+        spend = first.spend
         records = spend.records if spend is not None and spend.usd else ()
-        args: list[Any] = [len(settlement.caps), len(settlement.charges), len(records), settlement.lease]
-        for rate, amount in settlement.charges:
-            args += [float(rate.per_minute), float(amount)]
+        args: list[Any] = [len(first.caps), len(first.charges), len(records)]
+        for i, (rate, _) in enumerate(first.charges):
+            args += [float(rate.per_minute), float(sum(each.charges[i][1] for each in settlements))]
         if records:
             keys += [self.key(key) for key, _ in records]
-            args += [float(spend.usd), len(spend.fields), *spend.fields, *(int(keep) for _, keep in records)]
-        return ("EVALSHA", _SCRIPTS["SETTLE"][1], len(keys), *keys, *args)
+            usd = sum(each.spend.usd for each in settlements if each.spend is not None)
+            args += [float(usd), len(spend.fields), *spend.fields, *(int(keep) for _, keep in records)]
+        for each in settlements:
+            self._held.pop(each.lease, None)
+        return keys, [*args, *(each.lease for each in settlements if first.caps)]
 
     async def spend(self, key: str) -> dict[str, float]:
         fields = await self.client.execute("HGETALL", self.key(key))

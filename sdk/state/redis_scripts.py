@@ -20,13 +20,16 @@ end
 """
 
 # KEYS: rate buckets (nr), cap lease sets (nc), budget record (nb: 0|1)
-# ARGV: nr, nc, nb, lease, lease_ttl_s, force (1: charge without checking: an admission the replica
-# granted ahead, sdk/state/headroom.py), then per rate (per_minute, cost), per cap (limit), budget usd.
-# Admitted: {'ok', '0', '0', spent, each bucket's level after the charge..., each cap's leases after...}.
+# ARGV: nr, nc, nb, lease_ttl_s, force, then per rate (per_minute, cost), per cap (limit), budget usd,
+# then the leases: one for a checked admission; with force (charge without checking: admissions the
+# replica granted ahead, sdk/state/headroom.py), every lease of a batch whose limits are the same,
+# each charged. Admitted: {'ok', '0', '0', spent, each bucket's level after, each cap's leases after}.
 ADMIT = _NOW + _REFILL + """
 local nr, nc, nb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local lease, ttl, force = ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
-local a = 7
+local ttl, force = tonumber(ARGV[4]), ARGV[5] == '1'
+local a = 6
+local first = a + 2 * nr + nc + nb
+local k = #ARGV - first + 1
 local held = {}
 for i = 1, nc do
   local key = KEYS[nr + i]
@@ -41,7 +44,7 @@ for i = 1, nr do
   local need = cost
   if need <= 0 then need = 1e-9 end
   if not force and level < need then return {'rate', tostring(i - 1), tostring((need - level) * 60 / per), tostring(level)} end
-  levels[i] = level - cost
+  levels[i] = level - cost * k
 end
 local spent = 0
 if nb == 1 then
@@ -55,20 +58,19 @@ for i = 1, nr do
   out[#out + 1] = tostring(levels[i])
 end
 for i = 1, nc do
-  redis.call('ZADD', KEYS[nr + i], now + ttl, lease)
+  for j = first, #ARGV do redis.call('ZADD', KEYS[nr + i], now + ttl, ARGV[j]) end
   redis.call('EXPIRE', KEYS[nr + i], math.ceil(ttl) * 2)
-  out[#out + 1] = tostring(held[i] + 1)
+  out[#out + 1] = tostring(held[i] + k)
 end
 return out
 """
 
 # KEYS: cap lease sets (nc), token buckets (nr), spend records (ns)
-# ARGV: nc, nr, ns, lease, then per bucket (per_minute, amount), then usd, nf, fields..., keep_s per record
+# ARGV: nc, nr, ns, then per bucket (per_minute, amount), then usd, nf, fields..., keep_s per record,
+# then the leases that end (the settlements of a batch with the same keys, their amounts summed)
 SETTLE = _NOW + _REFILL + """
 local nc, nr, ns = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local lease = ARGV[4]
-for i = 1, nc do redis.call('ZREM', KEYS[i], lease) end
-local a = 5
+local a = 4
 for i = 1, nr do
   local key, per, amount = KEYS[nc + i], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local level = level_of(key, per, now)
@@ -86,6 +88,10 @@ if ns > 0 then
     for f = 1, nf do redis.call('HINCRBYFLOAT', key, fields[f], usd) end
     if redis.call('TTL', key) < 0 then redis.call('EXPIRE', key, tonumber(ARGV[a + i - 1])) end
   end
+  a = a + ns
+end
+for i = 1, nc do
+  for j = a, #ARGV do redis.call('ZREM', KEYS[i], ARGV[j]) end
 end
 return false
 """
