@@ -125,8 +125,6 @@ class BlockManager:
             if block is None:
                 break  # the chain makes every later block a miss too
             hits.append(block)
-        self.prefix_cache_queries += seq.num_tokens
-        self.prefix_cache_hits += len(hits) * self.block_size
         return hits, len(hits) * self.block_size
 
     def allocate_slots(
@@ -138,6 +136,7 @@ class BlockManager:
     ) -> bool:
         """Give `seq` room for `num_new_tokens` more tokens (plus lookahead slots for speculative
         tokens); on admission `computed_blocks` are the prefix-cache hits. False if it doesn't fit."""
+        admission = computed_blocks is not None
         computed_blocks = computed_blocks or []
         num_computed = seq.num_computed_tokens + len(computed_blocks) * self.block_size
         needed_total = -(-(num_computed + num_new_tokens + num_lookahead_tokens) // self.block_size)
@@ -157,6 +156,9 @@ class BlockManager:
             block.ref_cnt = 1
             seq.block_table.append(block.block_id)
         seq.num_computed_tokens = num_computed
+        if admission:  # counted once per admission, not per attempt of a request left waiting for room
+            self.prefix_cache_queries += seq.num_tokens
+            self.prefix_cache_hits += len(computed_blocks) * self.block_size
         return True
 
     def _evict(self, block: KVCacheBlock) -> None:

@@ -44,6 +44,19 @@ def test_chunked_prefill_and_preemption_give_same_tokens(llama_dir, alone):
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 
+def test_prefix_cache_queries_count_admissions_not_attempts(llama_dir):
+    # 24 blocks of 4 tokens hold one 56-token prompt and its 10 new tokens (17 blocks) but not two
+    # prompts (28): the second waits, asking for room at every step, and is looked up once, when
+    # it is admitted.
+    llm = make_llm(llama_dir, num_kvcache_blocks=24, max_model_len=96)
+    prompts = [list(range(3, 59)), list(range(60, 116))]
+    llm.generate(prompts, GREEDY)
+    engine = llm.llm_engine
+    assert engine.scheduler.num_preemptions == 0
+    assert engine.block_manager.prefix_cache_queries == 112
+    assert engine.block_manager.prefix_cache_hits == 0
+
+
 def test_prefix_cache_hits_and_same_tokens(llama_dir, alone):
     llm = make_llm(llama_dir)
     bm = llm.llm_engine.block_manager
