@@ -5,8 +5,11 @@ are separate processes, so the ratios hold even where absolute times drift. Repo
 proxy adds (p50/p99) at concurrency 1 and 32, and requests/s at concurrency 64, streaming and not.
 A bare ASGI forwarder (bench/bare_forwarder.py) runs too, as the floor any Python forwarder pays
 here. With `--litellm PATH_TO_LITELLM_BIN`, LiteLLM's proxy runs against the same emulator too.
+With `--traced`, a second Slipstream proxy runs with OpenTelemetry tracing on, exporting over OTLP
+HTTP/protobuf (the real exporter, BatchSpanProcessor defaults) to bench/otlp_sink.py, and the two
+proxies are also measured against each other: what tracing adds per request and to throughput.
 
-    .venv/bin/python bench/proxy_overhead.py [--requests 400] [--seconds 10] [--litellm /tmp/litellm-venv/bin/litellm]
+    .venv/bin/python bench/proxy_overhead.py [--requests 400] [--seconds 10] [--litellm /tmp/litellm-venv/bin/litellm] [--traced]
 """
 
 from __future__ import annotations
@@ -123,6 +126,27 @@ async def throughput(target: Target, seconds: float, concurrency: int, stream: b
         return done / (time.perf_counter() - started)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process and its live descendants, from /proc (Linux)."""
+    ticks, parents, cpu = os.sysconf("SC_CLK_TCK"), {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            parents[int(entry.name)] = int(fields[1])
+            cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    family, grew = {pid}, True
+    while grew:
+        grew = False
+        for child, parent in parents.items():
+            if parent in family and child not in family:
+                family.add(child)
+                grew = True
+    return sum(cpu.get(member, 0.0) for member in family)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
@@ -153,6 +177,8 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=5.0, help="emulator time to first byte")
     parser.add_argument("--litellm", help="path of a `litellm` executable to compare against")
     parser.add_argument("--plot", help="write latency percentiles at concurrency 1 (JSON) as a PNG here")
+    parser.add_argument("--traced", action="store_true", help="also a proxy with OpenTelemetry tracing on, and on vs off")
+    parser.add_argument("--only-traced", action="store_true", help="with --traced: only the tracing on vs off comparison")
     args = parser.parse_args()
     uvloop.install()
     procs: list[subprocess.Popen] = []
@@ -167,16 +193,27 @@ def main() -> None:
             f"providers:\n  gpt: {{kind: openai, base_url: 'http://127.0.0.1:{emu_port}/v1', api_key: up}}\n"
             "routes:\n  - match: {model: '*'}\n    targets: [{provider: gpt}]\nretry: {max_attempts: 1}\n"
         )
-        procs.append(start([PY, "-m", "gateway.cli", "serve", "--policy", str(policy), "--port", str(proxy_port)]))
+        untraced_proc = start([PY, "-m", "gateway.cli", "serve", "--policy", str(policy), "--port", str(proxy_port)])
+        procs.append(untraced_proc)
         wait_ready(f"http://127.0.0.1:{proxy_port}/healthz")
         floor_port = free_port()
         procs.append(start([PY, str(ROOT / "bench" / "bare_forwarder.py"), f"http://127.0.0.1:{emu_port}", str(floor_port)]))
         wait_ready(f"http://127.0.0.1:{floor_port}/v1/models")
         direct = Target("direct", f"http://127.0.0.1:{emu_port}/v1/chat/completions", "up")
-        targets = [
-            Target("bare-forwarder", f"http://127.0.0.1:{floor_port}/v1/chat/completions", "up"),
-            Target("slipstream", f"http://127.0.0.1:{proxy_port}/v1/chat/completions", KEY),
-        ]
+        untraced = Target("slipstream", f"http://127.0.0.1:{proxy_port}/v1/chat/completions", KEY)
+        targets = [Target("bare-forwarder", f"http://127.0.0.1:{floor_port}/v1/chat/completions", "up"), untraced]
+        traced, sink = None, ""
+        if args.traced:
+            sink_port, traced_port = free_port(), free_port()
+            sink = f"http://127.0.0.1:{sink_port}"
+            procs.append(start([PY, str(ROOT / "bench" / "otlp_sink.py"), str(sink_port)]))
+            wait_ready(f"{sink}/stats")
+            traced_proc = start([PY, "-m", "gateway.cli", "serve", "--policy", str(policy), "--port", str(traced_port)],
+                                env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{sink}/v1/traces"})
+            procs.append(traced_proc)
+            wait_ready(f"http://127.0.0.1:{traced_port}/healthz")
+            traced = Target("slipstream-traced", f"http://127.0.0.1:{traced_port}/v1/chat/completions", KEY)
+            targets = [] if args.only_traced else [*targets, traced]
         if args.litellm:
             litellm_port = free_port()
             config = workdir / "litellm.yaml"
@@ -213,6 +250,30 @@ def main() -> None:
                 rps_via = asyncio.run(throughput(target, args.seconds, 64, stream))
                 rows.append({"proxy": target.name, "mode": mode, "concurrency": 64, "direct_rps": rps_direct, "proxied_rps": rps_via, "ratio": rps_via / rps_direct})
                 print(json.dumps(rows[-1]), flush=True)
+
+        if traced is not None:
+            print("\ntracing on against off (the two proxies interleaved; CPU: the proxy process and its children, per request):")
+            print("| mode | concurrency | off p50 ms | on p50 ms | added p50 ms | added p99 ms | off CPU µs | on CPU µs | off req/s | on req/s |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
+            for stream in (False, True):
+                mode = "stream" if stream else "json"
+                for concurrency in (1, 32):
+                    n = args.requests if concurrency == 1 else args.requests * 4
+                    cpu_before = cpu_seconds(untraced_proc.pid), cpu_seconds(traced_proc.pid)
+                    off, on = asyncio.run(interleaved(untraced, traced, n, concurrency, stream))
+                    time.sleep(0.3)  # the export child's share of these requests (it batches every 50 ms)
+                    served = len(off) + 4 * min(20, n // 4)  # measured requests and each block's warm-up ones
+                    cpu_off = (cpu_seconds(untraced_proc.pid) - cpu_before[0]) / served * 1e6
+                    cpu_on = (cpu_seconds(traced_proc.pid) - cpu_before[1]) / served * 1e6
+                    print(f"| {mode} | {concurrency} | {pct(off, 0.5):.3f} | {pct(on, 0.5):.3f} | {pct(on, 0.5) - pct(off, 0.5):+.3f} "
+                          f"| {pct(on, 0.99) - pct(off, 0.99):+.3f} | {cpu_off:.0f} | {cpu_on:.0f} | | |", flush=True)
+                rps_off = asyncio.run(throughput(untraced, args.seconds, 64, stream))
+                rps_on = asyncio.run(throughput(traced, args.seconds, 64, stream))
+                print(f"| {mode} | 64 | | | | | | | {rps_off:.0f} | {rps_on:.0f} ({rps_on / rps_off:.2f}x) |", flush=True)
+            time.sleep(6)  # the batch processor exports every 5 s: let the last batch arrive
+            import urllib.request
+
+            print("OTLP sink received:", urllib.request.urlopen(f"{sink}/stats", timeout=5).read().decode())
 
         if args.plot:
             from bench.plots import line_chart

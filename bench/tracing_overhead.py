@@ -2,12 +2,14 @@
 
 Two measurements in one run, tracing off and on interleaved in blocks so drift hits both alike:
 1. end to end: a team's pipeline (TeamRuntime, every default stage) sending non-streamed and
-   streamed requests to the emulator on loopback, p50 latency per request with tracing off and on;
+   streamed requests to the emulator on loopback (in this process), p50 latency per request with
+   tracing off, on, and off again (the A/A difference says how much of the on/off one is noise);
 2. the hooks alone: the tracing calls a request makes (request span, one stage span, attempt span
-   with its traceparent, both ends, the hand-over to the processor), off and on, p50 of the
-   per-request cost over many rounds.
-"On" uses the SDK's BatchSpanProcessor with an exporter that drops the batches, so the export
-itself (a background thread) stays out of the request path, as it does with OTLP.
+   with its traceparent, both ends), off and on, p50 per request over many rounds, and apart the
+   work the last of them hands to the event loop for after the answer (building the spans).
+"On" uses the SDK's BatchSpanProcessor with an exporter that drops the batches, so encoding and
+sending (the exporter's, on its thread or, in `slipstream serve`, in the export process) are not in
+these numbers: bench/proxy_overhead.py --traced measures them with the real OTLP exporter.
 
     .venv/bin/python bench/tracing_overhead.py [--requests 600] [--rounds 20000]
 """
@@ -59,42 +61,51 @@ async def one_request(runtime: TeamRuntime, stream: bool) -> float:
     return time.perf_counter() - started
 
 
-async def end_to_end(runtime: TeamRuntime, processor: BatchSpanProcessor, requests: int, stream: bool) -> tuple[float, float]:
-    """p50 seconds per request with tracing off and on, in alternating blocks of 20."""
-    times: dict[bool, list[float]] = {False: [], True: []}
+async def end_to_end(runtime: TeamRuntime, processor: BatchSpanProcessor, requests: int, stream: bool) -> tuple[float, float, float]:
+    """p50 seconds per request with tracing off, on, and off again (an A/A control: how far two
+    identical runs land apart here, the noise floor of the difference), in rotating blocks of 20."""
+    times: list[list[float]] = [[], [], []]
     for _ in range(20):  # warm the pool and the caches of both paths
         await one_request(runtime, stream)
     for block in range(requests // 20):
-        on = block % 2 == 1
-        tracing.install(processor if on else None)
+        group = block % 3
+        tracing.install(processor if group == 1 else None)
         for _ in range(20):
-            times[on].append(await one_request(runtime, stream))
+            times[group].append(await one_request(runtime, stream))
     tracing.install(None)
-    return statistics.median(times[False]), statistics.median(times[True])
+    off, on, again = (statistics.median(group) for group in times)
+    return off, on, again
 
 
-def hooks(processor: BatchSpanProcessor, rounds: int) -> tuple[float, float]:
-    """p50 seconds of one request's tracing calls, off and on (in batches of 100 calls)."""
+async def hooks(processor: BatchSpanProcessor, rounds: int) -> dict[bool, tuple[float, float]]:
+    """Per request, off and on: p50 µs of the tracing calls on the request path (request span, a stage
+    span, attempt span with its traceparent, both ends), and of the work handed over to the loop after
+    the answer (result attributes, spans built and given to the processor), measured around the
+    loop turn that runs it, less that turn's cost with tracing off."""
     request = LLMRequest(Endpoint.CHAT_COMPLETIONS, dict(BODY))
-    answer = LLMResponse(200, b'{"model":"gpt-4o","choices":[{"finish_reason":"stop"}]}', {}, Usage(12, 8), "gpt/gpt-4o")
-    results = []
+    answer = LLMResponse(200, b'{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"finish_reason":"stop"}]}',
+                         {}, Usage(12, 8), "gpt/gpt-4o")
+    clock = time.perf_counter
+    results = {}
     for on in (False, True):
         tracing.install(processor if on else None)
-        batches = []
-        for _ in range(rounds // 100):
-            started = time.perf_counter()
-            for _ in range(100):
-                ctx = RequestContext(request, "bench")
-                trace = tracing.begin(ctx)
-                if trace is not None:
-                    trace.stage("prompt_cache plan", time.time_ns(), {"slipstream.prompt_cache.expected_read": 0})
-                span, sent = tracing.begin_attempt(ctx, "gpt/gpt-4o", None, request)
-                tracing.end_attempt(span, "ok")
-                tracing.end(ctx, 200, answer)
-            batches.append((time.perf_counter() - started) / 100)
-        results.append(statistics.median(batches))
+        path, after = [], []
+        for _ in range(rounds):
+            ctx = RequestContext(request, "bench")
+            started = clock()
+            trace = tracing.begin(ctx)
+            if trace is not None:
+                trace.stage("prompt_cache plan", time.time_ns(), {"slipstream.prompt_cache.expected_read": 0})
+            span, sent = tracing.begin_attempt(ctx, "gpt/gpt-4o", None, request)
+            tracing.end_attempt(span, "ok")
+            tracing.end(ctx, 200, answer)
+            answered = clock()
+            await asyncio.sleep(0)  # the loop turn after the answer: the handed-over work runs here
+            path.append(answered - started)
+            after.append(clock() - answered)
+        results[on] = (statistics.median(path), statistics.median(after))
     tracing.install(None)
-    return results[0], results[1]
+    return results
 
 
 async def main() -> None:
@@ -103,8 +114,10 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=20000)
     args = parser.parse_args()
     processor = traced_processor()
-    off, on = hooks(processor, args.rounds)
-    print(f"hooks alone: off {off * 1e6:.2f} us, on {on * 1e6:.1f} us per request (+{(on - off) * 1e6:.1f} us)")
+    measured = await hooks(processor, args.rounds)
+    (off, turn_off), (on, turn_on) = measured[False], measured[True]
+    print(f"hooks alone, p50 per request: on the request path off {off * 1e6:.2f} us, on {on * 1e6:.1f} us "
+          f"(+{(on - off) * 1e6:.1f} us); after the answer (spans built, handed to the processor) +{(turn_on - turn_off) * 1e6:.1f} us")
     with running_emulator() as upstream, tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "bench.yaml"
         path.write_text(f"""team: bench
@@ -117,10 +130,11 @@ routes:
 """)
         runtime = TeamRuntime.build(load_policy(path))
         for stream in (False, True):
-            off, on = await end_to_end(runtime, processor, args.requests, stream)
+            off, on, again = await end_to_end(runtime, processor, args.requests, stream)
             kind = "streamed" if stream else "complete"
             print(f"end to end, {kind}: p50 off {off * 1000:.3f} ms, on {on * 1000:.3f} ms "
-                  f"(+{(on - off) * 1000:.3f} ms, x{on / off:.3f})")
+                  f"({(on - off) * 1000:+.3f} ms, x{on / off:.3f}); off again {again * 1000:.3f} ms "
+                  f"(A/A {(again - off) * 1000:+.3f} ms: the noise floor)")
     processor.shutdown()
 
 

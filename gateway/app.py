@@ -19,7 +19,7 @@ from gateway.admin import AdminKey, admin_guard
 from gateway.passthrough import make_passthrough_handler
 from gateway.proxy import make_handler, team_key
 from gateway.ui import ui_handlers
-from sdk import live_stats
+from sdk import live_stats, tracing
 from sdk.errors import AuthenticationError, InvalidRequestError, NotFoundError, SlipstreamError, UpstreamHTTPError
 from sdk.metrics import REGISTRY
 from sdk.models import model_body, models_body
@@ -187,6 +187,7 @@ def create_app(
             readiness.start(registry.warm_ups())
 
         reloaded()
+        tracing.enabled()  # with an OTLP endpoint, tracing (and its export process) is set up now, not on the first request
         watcher = asyncio.create_task(registry.watch(watch_interval_s, reloaded)) if watch_interval_s else None
         start = getattr(state, "start", None)
         if start is not None:

@@ -31,6 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.serving import fixed_key_warnings, port_problem
     from sdk.access_log import ENV as ACCESS_LOG_ENV
     from sdk.state import STATE_URL_ENV, open_state
+    from sdk.tracing.setup import EXPORT_VAR as TRACE_EXPORT_ENV
 
     paths = args.policy or [args.policy_dir or _default_policy_dir()]
     state_url = args.state_url or os.environ.get(STATE_URL_ENV) or None
@@ -41,6 +42,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.access_log:
         os.environ[ACCESS_LOG_ENV] = args.access_log  # workers inherit it; sdk/access_log.py reads it
+    # With tracing on, the proxy encodes and sends spans in a child process, off the serving one's
+    # interpreter lock (sdk/tracing/export_process.py); SLIPSTREAM_TRACE_EXPORT=thread keeps it in process.
+    os.environ.setdefault(TRACE_EXPORT_ENV, "process")
     try:
         if args.workers > 1:  # each worker builds its own app; here only check what they will load
             served = [policy for policy in load_policies(paths).values() if policy.resolved_keys()]

@@ -21,9 +21,10 @@ stage cheap enough (docs/observability.md, "Cost").
 
 from __future__ import annotations
 
-import atexit
+import asyncio
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sdk.tracing.genai import (
@@ -41,6 +42,7 @@ from sdk.types import Answer, LLMRequest
 if TYPE_CHECKING:
     from sdk.pipeline import RequestContext
     from sdk.tracing.emit import Sink
+    from sdk.tracing.export_process import ProcessSink
 
 __all__ = [
     "CAPTURE_VAR", "ENDPOINT_VARS", "Parent", "RequestTrace", "SpanRecord", "begin", "begin_attempt",
@@ -48,7 +50,7 @@ __all__ = [
     "operation", "otlp_wanted", "provider_name", "reset", "resource",
 ]
 
-_sink: Sink | None = None
+_sink: Sink | ProcessSink | None = None
 _sampler: Any = None  # None: parent-based always-on, decided without a call
 _decided = False  # whether the environment has been read (once per process, at the first request)
 _capture = False
@@ -59,14 +61,17 @@ def install(processor: Any, sampler: Any = None, service: Any = None) -> None:
     """Trace into `processor` (an OpenTelemetry SpanProcessor: tests, benchmarks, an application's own
     exporter); None turns tracing off. `sampler` (an SDK Sampler) decides per request when given;
     `service` is the resource (else `OTEL_SERVICE_NAME`, `slipstream` by default)."""
-    global _sink, _sampler, _decided, _capture
-    if processor is None:
-        _sink = None
-    else:
+    sink = None
+    if processor is not None:
         from sdk.tracing.emit import Sink
 
-        _sink = Sink(processor, service if service is not None else resource())
-    _sampler = sampler
+        sink = Sink(processor, service if service is not None else resource())
+    _use(sink, sampler)
+
+
+def _use(sink: Sink | ProcessSink | None, sampler: Any) -> None:
+    global _sink, _sampler, _decided, _capture
+    _sink, _sampler = sink, sampler
     _capture = os.environ.get(CAPTURE_VAR, "").lower() == "true"
     _decided = True
 
@@ -81,12 +86,7 @@ def _decide() -> None:
     from sdk.tracing.setup import from_environment
 
     found = from_environment()
-    if found is None:
-        install(None)
-        return
-    processor, sampler, service = found
-    install(processor, sampler, service)
-    atexit.register(processor.shutdown)  # flush what the batch holds when the process ends
+    _use(*(found or (None, None)))
 
 
 def enabled() -> bool:
@@ -137,34 +137,38 @@ def begin(ctx: RequestContext) -> RequestTrace | None:
         return None
     request = ctx.request
     name = operation(request.endpoint)
-    trace = _start(f"{name} {request.model}", request_attributes(ctx, name, _capture), _parent(request.forward_headers, ctx.parent))
+    attributes = request_attributes(ctx, name, _capture)
+    trace = _start(f"{name} {attributes['gen_ai.request.model']}", attributes, _parent(request.forward_headers, ctx.parent))
     ctx.trace = trace
     return trace
 
 
 def end(ctx: RequestContext, status: int | str, answer: Answer | None = None, error: BaseException | None = None) -> None:
-    """Close the request's trace (a no-op when it has none) with what the answer or the error says, and
-    hand its spans to the processor."""
+    """Close the request's trace (a no-op when it has none): its end time now; what the answer or the
+    error says is read into attributes, and the spans handed to the processor, once the loop is free."""
     trace = ctx.trace
     if trace is None or _sink is None:
         return
     ctx.trace = None
+    trace.root.end_ns = now_ns = time.time_ns()
+    first = ctx.timings.first_token
+    if first is not None:  # the first token's wall-clock time, from its monotonic stamp
+        trace.root.events.append(("gen_ai.first_token", now_ns - int((time.perf_counter() - first) * 1e9),
+                                  {"slipstream.ttft_ms": round((first - ctx.timings.start) * 1000, 3)}))
+    _hand_over(_finish, _sink, trace, ctx, status, answer, error)
+
+
+def _finish(sink: Sink | ProcessSink, trace: RequestTrace, ctx: RequestContext, status: int | str, answer: Answer | None,
+            error: BaseException | None) -> None:
     root = trace.root
     root.attributes.update(result_attributes(ctx, status, answer, _capture))
-    first = ctx.timings.first_token
-    if first is not None:
-        ttft_ms = (first - ctx.timings.start) * 1000
-        at = time.time_ns() - int((time.perf_counter() - first) * 1e9)
-        root.events.append(("gen_ai.first_token", at, {"slipstream.ttft_ms": round(ttft_ms, 3)}))
     if error is not None:
         root.attributes["error.type"] = error_type(error)
-        root.finish(error=str(error)[:200] or type(error).__name__)
+        root.error = str(error)[:200] or type(error).__name__
     elif status == "stream_error":
         root.attributes["error.type"] = "stream_error"
-        root.finish(error="the stream ended with an error event")
-    else:
-        root.finish()
-    _sink.emit(trace)
+        root.error = "the stream ended with an error event"
+    sink.emit(trace)
 
 
 def begin_attempt(ctx: RequestContext, key: str, provider: object, request: LLMRequest,
@@ -235,4 +239,17 @@ def end_passthrough(trace: RequestTrace | None, outcome: str, status: int | None
     if error is not None:
         attributes["error.type"], description = error_type(error), str(error)[:200] or type(error).__name__
     trace.root.finish(attributes, description)
-    _sink.emit(trace)
+    _hand_over(_sink.emit, trace)
+
+
+def _hand_over(work: Callable[..., None], *args: Any) -> None:
+    """Run the rest of a finished trace's work (its result attributes, building the spans, the hand-over
+    to the processor) once the event loop is next free: the answer's last bytes go out first (a
+    complete answer is returned, a stream's last event sent, before the spans are built), so this
+    adds nothing to the request's own latency, only CPU between requests. Outside a loop: now."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        work(*args)
+        return
+    loop.call_soon(work, *args)

@@ -62,7 +62,7 @@ def request_attributes(ctx: RequestContext, name: str, capture: bool) -> dict[st
         "gen_ai.operation.name": name,
         "gen_ai.request.model": request.model,
         "slipstream.team": ctx.team,
-        "slipstream.endpoint": str(request.endpoint),
+        "slipstream.endpoint": request.endpoint.value,
         "slipstream.request_id": ctx.request_id,
         "slipstream.stream": request.stream,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -58,6 +59,7 @@ async def test_an_async_stream_is_traced_with_finish_reasons_under_the_applicati
     with tracer.start_as_current_span("summarize"):
         async with client.messages.stream(model="claude-x", max_tokens=32, messages=[{"role": "user", "content": "hi"}]) as stream:
             final = await stream.get_final_message()
+    await asyncio.sleep(0)  # spans are handed over when the loop is next free, after the answer
     app = next(s for s in exporter.get_finished_spans() if s.name == "summarize")
     [request] = _under(exporter, app)
     assert request.attributes["slipstream.stream"] is True

@@ -9,12 +9,13 @@ import pytest
 
 from sdk import otel_metrics, tracing
 from sdk.pipeline import RequestContext
+from sdk.tracing.setup import EXPORT_VAR
 from sdk.types import Endpoint, LLMRequest
 
 
 @pytest.fixture(autouse=True)
 def undecided(monkeypatch):
-    for name in {*tracing.ENDPOINT_VARS, *otel_metrics.ENDPOINT_VARS}:
+    for name in {*tracing.ENDPOINT_VARS, *otel_metrics.ENDPOINT_VARS, EXPORT_VAR}:
         monkeypatch.delenv(name, raising=False)
     tracing.reset()
     yield
@@ -53,6 +54,17 @@ def test_an_endpoint_sets_up_the_otlp_http_exporter(monkeypatch):
     assert type(processor).__name__ == "BatchSpanProcessor"
     assert isinstance(processor._batch_processor._exporter, OTLPSpanExporter)  # the SDK keeps no public accessor
     processor.shutdown()  # the trace stays open, so nothing is sent to port 9, where nothing listens
+
+
+def test_the_proxy_exports_from_a_child_process(monkeypatch):
+    from sdk.tracing.export_process import ProcessSink
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv(EXPORT_VAR, "process")  # what `slipstream serve` sets unless told otherwise
+    assert tracing.enabled()
+    sink = tracing._sink
+    assert isinstance(sink, ProcessSink)
+    sink.shutdown()  # nothing was traced, so the child exits without sending anything
 
 
 def test_a_metrics_endpoint_without_the_extra_turns_only_the_metrics_off(monkeypatch, caplog):

@@ -1,0 +1,166 @@
+"""Span export in a child process: the serving process only pickles finished traces down a pipe.
+
+Encoding spans for OTLP costs far more than recording them (the SDK's encoder: about 180 µs a
+span on the 2-core benchmark machine, against a few µs to record one: docs/observability.md,
+"Cost"). On the BatchSpanProcessor's worker thread that work holds the interpreter lock and the
+event loop waits for it: a proxy at 64 concurrent requests lost half its throughput. Here a writer
+thread pickles each batch of finished traces (~10 µs a request) onto the stdin of a child process
+(`python -m sdk.tracing.export_process`), which encodes them (sdk/tracing/otlp_encoding.py) and
+sends them with the SDK's OTLP HTTP exporter, configured by the same `OTEL_*` variables it inherits.
+
+Backpressure drops, never blocks: past `MAX_PENDING` traces waiting, new ones are dropped and
+counted (one warning). The child exits when its stdin closes: at the parent's exit (flushing what
+it holds) or when the parent dies.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import pickle
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sdk.tracing.otlp_encoding import Encoded, encode
+from sdk.tracing.records import RequestTrace
+
+log = logging.getLogger("slipstream.tracing")
+
+MAX_PENDING = 20_000  # traces waiting for the writer; more are dropped
+FLUSH_EVERY_S = 0.05
+
+
+class ProcessSink:
+    """Hands finished traces to the export child; `emit` is a list append on the event loop's thread."""
+
+    def __init__(self) -> None:
+        root = str(Path(__file__).resolve().parents[2])  # where `sdk` is importable from
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+        self._child = subprocess.Popen([sys.executable, "-m", "sdk.tracing.export_process"], stdin=subprocess.PIPE, env=env)
+        self._pending: list[RequestTrace] = []
+        self._dropped = 0
+        self._stop = threading.Event()
+        self._writer = threading.Thread(target=self._write, name="slipstream-trace-export", daemon=True)
+        self._writer.start()
+        atexit.register(self.shutdown)
+
+    def emit(self, trace: RequestTrace) -> None:
+        if len(self._pending) >= MAX_PENDING or self._stop.is_set():
+            self._dropped += 1
+            if self._dropped == 1:
+                log.warning("the trace export process is not keeping up (or is gone): dropping traces")
+            return
+        self._pending.append(trace)
+
+    def _write(self) -> None:
+        pipe = self._child.stdin
+        assert pipe is not None
+        while True:
+            stopping = self._stop.wait(FLUSH_EVERY_S)
+            batch, self._pending = self._pending, []  # the loop thread appends to whichever list is current
+            if batch:
+                frame = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+                try:
+                    pipe.write(len(frame).to_bytes(4, "big") + frame)
+                    pipe.flush()
+                except OSError as exc:  # the child is gone: nothing more can be exported
+                    log.warning("the trace export process stopped (%s); tracing drops spans from now on", exc)
+                    self._stop.set()
+                    return
+            if stopping:
+                return
+
+    def shutdown(self) -> None:
+        """Flush what is pending, close the pipe and let the child export the rest (bounded wait)."""
+        if self._child.poll() is not None and self._stop.is_set():
+            return
+        self._stop.set()
+        self._writer.join(timeout=5)
+        try:
+            if self._child.stdin is not None:
+                self._child.stdin.close()
+            self._child.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self._child.kill()
+
+
+def _read(fd: int, size: int) -> bytes:
+    """Exactly `size` bytes from a pipe (b"" once it is closed): reads on pipes may come back short."""
+    data = b""
+    while len(data) < size:
+        piece = os.read(fd, size - len(data))
+        if not piece:
+            return b""
+        data += piece
+    return data
+
+
+def _frames(fd: int, timeout_s: float) -> Iterator[list[RequestTrace] | None]:
+    """Each frame's traces as it arrives, None after `timeout_s` without one; ends when the pipe closes.
+    Unbuffered reads on the descriptor, so `select` never misses bytes a buffer already holds."""
+    while True:
+        if not select.select([fd], [], [], timeout_s)[0]:
+            yield None
+            continue
+        header = _read(fd, 4)
+        if not header:
+            return
+        yield pickle.loads(_read(fd, int.from_bytes(header, "big")))
+
+
+def _exporter() -> Any:
+    """The SDK's OTLP HTTP exporter (it reads every `OTEL_EXPORTER_OTLP_*` variable), taking requests
+    encoded by sdk/tracing/otlp_encoding.py: its module-level `encode_spans` passes those through.
+    Patched in this process only, which exists for this exporter alone."""
+    from opentelemetry.exporter.otlp.proto.http import trace_exporter
+
+    sdk_encode = trace_exporter.encode_spans
+
+    def encode_spans(spans: Any) -> Any:
+        return spans if isinstance(spans, Encoded) else sdk_encode(spans)
+
+    trace_exporter.encode_spans = encode_spans
+    return trace_exporter.OTLPSpanExporter()
+
+
+def main() -> None:
+    """The child: traces from stdin, encoded and exported in batches like the SDK's BatchSpanProcessor
+    would (`OTEL_BSP_SCHEDULE_DELAY` ms, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` spans), until stdin closes."""
+    from sdk.tracing.setup import resource
+
+    exporter = _exporter()
+    attributes = dict(resource().attributes)
+    delay_s = float(os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "5000")) / 1000
+    batch_size = int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"))
+    held: list[RequestTrace] = []
+    spans = 0
+    due = time.monotonic() + delay_s
+
+    def flush() -> None:
+        nonlocal held, spans
+        if held:
+            exporter.export(encode(held, attributes, "slipstream"))  # failures are the exporter's to log
+        held, spans = [], 0
+
+    try:
+        for traces in _frames(sys.stdin.fileno(), delay_s):
+            for trace in traces or ():
+                held.append(trace)
+                spans += 1 + len(trace.children)
+            if spans >= batch_size or time.monotonic() >= due:
+                flush()
+                due = time.monotonic() + delay_s
+    finally:
+        flush()
+        exporter.shutdown()
+
+
+if __name__ == "__main__":
+    main()
