@@ -42,7 +42,13 @@ def speculative() -> None:
     params = SamplingParams(temperature=0, max_tokens=96, ignore_eos=True)
     prompt = ["for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\n"]
     baseline = None
-    for config in (None, {"method": "ngram", "num_speculative_tokens": 4}, {"method": "draft_model", "model": "demo-draft", "num_speculative_tokens": 4}):
+    configs = (
+        None,
+        {"method": "ngram", "num_speculative_tokens": 4},
+        {"method": "draft_model", "model": "demo-draft", "num_speculative_tokens": 4},
+        {"method": "mlp_speculator", "model": "demo-speculator", "num_speculative_tokens": 4},
+    )
+    for config in configs:
         llm = LLM("demo", speculative_config=config)
         started = time.perf_counter()
         text = llm.generate(prompt, params)[0].outputs[0].text

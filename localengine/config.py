@@ -11,7 +11,9 @@ import torch
 
 DEMO_DIR = Path(__file__).parent / "demo"
 # Model names that resolve to the checkpoints bundled with the package.
-BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft"}
+BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft",
+                  "demo-speculator": DEMO_DIR / "demo-speculator"}
+SPECULATIVE_METHODS = ("ngram", "draft_model", "mlp_speculator")
 
 
 def resolve_model_path(model: str) -> Path:
@@ -21,7 +23,7 @@ def resolve_model_path(model: str) -> Path:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
             f"model {model!r} is not a local Hugging Face directory with config.json "
-            f"(hub downloads are not supported; use a local path, 'demo' or 'demo-draft')"
+            f"(hub downloads are not supported; use a local path or one of {sorted(BUNDLED_MODELS)})"
         )
     return path
 
@@ -45,9 +47,11 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device, checkpoint_dty
 class SpeculativeConfig:
     """vLLM's `speculative_config` keys, plus the adaptive policy's knobs."""
 
-    method: str  # "ngram" | "draft_model"
+    method: str  # "ngram" | "draft_model" | "mlp_speculator"
     num_speculative_tokens: int  # k, the most tokens proposed per request per step
-    model: str | None = None  # draft_model: a local HF directory or "demo-draft" (same tokenizer)
+    # draft_model: a local HF directory or "demo-draft" (same tokenizer); mlp_speculator: a
+    # speculator checkpoint trained on the target's hidden states, or "demo-speculator" for demo.
+    model: str | None = None
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4
     # Adaptive speculation (see spec_decode/policy.py). Requests asking for fewer tokens than
@@ -64,10 +68,10 @@ class SpeculativeConfig:
         if unknown:
             raise ValueError(f"unknown speculative_config keys: {sorted(unknown)}")
         cfg = cls(**d)
-        if cfg.method not in ("ngram", "draft_model"):
-            raise ValueError("speculative_config method must be 'ngram' or 'draft_model'")
-        if cfg.method == "draft_model" and not cfg.model:
-            raise ValueError("speculative_config method 'draft_model' needs 'model'")
+        if cfg.method not in SPECULATIVE_METHODS:
+            raise ValueError(f"speculative_config method must be one of {', '.join(SPECULATIVE_METHODS)}")
+        if cfg.method != "ngram" and not cfg.model:
+            raise ValueError(f"speculative_config method {cfg.method!r} needs 'model'")
         if not 1 <= cfg.num_speculative_tokens <= 32:
             raise ValueError("num_speculative_tokens must be in [1, 32]")
         if not 1 <= cfg.prompt_lookup_min <= cfg.prompt_lookup_max:

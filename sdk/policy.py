@@ -42,14 +42,16 @@ class SecretRef(_Strict):
 class SpeculativePolicy(_Strict):
     """Speculative decoding for an in-process local engine (vLLM's `speculative_config` keys)."""
 
-    method: Literal["ngram", "draft_model"]
+    method: Literal["ngram", "draft_model", "mlp_speculator"]
     num_speculative_tokens: Annotated[int, Field(ge=1, le=32)] = 4
-    model: str | None = None  # draft_model: a local HF directory or "demo-draft"
+    # draft_model: a local HF directory or "demo-draft"; mlp_speculator: a speculator checkpoint
+    # trained on the target's hidden states, or "demo-speculator"
+    model: str | None = None
 
     @model_validator(mode="after")
     def _draft_needs_model(self) -> SpeculativePolicy:
-        if self.method == "draft_model" and not self.model:
-            raise ValueError("method 'draft_model' needs 'model' (a local directory or 'demo-draft')")
+        if self.method != "ngram" and not self.model:
+            raise ValueError(f"method '{self.method}' needs 'model' (a local directory, 'demo-draft' or 'demo-speculator')")
         return self
 
 

@@ -1,13 +1,15 @@
-"""Speculative decoding on the bundled demo pair: tokens/s with and without, acceptance printed.
+"""Speculative decoding on the bundled demo model: tokens/s with and without, acceptance printed.
 
-Target `demo` (1.8M params), draft `demo-draft` (0.16M, same tokenizer), greedy, ignore_eos, fp32
-on CPU. Each configuration generates the same outputs (greedy equality is checked here too);
-the difference is how many target passes it takes. Every configuration runs once as a warm-up,
-then --repeats times round-robin; the best run is reported (the 2-core box is shared: noise
-only slows). Acceptance columns cover the timed runs.
+Target `demo` (1.8M params); proposers: n-gram lookup, the draft model `demo-draft` (0.16M, same
+tokenizer), and the MLP speculator `demo-speculator` (drafts from the target's hidden states);
+greedy, ignore_eos, fp32 on CPU. Each configuration generates the same outputs (greedy equality
+is checked here too); the difference is how many target passes it takes. Every configuration runs
+once as a warm-up, then --repeats times round-robin; the best run is reported (the 2-core box is
+shared: noise only slows). Acceptance columns cover the timed runs; the proposal cost is the
+adaptive policy's measurement of one proposed position relative to a target step.
 
-    python bench/localengine/spec_decode.py                       # batch 1 and 8, 256 tokens
-    python bench/localengine/spec_decode.py --batch 1 --max-tokens 128 --threads 1
+    python bench/localengine/spec_decode.py                       # batch 1, 4 and 8, 256 tokens
+    python bench/localengine/spec_decode.py --batch 1 --max-tokens 128 --threads 1 --only mlp_speculator
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ CONFIGS: list[tuple[str, dict | None]] = [
     ("ngram k=4 adaptive", {"method": "ngram", "num_speculative_tokens": 4}),
     ("draft k=3", {"method": "draft_model", "model": "demo-draft", "num_speculative_tokens": 3, "adaptive": False}),
     ("draft k=3 adaptive", {"method": "draft_model", "model": "demo-draft", "num_speculative_tokens": 3}),
+    ("mlp_speculator k=4", {"method": "mlp_speculator", "model": "demo-speculator", "num_speculative_tokens": 4,
+                            "adaptive": False}),
+    ("mlp_speculator k=6", {"method": "mlp_speculator", "model": "demo-speculator", "num_speculative_tokens": 6,
+                            "adaptive": False}),
+    ("mlp_speculator k=6 adaptive", {"method": "mlp_speculator", "model": "demo-speculator",
+                                     "num_speculative_tokens": 6}),
 ]
 
 
@@ -46,14 +54,18 @@ def counters(llm: LLM) -> tuple[int, int, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="requests per run (prompts cycle)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 4, 8], help="requests per run (prompts cycle)")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", nargs="+", default=[], metavar="WORD",
+                    help="run only the configurations whose name contains one of these (no speculation always runs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
-    llms = {name: LLM("demo", speculative_config=spec, num_threads=args.threads) for name, spec in CONFIGS}
+    configs = [(name, spec) for name, spec in CONFIGS
+               if spec is None or not args.only or any(word in name for word in args.only)]
+    llms = {name: LLM("demo", speculative_config=spec, num_threads=args.threads) for name, spec in configs}
     for batch in args.batch:
         prompts = [PROMPTS[i % len(PROMPTS)] for i in range(batch)]
         for llm in llms.values():
@@ -69,17 +81,20 @@ def main() -> None:
                 outs = llm.generate(prompts, params)
                 best[name] = min(best[name], time.perf_counter() - start)
                 outputs[name] = [o.outputs[0].token_ids for o in outs]
-        base = CONFIGS[0][0]
+        base = configs[0][0]
         print(f"\nbatch {batch}, {args.max_tokens} tokens each, greedy, best of {args.repeats}, {args.threads} threads")
-        print("| config | tok/s | speedup | mean acceptance length | acceptance rate | drafts |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| config | tok/s | speedup | mean acceptance length | acceptance rate | drafts | proposal cost |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for name, llm in llms.items():
             assert outputs[name] == outputs[base], f"{name}: greedy output differs from no speculation"
             drafts, drafted, accepted = (a - b for a, b in zip(counters(llm), before[name], strict=True))
             mal = f"{1 + accepted / drafts:.2f}" if drafts else "-"
             rate = f"{accepted / drafted:.2f}" if drafted else "-"
             tps = batch * args.max_tokens / best[name]
-            print(f"| {name} | {tps:.0f} | {best[base] / best[name]:.2f}x | {mal} | {rate} | {drafts} |")
+            # The policy's running measurement of one proposed position relative to a target step.
+            policy = llm.llm_engine.spec_policy
+            cost = f"{policy.draft_cost:.3f}" if policy and drafts else "-"
+            print(f"| {name} | {tps:.0f} | {best[base] / best[name]:.2f}x | {mal} | {rate} | {drafts} | {cost} |")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ plausible text-ish output in examples and tests, and the draft (same tokenizer, 
 exists for speculative decoding. Training is time-boxed so it finishes in minutes on 2 CPU cores.
 
     python -m localengine.demo.train [--minutes 3] [--draft-minutes 1]
+
+The demo model's MLP speculator (`demo-speculator`) is trained on this model's own outputs by
+`train_speculator.py`, after this script: retrain it whenever the demo model changes.
 """
 
 from __future__ import annotations

@@ -80,10 +80,15 @@ class LLMEngine:
 
     def _init_speculation(self, spec: SpeculativeConfig) -> None:
         from localengine.spec_decode.draft import DraftModelProposer
+        from localengine.spec_decode.mlp_proposer import MLPSpeculatorProposer
         from localengine.spec_decode.ngram import NgramProposer
 
         if spec.method == "ngram":
             self.proposer, draft_cost = NgramProposer(spec.prompt_lookup_min, spec.prompt_lookup_max), 0.0
+        elif spec.method == "mlp_speculator":
+            speculator = MLPSpeculatorProposer(self.config, spec, self.model_runner.model)
+            self.model_runner.keep_hidden = True
+            self.proposer, draft_cost = speculator, speculator.cost_ratio()
         else:
             runner = self.model_runner
             draft = DraftModelProposer(self.config, spec, runner.num_kvcache_blocks, self.tokenizer,
@@ -157,6 +162,7 @@ class LLMEngine:
         num_generated = 0
         for s in sampled:
             seq = s.item.seq
+            seq.last_hidden = s.hidden
             if s.num_draft and self.spec_metrics and self.spec_policy:
                 self.spec_metrics.observe_draft(s.num_draft, s.num_accepted)
                 self.spec_policy.observe(seq.request_id, s.num_draft, s.num_accepted)

@@ -60,6 +60,9 @@ class SampledToken:
     item: ScheduledSequence
     token_ids: list[int]  # one token, or with speculation the accepted drafts + one more
     logprobs: dict[int, Logprob] | None  # the one token's (speculation is off for logprobs requests)
+    # The final hidden state that produced the last token (only when the runner keeps them, for
+    # proposers that draft from the target's own hidden states).
+    hidden: torch.Tensor | None = None
 
     @property
     def num_draft(self) -> int:
@@ -103,6 +106,10 @@ class ModelRunner:
             self.graphs = self._decode_graphs(capture_sizes(config.max_num_seqs), self.num_kvcache_blocks)
             self.graphs.capture()
         self.sampler = Sampler(config.seed, eos_token_ids, self.device)
+        # Set by hidden-state proposers (mlp_speculator): `execute` then hands each sampled
+        # token's hidden state back with it. Off, it costs nothing.
+        self.keep_hidden = False
+        self._logit_hidden: torch.Tensor | None = None
 
     def _decode_graphs(self, sizes: list[int], scratch_block: int) -> DecodeGraphs:
         cfg = self.config
@@ -268,11 +275,15 @@ class ModelRunner:
             self.inputs.copied.record()
         if self.graphs is not None and self.graphs.usable(step):
             hidden = self.graphs.run(step, input_ids, positions, meta.slot_mapping, meta.seq_lens, meta.block_tables)
+            # The graph's output buffer is overwritten by the next replay: kept rows need their own copy.
+            self._logit_hidden = hidden.clone() if self.keep_hidden else None
             return self.model.compute_logits(hidden)
         hidden = self.model(input_ids, positions, meta)
         if not step.logit_rows:
             return None
-        return self.model.compute_logits(hidden if rows is None else hidden[rows])
+        hidden = hidden if rows is None else hidden[rows]
+        self._logit_hidden = hidden if self.keep_hidden else None
+        return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> list[SampledToken]:
@@ -299,6 +310,11 @@ class ModelRunner:
             rows = [r for j, it in enumerate(sampling) if it.spec_token_ids for r in range(offsets[j], offsets[j + 1])]
             spec_logits = logits if len(rows) == logits.shape[0] else logits[rows]
             results.extend(SampledToken(it, tokens, None) for it, tokens in zip(spec, self.verify(spec, spec_logits), strict=True))
+        if self._logit_hidden is not None:
+            first_row = {id(it): offsets[j] for j, it in enumerate(sampling)}
+            for r in results:
+                # The row that produced the last emitted token: the bonus or correction's.
+                r.hidden = self._logit_hidden[first_row[id(r.item)] + len(r.token_ids) - 1]
         return results
 
     @torch.inference_mode()

@@ -59,6 +59,9 @@ class Sequence:
         # Tokens proposed after the last step, verified by the next one (speculative decoding).
         self.spec_token_ids: list[int] = []
         self.spec_draft_probs: torch.Tensor | None = None  # [len(spec_token_ids), V]; None: one-hot
+        # The target's final hidden state that produced the last token, kept only for proposers
+        # that draft from it (mlp_speculator).
+        self.last_hidden: torch.Tensor | None = None
         if sampling_params.seed is not None:
             # On the model's device, so a seeded draw is never a host round trip.
             self.generator = torch.Generator(device=device or "cpu").manual_seed(sampling_params.seed)

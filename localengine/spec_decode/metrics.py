@@ -53,13 +53,17 @@ class SpecDecodingMetrics:
                                            labels, registry=registry)
         self.per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
                                "Accepted tokens by position in the draft", labels + ["position"], registry=registry)
+        # The labelled children, looked up once: observe_draft runs for every request every step.
+        m = model_name
+        self._drafts, self._draft_tokens = self.num_drafts.labels(m), self.num_draft_tokens.labels(m)
+        self._accepted = self.num_accepted_tokens.labels(m)
+        self._per_pos = [self.per_pos.labels(m, str(pos)) for pos in range(num_spec_tokens)]
 
     def observe_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
-        m = self.model_name
         self.stats.observe_draft(num_draft_tokens, num_accepted_tokens)
-        self.num_drafts.labels(m).inc()
-        self.num_draft_tokens.labels(m).inc(num_draft_tokens)
+        self._drafts.inc()
+        self._draft_tokens.inc(num_draft_tokens)
         if num_accepted_tokens:
-            self.num_accepted_tokens.labels(m).inc(num_accepted_tokens)
-        for pos in range(num_accepted_tokens):
-            self.per_pos.labels(m, str(pos)).inc()
+            self._accepted.inc(num_accepted_tokens)
+        for child in self._per_pos[:num_accepted_tokens]:
+            child.inc()

@@ -7,12 +7,14 @@ import torch
 
 from localengine import LLM, SamplingParams
 from localengine.spec_decode.ngram import propose_ngram
-from localengine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
+from localengine.spec_decode.rejection_sampler import greedy_verify, greedy_verify_batch, rejection_sample
 
 PROMPTS = ["def main(", "import os\nimport sys\n", "class Foo:\n    def __init__(self", "for i in range(10):\n"]
 GREEDY = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "adaptive": False}
 DRAFT = {"method": "draft_model", "model": "demo-draft", "num_speculative_tokens": 3, "adaptive": False}
+MLP = {"method": "mlp_speculator", "model": "demo-speculator", "num_speculative_tokens": 4, "adaptive": False}
+SPECS = pytest.mark.parametrize("spec", [NGRAM, DRAFT, MLP], ids=["ngram", "draft_model", "mlp_speculator"])
 
 
 def tv(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -59,6 +61,11 @@ def test_greedy_verify():
     assert greedy_verify([5, 6], [4]) == [5]
 
 
+def test_greedy_verify_batch_mixes_proposal_counts():
+    argmax = torch.tensor([5, 6, 7, 8] + [5, 6, 7, 8] + [5, 6])  # each request's k + 1 rows in turn
+    assert greedy_verify_batch(argmax, [[5, 6, 7], [5, 9, 7], [4]]) == [[5, 6, 7, 8], [5, 6], [5]]
+
+
 def test_ngram_proposer_matches_vllm_example():
     assert propose_ngram([1, 2, 3, 4, 2, 3], 2, 3, 4) == [4, 2, 3]
     assert propose_ngram([1, 2, 3, 4, 2, 3], 2, 3, 1) == [4]
@@ -85,7 +92,7 @@ def assert_no_blocks_held(llm: LLM) -> None:
         assert draft.num_free_blocks == draft.num_blocks and not engine.proposer.seqs
 
 
-@pytest.mark.parametrize("spec", [NGRAM, DRAFT], ids=["ngram", "draft_model"])
+@SPECS
 def test_greedy_output_unchanged_in_batch(base_llm, reference, spec):
     llm = LLM("demo", speculative_config=spec)
     outs = llm.generate(PROMPTS, GREEDY)
@@ -108,10 +115,11 @@ def test_greedy_output_unchanged_in_batch(base_llm, reference, spec):
     assert all(o.num_cached_tokens >= 48 for o in again)
 
 
-def test_greedy_unchanged_under_preemption_chunking_and_stops(reference):
+@pytest.mark.parametrize("spec", [DRAFT, MLP], ids=["draft_model", "mlp_speculator"])
+def test_greedy_unchanged_under_preemption_chunking_and_stops(reference, spec):
     """A tiny cache (one max_model_len request fits) forces preemption mid-speculation; a small
     budget truncates proposals."""
-    llm = LLM("demo", speculative_config=DRAFT, num_kvcache_blocks=8, max_num_batched_tokens=16, max_model_len=96)
+    llm = LLM("demo", speculative_config=spec, num_kvcache_blocks=8, max_num_batched_tokens=16, max_model_len=96)
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == [r.outputs[0].token_ids for r in reference]
     assert llm.llm_engine.scheduler.num_preemptions > 0
@@ -122,7 +130,7 @@ def test_greedy_unchanged_under_preemption_chunking_and_stops(reference):
     assert_no_blocks_held(llm)
 
 
-@pytest.mark.parametrize("spec", [NGRAM, DRAFT], ids=["ngram", "draft_model"])
+@SPECS
 def test_sampled_requests_and_abort_mid_speculation_free_everything(spec):
     llm = LLM("demo", speculative_config=spec)
     engine = llm.llm_engine
@@ -161,6 +169,8 @@ def test_adaptive_policy_switches_speculation_off():
 def test_speculative_config_errors():
     with pytest.raises(ValueError, match="needs 'model'"):
         LLM("demo", speculative_config={"method": "draft_model", "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="proposes at most 6 tokens"):
+        LLM("demo", speculative_config={**MLP, "num_speculative_tokens": 7})
     with pytest.raises(ValueError, match="unknown"):
         LLM("demo", speculative_config={"method": "ngram", "num_speculative_tokens": 2, "bogus": 1})
 

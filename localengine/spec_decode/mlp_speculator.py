@@ -1,0 +1,156 @@
+"""MLP speculator: k tokens from the target's own last hidden state, no draft model pass.
+
+The architecture of IBM's speculators (Wertheimer et al., "Accelerating Production LLMs with
+Combined Token/Embedding Speculators", arXiv:2404.19124; vLLM's `mlp_speculator` method), with
+their checkpoint layout (`config.json` with `n_predict`, `emb_dim`, `inner_dim`, `tie_weights`,
+`scale_input`; tensors `emb.i`, `proj.i`, `head.i`, `ln.i`). Stage i takes the state and the
+token just emitted and returns the next state and logits for the token after it:
+
+    state = gelu(ln_i(proj_i(state) + emb_i(token) * emb_weight / state_weight))
+    logits = head_i(state)
+
+starting from the target's final-norm hidden state at the position that produced the last token.
+Each stage is a few small matmuls over the batch (no attention, no KV cache, no per-layer
+scheduling), so k proposals cost a fraction of one target step even on a CPU, where a separate
+draft model costs nearly a whole one. Trained on the target's own greedy outputs
+(`localengine/demo/train_speculator.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+ARCHITECTURE = "MLPSpeculatorPreTrainedModel"
+
+
+@dataclass(slots=True)
+class MLPSpeculatorConfig:
+    vocab_size: int
+    emb_dim: int  # the target's hidden size
+    inner_dim: int = 0  # 0: emb_dim
+    n_predict: int = 4  # stages, the most tokens one call proposes
+    tie_weights: bool = False  # one emb/proj/ln/head shared by stages 2..n (stage 1's proj stays its own)
+    scale_input: bool = False  # RMS-normalise the incoming hidden state (divided by sqrt 2)
+
+    @classmethod
+    def from_json(cls, path: Path) -> MLPSpeculatorConfig:
+        raw = json.loads(path.read_text())
+        if ARCHITECTURE not in raw.get("architectures", [ARCHITECTURE]):
+            raise ValueError(f"{path} is not an MLP speculator (architectures {raw.get('architectures')})")
+        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+
+
+class ScaleNorm(nn.Module):
+    """RMS normalisation with an optional learned scale and shift (the speculator's `ln`)."""
+
+    def __init__(self, dim: int, affine: bool = True, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.weight is not None and self.bias is not None:
+            x = torch.addcmul(self.bias, x, self.weight)
+        return x
+
+
+class MLPSpeculator(nn.Module):
+    def __init__(self, config: MLPSpeculatorConfig):
+        super().__init__()
+        self.config = config
+        n, inner = config.n_predict, config.inner_dim or config.emb_dim
+        self.n_predict = n
+
+        def stages(make, first=None) -> nn.ModuleList:
+            if config.tie_weights:
+                shared = make()
+                return nn.ModuleList([first or shared] + [shared] * (n - 1))
+            return nn.ModuleList([first or make()] + [make() for _ in range(n - 1)])
+
+        self.emb = stages(lambda: nn.Embedding(config.vocab_size, inner))
+        self.proj = stages(lambda: nn.Linear(inner, inner, bias=False), nn.Linear(config.emb_dim, inner, bias=False))
+        self.ln = stages(lambda: ScaleNorm(inner))
+        self.head = stages(lambda: nn.Linear(inner, config.vocab_size, bias=False))
+        self.ln0 = ScaleNorm(config.emb_dim, affine=False) if config.scale_input else None
+        # The paper's weighting keeps the state's and the embedding's contributions balanced
+        # over n stages; the ratio is all that matters before the normalisation.
+        state_weight = 0.5 ** (0.5 / n)
+        self.emb_scale = math.sqrt((1 - state_weight**2) * (inner / 2)) / state_weight
+
+    def start(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.ln0(hidden) / math.sqrt(2) if self.ln0 is not None else hidden
+
+    def stage(self, i: int, state: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One stage: the next state and logits [B, V] for the token after `tokens`."""
+        state = self.proj[i](state).add_(self.emb[i](tokens), alpha=self.emb_scale)
+        state = F.gelu(self.ln[i](state))
+        return state, self.head[i](state)
+
+    def forward(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits for training: hidden [N, D] at position t, tokens [N, n] the
+        tokens at t+1 .. t+n; returns logits [N, n, V] for the tokens at t+2 .. t+n+1."""
+        state, out = self.start(hidden), []
+        for i in range(self.n_predict):
+            state, logits = self.stage(i, state, tokens[:, i])
+            out.append(logits)
+        return torch.stack(out, dim=1)
+
+    @torch.inference_mode()
+    def propose_greedy(self, hidden: torch.Tensor, last_tokens: torch.Tensor, k: int) -> torch.Tensor:
+        """k argmax proposals per row [B, k], each stage fed the previous stage's proposal."""
+        state, tokens, out = self.start(hidden), last_tokens, []
+        for i in range(k):
+            state, logits = self.stage(i, state, tokens)
+            tokens = logits.argmax(dim=-1)
+            out.append(tokens)
+        return torch.stack(out, dim=1)
+
+    def save(self, out: Path) -> None:
+        """fp16 safetensors plus config.json, the layout `load_speculator` (and vLLM) read."""
+        out.mkdir(parents=True, exist_ok=True)
+        tensors, seen = {}, set()
+        for name, param in self.named_parameters(remove_duplicate=False):
+            if id(param) in seen:
+                continue  # tied stages: stored once, under the first stage that owns them
+            seen.add(id(param))
+            tensors[name] = param.detach().to(torch.float16).contiguous()
+        save_file(tensors, str(out / "model.safetensors"))
+        config = {"architectures": [ARCHITECTURE], "model_type": "mlp_speculator", **asdict(self.config)}
+        (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def load_speculator(path: Path, dtype: torch.dtype, device: torch.device) -> MLPSpeculator:
+    config = MLPSpeculatorConfig.from_json(path / "config.json")
+    model = MLPSpeculator(config)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    loaded: set[int] = set()
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path}")
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                param = params.get(name.removeprefix("speculator."))
+                if param is None:
+                    raise ValueError(f"unexpected speculator tensor {name!r} in {file}")
+                tensor = f.get_tensor(name)
+                if param.shape != tensor.shape:
+                    raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(param.shape)}")
+                with torch.no_grad():
+                    param.copy_(tensor)
+                loaded.add(id(param))
+    missing = [n for n, p in params.items() if id(p) not in loaded]
+    if missing:
+        raise ValueError(f"speculator checkpoint {path} lacks weights: {missing[:5]}")
+    return model.to(device=device, dtype=dtype).eval()
