@@ -15,7 +15,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from sdk.state.redis import RedisState
 from sdk.state.resp import RespError
 
 log = logging.getLogger("slipstream.state")
+FLUSH_EVERY_S = 0.002  # charges and settlements wait this long for company: one write, one script per group
 AHEAD, CHECKED, LOCAL = (STATE_ADMISSIONS.labels(how) for how in ("ahead", "checked", "local"))
 T = TypeVar("T")
 
@@ -58,6 +59,11 @@ class GuardedState:
             room.unanswered += 1
             self._post(admission)
             return None
+        if any(isinstance(item, Admission) for item in self._outbox):
+            # Charges of admissions granted ahead are waiting: Redis must count them before it checks
+            # this one. Send them now; they reach the connection first (this task yields once).
+            self._send(self._send_outbox(delay_s=0))
+            await asyncio.sleep(0)
         shared = await self._shared(lambda: self.shared.admit(admission))
         (CHECKED if shared is not DOWN else LOCAL).inc()
         if shared is not DOWN:
@@ -70,16 +76,22 @@ class GuardedState:
         return refusal
 
     def _post(self, item: Admission | Settlement) -> None:
-        """Queue a charge for Redis: what one loop iteration queues goes out in one pipelined write."""
+        """Queue a charge for Redis: what the next FLUSH_EVERY_S queues goes out in one pipelined write."""
         self._outbox.append(item)
-        if len(self._outbox) == 1:  # the first of this iteration: one task sends them all
-            task = asyncio.get_running_loop().create_task(self._send_outbox())
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+        if len(self._outbox) == 1:  # the first of this batch: one task sends them all
+            self._send(self._send_outbox(FLUSH_EVERY_S))
 
-    async def _send_outbox(self) -> None:
-        await asyncio.sleep(0)  # let the rest of this iteration's charges join the batch
+    def _send(self, call: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(call)
+        self._pending.add(task)  # held until sent: close() waits for what is on its way
+        task.add_done_callback(self._pending.discard)
+
+    async def _send_outbox(self, delay_s: float) -> None:
+        if delay_s:
+            await asyncio.sleep(delay_s)  # let the charges of the next moments join the batch
         batch, self._outbox = self._outbox, []
+        if not batch:
+            return  # sent already, ahead of a checked admission
         ahead = sum(isinstance(item, Admission) for item in batch)
         try:
             sent = await self._shared(lambda: self.shared.send_batch(batch))

@@ -139,6 +139,8 @@ async def test_far_from_its_limits_an_admission_does_not_wait_for_redis(redis_ur
 
 async def test_near_its_limit_every_admission_is_checked(redis_url):
     """Going ahead stops while there is still room for every replica's share: never past the limit."""
+    import redis
+
     state = open_state(redis_url)
     rate = Rate("rpm", 20, 1)
     ahead = _admissions("ahead")
@@ -147,6 +149,9 @@ async def test_near_its_limit_every_admission_is_checked(redis_url):
     assert 20 <= sum(admitted) <= 21  # one more if a refill (one per 3 s) came in meanwhile
     assert not any(admitted[22:])
     assert 0 < _admissions("ahead") - ahead < 20
+    server, prefix, _ = split_url(redis_url)
+    with redis.Redis.from_url(server) as client:  # ahead charges are never refused: the bucket would show an overdraft
+        assert float(client.hget(f"{prefix}:rpm", "v")) > -0.01
     await state.close()
 
 
