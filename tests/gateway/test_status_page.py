@@ -98,9 +98,8 @@ def _traffic(proxy: RunningServer, emulator_url: str) -> None:
 
 
 def test_closed_without_the_admin_key(proxy):
-    assert httpx.get(f"{proxy.url}/ui").status_code == 401
     page = httpx.get(f"{proxy.url}/ui")
-    assert 'action="/ui/login"' in page.text and "search" not in page.text
+    assert page.status_code == 401 and 'action="/ui/login"' in page.text and "search" not in page.text
     for headers in ({}, {"authorization": f"Bearer {TEAM_KEY}"}, {"authorization": "Bearer wrong"}):
         data = httpx.get(f"{proxy.url}/ui/data", headers=headers)
         assert data.status_code == 401 and "search" not in data.text
