@@ -70,7 +70,7 @@ class SpeculationPolicy:
         if k <= 0 or not cfg.adaptive:
             return max(k, 0)
         if (params.max_tokens is not None and params.max_tokens < cfg.min_output_tokens) or (
-            batch_size >= cfg.disable_by_batch_size
+            cfg.disable_by_batch_size is not None and batch_size >= cfg.disable_by_batch_size
         ):
             return 0
         state = self.states.setdefault(seq.request_id, RequestSpecState())
