@@ -26,6 +26,7 @@ from sdk.state.redis import RedisState
 from sdk.state.resp import RespError
 
 log = logging.getLogger("slipstream.state")
+BACKGROUND_TIMEOUT_S = 1.0
 FLUSH_EVERY_S = 0.002  # charges and settlements wait this long for company: one write, one script per group
 AHEAD, CHECKED, LOCAL = (STATE_ADMISSIONS.labels(how) for how in ("ahead", "checked", "local"))
 T = TypeVar("T")
@@ -94,7 +95,7 @@ class GuardedState:
             return  # sent already, ahead of a checked admission
         ahead = sum(isinstance(item, Admission) for item in batch)
         try:
-            sent = await self._shared(lambda: self.shared.send_batch(batch))
+            sent = await self._shared(lambda: self.shared.send_batch(batch), background=True)
         finally:
             self.shared.room.unanswered -= ahead
         if sent is DOWN:
@@ -175,7 +176,7 @@ class GuardedState:
 
     async def _check_in_forever(self) -> None:
         while not self._closed:
-            if await self._shared(self.shared.sync, probe=True) is not DOWN and not self.up:
+            if await self._shared(self.shared.sync, probe=True, background=True) is not DOWN and not self.up:
                 await self._heal()
             await asyncio.sleep(self.sync_interval_s)
 
@@ -183,14 +184,16 @@ class GuardedState:
         """`call()` (a call to `self.shared`) within the timeout, or DOWN: the caller falls back."""
         return await self._shared(call)
 
-    async def _shared(self, call: Callable[[], Awaitable[T]], probe: bool = False) -> T | object:
+    async def _shared(self, call: Callable[[], Awaitable[T]], probe: bool = False, background: bool = False) -> T | object:
         """`call()` within the timeout, or DOWN (the guard opens on a failure; an open guard skips the call)."""
         if not self._closed:
             self.start()
         if not (self.up or probe):
             return DOWN
         try:
-            async with asyncio.timeout(self.shared.timeout_s):
+            # No request waits for a background call (charges, settlements, the check-in): it gets a
+            # longer bound, so a replica whose own event loop lags under load does not degrade for it.
+            async with asyncio.timeout(max(BACKGROUND_TIMEOUT_S, self.shared.timeout_s) if background else self.shared.timeout_s):
                 return await call()
         except (RespError, OSError, TimeoutError) as exc:
             task = asyncio.current_task()
