@@ -1,8 +1,10 @@
 """A breaker around the shared store: when Redis cannot answer, the replica keeps serving on local state.
 
-Every call to Redis is bounded by its timeout. The first failure opens the guard and from then on
-requests go to local state without touching Redis, so a Redis that hangs costs a request at most one
-timeout, once. Degraded, a replica enforces each limit divided by the last known number of live
+Every call to Redis is bounded: by the URL's timeout when a request waits for it, by 1 s when none
+does (charges and settlements batched in the background, the check-in). The first failure opens the
+guard and from then on requests go to local state without touching Redis, so a Redis that hangs
+costs a request at most one timeout, once. Far from every limit a request waits for nothing at all
+(sdk/state/headroom.py). Degraded, a replica enforces each limit divided by the last known number of live
 replicas, and a budget by its share of what was left. A background task checks in with Redis every
 `sync_interval_s` (it is also the probe); its first success heals the guard and hands the spend
 recorded meanwhile to Redis. Each transition is one log line, `slipstream_state_backend_up` on

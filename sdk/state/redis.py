@@ -120,7 +120,8 @@ class RedisState:
                 admitted.setdefault((item.rates, item.caps, item.budget), []).append(item)
             else:
                 spend = item.spend if item.spend is not None and item.spend.usd else None
-                shape = (item.caps, tuple(rate for rate, _ in item.charges), spend and spend.records, spend and spend.fields)
+                records = tuple(key for key, _ in spend.records) if spend is not None else None  # not their keep: it ticks
+                shape = (item.caps, tuple(rate for rate, _ in item.charges), records, spend and spend.fields)
                 settled.setdefault(shape, []).append(item)
         groups = list(admitted.values())
         commands = [_evalsha("ADMIT", *self._admit_args(group, force=True)) for group in groups]
