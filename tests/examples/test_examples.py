@@ -89,6 +89,7 @@ def test_routing_fallback_survives_faults():
 def test_local_engine_generate_server_and_speculation():
     out = run_example("local_engine.py", timeout_s=300)
     assert "'def fibonacci(n):' ->" in out and "server:" in out
-    for method in ("no speculation", "ngram", "draft_model"):
+    methods = ("ngram", "draft_model", "mlp_speculator")
+    for method in ("no speculation", *methods):
         assert f"{method}:" in out
-    assert out.count("same text as without: True") == 3
+    assert out.count("same text as without: True") == len(methods)
