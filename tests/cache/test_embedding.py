@@ -40,3 +40,13 @@ async def test_a_huge_text_does_not_hold_other_lookups(embedder):
     vector, waited = await asyncio.gather(embedder.embed(huge), small())
     assert waited < 1.0, f"a small lookup waited {waited:.2f}s behind another team's huge text"
     assert np.allclose(vector, await embedder.embed(huge[:MAX_TEXT_CHARS]), atol=1e-5)
+
+
+def test_the_traced_encoder_computes_what_the_eager_model_does(embedder):
+    """Encoding runs MiniLM traced and frozen by TorchScript; it must stay the same function on any
+    batch shape: padded batches of mixed lengths and a text past the 256-piece window."""
+    encoder = embedder._load()
+    assert encoder.forward is not None, "tracing failed: the eager fallback is serving"
+    texts = ["Hi", "How do I learn Python quickly and well enough to get a job as a developer?", "word " * 400, "Is it safe?"]
+    eager = encoder.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    np.testing.assert_allclose(embedder.embed_many(texts, batch_size=3), eager, atol=1e-5)
