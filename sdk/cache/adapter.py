@@ -75,6 +75,18 @@ class LowRank:
         return adapted
 
     @staticmethod
+    def load(adapted: dict[str, torch.nn.Module], path: Path) -> None:
+        """Start from a saved adapter (to continue its training on more rows)."""
+        import torch
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(path))
+        with torch.no_grad():
+            for name, module in adapted.items():
+                module.down.copy_(tensors[f"{name}.down"].float())
+                module.up.copy_(tensors[f"{name}.up"].float())
+
+    @staticmethod
     def save(adapted: dict[str, torch.nn.Module], rank: int, alpha: float, path: Path = ADAPTER) -> None:
         import torch
         from safetensors.torch import save_file

@@ -1,6 +1,7 @@
 """Fine-tune the bundled MiniLM on QQP pairs; writes the LoRA adapter sdk/cache/minilm-qqp-lora.safetensors.
 
     nice -n 10 .venv/bin/python -m sdk.cache.train_embedder --data qqp-dev.jsonl.gz [--max-rows 3200]
+    ... --init sdk/cache/minilm-qqp-lora.safetensors --skip-rows 3200 --max-rows 6400   # continue on rows not yet seen
 
 Learns only on the `embedder` split (see qqp.SPLITS): the verifier's training, calibration and the
 held-out test split stay unseen. Loss: sentence-transformers' OnlineContrastiveLoss over QQP's
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, help="the full QQP development set (default: $SLIPSTREAM_QQP)")
     parser.add_argument("--out", type=Path, default=ADAPTER)
     parser.add_argument("--max-rows", type=int, default=0, help="train on at most this many labelled pairs (0: all), to fit a time budget")
+    parser.add_argument("--skip-rows", type=int, default=0, help="start this far into the seeded order (rows an earlier run already learned)")
+    parser.add_argument("--init", type=Path, help="continue from this adapter instead of a fresh one (same rank)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
@@ -63,12 +66,15 @@ def main(argv: list[str] | None = None) -> None:
     model = load_minilm()
     rows = [pair for pair in pairs if qqp.normalize(pair.a) != qqp.normalize(pair.b)]
     random.Random(SEED).shuffle(rows)
+    rows = rows[args.skip_rows :]
     rows = rows[: args.max_rows] if args.max_rows else rows
     batches = length_buckets(rows, random.Random(SEED))
     print(f"embedder split: {len(pairs)} pairs; training on {len(rows)} ({sum(p.duplicate for p in rows)} duplicates)", flush=True)
 
     model.max_seq_length = MAX_TOKENS  # QQP questions are short; training pads to the batch's longest
     adapted = LowRank.wrap(model, RANK, ALPHA)
+    if args.init is not None:
+        LowRank.load(adapted, args.init)
     model.train()
     loss_fn = OnlineContrastiveLoss(model)
     parameters = [p for module in adapted.values() for p in (module.down, module.up)]
