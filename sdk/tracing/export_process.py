@@ -8,8 +8,9 @@ thread pickles each batch of finished traces (~10 µs a request) onto the stdin 
 (`python -m sdk.tracing.export_process`), which encodes them (sdk/tracing/otlp_encoding.py) and
 sends them with the SDK's OTLP HTTP exporter, configured by the same `OTEL_*` variables it inherits.
 
-Backpressure drops, never blocks: past `MAX_PENDING` traces waiting, new ones are dropped and
-counted (one warning). The child exits when its stdin closes: at the parent's exit (flushing what
+The writer wakes only when traces are waiting, a quarter second after the first of a batch (at a
+few requests a second the proxy is not woken for nothing). Backpressure drops, never blocks: past
+`MAX_PENDING` traces waiting, new ones are dropped and counted (one warning). The child exits when its stdin closes: at the parent's exit (flushing what
 it holds) or when the parent dies.
 """
 
@@ -34,7 +35,8 @@ from sdk.tracing.records import RequestTrace
 log = logging.getLogger("slipstream.tracing")
 
 MAX_PENDING = 20_000  # traces waiting for the writer; more are dropped
-FLUSH_EVERY_S = 0.05
+GATHER_S = 0.25  # the writer sends what gathered this long after the first trace: few wake-ups, small frames
+FRAME_TRACES = 256  # traces per pickled frame, so one pickling never holds the interpreter lock for long
 
 
 class ProcessSink:
@@ -46,35 +48,41 @@ class ProcessSink:
         self._child = subprocess.Popen([sys.executable, "-m", "sdk.tracing.export_process"], stdin=subprocess.PIPE, env=env)
         self._pending: list[RequestTrace] = []
         self._dropped = 0
+        self._wake = threading.Event()  # set when the first trace of a batch arrives (or at shutdown)
         self._stop = threading.Event()
         self._writer = threading.Thread(target=self._write, name="slipstream-trace-export", daemon=True)
         self._writer.start()
         atexit.register(self.shutdown)
 
     def emit(self, trace: RequestTrace) -> None:
-        if len(self._pending) >= MAX_PENDING or self._stop.is_set():
+        pending = self._pending
+        if len(pending) >= MAX_PENDING or self._stop.is_set():
             self._dropped += 1
             if self._dropped == 1:
                 log.warning("the trace export process is not keeping up (or is gone): dropping traces")
             return
-        self._pending.append(trace)
+        pending.append(trace)
+        if len(pending) == 1:
+            self._wake.set()
 
     def _write(self) -> None:
         pipe = self._child.stdin
         assert pipe is not None
         while True:
-            stopping = self._stop.wait(FLUSH_EVERY_S)
+            self._wake.wait()
+            self._stop.wait(GATHER_S)  # let a batch gather (shutdown cuts it short)
+            self._wake.clear()
             batch, self._pending = self._pending, []  # the loop thread appends to whichever list is current
-            if batch:
-                frame = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
-                try:
+            try:
+                for start in range(0, len(batch), FRAME_TRACES):
+                    frame = pickle.dumps(batch[start:start + FRAME_TRACES], protocol=pickle.HIGHEST_PROTOCOL)
                     pipe.write(len(frame).to_bytes(4, "big") + frame)
-                    pipe.flush()
-                except OSError as exc:  # the child is gone: nothing more can be exported
-                    log.warning("the trace export process stopped (%s); tracing drops spans from now on", exc)
-                    self._stop.set()
-                    return
-            if stopping:
+                pipe.flush()
+            except OSError as exc:  # the child is gone: nothing more can be exported
+                log.warning("the trace export process stopped (%s); tracing drops spans from now on", exc)
+                self._stop.set()
+                return
+            if self._stop.is_set():
                 return
 
     def shutdown(self) -> None:
@@ -82,6 +90,7 @@ class ProcessSink:
         if self._child.poll() is not None and self._stop.is_set():
             return
         self._stop.set()
+        self._wake.set()
         self._writer.join(timeout=5)
         try:
             if self._child.stdin is not None:
