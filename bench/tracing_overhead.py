@@ -9,7 +9,8 @@ Two measurements in one run, tracing off and on interleaved in blocks so drift h
    work the last of them hands to the event loop for after the answer (building the spans).
 "On" uses the SDK's BatchSpanProcessor with an exporter that drops the batches, so encoding and
 sending (the exporter's, on its thread or, in `slipstream serve`, in the export process) are not in
-these numbers: bench/proxy_overhead.py --traced measures them with the real OTLP exporter.
+these numbers: bench/proxy_overhead.py --traced measures them with the real OTLP exporter. A third
+line times the OTLP encoding alone, per span: the SDK's encoder against Slipstream's.
 
     .venv/bin/python bench/tracing_overhead.py [--requests 600] [--rounds 20000]
 """
@@ -108,6 +109,55 @@ async def hooks(processor: BatchSpanProcessor, rounds: int) -> dict[bool, tuple[
     return results
 
 
+def encoding(requests: int) -> tuple[float, float]:
+    """µs per span to encode the spans of `requests` traced requests (made by the real hooks) for OTLP:
+    the SDK's encoder (what its exporter does on the BatchSpanProcessor's thread) and Slipstream's
+    (what the export process of `slipstream serve` does)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from sdk.tracing.emit import Sink
+    from sdk.tracing.otlp_encoding import encode
+
+    class Keep:
+        def __init__(self) -> None:
+            self.items: list = []
+
+        def on_end(self, span) -> None:  # noqa: ANN001
+            self.items.append(span)
+
+        def emit(self, trace) -> None:  # noqa: ANN001 - stands in for the sink: keeps the finished traces
+            self.items.append(trace)
+
+    traces, spans = Keep(), Keep()
+    request = LLMRequest(Endpoint.CHAT_COMPLETIONS, dict(BODY))
+    answer = LLMResponse(200, b'{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"finish_reason":"stop"}]}',
+                         {}, Usage(12, 8), "gpt/gpt-4o")
+    tracing.install(spans)
+    tracing.use_sink(traces)  # collect the records themselves (no loop here: handed over at once)
+    for _ in range(requests):
+        ctx = RequestContext(request, "bench")
+        trace = tracing.begin(ctx)
+        assert trace is not None
+        trace.stage("prompt_cache plan", time.time_ns(), {"slipstream.prompt_cache.expected_read": 0, "slipstream.prompt_cache.miss_cause": "none"})
+        span, _ = tracing.begin_attempt(ctx, "gpt/gpt-4o", None, request)
+        tracing.end_attempt(span, "ok")
+        tracing.end(ctx, 200, answer)
+    tracing.install(None)
+    sink = Sink(spans, tracing.resource())
+    for trace in traces.items:
+        sink.emit(trace)
+    count, attributes = len(spans.items), dict(sink.resource.attributes)
+    sdk_s, ours_s = [], []
+    for _ in range(5):  # the fastest of five passes each, alternating: the least disturbed by the machine
+        started = time.perf_counter()
+        encode_spans(spans.items).SerializePartialToString()
+        sdk_s.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        encode(traces.items, attributes, "slipstream")
+        ours_s.append(time.perf_counter() - started)
+    return min(sdk_s) / count, min(ours_s) / count
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=600)
@@ -118,6 +168,9 @@ async def main() -> None:
     (off, turn_off), (on, turn_on) = measured[False], measured[True]
     print(f"hooks alone, p50 per request: on the request path off {off * 1e6:.2f} us, on {on * 1e6:.1f} us "
           f"(+{(on - off) * 1e6:.1f} us); after the answer (spans built, handed to the processor) +{(turn_on - turn_off) * 1e6:.1f} us")
+    sdk_encoder, ours = encoding(2000)
+    print(f"OTLP encoding, per span: the SDK's encoder {sdk_encoder * 1e6:.1f} us, Slipstream's {ours * 1e6:.1f} us "
+          f"(x{sdk_encoder / ours:.1f})")
     with running_emulator() as upstream, tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "bench.yaml"
         path.write_text(f"""team: bench

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CAPTURE_VAR", "ENDPOINT_VARS", "Parent", "RequestTrace", "SpanRecord", "begin", "begin_attempt",
     "begin_passthrough", "caller_parent", "end", "end_attempt", "end_passthrough", "error_type", "install",
-    "operation", "otlp_wanted", "provider_name", "reset", "resource",
+    "operation", "otlp_wanted", "provider_name", "reset", "resource", "use_sink",
 ]
 
 _sink: Sink | ProcessSink | None = None
@@ -66,10 +66,11 @@ def install(processor: Any, sampler: Any = None, service: Any = None) -> None:
         from sdk.tracing.emit import Sink
 
         sink = Sink(processor, service if service is not None else resource())
-    _use(sink, sampler)
+    use_sink(sink, sampler)
 
 
-def _use(sink: Sink | ProcessSink | None, sampler: Any) -> None:
+def use_sink(sink: Sink | ProcessSink | None, sampler: Any = None) -> None:
+    """Hand finished request traces to `sink` (anything with `emit(RequestTrace)`; None: off)."""
     global _sink, _sampler, _decided, _capture
     _sink, _sampler = sink, sampler
     _capture = os.environ.get(CAPTURE_VAR, "").lower() == "true"
@@ -86,7 +87,7 @@ def _decide() -> None:
     from sdk.tracing.setup import from_environment
 
     found = from_environment()
-    _use(*(found or (None, None)))
+    use_sink(*(found or (None, None)))
 
 
 def enabled() -> bool:
