@@ -90,20 +90,28 @@ class GuardedState:
         task.add_done_callback(self._pending.discard)
 
     async def _send_outbox(self, delay_s: float) -> None:
+        closing = False
         if delay_s:
-            await asyncio.sleep(delay_s)  # let the charges of the next moments join the batch
+            try:
+                await asyncio.sleep(delay_s)  # let the charges of the next moments join the batch
+            except asyncio.CancelledError:  # the loop is shutting down (asyncio.run's end): send what waits all the same
+                closing = True
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
         batch, self._outbox = self._outbox, []
-        if not batch:
-            return  # sent already, ahead of a checked admission
-        ahead = sum(isinstance(item, Admission) for item in batch)
-        try:
-            sent = await self._shared(lambda: self.shared.send_batch(batch), background=True)
-        finally:
-            self.shared.room.unanswered -= ahead
-        if sent is DOWN:
-            for item in batch:
-                if isinstance(item, Settlement):
-                    self.local.settle(item)  # tokens and spend still count, against this replica's share
+        if batch:  # else sent already, ahead of a checked admission
+            ahead = sum(isinstance(item, Admission) for item in batch)
+            try:
+                sent = await self._shared(lambda: self.shared.send_batch(batch), background=True)
+            finally:
+                self.shared.room.unanswered -= ahead
+            if sent is DOWN:
+                for item in batch:
+                    if isinstance(item, Settlement):
+                        self.local.settle(item)  # tokens and spend still count, against this replica's share
+        if closing:
+            raise asyncio.CancelledError
 
     def settle(self, settlement: Settlement) -> None:
         try:

@@ -137,6 +137,25 @@ async def test_far_from_its_limits_an_admission_does_not_wait_for_redis(redis_ur
     await state.close()
 
 
+def test_charges_still_waiting_when_the_loop_ends_reach_redis(redis_url):
+    """An SDK user's asyncio.run() may end 1 ms after an ahead admission: its charge is sent all the same."""
+    import asyncio
+
+    import redis
+
+    state = open_state(redis_url)
+    rate = Rate("rpm", 1000, 1)
+
+    async def two_admissions() -> None:
+        assert await state.admit(Admission("", (rate,))) is None  # checked
+        assert await state.admit(Admission("", (rate,))) is None  # ahead: its charge waits for company
+
+    asyncio.run(two_admissions())
+    server, prefix, _ = split_url(redis_url)
+    with redis.Redis.from_url(server) as client:
+        assert 998 <= float(client.hget(f"{prefix}:rpm", "v")) < 999
+
+
 async def test_near_its_limit_every_admission_is_checked(redis_url):
     """Going ahead stops while there is still room for every replica's share: never past the limit."""
     import redis
