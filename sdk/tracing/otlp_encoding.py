@@ -39,7 +39,14 @@ class Encoded:
         return self.data
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
+    if 0 <= value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     if value < 0:
         value += 1 << 64  # int64 as two's complement, ten bytes
     out = bytearray()
@@ -50,9 +57,13 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_TAGS = [_varint(number << 3 | 2) for number in range(17)]  # length-delimited field tags, by field number
+
+
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    size = len(payload)
+    return _TAGS[number] + (_ONE_BYTE[size] if size < 0x80 else _varint(size)) + payload
 
 
 def _value(value: Any) -> bytes:

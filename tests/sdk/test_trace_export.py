@@ -34,7 +34,7 @@ def _traces() -> list[RequestTrace]:
     root = SpanRecord("chat claude-x", 0x1234, 1_700_000_000_000_000_000, {
         "gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 12, "gen_ai.request.temperature": 0.5,
         "slipstream.stream": True, "gen_ai.response.finish_reasons": ("end_turn", "stop"), "big": 2**40, "negative": -3,
-        "text": "naïve ✓ unicode",
+        "text": "naïve ✓ unicode", "long": "x" * 300, "huge": "y" * 20_000,
     }, end_ns=1_700_000_000_250_000_000)
     root.events.append(("gen_ai.first_token", 1_700_000_000_100_000_000, {"slipstream.ttft_ms": 100.5}))
     remote = RequestTrace(0x4BF92F3577B34DA6A3CE929D0E0E4736, root, Parent(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, 1, "vendor=abc,other=1"))
