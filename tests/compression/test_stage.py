@@ -155,3 +155,28 @@ async def test_compressed_prefix_is_stable_so_the_prompt_cache_reads_it(make_run
     strip = lambda m: [{k: v for k, v in b.items() if k != "cache_control"} for b in m["content"]]  # noqa: E731
     assert strip(first) == strip(second)  # same compressed document on the next turn
     assert answer.usage.cache_read_tokens > 1000
+
+
+async def test_a_traced_request_has_a_compression_span(make_runtime, fresh_emulator):
+    import asyncio
+
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from sdk import tracing
+
+    exporter = InMemorySpanExporter()
+    tracing.install(SimpleSpanProcessor(exporter))
+    try:
+        runtime = make_runtime("{enabled: true, protect: []}")
+        _, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, anthropic_body([{"type": "text", "text": FILLER}, {"type": "text", "text": QUESTION}])))
+        await asyncio.sleep(0)  # spans are handed over on the loop's next turn
+    finally:
+        tracing.reset()
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "compression"]
+    assert span.attributes["slipstream.compression.outcome"] == "compressed"
+    assert (span.attributes["slipstream.compression.tokens_before"], span.attributes["slipstream.compression.tokens_after"]) == (
+        ctx.compression.before, ctx.compression.after)
+    assert span.attributes["slipstream.compression.pieces"] == 1
+    [request] = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert span.parent.span_id == request.context.span_id
