@@ -20,6 +20,7 @@ import logging
 import os
 import pickle
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -143,6 +144,10 @@ def main() -> None:
     would (`OTEL_BSP_SCHEDULE_DELAY` ms, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` spans), until stdin closes."""
     from sdk.tracing.setup import resource
 
+    # Ctrl-C or a SIGTERM to the proxy's process group reaches this child too: it ends when its stdin
+    # closes instead (the proxy's exit or death), after sending what it holds, without a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exporter = _exporter()
     attributes = dict(resource().attributes)
     delay_s = float(os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "5000")) / 1000
