@@ -12,12 +12,14 @@ emulator; the same three with in-process state are the baseline, measured in the
    sdk/state/headroom.py), with each replica's CPU time per request and how the Redis replica
    admitted; and the admission call alone in the benchmark's own process (as a request sees it, and
    the checked round trip a request near its limit waits for).
-3. Outage: `--rate` requests/s over the three Redis replicas; Redis is killed for `--outage-s` in
+3. The same with a long prompt whose last prefix is new every time (`ledger`): the Redis replica
+   reads the shared prompt-cache ledger once per request before planning.
+4. Outage: `--rate` requests/s over the three Redis replicas; Redis is killed for `--outage-s` in
    the middle and started again. Failed requests (anything but 200), latency, and whether every
    replica healed.
 
     .venv/bin/python bench/shared_state.py [--rpm 1200] [--seconds 30] [--requests 2000] [--rate 200] [--outage-s 10]
-                                           [--parts limits,latency,outage]
+                                           [--parts limits,latency,ledger,outage]
 """
 
 from __future__ import annotations
@@ -129,16 +131,25 @@ def admissions(url: str) -> dict[str, float]:
     return counts
 
 
-async def paired(local: tuple[str, int], shared: tuple[str, int], n: int, concurrency: int) -> dict:
+def long_prompt(i: int) -> bytes:
+    """A 2,000-token system prompt (cacheable) and a new question each time: every request's last
+    prefix is new, so the Redis replica reads the shared prompt-cache ledger once before planning."""
+    return json.dumps({"model": "gpt-4o", "max_tokens": 16, "messages": [
+        {"role": "system", "content": "You are the support assistant. Answer from the manual and cite the section. " * 130},
+        {"role": "user", "content": f"Question {i}: how do I reset the device? " * 4}]}).encode()
+
+
+async def paired(local: tuple[str, int], shared: tuple[str, int], n: int, concurrency: int, body=lambda i: BODY) -> dict:
     """Each worker alternates one request to the in-process replica and one to the Redis replica, so
     machine noise falls on both alike; also the proxies' own `x-slipstream-overhead-ms`, their CPU
     time per request (less noisy than latency on a busy machine), and how the Redis replica admitted."""
     seen: dict[str, tuple[list[float], list[float]]] = {"in_process": ([], []), "redis": ([], [])}
+    sent = iter(range(1 << 30))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
         async def one(name: str, url: str) -> None:
             started = time.perf_counter()
-            async with session.post(f"{url}/v1/chat/completions", data=BODY,
+            async with session.post(f"{url}/v1/chat/completions", data=body(next(sent)),
                                     headers={"authorization": "Bearer sk-busy", "content-type": "application/json"}) as response:
                 await response.read()
                 assert response.status == 200, response.status
@@ -230,7 +241,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per latency measurement")
     parser.add_argument("--rate", type=float, default=200, help="requests/s during the outage")
     parser.add_argument("--outage-s", type=float, default=10)
-    parser.add_argument("--parts", default="limits,latency,outage", help="which measurements to run (comma-separated)")
+    parser.add_argument("--parts", default="limits,latency,ledger,outage", help="which measurements to run (comma-separated)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     uvloop.install()
@@ -256,6 +267,11 @@ def main() -> None:
             print(json.dumps({"test": "latency", "concurrency": concurrency, **row}), flush=True)
             alone = asyncio.run(admit_alone(f"{server.url}?timeout_ms=1000", args.requests, concurrency))
             print(json.dumps({"test": "admit-call", "concurrency": concurrency, **alone}), flush=True)
+
+        for concurrency in (1, 64) if "ledger" in parts else ():
+            row = asyncio.run(paired((local[0], local_procs[0].pid), (shared[0], shared_procs[0].pid), args.requests // 4,
+                                     concurrency, long_prompt))
+            print(json.dumps({"test": "latency-ledger", "concurrency": concurrency, **row}), flush=True)
 
         if "outage" in parts:
             row = outage(shared, server, args.rate, args.outage_s)

@@ -156,13 +156,20 @@ class Optimizer:
         return Draft(protocol, model, body, layout, scope, conversation, findings, moved, canonicalized)
 
     def cacheable(self, draft: Draft) -> list[int]:
-        """Prefix digests the provider may hold for this request: blocks at or past the smallest
-        prefix it caches (what a shared ledger is asked about)."""
+        """Prefix digests another replica's requests may have cached for this one (what a shared
+        ledger is asked about): blocks at or past the smallest prefix the provider caches, and before
+        the last message, which is new (a conversation's next turn reads what its previous turn
+        wrote, which ended before it). An identical prompt sent again through another replica is
+        predicted up to its last message only."""
         layout = draft.layout
         minimum = OPENAI_MIN if draft.protocol is Protocol.OPENAI else min_cacheable_tokens(draft.model)
         ratio = self.calibration.ratio(draft.scope[0], draft.model)
         first = next((i for i, pos in enumerate(layout.pos) if pos * ratio >= minimum), len(layout.pos))
-        return layout.chain[first:]
+        end = len(layout.blocks)
+        last = layout.blocks[-1].message if layout.blocks else -1
+        while last >= 0 and end > 0 and layout.blocks[end - 1].message == last:
+            end -= 1
+        return layout.chain[first:end]
 
     def plan(self, draft: Draft, now: float) -> Plan:
         """Breakpoints (Anthropic) and the read prediction from the ledger as it stands."""

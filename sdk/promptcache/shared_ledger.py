@@ -10,7 +10,8 @@ every read), so Redis forgets an entry exactly when the provider would.
 
 Before planning, `pull` reads in one round trip the entries this replica does not already hold
 readable, for the prefixes long enough to be cached at all (a short prompt costs nothing); after the
-response has started, `push` merges what the request wrote or refreshed, in the background. Times
+response has started, `push` merges what the request wrote or refreshed, with the state backend's
+next background batch (sdk/state/guard.py). Times
 travel as "seconds left" on Redis' clock, so replicas' clocks never have to agree.
 
 Only readable entries are shared: a sibling waiting for an in-flight write (warm fan-out) waits only
@@ -25,7 +26,6 @@ from hashlib import blake2b
 
 from sdk.promptcache.ledger import Entry, Scope
 from sdk.promptcache.optimizer import Plan, ScopeKey
-from sdk.state import in_background
 from sdk.state.guard import DOWN, GuardedState
 
 MAX_KEYS = 256  # prefixes asked per request: the longest ones (a long conversation has more blocks)
@@ -85,5 +85,4 @@ class SharedLedger:
         rows = [(self._name(key, digest), str(entry.pos), entry.ttl, entry.expires - now)
                 for digest, entry in entries.items() if entry.readable and entry.expires > now]
         if rows:
-            redis = self.state.shared
-            in_background(self.state.try_shared(lambda: redis.merge_entries(rows)))
+            self.state.merge_entries(rows)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from sdk.metrics import STATE_ADMISSIONS, STATE_BACKEND_UP
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Refusal, Settlement, StateBackend
 from sdk.state.local import LocalState
-from sdk.state.redis import RedisState
+from sdk.state.redis import Entries, RedisState
 from sdk.state.resp import RespError
 
 log = logging.getLogger("slipstream.state")
@@ -48,7 +48,7 @@ class GuardedState:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._pending: set[asyncio.Task[None]] = set()  # charges on their way to Redis
-        self._outbox: list[Admission | Settlement] = []  # charges of this loop iteration, sent in one pipeline
+        self._outbox: list[Admission | Settlement | Entries] = []  # charges of this loop iteration, sent in one pipeline
         STATE_BACKEND_UP.set(1)
 
     # --- the StateBackend calls ----------------------------------------------------------------
@@ -78,7 +78,13 @@ class GuardedState:
             self._where[admission.lease] = self.local
         return refusal
 
-    def _post(self, item: Admission | Settlement) -> None:
+    def merge_entries(self, rows: list[tuple[str, str, float, float]]) -> None:
+        """Merge expiring entries into Redis with the next batch (the shared prompt-cache ledger);
+        dropped while Redis is away (the local ledger has them)."""
+        if self.up:
+            self._post(Entries(tuple(rows)))
+
+    def _post(self, item: Admission | Settlement | Entries) -> None:
         """Queue a charge for Redis: what the next FLUSH_EVERY_S queues goes out in one pipelined write."""
         self._outbox.append(item)
         if len(self._outbox) == 1:  # the first of this batch: one task sends them all

@@ -15,6 +15,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -27,6 +28,13 @@ LEASE_TTL_S = 30.0  # a dead replica's concurrency slots come back after this
 REPLICA_TTL_S = 5.0  # a replica that has not checked in for this long no longer counts
 _SCRIPTS = {name: (getattr(redis_scripts, name), hashlib.sha1(getattr(redis_scripts, name).encode()).hexdigest())
             for name in ("ADMIT", "SETTLE", "RENEW", "READ_ENTRIES", "MERGE_ENTRIES")}
+
+
+@dataclass(frozen=True, slots=True)
+class Entries:
+    """Expiring entries to merge (the prompt-cache ledger's): (name, value, ttl_s, seconds left)."""
+
+    rows: tuple[tuple[str, str, float, float], ...]
 
 
 def _evalsha(name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
@@ -108,16 +116,19 @@ class RedisState:
             raise
         return self._admitted(admission, reply)
 
-    async def send_batch(self, items: list[Admission | Settlement]) -> None:
-        """The charges of admissions granted ahead (the script's force mode) and settlements, in one
-        pipelined write: what one loop iteration produced. Those with the same keys go as one script
-        call each (leases listed, amounts summed), admissions first, so a lease's admission always
-        precedes its settlement."""
+    async def send_batch(self, items: list[Admission | Settlement | Entries]) -> None:
+        """The charges of admissions granted ahead (the script's force mode), settlements and ledger
+        entries, in one pipelined write: what one batch collected. Those with the same keys go as one
+        script call each (leases listed, amounts summed), admissions first, so a lease's admission
+        always precedes its settlement; all entries in one call."""
         admitted: dict[tuple[Any, ...], list[Admission]] = {}
         settled: dict[tuple[Any, ...], list[Settlement]] = {}
+        rows: list[tuple[str, str, float, float]] = []
         for item in items:
             if isinstance(item, Admission):
                 admitted.setdefault((item.rates, item.caps, item.budget), []).append(item)
+            elif isinstance(item, Entries):
+                rows += item.rows
             else:
                 spend = item.spend if item.spend is not None and item.spend.usd else None
                 records = tuple(key for key, _ in spend.records) if spend is not None else None  # not their keep: it ticks
@@ -126,13 +137,15 @@ class RedisState:
         groups = list(admitted.values())
         commands = [_evalsha("ADMIT", *self._admit_args(group, force=True)) for group in groups]
         commands += [_evalsha("SETTLE", *self._settle_args(group)) for group in settled.values()]
+        if rows:
+            commands.append(_evalsha("MERGE_ENTRIES", *self._merge_args(rows)))
         try:
             replies = await self.client.pipeline(commands, raise_errors=False)
             lost = [i for i, reply in enumerate(replies) if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT")]
             if lost:  # a restarted Redis lost its scripts: load them, send again what did not run
-                again = await self.client.pipeline([("SCRIPT", "LOAD", _SCRIPTS["ADMIT"][0]), ("SCRIPT", "LOAD", _SCRIPTS["SETTLE"][0]),
-                                                    *(commands[i] for i in lost)], raise_errors=False)
-                for i, reply in zip(lost, again[2:], strict=True):
+                loads = [("SCRIPT", "LOAD", _SCRIPTS[name][0]) for name in ("ADMIT", "SETTLE", "MERGE_ENTRIES")]
+                again = await self.client.pipeline([*loads, *(commands[i] for i in lost)], raise_errors=False)
+                for i, reply in zip(lost, again[len(loads):], strict=True):
                     replies[i] = reply
         except BaseException:
             for group in groups:
@@ -180,12 +193,13 @@ class RedisState:
         reply = await self._script("READ_ENTRIES", [self.key(name) for name in names], [])
         return [(reply[i], reply[i + 1] / 1000) if reply[i] is not None else None for i in range(0, len(reply), 2)]
 
-    async def merge_entries(self, entries: list[tuple[str, str, float, float]]) -> None:
-        """Store (name, value, ttl_s, seconds left) entries; an entry already there that lives longer keeps its life."""
+    def _merge_args(self, rows: list[tuple[str, str, float, float]]) -> tuple[list[str], list[Any]]:
+        """MERGE_ENTRIES for (name, value, ttl_s, seconds left) rows: an entry already there that lives
+        longer keeps its life."""
         args: list[Any] = []
-        for _, value, ttl_s, left_s in entries:
+        for _, value, ttl_s, left_s in rows:
             args += [value, float(ttl_s), int(left_s * 1000)]
-        await self._script("MERGE_ENTRIES", [self.key(name) for name, *_ in entries], args)
+        return [self.key(name) for name, *_ in rows], args
 
     async def set_flag(self, name: str, until: float) -> None:
         self._flags[name] = until  # seen here at once; by the other replicas at their next sync
