@@ -50,6 +50,19 @@ def test_prefix_cached_through_one_proxy_is_expected_on_another(tmp_path, fresh_
     assert lives and 290 < lives[0] <= 300 and 3590 < lives[-1] <= 3600
 
 
+def test_a_conversation_that_moves_replicas_expects_what_its_last_turn_cached(tmp_path, fresh_emulator, redis_url):
+    write_policy(tmp_path, "pcturns", KEY, fresh_emulator.url)
+    history = [{"role": "user", "content": "Question one: how do I reset the device? " * 40}]
+    with running_proxy([tmp_path], state_url=redis_url) as a, running_proxy([tmp_path], state_url=redis_url) as b:
+        first = anthropic.Anthropic(base_url=a.url, api_key=KEY, max_retries=0).messages.with_raw_response.create(
+            model="claude-sonnet-5", max_tokens=8, system=STATIC, messages=history)
+        history += [{"role": "assistant", "content": "Hold the button."}, {"role": "user", "content": "And then?"}]
+        second = anthropic.Anthropic(base_url=b.url, api_key=KEY, max_retries=0).messages.with_raw_response.create(
+            model="claude-sonnet-5", max_tokens=8, system=STATIC, messages=history)
+    wrote, seen = fields(first.headers["x-slipstream-prompt-cache"]), fields(second.headers["x-slipstream-prompt-cache"])
+    assert seen["read"] == wrote["write"] and seen["expected_read"] == seen["read"]  # through the first turn's question
+
+
 def test_without_redis_the_local_ledger_still_predicts(tmp_path, fresh_emulator):
     write_policy(tmp_path, "pclocal", KEY, fresh_emulator.url)
     nowhere = f"redis://127.0.0.1:{free_port()}/0?timeout_ms=200"
