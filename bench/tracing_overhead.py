@@ -3,7 +3,9 @@
 Two measurements in one run, tracing off and on interleaved in blocks so drift hits both alike:
 1. end to end: a team's pipeline (TeamRuntime, every default stage) sending non-streamed and
    streamed requests to the emulator on loopback (in this process), p50 latency per request with
-   tracing off, on, and off again (the A/A difference says how much of the on/off one is noise);
+   tracing off; on with the SDK's BatchSpanProcessor in this process (the drop-in SDK's default,
+   dropping exporter); on with the export process, as `slipstream serve` runs it (real encoding and
+   OTLP export to bench/otlp_sink.py); and off again (the A/A difference says how much is noise);
 2. the hooks alone: the tracing calls a request makes (request span, one stage span, attempt span
    with its traceparent, both ends), off and on, p50 per request over many rounds, and apart the
    work the last of them hands to the event loop for after the answer (building the spans).
@@ -19,10 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +42,8 @@ from sdk import tracing  # noqa: E402
 from sdk.pipeline import RequestContext  # noqa: E402
 from sdk.policy import load_policy  # noqa: E402
 from sdk.runtime import TeamRuntime  # noqa: E402
+from sdk.tracing.emit import Sink  # noqa: E402
+from sdk.tracing.export_process import ProcessSink  # noqa: E402
 from sdk.types import Endpoint, LLMRequest, LLMResponse, Usage  # noqa: E402
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello in one short sentence."}], "max_tokens": 16}
@@ -62,20 +70,35 @@ async def one_request(runtime: TeamRuntime, stream: bool) -> float:
     return time.perf_counter() - started
 
 
-async def end_to_end(runtime: TeamRuntime, processor: BatchSpanProcessor, requests: int, stream: bool) -> tuple[float, float, float]:
-    """p50 seconds per request with tracing off, on, and off again (an A/A control: how far two
-    identical runs land apart here, the noise floor of the difference), in rotating blocks of 20."""
-    times: list[list[float]] = [[], [], []]
-    for _ in range(20):  # warm the pool and the caches of both paths
+async def end_to_end(runtime: TeamRuntime, sinks: list[object | None], requests: int, stream: bool) -> list[float]:
+    """p50 seconds per request for each of `sinks` (None: tracing off), in rotating blocks of 20 (drift
+    hits all alike); the caller puts None last again as an A/A control of the noise floor."""
+    times: list[list[float]] = [[] for _ in sinks]
+    for _ in range(20):  # warm the pool and the caches of every path
         await one_request(runtime, stream)
     for block in range(requests // 20):
-        group = block % 3
-        tracing.install(processor if group == 1 else None)
+        group = block % len(sinks)
+        tracing.use_sink(sinks[group])
         for _ in range(20):
             times[group].append(await one_request(runtime, stream))
-    tracing.install(None)
-    off, on, again = (statistics.median(group) for group in times)
-    return off, on, again
+    tracing.use_sink(None)
+    return [statistics.median(group) for group in times]
+
+
+def otlp_sink_process() -> tuple[subprocess.Popen, str]:
+    """bench/otlp_sink.py on a free port: the export process's collector."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, str(ROOT / "bench" / "otlp_sink.py"), str(port)])
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"{url}/stats", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return process, url
 
 
 async def hooks(processor: BatchSpanProcessor, rounds: int) -> dict[bool, tuple[float, float]]:
@@ -183,12 +206,22 @@ routes:
     targets: [{{provider: gpt}}]
 """)
         runtime = TeamRuntime.build(load_policy(path))
-        for stream in (False, True):
-            off, on, again = await end_to_end(runtime, processor, args.requests, stream)
-            kind = "streamed" if stream else "complete"
-            print(f"end to end, {kind}: p50 off {off * 1000:.3f} ms, on {on * 1000:.3f} ms "
-                  f"({(on - off) * 1000:+.3f} ms, x{on / off:.3f}); off again {again * 1000:.3f} ms "
-                  f"(A/A {(again - off) * 1000:+.3f} ms: the noise floor)")
+        collector, url = otlp_sink_process()
+        os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{url}/v1/traces"  # read by the export process
+        exported = ProcessSink()
+        try:
+            thread = Sink(processor, tracing.resource())
+            for stream in (False, True):
+                off, on, child, again = await end_to_end(runtime, [None, thread, exported, None], args.requests, stream)
+                kind = "streamed" if stream else "complete"
+                print(f"end to end, {kind}: p50 off {off * 1000:.3f} ms; on, in-process processor {on * 1000:.3f} ms "
+                      f"({(on - off) * 1000:+.3f} ms); on, export process (as slipstream serve) {child * 1000:.3f} ms "
+                      f"({(child - off) * 1000:+.3f} ms); off again {again * 1000:.3f} ms (A/A {(again - off) * 1000:+.3f} ms: the noise floor)")
+        finally:
+            exported.shutdown()
+            print("OTLP sink received:", urllib.request.urlopen(f"{url}/stats", timeout=5).read().decode())
+            collector.terminate()
+            collector.wait()
     processor.shutdown()
 
 
