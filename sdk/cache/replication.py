@@ -46,6 +46,7 @@ class CacheReplicator:
         self._reader: asyncio.Task[None] | None = None
         self._last_id = "0"
         self._caught_up = asyncio.Event()
+        self._waited = False  # only the first lookup waits for the replay
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -95,9 +96,17 @@ class CacheReplicator:
             self._reader = loop.create_task(self._follow(), name="slipstream-cache-follow")
 
     async def caught_up(self) -> None:
-        """Wait until the replay of what other replicas stored before this one started is done."""
+        """Start following, and on the first call wait (at most the state backend's timeout, so a
+        Redis that is away costs one lookup that much once) until the replay of what the other
+        replicas stored before is done: a replica's first lookups must see those answers too."""
         self.start()
-        await self._caught_up.wait()
+        if not self._waited:
+            self._waited = True
+            try:
+                async with asyncio.timeout(self.shared.timeout_s):
+                    await self._caught_up.wait()
+            except TimeoutError:
+                log.debug("response cache: replay not done within %.3fs; looking up what is here", self.shared.timeout_s)
 
     async def _follow(self) -> None:
         while True:
