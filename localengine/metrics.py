@@ -36,6 +36,8 @@ class EngineMetrics:
         self._last = {"queries": 0, "hits": 0, "preemptions": 0}
         # Children bound once: `labels()` is a locked dict lookup, paid per request per step otherwise.
         self._ttft, self._itl, self._e2e = self.ttft.labels(model_name), self.itl.labels(model_name), self.e2e.labels(model_name)
+        self._running, self._waiting = self.running.labels(model_name), self.waiting.labels(model_name)
+        self._kv_usage, self._generation = self.kv_usage.labels(model_name), self.generation_tokens.labels(model_name)
 
     def _inc_to(self, key: str, counter: Counter, total: int) -> None:
         delta = total - self._last[key]
@@ -45,17 +47,16 @@ class EngineMetrics:
 
     def record_step(self, *, running: int, waiting: int, kv_usage: float, prefix_queries: int,
                     prefix_hits: int, preemptions: int, prompt_tokens: int, generation_tokens: int) -> None:
-        m = self.model_name
-        self.running.labels(m).set(running)
-        self.waiting.labels(m).set(waiting)
-        self.kv_usage.labels(m).set(kv_usage)
+        self._running.set(running)
+        self._waiting.set(waiting)
+        self._kv_usage.set(kv_usage)
         self._inc_to("queries", self.prefix_queries, prefix_queries)
         self._inc_to("hits", self.prefix_hits, prefix_hits)
         self._inc_to("preemptions", self.preemptions, preemptions)
         if prompt_tokens:
-            self.prompt_tokens.labels(m).inc(prompt_tokens)
+            self.prompt_tokens.labels(self.model_name).inc(prompt_tokens)
         if generation_tokens:
-            self.generation_tokens.labels(m).inc(generation_tokens)
+            self._generation.inc(generation_tokens)
 
     def record_first_token(self, seconds: float) -> None:
         self._ttft.observe(seconds)

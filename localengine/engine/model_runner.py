@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 import torch
@@ -297,7 +298,7 @@ class ModelRunner:
         sampling = [it for it in items if it.samples]
         if logits is None:
             return []
-        offsets = np.cumsum([0] + [len(it.spec_token_ids) + 1 for it in sampling]).tolist()  # first row of each
+        offsets = list(accumulate((len(it.spec_token_ids) + 1 for it in sampling), initial=0))  # first row of each
         plain = [j for j, it in enumerate(sampling) if not it.spec_token_ids]
         results: list[SampledToken] = []
         if plain:
@@ -340,7 +341,7 @@ class ModelRunner:
             if len(group) == len(items):
                 rows = logits
             else:
-                starts = np.cumsum([0] + [len(it.spec_token_ids) + 1 for it in items]).tolist()
+                starts = list(accumulate((len(it.spec_token_ids) + 1 for it in items), initial=0))
                 rows = logits[[r for i in idx for r in range(starts[i], starts[i + 1])]]
             drafts = [it.spec_token_ids for it in group]
             if want:
