@@ -36,39 +36,46 @@ class StepInputs:
 
 
 class InputBuffers:
-    def __init__(self, block_size: int, pin: bool, num_tokens: int = 256, num_seqs: int = 16, num_blocks: int = 64):
+    def __init__(self, block_size: int, pin: bool, num_tokens: int = 256, num_table_entries: int = 1024):
         self.block_size = block_size
         self.pin = pin
-        self.copied: torch.cuda.Event | None = None  # recorded after the last copy out of these buffers
-        self._allocate(num_tokens, num_seqs, num_blocks)
+        # Recorded after each step's copies to the device; the next step waits for it before writing.
+        self.copied = torch.cuda.Event() if pin else None
+        self._allocate(num_tokens, num_table_entries)
 
-    def _allocate(self, num_tokens: int, num_seqs: int, num_blocks: int) -> None:
-        def buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-            return torch.zeros(shape, dtype=dtype, pin_memory=self.pin)
+    def _allocate(self, num_tokens: int, num_table_entries: int) -> None:
+        def buffer(size: int, dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros(size, dtype=dtype, pin_memory=self.pin)
 
-        self.input_ids = buffer((num_tokens,), torch.long)
-        self.positions = buffer((num_tokens,), torch.long)
-        self.slot_mapping = buffer((num_tokens,), torch.long)
-        self.block_tables = buffer((num_seqs, num_blocks), torch.int32)
+        self.input_ids = buffer(num_tokens, torch.long)
+        self.positions = buffer(num_tokens, torch.long)
+        self.slot_mapping = buffer(num_tokens, torch.long)
+        # Flat: each step views its first seqs x width entries as its (contiguous) block table.
+        self.block_tables = buffer(num_table_entries, torch.int32)
         # numpy views of the same memory: element stores from Python are several times cheaper
         # through numpy than through torch's indexing.
         self.ids_np, self.pos_np = self.input_ids.numpy(), self.positions.numpy()
         self.slots_np, self.tables_np = self.slot_mapping.numpy(), self.block_tables.numpy()
 
-    def _reserve(self, num_tokens: int, num_seqs: int, num_blocks: int) -> None:
+    def _reserve(self, num_tokens: int, num_table_entries: int) -> None:
         if self.copied is not None:
             self.copied.synchronize()  # the device has read the previous step's inputs
-        t, s, b = self.input_ids.shape[0], *self.block_tables.shape
-        if num_tokens > t or num_seqs > s or num_blocks > b:
-            self._allocate(max(num_tokens, t), max(num_seqs, s), max(num_blocks, b))
+        if num_tokens > self.input_ids.shape[0] or num_table_entries > self.block_tables.shape[0]:
+            self._allocate(max(num_tokens, self.input_ids.shape[0]), max(num_table_entries, self.block_tables.shape[0]))
+
+    def mark_copied(self) -> None:
+        """CUDA: called once this step's inputs have been queued for copying to the device."""
+        if self.copied is not None:
+            self.copied.record()
 
     def build(self, items: list[ScheduledSequence]) -> StepInputs:
         """The flat batch for `items` (decodes first, as ModelRunner.execute orders them)."""
         bs = self.block_size
         num_tokens = sum(it.num_new_tokens for it in items)
         width = max(len(it.seq.block_table) for it in items)
-        self._reserve(num_tokens, len(items), width)
-        ids, pos, slots, tables = self.ids_np, self.pos_np, self.slots_np, self.tables_np
+        self._reserve(num_tokens, len(items) * width)
+        ids, pos, slots = self.ids_np, self.pos_np, self.slots_np
+        tables = self.tables_np[: len(items) * width].reshape(len(items), width)
         query_start, seq_lens, logit_rows = [0], [], []
         t = 0
         num_decodes = max_query_len = 0
@@ -101,7 +108,7 @@ class InputBuffers:
             input_ids=self.input_ids[:t],
             positions=self.positions[:t],
             slot_mapping=self.slot_mapping[:t],
-            block_tables=self.block_tables[: len(items), :width],
+            block_tables=self.block_tables[: len(items) * width].view(len(items), width),
             query_start_loc=query_start,
             seq_lens=seq_lens,
             num_decodes=num_decodes,

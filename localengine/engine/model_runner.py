@@ -271,9 +271,7 @@ class ModelRunner:
         rows = None
         if step.logit_rows and len(step.logit_rows) < step.input_ids.shape[0]:
             rows = to_device("logit_rows", torch.tensor(step.logit_rows))
-        if self.device.type == "cuda":
-            self.inputs.copied = torch.cuda.Event()
-            self.inputs.copied.record()
+        self.inputs.mark_copied()
         if self.graphs is not None and self.graphs.usable(step):
             hidden = self.graphs.run(step, input_ids, positions, meta.slot_mapping, meta.seq_lens, meta.block_tables)
             # The graph's output buffer is overwritten by the next replay: kept rows need their own copy.
