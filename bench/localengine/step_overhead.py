@@ -12,8 +12,9 @@ request decoding (ignore_eos, so the batch stays B throughout).
 
 Each code tree runs in a child process of its own: this checkout, and the baseline (`--baseline
 REF`, default `main`, its localengine/ extracted with `git archive`), so the ratios compare two
-versions measured in the same run on the same machine. The trees take turns, --rounds times, and
-each keeps its round with the smallest median non-model time. Greedy outputs of both are checked
+versions measured in the same run on the same machine. Both trees run at the same time (so other
+jobs on a shared machine load both alike), --rounds times, and each keeps its round with the
+smallest median non-model time. Greedy outputs of both are checked
 equal. CPU, fp32, one torch thread. Times are the engine thread's CPU time (`time.thread_time`:
 with one torch thread all of a step's work runs on it), so waiting for a core while other jobs run
 is not counted; contention still inflates CPU time (caches), hence medians of per-step values and
@@ -89,8 +90,15 @@ def child(args: argparse.Namespace) -> None:
     runner.model.forward = timers.wrap("model", runner.model.forward)
     runner.model.compute_logits = timers.wrap("model", runner.model.compute_logits)
     vocab = runner.model.args.vocab_size
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.warmup + args.steps,
-                            ignore_eos=True, seed=None)
+    kind = {}
+    if args.output_kind == "final":
+        try:  # what LLM.generate asks for; a baseline without it builds an output every step, as its generate did
+            from localengine.sampling_params import RequestOutputKind
+            kind = {"output_kind": RequestOutputKind.FINAL_ONLY}
+        except ImportError:
+            pass
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.warmup + args.steps + 1,
+                            ignore_eos=True, seed=None, **kind)
     prompts = [[(13 * i + 7 * j) % (vocab - 1) + 1 for j in range(args.prompt_len)] for i in range(args.batch)]
     ids = []
     for i, prompt in enumerate(prompts):
@@ -99,14 +107,15 @@ def child(args: argparse.Namespace) -> None:
         ids.append(rid)
     outputs: dict[str, list[int]] = {}
     step = 0
+    running = engine.scheduler.running
     while engine.has_unfinished_requests():
+        decoding = len(running) == args.batch and all(s.num_computed_tokens == s.num_tokens - 1 for s in running)
         timers.current = {}
         start, wall = time.thread_time(), time.perf_counter()
         outs = engine.step()
         timers.current["step"] = time.thread_time() - start
         timers.current["wall"] = time.perf_counter() - wall
-        decoding = all(s.num_computed_tokens == s.num_tokens - 1 for s in engine.scheduler.running)
-        if outs and len(outs) == args.batch and decoding:
+        if decoding:
             step += 1
             if args.warmup < step <= args.warmup + args.steps:
                 timers.steps.append(dict(timers.current))
@@ -124,15 +133,19 @@ def child(args: argparse.Namespace) -> None:
                       "tokens": [outputs[r] for r in ids]}))
 
 
-def run_tree(tree: Path, model: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
+def start_tree(tree: Path, model: str, batch: int, args: argparse.Namespace) -> subprocess.Popen[str]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--model", model, "--batch", str(batch),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--prompt-len", str(args.prompt_len),
-           "--temperature", str(args.temperature), "--top-p", str(args.top_p)]
+           "--temperature", str(args.temperature), "--top-p", str(args.top_p), "--output-kind", args.output_kind]
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise SystemExit(f"child failed in {tree}:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(child: subprocess.Popen[str], tree: Path) -> dict[str, Any]:
+    out, err = child.communicate()
+    if child.returncode:
+        raise SystemExit(f"child failed in {tree}:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def extract(ref: str, into: Path) -> Path:
@@ -150,10 +163,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--steps", type=int, default=200, help="decode steps timed per run")
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3, help="turns per tree; the fastest is kept")
+    ap.add_argument("--rounds", type=int, default=3, help="runs per tree (both trees at once); the fastest is kept")
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--output-kind", choices=("final", "cumulative"), default="final",
+                    help="final: outputs only at the end, as LLM.generate; cumulative: every step, as the server")
     ap.add_argument("--baseline", default="main", help="git ref measured beside this checkout ('none': skip)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -171,7 +186,7 @@ def main() -> None:
         if args.baseline != "none":
             trees = {f"baseline ({args.baseline})": extract(args.baseline, Path(tmp) / "baseline"), "this": REPO}
         print(f"decode steps: {args.steps} timed after {args.warmup} warm-up, prompts of {args.prompt_len} tokens, "
-              f"temperature {args.temperature}, top_p {args.top_p}; medians of CPU ms (wall: wall-clock ms)")
+              f"temperature {args.temperature}, top_p {args.top_p}, outputs {args.output_kind}; medians of CPU ms (wall: wall-clock ms)")
         header = (f"{'model':6} {'batch':>5} {'code':18} " + " ".join(f"{c:>15}" for c in COLUMNS)
                   + f" {'share':>7} {'wall':>8}")
         print(header)
@@ -179,8 +194,10 @@ def main() -> None:
             for batch in args.batch:
                 results: dict[str, dict[str, Any]] = {}
                 for _ in range(args.rounds):
-                    for name, tree in trees.items():
-                        r = run_tree(tree, paths[model], batch, args)
+                    # Both trees at once: whatever else loads the machine loads both alike.
+                    procs = {name: start_tree(tree, paths[model], batch, args) for name, tree in trees.items()}
+                    for name, proc in procs.items():
+                        r = finish(proc, trees[name])
                         if name not in results or r["median_ms"]["non-model"] < results[name]["median_ms"]["non-model"]:
                             results[name] = r
                 for name, r in results.items():

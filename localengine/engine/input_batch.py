@@ -33,20 +33,27 @@ class StepInputs:
     num_decodes: int
     max_query_len: int
     logit_rows: list[int]  # flat token positions whose logits are needed, in sampling order
+    # query_start_loc and seq_lens as int32 tensors, when the builder already wrote them (else
+    # the forward pass makes them from the lists)
+    query_start_tensor: torch.Tensor | None = None
+    seq_lens_tensor: torch.Tensor | None = None
 
 
 class InputBuffers:
-    def __init__(self, block_size: int, pin: bool, num_tokens: int = 256, num_table_entries: int = 1024):
+    def __init__(self, block_size: int, pin: bool, num_tokens: int = 256, num_seqs: int = 64,
+                 num_table_entries: int = 1024):
         self.block_size = block_size
         self.pin = pin
         # Recorded after each step's copies to the device; the next step waits for it before writing.
         self.copied = torch.cuda.Event() if pin else None
-        self._allocate(num_tokens, num_table_entries)
+        self._allocate(num_tokens, num_seqs, num_table_entries)
 
-    def _allocate(self, num_tokens: int, num_table_entries: int) -> None:
+    def _allocate(self, num_tokens: int, num_seqs: int, num_table_entries: int) -> None:
         def buffer(size: int, dtype: torch.dtype) -> torch.Tensor:
             return torch.zeros(size, dtype=dtype, pin_memory=self.pin)
 
+        self.query_start = buffer(num_seqs + 1, torch.int32)
+        self.seq_lens = buffer(num_seqs, torch.int32)
         self.input_ids = buffer(num_tokens, torch.long)
         self.positions = buffer(num_tokens, torch.long)
         self.slot_mapping = buffer(num_tokens, torch.long)
@@ -56,12 +63,14 @@ class InputBuffers:
         # through numpy than through torch's indexing.
         self.ids_np, self.pos_np = self.input_ids.numpy(), self.positions.numpy()
         self.slots_np, self.tables_np = self.slot_mapping.numpy(), self.block_tables.numpy()
+        self.query_start_np, self.seq_lens_np = self.query_start.numpy(), self.seq_lens.numpy()
 
-    def _reserve(self, num_tokens: int, num_table_entries: int) -> None:
+    def _reserve(self, num_tokens: int, num_seqs: int, num_table_entries: int) -> None:
         if self.copied is not None:
             self.copied.synchronize()  # the device has read the previous step's inputs
-        if num_tokens > self.input_ids.shape[0] or num_table_entries > self.block_tables.shape[0]:
-            self._allocate(max(num_tokens, self.input_ids.shape[0]), max(num_table_entries, self.block_tables.shape[0]))
+        have = (self.input_ids.shape[0], self.seq_lens.shape[0], self.block_tables.shape[0])
+        if num_tokens > have[0] or num_seqs > have[1] or num_table_entries > have[2]:
+            self._allocate(max(num_tokens, have[0]), max(num_seqs, have[1]), max(num_table_entries, have[2]))
 
     def mark_copied(self) -> None:
         """CUDA: called once this step's inputs have been queued for copying to the device."""
@@ -73,7 +82,7 @@ class InputBuffers:
         bs = self.block_size
         num_tokens = sum(it.num_new_tokens for it in items)
         width = max(len(it.seq.block_table) for it in items)
-        self._reserve(num_tokens, len(items) * width)
+        self._reserve(num_tokens, len(items), len(items) * width)
         ids, pos, slots = self.ids_np, self.pos_np, self.slots_np
         tables = self.tables_np[: len(items) * width].reshape(len(items), width)
         query_start, seq_lens, logit_rows = [0], [], []
@@ -114,4 +123,11 @@ class InputBuffers:
             num_decodes=num_decodes,
             max_query_len=max_query_len,
             logit_rows=logit_rows,
+            query_start_tensor=self._write(self.query_start, self.query_start_np, query_start),
+            seq_lens_tensor=self._write(self.seq_lens, self.seq_lens_np, seq_lens),
         )
+
+    @staticmethod
+    def _write(buffer: torch.Tensor, view: np.ndarray, values: list[int]) -> torch.Tensor:
+        view[: len(values)] = values
+        return buffer[: len(values)]

@@ -257,8 +257,10 @@ class ModelRunner:
         to_device = self._to_device
         meta = AttentionMetadata(
             slot_mapping=to_device("slot_mapping", step.slot_mapping),
-            query_start_loc=to_device("query_start_loc", torch.tensor(step.query_start_loc, dtype=torch.int32)),
-            seq_lens=to_device("seq_lens", torch.tensor(step.seq_lens, dtype=torch.int32)),
+            query_start_loc=to_device("query_start_loc", step.query_start_tensor if step.query_start_tensor is not None
+                                      else torch.tensor(step.query_start_loc, dtype=torch.int32)),
+            seq_lens=to_device("seq_lens", step.seq_lens_tensor if step.seq_lens_tensor is not None
+                               else torch.tensor(step.seq_lens, dtype=torch.int32)),
             block_tables=to_device("block_tables", step.block_tables),
             query_start_loc_cpu=step.query_start_loc,
             seq_lens_cpu=step.seq_lens,
@@ -343,7 +345,7 @@ class ModelRunner:
                 rows = logits[[r for i in idx for r in range(starts[i], starts[i + 1])]]
             drafts = [it.spec_token_ids for it in group]
             if want:
-                tokens = greedy_verify_batch(rows.argmax(dim=-1), drafts)
+                tokens = greedy_verify_batch(rows.argmax(dim=-1).tolist(), drafts)
             else:
                 seqs = [it.seq for it in group for _ in range(len(it.spec_token_ids) + 1)]
                 tokens = rejection_sample_batch(Sampler.compute_probs(rows, seqs), drafts,

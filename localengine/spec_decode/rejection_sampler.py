@@ -7,7 +7,8 @@ emitted tokens are then distributed exactly as if the target had sampled them on
 Deterministic proposals (n-gram, greedy drafts) pass `draft_probs=None`: q is one-hot, so x_i is
 accepted with probability p_i(x_i) and the residual is p_i with x_i removed (vLLM's IS_NGRAM path).
 Greedy requests accept exactly while the draft equals the target's argmax. Both verifiers take
-every request of a step at once (vLLM's batched rejection sampler, in PyTorch).
+every request of a step at once: one device pass and one or two host transfers per step, not per
+request (vLLM's batched rejection sampler, in PyTorch).
 """
 
 from __future__ import annotations
@@ -85,26 +86,22 @@ def rejection_sample_batch(
 def greedy_verify(target_argmax: list[int], draft_token_ids: list[int]) -> list[int]:
     """Greedy rows: accept while the draft matches the target's argmax, then emit the argmax
     (the correction at the first mismatch, or the bonus token after k matches)."""
-    return greedy_verify_batch(torch.tensor(target_argmax), [draft_token_ids])[0]
+    out: list[int] = []
+    for tok, best in zip(draft_token_ids, target_argmax, strict=False):
+        if tok != best:
+            break
+        out.append(tok)
+    out.append(target_argmax[len(out)])
+    return out
 
 
-def greedy_verify_batch(target_argmax: torch.Tensor, draft_token_ids: list[list[int]]) -> list[list[int]]:
-    """Every greedy request of a step at once; target_argmax: [sum(k_r + 1)] argmax of each
-    verified row, request after request. One comparison over a [requests, max k] matrix and one
-    host transfer, instead of a Python loop over tokens per request."""
-    device = target_argmax.device
-    ks = [len(d) for d in draft_token_ids]
-    kmax = max(ks)
-    starts = torch.tensor(np.cumsum([0] + [k + 1 for k in ks])[:-1], device=device)
-    lengths = torch.tensor(ks, device=device)
-    cols = torch.arange(kmax + 1, device=device)
-    # Row of each (request, position); positions past a request's k repeat its bonus row.
-    best = target_argmax[starts[:, None] + torch.minimum(cols[None, :], lengths[:, None])]
-    padded = np.full((len(ks), kmax), -1, dtype=np.int64)  # -1 never matches a token
-    for r, d in enumerate(draft_token_ids):
-        padded[r, : len(d)] = d
-    drafts = torch.from_numpy(padded).to(device)
-    num_accepted = (drafts == best[:, :kmax]).int().cumprod(1).sum(1)
-    last = best.gather(1, num_accepted[:, None])[:, 0]
-    counts, tokens = torch.stack([num_accepted, last]).tolist()
-    return [d[:a] + [t] for d, a, t in zip(draft_token_ids, counts, tokens, strict=True)]
+def greedy_verify_batch(target_argmax: list[int], draft_token_ids: list[list[int]]) -> list[list[int]]:
+    """Every greedy request of a step from one argmax over all verified rows (request after
+    request, k_r + 1 rows each), brought to the host once. The comparison then runs over host
+    integers: a [requests, k] tensor version of it costs about ten tensor operations, which on
+    CPU took longer than the whole per-request loop (measured ~0.6 ms vs ~0.04 ms at one request)."""
+    out, start = [], 0
+    for drafts in draft_token_ids:
+        out.append(greedy_verify(target_argmax[start : start + len(drafts) + 1], drafts))
+        start += len(drafts) + 1
+    return out
