@@ -96,6 +96,11 @@ class ModelRunner:
         self.use_cuda_graphs = (self.device.type == "cuda" and not config.enforce_eager and self.use_triton
                                 and self.tp_size == 1)
         self.graphs: DecodeGraphs | None = None
+        # Set by hidden-state proposers (mlp_speculator): `execute` then hands each sampled
+        # token's hidden state back with it. Off, it costs nothing.
+        # Set before sizing the KV cache: CUDA's profiling pass runs `forward`.
+        self.keep_hidden = False
+        self._logit_hidden: torch.Tensor | None = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # what loading left in the allocator's cache counts as free below
         num_blocks = self._num_blocks()
@@ -107,10 +112,6 @@ class ModelRunner:
             self.graphs = self._decode_graphs(capture_sizes(config.max_num_seqs), self.num_kvcache_blocks)
             self.graphs.capture()
         self.sampler = Sampler(config.seed, eos_token_ids, self.device)
-        # Set by hidden-state proposers (mlp_speculator): `execute` then hands each sampled
-        # token's hidden state back with it. Off, it costs nothing.
-        self.keep_hidden = False
-        self._logit_hidden: torch.Tensor | None = None
 
     def _decode_graphs(self, sizes: list[int], scratch_block: int) -> DecodeGraphs:
         cfg = self.config
