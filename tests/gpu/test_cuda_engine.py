@@ -160,7 +160,9 @@ def test_decode_cuda_graphs_match_eager(tiny_llama, dtype):
     want = [o.outputs[0].token_ids for o in eager.generate(prompts, params)]
     assert runner.graphs.num_replays >= 40 - 1  # every decode step after the prefill
     if dtype == "float32":
-        assert got == want  # the same kernels, replayed: bit for bit
+        # The same kernels; only the split-KV count may differ (chosen at capture for max_model_len),
+        # which reorders an fp32 sum: far below what flips a greedy token here (HF parity holds too).
+        assert got == want
     else:
         assert sum(a == b for g, w in zip(got, want, strict=True) for a, b in zip(g, w, strict=True)) >= 0.9 * 72
     assert [len(g) for g in got] == [40, 24, 8]
