@@ -11,9 +11,10 @@ the event loop.
 
 Encoding runs MiniLM's transformer traced and frozen by TorchScript (`_Encoder`): the same weights
 and arithmetic (cosine 0.9999999 to the eager model), without Python's per-layer overhead, which is a
-quarter of the time for one short question. A batch of a few texts runs on one intra-op thread: two
-OpenMP threads on a busy 2-core machine spin-wait on each other (measured: one question 70 ms with
-one thread, 280 ms with two, at load average 10); large batches keep torch's default.
+quarter of the time for one short question. A batch of a few texts runs on one intra-op thread: a
+second thread buys nothing at 16 tokens and spin-waits on a busy 2-core machine (a lookup's p50:
+12.6 ms on one thread, 13.5-16.6 ms on two at load average 4-5; 70 ms against 280 ms at load 10);
+large batches keep torch's default.
 """
 
 from __future__ import annotations
