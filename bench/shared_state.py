@@ -12,8 +12,10 @@ emulator; the same three with in-process state are the baseline, measured in the
    sdk/state/headroom.py), with each replica's CPU time per request and how the Redis replica
    admitted; and the admission call alone in the benchmark's own process (as a request sees it, and
    the checked round trip a request near its limit waits for).
-3. The same with a long prompt whose last prefix is new every time (`ledger`): the Redis replica
-   reads the shared prompt-cache ledger once per request before planning.
+3. The same with a long prompt whose last message is new every time (`ledger`): the Redis replica
+   already holds the rest, so it reads nothing before planning; and with a conversation's second
+   turn whose first went through another Redis replica just before (`latency-ledger-moved`): the
+   Redis replica reads the shared ledger once, and expects what the first turn cached.
 4. Outage: `--rate` requests/s over the three Redis replicas; Redis is killed for `--outage-s` in
    the middle and started again. Failed requests (anything but 200), latency, and whether every
    replica healed.
@@ -139,28 +141,46 @@ def long_prompt(i: int) -> bytes:
         {"role": "user", "content": f"Question {i}: how do I reset the device? " * 4}]}).encode()
 
 
-async def paired(local: tuple[str, int], shared: tuple[str, int], n: int, concurrency: int, body=lambda i: BODY) -> dict:
+def second_turn(i: int) -> bytes:
+    """The next turn of `long_prompt(i)`'s conversation (its first turn went through another replica)."""
+    body = json.loads(long_prompt(i))
+    body["messages"] += [{"role": "assistant", "content": "Hold the button for ten seconds."},
+                         {"role": "user", "content": "And if that does not work?"}]
+    return json.dumps(body).encode()
+
+
+async def paired(local: tuple[str, int], shared: tuple[str, int], n: int, concurrency: int, body=lambda i: BODY,
+                 elsewhere: str | None = None) -> dict:
     """Each worker alternates one request to the in-process replica and one to the Redis replica, so
     machine noise falls on both alike; also the proxies' own `x-slipstream-overhead-ms`, their CPU
-    time per request (less noisy than latency on a busy machine), and how the Redis replica admitted."""
+    time per request (less noisy than latency on a busy machine), and how the Redis replica admitted.
+    With `elsewhere`, each measured request's conversation had its first turn (`long_prompt`, not
+    measured) sent through that replica just before."""
     seen: dict[str, tuple[list[float], list[float]]] = {"in_process": ([], []), "redis": ([], [])}
     sent = iter(range(1 << 30))
+    headers = {"authorization": "Bearer sk-busy", "content-type": "application/json"}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
-        async def one(name: str, url: str) -> None:
+        async def one(name: str, url: str, i: int) -> None:
             started = time.perf_counter()
-            async with session.post(f"{url}/v1/chat/completions", data=body(next(sent)),
-                                    headers={"authorization": "Bearer sk-busy", "content-type": "application/json"}) as response:
+            async with session.post(f"{url}/v1/chat/completions", data=body(i), headers=headers) as response:
                 await response.read()
                 assert response.status == 200, response.status
                 seen[name][1].append(float(response.headers["x-slipstream-overhead-ms"]) / 1000)
             seen[name][0].append(time.perf_counter() - started)
 
+        async def first_turn(i: int) -> None:
+            async with session.post(f"{elsewhere}/v1/chat/completions", data=long_prompt(i), headers=headers) as response:
+                await response.read()
+
         async def worker(count: int) -> None:
             for i in range(count):
                 pair = [("in_process", local[0]), ("redis", shared[0])]
-                for name, url in pair if i % 2 else pair[::-1]:
-                    await one(name, url)
+                ids = (next(sent), next(sent))
+                if elsewhere:
+                    await asyncio.gather(*(first_turn(k) for k in ids))
+                for (name, url), k in zip(pair if i % 2 else pair[::-1], ids, strict=True):
+                    await one(name, url, k)
 
         await worker(20)  # connections, scripts
         for values in seen.values():
@@ -272,6 +292,9 @@ def main() -> None:
             row = asyncio.run(paired((local[0], local_procs[0].pid), (shared[0], shared_procs[0].pid), args.requests // 4,
                                      concurrency, long_prompt))
             print(json.dumps({"test": "latency-ledger", "concurrency": concurrency, **row}), flush=True)
+            row = asyncio.run(paired((local[0], local_procs[0].pid), (shared[0], shared_procs[0].pid), args.requests // 4,
+                                     concurrency, second_turn, elsewhere=shared[1]))
+            print(json.dumps({"test": "latency-ledger-moved", "concurrency": concurrency, **row}), flush=True)
 
         if "outage" in parts:
             row = outage(shared, server, args.rate, args.outage_s)
