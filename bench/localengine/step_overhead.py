@@ -20,7 +20,7 @@ with one torch thread all of a step's work runs on it), so waiting for a core wh
 is not counted; contention still inflates CPU time (caches), hence medians of per-step values and
 the best round. The wall-clock median step is printed beside them.
 
-    nice -n 10 .venv/bin/python bench/localengine/step_overhead.py                  # demo + random Llama, batch 1/16
+    nice -n 10 .venv/bin/python bench/localengine/step_overhead.py --baseline d5e7cfb  # vs the engine before issue 19 item 5
     .venv/bin/python bench/localengine/step_overhead.py --models demo --batch 1 --steps 100
     .venv/bin/python bench/localengine/step_overhead.py --baseline none             # this checkout only
 """
