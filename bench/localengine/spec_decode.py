@@ -10,6 +10,7 @@ adaptive policy's measurement of one proposed position relative to a target step
 
     python bench/localengine/spec_decode.py                       # batch 1, 4 and 8, 256 tokens
     python bench/localengine/spec_decode.py --batch 1 --max-tokens 128 --threads 1 --only mlp_speculator
+    python bench/localengine/spec_decode.py --batch 1 --temperature 0.8 --only mlp ngram   # sampled requests
 """
 
 from __future__ import annotations
@@ -58,11 +59,14 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="> 0: sampled requests (top-k 50); outputs then differ by design and are not compared")
     ap.add_argument("--only", nargs="+", default=[], metavar="WORD",
                     help="run only the configurations whose name contains one of these (no speculation always runs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
+    params = SamplingParams(temperature=args.temperature, top_k=50 if args.temperature else 0,
+                            max_tokens=args.max_tokens, ignore_eos=True)
     configs = [(name, spec) for name, spec in CONFIGS
                if spec is None or not args.only or any(word in name for word in args.only)]
     llms = {name: LLM("demo", speculative_config=spec, num_threads=args.threads) for name, spec in configs}
@@ -82,11 +86,13 @@ def main() -> None:
                 best[name] = min(best[name], time.perf_counter() - start)
                 outputs[name] = [o.outputs[0].token_ids for o in outs]
         base = configs[0][0]
-        print(f"\nbatch {batch}, {args.max_tokens} tokens each, greedy, best of {args.repeats}, {args.threads} threads")
+        mode = f"temperature {args.temperature}, top-k 50" if args.temperature else "greedy"
+        print(f"\nbatch {batch}, {args.max_tokens} tokens each, {mode}, best of {args.repeats}, {args.threads} threads")
         print("| config | tok/s | speedup | mean acceptance length | acceptance rate | drafts | proposal cost |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for name, llm in llms.items():
-            assert outputs[name] == outputs[base], f"{name}: greedy output differs from no speculation"
+            if not args.temperature:
+                assert outputs[name] == outputs[base], f"{name}: greedy output differs from no speculation"
             drafts, drafted, accepted = (a - b for a, b in zip(counters(llm), before[name], strict=True))
             mal = f"{1 + accepted / drafts:.2f}" if drafts else "-"
             rate = f"{accepted / drafted:.2f}" if drafted else "-"
