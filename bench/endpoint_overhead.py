@@ -32,7 +32,7 @@ import uvloop
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.proxy_overhead import PY, free_port, start, stop, wait_ready  # noqa: E402
+from bench.proxy_overhead import PY, emulator_process, free_port, start, stop, wait_ready  # noqa: E402
 
 KEY = "sk-bench"
 HELLO = "Say hello in one short sentence."
@@ -173,9 +173,7 @@ def calls(upstream: str, proxy: str, endpoint: str) -> tuple[Call, Call]:
 
 def upstream_process(kind: str, port: int, delay_ms: float, http11: bool):
     if kind == "emulator":
-        code = ("from emulator.app import EmulatorConfig, serve;"
-                f"serve('127.0.0.1', {port}, EmulatorConfig(ttft_base_ms={delay_ms}, default_output_tokens=16))")
-        return start([PY, "-c", code]), f"http://127.0.0.1:{port}/_emulator/stats"
+        return emulator_process(port, delay_ms), f"http://127.0.0.1:{port}/_emulator/stats"
     extra = ["--http11"] if http11 else []
     return start([PY, str(ROOT / "bench" / "slow_upstream.py"), str(port), "--delay-ms", str(delay_ms), *extra]), f"http://127.0.0.1:{port}/"
 
