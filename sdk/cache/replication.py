@@ -8,7 +8,8 @@ served by the others well within a second. A replica that starts replays the str
 whose TTL has passed are skipped), so its index holds what the others hold. The stream is trimmed to
 about `MAX_EVENTS` (oldest first): that bounds what Redis keeps, like each team's `max_entries`.
 
-Nothing here is on a request's path: appends go out in the background, and a Redis that is away
+Nothing here is on a request's path but a replica's first lookup, which waits for the replay (at
+most the state backend's timeout, once): appends go out in the background, and a Redis that is away
 only means other replicas miss what was stored meanwhile (they answer from upstream, and store it).
 """
 
