@@ -122,8 +122,10 @@ class CacheStore:
             if not hits:
                 return []
             marks = ",".join("?" * len(hits))
+            # NOT INDEXED: fetch the hits by row id; left to itself SQLite picks the (team, expires_at)
+            # index and reads every live entry of the team (3 ms a lookup at 7,500 entries, measured).
             rows = self._db.execute(
-                f"SELECT id, query, embedding FROM entries WHERE team = ? AND partition = ? AND expires_at > ? AND id IN ({marks})",
+                f"SELECT id, query, embedding FROM entries NOT INDEXED WHERE team = ? AND partition = ? AND expires_at > ? AND id IN ({marks})",
                 (team, partition, self.clock(), *(i for i, _ in hits)),
             ).fetchall()
         found = {row[0]: row for row in rows}
@@ -218,7 +220,7 @@ class CacheStore:
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             rows = self._db.execute(f"SELECT id, size FROM entries WHERE team = ? AND id IN ({marks})", (team, *chunk)).fetchall()
-            self._db.execute(f"DELETE FROM entries WHERE team = ? AND id IN ({marks})", (team, *chunk))
+            self._db.execute(f"DELETE FROM entries NOT INDEXED WHERE team = ? AND id IN ({marks})", (team, *chunk))  # by row id, as in search
             state.bytes -= sum(size for _, size in rows)
         by_partition: dict[str, list[int]] = {}
         for entry_id in ids:
