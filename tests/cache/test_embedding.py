@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 
 async def test_concurrent_requests_are_micro_batched(embedder):
@@ -42,11 +43,18 @@ async def test_a_huge_text_does_not_hold_other_lookups(embedder):
     assert np.allclose(vector, await embedder.embed(huge[:MAX_TEXT_CHARS]), atol=1e-5)
 
 
-def test_the_traced_encoder_computes_what_the_eager_model_does(embedder):
-    """Encoding runs MiniLM traced and frozen by TorchScript; it must stay the same function on any
-    batch shape: padded batches of mixed lengths and a text past the 256-piece window."""
-    encoder = embedder._load()
-    assert encoder.forward is not None, "tracing failed: the eager fallback is serving"
+def test_the_encoder_runs_onnx_runtime_by_default(embedder):
+    assert embedder._load().runtime == "onnxruntime", "ONNX Runtime failed: a slower fallback is serving"
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "torchscript"])
+def test_each_runtime_computes_what_the_eager_model_does(embedder, runtime):
+    """MiniLM runs in ONNX Runtime, else TorchScript; each must stay the same function on any batch
+    shape: padded batches of mixed lengths and a text past the 256-piece window."""
+    from sdk.embedding import _Encoder
+
+    encoder = _Encoder(embedder._load().model, runtimes=(runtime,))
+    assert encoder.runtime == runtime
     texts = ["Hi", "How do I learn Python quickly and well enough to get a job as a developer?", "word " * 400, "Is it safe?"]
     eager = encoder.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-    np.testing.assert_allclose(embedder.embed_many(texts, batch_size=3), eager, atol=1e-5)
+    np.testing.assert_allclose(encoder.encode(texts, batch_size=3), eager, atol=1e-5)
