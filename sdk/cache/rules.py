@@ -9,7 +9,10 @@ a cached answer across them is wrong whatever the model says:
   "not have X and be Y"), or a word against its un- antonym ("healthy" / "unhealthy");
 - swapped arguments: two shared words in the other order around the same relation ("tigers afraid
   of cats" / "cats afraid of tigers", "PDF to Word" / "Word to PDF"), unless joined symmetrically
-  ("Java or Python", "between X and Y": on QQP those are mostly true duplicates);
+  ("Java or Python", "between X and Y": on QQP those are mostly true duplicates); two shared words
+  whose prepositions changed places ("import from India and sell in Canada" / "from Canada ... in
+  India"); one mention moved from one named thing to another both sides name ("a war between the
+  Muggles and Wizards: what can the Muggles use" / "... the Wizards use");
 - other units or currencies ("5 miles" / "5 km", "$100" / "€100"), both sides naming one;
 - other dates (months, weekdays, seasons, holidays, today / tomorrow, next / last), both naming one;
 - other named entities: a name (a word with a capital letter, past the first) on each side that
@@ -42,6 +45,7 @@ _STOP = frozenset(
     "get make much many more most very just also really".split()
 )
 _DIRECTIONAL = frozenset({"to", "from", "than", "into", "over", "against", "before", "after"})
+_PREPOSITIONS = frozenset({"from", "to", "in", "into", "on", "at", "for", "by", "with", "than", "over", "against", "of", "about", "like", "as"})
 _SYMMETRIC = frozenset({"and", "or", "vs", "versus", "between", "&", "/", "compared", "both"})
 _UNITS = {
     **dict.fromkeys(("mile", "miles", "mi", "mph"), "mile"), **dict.fromkeys(("km", "kms", "kilometer", "kilometers", "kilometre", "kilometres"), "km"),
@@ -207,12 +211,44 @@ def _order_swapped(wa: list[str], wb: list[str]) -> bool:
             # Words that only moved (both questions have them) do not change the relation; new words might.
             if len((set(_content(span_a)) ^ set(_content(span_b))) - (set(ca) & set(cb))) <= 1:
                 return True
+    if _roles_exchanged(la, lb, shared) or _mention_moved(ca, cb) or _exchanged(la, lb):
+        return True
     # "from 7 to 10" / "from 10 to 7" (but "500 and 1000" / "1000 and 500" is the same pair of notes)
     numbers_a, numbers_b = [w for w in la if w[0].isdigit()], [w for w in lb if w[0].isdigit()]
     if numbers_a == numbers_b or sorted(numbers_a) != sorted(numbers_b):
         return False
     between = la[la.index(numbers_a[0]) + 1 : len(la) - la[::-1].index(numbers_a[-1]) - 1]
     return bool(_DIRECTIONAL & set(between)) and not _SYMMETRIC & set(between)
+
+
+def _roles_exchanged(la: list[str], lb: list[str], shared: list[str]) -> bool:
+    """Two shared words whose prepositions changed places, however far apart: "import from India and
+    sell in Canada" / "import from Canada and sell in India". Symmetric joins ("between X and Y") do not
+    assign roles."""
+    role_a = {w: la[la.index(w) - 1] for w in shared if la.index(w) > 0 and la[la.index(w) - 1] in _PREPOSITIONS}
+    role_b = {w: lb[lb.index(w) - 1] for w in shared if lb.index(w) > 0 and lb[lb.index(w) - 1] in _PREPOSITIONS}
+    both = [w for w in role_a if w in role_b and role_a[w] != role_b[w]]
+    return any(role_a[x] == role_b[y] and role_a[y] == role_b[x] for i, x in enumerate(both) for y in both[i + 1 :])
+
+
+def _mention_moved(ca: list[str], cb: list[str]) -> bool:
+    """Both questions name X and Y, and one mention changed from X to Y, nothing else: "a war between the
+    Muggles and Wizards, what can the Muggles use" / "... what can the Wizards use"."""
+    more, fewer = Counter(ca) - Counter(cb), Counter(cb) - Counter(ca)
+    return sum(more.values()) == 1 and sum(fewer.values()) == 1 and all(w in ca and w in cb for w in (*more, *fewer))
+
+
+def _exchanged(la: list[str], lb: list[str]) -> bool:
+    """Word for word the same but for two content words exchanged, with words between them that do not
+    join them symmetrically: "between Russia and China, what could China do to stop Russia" / "... could Russia do to stop
+    China" (each named twice, so neither check above sees it), but not "Java or Python" / "Python or Java"."""
+    if len(la) != len(lb):
+        return False
+    differ = [i for i, (x, y) in enumerate(zip(la, lb, strict=True)) if x != y]
+    words = {la[i] for i in differ}
+    if len(differ) < 2 or len(differ) % 2 or len(words) != 2 or {lb[i] for i in differ} != words or not all(map(_is_content, words)):
+        return False
+    return any(j - i > 1 and not _SYMMETRIC & set(la[i + 1 : j]) for i, j in zip(differ[::2], differ[1::2], strict=True))  # adjacent: phrasing
 
 
 def check(a: str, b: str) -> RuleCheck:

@@ -27,6 +27,11 @@ from sdk.cache.rules import check
         ("Will there be a recession next year?", "Will there be a recession this year?"),
         ("How do I get a work visa for Canada?", "How do I get a work visa for Australia?"),
         ("What is the capital of Australia?", "What is the capital of Austria?"),
+        # Found among wrong hits on held-out QQP: the roles moved, not the word order around one relation.
+        ("What products should I import from India and sell in Canada?", "What products should I import from Canada and sell in India?"),
+        ("In a war between the Muggles and Wizards, what can the Muggles use?", "In a war between the Muggles and Wizards, what can the Wizards use?"),
+        ("In a war between Russia and China, what could China do to stop Russia?", "In a war between Russia and China, what could Russia do to stop China?"),
+        ("Do Indian women find Pakistani men attractive?", "Do Pakistani women find Indian men attractive?"),
     ],
 )
 def test_near_misses_are_vetoed(a, b):
@@ -45,6 +50,8 @@ def test_near_misses_are_vetoed(a, b):
         ("What is India's national language?", "What is the national language of India?"),
         ("How can I earn money fast online?", "How can I earn money online fast?"),
         ("What are the best places to visit in March?", "Which places are best to visit in March?"),
+        ("What is the best way to get online leads?", "What is the best way to get leads online?"),
+        ("What is the difference between natural products and herbal products?", "What is the difference between herbal products and natural products?"),
     ],
 )
 def test_paraphrases_are_not_vetoed(a, b):
