@@ -1,6 +1,7 @@
 """Fine-tune the bundled MiniLM on QQP pairs; writes the LoRA adapter sdk/cache/minilm-qqp-lora.safetensors.
 
-    nice -n 10 .venv/bin/python -m sdk.cache.train_embedder --data qqp-dev.jsonl.gz [--max-rows 3200]
+    .venv/bin/python -m sdk.cache.train_embedder --data qqp-dev.jsonl.gz --threads 2   # the shipped adapter: 520 s on 2 idle cores
+    ... --max-rows 3200                                                               # fewer rows, to fit a busy machine
     ... --init sdk/cache/minilm-qqp-lora.safetensors --skip-rows 3200 --max-rows 6400   # continue on rows not yet seen
 
 Learns only on the `embedder` split (see qqp.SPLITS): the verifier's training, calibration and the
