@@ -6,7 +6,8 @@ a cached answer across them is wrong whatever the model says:
 
 - different numbers (digits or number words: "2 eggs" / "3 eggs", "10 lakh" / "10 crore");
 - a negation on one side only, or the same negation over another word ("have X and not be Y" /
-  "not have X and be Y"), or a word against its un- antonym ("healthy" / "unhealthy");
+  "not have X and be Y"), a word against its un- antonym ("healthy" / "unhealthy"), or against its
+  opposite from a short list ("least" / "most", "before" / "after", "male" / "female");
 - swapped arguments: two shared words in the other order around the same relation ("tigers afraid
   of cats" / "cats afraid of tigers", "PDF to Word" / "Word to PDF"), unless joined symmetrically
   ("Java or Python", "between X and Y": on QQP those are mostly true duplicates); two shared words
@@ -45,6 +46,12 @@ _STOP = frozenset(
     "get make much many more most very just also really".split()
 )
 _DIRECTIONAL = frozenset({"to", "from", "than", "into", "over", "against", "before", "after"})
+_OPPOSITE_PAIRS = (
+    ("more", "less"), ("most", "least"), ("best", "worst"), ("better", "worse"), ("good", "bad"), ("before", "after"),
+    ("buy", "sell"), ("buying", "selling"), ("increase", "decrease"), ("gain", "lose"), ("start", "stop"), ("easiest", "hardest"),
+    ("love", "hate"), ("male", "female"), ("men", "women"), ("boy", "girl"), ("boys", "girls"), ("husband", "wife"),
+)  # fmt: skip
+_OPPOSITES = {**dict(_OPPOSITE_PAIRS), **{b: a for a, b in _OPPOSITE_PAIRS}}
 _PREPOSITIONS = frozenset({"from", "to", "in", "into", "on", "at", "for", "by", "with", "than", "over", "against", "of", "about", "like", "as"})
 _SYMMETRIC = frozenset({"and", "or", "vs", "versus", "between", "&", "/", "compared", "both"})
 _UNITS = {
@@ -132,6 +139,13 @@ def _negation_scopes(words: list[str]) -> Counter[str]:
         if _is_negation(word) and not (i > 0 and words[i - 1].lower() == "or" and not any(_is_content(w) for w in words[i + 1 :])):
             scopes[next((w.lower() for w in words[i + 1 :] if _is_content(w)), "")] += 1
     return scopes
+
+
+def _opposite_words(la: list[str], lb: list[str]) -> bool:
+    """A word on one side only whose opposite is on the other side only: "the least painful" / "the
+    most painful", "before my period" / "after my period", "male teens" / "female teens"."""
+    only_a, only_b = set(la) - set(lb), set(lb) - set(la)
+    return any(_OPPOSITES.get(word) in only_b for word in only_a)
 
 
 def _antonym_by_prefix(sa: set[str], sb: set[str]) -> bool:
@@ -263,7 +277,7 @@ def check(a: str, b: str) -> RuleCheck:
     dates_a, dates_b = _dates(wa), _dates(wb)
     return RuleCheck(
         numbers_differ=_numbers(wa) != _numbers(wb),
-        negation_differs=bool(negated_a) != bool(negated_b) or negated_a != negated_b or _antonym_by_prefix(sa, sb),
+        negation_differs=bool(negated_a) != bool(negated_b) or negated_a != negated_b or _antonym_by_prefix(sa, sb) or _opposite_words([w.lower() for w in wa], [w.lower() for w in wb]),
         swapped=_order_swapped(wa, wb),
         jaccard=len(sa & sb) / len(union) if union else 1.0,
         only_a=len(sa - sb),

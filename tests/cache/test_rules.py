@@ -32,6 +32,8 @@ from sdk.cache.rules import check
         ("In a war between the Muggles and Wizards, what can the Muggles use?", "In a war between the Muggles and Wizards, what can the Wizards use?"),
         ("In a war between Russia and China, what could China do to stop Russia?", "In a war between Russia and China, what could Russia do to stop China?"),
         ("Do Indian women find Pakistani men attractive?", "Do Pakistani women find Indian men attractive?"),
+        ("What are the least effective ways to fight corruption?", "What are the most effective ways to fight corruption?"),
+        ("Can you get pregnant the day before your period?", "Can you get pregnant the day after your period?"),
     ],
 )
 def test_near_misses_are_vetoed(a, b):
