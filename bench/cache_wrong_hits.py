@@ -3,8 +3,8 @@
     .venv/bin/python bench/cache_wrong_hits.py --data qqp-dev.jsonl.gz [--min-precision 0.95] [--sample 50]
 
 Replays the held-out `test` split offline with the shipped embedder, rule vetoes and verifier
-(`qqp.outcomes`' search: the 4 nearest stored questions, the best unvetoed one served when its score
-reaches the calibrated threshold) and prints each served pair that is not a labelled duplicate, marked
+(`qqp.outcomes`, the search the cache runs: the 4 nearest stored questions, the best unvetoed one
+served when its score reaches the calibrated threshold) and prints each served pair that is not a labelled duplicate, marked
 `labelled-nondup` (QQP labels this very pair different) or `unlabelled` (the served entry sits in
 another component of the question graph: nobody judged the pair). `--sample N` prints N of them drawn
 with a fixed seed. docs/semantic-cache.md reports what reading them showed.
@@ -17,13 +17,9 @@ import random
 import sys
 from pathlib import Path
 
-import faiss
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdk.cache import qqp  # noqa: E402
-from sdk.cache.response_cache import CANDIDATES  # noqa: E402
 from sdk.cache.verifier import Verifier  # noqa: E402
 from sdk.embedding import Embedder  # noqa: E402
 from sdk.services import default_data_dir  # noqa: E402
@@ -45,20 +41,13 @@ def main() -> None:
     workload = qqp.Workload.of(pairs)
     labelled = {frozenset((qqp.normalize(p.a), qqp.normalize(p.b))) for p in pairs}
     vectors = qqp.embed_cached([t for p in pairs for t in (p.a, p.b)], embedder.embed_many, default_data_dir() / "qqp", embedder.model_id)
-    index = faiss.IndexFlatIP(vectors[workload.stored[0]].shape[0])
-    index.add(np.stack([vectors[t] for t in workload.stored]))
-    _, ids = index.search(np.stack([vectors[q] for q in workload.lookups]), CANDIDATES)
-    served, wrong = 0, []
-    for query, row in zip(workload.lookups, ids, strict=True):
-        found = [workload.stored[i] for i in row if i >= 0]
-        ranked = verifier.rank(query, vectors[query], [(text, vectors[text]) for text in found])
-        if ranked is None or ranked[1] < threshold:
-            continue
-        served += 1
-        if not workload.correct(query, found[ranked[0]]):
-            kind = "labelled-nondup" if frozenset((qqp.normalize(query), qqp.normalize(found[ranked[0]]))) in labelled else "unlabelled"
-            wrong.append((kind, query, found[ranked[0]]))
-    print(f"min_precision {args.min_precision}: {served} semantic hits, {len(wrong)} wrong by the labels "
+    hits = qqp.verifier_hits(qqp.outcomes(workload, vectors, verifier), threshold)
+    wrong = [
+        ("labelled-nondup" if frozenset((qqp.normalize(r.query), qqp.normalize(r.served))) in labelled else "unlabelled", r.query, r.served)
+        for r in hits
+        if not r.correct
+    ]
+    print(f"min_precision {args.min_precision}: {len(hits)} semantic hits, {len(wrong)} wrong by the labels "
           f"({sum(k == 'labelled-nondup' for k, _, _ in wrong)} labelled non-duplicate, {sum(k == 'unlabelled' for k, _, _ in wrong)} unlabelled)")
     shown = random.Random(7).sample(wrong, args.sample) if 0 < args.sample < len(wrong) else wrong
     for kind, query, entry in shown:

@@ -174,7 +174,9 @@ def wilson_lower(correct: int, total: int, z: float = 1.96) -> float:
 class Outcome:
     """One lookup of the workload: what the verifier would serve, and what a cosine cut would."""
 
-    score: float | None  # verifier score of its best unvetoed candidate; None when there is none
+    query: str
+    served: str | None  # the verifier's best unvetoed candidate, whatever its score; None when every one is vetoed
+    score: float | None  # that candidate's verifier score
     correct: bool  # that candidate is a right answer
     cosine: float  # the nearest entry's cosine
     nearest_correct: bool
@@ -193,6 +195,8 @@ def outcomes(workload: Workload, vectors: dict[str, np.ndarray], verifier: Verif
         ranked = verifier.rank(query, vectors[query], [(text, vectors[text]) for text in found])
         results.append(
             Outcome(
+                query=query,
+                served=None if ranked is None else found[ranked[0]],
                 score=None if ranked is None else ranked[1],
                 correct=ranked is not None and workload.correct(query, found[ranked[0]]),
                 cosine=float(row_sims[0]),
@@ -223,8 +227,13 @@ class Served:
         return self.right / self.answerable if self.answerable else 0.0
 
 
+def verifier_hits(results: list[Outcome], threshold: float) -> list[Outcome]:
+    """The lookups the cache serves at this score threshold."""
+    return [r for r in results if r.score is not None and r.score >= threshold]
+
+
 def served_by_verifier(results: list[Outcome], threshold: float) -> Served:
-    hits = [r for r in results if r.score is not None and r.score >= threshold]
+    hits = verifier_hits(results, threshold)
     return Served(len(hits), sum(r.correct for r in hits), len(results), sum(r.answerable for r in results))
 
 
