@@ -26,10 +26,10 @@ import os
 import queue
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -13,7 +13,8 @@ a cached answer across them is wrong whatever the model says:
   ("Java or Python", "between X and Y": on QQP those are mostly true duplicates); two shared words
   whose prepositions changed places ("import from India and sell in Canada" / "from Canada ... in
   India"); one mention moved from one named thing to another both sides name ("a war between the
-  Muggles and Wizards: what can the Muggles use" / "... the Wizards use");
+  Muggles and Wizards: what can the Muggles use" / "... the Wizards use"); two words exchanged word for
+  word with others between them ("what could China do to stop Russia" / "... Russia ... China");
 - other units or currencies ("5 miles" / "5 km", "$100" / "€100"), both sides naming one;
 - other dates (months, weekdays, seasons, holidays, today / tomorrow, next / last), both naming one;
 - other named entities: a name (a word with a capital letter, past the first) on each side that
@@ -239,10 +240,14 @@ def _roles_exchanged(la: list[str], lb: list[str], shared: list[str]) -> bool:
     """Two shared words whose prepositions changed places, however far apart: "import from India and
     sell in Canada" / "import from Canada and sell in India". Symmetric joins ("between X and Y") do not
     assign roles."""
-    role_a = {w: la[la.index(w) - 1] for w in shared if la.index(w) > 0 and la[la.index(w) - 1] in _PREPOSITIONS}
-    role_b = {w: lb[lb.index(w) - 1] for w in shared if lb.index(w) > 0 and lb[lb.index(w) - 1] in _PREPOSITIONS}
+    role_a, role_b = _prepositions_before(la, shared), _prepositions_before(lb, shared)
     both = [w for w in role_a if w in role_b and role_a[w] != role_b[w]]
     return any(role_a[x] == role_b[y] and role_a[y] == role_b[x] for i, x in enumerate(both) for y in both[i + 1 :])
+
+
+def _prepositions_before(words: list[str], shared: list[str]) -> dict[str, str]:
+    """Each shared word (there once) that follows a preposition, with that preposition."""
+    return {w: words[i - 1] for w in shared if (i := words.index(w)) > 0 and words[i - 1] in _PREPOSITIONS}
 
 
 def _mention_moved(ca: list[str], cb: list[str]) -> bool:
@@ -254,8 +259,9 @@ def _mention_moved(ca: list[str], cb: list[str]) -> bool:
 
 def _exchanged(la: list[str], lb: list[str]) -> bool:
     """Word for word the same but for two content words exchanged, with words between them that do not
-    join them symmetrically: "between Russia and China, what could China do to stop Russia" / "... could Russia do to stop
-    China" (each named twice, so neither check above sees it), but not "Java or Python" / "Python or Java"."""
+    join them symmetrically: "between Russia and China, what could China do to stop Russia" / "...
+    could Russia do to stop China" (each named twice, so neither check above sees it), but not "Java or
+    Python" / "Python or Java"."""
     if len(la) != len(lb):
         return False
     differ = [i for i, (x, y) in enumerate(zip(la, lb, strict=True)) if x != y]
