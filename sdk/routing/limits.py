@@ -8,26 +8,41 @@ a refusal is a provider-shaped 429 with a retry-after and never reaches a provid
 are charged from the answer's real usage when it completes (`settle`), so a bucket can go into debt
 and then admits nothing until refilled: the long-run rate holds without guessing sizes up front.
 
+Every answer is charged: a stream that ends without its usage event (the client left, the upstream
+cut it) is charged from the tokens counted in the request and in what was streamed
+(sdk/estimate.py), marked `estimated` in the spend record and the access log. A team with a budget
+is refused (403, before anything leaves) a model the price table does not know, and each of its
+requests holds its worst cost against the budget while it runs (`reservation`; the bound:
+docs/spend.md).
+
 Where the buckets live is the backend's business (sdk/state/): in process, or in Redis shared by
 every replica.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-import time
 import secrets
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from sdk import metrics
-from sdk.errors import RateLimitedError
+from sdk.errors import RateLimitedError, SlipstreamError
+from sdk.estimate import StreamTally, input_tokens, output_limit
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
 from sdk.services import Services
-from sdk.spend import budget_check, cost_usd, periods, price_of, spend_record
+from sdk.spend import budget_check, cost_usd, periods, price_of, spend_record, worst_cost_usd
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend
-from sdk.streams import on_end
-from sdk.types import Answer, LLMResponse, Usage
+from sdk.streams import close_after, on_end
+from sdk.tracing.records import RequestTrace
+from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
+
+log = logging.getLogger("slipstream.spend")
+_FREE = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # token counts cost nothing
+RESERVE_EXACT_CHARS = 8 * 1024  # input text tokenized exactly for a reservation; beyond, counted by length
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,32 +71,43 @@ class LimitsStage:
     def __init__(self, policy: Policy, state: StateBackend):
         self.state = state
         self.team = policy.team
+        self.policy = policy
         self.pricing = policy.pricing
         self.budget = policy.budget
-        self._prices: dict[str, Price | None | object] = {}
+        self._prices: dict[str, Price | object | None] = {}
+        self._targets: dict[str, tuple[Price, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
         limits = policy.limits
         self.team_scope = _Scope.of(f"team {policy.team}", f"limit:{policy.team}", limits) if limits.active else None
         self.per_key = limits.per_key if limits.per_key.active else None
 
-    def _scopes(self, ctx: RequestContext) -> list[_Scope]:
+    def _scopes(self, key_id: str) -> list[_Scope]:
         scopes = [self.team_scope] if self.team_scope is not None else []
-        if self.per_key is not None and ctx.key_id:
-            scopes.append(_Scope.of(f"key {ctx.key_id}", f"limit:{self.team}:key:{ctx.key_id}", self.per_key))
+        if self.per_key is not None and key_id:
+            scopes.append(_Scope.of(f"key {key_id}", f"limit:{self.team}:key:{key_id}", self.per_key))
         return scopes
 
-    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
-        scopes = self._scopes(ctx)
+    async def admit(self, key_id: str, budget: bool = True, trace: RequestTrace | None = None, reserve: float = 0.0) -> Admission:
+        """Check and charge the team's (and the key's) limits and, with `budget`, its budget, holding
+        `reserve` USD against it until `settle` (`reservation(request)` computes it); a refusal raises
+        the provider-shaped 429. The pipeline and the pass-through (sdk/passthrough/) both admit here."""
+        scopes = self._scopes(key_id)
         rates = tuple(rate for scope in scopes for rate in (scope.requests, scope.tokens) if rate is not None)
         caps = tuple(scope.cap for scope in scopes if scope.cap is not None)
-        admission = Admission(secrets.token_hex(16) if caps else "", rates, caps, budget_check(self.team, self.budget))
+        check = budget_check(self.team, self.budget, reserve) if budget else None
+        admission = Admission("", rates, caps, check)
+        if admission.holds:  # a lease names its slots and its hold
+            admission = Admission(secrets.token_hex(16), rates, caps, check)
         if rates or caps or admission.budget is not None:
-            trace = ctx.trace
             started = time.time_ns() if trace is not None else 0
             refusal = await self.state.admit(admission)
             if trace is not None:
                 trace.stage("limits admit", started, {"slipstream.limits.outcome": "refused" if refusal else "admitted"})
             if refusal is not None:
                 raise self._refused(refusal, scopes)
+        return admission
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
+        admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request))
         try:
             answer = await call_next(ctx)
         except BaseException:
@@ -91,29 +117,97 @@ class LimitsStage:
             self._settle(ctx, admission, answer.usage, answer.route)
         else:
             stream = answer
-            # The slot is held until the stream ends; then its real usage is charged.
-            on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route))
+            tally = StreamTally(ctx.request.endpoint)
+            stream.events = _tallied(stream.events, tally)
+            # The slot is held until the stream ends; then its usage is charged (counted if none came).
+            on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route, tally))
         return answer
 
-    def _settle(self, ctx: RequestContext, admission: Admission, usage: Usage | None, route: str) -> None:
-        charges = ()
+    def reservation(self, request: LLMRequest) -> float:
+        """USD a budgeted team's request holds while it runs: its worst cost (input counted, the
+        output limit it asks for or a default) on the dearest hosted target of its route. Raises a
+        403 naming the `pricing:` entry to add when a target's model has no price: a budget cannot
+        hold against spend nobody can count. 0 for a team without a budget."""
+        if self.budget is None or request.endpoint in _FREE:
+            return 0.0
+        prices = self._targets.get(request.model)
+        if prices is None:
+            prices = self._priced_targets(request.model)
+        if not prices:
+            return 0.0
+        counted, allowed = input_tokens(request, RESERVE_EXACT_CHARS), output_limit(request)
+        return max(worst_cost_usd(counted, allowed, price) for price in prices)
+
+    def _priced_targets(self, model: str) -> tuple[Price, ...]:
+        route = next((r for r in self.policy.routes if r.match.matches(model)), None)
+        if route is None:
+            return ()  # the router answers 404
+        prices: list[Price] = []
+        missing: list[str] = []
+        for target in route.targets:
+            if self.policy.providers[target.provider].kind == "local":
+                continue  # the bundled engine costs nothing per token
+            name = target.model or model
+            price = price_of(name, self.pricing)
+            if price is None:
+                missing.append(name)
+            else:
+                prices.append(price)
+        if missing:
+            names = ", ".join(repr(name) for name in dict.fromkeys(missing))
+            raise SlipstreamError(
+                f"pricing: team {self.team} has a budget and model {names} has no price, so its spend could not be "
+                f"counted; the gateway's operator must add it to the team's policy, e.g. pricing: {{\"{missing[0]}\": "
+                "{input: USD_PER_MILLION_TOKENS, output: USD_PER_MILLION_TOKENS}} (docs/spend.md)", status=403)
+        if len(self._targets) >= 1024:  # model names come from clients: keep the memo bounded
+            self._targets.clear()
+        self._targets[model] = found = tuple(prices)
+        return found
+
+    def _hosted(self, model: str) -> bool:
+        """Whether `model` may be served by a hosted provider (the bundled engine's cost nothing)."""
+        route = next((r for r in self.policy.routes if r.match.matches(model)), None)
+        return route is None or any(self.policy.providers[t.provider].kind != "local" for t in route.targets)
+
+    def _settle(self, ctx: RequestContext, admission: Admission, usage: Usage | None, route: str,
+                tally: StreamTally | None = None) -> None:
+        estimated = False
+        if usage is not None and tally is not None and not tally.final:
+            # No usage event reached the client: charge what was sent and streamed, counted here
+            # (in place, so the metrics and the access log report the same counts).
+            counted = tally.estimate(ctx.request, usage)
+            usage.input_tokens, usage.output_tokens = counted.input_tokens, counted.output_tokens
+            ctx.usage_estimated = estimated = True
+        # a cached answer cost nothing upstream: its tokens count against the buckets, not the budget
+        self.settle(admission, ctx.key_id, route.partition("/")[2] or ctx.request.model, usage,
+                    rate=1.0 if ctx.cache_status == "miss" else 0.0, estimated=estimated)
+
+    def settle(self, admission: Admission, key_id: str, model: str, usage: Usage | None, rate: float = 1.0,
+               estimated: bool = False) -> None:
+        """Release `admission`'s slots and budget hold, charge `usage` to its token buckets and,
+        priced for `model` times `rate` (1 for a call, 0.5 at batch rates, 0 when nothing was spent
+        upstream), to spend; `estimated` marks usage the gateway counted itself."""
+        charges: tuple[tuple[Rate, float], ...] = ()
         spend = None
         if usage is not None:
             used = usage.total_input_tokens + usage.output_tokens
-            charges = tuple((rate, used) for rate in admission.rates if rate.cost == 0 and used)
-            if ctx.cache_status == "miss":  # a cached answer cost nothing upstream
-                model = route.partition("/")[2] or ctx.request.model
+            charges = tuple((r, used) for r in admission.rates if r.cost == 0 and used)
+            if rate:
                 price = self._prices.get(model, _UNSEEN)
                 if price is _UNSEEN:  # glob matching once per model, not per request
                     if len(self._prices) >= 1024:  # model names come from clients: keep the memo bounded
                         self._prices.clear()
                     price = self._prices[model] = price_of(model, self.pricing)
-                usd = cost_usd(usage, price) if price is not None else 0.0
+                    if price is None and self._hosted(model):
+                        log.warning("team %s: model %r has no price, so its spend is not counted; add it under `pricing:` "
+                                    "(docs/spend.md)", self.team, model)
+                usd = cost_usd(usage, price) * rate if isinstance(price, Price) else 0.0
                 if usd:
-                    spend = spend_record(self.team, ctx.key_id, model, usd)
-                    metrics.SPEND.labels(self.team, ctx.key_id or "", model).inc(usd)
-        if admission.caps or charges or spend is not None:
-            self.state.settle(Settlement(admission.lease, tuple(cap.key for cap in admission.caps), charges, spend))
+                    spend = spend_record(self.team, key_id, model, usd, estimated)
+                    metrics.SPEND.labels(self.team, key_id or "", model).inc(usd)
+        if admission.holds or charges or spend is not None:
+            self.state.settle(Settlement(admission.lease, tuple(cap.key for cap in admission.caps), charges, spend,
+                                         admission.budget))
 
     def _refused(self, refusal: Refusal, scopes: list[_Scope]) -> RateLimitedError:
         if refusal.kind == "budget":
@@ -132,6 +226,16 @@ class LimitsStage:
 
 
 _UNSEEN = object()
+
+
+async def _tallied(events: AsyncIterator[bytes], tally: StreamTally) -> AsyncIterator[bytes]:
+    """The stream's items as they are, each counted once it was handed on."""
+    try:
+        async for item in events:
+            yield item
+            tally.observe(item)
+    finally:
+        await close_after(events)
 
 
 def _limited(message: str, wait_s: float) -> RateLimitedError:
