@@ -246,6 +246,7 @@ async def messages(emu: Emulator, call: Call) -> None:
     if err:
         await wire.error(emu, call, 400, err)
         return
+    model = str(model)  # _validate refused a body without one
     if not anthropic_generates(model):
         await wire.error(emu, call, 404, f"model: {model}")
         return

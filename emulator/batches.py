@@ -120,7 +120,8 @@ def _start(emu: Emulator, job: BatchJob, endpoint: str,
             obj["request_counts"]["completed" if r.status < 400 else "failed"] += 1
 
     def on_end() -> None:
-        out, err = [], []
+        out: list[bytes] = []
+        err: list[bytes] = []
         for r in job.results:
             if not r.status:
                 continue

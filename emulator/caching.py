@@ -372,12 +372,12 @@ def plan_anthropic(
     for m in marks:
         if pos[m.index] < minimum:
             continue
-        ttl = TTL_SECONDS[m.ttl]
+        seconds = TTL_SECONDS[m.ttl]
         e = store.live(hashes[m.index], start) if m.index <= hit else None
         if e is not None:
-            _refresh(e, start, ttl)  # a marked block inside the read prefix is refreshed
+            _refresh(e, start, seconds)  # a marked block inside the read prefix is refreshed
         else:
-            plan.pending.append(store.write(hashes[m.index], start, ttl))
+            plan.pending.append(store.write(hashes[m.index], start, seconds))
     return plan
 
 

@@ -79,7 +79,7 @@ async def completions(emu: Emulator, call: Call) -> None:
     stops = [stop] if isinstance(stop, str) else (stop or [])
     lp = body.get("logprobs")
     natural = emu.natural_length(call)
-    choices = []
+    choices: list[dict[str, Any]] = []
     for i, p in enumerate(prompts):
         base = seed_for(model, p)
         for j in range(n):

@@ -142,7 +142,7 @@ def pick_tool(body: dict[str, Any]) -> ToolPick | None:
         return None
     if isinstance(tc, dict):
         name = (tc.get("function") or {}).get("name")
-        return ToolPick(name, by_name[name], False) if name in by_name else None
+        return ToolPick(name, by_name[name], False) if isinstance(name, str) and name in by_name else None
     msgs = body["messages"]
     start = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=-1)
     text = ""

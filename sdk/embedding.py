@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -210,7 +210,7 @@ class _Encoder:
         builders = {"onnxruntime": _onnx_forward, "torchscript": _traced_forward}
         for name in runtimes:
             try:
-                self.runtime, self.forward = name, builders[name](model[0].auto_model, example)
+                self.runtime, self.forward = name, builders[name](cast("torch.nn.Module", model[0].auto_model), example)
                 return
             except Exception:
                 log.warning("running MiniLM with %s failed; trying the next runtime", name, exc_info=True)
@@ -255,7 +255,7 @@ def _onnx_forward(bert: torch.nn.Module, example: dict[str, torch.Tensor]) -> Fo
     graph = io.BytesIO()
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")  # TracerWarnings about branches a single encoder input never takes
-        torch.onnx.export(Hidden().eval(), (example["input_ids"], example["attention_mask"]), graph, input_names=list(names[:2]),
+        torch.onnx.export(Hidden().eval(), (example["input_ids"], example["attention_mask"]), graph, input_names=list(names[:2]),  # type: ignore[arg-type]  # writes to any binary file object; the stub says path
                           output_names=[names[2]], dynamic_axes={name: {0: "batch", 1: "tokens"} for name in names}, dynamo=False)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = min(2, os.cpu_count() or 1)

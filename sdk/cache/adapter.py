@@ -67,7 +67,7 @@ class LowRank:
 
         for parameter in model.parameters():
             parameter.requires_grad_(False)
-        adapted = {}
+        adapted: dict[str, torch.nn.Module] = {}
         for name, layer in target_layers(model).items():
             parent, _, child = name.rpartition(".")
             adapted[name] = Adapted(layer)
@@ -83,8 +83,8 @@ class LowRank:
         tensors = load_file(str(path))
         with torch.no_grad():
             for name, module in adapted.items():
-                module.down.copy_(tensors[f"{name}.down"].float())
-                module.up.copy_(tensors[f"{name}.up"].float())
+                module.get_parameter("down").copy_(tensors[f"{name}.down"].float())
+                module.get_parameter("up").copy_(tensors[f"{name}.up"].float())
 
     @staticmethod
     def save(adapted: dict[str, torch.nn.Module], rank: int, alpha: float, path: Path = ADAPTER) -> None:
@@ -93,6 +93,6 @@ class LowRank:
 
         tensors = {"scale": torch.tensor(alpha / rank)}
         for name, module in adapted.items():
-            tensors[f"{name}.down"] = module.down.detach().to(torch.float16).contiguous()
-            tensors[f"{name}.up"] = module.up.detach().to(torch.float16).contiguous()
+            tensors[f"{name}.down"] = module.get_parameter("down").detach().to(torch.float16).contiguous()
+            tensors[f"{name}.up"] = module.get_parameter("up").detach().to(torch.float16).contiguous()
         save_file(tensors, str(path))

@@ -39,7 +39,7 @@ class PartitionIndex:
     def remove(self, ids: list[int]) -> None:
         present = [i for i in ids if self._vectors.pop(i, None) is not None]
         if present:
-            self._index.remove_ids(np.asarray(present, dtype=np.int64))
+            self._index.remove_ids(np.asarray(present, dtype=np.int64))  # type: ignore[arg-type]  # faiss's wrapper takes an id array where its stub says IDSelector
 
     def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Up to k (entry id, cosine) pairs, most similar first."""

@@ -138,7 +138,12 @@ class CacheReplicator:
                     log.exception("response cache: could not apply a shared event")
 
     def _apply(self, fields: dict[bytes, bytes]) -> None:
-        text: Callable[[str], str | None] = lambda name: fields[name.encode()].decode() or None  # noqa: E731
+        def text(name: str) -> str | None:
+            return fields[name.encode()].decode() or None
+
+        def required(name: str) -> str:
+            return fields[name.encode()].decode()
+
         if fields[b"op"] == b"invalidate":
             self.store.invalidate(team=text("team"), exact_key=text("exact_key"))
             return
@@ -147,7 +152,7 @@ class CacheReplicator:
         if left <= 0:
             return
         vector = np.frombuffer(fields[b"vector"], dtype=np.float32) if fields[b"vector"] else None
-        entry = NewEntry(text("team"), fields[b"partition"].decode(), text("exact_key"), text("route"), text("query"),
+        entry = NewEntry(required("team"), required("partition"), required("exact_key"), required("route"), text("query"),
                          vector, orjson.loads(fields[b"response"]))
         self.store.put(entry, TeamLimits(left, max_entries, max_bytes))
 

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         LowRank.load(adapted, args.init)
     model.train()
     loss_fn = OnlineContrastiveLoss(model)
-    parameters = [p for module in adapted.values() for p in (module.down, module.up)]
+    parameters = [module.get_parameter(name) for module in adapted.values() for name in ("down", "up")]
     optimizer = torch.optim.AdamW(parameters, lr=LEARNING_RATE, weight_decay=0.01)
     steps = args.epochs * len(batches)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (0.1 * steps)) * max(0.0, (steps - step) / steps))

@@ -56,7 +56,8 @@ def fit(features: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
     torch.manual_seed(0)
     x, y = torch.from_numpy(features), torch.from_numpy(labels.astype(np.float32))
-    model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+    first, second = torch.nn.Linear(x.shape[1], HIDDEN), torch.nn.Linear(HIDDEN, 1)
+    model = torch.nn.Sequential(first, torch.nn.ReLU(), second)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     for epoch in range(EPOCHS):
@@ -68,7 +69,6 @@ def fit(features: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarra
             loss.backward()
             optimizer.step()
         print(f"epoch {epoch + 1}/{EPOCHS}: last batch loss {loss.item():.4f}", flush=True)
-    first, second = model[0], model[2]
     return (
         first.weight.detach().numpy().T.copy(), first.bias.detach().numpy().copy(),
         second.weight.detach().numpy().T.copy(), second.bias.detach().numpy().copy(),

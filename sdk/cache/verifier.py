@@ -47,8 +47,8 @@ class Verifier:
     @classmethod
     def load(cls, path: Path) -> Verifier:
         with np.load(path) as data:
-            arrays = (np.asarray(data[name]) for name in ("w1", "b1", "w2", "b2", "targets", "thresholds"))
-            return cls(*arrays, embedder=str(data["embedder"]) if "embedder" in data else "minilm")
+            w1, b1, w2, b2, targets, thresholds = (np.asarray(data[name]) for name in ("w1", "b1", "w2", "b2", "targets", "thresholds"))
+            return cls(w1, b1, w2, b2, targets, thresholds, embedder=str(data["embedder"]) if "embedder" in data else "minilm")
 
     @classmethod
     def for_embedder(cls, embedder_id: str) -> Verifier:
@@ -84,5 +84,7 @@ class Verifier:
     def best(self, query: str, vector: np.ndarray, candidates: list[tuple[str, np.ndarray]], min_precision: float) -> int | None:
         """Index of the candidate to serve, or None: vetoed by a rule, or below the calibrated threshold."""
         threshold = self.threshold(min_precision)
-        ranked = self.rank(query, vector, candidates) if threshold is not None and candidates else None
+        if threshold is None or not candidates:
+            return None
+        ranked = self.rank(query, vector, candidates)
         return ranked[0] if ranked is not None and ranked[1] >= threshold else None

@@ -99,7 +99,7 @@ class Compressor:
         prepared = await asyncio.to_thread(self._prepare, found)
         embedder = self.embedder()
         scores = [None if o is not None else await score_contextual(embedder, f.query, p.units, p.words) for f, p, o in prepared]
-        outcomes = await asyncio.to_thread(lambda: [o if o is not None else self._finish(f, p, s) for (f, p, o), s in zip(prepared, scores, strict=True)])
+        outcomes = await asyncio.to_thread(lambda: [self._finish(f, p, s) if s is not None else o for (f, p, o), s in zip(prepared, scores, strict=True)])
         return await asyncio.to_thread(self._apply, result, prepared, outcomes, counts)
 
     def _locate(self, result: Result) -> tuple[list[Found], list[int]]:

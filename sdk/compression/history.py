@@ -143,7 +143,7 @@ def _compacted(messages: list[Any], summary: Summary) -> list[Any]:
     first = dict(messages[summary.cut])
     block = SUMMARY_OPEN + summary.text + SUMMARY_CLOSE
     content = first.get("content")
-    first["content"] = f"{block}\n\n{content}" if isinstance(content, str) else [{"type": "text", "text": block}, *content]
+    first["content"] = f"{block}\n\n{content}" if isinstance(content, str) else [{"type": "text", "text": block}, *(content or [])]
     return [first, *messages[summary.cut + 1 :]]
 
 

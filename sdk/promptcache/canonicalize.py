@@ -29,8 +29,8 @@ def sorted_json(value: Any) -> Any:
             return value
         return items
     if isinstance(value, list):
-        items = [sorted_json(v) for v in value]
-        return value if all(a is b for a, b in zip(items, value)) else items
+        elements = [sorted_json(v) for v in value]
+        return value if all(a is b for a, b in zip(elements, value, strict=True)) else elements
     return value
 
 

@@ -174,7 +174,7 @@ def _with_marker(block: Any, ttl: str | None) -> Any:
 
 def apply(body: dict[str, Any], layout: Layout, placement: Placement) -> dict[str, Any]:
     """The body with `placement.add` markers set and `placement.remove` markers dropped (copy on write)."""
-    changes = [(layout.blocks[m.index].path, m.ttl) for m in placement.add]
+    changes: list[tuple[str, str | None]] = [(layout.blocks[m.index].path, m.ttl) for m in placement.add]
     changes += [(layout.blocks[i].path, None) for i in placement.remove]
     if not changes:
         return body

@@ -222,7 +222,9 @@ class RespClient:
                 _, conn = await loop.create_connection(_Connection, self.host, self.port, ssl=self.tls)
         except OSError as exc:
             raise StateUnavailable(f"cannot connect to Redis at {self.host}:{self.port}: {exc}") from exc
-        sock = conn.transport.get_extra_info("socket")
+        transport = conn.transport
+        assert transport is not None  # set by connection_made before create_connection returns
+        sock = transport.get_extra_info("socket")
         if sock is not None:  # small pipelined writes must not wait for an ACK (Nagle)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         hello: list[tuple[Any, ...]] = []
@@ -233,7 +235,7 @@ class RespClient:
         if hello:
             for reply in await asyncio.gather(*conn.send(b"".join(encode(*c) for c in hello), len(hello))):
                 if isinstance(reply, RespError):
-                    conn.transport.close()
+                    transport.close()
                     raise reply
         return conn
 
