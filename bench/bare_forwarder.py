@@ -17,7 +17,7 @@ UPSTREAM = sys.argv[1].rstrip("/")
 session: aiohttp.ClientSession | None = None
 
 
-async def app(scope, receive, send):  # noqa: ANN001 - raw ASGI
+async def app(scope, receive, send):
     global session
     if scope["type"] == "lifespan":
         while (message := await receive())["type"] != "lifespan.shutdown":

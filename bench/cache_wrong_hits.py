@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sdk.cache import qqp  # noqa: E402
-from sdk.cache.verifier import Verifier  # noqa: E402
-from sdk.embedding import Embedder  # noqa: E402
-from sdk.services import default_data_dir  # noqa: E402
+from sdk.cache import qqp
+from sdk.cache.verifier import Verifier
+from sdk.embedding import Embedder
+from sdk.services import default_data_dir
 
 
 def main() -> None:

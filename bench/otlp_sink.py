@@ -22,7 +22,7 @@ received = {"exports": 0, "spans": 0, "bytes": 0}
 
 
 class Sink(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
         export = ExportTraceServiceRequest.FromString(body)
         received["exports"] += 1
@@ -30,7 +30,7 @@ class Sink(BaseHTTPRequestHandler):
         received["spans"] += sum(len(scope.spans) for resource in export.resource_spans for scope in resource.scope_spans)
         self._answer(ExportTraceServiceResponse().SerializeToString(), "application/x-protobuf")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._answer(json.dumps(received).encode(), "application/json")
 
     def _answer(self, body: bytes, media_type: str) -> None:

@@ -55,7 +55,7 @@ def wait_ready(url: str, timeout_s: float = 60) -> None:
             return
         except urllib.error.HTTPError:
             return  # it answered
-        except Exception:  # noqa: BLE001 - not up yet
+        except Exception:
             time.sleep(0.1)
     raise RuntimeError(f"{url} never answered")
 

@@ -46,7 +46,7 @@ TEAM = "bench"
 # -- child: one cache, run from whichever `sdk` is first on the path ---------------------------------
 
 
-def _request(question: str):  # noqa: ANN202 - the child imports sdk lazily, from the tree it runs
+def _request(question: str):
     from sdk.types import Endpoint, LLMRequest
 
     body = {"model": "claude-sonnet-4-5", "max_tokens": 256, "temperature": 0, "messages": [{"role": "user", "content": question}]}
@@ -60,14 +60,14 @@ def _answer(question: str) -> dict:
 class _KnownVectors:
     """Stands in for the embedder on the repeat passes: the query vectors the first pass computed."""
 
-    def __init__(self, vectors: dict[str, np.ndarray], embedder):  # noqa: ANN001
+    def __init__(self, vectors: dict[str, np.ndarray], embedder):
         self.vectors, self.embedder = vectors, embedder
 
     async def embed(self, text: str) -> np.ndarray:
         return self.vectors[text] if text in self.vectors else await self.embedder.embed(text)
 
 
-async def _lookups(cache, team: str, questions: list[str], concurrency: int, min_precision: float) -> list[dict]:  # noqa: ANN001
+async def _lookups(cache, team: str, questions: list[str], concurrency: int, min_precision: float) -> list[dict]:
     from sdk.cache.keys import cache_keys
 
     gate = asyncio.Semaphore(concurrency)
@@ -158,7 +158,7 @@ class Score:
     hit_rate: float
 
 
-def score(rows: list[list], workload) -> Score:  # noqa: ANN001 - qqp.Workload
+def score(rows: list[list], workload) -> Score:
     hits = [(question, served) for question, served, _ in rows if served is not None]
     right = sum(workload.correct(q, s) for q, s in hits)
     answerable = sum(workload.answerable(q) for q, _, _ in rows)

@@ -250,7 +250,7 @@ def outage(urls: list[str], server: RedisServer, rate: float, outage_s: float) -
     healed = [json.load(urllib.request.urlopen(f"{url}/readyz"))["state"]["mode"] for url in urls]
     during = [latency for sent, _, latency in results if lead <= sent < lead + outage_s]
     return {"sent": len(results), "failed": sum(status != 200 for _, status, _ in results),
-            "p50_ms_during": pct(during, 0.5), "p99_ms_during": pct(during, 0.99), "max_ms": max(l for *_, l in results) * 1000,
+            "p50_ms_during": pct(during, 0.5), "p99_ms_during": pct(during, 0.99), "max_ms": max(latency for *_, latency in results) * 1000,
             "modes_after": healed}
 
 

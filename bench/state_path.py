@@ -20,9 +20,9 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages when run as a script
 
-from gateway.testing import running_redis  # noqa: E402
-from sdk.state import open_state  # noqa: E402
-from sdk.state.backend import Admission, Cap, Rate, Settlement, SpendRecord  # noqa: E402
+from gateway.testing import running_redis
+from sdk.state import open_state
+from sdk.state.backend import Admission, Cap, Rate, Settlement, SpendRecord
 
 RATE, CAP = Rate("bench:rpm", 1e9, 1), Cap("bench:conc", 1_000_000)
 SPEND = SpendRecord(0.001, (("spend:bench:day:x", 86_400), ("spend:bench:month:x", 2_678_400)), ("total", "key:k", "model:m"))

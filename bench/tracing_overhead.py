@@ -120,7 +120,7 @@ async def hooks(processor: BatchSpanProcessor, rounds: int) -> dict[bool, tuple[
             trace = tracing.begin(ctx)
             if trace is not None:
                 trace.stage("prompt_cache plan", time.time_ns(), {"slipstream.prompt_cache.expected_read": 0})
-            span, sent = tracing.begin_attempt(ctx, "gpt/gpt-4o", None, request)
+            span, _ = tracing.begin_attempt(ctx, "gpt/gpt-4o", None, request)
             tracing.end_attempt(span, "ok")
             tracing.end(ctx, 200, answer)
             answered = clock()
@@ -145,10 +145,10 @@ async def encoding(requests: int) -> tuple[float, float]:
         def __init__(self) -> None:
             self.items: list = []
 
-        def on_end(self, span) -> None:  # noqa: ANN001
+        def on_end(self, span) -> None:
             self.items.append(span)
 
-        def emit(self, trace) -> None:  # noqa: ANN001 - stands in for the sink: keeps the finished traces
+        def emit(self, trace) -> None:
             self.items.append(trace)
 
     traces, spans = Keep(), Keep()

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from . import anthropic_wire as wire
+from .anthropic_stream import STOP_REASONS, content_blocks, plan_thinking, sse, stream_events
 from .anthropic_wire import ERROR_MESSAGES
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CacheError, CachePlan, count_input_tokens, plan_anthropic
 from .models import anthropic_generates
-from .anthropic_stream import STOP_REASONS, content_blocks, plan_thinking, sse, stream_events
 from .reply import ToolPick, choose_tool, make_reply
 from .streaming import respond_after, run_stream
 from .text import seed_for

@@ -311,10 +311,9 @@ class Emulator:
                 await call.json(400, {"error": f"unknown or read-only config field {k!r}"})
                 return
             cur = getattr(self.config, k)
-            if isinstance(cur, bool) or not isinstance(v, (int, float)):
-                if type(v) is not type(cur):
-                    await call.json(400, {"error": f"{k} must be {type(cur).__name__}"})
-                    return
+            if (isinstance(cur, bool) or not isinstance(v, (int, float))) and type(v) is not type(cur):
+                await call.json(400, {"error": f"{k} must be {type(cur).__name__}"})
+                return
             setattr(self.config, k, type(cur)(v))
         cfg = {k: getattr(self.config, k) for k in names if k != "api_keys"}
         await call.json(200, cfg)

@@ -27,8 +27,19 @@ SSE_HEADERS: Headers = [
 class Call:
     """One HTTP request in flight, plus its client-disconnect watcher."""
 
-    __slots__ = ("scope", "receive", "send", "path", "headers", "body", "start", "request_id",
-                 "watcher", "started", "params")
+    __slots__ = (
+        "body",
+        "headers",
+        "params",
+        "path",
+        "receive",
+        "request_id",
+        "scope",
+        "send",
+        "start",
+        "started",
+        "watcher",
+    )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, start: float) -> None:
         self.scope = scope

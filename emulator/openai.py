@@ -13,9 +13,9 @@ import orjson
 from . import openai_wire as wire
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
-from .models import openai_generates
 from .chat_stream import Choice, chunks
 from .logprobs import chat_entries
+from .models import openai_generates
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import choice_seed, seed_for

@@ -7,8 +7,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from . import (anthropic, anthropic_batches, batches, completions, embeddings, files, models, openai,
-               responses, responses_store)
+from . import anthropic, anthropic_batches, batches, completions, embeddings, files, models, openai, responses, responses_store
 from .asgi import Call
 
 if TYPE_CHECKING:

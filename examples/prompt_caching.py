@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import anthropic
 from _local import TEAM_KEY, emulator_url, policy_file
@@ -35,7 +35,7 @@ def tools() -> list[dict]:
 
 
 def system() -> str:
-    return f"Current time: {datetime.now(timezone.utc).isoformat()}\nRequest id: {uuid.uuid4()}\n{INSTRUCTIONS}"
+    return f"Current time: {datetime.now(UTC).isoformat()}\nRequest id: {uuid.uuid4()}\n{INSTRUCTIONS}"
 
 
 def main() -> None:

@@ -19,21 +19,20 @@ from gateway.testing import running_proxy
 
 
 def main() -> None:
-    with emulator_url(per_output_token_ms=20, default_output_tokens=500) as upstream:
-        with running_proxy([policy_file(upstream)]) as proxy:
-            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=TEAM_KEY)
-            stream = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "A very long essay"}], stream=True)
-            for index, chunk in enumerate(stream):
-                if chunk.choices and chunk.choices[0].delta.content:
-                    print("got:", chunk.choices[0].delta.content)
-                if index == 3:
-                    break
-            stream.close()
-            closed = time.perf_counter()
-            while (stats := httpx.get(f"{upstream}/_emulator/stats").json())["cancelled_streams"] < 1:
-                time.sleep(0.005)
-            print(f"upstream cancelled: {stats['cancelled_streams']} (seen {1000 * (time.perf_counter() - closed):.0f} ms after close)")
-            print(f"upstream completed: {stats['completed_streams']}")
+    with emulator_url(per_output_token_ms=20, default_output_tokens=500) as upstream, running_proxy([policy_file(upstream)]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=TEAM_KEY)
+        stream = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "A very long essay"}], stream=True)
+        for index, chunk in enumerate(stream):
+            if chunk.choices and chunk.choices[0].delta.content:
+                print("got:", chunk.choices[0].delta.content)
+            if index == 3:
+                break
+        stream.close()
+        closed = time.perf_counter()
+        while (stats := httpx.get(f"{upstream}/_emulator/stats").json())["cancelled_streams"] < 1:
+            time.sleep(0.005)
+        print(f"upstream cancelled: {stats['cancelled_streams']} (seen {1000 * (time.perf_counter() - closed):.0f} ms after close)")
+        print(f"upstream completed: {stats['completed_streams']}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sdk.dropin import Anthropic, AsyncAnthropic, AsyncOpenAI, OpenAI
 
-__all__ = ["OpenAI", "AsyncOpenAI", "Anthropic", "AsyncAnthropic"]
+__all__ = ["Anthropic", "AsyncAnthropic", "AsyncOpenAI", "OpenAI"]
 
 
 def __getattr__(name: str) -> Any:

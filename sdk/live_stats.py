@@ -76,7 +76,7 @@ def _dense(sparse: dict[int, int]) -> np.ndarray:
 class _Series:
     """One (team, route)'s ring: slot `epoch % BUCKETS` holds bucket `epoch` (epoch = time // bucket_s)."""
 
-    __slots__ = ("epochs", "counts", "ttft", "e2e", "causes", "closed")
+    __slots__ = ("causes", "closed", "counts", "e2e", "epochs", "ttft")
 
     def __init__(self) -> None:
         self.epochs = [-1] * BUCKETS
@@ -261,7 +261,7 @@ def percentiles(histograms: np.ndarray) -> dict[str, list[float | None]]:
         ranks = np.maximum(1, np.ceil(q * totals))
         index = (cumulative >= ranks[:, None]).argmax(axis=1)
         values = np.round(BIN_VALUES_MS[index], 2).tolist()
-        out[name] = [v if n else None for v, n in zip(values, totals.tolist())]
+        out[name] = [v if n else None for v, n in zip(values, totals.tolist(), strict=True)]
     return out
 
 
@@ -272,7 +272,7 @@ def merge(routes: Iterable[RouteWindow]) -> tuple[dict[str, list[int]], dict[str
     causes: Counter[str] = Counter()
     for route in routes:
         for name, values in route.counts.items():
-            series[name] = [a + b for a, b in zip(series[name], values)] if name in series else list(values)
+            series[name] = [a + b for a, b in zip(series[name], values, strict=True)] if name in series else list(values)
             totals[name] += route.totals[name]
         causes.update(route.causes)
     return series, totals, causes

@@ -92,7 +92,7 @@ class StreamObserver:
             self.usage.input_tokens, self.usage.output_tokens = parsed.input_tokens, parsed.output_tokens
             self.usage.cache_read_tokens, self.usage.cache_write_tokens = parsed.cache_read_tokens, parsed.cache_write_tokens
             self.finished = True
-        elif event.startswith(b"event: error") or event.startswith(b'data: {"error"'):
+        elif event.startswith((b"event: error", b'data: {"error"')):
             self.error = event
 
     def _observe_anthropic(self, event: bytes, now: float) -> None:

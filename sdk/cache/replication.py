@@ -19,7 +19,6 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -76,7 +75,7 @@ class CacheReplicator:
             future = asyncio.run_coroutine_threadsafe(call, self._loop)
             try:
                 future.result(timeout=self.shared.timeout_s * 5)
-            except (concurrent.futures.TimeoutError, Exception):  # noqa: BLE001 - the local copy stands either way
+            except (concurrent.futures.TimeoutError, Exception):
                 log.warning("response cache: an invalidation did not reach the other replicas")
         else:
             call.close()
@@ -116,7 +115,7 @@ class CacheReplicator:
                 replies = await self._redis(blocking=True).xread({self.stream: self._last_id}, count=500, block=block)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - Redis away: try again shortly, from where we were
+            except Exception as exc:
                 log.debug("response cache stream unreadable: %s", exc)
                 await asyncio.sleep(1.0)
                 continue
@@ -134,7 +133,7 @@ class CacheReplicator:
             if fields.get(b"origin") != me:
                 try:
                     self._apply(fields)
-                except Exception:  # noqa: BLE001 - one bad event must not stop the follower
+                except Exception:
                     log.exception("response cache: could not apply a shared event")
 
     def _apply(self, fields: dict[bytes, bytes]) -> None:

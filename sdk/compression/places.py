@@ -25,7 +25,6 @@ from sdk.compression import framing
 from sdk.compression.documents import SYSTEM, Slot, Span, explicit, text_slots
 
 
-
 @dataclass(frozen=True, slots=True)
 class Found:
     place: str

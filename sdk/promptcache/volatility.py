@@ -154,7 +154,7 @@ class VolatilityDetector:
             self._previous.popitem(last=False)
         if before is None or before == analysis.digests or len(before) != len(analysis.digests):
             return
-        changed = [i for i, (a, b) in enumerate(zip(before, analysis.digests)) if a != b]
+        changed = [i for i, (a, b) in enumerate(zip(before, analysis.digests, strict=True)) if a != b]
         if len(changed) <= max(2, int(len(before) * self.MAX_CHANGED_SHARE)):
             self.learned.setdefault(path, set()).update(analysis.labels[i] for i in changed)
 

@@ -57,7 +57,7 @@ class EmbeddingCacheStage:
         keys = [item_key(request.model, item, body.get("dimensions"), encoding) for item in items]
         found = self.cache.get_many(self.team, keys)
         missing: dict[bytes, Any] = {}  # key -> item, each distinct missing item once, in order
-        for key, item, entry in zip(keys, items, found):
+        for key, item, entry in zip(keys, items, found, strict=True):
             if entry is None:
                 missing.setdefault(key, item)
         hits = len(items) - sum(entry is None for entry in found)
@@ -85,14 +85,14 @@ class EmbeddingCacheStage:
             return answer  # not the shape we know: the client gets it as it is, nothing is stored
         model, vectors, tokens = computed
         if same_model:
-            self.cache.put_many(self.team, list(zip(missing, vectors)), model, answer.route, self.limits)
+            self.cache.put_many(self.team, list(zip(missing, vectors, strict=True)), model, answer.route, self.limits)
         if not narrowed:
             return answer  # nothing was cached or repeated: the provider's bytes as they are
         if not same_model and hits:
             ctx.request = request
             return await call_next(ctx)
-        fresh = dict(zip(missing, vectors))
-        merged = [entry or StoredVector(fresh[key], model, answer.route, 0.0) for key, entry in zip(keys, found)]
+        fresh = dict(zip(missing, vectors, strict=True))
+        merged = [entry or StoredVector(fresh[key], model, answer.route, 0.0) for key, entry in zip(keys, found, strict=True)]
         answer.body = _body(merged, model, tokens)
         return answer
 

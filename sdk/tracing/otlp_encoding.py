@@ -35,7 +35,7 @@ class Encoded:
     def __len__(self) -> int:  # the exporter counts spans with len()
         return self.spans
 
-    def SerializePartialToString(self) -> bytes:  # noqa: N802 - protobuf's name
+    def SerializePartialToString(self) -> bytes:
         return self.data
 
 
