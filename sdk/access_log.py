@@ -6,7 +6,8 @@ error through the `slipstream.access` logger (which does not propagate: an appli
 logging never turns it on by accident). Lines carry ids, names, counts and times, never keys or
 prompt text: team, key id (a hash prefix), request id (also the `x-slipstream-request-id` header),
 endpoint, requested model, route, status, cache status, prompt-cache read against expected,
-tokens, TTFT, total time, upstream attempts.
+tokens, TTFT, total time, upstream attempts, and `usage=estimated` when no usage came back and the
+tokens were counted by the gateway (sdk/estimate.py).
 """
 
 from __future__ import annotations
@@ -89,4 +90,21 @@ def record(ctx: RequestContext, status: int | str, usage: Usage | None = None) -
         "ttft_ms": round((first - timings.start) * 1000, 1) if first is not None else None,
         "total_ms": round((time.perf_counter() - timings.start) * 1000, 1),
         "attempts": ctx.attempts,
+        **({"usage": "estimated"} if ctx.usage_estimated else {}),  # tokens counted by the gateway, not reported
+    })
+
+
+def record_passthrough(team: str, key_id: str, request_id: str, endpoint: str, model: str, route: str,
+                       status: int | str, usage: Usage | None, started: float) -> None:
+    """Log a pass-through request (sdk/passthrough/): the same fields, those that apply to it;
+    `endpoint` is its family (`passthrough:files`, ...), `started` its `time.perf_counter()` start."""
+    if not _configured:
+        configure()
+    if not log.isEnabledFor(logging.INFO):
+        return
+    usage = usage or Usage()
+    log.info({
+        "request_id": request_id, "team": team, "key_id": key_id, "endpoint": endpoint, "model": model,
+        "route": route, "status": status, "input_tokens": usage.total_input_tokens, "output_tokens": usage.output_tokens,
+        "total_ms": round((time.perf_counter() - started) * 1000, 1),
     })

@@ -63,6 +63,7 @@ class RequestContext:
     key_id: str = ""  # which team key sent it (a hash prefix, never the key), for per-key limits
     compression: CompressionReport | None = None  # set by the compression stage when it ran
     attempts: int = 0  # upstream attempts the router started (retries, fallbacks and hedge legs)
+    usage_estimated: bool = False  # no usage came back: the gateway counted the tokens it charged (sdk/estimate.py)
     request_id: str = field(default_factory=lambda: secrets.token_hex(8))  # x-slipstream-request-id, access log
     trace: RequestTrace | None = None  # the request's spans while it runs (sdk/tracing/); None when tracing is off
     parent: Parent | None = None  # the application's current span, when the drop-in SDK runs the pipeline in process

@@ -5,8 +5,10 @@ searched before the built-in table). Cache writes are priced at the provider's 5
 (1.25× input on Anthropic) because usage does not say which TTL a write had; OpenAI charges no write
 fee before GPT-5.6. The built-in figures and their public sources are in docs/spend.md.
 
-Spend is kept per team in one record per day and one per month (UTC), fields `total`, `key:ID`
-and `model:NAME`; a team `budget` is checked against its period's `total` before each call.
+Spend is kept per team in one record per day and one per month (UTC), fields `total`, `key:ID`,
+`model:NAME` and `estimated` (the part of the total whose tokens the gateway counted because no usage
+came back: sdk/estimate.py); a team `budget` is checked against its period's `total` plus what
+requests in flight hold (each holds its worst cost, `worst_cost_usd`, until it settles) before each call.
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ BUILT_IN: tuple[tuple[str, Price], ...] = tuple(
         "gpt-4.1*": (2, 8, 0.5, 0),
         "gpt-4o-mini*": (0.15, 0.6, 0.075, 0),
         "gpt-4o*": (2.5, 10, 1.25, 0),
+        "gpt-4-turbo*": (10, 30, 10, 0),  # no cached-input discount
+        # the o-series by exact name and dated snapshot only: o3-pro, o1-pro and the deep-research
+        # models cost several times more, and an unknown name is refused to a budgeted team, not under-priced
+        "o4-mini": (1.1, 4.4, 0.275, 0), "o4-mini-2025-*": (1.1, 4.4, 0.275, 0),
+        "o3-mini": (1.1, 4.4, 0.55, 0), "o3-mini-2025-*": (1.1, 4.4, 0.55, 0),
+        "o3": (2, 8, 0.5, 0), "o3-2025-*": (2, 8, 0.5, 0),
+        "o1": (15, 60, 7.5, 0), "o1-2024-*": (15, 60, 7.5, 0),
+        "text-embedding-3-small*": (0.02, 0, 0.02, 0),
+        "text-embedding-3-large*": (0.13, 0, 0.13, 0),
+        "text-embedding-ada-002*": (0.1, 0, 0.1, 0),
     }.items()
 )
 
@@ -59,6 +71,12 @@ def price_of(model: str, overrides: dict[str, Price]) -> Price | None:
 def cost_usd(usage: Usage, price: Price) -> float:
     return (usage.input_tokens * price.input + usage.output_tokens * price.output
             + usage.cache_read_tokens * price.cache_read + usage.cache_write_tokens * price.cache_write) / 1e6
+
+
+def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price) -> float:
+    """The most a request can cost: every input token at the dearer of the input and cache-write
+    prices, every allowed output token at the output price (a budget reservation)."""
+    return (input_tokens * max(price.input, price.cache_write or 0.0) + output_tokens * price.output) / 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +109,18 @@ def record_key(team: str, period: Period) -> str:
     return f"spend:{team}:{period.name}:{period.id}"
 
 
-def budget_check(team: str, budget: BudgetPolicy | None) -> BudgetCheck | None:
+def budget_check(team: str, budget: BudgetPolicy | None, reserve: float = 0.0) -> BudgetCheck | None:
+    """The admission check of a team's budget; `reserve` is held while the request runs."""
     if budget is None:
         return None
     period = next(p for p in periods() if p.name == budget.period)
-    return BudgetCheck(record_key(team, period), budget.usd)
+    return BudgetCheck(record_key(team, period), budget.usd, reserve)
 
 
-def spend_record(team: str, key_id: str | None, model: str, usd: float) -> SpendRecord:
-    fields = ("total", f"model:{model}") + ((f"key:{key_id}",) if key_id else ())
+def spend_record(team: str, key_id: str | None, model: str, usd: float, estimated: bool = False) -> SpendRecord:
+    """One request's spend; `estimated` when the gateway counted its tokens (no usage came back),
+    added to the records' `estimated` field as well."""
+    fields = ("total", f"model:{model}") + ((f"key:{key_id}",) if key_id else ()) + (("estimated",) if estimated else ())
     return SpendRecord(usd, tuple((record_key(team, p), p.keep_s) for p in periods()), fields)
 
 
@@ -111,10 +132,14 @@ async def spend_report(state: StateBackend, team: str, budget: BudgetPolicy | No
         report[period.name] = {
             "period": period.id,
             "total": round(fields.get("total", 0.0), 6),
+            "estimated": round(fields.get("estimated", 0.0), 6),  # part of the total counted by the gateway
             "by_key": {name[4:]: round(usd, 6) for name, usd in sorted(fields.items()) if name.startswith("key:")},
             "by_model": {name[6:]: round(usd, 6) for name, usd in sorted(fields.items()) if name.startswith("model:")},
         }
     if budget is not None:
         spent = report[budget.period]["total"]  # type: ignore[index]
-        report["budget"] = {"usd": budget.usd, "period": budget.period, "spent": spent, "remaining": round(max(0.0, budget.usd - spent), 6)}
+        record = record_key(team, next(p for p in periods() if p.name == budget.period))
+        held = round(max(0.0, (await state.spend(record)).get("held", 0.0)), 6)
+        report["budget"] = {"usd": budget.usd, "period": budget.period, "spent": spent, "held": held,
+                            "remaining": round(max(0.0, budget.usd - spent), 6)}
     return report

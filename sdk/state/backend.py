@@ -37,8 +37,18 @@ class Cap:
 
 @dataclass(frozen=True, slots=True)
 class BudgetCheck:
+    """Refuse once the period's spend plus what requests in flight hold reaches `usd`; an admitted
+    request holds `reserve` (its estimated worst cost) until it settles, so in-flight requests
+    cannot together overshoot the budget by more than one reservation (docs/spend.md)."""
+
     key: str  # the spend record of the current period (sdk/spend.py)
     usd: float
+    reserve: float = 0.0  # USD held for this request while it runs
+
+    @property
+    def holds(self) -> str:
+        """The key of the period's holds (a shared backend's set of the leases holding USD)."""
+        return f"{self.key}:holds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +58,18 @@ class Admission:
     caps: tuple[Cap, ...] = ()
     budget: BudgetCheck | None = None
 
+    @property
+    def holds(self) -> bool:
+        """Whether admitting it holds something (a slot, a budget reservation) until it settles."""
+        return bool(self.caps) or (self.budget is not None and self.budget.reserve > 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
     kind: Literal["rate", "cap", "budget"]
     index: int  # into the admission's rates or caps
     wait_s: float  # until a rate bucket has room again
-    value: float  # leases held (cap) or USD spent (budget)
+    value: float  # leases held (cap) or USD spent and held by requests in flight (budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +78,7 @@ class SpendRecord:
 
     usd: float
     records: tuple[tuple[str, float], ...]  # (record key, seconds to keep it)
-    fields: tuple[str, ...]  # "total", "key:ID", "model:NAME"
+    fields: tuple[str, ...]  # "total", "key:ID", "model:NAME", "estimated" (usage counted by the gateway)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +87,7 @@ class Settlement:
     caps: tuple[str, ...] = ()  # cap keys whose lease ends now
     charges: tuple[tuple[Rate, float], ...] = ()  # token buckets and the amount used
     spend: SpendRecord | None = None
+    budget: BudgetCheck | None = None  # the budget whose reservation for this lease ends now
 
 
 class StateBackend(Protocol):

@@ -14,15 +14,16 @@ recorded meanwhile to Redis. Each transition is one log line, `slipstream_state_
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from sdk.metrics import STATE_ADMISSIONS, STATE_BACKEND_UP
-from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Refusal, Settlement, StateBackend
+from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend
 from sdk.state.local import LocalState
 from sdk.state.redis import Entries, RedisState
 from sdk.state.resp import RespError
@@ -57,7 +58,7 @@ class GuardedState:
         room = self.shared.room
         if self.up and room.grants(admission, self.shared.replicas):  # far from every limit: do not wait
             AHEAD.inc()
-            if admission.caps:
+            if admission.holds:
                 self._where[admission.lease] = self.shared
             room.unanswered += 1
             self._post(admission)
@@ -70,11 +71,11 @@ class GuardedState:
         shared = await self._shared(lambda: self.shared.admit(admission))
         (CHECKED if shared is not DOWN else LOCAL).inc()
         if shared is not DOWN:
-            if shared is None and admission.caps:
+            if shared is None and admission.holds:
                 self._where[admission.lease] = self.shared
             return shared
         refusal = await self.local.admit(self._local_share(admission))
-        if refusal is None and admission.caps:
+        if refusal is None and admission.holds:
             self._where[admission.lease] = self.local
         return refusal
 
@@ -132,6 +133,8 @@ class GuardedState:
         where = self._where.pop(settlement.lease, None)
         self.shared.room.settled(settlement)
         if where is self.local or not self.up:
+            if where is self.shared:  # Redis lets its slots and holds expire: stop renewing them
+                self.shared.forget(settlement.lease)
             self.local.settle(settlement)
             return
         self._post(settlement)
@@ -196,11 +199,11 @@ class GuardedState:
                 await self._heal()
             await asyncio.sleep(self.sync_interval_s)
 
-    async def try_shared(self, call: Callable[[], Awaitable[T]]) -> T | object:
+    async def try_shared(self, call: Callable[[], Awaitable[T]]) -> T | Down:
         """`call()` (a call to `self.shared`) within the timeout, or DOWN: the caller falls back."""
         return await self._shared(call)
 
-    async def _shared(self, call: Callable[[], Awaitable[T]], probe: bool = False, background: bool = False) -> T | object:
+    async def _shared(self, call: Callable[[], Awaitable[T]], probe: bool = False, background: bool = False) -> T | Down:
         """`call()` within the timeout, or DOWN (the guard opens on a failure; an open guard skips the call)."""
         if not self._closed:
             self.start()
@@ -244,7 +247,7 @@ class GuardedState:
         budget = admission.budget
         if budget is not None:
             left = budget.usd - self.shared.last_spent.get(budget.key, 0.0)
-            budget = BudgetCheck(budget.key, max(0.0, left) / n)
+            budget = replace(budget, usd=max(0.0, left) / n)
         return replace(
             admission,
             rates=tuple(Rate(r.key, r.per_minute / n, r.cost) for r in admission.rates),
@@ -253,4 +256,10 @@ class GuardedState:
         )
 
 
-DOWN = object()  # what a shared call returns when Redis could not answer
+class Down(enum.Enum):
+    """What a shared call returns when Redis could not answer (an enum member, so `is DOWN` narrows types)."""
+
+    DOWN = "down"
+
+
+DOWN: Final = Down.DOWN

@@ -9,7 +9,8 @@ mode: charged, not checked). The bound that keeps limits exact: a replica admits
 
 for every request bucket and concurrency cap (cost 1), so even if every replica did the same at the
 same moment, together they would use at most half the room; a token bucket (charged after the
-call, from usage) needs half its capacity left, a budget half of it unspent. Each answer, to a
+call, from usage) needs half its capacity left, a budget half of it neither spent nor held by requests
+in flight after this one's share of reservations. Each answer, to a
 checked admission or to an ahead one's background charge, refreshes the room; room older than
 `MAX_AGE_S` is forgotten. Near a limit (a team at its rate; the limits benchmark) every admission is
 checked in Redis, as before; far from it (most traffic) a request waits for nothing. This
@@ -44,9 +45,10 @@ class Headroom:
             left = self._left(cap.key, now)
             if left is None or share > left / 2:
                 return False
-        if admission.budget is not None:
-            left = self._left(admission.budget.key, now)
-            if left is None or left < admission.budget.usd / 2:
+        budget = admission.budget
+        if budget is not None:
+            left = self._left(budget.key, now)
+            if left is None or left - share * budget.reserve < budget.usd / 2:
                 return False
         return True
 

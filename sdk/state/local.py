@@ -43,6 +43,7 @@ class LocalState:
         self._records: dict[str, _Record] = {}
         self._flags: dict[str, float] = {}
         self._claims: dict[str, float] = {}
+        self._holds: dict[str, dict[str, float]] = {}  # budget record → lease → USD held while it runs
 
     def _bucket(self, rate: Rate, now: float) -> _Bucket:
         bucket = self._buckets.get(rate.key)
@@ -62,10 +63,14 @@ class LocalState:
             need = rate.cost or _DUST
             if bucket.level < need:
                 return Refusal("rate", i, (need - bucket.level) * 60 / rate.per_minute, bucket.level)
-        if admission.budget is not None:
-            spent = (await self.spend(admission.budget.key)).get("total", 0.0)
-            if spent >= admission.budget.usd:
+        budget = admission.budget
+        if budget is not None:
+            fields = await self.spend(budget.key)
+            spent = fields.get("total", 0.0) + fields.get("held", 0.0)
+            if spent >= budget.usd:
                 return Refusal("budget", 0, 0.0, spent)
+            if budget.reserve > 0:
+                self._holds.setdefault(budget.key, {})[admission.lease] = budget.reserve
         for rate, bucket in zip(admission.rates, buckets):
             bucket.level -= rate.cost
         for cap in admission.caps:
@@ -75,6 +80,12 @@ class LocalState:
     def settle(self, settlement: Settlement) -> None:
         for key in settlement.caps:
             self._leases.get(key, set()).discard(settlement.lease)
+        if settlement.budget is not None:
+            held = self._holds.get(settlement.budget.key)
+            if held is not None:
+                held.pop(settlement.lease, None)
+                if not held:
+                    del self._holds[settlement.budget.key]
         now = self._clock()
         for rate, amount in settlement.charges:
             self._bucket(rate, now).level -= amount
@@ -96,8 +107,13 @@ class LocalState:
         return record
 
     async def spend(self, key: str) -> dict[str, float]:
+        """The record's fields, and `held`: what requests in flight hold against it (as in Redis)."""
         record = self._live_record(key, self._wall())
-        return dict(record.fields) if record is not None else {}
+        fields = dict(record.fields) if record is not None else {}
+        held = self._holds.get(key)
+        if held:
+            fields["held"] = sum(held.values())
+        return fields
 
     def spend_records(self) -> list[tuple[str, float, dict[str, float]]]:
         """Every live spend record: (key, seconds left, fields) — what a healed shared store absorbs."""

@@ -26,8 +26,14 @@ from sdk.state.resp import RespClient, RespError
 
 LEASE_TTL_S = 30.0  # a dead replica's concurrency slots come back after this
 REPLICA_TTL_S = 5.0  # a replica that has not checked in for this long no longer counts
+HOLDS_KEEP_S = 32 * 86_400  # a budget's holds set lives as long as the longest spend record (emptied, Redis drops it)
 _SCRIPTS = {name: (getattr(redis_scripts, name), hashlib.sha1(getattr(redis_scripts, name).encode()).hexdigest())
             for name in ("ADMIT", "SETTLE", "RENEW", "READ_ENTRIES", "MERGE_ENTRIES")}
+
+
+def _usd(amount: float) -> str:
+    """A USD amount as ADMIT and SETTLE both spell it (a hold's member name carries it)."""
+    return f"{amount:.12g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +65,7 @@ class RedisState:
         self.replica_id = replica_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._flags: dict[str, float] = {}
         self._flag_changes = 0  # a sync that raced a local set/clear keeps the local view for one round
-        self._held: dict[str, tuple[str, ...]] = {}  # lease → cap keys, renewed while the request runs
+        self._held: dict[str, tuple[tuple[str, str], ...]] = {}  # lease → (set, member) it holds, renewed while it runs
         self.replicas = 1
         self.last_spent: dict[str, float] = {}  # budget record → USD spent, as of the last admission
         self.room = Headroom()  # what the last answers left: admissions far from every limit go ahead
@@ -87,13 +93,26 @@ class RedisState:
         for rate in admission.rates:
             args += [float(rate.per_minute), float(rate.cost)]
         args += [cap.limit for cap in admission.caps]
-        if admission.budget is not None:
-            keys.append(self.key(admission.budget.key))
-            args.append(float(admission.budget.usd))
-        if nc:  # held from now (renewed by the check-in); a refusal or a failure lets go
+        budget = admission.budget
+        if budget is not None:
+            keys += [self.key(budget.key), self.key(budget.holds)]
+            args += [float(budget.usd), _usd(budget.reserve), HOLDS_KEEP_S]
+        if admission.holds:  # held from now (renewed by the check-in); a refusal or a failure lets go
             for each in admissions:
-                self._held[each.lease] = tuple(keys[nr:nr + nc])
+                self._held[each.lease] = self._holding(each)
         return keys, [*args, *(each.lease for each in admissions)]
+
+    def _holding(self, admission: Admission) -> tuple[tuple[str, str], ...]:
+        """The sorted-set members an admitted lease holds: its slot in each cap, its budget hold."""
+        held = tuple((self.key(cap.key), admission.lease) for cap in admission.caps)
+        budget = admission.budget
+        if budget is not None and budget.reserve > 0:
+            held += ((self.key(budget.holds), f"{admission.lease}|{_usd(budget.reserve)}"),)
+        return held
+
+    def forget(self, lease: str) -> None:
+        """Stop renewing what `lease` holds (settled while Redis was away: there it expires)."""
+        self._held.pop(lease, None)
 
     def _admitted(self, admission: Admission, reply: Any) -> Refusal | None:
         if reply[0] != b"ok":
@@ -132,7 +151,8 @@ class RedisState:
             else:
                 spend = item.spend if item.spend is not None and item.spend.usd else None
                 records = tuple(key for key, _ in spend.records) if spend is not None else None  # not their keep: it ticks
-                shape = (item.caps, tuple(rate for rate, _ in item.charges), records, spend and spend.fields)
+                holds = item.budget.key if item.budget is not None and item.budget.reserve > 0 else None
+                shape = (item.caps, tuple(rate for rate, _ in item.charges), records, spend and spend.fields, holds)
                 settled.setdefault(shape, []).append(item)
         groups = list(admitted.values())
         commands = [_evalsha("ADMIT", *self._admit_args(group, force=True)) for group in groups]
@@ -165,16 +185,21 @@ class RedisState:
         keys = [self.key(k) for k in first.caps] + [self.key(rate.key) for rate, _ in first.charges]
         spend = first.spend
         records = spend.records if spend is not None and spend.usd else ()
-        args: list[Any] = [len(first.caps), len(first.charges), len(records)]
+        budget = first.budget if first.budget is not None and first.budget.reserve > 0 else None
+        args: list[Any] = [len(first.caps), len(first.charges), len(records), int(budget is not None)]
         for i, (rate, _) in enumerate(first.charges):
             args += [float(rate.per_minute), float(sum(each.charges[i][1] for each in settlements))]
         if records:
             keys += [self.key(key) for key, _ in records]
             usd = sum(each.spend.usd for each in settlements if each.spend is not None)
             args += [float(usd), len(spend.fields), *spend.fields, *(int(keep) for _, keep in records)]
+        if budget is not None:
+            keys += [self.key(budget.key), self.key(budget.holds)]
         for each in settlements:
             self._held.pop(each.lease, None)
-        return keys, [*args, *(each.lease for each in settlements if first.caps)]
+        leases = [each.lease for each in settlements] if first.caps or budget is not None else []
+        reserves = [_usd(each.budget.reserve) for each in settlements if each.budget is not None] if budget is not None else []
+        return keys, [*args, *leases, *reserves]
 
     async def spend(self, key: str) -> dict[str, float]:
         fields = await self.client.execute("HGETALL", self.key(key))
@@ -230,10 +255,10 @@ class RedisState:
             ("ZCARD", replicas),
             ("HGETALL", self.key("flags")),
         ]
-        held = list(self._held.items())
+        held = [pair for pairs in self._held.values() for pair in pairs]
         if held:
-            keys = [k for _, caps in held for k in caps]
-            commands.append(("EVAL", _SCRIPTS["RENEW"][0], len(keys), *keys, LEASE_TTL_S, *(lease for lease, caps in held for _ in caps)))
+            commands.append(("EVAL", _SCRIPTS["RENEW"][0], len(held), *(key for key, _ in held), LEASE_TTL_S,
+                             *(member for _, member in held)))
         replies = await self.client.pipeline(commands)
         self.replicas = max(1, int(replies[2]))
         flags = replies[3]

@@ -19,16 +19,20 @@ local function level_of(key, per_minute, now)
 end
 """
 
-# KEYS: rate buckets (nr), cap lease sets (nc), budget record (nb: 0|1)
+# KEYS: rate buckets (nr), cap lease sets (nc), budget record and its holds (2 × nb: 0|1)
 # ARGV: nr, nc, nb, lease_ttl_s, force, then per rate (per_minute, cost), per cap (limit), budget usd,
+# reserve (USD each lease holds while in flight) and keep_s (the record's life),
 # then the leases: one for a checked admission; with force (charge without checking: admissions the
 # replica granted ahead, sdk/state/headroom.py), every lease of a batch whose limits are the same,
-# each charged. Admitted: {'ok', '0', '0', spent, each bucket's level after, each cap's leases after}.
+# each charged. Admitted: {'ok', '0', '0', spent, each bucket's level after, each cap's leases after},
+# where spent counts what requests in flight hold.
+# Holds: a sorted set of "LEASE|USD" by expiry (renewed with the leases) and their sum in the record's
+# `held` field; a dead replica's holds expire like its leases, found in O(expired) at the next admission.
 ADMIT = _NOW + _REFILL + """
 local nr, nc, nb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ttl, force = tonumber(ARGV[4]), ARGV[5] == '1'
 local a = 6
-local first = a + 2 * nr + nc + nb
+local first = a + 2 * nr + nc + 3 * nb
 local k = #ARGV - first + 1
 local held = {}
 for i = 1, nc do
@@ -48,8 +52,26 @@ for i = 1, nr do
 end
 local spent = 0
 if nb == 1 then
-  spent = tonumber(redis.call('HGET', KEYS[nr + nc + 1], 'total') or '0')
-  if not force and spent >= tonumber(ARGV[a + 2 * nr + nc]) then return {'budget', '0', '0', tostring(spent)} end
+  local record, holds = KEYS[nr + nc + 1], KEYS[nr + nc + 2]
+  local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
+  for _, member in ipairs(gone) do
+    redis.call('HINCRBYFLOAT', record, 'held', -tonumber(string.match(member, '|([^|]+)$')))
+  end
+  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', holds, '-inf', now) end
+  if redis.call('ZCARD', holds) == 0 then redis.call('HDEL', record, 'held') end  -- no float residue
+  local s = redis.call('HMGET', record, 'total', 'held')
+  spent = tonumber(s[1] or '0') + tonumber(s[2] or '0')
+  local b = a + 2 * nr + nc
+  if not force and spent >= tonumber(ARGV[b]) then return {'budget', '0', '0', tostring(spent)} end
+  local reserve = tonumber(ARGV[b + 1])
+  if reserve > 0 then
+    for j = first, #ARGV do redis.call('ZADD', holds, now + ttl, ARGV[j] .. '|' .. ARGV[b + 1]) end
+    redis.call('HINCRBYFLOAT', record, 'held', reserve * k)
+    spent = spent + reserve * k
+    local keep = tonumber(ARGV[b + 2])
+    redis.call('EXPIRE', holds, keep)
+    if redis.call('TTL', record) < 0 then redis.call('EXPIRE', record, keep) end
+  end
 end
 local out = {'ok', '0', '0', tostring(spent)}
 for i = 1, nr do
@@ -65,12 +87,13 @@ end
 return out
 """
 
-# KEYS: cap lease sets (nc), token buckets (nr), spend records (ns)
-# ARGV: nc, nr, ns, then per bucket (per_minute, amount), then usd, nf, fields..., keep_s per record,
-# then the leases that end (the settlements of a batch with the same keys, their amounts summed)
+# KEYS: cap lease sets (nc), token buckets (nr), spend records (ns), budget record and its holds (2 × nh: 0|1)
+# ARGV: nc, nr, ns, nh, then per bucket (per_minute, amount), then usd, nf, fields..., keep_s per record,
+# then the leases that end (the settlements of a batch with the same keys, their amounts summed) and,
+# with nh, each lease's reserve as the admission sent it: its hold is released
 SETTLE = _NOW + _REFILL + """
-local nc, nr, ns = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local a = 4
+local nc, nr, ns, nh = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local a = 5
 for i = 1, nr do
   local key, per, amount = KEYS[nc + i], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local level = level_of(key, per, now)
@@ -90,8 +113,17 @@ if ns > 0 then
   end
   a = a + ns
 end
+local m = (#ARGV - a + 1) / (1 + nh)
 for i = 1, nc do
-  for j = a, #ARGV do redis.call('ZREM', KEYS[i], ARGV[j]) end
+  for j = a, a + m - 1 do redis.call('ZREM', KEYS[i], ARGV[j]) end
+end
+if nh == 1 then
+  local record, holds = KEYS[nc + nr + ns + 1], KEYS[nc + nr + ns + 2]
+  for j = a, a + m - 1 do
+    if redis.call('ZREM', holds, ARGV[j] .. '|' .. ARGV[j + m]) == 1 then
+      redis.call('HINCRBYFLOAT', record, 'held', -tonumber(ARGV[j + m]))
+    end
+  end
 end
 return false
 """

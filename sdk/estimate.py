@@ -1,0 +1,164 @@
+"""Token estimates for answers the provider never reported usage for, and for budget reservations.
+
+A stream that ends before its usage event (the client left, the upstream cut it, an OpenAI stream
+without `stream_options.include_usage`) is still charged: input from the request body, output from
+the text the client was sent (`StreamTally`). Counts use tiktoken's offline cl100k encoding, which
+is OpenAI's tokenizer for the gpt-4/gpt-3.5 families and close for the newer ones. Claude's
+tokenizer is not public; Anthropic counts are cl100k × `ANTHROPIC_FACTOR` (1.2), rounded up — on
+English prose Claude's tokenizer yields more tokens than cl100k, so the estimate leans high
+(docs/spend.md). Only so much text is tokenized on the event loop (`EXACT_CHARS`); past it, text is
+counted at `CHARS_PER_TOKEN`, again leaning high.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from sdk.promptcache.tokens import IMAGE_TOKENS, load_encoding
+from sdk.sse import event_data, events_of
+from sdk.types import Endpoint, LLMRequest, Protocol, Usage
+
+ANTHROPIC_FACTOR = 1.2
+EXACT_CHARS = 64 * 1024  # tokenized exactly (a few ms at most); beyond, counted by length
+CHARS_PER_TOKEN = 3.0  # below cl100k's ~4 on English prose: a length-based count leans high
+DEFAULT_OUTPUT_TOKENS = 4096  # what a reservation assumes when the request sets no output limit
+
+# Keys whose string values are not text the model reads as tokens (ids, switches, names).
+_NOT_TEXT = frozenset({"model", "role", "type", "id", "tool_call_id", "tool_use_id", "cache_control", "stream_options",
+                       "metadata", "prompt_cache_key", "prompt_cache_retention", "user", "safety_identifier",
+                       "previous_response_id", "service_tier", "media_type", "detail", "encoding_format", "format",
+                       "reasoning_effort", "truncation", "tool_choice", "status", "signature"})
+# Keys whose values are media (base64 or URLs): a fixed cost each, not their length.
+_MEDIA = frozenset({"data", "file_data", "image_url", "url", "file_id", "file_url"})
+
+
+def count_texts(texts: list[str], protocol: Protocol, exact: int = EXACT_CHARS) -> int:
+    """Tokens in `texts`: exact up to `exact` characters, by length beyond; scaled for Anthropic."""
+    encode = load_encoding().encode_ordinary
+    left, n, rest = exact, 0, 0
+    for text in texts:
+        if len(text) <= left:
+            left -= len(text)
+            n += len(encode(text)) if text else 0
+        else:
+            rest += len(text)
+    n += math.ceil(rest / CHARS_PER_TOKEN)
+    return math.ceil(n * ANTHROPIC_FACTOR) if protocol is Protocol.ANTHROPIC else n
+
+
+def _texts(value: Any, media: list[int]) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key in _MEDIA and not isinstance(item, list):
+                media[0] += 1
+            elif key not in _NOT_TEXT:
+                yield from _texts(item, media)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item, media)
+
+
+def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS) -> int:
+    """What the request's input costs in tokens, estimated: its text (messages, system, tools,
+    instructions, input) counted (exactly up to `exact` characters), each media item at
+    IMAGE_TOKENS. A body over EXACT_CHARS × 4 bytes is counted by its size without walking it
+    (bounded work on the loop)."""
+    if request.size > EXACT_CHARS * 4:
+        return math.ceil(request.size / CHARS_PER_TOKEN)
+    media = [0]
+    return count_texts(list(_texts(request.body, media)), request.protocol, exact) + media[0] * IMAGE_TOKENS
+
+
+def output_limit(request: LLMRequest) -> int:
+    """The most output tokens the request allows (its own limit, else DEFAULT_OUTPUT_TOKENS)."""
+    if request.endpoint in (Endpoint.EMBEDDINGS, Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS):
+        return 0
+    body = request.body
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and value > 0:
+            choices = body.get("n")
+            return value * (choices if isinstance(choices, int) and choices > 1 else 1)
+    return DEFAULT_OUTPUT_TOKENS
+
+
+# Events that carry generated text, by the start of their bytes.
+_ANTHROPIC_DELTA = b"event: content_block_delta"
+_RESPONSES_DELTA = (b"event: response.output_text.delta", b"event: response.function_call_arguments.delta",
+                    b"event: response.refusal.delta", b"event: response.reasoning")
+_RESPONSES_END = (b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
+
+
+class StreamTally:
+    """What a stream's client was sent: the generated text (up to EXACT_CHARS kept, the rest
+    counted by length) and whether the event that carries the final usage passed."""
+
+    def __init__(self, endpoint: Endpoint):
+        self.endpoint = endpoint
+        self.final = False  # the provider's final usage passed: nothing to estimate
+        self._kept: list[str] = []
+        self._room = EXACT_CHARS
+        self._extra_chars = 0
+
+    def observe(self, item: bytes) -> None:
+        for event in events_of(item):
+            with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+                self._observe(event)  # an event we cannot read is not counted
+
+    def _observe(self, event: bytes) -> None:
+        if self.endpoint is Endpoint.RESPONSES:
+            if event.startswith(_RESPONSES_DELTA):
+                self._add(orjson.loads(event_data(event)).get("delta"))
+            elif event.startswith(_RESPONSES_END):
+                self.final = True
+        elif self.endpoint.protocol is Protocol.ANTHROPIC:
+            if event.startswith(_ANTHROPIC_DELTA):
+                delta = orjson.loads(event_data(event)).get("delta") or {}
+                for key in ("text", "partial_json", "thinking"):
+                    self._add(delta.get(key))
+            elif event.startswith(b"event: message_delta"):
+                self.final = True
+        else:
+            data = event_data(event)
+            if b'"usage":{' in data:
+                self.final = True
+            if b'"content":"' in data or b'"arguments":"' in data or b'"reasoning_content":"' in data:
+                for choice in orjson.loads(data).get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    self._add(delta.get("content"))
+                    self._add(delta.get("reasoning_content"))
+                    for call in delta.get("tool_calls") or ():
+                        self._add((call.get("function") or {}).get("arguments"))
+
+    def _add(self, text: object) -> None:
+        if not isinstance(text, str) or not text:
+            return
+        if len(text) <= self._room:
+            self._kept.append(text)
+            self._room -= len(text)
+        else:
+            self._extra_chars += len(text)
+
+    def output_tokens(self, protocol: Protocol) -> int:
+        n = count_texts(self._kept, protocol)
+        if self._extra_chars:
+            n += math.ceil(self._extra_chars / CHARS_PER_TOKEN * (ANTHROPIC_FACTOR if protocol is Protocol.ANTHROPIC else 1))
+        return n
+
+    def estimate(self, request: LLMRequest, usage: Usage) -> Usage:
+        """`usage` (what the provider reported before the stream ended) completed by the estimate:
+        input counted from the request when none was reported, output from what was streamed
+        (never below what was reported)."""
+        protocol = Protocol.ANTHROPIC if self.endpoint.protocol is Protocol.ANTHROPIC else Protocol.OPENAI
+        out = Usage(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
+        if not out.total_input_tokens:
+            out.input_tokens = input_tokens(request)
+        out.output_tokens = max(out.output_tokens, self.output_tokens(protocol))
+        return out

@@ -1,0 +1,212 @@
+"""Every answer is charged, with two teams sharing one provider key (issue 25, item 3).
+
+- A stream the client closes before its usage event, or that the upstream cuts, is charged from the
+  tokens counted in the request and in what was streamed, marked `estimated` in the spend record and
+  the access log; at both doors (the proxy with the official clients, the drop-in SDK).
+- A team with a budget cannot spend on a model without a price: a 403 naming the `pricing:` entry,
+  before anything leaves; `o3` and `gpt-4-turbo` have built-in prices.
+- 60 requests in parallel overshoot a budget by at most one request's reservation (counts, not time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+import sdk
+from emulator.app import EmulatorConfig
+from emulator.testing import RunningEmulator, running_emulator
+from gateway.testing import RunningServer, running_proxy
+from sdk import access_log, metrics
+from sdk.estimate import input_tokens, output_limit
+from sdk.spend import price_of, worst_cost_usd
+from sdk.types import Endpoint, LLMRequest
+from tests.helpers import write_policy
+
+SHARED_KEY = "org-key-shared-by-every-team"  # the one provider key both teams' policies hold
+ALPHA, BETA = "sk-team-alpha-spend", "sk-team-beta-spend"
+PLAIN = "retry: {max_attempts: 1}\nprompt_cache: {enabled: false}\n"
+HELLO = [{"role": "user", "content": "Tell me a long story about the sea."}]
+PATIENCE_S = 30.0
+
+
+def _wait(condition: Any, what: str) -> Any:
+    deadline = time.monotonic() + PATIENCE_S
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {PATIENCE_S:.0f} s")
+        time.sleep(0.02)
+    return value
+
+
+@pytest.fixture(scope="module")
+def emu() -> Iterator[RunningEmulator]:
+    with running_emulator(EmulatorConfig(api_keys=frozenset({SHARED_KEY}))) as running:
+        yield running
+
+
+@pytest.fixture
+def slow(emu: RunningEmulator) -> Iterator[RunningEmulator]:
+    """Long, paced replies (2,000 tokens at 5 ms): a stream is still open when the client leaves."""
+    emu.reset()
+    saved = (emu.config.per_output_token_ms, emu.config.default_output_tokens)
+    emu.config.per_output_token_ms, emu.config.default_output_tokens = 5.0, 2000
+    yield emu
+    emu.config.per_output_token_ms, emu.config.default_output_tokens = saved
+
+
+@pytest.fixture
+def access_lines() -> Iterator[list[dict[str, Any]]]:
+    """The access log's records, as dicts (the log is on for the test)."""
+    lines: list[dict[str, Any]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(dict(record.msg))  # type: ignore[call-overload]
+
+    access_log.configure("json")
+    handler = Keep()
+    access_log.log.addHandler(handler)
+    yield lines
+    access_log.configure("off")
+
+
+def _teams(directory: Path, emu: RunningEmulator, extra: str = "") -> Path:
+    for team, key in (("alpha", ALPHA), ("beta", BETA)):
+        write_policy(directory, team, key, emu.url, extra=PLAIN + extra, upstream_key=SHARED_KEY)
+    return directory
+
+
+def _spend(proxy: RunningServer, key: str) -> dict[str, Any]:
+    answer = httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"})
+    answer.raise_for_status()
+    return answer.json()
+
+
+def test_streams_closed_before_their_usage_are_charged_estimated(tmp_path: Path, slow: RunningEmulator,
+                                                                  access_lines: list[dict[str, Any]]) -> None:
+    with running_proxy([_teams(tmp_path, slow)]) as proxy:
+        oa = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0)
+        read = 0
+        with oa.chat.completions.create(model="gpt-4o-mini", messages=HELLO, stream=True,
+                                        stream_options={"include_usage": True}) as stream:
+            for chunk in stream:
+                read += bool(chunk.choices and chunk.choices[0].delta.content)
+                if read == 40:
+                    break
+        slow.wait_for(lambda s: s["cancelled_streams"] == 1)
+        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "alpha's stream charged")
+        # Input and the 40+ tokens received, at gpt-4o-mini's prices; all of it estimated.
+        price = price_of("gpt-4o-mini", {})
+        assert day["total"] >= (40 * price.output + 10 * price.input) / 1e6
+        assert day["estimated"] == day["total"] and day["by_model"] == {"gpt-4o-mini": day["total"]}
+
+        an = anthropic.Anthropic(base_url=proxy.url, api_key=ALPHA, max_retries=0)
+        with an.messages.stream(model="claude-sonnet-4-6", max_tokens=4000, messages=HELLO) as helper:
+            for i, _ in enumerate(helper.text_stream):
+                if i == 40:
+                    break
+        slow.wait_for(lambda s: s["cancelled_streams"] == 2)
+        before = day["total"]
+        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > before and d, "alpha's Anthropic stream charged")
+        claude = day["by_model"]["claude-sonnet-4-6"]
+        assert claude >= (40 * 15) / 1e6  # the output streamed, not message_start's single token
+        assert day["estimated"] == pytest.approx(day["total"])
+        assert _spend(proxy, BETA)["day"]["total"] == 0  # same provider key, nothing charged to the other team
+
+    ended = [line for line in access_lines if line["team"] == "alpha"]
+    assert [line.get("usage") for line in ended] == ["estimated", "estimated"]
+    assert all(line["status"] == "cancelled" and line["output_tokens"] >= 40 for line in ended)
+
+
+def test_a_stream_the_upstream_cuts_is_charged_estimated(tmp_path: Path, emu: RunningEmulator) -> None:
+    emu.reset()
+    with running_proxy([_teams(tmp_path, emu)]) as proxy:
+        oa = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=BETA, max_retries=0)
+        emu.inject_fault("disconnect_after:events=12", model="gpt-*")
+        with pytest.raises(openai.APIError):
+            for _ in oa.chat.completions.create(model="gpt-4o", messages=HELLO, stream=True,
+                                                stream_options={"include_usage": True}):
+                pass
+        day = _wait(lambda: (d := _spend(proxy, BETA)["day"])["total"] > 0 and d, "the cut stream charged")
+        assert day["estimated"] == day["total"]
+        assert _spend(proxy, ALPHA)["day"]["total"] == 0
+
+
+async def test_the_drop_in_sdk_charges_a_stream_it_closed(tmp_path: Path, slow: RunningEmulator,
+                                                         access_lines: list[dict[str, Any]]) -> None:
+    policy = write_policy(tmp_path, "dropin-spend", ALPHA, slow.url, extra=PLAIN, upstream_key=SHARED_KEY)
+    client = sdk.AsyncOpenAI(policy=policy, max_retries=0)
+    stream = await client.chat.completions.create(model="gpt-4o-mini", messages=HELLO, stream=True)
+    read = 0
+    async for chunk in stream:
+        read += bool(chunk.choices and chunk.choices[0].delta.content)
+        if read == 30:
+            break
+    await stream.close()
+    await asyncio.to_thread(slow.wait_for, lambda s: s["cancelled_streams"] == 1)
+    spent = metrics.SPEND.labels("dropin-spend", "", "gpt-4o-mini")._value.get()
+    assert spent >= 30 * price_of("gpt-4o-mini", {}).output / 1e6
+    line = next(line for line in access_lines if line["team"] == "dropin-spend")
+    assert line["usage"] == "estimated" and line["output_tokens"] >= 30
+    await client.close()
+
+
+def test_a_budgeted_team_cannot_spend_on_a_model_without_a_price(tmp_path: Path, emu: RunningEmulator) -> None:
+    emu.reset()
+    extra = "budget: {usd: 5, period: day}\n"
+    (tmp_path / "alpha.yaml").write_text(f"""team: alpha
+api_keys: [{{value: "{ALPHA}"}}]
+providers:
+  gpt: {{kind: openai, base_url: "{emu.url}/v1", api_key: "{SHARED_KEY}"}}
+routes:
+  - match: {{model: "*"}}
+    targets: [{{provider: gpt}}]
+{PLAIN}{extra}""")
+    with running_proxy([tmp_path]) as proxy:
+        oa = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0)
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            oa.chat.completions.create(model="my-finetune-v2", messages=HELLO, max_tokens=16)
+        message = refused.value.body["message"]
+        assert "pricing:" in message and "'my-finetune-v2'" in message and '"my-finetune-v2"' in message
+        assert emu.stats()["requests_total"] == 0  # refused before anything left
+        for model in ("o3", "gpt-4-turbo"):  # priced now: charged, not $0
+            oa.chat.completions.create(model=model, messages=HELLO, max_tokens=16)
+        by_model = _spend(proxy, ALPHA)["day"]["by_model"]
+        assert by_model["o3"] > 0 and by_model["gpt-4-turbo"] > 0
+
+
+def test_parallel_requests_overshoot_a_budget_by_at_most_one_reservation(tmp_path: Path, emu: RunningEmulator) -> None:
+    emu.reset()
+    # Each answer costs about $0.0003 (≈ 20 input + 16 output tokens of gpt-4o); the budget is two of them.
+    budget = 0.0006
+    with running_proxy([_teams(tmp_path, emu, f"budget: {{usd: {budget}, period: day}}\n")]) as proxy:
+        async def one(client: openai.AsyncOpenAI) -> bool:
+            try:
+                await client.chat.completions.create(model="gpt-4o", messages=HELLO, max_tokens=16)
+            except openai.RateLimitError as error:
+                assert "budget" in error.body["message"]
+                return False
+            return True
+
+        async def sixty() -> list[bool]:
+            async with openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0) as client:
+                return await asyncio.gather(*(one(client) for _ in range(60)))
+
+        answered = sum(asyncio.run(sixty()))
+        spent = _spend(proxy, ALPHA)["day"]["total"]
+    request = LLMRequest(Endpoint.CHAT_COMPLETIONS, {"model": "gpt-4o", "messages": HELLO, "max_tokens": 16})
+    reservation = worst_cost_usd(input_tokens(request), output_limit(request), price_of("gpt-4o", {}))
+    assert answered >= 1
+    assert answered <= budget / reservation + 1  # in-flight requests hold their worst cost
+    assert spent <= budget + reservation  # the documented bound (docs/spend.md), not 32×
+    assert emu.stats()["requests_total"] == answered
