@@ -1,0 +1,221 @@
+"""Run every benchmark and rewrite the results section of docs/benchmarks.md.
+
+    .venv/bin/python -m bench all [--quick | --full] [--only NAME ...] [--no-write]
+    .venv/bin/python -m bench list
+
+Each benchmark is the script a reader would run by hand (the proxy over HTTP for proxy features,
+`LLM`/`engine serve` for the engine); each measures its own baseline in the same run and prints
+its ratios. The runner records the commit, the machine and the load average before and after each
+benchmark, marks a figure taken on a loaded machine (load average above half the cores), and
+replaces the text between the two markers in docs/benchmarks.md with what each printed, grouped
+by feature. `--quick` is sized to finish in about 15 minutes on 2 cores; `--full` is what the docs
+quote. A benchmark that fails or runs out of time is reported as such, never left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+BEGIN = "<!-- python -m bench all: begin (generated; edit bench/__main__.py, not this block) -->"
+END = "<!-- python -m bench all: end -->"
+TAIL_LINES = 60  # of each benchmark's output kept in the docs: the tables are printed last
+
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    name: str
+    feature: str
+    script: str  # relative to the repository root
+    quick: tuple[str, ...]
+    full: tuple[str, ...]
+    quick_timeout_s: int = 180
+    full_timeout_s: int = 1800
+
+    def argv(self, full: bool) -> list[str]:
+        return [sys.executable, str(ROOT / self.script), *(self.full if full else self.quick)]
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark("proxy_overhead", "Proxy overhead and throughput", "bench/proxy_overhead.py",
+              ("--requests", "200", "--seconds", "4"), ()),
+    Benchmark("endpoint_overhead", "Proxy overhead per endpoint", "bench/endpoint_overhead.py",
+              ("--requests", "150", "--seconds", "3", "--clients", "aiohttp"), ()),
+    Benchmark("lost_requests", "No lost requests (slow threaded upstream, small backlog)", "bench/slow_upstream.py",
+              ("--lost", "--requests", "2000", "--concurrency", "64", "--backlog", "5"), ("--lost",)),
+    Benchmark("upstream_client", "Upstream HTTP client", "bench/upstream_client.py", ("--requests", "240"), ()),
+    Benchmark("isolation", "Isolation between teams", "bench/isolation.py", ("--requests", "150", "--rounds", "2"), ()),
+    Benchmark("routing", "Routing with backoff", "bench/routing.py", ("--requests", "300", "--warmup", "200"), ()),
+    Benchmark("prompt_cache", "Prompt-cache optimizer", "bench/prompt_cache.py", (), ()),
+    Benchmark("semantic_cache", "Semantic cache through the proxy", "bench/semantic_cache.py",
+              ("--pairs", "300"), (), quick_timeout_s=300),
+    Benchmark("compression", "Prompt compression", "bench/compression.py",
+              ("--cases", "16", "--slow-cases", "4", "--sizes", "2000"), (), quick_timeout_s=240),
+    Benchmark("shared_state", "Shared state across replicas", "bench/shared_state.py",
+              ("--seconds", "8", "--requests", "500", "--outage-s", "4"), ()),
+    Benchmark("tracing_overhead", "OpenTelemetry tracing cost", "bench/tracing_overhead.py",
+              ("--requests", "200", "--rounds", "5000"), ()),
+    Benchmark("startup", "Time to ready", "bench/startup.py", ("--runs", "2"), ()),
+    Benchmark("engine_throughput", "Local engine: mixed traffic against HF", "bench/localengine/throughput.py",
+              ("--layers", "4", "--requests", "32"), (), quick_timeout_s=300),
+    Benchmark("spec_decode", "Speculative decoding (demo model, batch 1)", "bench/localengine/spec_decode.py",
+              ("--batch", "1", "--max-tokens", "128", "--repeats", "2"), ("--batch", "1", "4", "8")),
+    Benchmark("step_overhead", "Local engine: Python per step", "bench/localengine/step_overhead.py",
+              ("--models", "demo", "--baseline", "none", "--steps", "60", "--rounds", "1"), ("--baseline", "none")),
+)
+
+
+@dataclass(slots=True)
+class Outcome:
+    benchmark: Benchmark
+    command: str
+    load_before: float
+    load_after: float
+    seconds: float
+    returncode: int | None  # None: ran out of time
+    output: str
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.machine()}, Python {platform.python_version()}"
+
+
+def commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + (" with uncommitted changes" if dirty.strip() else "")
+
+
+def run(benchmark: Benchmark, full: bool) -> Outcome:
+    argv = benchmark.argv(full)
+    command = shlex.join([".venv/bin/python", benchmark.script, *argv[2:]])
+    timeout = benchmark.full_timeout_s if full else benchmark.quick_timeout_s
+    print(f"== {benchmark.name}: {command} (at most {timeout} s)", flush=True)
+    before, started = load_average(), time.monotonic()
+    try:
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        returncode: int | None = done.returncode
+        output = done.stdout + (f"\n[stderr]\n{done.stderr}" if done.returncode and done.stderr else "")
+    except subprocess.TimeoutExpired as exc:
+        returncode = None
+        output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    outcome = Outcome(benchmark, command, before, load_average(), time.monotonic() - started, returncode, output)
+    print(f"   {status(outcome)} in {outcome.seconds:.0f} s, load {outcome.load_before:.1f} -> {outcome.load_after:.1f}", flush=True)
+    return outcome
+
+
+def status(outcome: Outcome) -> str:
+    if outcome.returncode is None:
+        return "TIMED OUT"
+    return "ok" if outcome.returncode == 0 else f"FAILED (exit {outcome.returncode})"
+
+
+def loaded(outcome: Outcome) -> bool:
+    return max(outcome.load_before, outcome.load_after) > (os.cpu_count() or 1) / 2
+
+
+def block(outcome: Outcome, full: bool, when: str, revision: str) -> str:
+    """One benchmark's results, between its own markers so that `--only` replaces just its block."""
+    mark = " — **loaded**" if loaded(outcome) else ""
+    tail = outcome.output.rstrip().splitlines()[-TAIL_LINES:]
+    return "\n".join([
+        f"<!-- bench:{outcome.benchmark.name} -->",
+        f"### {outcome.benchmark.feature}",
+        "",
+        f"`{outcome.command}` ({'--full' if full else '--quick'}, {when}, commit {revision}): {status(outcome)} in "
+        f"{outcome.seconds:.0f} s, load average {outcome.load_before:.1f} → {outcome.load_after:.1f}{mark}",
+        "",
+        "```",
+        *(tail or ["(no output)"]),
+        "```",
+        f"<!-- /bench:{outcome.benchmark.name} -->",
+    ])
+
+
+def blocks_in(section: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for benchmark in BENCHMARKS:
+        opening, closing = f"<!-- bench:{benchmark.name} -->", f"<!-- /bench:{benchmark.name} -->"
+        if opening in section and closing in section:
+            found[benchmark.name] = opening + section.split(opening, 1)[1].split(closing, 1)[0] + closing
+    return found
+
+
+def render(outcomes: list[Outcome], full: bool, previous: dict[str, str]) -> str:
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    revision = commit()
+    fresh = {outcome.benchmark.name: block(outcome, full, when, revision) for outcome in outcomes}
+    blocks = [fresh.get(b.name) or previous.get(b.name) or f"<!-- bench:{b.name} -->\n### {b.feature}\n\nnot run yet\n<!-- /bench:{b.name} -->"
+              for b in BENCHMARKS]
+    intro = (f"Machine: {machine()}. A figure marked **loaded** was taken while the load average was above half "
+             "the cores: read its ratios, not its absolute times, and expect noise.")
+    return "\n\n".join([BEGIN, intro, *blocks, END])
+
+
+def write(outcomes: list[Outcome], full: bool) -> None:
+    text = DOCS.read_text()
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        old, tail = rest.split(END, 1)
+        text = head + render(outcomes, full, blocks_in(old)) + tail
+    else:  # first run: the generated results go right after the page's introduction
+        title, _, body = text.partition("\n## ")
+        text = f"{title.rstrip()}\n\n## Results from `python -m bench all`\n\n{render(outcomes, full, {})}\n\n## {body}"
+    DOCS.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=("all", "list"))
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small runs, about 15 minutes on 2 cores (the default)")
+    size.add_argument("--full", action="store_true", help="the sizes the docs quote")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run these benchmarks only (see `list`)")
+    parser.add_argument("--no-write", action="store_true", help="print, but leave docs/benchmarks.md alone")
+    args = parser.parse_args()
+    if args.command == "list":
+        for benchmark in BENCHMARKS:
+            print(f"{benchmark.name:20} {benchmark.feature}  ({benchmark.script})")
+        return
+    chosen = [b for b in BENCHMARKS if not args.only or b.name in args.only]
+    unknown = set(args.only or ()) - {b.name for b in BENCHMARKS}
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; `python -m bench list` names them")
+    outcomes = [run(benchmark, args.full) for benchmark in chosen]
+    if args.no_write:
+        print(render(outcomes, args.full, {}))
+    else:
+        write(outcomes, args.full)
+        print(f"rewrote the results in {DOCS.relative_to(ROOT)}")
+    if any(outcome.returncode != 0 for outcome in outcomes):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
