@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admin import AdminKey, admin_guard
 from gateway.passthrough import make_passthrough_handler
-from gateway.proxy import make_handler, team_key
+from gateway.proxy import authenticate, make_handler
 from gateway.ui import ui_handlers
 from sdk import live_stats, tracing
 from sdk.errors import AuthenticationError, InvalidRequestError, NotFoundError, SlipstreamError, UpstreamHTTPError
@@ -92,7 +92,7 @@ def create_app(
 
     def team_of(request: Request) -> TeamRuntime:
         """The caller's team; an unknown key raises AuthenticationError (answered by `_answer_error`)."""
-        return registry.authenticate(team_key(list(request.scope["headers"])))[0]
+        return authenticate(registry, request.scope)[0]
 
     @get("/v1/models")
     async def models(request: Request) -> Response[bytes]:

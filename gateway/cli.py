@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from gateway.edge import EdgeLimits
 from sdk.errors import PolicyError
 from sdk.extras import missing_extras
 from sdk.policy import load_policies, policy_files
@@ -24,11 +25,9 @@ def _default_policy_dir() -> Path:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.admin import ENV as ADMIN_KEY_ENV
     from gateway.app import SERVE_PATHS_ENV, create_app
-    from gateway.serving import fixed_key_warnings, port_problem
+    from gateway.serving import admin_key_from, file_limit_warning, fixed_key_warnings, port_problem, run_server, server_config
     from sdk.access_log import ENV as ACCESS_LOG_ENV
     from sdk.state import STATE_URL_ENV, open_state
     from sdk.tracing.setup import EXPORT_VAR as TRACE_EXPORT_ENV
@@ -40,6 +39,13 @@ def _serve(args: argparse.Namespace) -> int:
               f"{args.workers} ways (each worker counts alone). Give --state-url redis://HOST:PORT/DB (or ${STATE_URL_ENV}) "
               "to share them, or --local-state to accept per-worker state.", file=sys.stderr)
         return 2
+    try:
+        admin_key, argv_warning = admin_key_from(args.admin_key, args.admin_key_file)
+    except OSError as exc:
+        print(f"slipstream: cannot read --admin-key-file: {exc}", file=sys.stderr)
+        return 2
+    if argv_warning:
+        print(f"slipstream: warning: {argv_warning}", file=sys.stderr, flush=True)
     if args.access_log:
         os.environ[ACCESS_LOG_ENV] = args.access_log  # workers inherit it; sdk/access_log.py reads it
     # With tracing on, the proxy encodes and sends spans in a child process, off the serving one's
@@ -50,7 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
             served = [policy for policy in load_policies(paths).values() if policy.resolved_keys()]
             kind = open_state(state_url or "").kind
         else:
-            app = create_app(paths, state_url=state_url or "", admin_key=args.admin_key)
+            app = create_app(paths, state_url=state_url or "", admin_key=admin_key)
             served, kind = [team.policy for team in app.state.registry.teams.values()], app.state.registry.services.state().kind
     except PolicyError as exc:
         print(f"slipstream: cannot serve these policies:\n{exc}", file=sys.stderr)
@@ -61,22 +67,24 @@ def _serve(args: argparse.Namespace) -> int:
     if problem := port_problem(args.host, args.port):  # after the policies (their errors come first), before "serving"
         print(f"slipstream: {problem}", file=sys.stderr)
         return 1
-    for warning in fixed_key_warnings(args.host, served):
+    edge = EdgeLimits(max_header_bytes=args.max_header_bytes, header_timeout_s=args.header_timeout,
+                      max_connections=args.max_connections)
+    for warning in [*fixed_key_warnings(args.host, served), *filter(None, [file_limit_warning(edge)])]:
         print(f"slipstream: warning: {warning}", file=sys.stderr, flush=True)
     teams = ", ".join(sorted(policy.team for policy in served))
     print(f"slipstream: serving teams {teams} on http://{args.host}:{args.port}; state: {kind}"
           + (f" ({args.workers} workers)" if args.workers > 1 else "")
           + " (GET /readyz answers 200 once the models the policies need are loaded)", flush=True)
-    options = dict(host=args.host, port=args.port, loop="uvloop", http="httptools", log_level="warning", access_log=False)
     if args.workers > 1:
         # Each worker process builds its own app from the environment (uvicorn imports the factory).
         os.environ[SERVE_PATHS_ENV] = os.pathsep.join(map(str, paths))
         os.environ[STATE_URL_ENV] = state_url or ""
-        if args.admin_key:
-            os.environ[ADMIN_KEY_ENV] = args.admin_key  # each worker's app reads it (gateway/admin.py)
-        uvicorn.run("gateway.app:app_from_env", factory=True, workers=args.workers, **options)
+        if admin_key:
+            os.environ[ADMIN_KEY_ENV] = admin_key  # each worker's app reads it (gateway/admin.py)
+        config = server_config("gateway.app:app_from_env", edge, factory=True, workers=args.workers, host=args.host, port=args.port)
     else:
-        uvicorn.run(app, **options)
+        config = server_config(app, edge, host=args.host, port=args.port)
+    run_server(config)
     return 0
 
 
@@ -182,8 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--local-state", action="store_true", help="with --workers: let each worker keep its own state")
     serve.add_argument("--access-log", choices=("off", "text", "json"),
                        help="one line per request on stderr (default: $SLIPSTREAM_ACCESS_LOG, else off)")
-    serve.add_argument("--admin-key", help="guards /metrics and opens the status page /ui: send 'Authorization: Bearer KEY', "
-                       "or sign in at /ui (default: $SLIPSTREAM_ADMIN_KEY)")
+    admin = serve.add_mutually_exclusive_group()
+    admin.add_argument("--admin-key-file", type=Path, help="a file holding the admin key, which guards /metrics and opens the "
+                       "status page /ui: send 'Authorization: Bearer KEY', or sign in at /ui (default: $SLIPSTREAM_ADMIN_KEY)")
+    admin.add_argument("--admin-key", help="the admin key itself (warned about: visible to every user in the process list; "
+                       "prefer $SLIPSTREAM_ADMIN_KEY or --admin-key-file)")
+    serve.add_argument("--max-connections", type=int, default=EdgeLimits.max_connections,
+                       help="open client connections per process; past it the oldest one still sending its request head is closed")
+    serve.add_argument("--header-timeout", type=float, default=EdgeLimits.header_timeout_s,
+                       help="seconds a client has to send a request's line and headers (408 after)")
+    serve.add_argument("--max-header-bytes", type=int, default=EdgeLimits.max_header_bytes,
+                       help="size of a request's line and headers together (431 above)")
     serve.set_defaults(run=_serve)
 
     emulate = commands.add_parser("emulate", help="run the Anthropic + OpenAI emulator", formatter_class=formatter)

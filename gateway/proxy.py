@@ -13,10 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gateway.refusals import auth_failure, client_address
 from sdk.errors import AuthenticationError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError, error_body
 from sdk.pipeline import RequestContext
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
-from sdk.runtime import TeamRegistry, slipstream_headers, upstream_error_headers
+from sdk.runtime import TeamRegistry, TeamRuntime, slipstream_headers, upstream_error_headers
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
 from sdk.unexpected import unexpected_error
 
@@ -50,6 +51,21 @@ def team_key(headers: list[tuple[bytes, bytes]]) -> str | None:
             raise AuthenticationError("two different team keys in one request: send one key, in one header")
         found = key or found
     return found
+
+
+def authenticate(registry: TeamRegistry, scope: Scope) -> tuple[TeamRuntime, str]:
+    """The caller's team and key id. A missing, unknown or doubled key is counted and logged
+    (rate-limited per client address: gateway/refusals.py) before it is refused."""
+    try:
+        key = team_key(scope["headers"])
+    except AuthenticationError:
+        auth_failure("team", "two_keys", client_address(scope), scope["path"])
+        raise
+    try:
+        return registry.authenticate(key)
+    except AuthenticationError:
+        auth_failure("team", "invalid" if key else "missing", client_address(scope), scope["path"])
+        raise
 
 
 async def _read_body(receive: Receive, headers: list[tuple[bytes, bytes]], limit: int) -> bytes:
@@ -107,7 +123,7 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
         headers = scope["headers"]
         team_name: str | None = None
         try:
-            team, key_id = registry.authenticate(team_key(headers))
+            team, key_id = authenticate(registry, scope)
             team_name = team.team
             if scope["method"] != "POST":
                 raise SlipstreamError(f"{scope['method']} is not allowed on {scope['path']}: use POST", status=405)

@@ -1,13 +1,61 @@
-"""Checks `slipstream serve` makes before it says it is serving: the port is free, and a policy's
-fixed team key is not exposed beyond this machine without a word."""
+"""How `slipstream serve` runs: the checks it makes before it says it is serving (the port is free, a
+policy's fixed team key is not exposed beyond this machine without a word, the admin key is not in
+argv), and the uvicorn server with the edge limits (gateway/edge.py) that tests start the same way."""
 
 from __future__ import annotations
 
 import ipaddress
+import resource
 import socket
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
+import uvicorn
+from uvicorn.supervisors import Multiprocess
+
+from gateway.edge import EdgeConfig, EdgeLimits
 from sdk.policy import Policy
+
+# What every server of the proxy runs with, `slipstream serve` and gateway/testing.py alike.
+SERVER_OPTIONS: dict[str, Any] = {"loop": "uvloop", "log_level": "warning", "access_log": False}
+_SPARE_FDS = 256  # beyond the client connections: upstream connections, files, Redis, the log
+
+
+def server_config(app: Any, edge: EdgeLimits, **options: Any) -> EdgeConfig:
+    return EdgeConfig(app, edge, **{**SERVER_OPTIONS, **options})
+
+
+def run_server(config: EdgeConfig) -> None:
+    """`uvicorn.run`, with our config class: one process, or `config.workers` sharing one socket."""
+    if config.workers > 1:
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+    else:
+        uvicorn.Server(config).run()
+
+
+def file_limit_warning(edge: EdgeLimits) -> str | None:
+    """Raise the open-file limit to fit the connection cap (up to the hard limit); say so when it cannot."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = edge.max_connections + _SPARE_FDS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        return (f"the open-file limit ({soft}) is below --max-connections {edge.max_connections} plus {_SPARE_FDS} spare: "
+                "past it new connections fail at accept; raise `ulimit -n` or lower --max-connections")
+    return None
+
+
+def admin_key_from(given: str | None, file: Path | None) -> tuple[str | None, str | None]:
+    """The admin key from `--admin-key-file` (its first line) or `--admin-key`, and a warning for the
+    latter: a command line is visible to every user of the machine (`ps`, /proc/PID/cmdline)."""
+    if file is not None:
+        return file.read_text().strip() or None, None
+    if given is not None:
+        return given, ("--admin-key puts the admin key in the command line, where any user of this machine can read it "
+                       "(ps, /proc); give it as $SLIPSTREAM_ADMIN_KEY or --admin-key-file PATH instead")
+    return None, None
 
 
 def port_problem(host: str, port: int) -> str | None:

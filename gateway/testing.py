@@ -17,6 +17,9 @@ from typing import Any
 
 import uvicorn
 
+from gateway.edge import EdgeLimits
+from gateway.serving import server_config
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
@@ -33,9 +36,11 @@ class RunningServer:
 
 @contextlib.contextmanager
 def serve_in_thread(
-    app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: str = "auto", startup_timeout_s: float = 10.0
+    app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: str = "auto", startup_timeout_s: float = 10.0,
+    edge: EdgeLimits | None = None,
 ) -> Iterator[RunningServer]:
-    """Serve `app` with uvicorn (uvloop + httptools) on `host:port` (0: a free port) until the block exits.
+    """Serve `app` on `host:port` (0: a free port) until the block exits, with the server `slipstream serve`
+    runs (uvloop, httptools with the edge limits: gateway/serving.py), default limits unless `edge`.
 
     The socket is bound here and handed to uvicorn, so the port is ours before the server starts.
     """
@@ -43,9 +48,7 @@ def serve_in_thread(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, loop="uvloop", http="httptools", log_level="warning", access_log=False, lifespan=lifespan, timeout_graceful_shutdown=1
-    )
+    config = server_config(app, edge or EdgeLimits(), lifespan=lifespan, timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn:{bound}", daemon=True)
     thread.start()
@@ -64,12 +67,14 @@ def serve_in_thread(
 
 @contextlib.contextmanager
 def running_proxy(
-    policy_paths: list[str | Path], *, watch_interval_s: float | None = 0.2, state_url: str | None = None, port: int = 0
+    policy_paths: list[str | Path], *, watch_interval_s: float | None = 0.2, state_url: str | None = None, port: int = 0,
+    edge: EdgeLimits | None = None,
 ) -> Iterator[RunningServer]:
     """The Slipstream proxy for the given policies, on a free loopback port (or `port`)."""
     from gateway.app import create_app
 
-    with serve_in_thread(create_app(policy_paths, watch_interval_s=watch_interval_s, state_url=state_url), port=port) as running:
+    app = create_app(policy_paths, watch_interval_s=watch_interval_s, state_url=state_url)
+    with serve_in_thread(app, port=port, edge=edge) as running:
         yield running
 
 

@@ -5,20 +5,31 @@ POSTed once to `/ui/login` (never in a URL, where history, logs and Referer head
 and the answer sets `slipstream_ui`, an HttpOnly, SameSite=Strict cookie scoped to `/ui` holding a
 session token derived from the key (gateway/admin.py:AdminKey.session_token), valid for 12 hours.
 Without a configured admin key the page is closed: it names teams and their traffic.
+
+Logout revokes the token on the server, not only in the browser: a flag named after the token's
+digest, raised in the state backend until the token's expiry (so every worker and, over Redis,
+every replica refuses it; the others at their next state sync). A copied cookie stops working.
 """
 
 from __future__ import annotations
+
+import hashlib
+import time
 
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
 from litestar.handlers.base import BaseRouteHandler
 
 from gateway.admin import AdminKey
+from gateway.refusals import client_address
 from sdk.errors import AuthenticationError, SlipstreamError
+from sdk.state.backend import StateBackend
 
 COOKIE = "slipstream_ui"
 SESSION_TTL_S = 12 * 3600
-NO_ADMIN_KEY = "the status page needs an admin key: start the proxy with --admin-key KEY or set SLIPSTREAM_ADMIN_KEY"
+LOGIN_FORM_MAX_BYTES = 4096  # the form holds one key: a bigger body is refused (413) before it is read
+NO_ADMIN_KEY = ("the status page needs an admin key: start the proxy with SLIPSTREAM_ADMIN_KEY set "
+                "or --admin-key-file PATH")
 
 
 class NoAdminKey(SlipstreamError):
@@ -32,9 +43,33 @@ def authorize(connection: ASGIConnection) -> None:
         raise NoAdminKey(NO_ADMIN_KEY)
     authorization = connection.headers.get("authorization")
     if authorization is not None:  # a header, when sent, must be right: no falling back to the cookie
-        admin.check(authorization)
-    elif not admin.check_session(connection.cookies.get(COOKIE)):
+        admin.check(authorization, client_address(connection.scope), connection.scope["path"])
+    elif not _live_session(admin, _state(connection), connection.cookies.get(COOKIE)):
         raise AuthenticationError("the status page needs the admin key: sign in at /ui, or send 'Authorization: Bearer ADMIN_KEY'")
+
+
+def _state(connection: ASGIConnection) -> StateBackend:
+    state: StateBackend = connection.app.state.registry.services.state()
+    return state
+
+
+def _revocation_flag(token: str) -> str:
+    return "ui-logout:" + hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
+def _live_session(admin: AdminKey, state: StateBackend, token: str | None) -> bool:
+    if token is None or not admin.check_session(token):
+        return False
+    return state.flags().get(_revocation_flag(token), 0.0) <= time.time()
+
+
+async def revoke_session(connection: ASGIConnection) -> None:
+    """End the caller's session for every worker and replica (a no-op without a valid one: only the
+    holder of a session can raise its flag, so the flags cannot be flooded)."""
+    admin: AdminKey = connection.app.state.admin_key
+    token = connection.cookies.get(COOKIE)
+    if token is not None and admin.check_session(token):
+        await _state(connection).set_flag(_revocation_flag(token), float(token.partition(".")[0]))
 
 
 def ui_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:

@@ -14,10 +14,20 @@ from litestar.params import PathParameter
 from litestar.response import Redirect
 
 from gateway.admin import AdminKey
+from gateway.refusals import client_address
 from gateway.ui import page
-from gateway.ui.auth import NO_ADMIN_KEY, NoAdminKey, authorize, cleared_cookie, session_cookie, ui_guard
+from gateway.ui.auth import (
+    LOGIN_FORM_MAX_BYTES,
+    NO_ADMIN_KEY,
+    NoAdminKey,
+    authorize,
+    cleared_cookie,
+    revoke_session,
+    session_cookie,
+    ui_guard,
+)
 from gateway.ui.data import Status, gather
-from sdk.errors import AuthenticationError, NotFoundError
+from sdk.errors import AuthenticationError, NotFoundError, RateLimitedError
 from sdk.runtime import TeamRegistry
 from sdk.state.backend import StateBackend
 
@@ -34,8 +44,8 @@ PAGE_HEADERS = {
 }
 
 
-def _html(body: str, status_code: int = 200) -> Response[str]:
-    return Response(body, status_code=status_code, media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+def _html(body: str, status_code: int = 200, headers: dict[str, str] | None = None) -> Response[str]:
+    return Response(body, status_code=status_code, media_type="text/html; charset=utf-8", headers={**PAGE_HEADERS, **(headers or {})})
 
 
 def status_json(status: Status) -> dict[str, Any]:
@@ -74,19 +84,25 @@ def ui_handlers(registry: TeamRegistry, state: StateBackend) -> list[HTTPRouteHa
             raise NotFoundError(f"/ui/static/{name} is not one of the page's files")
         return Response(found[0], media_type=found[1], headers={"cache-control": "private, max-age=3600"})
 
-    @post("/ui/login", status_code=303)
+    @post("/ui/login", status_code=303, request_max_body_size=LOGIN_FORM_MAX_BYTES)
     async def ui_login(request: Request) -> Response[str]:
         admin: AdminKey = request.app.state.admin_key
         if not admin.required:
             return _html(page.closed_page(NO_ADMIN_KEY), 403)
-        form = await request.form()
-        given = form.get("key")
-        if not isinstance(given, str) or not admin.accepts(given):
+        source, path = client_address(request.scope), request.scope["path"]
+        try:
+            admin.refuse_if_throttled(source, path)  # before the body is read
+            given = (await request.form()).get("key")
+            admin.verify(given if isinstance(given, str) else "", source, path)
+        except AuthenticationError:
             return _html(page.login_page("That is not the admin key."), 401)
+        except RateLimitedError as exc:
+            return _html(page.login_page(exc.message), 429, exc.headers)
         return Redirect("/ui", status_code=303, cookies=[session_cookie(admin, request.url.scheme == "https")])
 
-    @post("/ui/logout", status_code=303, sync_to_thread=False)
-    def ui_logout(request: Request) -> Response[str]:
+    @post("/ui/logout", status_code=303, request_max_body_size=LOGIN_FORM_MAX_BYTES)
+    async def ui_logout(request: Request) -> Response[str]:
+        await revoke_session(request)
         return Redirect("/ui", status_code=303, cookies=[cleared_cookie(request.url.scheme == "https")])
 
     return [ui_page, ui_data, ui_static, ui_login, ui_logout]
