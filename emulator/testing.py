@@ -57,8 +57,9 @@ class RunningEmulator:
         """Move the emulator's cache clock forward (TTL expiry tests)."""
         self.app.state.clock_offset += seconds
 
-    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 5.0) -> dict[str, Any]:
-        """Poll stats until `pred(stats)` holds; returns the stats or raises AssertionError."""
+    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 30.0) -> dict[str, Any]:
+        """Poll stats until `pred(stats)` holds; returns the stats or raises AssertionError. The wait
+        ends at the event: the timeout only turns a hang into a failure, far above a loaded machine's delays."""
         deadline = time.monotonic() + timeout
         while True:
             s = self.stats()

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from sdk.providers.upstream import close_upstream_for_running_loop
+from tests.helpers import skip_without_extra
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Every run starts from an empty data folder (response cache, response store, embedding caches):
@@ -32,6 +33,7 @@ def emulator() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def embedder():
     """One real MiniLM for the whole session (cache, compression and shared-state tests)."""
+    skip_without_extra("semantic")
     from sdk.embedding import Embedder
 
     model = Embedder()
@@ -42,6 +44,7 @@ def embedder():
 @pytest.fixture(scope="session")
 def cache_embedder():
     """The response cache's MiniLM, with the shipped QQP adapter merged in (one for the session)."""
+    skip_without_extra("semantic")
     from sdk.embedding import Embedder
 
     model = Embedder.for_cache()

@@ -1,8 +1,32 @@
-"""Helpers shared by test folders."""
+"""Helpers shared by test folders: policies against the emulator, skips that name what is missing,
+and the few bounds a test may put on time."""
 
 from __future__ import annotations
 
+import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from sdk.extras import missing_extra_message
+
+T = TypeVar("T")
+
+# What a polling wait allows before it gives up. The condition is an event (a counter reached, a
+# reload seen), so the wait costs only as long as the event takes; the bound only turns a hang into
+# a failure, and a loaded 2-core machine never comes near it.
+PATIENCE_S = 30.0
+
+# A stall injected where a test proves that something does NOT wait for it (a hedge, a fallback, a
+# deadline, a cancel): far longer than PATIENCE_S, so waiting for the stall can only fail the test.
+STALL_MS = 120_000
+
+# A bound on "did not wait behind X" is this many times what the same step took just before, on
+# the same machine under the same load (the behaviour it guards against costs seconds, not ms).
+LOAD_FACTOR = 25.0
 
 
 def write_policy(directory: Path, team: str, key: str, emulator_url: str, extra: str = "", upstream_key: str | None = None) -> Path:
@@ -25,3 +49,66 @@ routes:
 {extra}"""
     )
     return path
+
+
+# --- skips that say what to install ------------------------------------------------------------------
+
+
+def _missing(extras: tuple[str, ...]) -> str | None:
+    reasons = [message for extra in extras if (message := missing_extra_message(extra, "this test"))]
+    return "; ".join(reasons) or None
+
+
+def requires_extra(*extras: str) -> pytest.MarkDecorator:
+    """Mark a test (or a module, as `pytestmark`) to skip, naming the extra, where one is not installed."""
+    reason = _missing(extras)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def skip_without_extra(*extras: str) -> None:
+    """Skip the calling fixture, test or module (a conftest: its whole folder) without these extras."""
+    reason = _missing(extras)
+    if reason is not None:
+        pytest.skip(reason, allow_module_level=True)
+
+
+def skip_without_test_package(module: str) -> None:
+    """Skip without a package only the `test` extra brings (agent frameworks, selenium, ...)."""
+    pytest.importorskip(module, reason=f"{module} is not installed: pip install -e '.[test]'")
+
+
+def skip_without_binary(name: str, install: str) -> str:
+    """The path of `name` on PATH, or skip saying how to install it."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not on PATH: {install}", allow_module_level=True)
+    return path
+
+
+# --- waiting for events, and the rare bound on time ---------------------------------------------------
+
+
+def wait_until(condition: Callable[[], T], what: str, timeout_s: float = PATIENCE_S, every_s: float = 0.02) -> T:
+    """Poll until `condition()` is truthy and return it; fail naming `what` after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
+        time.sleep(every_s)
+
+
+def bound_from(baseline_s: float, floor_s: float = 1.0) -> float:
+    """The most a step may take when its point is "does not wait behind X": LOAD_FACTOR times what
+    the same step took just before (measured under the same load), and never less than floor_s."""
+    return max(floor_s, LOAD_FACTOR * baseline_s)
+
+
+def cpu_seconds(fn: Callable[..., T], *args: object) -> tuple[float, T]:
+    """The CPU time this thread spent in `fn(*args)`, and its result: a count of work done that
+    other processes on a loaded machine do not inflate, unlike the wall clock."""
+    started = time.thread_time()
+    result = fn(*args)
+    return time.thread_time() - started, result

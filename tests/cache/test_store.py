@@ -6,7 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sdk.cache.store import CacheStore, NewEntry, TeamLimits
+from tests.helpers import skip_without_extra
+
+skip_without_extra("semantic")  # faiss
+
+from sdk.cache.store import CacheStore, NewEntry, TeamLimits  # noqa: E402
 
 LIMITS = TeamLimits(ttl_s=60, max_entries=100, max_bytes=10**9)
 

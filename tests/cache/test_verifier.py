@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sdk.cache import qqp
-from sdk.cache.verifier import TUNED_WEIGHTS, WEIGHTS, Verifier
-from sdk.services import default_data_dir
+from tests.helpers import skip_without_extra
+
+skip_without_extra("semantic")  # faiss
+
+from sdk.cache import qqp  # noqa: E402
+from sdk.cache.verifier import TUNED_WEIGHTS, WEIGHTS, Verifier  # noqa: E402
+from sdk.services import default_data_dir  # noqa: E402
 
 
 @pytest.mark.timeout(300)  # a first run embeds ~2,300 questions: ~30 s on 2 quiet cores, minutes on a loaded machine

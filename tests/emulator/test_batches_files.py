@@ -9,6 +9,8 @@ import time
 import openai
 import pytest
 
+from tests.helpers import PATIENCE_S
+
 from .helpers import HTTP, OPENAI_HEADERS, post
 
 
@@ -18,7 +20,7 @@ def _line(cid: str, content: str, **body) -> str:
                                 **body}})
 
 
-def _wait(fetch, done, timeout: float = 5.0):
+def _wait(fetch, done, timeout: float = PATIENCE_S):
     deadline = time.monotonic() + timeout
     while True:
         obj = fetch()

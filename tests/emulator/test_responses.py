@@ -216,7 +216,8 @@ def test_faults_apply(oai, emu):
 
 @pytest.fixture(scope="module")
 def slow() -> RunningEmulator:
-    with running_emulator(EmulatorConfig(per_output_token_ms=5, default_output_tokens=200)) as e:
+    """Streams of 10 s, so a client leaves long before the end however loaded the machine."""
+    with running_emulator(EmulatorConfig(per_output_token_ms=5, default_output_tokens=2000)) as e:
         yield e
 
 

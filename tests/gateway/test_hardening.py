@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from statistics import median
 
 import httpx
 import openai
@@ -20,7 +21,7 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import RunningServer, free_port, running_proxy
-from tests.helpers import write_policy
+from tests.helpers import bound_from, write_policy
 
 KEY_A, KEY_B = "sk-hard-alpha", "sk-hard-beta"
 ALPHA = "prompt_cache: {enabled: true, reorder: true}\nretry: {max_attempts: 1}\n"
@@ -57,9 +58,20 @@ def _openai_error(response: httpx.Response) -> str:
 # --- availability -----------------------------------------------------------------------------------
 
 
+def _seconds(call: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
 def test_adversarial_system_prompt_does_not_stall_the_proxy(proxy):
     """A 16 KB system prompt of `req-req-…` took ~13 s in the volatility scan, on the loop; now milliseconds."""
     body = {"model": "gpt-4o", "messages": [{"role": "system", "content": "req-" * 4096}, *HELLO]}
+    # The same request with a system prompt of the same size and nothing adversarial, and /healthz,
+    # measured just before under the same load: the bounds below are relative to them.
+    plain = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Be terse. " * 1638}, *HELLO]}
+    baseline = median(_seconds(lambda: _post(proxy, "/v1/chat/completions", plain)) for _ in range(3))
+    healthz = median(_seconds(lambda: httpx.get(f"{proxy.url}/healthz", timeout=30)) for _ in range(5))
     stalls: list[float] = []
 
     def probe() -> None:
@@ -75,8 +87,8 @@ def test_adversarial_system_prompt_does_not_stall_the_proxy(proxy):
     assert _post(proxy, "/v1/chat/completions", body).status_code == 200
     took = time.perf_counter() - started
     prober.join()
-    assert took < 5.0, f"the adversarial request took {took:.1f}s"
-    assert max(stalls) < 3.0, f"/healthz waited {max(stalls):.2f}s behind it"
+    assert took < bound_from(baseline, floor_s=5.0), f"the adversarial request took {took:.1f}s (a plain one {baseline:.3f}s)"
+    assert max(stalls) < bound_from(healthz, floor_s=3.0), f"/healthz waited {max(stalls):.2f}s behind it ({healthz:.3f}s alone)"
 
 
 def test_large_requests_do_not_stall_other_teams(tmp_path, emulator):
@@ -92,6 +104,9 @@ def test_large_requests_do_not_stall_other_teams(tmp_path, emulator):
     stalls: list[float] = []
     done = threading.Event()
     with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+        small = {"model": "gpt-4o", "messages": HELLO}
+        alone = median(_seconds(lambda: _post(proxy, "/v1/chat/completions", small, key=KEY_B)) for _ in range(5))
+
         def probe() -> None:
             while not done.is_set():
                 started = time.perf_counter()
@@ -108,7 +123,8 @@ def test_large_requests_do_not_stall_other_teams(tmp_path, emulator):
         finally:
             done.set()
             prober.join()
-    assert max(stalls) < 1.0, f"team beta waited {max(stalls):.2f}s behind team alpha's large requests"
+    assert max(stalls) < bound_from(alone, floor_s=2.0), \
+        f"team beta waited {max(stalls):.2f}s behind team alpha's large requests ({alone:.3f}s alone)"
 
 
 def test_metric_labels_come_from_the_policy_only(proxy):

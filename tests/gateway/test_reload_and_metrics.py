@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import openai
@@ -11,9 +10,17 @@ import openai
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
-from tests.helpers import write_policy
+from tests.helpers import wait_until, write_policy
 
 MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def _accepted(client: openai.OpenAI) -> bool:
+    """Whether the proxy takes this client's key now (a reload makes it valid)."""
+    try:
+        return bool(client.chat.completions.create(model="gpt-4o", messages=MESSAGES).choices)
+    except openai.AuthenticationError:
+        return False
 
 
 def test_reload_on_change_keeps_in_flight_streams(tmp_path):
@@ -25,15 +32,8 @@ def test_reload_on_change_keeps_in_flight_streams(tmp_path):
             chunks = [next(iter(stream))]
             write_policy(tmp_path, "team", "sk-new", upstream.url)
             policy.touch()
-            deadline = time.monotonic() + 5
             new = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-new", max_retries=0)
-            while True:
-                try:
-                    new.chat.completions.create(model="gpt-4o", messages=MESSAGES)
-                    break
-                except openai.AuthenticationError:
-                    assert time.monotonic() < deadline, "the new key never became valid"
-                    time.sleep(0.05)
+            wait_until(lambda: _accepted(new), "the new key became valid")
             chunks.extend(stream)  # the stream that began under the old policy finishes
             assert chunks[-1].choices[0].finish_reason in ("stop", "length")
             try:
@@ -47,7 +47,8 @@ def test_invalid_reload_keeps_previous_policy(tmp_path, emulator):
     policy = write_policy(tmp_path, "team", "sk-keep", emulator.url)
     with running_proxy([tmp_path], watch_interval_s=0.05) as proxy:
         policy.write_text(policy.read_text() + "nonsense_key: 1\n")
-        time.sleep(0.3)
+        wait_until(lambda: 'slipstream_policy_reloads_total{outcome="error"}' in httpx.get(f"{proxy.url}/metrics").text,
+                   "the invalid edit was read and refused")
         client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-keep", max_retries=0)
         assert client.chat.completions.create(model="gpt-4o", messages=MESSAGES).choices
         assert 'slipstream_policy_reloads_total{outcome="error"}' in httpx.get(f"{proxy.url}/metrics").text
@@ -59,18 +60,10 @@ def test_unreadable_policy_does_not_end_the_watcher(tmp_path, emulator, caplog):
     good = policy.read_text()
     with running_proxy([tmp_path], watch_interval_s=0.05) as proxy:
         policy.write_bytes(good.encode() + b"# caf\xe9\n")
-        time.sleep(0.3)
-        assert "not UTF-8 text" in caplog.text
+        wait_until(lambda: "not UTF-8 text" in caplog.text, "the unreadable edit was logged")
         policy.write_text(good.replace("sk-first", "sk-second"))
         client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-second", max_retries=0)
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                assert client.chat.completions.create(model="gpt-4o", messages=MESSAGES).choices
-                break
-            except openai.AuthenticationError:
-                assert time.monotonic() < deadline, "the valid edit after the unreadable one was never loaded"
-                time.sleep(0.05)
+        wait_until(lambda: _accepted(client), "the valid edit after the unreadable one was loaded")
         assert 'slipstream_policy_reloads_total{outcome="error"}' in httpx.get(f"{proxy.url}/metrics").text
 
 
@@ -99,7 +92,7 @@ def test_concurrent_requests_through_proxy(tmp_path, emulator):
             try:
                 for _ in range(5):
                     client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
-            except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            except Exception as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=worker) for _ in range(8)]

@@ -10,18 +10,23 @@ import anthropic
 import httpx
 import openai
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
 
-from emulator.app import EmulatorConfig
-from emulator.testing import running_emulator
-from gateway.testing import running_proxy
-from sdk import otel_metrics, tracing
-from tests.routing.conftest import TWO_CLAUDES, policy_text
+from tests.helpers import PATIENCE_S, skip_without_extra
+
+skip_without_extra("otel")
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
+
+from emulator.app import EmulatorConfig  # noqa: E402
+from emulator.testing import running_emulator  # noqa: E402
+from gateway.testing import running_proxy  # noqa: E402
+from sdk import otel_metrics, tracing  # noqa: E402
+from tests.routing.conftest import TWO_CLAUDES, policy_text  # noqa: E402
 
 TEAM_KEY = "sk-routing"  # the keys policy_text writes
 HEDGED_KEY = "sk-hedged-team"
@@ -87,7 +92,7 @@ def traced(stack, exporter):
     return upstream, proxy
 
 
-def _request_spans(exporter: InMemorySpanExporter, count: int = 1, timeout_s: float = 3.0) -> list[ReadableSpan]:
+def _request_spans(exporter: InMemorySpanExporter, count: int = 1, timeout_s: float = PATIENCE_S) -> list[ReadableSpan]:
     """The finished request spans (no parent in this process), once `count` of them have ended."""
     deadline = time.monotonic() + timeout_s
     while True:

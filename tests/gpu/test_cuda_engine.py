@@ -15,7 +15,14 @@ import os
 import time
 
 import pytest
-import torch
+
+from tests.helpers import skip_without_extra
+
+skip_without_extra("engine")
+
+import torch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
 
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU on this machine: the GPU module runs only where one is present", allow_module_level=True)

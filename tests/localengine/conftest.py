@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import skip_without_extra
+
+skip_without_extra("engine")  # the whole folder: every test here loads torch and transformers
+
 # The Triton interpreter must be chosen before triton is first imported anywhere.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -13,6 +13,7 @@ import pytest
 
 from localengine.engine.async_engine import AsyncLLMEngine
 from localengine.server import create_app
+from tests.helpers import wait_until
 
 
 def free_port() -> int:
@@ -101,14 +102,20 @@ def test_models_metrics_and_errors(client, server):
 def test_client_disconnect_aborts_request(server):
     url, engine = server
     body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 200, "stream": True, "ignore_eos": True}
+    ran_to_the_end = _finished(url, "length")
     with httpx.stream("POST", url + "/v1/chat/completions", json=body) as res:
         next(res.iter_bytes())
     bm = engine.engine.block_manager
-    deadline = time.time() + 10
-    while (engine.engine.has_unfinished_requests() or bm.num_free_blocks != bm.num_blocks) and time.time() < deadline:
-        time.sleep(0.02)
-    assert not engine.engine.has_unfinished_requests()
-    assert bm.num_free_blocks == bm.num_blocks
+    wait_until(lambda: not engine.engine.has_unfinished_requests() and bm.num_free_blocks == bm.num_blocks,
+               "the request ended and its KV blocks were freed")
+    assert _finished(url, "length") == ran_to_the_end  # aborted, not generated to max_tokens
+
+
+def _finished(url: str, reason: str) -> float:
+    """The engine's count of requests finished for `reason` (vllm:request_success_total on /metrics)."""
+    lines = httpx.get(url + "/metrics").text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines
+               if line.startswith("vllm:request_success_total{") and f'finished_reason="{reason}"' in line)
 
 
 async def test_local_provider_over_http(server):

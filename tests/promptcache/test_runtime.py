@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from emulator.app import EmulatorConfig
@@ -10,6 +11,7 @@ from emulator.testing import running_emulator
 from sdk.promptcache import stats
 from sdk.runtime import slipstream_headers
 from sdk.types import Endpoint, LLMRequest
+from tests.helpers import bound_from
 
 STATIC = "You are the release assistant of ACME.\n" + "Follow the house style guide in every answer. " * 150
 
@@ -36,14 +38,14 @@ def body(turn: int, **extra) -> dict:
     return {"model": "claude-sonnet-5", "max_tokens": 8, "system": system(turn), "messages": conversation(turn + 1), **extra}
 
 
-async def test_reorder_moves_the_timestamp_and_the_conversation_reads_its_prefix(make_runtime):
+async def test_reorder_moves_the_timestamp_and_the_conversation_reads_its_prefix(make_runtime, fresh_emulator):
     runtime = make_runtime("{reorder: true}")
     reads = []
     for turn in range(3):
         answer, ctx, header = await ask(runtime, body(turn))
         reads.append((answer.usage.cache_read_tokens, ctx.prompt_cache.expected_read))
         assert "moved=1" in header and "miss_cause" not in header
-        sent = ctx.request.body
+        sent = json.loads(fresh_emulator.state.recent[-1]["body"])  # what the provider received
         assert "Current time" not in sent["system"][0]["text"]
         assert sent["messages"][-1]["content"][-1] == {"type": "text", "text": f"Current time: 2026-05-01T10:{turn:02d}:07Z"}
     assert reads[0] == (0, 0)
@@ -107,9 +109,13 @@ async def test_warm_then_fan_out_lets_siblings_read_the_first_write(make_runtime
             results = await asyncio.gather(*(ask(runtime, b) for b in bodies))
             return sorted(answer.usage.cache_read_tokens for answer, _, _ in results)
 
+        started = time.perf_counter()
         assert await fan(make_runtime("{}", url=slow.url)) == [0, 0, 0, 0]  # all parallel: all miss
+        parallel = time.perf_counter() - started
         slow.reset()
         started = time.perf_counter()
         reads = await fan(make_runtime("{warm_fanout: true}", url=slow.url))
         assert reads[0] == 0 and all(r > 2000 for r in reads[1:])
-        assert time.perf_counter() - started < 2.0
+        # Two rounds where the parallel fan-out took one (the siblings wait for the first write only),
+        # relative to that fan-out under the same load.
+        assert time.perf_counter() - started < bound_from(parallel, floor_s=2.0)

@@ -11,13 +11,17 @@ import openai
 import pytest
 
 import sdk
+from tests.helpers import skip_without_test_package
 from tests.responses.conftest import KEY
 
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
-from langchain_openai import ChatOpenAI
-from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai.models.openai import OpenAIResponsesModel as PydanticResponsesModel
-from pydantic_ai.providers.openai import OpenAIProvider
+for _framework in ("agents", "langchain_openai", "pydantic_ai"):
+    skip_without_test_package(_framework)
+
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+from pydantic_ai import Agent as PydanticAgent  # noqa: E402
+from pydantic_ai.models.openai import OpenAIResponsesModel as PydanticResponsesModel  # noqa: E402
+from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
 set_tracing_disabled(True)  # the SDK would otherwise export traces to OpenAI
 

@@ -8,12 +8,17 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import sdk
-from sdk import tracing
+from tests.helpers import PATIENCE_S, skip_without_extra
+
+skip_without_extra("otel")
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+
+import sdk  # noqa: E402
+from sdk import tracing  # noqa: E402
 
 
 @pytest.fixture
@@ -29,7 +34,7 @@ def caught() -> Iterator[tuple[InMemorySpanExporter, object]]:
 
 def _under(exporter: InMemorySpanExporter, parent: ReadableSpan, count: int = 1) -> list[ReadableSpan]:
     """The spans whose parent is `parent`, once `count` have ended (a stream's ends after the last read)."""
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + PATIENCE_S
     while True:
         found = [s for s in exporter.get_finished_spans() if s.parent is not None and s.parent.span_id == parent.context.span_id]
         if len(found) >= count or time.monotonic() > deadline:

@@ -9,14 +9,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from tests.helpers import skip_without_extra
 
-from sdk.tracing.emit import Sink
-from sdk.tracing.export_process import ProcessSink
-from sdk.tracing.otlp_encoding import encode
-from sdk.tracing.records import Parent, RequestTrace, SpanRecord
-from sdk.tracing.setup import resource
+skip_without_extra("otel")
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+
+from sdk.tracing.emit import Sink  # noqa: E402
+from sdk.tracing.export_process import ProcessSink  # noqa: E402
+from sdk.tracing.otlp_encoding import encode  # noqa: E402
+from sdk.tracing.records import Parent, RequestTrace, SpanRecord  # noqa: E402
+from sdk.tracing.setup import resource  # noqa: E402
 
 
 class Caught:

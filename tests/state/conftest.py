@@ -10,19 +10,40 @@ from pathlib import Path
 import pytest
 
 from gateway.testing import RedisServer, TlsFiles, redis_tls_missing, running_redis
+from tests.helpers import skip_without_extra
 
 
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[RedisServer]:
-    pytest.importorskip("redis")
+    """The module's Redis, shared by its tests: never stopped or paused by one (see `own_redis`)."""
+    skip_without_extra("redis")
     with running_redis() as server:
         yield server
 
 
 @pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis of this test's own, for a test that stops, restarts or pauses it: whatever the test
+    leaves it in, no other test sees it (a stopped shared server once failed the four after it)."""
+    skip_without_extra("redis")
+    with running_redis() as server:
+        yield server
+
+
+def prefixed_url(server: RedisServer) -> str:
+    """`server` under a key prefix of the calling test's own (tests never see each other's keys)."""
+    return f"{server.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=200"
+
+
+@pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
-    """The module's Redis, under a key prefix of this test's own (tests never see each other's keys)."""
-    return f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=200"
+    """The module's Redis, under a key prefix of this test's own."""
+    return prefixed_url(redis_server)
+
+
+@pytest.fixture
+def own_redis_url(own_redis: RedisServer) -> str:
+    return prefixed_url(own_redis)
 
 
 def _certificate(subject: str, key, issuer: str, issuer_key, *, ca: bool, server: bool = False):
@@ -74,7 +95,7 @@ def tls_files(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def tls_redis(tls_files) -> Iterator[RedisServer]:
     """A redis-server that speaks only TLS, wants a password and a client certificate signed by the CA."""
-    pytest.importorskip("redis")
+    skip_without_extra("redis")
     missing = redis_tls_missing()
     if missing:
         pytest.skip(f"no TLS-capable redis-server: {missing}")

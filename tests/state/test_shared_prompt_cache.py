@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import anthropic
 import openai
-import redis
 
-from gateway.testing import free_port, running_proxy
-from sdk.state.redis import split_url
-from tests.helpers import write_policy
+from tests.helpers import skip_without_extra, write_policy
+
+skip_without_extra("redis")
+
+import redis  # noqa: E402
+
+from gateway.testing import free_port, running_proxy  # noqa: E402
+from sdk.state.redis import split_url  # noqa: E402
 
 KEY = "sk-pc-shared"
 STATIC = "You are the support assistant.\n" + "Answer from the manual and cite the section. " * 150

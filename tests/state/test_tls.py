@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import anthropic
 import pytest
-import redis
 
-from gateway.testing import running_proxy
-from sdk.state import open_state
-from sdk.state.backend import Admission, Rate
-from sdk.state.redis import split_url
-from tests.helpers import write_policy
+from tests.helpers import skip_without_extra, write_policy
+
+skip_without_extra("redis")
+
+import redis  # noqa: E402
+
+from gateway.testing import running_proxy  # noqa: E402
+from sdk.state import open_state  # noqa: E402
+from sdk.state.backend import Admission, Rate  # noqa: E402
+from sdk.state.redis import split_url  # noqa: E402
 
 
 def tls_url(server, files, **options: str) -> str:
