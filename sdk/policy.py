@@ -165,6 +165,7 @@ class PromptCachePolicy(_Strict):
     canonicalize: bool = True  # sort keys of tool schemas and tool inputs
     learn_volatile: bool = True  # learn from traffic which system-prompt lines vary within a conversation
     openai_cache_key: bool = True  # set prompt_cache_key from team + stable prefix when the client did not
+    isolate: bool = False  # a per-team salt line leads the cached prefix: no cache entry is shared with another team
     warm_fanout: bool = False  # hold requests sharing a prefix being written until its writer's first byte
     fanout_max_wait_ms: Annotated[int, Field(gt=0, le=600_000)] = 5000
 

@@ -18,6 +18,7 @@ from sdk.policy import PromptCachePolicy
 from sdk.promptcache import stats
 from sdk.promptcache.blocks import Block, Layout, anthropic_layout, openai_layout
 from sdk.promptcache.canonicalize import canonicalize
+from sdk.promptcache.keys import gateway_key, salted
 from sdk.promptcache.ledger import (
     OPENAI_MIN,
     OPENAI_TTL_S,
@@ -134,6 +135,8 @@ class Optimizer:
         conversation = _conversation(body)
         canonicalized = body is not request.body
         findings, moved, body = self._volatility(protocol, body, conversation)
+        if self.config.isolate:  # the team's salt leads the prefix: no other team shares its cache entries
+            body = salted(protocol, body, self.team)
         if protocol is Protocol.ANTHROPIC:
             if self.config.breakpoints == "auto" and isinstance(body.get("system"), str) and body["system"]:
                 # Always the list form, so the prefix renders the same whether or not a marker lands on it.
@@ -148,7 +151,8 @@ class Optimizer:
                 volatile = any(not (moved and f.movable) for f in findings if not f.path.startswith("tools"))
                 # A stable digest (not Python's per-process hash): replicas and restarts must agree on the key.
                 suffix = _stable_digest(layout.blocks[: stable + 1]) if stable >= 0 and not volatile else "default"
-                body = {**body, "prompt_cache_key": f"slipstream-{self.team}-{suffix}"}
+                # Keyed with the server secret: another team can neither guess nor send it (keys.py).
+                body = {**body, "prompt_cache_key": gateway_key(self.team, suffix)}
             scope = ("openai", model, str(body.get("prompt_cache_key") or ""))
         if canonicalized:
             stats.CANONICALIZED.labels(self.team).inc()

@@ -33,6 +33,7 @@ from sdk.errors import RateLimitedError, SlipstreamError
 from sdk.estimate import StreamTally, input_tokens, output_limit
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
+from sdk.promptcache.keys import with_team_key
 from sdk.services import Services
 from sdk.spend import budget_check, cost_usd, periods, price_of, spend_record, worst_cost_usd
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend
@@ -107,6 +108,9 @@ class LimitsStage:
         return admission
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
+        # Every pipeline request passes here once its team is known: a client's own provider
+        # prompt_cache_key is namespaced to the team before anything else reads the body.
+        ctx.request = with_team_key(ctx.request, self.team)
         admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request))
         try:
             answer = await call_next(ctx)

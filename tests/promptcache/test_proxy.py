@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import httpx
 import openai
@@ -54,7 +56,8 @@ def test_openai_prompt_cache_key_and_streamed_usage(proxy, fresh_emulator):
     first = client.chat.completions.create(model="gpt-4o", messages=messages)
     assert first.usage.prompt_tokens_details.cached_tokens == 0
     sent = fresh_emulator.state.recent[-1]
-    assert "slipstream-pcproxy-" in str(sent)  # prompt_cache_key set from team + stable prefix
+    key = json.loads(sent["body"])["prompt_cache_key"]
+    assert key.startswith("slipstream-") and "pcproxy" not in key  # a keyed digest of team + stable prefix
     stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= 1024

@@ -226,6 +226,8 @@ def test_native_target_passes_body_and_bytes(proxy, fresh_emulator):
     raw = client.responses.with_raw_response.create(**request)
     ours, theirs = raw.http_response.json(), direct.responses.with_raw_response.create(**request).http_response.json()
     assert raw.headers["x-slipstream-route"] == "oai/o4-mini"
+    # The client's prompt_cache_key went upstream namespaced to its team (sdk/promptcache/keys.py): the echo shows that.
+    assert ours.pop("prompt_cache_key").startswith("team-") and theirs.pop("prompt_cache_key") == "fjords"
     assert _without_ids(ours) == _without_ids(theirs)  # what the provider sent, field for field
     assert ours["usage"]["output_tokens_details"]["reasoning_tokens"] == 8
     reasoning = next(item for item in ours["output"] if item["type"] == "reasoning")

@@ -1,0 +1,101 @@
+"""Provider prompt-cache keys and salts that no other team can guess or reuse.
+
+One organisation key serves every team, so the provider's prompt cache is shared by all of them.
+OpenAI routes cached prefixes by `prompt_cache_key`: the gateway's own key is a keyed digest (HMAC-
+SHA-256 with a server secret) of the team and its stable prefix, and a key the client sends is
+replaced by a digest of (team, that key), so a team can neither guess another team's key nor send
+it. `isolate` goes further: a per-team salt line leads the cached prefix, so identical prompts from
+two teams never share a provider cache entry (docs/prompt-cache.md, "Teams and the provider's cache").
+
+The secret is `SLIPSTREAM_SECRET` when set (replicas on several hosts set the same value), else 32
+random bytes created once under the data directory (`server-secret`, mode 0600), which every worker
+on the host shares. Replicas with different secrets still answer correctly; they only send the same
+prefix under different keys, so the provider caches it once per replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sdk.types import Endpoint, LLMRequest, Protocol
+
+SECRET_ENV = "SLIPSTREAM_SECRET"
+_FILE = "server-secret"
+_KEYED = (Endpoint.CHAT_COMPLETIONS, Endpoint.RESPONSES)  # the endpoints whose bodies carry prompt_cache_key
+log = logging.getLogger("slipstream.prompt_cache")
+_secret: bytes | None = None
+
+
+def server_secret(data_dir: Path | None = None) -> bytes:
+    """The server secret: $SLIPSTREAM_SECRET, else the data directory's (created on first use)."""
+    global _secret
+    if _secret is not None:
+        return _secret
+    value = os.environ.get(SECRET_ENV)
+    if value:
+        _secret = value.encode()
+        return _secret
+    from sdk.services import default_data_dir
+
+    path = (data_dir or default_data_dir()) / _FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        _secret = path.read_bytes()
+    else:  # the first process on this host: every worker after it reads the same bytes
+        with os.fdopen(fd, "wb") as file:
+            file.write(secrets.token_bytes(32))
+        _secret = path.read_bytes()
+    if os.environ.get("SLIPSTREAM_STATE_URL"):
+        log.warning("%s is not set: replicas on other hosts derive other prompt-cache keys (set the same %s on every replica)",
+                    SECRET_ENV, SECRET_ENV)
+    return _secret
+
+
+def _digest(*parts: str, length: int = 32) -> str:
+    return hmac.new(server_secret(), "\x00".join(parts).encode(), hashlib.sha256).hexdigest()[:length]
+
+
+def gateway_key(team: str, prefix_digest: str) -> str:
+    """The key the gateway sets when the client sent none: stable per (team, stable prefix), unguessable."""
+    return f"slipstream-{_digest('gateway', team, prefix_digest)}"
+
+
+def team_key(team: str, client_key: str) -> str:
+    """A client's own key, namespaced to its team: the same key from another team lands elsewhere."""
+    return f"team-{_digest('client', team, client_key)}"
+
+
+def team_salt(team: str) -> str:
+    """The line that leads an isolated team's cached prefix (about 12 cl100k tokens)."""
+    return f"[cache scope {_digest('salt', team, length=16)}]"
+
+
+def with_team_key(request: LLMRequest, team: str) -> LLMRequest:
+    """`request` with a client-sent `prompt_cache_key` namespaced to `team` (others unchanged)."""
+    if request.endpoint not in _KEYED:
+        return request
+    key = request.body.get("prompt_cache_key")
+    if not isinstance(key, str) or not key:
+        return request
+    return replace(request, body={**request.body, "prompt_cache_key": team_key(team, key)})
+
+
+def salted(protocol: Protocol, body: dict[str, Any], team: str) -> dict[str, Any]:
+    """`body` with the team's salt leading its system prompt (Anthropic: the first system block;
+    OpenAI: a system message before the others), so its cached prefixes are the team's alone. The
+    tools, which Anthropic caches ahead of the system prompt, are not salted (docs/prompt-cache.md)."""
+    salt = team_salt(team)
+    if protocol is Protocol.ANTHROPIC:
+        system = body.get("system")
+        blocks = [{"type": "text", "text": system}] if isinstance(system, str) and system else list(system or [])
+        return {**body, "system": [{"type": "text", "text": salt}, *blocks]}
+    return {**body, "messages": [{"role": "system", "content": salt}, *(body.get("messages") or [])]}

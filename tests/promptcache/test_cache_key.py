@@ -1,0 +1,107 @@
+"""Provider prompt caches with one organisation key shared by two teams (issue 25, item 6).
+
+- The gateway's own `prompt_cache_key` is a keyed digest: it names no team and another team that
+  sends it as its own key does not land on the first team's cache entries.
+- A client's own `prompt_cache_key` is namespaced to its team.
+- Without `isolate`, an identical long Anthropic prompt reads another team's cache (the documented
+  oracle); with `prompt_cache: {isolate: true}` it does not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from emulator.app import EmulatorConfig
+from emulator.testing import RunningEmulator, running_emulator
+from gateway.testing import running_proxy
+from sdk.promptcache import keys
+from tests.helpers import write_policy
+
+SHARED_KEY = "org-key-shared-by-every-team"
+ALPHA, BETA = "sk-team-alpha-pc", "sk-team-beta-pc"
+SYSTEM = "You are the support assistant of ACME. " + " ".join(f"Policy {i}: answer from the manual, section {i}." for i in range(300))
+QUESTION = [{"role": "user", "content": "How do I reset the pump controller?"}]
+
+
+@pytest.fixture(scope="module")
+def emu() -> Iterator[RunningEmulator]:
+    with running_emulator(EmulatorConfig(api_keys=frozenset({SHARED_KEY}))) as running:
+        yield running
+
+
+def _teams(directory: Path, emu: RunningEmulator, extra: str = "") -> Path:
+    for team, key in (("alpha", ALPHA), ("beta", BETA)):
+        write_policy(directory, team, key, emu.url, extra="retry: {max_attempts: 1}\n" + extra, upstream_key=SHARED_KEY)
+    return directory
+
+
+def _sent_key(emu: RunningEmulator) -> str:
+    return json.loads(emu.state.recent[-1]["body"])["prompt_cache_key"]
+
+
+def test_keys_are_keyed_digests_namespaced_by_team(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keys, "_secret", b"one secret")
+    ours = keys.gateway_key("alpha", "abcd")
+    assert ours.startswith("slipstream-") and "alpha" not in ours and ours != keys.gateway_key("beta", "abcd")
+    assert keys.team_key("alpha", "shared") != keys.team_key("beta", "shared")
+    assert keys.team_key("alpha", "shared") == keys.team_key("alpha", "shared")  # stable: the provider keeps routing it
+    monkeypatch.setattr(keys, "_secret", b"another secret")
+    assert keys.gateway_key("alpha", "abcd") != ours  # unguessable without the server's secret
+
+
+def test_the_secret_is_created_once_under_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(keys.SECRET_ENV, raising=False)
+    monkeypatch.setattr(keys, "_secret", None)
+    first = keys.server_secret(tmp_path)
+    monkeypatch.setattr(keys, "_secret", None)
+    assert keys.server_secret(tmp_path) == first and len(first) == 32
+    assert (tmp_path / "server-secret").stat().st_mode & 0o077 == 0
+    monkeypatch.setattr(keys, "_secret", None)
+    monkeypatch.setenv(keys.SECRET_ENV, "set-by-the-operator")
+    assert keys.server_secret(tmp_path) == b"set-by-the-operator"
+
+
+def test_a_team_cannot_reuse_another_teams_openai_cache_key(tmp_path: Path, emu: RunningEmulator) -> None:
+    emu.reset()
+    messages = [{"role": "system", "content": SYSTEM}, *QUESTION]
+    with running_proxy([_teams(tmp_path, emu)]) as proxy:
+        alpha = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0)
+        beta = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=BETA, max_retries=0)
+        alpha.chat.completions.create(model="gpt-4o", messages=messages)
+        alpha_key = _sent_key(emu)
+        assert "alpha" not in alpha_key
+        again = alpha.chat.completions.create(model="gpt-4o", messages=messages)
+        assert again.usage.prompt_tokens_details.cached_tokens >= 1024  # the key still routes alpha to its cache
+        # Beta sends alpha's key as its own: it is namespaced to beta, so alpha's entries stay out of reach.
+        probe = beta.chat.completions.create(model="gpt-4o", messages=messages, prompt_cache_key=alpha_key)
+        assert _sent_key(emu) != alpha_key
+        assert probe.usage.prompt_tokens_details.cached_tokens == 0
+        # The same client key from both teams reaches the provider as two keys.
+        alpha.chat.completions.create(model="gpt-4o", messages=QUESTION, prompt_cache_key="shared-name")
+        from_alpha = _sent_key(emu)
+        beta.chat.completions.create(model="gpt-4o", messages=QUESTION, prompt_cache_key="shared-name")
+        assert _sent_key(emu) != from_alpha and "shared-name" not in from_alpha
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_isolate_keeps_identical_prompts_out_of_each_others_cache(tmp_path: Path, emu: RunningEmulator, isolate: bool) -> None:
+    emu.reset()
+    extra = f"prompt_cache: {{isolate: {str(isolate).lower()}}}\n"
+    with running_proxy([_teams(tmp_path, emu, extra)]) as proxy:
+        alpha = anthropic.Anthropic(base_url=proxy.url, api_key=ALPHA, max_retries=0)
+        beta = anthropic.Anthropic(base_url=proxy.url, api_key=BETA, max_retries=0)
+        written = alpha.messages.create(model="claude-sonnet-4-6", max_tokens=16, system=SYSTEM, messages=QUESTION)
+        assert written.usage.cache_creation_input_tokens > 0
+        probe = beta.messages.create(model="claude-sonnet-4-6", max_tokens=16, system=SYSTEM, messages=QUESTION)
+        if isolate:
+            assert probe.usage.cache_read_input_tokens == 0  # beta learns nothing of alpha's prompts
+            again = alpha.messages.create(model="claude-sonnet-4-6", max_tokens=16, system=SYSTEM, messages=QUESTION)
+            assert again.usage.cache_read_input_tokens > 0  # each team still reads its own
+        else:
+            assert probe.usage.cache_read_input_tokens > 0  # the oracle docs/prompt-cache.md describes
