@@ -1,7 +1,7 @@
 """The proxy's door for pass-through endpoints (sdk/passthrough.py): files, batches, completions.
 
-Raw ASGI, like the pipeline's door (gateway/proxy.py): the request body is handed upstream as
-it arrives from the client (`receive` is read piece by piece while the upstream write keeps up),
+Raw ASGI, like the pipeline's door (gateway/proxy.py); every check is sdk/passthrough/'s, the
+same for the drop-in SDK. The request body is handed upstream as it arrives from the client (`receive` is read piece by piece while the upstream write keeps up),
 and the answer's body is sent on chunk by chunk, so neither side is ever held whole in memory.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway.proxy import ClientGone, Receive, Scope, Send, send_error, team_key, watch_disconnect
 from sdk.errors import SlipstreamError
-from sdk.passthrough import Passed, family, forward
+from sdk.passthrough import Door, Passed, family, forward
 from sdk.runtime import TeamRegistry
 
 log = logging.getLogger("slipstream.passthrough")
@@ -27,6 +27,12 @@ async def _received(receive: Receive) -> AsyncIterator[bytes]:
         yield message.get("body", b"")
         if not message.get("more_body"):
             return
+
+
+def _origin(scope: Scope, headers: dict[str, str]) -> str:
+    """The gateway's URL as this client reached it: where a batch's `results_url` must point."""
+    host = headers.get("host") or "{}:{}".format(*(scope.get("server") or ("127.0.0.1", 80)))
+    return f"{scope.get('scheme', 'http')}://{host}"
 
 
 def make_passthrough_handler(registry: TeamRegistry) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
@@ -44,10 +50,10 @@ def make_passthrough_handler(registry: TeamRegistry) -> Callable[[Scope, Receive
         watcher: asyncio.Task[None] | None = None
         passed: Passed | None = None
         try:
-            team, _ = registry.authenticate(team_key(scope["headers"]))
+            team, key_id = registry.authenticate(team_key(scope["headers"]))
             body = _received(receive) if length or streamed else b""
             passed = await forward(team, scope["method"], raw_path, scope.get("query_string", b"").decode("latin-1"),
-                                   headers, body, length)
+                                   headers, body, length, Door(_origin(scope, headers), key_id))
             watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, task))
             response_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in passed.headers]
             await send({"type": "http.response.start", "status": passed.status, "headers": response_headers})

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.refusals import auth_failure, client_address
-from sdk.errors import AuthenticationError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError, error_body
+from sdk.errors import AuthenticationError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError, credentials_refused
 from sdk.pipeline import RequestContext
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRegistry, TeamRuntime, slipstream_headers, upstream_error_headers
@@ -101,10 +101,8 @@ def _for_team(ctx: RequestContext, exc: UpstreamHTTPError, protocol: Protocol) -
     headers = upstream_error_headers(ctx, exc)
     if exc.status not in (401, 403):
         return exc.body, headers
-    provider = exc.route.split("/", 1)[0]
-    message = (f"provider {provider!r} refused the gateway's upstream credentials ({exc.status}); the gateway's "
-               "operator must fix the provider key in the policy. Your team key was accepted.")
-    return error_body(protocol, exc.status, message), {k: v for k, v in headers.items() if k.startswith("x-slipstream-")}
+    body = credentials_refused(protocol, exc.status, exc.route.split("/", 1)[0])
+    return body, {k: v for k, v in headers.items() if k.startswith("x-slipstream-")}
 
 
 async def watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:

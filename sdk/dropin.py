@@ -41,7 +41,7 @@ from sdk.providers.upstream import (
     retain_upstream,
 )
 from sdk.models import model_body, models_body
-from sdk.passthrough import family, forward
+from sdk.passthrough import Door, family, forward
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRuntime, slipstream_headers, upstream_error_headers
 from sdk.services import Services
@@ -248,11 +248,11 @@ async def _stored(team: TeamRuntime, method: str, response_id: str, items: bool,
 
 
 async def _passed(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes, caller: Parent | None) -> _Reply:
-    """A pass-through endpoint (sdk/passthrough.py); the answer's body streams back as it arrives."""
+    """A pass-through endpoint (sdk/passthrough/); the answer's body streams back as it arrives."""
     raw_path = request.url.raw_path.decode("ascii").partition("?")[0]
     try:
         passed = await forward(team, request.method, raw_path, request.url.query.decode("latin-1"), dict(request.headers),
-                               raw, len(raw), caller)
+                               raw, len(raw), Door(_ORIGIN, caller=caller))
     except SlipstreamError as exc:
         return _error(exc.status, exc.body(protocol), exc.headers)
 

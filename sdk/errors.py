@@ -110,6 +110,15 @@ def error_body(protocol: Protocol, status: int, message: str) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
 
 
+def credentials_refused(protocol: Protocol, status: int, provider: str) -> bytes:
+    """What a team's client gets for a provider's 401/403: the provider refused the gateway's own
+    key, and its body can echo that key (masked or not), so the gateway answers instead. Every
+    endpoint and both doors answer with it (gateway/proxy.py, sdk/passthrough/)."""
+    message = (f"provider {provider!r} refused the gateway's upstream credentials ({status}); the gateway's "
+               "operator must fix the provider key in the policy. Your team key was accepted.")
+    return error_body(protocol, status, message)
+
+
 def error_event(protocol: Protocol, status: int, message: str) -> bytes:
     if protocol is Protocol.ANTHROPIC:
         return b"event: error\ndata: " + error_body(protocol, status, message) + b"\n\n"

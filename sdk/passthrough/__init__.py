@@ -1,87 +1,112 @@
-"""Pass-through endpoints: what a provider serves that the pipeline has nothing to decide on.
+"""Pass-through endpoints: what a provider serves that the pipeline does not transform.
 
 `/v1/completions`, `/v1/batches…` and `/v1/files…` go to the team's first `kind: openai` provider,
-`/v1/messages/batches…` to its first `kind: anthropic` provider (policy order). The client's team
-key is replaced by that provider's key; the method, path, query, body and the client's other
-headers go as they came (hop-by-hop and account headers excepted), and the answer comes back as the
-provider sent it. Bodies stream both ways: an upload is written upstream piece by piece as the
-client sends it (bounded by `limits.max_upload_bytes`), never held whole in memory. One attempt, no
-retries: a streamed body cannot be sent twice. Counted per team, provider and endpoint family, and,
-with tracing on, one span per request (sdk/tracing/) whose `traceparent` goes upstream.
+`/v1/messages/batches…` to its first `kind: anthropic` provider (policy order), with that
+provider's key in place of the client's team key. Both doors (gateway/passthrough.py, the drop-in
+SDK's transport) call `forward`, so both enforce the same things, in this order:
+
+1. The path is one of the operations served (sdk/passthrough/paths.py); dot segments and
+   percent-encoding are refused before anything leaves.
+2. The team's rate and concurrency limits, and its budget for what runs a model (a completion, a
+   batch), are admitted by the pipeline's own limits stage (sdk/routing/limits.py).
+3. Every model a completion or batch names (the completion's `model`, each line of a batch's input
+   file, each request of a message batch) must match one of the team's routes: the router's 404
+   otherwise.
+4. Objects are the creating team's (sdk/state/ownership.py): an id the team does not own answers
+   the provider's 404 without going upstream, list pages show only the team's own objects, and a
+   batch's `input_file_id` must be the team's own file. `results_url` is pointed at the gateway.
+5. Spend: a completion's usage at the model's price; batch results at batch rates (half price)
+   when they are read (docs/spend.md). One access log line and the pass-through metrics per request.
+6. A provider's 401/403 (it refused the gateway's key, and may echo it) is replaced by the
+   gateway's own answer.
+
+Bodies stream both ways where nothing needs reading: an upload is written upstream as the client
+sends it (bounded by `limits.max_upload_bytes`); downloads, results and completions stream back as
+they arrive (scanned for usage as they pass). A create's request and an object or list answer are
+small JSON, read whole. One attempt, no retries: a streamed body cannot be sent twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from sdk import metrics, tracing
-from sdk.errors import NotFoundError, RequestTooLargeError
+import orjson
+
+from sdk import access_log, metrics, tracing
+from sdk.errors import NotFoundError, RequestTooLargeError, SlipstreamError, credentials_refused
+from sdk.passthrough.bodies import Lines, Tally, input_file_models, json_object, requested_models, rewrite_results_url
+from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
+from sdk.router import Router
+from sdk.routing.limits import LimitsStage
 from sdk.runtime import TeamRuntime
+from sdk.state import in_background
+from sdk.state.backend import Admission
+from sdk.state.ownership import KEEP_S, Ownership, ownership_of
 from sdk.tracing import Parent, RequestTrace
-from sdk.types import Protocol
+from sdk.types import Protocol, Usage
 
-# (path prefix, provider kind, family label for metrics)
-_FAMILIES = (
-    ("/v1/completions", Protocol.OPENAI, "completions"),
-    ("/v1/batches", Protocol.OPENAI, "batches"),
-    ("/v1/files", Protocol.OPENAI, "files"),
-    ("/v1/messages/batches", Protocol.ANTHROPIC, "messages_batches"),
-)
-PREFIXES = tuple(prefix for prefix, _, _ in _FAMILIES)
-# Not forwarded upstream: framing and connection state (the upstream client sets its own), the
-# team's credentials, and headers that name the client's own account or Slipstream.
-_DROP_REQUEST = frozenset({
-    "host", "authorization", "x-api-key", "content-length", "transfer-encoding", "connection", "keep-alive",
-    "te", "trailer", "upgrade", "proxy-authorization", "accept-encoding", "cookie", "openai-organization", "openai-project",
-})
+__all__ = ["PREFIXES", "Door", "Passed", "family", "forward"]
+
 _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "set-cookie", "trailer", "upgrade"})
+MAX_OBJECT = 32 << 20  # an object or list answer read whole to check and rewrite it
+BATCH_RATE = 0.5  # both providers bill batch usage at half the price of a call
+_MISSING = {  # what the provider answers for an id it does not have, per kind of object
+    "file": "No such File object: {}",
+    "batch": "No batch found with id '{}'.",
+    "message_batch": "message_batch: {} not found",
+}
 
 
-def family(path: str) -> tuple[Protocol, str] | None:
-    """The provider kind and family of a pass-through path, or None when it is not one."""
-    for prefix, protocol, name in _FAMILIES:
-        if path == prefix or path.startswith(prefix + "/"):
-            return protocol, name
-    return None
+@dataclass(frozen=True, slots=True)
+class Door:
+    """Who asks, and where they reached the gateway."""
+
+    origin: str  # scheme://host[:port] the client used: provider URLs in answers point back here
+    key_id: str = ""  # which team key (a hash prefix), for per-key limits and the access log
+    shared_key: bool = True  # teams share the provider key: objects are checked for their owner
+    caller: Parent | None = None  # the application's current span, when the drop-in SDK forwards in process
 
 
 @dataclass(slots=True)
 class Passed:
-    """The provider's answer: status, headers to send on, and the body as it arrives.
-
-    Its trace span (when tracing is on) ends when the body has passed in full, or when it is aborted.
-    """
+    """The answer: status, headers to send on, and the body as it arrives. `finish` runs once, when
+    the body has passed in full (`ok`), was dropped (`cancelled`) or broke (`failed`)."""
 
     status: int
     headers: list[tuple[str, str]]
-    response: UpstreamResponse
-    trace: RequestTrace | None = None
+    chunks: AsyncIterator[bytes]
+    finish: Callable[[str, BaseException | None], None]
+    response: UpstreamResponse | None = None
+    _ended: bool = field(default=False, init=False)
 
-    def body(self) -> AsyncIterator[bytes]:
-        if self.trace is None:
-            return self.response.iter_chunks()
-        return self._traced_body()
-
-    async def _traced_body(self) -> AsyncIterator[bytes]:
+    async def body(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self.response.iter_chunks():
+            async for chunk in self.chunks:
                 yield chunk
         except (GeneratorExit, asyncio.CancelledError):
-            tracing.end_passthrough(self.trace, "cancelled", self.status)
+            self._end("cancelled")
             raise
         except BaseException as exc:
-            tracing.end_passthrough(self.trace, "failed", self.status, exc)
+            self._end("failed", exc)
             raise
-        tracing.end_passthrough(self.trace, "ok", self.status)
+        self._end("ok")
 
     def abort(self) -> None:
-        self.response.abort()
-        tracing.end_passthrough(self.trace, "cancelled", self.status)
+        if self.response is not None:
+            self.response.abort()
+        self._end("cancelled")
+
+    def _end(self, outcome: str, error: BaseException | None = None) -> None:
+        if not self._ended:
+            self._ended = True
+            self.finish(outcome, error)
 
 
 def provider_for(team: TeamRuntime, protocol: Protocol) -> HTTPProvider:
@@ -92,39 +117,257 @@ def provider_for(team: TeamRuntime, protocol: Protocol) -> HTTPProvider:
     raise NotFoundError(f"team {team.team} has no {protocol} provider with a key to pass this request to")
 
 
+def _limits(team: TeamRuntime) -> LimitsStage:
+    return next(stage for stage in team.pipeline.stages if isinstance(stage, LimitsStage))
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """One pass-through request as it runs: what its checks, charges and log line need."""
+
+    team: TeamRuntime
+    door: Door
+    op: Operation
+    provider: HTTPProvider
+    limits: LimitsStage
+    owners: Ownership
+    started: float = field(default_factory=time.perf_counter)
+    request_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    model: str = ""
+    admission: Admission | None = None
+    trace: RequestTrace | None = None
+
+    @property
+    def route(self) -> str:
+        return f"{self.provider.name}/{self.op.family}"
+
+    def not_found(self, kind: str, object_id: str) -> NotFoundError:
+        return NotFoundError(_MISSING[kind].format(object_id))
+
+    async def check_owner(self, kind: str, object_id: str) -> str | None:
+        """Refuse an object the team does not own; for a file, the batch it is an output of."""
+        if kind == "file":
+            owned, batch = await self.owners.file(self.team.team, object_id)
+        else:
+            owned, batch = await self.owners.is_owner(self.team.team, kind, object_id), None
+        if not owned:
+            raise self.not_found(kind, object_id)
+        return batch
+
+    def check_routes(self, models: list[str]) -> None:
+        router = self.team.pipeline.terminal
+        assert isinstance(router, Router)
+        for model in dict.fromkeys(models):
+            router.route_for(model)  # the router's own 404 for a model no route matches
+        self.model = models[0] if len(set(models)) == 1 else ",".join(sorted(set(models)))
+
+    def settle(self, model: str = "", usage: Usage | None = None) -> None:
+        admission, self.admission = self.admission, None
+        if admission is not None:
+            self.limits.settle(admission, self.door.key_id, model or self.model, usage)
+
+    def charge_batch(self, tally: Tally) -> None:
+        for model, usage in tally.by_model.items():
+            self.limits.settle(Admission(""), self.door.key_id, model, usage, rate=BATCH_RATE)
+
+    def log(self, status: int | str, usage: Usage | None = None) -> None:
+        access_log.record_passthrough(self.team.team, self.door.key_id, self.request_id, f"passthrough:{self.op.family}",
+                                      self.model, self.route, status, usage, self.started)
+
+    def refused(self, exc: SlipstreamError) -> None:
+        self.settle()
+        metrics.PASSTHROUGH.labels(self.team.team, self.provider.name, self.op.family, str(exc.status)).inc()
+        self.log(exc.status)
+        tracing.end_passthrough(self.trace, "failed", exc.status, exc)
+
+    def headers(self, response: UpstreamResponse, length: int | None = None) -> list[tuple[str, str]]:
+        sent = [(k, v) for k, v in response.headers.items() if k not in _DROP_RESPONSE and not (length is not None and k == "content-length")]
+        if length is not None:
+            sent.append(("content-length", str(length)))
+        return [*sent, ("x-slipstream-route", self.route), ("x-slipstream-request-id", self.request_id)]
+
+
 async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, headers: Mapping[str, str],
-                  body: bytes | AsyncIterable[bytes], length: int | None = None, caller: Parent | None = None) -> Passed:
-    """Send one pass-through request upstream; `raw_path` as the client wrote it (still percent-encoded).
-    `caller`: the application's current span, when the drop-in SDK forwards in process."""
-    found = family(raw_path)
-    assert found is not None, raw_path
-    protocol, name = found
-    provider = provider_for(team, protocol)
-    limit = team.policy.limits.max_upload_bytes
-    if length is not None and length > limit:
-        raise RequestTooLargeError(f"upload of {length} bytes is over this team's limit of {limit} bytes")
-    upstream_path = raw_path.removeprefix("/v1") if protocol is Protocol.OPENAI else raw_path  # OpenAI's base_url has /v1
-    url = provider.base_url + upstream_path + (f"?{query}" if query else "")
-    sent = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST and not k.lower().startswith("x-slipstream-")}
-    trace, sent = tracing.begin_passthrough(team.team, method, name, provider, sent, caller)
-    sent = {**provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), **sent}
-    if not isinstance(body, bytes):
-        body = _bounded(body, limit)
-    client = provider.client or upstream_for_running_loop()
-    started = time.perf_counter()
+                  body: bytes | AsyncIterable[bytes], length: int | None, door: Door) -> Passed:
+    """Check, send upstream and start answering one pass-through request; `raw_path` as the client
+    wrote it (still percent-encoded). A refusal raises the provider-shaped SlipstreamError."""
+    op = operation(method, raw_path)
+    provider = provider_for(team, op.protocol)
+    limits = _limits(team)
+    ex = _Exchange(team, door, op, provider, limits, ownership_of(limits.state))
     try:
-        response = await client.request(method, url, sent, body, provider.timeouts, length)
-    except BaseException as exc:
-        metrics.PASSTHROUGH.labels(team.team, provider.name, name, "error").inc()
-        tracing.end_passthrough(trace, "failed", error=exc)
+        ex.admission = await limits.admit(door.key_id, budget=op.spends)
+        return await _forward(ex, method, query, headers, body, length)
+    except SlipstreamError as exc:
+        ex.refused(exc)
         raise
-    metrics.PASSTHROUGH.labels(team.team, provider.name, name, str(response.status)).inc()
-    metrics.PASSTHROUGH_SECONDS.labels(team.team, name).observe(time.perf_counter() - started)
-    forwarded = [(k, v) for k, v in response.headers.items() if k not in _DROP_RESPONSE]
-    forwarded.append(("x-slipstream-route", f"{provider.name}/{name}"))
-    if trace is not None:
-        trace.root.attributes["slipstream.route"] = f"{provider.name}/{name}"
-    return Passed(response.status, forwarded, response, trace)
+    except BaseException as exc:
+        ex.settle()
+        metrics.PASSTHROUGH.labels(team.team, provider.name, op.family, "error").inc()
+        tracing.end_passthrough(ex.trace, "failed", error=exc)
+        raise
+
+
+async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str, str],
+                   body: bytes | AsyncIterable[bytes], length: int | None) -> Passed:
+    op, team, provider = ex.op, ex.team, ex.provider
+    limit = team.policy.limits.max_body_bytes if op.action == "complete" else team.policy.limits.max_upload_bytes
+    if length is not None and length > limit:
+        raise RequestTooLargeError(f"request body of {length} bytes is over this team's limit of {limit} bytes")
+    output_of = None  # the batch a downloaded file is an output of
+    if op.spends:  # read whole: its models are checked before anything runs
+        raw = await _whole(body, limit)
+        request = json_object(raw, f"{method} {op.upstream_path}")
+        if op.kind == "batch":
+            file_id = request.get("input_file_id")
+            if not isinstance(file_id, str) or (ex.door.shared_key and not (await ex.owners.file(team.team, file_id))[0]):
+                raise ex.not_found("file", str(file_id))
+            ex.check_routes(await _input_file_models(provider, file_id, limit))
+        else:
+            ex.check_routes(requested_models(op.kind, request))
+        body, length = raw, len(raw)
+    elif op.object_id and ex.door.shared_key:
+        output_of = await ex.check_owner(op.kind, op.object_id)
+    elif not isinstance(body, bytes):
+        body = _bounded(body, limit)
+    url = provider.base_url + op.upstream_path + (f"?{query}" if query else "")
+    ex.trace, sent = tracing.begin_passthrough(team.team, method, op.family, provider, upstream_headers(headers), ex.door.caller)
+    if ex.trace is not None:
+        ex.trace.root.attributes["slipstream.route"] = ex.route
+    sent = {**provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), **sent}
+    client = provider.client or upstream_for_running_loop()
+    response = await client.request(method, url, sent, body, provider.timeouts, length)
+    status = response.status
+    metrics.PASSTHROUGH.labels(team.team, provider.name, op.family, str(status)).inc()
+    metrics.PASSTHROUGH_SECONDS.labels(team.team, op.family).observe(time.perf_counter() - ex.started)
+    if status in (401, 403):  # the provider refused the gateway's key; its body may echo it
+        response.abort()
+        refused = credentials_refused(op.protocol, status, provider.name)
+        headers_out = [("content-type", "application/json"), ("content-length", str(len(refused))),
+                       ("x-slipstream-route", ex.route), ("x-slipstream-request-id", ex.request_id)]
+        return _answer(ex, status, headers_out, _once(refused), None)
+    if 200 <= status < 300 and op.action in ("create", "retrieve", "list", "cancel") and op.kind:
+        data = await _read_object(response)
+        rewritten = await _checked_object(ex, data)
+        return _answer(ex, status, ex.headers(response, len(rewritten)), _once(rewritten), None)
+    if 200 <= status < 300 and op.action == "delete":
+        await ex.owners.disown(op.kind, op.object_id)
+    tally = None
+    if 200 <= status < 300 and (op.action in ("complete", "results") or output_of):
+        tally = Tally(whole=op.action == "complete" and "event-stream" not in response.headers.get("content-type", ""))
+    return _answer(ex, status, ex.headers(response), _tallied(response, tally), tally, output_of or op.object_id, response)
+
+
+def _answer(ex: _Exchange, status: int, headers: list[tuple[str, str]], chunks: AsyncIterator[bytes],
+            tally: Tally | None, batch_id: str = "", response: UpstreamResponse | None = None) -> Passed:
+    """The answer, and what happens when its body ends: the request's charge, its log line, its span."""
+
+    def finish(outcome: str, error: BaseException | None) -> None:
+        usage = None
+        if tally is not None and ex.op.action == "complete":
+            usage = next(iter(tally.by_model.values()), None)
+            ex.settle(next(iter(tally.by_model), ""), usage)
+        else:
+            ex.settle()
+        if tally is not None and ex.op.action != "complete" and tally.by_model:
+            if outcome == "ok":  # the first complete read of a batch's results is charged, once
+                in_background(_charge_once(ex, tally, batch_id))
+            else:  # a read cut short is charged for what passed (a later complete read is charged in full)
+                ex.charge_batch(tally)
+        ex.log(status if outcome == "ok" else outcome, usage)
+        tracing.end_passthrough(ex.trace, outcome, status, error)
+
+    return Passed(status, headers, chunks, finish, response)
+
+
+async def _charge_once(ex: _Exchange, tally: Tally, batch_id: str) -> None:
+    if await ex.limits.state.claim(f"batch-charged:{ex.team.team}:{batch_id}:{ex.op.object_id}", KEEP_S):
+        ex.charge_batch(tally)
+
+
+async def _checked_object(ex: _Exchange, data: dict[str, Any]) -> bytes:
+    """An object or list answer as the team may see it: its own objects only, recorded as its own
+    when created, its batches' output files noted, `results_url` pointed at the gateway."""
+    op, team = ex.op, ex.team.team
+    rows = data.get("data") if op.action == "list" else [data]
+    rows = [row for row in rows if isinstance(row, dict) and isinstance(row.get("id"), str)] if isinstance(rows, list) else []
+    if ex.door.shared_key:
+        if op.action == "create":
+            await ex.owners.own(team, op.kind, [row["id"] for row in rows])
+        elif op.action == "list":
+            owned = await ex.owners.owned(team, op.kind, [row["id"] for row in rows])
+            rows = [row for row in rows if row["id"] in owned]
+            data["data"] = rows
+            for end, at in (("first_id", 0), ("last_id", -1)):
+                if end in data:
+                    data[end] = rows[at]["id"] if rows else None
+        for row in rows if op.kind == "batch" else ():
+            outputs = [fid for name in ("output_file_id", "error_file_id") if isinstance(fid := row.get(name), str)]
+            await ex.owners.note_outputs(team, row["id"], outputs)
+    if op.kind == "message_batch":
+        for row in rows:
+            rewrite_results_url(row, ex.door.origin)
+    return orjson.dumps(data)
+
+
+async def _read_object(response: UpstreamResponse) -> dict[str, Any]:
+    chunks, size = [], 0
+    async for chunk in response.iter_chunks():
+        size += len(chunk)
+        if size > MAX_OBJECT:
+            response.abort()
+            raise SlipstreamError(f"the provider's answer is over {MAX_OBJECT} bytes, more than an object or a list page", status=502)
+        chunks.append(chunk)
+    try:
+        data = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError:
+        raise SlipstreamError("the provider's answer is not the JSON object it should be", status=502) from None
+    if not isinstance(data, dict):
+        raise SlipstreamError("the provider's answer is not the JSON object it should be", status=502)
+    return data
+
+
+async def _input_file_models(provider: HTTPProvider, file_id: str, limit: int) -> list[str]:
+    """The models a batch input file runs, read from the provider (the file went up streamed)."""
+    url = f"{provider.base_url}/files/{file_id}/content"
+    client = provider.client or upstream_for_running_loop()
+    response = await client.request("GET", url, provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), b"",
+                                    provider.timeouts, 0)
+    if response.status != 200:
+        response.abort()
+        if response.status == 404:
+            raise NotFoundError(_MISSING["file"].format(file_id))
+        raise SlipstreamError(f"could not read the batch input file to check its models (the provider answered {response.status})",
+                              status=502)
+    lines, found, size = Lines(), [], 0
+    async for chunk in response.iter_chunks():
+        size += len(chunk)
+        if size > limit:
+            response.abort()
+            raise RequestTooLargeError(f"the batch input file is over this team's limit of {limit} bytes")
+        found += input_file_models(iter(lines.feed(chunk)))
+    return found + input_file_models(iter(lines.end()))
+
+
+async def _tallied(response: UpstreamResponse, tally: Tally | None) -> AsyncIterator[bytes]:
+    async for chunk in response.iter_chunks():
+        if tally is not None:
+            tally.feed(chunk)
+        yield chunk
+    if tally is not None:
+        tally.end()
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def _whole(body: bytes | AsyncIterable[bytes], limit: int) -> bytes:
+    if isinstance(body, bytes):
+        if len(body) > limit:
+            raise RequestTooLargeError(f"request body of {len(body)} bytes is over this team's limit of {limit} bytes")
+        return body
+    return b"".join([piece async for piece in _bounded(body, limit)])
 
 
 async def _bounded(body: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:

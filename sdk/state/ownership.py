@@ -1,0 +1,130 @@
+"""Who owns a provider object: files, batches and message batches created through the gateway.
+
+Teams that share one provider key share one provider account, so the provider cannot tell their
+objects apart: the gateway records the creating team of each object it saw created and checks it
+on every later read, download, list, delete, cancel and use (sdk/passthrough/). A record is a name
+(`KIND:ID`) holding a value (the team, or for a batch's output file the batch that made it), kept
+`KEEP_S`; an object the gateway has no record of is nobody's, so it answers as not found.
+
+Where records live follows the state backend: in process for `LocalState` (one store per process,
+so every drop-in client and the proxy's workers-of-one agree), in Redis next to the limits for a
+shared backend, so every replica agrees. While Redis is away a replica writes and reads its own
+records locally (it still knows what it created meanwhile; the other replicas do not).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from sdk.state.backend import StateBackend
+
+KEEP_S = 400 * 86_400  # longer than any provider keeps an object it did not get a delete for
+
+
+class Records(Protocol):
+    async def put(self, records: Mapping[str, str], keep_s: float) -> None: ...
+
+    async def get(self, names: Sequence[str]) -> list[str | None]: ...
+
+    async def delete(self, names: Sequence[str]) -> None: ...
+
+
+class LocalRecords:
+    """Records in this process (no expiry: a process does not live `KEEP_S`)."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, str] = {}
+
+    async def put(self, records: Mapping[str, str], keep_s: float) -> None:
+        self._values.update(records)
+
+    async def get(self, names: Sequence[str]) -> list[str | None]:
+        return [self._values.get(name) for name in names]
+
+    async def delete(self, names: Sequence[str]) -> None:
+        for name in names:
+            self._values.pop(name, None)
+
+
+class SharedRecords:
+    """Records in the shared store (`PREFIX:own:NAME`, one key each with its expiry); what a
+    replica writes while the store is unreachable it keeps locally, and reads there."""
+
+    def __init__(self, state: StateBackend, local: LocalRecords):
+        from sdk.state.guard import DOWN, GuardedState
+
+        assert isinstance(state, GuardedState)
+        self._guard, self._down, self._local = state, DOWN, local
+
+    def _key(self, name: str) -> str:
+        return self._guard.shared.key(f"own:{name}")
+
+    async def put(self, records: Mapping[str, str], keep_s: float) -> None:
+        client = self._guard.shared.client
+        commands = [("SET", self._key(name), value, "EX", int(keep_s)) for name, value in records.items()]
+        if await self._guard.try_shared(lambda: client.pipeline(commands)) is self._down:
+            await self._local.put(records, keep_s)  # this replica still knows what it created meanwhile
+
+    async def get(self, names: Sequence[str]) -> list[str | None]:
+        local = await self._local.get(names)
+        client = self._guard.shared.client
+        shared = await self._guard.try_shared(lambda: client.execute("MGET", *(self._key(n) for n in names)))
+        if not isinstance(shared, list):  # unreachable: what this replica created while it was
+            return local
+        return [value.decode() if isinstance(value, bytes) else mine for value, mine in zip(shared, local, strict=True)]
+
+    async def delete(self, names: Sequence[str]) -> None:
+        await self._local.delete(names)
+        client = self._guard.shared.client
+        await self._guard.try_shared(lambda: client.execute("DEL", *(self._key(n) for n in names)))
+
+
+class Ownership:
+    """Teams' objects by kind: `file`, `batch`, `message_batch`; and which batch made an output file."""
+
+    def __init__(self, records: Records):
+        self.records = records
+
+    async def own(self, team: str, kind: str, ids: Iterable[str]) -> None:
+        records = {f"{kind}:{object_id}": team for object_id in ids}
+        if records:
+            await self.records.put(records, KEEP_S)
+
+    async def is_owner(self, team: str, kind: str, object_id: str) -> bool:
+        return (await self.records.get([f"{kind}:{object_id}"]))[0] == team
+
+    async def owned(self, team: str, kind: str, ids: Sequence[str]) -> set[str]:
+        """Which of `ids` the team owns (one round trip)."""
+        if not ids:
+            return set()
+        values = await self.records.get([f"{kind}:{object_id}" for object_id in ids])
+        return {object_id for object_id, value in zip(ids, values, strict=True) if value == team}
+
+    async def disown(self, kind: str, object_id: str) -> None:
+        await self.records.delete([f"{kind}:{object_id}"])
+
+    async def note_outputs(self, team: str, batch_id: str, file_ids: Sequence[str]) -> None:
+        """A batch's output and error files: the team's, and priced at batch rates when read."""
+        records = {f"file:{fid}": team for fid in file_ids} | {f"output:{fid}": batch_id for fid in file_ids}
+        if records:
+            await self.records.put(records, KEEP_S)
+
+    async def file(self, team: str, file_id: str) -> tuple[bool, str | None]:
+        """(whether the team owns the file, the batch it is an output of, if any) in one round trip."""
+        owner, batch = await self.records.get([f"file:{file_id}", f"output:{file_id}"])
+        return owner == team, batch
+
+
+_LOCAL = LocalRecords()  # one per process: what every in-process backend's teams created
+_by_state: weakref.WeakKeyDictionary[StateBackend, Ownership] = weakref.WeakKeyDictionary()
+
+
+def ownership_of(state: StateBackend) -> Ownership:
+    """The ownership records that go with a state backend."""
+    found = _by_state.get(state)
+    if found is None:
+        records: Records = _LOCAL if state.kind == "local" else SharedRecords(state, _LOCAL)
+        found = _by_state[state] = Ownership(records)
+    return found
