@@ -6,6 +6,8 @@ OpenAI:    {"error":{"message":...,"type":...,"param":null,"code":...}}
 
 from __future__ import annotations
 
+import re
+
 import orjson
 
 from sdk.types import Protocol
@@ -117,6 +119,21 @@ def credentials_refused(protocol: Protocol, status: int, provider: str) -> bytes
     message = (f"provider {provider!r} refused the gateway's upstream credentials ({status}); the gateway's "
                "operator must fix the provider key in the policy. Your team key was accepted.")
     return error_body(protocol, status, message)
+
+
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+_ADDRESS = re.compile(r"\s*\(?'[^']*', \d+\)?|\s*\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?|\s*\[[0-9a-f:]+\](?::\d+)?", re.IGNORECASE)
+
+
+def naming_provider(exc: SlipstreamError, provider: str) -> SlipstreamError:
+    """`exc`, raised by the upstream client with the upstream's URL in its message, as a client may
+    see it: the same error naming the provider by its policy name, without URL, host or address
+    (the operator finds those in the log and the exception's cause)."""
+    named = f"provider {provider!r}"
+    message = _ADDRESS.sub("", _URL.sub(lambda url: named + url.group()[len(url.group().rstrip(":,;.)'\"")):], exc.message))
+    if named not in message:
+        message = f"{named}: {message}"
+    return type(exc)(message, status=exc.status, headers=exc.headers)
 
 
 def error_event(protocol: Protocol, status: int, message: str) -> bytes:

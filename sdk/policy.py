@@ -67,6 +67,15 @@ class ProviderConfig(_Strict):
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     first_byte_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     read_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    # Egress (sdk/providers/egress.py): an http:// proxy URL or "direct" (None: HTTPS_PROXY/HTTP_PROXY/
+    # ALL_PROXY/NO_PROXY from the environment), CAs to trust instead of the system's, a client certificate.
+    proxy: Annotated[str, Field(pattern=r"^(direct|http://\S+)$")] | None = None
+    ca_bundle: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    # Most connections this team holds to the provider's origin at once (None: a quarter of the
+    # pool's 1,000 per origin), so that one team's streams cannot take every connection.
+    max_connections: Annotated[int, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
     def _one_key_source(self) -> ProviderConfig:
@@ -78,6 +87,8 @@ class ProviderConfig(_Strict):
             raise ValueError("'responses' applies to kind: openai (other kinds always serve the Responses API translated)")
         if self.kind == "local" and (self.api_key_env or self.api_key) and not self.base_url:
             raise ValueError("an in-process local provider takes no api key (give base_url to reach a server)")
+        if self.client_key and not self.client_cert:
+            raise ValueError("'client_key' needs 'client_cert'")
         return self
 
     def resolve_api_keys(self) -> tuple[str, ...]:

@@ -9,11 +9,13 @@ from sdk.policy import ProviderConfig
 from sdk.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
 from sdk.providers.anthropic import AnthropicDialect
 from sdk.providers.base import HTTPProvider, Provider
+from sdk.providers.egress import Egress
+from sdk.providers.http1 import Caller
 from sdk.providers.keys import KeyRing
 from sdk.providers.local import LocalProvider, team_cache_salt
 from sdk.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
 from sdk.providers.openai import OpenAIDialect
-from sdk.providers.upstream import Timeouts
+from sdk.providers.upstream import TeamUpstream, Timeouts
 from sdk.services import Services
 from sdk.types import Answer, LLMRequest, Protocol, Timings
 
@@ -49,4 +51,7 @@ def build_provider(name: str, config: ProviderConfig, services: Services | None 
         env = [config.api_key_env] if isinstance(config.api_key_env, str) else config.api_key_env
         where = f"environment variable {' or '.join(env)}" if env else "'api_key' or 'api_key_env'"
         return UnavailableProvider(name, dialect.protocol, f"no API key (set {where})")
-    return HTTPProvider(name=name, dialect=dialect, base_url=base_url, keys=KeyRing(keys, services.shared_state() if services else None), timeouts=timeouts)
+    egress = Egress.from_environment(config.proxy, config.ca_bundle, config.client_cert, config.client_key)
+    client = TeamUpstream(Caller(team, config.max_connections, egress))  # the team's share of the loop's pool
+    return HTTPProvider(name=name, dialect=dialect, base_url=base_url, keys=KeyRing(keys, services.shared_state() if services else None),
+                        timeouts=timeouts, client=client)

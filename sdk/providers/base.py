@@ -10,14 +10,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from typing import Protocol as TypingProtocol
 from urllib.parse import quote
 
 import orjson
 
-from sdk.errors import SlipstreamError, UpstreamHTTPError
+from sdk.errors import (
+    SlipstreamError,
+    UpstreamHTTPError,
+    UpstreamTimeoutError,
+    UpstreamUnreachableError,
+    credentials_refused,
+    naming_provider,
+)
 from sdk.offload import is_large, off_loop
 from sdk.providers.keys import ROTATE_STATUSES, KeyRing
 from sdk.providers.upstream import (
@@ -77,8 +84,8 @@ class HTTPProvider:
     dialect: Dialect
     base_url: str
     keys: KeyRing
-    timeouts: Timeouts = Timeouts()
-    client: UpstreamClient | None = None  # None: the shared pool of the running loop
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    client: UpstreamClient | None = None  # None: the shared pool of the running loop, for no team in particular
 
     @property
     def protocol(self) -> Protocol:
@@ -108,10 +115,12 @@ class HTTPProvider:
                 self.keys.refused(index, response.status, response.headers)
                 if tried < len(order):
                     log.info("%s: key %d answered %d; trying key %d", self.name, index + 1, response.status, order[tried] + 1)
+        except (UpstreamUnreachableError, UpstreamTimeoutError) as exc:
+            raise naming_provider(exc, self.name) from exc  # the client learns the provider's name, not its URL
         finally:
             timings.upstream_s += time.perf_counter() - started
         if response.status >= 400:
-            raise UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), route)
+            raise self._failed(response, data, route)
         if not streamed:
             return LLMResponse(
                 status=response.status,
@@ -138,6 +147,13 @@ class HTTPProvider:
             finish_reasons=observer.finish_reasons,
         )
 
+    def _failed(self, response: UpstreamResponse, data: bytes, route: str) -> UpstreamHTTPError:
+        """The provider's error answer, passed on; but a 401/403 refused the gateway's own key and its
+        body may echo that key, so it is replaced, on every endpoint, before any door sees it."""
+        if response.status in (401, 403):
+            data = credentials_refused(self.protocol, response.status, self.name)
+        return UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), route)
+
     async def list_models(self) -> list[dict[str, Any]]:
         """The upstream's own model entries, as it sends them, fetched with this provider's key
         (every page of Anthropic's paginated list)."""
@@ -150,7 +166,7 @@ class HTTPProvider:
             response = await client.request("GET", url + query, headers, b"", self.timeouts)
             data = await response.read()
             if response.status != 200:
-                raise UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), f"{self.name}/models")
+                raise self._failed(response, data, f"{self.name}/models")
             page = orjson.loads(data)
             entries.extend(entry for entry in page.get("data", []) if isinstance(entry, dict) and isinstance(entry.get("id"), str))
             if not page.get("has_more") or not page.get("last_id"):
@@ -170,10 +186,12 @@ class HTTPProvider:
         try:
             response = await client.request(method, self.base_url + path, headers, b"", self.timeouts)
             data = await response.read()
+        except (UpstreamUnreachableError, UpstreamTimeoutError) as exc:
+            raise naming_provider(exc, self.name) from exc
         finally:
             timings.upstream_s += time.perf_counter() - started
         if response.status >= 400:
-            raise UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), route)
+            raise self._failed(response, data, route)
         return LLMResponse(status=response.status, body=data, headers=passthrough_headers(response.headers), usage=Usage(), route=route)
 
 

@@ -5,30 +5,44 @@ aiohttp's request machinery (ClientSession._request, its tracing, cookie and red
 costs more per call than everything else Slipstream does (docs/benchmarks.md). Provider APIs need
 little of it: a request with a body (whole, or streamed from the client for pass-through uploads,
 with backpressure), answers delimited by Content-Length, chunks or the connection's end,
-keep-alive and TLS. So that is all this does; no redirects, cookies, proxies or compression
-(the request asks for `identity`, so bytes arrive as the provider wrote them).
+keep-alive, TLS, and HTTP proxies from the environment or the policy (sdk/providers/egress.py).
+So that is all this does; no redirects, cookies or compression (the request asks for `identity`,
+so bytes arrive as the provider wrote them).
 
 One `Http1Upstream` per event loop (sdk/providers/upstream.py). A response owns its connection
 until its body has been read to the end (then the connection goes back to the pool) or until it
 is aborted (then the connection is closed, which is how an upstream learns of a cancel).
+
+Connections are pooled per destination (origin, proxy, TLS settings) and shared by every team,
+but a team holds at most its share of them at once (`Caller.connections`, default a quarter of
+the origin's cap): one team's slow streams cannot take the connections another team needs.
+
+A request is sent again, once, on a fresh connection only when it provably did not reach the
+upstream's application: on a reused keep-alive connection that the server closed before any byte
+of the answer (the race with a server's idle timeout), or when the upstream's TCP stack has not
+acknowledged the request's bytes within the connect timeout (a server that never accepted the
+connection: its listen backlog overflowed). Either way the body must be bytes (replayable).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import socket
 import ssl
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httptools
 
 from sdk.errors import UpstreamTimeoutError, UpstreamUnreachableError
+from sdk.providers.egress import Egress, Proxy, TLSOptions, choose_proxy, open_tunnel, tls_context
 
 if TYPE_CHECKING:
     from sdk.providers.upstream import Timeouts
@@ -48,6 +62,41 @@ _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 # request; a replacement is opened in the background instead. Such a spare is used within this many
 # seconds or closed (a server may time out an idle connection it never saw a request on).
 _SPARE_IDLE_S = 5.0
+# Bytes a socket holds that the peer has not acknowledged (Linux SIOCOUTQ, which is TIOCOUTQ): a
+# request still unacknowledged after the connect timeout never reached the upstream's kernel.
+_SIOCOUTQ = 0x5411
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sends (for the pool's fair share) and how the request leaves (proxy, CAs)."""
+
+    team: str | None = None  # None: no share of its own (tests, benchmarks, tools)
+    connections: int | None = None  # most connections this team holds to one origin at once (None: the default share)
+    egress: Egress = field(default_factory=Egress)
+
+
+ANYONE = Caller()
+
+
+@dataclass(frozen=True, slots=True)
+class _Destination:
+    """What a pooled connection reaches and how: connections are reused only for the same one."""
+
+    scheme: str
+    host: str
+    port: int
+    proxy: Proxy | None
+    tls: TLSOptions | None  # https only
+
+    @property
+    def shown(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
+def default_share() -> int:
+    """A team's connections to one origin when its policy sets none: a quarter of the origin's cap."""
+    return max(1, _MAX_PER_ORIGIN // 4)
 
 
 def shown(url: str) -> str:
@@ -70,16 +119,30 @@ def _split(method: str, url: str) -> tuple[tuple[str, str, int], bytes]:
     return (parts.scheme, parts.hostname, port), f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n".encode("latin-1")
 
 
+@functools.lru_cache(maxsize=512)
+def _absolute(method: str, url: str, proxy: Proxy) -> bytes:
+    """The request line and Host for an http:// upstream through a proxy: the target in absolute form."""
+    (scheme, _, _), _ = _split(method, url)
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    target = f"{scheme}://{host}{parts.path or '/'}" + (f"?{parts.query}" if parts.query else "")
+    auth = f"Proxy-Authorization: {proxy.authorization}\r\n" if proxy.authorization else ""
+    return f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{auth}".encode("latin-1")
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection and the state of the exchange running on it."""
 
-    def __init__(self, origin: tuple[str, str, int], on_closed: Callable[[_Connection], None]) -> None:
+    def __init__(self, origin: _Destination, on_closed: Callable[[_Connection], None]) -> None:
         self.origin = origin
         self._on_closed = on_closed
         self.transport: asyncio.Transport | None = None
-        self._socket: socket.socket | None = None
+        self._socket: socket.socket | None = None  # for TCP_QUICKACK and SIOCOUTQ; None once either fails
         self.closed = False
         self.idle_since = 0.0
+        self.team: str | None = None  # the team whose share this connection counts against while in use
+        self.reused = False  # taken from the pool's idle connections (not dialled for the call using it)
+        self.received = 0  # bytes of the current answer received
         self._parser = httptools.HttpResponseParser(self)
         self._writable: asyncio.Future[None] | None = None  # set while the transport's write buffer is full
         self._begin_state(None)
@@ -99,16 +162,29 @@ class _Connection(asyncio.Protocol):
 
     def begin(self, request: bytes) -> None:
         self._begin_state(asyncio.get_running_loop())
+        self.received = 0
+        assert self.transport is not None  # set by connection_made before a connection is handed out
         self.transport.write(request)
         self.quick_ack()
 
     def quick_ack(self) -> None:
         """ACK the answer's first segment at once (see _QUICKACK); the kernel clears this by itself."""
-        if self._socket is not None:
+        if self._socket is not None and _QUICKACK is not None:
             try:
-                self._socket.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)  # type: ignore[arg-type]
+                self._socket.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
             except OSError:
                 self._socket = None  # not TCP after all, or closed: stop asking
+
+    def unacknowledged(self) -> int | None:
+        """Bytes of the request the peer's TCP has not acknowledged: still in the transport's buffer,
+        or sent and unacknowledged. None where that cannot be told (not Linux, not TCP)."""
+        if self._socket is None or self.transport is None or sys.platform != "linux":
+            return None
+        try:
+            sent = int.from_bytes(fcntl.ioctl(self._socket.fileno(), _SIOCOUTQ, b"\0\0\0\0"), sys.byteorder)
+        except OSError:
+            return None
+        return sent + self.transport.get_write_buffer_size()
 
     async def drain(self) -> None:
         """Until the transport's write buffer has room again (an upload must not outrun the socket)."""
@@ -138,18 +214,18 @@ class _Connection(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        if _QUICKACK is not None:
-            self._socket = transport.get_extra_info("socket")
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
+        self._socket = transport.get_extra_info("socket")
 
     def data_received(self, data: bytes) -> None:
         if self.head is None:  # bytes on an idle connection: nothing can be trusted on it any more
             self.close()
             return
+        self.received += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(UpstreamUnreachableError(f"upstream sent a malformed HTTP answer: {exc}"))
+            self.fail(UpstreamUnreachableError(f"upstream sent a malformed HTTP answer: {exc}"))
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -162,7 +238,7 @@ class _Connection(asyncio.Protocol):
             self.on_message_complete()  # an answer delimited by the connection's end
             return
         reason = f": {exc!r}" if exc else ""
-        self._fail(UpstreamUnreachableError(
+        self.fail(UpstreamUnreachableError(
             f"upstream closed the connection mid-stream, before the answer was complete{reason}"))
 
     # --- httptools callbacks ------------------------------------------------------------------
@@ -216,7 +292,7 @@ class _Connection(asyncio.Protocol):
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
 
-    def _fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException) -> None:
         self.error = error
         if self.head is not None and not self.head.done():
             self.head.set_exception(error)
@@ -273,11 +349,10 @@ class _Response:
 
 
 @dataclass(slots=True)
-class _Origin:
-    idle: list[_Connection] = field(default_factory=list)
-    open: int = 0  # connections open (idle or in use)
-    closes: bool = False  # the upstream ended its last answer by closing: keep a spare connection ready
-    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)  # calls waiting for a free one
+class _Turns:
+    """Calls waiting for a place (a connection of an origin, or of a team's share), in arrival order."""
+
+    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
 
     def wake_one(self) -> None:
         while self.waiters:
@@ -286,58 +361,141 @@ class _Origin:
                 waiter.set_result(None)
                 return
 
+    async def wait(self) -> None:
+        """Until woken by a release or a close; then the caller looks again."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.wake_one()  # woken, but leaving (timeout, cancel): pass the turn on
+            raise
+
+
+@dataclass(slots=True)
+class _Share:
+    in_use: int = 0  # connections of one origin this team is using now
+    turns: _Turns = field(default_factory=_Turns)
+
+
+@dataclass(slots=True)
+class _Origin:
+    idle: list[_Connection] = field(default_factory=list)
+    open: int = 0  # connections open (idle or in use)
+    closes: bool = False  # the upstream ended its last answer by closing: keep a spare connection ready
+    turns: _Turns = field(default_factory=_Turns)  # calls waiting for a free connection
+    teams: dict[str, _Share] = field(default_factory=dict)  # one per team that has called (teams come from policies)
+
+
+class _NotDelivered(UpstreamUnreachableError):
+    """The request provably never reached the upstream's application: it may be sent again."""
+
 
 class Http1Upstream:
-    """Keep-alive pool per origin; create it inside the loop that will use it."""
+    """Keep-alive pool per destination; create it inside the loop that will use it."""
 
     def __init__(self) -> None:
-        self._origins: dict[tuple[str, str, int], _Origin] = {}
-        self._tls: ssl.SSLContext | None = None
+        self._origins: dict[_Destination, _Origin] = {}
+        self._destinations: dict[tuple[str, str, int, Egress], _Destination] = {}
+        self._tls: dict[TLSOptions, ssl.SSLContext] = {}
         self._closed = False
         self._spares: set[asyncio.Task[None]] = set()  # background connects (see _SPARE_IDLE_S)
 
-    async def post(self, url: str, headers: dict[str, str], body: bytes, timeout: Timeouts) -> _Response:
-        return await self.request("POST", url, headers, body, timeout)
+    async def post(self, url: str, headers: dict[str, str], body: bytes, timeout: Timeouts,
+                   caller: Caller = ANYONE) -> _Response:
+        return await self.request("POST", url, headers, body, timeout, caller=caller)
 
     async def request(self, method: str, url: str, headers: dict[str, str], body: bytes | AsyncIterable[bytes],
-                      timeout: Timeouts, length: int | None = None) -> _Response:
+                      timeout: Timeouts, length: int | None = None, caller: Caller = ANYONE) -> _Response:
         """Send one request; `body` is bytes (sent with the head in one write) or an async iterable
         streamed as it is produced: with Content-Length when `length` is given, else chunked."""
-        origin, start = _split(method, url)
-        streamed = not isinstance(body, bytes)
-        if streamed:
-            request = start + _head(headers, length, chunked=length is None)
-        else:
+        (scheme, host, port), start = _split(method, url)
+        destination = self._destination(scheme, host, port, caller.egress)
+        if destination.proxy is not None and scheme == "http":
+            start = _absolute(method, url, destination.proxy)
+        if isinstance(body, bytes):
             request = start + _head(headers, len(body) if body or method not in _NO_BODY else None) + body
-        try:
-            async with asyncio.timeout(timeout.connect_s):  # a free connection, or a new one, in time
-                conn = await self._acquire(origin, url)
-        except TimeoutError as exc:
-            raise UpstreamUnreachableError(f"cannot reach {shown(url)}: no connection within {timeout.connect_s:g}s") from exc
-        conn.begin(request)
-        try:
-            if streamed:
-                await _upload(conn, body, chunked=length is None)  # type: ignore[arg-type]
-            async with asyncio.timeout(timeout.first_byte_s):
-                await conn.head  # type: ignore[misc]
-        except TimeoutError as exc:
-            conn.close()
-            raise UpstreamTimeoutError(f"{shown(url)} sent no response within {timeout.first_byte_s:g}s") from exc
-        except BaseException:
-            # Failed, or cancelled: dropping the connection is what tells the upstream. Never sent
-            # again here, even when no byte came back: the provider may have started on it, and the
-            # router decides (and counts) retries.
-            conn.close()
-            raise
+        else:
+            request = start + _head(headers, length, chunked=length is None)
+        fresh = False  # the second try: on a new connection, and not tried again
+        while True:
+            conn = await self._connect(destination, url, timeout, caller, fresh)
+            conn.begin(request)
+            check = None
+            if isinstance(body, bytes):  # only a replayable request is watched (see _check_delivered)
+                after = min(timeout.connect_s, timeout.first_byte_s)
+                check = asyncio.get_running_loop().call_later(after, _check_delivered, conn, len(request), after)
+            try:
+                if not isinstance(body, bytes):
+                    await _upload(conn, body, chunked=length is None)
+                async with asyncio.timeout(timeout.first_byte_s):
+                    await conn.head  # type: ignore[misc]
+            except TimeoutError as exc:
+                conn.close()
+                raise UpstreamTimeoutError(f"{shown(url)} sent no response within {timeout.first_byte_s:g}s") from exc
+            except UpstreamUnreachableError as exc:
+                conn.close()
+                stale = conn.reused and conn.received == 0  # a kept-alive connection the server had closed
+                if fresh or not isinstance(body, bytes) or not (stale or isinstance(exc, _NotDelivered)):
+                    raise
+                fresh = True
+                continue
+            except BaseException:
+                # Failed, or cancelled: dropping the connection is what tells the upstream. Sent
+                # again above only when it provably never reached the upstream; anything else is
+                # the router's to retry (and count).
+                conn.close()
+                raise
+            finally:
+                if check is not None:
+                    check.cancel()
+            break
         if method == "HEAD":  # no body follows whatever Content-Length says; the parser would wait for one
             conn.complete, conn.spent = True, True
-        if streamed:  # an answer that came before the upload ended leaves the upstream mid-body
+        if not isinstance(body, bytes):  # an answer that came before the upload ended leaves the upstream mid-body
             conn.spent = True
         return _Response(conn, self, timeout.read_s)
+
+    def _destination(self, scheme: str, host: str, port: int, egress: Egress) -> _Destination:
+        key = (scheme, host, port, egress)
+        destination = self._destinations.get(key)
+        if destination is None:
+            proxy = choose_proxy(scheme, host, port, egress)
+            destination = self._destinations[key] = _Destination(scheme, host, port, proxy, egress.tls() if scheme == "https" else None)
+        return destination
+
+    async def _connect(self, destination: _Destination, url: str, timeout: Timeouts, caller: Caller,
+                       fresh: bool) -> _Connection:
+        """A free connection, or a new one, within the connect timeout, counted against the caller's share."""
+        pool = self._origins.get(destination) or self._origins.setdefault(destination, _Origin())
+        share = None
+        if caller.team is not None:
+            share = pool.teams.get(caller.team) or pool.teams.setdefault(caller.team, _Share())
+        cap = caller.connections or default_share()
+        try:
+            async with asyncio.timeout(timeout.connect_s):
+                if share is not None:
+                    while share.in_use >= cap:
+                        await share.turns.wait()
+                    share.in_use += 1
+                try:
+                    conn = await self._acquire(destination, pool, url, fresh)
+                except BaseException:
+                    if share is not None:
+                        share.in_use -= 1
+                        share.turns.wake_one()
+                    raise
+        except TimeoutError as exc:
+            held = f" (team {caller.team!r} holds all {cap} of its connections to it)" if share and share.in_use >= cap else ""
+            raise UpstreamUnreachableError(f"cannot reach {shown(url)}: no connection within {timeout.connect_s:g}s{held}") from exc
+        conn.team = caller.team
+        return conn
 
     def release(self, conn: _Connection) -> None:
         pool = self._origins.get(conn.origin)
         if pool is not None:
+            self._leave(pool, conn)
             pool.closes = not conn.keep_alive
             if pool.closes and not self._closed and pool.open <= _MAX_PER_ORIGIN:
                 task = asyncio.get_running_loop().create_task(self._spare(conn.origin, pool))
@@ -349,67 +507,95 @@ class Http1Upstream:
         conn.head = None
         conn.idle_since = time.monotonic()
         pool.idle.append(conn)
-        pool.wake_one()
+        pool.turns.wake_one()
 
     def _forget(self, conn: _Connection) -> None:
         pool = self._origins.get(conn.origin)
         if pool is not None:
+            self._leave(pool, conn)
             pool.open -= 1
-            pool.wake_one()
+            pool.turns.wake_one()
 
-    async def _acquire(self, origin: tuple[str, str, int], url: str) -> _Connection:
-        pool = self._origins.setdefault(origin, _Origin())
+    @staticmethod
+    def _leave(pool: _Origin, conn: _Connection) -> None:
+        """The connection no longer counts against its team's share (released, or closed)."""
+        if conn.team is not None:
+            share = pool.teams[conn.team]
+            conn.team = None
+            share.in_use -= 1
+            share.turns.wake_one()
+
+    async def _acquire(self, destination: _Destination, pool: _Origin, url: str, fresh: bool) -> _Connection:
         while True:
             now = time.monotonic()
-            while pool.idle:
+            while pool.idle and not fresh:
                 conn = pool.idle.pop()  # the most recently used: the least likely to have been closed by the server
                 if not conn.closed and now - conn.idle_since < (_SPARE_IDLE_S if pool.closes else _KEEPALIVE_S):
+                    conn.reused = True
                     return conn  # a server that closed it while idle has been seen closing (connection_lost)
                 conn.close()
             if pool.open < _MAX_PER_ORIGIN:
                 break
-            waiter = asyncio.get_running_loop().create_future()
-            pool.waiters.append(waiter)
-            try:
-                await waiter  # woken by a release or a close; then look again
-            except BaseException:
-                if waiter.done() and not waiter.cancelled():
-                    pool.wake_one()  # woken, but leaving (timeout, cancel): pass the turn on
-                raise
-        return await self._open(origin, pool, url)
+            if fresh and pool.idle:
+                pool.idle.pop(0).close()  # room for a new connection: the longest idle one goes
+                continue
+            await pool.turns.wait()
+        return await self._open(destination, pool, url)
 
-    async def _open(self, origin: tuple[str, str, int], pool: _Origin, url: str) -> _Connection:
+    async def _open(self, destination: _Destination, pool: _Origin, url: str) -> _Connection:
         pool.open += 1  # counted from now, so concurrent calls cannot overshoot while this one connects
-        scheme, host, port = origin
         try:
-            _, conn = await asyncio.get_running_loop().create_connection(
-                lambda: _Connection(origin, self._forget), host, port, ssl=self._tls_context() if scheme == "https" else None
-            )
+            conn = await self._dial(destination)
+            conn.reused = False
         except BaseException as exc:
             pool.open -= 1
-            pool.wake_one()
+            pool.turns.wake_one()
             if isinstance(exc, OSError):  # refused, unreachable, DNS, TLS (ssl.SSLError is an OSError)
-                raise UpstreamUnreachableError(f"cannot reach {shown(url)}: {exc}") from exc
+                via = f" through proxy {destination.proxy.shown}" if destination.proxy else ""
+                raise UpstreamUnreachableError(f"cannot reach {shown(url)}{via}: {exc}") from exc
             raise
         return conn  # counted until it closes: then _forget gives the place back
 
-    async def _spare(self, origin: tuple[str, str, int], pool: _Origin) -> None:
+    async def _dial(self, destination: _Destination) -> _Connection:
+        """A connection to the destination: direct, to the proxy (http), or through a CONNECT tunnel (https)."""
+        loop = asyncio.get_running_loop()
+        tls = self._tls_context(destination.tls) if destination.tls is not None else None
+        proxy = destination.proxy
+        if proxy is None or tls is None:
+            host, port = (destination.host, destination.port) if proxy is None else (proxy.host, proxy.port)
+            _, conn = await loop.create_connection(lambda: _Connection(destination, self._forget), host, port, ssl=tls)
+            return conn
+        raw = await open_tunnel(proxy, destination.host, destination.port)
+        conn = _Connection(destination, self._forget)
+        try:
+            transport = await loop.start_tls(raw, conn, tls, server_hostname=destination.host)
+        except BaseException:
+            conn.closed = True  # never counted as open by itself: _open gives the place back
+            raw.abort()
+            raise
+        if transport is None:
+            raise UpstreamUnreachableError(f"cannot start TLS through proxy {proxy.shown}")
+        conn.connection_made(transport)
+        return conn
+
+    async def _spare(self, origin: _Destination, pool: _Origin) -> None:
         """Open a connection for the next call to an upstream that closes after each answer."""
         try:
-            conn = await self._open(origin, pool, f"{origin[0]}://{origin[1]}:{origin[2]}")
-        except Exception:  # noqa: BLE001 - only a head start: the next call connects (and reports) itself
+            conn = await self._open(origin, pool, origin.shown)
+        except Exception:  # only a head start: the next call connects (and reports) itself
             return
         if self._closed or not pool.closes:
             conn.close()
             return
         conn.idle_since = time.monotonic()
         pool.idle.append(conn)
-        pool.wake_one()
+        pool.turns.wake_one()
 
-    def _tls_context(self) -> ssl.SSLContext:
-        if self._tls is None:
-            self._tls = ssl.create_default_context()
-        return self._tls
+    def _tls_context(self, options: TLSOptions) -> ssl.SSLContext:
+        context = self._tls.get(options)
+        if context is None:
+            context = self._tls[options] = tls_context(options)
+        return context
 
     async def aclose(self) -> None:
         self._closed = True
@@ -419,6 +605,18 @@ class Http1Upstream:
             for conn in pool.idle:
                 conn.close()
             pool.idle.clear()
+
+
+def _check_delivered(conn: _Connection, size: int, after_s: float) -> None:
+    """The connect timeout after a request was written and no answer yet: if the upstream's TCP has
+    acknowledged none of it, no application there has read it (a connection still in a full listen
+    backlog, a dead peer), so it fails as not delivered and is sent again on a new connection."""
+    if conn.head is None or conn.head.done() or conn.closed:
+        return
+    pending = conn.unacknowledged()
+    if pending is not None and pending >= size:
+        conn.fail(_NotDelivered(f"{conn.origin.shown} did not take the request: none of it was acknowledged within {after_s:g}s"))
+        conn.close()
 
 
 async def _upload(conn: _Connection, body: AsyncIterable[bytes], chunked: bool) -> None:

@@ -11,11 +11,27 @@ import asyncio
 import os
 from collections.abc import Coroutine
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sdk.state.backend import StateBackend
 from sdk.state.local import LocalState
 
 STATE_URL_ENV = "SLIPSTREAM_STATE_URL"
+_SECRET_PARAMS = ("pass", "secret", "token", "key")  # query options whose values are credentials (ssl_keyfile: a path, masked too)
+
+
+def masked_url(url: str) -> str:
+    """A state URL as logs and errors may show it: the password (and any credential-like query
+    value) replaced by `***`, the user name, host, port, database and other options kept."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else f"{user}@{host}"
+    query = urlencode([(name, "***" if any(word in name.lower() for word in _SECRET_PARAMS) else value)
+                       for name, value in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def open_state(url: str | None = None) -> StateBackend:
@@ -28,7 +44,7 @@ def open_state(url: str | None = None) -> StateBackend:
         from sdk.state.redis import RedisState
 
         return GuardedState(RedisState(url))
-    raise ValueError(f"state URL {url!r}: expected redis://HOST:PORT/DB or rediss://… (or nothing, for in-process state)")
+    raise ValueError(f"state URL {masked_url(url)!r}: expected redis://HOST:PORT/DB or rediss://… (or nothing, for in-process state)")
 
 
 _background: set[asyncio.Task[Any]] = set()
@@ -47,4 +63,4 @@ def backend_status(state: StateBackend) -> dict[str, object]:
     return status() if status is not None else {"backend": state.kind, "up": True, "mode": "local"}
 
 
-__all__ = ["STATE_URL_ENV", "StateBackend", "backend_status", "in_background", "open_state"]
+__all__ = ["STATE_URL_ENV", "StateBackend", "backend_status", "in_background", "masked_url", "open_state"]

@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any, Final, TypeVar
 
 from sdk.metrics import STATE_ADMISSIONS, STATE_BACKEND_UP
+from sdk.state import masked_url
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend
 from sdk.state.local import LocalState
 from sdk.state.redis import Entries, RedisState
@@ -222,13 +223,15 @@ class GuardedState:
             return DOWN
 
     def _went_down(self, exc: BaseException) -> None:
-        self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        # /readyz and the log show it: an error that quotes the URL must not carry its password
+        self.last_error = (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__).replace(
+            self.shared.url, masked_url(self.shared.url))
         if not self.up:
             return
         self.up, self.down_since = False, time.monotonic()
         STATE_BACKEND_UP.set(0)
         log.warning("state backend %s unreachable (%s): degraded to local state, limits divided by %d replicas",
-                    self.shared.url, self.last_error, self.shared.replicas)
+                    masked_url(self.shared.url), self.last_error, self.shared.replicas)
 
     async def _heal(self) -> None:
         records = self.local.spend_records()
@@ -239,7 +242,8 @@ class GuardedState:
         down_for = time.monotonic() - (self.down_since or time.monotonic())
         self.up, self.down_since, self.last_error = True, None, ""
         STATE_BACKEND_UP.set(1)
-        log.warning("state backend %s is back after %.1f s: shared state restored (%d replicas)", self.shared.url, down_for, self.shared.replicas)
+        log.warning("state backend %s is back after %.1f s: shared state restored (%d replicas)", masked_url(self.shared.url), down_for,
+                    self.shared.replicas)
 
     def _local_share(self, admission: Admission) -> Admission:
         """This replica's share of each limit while it cannot see the others."""

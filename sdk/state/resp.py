@@ -24,6 +24,8 @@ from collections import deque
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from sdk.state import masked_url
+
 Reply = Any  # bytes | int | list | None | RespError
 
 
@@ -177,7 +179,7 @@ class RespClient:
     def __init__(self, url: str, connect_timeout_s: float):
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
-            raise ValueError(f"not a Redis URL: {url!r}")
+            raise ValueError(f"not a Redis URL: {masked_url(url)!r}")
         options = dict(parse_qsl(parts.query))
         unknown = sorted(options.keys() - set(TLS_OPTIONS))
         if unknown:

@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import ssl
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from statistics import median
@@ -19,7 +20,9 @@ from statistics import median
 import pytest
 
 from sdk.errors import UpstreamTimeoutError, UpstreamUnreachableError
-from sdk.providers.http1 import Http1Upstream
+from sdk.providers import http1
+from sdk.providers.egress import Egress
+from sdk.providers.http1 import Caller, Http1Upstream
 from sdk.providers.upstream import Timeouts
 from tests.helpers import PATIENCE_S
 
@@ -165,7 +168,7 @@ async def test_unreachable_origin_is_a_clear_error():
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
-async def test_tls_with_hostname_verification(tmp_path: Path, monkeypatch):
+async def test_tls_with_hostname_verification(tmp_path: Path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
                     "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
@@ -179,8 +182,8 @@ async def test_tls_with_hostname_verification(tmp_path: Path, monkeypatch):
     async with serving(handler, tls=server_tls) as (server, url, client):
         with pytest.raises(UpstreamUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.post(url, {}, b"", QUICK)  # an untrusted certificate is refused
-        monkeypatch.setattr(client, "_tls_context", lambda: ssl.create_default_context(cafile=str(cert)))
-        response = await client.post(url, {}, b"", QUICK)
+        trusting = Caller(egress=Egress(ca_bundle=str(cert)))  # the provider's `ca_bundle` policy key
+        response = await client.post(url, {}, b"", QUICK, caller=trusting)
         assert await response.read() == b"secret"
 
 
@@ -216,7 +219,7 @@ def stdlib_server(http11: bool, one_send: bool = False):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1" if http11 else "HTTP/1.0"
 
-        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers["content-length"]))
             if one_send:
                 self.wfile.write(f"{self.protocol_version} 200 OK\r\ncontent-length: 2\r\n\r\n{{}}".encode())
@@ -270,3 +273,116 @@ async def test_an_upstream_that_closes_after_each_answer_gets_a_spare_connection
                 await asyncio.sleep(0.005)
             assert len(pool.idle) == 1 and pool.closes
         await client.aclose()
+
+
+async def test_a_request_that_meets_a_closing_keep_alive_connection_is_sent_again():
+    # The race with a server's idle timeout, made to happen every time: a connection that has
+    # answered once is closed, unanswered, when the next request arrives on it.
+    answered, dropped = [], []
+
+    async def handler(reader, writer, n):
+        if getattr(writer, "answered", False):
+            dropped.append(n)
+            writer.transport.abort()
+            return
+        writer.answered = True
+        answered.append(n)
+        await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async with serving(handler) as (server, url, client):
+        for i in range(30):
+            response = await client.post(url, {}, b'{"n": %d}' % i, QUICK)
+            assert await response.read() == b"ok"  # none lost
+        assert len(answered) == 30 and len(dropped) == 29  # every reuse met a closing connection
+
+
+async def test_only_a_replayable_request_on_a_reused_connection_is_sent_again():
+    async def drop_all(reader, writer, n):
+        writer.transport.abort()
+
+    async with serving(drop_all) as (server, url, client):
+        with pytest.raises(UpstreamUnreachableError, match="before the answer was complete"):
+            await client.post(url, {}, b"{}", QUICK)  # a fresh connection: the server may have seen it
+        assert len(server.requests) == 1
+
+    async def answer_once(reader, writer, n):
+        if n == 1:
+            await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        else:
+            writer.transport.abort()
+
+    async def upload() -> AsyncIterator[bytes]:
+        yield b"{}"
+
+    async with serving(answer_once) as (server, url, client):
+        assert await (await client.post(url, {}, b"{}", QUICK)).read() == b"ok"
+        with pytest.raises(UpstreamUnreachableError):
+            await client.request("POST", url, {}, upload(), QUICK, length=2)  # streamed: cannot be replayed
+        assert len(server.requests) == 2
+
+
+async def test_a_request_the_upstream_never_acknowledged_is_sent_again_then_fails_clearly(monkeypatch):
+    # A connection stuck in a full listen backlog looks established to the client, but the server's
+    # TCP acknowledges none of what is written on it. Here the first connection is made to look so.
+    async def handler(reader, writer, n):
+        if server.connections > 1:
+            await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        # the first connection never answers
+
+    real = http1._Connection.unacknowledged
+    stuck: set[int] = set()
+
+    def unacknowledged(conn: http1._Connection) -> int | None:
+        return 1 << 20 if id(conn) in stuck else real(conn)
+
+    monkeypatch.setattr(http1._Connection, "unacknowledged", unacknowledged)
+    opened = http1.Http1Upstream._dial
+
+    async def dial(self: Http1Upstream, destination: object) -> http1._Connection:
+        conn = await opened(self, destination)
+        if not stuck:
+            stuck.add(id(conn))
+        return conn
+
+    monkeypatch.setattr(http1.Http1Upstream, "_dial", dial)
+    quick_check = Timeouts(connect_s=0.2, first_byte_s=30, read_s=2)
+    async with serving(handler) as (server, url, client):
+        assert await (await client.post(url, {}, b"{}", quick_check)).read() == b"ok"
+        assert server.connections == 2
+        [conn] = next(iter(client._origins.values())).idle
+        if sys.platform == "linux":
+            assert real(conn) == 0  # a request the server read has been acknowledged
+
+    async def never(reader, writer, n):
+        pass
+
+    monkeypatch.setattr(http1._Connection, "unacknowledged", lambda conn: 1 << 20)  # no connection gets through
+    async with serving(never) as (server, url, client):
+        with pytest.raises(UpstreamUnreachableError, match="did not take the request"):
+            await client.post(url, {}, b"{}", quick_check)
+        assert server.connections == 2  # sent once more, not again and again
+
+
+async def test_a_team_holds_at_most_its_share_of_an_origin(monkeypatch):
+    monkeypatch.setattr(http1, "_MAX_PER_ORIGIN", 3)
+    release = asyncio.Event()
+
+    async def handler(reader, writer, n):
+        if b"x-team: a" in server.requests[n - 1]:
+            await release.wait()  # team A's calls are slow streams
+        await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    team_a, team_b = Caller(team="a", connections=2), Caller(team="b")
+
+    async def call(caller: Caller, timeout: Timeouts = QUICK) -> bytes:
+        return await (await client.post(url, {"x-team": caller.team or ""}, b"{}", timeout, caller=caller)).read()
+
+    async with serving(handler) as (server, url, client):
+        slow = [asyncio.create_task(call(team_a, Timeouts(connect_s=30, first_byte_s=30))) for _ in range(4)]
+        while len(server.requests) < 2:
+            await asyncio.sleep(0.01)
+        assert await call(team_b) == b"ok"  # A's four calls left B a connection of the three
+        assert len(server.requests) == 3 and server.connections == 3  # A holds two; its others wait their turn
+        release.set()
+        assert await asyncio.gather(*slow) == [b"ok"] * 4
+        assert server.connections == 3  # A's waiting calls reused its two connections
