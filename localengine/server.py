@@ -1,6 +1,7 @@
 """OpenAI-compatible HTTP server for the local engine (a bare ASGI app run by uvicorn).
 
     POST /v1/chat/completions   streaming (SSE, `data: [DONE]`) and not, with usage
+    POST /v1/completions        the legacy Completions API (serving_completion.py)
     GET  /v1/models             the served model
     GET  /metrics               Prometheus text, vLLM's metric names
     GET  /health                200 once the model is loaded
@@ -8,6 +9,10 @@
 Bare ASGI rather than a framework because this server must notice a client disconnect while it
 waits for the engine: a watcher task reads `http.disconnect` and cancels the request, and the
 cancellation aborts the engine request (freeing its KV blocks) at once.
+
+Validation follows vLLM's server (serving_common.py): a body that is not `application/json` is a
+415, a missing `model` a 400, another model's name a 404 `model_not_found`, an unknown path a 404
+that names the path.
 """
 
 from __future__ import annotations
@@ -20,13 +25,9 @@ from typing import Any
 import orjson
 
 from localengine.engine.async_engine import AsyncLLMEngine
-from localengine.serving_chat import (
-    ChatRequestError,
-    chat_completion,
-    chat_completion_events,
-    error_body,
-    parse_chat_request,
-)
+from localengine.serving_chat import chat_completion, chat_completion_events, parse_chat_request
+from localengine.serving_common import RequestError, error_body
+from localengine.serving_completion import completion, completion_events, parse_completion_request
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -47,36 +48,50 @@ class EngineApp:
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"].rstrip("/")
-        if path == "/v1/chat/completions" and method == "POST":
-            await self._chat(receive, send)
-        elif path == "/v1/models" and method == "GET":
+        routes = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET",
+                  "/metrics": "GET", "/health": "GET"}
+        if path not in routes:
+            await _respond(send, 404, error_body(f"Invalid URL ({method} {scope['path']})", 404))
+        elif routes[path] != method:
+            await _respond(send, 405, error_body(f"{method} is not allowed on {path}; use {routes[path]}", 405))
+        elif path in ("/v1/chat/completions", "/v1/completions"):
+            await self._generate(scope, receive, send, chat=path == "/v1/chat/completions")
+        elif path == "/v1/models":
             models = {"object": "list", "data": [{"id": self.served_model_name, "object": "model",
                                                    "created": self.created, "owned_by": "localengine"}]}
             await _respond(send, 200, orjson.dumps(models))
-        elif path == "/metrics" and method == "GET":
+        elif path == "/metrics":
             await _respond(send, 200, self.engine.engine.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
-        elif path == "/health" and method == "GET":
-            await _respond(send, 200, b"")
         else:
-            await _respond(send, 404, error_body(f"no route for {method} {scope['path']}", 404))
+            await _respond(send, 200, b"")
 
-    async def _chat(self, receive: Receive, send: Send) -> None:
+    async def _generate(self, scope: Scope, receive: Receive, send: Send, chat: bool) -> None:
         raw = await _read_body(receive)
         if raw is None:
             await _respond(send, 413, error_body("request body too large", 413))
             return
+        if _media_type(scope) != b"application/json":  # vLLM's rule: a form-encoded body is not read as JSON
+            await _respond(send, 415, error_body("Unsupported Media Type: Only 'application/json' is allowed", 415))
+            return
+        engine = self.engine
         try:
-            req = parse_chat_request(orjson.loads(raw), self.engine, self.served_model_name)
+            body = orjson.loads(raw)
+            work: Awaitable[None]
+            if chat:
+                c = parse_chat_request(body, engine, self.served_model_name)
+                work = (self._stream(send, chat_completion_events(engine, c)) if c.stream
+                        else self._complete(send, chat_completion(engine, c)))
+            else:
+                r = parse_completion_request(body, engine, self.served_model_name)
+                work = (self._stream(send, completion_events(engine, r)) if r.stream
+                        else self._complete(send, completion(engine, r)))
         except orjson.JSONDecodeError:
             await _respond(send, 400, error_body("the request body is not valid JSON"))
             return
-        except ChatRequestError as exc:
-            await _respond(send, exc.status, error_body(str(exc), exc.status, exc.param))
+        except RequestError as exc:
+            await _respond(send, exc.status, error_body(str(exc), exc.status, exc.param, exc.code))
             return
-        if req.stream:
-            await _until_disconnect(receive, self._stream(send, chat_completion_events(self.engine, req)))
-        else:
-            await _until_disconnect(receive, self._complete(send, chat_completion(self.engine, req)))
+        await _until_disconnect(receive, work)
 
     @staticmethod
     async def _complete(send: Send, body: Awaitable[dict[str, Any]]) -> None:
@@ -119,6 +134,13 @@ async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
         await asyncio.gather(task, watcher, return_exceptions=True)
     if task.done() and not task.cancelled() and task.exception() is not None:
         raise task.exception()  # type: ignore[misc]
+
+
+def _media_type(scope: Scope) -> bytes:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return bytes(value.split(b";", 1)[0].strip().lower())
+    return b""
 
 
 async def _read_body(receive: Receive) -> bytes | None:

@@ -11,15 +11,15 @@ import json
 import time
 from typing import Any
 
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from localengine.config import Config, SpeculativeConfig
 from localengine.engine.block_manager import BlockManager
 from localengine.engine.detokenizer import IncrementalDetokenizer
 from localengine.engine.model_runner import ModelRunner
 from localengine.engine.scheduler import Scheduler
-from localengine.engine.tp_worker import TensorParallelWorkers
 from localengine.engine.sequence import Sequence
+from localengine.engine.tp_worker import TensorParallelWorkers
 from localengine.metrics import EngineMetrics
 from localengine.outputs import CompletionOutput, RequestOutput
 from localengine.sampling_params import RequestOutputKind, SamplingParams
@@ -31,14 +31,18 @@ Prompt = str | list[int]
 
 
 def load_tokenizer(config: Config) -> Any:
-    return AutoTokenizer.from_pretrained(str(config.model_path), local_files_only=True)
+    if config.model_path.suffix == ".gguf":
+        # Converted from the file's metadata (models/gguf_tokenizer.py): always a fast tokenizer,
+        # and AutoTokenizer would import the model's transformers config class just to learn that.
+        return PreTrainedTokenizerFast.from_pretrained(str(config.tokenizer_path), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(config.tokenizer_path), local_files_only=True)
 
 
 def eos_token_ids(config: Config, tokenizer: Any) -> set[int]:
     """EOS ids from config.json, generation_config.json and the tokenizer (models disagree)."""
     ids: set[int] = set()
     sources = [config.hf_config.get("eos_token_id")]
-    gen = config.model_path / "generation_config.json"
+    gen = config.tokenizer_path / "generation_config.json"
     if gen.is_file():
         sources.append(json.loads(gen.read_text()).get("eos_token_id"))
     sources.append(tokenizer.eos_token_id)

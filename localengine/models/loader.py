@@ -1,4 +1,4 @@
-"""Load a Hugging Face checkpoint directory (config.json + *.safetensors) into our model.
+"""Load a checkpoint (a Hugging Face directory with *.safetensors, or a GGUF file) into our model.
 
 The model is built on the meta device and given uninitialised storage on its real device, so no
 random weights are ever materialised (an 8B model built the usual way would first take ~30 GiB
@@ -8,6 +8,7 @@ where the layer is fused or split across tensor-parallel ranks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,26 @@ from safetensors import safe_open
 from localengine.models.llama import LlamaForCausalLM, ModelArgs
 
 
-def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device: torch.device,
-               max_model_len: int, tp_rank: int = 0, tp_size: int = 1) -> LlamaForCausalLM:
+def checkpoint_tensors(path: Path, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """(Hugging Face name, tensor) for every weight of the checkpoint at `path`."""
+    if path.suffix == ".gguf":
+        from localengine.models.gguf import gguf_tensors, open_gguf
+
+        yield from gguf_tensors(open_gguf(path), dtype)
+        return
     files = sorted(path.glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no *.safetensors files in {path} (only safetensors checkpoints are supported)")
+        raise FileNotFoundError(f"no *.safetensors files in {path} (supported: safetensors directories, GGUF files)")
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            names = f.keys()  # a safetensors file handle, not a dict
+            for name in names:
+                if "rotary_emb.inv_freq" not in name:
+                    yield name, f.get_tensor(name)
+
+
+def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device: torch.device,
+               max_model_len: int, tp_rank: int = 0, tp_size: int = 1) -> LlamaForCausalLM:
     with torch.device("meta"):
         model = LlamaForCausalLM(ModelArgs.from_hf(hf_config, tp_rank, tp_size))
     model = model.to_empty(device=device).to(dtype)
@@ -30,12 +46,8 @@ def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device
     model.model.rotary_emb.build(max_model_len, device)
     params = dict(model.named_parameters(remove_duplicate=False))
     loaded: set[str] = set()
-    for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            for name in f.keys():
-                if "rotary_emb.inv_freq" in name:
-                    continue
-                _load_tensor(model, params, name, f.get_tensor(name), loaded)
+    for name, tensor in checkpoint_tensors(path, dtype):
+        _load_tensor(model, params, name, tensor, loaded)
     if model.args.tie_word_embeddings:
         loaded.add("lm_head.weight")
     missing = set(params) - loaded

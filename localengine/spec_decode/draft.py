@@ -38,7 +38,7 @@ class DraftModelProposer:
             # request that fits the target's cache then (almost always) fits the draft's.
             num_kvcache_blocks=num_blocks, seed=target.seed, attention_backend=target.attention_backend,
         )
-        draft_tok = AutoTokenizer.from_pretrained(str(self.config.model_path), local_files_only=True)
+        draft_tok = AutoTokenizer.from_pretrained(str(self.config.tokenizer_path), local_files_only=True)
         if draft_tok.get_vocab() != tokenizer.get_vocab():
             raise ValueError(f"draft model {spec.model!r} does not share the target model's tokenizer")
         self.runner = ModelRunner(self.config, set())

@@ -20,10 +20,10 @@ import orjson
 
 from sdk.errors import ProviderUnavailableError, SlipstreamError
 from sdk.providers.base import HTTPProvider
-from sdk.providers.openai import OpenAIDialect
 from sdk.providers.keys import KeyRing
 from sdk.providers.local_embeddings import MODEL_ID as EMBEDDING_MODEL
 from sdk.providers.local_embeddings import LocalEmbeddings
+from sdk.providers.openai import OpenAIDialect
 from sdk.providers.upstream import Timeouts
 from sdk.readiness import WarmUp
 from sdk.services import MODEL_LOAD_LOCK, Services
@@ -108,14 +108,15 @@ class LocalProvider:
         request = replace(request, body=self._salted(request.body))
         if self._http is not None:
             return await self._http.send(request, timings)
-        from localengine.serving_chat import ChatRequestError, parse_chat_request
+        from localengine.serving_chat import parse_chat_request
+        from localengine.serving_common import RequestError
 
         started = time.perf_counter()
         try:
             engine = await self._engine()
             try:  # the engine's own model answers, whatever name the client asked for: say so
                 chat = parse_chat_request({**request.body, "model": self.model}, engine)
-            except ChatRequestError as exc:
+            except RequestError as exc:
                 raise SlipstreamError(str(exc), status=exc.status) from exc
             route = f"{self.name}/{self.model}"
             if not chat.stream:
@@ -164,7 +165,7 @@ class LocalProvider:
 
     @staticmethod
     def _stream(engine: AsyncLLMEngine, chat: ChatRequest, route: str, timings: Timings) -> LLMStream:
-        from localengine.serving_chat import chat_completion_events
+        from localengine.serving_chat import chat_completion_events, engine_request_ids
 
         usage = Usage()
 
@@ -179,7 +180,8 @@ class LocalProvider:
 
         async def close() -> None:
             await events.aclose()
-            engine.abort(chat.request_id)  # idempotent: frees the KV blocks even if nothing was read
+            for rid in engine_request_ids(chat.request_id, chat.n):  # idempotent: frees the KV blocks even if nothing was read
+                engine.abort(rid)
 
         return LLMStream(status=200, events=events, headers={}, usage=usage, route=route, close=close,
                          finish_reasons=observer.finish_reasons)

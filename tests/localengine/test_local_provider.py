@@ -72,8 +72,8 @@ async def test_anthropic_requests_are_refused(provider):
 
 async def test_bad_request_is_an_openai_shaped_error(provider):
     with pytest.raises(SlipstreamError) as info:
-        await provider.send(chat(n=2), Timings())
-    assert info.value.status == 400 and "n=1" in info.value.message
+        await provider.send(chat(logprobs=True, top_logprobs=21), Timings())
+    assert info.value.status == 400 and "21" in info.value.message
 
 
 async def test_missing_model_is_unavailable_so_the_router_fails_over(tmp_path):

@@ -1,0 +1,251 @@
+"""What the Chat Completions and Completions endpoints share: errors, field checks, sampling.
+
+The rules are vLLM's OpenAI server's (vllm/entrypoints/openai/protocol.py), so a client tested
+against vLLM gets the same 400s here: `top_logprobs`/`logprobs` above 20, `stream_options` without
+`stream`, a `seed` outside a signed 64-bit integer, `stop_token_ids` outside the vocabulary, a
+prompt plus `max_tokens` longer than the context. Where vLLM would quietly ignore a field it does
+not know, this server refuses it with a 400 that names it: a field the engine cannot honour is
+never silently dropped. Fields that cannot change the answer (`user`, `metadata`, ...) are accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import orjson
+
+from localengine.engine.async_engine import AsyncLLMEngine
+from localengine.sampling_params import SamplingParams
+
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs
+_INT64 = 1 << 63
+# Accepted everywhere, and changing nothing in the answer.
+INERT_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
+                          "prompt_cache_retention", "cache_salt", "stream", "stream_options", "model"})
+# Sampling fields both endpoints honour: OpenAI's, then vLLM's extra parameters.
+SAMPLING_FIELDS = frozenset({"max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty",
+                             "frequency_penalty", "logit_bias", "logprobs", "top_k", "min_tokens",
+                             "repetition_penalty", "stop_token_ids", "ignore_eos", "skip_special_tokens",
+                             "include_stop_str_in_output"})
+# Why the commonest refused fields are refused (any other unknown field gets a generic message).
+_REFUSED = {
+    "prompt_logprobs": "prompt logprobs are not computed by this engine",
+    "echo": "echo is not supported on this endpoint",
+    "suffix": "suffix (fill-in-the-middle) is not supported by this engine",
+    "best_of": "best_of other than n is not supported (no beam search or reranking)",
+    "use_beam_search": "beam search is not supported",
+    "min_p": "min_p sampling is not supported",
+    "guided_json": "guided decoding is not supported", "guided_regex": "guided decoding is not supported",
+    "guided_choice": "guided decoding is not supported", "guided_grammar": "guided decoding is not supported",
+    "guided_decoding_backend": "guided decoding is not supported",
+    "guided_whitespace_pattern": "guided decoding is not supported",
+    "structured_outputs": "structured outputs are not supported",
+    "functions": "function calling is not supported", "function_call": "function calling is not supported",
+    "audio": "audio output is not supported", "prediction": "predicted outputs are not supported",
+    "web_search_options": "web search is not supported", "reasoning_effort": "this model has no reasoning mode",
+}
+T = TypeVar("T")
+
+
+class RequestError(ValueError):
+    """A request this server refuses: an OpenAI-shaped error with this status and `param`."""
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.param = param
+        self.code = code
+
+
+def error_body(message: str, status: int = 400, param: str | None = None, code: str | None = None) -> bytes:
+    kind = "invalid_request_error" if status < 500 else "internal_server_error"
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+def check_fields(body: dict[str, Any], allowed: frozenset[str]) -> None:
+    """Refuse, by name, every field outside `allowed` that asks for something (null, false and an
+    `n`-equal best_of ask for nothing)."""
+    for key, value in body.items():
+        if key in allowed or value is None or value is False:
+            continue
+        if key == "best_of" and value == body.get("n", 1):
+            continue
+        reason = _REFUSED.get(key, "it is not a parameter this engine supports")
+        raise RequestError(f"'{key}' is not supported: {reason}", param=key)
+
+
+def check_model(body: dict[str, Any], served_model: str | None) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' is required: the name of the served model", param="model")
+    if served_model is not None and model != served_model:
+        raise RequestError(f"The model `{model}` does not exist.", status=404, param="model", code="model_not_found")
+    return model
+
+
+def number(body: dict[str, Any], key: str, default: Any, kind: type | tuple[type, ...]) -> Any:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise RequestError(f"'{key}' must be {'an integer' if kind is int else 'a number'}", param=key)
+    return value
+
+
+def check_stream_options(body: dict[str, Any]) -> bool:
+    """Whether the stream ends with a usage chunk; stream_options without stream is vLLM's 400."""
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if body.get("stream") is not True:
+        raise RequestError("Stream options can only be defined when `stream=True`.", param="stream_options")
+    if not isinstance(options, dict):
+        raise RequestError("'stream_options' must be an object", param="stream_options")
+    return options.get("include_usage") is True
+
+
+def _logit_bias(body: dict[str, Any], vocab_size: int) -> dict[int, float] | None:
+    raw = body.get("logit_bias")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise RequestError("'logit_bias' must map token ids to numbers in [-100, 100]", param="logit_bias")
+    bias: dict[int, float] = {}
+    for key, value in raw.items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise RequestError(f"logit_bias key {key!r} is not a token id", param="logit_bias") from None
+        if not 0 <= token < vocab_size:
+            raise RequestError(f"logit_bias token {token} is outside this model's vocabulary of {vocab_size}",
+                               param="logit_bias")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise RequestError(f"logit_bias for {key} must be a number in [-100, 100]", param="logit_bias")
+        bias[token] = float(value)
+    return bias
+
+
+def _stop_token_ids(body: dict[str, Any], vocab_size: int) -> list[int]:
+    raw = body.get("stop_token_ids") or []
+    if not isinstance(raw, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
+        raise RequestError("'stop_token_ids' must be a list of token ids", param="stop_token_ids")
+    outside = [t for t in raw if not 0 <= t < vocab_size]
+    if outside:
+        raise RequestError(f"stop_token_ids {outside} are outside this model's vocabulary of {vocab_size}",
+                           param="stop_token_ids")
+    return list(raw)
+
+
+def count(body: dict[str, Any], key: str, engine: AsyncLLMEngine) -> int:
+    """`n`: how many choices per prompt (each is its own engine request sharing the prompt's blocks)."""
+    n = number(body, key, 1, int)
+    limit = engine.engine.config.max_num_seqs
+    if not 1 <= n <= limit:
+        raise RequestError(f"'{key}' must be between 1 and {limit}", param=key)
+    return int(n)
+
+
+def sampling_params(body: dict[str, Any], engine: AsyncLLMEngine, prompt_len: int, *, logprobs: int | None,
+                    default_max_tokens: int | None, max_tokens_key: str = "max_tokens") -> SamplingParams:
+    """SamplingParams from the request's fields, with vLLM's range checks."""
+    vocab = engine.engine.model_runner.model.args.vocab_size
+    max_len = engine.engine.max_model_len
+    if prompt_len >= max_len:
+        raise RequestError(f"This model's maximum context length is {max_len} tokens. However, your prompt has "
+                           f"{prompt_len} tokens.", param="messages" if "messages" in body else "prompt")
+    max_tokens = number(body, max_tokens_key, None, int)
+    if max_tokens is not None and prompt_len + max_tokens > max_len:
+        raise RequestError(f"This model's maximum context length is {max_len} tokens. However, you requested "
+                           f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} in the "
+                           "completion). Please reduce the length of the prompt or the completion.",
+                           param=max_tokens_key)
+    seed = number(body, "seed", None, int)
+    if seed is not None and not -_INT64 <= seed < _INT64:
+        raise RequestError("'seed' must be a signed 64-bit integer", param="seed")
+    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+        raise RequestError(f"Requested sample logprobs of {logprobs}, which is outside the allowed range "
+                           f"[0, {MAX_LOGPROBS}]", param="top_logprobs" if "messages" in body else "logprobs")
+    stop = body.get("stop")
+    if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list)
+                                                           and all(isinstance(s, str) for s in stop))):
+        raise RequestError("'stop' must be a string or a list of strings", param="stop")
+    stop_token_ids, logit_bias = _stop_token_ids(body, vocab), _logit_bias(body, vocab)
+    try:
+        return SamplingParams(
+            temperature=float(number(body, "temperature", 1.0, (int, float))),
+            top_p=float(number(body, "top_p", 1.0, (int, float))),
+            top_k=number(body, "top_k", -1, int),
+            seed=seed,
+            max_tokens=max_tokens if max_tokens is not None else min(default_max_tokens or max_len, max_len - prompt_len),
+            min_tokens=number(body, "min_tokens", 0, int),
+            stop=stop,
+            stop_token_ids=stop_token_ids,
+            ignore_eos=body.get("ignore_eos") is True,
+            include_stop_str_in_output=body.get("include_stop_str_in_output") is True,
+            skip_special_tokens=body.get("skip_special_tokens") is not False,
+            logprobs=logprobs,
+            presence_penalty=float(number(body, "presence_penalty", 0.0, (int, float))),
+            frequency_penalty=float(number(body, "frequency_penalty", 0.0, (int, float))),
+            repetition_penalty=float(number(body, "repetition_penalty", 1.0, (int, float))),
+            logit_bias=logit_bias,
+        )
+    except ValueError as exc:
+        raise RequestError(str(exc)) from exc
+
+
+def reseeded(params: SamplingParams, i: int) -> SamplingParams:
+    """The i-th of n choices: with a seed, each choice gets its own (seed + i), or all n would be equal."""
+    if i == 0 or params.seed is None:
+        return params
+    return replace(params, seed=(params.seed + i + _INT64) % (2 * _INT64) - _INT64)
+
+
+@dataclass(slots=True)
+class _End:
+    error: BaseException | None = None
+
+
+async def merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+    """Items of several streams as they come, tagged with the stream's index. Closing this closes
+    (so aborts) every stream still running; the first error ends it."""
+    queue: asyncio.Queue[tuple[int, T] | _End] = asyncio.Queue()
+
+    async def pump(i: int, stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                queue.put_nowait((i, item))
+        except Exception as exc:
+            queue.put_nowait(_End(exc))
+            return
+        queue.put_nowait(_End())
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        running = len(tasks)
+        while running:
+            entry = await queue.get()
+            if not isinstance(entry, _End):
+                yield entry
+            elif entry.error is not None:
+                raise entry.error
+            else:
+                running -= 1
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def last_outputs(streams: list[AsyncIterator[T]]) -> list[T]:
+    """The final item of each stream, run concurrently."""
+    async def last(stream: AsyncIterator[T]) -> T:
+        final: T | None = None
+        async for item in stream:
+            final = item
+        assert final is not None
+        return final
+
+    return list(await asyncio.gather(*(last(s) for s in streams)))

@@ -1,0 +1,174 @@
+"""OpenAI's legacy Completions (`POST /v1/completions`) on top of the async engine.
+
+What evaluation harnesses and code-completion clients send: one prompt or a batch (strings or
+token ids), `n` choices per prompt (choice index = prompt index * n + j, as OpenAI numbers them),
+`echo`, `logprobs` (0-20 alternatives per token, OpenAI's legacy shape), `stop`, streaming.
+Refused with a 400 naming the field: `suffix` (no fill-in-the-middle), `echo` together with
+`logprobs` (that needs the prompt's logprobs, which the engine does not compute), `best_of` > n.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from localengine.engine.async_engine import AsyncLLMEngine
+from localengine.outputs import Logprob, RequestOutput
+from localengine.sampling_params import SamplingParams
+from localengine.serving_chat import finish_reason, generations, sse
+from localengine.serving_common import (
+    INERT_FIELDS,
+    SAMPLING_FIELDS,
+    RequestError,
+    check_fields,
+    check_model,
+    check_stream_options,
+    count,
+    last_outputs,
+    merged,
+    number,
+    sampling_params,
+)
+
+_FIELDS = INERT_FIELDS | SAMPLING_FIELDS | {"prompt", "echo"}
+OPENAI_DEFAULT_MAX_TOKENS = 16  # the Completions API's default, unlike Chat's "up to the context"
+
+
+@dataclass(slots=True)
+class CompletionRequest:
+    request_id: str
+    model: str
+    prompts: list[list[int]]
+    prompt_texts: list[str]  # what echo prepends
+    params: list[SamplingParams]  # per prompt (max_tokens depends on its length)
+    n: int
+    echo: bool
+    logprobs: int | None
+    stream: bool
+    include_usage: bool
+    cache_salt: str | None
+    created: int
+
+
+def _prompts(body: dict[str, Any], engine: AsyncLLMEngine) -> list[list[int]]:
+    raw = body.get("prompt")
+    vocab = engine.engine.model_runner.model.args.vocab_size
+
+    def ids(p: Any) -> list[int]:
+        if isinstance(p, str):
+            return list(engine.tokenizer.encode(p, add_special_tokens=True))
+        if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+            if not all(0 <= t < vocab for t in p):
+                raise RequestError(f"prompt token ids must be in [0, {vocab})", param="prompt")
+            return list(p)
+        raise RequestError("'prompt' must be a string, a list of strings, a list of token ids or a list of such lists",
+                           param="prompt")
+
+    if isinstance(raw, str) or (isinstance(raw, list) and raw and isinstance(raw[0], int)):
+        prompts = [ids(raw)]
+    elif isinstance(raw, list) and raw:
+        prompts = [ids(p) for p in raw]
+    else:
+        raise RequestError("'prompt' is required: a string, a list of strings or token ids", param="prompt")
+    if any(not p for p in prompts):
+        raise RequestError("a prompt must not be empty", param="prompt")
+    return prompts
+
+
+def parse_completion_request(body: Any, engine: AsyncLLMEngine, served_model: str | None = None) -> CompletionRequest:
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    model = check_model(body, served_model) if served_model is not None else str(body.get("model") or engine.model_name)
+    if body.get("suffix") is not None:
+        raise RequestError("'suffix' is not supported: this engine does no fill-in-the-middle", param="suffix")
+    check_fields(body, _FIELDS)
+    logprobs = number(body, "logprobs", None, int)
+    echo = body.get("echo") is True
+    if echo and logprobs is not None:
+        raise RequestError("'echo' with 'logprobs' needs the prompt's logprobs, which this engine does not compute",
+                           param="echo")
+    n = count(body, "n", engine)
+    include_usage = check_stream_options(body)
+    prompts = _prompts(body, engine)
+    params = [sampling_params(body, engine, len(p), logprobs=logprobs, default_max_tokens=OPENAI_DEFAULT_MAX_TOKENS)
+              for p in prompts]
+    salt = body.get("cache_salt")
+    return CompletionRequest(
+        request_id=f"cmpl-{uuid.uuid4().hex}", model=model, prompts=prompts,
+        prompt_texts=[engine.tokenizer.decode(p) for p in prompts] if echo else [""] * len(prompts),
+        params=params, n=n, echo=echo, logprobs=logprobs, stream=body.get("stream") is True,
+        include_usage=include_usage, cache_salt=salt if isinstance(salt, str) else None, created=int(time.time()))
+
+
+def _streams(engine: AsyncLLMEngine, req: CompletionRequest) -> list[AsyncIterator[RequestOutput]]:
+    """Every choice of every prompt, in OpenAI's order (prompt-major)."""
+    return [s for k, (ids, params) in enumerate(zip(req.prompts, req.params, strict=True))
+            for s in generations(engine, ids, params, req.request_id, req.n, req.cache_salt, first=k * req.n)]
+
+
+def _logprobs(tokenizer: Any, token_ids: list[int], entries: list[dict[int, Logprob]] | None, k: int | None,
+              offset: int) -> dict[str, Any] | None:
+    """OpenAI's legacy shape: tokens, their logprobs, the top-k alternatives and character offsets."""
+    if k is None or entries is None:
+        return None
+    tokens, token_logprobs, top, offsets = [], [], [], []
+    for tid, entry in zip(token_ids, entries, strict=False):
+        text = tokenizer.decode([tid])
+        tokens.append(text)
+        token_logprobs.append(entry[tid].logprob)
+        ranked = sorted(((t, e) for t, e in entry.items() if e.rank is not None), key=lambda x: x[1].rank or 0)
+        top.append({tokenizer.decode([t]): e.logprob for t, e in ranked[:k]} if k else None)
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+
+
+def completion_usage(req: CompletionRequest, finals: list[RequestOutput]) -> dict[str, Any]:
+    prompt = sum(len(p) for p in req.prompts)
+    completion = sum(len(f.outputs[0].token_ids) for f in finals)
+    cached = sum(finals[k * req.n].num_cached_tokens for k in range(len(req.prompts)))
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+async def completion(engine: AsyncLLMEngine, req: CompletionRequest) -> dict[str, Any]:
+    finals = await last_outputs(_streams(engine, req))
+    choices = []
+    for i, final in enumerate(finals):
+        out, echoed = final.outputs[0], req.prompt_texts[i // req.n]
+        choices.append({"index": i, "text": echoed + out.text, "finish_reason": finish_reason(final),
+                        "logprobs": _logprobs(engine.tokenizer, out.token_ids, out.logprobs, req.logprobs, len(echoed))})
+    return {"id": req.request_id, "object": "text_completion", "created": req.created, "model": req.model,
+            "choices": choices, "usage": completion_usage(req, finals), "system_fingerprint": None}
+
+
+async def completion_events(engine: AsyncLLMEngine, req: CompletionRequest) -> AsyncIterator[bytes]:
+    """SSE events of a streamed completion, ending in `data: [DONE]`; closing early aborts every choice."""
+    base = {"id": req.request_id, "object": "text_completion", "created": req.created, "model": req.model,
+            "system_fingerprint": None}
+    tail = {"usage": None} if req.include_usage else {}
+    streams = _streams(engine, req)
+    sent_text, sent_tokens = [0] * len(streams), [0] * len(streams)
+    finals: list[RequestOutput | None] = [None] * len(streams)
+    for i in range(len(streams)):
+        if req.echo:
+            text = req.prompt_texts[i // req.n]
+            yield sse({**base, "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": None}], **tail})
+    async for i, out in merged(streams):
+        c = out.outputs[0]
+        delta, new_ids = c.text[sent_text[i]:], c.token_ids[sent_tokens[i]:]
+        entries = c.logprobs[sent_tokens[i]:] if c.logprobs is not None else None
+        offset = len(req.prompt_texts[i // req.n]) + sent_text[i]
+        sent_text[i], sent_tokens[i] = len(c.text), len(c.token_ids)
+        if out.finished:
+            finals[i] = out
+        if delta or new_ids or out.finished:
+            choice = {"index": i, "text": delta, "finish_reason": finish_reason(out) if out.finished else None,
+                      "logprobs": _logprobs(engine.tokenizer, new_ids, entries, req.logprobs, offset)}
+            yield sse({**base, "choices": [choice], **tail})
+    if req.include_usage:
+        yield sse({**base, "choices": [], "usage": completion_usage(req, [f for f in finals if f is not None])})
+    yield sse("[DONE]")
