@@ -176,6 +176,7 @@ def create_app(
         asgi("/v1/embeddings", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.EMBEDDINGS)),
         asgi("/v1/responses", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.RESPONSES)),
         asgi("/v1/responses/input_tokens", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.RESPONSES_INPUT_TOKENS)),
+        asgi("/v1/responses/compact", is_mount=False, copy_scope=False)(make_handler(registry, Endpoint.RESPONSES_COMPACT)),
     ]
     responses = [retrieve_response, delete_response, response_input_items]
     passthrough = make_passthrough_handler(registry)

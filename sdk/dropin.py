@@ -72,6 +72,7 @@ _ENDPOINTS = {
     "/v1/embeddings": Endpoint.EMBEDDINGS,
     "/v1/responses": Endpoint.RESPONSES,
     "/v1/responses/input_tokens": Endpoint.RESPONSES_INPUT_TOKENS,
+    "/v1/responses/compact": Endpoint.RESPONSES_COMPACT,
 }
 _STORED = re.compile(r"/v1/responses/([^/]+)(/input_items)?")  # a stored response: GET, DELETE, input_items
 _JSON = {"content-type": "application/json"}

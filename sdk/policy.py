@@ -296,6 +296,16 @@ class BudgetPolicy(_Strict):
     period: Literal["day", "month"] = "month"
 
 
+class ResponsesStorePolicy(_Strict):
+    """The team's share of the Responses API store (stored responses, sdk/responses/store.py). Over a
+    quota the team's least recently used responses are evicted; a single conversation larger than the
+    quota is refused (400) before it is sent."""
+
+    max_entries: Annotated[int, Field(ge=1)] = 100_000  # stored responses
+    max_bytes: Annotated[int, Field(ge=1)] = 1024 * 1024 * 1024  # their own input items and response objects
+    ttl_s: Annotated[float, Field(gt=0)] = 30 * 86_400.0  # retention, counted from a conversation's last turn
+
+
 class AlertsPolicy(_Strict):
     """Latency thresholds in ms; crossing one logs a warning and counts slipstream_latency_alerts_total."""
 
@@ -325,6 +335,7 @@ class Policy(_Strict):
     alerts: AlertsPolicy = AlertsPolicy()
     pricing: dict[str, Price] = {}  # model glob → price, searched before the built-in table
     budget: BudgetPolicy | None = None
+    responses_store: ResponsesStorePolicy = ResponsesStorePolicy()
 
     @model_validator(mode="after")
     def _targets_exist(self) -> Policy:

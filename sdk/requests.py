@@ -47,7 +47,7 @@ def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str,
     check_model_name(model)
     if endpoint is Endpoint.EMBEDDINGS:
         _check_embedding_input(body.get("input"))
-    elif endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS):
+    elif endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS, Endpoint.RESPONSES_COMPACT):
         if not isinstance(body.get("input", ""), (str, list)):
             raise InvalidRequestError("input: a string or a list of input items is required")
     elif not isinstance(body.get("messages"), list):

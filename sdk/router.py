@@ -235,7 +235,7 @@ class Router:
 
     def _provider(self, name: str, request: LLMRequest) -> Provider:
         provider = self.providers[name]
-        if request.endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS):
+        if request.endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS, Endpoint.RESPONSES_COMPACT):
             return self._responses_target(name, provider)
         protocol = request.protocol
         if provider.protocol is protocol:

@@ -26,6 +26,7 @@ from sdk.providers import build_provider
 from sdk.providers.base import Provider
 from sdk.readiness import HasWarmUps, WarmUp
 from sdk.responses.api import StoredResponses
+from sdk.responses.store import StoreLimits
 from sdk.router import Router
 from sdk.routing.shared_breaker import SharedBreakerStore
 from sdk.services import Services
@@ -57,6 +58,7 @@ class TeamRuntime:
         state = services.shared_state()
         breakers = SharedBreakerStore(policy.breaker, state, policy.team) if state is not None else None
         stages = build_stages(policy, services)
+        services.response_limits[policy.team] = StoreLimits(**policy.responses_store.model_dump())
         planner = next((stage.planned for stage in stages if isinstance(stage, PromptCacheStage)), None)
         router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging,
                         team=policy.team, responses=services.response_store, planner=planner, store=breakers)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from sdk.cache.embeddings import EmbeddingCache
     from sdk.cache.response_cache import ResponseCache
     from sdk.embedding import Embedder
-    from sdk.responses.store import ResponseStore
+    from sdk.responses.store import ResponseStore, StoreLimits
     from sdk.state import StateBackend
 
 
@@ -40,6 +40,7 @@ class Services:
     _response_cache: ResponseCache | None = field(default=None, init=False, repr=False)
     _embedding_cache: EmbeddingCache | None = field(default=None, init=False, repr=False)
     _response_store: ResponseStore | None = field(default=None, init=False, repr=False)
+    response_limits: dict[str, StoreLimits] = field(default_factory=dict, init=False, repr=False)  # team → its share (policy responses_store)
     _state: StateBackend | None = field(default=None, init=False, repr=False)
 
     def state(self) -> StateBackend:
@@ -104,11 +105,11 @@ class Services:
             if self._response_store is None:
                 from sdk.responses.store import SQLiteResponseStore
 
-                local = SQLiteResponseStore(self.data_dir / "responses.sqlite3")
+                local = SQLiteResponseStore(self.data_dir / "responses.sqlite3", self.response_limits)
                 if shared is not None:
                     from sdk.responses.redis_store import RedisResponseStore
 
-                    self._response_store = RedisResponseStore(shared, local)
+                    self._response_store = RedisResponseStore(shared, local, self.response_limits)
                 else:
                     self._response_store = local
             return self._response_store
@@ -117,6 +118,11 @@ class Services:
         with self._lock:
             state, self._state = self._state, None
             replicator = self._response_cache.replicator if self._response_cache is not None else None
+            response_store = self._response_store
+        from sdk.responses.redis_store import RedisResponseStore
+
+        if isinstance(response_store, RedisResponseStore):
+            await response_store.close()  # its own connection (it reconnects if used again)
         if replicator is not None:
             await replicator.close()
         if state is not None:

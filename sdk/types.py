@@ -27,6 +27,7 @@ class Endpoint(StrEnum):
     EMBEDDINGS = "embeddings"  # OpenAI POST /v1/embeddings
     RESPONSES = "responses"  # OpenAI POST /v1/responses
     RESPONSES_INPUT_TOKENS = "responses_input_tokens"  # OpenAI POST /v1/responses/input_tokens
+    RESPONSES_COMPACT = "responses_compact"  # OpenAI POST /v1/responses/compact (native Responses targets only)
 
     @property
     def protocol(self) -> Protocol:

@@ -65,7 +65,7 @@ def usage_from_body(endpoint: Endpoint, body: bytes) -> Usage:
         return Usage()
     if not isinstance(data, dict):
         return Usage()
-    if endpoint is Endpoint.RESPONSES:
+    if endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_COMPACT):
         return responses_usage(data.get("usage"))
     if endpoint.protocol is Protocol.ANTHROPIC:
         usage = Usage()

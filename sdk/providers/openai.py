@@ -9,7 +9,7 @@ from sdk.types import Endpoint, LLMRequest, Protocol
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _PATHS = {Endpoint.CHAT_COMPLETIONS: "/chat/completions", Endpoint.EMBEDDINGS: "/embeddings", Endpoint.RESPONSES: "/responses",
-          Endpoint.RESPONSES_INPUT_TOKENS: "/responses/input_tokens"}
+          Endpoint.RESPONSES_INPUT_TOKENS: "/responses/input_tokens", Endpoint.RESPONSES_COMPACT: "/responses/compact"}
 
 
 ResponsesMode = Literal["native", "auto", "chat"]

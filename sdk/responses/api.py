@@ -1,14 +1,15 @@
 """GET /v1/responses/{id}, DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items for one team.
 
 Both doors call these. An id is looked up in the team's response store only, so another team's id,
-or one Slipstream never saw, is a 404. A response a native provider served lives at that provider
-too: the call is forwarded there (its stored copy is the authority, and a DELETE must reach it),
-with the store's record deleted alongside; a translated one is answered from the store.
+or one Slipstream never saw, is a 404 (the same answer for both: no oracle), and nothing is sent
+upstream for it. A response a native provider served lives at that provider too: the call is
+forwarded there only once the team's record proves the id is the team's (the provider's copy is the
+authority, and a DELETE must reach it), with the store's record deleted alongside; a translated one
+is answered from the store.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -61,7 +62,7 @@ class StoredResponses:
         if holder is not None:
             path = f"/responses/{quote(response_id)}/input_items" + (f"?{query}" if query else "")
             return await holder.call("GET", path, Timings())
-        items = [_as_item(item, response_id, i) for i, item in enumerate(record.input_items())]
+        items = [_as_item(item) for item in record.listed_input()]
         return _json(_page(items, parse_qs(query)), record.provider)
 
 
@@ -69,18 +70,15 @@ def _json(data: dict[str, Any], provider: str) -> LLMResponse:
     return LLMResponse(status=200, body=orjson.dumps(data), headers={}, usage=Usage(), route=f"{provider}/store")
 
 
-def _as_item(item: dict[str, Any], response_id: str, index: int) -> dict[str, Any]:
-    """An input item as the API lists it: with an id (stable across calls, for `after`), and a
+def _as_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item as the API lists it (its id is the store's: StoredResponse.listed_input), a
     message's text as typed content parts."""
     item = dict(item)
-    kind = item.setdefault("type", "message")
-    if kind == "message":
+    if item.setdefault("type", "message") == "message":
         part = "output_text" if item.get("role") == "assistant" else "input_text"
         if isinstance(item.get("content"), str):
             item["content"] = [{"type": part, "text": item["content"]}]
         item.setdefault("status", "completed")
-    prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}.get(kind, "item")
-    item.setdefault("id", f"{prefix}_{hashlib.sha256(f'{response_id}/{index}'.encode()).hexdigest()[:48]}")
     return item
 
 
@@ -89,13 +87,13 @@ def _page(items: list[dict[str, Any]], query: dict[str, list[str]]) -> dict[str,
     if order not in ("asc", "desc"):
         raise InvalidRequestError("order: 'asc' or 'desc'")
     try:
-        limit = int((query.get("limit") or [_DEFAULT_LIMIT])[0])
+        limit = int((query.get("limit") or [str(_DEFAULT_LIMIT)])[0])
     except ValueError:
         raise InvalidRequestError("limit: an integer between 1 and 100") from None
     if not 1 <= limit <= _MAX_LIMIT:
         raise InvalidRequestError("limit: an integer between 1 and 100")
     ordered = items[::-1] if order == "desc" else items
-    after = (query.get("after") or [None])[0]
+    after = next(iter(query.get("after") or ()), None)
     if after is not None:
         ids = [item["id"] for item in ordered]
         ordered = ordered[ids.index(after) + 1 :] if after in ids else []

@@ -1,44 +1,199 @@
 """Stored responses in Redis, so any replica continues a conversation another replica started.
 
-One key per response, `PREFIX:response:TEAM:ID`, holding the record as JSON and expiring with the
-retention period. While Redis is unreachable (the state guard is open) responses are stored in and
-read from the replica's own SQLite store, and a lookup Redis misses is tried there too: a
-conversation begun during an outage continues on the replica that began it.
+Keys, under `PREFIX:responses:TEAM:`: `r:ID` a hash per response (`data`: the record as JSON,
+`prev`, `items`, `depth`, `chain`, `size`), `i:ITEM` the response holding an item (for
+`item_reference`), `order` a sorted set of the team's responses by last use, `sizes` and `bytes`
+their sizes and total. Records and item keys expire with the team's retention; writing a turn
+renews its chain. A write, its eviction over the team's quota and the walk of a chain each run as
+one Lua script (atomic, one round trip), with the same rules as the SQLite store (store.py).
+
+The store has its own connection, with a bound for bulk data (`_BULK_TIMEOUT_S`): megabytes of
+conversation never queue the limits' calls behind them on the state backend's connection, nor trip
+its 100 ms guard. While Redis is unreachable (the state guard is open, or a call here fails)
+responses are stored in and read from the replica's own SQLite store, and a lookup Redis misses is
+tried there too: a conversation begun during an outage continues on the replica that began it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Mapping
 from dataclasses import asdict
+from typing import Any
 
 import orjson
 
-from sdk.responses.store import RETENTION_S, SQLiteResponseStore, StoredResponse
-from sdk.state.guard import DOWN, GuardedState
+from sdk.responses.store import MAX_CHAIN, SQLiteResponseStore, StoredResponse, StoreLimits, pick_items
+from sdk.state.guard import GuardedState
+from sdk.state.resp import Reply, RespClient, RespError
+
+log = logging.getLogger("slipstream.responses")
+_BULK_TIMEOUT_S = 10.0
+_DOWN = object()
+
+_DROP = """
+local base = ARGV[1]
+local order, sizes, total = base .. 'order', base .. 'sizes', base .. 'bytes'
+local function drop(rid)
+  local key = base .. 'r:' .. rid
+  local items = redis.call('HGET', key, 'items')
+  if items then
+    for item in string.gmatch(items, '%S+') do
+      if redis.call('GET', base .. 'i:' .. item) == rid then redis.call('DEL', base .. 'i:' .. item) end
+    end
+  end
+  local size = redis.call('HGET', sizes, rid)
+  if size then
+    redis.call('DECRBY', total, size)
+    redis.call('HDEL', sizes, rid)
+  end
+  redis.call('ZREM', order, rid)
+  return redis.call('DEL', key)
+end
+"""
+
+# ARGV: base, id, previous ('' for none), data, ttl_s, max_entries, max_bytes, item ids...
+# Renews the chain (newest first; each ancestor ranked a microsecond later, so among responses
+# last used together the latest turn is evicted first), drops what expired, evicts least recently
+# used responses outside the chain until the team is within its quota. Returns {depth, chain bytes}.
+_PUT = _DROP + """
+local id, prev, data = ARGV[2], ARGV[3], ARGV[4]
+local ttl, max_n, max_b = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local size = string.len(data)
+local depth, chain = 1, size
+if prev ~= '' then
+  local p = redis.call('HMGET', base .. 'r:' .. prev, 'depth', 'chain')
+  if p[1] then depth, chain = tonumber(p[1]) + 1, tonumber(p[2]) + size end
+end
+drop(id)
+local key = base .. 'r:' .. id
+local items = {}
+for i = 8, #ARGV do
+  items[#items + 1] = ARGV[i]
+  redis.call('SET', base .. 'i:' .. ARGV[i], id, 'EX', ttl)
+end
+redis.call('HSET', key, 'data', data, 'prev', prev, 'items', table.concat(items, ' '), 'depth', depth, 'chain', chain, 'size', size)
+redis.call('HSET', sizes, id, size)
+redis.call('INCRBY', total, size)
+local keep, cur, d = {}, id, 0
+while cur ~= '' and d < """ + str(MAX_CHAIN) + """ do
+  local k = base .. 'r:' .. cur
+  local r = redis.call('HMGET', k, 'prev', 'items')
+  if not r[1] then break end
+  keep[cur] = true
+  redis.call('ZADD', order, now + d / 1000000, cur)
+  redis.call('EXPIRE', k, ttl)
+  for item in string.gmatch(r[2], '%S+') do redis.call('EXPIRE', base .. 'i:' .. item, ttl) end
+  cur, d = r[1], d + 1
+end
+for _, rid in ipairs(redis.call('ZRANGEBYSCORE', order, '-inf', now - ttl)) do drop(rid) end
+local n, b = redis.call('ZCARD', order), tonumber(redis.call('GET', total) or '0')
+while n > max_n or b > max_b do
+  local evicted = false
+  for _, rid in ipairs(redis.call('ZRANGE', order, 0, 63)) do
+    if n <= max_n and b <= max_b then break end
+    if not keep[rid] then
+      local s = tonumber(redis.call('HGET', sizes, rid) or '0')
+      drop(rid)
+      n, b, evicted = n - 1, b - s, true
+    end
+  end
+  if not evicted then break end
+end
+for _, k in ipairs({order, sizes, total}) do redis.call('EXPIRE', k, ttl) end
+return {depth, chain}
+"""
+
+_DELETE = _DROP + "return drop(ARGV[2])"
+
+# ARGV: base, id. Returns data, depth, chain for each record from `id` back along `prev`, newest first.
+_CHAIN = """
+local base, cur, out = ARGV[1], ARGV[2], {}
+for _ = 1, """ + str(MAX_CHAIN) + """ do
+  local r = redis.call('HMGET', base .. 'r:' .. cur, 'data', 'prev', 'depth', 'chain')
+  if not r[1] then break end
+  out[#out + 1] = r[1]
+  out[#out + 1] = r[3]
+  out[#out + 1] = r[4]
+  if r[2] == '' then break end
+  cur = r[2]
+end
+return out
+"""
+
+
+def _record(data: bytes, depth: Any, chain_bytes: Any) -> StoredResponse:
+    return StoredResponse(**{**orjson.loads(data), "depth": int(depth), "chain_bytes": int(chain_bytes)})
 
 
 class RedisResponseStore:
-    def __init__(self, state: GuardedState, fallback: SQLiteResponseStore, retention_s: float = RETENTION_S):
+    def __init__(self, state: GuardedState, fallback: SQLiteResponseStore, limits: Mapping[str, StoreLimits] | None = None):
         self.state = state
         self.redis = state.shared
+        self.client = RespClient(state.shared.url, _BULK_TIMEOUT_S)
         self.fallback = fallback
-        self.retention_s = retention_s
+        self.limits: Mapping[str, StoreLimits] = limits if limits is not None else {}
 
-    def _key(self, team: str, response_id: str) -> str:
-        return self.redis.key(f"response:{team}:{response_id}")
+    def _base(self, team: str) -> str:
+        return self.redis.key(f"responses:{team}:")
+
+    async def _call(self, *args: Any) -> Reply:
+        """One command's reply, or `_DOWN` (the caller uses the replica's own store)."""
+        if not self.state.up:
+            return _DOWN
+        try:
+            async with asyncio.timeout(_BULK_TIMEOUT_S):
+                return await self.client.execute(*args)
+        except (RespError, OSError, TimeoutError) as exc:
+            log.warning("response store: Redis %s failed (%s); this replica's own store answers", args[0], type(exc).__name__)
+            return _DOWN
+
+    async def _eval(self, script: str, *args: Any) -> Reply:
+        return await self._call("EVAL", script, 0, *args)
 
     async def put(self, record: StoredResponse) -> None:
-        stored = await self.state.try_shared(lambda: self.redis.client.execute(
-            "SET", self._key(record.team, record.id), orjson.dumps(asdict(record)), "EX", int(self.retention_s)))
-        if stored is DOWN:
+        limits = self.limits.get(record.team, StoreLimits())
+        data = orjson.dumps({k: v for k, v in asdict(record).items() if k not in ("depth", "chain_bytes")})
+        item_ids = sorted({item_id for item_id, _ in record.items()})
+        stored = await self._eval(_PUT, self._base(record.team), record.id, record.previous or "", data,
+                                  max(1, int(limits.ttl_s)), limits.max_entries, limits.max_bytes, *item_ids)
+        if not isinstance(stored, list):  # Redis is down
             await self.fallback.put(record)
+            return
+        record.depth, record.chain_bytes = int(stored[0]), int(stored[1])
 
     async def get(self, team: str, response_id: str) -> StoredResponse | None:
-        raw = await self.state.try_shared(lambda: self.redis.client.execute("GET", self._key(team, response_id)))
-        if raw is DOWN or raw is None:
+        raw = await self._call("HMGET", self._base(team) + "r:" + response_id, "data", "depth", "chain")
+        if not isinstance(raw, list) or raw[0] is None:
             return await self.fallback.get(team, response_id)
-        return StoredResponse(**orjson.loads(raw))
+        return _record(*raw)
+
+    async def chain(self, team: str, response_id: str) -> list[StoredResponse]:
+        raw = await self._eval(_CHAIN, self._base(team), response_id)
+        found = [_record(*raw[i:i + 3]) for i in range(len(raw) - 3, -1, -3)] if isinstance(raw, list) else []
+        rest = found[0].previous if found else response_id
+        if rest is not None:  # begun, or continued, while Redis was down
+            found = [*(await self.fallback.chain(team, rest)), *found]
+        return found
+
+    async def find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
+        if not item_ids:
+            return {}
+        base = self._base(team)
+        owned = await self._call("MGET", *(base + "i:" + i for i in item_ids))
+        owners = {i: o.decode() for i, o in zip(item_ids, owned, strict=True) if o is not None} if isinstance(owned, list) else {}
+        records = {rid: record for rid in set(owners.values()) if (record := await self.get(team, rid)) is not None}
+        found = pick_items(records, owners)
+        missing = [i for i in item_ids if i not in found]
+        return {**(await self.fallback.find_items(team, missing) if missing else {}), **found}
 
     async def delete(self, team: str, response_id: str) -> bool:
-        removed = await self.state.try_shared(lambda: self.redis.client.execute("DEL", self._key(team, response_id)))
+        removed = await self._eval(_DELETE, self._base(team), response_id)
         local = await self.fallback.delete(team, response_id)
-        return (removed is not DOWN and removed > 0) or local
+        return (isinstance(removed, int) and removed > 0) or local
+
+    async def close(self) -> None:
+        await self.client.close()

@@ -1,23 +1,35 @@
-"""The response store: what a later `previous_response_id`, GET, DELETE or input_items needs.
+"""The response store: what a later `previous_response_id`, `item_reference`, GET, DELETE or
+input_items needs.
 
 Every stored response is kept per team: each method takes the team, every key includes it, so an
-id from another team reads as unknown. The embedded default is SQLite under the data dir (beside the
-response cache); a shared store (Redis, for several workers) implements the same `ResponseStore`
-protocol.
+id from another team reads as unknown, exactly like an id nobody made. The embedded default is
+SQLite under the data dir (beside the response cache); a shared store (Redis, for several workers)
+implements the same `ResponseStore` protocol.
 
-A record keeps the conversation that produced the response (`context`: every input item up to and
-including this request's own, previous turns expanded) and the response object the client got, so
-the next turn's history is `context + response.output` whichever provider answers it. `native`
-records the provider that holds the response itself (a native Responses upstream), where GET,
-DELETE and input_items are forwarded.
+A record keeps only what its own request added: its input items as the client sent them (item
+references stay references) and the response object the client got, with a pointer to the response
+it continued (`previous`). A conversation is the chain of records, walked on read (one recursive
+query, or one Lua call), never copied into each turn: 15 turns of 1 MiB store ~15 MiB, not the
+135 MiB a copy per turn would. `native` records the provider that holds the response itself (a
+native Responses upstream), where GET, DELETE and input_items are forwarded; the record is also
+the team's proof of ownership, checked before anything names that id upstream.
+
+Bounded per team (`StoreLimits`, the policy's `responses_store`): a retention counted from the
+conversation's last turn (writing a turn renews its whole chain, so a live conversation never
+loses its beginning), and a quota in bytes and responses. Over the quota the least recently used
+responses of the team go first (leaves before the turns they continue, so what remains is still a
+whole conversation); the chain being written is never evicted: a turn whose own conversation would
+not fit is refused before it is sent (`over_quota`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +37,16 @@ from typing import Any, Protocol
 import orjson
 
 RETENTION_S = 30 * 86400  # OpenAI keeps stored responses for 30 days
+MAX_CHAIN = 1_000_000  # a walk never goes further (a guard, not a limit anyone reaches)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLimits:
+    """A team's share of the response store (policy `responses_store`, policies/README.md)."""
+
+    max_entries: int = 100_000
+    max_bytes: int = 1024 * 1024 * 1024
+    ttl_s: float = RETENTION_S
 
 
 @dataclass(slots=True)
@@ -34,16 +56,37 @@ class StoredResponse:
     provider: str  # the policy's provider name that answered
     native: bool  # that provider stores the response too (it served the Responses API natively)
     created_at: float
-    context: list[dict[str, Any]]  # the conversation's input items, this request's own last
+    input: list[dict[str, Any]]  # this request's own input items, as sent
     response: dict[str, Any]  # the response object as the client received it
-    own_items: int  # how many of the context's last items this request sent itself (its input_items)
+    previous: str | None = None  # the response this one continued
+    depth: int = 1  # responses in its chain, itself included (set by the store)
+    chain_bytes: int = 0  # stored bytes of its chain, itself included (set by the store)
 
-    def input_items(self) -> list[dict[str, Any]]:
-        return self.context[len(self.context) - self.own_items :]
+    def listed_input(self) -> list[dict[str, Any]]:
+        """Its input items, each with an id (the client's, or one derived from the response id)."""
+        return [item if isinstance(item.get("id"), str) else {**item, "id": derived_id(self.id, i, item)}
+                for i, item in enumerate(self.input)]
 
-    def history(self) -> list[dict[str, Any]]:
-        """The input items a next turn continues from: the context, then this response's output."""
-        return [*self.context, *self.response.get("output", [])]
+    def items(self) -> Iterable[tuple[str, dict[str, Any]]]:
+        """(id, item) for every item a later request may reference: its input items, then its output."""
+        for item in self.listed_input():
+            if item.get("type") != "item_reference":  # a reference's id names another item
+                yield item["id"], item
+        for item in self.response.get("output") or ():
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                yield item["id"], item
+
+
+def derived_id(response_id: str, index: int, item: Mapping[str, Any]) -> str:
+    """A stable id for an input item the client sent without one (listed by input_items, referable)."""
+    kind = item.get("type", "message")
+    prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}.get(kind, "item")
+    return f"{prefix}_{hashlib.sha256(f'{response_id}/{index}'.encode()).hexdigest()[:48]}"
+
+
+def history(chain: list[StoredResponse]) -> list[dict[str, Any]]:
+    """The input items a next turn continues from: each turn's input, then its output, oldest first."""
+    return [item for record in chain for item in (*record.input, *(record.response.get("output") or ()))]
 
 
 def as_items(value: Any) -> list[dict[str, Any]]:
@@ -53,37 +96,101 @@ def as_items(value: Any) -> list[dict[str, Any]]:
     return list(value or [])
 
 
+def over_quota(previous: StoredResponse | None, request_bytes: int, limits: StoreLimits) -> str | None:
+    """Why a turn cannot be stored whole (its conversation alone exceeds the team's quota), or None."""
+    depth = (previous.depth if previous else 0) + 1
+    size = (previous.chain_bytes if previous else 0) + request_bytes
+    if depth > limits.max_entries:
+        return f"this conversation would hold {depth} responses, over the team's quota of {limits.max_entries} (policy responses_store.max_entries)"
+    if size > limits.max_bytes:
+        return f"this conversation would store about {size} bytes, over the team's quota of {limits.max_bytes} (policy responses_store.max_bytes)"
+    return None
+
+
 class ResponseStore(Protocol):
-    """A record is readable by `get` as soon as `put` has been called, before the write completes."""
+    """A record is readable by `get` and `chain` as soon as `put` has been called, before the write
+    completes. `limits` maps a team to its share; a team it does not name gets `StoreLimits()`."""
+
+    limits: Mapping[str, StoreLimits]
 
     async def put(self, record: StoredResponse) -> None: ...
     async def get(self, team: str, response_id: str) -> StoredResponse | None: ...
+    async def chain(self, team: str, response_id: str) -> list[StoredResponse]:
+        """The conversation ending at `response_id`, oldest first: empty when the id is unknown; when
+        the first record still names a `previous`, that one is gone (deleted or expired)."""
+        ...
+    async def find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
+        """item id → (the team's record holding it, the item), for the ids the team's records hold."""
+        ...
     async def delete(self, team: str, response_id: str) -> bool: ...
 
 
+def pick_items(records: Mapping[str, StoredResponse], owners: Mapping[str, str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
+    """`find_items`' answer from item id → owning response id and the records read."""
+    found: dict[str, tuple[StoredResponse, dict[str, Any]]] = {}
+    for item_id, owner in owners.items():
+        record = records.get(owner)
+        item = dict(record.items()).get(item_id) if record is not None else None
+        if record is not None and item is not None:
+            found[item_id] = (record, item)
+    return found
+
+
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
+DROP TABLE IF EXISTS responses;
+CREATE TABLE IF NOT EXISTS stored_responses (
     team TEXT NOT NULL,
     id TEXT NOT NULL,
+    previous TEXT,
     provider TEXT NOT NULL,
     native INTEGER NOT NULL,
     created_at REAL NOT NULL,
-    context BLOB NOT NULL,
+    touched_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    depth INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    chain_bytes INTEGER NOT NULL,
+    input BLOB NOT NULL,
     response BLOB NOT NULL,
-    own_items INTEGER NOT NULL,
     PRIMARY KEY (team, id)
 );
-CREATE INDEX IF NOT EXISTS responses_age ON responses (created_at);
+CREATE INDEX IF NOT EXISTS stored_responses_lru ON stored_responses (team, touched_at, depth);
+CREATE INDEX IF NOT EXISTS stored_responses_expiry ON stored_responses (expires_at);
+CREATE TABLE IF NOT EXISTS stored_response_items (
+    team TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    response_id TEXT NOT NULL,
+    PRIMARY KEY (team, item_id)
+);
+CREATE INDEX IF NOT EXISTS stored_response_items_owner ON stored_response_items (team, response_id);
 """
+_COLUMNS = "id, team, provider, native, created_at, input, response, previous, depth, chain_bytes"
+_CHAIN = """
+WITH RECURSIVE chain(id, n) AS (
+    SELECT ?, 0
+    UNION ALL
+    SELECT r.previous, chain.n + 1 FROM stored_responses r JOIN chain ON r.team = ? AND r.id = chain.id
+    WHERE r.previous IS NOT NULL AND r.expires_at >= ? AND chain.n < %d
+)
+SELECT %s FROM chain JOIN stored_responses r ON r.team = ? AND r.id = chain.id AND r.expires_at >= ? ORDER BY chain.n
+"""
+_CHAIN_IDS = _CHAIN % (MAX_CHAIN, "r.id")  # newest first
+_CHAIN_RECORDS = _CHAIN % (MAX_CHAIN, ", ".join(f"r.{column}" for column in _COLUMNS.split(", ")))
+
+
+def _row(row: tuple[Any, ...]) -> StoredResponse:
+    rid, team, provider, native, created_at, input_, response, previous, depth, chain_bytes = row
+    return StoredResponse(rid, team, provider, bool(native), created_at, orjson.loads(input_), orjson.loads(response),
+                          previous, depth, chain_bytes)
 
 
 class SQLiteResponseStore:
     """The embedded store: one SQLite file, calls run in a worker thread (never on the event loop)."""
 
-    def __init__(self, path: Path, retention_s: float = RETENTION_S):
+    def __init__(self, path: Path, limits: Mapping[str, StoreLimits] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.retention_s = retention_s
+        self.limits: Mapping[str, StoreLimits] = limits if limits is not None else {}
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -95,7 +202,7 @@ class SQLiteResponseStore:
         key = (record.team, record.id)
         self._pending[key] = record  # readable at once, while the write runs in a worker thread
         try:
-            await asyncio.to_thread(self._put, record)
+            await asyncio.to_thread(self._put, record, self.limits.get(record.team, StoreLimits()))
         finally:
             if self._pending.get(key) is record:
                 del self._pending[key]
@@ -104,34 +211,107 @@ class SQLiteResponseStore:
         pending = self._pending.get((team, response_id))
         return pending if pending is not None else await asyncio.to_thread(self._get, team, response_id)
 
+    async def chain(self, team: str, response_id: str) -> list[StoredResponse]:
+        pending = self._pending.get((team, response_id))
+        if pending is None:
+            return await asyncio.to_thread(self._chain, team, response_id)
+        return [*(await asyncio.to_thread(self._chain, team, pending.previous) if pending.previous else []), pending]
+
+    async def find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
+        return await asyncio.to_thread(self._find_items, team, item_ids) if item_ids else {}
+
     async def delete(self, team: str, response_id: str) -> bool:
         pending = self._pending.pop((team, response_id), None)
         return await asyncio.to_thread(self._delete, team, response_id) or pending is not None
 
-    def _put(self, record: StoredResponse) -> None:
-        row = (record.team, record.id, record.provider, int(record.native), record.created_at,
-               orjson.dumps(record.context), orjson.dumps(record.response), record.own_items)
+    # --- in the worker thread --------------------------------------------------------------------
+
+    def _put(self, record: StoredResponse, limits: StoreLimits) -> None:
+        team, now = record.team, time.time()
+        input_, response = orjson.dumps(record.input), orjson.dumps(record.response)
+        size = len(input_) + len(response)
         with self._lock:
-            if self._pending.get((record.team, record.id)) is not record:
+            if self._pending.get((team, record.id)) is not record:
                 return  # deleted (or replaced) while waiting for this thread: writing it would resurrect it
-            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
-            self._db.execute("DELETE FROM responses WHERE created_at < ?", (time.time() - self.retention_s,))
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                self._expire(now)
+                parent = db.execute("SELECT depth, chain_bytes FROM stored_responses WHERE team = ? AND id = ?",
+                                    (team, record.previous)).fetchone() if record.previous else None
+                record.depth, record.chain_bytes = (parent[0] + 1, parent[1] + size) if parent else (1, size)
+                self._remove(team, record.id)  # a replaced record's items go with it
+                db.execute("INSERT INTO stored_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (team, record.id, record.previous, record.provider, int(record.native), record.created_at, now,
+                            now + limits.ttl_s, record.depth, size, record.chain_bytes, input_, response))
+                db.executemany("INSERT OR REPLACE INTO stored_response_items VALUES (?, ?, ?)",
+                               [(team, item_id, record.id) for item_id, _ in record.items()])
+                chain = self._chain_ids(team, record.id, now)
+                # The whole conversation is renewed: its retention counts from its last turn.
+                db.executemany("UPDATE stored_responses SET touched_at = ?, expires_at = ? WHERE team = ? AND id = ?",
+                               [(now, now + limits.ttl_s, team, rid) for rid in chain])
+                self._evict(team, limits, set(chain))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def _expire(self, now: float) -> None:
+        self._db.execute("DELETE FROM stored_response_items WHERE (team, response_id) IN "
+                         "(SELECT team, id FROM stored_responses WHERE expires_at < ?)", (now,))
+        self._db.execute("DELETE FROM stored_responses WHERE expires_at < ?", (now,))
+
+    def _evict(self, team: str, limits: StoreLimits, keep: set[str]) -> None:
+        """Least recently used first, and within a conversation touched at once its latest turn first."""
+        count, total = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM stored_responses WHERE team = ?",
+                                        (team,)).fetchone()
+        while count > limits.max_entries or total > limits.max_bytes:
+            victims = [(rid, size) for rid, size in self._db.execute(
+                "SELECT id, size FROM stored_responses WHERE team = ? ORDER BY touched_at, depth DESC LIMIT ?",
+                (team, len(keep) + 64)).fetchall() if rid not in keep]
+            if not victims:
+                return  # only the conversation being written is left: `over_quota` bounds it
+            for rid, size in victims:
+                if count <= limits.max_entries and total <= limits.max_bytes:
+                    return
+                self._remove(team, rid)
+                count, total = count - 1, total - size
+
+    def _remove(self, team: str, response_id: str) -> bool:
+        self._db.execute("DELETE FROM stored_response_items WHERE team = ? AND response_id = ?", (team, response_id))
+        return self._db.execute("DELETE FROM stored_responses WHERE team = ? AND id = ?", (team, response_id)).rowcount > 0
+
+    def _chain_ids(self, team: str, response_id: str, now: float) -> list[str]:
+        """Newest first."""
+        return [rid for (rid,) in self._db.execute(_CHAIN_IDS, (response_id, team, now, team, now))]
+
+    def _records(self, team: str, ids: list[str]) -> dict[str, StoredResponse]:
+        marks = ", ".join("?" * len(ids))
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM stored_responses WHERE team = ? AND expires_at >= ? AND id IN ({marks})",
+                                (team, time.time(), *ids)).fetchall()
+        return {row[0]: _row(row) for row in rows}
 
     def _get(self, team: str, response_id: str) -> StoredResponse | None:
         with self._lock:
-            row = self._db.execute(
-                "SELECT provider, native, created_at, context, response, own_items FROM responses WHERE team = ? AND id = ? AND created_at >= ?",
-                (team, response_id, time.time() - self.retention_s),
-            ).fetchone()
-        if row is None:
-            return None
-        provider, native, created_at, context, response, own_items = row
-        return StoredResponse(response_id, team, provider, bool(native), created_at, orjson.loads(context),
-                              orjson.loads(response), own_items)
+            return self._records(team, [response_id]).get(response_id)
+
+    def _chain(self, team: str, response_id: str) -> list[StoredResponse]:
+        now = time.time()
+        with self._lock:
+            rows = self._db.execute(_CHAIN_RECORDS, (response_id, team, now, team, now)).fetchall()
+        return [_row(row) for row in reversed(rows)]
+
+    def _find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
+        marks = ", ".join("?" * len(item_ids))
+        with self._lock:
+            owners = dict(self._db.execute(f"SELECT item_id, response_id FROM stored_response_items WHERE team = ? AND item_id IN ({marks})",
+                                           (team, *item_ids)).fetchall())
+            records = self._records(team, sorted(set(owners.values()))) if owners else {}
+        return pick_items(records, owners)
 
     def _delete(self, team: str, response_id: str) -> bool:
         with self._lock:
-            return self._db.execute("DELETE FROM responses WHERE team = ? AND id = ?", (team, response_id)).rowcount > 0
+            return self._remove(team, response_id)
 
     def close(self) -> None:
         with self._lock:

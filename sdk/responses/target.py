@@ -11,28 +11,31 @@ A provider says how it serves /responses with the policy key `responses: auto | 
 answers a POST /responses with 404/405 that is not about the model, then translates for the rest of
 the policy's life.
 
-`previous_response_id`: the provider that holds a response continues it itself; any other target
-gets the stored conversation expanded into `input` (sdk/responses/store.py). Every answer with
-`store` not false is recorded when it completes: a translated one before the client sees its last
-event, so a follow-up sent at once finds it; a native one (which its provider holds and continues
-itself) in the background, off the answer's path.
+`previous_response_id` and `item_reference` are resolved from the team's store first
+(sdk/responses/conversation.py: an id the team does not hold is a 404, never sent): the provider
+that holds a response continues it itself; any other target gets the stored conversation expanded
+into `input` (sdk/responses/store.py). Every answer with `store` not false is recorded when it
+completes, before the client sees it (its last event, for a stream), so a follow-up sent at once
+finds it and the team's ownership of the id is known to every replica before the id can be used.
+`/v1/responses/input_tokens` and `/v1/responses/compact` go to a native target only, after the same
+resolution; a translated target answers them with a 400 and a 404.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from sdk.errors import InvalidRequestError, UpstreamHTTPError
+from sdk.errors import NotFoundError, UpstreamHTTPError
 from sdk.providers.base import HTTPProvider, Provider
-from sdk.providers.openai import OpenAIDialect, ResponsesMode as Mode
-from sdk.responses.store import ResponseStore, StoredResponse, as_items
+from sdk.providers.openai import OpenAIDialect
+from sdk.providers.openai import ResponsesMode as Mode
+from sdk.responses.conversation import Conversations, Resolved
+from sdk.responses.store import ResponseStore
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
 from sdk.routing.translation.responses_answers import completion_c2r, new_id
@@ -71,7 +74,7 @@ class ResponsesTarget:
         self.team = team
         self.store = store
         self.mode: Mode = responses_mode(inner)
-        self._writes: set[asyncio.Task[None]] = set()  # background copies of native responses
+        self.conversations = Conversations(team, store)
         # Chat reaches an Anthropic provider through the chat ↔ messages translation. The prompt-cache
         # optimizer plans the body the upstream receives (Anthropic breakpoints, or Chat's cache key).
         self.planner = planner
@@ -81,7 +84,11 @@ class ResponsesTarget:
         if request.endpoint is Endpoint.RESPONSES_INPUT_TOKENS:
             if self.mode == "chat":
                 raise TranslationRefused(f"provider {self.name!r} has no Responses API to count input tokens with; route /v1/responses/input_tokens to a native OpenAI target")
-            return await self.inner.send(request, timings)
+            return await self.inner.send(await self._resolved(request), timings)
+        if request.endpoint is Endpoint.RESPONSES_COMPACT:
+            if self.mode == "chat":  # OpenAI's own answer to a path it does not serve
+                raise NotFoundError(f"provider {self.name!r} serves Responses by translation; /v1/responses/compact exists only on a native OpenAI Responses target")
+            return await self.inner.send(await self._resolved(request), timings)
         if self.mode != "chat":
             try:
                 return await self._native(request, timings)
@@ -91,66 +98,32 @@ class ResponsesTarget:
                 self.mode = "chat"  # discovered: this upstream serves Chat Completions only
         return await self._translated(request, timings)
 
-    # --- conversation state ------------------------------------------------------------------
-
-    async def _previous(self, body: dict[str, Any]) -> StoredResponse | None:
-        previous = body.get("previous_response_id")
-        if not previous:
-            return None
-        if not isinstance(previous, str):
-            raise InvalidRequestError("previous_response_id: a string is required")
-        return await self.store().get(self.team, previous)
-
-    async def _record(self, response: dict[str, Any], context: list[dict[str, Any]], native: bool, body: dict[str, Any]) -> None:
-        if body.get("store") is False or not isinstance(response.get("id"), str):
-            return
-        own = len(as_items(body.get("input")))
-        record = StoredResponse(response["id"], self.team, self.name, native, time.time(), context, response, own)
-        if not native:
-            await self.store().put(record)  # Slipstream alone holds it: stored before the client can ask for it
-            return
-        # The provider holds a native response and continues it itself: our copy (for a fallback to
-        # another target, and GET/DELETE routing) is written off the answer's path.
-        task = asyncio.get_running_loop().create_task(self._put_quietly(record))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-
-    async def _put_quietly(self, record: StoredResponse) -> None:
-        try:
-            await self.store().put(record)
-        except Exception:  # the client has its answer; a lost copy only costs a later fallback its history
-            log.exception("could not store response %s for team %s", record.id, self.team)
+    async def _resolved(self, request: LLMRequest) -> LLMRequest:
+        """A request bound for the native upstream with what it names resolved (not recorded: it
+        creates no response)."""
+        resolved = await self.conversations.resolve(request.body, request.size, self.name)
+        body = self.conversations.body(request.body, resolved)
+        return request if body is request.body else replace(request, body=body)
 
     # --- native -------------------------------------------------------------------------------
 
     async def _native(self, request: LLMRequest, timings: Timings) -> Answer:
-        body = request.body
-        previous = await self._previous(body)
-        context = as_items(body.get("input"))
-        if previous is not None:
-            if not (previous.native and previous.provider == self.name):
-                # Held by Slipstream or another provider: this one cannot continue it, so it gets the history.
-                body = {k: v for k, v in body.items() if k != "previous_response_id"}
-                body["input"] = previous.history() + context
-                request = replace(request, body=body)
-            context = previous.history() + context
-        answer = await self.inner.send(request, timings)
+        resolved = await self.conversations.resolve(request.body, request.size, self.name)
+        body = self.conversations.body(request.body, resolved)
+        answer = await self.inner.send(request if body is request.body else replace(request, body=body), timings)
         if isinstance(answer, LLMResponse):
             if answer.status == 200:
-                await self._record(orjson.loads(answer.body), context, True, body)
+                await self.conversations.record(orjson.loads(answer.body), request.body, resolved, self.name, True)
             return answer
-        answer.events = self._recorded(answer.events, context, True, body)
+        answer.events = self._recorded(answer.events, request.body, resolved, True)
         return answer
 
     # --- translated ---------------------------------------------------------------------------
 
     async def _translated(self, request: LLMRequest, timings: Timings) -> Answer:
         body = request.body
-        previous = await self._previous(body)
-        if body.get("previous_response_id") and previous is None:
-            raise InvalidRequestError(f"Previous response with id '{body['previous_response_id']}' not found.")
-        context = (previous.history() if previous else []) + as_items(body.get("input"))
-        chat = translate(responses_to_chat, {**body, "input": context}, "Chat Completions")
+        resolved = await self.conversations.resolve(body, request.size, None)
+        chat = translate(responses_to_chat, {**body, "input": resolved.context}, "Chat Completions")
         response_id = new_id("resp")
         upstream = LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size)
         if self.planner is not None and self.chat is self.inner:
@@ -159,20 +132,21 @@ class ResponsesTarget:
             answer = await self.chat.send(upstream, timings)
         if isinstance(answer, LLMResponse):
             answer.body = completion_c2r(body, response_id, answer.body)
-            await self._record(orjson.loads(answer.body), context, False, body)
+            await self.conversations.record(orjson.loads(answer.body), body, resolved, self.name, False)
             return answer
-        answer.events = self._recorded(translated_events(answer.events, ChatToResponses(body, response_id)), context, False, body)
+        answer.events = self._recorded(translated_events(answer.events, ChatToResponses(body, response_id)), body, resolved, False)
         return answer
 
-    async def _recorded(self, events: AsyncIterator[bytes], context: list[dict[str, Any]], native: bool,
-                        body: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def _recorded(self, events: AsyncIterator[bytes], body: dict[str, Any], resolved: Resolved,
+                        native: bool) -> AsyncIterator[bytes]:
         """The stream, with the response recorded from its terminal event before that event is sent."""
         try:
             async for item in events:
                 if _TERMINAL[0] in item or _TERMINAL[1] in item:
                     for event in events_of(item):
                         if event.startswith(_TERMINAL):
-                            await self._record(orjson.loads(event_data(event)).get("response") or {}, context, native, body)
+                            response = orjson.loads(event_data(event)).get("response") or {}
+                            await self.conversations.record(response, body, resolved, self.name, native)
                 yield item
         finally:
             await close_after(events)

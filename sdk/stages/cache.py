@@ -219,7 +219,7 @@ class CacheStage:
         response = responses.fresh(entry.response)
         if body.get("store") is not False:
             items = as_items(body.get("input"))
-            await self.response_store().put(StoredResponse(response["id"], self.team, "cache", False, time.time(), items, response, len(items)))
+            await self.response_store().put(StoredResponse(response["id"], self.team, "cache", False, time.time(), items, response))
         headers = {KEY_HEADER: entry.exact_key}
         if not ctx.request.stream:
             return LLMResponse(status=200, body=orjson.dumps(response), headers=headers, usage=Usage(), route=route)

@@ -24,6 +24,7 @@ _OPERATIONS = {
     Endpoint.EMBEDDINGS: "embeddings",
     Endpoint.COUNT_TOKENS: "count_tokens",
     Endpoint.RESPONSES_INPUT_TOKENS: "count_tokens",
+    Endpoint.RESPONSES_COMPACT: "chat",
 }
 _REQUEST_SETTINGS = (("max_tokens", "gen_ai.request.max_tokens"), ("max_completion_tokens", "gen_ai.request.max_tokens"),
                      ("max_output_tokens", "gen_ai.request.max_tokens"), ("temperature", "gen_ai.request.temperature"),

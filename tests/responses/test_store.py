@@ -1,31 +1,44 @@
-"""The embedded response store on its own: per-team keys, readable at once, deletes that stick."""
+"""The response store on its own, SQLite and Redis alike: per-team keys, readable at once, deletes
+that stick, chains walked (never copied), item lookup, per-team quota and retention."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
 
-from sdk.responses.store import SQLiteResponseStore, StoredResponse
+import pytest
+
+from sdk.responses.redis_store import RedisResponseStore
+from sdk.responses.store import ResponseStore, SQLiteResponseStore, StoredResponse, StoreLimits, history
+from sdk.state import open_state
+from sdk.state.guard import GuardedState
+from tests.state.conftest import redis_server, redis_url  # noqa: F401  (fixtures)
+
+MIB = 1024 * 1024
 
 
-def _record(team: str, response_id: str = "resp_1") -> StoredResponse:
-    return StoredResponse(response_id, team, "claude", False, 0.0, [{"role": "user", "content": "hi"}],
-                          {"id": response_id, "output": [{"type": "message", "content": []}]}, 1)
+def _record(team: str, response_id: str = "resp_1", previous: str | None = None, text: str = "hi") -> StoredResponse:
+    return StoredResponse(response_id, team, "claude", False, 0.0, [{"role": "user", "content": text}],
+                          {"id": response_id, "output": [{"type": "message", "id": f"msg_{response_id}", "content": []}]}, previous)
 
 
 async def test_records_are_per_team_and_survive_a_reopen(tmp_path):
-    store = SQLiteResponseStore(tmp_path / "r.sqlite3", retention_s=1e12)
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
     put = asyncio.ensure_future(store.put(_record("a")))
     await asyncio.sleep(0)  # the write has started, not finished
-    assert (await store.get("a", "resp_1")).context == [{"role": "user", "content": "hi"}]
+    assert (await store.get("a", "resp_1")).input == [{"role": "user", "content": "hi"}]
     await put
     assert await store.get("b", "resp_1") is None and not await store.delete("b", "resp_1")
-    reopened = SQLiteResponseStore(tmp_path / "r.sqlite3", retention_s=1e12)
+    assert await store.find_items("b", ["msg_resp_1"]) == {}
+    reopened = SQLiteResponseStore(tmp_path / "r.sqlite3")
     found = await reopened.get("a", "resp_1")
-    assert found is not None and found.history()[-1]["type"] == "message" and found.input_items() == found.context
+    assert found is not None and history([found])[-1]["type"] == "message"
 
 
 async def test_a_delete_during_the_write_sticks(tmp_path):
-    store = SQLiteResponseStore(tmp_path / "r.sqlite3", retention_s=1e12)
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
     put = asyncio.ensure_future(store.put(_record("a")))
     await asyncio.sleep(0)
     assert await store.delete("a", "resp_1")
@@ -33,7 +46,78 @@ async def test_a_delete_during_the_write_sticks(tmp_path):
     assert await store.get("a", "resp_1") is None
 
 
-async def test_old_records_expire(tmp_path):
-    store = SQLiteResponseStore(tmp_path / "r.sqlite3", retention_s=60)
-    await store.put(_record("a"))  # created_at 0: long past the retention
-    assert await store.get("a", "resp_1") is None
+async def test_records_expire_with_the_teams_retention(tmp_path):
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3", {"a": StoreLimits(ttl_s=1e-6)})
+    await store.put(_record("a"))
+    await store.put(_record("b"))  # another team keeps the default retention
+    assert await store.get("a", "resp_1") is None and await store.chain("a", "resp_1") == []
+    assert await store.get("b", "resp_1") is not None
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def store(request, tmp_path: Path) -> AsyncIterator[ResponseStore]:
+    limits: dict[str, StoreLimits] = {}
+    local = SQLiteResponseStore(tmp_path / "r.sqlite3", limits)
+    if request.param == "sqlite":
+        yield local
+        return
+    state = open_state(request.getfixturevalue("redis_url"))
+    assert isinstance(state, GuardedState)
+    yield RedisResponseStore(state, local, limits)
+    await state.close()
+
+
+async def _stored_bytes(store: ResponseStore, team: str) -> int:
+    """What the team's records hold, read from the backend itself (not from the store's own counters)."""
+    if isinstance(store, SQLiteResponseStore):
+        with sqlite3.connect(store.path) as db:
+            return db.execute("SELECT COALESCE(SUM(length(input) + length(response)), 0) FROM stored_responses WHERE team = ?",
+                              (team,)).fetchone()[0]
+    assert isinstance(store, RedisResponseStore)
+    client, base = store.redis.client, store._base(team)
+    keys = await client.execute("KEYS", base + "r:*")
+    return sum([await client.execute("HSTRLEN", key, "data") for key in keys])
+
+
+async def test_a_chain_is_walked_not_copied(store):
+    """15 turns of 1 MiB each: ~15 MiB stored (a copy of the chain per turn would be 120 MiB), and
+    the 15th turn's history is every turn's input and output in order."""
+    previous = None
+    for turn in range(15):
+        await store.put(_record("a", f"resp_{turn}", previous, text=f"{turn}:" + "x" * MIB))
+        previous = f"resp_{turn}"
+    stored = await _stored_bytes(store, "a")
+    assert 15 * MIB <= stored < 16 * MIB
+    chain = await store.chain("a", "resp_14")
+    assert [r.id for r in chain] == [f"resp_{t}" for t in range(15)] and chain[-1].depth == 15
+    assert chain[-1].chain_bytes >= 15 * MIB
+    assert [item["content"][:3] for item in history(chain) if "content" in item and isinstance(item["content"], str)] == \
+        [f"{t}:x"[:3] for t in range(15)]
+    assert await store.chain("b", "resp_14") == []
+
+
+async def test_items_are_found_for_their_team_only(store):
+    await store.put(_record("a", "resp_1"))
+    found = await store.find_items("a", ["msg_resp_1", "msg_nothing"])
+    assert list(found) == ["msg_resp_1"] and found["msg_resp_1"][0].id == "resp_1"
+    assert await store.find_items("b", ["msg_resp_1"]) == {}
+    await store.delete("a", "resp_1")
+    assert await store.find_items("a", ["msg_resp_1"]) == {}
+
+
+async def test_over_quota_the_least_recently_used_go_first(store):
+    """Quota of 3 responses: an idle conversation is evicted (its latest turn first), the
+    conversation being continued is kept whole, and another team is untouched."""
+    assert isinstance(store.limits, dict)
+    store.limits["a"] = StoreLimits(max_entries=3)
+    await store.put(_record("b", "b1"))
+    await store.put(_record("a", "old1"))
+    await store.put(_record("a", "old2", "old1"))
+    await store.put(_record("a", "live1"))
+    await store.put(_record("a", "live2", "live1"))  # 4 > 3: old2 (the idle conversation's leaf) goes
+    assert await store.get("a", "old2") is None and await store.get("a", "old1") is not None
+    await store.put(_record("a", "live3", "live2"))  # old1 goes; live1 is old but part of the chain written
+    assert [r.id for r in await store.chain("a", "live3")] == ["live1", "live2", "live3"]
+    assert await store.get("a", "old1") is None
+    assert await store.find_items("a", ["msg_old1"]) == {}  # its items went with it
+    assert await store.get("b", "b1") is not None

@@ -1,0 +1,120 @@
+"""A Responses request's conversation, resolved from the team's store before anything is sent.
+
+`previous_response_id` and `item_reference` name objects: they are the team's only if the team's
+store holds them (a response is recorded, with its items, when it is answered — sdk/responses/store.py).
+An id the team's store does not hold is a 404 answered here, so another team's id and an id nobody
+made answer the same, and neither reaches a provider that shares one account between teams (a native
+Responses upstream would otherwise continue another team's conversation, or tell its ids apart).
+
+Resolved ids are then served where they can be: a native provider that holds the previous response
+(or a referenced item) itself gets the id as sent; any other target gets the stored items in its place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sdk.errors import InvalidRequestError, NotFoundError
+from sdk.responses.store import ResponseStore, StoredResponse, StoreLimits, as_items, history, over_quota
+
+log = logging.getLogger("slipstream.responses")
+
+
+@dataclass(slots=True)
+class Resolved:
+    """What a request continues and the input its target is sent."""
+
+    previous: StoredResponse | None
+    own: list[dict[str, Any]]  # the request's own input items, as the client sent them (what is recorded)
+    context: list[dict[str, Any]]  # what this target needs in `input`
+    expanded: bool  # `previous_response_id` is replaced by `context` (the target does not hold it)
+
+
+class Conversations:
+    def __init__(self, team: str, store: Callable[[], ResponseStore]):
+        self.team = team
+        self.store = store
+
+    async def resolve(self, request_body: dict[str, Any], size: int, holder: str | None) -> Resolved:
+        """The request's conversation for a target; `holder` is the native provider it goes to (None:
+        translated). Refuses (404) what the team's store does not hold, and (400) a turn whose own
+        conversation would not fit the team's storage quota."""
+        previous = await self._previous(request_body)
+        own = as_items(request_body.get("input"))
+        if request_body.get("store") is not False:
+            limits = self.store().limits.get(self.team, StoreLimits())
+            if (why := over_quota(previous, size, limits)) is not None:
+                raise InvalidRequestError(f"{why}; start a new conversation, send store: false, or raise the quota")
+        expanded = previous is not None and not _holds(holder, previous)
+        context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
+        return Resolved(previous, own, await self._references(context, holder), expanded)
+
+    def body(self, request_body: dict[str, Any], resolved: Resolved) -> dict[str, Any]:
+        """The body a native target is sent: as it came, unless something had to be expanded."""
+        if not resolved.expanded and resolved.context == resolved.own:
+            return request_body
+        body = {k: v for k, v in request_body.items() if not (resolved.expanded and k == "previous_response_id")}
+        body["input"] = resolved.context
+        return body
+
+    async def record(self, response: dict[str, Any], request_body: dict[str, Any], resolved: Resolved, provider: str,
+                     native: bool) -> None:
+        """Store an answered response (unless `store: false`) before the client can name it again."""
+        if request_body.get("store") is False or not isinstance(response.get("id"), str):
+            return
+        previous = resolved.previous.id if resolved.previous is not None else None
+        record = StoredResponse(response["id"], self.team, provider, native, time.time(), resolved.own, response, previous)
+        try:
+            await self.store().put(record)
+        except Exception:
+            if not native:
+                raise  # Slipstream alone would hold it: the answer fails rather than become unreachable
+            # The provider answered and holds it; without the record only this team's later use of the id fails.
+            log.exception("could not record response %s for team %s", record.id, self.team)
+
+    async def _previous(self, body: dict[str, Any]) -> StoredResponse | None:
+        previous_id = body.get("previous_response_id")
+        if previous_id is None:
+            return None
+        if not isinstance(previous_id, str) or not previous_id:
+            raise InvalidRequestError("previous_response_id: a response id (string) is required")
+        record = await self.store().get(self.team, previous_id)
+        if record is None:
+            raise NotFoundError(f"Previous response with id '{previous_id}' not found.")
+        return record
+
+    async def _history(self, previous: StoredResponse) -> list[dict[str, Any]]:
+        chain = await self.store().chain(self.team, previous.id)
+        if not chain or chain[0].previous is not None:
+            gone = chain[0].previous if chain else previous.id
+            raise NotFoundError(f"Previous response with id '{previous.id}' continues response '{gone}', which is no longer stored.")
+        return history(chain)
+
+    async def _references(self, items: list[dict[str, Any]], holder: str | None) -> list[dict[str, Any]]:
+        named = [item.get("id") for item in items if isinstance(item, dict) and item.get("type") == "item_reference"]
+        if not named:
+            return items
+        ids = [i for i in named if isinstance(i, str) and i]
+        if len(ids) < len(named):
+            raise InvalidRequestError("item_reference: an item id (string) is required")
+        found = await self.store().find_items(self.team, ids)
+        missing = next((i for i in ids if i not in found), None)
+        if missing is not None:
+            raise NotFoundError(f"Item with id '{missing}' not found.")
+        out = []
+        for item in items:
+            if isinstance(item, dict) and item.get("type") == "item_reference":
+                record, stored = found[item["id"]]
+                out.append(item if _holds(holder, record) else stored)
+            else:
+                out.append(item)
+        return out
+
+
+def _holds(holder: str | None, record: StoredResponse) -> bool:
+    """The provider `holder` (native) has the record itself, so it resolves the id on its own."""
+    return holder is not None and record.native and record.provider == holder
