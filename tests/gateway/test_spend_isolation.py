@@ -210,3 +210,30 @@ def test_parallel_requests_overshoot_a_budget_by_at_most_one_reservation(tmp_pat
     assert answered <= budget / reservation + 1  # in-flight requests hold their worst cost
     assert spent <= budget + reservation  # the documented bound (docs/spend.md), not 32×
     assert emu.stats()["requests_total"] == answered
+
+
+async def test_holds_are_shared_across_replicas_over_redis() -> None:
+    """Two replicas on one Redis: what one admitted holds against the other's admissions, and settling frees it."""
+    pytest.importorskip("redis")
+    from gateway.testing import running_redis
+    from sdk.spend import budget_check
+    from sdk.state import open_state
+    from sdk.state.backend import Admission, Settlement
+    from sdk.policy import BudgetPolicy
+
+    with running_redis() as server:
+        url = f"{server.url}?prefix=holds&timeout_ms=500"
+        first, second = open_state(url), open_state(url)
+        budget = BudgetPolicy(usd=1.0, period="day")
+        held = Admission("lease-a", budget=budget_check("shared", budget, reserve=0.7))
+        assert await first.admit(held) is None
+        assert await second.admit(Admission("lease-b", budget=budget_check("shared", budget, reserve=0.7))) is None
+        refused = await second.admit(Admission("lease-c", budget=budget_check("shared", budget, reserve=0.7)))
+        assert refused is not None and refused.kind == "budget" and refused.value >= 1.0  # 1.4 held by two replicas
+        first.settle(Settlement("lease-a", budget=held.budget))
+        second.settle(Settlement("lease-b", budget=held.budget))
+        await first.close()
+        await second.close()
+        third = open_state(url)
+        assert await third.admit(Admission("lease-d", budget=budget_check("shared", budget, reserve=0.7))) is None
+        await third.close()
