@@ -7,7 +7,8 @@ honours server hints within bounds (sdk/routing/backoff.py); a target's breaker 
 attempt starts on it (sdk/routing/breaker.py). Every attempt is bounded by the first-byte timeout
 and the whole request by `retry.deadline_ms`; with hedging on, a slow attempt gets a companion leg
 in the same loop (losers cancelled by sdk/routing/hedging.py). A target of the other protocol is
-reached through translation.
+reached through translation, and each attempt's body is planned for the prompt cache of the provider
+it goes to, in that provider's protocol (sdk/stages/prompt_cache.py), after any translation.
 
 A stream counts as answered once its first event has arrived: the router pulls that event before
 returning, so a stream that fails at once is retried like any other failure. Once the router has
@@ -47,10 +48,10 @@ from sdk.routing.hedging import discard
 from sdk.routing.strategies import StatsBook, TargetStats, ordered_targets, target_key
 from sdk.routing.translation import TranslatingProvider
 from sdk.streams import close_after, on_end
-from sdk.types import Answer, Endpoint, LLMRequest, LLMStream, Protocol
+from sdk.types import Answer, Endpoint, LLMRequest, LLMStream
 
 if TYPE_CHECKING:
-    from sdk.stages.prompt_cache import Planner
+    from sdk.stages.prompt_cache import PromptCachePlanner
 
 log = logging.getLogger("slipstream.router")
 
@@ -66,7 +67,7 @@ class Router:
         store: BreakerStore | None = None,
         team: str = "",
         responses: Callable[[], ResponseStore] | None = None,
-        planner: Planner | None = None,
+        planner: PromptCachePlanner | None = None,
     ):
         self.routes = routes
         self.providers = providers
@@ -74,11 +75,10 @@ class Router:
         self.hedging = hedging or HedgingPolicy()
         self.breakers: BreakerStore = store or InMemoryBreakerStore(breaker or BreakerPolicy())
         self.stats = StatsBook()
-        self._translating: dict[tuple[str, Protocol], Provider] = {}
         self.team = team
         self.responses = responses  # the team's response store, for Responses API targets
         self._responses: dict[str, ResponsesTarget] = {}
-        self.planner = planner  # the prompt-cache optimizer, for bodies translated below the pipeline
+        self.planner = planner  # the team's prompt-cache planning, run on every attempt's upstream body
 
     def route_for(self, model: str) -> Route:
         for route in self.routes:
@@ -189,7 +189,7 @@ class Router:
         target, key = slot.target, slot.key
         stats = self.stats[key]
         request = ctx.request.with_model(target.model) if target.model else ctx.request
-        provider = self._provider(target.provider, request)
+        provider = self._provider(target.provider, request, ctx)
         limit = self._first_byte_limit_s(deadline)
         stats.in_flight += 1
         ctx.attempts += 1
@@ -233,18 +233,16 @@ class Router:
             limit = min(limit, self.retry.first_byte_timeout_ms / 1000)
         return None if math.isinf(limit) else limit
 
-    def _provider(self, name: str, request: LLMRequest) -> Provider:
+    def _provider(self, name: str, request: LLMRequest, ctx: RequestContext) -> Provider:
+        """The target `name` for this attempt: its provider, planned for its own prompt cache, behind
+        whatever translation the client's protocol needs."""
         provider = self.providers[name]
+        upstream = self.planner.attempt(provider, ctx) if self.planner is not None else provider
         if request.endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS, Endpoint.RESPONSES_COMPACT):
-            return self._responses_target(name, provider)
-        protocol = request.protocol
-        if provider.protocol is protocol:
-            return provider
-        translating = self._translating.get((name, protocol))
-        if translating is None:
-            translating = self._translating[(name, protocol)] = TranslatingProvider(provider, protocol)
-        return translating
-
+            return self._responses_target(name, provider).via(upstream)
+        if provider.protocol is request.protocol:
+            return upstream
+        return TranslatingProvider(upstream, request.protocol)
 
     def _responses_target(self, name: str, provider: Provider) -> ResponsesTarget:
         """The provider behind its Responses adapter (native or translated), kept for the policy's life:
@@ -253,7 +251,7 @@ class Router:
         if target is None:
             if self.responses is None:
                 raise SlipstreamError("this router has no response store; the Responses API is not available", status=501)
-            target = self._responses[name] = ResponsesTarget(provider, self.team, self.responses, self.planner)
+            target = self._responses[name] = ResponsesTarget(provider, self.team, self.responses)
         return target
 
 

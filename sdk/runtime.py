@@ -31,7 +31,7 @@ from sdk.router import Router
 from sdk.routing.shared_breaker import SharedBreakerStore
 from sdk.services import Services
 from sdk.stages import build_stages
-from sdk.stages.prompt_cache import PromptCacheStage
+from sdk.stages.prompt_cache import build_prompt_cache
 from sdk.types import Answer, LLMRequest, LLMResponse, LLMStream, Usage
 
 log = logging.getLogger("slipstream")
@@ -59,7 +59,7 @@ class TeamRuntime:
         breakers = SharedBreakerStore(policy.breaker, state, policy.team) if state is not None else None
         stages = build_stages(policy, services)
         services.response_limits[policy.team] = StoreLimits(**policy.responses_store.model_dump())
-        planner = next((stage.planned for stage in stages if isinstance(stage, PromptCacheStage)), None)
+        planner = build_prompt_cache(policy, services)  # run by the router per attempt, on the target's body
         router = Router(policy.routes, providers, policy.retry, breaker=policy.breaker, hedging=policy.hedging,
                         team=policy.team, responses=services.response_store, planner=planner, store=breakers)
         warm_ups = tuple(w for part in [*stages, *providers.values()] if isinstance(part, HasWarmUps) for w in part.warm_ups())

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -44,9 +44,6 @@ from sdk.routing.translation.responses_streams import ChatToResponses
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Protocol, Timings
-
-if TYPE_CHECKING:
-    from sdk.stages.prompt_cache import Planner
 
 log = logging.getLogger("slipstream.responses")
 _TERMINAL = (b"event: response.completed", b"event: response.incomplete")
@@ -67,7 +64,7 @@ def _lacks_endpoint(exc: UpstreamHTTPError) -> bool:
 class ResponsesTarget:
     """A Provider for Responses requests in front of `inner`, recording stored answers for `team`."""
 
-    def __init__(self, inner: Provider, team: str, store: Callable[[], ResponseStore], planner: Planner | None = None):
+    def __init__(self, inner: Provider, team: str, store: Callable[[], ResponseStore]):
         self.inner = inner
         self.name = inner.name
         self.protocol = Protocol.OPENAI
@@ -75,28 +72,30 @@ class ResponsesTarget:
         self.store = store
         self.mode: Mode = responses_mode(inner)
         self.conversations = Conversations(team, store)
-        # Chat reaches an Anthropic provider through the chat ↔ messages translation. The prompt-cache
-        # optimizer plans the body the upstream receives (Anthropic breakpoints, or Chat's cache key).
-        self.planner = planner
-        self.chat: Provider = inner if inner.protocol is Protocol.OPENAI else TranslatingProvider(inner, Protocol.OPENAI, planner)
 
-    async def send(self, request: LLMRequest, timings: Timings) -> Answer:
+    def via(self, upstream: Provider) -> Provider:
+        """This target for one attempt, sending through `upstream` (`inner` as the router prepared it
+        for the attempt: planned for its prompt cache, sdk/stages/prompt_cache.py)."""
+        return _Via(self, upstream)
+
+    async def send(self, request: LLMRequest, timings: Timings, upstream: Provider | None = None) -> Answer:
+        upstream = upstream or self.inner
         if request.endpoint is Endpoint.RESPONSES_INPUT_TOKENS:
             if self.mode == "chat":
                 raise TranslationRefused(f"provider {self.name!r} has no Responses API to count input tokens with; route /v1/responses/input_tokens to a native OpenAI target")
-            return await self.inner.send(await self._resolved(request), timings)
+            return await upstream.send(await self._resolved(request), timings)
         if request.endpoint is Endpoint.RESPONSES_COMPACT:
             if self.mode == "chat":  # OpenAI's own answer to a path it does not serve
                 raise NotFoundError(f"provider {self.name!r} serves Responses by translation; /v1/responses/compact exists only on a native OpenAI Responses target")
-            return await self.inner.send(await self._resolved(request), timings)
+            return await upstream.send(await self._resolved(request), timings)
         if self.mode != "chat":
             try:
-                return await self._native(request, timings)
+                return await self._native(request, timings, upstream)
             except UpstreamHTTPError as exc:
                 if self.mode == "native" or not _lacks_endpoint(exc):
                     raise
                 self.mode = "chat"  # discovered: this upstream serves Chat Completions only
-        return await self._translated(request, timings)
+        return await self._translated(request, timings, upstream)
 
     async def _resolved(self, request: LLMRequest) -> LLMRequest:
         """A request bound for the native upstream with what it names resolved (not recorded: it
@@ -107,10 +106,10 @@ class ResponsesTarget:
 
     # --- native -------------------------------------------------------------------------------
 
-    async def _native(self, request: LLMRequest, timings: Timings) -> Answer:
+    async def _native(self, request: LLMRequest, timings: Timings, upstream: Provider) -> Answer:
         resolved = await self.conversations.resolve(request.body, request.size, self.name)
         body = self.conversations.body(request.body, resolved)
-        answer = await self.inner.send(request if body is request.body else replace(request, body=body), timings)
+        answer = await upstream.send(request if body is request.body else replace(request, body=body), timings)
         if isinstance(answer, LLMResponse):
             if answer.status == 200:
                 await self.conversations.record(orjson.loads(answer.body), request.body, resolved, self.name, True)
@@ -120,16 +119,14 @@ class ResponsesTarget:
 
     # --- translated ---------------------------------------------------------------------------
 
-    async def _translated(self, request: LLMRequest, timings: Timings) -> Answer:
+    async def _translated(self, request: LLMRequest, timings: Timings, upstream: Provider) -> Answer:
         body = request.body
         resolved = await self.conversations.resolve(body, request.size, None)
         chat = translate(responses_to_chat, {**body, "input": resolved.context}, "Chat Completions")
         response_id = new_id("resp")
-        upstream = LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size)
-        if self.planner is not None and self.chat is self.inner:
-            answer = await self.planner(upstream, lambda planned: self.inner.send(planned, timings), timings)
-        else:
-            answer = await self.chat.send(upstream, timings)
+        # Chat reaches an Anthropic provider through the chat ↔ messages translation.
+        via = upstream if upstream.protocol is Protocol.OPENAI else TranslatingProvider(upstream, Protocol.OPENAI)
+        answer = await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size), timings)
         if isinstance(answer, LLMResponse):
             answer.body = completion_c2r(body, response_id, answer.body)
             await self.conversations.record(orjson.loads(answer.body), body, resolved, self.name, False)
@@ -151,3 +148,18 @@ class ResponsesTarget:
         finally:
             await close_after(events)
 
+
+class _Via:
+    """A ResponsesTarget bound to one attempt's upstream (ResponsesTarget.via)."""
+
+    def __init__(self, target: ResponsesTarget, upstream: Provider):
+        self.target = target
+        self.upstream = upstream
+        self.name = target.name
+        self.protocol = target.protocol
+
+    async def send(self, request: LLMRequest, timings: Timings) -> Answer:
+        return await self.target.send(request, timings, self.upstream)
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        return await self.target.inner.list_models()

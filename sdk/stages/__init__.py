@@ -1,6 +1,8 @@
 """Pipeline stages by name, and the order a team's pipeline runs them in.
 
 The order is data: `STAGE_ORDER` lists stage names outermost first; the router is always last.
+Prompt-cache planning is not a stage: it needs the target's protocol, which only the router knows,
+so the router runs it per attempt (sdk/stages/prompt_cache.py).
 Each factory returns None when the team's policy leaves its stage off, so a disabled feature costs
 nothing per request.
 """
@@ -17,18 +19,16 @@ from sdk.stages.cache import build_cache
 from sdk.stages.compression import build_compression
 from sdk.stages.embedding_cache import build_embedding_cache
 from sdk.stages.metrics import build_metrics
-from sdk.stages.prompt_cache import build_prompt_cache
 
 StageFactory = Callable[[Policy, Services], Stage | None]
 
-STAGE_ORDER: tuple[str, ...] = ("metrics", "limits", "embedding_cache", "cache", "compression", "prompt_cache")
+STAGE_ORDER: tuple[str, ...] = ("metrics", "limits", "embedding_cache", "cache", "compression")
 FACTORIES: dict[str, StageFactory] = {
     "metrics": build_metrics,
     "limits": build_limits,
     "embedding_cache": build_embedding_cache,
     "cache": build_cache,
     "compression": build_compression,
-    "prompt_cache": build_prompt_cache,
 }
 
 

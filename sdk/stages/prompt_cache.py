@@ -1,10 +1,12 @@
-"""The prompt-cache stage: plan the request for the provider's prompt cache, then verify the read.
+"""Prompt-cache planning, per upstream attempt: plan the body a provider receives, then verify the read.
 
-Innermost stage, right before the router, so it sees exactly the body that goes upstream (after
-any compression) and the usage that comes back. See sdk/promptcache/ and docs/prompt-cache.md.
-Streams: Anthropic usage is known from `message_start`, which the router has already read when
-the stream is returned; OpenAI usage arrives in the last chunk, so the stream is watched to its end
-(as is any stream whose usage is not known yet, such as a translated one planned below the router).
+The router calls it once per attempt, after it has chosen the target and translated the client's
+request into the target's protocol (sdk/router.py wraps the target's provider in `PlanningProvider`),
+so the plan follows that provider's rules whatever door and protocol the client used: Anthropic
+breakpoints on a Messages body, `prompt_cache_key` on a Chat body, and a fallback that changes
+protocol is planned again. See sdk/promptcache/ and docs/prompt-cache.md.
+Streams: Anthropic usage is known from `message_start`; OpenAI usage arrives in the last chunk,
+so such a stream is watched to its end.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sdk.offload import is_large, off_loop
-from sdk.pipeline import Handler, PromptCacheReport, RequestContext
+from sdk.pipeline import PromptCacheReport, RequestContext
 from sdk.policy import Policy, PromptCachePolicy
 from sdk.promptcache import stats, tokens
 from sdk.promptcache.fanout import wait_for_writer
 from sdk.promptcache.optimizer import Optimizer, Plan
+from sdk.providers.base import Provider
 from sdk.services import Services
 from sdk.state.guard import GuardedState
 from sdk.streams import on_end
@@ -39,11 +42,8 @@ def _readable(body: dict[str, object]) -> bool:
             and isinstance(body.get("system", ""), (str, list)))
 
 
-Planner = Callable[[LLMRequest, Callable[[LLMRequest], Awaitable[Answer]], Timings], Awaitable[Answer]]
-
-
-class PromptCacheStage:
-    name = "prompt_cache"
+class PromptCachePlanner:
+    """One team's prompt-cache optimizer, applied to every upstream attempt of its requests."""
 
     def __init__(self, team: str, config: PromptCachePolicy, shared: GuardedState | None = None):
         self.team = team
@@ -59,29 +59,16 @@ class PromptCacheStage:
         # same team's requests wait for it; other teams have optimizers of their own.
         self._planning = asyncio.Lock()
 
-    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
-        request = ctx.request
-        if request.endpoint not in _ENDPOINTS or not _readable(request.body):
-            return await call_next(ctx)
-
-        trace = ctx.trace
-        started = time.time_ns() if trace is not None else 0
-
-        async def send(planned: LLMRequest) -> Answer:
-            if trace is not None:  # the plan is made (and any fan-out wait over): its span ends here
-                trace.stage("prompt_cache plan", started, _plan_attributes(ctx.prompt_cache))
-            ctx.request = planned
-            return await call_next(ctx)
-
-        return await self.planned(request, send, ctx.timings, ctx.prompt_cache)
+    def attempt(self, provider: Provider, ctx: RequestContext) -> Provider:
+        """`provider` (the routing target's own, speaking its own protocol) with every body it is sent
+        for this attempt planned first; the plan is reported on `ctx`."""
+        return PlanningProvider(provider, self, ctx)
 
     async def planned(self, request: LLMRequest, send: Callable[[LLMRequest], Awaitable[Answer]], timings: Timings,
-                      report: PromptCacheReport | None = None) -> Answer:
+                      report: PromptCacheReport) -> Answer:
         """Plan `request` for its provider's prompt cache, `send` the planned request, verify the read.
 
-        The stage calls this with the client's request; a Responses request translated to Chat or
-        Messages is planned here too, on the body its upstream receives (sdk/responses/target.py),
-        so its breakpoints land exactly as on a native one.
+        `request` is in the target provider's protocol: the body its upstream receives.
         """
         optimizer = self.optimizer
         large = is_large(request.size)  # hashing, tokenizing and scanning megabytes: off the loop
@@ -98,13 +85,11 @@ class PromptCacheStage:
             timings.upstream_s += time.perf_counter() - started  # waiting is upstream time, not ours
             stats.FANOUT_WAITS.labels(self.team, outcome).inc()
             optimizer.repredict(plan, time.time())
-        moved, advice = optimizer.report_findings(plan)
-        if report is not None:
-            report.expected_read = plan.prediction.read
-            report.miss_cause = plan.cause.label if plan.cause else ""
-            report.moved, report.advice = moved, advice
-            report.repaired = len(plan.placement.remove) if plan.placement else 0
-            report.canonicalized = plan.canonicalized
+        report.moved, report.advice = optimizer.report_findings(plan)
+        report.expected_read = plan.prediction.read
+        report.miss_cause = plan.cause.label if plan.cause else ""
+        report.repaired = len(plan.placement.remove) if plan.placement else 0
+        report.canonicalized = plan.canonicalized
         if plan.body is not request.body:
             request = replace(request, body=plan.body)
         optimizer.begin(plan, time.time(), self.config.warm_fanout)
@@ -129,6 +114,36 @@ class PromptCacheStage:
             self.optimizer.settle(plan, stream.usage)
 
 
+class PlanningProvider:
+    """A target's provider for one attempt: what it is sent is planned for its own prompt cache."""
+
+    def __init__(self, inner: Provider, planner: PromptCachePlanner, ctx: RequestContext):
+        self.inner = inner
+        self.name = inner.name
+        self.protocol = inner.protocol
+        self.planner = planner
+        self.ctx = ctx
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        return await self.inner.list_models()
+
+    async def send(self, request: LLMRequest, timings: Timings) -> Answer:
+        if request.endpoint not in _ENDPOINTS or not _readable(request.body):
+            return await self.inner.send(request, timings)
+        trace = self.ctx.trace
+        started = time.time_ns() if trace is not None else 0
+        report = PromptCacheReport()  # this attempt's; the request reports the one that answered
+
+        async def send(planned: LLMRequest) -> Answer:
+            if trace is not None:  # the plan is made (and any fan-out wait over): its span ends here
+                trace.stage("prompt_cache plan", started, _plan_attributes(report))
+            return await self.inner.send(planned, timings)
+
+        answer = await self.planner.planned(request, send, timings, report)
+        self.ctx.prompt_cache = report
+        return answer
+
+
 def _plan_attributes(report: PromptCacheReport) -> dict[str, object]:
     return {"slipstream.prompt_cache.expected_read": report.expected_read,
             "slipstream.prompt_cache.miss_cause": report.miss_cause or "none",
@@ -136,10 +151,10 @@ def _plan_attributes(report: PromptCacheReport) -> dict[str, object]:
             "slipstream.prompt_cache.repaired": report.repaired, "slipstream.prompt_cache.canonicalized": report.canonicalized}
 
 
-def build_prompt_cache(policy: Policy, services: Services) -> PromptCacheStage | None:
+def build_prompt_cache(policy: Policy, services: Services) -> PromptCachePlanner | None:
     config = policy.prompt_cache
     if not config.enabled:
         return None
     tokens.load_encoding()  # at build time (startup, reload thread), not on a team's first request
     shared = services.shared_state()
-    return PromptCacheStage(policy.team, config, shared if isinstance(shared, GuardedState) else None)
+    return PromptCachePlanner(policy.team, config, shared if isinstance(shared, GuardedState) else None)

@@ -8,7 +8,7 @@ client's dialect: bodies, error bodies and stream events alike. Usage is the inn
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from typing import Protocol as TypingProtocol
 
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
@@ -28,9 +28,6 @@ from sdk.types import (
     Timings,
 )
 
-if TYPE_CHECKING:
-    from sdk.stages.prompt_cache import Planner
-
 _ENDPOINT = {Protocol.ANTHROPIC: Endpoint.MESSAGES, Protocol.OPENAI: Endpoint.CHAT_COMPLETIONS}
 
 
@@ -48,11 +45,10 @@ def translate(convert: Callable[[dict[str, Any]], dict[str, Any]], body: dict[st
 class TranslatingProvider:
     """Serves `client`-protocol requests through `inner`, which speaks the other protocol."""
 
-    def __init__(self, inner: Provider, client: Protocol, planner: Planner | None = None):
+    def __init__(self, inner: Provider, client: Protocol):
         self.inner = inner
         self.name = inner.name
         self.protocol = client
-        self.planner = planner  # plans the translated body for the upstream's prompt cache (Responses targets)
 
     async def list_models(self) -> list[dict[str, Any]]:
         return await self.inner.list_models()
@@ -67,10 +63,7 @@ class TranslatingProvider:
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
         try:
-            if self.planner is not None:
-                answer = await self.planner(upstream, lambda planned: self.inner.send(planned, timings), timings)
-            else:
-                answer = await self.inner.send(upstream, timings)
+            answer = await self.inner.send(upstream, timings)
         except UpstreamHTTPError as exc:
             raise UpstreamHTTPError(exc.status, error_for(self.protocol, exc.status, exc.body), exc.headers, exc.route) from exc
         if isinstance(answer, LLMResponse):
