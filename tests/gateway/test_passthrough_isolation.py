@@ -1,0 +1,290 @@
+"""Pass-through isolation (issue 25): teams that share one provider key (the emulator's `up-openai`
+/ `up-anthropic`) neither see, read, use nor delete each other's files, batches and message
+batches, through the proxy, the drop-in SDK, and two proxies over Redis; the pass-through runs
+through the same limits, budget, routes and spend as the pipeline; and its protocol edges (dot
+segments, encoded traversal, `Expect: 100-continue`, forwarding headers, upstream 401s) hold."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import orjson
+import pytest
+
+import sdk
+from gateway.testing import RedisServer, RunningServer, running_proxy, running_redis
+from sdk import access_log
+from tests.helpers import wait_until, write_policy
+
+A, B = "sk-alpha-team", "sk-beta-team"
+# USD per million tokens: cents per call, so a spend report's 6 decimals show every token
+PRICED = 'pricing: {"gpt-3.5-*": {input: 1000, output: 1000}, "gpt-4o-mini": {input: 1000, output: 2000}}\n'
+MSG = {"model": "claude-sonnet-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
+
+
+def line(cid: str, model: str = "gpt-4o-mini") -> bytes:
+    return orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"model": model, "messages": [{"role": "user", "content": cid}], "max_tokens": 8}})
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory, emulator) -> Path:
+    directory = tmp_path_factory.mktemp("isolation")
+    write_policy(directory, "alpha", A, emulator.url, extra=PRICED)
+    write_policy(directory, "beta", B, emulator.url)
+    write_policy(directory, "broke", "sk-broke", emulator.url, extra=PRICED + "budget: {usd: 0.001, period: day}\n")
+    write_policy(directory, "limited", "sk-limited", emulator.url, extra="limits: {per_key: {requests_per_minute: 5}}\n")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def proxy(policies) -> Iterator[RunningServer]:
+    with running_proxy([policies]) as running:
+        yield running
+
+
+def oai(proxy: RunningServer, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=key, max_retries=0)
+
+
+def anth(proxy: RunningServer, key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+
+
+def upstream(emulator, needle: str) -> list[dict]:
+    """The requests the emulator received whose path names `needle`."""
+    return [r for r in emulator.app.state.recent if needle in r["path"]]
+
+
+def assert_files_isolated(mine: openai.OpenAI, theirs: openai.OpenAI) -> None:
+    """`theirs` cannot list, read, download, use or delete a file `mine` uploaded."""
+    secret = mine.files.create(file=("secret.jsonl", b"BETA CONFIDENTIAL " + uuid.uuid4().bytes.hex().encode()), purpose="user_data")
+    own = theirs.files.create(file=("own.txt", b"ALPHA"), purpose="user_data")
+    assert secret.id not in [f.id for f in theirs.files.list()] and own.id in [f.id for f in theirs.files.list()]
+    assert own.id not in [f.id for f in mine.files.list()]
+    for attempt in (lambda: theirs.files.retrieve(secret.id), lambda: theirs.files.content(secret.id),
+                    lambda: theirs.files.delete(secret.id),
+                    lambda: theirs.batches.create(input_file_id=secret.id, endpoint="/v1/chat/completions", completion_window="24h")):
+        with pytest.raises(openai.NotFoundError) as refused:
+            attempt()
+        assert refused.value.body["message"] == f"No such File object: {secret.id}"  # as for an id that never was
+    with pytest.raises(openai.NotFoundError) as made_up:
+        theirs.files.retrieve("file-madeup")
+    assert made_up.value.body["message"] == "No such File object: file-madeup"
+    assert mine.files.content(secret.id).read().startswith(b"BETA CONFIDENTIAL")  # still there: nothing deleted
+    assert mine.files.delete(secret.id).deleted
+
+
+def test_files_belong_to_the_team_that_uploaded_them(proxy, policies, fresh_emulator):
+    assert_files_isolated(oai(proxy, B), oai(proxy, A))
+    # the drop-in SDK is the same door: a team's in-process client against the proxy's other team
+    assert_files_isolated(oai(proxy, B), sdk.OpenAI(policy=policies / "alpha.yaml", max_retries=0))
+    assert_files_isolated(sdk.OpenAI(policy=policies / "beta.yaml", max_retries=0), oai(proxy, A))
+    team_keys = [r for r in fresh_emulator.app.state.recent if A in str(r["headers"]) or B in str(r["headers"])]
+    assert team_keys == []  # the provider only ever saw the shared provider key
+
+
+def test_batches_and_their_outputs_belong_to_their_team(proxy, fresh_emulator):
+    alpha, beta = oai(proxy, A), oai(proxy, B)
+    source = alpha.files.create(file=("in.jsonl", line("one") + b"\n" + line("two") + b"\n"), purpose="batch")
+    batch = alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = wait_until(lambda: (b := alpha.batches.retrieve(batch.id)).status == "completed" and b, "the batch completes")
+    assert batch.id in [b.id for b in alpha.batches.list()] and batch.id not in [b.id for b in beta.batches.list()]
+    for attempt in (lambda: beta.batches.retrieve(batch.id), lambda: beta.batches.cancel(batch.id)):
+        with pytest.raises(openai.NotFoundError) as refused:
+            attempt()
+        assert refused.value.body["message"] == f"No batch found with id '{batch.id}'."
+    with pytest.raises(openai.NotFoundError):
+        beta.files.content(done.output_file_id)  # another team's batch output
+    assert done.output_file_id not in [f.id for f in beta.files.list()]
+    before = spend(proxy, A)
+    lines = [json.loads(x) for x in alpha.files.content(done.output_file_id).text.splitlines()]
+    usage = [x["response"]["body"]["usage"] for x in lines]
+    # the team's price for gpt-4o-mini at batch rates: half
+    expected = sum(u["prompt_tokens"] * 1000 + u["completion_tokens"] * 2000 for u in usage) / 1e6 * 0.5
+    charged = wait_until(lambda: (s := spend(proxy, A)).get("gpt-4o-mini", 0) > before.get("gpt-4o-mini", 0) and s, "batch spend")
+    assert charged["gpt-4o-mini"] - before.get("gpt-4o-mini", 0) == pytest.approx(expected)
+    alpha.files.content(done.output_file_id).read()  # read again: charged once
+    assert spend(proxy, A)["gpt-4o-mini"] == pytest.approx(charged["gpt-4o-mini"])
+
+
+def spend(proxy: RunningServer, key: str) -> dict[str, float]:
+    report = httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"}).json()
+    return report["day"]["by_model"]
+
+
+@pytest.mark.parametrize("door", ["proxy", "drop-in"])
+def test_message_batches_belong_to_their_team_and_results_come_back_through_the_gateway(proxy, policies, fresh_emulator, door):
+    beta = anth(proxy, B)
+    if door == "proxy":
+        alpha, origin = anth(proxy, A), proxy.url
+    else:
+        alpha, origin = sdk.Anthropic(policy=policies / "alpha.yaml", max_retries=0), "http://slipstream.invalid"
+    batch = alpha.messages.batches.create(requests=[{"custom_id": "a", "params": MSG}])
+    ended = wait_until(lambda: (b := alpha.messages.batches.retrieve(batch.id)).processing_status == "ended" and b, "ended")
+    assert ended.results_url == f"{origin}/v1/messages/batches/{batch.id}/results"
+    fresh_emulator.app.state.recent.clear()
+    results = list(alpha.messages.batches.results(batch.id))  # follows results_url: through the gateway
+    assert [r.custom_id for r in results] == ["a"] and results[0].result.type == "succeeded"
+    fetched = upstream(fresh_emulator, f"{batch.id}/results")
+    assert fetched and all(dict(r["headers"]).get("x-api-key") == "up-anthropic" for r in fetched)
+    assert batch.id not in [b.id for b in beta.messages.batches.list()]
+    for attempt in (lambda: beta.messages.batches.retrieve(batch.id), lambda: list(beta.messages.batches.results(batch.id)),
+                    lambda: beta.messages.batches.cancel(batch.id), lambda: beta.messages.batches.delete(batch.id)):
+        with pytest.raises(anthropic.NotFoundError) as refused:
+            attempt()
+        assert refused.value.body["error"]["message"] == f"message_batch: {batch.id} not found"
+    alpha.messages.batches.delete(batch.id)  # still alpha's to delete
+    with pytest.raises(anthropic.NotFoundError):
+        alpha.messages.batches.retrieve(batch.id)
+
+
+def test_a_model_outside_the_team_routes_never_reaches_the_provider(proxy, fresh_emulator):
+    alpha = oai(proxy, A)
+    with pytest.raises(openai.NotFoundError) as refused:
+        alpha.completions.create(model="davinci-002", prompt="x", max_tokens=4)
+    assert "no route for model 'davinci-002'" in refused.value.body["message"]
+    source = alpha.files.create(file=("in.jsonl", line("ok") + b"\n" + line("sneaky", "davinci-002") + b"\n"), purpose="batch")
+    with pytest.raises(openai.NotFoundError, match="davinci-002"):
+        alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(anthropic.NotFoundError, match="llama-3"):
+        anth(proxy, A).messages.batches.create(requests=[{"custom_id": "a", "params": MSG},
+                                                         {"custom_id": "b", "params": {**MSG, "model": "llama-3"}}])
+    assert upstream(fresh_emulator, "/completions") == [] and upstream(fresh_emulator, "batches") == []
+
+
+def test_budget_limits_and_spend_hold_on_the_pass_through(proxy, fresh_emulator, capsys):
+    access_log.configure("json")
+    try:
+        broke = oai(proxy, "sk-broke")
+        first = broke.completions.with_raw_response.create(model="gpt-3.5-turbo-instruct", prompt="Once", max_tokens=8)
+        usage = first.parse().usage
+        assert spend(proxy, "sk-broke")["gpt-3.5-turbo-instruct"] == pytest.approx(usage.total_tokens * 1000 / 1e6)
+        source = broke.files.create(file=("in.jsonl", line("x") + b"\n"), purpose="batch")  # no model runs: allowed
+        for attempt in (lambda: broke.completions.create(model="gpt-3.5-turbo-instruct", prompt="Again", max_tokens=8),
+                        lambda: broke.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")):
+            with pytest.raises(openai.RateLimitError, match="budget"):
+                attempt()
+        with pytest.raises(anthropic.RateLimitError, match="budget"):
+            anth(proxy, "sk-broke").messages.batches.create(requests=[{"custom_id": "a", "params": MSG}])
+        records = [orjson.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    finally:
+        access_log.configure("off")
+    assert len(upstream(fresh_emulator, "/completions")) == 1 and upstream(fresh_emulator, "batches") == []
+    logged = [r for r in records if r["team"] == "broke"]
+    assert [(r["endpoint"], r["status"]) for r in logged] == [
+        ("passthrough:completions", 200), ("passthrough:files", 200), ("passthrough:completions", 429),
+        ("passthrough:batches", 429), ("passthrough:messages_batches", 429)]
+    assert logged[0]["request_id"] == first.headers["x-slipstream-request-id"] and logged[0]["output_tokens"] == 8
+    assert "sk-broke" not in str(records)
+
+
+def test_the_per_key_rate_limit_is_the_pipelines(proxy, fresh_emulator):
+    limited = oai(proxy, "sk-limited")
+    statuses = []
+    for _ in range(12):
+        try:
+            limited.completions.create(model="gpt-3.5-turbo-instruct", prompt="x", max_tokens=2)
+            statuses.append(200)
+        except openai.RateLimitError as exc:
+            assert "rate limit: key" in exc.body["message"] and exc.response.headers["retry-after"]
+            statuses.append(429)
+    assert statuses == [200] * 5 + [429] * 7
+    with pytest.raises(openai.RateLimitError):  # the same bucket as the pipeline's
+        limited.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    assert len(upstream(fresh_emulator, "/completions")) == 5
+
+
+@pytest.mark.parametrize("path", ["/v1/files/../chat/completions", "/v1/files/%2e%2e/chat/completions",
+                                  "/v1/files/x%2f..%2f..%2fchat%2fcompletions", "/v1/files//content", "/v1/batches/./b/cancel",
+                                  "/v1/messages/batches/%2E%2E"])
+def test_traversal_is_refused_before_anything_leaves(proxy, fresh_emulator, path):
+    status, body = raw_request(proxy, f"POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {A}\r\ncontent-length: 2\r\n\r\n{{}}")
+    assert status in (400, 404) and b"error" in body
+    assert list(fresh_emulator.app.state.recent) == []
+
+
+def raw_request(proxy: RunningServer, head: str, then: bytes = b"") -> tuple[int, bytes]:
+    """One request on a raw socket, as curl would send it (no client normalizes the path)."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head.encode())
+        if then:
+            interim = sock.recv(65536)
+            assert interim.startswith(b"HTTP/1.1 100"), interim  # asked to go on before the body
+            sock.sendall(then)
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < _length(data):
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            data += piece
+    head_part, _, body = data.partition(b"\r\n\r\n")
+    return int(head_part.split()[1]), body
+
+
+def _length(data: bytes) -> int:
+    for header in data.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+        name, _, value = header.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 1 << 30
+
+
+def test_expect_continue_and_forwarding_headers(proxy, fresh_emulator):
+    body = json.dumps({"model": "gpt-3.5-turbo-instruct", "prompt": "x", "max_tokens": 2}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nhost: gw.example\r\nauthorization: Bearer {A}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nexpect: 100-continue\r\nx-forwarded-for: 10.0.0.9\r\nforwarded: for=10.0.0.9\r\n"
+            "via: 1.1 lb\r\nx-real-ip: 10.0.0.9\r\nconnection: keep-alive, x-hop\r\nx-hop: secret\r\n\r\n")
+    status, answer = raw_request(proxy, head, body)
+    assert status == 200 and json.loads(answer)["object"] == "text_completion"  # the final answer, not the interim 100
+    (sent,) = upstream(fresh_emulator, "/completions")
+    names = {name.lower() for name, _ in dict(sent["headers"]).items()}
+    assert not names & {"expect", "x-forwarded-for", "forwarded", "via", "x-real-ip", "x-hop"}
+
+
+def test_an_upstream_401_that_echoes_the_key_is_replaced(proxy, policies, fresh_emulator, monkeypatch):
+    monkeypatch.setattr(fresh_emulator.app.config, "api_keys", frozenset({"another-key"}))
+    for client in (oai(proxy, A), sdk.OpenAI(policy=policies / "alpha.yaml", max_retries=0)):
+        with pytest.raises(openai.AuthenticationError) as refused:
+            client.files.list()
+        assert "refused the gateway's upstream credentials" in refused.value.body["message"]
+        assert "up-" not in str(refused.value.body) and "enai" not in str(refused.value.body)
+    for anthropic_client in (anth(proxy, A), sdk.Anthropic(policy=policies / "alpha.yaml", max_retries=0)):
+        with pytest.raises(anthropic.AuthenticationError) as refused_a:
+            anthropic_client.messages.batches.list()
+        assert "refused the gateway's upstream credentials" in str(refused_a.value.body)
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    pytest.importorskip("redis")
+    with running_redis() as server:
+        yield server
+
+
+def test_two_replicas_over_redis_agree_on_owners(tmp_path, emulator, redis):
+    write_policy(tmp_path, "alpha", A, emulator.url)
+    write_policy(tmp_path, "beta", B, emulator.url)
+    url = f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=500"
+    with running_proxy([tmp_path], state_url=url) as one, running_proxy([tmp_path], state_url=url) as two:
+        made = oai(one, A).files.create(file=("a.txt", b"ALPHA ONLY"), purpose="user_data")
+        assert oai(two, A).files.content(made.id).read() == b"ALPHA ONLY"  # the other replica knows it is alpha's
+        assert made.id in [f.id for f in oai(two, A).files.list()]
+        with pytest.raises(openai.NotFoundError):
+            oai(two, B).files.content(made.id)
+        assert made.id not in [f.id for f in oai(two, B).files.list()]
+        batch = anth(one, B).messages.batches.create(requests=[{"custom_id": "b", "params": MSG}])
+        with pytest.raises(anthropic.NotFoundError):
+            anth(two, A).messages.batches.retrieve(batch.id)
+        assert anth(two, B).messages.batches.retrieve(batch.id).id == batch.id
+        oai(two, A).files.delete(made.id)
+        with pytest.raises(openai.NotFoundError):
+            oai(one, A).files.retrieve(made.id)  # deleted on one replica: gone on the other
