@@ -17,7 +17,7 @@ import fnmatch
 import functools
 import time
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 from sdk.policy import BudgetPolicy, Price
 from sdk.state.backend import BudgetCheck, SpendRecord, StateBackend
@@ -70,7 +70,7 @@ def price_of(model: str, overrides: dict[str, Price]) -> Price | None:
 
 def cost_usd(usage: Usage, price: Price) -> float:
     return (usage.input_tokens * price.input + usage.output_tokens * price.output
-            + usage.cache_read_tokens * price.cache_read + usage.cache_write_tokens * price.cache_write) / 1e6
+            + usage.cache_read_tokens * (price.cache_read or 0.0) + usage.cache_write_tokens * (price.cache_write or 0.0)) / 1e6
 
 
 def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price) -> float:
@@ -100,7 +100,7 @@ def _bounds(epoch_day: int) -> tuple[str, float, str, float]:
     next_month = (month_start + timedelta(days=32)).replace(day=1)
 
     def start_of(day: date) -> float:
-        return datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp()
+        return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
 
     return today.isoformat(), start_of(today + timedelta(days=1)), month_start.isoformat()[:7], start_of(next_month)
 

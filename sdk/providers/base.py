@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 from typing import Protocol as TypingProtocol
@@ -195,7 +195,7 @@ class HTTPProvider:
         return LLMResponse(status=response.status, body=data, headers=passthrough_headers(response.headers), usage=Usage(), route=route)
 
 
-async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str) -> AsyncIterator[bytes]:
+async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str) -> AsyncGenerator[bytes, None]:
     """Forward events as they arrive; a failure mid-stream ends it with a provider-shaped error event."""
     protocol = observer.protocol
     drained = False  # read to the end: the connection can go back to the pool

@@ -214,11 +214,12 @@ class LimitsStage:
                                          admission.budget))
 
     def _refused(self, refusal: Refusal, scopes: list[_Scope]) -> RateLimitedError:
-        if refusal.kind == "budget":
-            budget = self.budget
+        budget = self.budget
+        if refusal.kind == "budget" and budget is not None:
             period = next(p for p in periods() if p.name == budget.period)
+            # the value counts what requests in flight hold (their worst cost) beside what was spent
             return _limited(f"budget: team {self.team} has spent ${refusal.value:.2f} of its {budget.period}ly budget "
-                            f"of ${budget.usd:.2f}", period.keep_s - 86_400)
+                            f"of ${budget.usd:.2f} (counting what requests in flight may still cost)", period.keep_s - 86_400)
         if refusal.kind == "cap":
             scope = [s for s in scopes if s.cap is not None][refusal.index]
             return _limited(f"rate limit: {scope.name} has {int(refusal.value)} requests in flight, its limit of "

@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 
 from sdk.metrics import STATE_ADMISSIONS, STATE_BACKEND_UP
 from sdk.state import masked_url
-from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend
+from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement
 from sdk.state.local import LocalState
 from sdk.state.redis import Entries, RedisState
 from sdk.state.resp import RespError
@@ -46,7 +46,7 @@ class GuardedState:
         self.up = True  # until a call says otherwise; the first sync runs at once
         self.down_since: float | None = None
         self.last_error = ""
-        self._where: dict[str, StateBackend] = {}  # lease → the backend that admitted it
+        self._where: dict[str, RedisState | LocalState] = {}  # lease → the backend that admitted it
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._pending: set[asyncio.Task[None]] = set()  # charges on their way to Redis

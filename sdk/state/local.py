@@ -59,7 +59,7 @@ class LocalState:
             if held >= cap.limit:
                 return Refusal("cap", i, 1.0, held)
         buckets = [self._bucket(rate, now) for rate in admission.rates]
-        for i, (rate, bucket) in enumerate(zip(admission.rates, buckets)):
+        for i, (rate, bucket) in enumerate(zip(admission.rates, buckets, strict=True)):
             need = rate.cost or _DUST
             if bucket.level < need:
                 return Refusal("rate", i, (need - bucket.level) * 60 / rate.per_minute, bucket.level)
@@ -71,7 +71,7 @@ class LocalState:
                 return Refusal("budget", 0, 0.0, spent)
             if budget.reserve > 0:
                 self._holds.setdefault(budget.key, {})[admission.lease] = budget.reserve
-        for rate, bucket in zip(admission.rates, buckets):
+        for rate, bucket in zip(admission.rates, buckets, strict=True):
             bucket.level -= rate.cost
         for cap in admission.caps:
             self._leases.setdefault(cap.key, set()).add(admission.lease)

@@ -189,7 +189,7 @@ class RedisState:
         args: list[Any] = [len(first.caps), len(first.charges), len(records), int(budget is not None)]
         for i, (rate, _) in enumerate(first.charges):
             args += [float(rate.per_minute), float(sum(each.charges[i][1] for each in settlements))]
-        if records:
+        if spend is not None and records:
             keys += [self.key(key) for key, _ in records]
             usd = sum(each.spend.usd for each in settlements if each.spend is not None)
             args += [float(usd), len(spend.fields), *spend.fields, *(int(keep) for _, keep in records)]

@@ -216,10 +216,10 @@ async def test_holds_are_shared_across_replicas_over_redis() -> None:
     """Two replicas on one Redis: what one admitted holds against the other's admissions, and settling frees it."""
     pytest.importorskip("redis")
     from gateway.testing import running_redis
+    from sdk.policy import BudgetPolicy
     from sdk.spend import budget_check
     from sdk.state import open_state
     from sdk.state.backend import Admission, Settlement
-    from sdk.policy import BudgetPolicy
 
     with running_redis() as server:
         url = f"{server.url}?prefix=holds&timeout_ms=500"
