@@ -107,7 +107,7 @@ async def test_an_answer_ended_by_the_connection_close():
         await _answer(writer, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
         writer.close()
 
-    async with serving(handler) as (server, url, client):
+    async with serving(handler) as (_server, url, client):
         response = await client.post(url, {}, b"", QUICK)
         assert await response.read() == b"until the end"
 
@@ -129,7 +129,7 @@ async def test_an_answer_cut_short_is_an_error_not_a_short_body():
         await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
         writer.transport.abort()
 
-    async with serving(handler) as (server, url, client):
+    async with serving(handler) as (_server, url, client):
         response = await client.post(url, {}, b"", QUICK)
         with pytest.raises(UpstreamUnreachableError, match="before the answer was complete"):
             await response.read()
@@ -179,7 +179,7 @@ async def test_tls_with_hostname_verification(tmp_path: Path):
     async def handler(reader, writer, n):
         await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret")
 
-    async with serving(handler, tls=server_tls) as (server, url, client):
+    async with serving(handler, tls=server_tls) as (_server, url, client):
         with pytest.raises(UpstreamUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.post(url, {}, b"", QUICK)  # an untrusted certificate is refused
         trusting = Caller(egress=Egress(ca_bundle=str(cert)))  # the provider's `ca_bundle` policy key
@@ -289,7 +289,7 @@ async def test_a_request_that_meets_a_closing_keep_alive_connection_is_sent_agai
         answered.append(n)
         await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
-    async with serving(handler) as (server, url, client):
+    async with serving(handler) as (_server, url, client):
         for i in range(30):
             response = await client.post(url, {}, b'{"n": %d}' % i, QUICK)
             assert await response.read() == b"ok"  # none lost
