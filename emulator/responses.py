@@ -1,4 +1,5 @@
-"""OpenAI Responses API: POST /v1/responses (stream and not) and POST /v1/responses/input_tokens.
+"""OpenAI Responses API: POST /v1/responses (stream and not), POST /v1/responses/input_tokens and
+POST /v1/responses/compact.
 
 Shapes follow the OpenAI API reference and the official client's types (openai.types.responses). The
 conversation is turned into its Chat Completions view (responses_input.py), so prompt caching
@@ -75,6 +76,28 @@ async def input_tokens(emu: Emulator, call: Call) -> None:
     if turn is not None:
         n = len(openai_prompt_blob(turn.view)) // 4
         await wire.ok(emu, call, {"object": "response.input_tokens", "input_tokens": n})
+
+
+async def compact(emu: Emulator, call: Call) -> None:
+    """The conversation's user messages, then one opaque compaction item (OpenAI's shape; its content
+    is a digest here, not a model's summary)."""
+    req = await wire.begin(emu, call, lambda body: validate(body, count_only=True), openai_generates)
+    if req is None:
+        return
+    turn = await _resolve(emu, call, req.body, req.key)
+    if turn is None:
+        return
+    users = [{"type": "message", "id": emu.new_id("msg_"), "role": "user", "status": "completed", "content": item["content"]}
+             for item in turn.context if item.get("type", "message") == "message" and item.get("role") == "user"]
+    blob = openai_prompt_blob(turn.view)
+    summary = base64.b64encode(blob[-96:]).decode()  # the last prompt tokens, as opaque as OpenAI's ciphertext
+    n, out = len(blob) // 4, 32
+    await wire.ok(emu, call, {
+        "id": emu.new_id("resp_"), "object": "response.compaction", "created_at": int(time.time()),
+        "output": [*users, {"type": "compaction", "id": emu.new_id("cmp_"), "encrypted_content": summary}],
+        "usage": {"input_tokens": n, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": out,
+                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n + out},
+    })
 
 
 async def create(emu: Emulator, call: Call) -> None:

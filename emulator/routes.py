@@ -22,6 +22,7 @@ _ROUTES: dict[tuple[str, str], Handler] = {
     ("GET", "/v1/models"): models.list_models,
     ("POST", "/v1/responses"): responses.create,
     ("POST", "/v1/responses/input_tokens"): responses.input_tokens,
+    ("POST", "/v1/responses/compact"): responses.compact,
     ("POST", "/v1/embeddings"): embeddings.embeddings,
     ("POST", "/v1/completions"): completions.completions,
     ("POST", "/v1/files"): files.upload,

@@ -7,7 +7,9 @@ made answer the same, and neither reaches a provider that shares one account bet
 Responses upstream would otherwise continue another team's conversation, or tell its ids apart).
 
 Resolved ids are then served where they can be: a native provider that holds the previous response
-(or a referenced item) itself gets the id as sent; any other target gets the stored items in its place.
+itself gets `previous_response_id` as sent; any other target gets the stored conversation in its
+place. A referenced item is always sent as the stored item itself (a translated target has no other
+way to receive it, and a native one then needs no state of its own to read it).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Conversations:
                 raise InvalidRequestError(f"{why}; start a new conversation, send store: false, or raise the quota")
         expanded = previous is not None and not _holds(holder, previous)
         context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
-        return Resolved(previous, own, await self._references(context, holder), expanded)
+        return Resolved(previous, own, await self._references(context), expanded)
 
     def body(self, request_body: dict[str, Any], resolved: Resolved) -> dict[str, Any]:
         """The body a native target is sent: as it came, unless something had to be expanded."""
@@ -94,7 +96,7 @@ class Conversations:
             raise NotFoundError(f"Previous response with id '{previous.id}' continues response '{gone}', which is no longer stored.")
         return history(chain)
 
-    async def _references(self, items: list[dict[str, Any]], holder: str | None) -> list[dict[str, Any]]:
+    async def _references(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         named = [item.get("id") for item in items if isinstance(item, dict) and item.get("type") == "item_reference"]
         if not named:
             return items
@@ -105,16 +107,10 @@ class Conversations:
         missing = next((i for i in ids if i not in found), None)
         if missing is not None:
             raise NotFoundError(f"Item with id '{missing}' not found.")
-        out = []
-        for item in items:
-            if isinstance(item, dict) and item.get("type") == "item_reference":
-                record, stored = found[item["id"]]
-                out.append(item if _holds(holder, record) else stored)
-            else:
-                out.append(item)
-        return out
+        return [found[item["id"]][1] if isinstance(item, dict) and item.get("type") == "item_reference" else item
+                for item in items]
 
 
 def _holds(holder: str | None, record: StoredResponse) -> bool:
-    """The provider `holder` (native) has the record itself, so it resolves the id on its own."""
+    """The provider `holder` (native) has the response itself, so it continues it on its own."""
     return holder is not None and record.native and record.provider == holder

@@ -1,0 +1,116 @@
+"""Responses API ids belong to the team that made them, with two teams sharing ONE provider key
+(`up-openai` at the emulator, which like OpenAI keeps one store per key).
+
+Another team's response id, or an item in it, answers exactly like an id nobody made: a 404 from
+Slipstream, and nothing reaches the provider. With one replica and with two over Redis.
+"""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+import sdk
+from gateway.testing import running_proxy
+from tests.responses.conftest import KEY, OTHER_KEY, policy_text
+from tests.state.conftest import redis_server, redis_url  # noqa: F401  (fixtures)
+
+MADE_UP = "resp_0123456789abcdef0123456789abcdef"
+
+
+def _client(url: str, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+
+
+def _not_found(call, response_id: str) -> tuple[int, str]:
+    """The 404's status and body with the id blanked: equal for a foreign id and a made-up one."""
+    with pytest.raises(openai.NotFoundError) as caught:
+        call(response_id)
+    return caught.value.status_code, caught.value.response.text.replace(response_id, "ID")
+
+
+def test_a_native_response_cannot_be_continued_read_or_deleted_by_another_team(proxy, fresh_emulator):
+    mine, theirs = _client(proxy.url, KEY), _client(proxy.url, OTHER_KEY)
+    secret = mine.responses.create(model="oai-4o", input="My locker code is 4417. Remember it.", max_output_tokens=30)
+    sent = fresh_emulator.stats()["requests_total"]
+    uses = [
+        lambda rid: theirs.responses.create(model="oai-4o", input="What was the code?", previous_response_id=rid),
+        lambda rid: theirs.responses.create(model="oai-4o", input="Go on.", previous_response_id=rid, stream=True),
+        lambda rid: theirs.responses.input_tokens.count(model="oai-4o", input="Go on.", previous_response_id=rid),
+        lambda rid: theirs.responses.compact(model="oai-4o", previous_response_id=rid),
+        lambda rid: theirs.responses.retrieve(rid),
+        lambda rid: theirs.responses.input_items.list(rid),
+        lambda rid: theirs.responses.delete(rid),
+        lambda rid: theirs.responses.create(model="gpt-4o", input="Go on.", previous_response_id=rid),  # translated
+    ]
+    for use in uses:
+        assert _not_found(use, secret.id) == _not_found(use, MADE_UP)  # no oracle for ids
+    assert fresh_emulator.stats()["requests_total"] == sent  # nothing named the id upstream
+
+    follow = mine.responses.create(model="oai-4o", input="What was the code?", previous_response_id=secret.id)
+    assert follow.usage.input_tokens > secret.usage.input_tokens  # the owner continues it at the provider
+    assert mine.responses.retrieve(secret.id).id == secret.id
+
+
+def test_ownership_holds_across_replicas_over_redis(tmp_path, monkeypatch, fresh_emulator, redis_url):  # noqa: F811
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "responses.yaml").write_text(policy_text("responses", KEY, fresh_emulator.url))
+    (tmp_path / "other.yaml").write_text(policy_text("other", OTHER_KEY, fresh_emulator.url))
+    with running_proxy([tmp_path], state_url=redis_url) as a, running_proxy([tmp_path], state_url=redis_url) as b:
+        secret = _client(a.url, KEY).responses.create(model="oai-4o", input="My locker code is 4417.", max_output_tokens=30)
+        theirs = _client(b.url, OTHER_KEY)
+        for use in (lambda rid: theirs.responses.create(model="oai-4o", input="The code?", previous_response_id=rid),
+                    lambda rid: theirs.responses.retrieve(rid)):
+            assert _not_found(use, secret.id) == _not_found(use, MADE_UP)
+        follow = _client(b.url, KEY).responses.create(model="oai-4o", input="The code?", previous_response_id=secret.id)
+        assert follow.usage.input_tokens > secret.usage.input_tokens  # the owner's record reached replica b at once
+
+
+@pytest.fixture(params=["proxy", "dropin"])
+def door(request, proxy, policy_dir, tmp_path_factory, monkeypatch):
+    if request.param == "proxy":
+        return _client(proxy.url, KEY)
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path_factory.mktemp("dropin-data")))
+    return sdk.OpenAI(policy=policy_dir / "responses.yaml", max_retries=0)
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "claude-x", "oai-4o"])
+def test_item_references_resolve_from_the_teams_store(door, model, fresh_emulator):
+    """The Vercel AI SDK's multi-turn shape: the whole conversation again, earlier answers as
+    `item_reference` items. Resolved from the team's store on every route, translated or native."""
+    question = {"role": "user", "content": "Tell me about fjords."}
+    first = door.responses.create(model=model, input=[question], max_output_tokens=40)
+    answer = next(item for item in first.output if item.type == "message")
+    follow = {"role": "user", "content": "And glaciers?"}
+    second = door.responses.create(model=model, input=[question, {"type": "item_reference", "id": answer.id}, follow])
+    alone = door.responses.create(model=model, input=[question, follow], store=False)
+    assert second.status == "completed" and second.output_text
+    assert second.usage.input_tokens > alone.usage.input_tokens  # the referenced answer travelled upstream
+    items = door.responses.input_items.list(second.id, order="asc")
+    assert len(items.data) == 3 and items.data[1].id == answer.id  # the reference (translated), or the item it named (native)
+
+    with pytest.raises(openai.NotFoundError, match="msg_nobody_made_this"):
+        door.responses.create(model=model, input=[question, {"type": "item_reference", "id": "msg_nobody_made_this"}])
+
+
+def test_another_teams_items_cannot_be_referenced(proxy, fresh_emulator):
+    mine, theirs = _client(proxy.url, KEY), _client(proxy.url, OTHER_KEY)
+    first = mine.responses.create(model="claude-x", input="My locker code is 4417.", max_output_tokens=30)
+    answer = next(item for item in first.output if item.type == "message")
+    sent = fresh_emulator.stats()["requests_total"]
+    for model in ("claude-x", "gpt-4o", "oai-4o"):
+        def use(item_id, model=model):
+            return theirs.responses.create(model=model, input=[{"type": "item_reference", "id": item_id}, {"role": "user", "content": "Go on."}])
+        status, body = _not_found(use, answer.id)
+        assert (status, body) == _not_found(use, "msg_0123456789abcdef") and "Item with id 'ID' not found" in body
+    assert fresh_emulator.stats()["requests_total"] == sent
+
+
+def test_compact_passes_through_natively_and_is_a_404_elsewhere(door, fresh_emulator):
+    first = door.responses.create(model="oai-4o", input="Tell me about fjords.", max_output_tokens=40)
+    compacted = door.responses.compact(model="oai-4o", previous_response_id=first.id)
+    assert compacted.object == "response.compaction" and compacted.output[-1].type == "compaction"
+    assert compacted.usage.input_tokens > 0
+    for model in ("gpt-4o", "claude-x"):  # translated routes: OpenAI's answer to a path it lacks, not a 405
+        with pytest.raises(openai.NotFoundError, match="compact"):
+            door.responses.compact(model=model, input="Tell me about fjords.")
