@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -109,11 +111,17 @@ ENDPOINTS = [
     Target("GET", "/v1/slipstream/spend", "either"),
     Target("GET", "/readyz", "either"),
     Target("POST", "/v1/unknown/path", "either"),
-    # pass-through families (sdk/passthrough.py): bodies forwarded as they are, answers as the provider's
+    # pass-through families (sdk/passthrough/): checked, then forwarded; answers as the provider's
     Target("POST", "/v1/completions", "openai", {"model": "gpt-4o", "prompt": "hello", "max_tokens": 4}),
     Target("POST", "/v1/batches", "openai", {"input_file_id": "file-1", "endpoint": "/v1/chat/completions", "completion_window": "24h"}),
     Target("GET", "/v1/batches/batch_1", "openai"),
     Target("GET", "/v1/files", "openai"),
+    Target("GET", "/v1/files/file-1/content", "openai"),
+    Target("DELETE", "/v1/files/file-1", "openai"),
+    Target("POST", "/v1/batches/batch_1/cancel", "openai"),
+    Target("GET", "/v1/messages/batches", "anthropic"),
+    Target("GET", "/v1/messages/batches/msgbatch_1/results", "anthropic"),
+    Target("POST", "/v1/files/../chat/completions", "openai", CHAT),
     Target("POST", "/v1/messages/batches", "anthropic", {"requests": [{"custom_id": "a", "params": MESSAGES}]}),
     Target("GET", "/v1/slipstream/cache-report", "either"),
     Target("DELETE", "/v1/slipstream/cache", "either"),
@@ -295,6 +303,94 @@ def test_fuzz_odd_values_anywhere_in_valid_bodies(client, target, path, value, s
         paths = list(_paths(body))[1:]
         body = _mutate(body, paths[index % len(paths)], "replace", value)
     _check(client, "POST", target.path, target.protocol, json.dumps(body).encode(), {"authorization": f"Bearer {KEY_A}"})
+
+
+# --- pass-through: two teams on one provider key, nothing crosses -----------------------------------
+
+TEAMS = {"alpha": KEY_A, "beta": KEY_B}
+
+
+@dataclass(frozen=True)
+class Owned:
+    """What one team created through the proxy: every id, and a secret only its own content holds."""
+
+    ids: tuple[str, ...]
+    secret: str
+
+
+def _completed(client: httpx.Client, auth: dict[str, str], batch_id: str) -> dict[str, Any]:
+    for _ in range(3000):
+        batch = client.get(f"/v1/batches/{batch_id}", headers=auth).json()
+        if batch["status"] == "completed":
+            return batch
+        time.sleep(0.01)
+    raise AssertionError(f"the emulator never finished the batch: {batch}")
+
+
+@pytest.fixture(scope="module")
+def owned(client) -> dict[str, Owned]:
+    made = {}
+    for team, key in TEAMS.items():
+        auth = {"authorization": f"Bearer {key}"}
+        secret = f"{team.upper()}-SECRET-{uuid.uuid4().hex}"
+        line = {"custom_id": secret, "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": "gpt-4o", "messages": [{"role": "user", "content": secret}], "max_tokens": 4}}
+        upload = client.post("/v1/files", headers=auth, files={"file": ("in.jsonl", json.dumps(line).encode())}, data={"purpose": "batch"})
+        file_id = upload.json()["id"]
+        batch_id = client.post("/v1/batches", headers=auth, json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                                                  "completion_window": "24h"}).json()["id"]
+        batch = _completed(client, auth, batch_id)
+        message_batch = client.post("/v1/messages/batches", headers={"x-api-key": key},
+                                    json={"requests": [{"custom_id": secret, "params": {**MESSAGES, "messages": [{"role": "user", "content": secret}]}}]})
+        made[team] = Owned((file_id, batch_id, batch["output_file_id"], message_batch.json()["id"]), secret)
+    return made
+
+
+# (method, path with ID where an id goes, body) for every pass-through operation
+OPERATIONS = [
+    ("GET", "/v1/files", None), ("GET", "/v1/files/ID", None), ("GET", "/v1/files/ID/content", None), ("DELETE", "/v1/files/ID", None),
+    ("GET", "/v1/batches", None), ("GET", "/v1/batches/ID", None), ("POST", "/v1/batches/ID/cancel", None),
+    ("POST", "/v1/batches", {"input_file_id": "ID", "endpoint": "/v1/chat/completions", "completion_window": "24h"}),
+    ("GET", "/v1/messages/batches", None), ("GET", "/v1/messages/batches/ID", None), ("GET", "/v1/messages/batches/ID/results", None),
+    ("POST", "/v1/messages/batches/ID/cancel", None), ("DELETE", "/v1/messages/batches/ID", None),
+    ("POST", "/v1/completions", {"model": "gpt-4o", "prompt": "ID", "max_tokens": 2}),
+]
+DISGUISES = ["{}", "{}/", "./{}", "../{}", "%2e%2e/{}", "{}%2f..", "{}/%2e", "{}%00", "{}?x=../"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(team=st.sampled_from(sorted(TEAMS)), operation=st.sampled_from(OPERATIONS), pick=st.integers(0, 9), disguise=st.sampled_from(DISGUISES))
+def test_fuzz_passthrough_nothing_crosses_teams(client, owned, team, operation, pick, disguise):
+    """Either team, any pass-through operation on any id (its own, the other team's, made up, or
+    disguised with dot segments and encodings): never another team's content or ids, never a 5xx,
+    and never the other team's object deleted or cancelled."""
+    other = next(name for name in TEAMS if name != team)
+    ids = [*owned[team].ids, *owned[other].ids, "file-madeup"]
+    target = ids[pick % len(ids)]
+    method, path, body = operation
+    if method == "DELETE" and target in owned[team].ids:
+        method = "GET"  # deleting its own fixture would end the run's other checks, not test isolation
+    sent_id = disguise.format(target)
+    response = client.request(method, path.replace("ID", sent_id), headers={"authorization": f"Bearer {TEAMS[team]}",
+                              "x-api-key": TEAMS[team]}, json=json.loads(json.dumps(body).replace("ID", target)) if body else None)
+    text = response.text
+    where = f"{team} {method} {path} {sent_id} -> {response.status_code} {text[:300]}"
+    assert response.status_code < 500, where
+    assert owned[other].secret not in text, where
+    assert not [i for i in owned[other].ids if i in text and i != target], where  # no other id of theirs, even in a list
+    if target in owned[other].ids and ("ID" in path or "input_file_id" in (body or {})):
+        # not found as an object, or refused as a path (dot segments, encodings) before any owner was asked
+        assert response.status_code in (400, 404, 405), where
+
+
+def test_fuzzed_teams_still_own_everything(client, owned):
+    for team, made in owned.items():
+        auth = {"authorization": f"Bearer {TEAMS[team]}"}
+        file_id, batch_id, output_id, message_batch_id = made.ids
+        assert made.secret in client.get(f"/v1/files/{file_id}/content", headers=auth).text
+        assert client.get(f"/v1/batches/{batch_id}", headers=auth).json()["status"] == "completed"
+        assert made.secret in client.get(f"/v1/files/{output_id}/content", headers=auth).text
+        assert client.get(f"/v1/messages/batches/{message_batch_id}", headers={"x-api-key": TEAMS[team]}).status_code == 200
 
 
 def test_server_alive_after_fuzzing(client, fuzz_proxy):
