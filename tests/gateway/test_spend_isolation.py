@@ -237,3 +237,46 @@ async def test_holds_are_shared_across_replicas_over_redis() -> None:
         third = open_state(url)
         assert await third.admit(Admission("lease-d", budget=budget_check("shared", budget, reserve=0.7))) is None
         await third.close()
+
+
+def test_two_replicas_over_redis_bound_the_overshoot_together(tmp_path: Path, emu: RunningEmulator) -> None:
+    """The same 60 parallel requests, spread over two proxies sharing one Redis: still one reservation."""
+    pytest.importorskip("redis")
+    from gateway.testing import running_redis
+
+    emu.reset()
+    budget = 0.0006
+    policies = _teams(tmp_path, emu, f"budget: {{usd: {budget}, period: day}}\n")
+    with running_redis() as server:
+        url = f"{server.url}?prefix=overshoot&timeout_ms=500"
+        with running_proxy([policies], state_url=url) as one, running_proxy([policies], state_url=url) as two:
+            async def sixty() -> list[bool]:
+                async with openai.AsyncOpenAI(base_url=f"{one.url}/v1", api_key=ALPHA, max_retries=0) as a, \
+                        openai.AsyncOpenAI(base_url=f"{two.url}/v1", api_key=ALPHA, max_retries=0) as b:
+                    async def call(client: openai.AsyncOpenAI) -> bool:
+                        try:
+                            await client.chat.completions.create(model="gpt-4o", messages=HELLO, max_tokens=16)
+                        except openai.RateLimitError:
+                            return False
+                        return True
+
+                    return await asyncio.gather(*(call(a if i % 2 else b) for i in range(60)))
+
+            answered = sum(asyncio.run(sixty()))
+        spent = asyncio.run(_total_in_redis(url, "alpha"))  # both replicas closed: every charge has reached Redis
+    request = LLMRequest(Endpoint.CHAT_COMPLETIONS, {"model": "gpt-4o", "messages": HELLO, "max_tokens": 16})
+    reservation = worst_cost_usd(input_tokens(request), output_limit(request), price_of("gpt-4o", {}))
+    assert 1 <= answered <= budget / reservation + 1
+    assert 0 < spent <= budget + reservation
+    assert emu.stats()["requests_total"] == answered
+
+
+async def _total_in_redis(url: str, team: str) -> float:
+    from sdk.spend import periods, record_key
+    from sdk.state import open_state
+
+    state = open_state(url)
+    try:
+        return (await state.spend(record_key(team, periods()[0]))).get("total", 0.0)
+    finally:
+        await state.close()
