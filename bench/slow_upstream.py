@@ -132,6 +132,7 @@ async def _lost(url: str, args: argparse.Namespace) -> dict[str, Counter[str]]:
 
         for name, call in (("slipstream", slipstream), ("aiohttp", direct)):
             results[name] = await _drive(call, args.requests, args.concurrency, args.wait_s)
+    results["slipstream"]["sent again"] = client.resent
     await client.aclose()
     return results
 
@@ -156,11 +157,12 @@ def lost_requests(args: argparse.Namespace) -> None:
     print(f"{args.requests} requests per client, concurrency {args.concurrency}, backlog {args.backlog}, "
           f"{'HTTP/1.1' if args.http11 else 'HTTP/1.0'}, delay {args.delay_ms:g} ms, "
           f"{time.perf_counter() - started:.0f} s, load average {load}")
-    print("| client | answered 200 | errors | no answer within the wait (lost) |")
-    print("|---|---|---|---|")
+    print("| client | answered 200 | errors | no answer within the wait (lost) | sent again by the client |")
+    print("|---|---|---|---|---|")
     for name, outcomes in results.items():
-        errors = ", ".join(f"{kind} {n}" for kind, n in outcomes.items() if kind not in ("200", "lost")) or "0"
-        print(f"| {name} | {outcomes['200']} | {errors} | {outcomes['lost']} |")
+        errors = ", ".join(f"{kind} {n}" for kind, n in outcomes.items() if kind not in ("200", "lost", "sent again")) or "0"
+        again = outcomes["sent again"] if name == "slipstream" else "-"
+        print(f"| {name} | {outcomes['200']} | {errors} | {outcomes['lost']} | {again} |")
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 Where the proxy's added latency depends on the upstream: p50 of one call at concurrency 1 with
 aiohttp (the baseline, as an ordinary client sees the upstream), with httpx (the library a
 proxy-capable client could have been built on: what the official clients use), and with
-Slipstream's client (sdk/providers/http1.py) as it is, without its immediate ACK (`TCP_QUICKACK`),
+Slipstream's client (sdk/providers/http1.py, http1_wire.py) as it is, without its immediate ACK (`TCP_QUICKACK`),
 and without its spare connection for upstreams that close after each answer. Variants alternate in blocks so machine
 noise hits all alike. Three upstream modes: HTTP/1.0 (BaseHTTPRequestHandler's default: a new
 connection per call), HTTP/1.1 keep-alive with Nagle on (head and body in two sends), and HTTP/1.1
@@ -31,12 +31,12 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.proxy_overhead import PY, free_port, start, stop, wait_ready  # noqa: E402
-from sdk.providers import http1  # noqa: E402
+from sdk.providers import http1, http1_wire  # noqa: E402
 from sdk.providers.upstream import Timeouts  # noqa: E402
 
 BODY = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}).encode()
 HEADERS = {"content-type": "application/json", "authorization": "Bearer up"}
-QUICKACK = http1._QUICKACK
+QUICKACK = http1_wire._QUICKACK
 SPARE = http1.Http1Upstream._spare
 
 
@@ -45,7 +45,7 @@ async def _no_spare(self: http1.Http1Upstream, origin: object, pool: object) -> 
 
 
 def _configure(quickack: bool, spare: bool) -> None:
-    http1._QUICKACK = QUICKACK if quickack else None
+    http1_wire._QUICKACK = QUICKACK if quickack else None
     http1.Http1Upstream._spare = SPARE if spare else _no_spare  # type: ignore[method-assign]
 
 

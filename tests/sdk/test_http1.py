@@ -20,7 +20,7 @@ from statistics import median
 import pytest
 
 from sdk.errors import UpstreamTimeoutError, UpstreamUnreachableError
-from sdk.providers import http1
+from sdk.providers import http1, http1_wire
 from sdk.providers.egress import Egress
 from sdk.providers.http1 import Caller, Http1Upstream
 from sdk.providers.upstream import Timeouts
@@ -329,16 +329,16 @@ async def test_a_request_the_upstream_never_acknowledged_is_sent_again_then_fail
             await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         # the first connection never answers
 
-    real = http1._Connection.unacknowledged
+    real = http1_wire.Connection.unacknowledged
     stuck: set[int] = set()
 
-    def unacknowledged(conn: http1._Connection) -> int | None:
+    def unacknowledged(conn: http1_wire.Connection) -> int | None:
         return 1 << 20 if id(conn) in stuck else real(conn)
 
-    monkeypatch.setattr(http1._Connection, "unacknowledged", unacknowledged)
+    monkeypatch.setattr(http1_wire.Connection, "unacknowledged", unacknowledged)
     opened = http1.Http1Upstream._dial
 
-    async def dial(self: Http1Upstream, destination: object) -> http1._Connection:
+    async def dial(self: Http1Upstream, destination: object) -> http1_wire.Connection:
         conn = await opened(self, destination)
         if not stuck:
             stuck.add(id(conn))
@@ -356,7 +356,7 @@ async def test_a_request_the_upstream_never_acknowledged_is_sent_again_then_fail
     async def never(reader, writer, n):
         pass
 
-    monkeypatch.setattr(http1._Connection, "unacknowledged", lambda conn: 1 << 20)  # no connection gets through
+    monkeypatch.setattr(http1_wire.Connection, "unacknowledged", lambda conn: 1 << 20)  # no connection gets through
     async with serving(never) as (server, url, client):
         with pytest.raises(UpstreamUnreachableError, match="did not take the request"):
             await client.post(url, {}, b"{}", quick_check)
