@@ -13,6 +13,7 @@ from litestar import Litestar, Request, Response, delete, get
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.handlers import asgi
 from litestar.params import PathParameter, QueryParameter
+from litestar.types import Message, Scope
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admin import AdminKey, admin_guard
@@ -24,6 +25,7 @@ from sdk.errors import AuthenticationError, InvalidRequestError, NotFoundError, 
 from sdk.metrics import REGISTRY
 from sdk.models import model_body, models_body
 from sdk.passthrough import PREFIXES as PASSTHROUGH_PREFIXES
+from sdk.pipeline import REQUEST_ID_HEADER, new_request_id
 from sdk.promptcache.stats import report as prompt_cache_report
 from sdk.providers.upstream import close_upstream_for_running_loop
 from sdk.readiness import Readiness
@@ -33,6 +35,8 @@ from sdk.spend import spend_report
 from sdk.state import backend_status
 from sdk.types import Endpoint, LLMResponse, Protocol
 from sdk.unexpected import unexpected_error
+
+_REQUEST_ID = REQUEST_ID_HEADER.encode()
 
 
 def _protocol(request: Request) -> Protocol:
@@ -51,6 +55,16 @@ def _framework_error(request: Request, exc: HTTPException) -> Response[bytes]:
 def _unexpected(request: Request, exc: Exception) -> Response[bytes]:
     """A bug of ours behind a framework route: a logged, counted, provider-shaped 500 (sdk/unexpected.py)."""
     return _answer_error(request, unexpected_error(exc, None))
+
+
+async def _named(message: Message, scope: Scope) -> None:
+    """Every answer names a request id (`x-slipstream-request-id`): pipeline answers carry their own
+    (the access log's); anything else the app answers (a 404 path, a refused key, a stored response)
+    gets a fresh one here."""
+    if message["type"] == "http.response.start":
+        headers = message.setdefault("headers", [])
+        if not any(name == _REQUEST_ID for name, _ in headers):
+            message["headers"] = [*headers, (_REQUEST_ID, new_request_id().encode())]
 
 
 def create_app(
@@ -205,6 +219,7 @@ def create_app(
         route_handlers=[healthz, readyz, metrics, models, model, cache_report, spend, invalidate_cache, *proxied, *responses, *passed,
                         *ui_handlers(registry, state)],
         lifespan=[lifespan],
+        before_send=[_named],
         openapi_config=None,
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own
         request_max_body_size=None,

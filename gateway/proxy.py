@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.refusals import auth_failure, client_address
 from sdk.errors import AuthenticationError, RequestTooLargeError, SlipstreamError, UpstreamHTTPError, credentials_refused
-from sdk.pipeline import RequestContext
+from sdk.pipeline import REQUEST_ID_HEADER, RequestContext, new_request_id
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRegistry, TeamRuntime, slipstream_headers, upstream_error_headers
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
@@ -120,6 +120,8 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
         timings = Timings()
         headers = scope["headers"]
         team_name: str | None = None
+        request_id = new_request_id()  # named by every answer, refusals before the pipeline included
+        named = {REQUEST_ID_HEADER: request_id}
         try:
             team, key_id = authenticate(registry, scope)
             team_name = team.team
@@ -129,15 +131,15 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
             forward = {name.decode(): value.decode("latin-1") for name, value in headers if name in _FORWARDED}
             request = await parse_off_loop(endpoint, raw, scope.get("query_string", b"").decode("latin-1"), forward)
         except SlipstreamError as exc:
-            await send_error(send, protocol, exc.status, exc.body(protocol), exc.headers)
+            await send_error(send, protocol, exc.status, exc.body(protocol), {**exc.headers, **named})
             return
         except ClientGone:
             return
         except Exception as exc:  # a bug of ours: answered and logged, never a dropped connection
-            error = unexpected_error(exc, team_name)
-            await send_error(send, protocol, error.status, error.body(protocol), error.headers)
+            error = unexpected_error(exc, team_name, request_id)
+            await send_error(send, protocol, error.status, error.body(protocol), {**error.headers, **named})
             return
-        ctx = RequestContext(request=request, team=team.team, timings=timings, key_id=key_id)
+        ctx = RequestContext(request=request, team=team.team, timings=timings, key_id=key_id, request_id=request_id)
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, task))
@@ -173,7 +175,7 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
         except Exception as exc:
             error = exc if isinstance(exc, SlipstreamError) else unexpected_error(exc, team_name, ctx.request_id)
             if not started:
-                await send_error(send, protocol, error.status, error.body(protocol), error.headers)
+                await send_error(send, protocol, error.status, error.body(protocol), {**error.headers, **named})
             elif stream is not None:
                 await send({"type": "http.response.body", "body": error.sse_event(protocol), "more_body": False})
         finally:

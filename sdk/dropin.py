@@ -33,7 +33,7 @@ from sdk.errors import (
     SlipstreamError,
     UpstreamHTTPError,
 )
-from sdk.pipeline import RequestContext
+from sdk.pipeline import REQUEST_ID_HEADER, RequestContext, new_request_id
 from sdk.policy import Policy, ProviderConfig, RetryPolicy, Route, Target, load_policy
 from sdk.providers.upstream import (
     close_upstream_for_running_loop,
@@ -162,9 +162,11 @@ class _Reply:
     stream: LLMStream | None = None
 
     def response(self, stream: httpx2.SyncByteStream | httpx2.AsyncByteStream | None = None) -> httpx2.Response:
+        # Every answer names a request id, as the proxy's do; pipeline answers carry their own.
+        headers = self.headers if REQUEST_ID_HEADER in self.headers else {**self.headers, REQUEST_ID_HEADER: new_request_id()}
         if stream is None:
-            return httpx2.Response(self.status, headers=self.headers, content=self.body)
-        return httpx2.Response(self.status, headers=self.headers, stream=stream)
+            return httpx2.Response(self.status, headers=headers, content=self.body)
+        return httpx2.Response(self.status, headers=headers, stream=stream)
 
 
 def _error(status: int, body: bytes, headers: dict[str, str] | None = None) -> _Reply:
@@ -192,13 +194,15 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
     # The client's read timeout bounds the wait for an answer, as it would on the wire; raised as
     # httpx2's own exception, the official client turns it into APITimeoutError (and retries).
     deadline = asyncio.timeout((request.extensions.get("timeout") or {}).get("read"))
+    request_id = new_request_id()  # the access log's, and every answer's, refusals before the pipeline included
+    named = {REQUEST_ID_HEADER: request_id}
     try:
         limit = team.policy.limits.max_body_bytes
         if len(raw) > limit:
             raise RequestTooLargeError(f"request body of {len(raw)} bytes is over this team's limit of {limit} bytes")
         forward = {name: value for name in FORWARDED_HEADERS if (value := request.headers.get(name)) is not None}
         llm_request = await parse_off_loop(endpoint, raw, request.url.query.decode("latin-1"), forward)
-        ctx = RequestContext(request=llm_request, team=team.team, timings=timings, parent=caller)
+        ctx = RequestContext(request=llm_request, team=team.team, timings=timings, parent=caller, request_id=request_id)
         async with deadline:
             answer, _ = await team.handle(llm_request, ctx)
     except TimeoutError:
@@ -208,10 +212,10 @@ async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request
     except UpstreamHTTPError as exc:
         return _error(exc.status, exc.body, upstream_error_headers(ctx, exc))
     except SlipstreamError as exc:
-        return _error(exc.status, exc.body(protocol), exc.headers)
+        return _error(exc.status, exc.body(protocol), {**exc.headers, **named})
     except Exception as exc:  # a bug of ours still answers in the provider's shape (sdk/unexpected.py)
-        error = unexpected_error(exc, team.team)
-        return _error(error.status, error.body(protocol), error.headers)
+        error = unexpected_error(exc, team.team, request_id)
+        return _error(error.status, error.body(protocol), {**error.headers, **named})
     headers = {**(_SSE if isinstance(answer, LLMStream) else _JSON), **answer.headers, **slipstream_headers(ctx, answer)}
     if isinstance(answer, LLMStream):
         return _Reply(answer.status, headers, stream=answer)

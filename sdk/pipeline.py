@@ -16,6 +16,11 @@ from sdk.tracing.records import Parent, RequestTrace
 from sdk.types import Answer, LLMRequest, Timings
 
 Handler = Callable[["RequestContext"], Awaitable[Answer]]
+REQUEST_ID_HEADER = "x-slipstream-request-id"  # on every answer, the gateway's own errors included
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(8)
 
 
 @dataclass(slots=True)
@@ -64,7 +69,7 @@ class RequestContext:
     compression: CompressionReport | None = None  # set by the compression stage when it ran
     attempts: int = 0  # upstream attempts the router started (retries, fallbacks and hedge legs)
     usage_estimated: bool = False  # no usage came back: the gateway counted the tokens it charged (sdk/estimate.py)
-    request_id: str = field(default_factory=lambda: secrets.token_hex(8))  # x-slipstream-request-id, access log
+    request_id: str = field(default_factory=new_request_id)  # x-slipstream-request-id, access log
     trace: RequestTrace | None = None  # the request's spans while it runs (sdk/tracing/); None when tracing is off
     parent: Parent | None = None  # the application's current span, when the drop-in SDK runs the pipeline in process
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from sdk import tracing
-from sdk.errors import NotFoundError, SlipstreamError, UpstreamTimeoutError
+from sdk.errors import NotFoundError, SlipstreamError, UpstreamHTTPError, UpstreamTimeoutError
 from sdk.pipeline import RequestContext
 from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
 from sdk.providers.base import Provider
@@ -161,6 +161,9 @@ class Router:
                     if plan.failed(slot, error, time.monotonic()).step is Step.FAIL:
                         raise error
                     errors.append(error)
+        except UpstreamHTTPError as exc:
+            ctx.route = exc.route  # the provider's error is the answer: its route is named (access log, metrics)
+            raise
         finally:
             for task in legs:
                 if task is not winner:
