@@ -22,6 +22,36 @@ if "SLIPSTREAM_DATA_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["SLIPSTREAM_DATA_DIR"], ignore_errors=True)
 
 
+# The fast tier (`pytest -m "not slow"`) leaves out whatever costs seconds of CPU a test: these
+# folders and modules, and every test that loads MiniLM or a torch model. What is left checks the
+# request path end to end against the emulator; the full suite is what CI runs.
+SLOW_PATHS = {
+    "tests/localengine/": "tiny torch models, Triton interpreted on the CPU",
+    "tests/gpu/": "CUDA kernels and models",
+    "tests/examples/": "each example runs in a subprocess with its own servers",
+    "tests/install/": "fresh interpreters and the Dockerfile's steps",
+    "tests/state/": "redis-server processes and pairs of proxies",
+    "tests/gateway/test_cli.py": "`slipstream` commands in subprocesses",
+    "tests/gateway/test_cli_behaviour.py": "`slipstream` commands in subprocesses",
+    "tests/gateway/test_policy_cli.py": "`slipstream policy` in subprocesses",
+    "tests/gateway/test_readiness.py": "model loads behind /readyz",
+    "tests/gateway/test_status_page.py": "five one-second rounds of traffic, and a browser",
+    "tests/gateway/test_fuzz.py": "a thousand generated requests",
+    "tests/emulator/test_fuzz.py": "a thousand generated requests",
+    "tests/gateway/test_hardening.py": "megabyte prompts",
+    "tests/gateway/test_embeddings_models.py": "MiniLM served by the in-process local provider",
+}
+SLOW_FIXTURES = frozenset({"embedder", "cache_embedder", "model_dirs", "llama_dir"})  # MiniLM or torch loads
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        where = item.path.relative_to(root).as_posix()
+        if any(where.startswith(path) for path in SLOW_PATHS) or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def emulator() -> Iterator[object]:
     from emulator.testing import running_emulator

@@ -6,11 +6,12 @@ import httpx
 import openai
 
 from gateway.testing import running_proxy
-from tests.helpers import write_policy
+from tests.helpers import requires_extra, write_policy
 
 QUESTION = [{"role": "user", "content": "What is the capital of Norway?"}]
 
 
+@requires_extra("semantic")
 def test_hit_header_precision_hint_and_invalidation(tmp_path, monkeypatch, fresh_emulator):
     monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
     write_policy(tmp_path, "cached", "sk-cached", fresh_emulator.url, extra="semantic_cache: {enabled: true}\n")

@@ -9,6 +9,9 @@ from sdk.compression.protection import find_items
 from sdk.compression.scoring import score_static
 from sdk.compression.splitting import split_units
 from tests.compression.textdata import document
+from tests.helpers import requires_extra
+
+pytestmark = requires_extra("semantic")  # the static scorer reads MiniLM's embedding table
 
 # (question, a phrase of the answer-bearing sentence); the document holds all 14 topics (~9k tokens).
 QUESTIONS = [

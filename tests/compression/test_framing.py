@@ -10,6 +10,7 @@ from sdk.compression.places import locate
 from sdk.compression.protection import DEFAULT_PROTECT, find_items, unit_items
 from sdk.compression.scoring import score_static
 from tests.compression.textdata import FILLER
+from tests.helpers import requires_extra
 
 Q = "What happens when the iterator of a for loop is exhausted?"
 ALL = frozenset({"system", "earlier_turns", "latest_turn"})
@@ -101,6 +102,7 @@ def test_specific_items_are_rare_specific_tokens_not_every_capitalized_word():
     assert len(protected) < 15 and not {"name:Python", "code:3.8"} & protected
 
 
+@requires_extra("semantic")
 def test_default_protection_keeps_a_paraphrased_fact_and_refuses_nothing_on_documentation():
     fact = "Backups of the Marrowby cluster are copied to cold storage every 36 hours."
     text = FILLER.replace("When the iterator is exhausted", fact + " When the iterator is exhausted", 1)

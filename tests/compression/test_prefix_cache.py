@@ -13,7 +13,7 @@ import anthropic
 
 from gateway.testing import running_proxy
 from tests.compression.textdata import FILLER
-from tests.helpers import write_policy
+from tests.helpers import requires_extra, write_policy
 
 QUESTIONS = [
     "What happens when the iterator of a for loop is exhausted?",
@@ -50,6 +50,7 @@ def conversation_cost(client: anthropic.Anthropic) -> tuple[float, list[int], li
     return cost, reads, headers
 
 
+@requires_extra("semantic")
 def test_compression_plus_prompt_caching_costs_less_than_either_alone(tmp_path, fresh_emulator):
     for team, extra in SETTINGS.items():
         write_policy(tmp_path, team, f"key-{team}", fresh_emulator.url, extra=extra)

@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from sdk.compression import extractive  # noqa: E402
-from sdk.compression.surprisal import TokenPruner, demo_model_path  # noqa: E402
-from tests.compression.textdata import document  # noqa: E402
+from sdk.compression import extractive
+from sdk.compression.surprisal import TokenPruner, demo_model_path
+from tests.compression.textdata import document
 
 pytestmark = pytest.mark.skipif(not (demo_model_path() / "model.safetensors").exists(), reason="demo model not built")
 

@@ -159,9 +159,9 @@ def test_api_keys_allow_list():
     with running_emulator(EmulatorConfig(api_keys={"good"})) as e:
         ok = post(e.url, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": MSGS},
                   {**ANTHROPIC_HEADERS, "x-api-key": "good"})
-        with anthropic.Anthropic(base_url=e.url, api_key="bad", max_retries=0) as c:
-            with pytest.raises(anthropic.AuthenticationError) as ei:
-                c.messages.create(model=MODEL, max_tokens=5, messages=MSGS)
+        with anthropic.Anthropic(base_url=e.url, api_key="bad", max_retries=0) as c, \
+                pytest.raises(anthropic.AuthenticationError) as ei:
+            c.messages.create(model=MODEL, max_tokens=5, messages=MSGS)
     assert ok.status_code == 200
     assert ei.value.status_code == 401 and ei.value.body["error"]["type"] == "authentication_error"
 

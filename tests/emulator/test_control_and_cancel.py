@@ -33,11 +33,11 @@ def slow() -> RunningEmulator:
 
 def test_anthropic_client_breaks_out_of_stream(slow):
     slow.reset()
-    with anthropic.Anthropic(base_url=slow.url, api_key=KEY, max_retries=0) as c:
-        with c.messages.stream(model="claude-sonnet-4-6", max_tokens=1000, messages=MSGS) as s:
-            for ev in s:
-                if ev.type == "content_block_delta":
-                    break
+    with anthropic.Anthropic(base_url=slow.url, api_key=KEY, max_retries=0) as c, \
+            c.messages.stream(model="claude-sonnet-4-6", max_tokens=1000, messages=MSGS) as s:
+        for ev in s:
+            if ev.type == "content_block_delta":
+                break
     st = slow.wait_for(lambda s: s["cancelled_streams"] == 1 and s["open_streams"] == 0)
     assert st["completed_streams"] == 0 and st["open_requests"] == 0
 

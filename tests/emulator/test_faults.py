@@ -117,9 +117,8 @@ def test_queued_faults_match_model_and_path(emu, anth, oai):
 def test_stream_only_fault_skips_non_streaming(emu, anth):
     emu.inject_fault("midstream_error:events=2", path="/v1/messages")
     assert a_create(anth).content  # not consumed by a non-streaming request
-    with pytest.raises(anthropic.APIStatusError):
-        with anth.messages.stream(model=A_MODEL, max_tokens=16, messages=MSGS) as s:
-            list(s)
+    with pytest.raises(anthropic.APIStatusError), anth.messages.stream(model=A_MODEL, max_tokens=16, messages=MSGS) as s:
+        list(s)
 
 
 def test_midstream_error_anthropic(emu, anth):
@@ -130,10 +129,9 @@ def test_midstream_error_anthropic(emu, anth):
     assert r.status_code == 200 and len(evs) == 4
     assert evs[-1][0] == "error"
     assert evs[-1][1] == '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
-    with pytest.raises(anthropic.APIStatusError) as ei:
-        with anth.messages.stream(model=A_MODEL, max_tokens=16, messages=MSGS,
-                                  **fault("midstream_error:events=4")) as s:
-            list(s)
+    with pytest.raises(anthropic.APIStatusError) as ei, anth.messages.stream(model=A_MODEL, max_tokens=16, messages=MSGS,
+                              **fault("midstream_error:events=4")) as s:
+        list(s)
     assert ei.value.body["error"]["type"] == "overloaded_error"
     assert emu.stats()["errored_streams"] == 2
 
@@ -150,10 +148,9 @@ def test_midstream_error_openai(emu, oai):
 
 def test_disconnect_after_events(emu, anth, oai):
     # The anthropic SDK lets the transport error through once the body is being read.
-    with pytest.raises((anthropic.APIConnectionError, httpx2.TransportError)):
-        with anth.messages.stream(model=A_MODEL, max_tokens=16, messages=MSGS,
-                                  **fault("disconnect_after:events=3")) as s:
-            list(s)
+    with pytest.raises((anthropic.APIConnectionError, httpx2.TransportError)), \
+            anth.messages.stream(model=A_MODEL, max_tokens=16, messages=MSGS, **fault("disconnect_after:events=3")) as s:
+        list(s)
     with pytest.raises(openai.APIConnectionError):
         list(o_create(oai, stream=True, **fault("disconnect_after:events=2")))
     s = emu.stats()

@@ -10,6 +10,8 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from tests.helpers import skip_without_test_package
+
 from .helpers import ANTHROPIC_HEADERS, post
 
 GPT = "gpt-4o-mini"
@@ -117,7 +119,7 @@ TOOL_ANTH = {"name": "lookup", "input_schema": TOOL_OAI["function"]["parameters"
 def test_agent_loops_end_after_a_tool_result(oai, anth):
     """A minimal agent loop per API: call the tool the model asks for until it answers in text."""
     msgs = [{"role": "user", "content": "use a tool to answer"}]
-    for turn in range(3):
+    for turn in range(3):  # noqa: B007 - read after the loop
         r = oai.chat.completions.create(model=GPT, messages=msgs, tools=[TOOL_OAI])
         m = r.choices[0].message
         if not m.tool_calls:
@@ -127,7 +129,7 @@ def test_agent_loops_end_after_a_tool_result(oai, anth):
     assert turn == 1 and m.content
 
     amsgs: list = [{"role": "user", "content": "use a tool to answer"}]
-    for turn in range(3):
+    for turn in range(3):  # noqa: B007 - read after the loop
         a = anth.messages.create(model=CLAUDE, max_tokens=300, messages=amsgs, tools=[TOOL_ANTH])
         if a.stop_reason != "tool_use":
             break
@@ -175,6 +177,7 @@ def test_forced_tool_choice_moves_on_after_a_result(oai, anth):
 
 
 def test_pydantic_ai_agent_with_tool_and_typed_output_terminates(emu):
+    skip_without_test_package("pydantic_ai")
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
@@ -182,11 +185,11 @@ def test_pydantic_ai_agent_with_tool_and_typed_output_terminates(emu):
     provider = OpenAIProvider(base_url=emu.openai_url, api_key="k")
     for model_cls in (OpenAIChatModel, OpenAIResponsesModel):
         agent = Agent(model_cls(GPT, provider=provider), output_type=Step)
-        calls = []
+        calls: list[str] = []
 
         @agent.tool_plain
         def lookup(q: str) -> str:
-            calls.append(q)
+            calls.append(q)  # noqa: B023 - called only by this iteration's agent, before the loop moves on
             return "42"
 
         out = agent.run_sync("use lookup to find the answer").output

@@ -53,7 +53,7 @@ def test_streaming_golden_sequence_with_usage(emu):
     assert evs[-1][1] == "[DONE]"
     chunks = [json.loads(d) for _, d in evs[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    content = [c for c in chunks[1:-2]]
+    content = list(chunks[1:-2])
     assert len(content) == 3 and all("content" in c["choices"][0]["delta"] for c in content)
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert all(c["usage"] is None for c in chunks[:-1])

@@ -223,10 +223,10 @@ def slow() -> RunningEmulator:
 
 def test_client_leaving_a_stream_is_counted(slow):
     slow.reset()
-    with openai.OpenAI(base_url=slow.openai_url, api_key=KEY, max_retries=0) as c:
-        with c.responses.stream(model=MODEL, input="long story") as s:
-            for ev in s:
-                if ev.type == "response.output_text.delta":
-                    break
+    with openai.OpenAI(base_url=slow.openai_url, api_key=KEY, max_retries=0) as c, \
+            c.responses.stream(model=MODEL, input="long story") as s:
+        for ev in s:
+            if ev.type == "response.output_text.delta":
+                break
     st = slow.wait_for(lambda s: s["cancelled_streams"] == 1 and s["open_streams"] == 0)
     assert st["completed_streams"] == 0 and st["endpoints"] == {"POST /v1/responses": 1}

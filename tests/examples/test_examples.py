@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gateway.testing import running_proxy
-from tests.helpers import write_policy
+from tests.helpers import requires_extra, skip_without_test_package, write_policy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -55,6 +55,8 @@ def test_proxy_curl_starts_what_it_needs():
 
 
 def test_sdk_inside_agent_frameworks():
+    for framework in ("langchain_openai", "pydantic_ai", "agents"):
+        skip_without_test_package(framework)
     out = run_example("sdk_frameworks.py")
     for name in ("langchain:", "pydantic-ai:", "openai-agents:"):
         line = next(line for line in out.splitlines() if line.startswith(name))
@@ -73,6 +75,7 @@ def test_prompt_caching_agent_loop():
     assert rate >= 70
 
 
+@requires_extra("semantic")
 def test_semantic_cache_and_compression(tmp_path):
     out = run_example("cache_and_compression.py", env={"SLIPSTREAM_DATA_DIR": str(tmp_path)})
     assert [line.split()[0] for line in out.splitlines()[1:5]] == ["miss", "exact-hit", "semantic-hit", "miss"]
@@ -86,6 +89,7 @@ def test_routing_fallback_survives_faults():
     assert "none -> answered by claude/claude-sonnet-5" in out
 
 
+@requires_extra("engine")
 def test_local_engine_generate_server_and_speculation():
     out = run_example("local_engine.py", timeout_s=300)
     assert "'def fibonacci(n):' ->" in out and "server:" in out

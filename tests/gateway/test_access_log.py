@@ -3,8 +3,8 @@ carrying ids, counts and times but never the team key or prompt text."""
 
 from __future__ import annotations
 
-import orjson
 import openai
+import orjson
 import pytest
 
 from sdk import access_log

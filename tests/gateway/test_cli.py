@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from gateway.testing import free_port
+from tests.helpers import requires_extra
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,6 +54,7 @@ def run():
             process.kill()
 
 
+@requires_extra("engine")  # policies/ holds the default team, served by the local engine
 def test_serve_with_no_policy_arguments_uses_policies_dir(run):
     port = free_port()
     process = run("serve", "--port", str(port))

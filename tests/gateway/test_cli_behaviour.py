@@ -14,6 +14,7 @@ from gateway.serving import fixed_key_warnings, port_problem
 from gateway.testing import running_proxy
 from sdk.policy import load_policy
 from tests.gateway.test_cli import ROOT, _command
+from tests.helpers import requires_extra
 
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -38,6 +39,7 @@ def test_help_shows_defaults():
     assert "(default: 8081)" in _run("emulate", "--help").stdout
 
 
+@requires_extra("engine")  # the default policy serves the demo model
 def test_a_busy_port_fails_before_serving():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -57,6 +59,7 @@ def test_fixed_key_on_a_public_address_is_warned_about():
     assert "listening on 0.0.0.0" in warning and "team 'default' accepts a fixed key" in warning
 
 
+@requires_extra("semantic")  # faiss
 def test_library_info_lines_stay_out_of_the_terminal():
     """faiss logs its loader at INFO on import and httpx each request: neither reaches the terminal."""
     script = textwrap.dedent("""

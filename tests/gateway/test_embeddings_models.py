@@ -14,7 +14,10 @@ import pytest
 
 import sdk
 from gateway.testing import RunningServer, running_proxy
-from tests.helpers import write_policy
+from tests.helpers import requires_extra, write_policy
+
+# Every team here serves MiniLM from the in-process local provider.
+pytestmark = requires_extra("engine", "semantic")
 
 KEY_A, KEY_B = "sk-emb-a", "sk-emb-b"
 MINILM = "all-minilm-l6-v2"

@@ -127,10 +127,9 @@ def test_failure_after_first_byte_ends_stream_with_error_event(proxy, fresh_emul
     inject(fresh_emulator, fault)
     client = anthropic.Anthropic(base_url=proxy.url, api_key=TEAM_KEY, max_retries=0)
     events = []
-    with pytest.raises(anthropic.APIStatusError):
-        with client.messages.stream(model="claude-x", max_tokens=64, messages=MESSAGES) as stream:
-            for event in stream:
-                events.append(event.type)
+    with pytest.raises(anthropic.APIStatusError), client.messages.stream(model="claude-x", max_tokens=64, messages=MESSAGES) as stream:
+        for event in stream:
+            events.append(event.type)
     assert events and events[0] == "message_start"
     inject(fresh_emulator, fault)
     oa = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=TEAM_KEY, max_retries=0)

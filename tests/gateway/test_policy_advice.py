@@ -9,6 +9,7 @@ from gateway.cli import main
 from sdk.errors import PolicyError
 from sdk.policy import load_policy
 from tests.gateway.test_policy_cli import GOOD, _write
+from tests.helpers import requires_extra
 
 
 def _check(tmp_path, text: str, capsys) -> tuple[int, str, str]:
@@ -17,6 +18,7 @@ def _check(tmp_path, text: str, capsys) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+@requires_extra("semantic")
 def test_unset_team_and_provider_keys_are_named(tmp_path, capsys, monkeypatch):
     for name in ("SEARCH_TEAM_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
@@ -28,6 +30,7 @@ def test_unset_team_and_provider_keys_are_named(tmp_path, capsys, monkeypatch):
     assert "warning: providers.gpt.api_key_env: OPENAI_API_KEY not set" in out
 
 
+@requires_extra("semantic")
 def test_no_warning_once_the_variables_are_set(tmp_path, capsys, monkeypatch):
     for name in ("SEARCH_TEAM_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.setenv(name, "set")

@@ -12,6 +12,7 @@ import pytest
 from gateway.cli import main
 from sdk.errors import PolicyError
 from sdk.policy import load_policies
+from tests.helpers import requires_extra
 
 GOOD = """
 team: search
@@ -87,6 +88,7 @@ def test_duplicate_team_and_shared_key_across_files(tmp_path):
     assert "a key is also used by" in str(error.value)
 
 
+@requires_extra("semantic")
 def test_policy_check_command(tmp_path, capsys):
     good = _write(tmp_path, "search.yaml", GOOD)
     assert main(["policy", "check", str(good)]) == 0
@@ -96,6 +98,7 @@ def test_policy_check_command(tmp_path, capsys):
     assert "bad.yaml: extra: unknown key" in capsys.readouterr().err
 
 
+@requires_extra("semantic", "engine")  # the bundled policies use both
 def test_bundled_policies_are_valid():
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-m", "gateway.cli", "policy", "check", str(root / "policies")], capture_output=True, text=True)

@@ -11,6 +11,7 @@ import httpx
 
 from gateway.testing import running_proxy
 from sdk.readiness import Readiness, WarmUp
+from tests.helpers import requires_extra
 
 
 async def test_parts_load_once_by_name_and_report_their_state():
@@ -61,6 +62,7 @@ def _wait_ready(url: str, timeout_s: float = 120) -> httpx.Response:
     raise AssertionError("never ready")
 
 
+@requires_extra("engine", "semantic")
 def test_ready_only_after_the_demo_model_and_the_embedder_are_loaded(tmp_path):
     _write(tmp_path, "  local: {kind: local, model: demo}", "semantic_cache: {enabled: true}\n")
     with running_proxy([tmp_path]) as proxy:
@@ -74,6 +76,7 @@ def test_ready_only_after_the_demo_model_and_the_embedder_are_loaded(tmp_path):
         assert answer.status_code == 200
 
 
+@requires_extra("engine")
 def test_a_model_that_cannot_load_is_reported_by_readyz(tmp_path):
     _write(tmp_path, f"  local: {{kind: local, model: '{tmp_path / 'missing-model'}'}}")
     with running_proxy([tmp_path]) as proxy:

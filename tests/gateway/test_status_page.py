@@ -23,6 +23,10 @@ from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import RunningServer, running_proxy
 from sdk import live_stats
+from tests.helpers import requires_extra
+
+# The team compresses retrieved context and caches answers: both read MiniLM.
+pytestmark = requires_extra("semantic")
 
 ADMIN_KEY = "admin-ui-test-key"
 TEAM_KEY = "sk-search-ui"
@@ -149,6 +153,7 @@ def test_closed_when_no_admin_key_is_configured(tmp_path, emulator, monkeypatch)
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
                     reason="headless browser test: Debian's chromium and chromium-driver are not installed "
                            "(apt-get install -y chromium chromium-driver)")

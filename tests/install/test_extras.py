@@ -15,7 +15,7 @@ from sdk.errors import PolicyError
 from sdk.extras import missing_extras
 from sdk.policy import load_policy
 from sdk.runtime import TeamRegistry, TeamRuntime
-from tests.helpers import write_policy
+from tests.helpers import requires_extra, write_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "sentence_transformers", "faiss", "transformers", "triton", "redis", "opentelemetry.sdk", "scipy", "sklearn")
@@ -73,6 +73,7 @@ def without(monkeypatch):
     return hide
 
 
+@requires_extra("engine", "semantic")  # it hides one module of each itself
 def test_a_missing_extra_is_named_when_the_team_is_built(tmp_path, without):
     policy = load_policy(_write(tmp_path, "heavy.yaml", LOCAL_AND_CACHE))
     without("torch", "faiss")
@@ -94,6 +95,7 @@ def test_a_team_no_key_reaches_needs_nothing_installed(tmp_path, without, monkey
     assert sorted(TeamRegistry([tmp_path]).teams) == ["light"]
 
 
+@requires_extra("engine", "semantic")  # it hides one module of each itself
 def test_policy_check_reports_the_missing_extra(tmp_path, without, capsys):
     path = _write(tmp_path, "heavy.yaml", LOCAL_AND_CACHE)
     without("transformers")

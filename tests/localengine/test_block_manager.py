@@ -26,7 +26,7 @@ op = st.one_of(
 
 
 def check_invariants(bm: BlockManager, sched: Scheduler, shadow: dict[int, tuple]) -> None:
-    live = [s for s in sched.requests.values()]
+    live = list(sched.requests.values())
     refs = [0] * bm.num_blocks
     for seq in live:
         assert len(set(seq.block_table)) == len(seq.block_table)

@@ -4,7 +4,6 @@ Greedy equality, preemption, abort and metrics run with the other proposers in t
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from safetensors import safe_open

@@ -19,8 +19,8 @@ except Exception as exc:  # pragma: no cover - depends on the machine
 if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
     pytest.skip("triton needs CUDA or TRITON_INTERPRET=1 set before its first import", allow_module_level=True)
 
-from localengine.kernels import reference  # noqa: E402
-from localengine.layers.attention import AttentionMetadata  # noqa: E402
+from localengine.kernels import reference
+from localengine.layers.attention import AttentionMetadata
 
 BLOCK = 4
 KV_HEADS, HEADS, HEAD_DIM = 2, 4, 16

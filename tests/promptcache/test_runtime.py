@@ -57,7 +57,7 @@ async def test_reorder_moves_the_timestamp_and_the_conversation_reads_its_prefix
 async def test_reorder_off_reports_the_buster_as_advice_and_names_the_cause(make_runtime):
     runtime = make_runtime("{}")
     await ask(runtime, body(0))
-    answer, ctx, header = await ask(runtime, body(1))
+    answer, _ctx, header = await ask(runtime, body(1))
     assert answer.usage.cache_read_tokens == 0
     assert "advice=1" in header and "miss_cause=system_changed@system.0" in header
     report = stats.report(runtime.team)
@@ -83,7 +83,7 @@ async def test_more_than_four_client_markers_are_repaired_not_rejected(make_runt
     messages = conversation(3)
     for m in messages:
         m["content"] = [{"type": "text", "text": m["content"], "cache_control": {"type": "ephemeral"}}]
-    answer, ctx, header = await ask(runtime, {"model": "claude-sonnet-5", "max_tokens": 8, "system": STATIC, "messages": messages})
+    answer, _ctx, header = await ask(runtime, {"model": "claude-sonnet-5", "max_tokens": 8, "system": STATIC, "messages": messages})
     assert answer.status == 200 and "repaired=1" in header
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gateway.testing import RunningServer, running_proxy
+from sdk.extras import missing_extra_message
 
 KEY = "sk-responses-team"
 OTHER_KEY = "sk-other-team"
@@ -56,7 +57,8 @@ def policy_dir(tmp_path_factory, emulator) -> Path:
     (directory / "responses.yaml").write_text(policy_text("responses", KEY, emulator.url))
     (directory / "other.yaml").write_text(policy_text("other", OTHER_KEY, emulator.url))
     (directory / "caching.yaml").write_text(policy_text("caching", CACHING_KEY, emulator.url, "{enabled: true}"))
-    (directory / "hits.yaml").write_text(policy_text("hits", HITS_KEY, emulator.url, extra="semantic_cache: {enabled: true}"))
+    if missing_extra_message("semantic", "the response cache") is None:  # else its tests skip, naming the extra
+        (directory / "hits.yaml").write_text(policy_text("hits", HITS_KEY, emulator.url, extra="semantic_cache: {enabled: true}"))
     return directory
 
 

@@ -35,7 +35,7 @@ def test_new_prefixes_spread_and_removal_moves_only_its_share():
     picks = [keys[affinity_order(keys, [0, 0, 0], [h], PrefixOwners())[0]] for h in firsts]
     assert all(60 < count < 140 for count in Counter(picks).values())
     kept = ["engine/a", "engine/c"]
-    moved = [(p, kept[affinity_order(kept, [0, 0], [h], PrefixOwners())[0]]) for p, h in zip(picks, firsts)]
+    moved = [(p, kept[affinity_order(kept, [0, 0], [h], PrefixOwners())[0]]) for p, h in zip(picks, firsts, strict=False)]
     assert all(before == after for before, after in moved if before != "engine/b")
 
 

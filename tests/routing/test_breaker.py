@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from sdk.policy import BreakerPolicy
 from sdk.routing.breaker import BreakerState, InMemoryBreakerStore
 from tests.routing.conftest import collect, inject, messages_request
@@ -60,7 +58,9 @@ async def test_old_outcomes_leave_the_window():
 
 
 async def test_open_target_is_skipped_then_probed(build_runtime, fresh_emulator):
-    runtime = build_runtime(extra="retry: {max_attempts: 1}\nbreaker: {min_requests: 2, failure_rate: 0.5, cooldown_s: 0.3}\n")
+    runtime = build_runtime(extra="retry: {max_attempts: 1}\nbreaker: {min_requests: 2, failure_rate: 0.5, cooldown_s: 30}\n")
+    clock = Clock()  # the cooldown passes when the test says, not while a loaded machine is slow
+    runtime.pipeline.terminal.breakers._clock = clock
     inject(fresh_emulator, "500", count=2, model="claude-a")
     for _ in range(2):  # claude-a fails, claude-b answers
         answer, ctx = await runtime.handle(messages_request())
@@ -68,18 +68,19 @@ async def test_open_target_is_skipped_then_probed(build_runtime, fresh_emulator)
     answer, ctx = await runtime.handle(messages_request())
     assert ctx.route == "claude/claude-b"  # claude-a is open: not even tried
     assert fresh_emulator.stats()["requests_total"] == 5  # 2 failures + 3 answers
-    await asyncio.sleep(0.35)
+    clock.now += 31
     answer, ctx = await runtime.handle(messages_request())
     assert ctx.route == "claude/claude-a"  # half-open probe succeeded: closed again
     assert (await collect(answer)).startswith(b"{")
 
 
 async def test_a_half_open_target_that_was_not_needed_keeps_its_probe(build_runtime, fresh_emulator):
-    runtime = build_runtime(extra="breaker: {cooldown_s: 0.1}\n")
+    runtime = build_runtime(extra="breaker: {cooldown_s: 30}\n")
     breakers = runtime.pipeline.terminal.breakers
+    breakers._clock = clock = Clock()
     await breakers.record("claude/claude-b", failed=True, open_now=True)
-    await asyncio.sleep(0.15)
+    clock.now += 31
     assert await breakers.state("claude/claude-b") is BreakerState.HALF_OPEN
-    answer, ctx = await runtime.handle(messages_request())
+    _answer, ctx = await runtime.handle(messages_request())
     assert ctx.route == "claude/claude-a"
     assert await breakers.acquire("claude/claude-b")  # claude-b was never tried, so its probe is still free

@@ -12,6 +12,7 @@ from sdk.policy import ProviderConfig, load_policy
 from sdk.runtime import TeamRuntime
 from tests.routing.conftest import inject, messages_request
 
+
 def _keys_used(emulator) -> list[str]:
     recent = httpx.get(f"{emulator.url}/_emulator/requests").json()["requests"]
     return [r["headers"]["x-api-key"] for r in recent if r["path"] == "/v1/messages"]
@@ -34,9 +35,9 @@ retry: {{max_attempts: 1}}
 
 async def test_a_rate_limited_key_hands_the_call_to_the_next_and_cools_down(keyed_runtime, fresh_emulator):
     inject(fresh_emulator, "429:retry_after=30")
-    answer, ctx = await keyed_runtime.handle(messages_request())
+    answer, _ctx = await keyed_runtime.handle(messages_request())
     assert answer.status == 200  # one router attempt: the second key answered at once, no backoff
-    answer, ctx = await keyed_runtime.handle(messages_request())
+    answer, _ctx = await keyed_runtime.handle(messages_request())
     assert _keys_used(fresh_emulator) == ["key-one", "key-two", "key-two"]  # key-one cools down for its 30 s
 
 

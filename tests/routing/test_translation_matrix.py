@@ -12,13 +12,11 @@ read as many cached tokens, the client must see them in its own usage shape, and
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 

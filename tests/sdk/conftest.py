@@ -10,7 +10,6 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import RunningEmulator, running_emulator
 from sdk.providers.upstream import close_upstream_for_running_loop
-
 from tests.sdk.dropin_helpers import EMU_KEY, write_policy
 
 

@@ -296,9 +296,9 @@ def test_sync_stream_buffer_is_bounded(emu: RunningEmulator, policy: Path) -> No
 def test_sync_midstream_drop_ends_with_error_event(emu: RunningEmulator, policy: Path) -> None:
     emu.inject_fault("disconnect_after:events=3")
     client = sdk.Anthropic(policy=policy, max_retries=0)
-    with pytest.raises(anthropic.APIStatusError, match="mid-stream|before it finished"):
-        with client.messages.stream(model=CLAUDE, max_tokens=256, messages=HELLO) as helper:
-            helper.get_final_message()
+    with pytest.raises(anthropic.APIStatusError, match=r"mid-stream|before it finished"), \
+            client.messages.stream(model=CLAUDE, max_tokens=256, messages=HELLO) as helper:
+        helper.get_final_message()
 
 
 async def test_async_midstream_error_event_reaches_client(emu: RunningEmulator, policy: Path, loop_pool: None) -> None:

@@ -71,7 +71,7 @@ def collector() -> Iterator[tuple[str, list[ExportTraceServiceRequest]]]:
     received: list[ExportTraceServiceRequest] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["content-length"]))
             assert self.headers["content-type"] == "application/x-protobuf"
             received.append(ExportTraceServiceRequest.FromString(body))

@@ -11,6 +11,7 @@ from sdk import otel_metrics, tracing
 from sdk.pipeline import RequestContext
 from sdk.tracing.setup import EXPORT_VAR
 from sdk.types import Endpoint, LLMRequest
+from tests.helpers import requires_extra
 
 
 @pytest.fixture(autouse=True)
@@ -43,6 +44,7 @@ def test_an_endpoint_without_the_extra_logs_one_clear_line_and_requests_go_on(mo
     assert "slipstream[otel]" in record.getMessage()
 
 
+@requires_extra("otel")
 def test_an_endpoint_sets_up_the_otlp_http_exporter(monkeypatch):
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -56,6 +58,7 @@ def test_an_endpoint_sets_up_the_otlp_http_exporter(monkeypatch):
     processor.shutdown()  # the trace stays open, so nothing is sent to port 9, where nothing listens
 
 
+@requires_extra("otel")
 def test_the_proxy_exports_from_a_child_process(monkeypatch):
     from sdk.tracing.export_process import ProcessSink
 
@@ -108,6 +111,7 @@ def test_off_means_no_opentelemetry_code_runs_at_all(tmp_path):
     assert "opentelemetry loaded: False" in done.stdout
 
 
+@requires_extra("otel")
 def test_a_malformed_or_unsampled_traceparent(monkeypatch):
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -119,14 +119,16 @@ async def test_far_from_its_limits_an_admission_does_not_wait_for_redis(redis_ur
     rate, cap = Rate("rpm", 1000, 1), Cap("conc", 1000)
     record = SpendRecord(0.25, (("spend:t:day:x", 3600),), ("total", "key:k"))
     checked, ahead = _admissions("checked"), _admissions("ahead")
+    started = time.monotonic()
     assert await state.admit(Admission("l0", (rate,), (cap,))) is None
     admitted = await asyncio.gather(*(state.admit(Admission(f"l{i}", (rate,), (cap,))) for i in range(1, 21)))
     assert admitted == [None] * 20
     await _settled(state)
+    refill = rate.per_minute / 60 * (time.monotonic() - started)  # what the bucket regained meanwhile, however long
     assert _admissions("checked") - checked == 1 and _admissions("ahead") - ahead == 20
     server, prefix, _ = split_url(redis_url)
     with redis.Redis.from_url(server) as client:
-        assert 979 <= float(client.hget(f"{prefix}:rpm", "v")) < 981  # all 21 charged (and a moment's refill)
+        assert 979 <= float(client.hget(f"{prefix}:rpm", "v")) <= 979 + refill  # all 21 charged
         assert client.zcard(f"{prefix}:conc") == 21  # and their leases held
     for i in range(21):
         state.settle(Settlement(f"l{i}", caps=(cap.key,), spend=record))

@@ -3,7 +3,7 @@ tokens at their own prices; spend records per UTC day and month."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -30,7 +30,7 @@ def test_a_team_price_wins_and_cache_tokens_have_their_own():
 
 
 def test_spend_records_are_per_utc_day_and_month():
-    at = datetime(2026, 12, 31, 23, 0, tzinfo=timezone.utc).timestamp()
+    at = datetime(2026, 12, 31, 23, 0, tzinfo=UTC).timestamp()
     day, month = periods(at)
     assert (day.id, month.id) == ("2026-12-31", "2026-12")
     assert day.keep_s == pytest.approx(3600 + 86_400) and month.keep_s == pytest.approx(3600 + 86_400)
