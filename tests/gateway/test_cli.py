@@ -85,6 +85,7 @@ def test_serve_refuses_an_invalid_policy(tmp_path):
     assert "bad.yaml: providers:" in result.stderr
 
 
+@requires_extra("engine")  # the default policy's local model
 def test_serve_with_no_provider_keys_answers_from_the_local_demo_model(run):
     port = free_port()
     env_keys = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
