@@ -122,7 +122,9 @@ class ResponsesTarget:
     async def _translated(self, request: LLMRequest, timings: Timings, upstream: Provider) -> Answer:
         body = request.body
         resolved = await self.conversations.resolve(body, request.size, None)
-        chat = translate(responses_to_chat, {**body, "input": resolved.context}, "Chat Completions")
+        # Refusals name the protocol the upstream speaks (Chat is only the way to it for Anthropic).
+        protocol = "Anthropic Messages" if self.inner.protocol is Protocol.ANTHROPIC else "Chat Completions"
+        chat = translate(lambda b: responses_to_chat(b, protocol), {**body, "input": resolved.context}, protocol)
         response_id = new_id("resp")
         # Chat reaches an Anthropic provider through the chat ↔ messages translation.
         via = upstream if upstream.protocol is Protocol.OPENAI else TranslatingProvider(upstream, Protocol.OPENAI)

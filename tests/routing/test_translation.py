@@ -115,7 +115,7 @@ def test_openai_tool_round_trip_streaming_with_usage(oa, fresh_emulator):
 def test_untranslatable_is_refused_before_sending(an, oa, fresh_emulator):
     with pytest.raises(anthropic.BadRequestError) as error:
         an.messages.create(model="claude-x", max_tokens=10, messages=ASK, extra_body={"top_k": 5})
-    assert "'top_k' cannot be translated for a OpenAI target" in error.value.message
+    assert "'top_k' cannot be translated for an OpenAI target" in error.value.message
     with pytest.raises(openai.BadRequestError) as oa_error:
         oa.chat.completions.create(model="gpt-x", messages=ASK, n=3)
     assert "'n' cannot be translated" in oa_error.value.message

@@ -4,41 +4,32 @@ A Responses request reaches a chat-completions-only upstream (the local engine, 
 OpenAI-compatible server without /responses) as Chat, and an Anthropic upstream as Chat first and
 then Messages (`requests.openai_to_anthropic`), so one walk of the Responses fields serves both.
 
-`previous_response_id` is resolved before this runs (sdk/responses/history.py): the body here holds
-the whole conversation. Fields with no faithful Chat counterpart are refused with
-`TranslationRefused` naming them; fields that only tune delivery or storage are dropped.
+`previous_response_id` and `item_reference` items are resolved before this runs, from the team's
+store (sdk/responses/conversation.py): the body here holds the whole conversation. Fields with no faithful Chat counterpart are refused with
+`TranslationRefused` naming them; fields that only tune delivery or storage are dropped (the table:
+sdk/routing/translation/fields.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sdk.routing.translation.fields import Shape, check
 from sdk.routing.translation.requests import refuse
 
-# Stored, billed or transported differently, never a change to the answer: Slipstream's response
-# store keeps `store`/`metadata`; a chat upstream has nothing to truncate (`truncation`).
-_DROPPABLE = {"store", "metadata", "service_tier", "truncation", "stream_options", "prompt_cache_retention",
-              "previous_response_id", "background"}
-_PASSED = {"temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user"}
+_PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user")
 # `include` values that ask for something a translated answer cannot hold and does not miss: there
 # are no reasoning items to carry encrypted content in.
 _INCLUDABLE = {"reasoning.encrypted_content"}
-_TARGET = "Chat Completions"
+_CHAT_TARGET = "Chat Completions"  # what refusals name; a Responses target passes the protocol its upstream speaks
 
 
-def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
+def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
-    for key, value in body.items():
-        if key in ("model", "input", "instructions", "tools", "tool_choice", "text", "reasoning", "include",
-                   "max_output_tokens", "stream") or key in _DROPPABLE:
-            if key == "background" and value:
-                raise refuse("'background': true", _TARGET)
-            continue
-        if key in _PASSED:
-            if value is not None:
-                out[key] = value
-        else:
-            raise refuse(f"{key!r}", _TARGET)
+    check(Shape.RESPONSES, body, target)  # every field by its meaning: sdk/routing/translation/fields.py
+    for key in _PASSED:
+        if body.get(key) is not None:
+            out[key] = body[key]
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     if body.get("stream"):
@@ -46,35 +37,35 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
         out["stream_options"] = {"include_usage": True}  # usage must stay exact: response.completed waits for it
     for value in body.get("include") or ():
         if value not in _INCLUDABLE:
-            raise refuse(f"include {value!r}", _TARGET)
-    _reasoning(body.get("reasoning"), out)
-    _text_format(body.get("text"), out)
+            raise refuse(f"include {value!r}", target)
+    _reasoning(body.get("reasoning"), out, target)
+    _text_format(body.get("text"), out, target)
     instructions = body.get("instructions")
     if instructions:
         if not isinstance(instructions, str):
-            raise refuse("'instructions' given as items", _TARGET)
+            raise refuse("'instructions' given as items", target)
         out["messages"].append({"role": "system", "content": instructions})
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
-    out["messages"] += _messages(items or [])
+    out["messages"] += _messages(items or [], target)
     if body.get("tools"):
-        out["tools"] = [_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"])]
+        out["tools"] = [_tool(tool, f"tools.{i}", target) for i, tool in enumerate(body["tools"])]
     if body.get("tool_choice") is not None:
-        out["tool_choice"] = _tool_choice(body["tool_choice"])
+        out["tool_choice"] = _tool_choice(body["tool_choice"], target)
     return out
 
 
-def _reasoning(reasoning: Any, out: dict[str, Any]) -> None:
+def _reasoning(reasoning: Any, out: dict[str, Any], target: str) -> None:
     if not reasoning:
         return
     if reasoning.get("summary") or reasoning.get("generate_summary"):
-        raise refuse("'reasoning.summary'", _TARGET)
+        raise refuse("'reasoning.summary'", target)
     if reasoning.get("effort") is not None:
         out["reasoning_effort"] = reasoning["effort"]
 
 
-def _text_format(text: Any, out: dict[str, Any]) -> None:
+def _text_format(text: Any, out: dict[str, Any], target: str) -> None:
     if not text:
         return
     if text.get("verbosity") is not None:
@@ -90,12 +81,12 @@ def _text_format(text: Any, out: dict[str, Any]) -> None:
     elif kind == "json_object":
         out["response_format"] = {"type": "json_object"}
     elif kind != "text":
-        raise refuse(f"text.format {kind!r}", _TARGET)
+        raise refuse(f"text.format {kind!r}", target)
 
 
-def _tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+def _tool(tool: dict[str, Any], where: str, target: str) -> dict[str, Any]:
     if tool.get("type") != "function":
-        raise refuse(f"{where}: the built-in tool {tool.get('type')!r}", _TARGET)
+        raise refuse(f"{where}: the built-in tool {tool.get('type')!r}", target)
     function: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
     if tool.get("description"):
         function["description"] = tool["description"]
@@ -104,25 +95,25 @@ def _tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: Any, target: str) -> Any:
     if choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}
     kind = choice.get("type") if isinstance(choice, dict) else choice
-    raise refuse(f"tool_choice {kind!r}", _TARGET)
+    raise refuse(f"tool_choice {kind!r}", target)
 
 
-def _messages(items: list[Any]) -> list[dict[str, Any]]:
+def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
     """Input items in order; function calls join the assistant turn they follow, as Chat requires."""
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         where = f"input.{i}"
         if not isinstance(item, dict):
-            raise refuse(f"{where}: an item that is not an object", _TARGET)
+            raise refuse(f"{where}: an item that is not an object", target)
         kind = item.get("type", "message")
         if kind == "message":
-            out.append(_message(item, where))
+            out.append(_message(item, where, target))
         elif kind == "function_call":
             call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
             last = out[-1] if out else None
@@ -131,20 +122,20 @@ def _messages(items: list[Any]) -> list[dict[str, Any]]:
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item.get("output"), where)})
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item.get("output"), where, target)})
         elif kind == "reasoning":
             # Reasoning from another model cannot be replayed (OpenAI drops it too on a model mismatch:
             # `input_transformations` reason "model_mismatch"); the visible turns carry the conversation.
             continue
         else:
-            raise refuse(f"{where}: a {kind!r} item", _TARGET)
+            raise refuse(f"{where}: a {kind!r} item", target)
     return out
 
 
-def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
+def _message(item: dict[str, Any], where: str, target: str) -> dict[str, Any]:
     role, content = item.get("role"), item.get("content")
     if role not in ("user", "assistant", "system", "developer"):
-        raise refuse(f"{where}: role {role!r}", _TARGET)
+        raise refuse(f"{where}: role {role!r}", target)
     if isinstance(content, str):
         return {"role": role, "content": content}
     parts: list[dict[str, Any]] = []
@@ -160,20 +151,20 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
         else:
-            raise refuse(f"{where}.content.{j}: a {kind!r} part" + (" given by file_id" if kind == "input_image" else ""), _TARGET)
+            raise refuse(f"{where}.content.{j}: a {kind!r} part" + (" given by file_id" if kind == "input_image" else ""), target)
     if role != "user" or all(p["type"] == "text" for p in parts):
         if any(p["type"] != "text" for p in parts):
-            raise refuse(f"{where}: an image in a {role} message", _TARGET)
+            raise refuse(f"{where}: an image in a {role} message", target)
         return {"role": role, "content": "".join(p["text"] for p in parts) if role == "assistant" else parts}
     return {"role": role, "content": parts}
 
 
-def _output_text(output: Any, where: str) -> str:
+def _output_text(output: Any, where: str, target: str) -> str:
     if isinstance(output, str):
         return output
     texts = []
     for j, part in enumerate(output or ()):
         if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text"):
-            raise refuse(f"{where}.output.{j}: a {part.get('type') if isinstance(part, dict) else 'non-object'!r} part", _TARGET)
+            raise refuse(f"{where}.output.{j}: a {part.get('type') if isinstance(part, dict) else 'non-object'!r} part", target)
         texts.append(part.get("text", ""))
     return "".join(texts)
