@@ -31,9 +31,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
@@ -56,6 +57,7 @@ __all__ = ["PREFIXES", "Door", "Passed", "family", "forward"]
 
 _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "set-cookie", "trailer", "upgrade"})
 MAX_OBJECT = 32 << 20  # an object or list answer read whole to check and rewrite it
+MAX_PAGES = 10  # upstream list pages read for one filtered page
 BATCH_RATE = 0.5  # both providers bill batch usage at half the price of a call
 _MISSING = {  # what the provider answers for an id it does not have, per kind of object
     "file": "No such File object: {}",
@@ -70,7 +72,6 @@ class Door:
 
     origin: str  # scheme://host[:port] the client used: provider URLs in answers point back here
     key_id: str = ""  # which team key (a hash prefix), for per-key limits and the access log
-    shared_key: bool = True  # teams share the provider key: objects are checked for their owner
     caller: Parent | None = None  # the application's current span, when the drop-in SDK forwards in process
 
 
@@ -220,13 +221,13 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         request = json_object(raw, f"{method} {op.upstream_path}")
         if op.kind == "batch":
             file_id = request.get("input_file_id")
-            if not isinstance(file_id, str) or (ex.door.shared_key and not (await ex.owners.file(team.team, file_id))[0]):
+            if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
                 raise ex.not_found("file", str(file_id))
             ex.check_routes(await _input_file_models(provider, file_id, limit))
         else:
             ex.check_routes(requested_models(op.kind, request))
         body, length = raw, len(raw)
-    elif op.object_id and ex.door.shared_key:
+    elif op.object_id:
         output_of = await ex.check_owner(op.kind, op.object_id)
     elif not isinstance(body, bytes):
         body = _bounded(body, limit)
@@ -248,6 +249,12 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         return _answer(ex, status, headers_out, _once(refused), None)
     if 200 <= status < 300 and op.action in ("create", "retrieve", "list", "cancel") and op.kind:
         data = await _read_object(response)
+        if op.action == "list":
+            async def page(cursor: str) -> dict[str, Any] | None:
+                more = await client.request("GET", f"{provider.base_url}{op.upstream_path}?{cursor}", sent, b"", provider.timeouts)
+                return await _read_object(more) if more.status == 200 else None
+
+            data = await _own_pages(ex, data, query, page)
         rewritten = await _checked_object(ex, data)
         return _answer(ex, status, ex.headers(response, len(rewritten)), _once(rewritten), None)
     if 200 <= status < 300 and op.action == "delete":
@@ -285,28 +292,52 @@ async def _charge_once(ex: _Exchange, tally: Tally, batch_id: str) -> None:
         ex.charge_batch(tally)
 
 
+async def _own_pages(ex: _Exchange, data: dict[str, Any], query: str,
+                     page: Callable[[str], Awaitable[dict[str, Any] | None]]) -> dict[str, Any]:
+    """A list page with the team's own objects only. While it holds fewer than the provider's page did
+    and the provider has more, the next pages are read (at most MAX_PAGES in all), so a team among
+    many on one key does not get empty pages (the official clients stop at an empty page)."""
+    params = dict(parse_qsl(query))
+    cursor = "after" if ex.op.protocol is Protocol.OPENAI else "after_id"
+    seen = _rows(data)
+    wanted, rows = len(seen), await _owned_rows(ex, seen)
+    pages = 1
+    while data.get("has_more") is True and seen and len(rows) < wanted and pages < MAX_PAGES and "before_id" not in params:
+        following = await page(urlencode({**params, cursor: seen[-1]["id"]}))
+        if following is None:
+            break
+        data, seen, pages = following, _rows(following), pages + 1
+        rows += await _owned_rows(ex, seen)
+    data["data"] = rows[:wanted]
+    data["has_more"] = len(rows) > wanted or data.get("has_more") is True
+    for end, at in (("first_id", 0), ("last_id", -1)):
+        if end in data:
+            data[end] = data["data"][at]["id"] if data["data"] else None
+    return data
+
+
+def _rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = data.get("data")
+    return [row for row in rows if isinstance(row, dict) and isinstance(row.get("id"), str)] if isinstance(rows, list) else []
+
+
+async def _owned_rows(ex: _Exchange, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    owned = await ex.owners.owned(ex.team.team, ex.op.kind, [row["id"] for row in rows])
+    return [row for row in rows if row["id"] in owned]
+
+
 async def _checked_object(ex: _Exchange, data: dict[str, Any]) -> bytes:
-    """An object or list answer as the team may see it: its own objects only, recorded as its own
-    when created, its batches' output files noted, `results_url` pointed at the gateway."""
+    """An object or a list page (already the team's own rows) as the team may see it: recorded as
+    its own when created, its batches' output files noted, `results_url` pointed at the gateway."""
     op, team = ex.op, ex.team.team
-    rows = data.get("data") if op.action == "list" else [data]
-    rows = [row for row in rows if isinstance(row, dict) and isinstance(row.get("id"), str)] if isinstance(rows, list) else []
-    if ex.door.shared_key:
-        if op.action == "create":
-            await ex.owners.own(team, op.kind, [row["id"] for row in rows])
-        elif op.action == "list":
-            owned = await ex.owners.owned(team, op.kind, [row["id"] for row in rows])
-            rows = [row for row in rows if row["id"] in owned]
-            data["data"] = rows
-            for end, at in (("first_id", 0), ("last_id", -1)):
-                if end in data:
-                    data[end] = rows[at]["id"] if rows else None
-        for row in rows if op.kind == "batch" else ():
-            outputs = [fid for name in ("output_file_id", "error_file_id") if isinstance(fid := row.get(name), str)]
-            await ex.owners.note_outputs(team, row["id"], outputs)
-    if op.kind == "message_batch":
-        for row in rows:
-            rewrite_results_url(row, ex.door.origin)
+    rows = _rows(data) if op.action == "list" else [data] if isinstance(data.get("id"), str) else []
+    if op.action == "create":
+        await ex.owners.own(team, op.kind, [row["id"] for row in rows])
+    for row in rows if op.kind == "batch" else ():
+        outputs = [fid for name in ("output_file_id", "error_file_id") if isinstance(fid := row.get(name), str)]
+        await ex.owners.note_outputs(team, row["id"], outputs)
+    for row in rows if op.kind == "message_batch" else ():
+        rewrite_results_url(row, ex.door.origin)
     return orjson.dumps(data)
 
 

@@ -297,4 +297,5 @@ def test_head_through_the_pass_through_keeps_the_upstream_connection_sane(proxy)
     with httpx.Client(base_url=proxy.url, timeout=10) as client:
         for method in ("HEAD", "HEAD", "GET", "HEAD"):
             response = client.request(method, "/v1/batches/batch_1", headers={"x-api-key": KEY_A})
-            assert response.status_code == 404, (method, response.text)
+            # the pass-through serves no HEAD now (405, never upstream), and batch_1 is not this team's (404)
+            assert response.status_code == (405 if method == "HEAD" else 404), (method, response.text)

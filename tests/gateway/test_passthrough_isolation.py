@@ -146,6 +146,16 @@ def test_message_batches_belong_to_their_team_and_results_come_back_through_the_
         alpha.messages.batches.retrieve(batch.id)
 
 
+def test_a_team_among_many_on_one_key_still_gets_full_list_pages(proxy):
+    alpha, beta = anth(proxy, A), anth(proxy, B)
+    mine = alpha.messages.batches.create(requests=[{"custom_id": "a", "params": MSG}]).id
+    theirs = [beta.messages.batches.create(requests=[{"custom_id": f"b{i}", "params": MSG}]).id for i in range(5)]
+    first = alpha.messages.batches.list(limit=2)  # the provider's first pages hold only beta's (newest first)
+    assert [b.id for b in first.data] == [mine]  # not an empty page, at which the official client would stop
+    assert mine in [b.id for b in alpha.messages.batches.list(limit=1)]
+    assert set(theirs) <= {b.id for b in beta.messages.batches.list(limit=3)}  # auto-paging the team's own
+
+
 def test_a_model_outside_the_team_routes_never_reaches_the_provider(proxy, fresh_emulator):
     alpha = oai(proxy, A)
     with pytest.raises(openai.NotFoundError) as refused:
