@@ -11,7 +11,8 @@ keeps httptools and adds, in this subclass, what the head needs:
   one read past the limit is parsed; then 431 and close.
 - `max_headers` header fields; then 431 and close.
 - `header_timeout_s` from the connection's start (or a kept-alive request's first byte) to the end of
-  its head; then 408 and close. Idle kept-alive connections stay under uvicorn's keep-alive timeout.
+  its head; then 408 and close (a connection that sent nothing is closed without an answer). Idle
+  kept-alive connections stay under uvicorn's keep-alive timeout.
 - `max_connections` open connections. A new connection past the cap closes the oldest one still
   reading its head (a slow client holds no place an authenticated request could use); when none is,
   the new connection is answered 503 and closed. uvicorn's `limit_concurrency` answers 503 only after
@@ -79,6 +80,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self.heads = _HEADS.setdefault(server_state, {})
         self.head_timer: asyncio.TimerHandle | None = None  # set while a request head is being read
         self.head_bytes = 0
+        self.head_started = False  # a byte of this head has arrived (else a refusal closes without an answer)
         self.header_count = 0
         self.drained = 0
         self.refused = False
@@ -87,6 +89,7 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _arm(self) -> None:
         self.head_bytes = self.header_count = self.drained = 0
+        self.head_started = False
         self.head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timeout)
         self.heads[self] = None
 
@@ -100,8 +103,11 @@ class EdgeProtocol(HttpToolsProtocol):
         self.head_timer = None
         self._refuse(408, "header_timeout", f"request head not received within {self.limits.header_timeout_s:g} s")
 
-    def _refuse(self, status: int, reason: str, message: str) -> None:
-        """Answer `status` and close; the app never sees this request."""
+    def _refuse(self, status: int, reason: str, message: str, answer_idle: bool = False) -> None:
+        """Answer `status` and close; the app never sees this request. A connection that has sent
+        nothing of a request is closed without an answer (unless `answer_idle`), as uvicorn closes an
+        idle kept-alive one: a client that sends its request on it later must not read our answer as
+        the reply to it."""
         if self.refused:
             return
         self.refused = True
@@ -110,7 +116,8 @@ class EdgeProtocol(HttpToolsProtocol):
         source = self.client[0] if self.client else "unknown"
         _EDGE_LOG.warning(f"edge:{source}", "connection from %s closed before a request: %s", source, message)
         if not self.transport.is_closing():
-            self.transport.write(_answer(status, message))
+            if self.head_started or answer_idle:
+                self.transport.write(_answer(status, message))
             self.transport.close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -123,7 +130,8 @@ class EdgeProtocol(HttpToolsProtocol):
             oldest._refuse(408, "evicted", "closed for a new connection: the proxy is at its connection cap "
                                            "and this one had not sent its request head")
         else:
-            self._refuse(503, "connection_cap", f"the proxy is at its cap of {self.limits.max_connections} connections")
+            self._refuse(503, "connection_cap", f"the proxy is at its cap of {self.limits.max_connections} connections",
+                         answer_idle=True)  # a new connection: its client is about to send, and reads this
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -142,6 +150,7 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_message_begin()
         if self.head_timer is None:  # a kept-alive connection's next request (the first is armed on connect)
             self._arm()
+        self.head_started = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.refused:

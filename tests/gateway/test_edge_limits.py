@@ -143,7 +143,7 @@ def test_a_head_sent_slowly_is_closed_at_the_header_timeout(proxy):
             stop.set()
             feeder.join()
         assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
-        assert _read_all(silent).startswith(b"HTTP/1.1 408 ")  # a connection that sends nothing at all
+        assert _read_all(silent) == b""  # a connection that sent nothing is closed without an answer
     assert _edge("header_timeout") == before + 2
 
 
@@ -168,7 +168,7 @@ def test_at_the_connection_cap_a_slow_head_makes_room_then_503(policies):
         try:
             assert _beta_answers(proxy) == 200  # the cap was full of connections that had sent nothing
             assert _edge("evicted") == evicted + 1
-            assert _read_all(idle[0]).startswith(b"HTTP/1.1 408 ")  # the oldest one made room
+            assert _read_all(idle[0]) == b""  # the oldest one made room (closed: it had sent nothing)
         finally:
             for sock in idle:
                 sock.close()
