@@ -11,6 +11,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +21,9 @@ import pytest
 from gateway import refusals
 from gateway.edge import EdgeLimits
 from gateway.refusals import AUTH_FAILURES, EDGE_REFUSALS, RateLimitedLog
-from gateway.testing import RunningServer, free_port, running_proxy
+from gateway.testing import RunningServer, free_port, running_proxy, running_redis
 from tests.gateway.test_cli import ROOT, _command
-from tests.helpers import PATIENCE_S, write_policy
+from tests.helpers import PATIENCE_S, skip_without_extra, write_policy
 
 KEY_A, KEY_B = "sk-edge-alpha", "sk-edge-beta"
 ADMIN = "edge-admin-key"
@@ -299,6 +300,24 @@ def test_logout_revokes_the_session_server_side(proxy):
     assert httpx.get(f"{proxy.url}/ui/data", cookies=copied, timeout=PATIENCE_S).status_code == 401
     # Another sign-in is a session of its own: still open.
     assert httpx.get(f"{proxy.url}/ui/data", cookies={"slipstream_ui": other}, timeout=PATIENCE_S).status_code == 200
+
+
+def test_logout_revokes_the_session_on_every_replica(policies, monkeypatch):
+    """Two replicas over Redis: a session signed in on A and copied to B ends on both after logout on A."""
+    skip_without_extra("redis")
+    monkeypatch.setenv("SLIPSTREAM_ADMIN_KEY", ADMIN)
+    with running_redis() as redis:
+        state_url = f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=5000"
+        with running_proxy([policies], watch_interval_s=None, state_url=state_url) as a, \
+                running_proxy([policies], watch_interval_s=None, state_url=state_url) as b:
+            copied = {"slipstream_ui": httpx.post(f"{a.url}/ui/login", data={"key": ADMIN}, timeout=PATIENCE_S).cookies["slipstream_ui"]}
+            assert httpx.get(f"{b.url}/ui/data", cookies=copied, timeout=PATIENCE_S).status_code == 200
+            assert httpx.post(f"{a.url}/ui/logout", cookies=copied, timeout=PATIENCE_S).status_code == 303
+            assert httpx.get(f"{a.url}/ui/data", cookies=copied, timeout=PATIENCE_S).status_code == 401
+            deadline = time.monotonic() + PATIENCE_S
+            while httpx.get(f"{b.url}/ui/data", cookies=copied, timeout=PATIENCE_S).status_code != 401:  # B's next sync
+                assert time.monotonic() < deadline, "replica B still accepts the revoked session"
+                time.sleep(0.1)
 
 
 # --- the admin key's source -------------------------------------------------------------------------
