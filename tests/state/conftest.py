@@ -30,9 +30,11 @@ def own_redis() -> Iterator[RedisServer]:
         yield server
 
 
-def prefixed_url(server: RedisServer) -> str:
-    """`server` under a key prefix of the calling test's own (tests never see each other's keys)."""
-    return f"{server.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=200"
+def prefixed_url(server: RedisServer, timeout_ms: int = 5000) -> str:
+    """`server` under a key prefix of the calling test's own (tests never see each other's keys). The
+    timeout is one a Redis that answers at all meets on a loaded machine: a call that missed it would
+    degrade the replica to local state and split a shared limit; tests of that pass their own."""
+    return f"{server.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms={timeout_ms}"
 
 
 @pytest.fixture

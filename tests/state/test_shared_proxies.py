@@ -15,6 +15,7 @@ import pytest
 
 from gateway.testing import RunningServer, running_proxy
 from tests.helpers import PATIENCE_S, wait_until, write_policy
+from tests.state.conftest import prefixed_url
 
 PRICED = 'pricing: {"claude-*": {input: 1000, output: 1000}}\n'  # USD per million tokens: cents per call
 
@@ -104,11 +105,11 @@ def test_redis_killed_and_restarted_mid_traffic(tmp_path, fresh_emulator, own_re
     assert sum("is back after" in m for m in transitions) == 2
 
 
-def test_a_hung_redis_costs_one_timeout_once(tmp_path, fresh_emulator, own_redis, own_redis_url, monkeypatch):
+def test_a_hung_redis_costs_one_timeout_once(tmp_path, fresh_emulator, own_redis, monkeypatch):
     """While Redis hangs, at most one request waits on it (for the URL's timeout); the guard then
     opens and every later request is served from local state without calling Redis at all."""
     write_policy(tmp_path, "t", "sk-t", fresh_emulator.url, extra="limits: {requests_per_minute: 100000}\n")
-    with running_proxy([tmp_path], state_url=own_redis_url.replace("timeout_ms=200", "timeout_ms=1000")) as proxy:
+    with running_proxy([tmp_path], state_url=prefixed_url(own_redis, timeout_ms=1000)) as proxy:
         ask(proxy, "sk-t")
         guard = _state(proxy)
         waited: list[str] = []  # the calls a request made to the hung Redis (background ones excluded)
