@@ -7,7 +7,7 @@ body of the provider's shape after `--delay-ms`. It is written the way such serv
 with separate sends, Nagle left on unless `--nodelay`), because the point is to measure Slipstream
 against upstreams it does not control.
 
-    python bench/slow_upstream.py PORT [--delay-ms 5] [--http11] [--nodelay] [--backlog 128]
+    python bench/slow_upstream.py PORT [--delay-ms 5] [--http11] [--nodelay] [--backlog 128] [--idle-timeout-ms N]
 
 With `--lost` it is also the benchmark of requests lost in front of such an upstream: it starts
 itself as the upstream with a small listen backlog (the stdlib's 5 by default) and sends
@@ -16,6 +16,7 @@ and through aiohttp (what an ordinary client sees), counting answers, errors, an
 answer within `--wait-s`:
 
     .venv/bin/python bench/slow_upstream.py --lost [--requests 10000] [--concurrency 64] [--backlog 5]
+        [--http11 --idle-timeout-ms 20]   # keep-alive, idle connections closed by the server: the race
 """
 
 from __future__ import annotations
@@ -59,10 +60,11 @@ BODIES = {
 ENCODED = {path: json.dumps(body).encode() for path, body in BODIES.items()}
 
 
-def handler(delay_s: float, http11: bool, nodelay: bool) -> type[BaseHTTPRequestHandler]:
+def handler(delay_s: float, http11: bool, nodelay: bool, idle_timeout_s: float | None = None) -> type[BaseHTTPRequestHandler]:
     class Slow(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1" if http11 else "HTTP/1.0"
         disable_nagle_algorithm = nodelay
+        timeout = idle_timeout_s  # a kept-alive connection silent this long is closed (None: never)
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
@@ -146,6 +148,8 @@ def lost_requests(args: argparse.Namespace) -> None:
 
     port = free_port()
     flags = ["--http11"] if args.http11 else []
+    if args.idle_timeout_ms:
+        flags += ["--idle-timeout-ms", str(args.idle_timeout_ms)]
     proc = start([PY, str(Path(__file__)), str(port), "--delay-ms", str(args.delay_ms), "--backlog", str(args.backlog), *flags])
     try:
         wait_ready(f"http://127.0.0.1:{port}/")
@@ -155,7 +159,7 @@ def lost_requests(args: argparse.Namespace) -> None:
         stop(proc)
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"{args.requests} requests per client, concurrency {args.concurrency}, backlog {args.backlog}, "
-          f"{'HTTP/1.1' if args.http11 else 'HTTP/1.0'}, delay {args.delay_ms:g} ms, "
+          f"{'HTTP/1.1' if args.http11 else 'HTTP/1.0'}, idle timeout {args.idle_timeout_ms or 'none'} ms, delay {args.delay_ms:g} ms, "
           f"{time.perf_counter() - started:.0f} s, load average {load}")
     print("| client | answered 200 | errors | no answer within the wait (lost) | sent again by the client |")
     print("|---|---|---|---|---|")
@@ -171,6 +175,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=5.0)
     parser.add_argument("--http11", action="store_true", help="keep-alive (protocol_version HTTP/1.1)")
     parser.add_argument("--nodelay", action="store_true", help="TCP_NODELAY on accepted sockets")
+    parser.add_argument("--idle-timeout-ms", type=float, default=None, help="close kept-alive connections idle this long")
     # 128, the one setting changed from the stdlib's, for the latency benchmarks: a backlog of 5
     # overflows at concurrency 64 on HTTP/1.0 (a connect per call), which measures the backlog,
     # not the proxy. `--lost` uses the stdlib's 5 on purpose: no request may be lost to it.
@@ -187,7 +192,8 @@ def main() -> None:
     if args.port is None:
         parser.error("give the PORT to serve on (or --lost)")
     ThreadingHTTPServer.request_queue_size = 128 if args.backlog is None else args.backlog
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(args.delay_ms / 1000, args.http11, args.nodelay))
+    idle_s = args.idle_timeout_ms / 1000 if args.idle_timeout_ms else None
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(args.delay_ms / 1000, args.http11, args.nodelay, idle_s))
     server.daemon_threads = True
     server.serve_forever()
 

@@ -39,6 +39,7 @@ from sdk.providers.http1_wire import (
     NO_BODY,
     Connection,
     Destination,
+    NotDelivered,
     Response,
     absolute_form,
     request_head,
@@ -118,10 +119,6 @@ class _Origin:
     teams: dict[str, _Share] = field(default_factory=dict)  # one per team that has called (teams come from policies)
 
 
-class _NotDelivered(UpstreamUnreachableError):
-    """The request provably never reached the upstream's application: it may be sent again."""
-
-
 class Http1Upstream:
     """Keep-alive pool per destination; create it inside the loop that will use it."""
 
@@ -167,8 +164,7 @@ class Http1Upstream:
                 raise UpstreamTimeoutError(f"{shown(url)} sent no response within {timeout.first_byte_s:g}s") from exc
             except UpstreamUnreachableError as exc:
                 conn.close()
-                stale = conn.reused and conn.received == 0  # a kept-alive connection the server had closed
-                if fresh or not isinstance(body, bytes) or not (stale or isinstance(exc, _NotDelivered)):
+                if fresh or not isinstance(body, bytes) or not _undelivered(conn, exc, len(request)):
                     raise
                 fresh = True
                 self.resent += 1
@@ -339,6 +335,21 @@ class Http1Upstream:
             pool.idle.clear()
 
 
+def _undelivered(conn: Connection, error: UpstreamUnreachableError, size: int) -> bool:
+    """Whether a failed request provably never reached the upstream's application."""
+    if isinstance(error, NotDelivered):
+        return True
+    if conn.received:
+        return False  # part of an answer came: the upstream read the request
+    unread = conn.unacknowledged_at_eof  # None: reset, or not known here
+    if conn.reused:
+        # A kept-alive connection the server closed (its idle timeout) as the request went out; but
+        # not one closed cleanly after the server's TCP had acknowledged the request (a server that
+        # closes an idle connection with unread bytes resets it): that server may have read it.
+        return unread is None or unread >= size
+    return unread is not None and unread >= size  # a new connection closed unread (a timeout in its accept queue)
+
+
 def _check_delivered(conn: Connection, size: int, after_s: float) -> None:
     """The connect timeout after a request was written and no answer yet: if the upstream's TCP has
     acknowledged none of it, no application there has read it (a connection still in a full listen
@@ -347,5 +358,5 @@ def _check_delivered(conn: Connection, size: int, after_s: float) -> None:
         return
     pending = conn.unacknowledged()
     if pending is not None and pending >= size:
-        conn.fail(_NotDelivered(f"{conn.origin.shown} did not take the request: none of it was acknowledged within {after_s:g}s"))
+        conn.fail(NotDelivered(f"{conn.origin.shown} did not take the request: none of it was acknowledged within {after_s:g}s"))
         conn.close()

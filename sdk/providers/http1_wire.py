@@ -83,6 +83,10 @@ def absolute_form(method: str, url: str, proxy: Proxy) -> bytes:
     return f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{auth}".encode("latin-1")
 
 
+class NotDelivered(UpstreamUnreachableError):
+    """The request provably never reached the upstream's application: it may be sent again."""
+
+
 class Connection(asyncio.Protocol):
     """One keep-alive connection and the state of the exchange running on it."""
 
@@ -96,6 +100,7 @@ class Connection(asyncio.Protocol):
         self.team: str | None = None  # the team whose share this connection counts against while in use
         self.reused = False  # taken from the pool's idle connections (not dialled for the call using it)
         self.received = 0  # bytes of the current answer received
+        self.unacknowledged_at_eof: int | None = None  # request bytes the peer had not acknowledged when it closed
         self._parser = httptools.HttpResponseParser(self)
         self._writable: asyncio.Future[None] | None = None  # set while the transport's write buffer is full
         self._begin_state(None)
@@ -116,7 +121,11 @@ class Connection(asyncio.Protocol):
     def begin(self, request: bytes) -> None:
         self._begin_state(asyncio.get_running_loop())
         self.received = 0
-        assert self.transport is not None  # set by connection_made before a connection is handed out
+        self.unacknowledged_at_eof = None
+        if self.closed or self.transport is None or self.transport.is_closing():
+            # Closed by the server between its accept and this write: nothing was sent.
+            self.fail(NotDelivered(f"{self.origin.shown} closed the connection before the request was written"))
+            return
         self.transport.write(request)
         self.quick_ack()
 
@@ -180,6 +189,12 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self.fail(UpstreamUnreachableError(f"upstream sent a malformed HTTP answer: {exc}"))
             self.close()
+
+    def eof_received(self) -> None:
+        # The peer closed its side. Its FIN acknowledges every byte it received, so what the socket
+        # still holds unacknowledged now never reached it: asked here, while the socket is open.
+        if self.head is not None:
+            self.unacknowledged_at_eof = self.unacknowledged()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import socket
 import ssl
+import struct
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -39,6 +41,7 @@ class Server:
         self.connections = 0
         self.requests: list[bytes] = []
         self.closed = asyncio.Event()  # set when a client closes its side
+        self.reset = False  # for handlers: close by a reset
 
     async def start(self, tls: ssl.SSLContext | None = None) -> str:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
@@ -275,6 +278,12 @@ async def test_an_upstream_that_closes_after_each_answer_gets_a_spare_connection
         await client.aclose()
 
 
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close as a server does that closes a connection with a request unread in its buffer: a reset."""
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
 async def test_a_request_that_meets_a_closing_keep_alive_connection_is_sent_again():
     # The race with a server's idle timeout, made to happen every time: a connection that has
     # answered once is closed, unanswered, when the next request arrives on it.
@@ -283,7 +292,7 @@ async def test_a_request_that_meets_a_closing_keep_alive_connection_is_sent_agai
     async def handler(reader, writer, n):
         if getattr(writer, "answered", False):
             dropped.append(n)
-            writer.transport.abort()
+            _reset(writer)
             return
         writer.answered = True
         answered.append(n)
@@ -308,17 +317,21 @@ async def test_only_a_replayable_request_on_a_reused_connection_is_sent_again():
     async def answer_once(reader, writer, n):
         if n == 1:
             await _answer(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        elif server.reset:
+            _reset(writer)
         else:
-            writer.transport.abort()
+            writer.close()  # read, then closed cleanly: the server may have acted on it
 
     async def upload() -> AsyncIterator[bytes]:
         yield b"{}"
 
-    async with serving(answer_once) as (server, url, client):
-        assert await (await client.post(url, {}, b"{}", QUICK)).read() == b"ok"
-        with pytest.raises(UpstreamUnreachableError):
-            await client.request("POST", url, {}, upload(), QUICK, length=2)  # streamed: cannot be replayed
-        assert len(server.requests) == 2
+    for reset, body in ((True, upload()), (False, b"{}")):
+        async with serving(answer_once) as (server, url, client):
+            server.reset = reset
+            assert await (await client.post(url, {}, b"{}", QUICK)).read() == b"ok"
+            with pytest.raises(UpstreamUnreachableError):
+                await client.request("POST", url, {}, body, QUICK, length=2)  # not replayable, or read by the server
+            assert len(server.requests) == 2
 
 
 async def test_a_request_the_upstream_never_acknowledged_is_sent_again_then_fails_clearly(monkeypatch):
