@@ -51,7 +51,7 @@ from sdk.state import in_background
 from sdk.state.backend import Admission
 from sdk.state.ownership import KEEP_S, Ownership, ownership_of
 from sdk.tracing import Parent, RequestTrace
-from sdk.types import Protocol, Usage
+from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 
 __all__ = ["PREFIXES", "Door", "Passed", "family", "forward"]
 
@@ -155,12 +155,22 @@ class _Exchange:
             raise self.not_found(kind, object_id)
         return batch
 
-    def check_routes(self, models: list[str]) -> None:
+    def check_models(self, models: list[str], completion: LLMRequest | None = None) -> float:
+        """Refuse what the pipeline would refuse for these models: a model no route matches (the
+        router's 404), and for a budgeted team a model without a price (the limits stage's 403).
+        Returns what a completion holds against the budget while it runs (its worst cost)."""
         router = self.team.pipeline.terminal
         assert isinstance(router, Router)
-        for model in dict.fromkeys(models):
-            router.route_for(model)  # the router's own 404 for a model no route matches
-        self.model = models[0] if len(set(models)) == 1 else ",".join(sorted(set(models)))
+        distinct = list(dict.fromkeys(models))
+        for model in distinct:
+            router.route_for(model)
+        self.model = distinct[0] if len(distinct) == 1 else ",".join(sorted(distinct))
+        if completion is not None:  # counted like a chat request: its text in, max_tokens × n out
+            return self.limits.reservation(completion)
+        endpoint = Endpoint.CHAT_COMPLETIONS if self.op.protocol is Protocol.OPENAI else Endpoint.MESSAGES
+        for model in distinct:  # a batch's cost lands when its results are read; here only its prices must exist
+            self.limits.reservation(LLMRequest(endpoint, {"model": model}))
+        return 0.0
 
     def settle(self, model: str = "", usage: Usage | None = None) -> None:
         admission, self.admission = self.admission, None
@@ -197,7 +207,6 @@ async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, hea
     limits = _limits(team)
     ex = _Exchange(team, door, op, provider, limits, ownership_of(limits.state))
     try:
-        ex.admission = await limits.admit(door.key_id, budget=op.spends)
         return await _forward(ex, method, query, headers, body, length)
     except SlipstreamError as exc:
         ex.refused(exc)
@@ -216,17 +225,21 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     if length is not None and length > limit:
         raise RequestTooLargeError(f"request body of {length} bytes is over this team's limit of {limit} bytes")
     output_of = None  # the batch a downloaded file is an output of
-    if op.spends:  # read whole: its models are checked before anything runs
+    reserve = 0.0
+    request: dict[str, Any] = {}
+    if op.spends:  # read whole: what it runs is checked before anything leaves
         raw = await _whole(body, limit)
         request = json_object(raw, f"{method} {op.upstream_path}")
-        if op.kind == "batch":
-            file_id = request.get("input_file_id")
-            if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
-                raise ex.not_found("file", str(file_id))
-            ex.check_routes(await _input_file_models(provider, file_id, limit))
-        else:
-            ex.check_routes(requested_models(op.kind, request))
         body, length = raw, len(raw)
+        if op.kind != "batch":
+            completion = LLMRequest(Endpoint.CHAT_COMPLETIONS, request, size=len(raw)) if op.action == "complete" else None
+            reserve = ex.check_models(requested_models(op.kind, request), completion)
+    ex.admission = await ex.limits.admit(ex.door.key_id, budget=op.spends, reserve=reserve)
+    if op.spends and op.kind == "batch":  # its models are in its input file, which must be the team's
+        file_id = request.get("input_file_id")
+        if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
+            raise ex.not_found("file", str(file_id))
+        ex.check_models(await _input_file_models(provider, file_id, limit))
     elif op.object_id:
         output_of = await ex.check_owner(op.kind, op.object_id)
     elif not isinstance(body, bytes):

@@ -41,6 +41,7 @@ def policies(tmp_path_factory, emulator) -> Path:
     write_policy(directory, "beta", B, emulator.url)
     write_policy(directory, "broke", "sk-broke", emulator.url, extra=PRICED + "budget: {usd: 0.001, period: day}\n")
     write_policy(directory, "limited", "sk-limited", emulator.url, extra="limits: {per_key: {requests_per_minute: 5}}\n")
+    write_policy(directory, "careful", "sk-careful", emulator.url, extra=PRICED + "budget: {usd: 100, period: day}\n")
     return directory
 
 
@@ -194,6 +195,20 @@ def test_budget_limits_and_spend_hold_on_the_pass_through(proxy, fresh_emulator,
         ("passthrough:batches", 429), ("passthrough:messages_batches", 429)]
     assert logged[0]["request_id"] == first.headers["x-slipstream-request-id"] and logged[0]["output_tokens"] == 8
     assert "sk-broke" not in str(records)
+
+
+def test_a_budgeted_team_cannot_pass_through_a_model_without_a_price(proxy, fresh_emulator):
+    careful = oai(proxy, "sk-careful")
+    assert careful.completions.create(model="gpt-3.5-turbo-instruct", prompt="x", max_tokens=2).usage.total_tokens
+    for attempt in (lambda: careful.completions.create(model="gpt-unpriced", prompt="x", max_tokens=2),
+                    lambda: careful.batches.create(input_file_id=careful.files.create(
+                        file=("in.jsonl", line("x", "gpt-unpriced") + b"\n"), purpose="batch").id,
+                        endpoint="/v1/chat/completions", completion_window="24h")):
+        with pytest.raises(openai.PermissionDeniedError, match="pricing"):
+            attempt()
+    with pytest.raises(anthropic.PermissionDeniedError, match="pricing"):
+        anth(proxy, "sk-careful").messages.batches.create(requests=[{"custom_id": "a", "params": {**MSG, "model": "claude-unpriced"}}])
+    assert len(upstream(fresh_emulator, "/completions")) == 1 and upstream(fresh_emulator, "batches") == []
 
 
 def test_the_per_key_rate_limit_is_the_pipelines(proxy, fresh_emulator):
