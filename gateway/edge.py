@@ -7,8 +7,9 @@ headers. uvicorn's h11 protocol offers `h11_max_incomplete_event_size` (a 400 at
 but still no head timeout, and it is several times slower per request than httptools. So the proxy
 keeps httptools and adds, in this subclass, what the head needs:
 
-- `max_header_bytes` for the request line and headers together, counted as bytes arrive, so at most
-  one read past the limit is parsed; then 431 and close.
+- `max_header_bytes` for the request line and headers together: counted as bytes arrive while the
+  head is incomplete, so at most one read past the limit is parsed, and as parsed for a head that
+  came in one read; then 431 and close.
 - `max_headers` header fields; then 431 and close.
 - `header_timeout_s` from the connection's start (or a kept-alive request's first byte) to the end of
   its head; then 408 and close (a connection that sent nothing is closed without an answer). Idle
@@ -79,7 +80,8 @@ class EdgeProtocol(HttpToolsProtocol):
         self.limits = config.edge if isinstance(config, EdgeConfig) else EdgeLimits()
         self.heads = _HEADS.setdefault(server_state, {})
         self.head_timer: asyncio.TimerHandle | None = None  # set while a request head is being read
-        self.head_bytes = 0
+        self.head_bytes = 0  # read while this head is incomplete (a head that never ends is cut at the limit)
+        self.parsed_bytes = 0  # of this head's line and fields as parsed (a head that arrived in one read)
         self.head_started = False  # a byte of this head has arrived (else a refusal closes without an answer)
         self.header_count = 0
         self.drained = 0
@@ -88,7 +90,7 @@ class EdgeProtocol(HttpToolsProtocol):
     # --- the head ---------------------------------------------------------------------------------
 
     def _arm(self) -> None:
-        self.head_bytes = self.header_count = self.drained = 0
+        self.head_bytes = self.parsed_bytes = self.header_count = self.drained = 0
         self.head_started = False
         self.head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timeout)
         self.heads[self] = None
@@ -152,9 +154,14 @@ class EdgeProtocol(HttpToolsProtocol):
             self._arm()
         self.head_started = True
 
+    def on_url(self, url: bytes) -> None:
+        self.parsed_bytes += len(url)
+        super().on_url(url)
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.refused:
             return
+        self.parsed_bytes += len(name) + len(value) + 4  # ": " and CRLF
         self.header_count += 1
         if self.header_count > self.limits.max_headers:
             self._refuse(431, "too_many_headers", f"more than {self.limits.max_headers} header fields")
@@ -163,6 +170,9 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         if self.refused:
+            return
+        if self.parsed_bytes > self.limits.max_header_bytes:
+            self._refuse(431, "header_too_large", f"request head over {self.limits.max_header_bytes} bytes")
             return
         self._disarm()
         super().on_headers_complete()

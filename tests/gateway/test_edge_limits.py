@@ -93,6 +93,14 @@ def test_a_head_over_the_size_limit_is_431(proxy):
     assert _beta_answers(proxy) == 200
 
 
+def test_a_complete_head_over_the_size_limit_is_431(proxy):
+    """The same limit for a head that arrives whole, in one read."""
+    before = _edge("header_too_large")
+    response = httpx.get(f"{proxy.url}/healthz", headers={"x-big": "a" * (LIMITS.max_header_bytes + 1)}, timeout=PATIENCE_S)
+    assert response.status_code == 431 and response.json()["error"]["type"] == "request_refused"
+    assert _edge("header_too_large") == before + 1
+
+
 def test_a_64_mib_header_is_refused_while_it_arrives(proxy):
     """The issue's finding: one 64 MiB header held the loop for seconds. Now the connection is closed
     after the limit; the sender finds it closed long before it has sent its 64 MiB."""
