@@ -208,12 +208,14 @@ def test_unknown_model_is_not_found(policy: Path) -> None:
     assert info.value.body["error"]["type"] == "not_found_error"
 
 
-def test_upstream_401_passes_through(tmp_path: Path, emu: RunningEmulator) -> None:
+def test_upstream_401_is_a_401_without_the_providers_body(tmp_path: Path, emu: RunningEmulator) -> None:
+    """Still the provider's status and error code, but the gateway's message: the provider's body can
+    echo the key (docs/security.md)."""
     bad = write_policy(tmp_path, emu, "wrong-key")
     with pytest.raises(openai.AuthenticationError) as info:
         sdk.OpenAI(policy=bad, max_retries=0).chat.completions.create(model=GPT, messages=HELLO)
     assert info.value.status_code == 401 and info.value.code == "invalid_api_key"
-    with pytest.raises(anthropic.AuthenticationError, match="invalid x-api-key"):
+    with pytest.raises(anthropic.AuthenticationError, match="refused the gateway's upstream credentials"):
         sdk.Anthropic(base_url=emu.url, api_key="wrong-key", max_retries=0).messages.create(model=CLAUDE, max_tokens=8, messages=HELLO)
 
 
