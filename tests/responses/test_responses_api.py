@@ -110,7 +110,7 @@ def test_max_output_tokens_ends_incomplete(door, model, fresh_emulator):
 
 def test_untranslatable_is_refused_before_sending(door, fresh_emulator):
     """Refused with the field and the protocol the route's upstream really speaks."""
-    with pytest.raises(openai.BadRequestError, match="web_search.*for a Chat Completions target"):
+    with pytest.raises(openai.BadRequestError, match=r"web_search.*for a Chat Completions target"):
         door.responses.create(model="gpt-4o", input="Search the web.", tools=[{"type": "web_search"}])
     with pytest.raises(openai.BadRequestError, match=r"reasoning\.summary.*for an Anthropic Messages target"):
         door.responses.create(model="claude-x", input="Think.", reasoning={"effort": "low", "summary": "auto"})
