@@ -39,7 +39,15 @@ from urllib.parse import parse_qsl, urlencode
 import orjson
 
 from sdk import access_log, metrics, tracing
-from sdk.errors import NotFoundError, RequestTooLargeError, SlipstreamError, credentials_refused
+from sdk.errors import (
+    NotFoundError,
+    RequestTooLargeError,
+    SlipstreamError,
+    UpstreamTimeoutError,
+    UpstreamUnreachableError,
+    credentials_refused,
+    naming_provider,
+)
 from sdk.passthrough.bodies import Lines, Tally, input_file_models, json_object, requested_models, rewrite_results_url
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
 from sdk.providers.base import HTTPProvider
@@ -192,7 +200,9 @@ class _Exchange:
         tracing.end_passthrough(self.trace, "failed", exc.status, exc)
 
     def headers(self, response: UpstreamResponse, length: int | None = None) -> list[tuple[str, str]]:
-        sent = [(k, v) for k, v in response.headers.items() if k not in _DROP_RESPONSE and not (length is not None and k == "content-length")]
+        listed = {token.strip().lower() for token in response.headers.get("connection", "").split(",")}
+        sent = [(k, v) for k, v in response.headers.items()
+                if k not in _DROP_RESPONSE and k not in listed and not (length is not None and k == "content-length")]
         if length is not None:
             sent.append(("content-length", str(length)))
         return [*sent, ("x-slipstream-route", self.route), ("x-slipstream-request-id", self.request_id)]
@@ -208,6 +218,10 @@ async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, hea
     ex = _Exchange(team, door, op, provider, limits, ownership_of(limits.state))
     try:
         return await _forward(ex, method, query, headers, body, length)
+    except (UpstreamUnreachableError, UpstreamTimeoutError) as exc:
+        named = naming_provider(exc, provider.name)  # the client learns the provider's name, not its URL
+        ex.refused(named)
+        raise named from exc
     except SlipstreamError as exc:
         ex.refused(exc)
         raise

@@ -41,6 +41,7 @@ def policies(tmp_path_factory, emulator) -> Path:
     write_policy(directory, "beta", B, emulator.url)
     write_policy(directory, "broke", "sk-broke", emulator.url, extra=PRICED + "budget: {usd: 0.001, period: day}\n")
     write_policy(directory, "limited", "sk-limited", emulator.url, extra="limits: {per_key: {requests_per_minute: 5}}\n")
+    write_policy(directory, "gone", "sk-gone", "http://127.0.0.1:9")  # nothing listens on the discard port
     write_policy(directory, "careful", "sk-careful", emulator.url, extra=PRICED + "budget: {usd: 100, period: day}\n")
     return directory
 
@@ -286,6 +287,14 @@ def test_an_upstream_401_that_echoes_the_key_is_replaced(proxy, policies, fresh_
         with pytest.raises(anthropic.AuthenticationError) as refused_a:
             anthropic_client.messages.batches.list()
         assert "refused the gateway's upstream credentials" in str(refused_a.value.body)
+
+
+def test_an_unreachable_provider_is_named_not_located(proxy, policies):
+    for client in (oai(proxy, "sk-gone"), sdk.OpenAI(policy=policies / "gone.yaml", max_retries=0)):
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.files.list()
+        assert failed.value.status_code == 502 and "provider 'gpt'" in failed.value.body["message"]
+        assert "127.0.0.1" not in str(failed.value.body) and ":9" not in str(failed.value.body)
 
 
 @pytest.fixture(scope="module")
