@@ -212,6 +212,17 @@ def test_a_budgeted_team_cannot_pass_through_a_model_without_a_price(proxy, fres
     assert len(upstream(fresh_emulator, "/completions")) == 1 and upstream(fresh_emulator, "batches") == []
 
 
+def test_a_streamed_completion_is_charged_from_its_usage_chunk(proxy):
+    alpha = oai(proxy, A)
+    before = spend(proxy, A).get("gpt-3.5-turbo-instruct", 0.0)
+    chunks = list(alpha.completions.create(model="gpt-3.5-turbo-instruct", prompt="Once", max_tokens=4, stream=True,
+                                           stream_options={"include_usage": True}))
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 4
+    after = wait_until(lambda: (s := spend(proxy, A).get("gpt-3.5-turbo-instruct", 0.0)) > before and s, "the stream's spend")
+    assert after - before == pytest.approx(usage.total_tokens * 1000 / 1e6)
+
+
 def test_the_per_key_rate_limit_is_the_pipelines(proxy, fresh_emulator):
     limited = oai(proxy, "sk-limited")
     statuses = []
