@@ -124,6 +124,34 @@ end
 return out
 """
 
+# ARGV: base, item ids. Returns {n, flat}: flat holds n/2 (item, owning response) pairs, then
+# (response id, data, depth, chain) for each distinct owner still stored. One round trip for all.
+_ITEMS = """
+local base, out, owners, seen = ARGV[1], {}, {}, {}
+for i = 2, #ARGV do
+  local owner = redis.call('GET', base .. 'i:' .. ARGV[i])
+  if owner then
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = owner
+    owners[#owners + 1] = owner
+  end
+end
+local n = #out
+for _, rid in ipairs(owners) do
+  if not seen[rid] then
+    seen[rid] = true
+    local r = redis.call('HMGET', base .. 'r:' .. rid, 'data', 'depth', 'chain')
+    if r[1] then
+      out[#out + 1] = rid
+      out[#out + 1] = r[1]
+      out[#out + 1] = r[2]
+      out[#out + 1] = r[3]
+    end
+  end
+end
+return {n, out}
+"""
+
 
 def _record(data: bytes, depth: Any, chain_bytes: Any) -> StoredResponse:
     return StoredResponse(**{**orjson.loads(data), "depth": int(depth), "chain_bytes": int(chain_bytes)})
@@ -182,10 +210,13 @@ class RedisResponseStore:
     async def find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
         if not item_ids:
             return {}
-        base = self._base(team)
-        owned = await self._call("MGET", *(base + "i:" + i for i in item_ids))
-        owners = {i: o.decode() for i, o in zip(item_ids, owned, strict=True) if o is not None} if isinstance(owned, list) else {}
-        records = {rid: record for rid in set(owners.values()) if (record := await self.get(team, rid)) is not None}
+        raw = await self._eval(_ITEMS, self._base(team), *item_ids)
+        owners: dict[str, str] = {}
+        records: dict[str, StoredResponse] = {}
+        if isinstance(raw, list):
+            n, flat = int(raw[0]), raw[1]
+            owners = {flat[i].decode(): flat[i + 1].decode() for i in range(0, n, 2)}
+            records = {flat[i].decode(): _record(*flat[i + 1:i + 4]) for i in range(n, len(flat), 4)}
         found = pick_items(records, owners)
         missing = [i for i in item_ids if i not in found]
         return {**(await self.fallback.find_items(team, missing) if missing else {}), **found}
