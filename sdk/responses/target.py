@@ -30,13 +30,14 @@ from typing import Any
 
 import orjson
 
-from sdk.errors import NotFoundError, UpstreamHTTPError
+from sdk.errors import UpstreamHTTPError
 from sdk.providers.base import HTTPProvider, Provider
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.openai import ResponsesMode as Mode
 from sdk.responses.conversation import Conversations, Resolved
 from sdk.responses.store import ResponseStore
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
 from sdk.routing.translation.responses_answers import completion_c2r, new_id
 from sdk.routing.translation.responses_requests import responses_to_chat
@@ -85,8 +86,8 @@ class ResponsesTarget:
                 raise TranslationRefused(f"provider {self.name!r} has no Responses API to count input tokens with; route /v1/responses/input_tokens to a native OpenAI target")
             return await upstream.send(await self._resolved(request), timings)
         if request.endpoint is Endpoint.RESPONSES_COMPACT:
-            if self.mode == "chat":  # OpenAI's own answer to a path it does not serve
-                raise NotFoundError(f"provider {self.name!r} serves Responses by translation; /v1/responses/compact exists only on a native OpenAI Responses target")
+            if self.mode == "chat":  # the route's next target may be native; if none is, OpenAI's answer to a path it lacks
+                raise TranslationRefused(f"provider {self.name!r} serves Responses by translation; /v1/responses/compact exists only on a native OpenAI Responses target", status=404)
             return await upstream.send(await self._resolved(request), timings)
         if self.mode != "chat":
             try:
@@ -129,6 +130,7 @@ class ResponsesTarget:
         # Chat reaches an Anthropic provider through the chat ↔ messages translation.
         via = upstream if upstream.protocol is Protocol.OPENAI else TranslatingProvider(upstream, Protocol.OPENAI)
         answer = await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size), timings)
+        mark_dropped(answer.headers, check(Shape.RESPONSES, body, protocol))  # x-slipstream-dropped-fields
         if isinstance(answer, LLMResponse):
             answer.body = completion_c2r(body, response_id, answer.body)
             await self.conversations.record(orjson.loads(answer.body), body, resolved, self.name, False)

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import error_body
+from sdk.routing.translation.output_modes import validated
 from sdk.types import Protocol
 
 # stop_reason ↔ finish_reason (provider-protocols.md B.3, C.4).
@@ -39,10 +40,13 @@ def usage_o2a(usage: dict[str, Any] | None) -> dict[str, Any]:
             "output_tokens": usage.get("completion_tokens") or 0}
 
 
-def message_a2o(body: bytes) -> bytes:
-    """An Anthropic message as an OpenAI chat.completion."""
+def message_a2o(body: bytes, prefill: str = "") -> bytes:
+    """An Anthropic message as an OpenAI chat.completion; `prefill` (a JSON-mode request's assistant
+    prefill, output_modes.py) is re-attached and the text validated as JSON."""
     data = orjson.loads(body)
     texts = [b["text"] for b in data.get("content") or () if b.get("type") == "text"]
+    if prefill:
+        texts = [validated(prefill + "".join(texts), data.get("stop_reason") == "max_tokens")]
     calls = [{"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": orjson.dumps(b.get("input") or {}).decode()}}
              for b in data.get("content") or () if b.get("type") == "tool_use"]
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None, "refusal": None}

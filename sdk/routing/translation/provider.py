@@ -15,6 +15,8 @@ from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import completion_o2a, error_for, message_a2o
+from sdk.routing.translation.fields import Shape, check, mark_dropped
+from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
 from sdk.sse import events_of
@@ -59,19 +61,24 @@ class TranslatingProvider:
         if request.endpoint is Endpoint.EMBEDDINGS:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
+        shape, target = (Shape.MESSAGES, "OpenAI") if to_openai else (Shape.CHAT, "Anthropic")
+        dropped = check(shape, request.body, target)  # a refused field is a 400 here, before anything is sent
         body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, request.body, str(self.inner.protocol))
+        mode = None if to_openai else json_mode(request.body)
+        prefill = mode.prefill if mode is not None else ""
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
         try:
             answer = await self.inner.send(upstream, timings)
         except UpstreamHTTPError as exc:
             raise UpstreamHTTPError(exc.status, error_for(self.protocol, exc.status, exc.body), exc.headers, exc.route) from exc
+        mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
-            answer.body = completion_o2a(answer.body) if to_openai else message_a2o(answer.body)
+            answer.body = completion_o2a(answer.body) if to_openai else message_a2o(answer.body, prefill)
             return answer
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        translator = OpenAIToAnthropic() if to_openai else AnthropicToOpenAI(include_usage)
+        translator = OpenAIToAnthropic() if to_openai else AnthropicToOpenAI(include_usage, prefill)
         answer.events = translated_events(answer.events, translator)
         return answer
 

@@ -1,10 +1,9 @@
 """Request bodies between the Anthropic Messages and OpenAI Chat Completions dialects.
 
-Each direction walks the fields it knows. A field that has no faithful counterpart is refused with
-`TranslationRefused` naming it, before anything is sent; a field that only tunes delivery and
-changes nothing about the answer (cache_control markers, service tier, caching keys) is dropped.
-Unknown fields are refused: passing them on could fail upstream, and dropping them could silently
-change what the answer means.
+What becomes of each top-level field (translated, dropped, refused) is the table in
+sdk/routing/translation/fields.py; each direction checks the body against it first (a refused field
+is a 400 naming it, before anything is sent) and then translates what it keeps. Nested parts that
+have no faithful counterpart are refused here, naming where they are.
 """
 
 from __future__ import annotations
@@ -15,11 +14,9 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.fields import Fate, Shape, check, fate
+from sdk.routing.translation.output_modes import json_mode
 
-# Fields that change how a request is delivered or billed, never what the answer means.
-_ANTHROPIC_DROPPABLE = {"cache_control", "service_tier", "inference_geo"}
-_OPENAI_DROPPABLE = {"store", "service_tier", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
-                     "safety_identifier", "stream_options", "metadata"}
 # reasoning_effort values Anthropic's output_config.effort shares (it has no "minimal" or "none").
 _EFFORTS = ("low", "medium", "high", "xhigh")
 # OpenAI requests without a limit must still give Anthropic one; this is Anthropic's largest common cap.
@@ -58,8 +55,9 @@ _A2O_TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
 def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
+    check(Shape.MESSAGES, body, "OpenAI")
     for key, value in body.items():
-        if key in ("model", "messages", "system", "tools", "tool_choice") or key in _ANTHROPIC_DROPPABLE:
+        if key in ("model", "messages", "system", "tools", "tool_choice") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
         if key == "max_tokens":
             out["max_completion_tokens"] = value
@@ -74,8 +72,8 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
         elif key == "metadata":
             if isinstance(value, dict) and value.get("user_id"):
                 out["user"] = value["user_id"]
-        elif key == "thinking" and isinstance(value, dict) and value.get("type") == "disabled":
-            continue
+        elif key == "output_config" and isinstance(value, dict) and set(value) <= {"format", "effort"}:
+            _a2o_output_config(value, out)
         else:
             raise refuse(f"{key!r}", "OpenAI")
     system = body.get("system")
@@ -88,10 +86,23 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
         kind = choice.get("type")
-        out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}} if kind == "tool" else _A2O_TOOL_CHOICE[kind]
+        out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}} if kind == "tool" else _A2O_TOOL_CHOICE[str(kind)]
         if choice.get("disable_parallel_tool_use") and body.get("tools"):
             out["parallel_tool_calls"] = False
     return out
+
+
+def _a2o_output_config(config: dict[str, Any], out: dict[str, Any]) -> None:
+    fmt = config.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "response", "schema": fmt.get("schema") or {}, "strict": True}}
+    elif fmt is not None:
+        raise refuse(f"output_config.format {fmt.get('type') if isinstance(fmt, dict) else fmt!r}", "OpenAI")
+    effort = config.get("effort")
+    if effort is not None:
+        if effort not in _EFFORTS:
+            raise refuse(f"output_config.effort {effort!r}", "OpenAI")
+        out["reasoning_effort"] = effort
 
 
 def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
@@ -125,7 +136,8 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
             out["tool_calls"] = calls
         return [out]
     # A user turn: tool results become `tool` messages, which must directly follow the assistant's calls.
-    tool_messages, parts = [], []
+    tool_messages: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
     for j, block in enumerate(content or ()):
         kind = block.get("type")
         if kind == "tool_result":
@@ -136,7 +148,8 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         elif kind == "text":
             parts.append({"type": "text", "text": _text(block, f"{where}.content.{j}")})
         elif kind == "image":
-            parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source") or {}, f"{where}.content.{j}")}})
+            image: dict[str, Any] = {"url": _image_url(block.get("source") or {}, f"{where}.content.{j}")}
+            parts.append({"type": "image_url", "image_url": image})
         else:
             raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
     if parts:
@@ -158,9 +171,10 @@ def _image_url(source: dict[str, Any], where: str) -> str:
 def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model")}
     tool_choice: dict[str, Any] | None = None
+    check(Shape.CHAT, body, "Anthropic")
     for key, value in body.items():
         if key in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
-                   "max_completion_tokens", "user") or key in _OPENAI_DROPPABLE:
+                   "max_completion_tokens", "user", "stream_options", "response_format") or fate(Shape.CHAT, key, value) is Fate.DROPPED:
             continue
         if key == "stop":
             out["stop_sequences"] = [value] if isinstance(value, str) else value
@@ -170,14 +184,6 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             out["temperature"] = value
         elif key in ("top_p", "stream"):
             out[key] = value
-        elif key == "n" and value in (None, 1):
-            continue
-        elif key == "response_format" and isinstance(value, dict) and value.get("type") == "text":
-            continue
-        elif key == "response_format" and isinstance(value, dict) and value.get("type") == "json_schema":
-            # Anthropic's structured outputs take the schema alone (name/strict/description have no counterpart).
-            schema = (value.get("json_schema") or {}).get("schema") or {}
-            out.setdefault("output_config", {})["format"] = {"type": "json_schema", "schema": schema}
         elif key == "reasoning_effort" and value in _EFFORTS:
             out.setdefault("output_config", {})["effort"] = value
         else:
@@ -186,6 +192,9 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("user"):
         out["metadata"] = {"user_id": body["user"]}
     system, messages = _o2a_messages(body.get("messages") or [])
+    mode = json_mode(body)
+    if mode is not None:  # JSON output: structured outputs, or an instruction and a prefill (output_modes.py)
+        system, messages = mode.apply(out, system, messages)
     if system:
         out["system"] = system
     out["messages"] = messages

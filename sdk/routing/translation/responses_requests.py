@@ -6,20 +6,18 @@ then Messages (`requests.openai_to_anthropic`), so one walk of the Responses fie
 
 `previous_response_id` and `item_reference` items are resolved before this runs, from the team's
 store (sdk/responses/conversation.py): the body here holds the whole conversation. Fields with no faithful Chat counterpart are refused with
-`TranslationRefused` naming them; fields that only tune delivery or storage are dropped.
+`TranslationRefused` naming them; fields that only tune delivery or storage are dropped (the table:
+sdk/routing/translation/fields.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sdk.routing.translation.fields import Shape, check
 from sdk.routing.translation.requests import refuse
 
-# Stored, billed or transported differently, never a change to the answer: Slipstream's response
-# store keeps `store`/`metadata`; a chat upstream has nothing to truncate (`truncation`).
-_DROPPABLE = {"store", "metadata", "service_tier", "truncation", "stream_options", "prompt_cache_retention",
-              "previous_response_id", "background"}
-_PASSED = {"temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user"}
+_PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user")
 # `include` values that ask for something a translated answer cannot hold and does not miss: there
 # are no reasoning items to carry encrypted content in.
 _INCLUDABLE = {"reasoning.encrypted_content"}
@@ -28,17 +26,10 @@ _CHAT_TARGET = "Chat Completions"  # what refusals name; a Responses target pass
 
 def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
-    for key, value in body.items():
-        if key in ("model", "input", "instructions", "tools", "tool_choice", "text", "reasoning", "include",
-                   "max_output_tokens", "stream") or key in _DROPPABLE:
-            if key == "background" and value:
-                raise refuse("'background': true", target)
-            continue
-        if key in _PASSED:
-            if value is not None:
-                out[key] = value
-        else:
-            raise refuse(f"{key!r}", target)
+    check(Shape.RESPONSES, body, target)  # every field by its meaning: sdk/routing/translation/fields.py
+    for key in _PASSED:
+        if body.get(key) is not None:
+            out[key] = body[key]
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     if body.get("stream"):

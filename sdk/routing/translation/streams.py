@@ -50,7 +50,7 @@ def read_chunk(event: bytes) -> dict[str, Any] | ChunkError | None:
     if "error" in chunk and "choices" not in chunk:
         error = chunk["error"] or {}
         message = error.get("message") or "upstream error"
-        return ChunkError(529 if "overload" in message.lower() else _OPENAI_ERROR_STATUS.get(error.get("type"), 500), message)
+        return ChunkError(529 if "overload" in message.lower() else _OPENAI_ERROR_STATUS.get(str(error.get("type")), 500), message)
     return chunk
 
 
@@ -126,8 +126,9 @@ class OpenAIToAnthropic:
 class AnthropicToOpenAI:
     """Feeds on an Anthropic event stream (from an Anthropic target), yields OpenAI chunks."""
 
-    def __init__(self, include_usage: bool) -> None:
+    def __init__(self, include_usage: bool, prefill: str = "") -> None:
         self.include_usage = include_usage
+        self.prefill = prefill  # the assistant prefill of a JSON-mode request (output_modes.py): the answer's start
         self.id = ""
         self.model = ""
         self.created = int(time.time())
@@ -152,7 +153,7 @@ class AnthropicToOpenAI:
             message = payload.get("message") or {}
             self.id, self.model = f"chatcmpl-{message.get('id', '')}", message.get("model") or ""
             merge_anthropic_usage(self.usage, message.get("usage"))
-            return [self._chunk({"role": "assistant", "content": "", "refusal": None})]
+            return [self._chunk({"role": "assistant", "content": self.prefill, "refusal": None})]
         if kind == "content_block_start":
             block = payload.get("content_block") or {}
             if block.get("type") != "tool_use":
@@ -185,6 +186,6 @@ class AnthropicToOpenAI:
             return out + [b"data: [DONE]\n\n"]
         if kind == "error":
             error = payload.get("error") or {}
-            status = _ANTHROPIC_ERROR_STATUS.get(error.get("type"), 500)
+            status = _ANTHROPIC_ERROR_STATUS.get(str(error.get("type")), 500)
             return [error_event(Protocol.OPENAI, status, error.get("message") or "upstream error")]
         return []  # ping, and event types this translation does not carry (tolerated, as the protocol asks)

@@ -1,0 +1,200 @@
+"""Every top-level field of every request shape, by what it means to a target of another protocol.
+
+One table (`FIELDS`), read by the translators (sdk/routing/translation/requests.py,
+responses_requests.py) and rendered into docs/api.md ("Fields across protocols"; the test
+tests/routing/test_field_table.py walks it and checks the copy). Each field of a shape is:
+
+- `translated`: carried over with its meaning (the translator says how; the note names the target field);
+- `dropped`: it cannot change the answer (metadata, client information, storage and billing hints);
+  it is left out and named in the answer's `x-slipstream-dropped-fields` header, so nothing is lost
+  silently;
+- `refused`: it would change the answer and the target cannot do the same: a 400 naming the field
+  and the target protocol, before anything is sent.
+
+A field whose value is its protocol's default (`neutral`) changes nothing either: `n: 1`,
+`presence_penalty: 0`, `logprobs: false` are dropped, other values of them refused. A field that is
+not in the table is refused: passing it on could fail upstream, and dropping it could silently change
+what the answer means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from sdk.routing.backoff import TranslationRefused
+
+DROPPED_HEADER = "x-slipstream-dropped-fields"
+
+
+class Fate(StrEnum):
+    TRANSLATED = "translated"
+    DROPPED = "dropped"
+    REFUSED = "refused"
+
+
+class Shape(StrEnum):
+    """A request shape and the protocol a translated request of it goes to."""
+
+    CHAT = "Chat Completions → Anthropic Messages"
+    MESSAGES = "Anthropic Messages → Chat Completions"
+    RESPONSES = "Responses → Chat Completions (→ Anthropic Messages)"
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    fate: Fate
+    note: str
+    neutral: tuple[Any, ...] = ()  # values that change nothing: dropped whatever the fate
+
+
+T, D, R = Fate.TRANSLATED, Fate.DROPPED, Fate.REFUSED
+_NONE = (None,)
+
+FIELDS: dict[Shape, dict[str, Field]] = {
+    Shape.CHAT: {
+        "model": Field(T, "model (the route's target model)"),
+        "messages": Field(T, "system, messages (system/developer → system; tool → tool_result blocks; images)"),
+        "max_completion_tokens": Field(T, "max_tokens"),
+        "max_tokens": Field(T, "max_tokens (default 8192 when neither is sent)"),
+        "stop": Field(T, "stop_sequences"),
+        "stream": Field(T, "stream"),
+        "stream_options": Field(T, "include_usage: the usage chunk is built from Anthropic's usage"),
+        "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1)"),
+        "top_p": Field(T, "top_p"),
+        "tools": Field(T, "tools (function tools; others refused)"),
+        "tool_choice": Field(T, "tool_choice (auto/none/required/named)"),
+        "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
+        "response_format": Field(T, "json_schema → output_config.format (structured outputs); json_object (and "
+                                    "json_schema on models without structured outputs) → an instruction and an "
+                                    "assistant prefill `{`, the answer validated as JSON", ({"type": "text"}, None)),
+        "reasoning_effort": Field(T, "output_config.effort (low/medium/high/xhigh; others refused)"),
+        "user": Field(T, "metadata.user_id"),
+        "n": Field(R, "one choice per request only", (1, None)),
+        "metadata": Field(D, "OpenAI's stored-completion tags"),
+        "store": Field(D, "OpenAI's stored completions"),
+        "service_tier": Field(D, "billing tier"),
+        "prompt_cache_key": Field(D, "OpenAI's cache routing; Anthropic targets get breakpoints instead"),
+        "prompt_cache_retention": Field(D, "OpenAI's cache retention"),
+        "safety_identifier": Field(D, "end-user id for OpenAI's abuse monitoring"),
+        "seed": Field(R, "Anthropic has no seeded sampling", _NONE),
+        "frequency_penalty": Field(R, "no counterpart", (0, 0.0, None)),
+        "presence_penalty": Field(R, "no counterpart", (0, 0.0, None)),
+        "logit_bias": Field(R, "no counterpart", ({}, None)),
+        "logprobs": Field(R, "no counterpart", (False, None)),
+        "top_logprobs": Field(R, "no counterpart", (0, None)),
+        "modalities": Field(R, "text output only", (["text"], None)),
+        "audio": Field(R, "no audio output", _NONE),
+        "prediction": Field(R, "no predicted outputs", _NONE),
+        "verbosity": Field(R, "no counterpart", _NONE),
+        "web_search_options": Field(R, "a server tool of OpenAI's", _NONE),
+        "functions": Field(R, "deprecated; send tools", _NONE),
+        "function_call": Field(R, "deprecated; send tool_choice", _NONE),
+    },
+    Shape.MESSAGES: {
+        "model": Field(T, "model (the route's target model)"),
+        "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages, images)"),
+        "system": Field(T, "a system message"),
+        "max_tokens": Field(T, "max_completion_tokens"),
+        "stop_sequences": Field(T, "stop"),
+        "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
+        "temperature": Field(T, "temperature"),
+        "top_p": Field(T, "top_p"),
+        "tools": Field(T, "function tools (server tools refused)"),
+        "tool_choice": Field(T, "tool_choice and parallel_tool_calls"),
+        "metadata": Field(T, "metadata.user_id → user; nothing else in it changes the answer"),
+        "thinking": Field(R, "Chat has no thinking budget", ({"type": "disabled"}, None)),
+        "output_config": Field(T, "format → response_format json_schema; effort → reasoning_effort"),
+        "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key"),
+        "service_tier": Field(D, "billing tier"),
+        "inference_geo": Field(D, "where Anthropic runs it"),
+        "top_k": Field(R, "no counterpart", _NONE),
+        "container": Field(R, "Anthropic's code-execution container", _NONE),
+        "mcp_servers": Field(R, "Anthropic's MCP connector", _NONE),
+        "context_management": Field(R, "Anthropic's context editing", _NONE),
+    },
+    Shape.RESPONSES: {
+        "model": Field(T, "model (the route's target model)"),
+        "input": Field(T, "messages (message, function_call, function_call_output; reasoning items left out)"),
+        "instructions": Field(T, "a system message"),
+        "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
+        "tools": Field(T, "function tools (built-in tools refused)"),
+        "tool_choice": Field(T, "tool_choice"),
+        "parallel_tool_calls": Field(T, "parallel_tool_calls"),
+        "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity"),
+        "reasoning": Field(T, "effort → reasoning_effort (summary refused)"),
+        "max_output_tokens": Field(T, "max_completion_tokens"),
+        "stream": Field(T, "stream (the events are built from Chat chunks)"),
+        "temperature": Field(T, "temperature"),
+        "top_p": Field(T, "top_p"),
+        "user": Field(T, "user"),
+        "safety_identifier": Field(T, "safety_identifier (dropped again for an Anthropic target)"),
+        "prompt_cache_key": Field(T, "prompt_cache_key (an Anthropic target gets breakpoints instead)"),
+        "include": Field(T, "entries that ask for something a translated answer has not (reasoning.encrypted_content) "
+                            "are dropped; others refused"),
+        "store": Field(D, "Slipstream's response store keeps the response"),
+        "metadata": Field(D, "tags stored with the response"),
+        "client_metadata": Field(D, "information about the client"),
+        "service_tier": Field(D, "billing tier"),
+        "truncation": Field(D, "a Chat upstream has nothing to truncate"),
+        "stream_options": Field(D, "obfuscation padding of stream events"),
+        "prompt_cache_retention": Field(D, "OpenAI's cache retention"),
+        "background": Field(R, "background runs exist only on OpenAI", (False, None)),
+        "max_tool_calls": Field(R, "no counterpart", _NONE),
+        "top_logprobs": Field(R, "no counterpart", (0, None)),
+        "prompt": Field(R, "OpenAI's stored prompt templates", _NONE),
+        "conversation": Field(R, "OpenAI's conversation objects", _NONE),
+    },
+}
+
+
+def fate(shape: Shape, key: str, value: Any) -> Fate:
+    """What becomes of `key: value` in a request of `shape`; a key not in the table is refused."""
+    field = FIELDS[shape].get(key)
+    if field is None:
+        return Fate.REFUSED
+    if field.fate is not Fate.DROPPED and any(value == n and type(value) is type(n) for n in field.neutral):
+        return Fate.DROPPED
+    return field.fate
+
+
+def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
+    """The fields of `body` that are dropped, in order; raises the 400 for the first refused one."""
+    dropped = []
+    for key, value in body.items():
+        kind = fate(shape, key, value)
+        if kind is Fate.REFUSED:
+            article = "an" if target[:1] in "AEIOU" else "a"
+            why = FIELDS[shape][key].note if key in FIELDS[shape] else "not a field this gateway knows"
+            raise TranslationRefused(f"{key!r} cannot be translated for {article} {target} target ({why}); "
+                                     "send it to a target of its own protocol")
+        if kind is Fate.DROPPED:
+            dropped.append(key)
+    return dropped
+
+
+def table_markdown() -> str:
+    """FIELDS as the Markdown tables docs/api.md holds (tests/routing/test_field_table.py compares them)."""
+    out = []
+    for shape, fields in FIELDS.items():
+        out += [f"**{shape}**", "", "| field | fate | how / why |", "|---|---|---|"]
+        for key, field in fields.items():
+            neutral = [n for n in field.neutral if n is not None]
+            extra = f" (dropped when {' or '.join(f'`{_show(n)}`' for n in neutral)})" if neutral and field.fate is not Fate.DROPPED else ""
+            out.append(f"| `{key}` | {field.fate}{extra} | {field.note} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def mark_dropped(headers: dict[str, str], dropped: list[str]) -> None:
+    """Name `dropped` in an answer's `x-slipstream-dropped-fields` (joining what a translation before named)."""
+    if dropped:
+        named = [f for f in headers.get(DROPPED_HEADER, "").split(",") if f]
+        headers[DROPPED_HEADER] = ",".join(dict.fromkeys([*named, *dropped]))
+
+
+def _show(value: Any) -> str:
+    return orjson.dumps(value).decode()
