@@ -95,9 +95,10 @@ def record(ctx: RequestContext, status: int | str, usage: Usage | None = None) -
 
 
 def record_passthrough(team: str, key_id: str, request_id: str, endpoint: str, model: str, route: str,
-                       status: int | str, usage: Usage | None, started: float) -> None:
+                       status: int | str, usage: Usage | None, started: float, estimated: bool = False) -> None:
     """Log a pass-through request (sdk/passthrough/): the same fields, those that apply to it;
-    `endpoint` is its family (`passthrough:files`, ...), `started` its `time.perf_counter()` start."""
+    `endpoint` is its family (`passthrough:files`, ...), `started` its `time.perf_counter()` start,
+    `estimated` when the tokens were counted by the gateway."""
     if not _configured:
         configure()
     if not log.isEnabledFor(logging.INFO):
@@ -107,4 +108,5 @@ def record_passthrough(team: str, key_id: str, request_id: str, endpoint: str, m
         "request_id": request_id, "team": team, "key_id": key_id, "endpoint": endpoint, "model": model,
         "route": route, "status": status, "input_tokens": usage.total_input_tokens, "output_tokens": usage.output_tokens,
         "total_ms": round((time.perf_counter() - started) * 1000, 1),
+        **({"usage": "estimated"} if estimated else {}),
     })

@@ -48,6 +48,7 @@ from sdk.errors import (
     credentials_refused,
     naming_provider,
 )
+from sdk.estimate import input_tokens, output_limit
 from sdk.passthrough.bodies import Lines, Tally, input_file_models, json_object, requested_models, rewrite_results_url
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
 from sdk.providers.base import HTTPProvider
@@ -143,6 +144,7 @@ class _Exchange:
     started: float = field(default_factory=time.perf_counter)
     request_id: str = field(default_factory=lambda: secrets.token_hex(8))
     model: str = ""
+    completion: LLMRequest | None = None  # a completion's request, counted when its answer carries no usage
     admission: Admission | None = None
     trace: RequestTrace | None = None
 
@@ -180,18 +182,18 @@ class _Exchange:
             self.limits.reservation(LLMRequest(endpoint, {"model": model}))
         return 0.0
 
-    def settle(self, model: str = "", usage: Usage | None = None) -> None:
+    def settle(self, model: str = "", usage: Usage | None = None, estimated: bool = False) -> None:
         admission, self.admission = self.admission, None
         if admission is not None:
-            self.limits.settle(admission, self.door.key_id, model or self.model, usage)
+            self.limits.settle(admission, self.door.key_id, model or self.model, usage, estimated=estimated)
 
     def charge_batch(self, tally: Tally) -> None:
         for model, usage in tally.by_model.items():
             self.limits.settle(Admission(""), self.door.key_id, model, usage, rate=BATCH_RATE)
 
-    def log(self, status: int | str, usage: Usage | None = None) -> None:
+    def log(self, status: int | str, usage: Usage | None = None, estimated: bool = False) -> None:
         access_log.record_passthrough(self.team.team, self.door.key_id, self.request_id, f"passthrough:{self.op.family}",
-                                      self.model, self.route, status, usage, self.started)
+                                      self.model, self.route, status, usage, self.started, estimated)
 
     def refused(self, exc: SlipstreamError) -> None:
         self.settle()
@@ -246,8 +248,9 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         request = json_object(raw, f"{method} {op.upstream_path}")
         body, length = raw, len(raw)
         if op.kind != "batch":
-            completion = LLMRequest(Endpoint.CHAT_COMPLETIONS, request, size=len(raw)) if op.action == "complete" else None
-            reserve = ex.check_models(requested_models(op.kind, request), completion)
+            if op.action == "complete":
+                ex.completion = LLMRequest(Endpoint.CHAT_COMPLETIONS, request, size=len(raw))
+            reserve = ex.check_models(requested_models(op.kind, request), ex.completion)
     ex.admission = await ex.limits.admit(ex.door.key_id, budget=op.spends, reserve=reserve)
     if op.spends and op.kind == "batch":  # its models are in its input file, which must be the team's
         file_id = request.get("input_file_id")
@@ -297,10 +300,12 @@ def _answer(ex: _Exchange, status: int, headers: list[tuple[str, str]], chunks: 
     """The answer, and what happens when its body ends: the request's charge, its log line, its span."""
 
     def finish(outcome: str, error: BaseException | None) -> None:
-        usage = None
-        if tally is not None and ex.op.action == "complete":
+        usage, estimated = None, False
+        if tally is not None and ex.completion is not None:
             usage = next(iter(tally.by_model.values()), None)
-            ex.settle(next(iter(tally.by_model), ""), usage)
+            if usage is None:  # a stream without include_usage, or cut short: charged its worst case, marked
+                usage, estimated = Usage(input_tokens(ex.completion), output_limit(ex.completion)), True
+            ex.settle(next(iter(tally.by_model), ""), usage, estimated)
         else:
             ex.settle()
         if tally is not None and ex.op.action != "complete" and tally.by_model:
@@ -308,7 +313,7 @@ def _answer(ex: _Exchange, status: int, headers: list[tuple[str, str]], chunks: 
                 in_background(_charge_once(ex, tally, batch_id))
             else:  # a read cut short is charged for what passed (a later complete read is charged in full)
                 ex.charge_batch(tally)
-        ex.log(status if outcome == "ok" else outcome, usage)
+        ex.log(status if outcome == "ok" else outcome, usage, estimated)
         tracing.end_passthrough(ex.trace, outcome, status, error)
 
     return Passed(status, headers, chunks, finish, response)
