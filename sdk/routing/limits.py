@@ -21,6 +21,7 @@ every replica.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import secrets
@@ -114,6 +115,9 @@ class LimitsStage:
         admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request))
         try:
             answer = await call_next(ctx)
+        except asyncio.CancelledError:
+            self._settle_cancelled(ctx, admission)
+            raise
         except BaseException:
             self._settle(ctx, admission, None, "")
             raise
@@ -172,6 +176,21 @@ class LimitsStage:
         """Whether `model` may be served by a hosted provider (the bundled engine's cost nothing)."""
         route = next((r for r in self.policy.routes if r.match.matches(model)), None)
         return route is None or any(self.policy.providers[t.provider].kind != "local" for t in route.targets)
+
+    def _settle_cancelled(self, ctx: RequestContext, admission: Admission) -> None:
+        """The client left before the answer started. Once an attempt went upstream the provider was
+        reading the prompt (and bills it), so its input is charged, counted here; cancelling before
+        the first byte must not be a way around a budget."""
+        if not ctx.attempts or ctx.cache_status != "miss":
+            self._settle(ctx, admission, None, "")
+            return
+        ctx.usage_estimated = True
+        model = ctx.route.partition("/")[2] or self._first_target_model(ctx.request.model)
+        self.settle(admission, ctx.key_id, model, Usage(input_tokens=input_tokens(ctx.request)), estimated=True)
+
+    def _first_target_model(self, model: str) -> str:
+        route = next((r for r in self.policy.routes if r.match.matches(model)), None)
+        return (route.targets[0].model or model) if route is not None else model
 
     def _settle(self, ctx: RequestContext, admission: Admission, usage: Usage | None, route: str,
                 tally: StreamTally | None = None) -> None:

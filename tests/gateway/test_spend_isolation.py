@@ -142,6 +142,19 @@ def test_a_stream_the_upstream_cuts_is_charged_estimated(tmp_path: Path, emu: Ru
         assert _spend(proxy, ALPHA)["day"]["total"] == 0
 
 
+def test_a_request_cancelled_before_its_first_byte_is_charged_its_input(tmp_path: Path, emu: RunningEmulator) -> None:
+    emu.reset()
+    with running_proxy([_teams(tmp_path, emu)]) as proxy:
+        emu.inject_fault("stall:ms=120000", model="gpt-*")  # the provider reads the prompt, then nothing comes
+        impatient = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0, timeout=1.0)
+        with pytest.raises(openai.APITimeoutError):
+            impatient.chat.completions.create(model="gpt-4o", messages=HELLO, stream=True)
+        emu.wait_for(lambda s: s["cancelled_streams"] == 1)  # the proxy dropped the upstream call
+        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "the cancelled request charged")
+        assert day["estimated"] == day["total"] <= 50 * price_of("gpt-4o", {}).input / 1e6  # its input only
+        assert _spend(proxy, BETA)["day"]["total"] == 0
+
+
 async def test_the_drop_in_sdk_charges_a_stream_it_closed(tmp_path: Path, slow: RunningEmulator,
                                                          access_lines: list[dict[str, Any]]) -> None:
     policy = write_policy(tmp_path, "dropin-spend", ALPHA, slow.url, extra=PLAIN, upstream_key=SHARED_KEY)
