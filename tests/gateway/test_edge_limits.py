@@ -23,7 +23,7 @@ from gateway.edge import EdgeLimits
 from gateway.refusals import AUTH_FAILURES, EDGE_REFUSALS, RateLimitedLog
 from gateway.testing import RunningServer, free_port, running_proxy, running_redis
 from tests.gateway.test_cli import ROOT, _command
-from tests.helpers import PATIENCE_S, skip_without_extra, write_policy
+from tests.helpers import PATIENCE_S, requires_extra, skip_without_extra, write_policy
 
 KEY_A, KEY_B = "sk-edge-alpha", "sk-edge-beta"
 ADMIN = "edge-admin-key"
@@ -331,6 +331,7 @@ def test_logout_revokes_the_session_on_every_replica(policies, monkeypatch):
 # --- the admin key's source -------------------------------------------------------------------------
 
 
+@requires_extra("engine")  # `serve` with no policy argument builds the default team (the local engine)
 def test_admin_key_on_the_command_line_is_warned_about(tmp_path):
     with socket.socket() as taken:  # a busy port: the CLI stops after its warnings, before serving
         taken.bind(("127.0.0.1", 0))

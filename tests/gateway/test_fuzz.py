@@ -27,7 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.testing import RunningServer, running_proxy
-from tests.helpers import write_policy
+from tests.helpers import requires_extra, write_policy
+
+pytestmark = requires_extra("semantic")  # team alpha caches answers
 
 KEY_A, KEY_B = "sk-fuzz-alpha", "sk-fuzz-beta"
 # Team alpha runs every optimizing stage the fuzz can reach cheaply (the exact cache, the prompt-cache

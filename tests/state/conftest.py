@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.testing import RedisServer, TlsFiles, redis_tls_missing, running_redis
-from tests.helpers import skip_without_extra
+from tests.helpers import skip_without_extra, skip_without_test_package
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,7 @@ def _certificate(subject: str, key, issuer: str, issuer_key, *, ca: bool, server
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory) -> dict[str, Path]:
     """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
+    skip_without_test_package("cryptography")
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
