@@ -6,7 +6,8 @@
   translated to Chat Completions;
 - `auto-*`  → `auto` (model gpt-4o), an OpenAI-kind provider left to discover it (`responses: auto`);
 - `claude-*` → `claude`, Anthropic: translated to Chat, then to Messages;
-- `fall-*`  → `oai` (model `gpt-primary`, where tests aim faults) first, then `claude`.
+- `fall-*`  → `oai` (model `gpt-primary`, where tests aim faults) first, then `claude`;
+- `mixed-*` → `gpt` (translated) first, then `oai` (native).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ routes:
     targets: [{{provider: auto, model: gpt-4o}}]
   - match: {{model: "fall-*"}}
     targets: [{{provider: oai, model: gpt-primary}}, {{provider: claude, model: claude-backup}}]
+  - match: {{model: "mixed-*"}}
+    targets: [{{provider: gpt, model: gpt-4o}}, {{provider: oai, model: gpt-4.1-mini}}]
 retry: {{max_attempts: 1}}
 prompt_cache: {prompt_cache}
 {extra}"""

@@ -114,3 +114,5 @@ def test_compact_passes_through_natively_and_is_a_404_elsewhere(door, fresh_emul
     for model in ("gpt-4o", "claude-x"):  # translated routes: OpenAI's answer to a path it lacks, not a 405
         with pytest.raises(openai.NotFoundError, match="compact"):
             door.responses.compact(model=model, input="Tell me about fjords.")
+    mixed = door.responses.with_raw_response.compact(model="mixed-x", input="Tell me about fjords.")
+    assert mixed.headers["x-slipstream-route"] == "oai/gpt-4.1-mini"  # a translated first target passes it on
