@@ -282,7 +282,10 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         if op.action == "list":
             async def page(cursor: str) -> dict[str, Any] | None:
                 more = await client.request("GET", f"{provider.base_url}{op.upstream_path}?{cursor}", sent, b"", provider.timeouts)
-                return await _read_object(more) if more.status == 200 else None
+                if more.status != 200:
+                    more.abort()  # the page so far is the answer
+                    return None
+                return await _read_object(more)
 
             data = await _own_pages(ex, data, query, page)
         rewritten = await _checked_object(ex, data)
