@@ -54,6 +54,7 @@ breaker: {{min_requests: 2, cooldown_s: 300}}
 semantic_cache: {{enabled: true, semantic: false}}
 compression: {{enabled: true}}
 budget: {{usd: 0.05, period: day}}
+pricing: {{"claude-flaky": {{input: 3, output: 15}}}}  # a budgeted team is refused models without a price
 """)
 
 
