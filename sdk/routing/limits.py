@@ -253,11 +253,12 @@ _UNSEEN = object()
 
 
 async def _tallied(events: AsyncIterator[bytes], tally: StreamTally) -> AsyncIterator[bytes]:
-    """The stream's items as they are, each counted once it was handed on."""
+    """The stream's items as they are, each counted as it is handed on (a client that leaves at once
+    after an item is charged for it: the provider produced it)."""
     try:
         async for item in events:
-            yield item
             tally.observe(item)
+            yield item
     finally:
         await close_after(events)
 
