@@ -1,7 +1,9 @@
 """Chat Completions answers as Responses API answers: the complete body, and the response object.
 
 The response object echoes the client's request settings as OpenAI's does (the SDKs and agent
-frameworks read `tools`, `tool_choice`, `text`, ...). Usage is moved field by field, never
+frameworks read `tools`, `tool_choice`, `text`, ...) and holds every field the Open Responses
+specification requires of one (`completed_at`, `presence_penalty`, `frequency_penalty`, function
+tools with `strict`, ...; tests/routing/test_responses_spec.py checks them). Usage is moved field by field, never
 estimated: Chat's `prompt_tokens` is Responses' `input_tokens` (both include cached and
 cache-written tokens; an Anthropic upstream's three input counts were already summed on the way
 to Chat, `bodies.usage_a2o`). `length` ends a response `incomplete` with `max_output_tokens`,
@@ -46,8 +48,10 @@ def response_object(request: dict[str, Any], response_id: str, model: str, statu
     if incomplete:
         status = "incomplete"
     text = request.get("text") or {}
+    now = int(time.time())
     return {
-        "id": response_id, "object": "response", "created_at": created_at or int(time.time()), "status": status,
+        "id": response_id, "object": "response", "created_at": created_at or now, "status": status,
+        "completed_at": now if status in ("completed", "incomplete") else None,
         "background": False, "error": None,
         "incomplete_details": {"reason": incomplete} if incomplete else None,
         "instructions": request.get("instructions"), "max_output_tokens": request.get("max_output_tokens"),
@@ -59,11 +63,21 @@ def response_object(request: dict[str, Any], response_id: str, model: str, statu
         "safety_identifier": request.get("safety_identifier"), "service_tier": "default",
         "store": request.get("store", True),
         "temperature": request.get("temperature", 1.0),
+        "presence_penalty": 0.0, "frequency_penalty": 0.0,  # a Responses request has neither: their defaults
         "text": {"format": text.get("format") or {"type": "text"}, "verbosity": text.get("verbosity", "medium")},
-        "tool_choice": request.get("tool_choice", "auto"), "tools": request.get("tools") or [],
+        "tool_choice": request.get("tool_choice", "auto"), "tools": [_echoed(tool) for tool in request.get("tools") or ()],
         "top_logprobs": 0, "top_p": request.get("top_p", 1.0), "truncation": request.get("truncation", "disabled"),
         "usage": usage, "user": request.get("user"), "metadata": request.get("metadata") or {},
     }
+
+
+def _echoed(tool: dict[str, Any]) -> dict[str, Any]:
+    """A request's function tool as a response echoes it: every field present. `strict` is what was
+    sent, else false: a translated upstream does not enforce a schema it was not asked to."""
+    if tool.get("type") != "function":
+        return tool
+    return {"type": "function", "name": tool.get("name"), "description": tool.get("description"),
+            "parameters": tool.get("parameters"), "strict": bool(tool.get("strict", False))}
 
 
 def message_item(item_id: str, text: str, status: str = "completed", refusal: bool = False) -> dict[str, Any]:
