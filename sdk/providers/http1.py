@@ -60,6 +60,9 @@ _KEEPALIVE_S = 60.0  # an idle connection older than this is closed rather than 
 # request; a replacement is opened in the background instead. Such a spare is used within this many
 # seconds or closed (a server may time out an idle connection it never saw a request on).
 _SPARE_IDLE_S = 5.0
+# Connections one call may try: its own, one for the single re-send of a request that provably
+# never reached the upstream, and one more if a connection was closed before anything was written.
+_CONNECTIONS_PER_CALL = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +149,9 @@ class Http1Upstream:
             request = start + request_head(headers, len(body) if body or method not in NO_BODY else None) + body
         else:
             request = start + request_head(headers, length, chunked=length is None)
-        fresh = False  # the second try: on a new connection, and not tried again
-        while True:
-            conn = await self._connect(destination, url, timeout, caller, fresh)
+        sent_again = False  # a written request is sent again at most once
+        for attempt in range(_CONNECTIONS_PER_CALL):
+            conn = await self._connect(destination, url, timeout, caller, fresh=attempt > 0)
             conn.begin(request)
             check = None
             if isinstance(body, bytes):  # only a replayable request is watched (see _check_delivered)
@@ -164,9 +167,10 @@ class Http1Upstream:
                 raise UpstreamTimeoutError(f"{shown(url)} sent no response within {timeout.first_byte_s:g}s") from exc
             except UpstreamUnreachableError as exc:
                 conn.close()
-                if fresh or not isinstance(body, bytes) or not _undelivered(conn, exc, len(request)):
+                spent = attempt == _CONNECTIONS_PER_CALL - 1 or (conn.written and sent_again)
+                if spent or not isinstance(body, bytes) or not _undelivered(conn, exc, len(request)):
                     raise
-                fresh = True
+                sent_again = sent_again or conn.written  # a connection closed before the write sent nothing
                 self.resent += 1
                 continue
             except BaseException:
@@ -179,6 +183,8 @@ class Http1Upstream:
                 if check is not None:
                     check.cancel()
             break
+        else:
+            raise AssertionError("unreachable: the last attempt breaks or raises")
         if method == "HEAD":  # no body follows whatever Content-Length says; the parser would wait for one
             conn.complete, conn.spent = True, True
         if not isinstance(body, bytes):  # an answer that came before the upload ended leaves the upstream mid-body

@@ -101,6 +101,7 @@ class Connection(asyncio.Protocol):
         self.reused = False  # taken from the pool's idle connections (not dialled for the call using it)
         self.received = 0  # bytes of the current answer received
         self.unacknowledged_at_eof: int | None = None  # request bytes the peer had not acknowledged when it closed
+        self.written = False  # the current request went to the transport (not refused on a closed connection)
         self._parser = httptools.HttpResponseParser(self)
         self._writable: asyncio.Future[None] | None = None  # set while the transport's write buffer is full
         self._begin_state(None)
@@ -122,11 +123,13 @@ class Connection(asyncio.Protocol):
         self._begin_state(asyncio.get_running_loop())
         self.received = 0
         self.unacknowledged_at_eof = None
+        self.written = False
         if self.closed or self.transport is None or self.transport.is_closing():
             # Closed by the server between its accept and this write: nothing was sent.
             self.fail(NotDelivered(f"{self.origin.shown} closed the connection before the request was written"))
             return
         self.transport.write(request)
+        self.written = True
         self.quick_ack()
 
     def quick_ack(self) -> None:
