@@ -51,7 +51,7 @@ routes:
 
 def _valid(response: dict[str, Any], terminal: bool) -> None:
     Response.model_validate(response)
-    assert SPEC_REQUIRED <= set(response), SPEC_REQUIRED - set(response)
+    assert not SPEC_REQUIRED - set(response), SPEC_REQUIRED - set(response)
     assert (response["completed_at"] is not None) == terminal
     for tool in response["tools"]:
         assert isinstance(tool["strict"], bool) and {"name", "description", "parameters"} <= set(tool)
