@@ -57,6 +57,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("isolation", "Isolation between teams", "bench/isolation.py", ("--requests", "150", "--rounds", "2"), ()),
     Benchmark("routing", "Routing with backoff", "bench/routing.py", ("--requests", "300", "--warmup", "200"), ()),
     Benchmark("prompt_cache", "Prompt-cache optimizer", "bench/prompt_cache.py", (), ()),
+    Benchmark("translation_cache", "Prompt caching through a translated door", "bench/translation_cache.py", (), ()),
     Benchmark("semantic_cache", "Semantic cache through the proxy", "bench/semantic_cache.py",
               ("--pairs", "300"), (), quick_timeout_s=300),
     Benchmark("compression", "Prompt compression", "bench/compression.py",
