@@ -152,7 +152,7 @@ class Http1Upstream:
         sent_again = False  # a written request is sent again at most once
         for attempt in range(_CONNECTIONS_PER_CALL):
             conn = await self._connect(destination, url, timeout, caller, fresh=attempt > 0)
-            conn.begin(request)
+            head = conn.begin(request)
             check = None
             if isinstance(body, bytes):  # only a replayable request is watched (see _check_delivered)
                 after = min(timeout.connect_s, timeout.first_byte_s)
@@ -161,7 +161,7 @@ class Http1Upstream:
                 if not isinstance(body, bytes):
                     await upload(conn, body, chunked=length is None)
                 async with asyncio.timeout(timeout.first_byte_s):
-                    await conn.head  # type: ignore[misc]
+                    await head
             except TimeoutError as exc:
                 conn.close()
                 raise UpstreamTimeoutError(f"{shown(url)} sent no response within {timeout.first_byte_s:g}s") from exc

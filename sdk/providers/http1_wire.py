@@ -106,10 +106,10 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None  # set while the transport's write buffer is full
         self._begin_state(None)
 
-    def _begin_state(self, loop: asyncio.AbstractEventLoop | None) -> None:
+    def _begin_state(self, head: asyncio.Future[None] | None) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
-        self.head: asyncio.Future[None] | None = loop.create_future() if loop else None
+        self.head = head  # None while idle
         self.chunks: deque[bytes] = deque()
         self.buffered = 0
         self.complete = False
@@ -119,18 +119,26 @@ class Connection(asyncio.Protocol):
         self._wakeup: asyncio.Future[None] | None = None
         self._paused = False
 
-    def begin(self, request: bytes) -> None:
-        self._begin_state(asyncio.get_running_loop())
+    def begin(self, request: bytes) -> asyncio.Future[None]:
+        """Write the request; the future resolves when the answer's head has arrived."""
+        head = asyncio.get_running_loop().create_future()
+        self._begin_state(head)
         self.received = 0
         self.unacknowledged_at_eof = None
         self.written = False
         if self.closed or self.transport is None or self.transport.is_closing():
             # Closed by the server between its accept and this write: nothing was sent.
             self.fail(NotDelivered(f"{self.origin.shown} closed the connection before the request was written"))
-            return
+            return head
         self.transport.write(request)
         self.written = True
         self.quick_ack()
+        return head
+
+    def send(self, data: bytes) -> None:
+        """More of the request (a streamed body); nothing once the connection is closed."""
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
 
     def quick_ack(self) -> None:
         """ACK the answer's first segment at once (see _QUICKACK); the kernel clears this by itself."""
@@ -326,10 +334,10 @@ async def upload(conn: Connection, body: AsyncIterable[bytes], chunked: bool) ->
         if conn.closed or conn.head is None or conn.head.done():
             return
         if piece:
-            conn.transport.write(b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece)  # type: ignore[union-attr]
+            conn.send(b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece)
             await conn.drain()
     if chunked and not conn.closed:
-        conn.transport.write(b"0\r\n\r\n")  # type: ignore[union-attr]
+        conn.send(b"0\r\n\r\n")
     conn.quick_ack()
 
 
