@@ -137,7 +137,6 @@ def pick_items(records: Mapping[str, StoredResponse], owners: Mapping[str, str])
 
 
 _SCHEMA = """
-DROP TABLE IF EXISTS responses;
 CREATE TABLE IF NOT EXISTS stored_responses (
     team TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -196,6 +195,7 @@ class SQLiteResponseStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._migrate()
         self._pending: dict[tuple[str, str], StoredResponse] = {}  # put, not yet written
 
     async def put(self, record: StoredResponse) -> None:
@@ -223,6 +223,25 @@ class SQLiteResponseStore:
     async def delete(self, team: str, response_id: str) -> bool:
         pending = self._pending.pop((team, response_id), None)
         return await asyncio.to_thread(self._delete, team, response_id) or pending is not None
+
+    def _migrate(self) -> None:
+        """Records of the earlier format (table `responses`, each holding its whole conversation) become
+        chains of one, so conversations in flight go on after an upgrade (input_items then lists the
+        whole conversation); they keep their 30 days from creation."""
+        db = self._db
+        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'responses'").fetchone() is None:
+            return
+        db.execute("BEGIN")
+        for team, rid, provider, native, created_at, context, response in db.execute(
+                "SELECT team, id, provider, native, created_at, context, response FROM responses").fetchall():
+            record = StoredResponse(rid, team, provider, bool(native), created_at, orjson.loads(context), orjson.loads(response))
+            size = len(context) + len(response)
+            db.execute("INSERT OR IGNORE INTO stored_responses VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
+                       (team, rid, provider, native, created_at, created_at, created_at + RETENTION_S, size, size, context, response))
+            db.executemany("INSERT OR IGNORE INTO stored_response_items VALUES (?, ?, ?)",
+                           [(team, item_id, rid) for item_id, _ in record.items()])
+        db.execute("DROP TABLE responses")
+        db.execute("COMMIT")
 
     # --- in the worker thread --------------------------------------------------------------------
 

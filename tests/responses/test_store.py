@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from sdk.responses.redis_store import RedisResponseStore
@@ -121,3 +123,20 @@ async def test_over_quota_the_least_recently_used_go_first(store):
     assert await store.get("a", "old1") is None
     assert await store.find_items("a", ["msg_old1"]) == {}  # its items went with it
     assert await store.get("b", "b1") is not None
+
+
+async def test_records_of_the_earlier_format_are_carried_over(tmp_path):
+    """The earlier table held each response's whole conversation: opening the store keeps them
+    readable and continuable (as chains of one)."""
+    with sqlite3.connect(tmp_path / "r.sqlite3") as db:
+        db.execute("CREATE TABLE responses (team TEXT, id TEXT, provider TEXT, native INTEGER, created_at REAL, "
+                   "context BLOB, response BLOB, own_items INTEGER, PRIMARY KEY (team, id))")
+        context = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "one"}, {"role": "user", "content": "second"}]
+        response = {"id": "resp_old", "output": [{"type": "message", "id": "msg_old", "content": []}]}
+        db.execute("INSERT INTO responses VALUES ('a', 'resp_old', 'claude', 0, ?, ?, ?, 1)",
+                   (time.time(), orjson.dumps(context), orjson.dumps(response)))
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
+    chain = await store.chain("a", "resp_old")
+    assert [r.id for r in chain] == ["resp_old"] and history(chain)[:3] == context
+    assert list(await store.find_items("a", ["msg_old"])) == ["msg_old"]
+    assert await store.get("b", "resp_old") is None
