@@ -41,13 +41,14 @@ class Conversations:
         self.team = team
         self.store = store
 
-    async def resolve(self, request_body: dict[str, Any], size: int, holder: str | None) -> Resolved:
+    async def resolve(self, request_body: dict[str, Any], size: int, holder: str | None, creates: bool = True) -> Resolved:
         """The request's conversation for a target; `holder` is the native provider it goes to (None:
-        translated). Refuses (404) what the team's store does not hold, and (400) a turn whose own
+        translated), `creates` whether it makes a response to store (not a count or a compaction).
+        Refuses (404) what the team's store does not hold, and (400) a turn to be stored whose own
         conversation would not fit the team's storage quota."""
         previous = await self._previous(request_body)
         own = as_items(request_body.get("input"))
-        if request_body.get("store") is not False:
+        if creates and request_body.get("store") is not False:
             limits = self.store().limits.get(self.team, StoreLimits())
             if (why := over_quota(previous, size, limits)) is not None:
                 raise InvalidRequestError(f"{why}; start a new conversation, send store: false, or raise the quota")

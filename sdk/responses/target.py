@@ -101,7 +101,7 @@ class ResponsesTarget:
     async def _resolved(self, request: LLMRequest) -> LLMRequest:
         """A request bound for the native upstream with what it names resolved (not recorded: it
         creates no response)."""
-        resolved = await self.conversations.resolve(request.body, request.size, self.name)
+        resolved = await self.conversations.resolve(request.body, request.size, self.name, creates=False)
         body = self.conversations.body(request.body, resolved)
         return request if body is request.body else replace(request, body=body)
 

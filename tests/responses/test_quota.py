@@ -65,10 +65,13 @@ def test_a_teams_quota_bounds_only_that_team(replicas, tmp_path, monkeypatch, fr
         assert [tight_b.responses.retrieve(r.id).id for r in made[1:]] == [r.id for r in made[1:]]
         assert roomy.responses.retrieve(kept.id).id == kept.id  # another team's quota never evicts it
 
-        big = tight_a.responses.create(model="gpt-4o", input="x " * 100_000, max_output_tokens=16)  # 200 kB of 300 kB
+        big = tight_a.responses.create(model="oai-4o", input="x " * 100_000, max_output_tokens=16)  # 200 kB of 300 kB
         sent = fresh_emulator.stats()["requests_total"]
-        with pytest.raises(openai.BadRequestError, match=r"responses_store\.max_bytes"):
-            tight_b.responses.create(model="gpt-4o", input="y " * 60_000, previous_response_id=big.id)
+        for model in ("oai-4o", "gpt-4o"):  # native (the provider holds it) and translated alike
+            with pytest.raises(openai.BadRequestError, match=r"responses_store\.max_bytes"):
+                tight_b.responses.create(model=model, input="y " * 60_000, previous_response_id=big.id)
         assert fresh_emulator.stats()["requests_total"] == sent  # refused before it was sent
         assert tight_b.responses.create(model="gpt-4o", input="y " * 60_000, previous_response_id=big.id,
                                         store=False).output_text  # unstored, it may go on
+        assert tight_b.responses.input_tokens.count(model="oai-4o", input="y " * 60_000,
+                                                    previous_response_id=big.id).input_tokens > 0  # a count stores nothing
