@@ -104,15 +104,17 @@ class Services:
         with self._lock:
             if self._response_store is None:
                 from sdk.responses.store import SQLiteResponseStore
+                from sdk.state.guard import GuardedState
 
                 local = SQLiteResponseStore(self.data_dir / "responses.sqlite3", self.response_limits)
-                if shared is not None:
+                if isinstance(shared, GuardedState):  # what a shared state URL opens (sdk/state/__init__.py)
                     from sdk.responses.redis_store import RedisResponseStore
 
                     self._response_store = RedisResponseStore(shared, local, self.response_limits)
                 else:
                     self._response_store = local
             return self._response_store
+
     async def close(self) -> None:
         """Release what holds connections (the state backend's clients); the process goes on."""
         with self._lock:
