@@ -103,10 +103,15 @@ def _engine_serve(args: argparse.Namespace) -> int:
 
     speculative = json.loads(args.speculative_config) if args.speculative_config else None
     print(f"slipstream engine: {args.model} on http://{args.host}:{args.port}", flush=True)
-    sizes = {k: v for k, v in (("max_model_len", args.max_model_len), ("num_kvcache_blocks", args.num_kvcache_blocks))
-             if v is not None}
-    serve(args.model, host=args.host, port=args.port, speculative_config=speculative,
-          tensor_parallel_size=args.tensor_parallel_size, enforce_eager=args.enforce_eager, **sizes)
+    sizes = {k: v for k, v in (("max_model_len", args.max_model_len), ("num_kvcache_blocks", args.num_kvcache_blocks),
+                               ("num_threads", args.threads)) if v is not None}
+    try:
+        serve(args.model, host=args.host, port=args.port, speculative_config=speculative,
+              tensor_parallel_size=args.tensor_parallel_size, enforce_eager=args.enforce_eager, dtype=args.dtype,
+              quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype, **sizes)
+    except (FileNotFoundError, NotImplementedError, ValueError) as exc:  # a model or option it cannot serve
+        print(f"slipstream engine: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -212,7 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
     engine = commands.add_parser("engine", help="the local inference engine", formatter_class=formatter)
     engine_commands = engine.add_subparsers(dest="engine_command", required=True, metavar="COMMAND")
     engine_serve = engine_commands.add_parser("serve", help="OpenAI-compatible server for a local model", formatter_class=formatter)
-    engine_serve.add_argument("--model", required=True, help="a local Hugging Face directory, or 'demo'")
+    engine_serve.add_argument("--model", required=True,
+                              help="a local Hugging Face directory, a GGUF file, or a bundled name: "
+                                   "smollm2-135m-instruct, demo")
+    engine_serve.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                              help="weights and activations (auto: float32 on CPU, the checkpoint's on GPU; "
+                                   "bfloat16 decodes faster on CPUs with AVX-512 BF16/AMX)")
+    engine_serve.add_argument("--quantization", help="weight-only quantization (vLLM's name; none implemented yet: "
+                                                     "GGUF blocks are dequantized to --dtype)")
+    engine_serve.add_argument("--kv-cache-dtype", default="auto", help="KV cache element type (vLLM's name; auto: --dtype)")
+    engine_serve.add_argument("--threads", type=int, help="CPU threads for model steps (default: torch's, one per core)")
     engine_serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     engine_serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     engine_serve.add_argument("--tensor-parallel-size", type=int, default=1,

@@ -101,7 +101,8 @@ def check_stream_options(body: dict[str, Any]) -> bool:
     if options is None:
         return False
     if body.get("stream") is not True:
-        raise RequestError("Stream options can only be defined when `stream=True`.", param="stream_options")
+        raise RequestError("Stream options (`stream_options`) can only be defined when `stream=True`.",
+                           param="stream_options")
     if not isinstance(options, dict):
         raise RequestError("'stream_options' must be an object", param="stream_options")
     return options.get("include_usage") is True
@@ -160,14 +161,15 @@ def sampling_params(body: dict[str, Any], engine: AsyncLLMEngine, prompt_len: in
     if max_tokens is not None and prompt_len + max_tokens > max_len:
         raise RequestError(f"This model's maximum context length is {max_len} tokens. However, you requested "
                            f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} in the "
-                           "completion). Please reduce the length of the prompt or the completion.",
+                           f"completion). Please reduce the length of the prompt or '{max_tokens_key}'.",
                            param=max_tokens_key)
     seed = number(body, "seed", None, int)
     if seed is not None and not -_INT64 <= seed < _INT64:
         raise RequestError("'seed' must be a signed 64-bit integer", param="seed")
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
-        raise RequestError(f"Requested sample logprobs of {logprobs}, which is outside the allowed range "
-                           f"[0, {MAX_LOGPROBS}]", param="top_logprobs" if "messages" in body else "logprobs")
+        key = "top_logprobs" if "messages" in body else "logprobs"
+        raise RequestError(f"'{key}': requested sample logprobs of {logprobs}, which is outside the allowed range "
+                           f"[0, {MAX_LOGPROBS}]", param=key)
     stop = body.get("stop")
     if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list)
                                                            and all(isinstance(s, str) for s in stop))):

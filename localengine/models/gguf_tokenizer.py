@@ -83,8 +83,7 @@ def save_tokenizer(reader: Any, meta: dict[str, Any], out: Path) -> None:
 
 def _byte_level(tokens: list[str], merges: list[str], pre: str) -> Tokenizer:
     vocab = {t: i for i, t in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges]
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, ignore_merges=pre in ("llama3", "llama-bpe", "llama-v3")))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[_pair(m) for m in merges], ignore_merges=pre in ("llama3", "llama-bpe", "llama-v3")))
     splits = _PRE_SPLITS.get(pre)
     if splits is None:
         raise NotImplementedError(f"GGUF pre-tokenizer {pre!r} is not supported (supported: {sorted(_PRE_SPLITS)})")
@@ -97,14 +96,19 @@ def _byte_level(tokens: list[str], merges: list[str], pre: str) -> Tokenizer:
 
 def _sentencepiece(tokens: list[str], merges: list[str] | list[tuple[str, str]], add_space_prefix: bool) -> Tokenizer:
     vocab = {t: i for i, t in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) if isinstance(m, str) else m for m in merges]
-    unk = next((t for t in ("<unk>",) if t in vocab), None)
+    pairs = [_pair(m) if isinstance(m, str) else m for m in merges]
+    unk = "<unk>" if "<unk>" in vocab else None
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, unk_token=unk, byte_fallback=True, fuse_unk=True))
     tok.normalizer = normalizers.Sequence(
         ([normalizers.Prepend("▁")] if add_space_prefix else []) + [normalizers.Replace(" ", "▁")])
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
                                     + ([decoders.Strip(" ", 1, 0)] if add_space_prefix else []))
     return tok
+
+
+def _pair(merge: str) -> tuple[str, str]:
+    left, _, right = merge.partition(" ")
+    return left, right
 
 
 def _merges_from_scores(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:

@@ -86,7 +86,11 @@ def test_serve_refuses_an_invalid_policy(tmp_path):
 
 
 @requires_extra("engine")  # the default policy's local model
-def test_serve_with_no_provider_keys_answers_from_the_local_demo_model(run):
+@pytest.mark.timeout(900)  # a real model's first load converts its GGUF file: minutes on a loaded 2-core machine
+def test_serve_with_no_provider_keys_answers_from_smollm2(run):
+    """The quickstart: no provider key, `slipstream serve`; the default policy's local model is loaded
+    before /readyz says ready, answers through both doors and stops on its own (end of turn); a name
+    no route matches is a 404, a hosted model without its key a 502 that names the key."""
     port = free_port()
     env_keys = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
     saved = {k: os.environ.pop(k) for k in env_keys if k in os.environ}
@@ -95,16 +99,38 @@ def test_serve_with_no_provider_keys_answers_from_the_local_demo_model(run):
     finally:
         os.environ.update(saved)
     _wait(f"http://127.0.0.1:{port}/healthz", process)
+    ready = _wait_ready(f"http://127.0.0.1:{port}/readyz", process)
+    assert ready["parts"]["local engine 'smollm2-135m-instruct'"]["state"] == "ready"
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-slipstream-local", max_retries=0, timeout=120)
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[{"role": "user", "content": "def add(a, b):"}], max_tokens=8)
-    assert raw.headers["x-slipstream-route"] == "local/demo"  # the demo model answered, not gpt-4o
+    assert {"smollm2-135m-instruct", "all-minilm-l6-v2"} <= {m.id for m in client.models.list().data}
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    raw = client.chat.completions.with_raw_response.create(model="smollm2-135m-instruct", messages=question,
+                                                           max_tokens=48, temperature=0)
+    assert raw.headers["x-slipstream-route"] == "local/smollm2-135m-instruct"
     completion = raw.parse()
-    assert completion.model == "demo" and completion.choices[0].message.content
-    claude = anthropic_client(port)
-    raw = claude.messages.with_raw_response.create(model="claude-sonnet-5", max_tokens=8, messages=[{"role": "user", "content": "import os"}])
-    message = raw.parse()
-    assert raw.headers["x-slipstream-route"] == "local/demo" and message.model == "demo"
-    assert message.content[0].text and message.usage.output_tokens > 0
+    assert completion.choices[0].finish_reason == "stop" and "Paris" in (completion.choices[0].message.content or "")
+    message = anthropic_client(port).messages.create(model="smollm2-135m-instruct", max_tokens=48, messages=question,
+                                                     extra_body={"temperature": 0})
+    assert message.stop_reason == "end_turn" and "Paris" in message.content[0].text
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=question, max_tokens=4)
+    with pytest.raises(openai.APIStatusError) as hosted:
+        client.chat.completions.create(model="gpt-9-ultra", messages=question, max_tokens=4)
+    assert hosted.value.status_code == 502 and "OPENAI_API_KEY" in hosted.value.message
+
+
+def _wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 600) -> dict:
+    """/readyz's body once it answers 200; before that every answer must be a 503 saying what loads."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=30) as client:
+        while time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else "exited"
+            res = client.get(url)
+            if res.status_code == 200:
+                return res.json()
+            assert res.status_code == 503 and res.json()["status"] == "loading", res.text
+            time.sleep(0.2)
+    raise AssertionError(f"{url} never said ready")
 
 
 def anthropic_client(port: int):

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +107,25 @@ def model_dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def llama_dir(model_dirs) -> Path:
     return model_dirs["llama"]
+
+
+@contextmanager
+def engine_server(engine: Any, served_model_name: str) -> Iterator[str]:
+    """`slipstream engine serve`'s app over `engine` on a free loopback port, in a thread; yields its URL."""
+    import uvicorn
+
+    from gateway.testing import free_port
+    from localengine.server import create_app
+    from tests.helpers import wait_until
+
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(engine, served_model_name), host="127.0.0.1", port=port,
+                                        log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    wait_until(lambda: srv.started, "the engine server started")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(10)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -12,36 +9,16 @@ import openai
 import pytest
 
 from localengine.engine.async_engine import AsyncLLMEngine
-from localengine.server import create_app
 from tests.helpers import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.localengine.conftest import engine_server
 
 
 @pytest.fixture(scope="module")
 def server(llama_dir) -> Iterator[tuple[str, AsyncLLMEngine]]:
-    import uvicorn
-
     engine = AsyncLLMEngine.from_args(str(llama_dir), dtype="float32", block_size=4, max_model_len=256,
                                       num_kvcache_blocks=128)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(engine, "tiny"), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(url + "/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.05)
-    yield url, engine
-    srv.should_exit = True
-    thread.join(10)
+    with engine_server(engine, "tiny") as url:
+        yield url, engine
     engine.shutdown()
 
 

@@ -1,0 +1,135 @@
+"""`slipstream engine serve` as strict as vLLM's OpenAI server, and its `/v1/completions`, driven by
+the official `openai` client (and raw HTTP where the client would not send the request)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from localengine.engine.async_engine import AsyncLLMEngine
+from tests.localengine.conftest import engine_server
+
+MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
+
+
+@pytest.fixture(scope="module")
+def url(llama_dir) -> Iterator[str]:
+    engine = AsyncLLMEngine.from_args(str(llama_dir), dtype="float32", block_size=4, max_model_len=128,
+                                      num_kvcache_blocks=256)
+    with engine_server(engine, "tiny") as url:
+        yield url
+    engine.shutdown()
+
+
+@pytest.fixture
+def client(url) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
+    ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
+    ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),  # without tools
+    ({"stop_token_ids": [100000]}, "stop_token_ids"),
+    ({"seed": 2**63}, "seed"),
+    ({"max_tokens": 200}, "max_tokens"),  # prompt + completion past the 128-token context
+    ({"guided_json": {"type": "object"}}, "guided_json"),
+    ({"prompt_logprobs": 1}, "prompt_logprobs"),
+    ({"echo": True}, "echo"),
+    ({"min_p": 0.1}, "min_p"),
+    ({"no_such_field": 1}, "no_such_field"),
+])
+def test_chat_refuses_what_vllm_refuses(client, extra, param):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, extra_body=extra)
+    assert err.value.status_code == 400 and err.value.param == param
+    assert param in err.value.message
+
+
+def test_fields_that_change_nothing_are_accepted(client):
+    res = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, user="u", store=False,
+                                         metadata={"k": "v"}, seed=2**63 - 1, extra_body={"logprobs": None})
+    assert res.choices[0].message.content is not None
+
+
+def test_http_level_rules(url):
+    body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 2}
+    form = httpx.post(url + "/v1/chat/completions", content=httpx.Request("POST", url, json=body).content,
+                      headers={"content-type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 415
+    missing = httpx.post(url + "/v1/chat/completions", json={k: v for k, v in body.items() if k != "model"})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
+    other = httpx.post(url + "/v1/completions", json={"model": "other", "prompt": "x"})
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
+    unknown = httpx.post(url + "/v1/no/such/path", json=body)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] is None
+    assert "/v1/no/such/path" in unknown.json()["error"]["message"]
+    assert httpx.get(url + "/v1/completions").status_code == 405
+
+
+def test_chat_n_choices(client):
+    res = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=5, n=3, temperature=1, seed=7,
+                                         extra_body={"ignore_eos": True})
+    assert [c.index for c in res.choices] == [0, 1, 2]
+    assert res.usage is not None and res.usage.completion_tokens == 15
+    stream = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=5, n=2, temperature=0,
+                                            stream=True, extra_body={"ignore_eos": True})
+    text = {0: "", 1: ""}
+    finished = set()
+    for chunk in stream:
+        for choice in chunk.choices:
+            text[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                finished.add(choice.index)
+    assert finished == {0, 1} and text[0] == text[1]  # greedy: the same answer twice
+
+
+def test_completions(client):
+    plain = client.completions.create(model="tiny", prompt="def add(a, b):", max_tokens=6, temperature=0,
+                                      extra_body={"ignore_eos": True})
+    assert plain.object == "text_completion" and plain.choices[0].finish_reason == "length"
+    assert plain.usage is not None and plain.usage.completion_tokens == 6
+    # Token ids, several prompts, n choices each: OpenAI's numbering, prompt-major.
+    batch = client.completions.create(model="tiny", prompt=[[5, 6, 7], [8, 9]], max_tokens=3, n=2, temperature=0,
+                                      extra_body={"ignore_eos": True})
+    assert [c.index for c in batch.choices] == [0, 1, 2, 3]
+    assert batch.usage is not None and batch.usage.prompt_tokens == 5 and batch.usage.completion_tokens == 12
+    echoed = client.completions.create(model="tiny", prompt="def add(a, b):", max_tokens=6, temperature=0, echo=True,
+                                       extra_body={"ignore_eos": True})
+    assert echoed.choices[0].text == "def add(a, b):" + plain.choices[0].text
+    scored = client.completions.create(model="tiny", prompt="def add(a, b):", max_tokens=4, temperature=0, logprobs=3,
+                                       extra_body={"ignore_eos": True})
+    lp = scored.choices[0].logprobs
+    # Keyed by text, as OpenAI's legacy shape is: byte tokens that decode alike share a key.
+    assert lp is not None and len(lp.tokens or []) == 4 and all(1 <= len(t) <= 3 for t in lp.top_logprobs or [])
+    assert lp.text_offset == [sum(len(t) for t in (lp.tokens or [])[:i]) for i in range(4)]
+    stopped = client.completions.create(model="tiny", prompt="def add(a, b):", max_tokens=30, temperature=0,
+                                        stop=[plain.choices[0].text[2:4]], extra_body={"ignore_eos": True})
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_completions_stream_matches(client):
+    whole = client.completions.create(model="tiny", prompt="The quick", max_tokens=6, temperature=0,
+                                      extra_body={"ignore_eos": True})
+    chunks = list(client.completions.create(model="tiny", prompt="The quick", max_tokens=6, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"suffix": "return a"}, "suffix"),
+    ({"echo": True, "logprobs": 1}, "echo"),
+    ({"logprobs": 21}, "logprobs"),
+    ({"best_of": 3}, "best_of"),
+    ({"prompt": []}, "prompt"),
+    ({"prompt": [[1, 100000]]}, "prompt"),
+])
+def test_completions_refuse(url, extra, param):
+    res = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2, **extra})
+    assert res.status_code == 400 and res.json()["error"]["param"] == param, res.text

