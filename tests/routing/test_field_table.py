@@ -39,12 +39,18 @@ def test_every_field_of_every_shape_has_its_fate(shape):
             with pytest.raises(TranslationRefused) as refused:
                 check(shape, {key: SAMPLE}, TARGET[shape])
             assert repr(key) in str(refused.value) and TARGET[shape] in str(refused.value)
-        else:
+        elif key != "include":  # a list of entries: below
             assert check(shape, {key: SAMPLE}, TARGET[shape]) == ([key] if field.fate is Fate.DROPPED else [])
         for neutral in field.neutral:  # a default value changes nothing: dropped whatever the fate
             assert check(shape, {key: neutral}, TARGET[shape]) == [key]
     with pytest.raises(TranslationRefused, match=r"'no_such_field'.*not a field this gateway knows"):
         check(shape, {"no_such_field": 1}, TARGET[shape])
+
+
+def test_include_entries_that_ask_for_nothing_a_translated_answer_has_are_dropped_and_named():
+    assert check(Shape.RESPONSES, {"include": ["reasoning.encrypted_content"]}, "Anthropic Messages") == ["include.reasoning.encrypted_content"]
+    with pytest.raises(TranslationRefused, match=r"include 'file_search_call.results' cannot be translated for an Anthropic"):
+        check(Shape.RESPONSES, {"include": ["file_search_call.results"]}, "Anthropic Messages")
 
 
 def test_the_table_in_the_docs_is_the_table_in_the_code():
@@ -108,10 +114,10 @@ ASK = [{"role": "user", "content": "Weather in Oslo for 3 days?"}]
 def test_fields_that_change_nothing_are_dropped_and_named(oa, fresh_emulator):
     raw = oa.responses.with_raw_response.create(
         model="claude-x", input="Hello", store=False, metadata={"run": "7"}, user="u-1", service_tier="auto",
-        safety_identifier="s-1", extra_body={"client_metadata": {"agent": "codex"}})
+        safety_identifier="s-1", include=["reasoning.encrypted_content"], extra_body={"client_metadata": {"agent": "codex"}})
     assert raw.parse().output_text
     dropped = raw.headers[DROPPED_HEADER].split(",")
-    assert {"store", "metadata", "service_tier", "client_metadata", "safety_identifier"} <= set(dropped)
+    assert {"store", "metadata", "service_tier", "client_metadata", "safety_identifier", "include.reasoning.encrypted_content"} <= set(dropped)
     sent = _sent(fresh_emulator)
     assert sent["metadata"] == {"user_id": "u-1"}  # `user` is translated, not dropped
     assert not {"client_metadata", "store", "service_tier", "safety_identifier"} & set(sent)

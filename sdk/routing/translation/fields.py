@@ -52,6 +52,9 @@ class Field:
 
 
 T, D, R = Fate.TRANSLATED, Fate.DROPPED, Fate.REFUSED
+# Responses `include` entries that ask for something a translated answer has not and does not miss
+# (there are no reasoning items to carry encrypted content in): dropped, named as `include.ENTRY`.
+INCLUDE_DROPPED = ("reasoning.encrypted_content",)
 _NONE = (None,)
 
 FIELDS: dict[Shape, dict[str, Field]] = {
@@ -134,7 +137,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "safety_identifier": Field(T, "safety_identifier (dropped again for an Anthropic target)"),
         "prompt_cache_key": Field(T, "prompt_cache_key (an Anthropic target gets breakpoints instead)"),
         "include": Field(T, "entries that ask for something a translated answer has not (reasoning.encrypted_content) "
-                            "are dropped; others refused"),
+                            "are dropped and named as include.ENTRY; others refused", ([], None)),
         "store": Field(D, "Slipstream's response store keeps the response"),
         "metadata": Field(D, "tags stored with the response"),
         "client_metadata": Field(D, "information about the client"),
@@ -167,13 +170,28 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
     for key, value in body.items():
         kind = fate(shape, key, value)
         if kind is Fate.REFUSED:
-            article = "an" if target[:1] in "AEIOU" else "a"
             why = FIELDS[shape][key].note if key in FIELDS[shape] else "not a field this gateway knows"
-            raise TranslationRefused(f"{key!r} cannot be translated for {article} {target} target ({why}); "
+            raise TranslationRefused(f"{key!r} cannot be translated for {_article(target)} {target} target ({why}); "
                                      "send it to a target of its own protocol")
         if kind is Fate.DROPPED:
             dropped.append(key)
+        elif shape is Shape.RESPONSES and key == "include":
+            dropped += _include(value, target)
     return dropped
+
+
+def _include(entries: Any, target: str) -> list[str]:
+    if not isinstance(entries, list):
+        raise TranslationRefused("include: a list is required")
+    for entry in entries:
+        if entry not in INCLUDE_DROPPED:
+            raise TranslationRefused(f"include {entry!r} cannot be translated for {_article(target)} {target} target "
+                                     "(a translated answer has nothing to include); send it to a target of its own protocol")
+    return [f"include.{entry}" for entry in entries]
+
+
+def _article(target: str) -> str:
+    return "an" if target[:1] in "AEIOU" else "a"
 
 
 def table_markdown() -> str:

@@ -18,9 +18,6 @@ from sdk.routing.translation.fields import Shape, check
 from sdk.routing.translation.requests import refuse
 
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user")
-# `include` values that ask for something a translated answer cannot hold and does not miss: there
-# are no reasoning items to carry encrypted content in.
-_INCLUDABLE = {"reasoning.encrypted_content"}
 _CHAT_TARGET = "Chat Completions"  # what refusals name; a Responses target passes the protocol its upstream speaks
 
 
@@ -35,9 +32,6 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}  # usage must stay exact: response.completed waits for it
-    for value in body.get("include") or ():
-        if value not in _INCLUDABLE:
-            raise refuse(f"include {value!r}", target)
     _reasoning(body.get("reasoning"), out, target)
     _text_format(body.get("text"), out, target)
     instructions = body.get("instructions")
