@@ -1,5 +1,5 @@
-"""The compression stage: prune documents and compact history before the prompt-cache stage plans the
-request (so breakpoints land on what is actually sent). See sdk/compression/ and docs/compression.md.
+"""The compression stage: prune documents and compact history before the router's prompt-cache planning
+plans each attempt (so breakpoints land on what is actually sent). See sdk/compression/ and docs/compression.md.
 
 Compression only ever saves tokens: if it fails, the request goes upstream unchanged.
 """
