@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -40,15 +41,34 @@ SLOW_PATHS = {
     "tests/emulator/test_fuzz.py": "a thousand generated requests",
     "tests/gateway/test_hardening.py": "megabyte prompts",
     "tests/gateway/test_embeddings_models.py": "MiniLM served by the in-process local provider",
+    "tests/cache/test_proxy_cache.py": "a proxy that loads MiniLM and the verifier",
+    "tests/responses/test_quota.py": "mebibyte stores, turn after turn",
+    "tests/responses/test_ownership.py::test_ownership_holds_across_replicas_over_redis": "a redis-server and two proxies",
+    "tests/gateway/test_spend_isolation.py::test_two_replicas_over_redis": "a redis-server and two proxies",
+    "tests/gateway/test_edge_limits.py::test_admin_key": "`slipstream serve` in subprocesses",
+    "tests/sdk/test_tracing_setup.py::test_off_means_no_opentelemetry_code_runs_at_all": "a fresh interpreter",
+    "tests/emulator/test_control_and_cancel.py::test_python_dash_m_serves": "`python -m emulator` in a subprocess",
+    "tests/compression/test_linear_tags.py::test_same_spans_as_the_lazy_regex": "300 generated texts through the old regex",
+    "tests/promptcache/test_linear_scans.py::test_request_id_finds_what_the_old_pattern_found": "500 generated lines",
 }
 SLOW_FIXTURES = frozenset({"embedder", "cache_embedder", "model_dirs", "llama_dir"})  # MiniLM or torch loads
 
 
+def _slow(where: str) -> bool:
+    """Whether a test (its node id) or a whole file or folder (its path) is in SLOW_PATHS."""
+    return any(where.startswith(path) or f"{where}/".startswith(path) for path in SLOW_PATHS)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """For the fast tier, slow folders and modules are not even imported (torch alone takes seconds)."""
+    if config.getoption("markexpr") != "not slow":
+        return None
+    return _slow(collection_path.relative_to(config.rootpath).as_posix()) or None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
     for item in items:
-        where = item.path.relative_to(root).as_posix()
-        if any(where.startswith(path) for path in SLOW_PATHS) or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if _slow(item.nodeid) or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 
