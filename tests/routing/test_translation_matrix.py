@@ -145,3 +145,19 @@ def test_the_target_gets_the_native_plan_reads_the_same_cache_and_the_client_see
     for got, want in zip(translated, native, strict=True):  # the same turn again reads what the native one cached
         written = int(want.header["read"]) + int(want.header["write"]) if target == "anthropic" else want.cached
         assert got.cached >= written and got.cached > 1000
+
+
+def test_streamed_answers_report_the_cache_read_in_the_clients_shape(proxy, emulator):
+    team = _team("chat", "anthropic")  # the cell's conversation is cached by now, or is written here
+    native = _run(proxy, emulator, team, "messages")
+    oa = openai.OpenAI(base_url=f"{proxy}/v1", api_key=f"key-{team}", max_retries=0)
+    turns = [{"role": r, "content": c} for r, c in _conversation(1)]
+    chunks = list(oa.chat.completions.create(model="any-model", max_tokens=16, stream=True, stream_options={"include_usage": True},
+                                             messages=[{"role": "system", "content": SYSTEM}, *turns]))  # type: ignore[list-item]
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == native[1].cached + int(native[1].header["write"])
+    events = list(oa.responses.create(model="any-model", max_output_tokens=16, instructions=SYSTEM, input=turns, stream=True))  # type: ignore[arg-type]
+    completed = events[-1]
+    assert completed.type in ("response.completed", "response.incomplete") and completed.response.usage is not None
+    assert completed.response.usage.input_tokens_details.cached_tokens == usage.prompt_tokens_details.cached_tokens
