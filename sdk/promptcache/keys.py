@@ -45,15 +45,21 @@ def server_secret(data_dir: Path | None = None) -> bytes:
     from sdk.services import default_data_dir
 
     path = (data_dir or default_data_dir()) / _FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        _secret = path.read_bytes()
-    else:  # the first process on this host: every worker after it reads the same bytes
-        with os.fdopen(fd, "wb") as file:
-            file.write(secrets.token_bytes(32))
-        _secret = path.read_bytes()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            _secret = path.read_bytes()
+        else:  # the first process on this host: every worker after it reads the same bytes
+            with os.fdopen(fd, "wb") as file:
+                file.write(secrets.token_bytes(32))
+            _secret = path.read_bytes()
+    except OSError as exc:  # a read-only data directory: keys stay unguessable, only not stable across restarts
+        log.warning("cannot keep the server secret under %s (%s): using one for this process only; set %s",
+                    path.parent, type(exc).__name__, SECRET_ENV)
+        _secret = secrets.token_bytes(32)
+        return _secret
     if os.environ.get("SLIPSTREAM_STATE_URL"):
         log.warning("%s is not set: replicas on other hosts derive other prompt-cache keys (set the same %s on every replica)",
                     SECRET_ENV, SECRET_ENV)

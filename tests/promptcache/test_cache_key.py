@@ -105,3 +105,12 @@ def test_isolate_keeps_identical_prompts_out_of_each_others_cache(tmp_path: Path
             assert again.usage.cache_read_input_tokens > 0  # each team still reads its own
         else:
             assert probe.usage.cache_read_input_tokens > 0  # the oracle docs/prompt-cache.md describes
+
+
+def test_an_unwritable_data_dir_still_gives_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(keys.SECRET_ENV, raising=False)
+    monkeypatch.setattr(keys, "_secret", None)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    secret = keys.server_secret(blocked / "data")
+    assert len(secret) == 32 and keys.server_secret(blocked / "data") == secret  # one per process
