@@ -35,6 +35,7 @@ import string
 import sys
 import tempfile
 import time
+from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 
 import aiohttp
@@ -59,8 +60,8 @@ def _policy(directory: Path, team: str, key: str, emu_port: int, semantic: bool)
     )
 
 
-def _big_sender(urls: list[str], mib: float, running: mp.synchronize.Event, target: mp.Value, stop_all: mp.synchronize.Event,
-                sent: mp.Value) -> None:
+def _big_sender(urls: list[str], mib: float, running: mp.synchronize.Event, target: Synchronized[int],
+                stop_all: mp.synchronize.Event, sent: Synchronized[int]) -> None:
     """Team `big`, in its own process: 5 MiB system prompts, each different, one after another."""
     import httpx
 
