@@ -46,6 +46,7 @@ SLOW_PATHS = {
     "tests/responses/test_ownership.py::test_ownership_holds_across_replicas_over_redis": "a redis-server and two proxies",
     "tests/gateway/test_spend_isolation.py::test_two_replicas_over_redis": "a redis-server and two proxies",
     "tests/gateway/test_edge_limits.py::test_admin_key": "`slipstream serve` in subprocesses",
+    "tests/gateway/test_edge_limits.py::test_logout_revokes_the_session_on_every_replica": "a redis-server and two proxies",
     "tests/sdk/test_tracing_setup.py::test_off_means_no_opentelemetry_code_runs_at_all": "a fresh interpreter",
     "tests/emulator/test_control_and_cancel.py::test_python_dash_m_serves": "`python -m emulator` in a subprocess",
     "tests/compression/test_linear_tags.py::test_same_spans_as_the_lazy_regex": "300 generated texts through the old regex",
