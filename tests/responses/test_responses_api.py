@@ -112,8 +112,8 @@ def test_untranslatable_is_refused_before_sending(door, fresh_emulator):
     """Refused with the field and the protocol the route's upstream really speaks."""
     with pytest.raises(openai.BadRequestError, match=r"web_search.*for a Chat Completions target"):
         door.responses.create(model="gpt-4o", input="Search the web.", tools=[{"type": "web_search"}])
-    with pytest.raises(openai.BadRequestError, match=r"reasoning\.summary.*for an Anthropic Messages target"):
-        door.responses.create(model="claude-x", input="Think.", reasoning={"effort": "low", "summary": "auto"})
+    with pytest.raises(openai.BadRequestError, match=r"top_logprobs.*for an Anthropic Messages target"):
+        door.responses.create(model="claude-x", input="Think.", top_logprobs=5)
     assert fresh_emulator.stats()["requests_total"] == 0
 
 

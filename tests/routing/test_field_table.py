@@ -47,8 +47,10 @@ def test_every_field_of_every_shape_has_its_fate(shape):
         check(shape, {"no_such_field": 1}, TARGET[shape])
 
 
-def test_include_entries_that_ask_for_nothing_a_translated_answer_has_are_dropped_and_named():
+def test_include_entries_and_a_reasoning_summary_that_ask_for_nothing_a_translated_answer_has_are_dropped_and_named():
     assert check(Shape.RESPONSES, {"include": ["reasoning.encrypted_content"]}, "Anthropic Messages") == ["include.reasoning.encrypted_content"]
+    assert check(Shape.RESPONSES, {"reasoning": {"effort": "low", "summary": "auto"}}, "Anthropic Messages") == ["reasoning.summary"]
+    assert check(Shape.CHAT, {"verbosity": "medium"}, "Anthropic") == ["verbosity"]  # the default: changes nothing
     with pytest.raises(TranslationRefused, match=r"include 'file_search_call.results' cannot be translated for an Anthropic"):
         check(Shape.RESPONSES, {"include": ["file_search_call.results"]}, "Anthropic Messages")
 
@@ -114,12 +116,14 @@ ASK = [{"role": "user", "content": "Weather in Oslo for 3 days?"}]
 def test_fields_that_change_nothing_are_dropped_and_named(oa, fresh_emulator):
     raw = oa.responses.with_raw_response.create(
         model="claude-x", input="Hello", store=False, metadata={"run": "7"}, user="u-1", service_tier="auto",
-        safety_identifier="s-1", include=["reasoning.encrypted_content"], extra_body={"client_metadata": {"agent": "codex"}})
+        safety_identifier="s-1", include=["reasoning.encrypted_content"], reasoning={"effort": "low", "summary": "auto"},
+        text={"verbosity": "medium"}, extra_body={"client_metadata": {"agent": "codex"}})  # what coding agents send
     assert raw.parse().output_text
     dropped = raw.headers[DROPPED_HEADER].split(",")
-    assert {"store", "metadata", "service_tier", "client_metadata", "safety_identifier", "include.reasoning.encrypted_content"} <= set(dropped)
+    assert {"store", "metadata", "service_tier", "client_metadata", "safety_identifier", "include.reasoning.encrypted_content",
+            "reasoning.summary", "verbosity"} <= set(dropped)
     sent = _sent(fresh_emulator)
-    assert sent["metadata"] == {"user_id": "u-1"}  # `user` is translated, not dropped
+    assert sent["metadata"] == {"user_id": "u-1"} and sent["output_config"] == {"effort": "low"}  # translated, not dropped
     assert not {"client_metadata", "store", "service_tier", "safety_identifier"} & set(sent)
     plain = oa.chat.completions.with_raw_response.create(model="claude-x", messages=ASK, n=1, presence_penalty=0)
     assert plain.headers[DROPPED_HEADER] == "n,presence_penalty"

@@ -92,7 +92,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "modalities": Field(R, "text output only", (["text"], None)),
         "audio": Field(R, "no audio output", _NONE),
         "prediction": Field(R, "no predicted outputs", _NONE),
-        "verbosity": Field(R, "no counterpart", _NONE),
+        "verbosity": Field(R, "no counterpart", ("medium", None)),
         "web_search_options": Field(R, "a server tool of OpenAI's", _NONE),
         "functions": Field(R, "deprecated; send tools", _NONE),
         "function_call": Field(R, "deprecated; send tool_choice", _NONE),
@@ -128,7 +128,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "tool_choice": Field(T, "tool_choice"),
         "parallel_tool_calls": Field(T, "parallel_tool_calls"),
         "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity"),
-        "reasoning": Field(T, "effort → reasoning_effort (summary refused)"),
+        "reasoning": Field(T, "effort → reasoning_effort; summary dropped (a translated answer has no reasoning items "
+                              "to summarize), named as reasoning.summary"),
         "max_output_tokens": Field(T, "max_completion_tokens"),
         "stream": Field(T, "stream (the events are built from Chat chunks)"),
         "temperature": Field(T, "temperature"),
@@ -177,6 +178,8 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
             dropped.append(key)
         elif shape is Shape.RESPONSES and key == "include":
             dropped += _include(value, target)
+        elif shape is Shape.RESPONSES and key == "reasoning" and isinstance(value, dict) and (value.get("summary") or value.get("generate_summary")):
+            dropped.append("reasoning.summary")
     return dropped
 
 

@@ -32,7 +32,7 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}  # usage must stay exact: response.completed waits for it
-    _reasoning(body.get("reasoning"), out, target)
+    _reasoning(body.get("reasoning"), out)
     _text_format(body.get("text"), out, target)
     instructions = body.get("instructions")
     if instructions:
@@ -50,11 +50,11 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     return out
 
 
-def _reasoning(reasoning: Any, out: dict[str, Any], target: str) -> None:
+def _reasoning(reasoning: Any, out: dict[str, Any]) -> None:
+    """`effort` is translated; a `summary` asks for reasoning items a translated answer has not, and
+    is dropped (named `reasoning.summary`: fields.py)."""
     if not reasoning:
         return
-    if reasoning.get("summary") or reasoning.get("generate_summary"):
-        raise refuse("'reasoning.summary'", target)
     if reasoning.get("effort") is not None:
         out["reasoning_effort"] = reasoning["effort"]
 
