@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from gateway.proxy import ClientGone, Receive, Scope, Send, send_error, team_key, watch_disconnect
+from gateway.proxy import ClientGone, Receive, Scope, Send, authenticate, send_error, watch_disconnect
 from sdk.errors import SlipstreamError
 from sdk.passthrough import Door, Passed, family, forward
 from sdk.runtime import TeamRegistry
@@ -50,7 +50,7 @@ def make_passthrough_handler(registry: TeamRegistry) -> Callable[[Scope, Receive
         watcher: asyncio.Task[None] | None = None
         passed: Passed | None = None
         try:
-            team, key_id = registry.authenticate(team_key(scope["headers"]))
+            team, key_id = authenticate(registry, scope)  # a bad key is counted and logged, as on the pipeline
             body = _received(receive) if length or streamed else b""
             passed = await forward(team, scope["method"], raw_path, scope.get("query_string", b"").decode("latin-1"),
                                    headers, body, length, Door(_origin(scope, headers), key_id))

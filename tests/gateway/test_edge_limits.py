@@ -262,13 +262,14 @@ def test_bad_team_keys_are_counted_and_logged_once_per_interval(proxy, monkeypat
                               headers={"authorization": "Bearer sk-guess", "content-type": "application/json"})
         assert response.status_code == 401
     assert httpx.get(f"{proxy.url}/v1/models", timeout=PATIENCE_S).status_code == 401  # the Litestar door, no key
-    assert _auth("team", "invalid") == invalid + 12 and _auth("team", "missing") == missing + 1
+    assert httpx.get(f"{proxy.url}/v1/files", headers={"authorization": "Bearer sk-guess"}, timeout=PATIENCE_S).status_code == 401  # the pass-through door
+    assert _auth("team", "invalid") == invalid + 13 and _auth("team", "missing") == missing + 1
     lines = [r.getMessage() for r in caplog.records if r.name == "slipstream.refusals"]
     assert len(lines) == 1 and "team key refused (invalid) from 127.0.0.1" in lines[0] and "sk-guess" not in lines[0]
     clock.now += 11
     httpx.post(f"{proxy.url}/v1/chat/completions", content=HELLO, headers={"authorization": "Bearer sk-guess"}, timeout=PATIENCE_S)
     lines = [r.getMessage() for r in caplog.records if r.name == "slipstream.refusals"]
-    assert len(lines) == 2 and "(12 more from team:127.0.0.1 not logged in the last 10 s)" in lines[1]
+    assert len(lines) == 2 and "(13 more from team:127.0.0.1 not logged in the last 10 s)" in lines[1]
 
 
 def test_admin_key_guessing_is_throttled_per_address(proxy, monkeypatch, caplog):
