@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 from litestar import Litestar, Request, Response, delete, get
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admin import AdminKey, admin_guard
 from gateway.passthrough import make_passthrough_handler
+from gateway.proxy import Scope as ASGIScope
 from gateway.proxy import authenticate, make_handler
 from gateway.ui import ui_handlers
 from sdk import live_stats, tracing
@@ -68,7 +69,7 @@ async def _named(message: Message, scope: Scope) -> None:
 
 
 def create_app(
-    policy_paths: list[str | Path],
+    policy_paths: Sequence[str | Path],
     *,
     watch_interval_s: float | None = 1.0,
     state_url: str | None = None,
@@ -106,7 +107,7 @@ def create_app(
 
     def team_of(request: Request) -> TeamRuntime:
         """The caller's team; an unknown key raises AuthenticationError (answered by `_answer_error`)."""
-        return authenticate(registry, request.scope)[0]
+        return authenticate(registry, cast("ASGIScope", request.scope))[0]
 
     @get("/v1/models")
     async def models(request: Request) -> Response[bytes]:

@@ -158,10 +158,10 @@ def make_handler(registry: TeamRegistry, endpoint: Endpoint) -> Callable[[Scope,
                 stream = answer
             await send({"type": "http.response.start", "status": answer.status, "headers": response_headers})
             started = True
-            if stream is None:
+            if not isinstance(answer, LLMStream):
                 await send({"type": "http.response.body", "body": answer.body})
                 return
-            async for event in stream.events:
+            async for event in answer.events:
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
         except asyncio.CancelledError:

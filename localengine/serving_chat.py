@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,7 +206,7 @@ def sse(data: dict[str, Any] | str) -> bytes:
 
 
 async def chat_completion_events(engine: AsyncLLMEngine, req: ChatRequest,
-                                 on_usage: Callable[[dict[str, Any]], None] | None = None) -> AsyncIterator[bytes]:
+                                 on_usage: Callable[[dict[str, Any]], None] | None = None) -> AsyncGenerator[bytes, None]:
     """SSE events of a streamed chat completion, ending in `data: [DONE]`. Closing the iterator
     early aborts the engine requests. `on_usage` sees the usage even when the client did not ask
     for it in the stream."""

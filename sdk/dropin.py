@@ -113,7 +113,7 @@ def _passthrough(protocol: Protocol, base_url: str | None, api_key: str | None) 
     name = protocol.value
     return Policy(
         team="default",
-        providers={name: ProviderConfig(kind=name, base_url=base_url, api_key=api_key or None)},
+        providers={name: ProviderConfig(kind="anthropic" if protocol is Protocol.ANTHROPIC else "openai", base_url=base_url, api_key=api_key or None)},
         routes=[Route(targets=[Target(provider=name)])],
         retry=RetryPolicy(max_attempts=1),
     )

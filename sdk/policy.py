@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -396,7 +397,7 @@ def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
     return f"{path}: not valid YAML{where}: {problem}"
 
 
-def load_policy(path: str | Path) -> Policy:
+def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Read and validate one policy file; raises PolicyError with a clear message."""
     path = Path(path)
     try:
@@ -415,7 +416,7 @@ def load_policy(path: str | Path) -> Policy:
         raise PolicyError(_format_errors(path, exc)) from None
 
 
-def policy_files(paths: list[str | Path]) -> list[Path]:
+def policy_files(paths: Sequence[str | Path]) -> list[Path]:
     """Expand directories to their *.yaml / *.yml files, sorted for a stable order."""
     files: list[Path] = []
     for entry in map(Path, paths):
@@ -426,7 +427,7 @@ def policy_files(paths: list[str | Path]) -> list[Path]:
     return files
 
 
-def load_policies(paths: list[str | Path]) -> dict[Path, Policy]:
+def load_policies(paths: Sequence[str | Path]) -> dict[Path, Policy]:
     """Load every policy; collects all errors, and checks team names and keys are unique."""
     policies: dict[Path, Policy] = {}
     errors: list[str] = []

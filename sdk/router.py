@@ -24,8 +24,8 @@ import asyncio
 import logging
 import math
 import time
-from typing import TYPE_CHECKING
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from sdk import tracing
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamHTTPError, UpstreamTimeoutError
@@ -205,6 +205,7 @@ class Router:
                     if isinstance(answer, LLMStream):
                         answer = await _primed(answer, ctx)
             except TimeoutError:
+                assert limit is not None  # only a limit times out
                 raise FirstByteTimeout(f"{key} sent no first byte within {limit * 1000:.0f} ms") from None
         except asyncio.CancelledError:
             stats.in_flight -= 1
@@ -258,7 +259,7 @@ class Router:
         return target
 
 
-def _attempt_kind(slot: TargetSlot, legs: Mapping[object, Leg], errors: list[BaseException], max_attempts: int) -> str:
+def _attempt_kind(slot: TargetSlot, legs: Mapping[Any, Leg], errors: list[BaseException], max_attempts: int) -> str:
     """How an attempt about to start relates to the earlier ones: a hedge leg beside a running one, a
     retry of a target tried before, a fallback to another target after a failure, or the first."""
     if legs:

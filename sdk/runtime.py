@@ -12,7 +12,7 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,12 +133,12 @@ class TeamRegistry:
     time taken does not depend on how much of a key matched.
     """
 
-    def __init__(self, paths: list[str | Path], services: Services | None = None):
+    def __init__(self, paths: Sequence[str | Path], services: Services | None = None):
         self.paths = [Path(p) for p in paths]
         self.services = services or Services()
         self._by_digest: dict[bytes, tuple[bytes, TeamRuntime]] = {}
         self.teams: dict[str, TeamRuntime] = {}
-        self._stamp: dict[Path, float] = {}
+        self._stamp: dict[Path, int] = {}
         self.load()
 
     def load(self) -> None:
@@ -172,8 +172,8 @@ class TeamRegistry:
             raise AuthenticationError("invalid team key")
         return entry[1], digest[:6].hex()
 
-    def _current_stamp(self) -> dict[Path, float]:
-        stamp = {}
+    def _current_stamp(self) -> dict[Path, int]:
+        stamp: dict[Path, int] = {}
         for file in policy_files(self.paths):
             try:
                 stamp[file] = os.stat(file).st_mtime_ns

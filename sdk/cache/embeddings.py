@@ -55,13 +55,15 @@ class EmbeddingCache:
         found: list[StoredVector | None] = []
         with self._lock:
             partition = self._teams.get(team)
+            if partition is None:
+                return [None] * len(keys)
             for key in keys:
-                entry = partition.entries.get(key) if partition is not None else None
+                entry = partition.entries.get(key)
                 if entry is not None and entry.expires_at <= now:
-                    partition.size -= len(partition.entries.pop(key).embedding)  # type: ignore[union-attr]
+                    partition.size -= len(partition.entries.pop(key).embedding)
                     entry = None
                 if entry is not None:
-                    partition.entries.move_to_end(key)  # type: ignore[union-attr]
+                    partition.entries.move_to_end(key)
                 found.append(entry)
         return found
 

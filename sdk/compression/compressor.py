@@ -99,7 +99,17 @@ class Compressor:
         prepared = await asyncio.to_thread(self._prepare, found)
         embedder = self.embedder()
         scores = [None if o is not None else await score_contextual(embedder, f.query, p.units, p.words) for f, p, o in prepared]
-        outcomes = await asyncio.to_thread(lambda: [self._finish(f, p, s) if s is not None else o for (f, p, o), s in zip(prepared, scores, strict=True)])
+
+        def finish_all() -> list[extractive.Outcome]:
+            done: list[extractive.Outcome] = []
+            for (f, p, o), s in zip(prepared, scores, strict=True):
+                if o is None:
+                    assert s is not None  # scored exactly where no outcome was known
+                    o = self._finish(f, p, s)
+                done.append(o)
+            return done
+
+        outcomes = await asyncio.to_thread(finish_all)
         return await asyncio.to_thread(self._apply, result, prepared, outcomes, counts)
 
     def _locate(self, result: Result) -> tuple[list[Found], list[int]]:

@@ -61,7 +61,9 @@ def passthrough_headers(headers: dict[str, str]) -> dict[str, str]:
 
 class Provider(TypingProtocol):
     name: str
-    protocol: Protocol
+
+    @property
+    def protocol(self) -> Protocol: ...
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer: ...
     async def list_models(self) -> list[dict[str, Any]]: ...  # the upstream's own entries ({"id": ...})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +193,7 @@ def usage_of(raw: dict[str, Any]) -> Usage:
                  cache_read_tokens=cached)
 
 
-async def _observed(source: AsyncIterator[bytes], observer: StreamObserver, route: str) -> AsyncIterator[bytes]:
+async def _observed(source: AsyncGenerator[bytes, None], observer: StreamObserver, route: str) -> AsyncGenerator[bytes, None]:
     """Forward events, marking token times; closing this closes the source, aborting the request."""
     try:
         async for event in source:

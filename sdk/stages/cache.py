@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import orjson
 
@@ -53,6 +53,8 @@ if TYPE_CHECKING:  # numpy and faiss load with the cache itself, only for teams 
 PRECISION_HEADER = "x-slipstream-min-precision"
 METADATA_FIELD = "slipstream"  # body field {"min_precision": x}; the official clients send it via extra_body
 KEY_HEADER = "x-slipstream-cache-key"
+# What a stored answer is folded by: the wire protocol of a chat answer, or the Responses API shape.
+Shape = Protocol | Literal[Endpoint.RESPONSES]
 
 log = logging.getLogger("slipstream.cache")
 
@@ -131,7 +133,7 @@ class CacheStage:
         answer = await call_next(ctx)
         if answer.status != 200:
             return answer
-        shape = request.endpoint if request.endpoint is Endpoint.RESPONSES else request.protocol
+        shape: Shape = Endpoint.RESPONSES if request.endpoint is Endpoint.RESPONSES else request.protocol
         if isinstance(answer, LLMResponse):
             message = responses.from_body(answer.body) if shape is Endpoint.RESPONSES else answers.from_body(request.protocol, answer.body)
             if message is not None and self._store(shape, keys, answer.route, message, found):
@@ -159,7 +161,7 @@ class CacheStage:
             return None  # what has no Chat form (built-in tools, ...) is answered upstream, uncached
         return cache_keys(self.team, replace(request, body={**chat, "api": "responses"}))
 
-    def _store(self, shape: Protocol | Endpoint, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
+    def _store(self, shape: Shape, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
         if shape is Endpoint.RESPONSES:
             safe = responses.completed_safely(message, self.config.cache_tool_calls)
         else:
@@ -173,8 +175,8 @@ class CacheStage:
             return False
         return True
 
-    async def _capture(self, shape: Protocol | Endpoint, keys: CacheKeys, stream: LLMStream, found: Lookup,
-                       events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def _capture(self, shape: Shape, keys: CacheKeys, stream: LLMStream, found: Lookup,
+                       events: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
         capture = responses.StreamCapture() if shape is Endpoint.RESPONSES else answers.StreamCapture(shape)
         try:
             async for item in events:
@@ -236,7 +238,7 @@ class CacheStage:
 _TOKEN_EVENTS = (b"event: content_block_delta", b"event: response.output_text.delta")
 
 
-async def _replayed(events: list[bytes], ctx: RequestContext) -> AsyncIterator[bytes]:
+async def _replayed(events: list[bytes], ctx: RequestContext) -> AsyncGenerator[bytes, None]:
     for event in events:
         if event.startswith(_TOKEN_EVENTS) or (event.startswith(b"data: {") and b'"delta":{"content"' in event):
             ctx.timings.mark_token(time.perf_counter())
