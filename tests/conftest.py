@@ -51,6 +51,11 @@ SLOW_PATHS = {
     "tests/emulator/test_control_and_cancel.py::test_python_dash_m_serves": "`python -m emulator` in a subprocess",
     "tests/compression/test_linear_tags.py::test_same_spans_as_the_lazy_regex": "300 generated texts through the old regex",
     "tests/promptcache/test_linear_scans.py::test_request_id_finds_what_the_old_pattern_found": "500 generated lines",
+    "tests/compression/test_token_pruning.py": "the demo model scores every token",
+    "tests/responses/test_frameworks.py": "three agent frameworks, each through both doors",
+    # a client's timeout that must let a loaded machine deliver the request first: 2 s each, idle
+    "tests/responses/test_responses_api.py::test_a_client_that_gives_up": "a 2 s client timeout per case",
+    "tests/sdk/test_sdk_dropin.py::test_client_timeout_bounds_the_wait": "a 2 s client timeout per case",
 }
 SLOW_FIXTURES = frozenset({"embedder", "cache_embedder", "model_dirs", "llama_dir"})  # MiniLM or torch loads
 
