@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import queue
 import re
@@ -33,6 +34,8 @@ from sdk.errors import (
     SlipstreamError,
     UpstreamHTTPError,
 )
+from sdk.models import model_body, models_body
+from sdk.passthrough import Door, family, forward
 from sdk.pipeline import REQUEST_ID_HEADER, RequestContext, new_request_id
 from sdk.policy import Policy, ProviderConfig, RetryPolicy, Route, Target, load_policy
 from sdk.providers.upstream import (
@@ -40,8 +43,6 @@ from sdk.providers.upstream import (
     release_upstream,
     retain_upstream,
 )
-from sdk.models import model_body, models_body
-from sdk.passthrough import Door, family, forward
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRuntime, slipstream_headers, upstream_error_headers
 from sdk.services import Services
@@ -53,7 +54,7 @@ if TYPE_CHECKING:  # each constructor imports its official package: an OpenAI-on
     import anthropic
     import openai
 
-__all__ = ["OpenAI", "AsyncOpenAI", "Anthropic", "AsyncAnthropic"]
+__all__ = ["Anthropic", "AsyncAnthropic", "AsyncOpenAI", "OpenAI"]
 
 # The official client only ever talks to this origin; `.invalid` can never resolve (RFC 2606),
 # so nothing can leak to the network if a request ever bypassed the transport.
@@ -353,10 +354,8 @@ class _LoopThread:
     def _close_pool(loop: asyncio.AbstractEventLoop) -> None:
         # Close the keep-alive pool at exit, so no connection outlives the interpreter unclosed.
         if loop.is_running():
-            try:
+            with contextlib.suppress(Exception):  # at exit, a pool that cannot close has nothing left to lose
                 asyncio.run_coroutine_threadsafe(close_upstream_for_running_loop(), loop).result(timeout=1)
-            except Exception:
-                pass
 
 
 _LOOP = _LoopThread()

@@ -12,7 +12,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -170,7 +170,7 @@ class PercentileMonitor:
     An alert fires when a threshold is first crossed and re-arms once the percentile falls back.
     """
 
-    QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+    QUANTILES: ClassVar[dict[str, float]] = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 
     def __init__(self, team: str, alerts: AlertsPolicy):
         self.team = team

@@ -98,13 +98,13 @@ async def _breakers(runtime: TeamRuntime) -> dict[str, str]:
 
 
 def _ratio(numerators: list[int], denominators: list[int]) -> list[float | None]:
-    return [round(100 * n / d, 1) if d else None for n, d in zip(numerators, denominators)]
+    return [round(100 * n / d, 1) if d else None for n, d in zip(numerators, denominators, strict=True)]
 
 
 def _charts(team: str, routes: list[RouteWindow], series: dict[str, list[int]]) -> list[Chart]:
     charts = []
     if series:
-        hits = [a + b for a, b in zip(series["exact_hits"], series["semantic_hits"])]
+        hits = [a + b for a, b in zip(series["exact_hits"], series["semantic_hits"], strict=True)]
         charts.append(Chart(f"{team}|caches", "", "prompt-cache read share and response-cache hits", "caches", "%", {
             "prompt-cache read": _ratio(series["cache_read_tokens"], series["input_tokens"]),
             "expected read": _ratio(series["expected_read_tokens"], series["input_tokens"]),

@@ -41,7 +41,7 @@ class KeyRing:
         cool = self._cool_until
         if self._state is not None:
             flags, wall = self._state.flags(), time.time()
-            cool = [max(until, now + flags.get(flag, 0.0) - wall) for until, flag in zip(cool, self._flags)]
+            cool = [max(until, now + flags.get(flag, 0.0) - wall) for until, flag in zip(cool, self._flags, strict=True)]
         return sorted(range(len(self.keys)), key=lambda i: (max(cool[i], now), i))
 
     def refused(self, index: int, status: int, headers: Mapping[str, str]) -> None:

@@ -45,7 +45,7 @@ class Leg:
 class AttemptPlan:
     def __init__(self, targets: list[Target], keys: list[str], retry: RetryPolicy):
         self.retry = retry
-        self.slots = [TargetSlot(t, k, rank, retry.max_attempts) for rank, (t, k) in enumerate(zip(targets, keys))]
+        self.slots = [TargetSlot(t, k, rank, retry.max_attempts) for rank, (t, k) in enumerate(zip(targets, keys, strict=True))]
 
     def split(self, now: float) -> tuple[list[TargetSlot], float | None]:
         """Targets that may be tried now, best first, and when the next of the others is ready (None: no

@@ -259,6 +259,6 @@ def test_an_unsupported_proxy_is_refused_when_the_policy_loads(tmp_path: Path):
     from sdk.errors import PolicyError
     from sdk.policy import load_policy
 
-    with pytest.raises(PolicyError, match="providers.gpt.proxy") as refused:
+    with pytest.raises(PolicyError, match=r"providers\.gpt\.proxy") as refused:
         load_policy(_policy(tmp_path / "socks", "https://api.example.com", ', proxy: "socks5://user:pw@10.0.0.1:1080"'))
     assert "pw" not in str(refused.value)  # a policy error never repeats the value (it may hold credentials)
