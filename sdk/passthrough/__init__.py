@@ -8,20 +8,25 @@ SDK's transport) call `forward`, so both enforce the same things, in this order:
 1. The path is one of the operations served (sdk/passthrough/paths.py); dot segments and
    percent-encoding are refused before anything leaves.
 2. The team's rate and concurrency limits, and its budget for what runs a model (a completion, a
-   batch), are admitted by the pipeline's own limits stage (sdk/routing/limits.py).
+   batch), are admitted by the pipeline's own limits stage (sdk/routing/limits.py): a completion
+   holds its worst cost until its answer ends, a batch is created only if its worst cost at batch
+   rates fits in what is left of the budget.
 3. Every model a completion or batch names (the completion's `model`, each line of a batch's input
    file, each request of a message batch) must match one of the team's routes: the router's 404
    otherwise.
 4. Objects are the creating team's (sdk/state/ownership.py): an id the team does not own answers
    the provider's 404 without going upstream, list pages show only the team's own objects, and a
    batch's `input_file_id` must be the team's own file. `results_url` is pointed at the gateway.
+   A client `prompt_cache_key` in a batch (an uploaded file's lines, a message batch's params) is
+   namespaced to the team, as the pipeline does for a call (sdk/promptcache/keys.py).
 5. Spend: a completion's usage at the model's price; batch results at batch rates (half price)
    when they are read (docs/spend.md). One access log line and the pass-through metrics per request.
 6. A provider's 401/403 (it refused the gateway's key, and may echo it) is replaced by the
    gateway's own answer.
 
 Bodies stream both ways where nothing needs reading: an upload is written upstream as the client
-sends it (bounded by `limits.max_upload_bytes`); downloads, results and completions stream back as
+sends it (bounded by `limits.max_upload_bytes`; chunked, since keying its lines can change its
+length); downloads, results and completions stream back as
 they arrive (scanned for usage as they pass). A create's request and an object or list answer are
 small JSON, read whole. One attempt, no retries: a streamed body cannot be sent twice.
 """
@@ -40,6 +45,7 @@ import orjson
 
 from sdk import access_log, metrics, tracing
 from sdk.errors import (
+    InvalidRequestError,
     NotFoundError,
     RequestTooLargeError,
     SlipstreamError,
@@ -49,12 +55,23 @@ from sdk.errors import (
     naming_provider,
 )
 from sdk.estimate import input_tokens, output_limit
-from sdk.passthrough.bodies import Lines, Tally, input_file_models, json_object, requested_models, rewrite_results_url
+from sdk.passthrough.bodies import (
+    MAX_LINE,
+    Lines,
+    Tally,
+    input_file_lines,
+    json_object,
+    keyed_body,
+    keyed_params,
+    keyed_upload,
+    requested_models,
+    rewrite_results_url,
+)
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.router import Router
-from sdk.routing.limits import LimitsStage
+from sdk.routing.limits import RESERVE_EXACT_CHARS, LimitsStage
 from sdk.runtime import TeamRuntime
 from sdk.state import in_background
 from sdk.state.backend import Admission
@@ -68,6 +85,8 @@ _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "se
 MAX_OBJECT = 32 << 20  # an object or list answer read whole to check and rewrite it
 MAX_PAGES = 10  # upstream list pages read for one filtered page
 BATCH_RATE = 0.5  # both providers bill batch usage at half the price of a call
+BATCH_EXACT = 64  # a batch's first requests have their input tokenized for its worst cost; the rest counted by length
+_LINE_ENDPOINTS = {"/v1/responses": Endpoint.RESPONSES, "/v1/embeddings": Endpoint.EMBEDDINGS}  # else counted as chat
 _MISSING = {  # what the provider answers for an id it does not have, per kind of object
     "file": "No such File object: {}",
     "batch": "No batch found with id '{}'.",
@@ -165,22 +184,24 @@ class _Exchange:
             raise self.not_found(kind, object_id)
         return batch
 
-    def check_models(self, models: list[str], completion: LLMRequest | None = None) -> float:
-        """Refuse what the pipeline would refuse for these models: a model no route matches (the
-        router's 404), and for a budgeted team a model without a price (the limits stage's 403).
-        Returns what a completion holds against the budget while it runs (its worst cost)."""
+    def check_models(self, models: list[str]) -> None:
+        """Refuse a model no route matches (the router's 404), as the pipeline would."""
         router = self.team.pipeline.terminal
         assert isinstance(router, Router)
         distinct = list(dict.fromkeys(models))
         for model in distinct:
             router.route_for(model)
         self.model = distinct[0] if len(distinct) == 1 else ",".join(sorted(distinct))
-        if completion is not None:  # counted like a chat request: its text in, max_tokens × n out
-            return self.limits.reservation(completion)
-        endpoint = Endpoint.CHAT_COMPLETIONS if self.op.protocol is Protocol.OPENAI else Endpoint.MESSAGES
-        for model in distinct:  # a batch's cost lands when its results are read; here only its prices must exist
-            self.limits.reservation(LLMRequest(endpoint, {"model": model}))
-        return 0.0
+
+    def worst_cost(self, requests: list[LLMRequest]) -> float:
+        """What these requests may cost at most (each one's reservation: input counted, its output
+        limit, the dearest target's price), at batch rates for a batch. For a budgeted team, the
+        limits stage's 403 when a model has no price. A completion counts like a chat request."""
+        if self.op.action == "complete":
+            return self.limits.reservation(requests[0])
+        worst = sum(self.limits.reservation(request, RESERVE_EXACT_CHARS if i < BATCH_EXACT else 0)
+                    for i, request in enumerate(requests))
+        return worst * BATCH_RATE
 
     def settle(self, model: str = "", usage: Usage | None = None, estimated: bool = False) -> None:
         admission, self.admission = self.admission, None
@@ -241,24 +262,37 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     if length is not None and length > limit:
         raise RequestTooLargeError(f"request body of {length} bytes is over this team's limit of {limit} bytes")
     output_of = None  # the batch a downloaded file is an output of
-    reserve = 0.0
+    reserve = batch_worst = 0.0
     request: dict[str, Any] = {}
     if op.spends:  # read whole: what it runs is checked before anything leaves
         raw = await _whole(body, limit)
         request = json_object(raw, f"{method} {op.upstream_path}")
+        if keyed_params(request, team.team) if op.kind == "message_batch" else keyed_body(request, team.team):
+            raw = orjson.dumps(request)
         body, length = raw, len(raw)
-        if op.kind != "batch":
-            if op.action == "complete":
-                ex.completion = LLMRequest(Endpoint.CHAT_COMPLETIONS, request, size=len(raw))
-            reserve = ex.check_models(requested_models(op.kind, request), ex.completion)
+        if op.action == "complete":  # held against the budget until its answer ends
+            ex.completion = LLMRequest(Endpoint.CHAT_COMPLETIONS, request, size=len(raw))
+            ex.check_models(requested_models("", request))
+            reserve = ex.worst_cost([ex.completion])
+        elif op.kind == "message_batch":
+            ex.check_models(requested_models(op.kind, request))
+            batch_worst = ex.worst_cost([LLMRequest(Endpoint.MESSAGES, r["params"]) for r in request.get("requests") or ()
+                                         if isinstance(r, dict) and isinstance(r.get("params"), dict)])
     ex.admission = await ex.limits.admit(ex.door.key_id, budget=op.spends, reserve=reserve)
     if op.spends and op.kind == "batch":  # its models are in its input file, which must be the team's
         file_id = request.get("input_file_id")
         if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
             raise ex.not_found("file", str(file_id))
-        ex.check_models(await _input_file_models(provider, file_id, limit))
-    elif op.object_id:
+        lines = await _input_file_lines(provider, file_id, limit)
+        ex.check_models([str(line.get("model") or "") for _, line in lines])
+        batch_worst = ex.worst_cost([LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line) for url, line in lines])
+    if batch_worst:  # it runs after this call answers: only a batch whose worst case fits is created
+        await ex.limits.check_fits(batch_worst, "batch at batch rates")
+    if op.object_id:
         output_of = await ex.check_owner(op.kind, op.object_id)
+    elif op.kind == "file" and op.action == "create":  # a batch input file's client prompt_cache_keys are keyed on the way
+        body = keyed_upload(_bounded(_once(body) if isinstance(body, bytes) else body, limit), team.team)
+        length = None
     elif not isinstance(body, bytes):
         body = _bounded(body, limit)
     url = provider.base_url + op.upstream_path + (f"?{query}" if query else "")
@@ -393,8 +427,9 @@ async def _read_object(response: UpstreamResponse) -> dict[str, Any]:
     return data
 
 
-async def _input_file_models(provider: HTTPProvider, file_id: str, limit: int) -> list[str]:
-    """The models a batch input file runs, read from the provider (the file went up streamed)."""
+async def _input_file_lines(provider: HTTPProvider, file_id: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
+    """The requests a batch input file runs, (`url`, `body`) per line, read from the provider (the
+    file went up streamed). A line too long to read could hide a model or a cost: refused."""
     url = f"{provider.base_url}/files/{file_id}/content"
     client = provider.client or upstream_for_running_loop()
     response = await client.request("GET", url, provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), b"",
@@ -411,8 +446,12 @@ async def _input_file_models(provider: HTTPProvider, file_id: str, limit: int) -
         if size > limit:
             response.abort()
             raise RequestTooLargeError(f"the batch input file is over this team's limit of {limit} bytes")
-        found += input_file_models(iter(lines.feed(chunk)))
-    return found + input_file_models(iter(lines.end()))
+        found += input_file_lines(iter(lines.feed(chunk)))
+        if lines.skipped:
+            response.abort()
+            raise InvalidRequestError(f"a line of batch input file {file_id} is over {MAX_LINE} bytes, too long for the "
+                                      "gateway to check the model and cost it runs")
+    return found + input_file_lines(iter(lines.end()))
 
 
 async def _tallied(response: UpstreamResponse, tally: Tally | None) -> AsyncIterator[bytes]:

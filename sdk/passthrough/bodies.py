@@ -1,19 +1,22 @@
 """What the pass-through reads in the bodies it forwards: the models a request names, the ids an
-answer lists, the provider URLs it carries, and the usage to charge.
+answer lists, the provider URLs it carries, the usage to charge, and the client `prompt_cache_key`s
+it namespaces to the team (as the pipeline does, sdk/promptcache/keys.py).
 
 Only small JSON objects are parsed whole (a create's request, an object or a list page); content
-downloads, batch results and completions stream through and are scanned line by line as they pass.
+downloads, batch results and completions stream through and are scanned line by line as they pass,
+and so are uploads (a batch input file's lines are keyed to the team on their way up).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from sdk.errors import InvalidRequestError
+from sdk.promptcache.keys import team_key
 from sdk.types import Usage
 from sdk.usage import merge_anthropic_usage, openai_usage, responses_usage
 
@@ -40,9 +43,9 @@ def requested_models(action_kind: str, body: dict[str, Any]) -> list[str]:
     return [_model(body)]
 
 
-def input_file_models(lines: Iterator[bytes]) -> list[str]:
-    """The models an OpenAI batch input file's lines run (`body.model` of each JSON line)."""
-    models = []
+def input_file_lines(lines: Iterator[bytes]) -> list[tuple[str, dict[str, Any]]]:
+    """The requests an OpenAI batch input file's lines run: (`url`, `body`) of each JSON line."""
+    found = []
     for raw in lines:
         if not raw.strip():
             continue
@@ -50,8 +53,73 @@ def input_file_models(lines: Iterator[bytes]) -> list[str]:
             line = orjson.loads(raw)
         except orjson.JSONDecodeError:
             continue  # the provider fails the batch on it (invalid_json_line); nothing runs
-        models.append(_model(line.get("body") if isinstance(line, dict) else None))
-    return models
+        body = line.get("body") if isinstance(line, dict) else None
+        url = line.get("url") if isinstance(line, dict) else None
+        found.append((url if isinstance(url, str) else "", body if isinstance(body, dict) else {}))
+    return found
+
+
+def keyed_params(body: dict[str, Any], team: str) -> bool:
+    """Namespace to `team` the client `prompt_cache_key` of each request of a message batch create
+    (`requests[].params`), in place; whether any was."""
+    requests = body.get("requests")
+    params = [r.get("params") for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
+    return sum(keyed_body(p, team) for p in params) > 0
+
+
+def keyed_body(body: Any, team: str) -> bool:
+    """Namespace to `team` a request body's client `prompt_cache_key`, in place; whether there was one."""
+    key = body.get("prompt_cache_key") if isinstance(body, dict) else None
+    if not isinstance(key, str) or not key:
+        return False
+    body["prompt_cache_key"] = team_key(team, key)
+    return True
+
+
+def keyed_line(line: bytes, team: str) -> bytes:
+    """A batch input line (`{custom_id, method, url, body}`, with its line ending) with its client
+    `body.prompt_cache_key` namespaced to `team`; any other line unchanged."""
+    if b"prompt_cache_key" not in line and b"\\u" not in line:  # a JSON escape could spell the name
+        return line
+    try:
+        parsed = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return line
+    if not isinstance(parsed, dict) or not keyed_body(parsed.get("body"), team):
+        return line
+    return orjson.dumps(parsed) + line[len(line.rstrip()):]  # the line's own ending (a CR before a boundary)
+
+
+async def keyed_upload(chunks: AsyncIterable[bytes], team: str) -> AsyncIterator[bytes]:
+    """An upload as it streams, each JSON line through `keyed_line`: a batch input file's client keys
+    are namespaced on their way to the provider, whatever the multipart framing around them. Only a
+    line that opens a JSON object is held until it is whole (up to MAX_LINE: a longer one passes
+    unread, and a batch whose input file has one is refused when it is created); every other byte
+    goes on as it comes."""
+    pending: list[bytes] = []  # the start of a JSON line, held until it is whole
+    size = 0
+    passing = False  # inside a line that is not held: its bytes go on as they come
+    async for chunk in chunks:
+        out: list[bytes] = []
+        while chunk:
+            cut = chunk.find(b"\n") + 1
+            piece, chunk = (chunk[:cut], chunk[cut:]) if cut else (chunk, b"")
+            if passing or (not pending and piece.lstrip()[:1] not in (b"{", b"")):
+                out.append(piece)
+                passing = not cut
+                continue
+            pending.append(piece)
+            size += len(piece)
+            if cut:
+                out.append(keyed_line(b"".join(pending), team))
+                pending, size = [], 0
+            elif size > MAX_LINE:
+                out.append(b"".join(pending))
+                pending, size, passing = [], 0, True
+        if out:
+            yield b"".join(out)
+    if pending:
+        yield keyed_line(b"".join(pending), team)
 
 
 def _model(body: Any) -> str:
@@ -72,6 +140,7 @@ class Lines:
     def __init__(self) -> None:
         self._tail = b""
         self._skipping = False
+        self.skipped = 0  # lines too long to read
 
     def feed(self, chunk: bytes) -> list[bytes]:
         parts = (self._tail + chunk).split(b"\n")
@@ -80,6 +149,7 @@ class Lines:
             parts, self._skipping = parts[1:], False  # the rest of a line too long to read
         if len(self._tail) > MAX_LINE:
             self._tail, self._skipping = b"", True
+            self.skipped += 1
         return parts
 
     def end(self) -> list[bytes]:

@@ -44,6 +44,7 @@ from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
 
 log = logging.getLogger("slipstream.spend")
 _FREE = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # token counts cost nothing
+_PERIODLY = {"day": "daily", "month": "monthly"}  # a budget's period in a refusal's words
 RESERVE_EXACT_CHARS = 8 * 1024  # input text tokenized exactly for a reservation; beyond, counted by length
 
 
@@ -131,11 +132,11 @@ class LimitsStage:
             on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route, tally))
         return answer
 
-    def reservation(self, request: LLMRequest) -> float:
-        """USD a budgeted team's request holds while it runs: its worst cost (input counted, the
-        output limit it asks for or a default) on the dearest hosted target of its route. Raises a
-        403 naming the `pricing:` entry to add when a target's model has no price: a budget cannot
-        hold against spend nobody can count. 0 for a team without a budget."""
+    def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS) -> float:
+        """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`
+        characters of it tokenized, the output limit it asks for or a default) on the dearest hosted
+        target of its route. Raises a 403 naming the `pricing:` entry to add when a target's model
+        has no price: a budget cannot hold against spend nobody can count. 0 for a team without a budget."""
         if self.budget is None or request.endpoint in _FREE:
             return 0.0
         prices = self._targets.get(request.model)
@@ -143,8 +144,26 @@ class LimitsStage:
             prices = self._priced_targets(request.model)
         if not prices:
             return 0.0
-        counted, allowed = input_tokens(request, RESERVE_EXACT_CHARS), output_limit(request)
+        counted, allowed = input_tokens(request, exact), output_limit(request)
         return max(worst_cost_usd(counted, allowed, price) for price in prices)
+
+    async def check_fits(self, worst: float, what: str) -> None:
+        """Refuse with the budget's 429 work whose worst cost (`worst` USD) is more than what is left
+        of the budget, the period's spend and what requests in flight hold taken off. For a batch:
+        it runs after the call that creates it has answered, so no hold can cover it while it runs,
+        and it is admitted only if its worst case fits (docs/spend.md)."""
+        budget = self.budget
+        if budget is None or not worst:
+            return
+        check = budget_check(self.team, budget)
+        assert check is not None
+        fields = await self.state.spend(check.key)
+        left = budget.usd - fields.get("total", 0.0) - max(0.0, fields.get("held", 0.0))
+        if worst > left:
+            period = next(p for p in periods() if p.name == budget.period)
+            raise _limited(f"budget: team {self.team}'s {what} may cost up to ${worst:.6f}, more than the "
+                           f"${max(0.0, left):.6f} left of its {_PERIODLY[budget.period]} budget of ${budget.usd:.2f} "
+                           "(counting what requests in flight may still cost)", period.keep_s - 86_400)
 
     def _priced_targets(self, model: str) -> tuple[Price, ...]:
         route = next((r for r in self.policy.routes if r.match.matches(model)), None)
@@ -237,7 +256,7 @@ class LimitsStage:
         if refusal.kind == "budget" and budget is not None:
             period = next(p for p in periods() if p.name == budget.period)
             # the value counts what requests in flight hold (their worst cost) beside what was spent
-            return _limited(f"budget: team {self.team} has spent ${refusal.value:.2f} of its {budget.period}ly budget "
+            return _limited(f"budget: team {self.team} has spent ${refusal.value:.2f} of its {_PERIODLY[budget.period]} budget "
                             f"of ${budget.usd:.2f} (counting what requests in flight may still cost)", period.keep_s - 86_400)
         if refusal.kind == "cap":
             scope = [s for s in scopes if s.cap is not None][refusal.index]

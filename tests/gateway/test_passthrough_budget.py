@@ -1,0 +1,142 @@
+"""The pass-through's budget holds and prompt-cache keys (issue 25), with teams that share one
+provider key (the emulator's `up-openai` / `up-anthropic`):
+
+- parallel `/v1/completions` hold their worst cost while they run, as the pipeline's requests do,
+  so together they overshoot a budget by at most one request's reservation (counted in spend
+  records and at the emulator, not timed);
+- a batch (OpenAI `/v1/batches`, Anthropic `/v1/messages/batches`) is created only if its worst
+  cost at batch rates fits in what is left of the team's budget: one that does not is refused with
+  the budget's 429 and never reaches the provider; the same batch from a team without a budget runs;
+- a client `prompt_cache_key` in a batch (an uploaded input file's lines, a message batch's params)
+  reaches the provider namespaced to the team: two teams sending the same key send different ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import orjson
+import pytest
+
+import sdk
+from gateway.testing import RunningServer, running_proxy
+from sdk.estimate import input_tokens, output_limit
+from sdk.policy import Price
+from sdk.spend import worst_cost_usd
+from sdk.types import Endpoint, LLMRequest
+from tests.helpers import write_policy
+
+ALPHA, BETA, THRIFTY = "sk-alpha-budget", "sk-beta-budget", "sk-thrifty-budget"
+PRICED = 'pricing: {"gpt-3.5-*": {input: 1000, output: 1000}, "gpt-4o-mini": {input: 1000, output: 2000}}\n'
+COMPLETION = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once upon a time", "max_tokens": 16}
+MSG = {"model": "claude-sonnet-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
+# worth about two and a half completions: each answer holds (≈5 + 16 tokens) × $1,000 per million
+COMPLETIONS_BUDGET = 0.00005
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory, emulator) -> Path:
+    directory = tmp_path_factory.mktemp("passthrough-budget")
+    write_policy(directory, "alpha", ALPHA, emulator.url, extra=PRICED + f"budget: {{usd: {COMPLETIONS_BUDGET}, period: day}}\n")
+    write_policy(directory, "beta", BETA, emulator.url, extra=PRICED)  # same provider key, no budget
+    write_policy(directory, "thrifty", THRIFTY, emulator.url, extra=PRICED + "budget: {usd: 1, period: day}\n")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def proxy(policies) -> Iterator[RunningServer]:
+    with running_proxy([policies]) as running:
+        yield running
+
+
+def oai(proxy: RunningServer, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=key, max_retries=0)
+
+
+def anth(proxy: RunningServer, key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+
+
+def spend(proxy: RunningServer, key: str) -> dict:
+    return httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"}).json()
+
+
+def batch_line(cid: str, max_tokens: int = 8, **body: object) -> bytes:
+    return orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": cid}],
+                                  "max_tokens": max_tokens, **body}})
+
+
+def upstream(emulator, needle: str) -> list[dict]:
+    return [r for r in emulator.app.state.recent if needle in r["path"]]
+
+
+def test_parallel_completions_overshoot_a_budget_by_at_most_one_reservation(proxy, fresh_emulator):
+    async def one(client: openai.AsyncOpenAI) -> bool:
+        try:
+            await client.completions.create(**COMPLETION)
+        except openai.RateLimitError as refused:
+            assert "budget" in refused.body["message"]
+            return False
+        return True
+
+    async def sixty() -> list[bool]:
+        async with openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0) as client:
+            return await asyncio.gather(*(one(client) for _ in range(60)))
+
+    answered = sum(asyncio.run(sixty()))
+    spent = spend(proxy, ALPHA)["day"]["total"]
+    reservation = worst_cost_usd(input_tokens(LLMRequest(Endpoint.CHAT_COMPLETIONS, COMPLETION)),
+                                 output_limit(LLMRequest(Endpoint.CHAT_COMPLETIONS, COMPLETION)), Price(input=1000, output=1000))
+    assert 1 <= answered <= COMPLETIONS_BUDGET / reservation + 1  # in-flight completions hold their worst cost
+    assert spent <= COMPLETIONS_BUDGET + reservation  # the documented bound (docs/spend.md)
+    assert len(upstream(fresh_emulator, "/completions")) == answered  # the refused never left
+    # the other team on the same provider key is not held back by alpha's budget
+    assert oai(proxy, BETA).completions.create(**COMPLETION).usage.completion_tokens == 16
+
+
+def test_a_batch_is_created_only_if_its_worst_case_fits_the_budget(proxy, fresh_emulator):
+    thrifty, beta = oai(proxy, THRIFTY), oai(proxy, BETA)
+    # two lines of up to 1,000 tokens of gpt-4o-mini at $2,000 per million, at batch rates: ≈ $2, over $1
+    big = b"\n".join(batch_line(f"big-{i}", max_tokens=1000) for i in range(2)) + b"\n"
+    source = thrifty.files.create(file=("big.jsonl", big), purpose="batch")
+    with pytest.raises(openai.RateLimitError, match="budget") as refused:
+        thrifty.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert "batch" in refused.value.body["message"]
+    with pytest.raises(anthropic.RateLimitError, match="budget"):  # up to 200,000 Claude Sonnet tokens: ≈ $1.50
+        anth(proxy, THRIFTY).messages.batches.create(requests=[{"custom_id": "a", "params": {**MSG, "max_tokens": 200_000}}])
+    assert upstream(fresh_emulator, "batches") == []  # neither reached the provider
+    assert fresh_emulator.app.state.batches.entries == {}
+    # what fits is created: a small batch of the same team, and the big one from a team without a budget
+    small = thrifty.files.create(file=("small.jsonl", batch_line("small") + b"\n"), purpose="batch")
+    assert thrifty.batches.create(input_file_id=small.id, endpoint="/v1/chat/completions", completion_window="24h").id
+    assert anth(proxy, THRIFTY).messages.batches.create(requests=[{"custom_id": "a", "params": MSG}]).id
+    theirs = beta.files.create(file=("big.jsonl", big), purpose="batch")
+    assert beta.batches.create(input_file_id=theirs.id, endpoint="/v1/chat/completions", completion_window="24h").id
+    assert len(fresh_emulator.app.state.batches.entries) == 3
+    assert spend(proxy, THRIFTY)["budget"]["held"] == 0  # a batch holds nothing once created: it is charged when read
+
+
+def test_batch_prompt_cache_keys_are_namespaced_to_the_team(proxy, policies, fresh_emulator):
+    keyed = batch_line("k", prompt_cache_key="shared-prefix") + b"\n" + batch_line("plain") + b"\n"
+    sent = {}
+    for team, client in (("beta", oai(proxy, BETA)), ("thrifty", sdk.OpenAI(policy=policies / "thrifty.yaml", max_retries=0))):
+        source = client.files.create(file=("in.jsonl", keyed), purpose="batch")
+        stored = fresh_emulator.app.state.files.entries[source.id].content.splitlines()
+        sent[team] = orjson.loads(stored[0])["body"]["prompt_cache_key"]
+        assert stored[1] == batch_line("plain")  # a line without a key is passed as it was
+        assert client.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h").id
+    for team, key in (("beta", BETA), ("thrifty", THRIFTY)):
+        anth(proxy, key).messages.batches.create(
+            requests=[{"custom_id": "a", "params": {**MSG, "prompt_cache_key": "shared-prefix"}}])
+        body = orjson.loads(upstream(fresh_emulator, "/v1/messages/batches")[-1]["body"])
+        sent[f"{team} messages"] = body["requests"][0]["params"]["prompt_cache_key"]
+    assert "shared-prefix" not in sent.values()
+    assert sent["beta"] != sent["thrifty"] and sent["beta messages"] != sent["thrifty messages"]
+    # one team's key is the same wherever it sends it (a batch file, a message batch, through either door)
+    assert sent["beta messages"] == sent["beta"] and sent["thrifty messages"] == sent["thrifty"]
