@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from sdk.compression import documents, extractive, places, tokens
 from sdk.compression.history import HistoryCompactor
 from sdk.compression.places import Found
 from sdk.compression.scoring import score_contextual, score_static
+from sdk.lru import LRU
 from sdk.pipeline import CompressionReport
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class Compressor:
         self.pruner = pruner
         # Outcomes keyed by a digest of the content (material, question, instructions): an earlier
         # turn resent on every request is compressed once, and always to the same bytes.
-        self._outcomes: OrderedDict[bytes, extractive.Outcome] = OrderedDict()
+        self._outcomes: LRU[bytes, extractive.Outcome] = LRU(_MAX_OUTCOMES)
         self._outcomes_lock = threading.Lock()  # pieces compress in worker threads
 
     async def run(self, body: dict[str, Any]) -> Result:
@@ -160,17 +160,12 @@ class Compressor:
         if self.pruner is not None and not outcome.refused:
             outcome = self.pruner.prune(outcome, self.docs.budget, found.query)
         with self._outcomes_lock:
-            self._outcomes[_content_key(found)] = outcome
-            if len(self._outcomes) > _MAX_OUTCOMES:
-                self._outcomes.popitem(last=False)
+            self._outcomes.put(_content_key(found), outcome)
         return outcome
 
     def _remembered(self, key: bytes) -> extractive.Outcome | None:
         with self._outcomes_lock:
-            outcome = self._outcomes.get(key)
-            if outcome is not None:
-                self._outcomes.move_to_end(key)
-            return outcome
+            return self._outcomes.get(key)
 
 
 def _content_key(found: Found) -> bytes:

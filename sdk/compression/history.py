@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import orjson
 
 from sdk.compression import report
+from sdk.lru import LRU
 
 log = logging.getLogger("slipstream.compression")
 
@@ -54,7 +54,7 @@ class HistoryCompactor:
         self.team = team
         self.settings = settings
         self.summarize = summarize
-        self._summaries: OrderedDict[bytes, list[Summary]] = OrderedDict()  # by digest of messages[0]
+        self._summaries: LRU[bytes, list[Summary]] = LRU(MAX_CONVERSATIONS)  # by digest of messages[0]
         self._tasks: dict[bytes, asyncio.Task[None]] = {}  # by digest of the prefix being summarized
 
     def apply(self, messages: list[Any], counts: list[int], cached_prefix: bool) -> tuple[list[Any], str]:
@@ -83,9 +83,7 @@ class HistoryCompactor:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
     def _current(self, messages: list[Any], prefix: list[bytes]) -> Summary | None:
-        stored = self._summaries.get(prefix[1], [])
-        if stored:
-            self._summaries.move_to_end(prefix[1])
+        stored = self._summaries.get(prefix[1]) or []
         matching = [s for s in stored if s.cut < len(messages) and prefix[s.cut] == s.digest]
         return max(matching, key=lambda s: s.cut, default=None)
 
@@ -113,12 +111,10 @@ class HistoryCompactor:
         if not text:
             report.HISTORY.labels(self.team, "failed").inc()
             return
-        stored = self._summaries.setdefault(conversation, [])
+        stored = self._summaries.get(conversation) or []
         stored.append(Summary(placeholder.cut, placeholder.digest, text))
         del stored[:-4]  # a few generations suffice: requests go forward in a conversation, not back
-        self._summaries.move_to_end(conversation)
-        while len(self._summaries) > MAX_CONVERSATIONS:
-            self._summaries.popitem(last=False)
+        self._summaries.put(conversation, stored)
         report.HISTORY.labels(self.team, "summarized").inc()
         log.debug("team %s: summarized %d messages into %d chars", self.team, placeholder.cut, len(text))
 

@@ -19,8 +19,9 @@ request may scan in all (`SCAN_BUDGET_CHARS`).
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
+
+from sdk.lru import LRU
 
 MAX_LINE_CHARS = 1024
 MAX_SCAN_CHARS = 32 * 1024
@@ -125,7 +126,7 @@ class VolatilityDetector:
 
     def __init__(self) -> None:
         self._analyses: dict[int, _Analysis] = {}
-        self._previous: OrderedDict[tuple[str, int], tuple[int, ...]] = OrderedDict()
+        self._previous: LRU[tuple[str, int], tuple[int, ...]] = LRU(self.MAX_CONVERSATIONS)
         self.learned: dict[str, set[str]] = {}  # path -> labels seen to vary within a conversation
 
     def _analyse(self, text: str) -> _Analysis:
@@ -148,10 +149,7 @@ class VolatilityDetector:
     def _learn(self, path: str, conversation: int, analysis: _Analysis) -> None:
         key = (path, conversation)
         before = self._previous.get(key)
-        self._previous[key] = analysis.digests
-        self._previous.move_to_end(key)
-        if len(self._previous) > self.MAX_CONVERSATIONS:
-            self._previous.popitem(last=False)
+        self._previous.put(key, analysis.digests)
         if before is None or before == analysis.digests or len(before) != len(analysis.digests):
             return
         changed = [i for i, (a, b) in enumerate(zip(before, analysis.digests, strict=True)) if a != b]
