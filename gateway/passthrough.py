@@ -1,4 +1,4 @@
-"""The proxy's door for pass-through endpoints (sdk/passthrough.py): files, batches, completions.
+"""The proxy's door for pass-through endpoints (sdk/passthrough/): files, batches, completions.
 
 Raw ASGI, like the pipeline's door (gateway/proxy.py); every check is sdk/passthrough/'s, the
 same for the drop-in SDK. The request body is handed upstream as it arrives from the client (`receive` is read piece by piece while the upstream write keeps up),

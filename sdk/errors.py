@@ -12,7 +12,7 @@ import orjson
 
 from sdk.types import Protocol
 
-# Anthropic's error.type for each status (provider-protocols.md B.5); OpenAI reuses its own codes.
+# Anthropic's error.type for each status (Anthropic's API docs, api/errors); OpenAI reuses its own codes.
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",

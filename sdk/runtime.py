@@ -74,7 +74,7 @@ class TeamRuntime:
 
 
 def slipstream_headers(ctx: RequestContext, answer: Answer) -> dict[str, str]:
-    """The x-slipstream-* headers of an answer (DESIGN.md), computed when headers are sent."""
+    """The x-slipstream-* headers of an answer (docs/observability.md), computed when headers are sent."""
     overhead_ms = max(0.0, (time.perf_counter() - ctx.timings.start - ctx.timings.upstream_s) * 1000)
     usage = answer.usage
     # An OpenAI stream reports usage only in its last chunk: unknown when headers go out.

@@ -1,7 +1,7 @@
 """Usage accounting from provider bodies and stream events.
 
 Anthropic's `message_delta` usage is cumulative: fields are merged by overwrite, never added to
-`message_start`'s (provider-protocols.md B.4). OpenAI's `prompt_tokens` (Responses: `input_tokens`)
+`message_start`'s (Anthropic's streaming docs, build-with-claude/streaming). OpenAI's `prompt_tokens` (Responses: `input_tokens`)
 includes cached tokens.
 """
 

@@ -1,6 +1,6 @@
 """A request as the provider's cache sees it: an ordered list of blocks with cumulative hashes.
 
-Anthropic (provider-protocols.md A.6, A.8): blocks in the order tools -> system -> messages, one per
+Anthropic (its prompt-caching guide, build-with-claude/prompt-caching): blocks in the order tools -> system -> messages, one per
 content block (a string `system` or string content is one block); the key of a prefix is a hash of
 everything up to a block, `cache_control` excluded. Settings that render into the prompt are folded
 into the chain where the reference says they invalidate: image presence before `system`,

@@ -1,6 +1,7 @@
 """Anthropic breakpoint placement (`breakpoints: auto`) and marker repair.
 
-Rules followed (provider-protocols.md A.3-A.9, E.1-E.3):
+Rules followed (Anthropic's prompt-caching guide, build-with-claude/prompt-caching, and the pitfalls
+reported against it; docs/prompt-cache.md):
 - at most 4 markers, the top-level automatic one included; a request with more is repaired by
   dropping the client's markers in the history (the usual cause: markers stored in history), keeping
   the static ones (tools/system) and the latest ones;

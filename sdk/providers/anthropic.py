@@ -1,4 +1,4 @@
-"""Anthropic Messages API dialect (provider-protocols.md B)."""
+"""Anthropic Messages API dialect (Anthropic's API docs, api/messages)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OpenAI dialect: Chat Completions and the Responses API (provider-protocols.md C, F)."""
+"""OpenAI dialect: Chat Completions and the Responses API (OpenAI's API reference)."""
 
 from __future__ import annotations
 

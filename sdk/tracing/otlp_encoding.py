@@ -2,7 +2,7 @@
 
 The SDK's encoder builds one protobuf object per attribute and costs ~120 µs a span on the
 benchmark machine; writing the wire format directly costs ~25 µs (bench/tracing_overhead.py). The output is the
-same `ExportTraceServiceRequest` the SDK would send for these spans (tests/sdk/test_otlp_encoding.py
+same `ExportTraceServiceRequest` the SDK would send for these spans (tests/sdk/test_trace_export.py
 parses both and compares them), handed to the SDK's own OTLP HTTP exporter (`Encoded`), so
 endpoints, headers, compression, timeouts and retries stay the SDK's.
 

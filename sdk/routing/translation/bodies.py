@@ -15,7 +15,7 @@ from sdk.errors import error_body
 from sdk.routing.translation.output_modes import validated
 from sdk.types import Protocol
 
-# stop_reason ↔ finish_reason (provider-protocols.md B.3, C.4).
+# stop_reason ↔ finish_reason (Anthropic's Messages and OpenAI's Chat Completions references).
 A2O_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
             "refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length"}
 O2A_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
