@@ -1,0 +1,102 @@
+"""The bundled real model (smollm2-135m-instruct, SmolLM2-135M-Instruct from its Q4_1 GGUF) at batch 1:
+the engine in fp32 and bf16 against Hugging Face transformers (fp32, the same file dequantized).
+
+- TTFT: a 500-token prompt, one output token, prefix cache off (cold prefill), median of --runs.
+- Decode: a chat-templated prompt, 128 output tokens (ignore_eos), tokens/s after the first token,
+  median of --runs.
+
+    python bench/localengine/smollm2.py --threads 2
+
+Prints the machine's load average next to each figure: the numbers mean little on a busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+MODEL = "smollm2-135m-instruct"
+QUESTION = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def engine(dtype: str, runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int) -> tuple[float, float]:
+    from localengine import LLM, SamplingParams
+
+    llm = LLM(MODEL, dtype=dtype, max_model_len=1024, max_num_seqs=4, enable_prefix_caching=False,
+              num_kvcache_blocks=256)
+    one = SamplingParams(temperature=0, max_tokens=1)
+    many = SamplingParams(temperature=0, max_tokens=decode_tokens, ignore_eos=True)
+    llm.generate([prompt_500], one)  # warm-up: first-call setup is not what is measured
+    ttft, rate = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        llm.generate([prompt_500], one)
+        ttft.append(time.perf_counter() - start)
+        out = llm.generate([chat], many)[0]
+        m = out.metrics
+        assert m is not None and m.first_token_time is not None and m.last_token_time is not None
+        rate.append((len(out.outputs[0].token_ids) - 1) / (m.last_token_time - m.first_token_time))
+    return statistics.median(ttft), statistics.median(rate)
+
+
+def hf(runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int) -> tuple[float, float]:
+    from transformers import AutoModelForCausalLM
+
+    from localengine.config import packaged_model_path
+
+    path = packaged_model_path(MODEL)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+    def generate(ids: list[int], new: int) -> float:
+        x = torch.tensor([ids])
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new, min_new_tokens=new,
+                           do_sample=False, pad_token_id=2)
+        return time.perf_counter() - start
+
+    generate(prompt_500, 1)
+    ttft, rate = [], []
+    for _ in range(runs):
+        ttft.append(generate(prompt_500, 1))
+        first = generate(chat, 1)
+        rate.append((decode_tokens - 1) / (generate(chat, decode_tokens) - first))
+    return statistics.median(ttft), statistics.median(rate)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--decode-tokens", type=int, default=128)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from localengine.config import Config
+    from localengine.engine.llm_engine import load_tokenizer
+
+    tok = load_tokenizer(Config(MODEL))
+    text = " ".join(f"Line {i}: the lighthouse keeper counted the ships that passed." for i in range(200))
+    prompt_500 = tok.encode(text)[:500]
+    chat = tok.encode(tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False),
+                      add_special_tokens=False)
+    print(f"smollm2-135m-instruct, batch 1, {args.threads} threads, torch {torch.__version__}, "
+          f"TTFT on {len(prompt_500)} prompt tokens, decode of {args.decode_tokens} tokens")
+    print(f"{'':24}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
+    for name, measure in (("engine fp32", lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens)),
+                          ("engine bf16", lambda: engine("bfloat16", args.runs, prompt_500, chat, args.decode_tokens)),
+                          ("HF transformers fp32", lambda: hf(args.runs, prompt_500, chat, args.decode_tokens))):
+        before = load()
+        ttft, rate = measure()
+        print(f"{name:24}{ttft * 1000:>10.0f}{rate:>14.1f}   {before} -> {load()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
