@@ -8,13 +8,14 @@ provider key (the emulator's `up-openai` / `up-anthropic`):
   cost at batch rates fits in what is left of the team's budget: one that does not is refused with
   the budget's 429 and never reaches the provider; the same batch from a team without a budget runs;
 - a client `prompt_cache_key` in a batch (an uploaded input file's lines, a message batch's params)
-  reaches the provider namespaced to the team: two teams sending the same key send different ones.
+  reaches the provider namespaced to the team: two teams sending the same key send different ones;
+  an upload is keyed line by line as it streams, wherever its chunks are cut.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anthropic
@@ -26,7 +27,9 @@ import pytest
 import sdk
 from gateway.testing import RunningServer, running_proxy
 from sdk.estimate import input_tokens, output_limit
+from sdk.passthrough.bodies import keyed_upload
 from sdk.policy import Price
+from sdk.promptcache.keys import team_key
 from sdk.spend import worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
 from tests.helpers import write_policy
@@ -136,7 +139,44 @@ def test_batch_prompt_cache_keys_are_namespaced_to_the_team(proxy, policies, fre
             requests=[{"custom_id": "a", "params": {**MSG, "prompt_cache_key": "shared-prefix"}}])
         body = orjson.loads(upstream(fresh_emulator, "/v1/messages/batches")[-1]["body"])
         sent[f"{team} messages"] = body["requests"][0]["params"]["prompt_cache_key"]
+    for team, key in (("beta", BETA), ("thrifty", THRIFTY)):
+        oai(proxy, key).completions.create(**COMPLETION, extra_body={"prompt_cache_key": "shared-prefix"})
+        sent[f"{team} completion"] = orjson.loads(upstream(fresh_emulator, "/v1/completions")[-1]["body"])["prompt_cache_key"]
+    assert sent["beta completion"] == sent["beta"] and sent["thrifty completion"] == sent["thrifty"]
     assert "shared-prefix" not in sent.values()
     assert sent["beta"] != sent["thrifty"] and sent["beta messages"] != sent["thrifty messages"]
     # one team's key is the same wherever it sends it (a batch file, a message batch, through either door)
     assert sent["beta messages"] == sent["beta"] and sent["thrifty messages"] == sent["thrifty"]
+
+
+@pytest.mark.parametrize("size", [1, 3, 64, 1 << 20])
+def test_an_upload_is_keyed_line_by_line_wherever_its_chunks_are_cut(size):
+    """The multipart framing, lines that are not JSON and a key spelled with a JSON escape: only the
+    keys change, whatever the chunk boundaries; bytes that open no JSON line go on as they come."""
+    escaped = b'{"custom_id": "e", "body": {"model": "gpt-4o-mini", "prompt\\u005fcache_key": "k"}}'
+    upload = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n\r\n'
+              + batch_line("a", prompt_cache_key="k") + b"\n" + escaped + b"\nnot json\n"
+              + batch_line("b", prompt_cache_key="k") + b"\r\n--b--\r\n" + b"x" * 100)
+
+    async def keyed() -> list[bytes]:
+        async def chunks() -> AsyncIterator[bytes]:
+            for at in range(0, len(upload), size):
+                yield upload[at:at + size]
+        return [chunk async for chunk in keyed_upload(chunks(), "beta")]
+
+    key = team_key("beta", "k")
+    assert b"".join(asyncio.run(keyed())) == (
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n\r\n'
+        + batch_line("a", prompt_cache_key=key) + b"\n"
+        + orjson.dumps({"custom_id": "e", "body": {"model": "gpt-4o-mini", "prompt_cache_key": key}}) + b"\nnot json\n"
+        + batch_line("b", prompt_cache_key=key) + b"\r\n--b--\r\n" + b"x" * 100)
+
+
+def test_bytes_that_open_no_json_line_are_not_held():
+    async def first() -> bytes:
+        async def endless() -> AsyncIterator[bytes]:
+            while True:
+                yield b"y" * 1024
+        return await anext(keyed_upload(endless(), "beta"))
+
+    assert asyncio.run(first()) == b"y" * 1024
