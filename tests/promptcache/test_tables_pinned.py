@@ -1,4 +1,4 @@
-"""The emulator's prompt-cache tables equal the optimizer's.
+"""The emulator's prompt-cache tables and prompt rendering equal the optimizer's.
 
 Both sides keep their own copy on purpose: the emulator is an independent oracle of provider
 behaviour and must not import the optimizer's rules (a shared mistake would then pass every test).
@@ -68,3 +68,51 @@ _SETTINGS: list[dict[str, Any]] = [
 def test_settings_salt_is_the_same(body: dict[str, Any]) -> None:
     """The settings folded into the prefix before `messages` (A.7) normalise the same way."""
     assert emulator._settings_salt(body) == blocks._settings_salt(body)
+
+
+_BLOCKS: list[dict[str, Any]] = [
+    {"type": "text", "text": "Hello", "cache_control": {"type": "ephemeral"}},
+    {"type": "text", "text": ""},
+    {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"b": 1, "a": [2, 3]}},
+    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "42"},
+    {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True, "content": [{"type": "text", "text": "no"}, {"type": "text", "text": "such"}]},
+    {"type": "thinking", "thinking": "step by step", "signature": "sig"},
+    {"type": "redacted_thinking", "data": "opaque"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+    {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "a plain document"}},
+    {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}},
+    {"type": "search_result", "title": "t", "source": "s", "content": [{"type": "text", "text": "x"}]},
+]
+
+
+@pytest.mark.parametrize("block", _BLOCKS, ids=lambda b: str(b["type"]))
+def test_anthropic_blocks_render_the_same(block: dict[str, Any]) -> None:
+    """What is counted and hashed for a content block, and whether it has the fixed (image) cost."""
+    text, fixed = emulator._render_content_block(block)
+    assert (text, fixed is not None) == blocks.render_anthropic_block(block)
+
+
+@pytest.mark.parametrize("tool", [
+    {"name": "lookup", "description": "Find it", "input_schema": {"type": "object", "properties": {"z": {}, "a": {}}}},
+    {"type": "web_search_20250305", "name": "web_search", "max_uses": 3, "cache_control": {"type": "ephemeral"}},
+], ids=["client", "server"])
+def test_anthropic_tools_render_the_same(tool: dict[str, Any]) -> None:
+    assert emulator._render_tool(tool) == blocks._render_tool(tool)
+
+
+def test_openai_prompts_render_the_same() -> None:
+    """Tools, the response schema, then one part per message (images aside: the emulator stands an
+    image in by a digest of its URL, the optimizer by the part's JSON; both stay stable across turns)."""
+    body: dict[str, Any] = {
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}},
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "name": "ann", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                                  "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+        ],
+    }
+    assert emulator.openai_prompt_parts(body) == [b.text for b in blocks.openai_layout(body).blocks]
