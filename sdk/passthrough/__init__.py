@@ -17,8 +17,8 @@ SDK's transport) call `forward`, so both enforce the same things, in this order:
 4. Objects are the creating team's (sdk/state/ownership.py): an id the team does not own answers
    the provider's 404 without going upstream, list pages show only the team's own objects, and a
    batch's `input_file_id` must be the team's own file. `results_url` is pointed at the gateway.
-   A client `prompt_cache_key` in a batch (an uploaded file's lines, a message batch's params) is
-   namespaced to the team, as the pipeline does for a call (sdk/promptcache/keys.py).
+   A client `prompt_cache_key` (a completion's, an uploaded file's lines', a message batch's
+   params') is namespaced to the team, as the pipeline does for a call (sdk/promptcache/keys.py).
 5. Spend: a completion's usage at the model's price; batch results at batch rates (half price)
    when they are read (docs/spend.md). One access log line and the pass-through metrics per request.
 6. A provider's 401/403 (it refused the gateway's key, and may echo it) is replaced by the
@@ -26,8 +26,8 @@ SDK's transport) call `forward`, so both enforce the same things, in this order:
 
 Bodies stream both ways where nothing needs reading: an upload is written upstream as the client
 sends it (bounded by `limits.max_upload_bytes`; chunked, since keying its lines can change its
-length); downloads, results and completions stream back as
-they arrive (scanned for usage as they pass). A create's request and an object or list answer are
+length); downloads, results and completions stream back as they arrive (scanned for usage as they
+pass). A create's request and an object or list answer are
 small JSON, read whole. One attempt, no retries: a streamed body cannot be sent twice.
 """
 
