@@ -27,8 +27,8 @@ SDK's transport) call `forward`, so both enforce the same things, in this order:
 Bodies stream both ways where nothing needs reading: an upload is written upstream as the client
 sends it (bounded by `limits.max_upload_bytes`; chunked, since keying its lines can change its
 length); downloads, results and completions stream back as they arrive (scanned for usage as they
-pass). A create's request and an object or list answer are
-small JSON, read whole. One attempt, no retries: a streamed body cannot be sent twice.
+pass). A create's request and an object or list answer are small JSON, read whole. One attempt,
+no retries: a streamed body cannot be sent twice.
 """
 
 from __future__ import annotations
