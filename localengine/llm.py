@@ -77,6 +77,15 @@ class LLM:
         """Forget every cached prefix; running requests keep their blocks."""
         self.llm_engine.block_manager.reset_prefix_cache()
 
-    def chat(self, messages: list[dict[str, str]], sampling_params: SamplingParams | None = None) -> RequestOutput:
-        prompt = self.llm_engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.generate(prompt, sampling_params)[0]
+    def chat(self, messages: list[dict[str, str]] | list[list[dict[str, str]]],
+             sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
+        """vLLM's `LLM.chat`: one conversation (a list of messages) or several, each rendered with the
+        model's chat template; one output per conversation, in order."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        tokenizer = self.llm_engine.tokenizer
+        # The template holds any BOS the model wants: the rendered text is tokenized without adding one.
+        prompts: list[Prompt] = [
+            tokenizer.encode(tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False),
+                             add_special_tokens=False)
+            for c in conversations]
+        return self.generate(prompts, sampling_params)

@@ -18,7 +18,7 @@ def test_demo_generates_and_chats():
     llm = LLM("demo", max_model_len=256, num_kvcache_blocks=64)
     out = llm.generate(["def main("], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))[0]
     assert len(out.outputs[0].token_ids) == 8 and out.outputs[0].text
-    reply = llm.chat([{"role": "user", "content": "hi"}], SamplingParams(temperature=0.7, seed=0, max_tokens=8))
+    reply = llm.chat([{"role": "user", "content": "hi"}], SamplingParams(temperature=0.7, seed=0, max_tokens=8))[0]
     assert reply.outputs[0].finish_reason in ("stop", "length")
 
 

@@ -44,7 +44,9 @@ def test_chat_template_and_special_tokens_come_from_the_file(llm):
 
 
 def test_answers_stop_at_the_end_of_turn(llm):
-    out = llm.chat(PROMPTS[0], SamplingParams(temperature=0, max_tokens=64))
+    out, other = llm.chat(PROMPTS, SamplingParams(temperature=0, max_tokens=64))  # vLLM's: a list per conversation
+    assert "blue" in other.outputs[0].text.lower()
+    assert llm.chat(PROMPTS[0], SamplingParams(temperature=0, max_tokens=64))[0].outputs[0].text == out.outputs[0].text
     completion = out.outputs[0]
     assert completion.finish_reason == "stop" and completion.stop_reason is None  # the model's own <|im_end|>
     assert "Paris" in completion.text and "<|im_end|>" not in completion.text
