@@ -21,7 +21,8 @@ gguf = pytest.importorskip("gguf")
 
 GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
               "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
 
 
 def _gguf_name(hf: str) -> str:
@@ -56,6 +57,9 @@ def write_gguf(hf_dir: Path, out: Path, arch: str) -> Path:
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
     w.add_vocab_size(cfg["vocab_size"])
+    if cfg.get("head_dim"):
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -78,10 +82,10 @@ def write_gguf(hf_dir: Path, out: Path, arch: str) -> Path:
     return out
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_gguf_generates_what_the_hf_checkpoint_does(model_dirs, tmp_path, arch):
-    """Same weights, same greedy tokens: the q/k un-permutation (Llama), the biases (Qwen2) and the
-    config read from metadata are right; the tokenizer and chat template come from the file."""
+    """Same weights, same greedy tokens: the q/k un-permutation (Llama), the biases (Qwen2), the q/k
+    norms and head_dim (Qwen3) and the config read from metadata are right; the tokenizer and chat template come from the file."""
     hf_dir = model_dirs[arch]
     path = write_gguf(hf_dir, tmp_path / f"{arch}.gguf", arch)
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
