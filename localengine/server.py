@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -103,7 +103,7 @@ class EngineApp:
         await _respond(send, 200, orjson.dumps(data))
 
     @staticmethod
-    async def _stream(send: Send, events: AsyncIterator[bytes]) -> None:
+    async def _stream(send: Send, events: AsyncGenerator[bytes, None]) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]})
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,7 +145,7 @@ async def completion(engine: AsyncLLMEngine, req: CompletionRequest) -> dict[str
             "choices": choices, "usage": completion_usage(req, finals), "system_fingerprint": None}
 
 
-async def completion_events(engine: AsyncLLMEngine, req: CompletionRequest) -> AsyncIterator[bytes]:
+async def completion_events(engine: AsyncLLMEngine, req: CompletionRequest) -> AsyncGenerator[bytes, None]:
     """SSE events of a streamed completion, ending in `data: [DONE]`; closing early aborts every choice."""
     base = {"id": req.request_id, "object": "text_completion", "created": req.created, "model": req.model,
             "system_fingerprint": None}
