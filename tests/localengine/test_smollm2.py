@@ -70,3 +70,10 @@ def test_greedy_tokens_equal_transformers(llm):
             full = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False,
                                eos_token_id=None, pad_token_id=2)
         assert got == full[0, len(prompt):].tolist()
+
+
+def test_int8_weights_still_answer():
+    """Weight-only int8 on the real model: the answer that matters survives, and it still stops."""
+    int8 = LLM("smollm2-135m-instruct", quantization="int8", max_model_len=256, max_num_seqs=2, num_kvcache_blocks=32)
+    completion = int8.chat(PROMPTS[0], SamplingParams(temperature=0, max_tokens=64))[0].outputs[0]
+    assert completion.finish_reason == "stop" and "Paris" in completion.text
