@@ -138,8 +138,8 @@ class Figures:
     answerable: int
     precision: float
     recall: float
-    repeat_recall: float  # of answerable lookups asked before word for word (an exact-tier hit)
-    paraphrase_recall: float  # of the other answerable lookups
+    repeat_recall: float | None  # of answerable lookups asked before word for word (an exact-tier hit); None: there were none
+    paraphrase_recall: float | None  # of the other answerable lookups
 
 
 def figures(rows: list[tuple[str, str | None, str]], pairs: list[qqp.Pair]) -> Figures:
@@ -153,11 +153,15 @@ def figures(rows: list[tuple[str, str | None, str]], pairs: list[qqp.Pair]) -> F
     right = sum(r for _, r, _ in marks)
     answerable = sum(a for a, _, _ in marks)
 
-    def recall_of(repeat: bool) -> float:
+    def recall_of(repeat: bool) -> float | None:
         group = [r for a, r, same in marks if a and same == repeat]
-        return sum(group) / max(len(group), 1)
+        return sum(group) / len(group) if group else None
 
     return Figures(hits, right, answerable, right / max(hits, 1), right / max(answerable, 1), recall_of(True), recall_of(False))
+
+
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
 
 
 def population(kind: str, size: int, data: Path | None) -> list[qqp.Pair]:
@@ -188,7 +192,7 @@ def main() -> None:
         got = figures(rows, pairs)
         exact = sum(status == "exact-hit" for _, _, status in rows)
         print(f"| {name} | {got.hits} ({exact} / {got.hits - exact}) | {got.precision:.3f} ({got.right}/{got.hits}) |"
-              f" {got.recall:.3f} ({got.right}/{got.answerable}) | {got.repeat_recall:.3f} / {got.paraphrase_recall:.3f} |", flush=True)
+              f" {got.recall:.3f} ({got.right}/{got.answerable}) | {_share(got.repeat_recall)} / {_share(got.paraphrase_recall)} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
