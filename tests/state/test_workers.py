@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import anthropic
 
@@ -30,6 +31,7 @@ def test_two_workers_share_one_limit(tmp_path, fresh_emulator, redis_url):
     try:
         _wait(f"http://127.0.0.1:{port}/healthz", process)
         outcomes = []
+        started = time.monotonic()
         for _ in range(12):  # a fresh connection each time: the kernel spreads them over the workers
             client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="sk-t", max_retries=0)
             try:
@@ -39,7 +41,10 @@ def test_two_workers_share_one_limit(tmp_path, fresh_emulator, redis_url):
                 outcomes.append(False)
             finally:
                 client.close()
-        assert sum(outcomes) == 5
+        # The bucket refills one request every 12 s: on a loaded machine the twelve calls may outlast
+        # that, and each refill is one more the limit rightly lets through.
+        refilled = int((time.monotonic() - started) * 5 / 60)
+        assert 5 <= sum(outcomes) <= 5 + refilled, (outcomes, refilled)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
