@@ -223,8 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                               help="weights and activations (auto: float32 on CPU, the checkpoint's on GPU; "
                                    "bfloat16 decodes faster on CPUs with AVX-512 BF16/AMX)")
-    engine_serve.add_argument("--quantization", help="weight-only quantization (vLLM's name; none implemented yet: "
-                                                     "GGUF blocks are dequantized to --dtype)")
+    engine_serve.add_argument("--quantization", choices=("int8",),
+                              help="weight-only int8 for the attention and MLP linears (vLLM's name; default: "
+                                   "weights in --dtype, GGUF blocks dequantized to it)")
     engine_serve.add_argument("--kv-cache-dtype", default="auto", help="KV cache element type (vLLM's name; auto: --dtype)")
     engine_serve.add_argument("--threads", type=int, help="CPU threads for model steps (default: torch's, one per core)")
     engine_serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
