@@ -7,6 +7,7 @@ file dequantized).
   median of --runs.
 
     python bench/localengine/smollm2.py --threads 2
+    python bench/localengine/smollm2.py --threads 2 --int8-side-by-side --decode-tokens 64
 
 Prints the machine's load average next to each figure: the numbers mean little on a busy machine.
 """
@@ -49,6 +50,33 @@ def engine(dtype: str, runs: int, prompt_500: list[int], chat: list[int], decode
     return statistics.median(ttft), statistics.median(rate)
 
 
+def int8_side_by_side(runs: int, chat: list[int], decode_tokens: int) -> None:
+    """fp32 then int8 weights on the same engine, seconds apart (the linears quantized in place), so
+    both see the same machine: on a shared machine the sequential rows above drift with other jobs."""
+    from localengine import LLM, SamplingParams
+
+    llm = LLM(MODEL, dtype="float32", max_model_len=1024, max_num_seqs=4, num_kvcache_blocks=64)
+    params = SamplingParams(temperature=0, max_tokens=decode_tokens, ignore_eos=True)
+
+    def decode() -> tuple[float, list[int]]:
+        rates, tokens = [], []
+        for _ in range(runs):
+            out = llm.generate([chat], params)[0]
+            m = out.metrics
+            assert m is not None and m.first_token_time is not None and m.last_token_time is not None
+            rates.append((len(out.outputs[0].token_ids) - 1) / (m.last_token_time - m.first_token_time))
+            tokens = out.outputs[0].token_ids
+        return statistics.median(rates), tokens
+
+    before = load()
+    fp32, fp32_tokens = decode()
+    llm.llm_engine.model_runner.model.quantize_int8()
+    int8, int8_tokens = decode()
+    same = next((i for i, (a, b) in enumerate(zip(fp32_tokens, int8_tokens, strict=True)) if a != b), len(fp32_tokens))
+    print(f"side by side: fp32 {fp32:.1f} tok/s, int8 weights {int8:.1f} tok/s ({int8 / fp32:.2f}x); greedy tokens "
+          f"equal for the first {same} of {len(fp32_tokens)}   {before} -> {load()}")
+
+
 def hf(runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int) -> tuple[float, float]:
     from transformers import AutoModelForCausalLM
 
@@ -79,6 +107,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--int8-side-by-side", action="store_true", help="only fp32 against int8 weights, seconds apart")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from localengine.config import Config
@@ -91,6 +120,9 @@ def main() -> None:
                       add_special_tokens=False)
     print(f"smollm2-135m-instruct, batch 1, {args.threads} threads, torch {torch.__version__}, "
           f"TTFT on {len(prompt_500)} prompt tokens, decode of {args.decode_tokens} tokens")
+    if args.int8_side_by_side:
+        int8_side_by_side(args.runs, chat, args.decode_tokens)
+        return
     print(f"{'':24}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
     for name, measure in (("engine fp32", lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens)),
                           ("engine bf16", lambda: engine("bfloat16", args.runs, prompt_500, chat, args.decode_tokens)),
