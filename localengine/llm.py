@@ -33,8 +33,8 @@ class LLM:
     ) -> list[RequestOutput]:
         """Outputs in the order of `prompts`. A list of ints is one tokenized prompt."""
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # type: ignore[list-item]
-        prompt_list = list(prompts)  # type: ignore[arg-type]
+            prompts = [prompts]
+        prompt_list = list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
         params = (

@@ -93,7 +93,7 @@ def train_model(config: LlamaConfig, ids: torch.Tensor, minutes: float, batch_si
 def save(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.to(torch.float16).save_pretrained(out, safe_serialization=True)
+    model.half().save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 
 

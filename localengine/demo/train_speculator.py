@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from localengine import LLM, SamplingParams
@@ -36,7 +35,7 @@ def prompts(tokenizer, count: int, seed: int = 1) -> list[list[int]]:
     """Random windows of 8-48 tokens from the corpus, starting at a line start."""
     rng = random.Random(seed)
     docs = corpus(6_000_000, seed=seed)
-    out = []
+    out: list[list[int]] = []
     while len(out) < count:
         lines = rng.choice(docs).splitlines(keepends=True)
         start = rng.randrange(len(lines))

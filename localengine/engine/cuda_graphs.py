@@ -27,10 +27,15 @@ Only on CUDA; nothing here runs on CPU.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from localengine.engine.input_batch import StepInputs
 from localengine.layers.attention import AttentionMetadata
+
+if TYPE_CHECKING:
+    from localengine.models.llama import LlamaForCausalLM
 
 MAX_CAPTURE_SIZE = 512
 
@@ -41,7 +46,7 @@ def capture_sizes(max_num_seqs: int) -> list[int]:
 
 
 class DecodeGraphs:
-    def __init__(self, model: torch.nn.Module, sizes: list[int], max_blocks: int, max_model_len: int,
+    def __init__(self, model: LlamaForCausalLM, sizes: list[int], max_blocks: int, max_model_len: int,
                  scratch_block: int, block_size: int, device: torch.device, dtype: torch.dtype):
         self.model = model
         self.sizes = sorted(sizes)
@@ -57,7 +62,7 @@ class DecodeGraphs:
         self.block_tables = torch.full((n, max_blocks), scratch_block, dtype=torch.int32, device=device)
         self.hidden = torch.zeros(n, model.args.hidden_size, dtype=dtype, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.pool: tuple[int, int] | None = None
+        self.pool: Any = None  # torch's graph memory pool handle, shared by every captured size
         self.pool_bytes = 0  # what capturing added to the allocator's reservation (the graphs' pool)
         self.num_replays = 0
 

@@ -85,7 +85,7 @@ class InputBuffers:
         self._reserve(num_tokens, len(items), len(items) * width)
         ids, pos, slots = self.ids_np, self.pos_np, self.slots_np
         tables = self.tables_np[: len(items) * width].reshape(len(items), width)
-        query_start, seq_lens, logit_rows = [0], [], []
+        query_start, seq_lens, logit_rows = [0], list[int](), list[int]()
         t = 0
         num_decodes = max_query_len = 0
         for i, it in enumerate(items):

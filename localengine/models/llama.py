@@ -12,7 +12,7 @@ heads, MLP features and vocabulary; one RoPE table (sized by max_model_len) serv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -162,7 +162,7 @@ class LlamaModel(nn.Module):
 
 class LlamaForCausalLM(nn.Module):
     # Checkpoint name piece -> (fused module name piece, shard index).
-    packed_modules_mapping = {
+    packed_modules_mapping: ClassVar[dict[str, tuple[str, int]]] = {
         "q_proj": ("qkv_proj", 0),
         "k_proj": ("qkv_proj", 1),
         "v_proj": ("qkv_proj", 2),
@@ -194,4 +194,4 @@ class LlamaForCausalLM(nn.Module):
                 module.quantize_int8()
 
     def attention_layers(self) -> list[Attention]:
-        return [layer.self_attn.attn for layer in self.model.layers]
+        return [cast(LlamaDecoderLayer, layer).self_attn.attn for layer in self.model.layers]

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors import safe_open
 
+from localengine.layers.linear import ColumnParallelLinear
 from localengine.models.llama import LlamaForCausalLM, ModelArgs
 
 
@@ -61,10 +62,10 @@ def _load_tensor(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter],
     for piece, (fused, shard) in model.packed_modules_mapping.items():
         if f".{piece}." in name:
             module_name, param_name = name.replace(f".{piece}.", f".{fused}.").rsplit(".", 1)
-            module = model.get_submodule(module_name)
-            module.weight_loader(getattr(module, param_name), tensor, shard)
+            fused_module = cast(ColumnParallelLinear, model.get_submodule(module_name))  # fused pieces are column-parallel
+            fused_module.weight_loader(getattr(fused_module, param_name), tensor, shard)
             # The fused parameter counts as loaded once its last shard arrives.
-            if shard == len(module.output_sizes) - 1:
+            if shard == len(fused_module.output_sizes) - 1:
                 loaded.add(f"{module_name}.{param_name}")
             return
     if name not in params:

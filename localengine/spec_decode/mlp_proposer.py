@@ -11,6 +11,8 @@ so the output distribution stays the target's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 
 from localengine.config import Config, SpeculativeConfig, resolve_model_path
@@ -19,9 +21,12 @@ from localengine.layers.sampler import Sampler
 from localengine.spec_decode.mlp_speculator import load_speculator
 from localengine.spec_decode.proposer import Proposal
 
+if TYPE_CHECKING:
+    from localengine.models.llama import LlamaForCausalLM
+
 
 class MLPSpeculatorProposer:
-    def __init__(self, target: Config, spec: SpeculativeConfig, target_model: torch.nn.Module):
+    def __init__(self, target: Config, spec: SpeculativeConfig, target_model: LlamaForCausalLM):
         assert spec.model is not None
         device = target.torch_device
         self.model = load_speculator(resolve_model_path(spec.model), target.torch_dtype, device)
@@ -39,7 +44,7 @@ class MLPSpeculatorProposer:
     def cost_ratio(self) -> float:
         """Starting estimate of one stage's cost relative to a target step: its matmul weights
         over the target's (the embedding row is a lookup). The policy then measures."""
-        stage = self.model.proj[-1].weight.numel() + self.model.head[-1].weight.numel()
+        stage = sum(cast(torch.nn.Linear, layers[-1]).weight.numel() for layers in (self.model.proj, self.model.head))
         return stage / self.target_params
 
     @torch.inference_mode()
@@ -70,7 +75,8 @@ class MLPSpeculatorProposer:
         model, state, tokens = self.model, self.model.start(hidden), last
         idx = torch.tensor(sampled, device=hidden.device)
         sampled_seqs = [batch[j] for j in sampled]
-        steps, probs = [], [[] for _ in batch]
+        steps: list[torch.Tensor] = []
+        probs: list[list[torch.Tensor]] = [[] for _ in batch]
         for stage in range(k):
             state, logits = model.stage(stage, state, tokens)
             tokens = logits.argmax(dim=-1)

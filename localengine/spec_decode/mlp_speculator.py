@@ -140,7 +140,7 @@ def load_speculator(path: Path, dtype: torch.dtype, device: torch.device) -> MLP
         raise FileNotFoundError(f"no *.safetensors files in {path}")
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
-            for name in f.keys():
+            for name in f.keys():  # noqa: SIM118 - safetensors' safe_open has keys(), no __iter__
                 param = params.get(name.removeprefix("speculator."))
                 if param is None:
                     raise ValueError(f"unexpected speculator tensor {name!r} in {file}")

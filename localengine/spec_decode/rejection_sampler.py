@@ -70,10 +70,11 @@ def rejection_sample_batch(
     dist = target.clone()
     for r, (a, k) in enumerate(zip(num_accepted, ks, strict=True)):
         if a < k:  # rejected at position a: draw from the residual norm(max(0, p - q))
-            if draft_probs[r] is None:
+            q = draft_probs[r]
+            if q is None:
                 dist[r, draft_token_ids[r][a]] = 0.0
             else:
-                dist[r] = (dist[r] - draft_probs[r][a].float()).clamp_min(0.0)
+                dist[r] = (dist[r] - q[a].float()).clamp_min(0.0)
     # An empty residual is only reachable through rounding (p == q); p is then the right law.
     dist = torch.where((dist.sum(1) > 0)[:, None], dist, target)
     noise = torch.empty_like(dist)
