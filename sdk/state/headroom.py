@@ -8,7 +8,13 @@ mode: charged, not checked). The bound that keeps limits exact: a replica admits
     (its admissions not yet answered + 1) × replicas × cost ≤ room it last heard of / 2
 
 for every request bucket and concurrency cap (cost 1), so even if every replica did the same at the
-same moment, together they would use at most half the room; a token bucket (charged after the
+same moment, together they would use at most half the room. The room a replica heard may be up to
+`MAX_AGE_S` old, and what other replicas admitted *after checking* in that time is not in it: with
+two workers at 5 requests/minute, one worker drained the bucket while the other still held the room
+it heard a moment before and let a sixth request through. So a bucket or cap also needs
+`AHEAD_MIN_ROOM` units of room before anything goes ahead: below that (small limits, where one
+request is a large share) every admission is checked in Redis and the limit is exact; above it, an
+overshoot would need the other replicas to take more than half the room within one second; a token bucket (charged after the
 call, from usage) needs half its capacity left, a budget half of it neither spent nor held by requests
 in flight after this one's share of reservations. Each answer, to a
 checked admission or to an ahead one's background charge, refreshes the room; room older than
@@ -26,6 +32,7 @@ from dataclasses import dataclass, field
 from sdk.state.backend import Admission, Settlement
 
 MAX_AGE_S = 1.0
+AHEAD_MIN_ROOM = 64  # requests (or leases) of room a bucket or cap needs before admitting ahead
 
 
 @dataclass(slots=True)
@@ -39,11 +46,11 @@ class Headroom:
         share = (self.unanswered + 1) * replicas
         for rate in admission.rates:
             left = self._left(rate.key, now)
-            if left is None or (left < rate.per_minute / 2 if rate.cost <= 0 else share * rate.cost > left / 2):
+            if left is None or (left < rate.per_minute / 2 if rate.cost <= 0 else left < AHEAD_MIN_ROOM * rate.cost or share * rate.cost > left / 2):
                 return False
         for cap in admission.caps:
             left = self._left(cap.key, now)
-            if left is None or share > left / 2:
+            if left is None or left < AHEAD_MIN_ROOM or share > left / 2:
                 return False
         budget = admission.budget
         if budget is not None:
