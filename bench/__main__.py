@@ -71,6 +71,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("startup", "Time to ready", "bench/startup.py", ("--runs", "2"), ()),
     Benchmark("engine_throughput", "Local engine: mixed traffic against HF", "bench/localengine/throughput.py",
               ("--layers", "4", "--requests", "32"), (), quick_timeout_s=300),
+    Benchmark("smollm2", "The bundled real model at batch 1 (fp32, bf16, int8 against transformers)",
+              "bench/localengine/smollm2.py", ("--runs", "2", "--decode-tokens", "64"), (), quick_timeout_s=600),
     Benchmark("spec_decode", "Speculative decoding (demo model, batch 1)", "bench/localengine/spec_decode.py",
               ("--batch", "1", "--max-tokens", "128", "--repeats", "2"), ("--batch", "1", "4", "8")),
     Benchmark("step_overhead", "Local engine: Python per step", "bench/localengine/step_overhead.py",
