@@ -25,6 +25,7 @@ from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 
 ANTHROPIC_FACTOR = 1.2
 EXACT_CHARS = 64 * 1024  # tokenized exactly (a few ms at most); beyond, counted by length
+PENDING_BYTES = 1024 * 1024  # of a stream held unparsed until an estimate needs them
 CHARS_PER_TOKEN = 3.0  # below cl100k's ~4 on English prose: a length-based count leans high
 DEFAULT_OUTPUT_TOKENS = 4096  # what a reservation assumes when the request sets no output limit
 
@@ -106,29 +107,45 @@ class StreamTally:
         self._kept: list[str] = []
         self._room = EXACT_CHARS
         self._extra_chars = 0
+        # Items are only parsed when an estimate is needed (rare: most streams end with usage), so
+        # the hot path pays a substring test and an append per item; past PENDING_BYTES they are
+        # parsed as they come, which bounds the memory a long stream holds.
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        if endpoint is Endpoint.RESPONSES:
+            self._final_markers: tuple[bytes, ...] = _RESPONSES_END
+        elif endpoint.protocol is Protocol.ANTHROPIC:
+            self._final_markers = (b"event: message_delta",)
+        else:
+            self._final_markers = (b'"usage":{',)
 
     def observe(self, item: bytes) -> None:
-        for event in events_of(item):
-            with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-                self._observe(event)  # an event we cannot read is not counted
+        if any(marker in item for marker in self._final_markers):
+            self.final = True
+        self._pending.append(item)
+        self._pending_bytes += len(item)
+        if self._pending_bytes > PENDING_BYTES:
+            self._parse_pending()
+
+    def _parse_pending(self) -> None:
+        for item in self._pending:
+            for event in events_of(item):
+                with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+                    self._observe(event)  # an event we cannot read is not counted
+        self._pending.clear()
+        self._pending_bytes = 0
 
     def _observe(self, event: bytes) -> None:
         if self.endpoint is Endpoint.RESPONSES:
             if event.startswith(_RESPONSES_DELTA):
                 self._add(orjson.loads(event_data(event)).get("delta"))
-            elif event.startswith(_RESPONSES_END):
-                self.final = True
         elif self.endpoint.protocol is Protocol.ANTHROPIC:
             if event.startswith(_ANTHROPIC_DELTA):
                 delta = orjson.loads(event_data(event)).get("delta") or {}
                 for key in ("text", "partial_json", "thinking"):
                     self._add(delta.get(key))
-            elif event.startswith(b"event: message_delta"):
-                self.final = True
         else:
             data = event_data(event)
-            if b'"usage":{' in data:
-                self.final = True
             if b'"content":"' in data or b'"arguments":"' in data or b'"reasoning_content":"' in data:
                 for choice in orjson.loads(data).get("choices") or ():
                     delta = choice.get("delta") or {}
@@ -147,6 +164,7 @@ class StreamTally:
             self._extra_chars += len(text)
 
     def output_tokens(self, protocol: Protocol) -> int:
+        self._parse_pending()
         n = count_texts(self._kept, protocol)
         if self._extra_chars:
             n += math.ceil(self._extra_chars / CHARS_PER_TOKEN * (ANTHROPIC_FACTOR if protocol is Protocol.ANTHROPIC else 1))
