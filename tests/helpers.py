@@ -7,11 +7,17 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import anthropic
+import httpx
+import openai
 import pytest
 
 from sdk.extras import missing_extra_message
+
+if TYPE_CHECKING:
+    from gateway.testing import RunningServer
 
 T = TypeVar("T")
 
@@ -112,3 +118,20 @@ def cpu_seconds(fn: Callable[..., T], *args: object) -> tuple[float, T]:
     started = time.thread_time()
     result = fn(*args)
     return time.thread_time() - started, result
+
+
+def oai(proxy: RunningServer, key: str) -> openai.OpenAI:
+    """The official OpenAI client through `proxy` as team `key`; no retries, so each refusal is seen."""
+    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=key, max_retries=0)
+
+
+def anth(proxy: RunningServer, key: str) -> anthropic.Anthropic:
+    """The official Anthropic client through `proxy` as team `key`; no retries."""
+    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+
+
+def spend_report(proxy: RunningServer, key: str) -> dict[str, Any]:
+    """`GET /v1/slipstream/spend` as team `key`."""
+    answer = httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"})
+    answer.raise_for_status()
+    return answer.json()

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anthropic
-import httpx
 import openai
 import orjson
 import pytest
@@ -32,7 +31,8 @@ from sdk.policy import Price
 from sdk.promptcache.keys import team_key
 from sdk.spend import worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
-from tests.helpers import write_policy
+from tests.helpers import anth, oai, write_policy
+from tests.helpers import spend_report as spend
 
 ALPHA, BETA, THRIFTY = "sk-alpha-budget", "sk-beta-budget", "sk-thrifty-budget"
 PRICED = 'pricing: {"gpt-3.5-*": {input: 1000, output: 1000}, "gpt-4o-mini": {input: 1000, output: 2000}}\n'
@@ -55,18 +55,6 @@ def policies(tmp_path_factory, emulator) -> Path:
 def proxy(policies) -> Iterator[RunningServer]:
     with running_proxy([policies]) as running:
         yield running
-
-
-def oai(proxy: RunningServer, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=key, max_retries=0)
-
-
-def anth(proxy: RunningServer, key: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
-
-
-def spend(proxy: RunningServer, key: str) -> dict:
-    return httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"}).json()
 
 
 def batch_line(cid: str, max_tokens: int = 8, **body: object) -> bytes:

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
-import httpx
 import openai
 import orjson
 import pytest
@@ -21,7 +20,7 @@ import pytest
 import sdk
 from gateway.testing import RedisServer, RunningServer, running_proxy, running_redis
 from sdk import access_log
-from tests.helpers import wait_until, write_policy
+from tests.helpers import anth, oai, spend_report, wait_until, write_policy
 
 A, B = "sk-alpha-team", "sk-beta-team"
 # USD per million tokens: cents per call, so a spend report's 6 decimals show every token
@@ -50,14 +49,6 @@ def policies(tmp_path_factory, emulator) -> Path:
 def proxy(policies) -> Iterator[RunningServer]:
     with running_proxy([policies]) as running:
         yield running
-
-
-def oai(proxy: RunningServer, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=key, max_retries=0)
-
-
-def anth(proxy: RunningServer, key: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
 
 
 def upstream(emulator, needle: str) -> list[dict]:
@@ -118,8 +109,7 @@ def test_batches_and_their_outputs_belong_to_their_team(proxy, fresh_emulator):
 
 
 def spend(proxy: RunningServer, key: str) -> dict[str, float]:
-    report = httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"}).json()
-    return report["day"]["by_model"]
+    return spend_report(proxy, key)["day"]["by_model"]
 
 
 @pytest.mark.parametrize("door", ["proxy", "drop-in"])

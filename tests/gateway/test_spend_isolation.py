@@ -18,18 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
 import sdk
 from emulator.app import EmulatorConfig
 from emulator.testing import RunningEmulator, running_emulator
-from gateway.testing import RunningServer, running_proxy
+from gateway.testing import running_proxy
 from sdk import access_log, metrics
 from sdk.estimate import input_tokens, output_limit
 from sdk.spend import price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
+from tests.helpers import spend_report as _spend
 from tests.helpers import write_policy
 
 SHARED_KEY = "org-key-shared-by-every-team"  # the one provider key both teams' policies hold
@@ -84,12 +84,6 @@ def _teams(directory: Path, emu: RunningEmulator, extra: str = "") -> Path:
     for team, key in (("alpha", ALPHA), ("beta", BETA)):
         write_policy(directory, team, key, emu.url, extra=PLAIN + extra, upstream_key=SHARED_KEY)
     return directory
-
-
-def _spend(proxy: RunningServer, key: str) -> dict[str, Any]:
-    answer = httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"})
-    answer.raise_for_status()
-    return answer.json()
 
 
 def test_streams_closed_before_their_usage_are_charged_estimated(tmp_path: Path, slow: RunningEmulator,
