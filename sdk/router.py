@@ -139,9 +139,8 @@ class Router:
                     if wake_at >= deadline:
                         raise _deadline_error(errors)  # the wait alone would pass the deadline
                     log.info("retrying %s in %.3fs after %s", model, wake_at - now, errors[-1])
-                    started = time.perf_counter()
-                    await asyncio.sleep(wake_at - now)
-                    ctx.timings.upstream_s += time.perf_counter() - started
+                    with ctx.timings.upstream():  # waiting out a provider's backoff is not the gateway's time
+                        await asyncio.sleep(wake_at - now)
                     continue
                 timeout = None if math.isinf(wake_at) else max(0.0, wake_at - time.monotonic())
                 done, _ = await asyncio.wait(legs, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -291,16 +290,14 @@ def _final_error(errors: list[BaseException]) -> BaseException:
 
 async def _primed(stream: LLMStream, ctx: RequestContext) -> LLMStream:
     """Wait for the first event, so a stream that fails at once can still be retried."""
-    started = time.perf_counter()
     try:
-        first = await anext(stream.events)
+        with ctx.timings.upstream():
+            first = await anext(stream.events)
     except StopAsyncIteration:
         first = b""
     except BaseException:
         await stream.aclose()
         raise
-    finally:
-        ctx.timings.upstream_s += time.perf_counter() - started
     if not first or first.startswith((b"event: error", b'data: {"error"')):
         await stream.aclose()
         raise StreamFailedBeforeFirstByte(first, stream.route)

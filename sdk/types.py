@@ -7,7 +7,8 @@ pass through untouched; everything Slipstream itself decides lives in typed data
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -93,6 +94,22 @@ class Timings:
     last_token: float | None = None
     token_events: int = 0
     gaps: list[float] = field(default_factory=list)
+    _waits: int = 0  # upstream waits in progress (hedged legs overlap)
+    _waiting_since: float = 0.0
+
+    @contextmanager
+    def upstream(self) -> Iterator[None]:
+        """Time spent waiting on providers, measured once at the upstream-client boundary: the union of
+        the waits, so hedged legs that overlap count their common time once, not once per leg."""
+        if not self._waits:
+            self._waiting_since = time.perf_counter()
+        self._waits += 1
+        try:
+            yield
+        finally:
+            self._waits -= 1
+            if not self._waits:
+                self.upstream_s += time.perf_counter() - self._waiting_since
 
     def mark_token(self, now: float) -> None:
         if self.first_token is None:

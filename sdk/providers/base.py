@@ -105,22 +105,20 @@ class HTTPProvider:
         url = self.base_url + self.dialect.path(request.endpoint) + (f"?{request.query}" if request.query else "")
         body = await off_loop(orjson.dumps, request.body) if is_large(request.size) else orjson.dumps(request.body)
         streamed = request.stream and request.endpoint not in _NEVER_STREAMED
-        started = time.perf_counter()
         try:
-            order = self.keys.order()
-            for tried, index in enumerate(order, 1):
-                response = await client.post(url, self.dialect.headers(self.keys.keys[index], request), body, self.timeouts)
-                if response.status >= 400 or not streamed:
-                    data = await response.read()
-                if response.status not in ROTATE_STATUSES or len(order) == 1:
-                    break
-                self.keys.refused(index, response.status, response.headers)
-                if tried < len(order):
-                    log.info("%s: key %d answered %d; trying key %d", self.name, index + 1, response.status, order[tried] + 1)
+            with timings.upstream():
+                order = self.keys.order()
+                for tried, index in enumerate(order, 1):
+                    response = await client.post(url, self.dialect.headers(self.keys.keys[index], request), body, self.timeouts)
+                    if response.status >= 400 or not streamed:
+                        data = await response.read()
+                    if response.status not in ROTATE_STATUSES or len(order) == 1:
+                        break
+                    self.keys.refused(index, response.status, response.headers)
+                    if tried < len(order):
+                        log.info("%s: key %d answered %d; trying key %d", self.name, index + 1, response.status, order[tried] + 1)
         except (UpstreamUnreachableError, UpstreamTimeoutError) as exc:
             raise naming_provider(exc, self.name) from exc  # the client learns the provider's name, not its URL
-        finally:
-            timings.upstream_s += time.perf_counter() - started
         if response.status >= 400:
             raise self._failed(response, data, route)
         if not streamed:
@@ -184,14 +182,12 @@ class HTTPProvider:
         route = f"{self.name}/{path}"
         client = self.client or upstream_for_running_loop()
         headers = {"accept": "application/json", **self.dialect.auth(self.keys.keys[self.keys.order()[0]])}
-        started = time.perf_counter()
         try:
-            response = await client.request(method, self.base_url + path, headers, b"", self.timeouts)
-            data = await response.read()
+            with timings.upstream():
+                response = await client.request(method, self.base_url + path, headers, b"", self.timeouts)
+                data = await response.read()
         except (UpstreamUnreachableError, UpstreamTimeoutError) as exc:
             raise naming_provider(exc, self.name) from exc
-        finally:
-            timings.upstream_s += time.perf_counter() - started
         if response.status >= 400:
             raise self._failed(response, data, route)
         return LLMResponse(status=response.status, body=data, headers=passthrough_headers(response.headers), usage=Usage(), route=route)

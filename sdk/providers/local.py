@@ -111,8 +111,7 @@ class LocalProvider:
         from localengine.serving_chat import parse_chat_request
         from localengine.serving_common import RequestError
 
-        started = time.perf_counter()
-        try:
+        with timings.upstream():
             engine = await self._engine()
             try:  # the engine's own model answers, whatever name the client asked for: say so
                 chat = parse_chat_request({**request.body, "model": self.model}, engine)
@@ -121,8 +120,6 @@ class LocalProvider:
             route = f"{self.name}/{self.model}"
             if not chat.stream:
                 return await self._complete(engine, chat, route)
-        finally:
-            timings.upstream_s += time.perf_counter() - started
         return self._stream(engine, chat, route, timings)
 
     def _salted(self, body: dict[str, Any]) -> dict[str, Any]:

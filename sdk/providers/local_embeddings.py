@@ -9,7 +9,6 @@ client asks for by default), with `usage.prompt_tokens` counted by the model's o
 from __future__ import annotations
 
 import base64
-import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -53,11 +52,8 @@ class LocalEmbeddings:
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
             raise InvalidRequestError(f"encoding_format: 'float' or 'base64', not {encoding!r}")
-        started = time.perf_counter()
-        try:
+        with timings.upstream():
             vectors, counts = await self.services.embedder().embed_counted(texts)
-        finally:
-            timings.upstream_s += time.perf_counter() - started
         data: list[dict[str, Any]] = []
         for index, vector in enumerate(vectors):
             value: Any = base64.b64encode(vector.astype("<f4").tobytes()).decode() if encoding == "base64" else vector.tolist()

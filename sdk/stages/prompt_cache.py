@@ -80,9 +80,8 @@ class PromptCachePlanner:
             plan = await off_loop(optimizer.plan, draft, time.time()) if large else optimizer.plan(draft, time.time())
             optimizer.diagnose(plan)
         if self.config.warm_fanout and plan.prediction.pending is not None:
-            started = time.perf_counter()
-            outcome = await wait_for_writer(plan.prediction.pending, self.config.fanout_max_wait_ms / 1000)
-            timings.upstream_s += time.perf_counter() - started  # waiting is upstream time, not ours
+            with timings.upstream():  # waiting for another request's cache write is upstream time, not ours
+                outcome = await wait_for_writer(plan.prediction.pending, self.config.fanout_max_wait_ms / 1000)
             stats.FANOUT_WAITS.labels(self.team, outcome).inc()
             optimizer.repredict(plan, time.time())
         report.moved, report.advice = optimizer.report_findings(plan)
