@@ -127,14 +127,16 @@ class Optimizer:
         self._logged: set[tuple[str, str]] = set()  # findings already logged at INFO (then DEBUG)
 
     # --- before the request ----------------------------------------------------------------
-    def draft(self, request: LLMRequest) -> Draft:
+    def draft(self, request: LLMRequest, rewrite: bool = True) -> Draft:
         """What does not depend on the ledger: the canonical body, volatile lines (moved if asked), the
-        block layout and the cache scope. A shared ledger is read between this and `plan`."""
+        block layout and the cache scope. A shared ledger is read between this and `plan`.
+        `rewrite=False` (the body is a view of another shape, responses_view.py): nothing is
+        canonicalized or moved; only the cache key and the salt are added."""
         protocol, model = request.protocol, request.model
-        body = canonicalize(protocol, request.body) if self.config.canonicalize else request.body
+        body = canonicalize(protocol, request.body) if self.config.canonicalize and rewrite else request.body
         conversation = _conversation(body)
         canonicalized = body is not request.body
-        findings, moved, body = self._volatility(protocol, body, conversation)
+        findings, moved, body = self._volatility(protocol, body, conversation, rewrite)
         if self.config.isolate:  # the team's salt leads the prefix: no other team shares its cache entries
             body = salted(protocol, body, self.team)
         if protocol is Protocol.ANTHROPIC:
@@ -184,7 +186,8 @@ class Optimizer:
         plan.canonicalized = draft.canonicalized
         return plan
 
-    def _volatility(self, protocol: Protocol, body: dict[str, Any], conversation: int) -> tuple[list[Finding], list[str], dict[str, Any]]:
+    def _volatility(self, protocol: Protocol, body: dict[str, Any], conversation: int,
+                    rewrite: bool) -> tuple[list[Finding], list[str], dict[str, Any]]:
         learn = conversation if self.config.learn_volatile else None
         texts = system_texts(protocol, body)
         findings: list[Finding] = []
@@ -203,7 +206,7 @@ class Optimizer:
             budget -= min(len(text), MAX_SCAN_CHARS)
         texts = scanned
         moved: list[str] = []
-        if self.config.reorder and any(f.movable for f in findings):
+        if self.config.reorder and rewrite and any(f.movable for f in findings):
             remove: dict[str, set[int]] = {}
             for finding in findings:
                 if finding.movable:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sdk.offload import is_large, off_loop
 from sdk.pipeline import PromptCacheReport, RequestContext
 from sdk.policy import Policy, PromptCachePolicy
-from sdk.promptcache import stats, tokens
+from sdk.promptcache import responses_view, stats, tokens
 from sdk.promptcache.fanout import wait_for_writer
 from sdk.promptcache.optimizer import Optimizer, Plan
 from sdk.providers.base import Provider
@@ -65,15 +65,16 @@ class PromptCachePlanner:
         return PlanningProvider(provider, self, ctx)
 
     async def planned(self, request: LLMRequest, send: Callable[[LLMRequest], Awaitable[Answer]], timings: Timings,
-                      report: PromptCacheReport) -> Answer:
+                      report: PromptCacheReport, rewrite: bool = True) -> Answer:
         """Plan `request` for its provider's prompt cache, `send` the planned request, verify the read.
 
-        `request` is in the target provider's protocol: the body its upstream receives.
+        `request` is in the target provider's protocol: the body its upstream receives, or (`rewrite`
+        False) a Chat view of a Responses body, of which `send` carries the key and salt back.
         """
         optimizer = self.optimizer
         large = is_large(request.size)  # hashing, tokenizing and scanning megabytes: off the loop
         async with self._planning:
-            draft = await off_loop(optimizer.draft, request) if large else optimizer.draft(request)
+            draft = await off_loop(optimizer.draft, request, rewrite) if large else optimizer.draft(request, rewrite)
         if self.shared is not None:  # what other replicas' requests cached, before placing breakpoints
             await self.shared.pull(optimizer.ledger.scope(*draft.scope), draft.scope, optimizer.cacheable(draft))
         async with self._planning:
@@ -127,8 +128,10 @@ class PlanningProvider:
         return await self.inner.list_models()
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
-        if request.endpoint not in _ENDPOINTS or not _readable(request.body):
+        native_responses = request.endpoint is Endpoint.RESPONSES and responses_view.plannable(request.body)
+        if not native_responses and (request.endpoint not in _ENDPOINTS or not _readable(request.body)):
             return await self.inner.send(request, timings)
+        view = responses_view.chat_view(request) if native_responses else request
         trace = self.ctx.trace
         started = time.time_ns() if trace is not None else 0
         report = PromptCacheReport()  # this attempt's; the request reports the one that answered
@@ -136,9 +139,11 @@ class PlanningProvider:
         async def send(planned: LLMRequest) -> Answer:
             if trace is not None:  # the plan is made (and any fan-out wait over): its span ends here
                 trace.stage("prompt_cache plan", started, _plan_attributes(report))
+            if native_responses:
+                planned = responses_view.carry_back(request, planned.body, view.body)
             return await self.inner.send(planned, timings)
 
-        answer = await self.planner.planned(request, send, timings, report)
+        answer = await self.planner.planned(view, send, timings, report, rewrite=not native_responses)
         self.ctx.prompt_cache = report
         return answer
 

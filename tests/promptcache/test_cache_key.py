@@ -114,3 +114,42 @@ def test_an_unwritable_data_dir_still_gives_a_secret(tmp_path: Path, monkeypatch
     blocked.write_text("not a directory")
     secret = keys.server_secret(blocked / "data")
     assert len(secret) == 32 and keys.server_secret(blocked / "data") == secret  # one per process
+
+
+def test_native_responses_bodies_are_planned_like_chat_ones(tmp_path: Path, emu: RunningEmulator) -> None:
+    """A Responses request to a native Responses upstream gets the gateway's cache key, and the
+    second request reads the prefix the first wrote (predicted in x-slipstream-prompt-cache)."""
+    emu.reset()
+    with running_proxy([_teams(tmp_path, emu)]) as proxy:
+        alpha = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0)
+        alpha.responses.create(model="gpt-4o", instructions=SYSTEM, input=QUESTION[0]["content"])
+        sent = json.loads(emu.state.recent[-1]["body"])
+        assert emu.state.recent[-1]["path"].endswith("/responses")
+        assert sent["prompt_cache_key"].startswith("slipstream-") and sent["instructions"] == SYSTEM
+        raw = alpha.responses.with_raw_response.create(model="gpt-4o", instructions=SYSTEM, input=QUESTION[0]["content"])
+        usage = raw.parse().usage
+        assert usage is not None and usage.input_tokens_details.cached_tokens >= 1024
+        header = dict(part.split("=", 1) for part in raw.headers["x-slipstream-prompt-cache"].split(";"))
+        assert int(header["expected_read"]) >= 1024
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_isolate_covers_native_responses(tmp_path: Path, emu: RunningEmulator, isolate: bool) -> None:
+    emu.reset()
+    extra = f"prompt_cache: {{isolate: {str(isolate).lower()}}}\n"
+    with running_proxy([_teams(tmp_path, emu, extra)]) as proxy:
+        alpha = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0)
+        beta = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=BETA, max_retries=0)
+        alpha.responses.create(model="gpt-4o", instructions=SYSTEM, input=QUESTION[0]["content"])
+        sent = json.loads(emu.state.recent[-1]["body"])
+        # Beta sends alpha's exact prompt under alpha's cache key (as sent upstream): the key is
+        # namespaced to beta; with isolate the salt also keeps the prefix itself apart.
+        probe = beta.responses.create(model="gpt-4o", instructions=SYSTEM, input=QUESTION[0]["content"],
+                                      prompt_cache_key=sent["prompt_cache_key"])
+        if isolate:
+            assert sent["instructions"].startswith("[cache scope ") and sent["instructions"].endswith(SYSTEM)
+            assert probe.usage is not None and probe.usage.input_tokens_details.cached_tokens == 0
+            again = alpha.responses.create(model="gpt-4o", instructions=SYSTEM, input=QUESTION[0]["content"])
+            assert again.usage is not None and again.usage.input_tokens_details.cached_tokens > 0
+        else:
+            assert sent["instructions"] == SYSTEM
