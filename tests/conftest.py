@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import tempfile
@@ -16,6 +17,11 @@ from sdk.providers.upstream import close_upstream_for_running_loop
 from tests.helpers import skip_without_extra
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# httpx's module-level helpers (`httpx.get(...)`, used by tests to read /metrics, /v1/models, ...)
+# give up after 5 s by default: a wall-clock bound a loaded 2-core machine misses (a /metrics read
+# timed out at load 14). Tests that mean a timeout pass their own, which still wins.
+for _helper in ("request", "stream", "get", "options", "head", "post", "put", "patch", "delete"):
+    setattr(httpx, _helper, functools.partial(getattr(httpx, _helper), timeout=120.0))
 # Every run starts from an empty data folder (response cache, response store, embedding caches):
 # state left by an earlier run under ~/.cache/slipstream would turn an expected miss into a hit.
 if "SLIPSTREAM_DATA_DIR" not in os.environ:
