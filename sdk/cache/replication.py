@@ -25,8 +25,9 @@ import numpy as np
 import orjson
 
 from sdk.cache.store import CacheStore, NewEntry, TeamLimits
-from sdk.extras import missing_extra_message
 from sdk.state.redis import RedisState
+from sdk.state.redis_client import RedisClient
+from sdk.state.resp import RespError
 
 log = logging.getLogger("slipstream.cache")
 MAX_EVENTS = 100_000
@@ -35,13 +36,13 @@ _BLOCK_MS = 1000
 
 class CacheReplicator:
     def __init__(self, shared: RedisState, store: CacheStore):
-        missing = missing_extra_message("redis", "a response cache shared through Redis")
-        if missing:
-            raise RuntimeError(missing)
         self.shared = shared
         self.store = store
         self.stream = shared.key("cache:events")
-        self._client: Any = None
+        # Connections of their own: answers and embeddings never queue the limits' calls behind them, and
+        # the follower's connection is held by its blocking reads.
+        self._writer = RedisClient(shared.url, shared.timeout_s)
+        self._follower = RedisClient(shared.url, shared.timeout_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reader: asyncio.Task[None] | None = None
         self._last_id = "0"
@@ -83,8 +84,9 @@ class CacheReplicator:
     async def _xadd(self, fields: dict[str, Any]) -> None:
         try:
             async with asyncio.timeout(self.shared.timeout_s):
-                await self._redis().xadd(self.stream, fields, maxlen=MAX_EVENTS, approximate=True)
-        except (OSError, TimeoutError, self._errors()) as exc:
+                await self._writer.execute("XADD", self.stream, "MAXLEN", "~", MAX_EVENTS, "*",
+                                           *(part for pair in fields.items() for part in pair))
+        except (OSError, TimeoutError, RespError) as exc:
             log.debug("response cache event not shared: %s", exc)
 
     # --- following -----------------------------------------------------------------------------
@@ -110,18 +112,21 @@ class CacheReplicator:
 
     async def _follow(self) -> None:
         while True:
+            block = ("BLOCK", _BLOCK_MS) if self._caught_up.is_set() else ()  # the replay does not wait for news
             try:
-                block = _BLOCK_MS if self._caught_up.is_set() else None  # the replay does not wait for news
-                replies = await self._redis(blocking=True).xread({self.stream: self._last_id}, count=500, block=block)
+                async with asyncio.timeout(_BLOCK_MS / 1000 + self.shared.timeout_s * 10):
+                    replies = await self._follower.execute("XREAD", "COUNT", 500, *block, "STREAMS", self.stream, self._last_id)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.debug("response cache stream unreadable: %s", exc)
                 await asyncio.sleep(1.0)
                 continue
-            events = [fields for _, batch in replies for _, fields in batch]
-            if replies:
-                self._last_id = replies[-1][1][-1][0]
+            # XREAD: [[stream, [[id, [field, value, …]], …]]], or nil when the block ran out
+            batch = replies[0][1] if replies else []
+            events = [dict(zip(flat[::2], flat[1::2], strict=True)) for _, flat in batch]
+            if batch:
+                self._last_id = batch[-1][0].decode()
             if events:
                 await asyncio.to_thread(self._apply_all, events)
             if not events:
@@ -155,32 +160,9 @@ class CacheReplicator:
                          vector, orjson.loads(fields[b"response"]))
         self.store.put(entry, TeamLimits(left, max_entries, max_bytes))
 
-    # --- plumbing ------------------------------------------------------------------------------
-
-    def _redis(self, blocking: bool = False) -> Any:
-        """Bytes in and out (embeddings are binary); the follower's blocking reads get their own client."""
-        import redis.asyncio as aioredis
-
-        if self._client is None or self._client[0] is not asyncio.get_running_loop():
-            timeout = self.shared.timeout_s
-            plain = aioredis.Redis.from_url(self.shared.url, socket_timeout=timeout, socket_connect_timeout=timeout)
-            follower = aioredis.Redis.from_url(self.shared.url, socket_timeout=_BLOCK_MS / 1000 + timeout * 10,
-                                               socket_connect_timeout=timeout)
-            self._client = (asyncio.get_running_loop(), plain, follower)
-        return self._client[2] if blocking else self._client[1]
-
-    @staticmethod
-    def _errors() -> type[BaseException]:
-        from redis.exceptions import RedisError
-
-        return RedisError
-
     async def close(self) -> None:
         if self._reader is not None:
             self._reader.cancel()
             self._reader = None
-        if self._client is not None:
-            _, plain, follower = self._client
-            self._client = None
-            await plain.aclose()
-            await follower.aclose()
+        await self._writer.close()
+        await self._follower.close()

@@ -44,7 +44,8 @@ class SharedLedger:
                 self._scopes.clear()
             # The team and scope folded into one digest: names in it may hold any character.
             raw = "\x00".join((self.team, *scope)).encode("utf-8", "surrogatepass")
-            prefix = self._scopes[scope] = f"pc:{blake2b(raw, digest_size=8).hexdigest()}:"
+            # In braces: a Cluster hash tag, so one read (a script over a scope's prefixes) stays on one slot.
+            prefix = self._scopes[scope] = f"pc:{{{blake2b(raw, digest_size=8).hexdigest()}}}:"
         return f"{prefix}{digest:016x}"
 
     async def pull(self, scope: Scope, key: ScopeKey, digests: list[int]) -> None:

@@ -1,6 +1,7 @@
 """Stored responses in Redis, so any replica continues a conversation another replica started.
 
-Keys, under `PREFIX:responses:TEAM:`: `r:ID` a hash per response (`data`: the record as JSON,
+Keys, under `PREFIX:responses:{TEAM}:` (the team's hash tag: on a Redis Cluster all of a team's
+keys share one slot, so each script runs where they all are): `r:ID` a hash per response (`data`: the record as JSON,
 `prev`, `items`, `depth`, `chain`, `size`), `i:ITEM` the response holding an item (for
 `item_reference`), `order` a sorted set of the team's responses by last use, `sizes` and `bytes`
 their sizes and total. Records and item keys expire with the team's retention; writing a turn
@@ -25,8 +26,10 @@ from typing import Any
 import orjson
 
 from sdk.responses.store import MAX_CHAIN, SQLiteResponseStore, StoredResponse, StoreLimits, pick_items
+from sdk.state.backend import team_slot
 from sdk.state.guard import GuardedState
-from sdk.state.resp import Reply, RespClient, RespError
+from sdk.state.redis_client import RedisClient
+from sdk.state.resp import Reply, RespError
 
 log = logging.getLogger("slipstream.responses")
 _BULK_TIMEOUT_S = 10.0
@@ -161,12 +164,12 @@ class RedisResponseStore:
     def __init__(self, state: GuardedState, fallback: SQLiteResponseStore, limits: Mapping[str, StoreLimits] | None = None):
         self.state = state
         self.redis = state.shared
-        self.client = RespClient(state.shared.url, _BULK_TIMEOUT_S)
+        self.client = RedisClient(state.shared.url, _BULK_TIMEOUT_S)
         self.fallback = fallback
         self.limits: Mapping[str, StoreLimits] = limits if limits is not None else {}
 
     def _base(self, team: str) -> str:
-        return self.redis.key(f"responses:{team}:")
+        return self.redis.key(f"responses:{team_slot(team)}:")
 
     async def _call(self, *args: Any) -> Reply:
         """One command's reply, or `_DOWN` (the caller uses the replica's own store)."""
@@ -179,8 +182,10 @@ class RedisResponseStore:
             log.warning("response store: Redis %s failed (%s); this replica's own store answers", args[0], type(exc).__name__)
             return _DOWN
 
-    async def _eval(self, script: str, *args: Any) -> Reply:
-        return await self._call("EVAL", script, 0, *args)
+    async def _eval(self, script: str, base: str, *args: Any) -> Reply:
+        """A script over the team's keys under `base`: it names one of them (`order`) as its key, so a
+        Cluster runs it on the node of the team's slot, where every key it builds from `base` lives."""
+        return await self._call("EVAL", script, 1, base + "order", base, *args)
 
     async def put(self, record: StoredResponse) -> None:
         limits = self.limits.get(record.team, StoreLimits())

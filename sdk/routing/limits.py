@@ -37,7 +37,7 @@ from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_key
 from sdk.services import Services
 from sdk.spend import budget_check, cost_usd, periods, price_of, spend_record, worst_cost_usd
-from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend
+from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend, team_slot
 from sdk.streams import close_after, on_end
 from sdk.tracing.records import RequestTrace
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
@@ -80,13 +80,13 @@ class LimitsStage:
         self._prices: dict[str, Price | object | None] = {}
         self._targets: dict[str, tuple[Price, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
         limits = policy.limits
-        self.team_scope = _Scope.of(f"team {policy.team}", f"limit:{policy.team}", limits) if limits.active else None
+        self.team_scope = _Scope.of(f"team {policy.team}", f"limit:{team_slot(policy.team)}", limits) if limits.active else None
         self.per_key = limits.per_key if limits.per_key.active else None
 
     def _scopes(self, key_id: str) -> list[_Scope]:
         scopes = [self.team_scope] if self.team_scope is not None else []
         if self.per_key is not None and key_id:
-            scopes.append(_Scope.of(f"key {key_id}", f"limit:{self.team}:key:{key_id}", self.per_key))
+            scopes.append(_Scope.of(f"key {key_id}", f"limit:{team_slot(self.team)}:key:{key_id}", self.per_key))
         return scopes
 
     async def admit(self, key_id: str, budget: bool = True, trace: RequestTrace | None = None, reserve: float = 0.0) -> Admission:

@@ -1,7 +1,7 @@
 """Where the state replicas must share lives: in process (the default) or in Redis.
 
 `open_state(url)` picks the backend once, at start: no URL is in-process state (one replica's
-truth), `redis://` or `rediss://` is Redis behind a guard that degrades to local state while Redis
+truth), `redis://`, `redis+sentinel://`, `redis+cluster://` (or `rediss…`, TLS: sdk/state/redis_url.py) is Redis behind a guard that degrades to local state while Redis
 is unreachable (sdk/state/guard.py). The interface is sdk/state/backend.py.
 """
 
@@ -39,12 +39,13 @@ def open_state(url: str | None = None) -> StateBackend:
     url = url if url is not None else os.environ.get(STATE_URL_ENV, "")
     if not url or url == "local":
         return LocalState()
-    if url.startswith(("redis://", "rediss://")):
+    if url.startswith(("redis://", "rediss://", "redis+", "rediss+")):
         from sdk.state.guard import GuardedState
         from sdk.state.redis import RedisState
 
         return GuardedState(RedisState(url))
-    raise ValueError(f"state URL {masked_url(url)!r}: expected redis://HOST:PORT/DB or rediss://… (or nothing, for in-process state)")
+    raise ValueError(f"state URL {masked_url(url)!r}: expected redis://HOST:PORT/DB, redis+sentinel://…, redis+cluster://… "
+                     "or rediss… (or nothing, for in-process state)")
 
 
 _background: set[asyncio.Task[Any]] = set()

@@ -18,6 +18,12 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 
+def team_slot(team: str) -> str:
+    """A team's part of a key name, as a Redis Cluster hash tag: a script may touch the keys of one
+    hash slot only, and each script call touches one team's keys (buckets, slots, spend, holds)."""
+    return "{" + team + "}"
+
+
 @dataclass(frozen=True, slots=True)
 class Rate:
     """A token bucket of `per_minute` capacity, refilled continuously."""

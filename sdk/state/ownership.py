@@ -70,7 +70,8 @@ class SharedRecords:
     async def get(self, names: Sequence[str]) -> list[str | None]:
         local = await self._local.get(names)
         client = self._guard.shared.client
-        shared = await self._guard.try_shared(lambda: client.execute("MGET", *(self._key(n) for n in names)))
+        # one GET each, pipelined (not MGET: on a Redis Cluster the names hash to different slots)
+        shared = await self._guard.try_shared(lambda: client.pipeline([("GET", self._key(n)) for n in names]))
         if not isinstance(shared, list):  # unreachable: what this replica created while it was
             return local
         return [value.decode() if isinstance(value, bytes) else mine for value, mine in zip(shared, local, strict=True)]
@@ -78,7 +79,7 @@ class SharedRecords:
     async def delete(self, names: Sequence[str]) -> None:
         await self._local.delete(names)
         client = self._guard.shared.client
-        await self._guard.try_shared(lambda: client.execute("DEL", *(self._key(n) for n in names)))
+        await self._guard.try_shared(lambda: client.pipeline([("DEL", self._key(n)) for n in names]))
 
 
 class Ownership:

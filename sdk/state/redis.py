@@ -1,11 +1,14 @@
-"""Redis (≥ 6.2, or Valkey) as the shared state backend: `redis://[[USER]:PASSWORD@]HOST:PORT/DB`,
-`rediss://` for TLS (its query options: sdk/state/resp.py).
+"""Redis (≥ 6.2, or Valkey) as the shared state backend: one server, a master watched by Sentinel, or
+a Redis Cluster (the URL's forms and TLS options: sdk/state/redis_url.py).
 
 Two query parameters of the URL are Slipstream's own: `prefix` (default `slipstream`) namespaces the
 keys, so several deployments can share one Redis; `timeout_ms` (default 100) bounds every call. The
-client never retries by itself: a failure goes straight to `GuardedState`, which decides. Calls go
-through the small pipelining client in sdk/state/resp.py; the response cache's stream uses the
-`redis` package ([redis] extra), imported only there.
+client (sdk/state/redis_client.py) never retries by itself: a failure goes straight to
+`GuardedState`, which decides.
+
+On a Cluster a script may touch the keys of one hash slot only: the keys each script call touches
+carry one team's hash tag (`{TEAM}`, sdk/state/backend.py:team_slot), and the calls that gather
+several teams' keys (the batched ledger merge, the lease renewal) go as one call per slot.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from sdk.state import redis_scripts
 from sdk.state.backend import Admission, Refusal, Settlement
 from sdk.state.headroom import Headroom
-from sdk.state.resp import RespClient, RespError
+from sdk.state.redis_client import RedisClient, key_slot
+from sdk.state.resp import RespError
 
 LEASE_TTL_S = 30.0  # a dead replica's concurrency slots come back after this
 REPLICA_TTL_S = 5.0  # a replica that has not checked in for this long no longer counts
@@ -47,6 +51,25 @@ def _evalsha(name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
     return ("EVALSHA", _SCRIPTS[name][1], len(keys), *keys, *args)
 
 
+def _noscript(reply: Any) -> bool:
+    """A restarted Redis (or a Cluster node new to the slot) does not hold the script yet."""
+    return isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT")
+
+
+def _eval(command: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An EVALSHA as the EVAL of its script (which also caches it on the node that runs it)."""
+    source = next(source for source, sha in _SCRIPTS.values() if sha == command[1])
+    return ("EVAL", source, *command[2:])
+
+
+def by_slot(keys: list[str]) -> list[list[int]]:
+    """Positions of `keys` grouped by Cluster hash slot (one script call's keys must share one)."""
+    groups: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key_slot(key), []).append(i)
+    return list(groups.values())
+
+
 def split_url(url: str) -> tuple[str, str, float]:
     """(the URL of the server, key prefix, timeout in seconds)."""
     parts = urlsplit(url)
@@ -61,7 +84,7 @@ class RedisState:
 
     def __init__(self, url: str, replica_id: str | None = None):
         self.url, self.prefix, self.timeout_s = split_url(url)
-        self.client = RespClient(self.url, self.timeout_s)
+        self.client = RedisClient(self.url, self.timeout_s)
         self.replica_id = replica_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._flags: dict[str, float] = {}
         self._flag_changes = 0  # a sync that raced a local set/clear keeps the local view for one round
@@ -79,9 +102,20 @@ class RedisState:
         try:
             return await self.client.execute("EVALSHA", sha, len(keys), *keys, *args)
         except RespError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
+            if not _noscript(exc):
                 raise
             return await self.client.execute("EVAL", source, len(keys), *keys, *args)
+
+    async def _scripts(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Script calls pipelined, errors in their places; those a restarted Redis (or a Cluster node new
+        to the slot) no longer knew are sent again as EVAL."""
+        replies = await self.client.pipeline(commands, raise_errors=False)
+        lost = [i for i, reply in enumerate(replies) if _noscript(reply)]
+        if lost:
+            again = await self.client.pipeline([_eval(commands[i]) for i in lost], raise_errors=False)
+            for i, reply in zip(lost, again, strict=True):
+                replies[i] = reply
+        return replies
 
     def _admit_args(self, admissions: list[Admission], force: bool) -> tuple[list[str], list[Any]]:
         """One ADMIT's keys and arguments, for admissions with the same limits (one, when checked; a
@@ -157,16 +191,10 @@ class RedisState:
         groups = list(admitted.values())
         commands = [_evalsha("ADMIT", *self._admit_args(group, force=True)) for group in groups]
         commands += [_evalsha("SETTLE", *self._settle_args(group)) for group in settled.values()]
-        if rows:
-            commands.append(_evalsha("MERGE_ENTRIES", *self._merge_args(rows)))
+        for slot in by_slot([name for name, *_ in rows]):  # a Cluster runs a script on one slot's keys
+            commands.append(_evalsha("MERGE_ENTRIES", *self._merge_args([rows[i] for i in slot])))
         try:
-            replies = await self.client.pipeline(commands, raise_errors=False)
-            lost = [i for i, reply in enumerate(replies) if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT")]
-            if lost:  # a restarted Redis lost its scripts: load them, send again what did not run
-                loads = [("SCRIPT", "LOAD", _SCRIPTS[name][0]) for name in ("ADMIT", "SETTLE", "MERGE_ENTRIES")]
-                again = await self.client.pipeline([*loads, *(commands[i] for i in lost)], raise_errors=False)
-                for i, reply in zip(lost, again[len(loads):], strict=True):
-                    replies[i] = reply
+            replies = await self._scripts(commands)
         except BaseException:
             for group in groups:
                 for admission in group:
@@ -256,10 +284,13 @@ class RedisState:
             ("HGETALL", self.key("flags")),
         ]
         held = [pair for pairs in self._held.values() for pair in pairs]
-        if held:
-            commands.append(("EVAL", _SCRIPTS["RENEW"][0], len(held), *(key for key, _ in held), LEASE_TTL_S,
-                             *(member for _, member in held)))
-        replies = await self.client.pipeline(commands)
+        for slot in by_slot([key for key, _ in held]):  # one call per slot: a Cluster's rule for scripts
+            pairs = [held[i] for i in slot]
+            commands.append(_evalsha("RENEW", [key for key, _ in pairs], [LEASE_TTL_S, *(member for _, member in pairs)]))
+        replies = await self._scripts(commands)
+        for reply in replies:
+            if isinstance(reply, RespError):
+                raise reply
         self.replicas = max(1, int(replies[2]))
         flags = replies[3]
         if changes != self._flag_changes:

@@ -1,30 +1,25 @@
-"""A small Redis client for the request path: one connection per event loop, commands pipelined on it.
+"""RESP on one connection per server and event loop, commands pipelined on it (sdk/state/redis_client.py
+routes commands to servers: one, the master Sentinel names, or a Cluster's nodes).
 
-redis-py's asyncio client costs about 0.2 ms of Python per command here (a pool checkout, a lock,
-its parser), five times the loopback round trip; admission runs on every request, so the hot path
-speaks RESP itself: an `asyncio.Protocol` that writes each command (or a batch) in one write and
-hands replies to the waiting futures in order (Redis answers a connection's commands in order), so
-any number of concurrent requests share one connection without waiting on each other. Commands
-issued in the same event-loop iteration go out in one write.
-
-URL: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`, `rediss://` for TLS: the server's certificate is
-checked against the system's trust store and its name, unless the query says otherwise, with
-redis-py's names so one URL serves both clients (the response cache's stream uses redis-py):
-`ssl_ca_certs=PATH` (trust this CA file instead), `ssl_cert_reqs=required|optional|none`,
-`ssl_check_hostname=true|false`, `ssl_certfile=PATH` and `ssl_keyfile=PATH` (a client certificate,
-for a server with `tls-auth-clients yes`).
+redis-py's asyncio client costs about 0.1–0.2 ms of Python per command here (a pool checkout, a
+lock, its parser; hiredis changes little), and concurrent commands each take a connection of their
+own and a round trip: at 16 concurrent callers its p50 was 6–13 ms against 0.25–0.38 ms here
+(docs/benchmarks.md, "One Redis client"). Admission runs on every request, so the client speaks RESP
+itself: an `asyncio.Protocol` that writes each command (or a batch) in one write and hands replies to
+the waiting futures in order (Redis answers a connection's commands in order), so any number of
+concurrent requests share one connection without waiting on each other. Commands issued in the same
+event-loop iteration go out in one write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-import ssl
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from sdk.state import masked_url
+from sdk.state.redis_url import Auth
 
 Reply = Any  # bytes | int | list | None | RespError
 
@@ -155,44 +150,16 @@ class _Connection(asyncio.Protocol):
             self.transport.write(payload)
 
 
-TLS_OPTIONS = ("ssl_ca_certs", "ssl_cert_reqs", "ssl_check_hostname", "ssl_certfile", "ssl_keyfile")
-_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+class Link:
+    """One server: one connection per event loop, every command pipelined on it. Its address is fixed,
+    or asked anew at each connection (`address` a coroutine function: the master Sentinel names)."""
 
-
-def tls_context(options: dict[str, str]) -> ssl.SSLContext:
-    """The TLS settings a `rediss://` URL's query asks for (names as redis-py spells them)."""
-    reqs = options.get("ssl_cert_reqs", "required").lower()
-    if reqs not in _CERT_REQS:
-        raise ValueError(f"state URL: ssl_cert_reqs={reqs!r}: expected required, optional or none")
-    try:
-        context = ssl.create_default_context(cafile=options.get("ssl_ca_certs"))  # a CA file replaces the system's store
-        if "ssl_certfile" in options:
-            context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile"))
-    except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"state URL: cannot load the TLS files it names: {exc}") from exc
-    context.check_hostname = reqs == "required" and options.get("ssl_check_hostname", "true").lower() in ("true", "1", "yes")
-    context.verify_mode = _CERT_REQS[reqs]
-    return context
-
-
-class RespClient:
-    def __init__(self, url: str, connect_timeout_s: float):
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss"):
-            raise ValueError(f"not a Redis URL: {masked_url(url)!r}")
-        options = dict(parse_qsl(parts.query))
-        unknown = sorted(options.keys() - set(TLS_OPTIONS))
-        if unknown:
-            raise ValueError(f"state URL: unknown option(s) {', '.join(unknown)}; known: prefix, timeout_ms, {', '.join(TLS_OPTIONS)}")
-        if options and parts.scheme != "rediss":
-            raise ValueError("state URL: TLS options need a rediss:// URL")
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 6379
-        self.db = int(parts.path.lstrip("/") or 0)
-        self.username = unquote(parts.username) if parts.username else None
-        self.password = unquote(parts.password) if parts.password else None
-        self.tls = tls_context(options) if parts.scheme == "rediss" else None
+    def __init__(self, address: tuple[str, int] | Callable[[], Awaitable[tuple[str, int]]], auth: Auth, connect_timeout_s: float,
+                 master: bool = False):
+        self.address = address
+        self.auth = auth
         self.connect_timeout_s = connect_timeout_s
+        self.master = master  # check the server's ROLE on connecting: a stale answer may name a replica
         self._conn: _Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connecting: asyncio.Future[_Connection] | None = None
@@ -219,31 +186,37 @@ class RespClient:
         return await asyncio.shield(self._connecting)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:
-        try:
-            async with asyncio.timeout(self.connect_timeout_s):  # the TLS handshake included
-                _, conn = await loop.create_connection(_Connection, self.host, self.port, ssl=self.tls)
-        except OSError as exc:
-            raise StateUnavailable(f"cannot connect to Redis at {self.host}:{self.port}: {exc}") from exc
-        transport = conn.transport
-        assert transport is not None  # set by connection_made before create_connection returns
-        sock = transport.get_extra_info("socket")
-        if sock is not None:  # small pipelined writes must not wait for an ACK (Nagle)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        hello: list[tuple[Any, ...]] = []
-        if self.password is not None:
-            hello.append(("AUTH", self.username, self.password) if self.username else ("AUTH", self.password))
-        if self.db:
-            hello.append(("SELECT", self.db))
-        if hello:
-            for reply in await asyncio.gather(*conn.send(b"".join(encode(*c) for c in hello), len(hello))):
-                if isinstance(reply, RespError):
+        async with asyncio.timeout(self.connect_timeout_s):  # finding the master and the TLS handshake included
+            host, port = self.address if isinstance(self.address, tuple) else await self.address()
+            try:
+                _, conn = await loop.create_connection(_Connection, host, port, ssl=self.auth.tls)
+            except OSError as exc:
+                raise StateUnavailable(f"cannot connect to Redis at {host}:{port}: {exc}") from exc
+            transport = conn.transport
+            assert transport is not None  # set by connection_made before create_connection returns
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # small pipelined writes must not wait for an ACK (Nagle)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            hello: list[tuple[Any, ...]] = []
+            auth = self.auth
+            if auth.password is not None:
+                hello.append(("AUTH", auth.username, auth.password) if auth.username else ("AUTH", auth.password))
+            if auth.db:
+                hello.append(("SELECT", auth.db))
+            if self.master:
+                hello.append(("ROLE",))
+            if hello:
+                replies = await asyncio.gather(*conn.send(b"".join(encode(*c) for c in hello), len(hello)))
+                error: Exception | None = next((reply for reply in replies if isinstance(reply, RespError)), None)
+                if error is None and self.master and replies[-1][0] != b"master":
+                    error = StateUnavailable(f"{host}:{port} is not a master (yet): {replies[-1][0]!r}")
+                if error is not None:
                     transport.close()
-                    raise reply
-        return conn
+                    raise error
+            return conn
 
     async def execute(self, *args: Any) -> Reply:
-        conn = await self._connection()
-        reply = await conn.send(encode(*args), 1)[0]
+        reply = (await self.pipeline([args], raise_errors=False))[0]
         if isinstance(reply, RespError):
             raise reply
         return reply
@@ -253,9 +226,11 @@ class RespClient:
         (with `raise_errors=False`, it is returned in its place)."""
         conn = await self._connection()
         replies = await asyncio.gather(*conn.send(b"".join(encode(*c) for c in commands), len(commands)))
-        if raise_errors:
-            for reply in replies:
-                if isinstance(reply, RespError):
+        for reply in replies:
+            if isinstance(reply, RespError):
+                if str(reply).startswith("READONLY") and conn.transport is not None:
+                    conn.transport.close()  # a master demoted by a failover: the next call finds the new one
+                if raise_errors:
                     raise reply
         return replies
 

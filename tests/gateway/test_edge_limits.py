@@ -23,7 +23,7 @@ from gateway.edge import EdgeLimits
 from gateway.refusals import AUTH_FAILURES, EDGE_REFUSALS, RateLimitedLog
 from gateway.testing import RunningServer, free_port, running_proxy, running_redis
 from tests.gateway.test_cli import ROOT, _command
-from tests.helpers import PATIENCE_S, requires_extra, skip_without_extra, write_policy
+from tests.helpers import PATIENCE_S, requires_extra, skip_without_redis, write_policy
 
 KEY_A, KEY_B = "sk-edge-alpha", "sk-edge-beta"
 ADMIN = "edge-admin-key"
@@ -313,7 +313,7 @@ def test_logout_revokes_the_session_server_side(proxy):
 
 def test_logout_revokes_the_session_on_every_replica(policies, monkeypatch):
     """Two replicas over Redis: a session signed in on A and copied to B ends on both after logout on A."""
-    skip_without_extra("redis")
+    skip_without_redis()
     monkeypatch.setenv("SLIPSTREAM_ADMIN_KEY", ADMIN)
     with running_redis() as redis:
         state_url = f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=5000"

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway.testing import RedisServer, TlsFiles, redis_tls_missing, running_redis
-from tests.helpers import skip_without_extra, skip_without_test_package
+from gateway.testing import RedisClusterServers, RedisSentinelServers, RedisServer, TlsFiles, redis_tls_missing, running_redis
+from tests.helpers import skip_without_binary, skip_without_redis, skip_without_test_package
 
 
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[RedisServer]:
     """The module's Redis, shared by its tests: never stopped or paused by one (see `own_redis`)."""
-    skip_without_extra("redis")
+    skip_without_redis()
     with running_redis() as server:
         yield server
 
@@ -25,7 +25,7 @@ def redis_server() -> Iterator[RedisServer]:
 def own_redis() -> Iterator[RedisServer]:
     """A Redis of this test's own, for a test that stops, restarts or pauses it: whatever the test
     leaves it in, no other test sees it (a stopped shared server once failed the four after it)."""
-    skip_without_extra("redis")
+    skip_without_redis()
     with running_redis() as server:
         yield server
 
@@ -98,7 +98,7 @@ def tls_files(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def tls_redis(tls_files) -> Iterator[RedisServer]:
     """A redis-server that speaks only TLS, wants a password and a client certificate signed by the CA."""
-    skip_without_extra("redis")
+    skip_without_redis()
     missing = redis_tls_missing()
     if missing:
         pytest.skip(f"no TLS-capable redis-server: {missing}")
@@ -109,3 +109,29 @@ def tls_redis(tls_files) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Iterator[RedisClusterServers]:
+    """A Redis Cluster of three masters of this test's own."""
+    skip_without_redis()
+    skip_without_binary("redis-cli", "apt-get install redis-tools")
+    cluster = RedisClusterServers(tmp_path)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def redis_sentinel(tmp_path: Path) -> Iterator[RedisSentinelServers]:
+    """A master, its replica and a Sentinel watching them, of this test's own."""
+    skip_without_redis()
+    skip_without_binary("redis-cli", "apt-get install redis-tools")
+    group = RedisSentinelServers(tmp_path)
+    try:
+        group.start()
+        yield group
+    finally:
+        group.stop()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import anthropic
 import openai
 
-from tests.helpers import skip_without_extra, write_policy
+from tests.helpers import skip_without_redis, write_policy
 
-skip_without_extra("redis")
+skip_without_redis()
 
 import redis  # noqa: E402
 

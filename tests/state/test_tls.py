@@ -1,5 +1,5 @@
 """`rediss://` against a redis-server that speaks only TLS, wants a password and a client certificate:
-the request path's client (sdk/state/resp.py) and redis-py (the response cache's stream) read the
+Slipstream's client (sdk/state/redis_client.py) and redis-py (the test's independent reader) read the
 same URL options."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from tests.helpers import skip_without_extra, write_policy
+from tests.helpers import skip_without_redis, write_policy
 
-skip_without_extra("redis")
+skip_without_redis()
 
 import redis  # noqa: E402
 
