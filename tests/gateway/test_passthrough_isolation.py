@@ -259,7 +259,7 @@ def raw_request(proxy: RunningServer, head: str, then: bytes = b"") -> tuple[int
             assert interim.startswith(b"HTTP/1.1 100"), interim  # asked to go on before the body
             sock.sendall(then)
         data = b""
-        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < _length(data):
+        while not _complete(data):
             piece = sock.recv(65536)
             if not piece:
                 break
@@ -268,12 +268,19 @@ def raw_request(proxy: RunningServer, head: str, then: bytes = b"") -> tuple[int
     return int(head_part.split()[1]), head_part, body
 
 
-def _length(data: bytes) -> int:
-    for header in data.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+def _complete(data: bytes) -> bool:
+    """The whole answer is in: its content-length read, or a chunked body's last chunk (else the
+    connection's close, after the server's keep-alive timeout, ends the read)."""
+    head, found, body = data.partition(b"\r\n\r\n")
+    if not found:
+        return False
+    for header in head.split(b"\r\n")[1:]:
         name, _, value = header.partition(b":")
         if name.strip().lower() == b"content-length":
-            return int(value)
-    return 1 << 30
+            return len(body) >= int(value)
+        if name.strip().lower() == b"transfer-encoding" and value.strip().lower() == b"chunked":
+            return body.endswith(b"0\r\n\r\n")
+    return False
 
 
 def test_expect_continue_and_forwarding_headers(proxy, fresh_emulator):
