@@ -40,6 +40,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from gateway.refusals import EDGE_REFUSALS, RateLimitedLog, log
+from sdk.pipeline import REQUEST_ID_HEADER, new_request_id
 
 _EDGE_LOG = RateLimitedLog(log)
 
@@ -68,9 +69,11 @@ _HEADS: weakref.WeakKeyDictionary[ServerState, dict[EdgeProtocol, None]] = weakr
 
 def _answer(status: int, message: str) -> bytes:
     # Shaped so both official clients read it: OpenAI's reads error.message, Anthropic's error.type too.
+    # Like every answer of the gateway, it names a request id (this one's is its own: no request began).
     body = orjson.dumps({"type": "error", "error": {"type": "request_refused", "message": message}})
     return b"".join([STATUS_LINE[status], b"content-type: application/json\r\ncontent-length: ",
-                     str(len(body)).encode(), b"\r\nconnection: close\r\n\r\n", body])
+                     str(len(body)).encode(), b"\r\n", REQUEST_ID_HEADER.encode(), b": ", new_request_id().encode(),
+                     b"\r\nconnection: close\r\n\r\n", body])
 
 
 class EdgeProtocol(HttpToolsProtocol):

@@ -72,6 +72,14 @@ def _read_all(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+def _request_id(answer: bytes) -> str:
+    """The x-slipstream-request-id of a raw answer (every answer names one, the edge's refusals too)."""
+    head = answer.split(b"\r\n\r\n", 1)[0].decode()
+    ids = [line.split(":", 1)[1].strip() for line in head.split("\r\n") if line.lower().startswith("x-slipstream-request-id:")]
+    assert len(ids) == 1 and len(ids[0]) == 16, head
+    return ids[0]
+
+
 def _beta_answers(proxy: RunningServer) -> int:
     """Another team's authenticated request (its prompt-cache report: answered by the proxy itself)."""
     return httpx.get(f"{proxy.url}/v1/slipstream/cache-report", headers={"authorization": f"Bearer {KEY_B}"}, timeout=PATIENCE_S).status_code
@@ -89,6 +97,7 @@ def test_a_head_over_the_size_limit_is_431(proxy):
         answer = _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
     assert b'"request_refused"' in answer
+    assert _request_id(answer)
     assert _edge("header_too_large") == before + 1
     assert _beta_answers(proxy) == 200
 
@@ -98,6 +107,7 @@ def test_a_complete_head_over_the_size_limit_is_431(proxy):
     before = _edge("header_too_large")
     response = httpx.get(f"{proxy.url}/healthz", headers={"x-big": "a" * (LIMITS.max_header_bytes + 1)}, timeout=PATIENCE_S)
     assert response.status_code == 431 and response.json()["error"]["type"] == "request_refused"
+    assert len(response.headers["x-slipstream-request-id"]) == 16
     assert _edge("header_too_large") == before + 1
 
 
@@ -152,6 +162,7 @@ def test_a_head_sent_slowly_is_closed_at_the_header_timeout(proxy):
             stop.set()
             feeder.join()
         assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+        assert _request_id(answer)
         assert _read_all(silent) == b""  # a connection that sent nothing is closed without an answer
     assert _edge("header_timeout") == before + 2
 

@@ -63,6 +63,7 @@ def test_the_proxy_names_every_answer_its_own_errors_included(proxy, fresh_emula
         401: httpx.post(f"{proxy}/v1/chat/completions", json=HELLO, headers={"authorization": "Bearer wrong"}),
         404: httpx.get(f"{proxy}/v1/no-such-path", headers=auth),
         413: httpx.post(f"{proxy}/v1/chat/completions", json={**HELLO, "pad": "x" * 4000}, headers=auth),
+        431: httpx.get(f"{proxy}/v1/models", headers={**auth, "x-big": "a" * 70_000}),  # the edge's, before the app
         200: httpx.get(f"{proxy}/v1/models", headers=auth),
     }
     for _ in range(6):  # past the team's 5 requests a minute
