@@ -236,8 +236,9 @@ class RedisSentinelServers:
     def __init__(self, workdir: Path, service: str = "slipstream"):
         self.workdir = workdir
         self.service = service
-        self.master = RedisServer()
-        self.replica = RedisServer(extra_args=("--replicaof", "127.0.0.1", str(self.master.port)))
+        # their own folder: a full sync writes an RDB file into the working directory
+        self.master = RedisServer(extra_args=("--dir", str(workdir)))
+        self.replica = RedisServer(extra_args=("--dir", str(workdir), "--replicaof", "127.0.0.1", str(self.master.port)))
         self.sentinel_port = free_port()
         self.sentinel: subprocess.Popen[bytes] | None = None
 

@@ -22,6 +22,7 @@ from sdk.state import open_state
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Settlement, team_slot
 from sdk.state.guard import GuardedState
 from sdk.state.ownership import ownership_of
+from sdk.state.redis_client import SLOTS, RedisClient
 from tests.helpers import PATIENCE_S
 
 TEAMS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta")
@@ -113,6 +114,17 @@ def _guarded(url: str) -> GuardedState:
     state = open_state(url)
     assert isinstance(state, GuardedState)
     return state
+
+
+async def test_a_stale_slot_map_is_corrected_by_moved_replies(redis_cluster: RedisClusterServers):
+    client = RedisClient(redis_cluster.url, 5.0)
+    await client.execute("SET", "warm", "1")  # the slot map is read
+    client._slots = [("127.0.0.1", redis_cluster.nodes[0].port)] * SLOTS  # as if every slot had moved to one node
+    keys = [f"key-{i}" for i in range(30)]
+    await client.pipeline([("SET", key, key) for key in keys])
+    assert await client.pipeline([("GET", key) for key in keys]) == [key.encode() for key in keys]
+    assert len(set(client._slots)) == 3  # each MOVED reply put its slot back where it lives
+    await client.close()
 
 
 async def _replicated(url: str, tmp_path: Path) -> None:
