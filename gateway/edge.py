@@ -142,6 +142,12 @@ class EdgeProtocol(HttpToolsProtocol):
         self._disarm()
         super().connection_lost(exc)
 
+    def send_400_response(self, msg: str) -> None:
+        """A request uvicorn cannot parse: the edge's JSON refusal (with its request id), not plain text."""
+        self._disarm()
+        self.transport.write(_answer(400, msg))
+        self.transport.close()
+
     def data_received(self, data: bytes) -> None:
         if self.refused:
             return

@@ -130,6 +130,14 @@ def test_a_64_mib_header_is_refused_while_it_arrives(proxy):
     assert _beta_answers(proxy) == 200
 
 
+def test_a_request_that_cannot_be_parsed_is_a_named_400(proxy):
+    with _connect(proxy) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost x\r\n\r\n")  # a header field without its colon
+        answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:80]
+    assert b'"request_refused"' in answer and _request_id(answer)
+
+
 def test_too_many_header_fields_are_431(proxy):
     before = _edge("too_many_headers")
     with _connect(proxy) as sock:
