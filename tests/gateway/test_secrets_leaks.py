@@ -33,9 +33,10 @@ TEAM = "sk-team-secrets"
 
 def test_state_urls_are_masked() -> None:
     assert masked_url(f"rediss://app:{PASSWORD}@cache:6380/2?prefix=p&password=x") == "rediss://app:***@cache:6380/2?prefix=p&password=***"
-    with pytest.raises(ValueError) as bad:
-        open_state(f"redis+sentinel://:{PASSWORD}@cache:26379/0")
-    assert PASSWORD not in str(bad.value)
+    for url in (f"memcache://:{PASSWORD}@cache:11211/0", f"redis+proxy://:{PASSWORD}@cache:26379/0"):  # schemes it does not speak
+        with pytest.raises(ValueError) as bad:
+            open_state(url)
+        assert PASSWORD not in str(bad.value) and "***" in str(bad.value)
 
 
 async def test_a_state_backend_going_down_logs_no_password(caplog: pytest.LogCaptureFixture) -> None:

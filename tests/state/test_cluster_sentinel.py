@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from gateway.testing import RedisClusterServers, RedisSentinelServers
 from sdk.cache.replication import CacheReplicator
@@ -22,7 +23,8 @@ from sdk.state import open_state
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Settlement, team_slot
 from sdk.state.guard import GuardedState
 from sdk.state.ownership import ownership_of
-from sdk.state.redis_client import SLOTS, RedisClient
+from sdk.state.redis_client import SLOTS, RedisClient, key_slot
+from sdk.state.redis_url import Target
 from tests.helpers import PATIENCE_S
 
 TEAMS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta")
@@ -42,6 +44,21 @@ async def _until(check, what: str) -> None:
     while not await check():
         assert time.monotonic() - started < PATIENCE_S, f"no {what} after {PATIENCE_S}s"
         await asyncio.sleep(0.05)
+
+
+def test_urls_name_a_server_a_sentinel_master_or_a_cluster():
+    sentinel = Target.parse("redis+sentinel://u:p%40w@s1,s2:26380/mymaster/3?sentinel_password=sp")
+    assert (sentinel.mode, sentinel.nodes, sentinel.service) == ("sentinel", (("s1", 26379), ("s2", 26380)), "mymaster")
+    assert (sentinel.auth.username, sentinel.auth.password, sentinel.auth.db, sentinel.sentinel_auth.password) == ("u", "p@w", 3, "sp")
+    cluster = Target.parse("redis+cluster://:pw@a:7000,b")
+    assert (cluster.mode, cluster.nodes, cluster.auth.username, cluster.auth.password) == ("cluster", (("a", 7000), ("b", 6379)), None, "pw")
+    assert Target.parse("rediss+cluster://a:7000?ssl_cert_reqs=none").auth.tls is not None
+    for bad, match in (("redis+cluster://a:7000/1", "database 0"), ("redis+sentinel://s1:26379", "names its master"),
+                       ("redis://a,b", "several hosts"), ("redis+cluster://a?sentinel_password=x", "unknown option")):
+        with pytest.raises(ValueError, match=match):
+            Target.parse(bad)
+    # Redis' own: CLUSTER KEYSLOT foo is 12182; a hash tag puts keys together
+    assert key_slot("foo") == 12182 and key_slot("limit:{alpha}:rpm") == key_slot("spend:{alpha}:day:x") == key_slot("alpha")
 
 
 async def _limits_budget_and_spend(state: GuardedState, team: str) -> None:
