@@ -2,6 +2,7 @@
 
     POST /v1/chat/completions   streaming (SSE, `data: [DONE]`) and not, with usage
     POST /v1/completions        the legacy Completions API (serving_completion.py)
+    POST /invocations           either of the two, by the body's shape (vLLM's SageMaker route)
     GET  /v1/models             the served model
     GET  /metrics               Prometheus text, vLLM's metric names
     GET  /health                200 once the model is loaded
@@ -18,6 +19,7 @@ that names the path.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -48,14 +50,14 @@ class EngineApp:
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"].rstrip("/")
-        routes = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET",
-                  "/metrics": "GET", "/health": "GET"}
+        routes = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/invocations": "POST",
+                  "/v1/models": "GET", "/metrics": "GET", "/health": "GET"}
         if path not in routes:
             await _respond(send, 404, error_body(f"Invalid URL ({method} {scope['path']})", 404))
         elif routes[path] != method:
             await _respond(send, 405, error_body(f"{method} is not allowed on {path}; use {routes[path]}", 405))
-        elif path in ("/v1/chat/completions", "/v1/completions"):
-            await self._generate(scope, receive, send, chat=path == "/v1/chat/completions")
+        elif path in ("/v1/chat/completions", "/v1/completions", "/invocations"):
+            await self._generate(scope, receive, send, path)
         elif path == "/v1/models":
             models = {"object": "list", "data": [{"id": self.served_model_name, "object": "model",
                                                    "created": self.created, "owned_by": "localengine"}]}
@@ -65,7 +67,7 @@ class EngineApp:
         else:
             await _respond(send, 200, b"")
 
-    async def _generate(self, scope: Scope, receive: Receive, send: Send, chat: bool) -> None:
+    async def _generate(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         raw = await _read_body(receive)
         if raw is None:
             await _respond(send, 413, error_body("request body too large", 413))
@@ -73,11 +75,15 @@ class EngineApp:
         if _media_type(scope) != b"application/json":  # vLLM's rule: a form-encoded body is not read as JSON
             await _respond(send, 415, error_body("Unsupported Media Type: Only 'application/json' is allowed", 415))
             return
+        try:
+            body = json.loads(raw)  # not orjson: it reads an integer past 64 bits as a float (a seed's range check)
+        except ValueError:  # not JSON, or not UTF-8
+            await _respond(send, 400, error_body("the request body is not valid JSON"))
+            return
         engine = self.engine
         try:
-            body = orjson.loads(raw)
             work: Awaitable[None]
-            if chat:
+            if _is_chat(path, body):
                 c = parse_chat_request(body, engine, self.served_model_name)
                 work = (self._stream(send, chat_completion_events(engine, c)) if c.stream
                         else self._complete(send, chat_completion(engine, c)))
@@ -85,9 +91,6 @@ class EngineApp:
                 r = parse_completion_request(body, engine, self.served_model_name)
                 work = (self._stream(send, completion_events(engine, r)) if r.stream
                         else self._complete(send, completion(engine, r)))
-        except orjson.JSONDecodeError:
-            await _respond(send, 400, error_body("the request body is not valid JSON"))
-            return
         except RequestError as exc:
             await _respond(send, exc.status, error_body(str(exc), exc.status, exc.param, exc.code))
             return
@@ -136,6 +139,13 @@ async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
         raise task.exception()  # type: ignore[misc]
 
 
+def _is_chat(path: str, body: Any) -> bool:
+    """/invocations (vLLM's, for SageMaker) is chat when the body has `messages`, else completions."""
+    if path == "/invocations":
+        return isinstance(body, dict) and "messages" in body
+    return path == "/v1/chat/completions"
+
+
 def _media_type(scope: Scope) -> bytes:
     for name, value in scope["headers"]:
         if name == b"content-type":
@@ -176,14 +186,15 @@ def create_app(engine: AsyncLLMEngine, served_model_name: str | None = None) -> 
     return EngineApp(engine, served_model_name or engine.model_name)
 
 
-def serve(model: str, host: str = "127.0.0.1", port: int = 8000, **engine_kwargs: Any) -> None:
-    """Load `model` (a local HF directory, or `demo` / `demo-draft`) and serve it until interrupted.
-    This is what `slipstream engine serve --model PATH|demo --port N` runs."""
+def serve(model: str, host: str = "127.0.0.1", port: int = 8000, served_model_name: str | None = None,
+          **engine_kwargs: Any) -> None:
+    """Load `model` (a local HF directory, a GGUF file or a bundled name) and serve it until interrupted,
+    answering to `served_model_name` (default: `model`). This is what `slipstream engine serve` runs."""
     import uvicorn
 
     engine = AsyncLLMEngine.from_args(model, **engine_kwargs)
     try:
-        uvicorn.run(create_app(engine, model), host=host, port=port, log_level="info")
+        uvicorn.run(create_app(engine, served_model_name or model), host=host, port=port, log_level="info")
     finally:
         engine.shutdown()
 

@@ -29,7 +29,9 @@ from localengine.serving_common import (
     merged,
     number,
     reseeded,
+    running_usage,
     sampling_params,
+    truncated,
 )
 
 # A template for checkpoints that ship none (e.g. random test models).
@@ -57,6 +59,7 @@ class ChatRequest:
     cache_salt: str | None
     top_logprobs: int | None  # None: logprobs not requested
     created: int
+    continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats
 
 
 def _text_content(content: Any) -> str:
@@ -107,7 +110,7 @@ def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | No
         raise RequestError("'messages' must be a non-empty list", param="messages")
     n = count(body, "n", engine)
     _refuse_unsupported(body)
-    include_usage = check_stream_options(body)
+    stream_options = check_stream_options(body)
     top_logprobs = _top_logprobs(body)
     rendered = [{"role": str(m.get("role", "user")), "content": _text_content(m.get("content"))}
                 for m in messages if isinstance(m, dict)]
@@ -116,7 +119,7 @@ def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | No
     prompt = tokenizer.apply_chat_template(rendered, add_generation_prompt=True, tokenize=False,
                                            chat_template=template)
     # The template already holds any BOS the model wants; don't let the tokenizer add another.
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    prompt_ids = truncated(body, tokenizer.encode(prompt, add_special_tokens=False), engine.engine.max_model_len)
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     params = sampling_params(body, engine, len(prompt_ids), logprobs=top_logprobs, default_max_tokens=None,
                              max_tokens_key=key)
@@ -128,10 +131,11 @@ def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | No
         params=params,
         n=n,
         stream=body.get("stream") is True,
-        include_usage=include_usage,
+        include_usage=stream_options.include_usage,
         cache_salt=salt if isinstance(salt, str) else None,
         top_logprobs=top_logprobs,
         created=int(time.time()),
+        continuous_usage=stream_options.continuous_usage,
     )
 
 
@@ -197,6 +201,7 @@ async def chat_completion(engine: AsyncLLMEngine, req: ChatRequest) -> dict[str,
         "usage": usage(finals),
         "service_tier": "default",
         "system_fingerprint": None,
+        "prompt_logprobs": None,  # vLLM's field; prompt logprobs are refused, so always null
     }
 
 
@@ -207,19 +212,22 @@ def sse(data: dict[str, Any] | str) -> bytes:
 
 async def chat_completion_events(engine: AsyncLLMEngine, req: ChatRequest,
                                  on_usage: Callable[[dict[str, Any]], None] | None = None) -> AsyncGenerator[bytes, None]:
-    """SSE events of a streamed chat completion, ending in `data: [DONE]`. Closing the iterator
-    early aborts the engine requests. `on_usage` sees the usage even when the client did not ask
-    for it in the stream."""
+    """SSE events of a streamed chat completion, ending in `data: [DONE]`. A choice's last text comes
+    in the chunk that carries its finish_reason (as vLLM sends it). Closing the iterator early
+    aborts the engine requests. `on_usage` sees the usage even when the client did not ask for it
+    in the stream."""
     base = {"id": req.request_id, "object": "chat.completion.chunk", "created": req.created, "model": req.model,
             "service_tier": "default", "system_fingerprint": None}
     tail = {"usage": None} if req.include_usage else {}
+    prompt_tokens = len(req.prompt_token_ids)
 
-    def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+    def chunk(index: int, delta: dict[str, Any], tokens: int, finish: str | None = None, logprobs: Any = None) -> bytes:
         choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-        return sse({**base, "choices": [choice], **tail})
+        extra = {"usage": running_usage(prompt_tokens, tokens)} if req.continuous_usage else tail
+        return sse({**base, "choices": [choice], **extra})
 
     for i in range(req.n):
-        yield chunk(i, {"role": "assistant", "content": "", "refusal": None})
+        yield chunk(i, {"role": "assistant", "content": "", "refusal": None}, 0)
     sent_text, sent_tokens = [0] * req.n, [0] * req.n
     finals: list[RequestOutput | None] = [None] * req.n
     streams = generations(engine, req.prompt_token_ids, req.params, req.request_id, req.n, req.cache_salt)
@@ -228,12 +236,12 @@ async def chat_completion_events(engine: AsyncLLMEngine, req: ChatRequest,
         delta = completion.text[sent_text[i]:]
         new_ids = completion.token_ids[sent_tokens[i]:]
         entries = completion.logprobs[sent_tokens[i]:] if completion.logprobs is not None else None
-        if delta or (req.top_logprobs is not None and new_ids):
-            yield chunk(i, {"content": delta}, logprobs=_logprobs(req, engine.tokenizer, new_ids, entries))
         sent_text[i], sent_tokens[i] = len(completion.text), len(completion.token_ids)
         if out.finished:
             finals[i] = out
-            yield chunk(i, {}, finish_reason(out))
+        if out.finished or delta or (req.top_logprobs is not None and new_ids):
+            yield chunk(i, {"content": delta}, len(completion.token_ids), finish_reason(out) if out.finished else None,
+                        _logprobs(req, engine.tokenizer, new_ids, entries))
     done = [f for f in finals if f is not None]
     assert len(done) == req.n
     if on_usage is not None:

@@ -29,7 +29,7 @@ INERT_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_i
 SAMPLING_FIELDS = frozenset({"max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty",
                              "frequency_penalty", "logit_bias", "logprobs", "top_k", "min_tokens",
                              "repetition_penalty", "stop_token_ids", "ignore_eos", "skip_special_tokens",
-                             "include_stop_str_in_output"})
+                             "include_stop_str_in_output", "truncate_prompt_tokens", "truncation_side"})
 # Why the commonest refused fields are refused (any other unknown field gets a generic message).
 _REFUSED = {
     "prompt_logprobs": "prompt logprobs are not computed by this engine",
@@ -95,17 +95,30 @@ def number(body: dict[str, Any], key: str, default: Any, kind: type | tuple[type
     return value
 
 
-def check_stream_options(body: dict[str, Any]) -> bool:
-    """Whether the stream ends with a usage chunk; stream_options without stream is vLLM's 400."""
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    include_usage: bool = False  # a last chunk with the usage and no choices
+    continuous_usage: bool = False  # vLLM's continuous_usage_stats: every chunk carries the usage so far
+
+
+def check_stream_options(body: dict[str, Any]) -> StreamOptions:
+    """What the stream reports of its usage; stream_options without stream is vLLM's 400."""
     options = body.get("stream_options")
     if options is None:
-        return False
+        return StreamOptions()
     if body.get("stream") is not True:
         raise RequestError("Stream options (`stream_options`) can only be defined when `stream=True`.",
                            param="stream_options")
     if not isinstance(options, dict):
         raise RequestError("'stream_options' must be an object", param="stream_options")
-    return options.get("include_usage") is True
+    include = options.get("include_usage") is True
+    return StreamOptions(include, include and options.get("continuous_usage_stats") is True)
+
+
+def running_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """A chunk's usage under continuous_usage_stats: the prompt and this choice's tokens so far."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
 
 
 def _logit_bias(body: dict[str, Any], vocab_size: int) -> dict[int, float] | None:
@@ -149,6 +162,23 @@ def count(body: dict[str, Any], key: str, engine: AsyncLLMEngine) -> int:
     return int(n)
 
 
+def truncated(body: dict[str, Any], ids: list[int], max_len: int) -> list[int]:
+    """vLLM's truncate_prompt_tokens (k tokens, -1: the context length) and truncation_side: "left"
+    (the default) keeps the last k tokens, "right" the first k."""
+    k = number(body, "truncate_prompt_tokens", None, int)
+    if k is None:
+        return ids
+    if k == -1:
+        k = max_len
+    if not 1 <= k <= max_len:
+        raise RequestError(f"'truncate_prompt_tokens' must be -1 or between 1 and the context length {max_len}",
+                           param="truncate_prompt_tokens")
+    side = body.get("truncation_side") or "left"
+    if side not in ("left", "right"):
+        raise RequestError("'truncation_side' must be 'left' or 'right'", param="truncation_side")
+    return ids[:k] if side == "right" else ids[-k:]
+
+
 def sampling_params(body: dict[str, Any], engine: AsyncLLMEngine, prompt_len: int, *, logprobs: int | None,
                     default_max_tokens: int | None, max_tokens_key: str = "max_tokens") -> SamplingParams:
     """SamplingParams from the request's fields, with vLLM's range checks."""
@@ -165,7 +195,10 @@ def sampling_params(body: dict[str, Any], engine: AsyncLLMEngine, prompt_len: in
                            param=max_tokens_key)
     seed = number(body, "seed", None, int)
     if seed is not None and not -_INT64 <= seed < _INT64:
-        raise RequestError("'seed' must be a signed 64-bit integer", param="seed")
+        # vLLM's wording (pydantic's, with its error type), which clients match on
+        side, bound = ("less", _INT64 - 1) if seed > 0 else ("greater", -_INT64)
+        raise RequestError(f"'seed' must be a signed 64-bit integer: Input should be {side} than or equal to "
+                           f"{bound} [type={side}_than_equal, input_value={seed}]", param="seed")
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
         key = "top_logprobs" if "messages" in body else "logprobs"
         raise RequestError(f"'{key}': requested sample logprobs of {logprobs}, which is outside the allowed range "

@@ -30,10 +30,12 @@ from localengine.serving_common import (
     last_outputs,
     merged,
     number,
+    running_usage,
     sampling_params,
+    truncated,
 )
 
-_FIELDS = INERT_FIELDS | SAMPLING_FIELDS | {"prompt", "echo"}
+_FIELDS = INERT_FIELDS | SAMPLING_FIELDS | {"prompt", "echo", "return_token_ids"}
 OPENAI_DEFAULT_MAX_TOKENS = 16  # the Completions API's default, unlike Chat's "up to the context"
 
 
@@ -46,9 +48,11 @@ class CompletionRequest:
     params: list[SamplingParams]  # per prompt (max_tokens depends on its length)
     n: int
     echo: bool
+    return_token_ids: bool  # vLLM's: each choice carries its prompt's and its own token ids
     logprobs: int | None
     stream: bool
     include_usage: bool
+    continuous_usage: bool  # vLLM's stream_options.continuous_usage_stats
     cache_salt: str | None
     created: int
 
@@ -75,7 +79,7 @@ def _prompts(body: dict[str, Any], engine: AsyncLLMEngine) -> list[list[int]]:
         raise RequestError("'prompt' is required: a string, a list of strings or token ids", param="prompt")
     if any(not p for p in prompts):
         raise RequestError("a prompt must not be empty", param="prompt")
-    return prompts
+    return [truncated(body, p, engine.engine.max_model_len) for p in prompts]
 
 
 def parse_completion_request(body: Any, engine: AsyncLLMEngine, served_model: str | None = None) -> CompletionRequest:
@@ -91,7 +95,7 @@ def parse_completion_request(body: Any, engine: AsyncLLMEngine, served_model: st
         raise RequestError("'echo' with 'logprobs' needs the prompt's logprobs, which this engine does not compute",
                            param="echo")
     n = count(body, "n", engine)
-    include_usage = check_stream_options(body)
+    stream_options = check_stream_options(body)
     prompts = _prompts(body, engine)
     params = [sampling_params(body, engine, len(p), logprobs=logprobs, default_max_tokens=OPENAI_DEFAULT_MAX_TOKENS)
               for p in prompts]
@@ -99,8 +103,8 @@ def parse_completion_request(body: Any, engine: AsyncLLMEngine, served_model: st
     return CompletionRequest(
         request_id=f"cmpl-{uuid.uuid4().hex}", model=model, prompts=prompts,
         prompt_texts=[engine.tokenizer.decode(p) for p in prompts] if echo else [""] * len(prompts),
-        params=params, n=n, echo=echo, logprobs=logprobs, stream=body.get("stream") is True,
-        include_usage=include_usage, cache_salt=salt if isinstance(salt, str) else None, created=int(time.time()))
+        params=params, n=n, echo=echo, return_token_ids=body.get("return_token_ids") is True, logprobs=logprobs, stream=body.get("stream") is True,
+        include_usage=stream_options.include_usage, continuous_usage=stream_options.continuous_usage, cache_salt=salt if isinstance(salt, str) else None, created=int(time.time()))
 
 
 def _streams(engine: AsyncLLMEngine, req: CompletionRequest) -> list[AsyncIterator[RequestOutput]]:
@@ -120,10 +124,18 @@ def _logprobs(tokenizer: Any, token_ids: list[int], entries: list[dict[int, Logp
         tokens.append(text)
         token_logprobs.append(entry[tid].logprob)
         ranked = sorted(((t, e) for t, e in entry.items() if e.rank is not None), key=lambda x: x[1].rank or 0)
-        top.append({tokenizer.decode([t]): e.logprob for t, e in ranked[:k]} if k else None)
+        # vLLM's: the top k and the sampled token (so k or k + 1 entries; logprobs=0 gives the sampled one)
+        top.append({tokenizer.decode([t]): e.logprob for t, e in [*ranked[:k], (tid, entry[tid])]})
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+
+
+def _token_ids(req: CompletionRequest, i: int, new_ids: list[int], first: bool) -> dict[str, Any]:
+    """return_token_ids: the choice's (new) token ids, and its prompt's ids in its first chunk."""
+    if not req.return_token_ids:
+        return {}
+    return {"token_ids": list(new_ids), **({"prompt_token_ids": req.prompts[i // req.n]} if first else {})}
 
 
 def completion_usage(req: CompletionRequest, finals: list[RequestOutput]) -> dict[str, Any]:
@@ -140,7 +152,9 @@ async def completion(engine: AsyncLLMEngine, req: CompletionRequest) -> dict[str
     for i, final in enumerate(finals):
         out, echoed = final.outputs[0], req.prompt_texts[i // req.n]
         choices.append({"index": i, "text": echoed + out.text, "finish_reason": finish_reason(final),
-                        "logprobs": _logprobs(engine.tokenizer, out.token_ids, out.logprobs, req.logprobs, len(echoed))})
+                        "logprobs": _logprobs(engine.tokenizer, out.token_ids, out.logprobs, req.logprobs, len(echoed)),
+                        "prompt_logprobs": None,  # vLLM's field; prompt logprobs are refused, so always null
+                        **_token_ids(req, i, out.token_ids, first=True)})
     return {"id": req.request_id, "object": "text_completion", "created": req.created, "model": req.model,
             "choices": choices, "usage": completion_usage(req, finals), "system_fingerprint": None}
 
@@ -150,13 +164,17 @@ async def completion_events(engine: AsyncLLMEngine, req: CompletionRequest) -> A
     base = {"id": req.request_id, "object": "text_completion", "created": req.created, "model": req.model,
             "system_fingerprint": None}
     tail = {"usage": None} if req.include_usage else {}
+
+    def chunk(i: int, choice: dict[str, Any], tokens: int) -> bytes:
+        usage = {"usage": running_usage(len(req.prompts[i // req.n]), tokens)} if req.continuous_usage else tail
+        return sse({**base, "choices": [{"index": i, **choice}], **usage})
+
     streams = _streams(engine, req)
     sent_text, sent_tokens = [0] * len(streams), [0] * len(streams)
     finals: list[RequestOutput | None] = [None] * len(streams)
     for i in range(len(streams)):
         if req.echo:
-            text = req.prompt_texts[i // req.n]
-            yield sse({**base, "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": None}], **tail})
+            yield chunk(i, {"text": req.prompt_texts[i // req.n], "logprobs": None, "finish_reason": None}, 0)
     async for i, out in merged(streams):
         c = out.outputs[0]
         delta, new_ids = c.text[sent_text[i]:], c.token_ids[sent_tokens[i]:]
@@ -166,9 +184,10 @@ async def completion_events(engine: AsyncLLMEngine, req: CompletionRequest) -> A
         if out.finished:
             finals[i] = out
         if delta or new_ids or out.finished:
-            choice = {"index": i, "text": delta, "finish_reason": finish_reason(out) if out.finished else None,
-                      "logprobs": _logprobs(engine.tokenizer, new_ids, entries, req.logprobs, offset)}
-            yield sse({**base, "choices": [choice], **tail})
+            yield chunk(i, {"text": delta, "finish_reason": finish_reason(out) if out.finished else None,
+                            "logprobs": _logprobs(engine.tokenizer, new_ids, entries, req.logprobs, offset),
+                            **_token_ids(req, i, new_ids, first=sent_tokens[i] == len(new_ids))},
+                        len(c.token_ids))
     if req.include_usage:
         yield sse({**base, "choices": [], "usage": completion_usage(req, [f for f in finals if f is not None])})
     yield sse("[DONE]")

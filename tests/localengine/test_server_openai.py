@@ -133,3 +133,79 @@ def test_completions_stream_matches(client):
 def test_completions_refuse(url, extra, param):
     res = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2, **extra})
     assert res.status_code == 400 and res.json()["error"]["param"] == param, res.text
+
+
+# --- what vLLM's own server tests ask (bench/vllm_compat runs them; these hold it in the suite) -------------
+
+
+def test_chat_stream_ends_its_text_with_the_finish_reason_and_reports_usage_on_every_chunk(client):
+    """vLLM sends a choice's last text in the chunk that carries finish_reason, and with
+    continuous_usage_stats every chunk carries the usage so far."""
+    chunks = list(client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=5, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        extra_body={"ignore_eos": True, "min_tokens": 5}))
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason is not None]
+    assert len(finishing) == 1 and finishing[0].choices[0].finish_reason == "length"
+    assert finishing[0].choices[0].delta.content  # the last text rides with the finish reason
+    counts = [c.usage.completion_tokens for c in chunks if c.usage is not None]
+    assert len(counts) == len(chunks) and counts[0] == 0 and counts[-1] == 5
+    with_text = [c.usage.completion_tokens for c in chunks[1:-1] if c.usage is not None]
+    assert with_text == sorted(set(with_text))  # strictly growing while tokens arrive
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 5
+
+
+def test_completions_logprobs_zero_gives_the_sampled_token_and_prompt_logprobs_is_null(client, url):
+    res = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=3, temperature=0, logprobs=0,
+                                    extra_body={"ignore_eos": True})
+    lp = res.choices[0].logprobs
+    assert lp is not None and lp.top_logprobs is not None and lp.tokens is not None
+    assert [list(top) for top in lp.top_logprobs] == [[t] for t in lp.tokens]  # vLLM: top k plus the sampled one
+    assert res.choices[0].model_extra == {"prompt_logprobs": None}
+    chat = httpx.post(url + "/v1/chat/completions", json={"model": "tiny", "messages": MESSAGES, "max_tokens": 1})
+    assert "prompt_logprobs" in chat.json() and chat.json()["prompt_logprobs"] is None
+
+
+@pytest.mark.parametrize("seed, bound", [(-2**63 - 1, "greater_than_equal"), (2**63, "less_than_equal")])
+def test_a_seed_past_64_bits_is_refused_in_vllms_words(client, seed, bound):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, seed=seed)
+    assert err.value.param == "seed" and bound in err.value.message
+
+
+def test_invocations_answers_as_the_endpoint_the_body_is_for(url):
+    chat = {"model": "tiny", "messages": MESSAGES, "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    text = {"model": "tiny", "prompt": "def add(a, b):", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    for body, path in ((chat, "/v1/chat/completions"), (text, "/v1/completions")):
+        direct, invoked = httpx.post(url + path, json=body).json(), httpx.post(url + "/invocations", json=body).json()
+        assert invoked["object"] == direct["object"] and invoked["choices"] == direct["choices"]
+
+
+def test_completions_truncate_the_prompt_and_return_token_ids(client):
+    ids = list(range(8, 16))
+    for side, kept in (("right", ids[:4]), ("left", ids[-4:]), (None, ids[-4:])):
+        res = client.completions.create(model="tiny", prompt=ids, max_tokens=3, temperature=0, extra_body={
+            "return_token_ids": True, "truncate_prompt_tokens": 4, "truncation_side": side, "ignore_eos": True})
+        extra = res.choices[0].model_extra or {}
+        assert extra["prompt_token_ids"] == kept and len(extra["token_ids"]) == 3
+        assert res.usage is not None and res.usage.prompt_tokens == 4
+    stream = client.completions.create(model="tiny", prompt=ids, max_tokens=3, temperature=0, stream=True,
+                                       extra_body={"return_token_ids": True, "ignore_eos": True})
+    chunks = [c.choices[0].model_extra or {} for c in stream]
+    assert chunks[0]["prompt_token_ids"] == ids and all("prompt_token_ids" not in c for c in chunks[1:])
+    assert len([t for c in chunks for t in c["token_ids"]]) == 3
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="tiny", prompt=ids, max_tokens=3, extra_body={"truncate_prompt_tokens": 0})
+    assert err.value.param == "truncate_prompt_tokens"
+
+
+def test_engine_serve_takes_vllms_serving_flags(monkeypatch):
+    import localengine.server
+    from gateway.cli import main
+
+    seen: dict = {}
+    monkeypatch.setattr(localengine.server, "serve", lambda model, **kwargs: seen.update(model=model, **kwargs))
+    assert main(["engine", "serve", "--model", "demo", "--served-model-name", "org/name", "--max-num-seqs", "4",
+                 "--no-enable-prefix-caching"]) == 0
+    assert seen["model"] == "demo" and seen["served_model_name"] == "org/name"
+    assert seen["max_num_seqs"] == 4 and seen["enable_prefix_caching"] is False
