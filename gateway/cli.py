@@ -104,9 +104,10 @@ def _engine_serve(args: argparse.Namespace) -> int:
     speculative = json.loads(args.speculative_config) if args.speculative_config else None
     print(f"slipstream engine: {args.model} on http://{args.host}:{args.port}", flush=True)
     sizes = {k: v for k, v in (("max_model_len", args.max_model_len), ("num_kvcache_blocks", args.num_kvcache_blocks),
-                               ("num_threads", args.threads)) if v is not None}
+                               ("num_threads", args.threads), ("max_num_seqs", args.max_num_seqs)) if v is not None}
     try:
-        serve(args.model, host=args.host, port=args.port, speculative_config=speculative,
+        serve(args.model, host=args.host, port=args.port, served_model_name=args.served_model_name,
+              enable_prefix_caching=args.enable_prefix_caching, speculative_config=speculative,
               tensor_parallel_size=args.tensor_parallel_size, enforce_eager=args.enforce_eager, dtype=args.dtype,
               quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype, **sizes)
     except (FileNotFoundError, NotImplementedError, ValueError) as exc:  # a model or option it cannot serve
@@ -235,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
     engine_serve.add_argument("--num-kvcache-blocks", type=int,
                               help="KV cache size in blocks of 16 tokens (default: sized from free memory)")
+    engine_serve.add_argument("--served-model-name",
+                              help="the name clients send as `model` (vLLM's flag; default: --model)")
+    engine_serve.add_argument("--max-num-seqs", type=int, help="requests decoded together at most (default: 128)")
+    engine_serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                              help="reuse the KV blocks of a prompt prefix seen before (vLLM's flag)")
     engine_serve.add_argument("--enforce-eager", action="store_true",
                               help="CUDA: run decode eagerly instead of replaying captured CUDA graphs")
     engine_serve.add_argument(
