@@ -262,7 +262,8 @@ class RedisSentinelServers:
 
     def failover(self) -> None:
         before = self.master_port()
-        _redis_cli(self.sentinel_port, "SENTINEL", "FAILOVER", self.service)
+        # refused (NOGOODSLAVE) while Sentinel's view of the replica is not fresh enough yet: asked again
+        _wait_for(lambda: _redis_cli(self.sentinel_port, "SENTINEL", "FAILOVER", self.service).strip() == "OK", "Sentinel to start a failover")
         _wait_for(lambda: self.master_port() != before, "Sentinel to promote the replica")
 
     def stop(self) -> None:
