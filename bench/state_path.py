@@ -3,7 +3,10 @@ priced spend record), far from every limit, from `--concurrency` callers on one 
 throwaway redis-server and against in-process state in the same run. Process CPU time (user +
 system) per request; the callers' own loop is in both.
 
-    .venv/bin/python bench/state_path.py [--requests 19200] [--concurrency 64]
+    .venv/bin/python bench/state_path.py [--requests 19200] [--concurrency 64] [--topology single|cluster|sentinel]
+
+`--topology cluster` runs the Redis side on a throwaway three-master Redis Cluster, `sentinel` through
+a Sentinel to a master with one replica (both need redis-cli: `gateway/testing.py`).
 """
 
 from __future__ import annotations
@@ -20,12 +23,17 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages when run as a script
 
-from gateway.testing import running_redis
+import contextlib
+import tempfile
+from collections.abc import Iterator
+
+from gateway.testing import RedisClusterServers, RedisSentinelServers, running_redis
 from sdk.state import open_state
 from sdk.state.backend import Admission, Cap, Rate, Settlement, SpendRecord
 
-RATE, CAP = Rate("bench:rpm", 1e9, 1), Cap("bench:conc", 1_000_000)
-SPEND = SpendRecord(0.001, (("spend:bench:day:x", 86_400), ("spend:bench:month:x", 2_678_400)), ("total", "key:k", "model:m"))
+# Named as the limits stage and sdk/spend.py name them: a team's keys share one Cluster hash slot ({bench})
+RATE, CAP = Rate("limit:{bench}:rpm", 1e9, 1), Cap("limit:{bench}:conc", 1_000_000)
+SPEND = SpendRecord(0.001, (("spend:{bench}:day:x", 86_400), ("spend:{bench}:month:x", 2_678_400)), ("total", "key:k", "model:m"))
 
 
 async def cpu_us_per_request(url: str, requests: int, concurrency: int) -> dict:
@@ -51,13 +59,29 @@ async def cpu_us_per_request(url: str, requests: int, concurrency: int) -> dict:
     return {"cpu_us_per_request": used / (per_caller * concurrency) * 1e6, "mode_after": mode}
 
 
+@contextlib.contextmanager
+def redis_url(topology: str) -> Iterator[str]:
+    if topology == "single":
+        with running_redis() as server:
+            yield server.url
+        return
+    with tempfile.TemporaryDirectory() as workdir:
+        group = (RedisClusterServers if topology == "cluster" else RedisSentinelServers)(Path(workdir))
+        try:
+            group.start()
+            yield group.url
+        finally:
+            group.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=19_200)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--topology", choices=("single", "cluster", "sentinel"), default="single")
     args = parser.parse_args()
-    with running_redis() as server:
-        for name, url in (("redis", f"{server.url}?timeout_ms=2000"), ("in_process", "")):
+    with redis_url(args.topology) as server:
+        for name, url in ((f"redis-{args.topology}", f"{server}?timeout_ms=2000"), ("in_process", "")):
             row = uvloop.run(cpu_us_per_request(url, args.requests, args.concurrency))
             print(json.dumps({"state": name, "concurrency": args.concurrency, **row}), flush=True)
 
