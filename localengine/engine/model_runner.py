@@ -2,13 +2,16 @@
 
 It also owns the KV cache: one allocation [2, layers, blocks, block_size, kv_heads, head_dim]
 whose per-layer slices the attention layers write into, sized from the memory left after the
-weights are loaded. With tensor parallelism every rank has a runner over its shard (its KV heads);
-rank 0's `execute` sends each step's inputs to the others (`run_worker_loop`), and all ranks run
-the forward pass together; only rank 0 gets logits and samples.
+weights are loaded. A quantized cache (kv_cache_dtype int8/fp8: one byte per element) also gets
+its static scales here, measured by one prefill over a fixed text before the cache is sized.
+With tensor parallelism every rank has a runner over its shard (its KV heads); rank 0's
+`execute` sends each step's inputs to the others (`run_worker_loop`), and all ranks run the
+forward pass together; only rank 0 gets logits and samples.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from itertools import accumulate
@@ -21,6 +24,7 @@ from localengine.config import Config
 from localengine.engine.cuda_graphs import DecodeGraphs, capture_sizes
 from localengine.engine.input_batch import InputBuffers, StepInputs
 from localengine.engine.scheduler import ScheduledSequence, SchedulerOutput
+from localengine.kernels import kv_quant
 from localengine.kernels.reference import GatherWorkspace
 from localengine.layers.attention import AttentionMetadata
 from localengine.layers.sampler import Sampler
@@ -103,6 +107,14 @@ class ModelRunner:
         # Set before sizing the KV cache: CUDA's profiling pass runs `forward`.
         self.keep_hidden = False
         self._logit_hidden: torch.Tensor | None = None
+        self.kv_format = kv_quant.kv_cache_format(config.kv_cache_dtype)
+        self.kv_dtype = self.kv_format.dtype if self.kv_format is not None else self.dtype
+        if self.kv_format is not None:
+            # Before sizing: CUDA's profiling pass then runs the quantized attention it will run.
+            self.kv_scales = self.calibrate_kv_scales(self.kv_format)
+            for attn, scales in zip(self.model.attention_layers(), kv_quant.scales_for_layers(self.kv_scales),
+                                    strict=True):
+                attn.kv_scales = scales
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # what loading left in the allocator's cache counts as free below
         num_blocks = self._num_blocks()
@@ -125,8 +137,9 @@ class ModelRunner:
                             self.device, self.dtype)
 
     def _block_bytes(self) -> int:
+        """A quantized cache's scales are per channel, not per token: a block is its elements' bytes."""
         a = self.model.args
-        itemsize = torch.empty(0, dtype=self.dtype).element_size()
+        itemsize = torch.empty(0, dtype=self.kv_dtype).element_size()
         return 2 * a.num_layers * self.block_size * a.num_local_kv_heads * a.head_dim * itemsize
 
     def _num_blocks(self) -> int:
@@ -181,18 +194,48 @@ class ModelRunner:
         total = min(cfg.max_num_batched_tokens, cfg.max_num_seqs * cfg.max_model_len)
         lens = [cfg.max_model_len] * (total // cfg.max_model_len) + [total % cfg.max_model_len] * bool(
             total % cfg.max_model_len)
+        self._scratch_prefill(torch.zeros(total, dtype=torch.long), lens, self.kv_dtype)
+
+    @torch.inference_mode()
+    def calibrate_kv_scales(self, fmt: kv_quant.KVCacheFormat) -> torch.Tensor:
+        """[2, layers, kv_heads, head_dim] scales from one prefill over `kv_quant.CALIBRATION_MESSAGES`
+        (chat-templated when the tokenizer has a template), K/V kept in the model's dtype meanwhile."""
+        from transformers import AutoTokenizer
+
+        cfg = self.config
+        assert cfg.max_model_len is not None
+        tok = AutoTokenizer.from_pretrained(str(cfg.tokenizer_path), local_files_only=True)
+        if tok.chat_template:
+            ids = list(tok.apply_chat_template(kv_quant.CALIBRATION_MESSAGES, tokenize=True, return_dict=False))
+        else:
+            ids = tok.encode("\n\n".join(m["content"] for m in kv_quant.CALIBRATION_MESSAGES))
+        ids = ids[: cfg.max_model_len]
+        a = self.model.args
+        stats = kv_quant.KVStats(a.num_layers, a.num_local_kv_heads, a.head_dim, self.device)
+        layers = self.model.attention_layers()
+        for i, attn in enumerate(layers):
+            attn.observer = functools.partial(stats.observe, i)
+        try:
+            self._scratch_prefill(torch.tensor(ids, dtype=torch.long), [len(ids)], self.dtype)
+        finally:
+            for attn in layers:
+                attn.observer = None
+        return stats.scales(fmt)
+
+    def _scratch_prefill(self, input_ids: torch.Tensor, lens: list[int], kv_dtype: torch.dtype) -> None:
+        """One forward pass of prefills (`lens` tokens each, back to back) into a scratch KV cache."""
         blocks = [-(-n // self.block_size) for n in lens]
         first_block = np.cumsum([0] + blocks)
         a = self.model.args
         scratch = torch.zeros(2, a.num_layers, sum(blocks), self.block_size, a.num_local_kv_heads, a.head_dim,
-                              dtype=self.dtype, device=self.device)
+                              dtype=kv_dtype, device=self.device)
         self._point_attention_at(scratch)
         query_start = np.cumsum([0] + lens).tolist()
         tables = np.zeros((len(lens), max(blocks)), dtype=np.int32)
         for j, n in enumerate(blocks):
             tables[j, :n] = np.arange(first_block[j], first_block[j] + n)
         step = StepInputs(
-            input_ids=torch.zeros(total, dtype=torch.long),
+            input_ids=input_ids,
             positions=torch.cat([torch.arange(n) for n in lens]),
             slot_mapping=torch.cat([torch.arange(n) + int(first_block[j]) * self.block_size for j, n in enumerate(lens)]),
             block_tables=torch.from_numpy(tables), query_start_loc=query_start, seq_lens=lens, num_decodes=0,
@@ -212,7 +255,7 @@ class ModelRunner:
             return 0
         a = self.model.args
         scratch = torch.zeros(2, a.num_layers, 1, self.block_size, a.num_local_kv_heads, a.head_dim,
-                              dtype=self.dtype, device=self.device)
+                              dtype=self.kv_dtype, device=self.device)
         self._point_attention_at(scratch)
         graphs = self._decode_graphs(capture_sizes(self.config.max_num_seqs)[-1:], scratch_block=0)
         try:
@@ -235,7 +278,7 @@ class ModelRunner:
         # With decode graphs, one more block than the block manager hands out: padded rows' scratch.
         self.kv_cache = torch.zeros(
             2, a.num_layers, self.num_kvcache_blocks + self.use_cuda_graphs, self.block_size, a.num_local_kv_heads,
-            a.head_dim, dtype=self.dtype, device=self.device,
+            a.head_dim, dtype=self.kv_dtype, device=self.device,
         )
         self._point_attention_at(self.kv_cache)
 

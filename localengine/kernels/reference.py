@@ -8,6 +8,13 @@ own fresh K/V with a plain causal mask and skips the gather.
 
 Gathers write into a `GatherWorkspace` reused by every layer and step: on CPU, allocating a fresh
 tens-of-MB tensor per layer costs more in page faults than the copy itself (measured 5x).
+
+A quantized cache (`kv_scales`, kv_quant.py) is gathered as bytes and converted to the model's
+dtype (the stored integers or fp8 values, exact in bf16/fp16/fp32) in a second reused buffer; the
+scales never touch the gathered context. Each key channel's scale is folded into the query
+(q . (k * s) = (q * s) . k) and each value channel's into the output (sum p (v * s) = (sum p v) * s).
+A prefill with no cached prefix attends to its own keys and values as the cache holds them
+(quantized), so a prefix-cache hit, a chunked prefill and a plain one see the same numbers.
 """
 
 from __future__ import annotations
@@ -18,15 +25,19 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from localengine.kernels.kv_quant import KVScales, quantize, storage
+
 if TYPE_CHECKING:
     from localengine.layers.attention import AttentionMetadata
 
 
 def store_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   slot_mapping: torch.Tensor) -> None:
+                   slot_mapping: torch.Tensor, kv_scales: KVScales | None = None) -> None:
     """k, v: [tokens, kv_heads, head_dim]; caches: [blocks, block_size, kv_heads, head_dim]."""
-    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
+    if kv_scales is not None:
+        k, v = quantize(k, kv_scales.k_inv, k_cache.dtype), quantize(v, kv_scales.v_inv, v_cache.dtype)
+    storage(k_cache).view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, storage(k))
+    storage(v_cache).view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, storage(v))
 
 
 DECODE_GROUP = 16  # decode sequences per SDPA call
@@ -41,11 +52,12 @@ class GatherWorkspace:
     def __init__(self) -> None:
         self.buffers: dict[str, torch.Tensor] = {}
 
-    def get(self, name: str, like: torch.Tensor, num_blocks: int) -> torch.Tensor:
+    def get(self, name: str, like: torch.Tensor, num_blocks: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         shape = (num_blocks, *like.shape[1:])
+        dtype = dtype or like.dtype
         buf = self.buffers.get(name)
-        if buf is None or buf.numel() < math.prod(shape) or buf.dtype != like.dtype or buf.device != like.device:
-            buf = self.buffers[name] = torch.empty(math.prod(shape) * 5 // 4, dtype=like.dtype, device=like.device)
+        if buf is None or buf.numel() < math.prod(shape) or buf.dtype != dtype or buf.device != like.device:
+            buf = self.buffers[name] = torch.empty(math.prod(shape) * 5 // 4, dtype=dtype, device=like.device)
         return buf[: math.prod(shape)].view(shape)
 
 
@@ -57,11 +69,29 @@ def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int,
     return gathered.view(block_tables.shape[0], num_blocks * cache.shape[1], *cache.shape[2:])
 
 
+def _context(name: str, cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int, ws: GatherWorkspace,
+             dtype: torch.dtype) -> torch.Tensor:
+    """gather_kv into the workspace, then (a quantized cache) converted to `dtype` in a second buffer."""
+    raw = storage(cache)
+    gathered = gather_kv(raw, block_tables, num_blocks, ws.get(name, raw, block_tables.shape[0] * num_blocks))
+    if cache.dtype == dtype:
+        return gathered
+    converted = ws.get(name + "_float", cache, block_tables.shape[0] * num_blocks, dtype).view(gathered.shape)
+    return converted.copy_(gathered.view(cache.dtype))
+
+
+def _per_query_head(scale: torch.Tensor, num_heads: int, dtype: torch.dtype) -> torch.Tensor:
+    """[kv_heads, head_dim] -> [heads, head_dim]: query head h reads KV head h // group (SDPA's GQA)."""
+    return scale.repeat_interleave(num_heads // scale.shape[0], dim=0).to(dtype)
+
+
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
-                    workspace: GatherWorkspace | None = None) -> torch.Tensor:
+                    workspace: GatherWorkspace | None = None, kv_scales: KVScales | None = None) -> torch.Tensor:
     """q: [tokens, heads, head_dim], k/v: this step's [tokens, kv_heads, head_dim] (already stored)."""
     ws = workspace or GatherWorkspace()
+    if kv_scales is not None:
+        q = q * _per_query_head(kv_scales.k, q.shape[1], q.dtype)
     out = torch.empty_like(q)
     block_size = k_cache.shape[1]
     # Decodes are padded to the longest context in their group; the model runner sorts them by
@@ -70,8 +100,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         rows = slice(g, min(g + DECODE_GROUP, meta.num_decodes))
         n = rows.stop - rows.start
         nb = -(-max(meta.seq_lens_cpu[rows]) // block_size)
-        keys = gather_kv(k_cache, meta.block_tables[rows], nb, ws.get("k", k_cache, n * nb)).transpose(1, 2)
-        values = gather_kv(v_cache, meta.block_tables[rows], nb, ws.get("v", v_cache, n * nb)).transpose(1, 2)
+        keys = _context("k", k_cache, meta.block_tables[rows], nb, ws, q.dtype).transpose(1, 2)
+        values = _context("v", v_cache, meta.block_tables[rows], nb, ws, q.dtype).transpose(1, 2)
         mask = torch.arange(nb * block_size, device=q.device)[None, :] < meta.seq_lens[rows, None]
         out[rows] = F.scaled_dot_product_attention(
             q[rows].unsqueeze(2), keys, values, attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=True
@@ -90,21 +120,36 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
             group = seqs[g : g + DECODE_GROUP]
             _short_queries(q, out, k_cache, v_cache, meta, scale, ws, group, n)
     for i in rest:
-        s, e, seq_len = starts[i], starts[i + 1], meta.seq_lens_cpu[i]
-        qi = q[s:e].transpose(0, 1)
-        if seq_len == e - s:  # no cached prefix: everything this sequence sees was computed now
-            ki, vi = k[s:e].transpose(0, 1), v[s:e].transpose(0, 1)
-            oi = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, scale=scale, enable_gqa=True)
-        else:
-            nb = -(-seq_len // block_size)
-            ki = gather_kv(k_cache, meta.block_tables[i : i + 1], nb, ws.get("k", k_cache, nb))[0, :seq_len]
-            vi = gather_kv(v_cache, meta.block_tables[i : i + 1], nb, ws.get("v", v_cache, nb))[0, :seq_len]
-            ki, vi = ki.transpose(0, 1), vi.transpose(0, 1)
-            q_pos = torch.arange(seq_len - (e - s), seq_len, device=q.device)
-            mask = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]
-            oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale, enable_gqa=True)
-        out[s:e] = oi.transpose(0, 1)
+        _prefill(i, q, k, v, out, k_cache, v_cache, meta, scale, ws, kv_scales)
+    if kv_scales is not None:
+        out *= _per_query_head(kv_scales.v, q.shape[1], q.dtype)
     return out
+
+
+def _prefill(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor,
+             v_cache: torch.Tensor, meta: AttentionMetadata, scale: float, ws: GatherWorkspace,
+             kv_scales: KVScales | None) -> None:
+    """Sequence i's chunk, one SDPA call: over its own fresh K/V, or over its cached context."""
+    block_size = k_cache.shape[1]
+    starts = meta.query_start_loc_cpu
+    s, e, seq_len = starts[i], starts[i + 1], meta.seq_lens_cpu[i]
+    qi = q[s:e].transpose(0, 1)
+    if seq_len == e - s:  # no cached prefix: everything this sequence sees was computed now
+        ki, vi = k[s:e], v[s:e]
+        if kv_scales is not None:  # as stored, unscaled (the scales are folded into q and out)
+            ki = quantize(ki, kv_scales.k_inv, k_cache.dtype).to(q.dtype)
+            vi = quantize(vi, kv_scales.v_inv, v_cache.dtype).to(q.dtype)
+        oi = F.scaled_dot_product_attention(qi, ki.transpose(0, 1), vi.transpose(0, 1), is_causal=True, scale=scale,
+                                            enable_gqa=True)
+    else:
+        nb = -(-seq_len // block_size)
+        ki = _context("k", k_cache, meta.block_tables[i : i + 1], nb, ws, q.dtype)[0, :seq_len]
+        vi = _context("v", v_cache, meta.block_tables[i : i + 1], nb, ws, q.dtype)[0, :seq_len]
+        ki, vi = ki.transpose(0, 1), vi.transpose(0, 1)
+        q_pos = torch.arange(seq_len - (e - s), seq_len, device=q.device)
+        mask = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]
+        oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale, enable_gqa=True)
+    out[s:e] = oi.transpose(0, 1)
 
 
 def _short_queries(q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -117,8 +162,8 @@ def _short_queries(q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor, v_
     seq_lens = meta.seq_lens[idx]
     nb = -(-max(meta.seq_lens_cpu[i] for i in group) // block_size)
     tables = meta.block_tables[idx]
-    keys = gather_kv(k_cache, tables, nb, ws.get("k", k_cache, len(group) * nb)).transpose(1, 2)
-    values = gather_kv(v_cache, tables, nb, ws.get("v", v_cache, len(group) * nb)).transpose(1, 2)
+    keys = _context("k", k_cache, tables, nb, ws, q.dtype).transpose(1, 2)
+    values = _context("v", v_cache, tables, nb, ws, q.dtype).transpose(1, 2)
     # Query j of a sequence sits at position seq_len - n + j and sees keys up to it (padding
     # beyond seq_len is therefore masked too).
     q_pos = seq_lens[:, None] - n + torch.arange(n, device=q.device)[None, :]

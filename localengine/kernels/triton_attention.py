@@ -16,6 +16,11 @@
   merges them. The segment length is computed in the kernel from the sequence's own length, so the
   grid depends only on the batch shape and the split count changes how work is divided, never
   the result.
+- Quantized cache (kv_cache_dtype int8/fp8, kv_quant.py): the store kernel scales, rounds and
+  saturates each element into its byte; the attention kernel converts the loaded bytes to the
+  query's dtype, with each key channel's scale folded into the query tile once per program and
+  each value channel's into the accumulator at the end, so the inner loop is unchanged but for
+  the conversion.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import triton
 import triton.language as tl
 
 if TYPE_CHECKING:
+    from localengine.kernels.kv_quant import KVScales
     from localengine.layers.attention import AttentionMetadata
 
 LOG2E = 1.4426950408889634
@@ -38,32 +44,68 @@ DEFAULT_NUM_SMS = 132
 
 
 @triton.jit
-def _store_kv_cache_kernel(K, V, K_cache, V_cache, slot_mapping, D: tl.constexpr, BLOCK_D: tl.constexpr):
+def _round_to_e4m3(y):
+    """fp32 y (|y| <= 448) rounded to nearest-even on e4m3's grid, so that the conversion after it
+    is exact. A GPU's conversion rounds by itself, but Triton's interpreter (the tests) does not
+    carry a rounded-up mantissa into the exponent (7.9 became 4.0). Adding and subtracting
+    1.5 * 2^(s + 23) rounds to a multiple of 2^s in fp32's own round-to-nearest-even, where 2^s is
+    e4m3's spacing at y: 3 mantissa bits, subnormal below 2^-6."""
+    exp = ((y.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # floor(log2 |y|)
+    step = tl.maximum(exp, -6) - 3
+    magic = (((step + 23 + 127) << 23) | (1 << 22)).to(tl.float32, bitcast=True)
+    return (y + magic) - magic
+
+
+@triton.jit
+def _quantize(x, inv_scale, QMAX: tl.constexpr, INT8: tl.constexpr):
+    """kv_quant.quantize: scale, saturate, round (int8: to nearest, ties up; e4m3: to nearest even)."""
+    y = tl.minimum(tl.maximum(x.to(tl.float32) * inv_scale, -QMAX), QMAX)
+    if INT8:
+        y = tl.floor(y + 0.5)
+    else:
+        y = _round_to_e4m3(y)
+    return y
+
+
+@triton.jit
+def _store_kv_cache_kernel(K, V, K_cache, V_cache, K_inv, V_inv, slot_mapping, D: tl.constexpr,
+                           BLOCK_D: tl.constexpr, QUANT: tl.constexpr, QMAX: tl.constexpr, INT8: tl.constexpr):
     idx = tl.program_id(0)
-    slot = tl.load(slot_mapping + idx)
+    slot = tl.load(slot_mapping + idx).to(tl.int64)
     offs = tl.arange(0, BLOCK_D)
     mask = offs < D
-    tl.store(K_cache + slot * D + offs, tl.load(K + idx * D + offs, mask=mask), mask=mask)
-    tl.store(V_cache + slot * D + offs, tl.load(V + idx * D + offs, mask=mask), mask=mask)
+    k = tl.load(K + idx * D + offs, mask=mask)
+    v = tl.load(V + idx * D + offs, mask=mask)
+    if QUANT:  # scales are [kv_heads, head_dim], the same flat layout as a token's row
+        k = _quantize(k, tl.load(K_inv + offs, mask=mask, other=0.0), QMAX, INT8)
+        v = _quantize(v, tl.load(V_inv + offs, mask=mask, other=0.0), QMAX, INT8)
+    tl.store(K_cache + slot * D + offs, k.to(K_cache.dtype.element_ty), mask=mask)
+    tl.store(V_cache + slot * D + offs, v.to(V_cache.dtype.element_ty), mask=mask)
 
 
 def store_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   slot_mapping: torch.Tensor) -> None:
+                   slot_mapping: torch.Tensor, kv_scales: KVScales | None = None) -> None:
     """k, v: [tokens, kv_heads, head_dim] contiguous; caches: [blocks, block_size, kv_heads, head_dim]."""
     d = k.shape[1] * k.shape[2]
-    _store_kv_cache_kernel[(k.shape[0],)](k, v, k_cache, v_cache, slot_mapping, D=d,
-                                          BLOCK_D=triton.next_power_of_2(d))
+    k_inv, v_inv, qmax = k, v, 0.0  # unread unquantized
+    if kv_scales is not None:
+        k_inv, v_inv = kv_scales.k_inv, kv_scales.v_inv
+        qmax = 127.0 if k_cache.dtype == torch.int8 else float(torch.finfo(k_cache.dtype).max)
+    _store_kv_cache_kernel[(k.shape[0],)](
+        k, v, k_cache, v_cache, k_inv, v_inv, slot_mapping, D=d, BLOCK_D=triton.next_power_of_2(d),
+        QUANT=kv_scales is not None, QMAX=qmax, INT8=k_cache.dtype == torch.int8,
+    )
 
 
 @triton.jit
 def _paged_attention_kernel(
-    Q, K_cache, V_cache, Out, PartAcc, PartMax, PartSum, block_tables, seq_lens, query_start_loc,
+    Q, K_cache, V_cache, K_scale, V_scale, Out, PartAcc, PartMax, PartSum, block_tables, seq_lens, query_start_loc,
     qk_scale, num_splits,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_ot, stride_oh, stride_bt,
     stride_ps, stride_pt, stride_ph, stride_ms, stride_mt,
     QUERIES_PER_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, QUANT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -83,6 +125,9 @@ def _paged_attention_kernel(
         d_mask = offs_d < HEAD_DIM
         q = tl.load(Q + (q_start + q_pos)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
                     mask=m_mask[:, None] & d_mask[None, :], other=0.0)
+        if QUANT:  # q . (k * s) = (q * s) . k: the key scales enter once, not per key
+            k_scale = tl.load(K_scale + kv_head * HEAD_DIM + offs_d, mask=d_mask, other=0.0)
+            q = (q.to(tl.float32) * k_scale[None, :]).to(Q.dtype.element_ty)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -100,6 +145,7 @@ def _paged_attention_kernel(
             block_ids = tl.load(block_tables + seq * stride_bt + offs_n // BLOCK_SIZE, mask=n_mask, other=0)
             kv_off = block_ids.to(tl.int64) * stride_kb + (offs_n % BLOCK_SIZE) * stride_ks + kv_head * stride_kh
             k = tl.load(K_cache + kv_off[None, :] + offs_d[:, None], mask=n_mask[None, :] & d_mask[:, None], other=0.0)
+            k = k.to(Q.dtype.element_ty)  # a no-op unless the cache is quantized
             s = tl.dot(q, k, input_precision=DOT_PRECISION).to(tl.float32) * qk_scale
             visible = (offs_n[None, :] <= (context + q_pos)[:, None]) & n_mask[None, :]
             s = tl.where(visible, s, float("-inf"))
@@ -111,8 +157,11 @@ def _paged_attention_kernel(
             alpha = tl.math.exp2(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(V_cache + kv_off[:, None] + offs_d[None, :], mask=n_mask[:, None] & d_mask[None, :], other=0.0)
+            v = v.to(Q.dtype.element_ty)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION).to(tl.float32)
             m_i = m_new
+        if QUANT:  # sum p (v * s) = (sum p v) * s; the split path's partial sums merge linearly
+            acc = acc * tl.load(V_scale + kv_head * HEAD_DIM + offs_d, mask=d_mask, other=0.0)[None, :]
         tok = q_start + q_pos
         if SPLIT:
             part = split * stride_ps + tok * stride_pt + head * stride_ph
@@ -179,8 +228,10 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_query_len: int, max_
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                    scale: float, block_n: int = 32, num_splits: int | None = None) -> torch.Tensor:
-    """q: [tokens, heads, head_dim]; this step's K/V must already be in the cache.
+                    scale: float, block_n: int = 32, num_splits: int | None = None,
+                    kv_scales: KVScales | None = None) -> torch.Tensor:
+    """q: [tokens, heads, head_dim]; this step's K/V must already be in the cache (quantized with
+    `kv_scales` when those are given).
 
     num_splits: segments per context (None: `choose_num_splits`); any value gives the same result.
     """
@@ -203,8 +254,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     else:  # unused by the unsplit kernel
         part_acc = part_max = part_sum = out
     grid = (num_seqs, num_kv_heads, triton.cdiv(meta.max_query_len, block_q) * num_splits)
+    k_scale, v_scale = (kv_scales.k, kv_scales.v) if kv_scales is not None else (q, q)  # unread unquantized
     _paged_attention_kernel[grid](
-        q, k_cache, v_cache, out, part_acc, part_max, part_sum, meta.block_tables, meta.seq_lens,
+        q, k_cache, v_cache, k_scale, v_scale, out, part_acc, part_max, part_sum, meta.block_tables, meta.seq_lens,
         meta.query_start_loc, scale * LOG2E, num_splits,  # softmax in base 2: exp2 is cheaper
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), meta.block_tables.stride(0),
@@ -214,6 +266,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         SPLIT=split,
         # fp32 models get fp32 dot products, not TF32 (which would break parity with the reference).
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        QUANT=kv_scales is not None,
     )
     if split:
         _reduce_splits_kernel[(num_tokens, num_heads)](

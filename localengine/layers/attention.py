@@ -3,16 +3,20 @@
 The batch is flat (all scheduled tokens of all sequences back to back), ordered so that decode
 sequences (one query token) come first; `AttentionMetadata` says where each sequence starts and
 which cache blocks it owns. The backend is a PyTorch reference on CPU and Triton kernels on CUDA.
+With a quantized cache (kv_cache_dtype int8/fp8) both backends quantize on store with the layer's
+static scales and read the stored values back through them (kernels/kv_quant.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from localengine.kernels import reference
+from localengine.kernels.kv_quant import KVScales
 
 
 @dataclass(slots=True)
@@ -39,12 +43,20 @@ class Attention(nn.Module):
         # Views into the engine's single KV allocation, set by the model runner.
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
+        # A quantized cache's scales (set by the model runner with the cache); None: K/V in the model's dtype.
+        self.kv_scales: KVScales | None = None
+        # Set only while the model runner measures those scales: sees every step's keys and values.
+        self.observer: Callable[[torch.Tensor, torch.Tensor], None] | None = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        if self.observer is not None:
+            self.observer(k, v)
         if meta.use_triton:
             from localengine.kernels import triton_attention
 
-            triton_attention.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-            return triton_attention.paged_attention(q, self.k_cache, self.v_cache, meta, self.scale)
-        reference.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-        return reference.paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, meta.workspace)
+            triton_attention.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping, self.kv_scales)
+            return triton_attention.paged_attention(q, self.k_cache, self.v_cache, meta, self.scale,
+                                                    kv_scales=self.kv_scales)
+        reference.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping, self.kv_scales)
+        return reference.paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, meta.workspace,
+                                         self.kv_scales)

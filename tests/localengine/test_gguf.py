@@ -134,5 +134,5 @@ def test_block_dequantization_matches_gguf(kind):
 def test_unsupported_options_are_refused_by_name(llama_dir):
     with pytest.raises(NotImplementedError, match="int4"):
         make_llm(llama_dir, quantization="int4")
-    with pytest.raises(NotImplementedError, match="fp8"):
-        make_llm(llama_dir, kv_cache_dtype="fp8")
+    with pytest.raises(NotImplementedError, match="fp8_e5m2"):
+        make_llm(llama_dir, kv_cache_dtype="fp8_e5m2")

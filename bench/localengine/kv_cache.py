@@ -1,0 +1,216 @@
+"""Quantized KV cache on the bundled real model (smollm2-135m-instruct, bf16 weights): greedy agreement
+with the bf16 cache, KV blocks at the same memory, decode speed at batch 1 and 16.
+
+- Agreement: chat-templated prompts, greedy, up to 64 tokens each; a prompt's tokens agree up to
+  the first that differs from the bf16 cache's answer (everything after a divergence counts as
+  disagreement, however similar).
+- --compare-scales: the same agreement for other ways to scale the cache, simulated by rounding
+  K/V before the bf16 cache stores them (what a real implementation reads back): one int8 scale
+  per token and KV head (dynamic), one int8 scale per layer for K and one for V (vLLM's
+  k_scale/v_scale, measured like ours), fp8 with vLLM's default scale 1.0.
+- Blocks: what `max_kv_cache_bytes` (64 MiB) buys for each cache dtype, as the engine sizes it.
+- Speed: decode tokens/s after the first token, 128 tokens, batch 1 and 16, the cache dtypes
+  interleaved run by run so that they share the machine's load; median of --runs.
+
+    python bench/localengine/kv_cache.py --threads 2 [--compare-scales] [--speed]
+
+Prints the machine's load average next to each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+MODEL = "smollm2-135m-instruct"
+KV_DTYPES = ("auto", "int8", "fp8")
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about autumn leaves.",
+    "Explain what a hash table is in two sentences.",
+    "Give me three tips for sleeping better.",
+    "Write a Python function that reverses a string.",
+    "What causes the seasons on Earth?",
+    "Translate 'good morning, how are you?' into Spanish.",
+    "Summarise the plot of Romeo and Juliet.",
+    "What is 17 times 23?",
+    "Write a short story about a lighthouse keeper.",
+    "List the planets of the solar system in order.",
+    "How do I make a cup of green tea?",
+    "What is the difference between a list and a tuple in Python?",
+    "Describe the water cycle.",
+    "Write a polite email declining a meeting invitation.",
+    "Why is the sky blue?",
+    "Name five animals that live in the ocean.",
+    "What does HTTP stand for and what is it used for?",
+    "Suggest a name for a bakery.",
+    "Explain recursion to a child.",
+    "What are the health benefits of walking?",
+    "Write a SQL query that counts the rows of a table named users.",
+    "Who wrote Pride and Prejudice?",
+    "Give a recipe for pancakes.",
+]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def make_llm(kv: str, **kwargs: Any) -> Any:
+    from localengine import LLM
+
+    args: dict[str, Any] = dict(dtype="bfloat16", kv_cache_dtype=kv, max_model_len=1024, max_num_seqs=32,
+                                num_kvcache_blocks=1024)
+    args.update(kwargs)
+    return LLM(MODEL, **args)
+
+
+def chat_ids(llm: Any) -> list[list[int]]:
+    tok = llm.get_tokenizer()
+    return [list(tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                         tokenize=True, return_dict=False)) for p in PROMPTS]
+
+
+def generate(llm: Any, prompts: list[list[int]]) -> list[list[int]]:
+    from localengine import SamplingParams
+
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=64))
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def agreement(base: list[list[int]], other: list[list[int]]) -> str:
+    agreed = total = same = 0
+    for a, b in zip(base, other, strict=True):
+        # Up to the first difference; where one answer stopped and the other went on, up to the stop.
+        n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        agreed += n
+        total += len(a)
+        same += a == b
+    return f"{100 * agreed / total:.1f}% of {total} tokens, {same}/{len(base)} answers identical"
+
+
+def run_agreement() -> None:
+    llms = {kv: make_llm(kv) for kv in KV_DTYPES}
+    prompts = chat_ids(llms["auto"])
+    base = generate(llms["auto"], prompts)
+    for kv in KV_DTYPES[1:]:
+        print(f"kv_cache_dtype={kv}: {agreement(base, generate(llms[kv], prompts))}  (load {load()})", flush=True)
+
+
+Rounder = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def simulated(rounder: Rounder) -> list[list[int]]:
+    """A bf16-cache engine whose attention layers see K/V rounded by `rounder` before storing them."""
+    llm = make_llm("auto")
+    for i, attn in enumerate(llm.llm_engine.model_runner.model.attention_layers()):
+        forward = attn.forward
+
+        def rounded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any, *, i: int = i,
+                    forward: Any = forward) -> torch.Tensor:
+            rk, rv = rounder(i, k, v)
+            return forward(q, rk, rv, meta)
+
+        setattr(attn, "forward", rounded)  # noqa: B010 - an instance attribute shadows the method
+    return generate(llm, chat_ids(llm))  # the chat template and tokenizer are the model's, as in run_agreement
+
+
+def int8_round(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return (torch.floor((x.float() / scale).clamp(-127, 127) + 0.5) * scale).to(x.dtype)
+
+
+def run_compare_scales() -> None:
+    bf16 = make_llm("auto")
+    prompts = chat_ids(bf16)
+    base = generate(bf16, prompts)
+
+    def per_token(_: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def one(x: torch.Tensor) -> torch.Tensor:
+            return int8_round(x, x.float().abs().amax(-1, keepdim=True).clamp(min=1e-8) / 127)
+        return one(k), one(v)
+
+    ours = make_llm("int8").llm_engine.model_runner.kv_scales  # [2, layers, heads, dim]: per channel
+    per_layer = ours.amax(dim=(2, 3))  # the largest channel's: one scale per layer for K, one for V
+
+    def per_tensor(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return int8_round(k, per_layer[0, i]), int8_round(v, per_layer[1, i])
+
+    def fp8_unscaled(_: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def one(x: torch.Tensor) -> torch.Tensor:
+            return x.float().clamp(-448, 448).to(torch.float8_e4m3fn).to(x.dtype)
+        return one(k), one(v)
+
+    rows = [("int8, per token and KV head (dynamic; 68 B per 64-dim head and token)", per_token),
+            ("int8, per layer (vLLM's k_scale/v_scale, measured)", per_tensor),
+            ("fp8 e4m3, scale 1.0 (vLLM's default)", fp8_unscaled)]
+    for name, rounder in rows:
+        print(f"{name}: {agreement(base, simulated(rounder))}  (load {load()})", flush=True)
+    for kv in KV_DTYPES[1:]:
+        print(f"{kv}, per channel (this engine): {agreement(base, generate(make_llm(kv), prompts))}"
+              f"  (load {load()})", flush=True)
+
+
+def run_blocks() -> None:
+    budget = 64 << 20
+    for kv in KV_DTYPES:
+        runner = make_llm(kv, num_kvcache_blocks=None, max_kv_cache_bytes=budget, max_num_seqs=256).llm_engine.model_runner
+        a = runner.model.args
+        per_token = 2 * a.num_layers * a.num_local_kv_heads * a.head_dim * runner.kv_cache.element_size()
+        blocks = runner.num_kvcache_blocks
+        print(f"kv_cache_dtype={kv}: {per_token} B/token, {blocks} blocks of {runner.block_size} in 64 MiB = "
+              f"{blocks * runner.block_size // 1024} sequences of 1,024 tokens", flush=True)
+
+
+def decode_rate(llm: Any, prompts: list[list[int]]) -> float:
+    from localengine import SamplingParams
+
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=128, ignore_eos=True))
+    firsts = [o.metrics.first_token_time for o in outs]
+    lasts = [o.metrics.last_token_time for o in outs]
+    tokens = sum(len(o.outputs[0].token_ids) - 1 for o in outs)
+    return tokens / (max(lasts) - max(firsts))
+
+
+def run_speed(runs: int) -> None:
+    llms = {kv: make_llm(kv, enable_prefix_caching=False) for kv in KV_DTYPES}
+    prompts = chat_ids(llms["auto"])
+    for batch in (1, 16):
+        rates: dict[str, list[float]] = {kv: [] for kv in KV_DTYPES}
+        loads = []
+        for llm in llms.values():
+            decode_rate(llm, prompts[:batch])  # warm-up
+        for _ in range(runs):
+            for kv, llm in llms.items():
+                rates[kv].append(decode_rate(llm, prompts[:batch]))
+            loads.append(os.getloadavg()[0])
+        summary = ", ".join(f"{kv} {statistics.median(r):.1f}" for kv, r in rates.items())
+        print(f"batch {batch}: decode tok/s {summary}  (load {min(loads):.1f}-{max(loads):.1f})", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--compare-scales", action="store_true", help="simulated alternatives to per-channel scales")
+    parser.add_argument("--speed", action="store_true", help="decode tokens/s at batch 1 and 16")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    print(f"{MODEL}, bf16 weights, {args.threads} threads, torch {torch.__version__}  (load {load()})", flush=True)
+    run_blocks()
+    run_agreement()
+    if args.compare_scales:
+        run_compare_scales()
+    if args.speed:
+        run_speed(args.runs)
+    print(f"done in {time.perf_counter() - start:.0f} s  (load {load()})")
+
+
+if __name__ == "__main__":
+    main()
