@@ -5,11 +5,11 @@ client's transport answers every request by running the team's pipeline here ins
 to a server. Everything above the transport (typed results, streaming helpers, `with_raw_response`,
 retries, error classes) is the official SDK's own code.
 
-One async function, `_answer`, maps an httpx2 request to an `LLMRequest` and the pipeline's answer
-back to status, headers and body; it mirrors the proxy's door (gateway/proxy.py). The async
-transport awaits it on the caller's loop. The sync transport runs it on one background loop thread
-per process (the upstream connection pool is per loop, so it lives there) and streams events back
-through a bounded buffer.
+The transport is a thin adapter around the door core (sdk/door/), the same core the proxy's ASGI
+handlers call: `_answer` hands it the httpx2 request's bytes and turns its `Reply` into an httpx2
+response, so the two doors answer alike by construction. The async transport awaits it on the
+caller's loop. The sync transport runs it on one background loop thread per process (the upstream
+connection pool is per loop, so it lives there) and streams events back through a bounded buffer.
 """
 
 from __future__ import annotations
@@ -19,36 +19,24 @@ import atexit
 import contextlib
 import os
 import queue
-import re
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx2
 
 from sdk import tracing
-from sdk.errors import (
-    NotFoundError,
-    RequestTooLargeError,
-    SlipstreamError,
-    UpstreamHTTPError,
-)
-from sdk.models import model_body, models_body
-from sdk.passthrough import Door, family, forward
-from sdk.pipeline import REQUEST_ID_HEADER, RequestContext, new_request_id
+from sdk.door import Door, OneTeam, Reply, too_large
 from sdk.policy import Policy, ProviderConfig, RetryPolicy, Route, Target, load_policy
 from sdk.providers.upstream import (
     close_upstream_for_running_loop,
     release_upstream,
     retain_upstream,
 )
-from sdk.requests import FORWARDED_HEADERS, parse_off_loop
-from sdk.runtime import TeamRuntime, slipstream_headers, upstream_error_headers
+from sdk.runtime import TeamRuntime
 from sdk.services import Services
 from sdk.tracing import Parent
-from sdk.types import Endpoint, LLMStream, Protocol, Timings, Usage
-from sdk.unexpected import unexpected_error
+from sdk.types import Protocol
 
 if TYPE_CHECKING:  # each constructor imports its official package: an OpenAI-only program never loads anthropic
     import anthropic
@@ -66,19 +54,6 @@ _ENV = {  # (api key, base url) variables the official client would read in pass
     Protocol.OPENAI: ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
     Protocol.ANTHROPIC: ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
 }
-_ENDPOINTS = {
-    "/v1/chat/completions": Endpoint.CHAT_COMPLETIONS,
-    "/v1/messages": Endpoint.MESSAGES,
-    "/v1/messages/count_tokens": Endpoint.COUNT_TOKENS,
-    "/v1/embeddings": Endpoint.EMBEDDINGS,
-    "/v1/responses": Endpoint.RESPONSES,
-    "/v1/responses/input_tokens": Endpoint.RESPONSES_INPUT_TOKENS,
-    "/v1/responses/compact": Endpoint.RESPONSES_COMPACT,
-}
-_STORED = re.compile(r"/v1/responses/([^/]+)(/input_items)?")  # a stored response: GET, DELETE, input_items
-_JSON = {"content-type": "application/json"}
-_SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
-
 
 # --- configuration -------------------------------------------------------------------------------
 
@@ -125,7 +100,7 @@ def OpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, state_url: 
     team = _runtime(Protocol.OPENAI, policy, kwargs, state_url)
     import openai
 
-    return openai.OpenAI(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team, Protocol.OPENAI)))
+    return openai.OpenAI(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team)))
 
 
 def AsyncOpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, state_url: str | None = None, **kwargs: Any) -> openai.AsyncOpenAI:
@@ -133,7 +108,7 @@ def AsyncOpenAI(*, policy: str | os.PathLike[str] | Policy | None = None, state_
     team = _runtime(Protocol.OPENAI, policy, kwargs, state_url)
     import openai
 
-    return openai.AsyncOpenAI(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team, Protocol.OPENAI)))
+    return openai.AsyncOpenAI(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team)))
 
 
 def Anthropic(*, policy: str | os.PathLike[str] | Policy | None = None, state_url: str | None = None, **kwargs: Any) -> anthropic.Anthropic:
@@ -141,7 +116,7 @@ def Anthropic(*, policy: str | os.PathLike[str] | Policy | None = None, state_ur
     team = _runtime(Protocol.ANTHROPIC, policy, kwargs, state_url)
     import anthropic
 
-    return anthropic.Anthropic(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team, Protocol.ANTHROPIC)))
+    return anthropic.Anthropic(**kwargs, http_client=httpx2.Client(transport=SyncTransport(team)))
 
 
 def AsyncAnthropic(*, policy: str | os.PathLike[str] | Policy | None = None, state_url: str | None = None, **kwargs: Any) -> anthropic.AsyncAnthropic:
@@ -149,174 +124,117 @@ def AsyncAnthropic(*, policy: str | os.PathLike[str] | Policy | None = None, sta
     team = _runtime(Protocol.ANTHROPIC, policy, kwargs, state_url)
     import anthropic
 
-    return anthropic.AsyncAnthropic(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team, Protocol.ANTHROPIC)))
+    return anthropic.AsyncAnthropic(**kwargs, http_client=httpx2.AsyncClient(transport=AsyncTransport(team)))
 
 
-# --- the shared mapping: httpx2 request -> pipeline -> status, headers, body ----------------------
+# --- the adapter: httpx2 request -> door core (sdk/door/) -> httpx2 response ---------------------
 
 
-@dataclass(slots=True)
-class _Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes = b""
-    stream: LLMStream | None = None
+class _InProcess:
+    """An httpx2 request as the door core reads it (sdk/door/call.py): its body is in hand already."""
 
-    def response(self, stream: httpx2.SyncByteStream | httpx2.AsyncByteStream | None = None) -> httpx2.Response:
-        # Every answer names a request id, as the proxy's do; pipeline answers carry their own.
-        headers = self.headers if REQUEST_ID_HEADER in self.headers else {**self.headers, REQUEST_ID_HEADER: new_request_id()}
-        if stream is None:
-            return httpx2.Response(self.status, headers=headers, content=self.body)
-        return httpx2.Response(self.status, headers=headers, stream=stream)
+    __slots__ = ("_raw", "_request", "caller", "headers", "method", "path", "query")
+
+    def __init__(self, request: httpx2.Request, raw: bytes, caller: Parent | None):
+        self._request, self._raw, self.caller = request, raw, caller
+        self.method, self.path = request.method, request.url.path
+        self.query = request.url.query.decode("latin-1")
+        self.headers = [(name.lower(), value) for name, value in request.headers.raw]
+
+    async def read(self, limit: int) -> bytes:
+        if len(self._raw) > limit:
+            raise too_large(len(self._raw), limit)
+        return self._raw
+
+    def upload(self) -> tuple[bytes, int]:
+        return self._raw, len(self._raw)
+
+    def raw_path(self) -> str:
+        return self._request.url.raw_path.decode("ascii").partition("?")[0]
+
+    def origin(self) -> str:
+        return _ORIGIN
+
+    def peer(self) -> str:
+        return "in-process"
 
 
-def _error(status: int, body: bytes, headers: dict[str, str] | None = None) -> _Reply:
-    return _Reply(status, {**_JSON, **(headers or {})}, body)
-
-
-async def _answer(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes,
-                  caller: Parent | None = None) -> _Reply:
-    """Run one request through the team's pipeline; every failure becomes a provider-shaped answer.
+async def _answer(door: Door, request: httpx2.Request, raw: bytes, caller: Parent | None = None) -> Reply:
+    """One request through the door core; every failure is a provider-shaped reply.
     `caller`: the application's current span (traced requests go under it), read on its own thread."""
-    timings = Timings()
-    path, method = request.url.path, request.method
-    if path == "/v1/models" or path.startswith("/v1/models/"):
-        return await _models(team, protocol, method, path, request.url.params)
-    if family(path) is not None:
-        return await _passed(team, protocol, request, raw, caller)
-    endpoint = _ENDPOINTS.get(path)
-    stored = _STORED.fullmatch(path) if endpoint is None and protocol is Protocol.OPENAI else None
-    if stored is not None and method in ("GET", "DELETE"):
-        return await _stored(team, method, stored.group(1), stored.group(2) is not None, request.url.query.decode("latin-1"))
-    if endpoint is None or endpoint.protocol is not protocol:
-        return _error(404, NotFoundError(f"{method} {path} is not an endpoint Slipstream serves").body(protocol))
-    if method != "POST":
-        return _error(405, SlipstreamError(f"{method} is not allowed on {path}: use POST", status=405).body(protocol))
     # The client's read timeout bounds the wait for an answer, as it would on the wire; raised as
     # httpx2's own exception, the official client turns it into APITimeoutError (and retries).
     deadline = asyncio.timeout((request.extensions.get("timeout") or {}).get("read"))
-    request_id = new_request_id()  # the access log's, and every answer's, refusals before the pipeline included
-    named = {REQUEST_ID_HEADER: request_id}
     try:
-        limit = team.policy.limits.max_body_bytes
-        if len(raw) > limit:
-            raise RequestTooLargeError(f"request body of {len(raw)} bytes is over this team's limit of {limit} bytes")
-        forward = {name: value for name in FORWARDED_HEADERS if (value := request.headers.get(name)) is not None}
-        llm_request = await parse_off_loop(endpoint, raw, request.url.query.decode("latin-1"), forward)
-        ctx = RequestContext(request=llm_request, team=team.team, timings=timings, parent=caller, request_id=request_id)
         async with deadline:
-            answer, _ = await team.handle(llm_request, ctx)
+            return await door.answer(_InProcess(request, raw, caller))
     except TimeoutError:
         if deadline.expired():
             raise httpx2.ReadTimeout("Slipstream got no answer within the client's timeout", request=request) from None
         raise
-    except UpstreamHTTPError as exc:
-        return _error(exc.status, exc.body, upstream_error_headers(ctx, exc))
-    except SlipstreamError as exc:
-        return _error(exc.status, exc.body(protocol), {**exc.headers, **named})
-    except Exception as exc:  # a bug of ours still answers in the provider's shape (sdk/unexpected.py)
-        error = unexpected_error(exc, team.team, request_id)
-        return _error(error.status, error.body(protocol), {**error.headers, **named})
-    headers = {**(_SSE if isinstance(answer, LLMStream) else _JSON), **answer.headers, **slipstream_headers(ctx, answer)}
-    if isinstance(answer, LLMStream):
-        return _Reply(answer.status, headers, stream=answer)
-    return _Reply(answer.status, headers, answer.body)
 
 
-async def _models(team: TeamRuntime, protocol: Protocol, method: str, path: str, params: Mapping[str, str]) -> _Reply:
-    """`GET /v1/models` and `GET /v1/models/{id}`, as the proxy answers them."""
-    if method != "GET":
-        return _error(405, SlipstreamError(f"{method} is not allowed on {path}: use GET", status=405).body(protocol))
-    try:
-        if path == "/v1/models":
-            return _Reply(200, dict(_JSON), models_body(await team.models.models(), protocol, dict(params)))
-        return _Reply(200, dict(_JSON), model_body(await team.models.model(path.removeprefix("/v1/models/")), protocol))
-    except SlipstreamError as exc:
-        return _error(exc.status, exc.body(protocol), exc.headers)
+def _response(reply: Reply, stream: httpx2.SyncByteStream | httpx2.AsyncByteStream | None = None) -> httpx2.Response:
+    if stream is None:
+        return httpx2.Response(reply.status, headers=reply.headers, content=reply.body)
+    return httpx2.Response(reply.status, headers=reply.headers, stream=stream)
 
 
-async def _stored(team: TeamRuntime, method: str, response_id: str, items: bool, query: str) -> _Reply:
-    """GET / DELETE of a stored response, or its input items (sdk/responses/api.py)."""
-    try:
-        if items:
-            if method != "GET":
-                return _error(405, SlipstreamError("use GET", status=405).body(Protocol.OPENAI))
-            answer = await team.responses.input_items(response_id, query)
-        elif method == "GET":
-            answer = await team.responses.retrieve(response_id, query)
-        else:
-            answer = await team.responses.delete(response_id)
-    except UpstreamHTTPError as exc:
-        return _error(exc.status, exc.body, exc.headers)
-    except SlipstreamError as exc:
-        return _error(exc.status, exc.body(Protocol.OPENAI), exc.headers)
-    return _Reply(answer.status, {**_JSON, **answer.headers}, answer.body)
+async def _chunks(reply: Reply) -> AsyncGenerator[bytes, None]:
+    """The reply's body as it arrives. A failure mid-body ends a stream with the provider's error
+    event, and leaves any other body incomplete, as the proxy does (`Reply.broken`): the reader
+    gets httpx2's error for a body cut short, as it would from the proxy over HTTP.
 
-
-async def _passed(team: TeamRuntime, protocol: Protocol, request: httpx2.Request, raw: bytes, caller: Parent | None) -> _Reply:
-    """A pass-through endpoint (sdk/passthrough/); the answer's body streams back as it arrives."""
-    raw_path = request.url.raw_path.decode("ascii").partition("?")[0]
-    try:
-        passed = await forward(team, request.method, raw_path, request.url.query.decode("latin-1"), dict(request.headers),
-                               raw, len(raw), Door(_ORIGIN, caller=caller))
-    except SlipstreamError as exc:
-        return _error(exc.status, exc.body(protocol), exc.headers)
-
-    async def close() -> None:
-        passed.abort()
-
-    route = dict(passed.headers).get("x-slipstream-route", "")
-    stream = LLMStream(passed.status, passed.body(), {}, Usage(), route, close)
-    return _Reply(passed.status, dict(passed.headers), stream=stream)
-
-
-async def _events(stream: LLMStream, protocol: Protocol) -> AsyncGenerator[bytes, None]:
-    """The stream's SSE events; a failure mid-stream ends it with an error event (as the proxy does).
-
-    Closing this iterator early (or cancelling the task reading it) closes the LLMStream, which
-    drops the upstream connection: that is the cancel the provider sees.
+    Closing this iterator early (or cancelling the task reading it) closes the reply, which drops
+    the upstream connection: that is the cancel the provider sees.
     """
+    assert reply.chunks is not None
     try:
-        async for event in stream.events:
-            yield event
-    except SlipstreamError as exc:
-        yield exc.sse_event(protocol)
+        async for chunk in reply.chunks:
+            yield chunk
     except Exception as exc:
-        yield unexpected_error(exc, None).sse_event(protocol)
+        end = reply.broken(exc)
+        if end is None:
+            raise httpx2.RemoteProtocolError("the answer's body broke off before its end") from exc
+        yield end
     finally:
-        await stream.aclose()
+        await _close(reply)
+
+
+async def _close(reply: Reply) -> None:
+    if reply.close is not None:
+        await reply.close()
 
 
 # --- async transport: the caller's own loop --------------------------------------------------------
 
 
-class _AsyncEvents(httpx2.AsyncByteStream):
-    def __init__(self, stream: LLMStream, protocol: Protocol):
-        self._stream = stream
-        self._events = _events(stream, protocol)
+class _AsyncChunks(httpx2.AsyncByteStream):
+    def __init__(self, reply: Reply):
+        self._reply = reply
+        self._chunks = _chunks(reply)
 
     def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._events
+        return self._chunks
 
     async def aclose(self) -> None:
-        await self._events.aclose()
-        await self._stream.aclose()  # also when iteration never started (aclose on a fresh generator skips its finally)
+        await self._chunks.aclose()
+        await _close(self._reply)  # also when iteration never started (aclose on a fresh generator skips its finally)
 
 
 class AsyncTransport(httpx2.AsyncBaseTransport):
-    """Answers an `httpx2.AsyncClient`'s requests by awaiting the pipeline on the caller's loop."""
+    """Answers an `httpx2.AsyncClient`'s requests through the door core on the caller's loop."""
 
-    def __init__(self, team: TeamRuntime, protocol: Protocol):
-        self.team = team
-        self.protocol = protocol
+    def __init__(self, team: TeamRuntime):
+        self.door = Door(OneTeam(team))
         self._retained = False  # holds the caller loop's upstream pool open until aclose()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if not self._retained:
             retain_upstream()
             self._retained = True
-        reply = await _answer(self.team, self.protocol, request, await request.aread(), tracing.caller_parent())
-        return reply.response(_AsyncEvents(reply.stream, self.protocol) if reply.stream else None)
+        reply = await _answer(self.door, request, await request.aread(), tracing.caller_parent())
+        return _response(reply, _AsyncChunks(reply) if reply.chunks is not None else None)
 
     async def aclose(self) -> None:
         """`await client.close()` / leaving `async with client`: the last client on a loop closes its pool."""
@@ -372,15 +290,15 @@ class _SyncEvents(httpx2.SyncByteStream):
     (and the loop is never blocked by a full queue).
     """
 
-    def __init__(self, stream: LLMStream, protocol: Protocol, loop: asyncio.AbstractEventLoop):
+    def __init__(self, reply: Reply, loop: asyncio.AbstractEventLoop):
         self._loop = loop
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._credits = asyncio.Semaphore(_BUFFER_EVENTS)
         self._done = threading.Event()
         self._reading = True  # loop-thread only: a cancel must not interrupt the cleanup in _pump's finally
-        self._task = loop.create_task(self._pump(_events(stream, protocol), stream))  # runs on the loop thread
+        self._task = loop.create_task(self._pump(_chunks(reply), reply))  # runs on the loop thread
 
-    async def _pump(self, events: AsyncGenerator[bytes, None], stream: LLMStream) -> None:
+    async def _pump(self, events: AsyncGenerator[bytes, None], reply: Reply) -> None:
         try:
             while True:
                 await self._credits.acquire()
@@ -398,7 +316,7 @@ class _SyncEvents(httpx2.SyncByteStream):
             self._reading = False
             try:
                 await events.aclose()
-                await stream.aclose()  # also when the consumer closed before the first event was read
+                await _close(reply)  # also when the consumer closed before the first event was read
             finally:
                 self._done.set()
 
@@ -431,11 +349,10 @@ class _SyncEvents(httpx2.SyncByteStream):
 
 
 class SyncTransport(httpx2.BaseTransport):
-    """Answers an `httpx2.Client`'s requests by running the pipeline on the background loop thread."""
+    """Answers an `httpx2.Client`'s requests through the door core on the background loop thread."""
 
-    def __init__(self, team: TeamRuntime, protocol: Protocol):
-        self.team = team
-        self.protocol = protocol
+    def __init__(self, team: TeamRuntime):
+        self.door = Door(OneTeam(team))
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         loop = _LOOP.get()
@@ -449,5 +366,5 @@ class SyncTransport(httpx2.BaseTransport):
 
     async def _start(self, request: httpx2.Request, raw: bytes, loop: asyncio.AbstractEventLoop,
                      caller: Parent | None) -> httpx2.Response:
-        reply = await _answer(self.team, self.protocol, request, raw, caller)
-        return reply.response(_SyncEvents(reply.stream, self.protocol, loop) if reply.stream else None)
+        reply = await _answer(self.door, request, raw, caller)
+        return _response(reply, _SyncEvents(reply, loop) if reply.chunks is not None else None)

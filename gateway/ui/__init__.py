@@ -8,6 +8,6 @@ routes.py  the Litestar handlers
 static/    uPlot (MIT, see uPlot.LICENSE), the page's script and style
 """
 
-from gateway.ui.routes import ui_handlers
+from gateway.ui.routes import UI_HANDLERS
 
-__all__ = ["ui_handlers"]
+__all__ = ["UI_HANDLERS"]

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
-from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter
 from litestar.response import Redirect
 
@@ -29,7 +28,6 @@ from gateway.ui.auth import (
 from gateway.ui.data import Status, gather
 from sdk.errors import AuthenticationError, NotFoundError, RateLimitedError
 from sdk.runtime import TeamRegistry
-from sdk.state.backend import StateBackend
 
 STATIC = Path(__file__).with_name("static")
 _MEDIA = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
@@ -62,47 +60,57 @@ def status_json(status: Status) -> dict[str, Any]:
     }
 
 
-def ui_handlers(registry: TeamRegistry, state: StateBackend) -> list[HTTPRouteHandler]:
-    @get("/ui")
-    async def ui_page(request: Request) -> Response[str]:
-        try:
-            authorize(request)
-        except NoAdminKey:
-            return _html(page.closed_page(NO_ADMIN_KEY), 403)
-        except AuthenticationError:
-            return _html(page.login_page("Sign in with the proxy's admin key."), 401)
-        return _html(page.status_page(await gather(registry, state)))
+async def _status(request: Request) -> Status:
+    registry: TeamRegistry = request.app.state.registry
+    return await gather(registry, registry.services.state())
 
-    @get("/ui/data", guards=[ui_guard])
-    async def ui_data() -> Response[dict[str, Any]]:
-        return Response(status_json(await gather(registry, state)), headers={"cache-control": "no-store"})
 
-    @get("/ui/static/{name:str}", guards=[ui_guard], sync_to_thread=False)
-    def ui_static(name: Annotated[str, PathParameter()]) -> Response[bytes]:
-        found = ASSETS.get(name)
-        if found is None:
-            raise NotFoundError(f"/ui/static/{name} is not one of the page's files")
-        return Response(found[0], media_type=found[1], headers={"cache-control": "private, max-age=3600"})
+@get("/ui")
+async def ui_page(request: Request) -> Response[str]:
+    try:
+        authorize(request)
+    except NoAdminKey:
+        return _html(page.closed_page(NO_ADMIN_KEY), 403)
+    except AuthenticationError:
+        return _html(page.login_page("Sign in with the proxy's admin key."), 401)
+    return _html(page.status_page(await _status(request)))
 
-    @post("/ui/login", status_code=303, request_max_body_size=LOGIN_FORM_MAX_BYTES)
-    async def ui_login(request: Request) -> Response[str]:
-        admin: AdminKey = request.app.state.admin_key
-        if not admin.required:
-            return _html(page.closed_page(NO_ADMIN_KEY), 403)
-        source, path = client_address(request.scope), request.scope["path"]
-        try:
-            admin.refuse_if_throttled(source, path)  # before the body is read
-            given = (await request.form()).get("key")
-            admin.verify(given if isinstance(given, str) else "", source, path)
-        except AuthenticationError:
-            return _html(page.login_page("That is not the admin key."), 401)
-        except RateLimitedError as exc:
-            return _html(page.login_page(exc.message), 429, exc.headers)
-        return Redirect("/ui", status_code=303, cookies=[session_cookie(admin, request.url.scheme == "https")])
 
-    @post("/ui/logout", status_code=303, request_max_body_size=LOGIN_FORM_MAX_BYTES)
-    async def ui_logout(request: Request) -> Response[str]:
-        await revoke_session(request)
-        return Redirect("/ui", status_code=303, cookies=[cleared_cookie(request.url.scheme == "https")])
+@get("/ui/data", guards=[ui_guard])
+async def ui_data(request: Request) -> Response[dict[str, Any]]:
+    return Response(status_json(await _status(request)), headers={"cache-control": "no-store"})
 
-    return [ui_page, ui_data, ui_static, ui_login, ui_logout]
+
+@get("/ui/static/{name:str}", guards=[ui_guard], sync_to_thread=False)
+def ui_static(name: Annotated[str, PathParameter()]) -> Response[bytes]:
+    found = ASSETS.get(name)
+    if found is None:
+        raise NotFoundError(f"/ui/static/{name} is not one of the page's files")
+    return Response(found[0], media_type=found[1], headers={"cache-control": "private, max-age=3600"})
+
+
+@post("/ui/login", status_code=303, request_max_body_size=LOGIN_FORM_MAX_BYTES)
+async def ui_login(request: Request) -> Response[str]:
+    admin: AdminKey = request.app.state.admin_key
+    if not admin.required:
+        return _html(page.closed_page(NO_ADMIN_KEY), 403)
+    source, path = client_address(request.scope), request.scope["path"]
+    try:
+        admin.refuse_if_throttled(source, path)  # before the body is read
+        given = (await request.form()).get("key")
+        admin.verify(given if isinstance(given, str) else "", source, path)
+    except AuthenticationError:
+        return _html(page.login_page("That is not the admin key."), 401)
+    except RateLimitedError as exc:
+        return _html(page.login_page(exc.message), 429, exc.headers)
+    return Redirect("/ui", status_code=303, cookies=[session_cookie(admin, request.url.scheme == "https")])
+
+
+@post("/ui/logout", status_code=303, request_max_body_size=LOGIN_FORM_MAX_BYTES)
+async def ui_logout(request: Request) -> Response[str]:
+    await revoke_session(request)
+    return Redirect("/ui", status_code=303, cookies=[cleared_cookie(request.url.scheme == "https")])
+
+
+# The app reads the registry and the admin key from its state (gateway/app.py).
+UI_HANDLERS = [ui_page, ui_data, ui_static, ui_login, ui_logout]

@@ -2,8 +2,8 @@
 
 `/v1/completions`, `/v1/batches…` and `/v1/files…` go to the team's first `kind: openai` provider,
 `/v1/messages/batches…` to its first `kind: anthropic` provider (policy order), with that
-provider's key in place of the client's team key. Both doors (gateway/passthrough.py, the drop-in
-SDK's transport) call `forward`, so both enforce the same things, in this order:
+provider's key in place of the client's team key. Both doors reach `forward` through the door core
+(sdk/door/), so both enforce the same things, in this order:
 
 1. The path is one of the operations served (sdk/passthrough/paths.py); dot segments and
    percent-encoding are refused before anything leaves.
@@ -79,7 +79,7 @@ from sdk.state.ownership import KEEP_S, Ownership, ownership_of
 from sdk.tracing import Parent, RequestTrace
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 
-__all__ = ["PREFIXES", "Door", "Passed", "family", "forward"]
+__all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]
 
 _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "set-cookie", "trailer", "upgrade"})
 MAX_OBJECT = 32 << 20  # an object or list answer read whole to check and rewrite it
@@ -95,12 +95,13 @@ _MISSING = {  # what the provider answers for an id it does not have, per kind o
 
 
 @dataclass(frozen=True, slots=True)
-class Door:
+class Client:
     """Who asks, and where they reached the gateway."""
 
     origin: str  # scheme://host[:port] the client used: provider URLs in answers point back here
     key_id: str = ""  # which team key (a hash prefix), for per-key limits and the access log
     caller: Parent | None = None  # the application's current span, when the drop-in SDK forwards in process
+    request_id: str = ""  # the door's id for this request (x-slipstream-request-id, the access log); "" for a new one
 
 
 @dataclass(slots=True)
@@ -132,6 +133,11 @@ class Passed:
             self.response.abort()
         self._end("cancelled")
 
+    async def aclose(self) -> None:
+        """Once the body has ended, however: after a full read the connection is back in the pool
+        already and this changes nothing; before, the connection is dropped (the upstream's cancel)."""
+        self.abort()
+
     def _end(self, outcome: str, error: BaseException | None = None) -> None:
         if not self._ended:
             self._ended = True
@@ -155,13 +161,13 @@ class _Exchange:
     """One pass-through request as it runs: what its checks, charges and log line need."""
 
     team: TeamRuntime
-    door: Door
+    client: Client
     op: Operation
     provider: HTTPProvider
     limits: LimitsStage
     owners: Ownership
     started: float = field(default_factory=time.perf_counter)
-    request_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    request_id: str = ""
     model: str = ""
     completion: LLMRequest | None = None  # a completion's request, counted when its answer carries no usage
     admission: Admission | None = None
@@ -206,14 +212,14 @@ class _Exchange:
     def settle(self, model: str = "", usage: Usage | None = None, estimated: bool = False) -> None:
         admission, self.admission = self.admission, None
         if admission is not None:
-            self.limits.settle(admission, self.door.key_id, model or self.model, usage, estimated=estimated)
+            self.limits.settle(admission, self.client.key_id, model or self.model, usage, estimated=estimated)
 
     def charge_batch(self, tally: Tally) -> None:
         for model, usage in tally.by_model.items():
-            self.limits.settle(Admission(""), self.door.key_id, model, usage, rate=BATCH_RATE)
+            self.limits.settle(Admission(""), self.client.key_id, model, usage, rate=BATCH_RATE)
 
     def log(self, status: int | str, usage: Usage | None = None, estimated: bool = False) -> None:
-        access_log.record_passthrough(self.team.team, self.door.key_id, self.request_id, f"passthrough:{self.op.family}",
+        access_log.record_passthrough(self.team.team, self.client.key_id, self.request_id, f"passthrough:{self.op.family}",
                                       self.model, self.route, status, usage, self.started, estimated)
 
     def refused(self, exc: SlipstreamError) -> None:
@@ -232,13 +238,13 @@ class _Exchange:
 
 
 async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, headers: Mapping[str, str],
-                  body: bytes | AsyncIterable[bytes], length: int | None, door: Door) -> Passed:
+                  body: bytes | AsyncIterable[bytes], length: int | None, client: Client) -> Passed:
     """Check, send upstream and start answering one pass-through request; `raw_path` as the client
     wrote it (still percent-encoded). A refusal raises the provider-shaped SlipstreamError."""
     op = operation(method, raw_path)
     provider = provider_for(team, op.protocol)
     limits = _limits(team)
-    ex = _Exchange(team, door, op, provider, limits, ownership_of(limits.state))
+    ex = _Exchange(team, client, op, provider, limits, ownership_of(limits.state), request_id=client.request_id or secrets.token_hex(8))
     try:
         return await _forward(ex, method, query, headers, body, length)
     except (UpstreamUnreachableError, UpstreamTimeoutError) as exc:
@@ -278,7 +284,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
             ex.check_models(requested_models(op.kind, request))
             batch_worst = ex.worst_cost([LLMRequest(Endpoint.MESSAGES, r["params"]) for r in request.get("requests") or ()
                                          if isinstance(r, dict) and isinstance(r.get("params"), dict)])
-    ex.admission = await ex.limits.admit(ex.door.key_id, budget=op.spends, reserve=reserve)
+    ex.admission = await ex.limits.admit(ex.client.key_id, budget=op.spends, reserve=reserve)
     if op.spends and op.kind == "batch":  # its models are in its input file, which must be the team's
         file_id = request.get("input_file_id")
         if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
@@ -296,7 +302,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     elif not isinstance(body, bytes):
         body = _bounded(body, limit)
     url = provider.base_url + op.upstream_path + (f"?{query}" if query else "")
-    ex.trace, sent = tracing.begin_passthrough(team.team, method, op.family, provider, upstream_headers(headers), ex.door.caller)
+    ex.trace, sent = tracing.begin_passthrough(team.team, method, op.family, provider, upstream_headers(headers), ex.client.caller)
     if ex.trace is not None:
         ex.trace.root.attributes["slipstream.route"] = ex.route
     sent = {**provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), **sent}
@@ -406,7 +412,7 @@ async def _checked_object(ex: _Exchange, data: dict[str, Any]) -> bytes:
         outputs = [fid for name in ("output_file_id", "error_file_id") if isinstance(fid := row.get(name), str)]
         await ex.owners.note_outputs(team, row["id"], outputs)
     for row in rows if op.kind == "message_batch" else ():
-        rewrite_results_url(row, ex.door.origin)
+        rewrite_results_url(row, ex.client.origin)
     return orjson.dumps(data)
 
 
