@@ -19,7 +19,10 @@ the proxy"):
 - `pairs` (default): one pair per component — independent pairs, as a random sample of QQP gives
   them and as a user measuring from outside meets them. With `--data`, a seeded random sample of the
   full set's held-out `test` split instead.
-Recall is printed whole and split into word-for-word repeats and paraphrases.
+Recall is printed whole and split into word-for-word repeats and paraphrases. Precision is printed
+twice: by QQP's labels, and by reading — each semantic hit looked up in `data/qqp-read-heldout.jsonl`
+(hits of the sample's independent pairs judged by a reader blind to the label, sdk/cache/readings.py;
+exact hits are right by construction); hits no reading covers are counted and left out.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
-from sdk.cache import qqp  # noqa: E402  (after the path: the script runs from a checkout)
+from sdk.cache import qqp, readings  # noqa: E402  (after the path: the script runs from a checkout)
 
 MODEL = "claude-sonnet-4-5"
 KEY = "sk-bench"
@@ -160,6 +163,22 @@ def figures(rows: list[tuple[str, str | None, str]], pairs: list[qqp.Pair]) -> F
     return Figures(hits, right, answerable, right / max(hits, 1), right / max(answerable, 1), recall_of(True), recall_of(False))
 
 
+def read_precision(rows: list[tuple[str, str | None, str]]) -> tuple[int, int, int]:
+    """(right by reading, hits judged, hits no reading covers); exact hits are right by construction."""
+    judged = readings.judged(readings.load(readings.HELD_OUT))
+    same = covered = missing = 0
+    for question, served, status in rows:
+        if served is None:
+            continue
+        verdict = True if status == "exact-hit" else judged.get((question, served))
+        if verdict is None:
+            missing += 1
+        else:
+            covered += 1
+            same += verdict
+    return same, covered, missing
+
+
 def _share(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -170,7 +189,7 @@ def population(kind: str, size: int, data: Path | None) -> list[qqp.Pair]:
         chosen = test if kind == "components" else random.Random(qqp.SEED).sample(test, min(size or len(test), len(test)))
     else:
         sample = qqp.load_pairs(qqp.HELD_OUT_SAMPLE)
-        chosen = sample if kind == "components" else [part[0] for part in qqp.components(sample)]
+        chosen = sample if kind == "components" else readings.independent(sample)
     return chosen[:size] if size else chosen
 
 
@@ -184,14 +203,16 @@ def main() -> None:
     pairs = population(args.population, args.pairs, args.data)
     print(f"{len(pairs)} held-out pairs ({args.population}), {sum(p.duplicate for p in pairs)} labelled duplicates;"
           f" min_precision {args.min_precision or 'shipped default'}", flush=True)
-    print("| path | hits (exact / semantic) | precision | recall | recall: repeats / paraphrases |")
-    print("|---|---|---|---|---|")
+    print("| path | hits (exact / semantic) | precision (QQP labels) | precision (read; hits not read) | recall | recall: repeats / paraphrases |")
+    print("|---|---|---|---|---|---|")
     for name, run in (("library", through_library), ("proxy", through_proxy)):
         with tempfile.TemporaryDirectory() as tmp:
             rows = run(pairs, args.min_precision, Path(tmp))
         got = figures(rows, pairs)
         exact = sum(status == "exact-hit" for _, _, status in rows)
+        same, covered, missing = read_precision(rows)
         print(f"| {name} | {got.hits} ({exact} / {got.hits - exact}) | {got.precision:.3f} ({got.right}/{got.hits}) |"
+              f" {same / max(covered, 1):.3f} ({same}/{covered}; {missing}) |"
               f" {got.recall:.3f} ({got.right}/{got.answerable}) | {_share(got.repeat_recall)} / {_share(got.paraphrase_recall)} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 

@@ -10,6 +10,9 @@ pairs plus hard negatives mined the way a cache meets them (a question's nearest
 that are not duplicates of it), because those, not random pairs, are what a cache wrongly serves.
 Each precision target gets the lowest threshold whose served hits on the calibration workload reach
 it with 97.5% confidence (Wilson lower bound), so the test precision is not an optimistic in-sample one.
+Then the hits of the calibration split judged by reading (`--readings`, sdk/cache/readings.py) lower a
+target's threshold where they reach it at a lower score: QQP's labels count many same questions as
+wrong at the top of the ranking. `--keep-weights` recalibrates the shipped verifier without retraining.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from sdk.cache import qqp, rules
+from sdk.cache import qqp, readings, rules
 from sdk.cache.adapter import ADAPTER
 from sdk.cache.verifier import Verifier, pair_features, weights_for
 from sdk.embedding import Embedder
@@ -88,6 +91,28 @@ def calibrate(results: list[qqp.Outcome]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(targets, dtype=np.float64), np.array(thresholds, dtype=np.float64)
 
 
+def with_readings(verifier: Verifier, judged: list[readings.Reading], vectors: dict[str, np.ndarray]) -> Verifier:
+    """Per target, the lower of the label-calibrated threshold and the one the judged hits reach it at."""
+    scored = []
+    for reading in judged:
+        ranked = verifier.rank(reading.query, vectors[reading.query], [(reading.served, vectors[reading.served])])
+        if ranked is not None:  # a pair a rule now vetoes is never served
+            scored.append((ranked[1], reading.same))
+    by_labels = dict(zip(verifier.targets.tolist(), verifier.thresholds.tolist(), strict=True))
+    targets: list[float] = []
+    thresholds: list[float] = []
+    read: list[bool] = []
+    for target in TARGETS:
+        found = [(value, True) for value in [readings.threshold_for(scored, target)] if value is not None]
+        found += [(by_labels[target], False)] if target in by_labels else []
+        if found:
+            value, from_reading = min(found)
+            targets.append(target)
+            thresholds.append(max([value, *thresholds]))  # a higher target never gets a lower threshold
+            read.append(from_reading)
+    return Verifier(verifier.w1, verifier.b1, verifier.w2, verifier.b2, np.array(targets), np.array(thresholds), verifier.embedder, np.array(read, dtype=bool))
+
+
 def report(name: str, results: list[qqp.Outcome], verifier: Verifier) -> None:
     base = qqp.served_by_cosine(results, 0.8)
     print(f"[{name}] {len(results)} lookups; cosine>=0.8: hit rate {base.hit_rate:.3f}, precision {base.precision:.3f}, recall {base.recall:.3f}")
@@ -103,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adapter", type=Path, default=ADAPTER)
     parser.add_argument("--out", type=Path, help="default: the shipped file for that embedder")
     parser.add_argument("--embedding-cache", type=Path, default=default_data_dir() / "qqp")
+    parser.add_argument("--readings", type=Path, default=readings.CALIBRATION, help="hits of the calibration split judged by reading")
+    parser.add_argument("--keep-weights", action="store_true", help="recalibrate the shipped verifier's thresholds only")
     parser.add_argument("--max-pairs", type=int, default=0, help="use at most this many pairs of each split (whole components; 0: all), to fit a time budget")
     args = parser.parse_args(argv)
 
@@ -114,20 +141,27 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_pairs:
         splits = {name: qqp.sample(pairs, args.max_pairs) for name, pairs in splits.items()}
     embedder = Embedder(adapter=args.adapter if args.embedder == "tuned" else None)
-    every_text = [t for name in ("train", "calibration") for p in splits[name] for t in (p.a, p.b)]
+    needed = ("calibration",) if args.keep_weights else ("train", "calibration")
+    every_text = [t for name in needed for p in splits[name] for t in (p.a, p.b)]
     vectors = qqp.embed_cached(every_text, embedder.embed_many, args.embedding_cache, embedder.model_id)
     print(f"splits: {', '.join(f'{k} {len(v)}' for k, v in splits.items())}; embedded in {time.perf_counter() - started:.0f}s")
 
-    features, labels = training_set(splits["train"], vectors)
-    print(f"training on {len(labels)} pairs ({labels.mean():.2f} positive)")
-    w1, b1, w2, b2 = fit(features, labels)
-    untuned = Verifier(w1, b1, w2, b2, np.array([]), np.array([]), embedder.model_id)
+    out = args.out or weights_for(embedder.model_id)
+    if args.keep_weights:
+        untuned = Verifier.load(out)
+    else:
+        features, labels = training_set(splits["train"], vectors)
+        print(f"training on {len(labels)} pairs ({labels.mean():.2f} positive)")
+        w1, b1, w2, b2 = fit(features, labels)
+        untuned = Verifier(w1, b1, w2, b2, np.array([]), np.array([]), embedder.model_id, np.array([], dtype=bool))
 
     calibration = qqp.outcomes(qqp.Workload.of(splits["calibration"]), vectors, untuned)
     targets, thresholds = calibrate(calibration)
-    verifier = Verifier(untuned.w1, untuned.b1, untuned.w2, untuned.b2, targets, thresholds, embedder.model_id)
+    verifier = Verifier(untuned.w1, untuned.b1, untuned.w2, untuned.b2, targets, thresholds, embedder.model_id, np.zeros(len(targets), dtype=bool))
     report("calibration", calibration, verifier)
-    out = args.out or weights_for(embedder.model_id)
+    if args.readings.is_file():
+        verifier = with_readings(verifier, readings.load(args.readings), vectors)
+        print("thresholds:", ", ".join(f"{t:.2f}: {v:.4f}{' (read)' if r else ''}" for t, v, r in zip(verifier.targets, verifier.thresholds, verifier.read, strict=True)))
     verifier.save(out)
     print(f"wrote {out} in {time.perf_counter() - started:.0f}s")
 

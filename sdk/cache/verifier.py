@@ -5,7 +5,8 @@ wrong entry about 40% of the time. The verifier is a one-hidden-layer MLP over
 [u·v, |u−v|, cos, lexical rule features], trained by `sdk/cache/train_verifier.py` on part of
 QQP (with hard negatives mined the way a cache meets them: nearest neighbours that are not
 duplicates), and calibrated on a separate part: for each precision target it stores the lowest
-score threshold at which served hits reached that precision. Rule vetoes (numbers, negation,
+score threshold at which served hits reached that precision, by QQP's labels or, where those
+undercount it, by hits judged by reading (sdk/cache/readings.py). Rule vetoes (numbers, negation,
 swapped entities, ...) reject before the model is asked. A verifier belongs to one embedding space:
 `verifier-tuned.npz` to MiniLM with the QQP adapter (the default), `verifier.npz` to MiniLM as
 shipped; each file records the embedder id it was trained on, and loading it for another refuses.
@@ -43,12 +44,14 @@ class Verifier:
     targets: np.ndarray  # precision targets, ascending
     thresholds: np.ndarray  # score threshold reaching each target on the calibration split
     embedder: str  # id of the embedding space it was trained in (Embedder.model_id)
+    read: np.ndarray  # per target: True where the threshold was set on hits judged by reading (sdk/cache/readings.py)
 
     @classmethod
     def load(cls, path: Path) -> Verifier:
         with np.load(path) as data:
             w1, b1, w2, b2, targets, thresholds = (np.asarray(data[name]) for name in ("w1", "b1", "w2", "b2", "targets", "thresholds"))
-            return cls(w1, b1, w2, b2, targets, thresholds, embedder=str(data["embedder"]) if "embedder" in data else "minilm")
+            read = np.asarray(data["read"], dtype=bool) if "read" in data else np.zeros(len(targets), dtype=bool)
+            return cls(w1, b1, w2, b2, targets, thresholds, embedder=str(data["embedder"]) if "embedder" in data else "minilm", read=read)
 
     @classmethod
     def for_embedder(cls, embedder_id: str) -> Verifier:
@@ -58,7 +61,8 @@ class Verifier:
         return verifier
 
     def save(self, path: Path) -> None:
-        np.savez_compressed(path, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2, targets=self.targets, thresholds=self.thresholds, embedder=np.array(self.embedder))
+        np.savez_compressed(path, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2, targets=self.targets, thresholds=self.thresholds,
+                            embedder=np.array(self.embedder), read=self.read)
 
     def scores(self, features: np.ndarray) -> np.ndarray:
         hidden = np.maximum(features @ self.w1 + self.b1, 0.0)
