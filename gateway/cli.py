@@ -102,11 +102,17 @@ def _engine_serve(args: argparse.Namespace) -> int:
     from localengine.server import serve
 
     speculative = json.loads(args.speculative_config) if args.speculative_config else None
+    overrides = dict(json.loads(args.override_generation_config or "{}"))
+    default_max_tokens = overrides.pop("max_new_tokens", None)
+    if overrides or not (default_max_tokens is None or (isinstance(default_max_tokens, int) and default_max_tokens > 0)):
+        print("slipstream engine: --override-generation-config takes only a positive max_new_tokens", file=sys.stderr)
+        return 2
     print(f"slipstream engine: {args.model} on http://{args.host}:{args.port}", flush=True)
     sizes = {k: v for k, v in (("max_model_len", args.max_model_len), ("num_kvcache_blocks", args.num_kvcache_blocks),
                                ("num_threads", args.threads), ("max_num_seqs", args.max_num_seqs)) if v is not None}
     try:
         serve(args.model, host=args.host, port=args.port, served_model_name=args.served_model_name,
+              default_max_tokens=default_max_tokens,
               enable_prefix_caching=args.enable_prefix_caching, speculative_config=speculative,
               tensor_parallel_size=args.tensor_parallel_size, enforce_eager=args.enforce_eager, dtype=args.dtype,
               quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype, **sizes)
@@ -243,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--max-num-seqs", type=int, help="requests decoded together at most (default: 128)")
     engine_serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                               help="reuse the KV blocks of a prompt prefix seen before (vLLM's flag)")
+    engine_serve.add_argument("--override-generation-config",
+                              help='JSON, as vLLM: \'{"max_new_tokens": 512}\' caps a chat request that names no '
+                                   "max_tokens (default: up to the context); no other key is supported")
     engine_serve.add_argument("--enforce-eager", action="store_true",
                               help="CUDA: run decode eagerly instead of replaying captured CUDA graphs")
     engine_serve.add_argument(

@@ -38,9 +38,10 @@ MAX_BODY_BYTES = 32 << 20
 
 
 class EngineApp:
-    def __init__(self, engine: AsyncLLMEngine, served_model_name: str):
+    def __init__(self, engine: AsyncLLMEngine, served_model_name: str, default_max_tokens: int | None = None):
         self.engine = engine
         self.served_model_name = served_model_name
+        self.default_max_tokens = default_max_tokens  # a chat request without max_tokens; None: up to the context
         self.created = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -84,7 +85,7 @@ class EngineApp:
         try:
             work: Awaitable[None]
             if _is_chat(path, body):
-                c = parse_chat_request(body, engine, self.served_model_name)
+                c = parse_chat_request(body, engine, self.served_model_name, self.default_max_tokens)
                 work = (self._stream(send, chat_completion_events(engine, c)) if c.stream
                         else self._complete(send, chat_completion(engine, c)))
             else:
@@ -182,19 +183,21 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def create_app(engine: AsyncLLMEngine, served_model_name: str | None = None) -> EngineApp:
-    return EngineApp(engine, served_model_name or engine.model_name)
+def create_app(engine: AsyncLLMEngine, served_model_name: str | None = None,
+               default_max_tokens: int | None = None) -> EngineApp:
+    return EngineApp(engine, served_model_name or engine.model_name, default_max_tokens)
 
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, served_model_name: str | None = None,
-          **engine_kwargs: Any) -> None:
+          default_max_tokens: int | None = None, **engine_kwargs: Any) -> None:
     """Load `model` (a local HF directory, a GGUF file or a bundled name) and serve it until interrupted,
     answering to `served_model_name` (default: `model`). This is what `slipstream engine serve` runs."""
     import uvicorn
 
     engine = AsyncLLMEngine.from_args(model, **engine_kwargs)
     try:
-        uvicorn.run(create_app(engine, served_model_name or model), host=host, port=port, log_level="info")
+        uvicorn.run(create_app(engine, served_model_name or model, default_max_tokens), host=host, port=port,
+                    log_level="info")
     finally:
         engine.shutdown()
 

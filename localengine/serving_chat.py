@@ -98,9 +98,11 @@ def _top_logprobs(body: dict[str, Any]) -> int | None:
     return (top or 0) if wanted else None
 
 
-def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | None = None) -> ChatRequest:
+def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | None = None,
+                       default_max_tokens: int | None = None) -> ChatRequest:
     """Validate an OpenAI chat request and render its prompt with the model's chat template.
-    `served_model`: the one name this server answers to (None: whatever the body names)."""
+    `served_model`: the one name this server answers to (None: whatever the body names).
+    `default_max_tokens`: for a request that names none (None: up to the context, as vLLM)."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     model = check_model(body, served_model) if served_model is not None else str(body.get("model") or engine.model_name)
@@ -121,8 +123,8 @@ def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | No
     # The template already holds any BOS the model wants; don't let the tokenizer add another.
     prompt_ids = truncated(body, tokenizer.encode(prompt, add_special_tokens=False), engine.engine.max_model_len)
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    params = sampling_params(body, engine, len(prompt_ids), logprobs=top_logprobs, default_max_tokens=None,
-                             max_tokens_key=key)
+    params = sampling_params(body, engine, len(prompt_ids), logprobs=top_logprobs,
+                             default_max_tokens=default_max_tokens, max_tokens_key=key)
     salt = body.get("cache_salt")
     return ChatRequest(
         request_id=f"chatcmpl-{uuid.uuid4().hex}",

@@ -16,12 +16,17 @@ MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
 
 
 @pytest.fixture(scope="module")
-def url(llama_dir) -> Iterator[str]:
+def engine(llama_dir) -> Iterator[AsyncLLMEngine]:
     engine = AsyncLLMEngine.from_args(str(llama_dir), dtype="float32", block_size=4, max_model_len=128,
                                       num_kvcache_blocks=256)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def url(engine) -> Iterator[str]:
     with engine_server(engine, "tiny") as url:
         yield url
-    engine.shutdown()
 
 
 @pytest.fixture
@@ -206,6 +211,17 @@ def test_engine_serve_takes_vllms_serving_flags(monkeypatch):
     seen: dict = {}
     monkeypatch.setattr(localengine.server, "serve", lambda model, **kwargs: seen.update(model=model, **kwargs))
     assert main(["engine", "serve", "--model", "demo", "--served-model-name", "org/name", "--max-num-seqs", "4",
-                 "--no-enable-prefix-caching"]) == 0
-    assert seen["model"] == "demo" and seen["served_model_name"] == "org/name"
+                 "--no-enable-prefix-caching", "--override-generation-config", '{"max_new_tokens": 7}']) == 0
+    assert seen["model"] == "demo" and seen["served_model_name"] == "org/name" and seen["default_max_tokens"] == 7
     assert seen["max_num_seqs"] == 4 and seen["enable_prefix_caching"] is False
+    assert main(["engine", "serve", "--model", "demo", "--override-generation-config", '{"temperature": 0}']) == 2
+
+
+def test_a_chat_request_without_max_tokens_gets_the_servers_default(engine):
+    from localengine.serving_chat import parse_chat_request
+
+    body = {"model": "tiny", "messages": MESSAGES}
+    assert parse_chat_request(body, engine, "tiny", default_max_tokens=7).params.max_tokens == 7
+    assert parse_chat_request({**body, "max_tokens": 9}, engine, "tiny", default_max_tokens=7).params.max_tokens == 9
+    unset = parse_chat_request(body, engine, "tiny").params.max_tokens  # vLLM's: up to the context
+    assert unset == 128 - len(parse_chat_request(body, engine, "tiny").prompt_token_ids)
