@@ -3,8 +3,9 @@ official client and through the drop-in SDK in process, and must get the same an
 
 Each case is one the two doors answered differently before they shared the core: a provider's
 refusal of the gateway's key (only the proxy dropped the provider's headers), the 404/405 for a
-path or method not served (the messages differed), and the request id of a pass-through refusal
-(neither door named the id of the access-log line).
+path or method not served (the messages differed), the request id of a pass-through refusal
+(neither door named the id of the access-log line), and a pass-through body the upstream cut
+(the drop-in appended an error event of its own to the provider's bytes).
 """
 
 from __future__ import annotations
@@ -79,3 +80,15 @@ def test_a_passthrough_refusal_names_its_access_log_line(door: str, tmp_path: Pa
         access_log.configure("off")
     (line,) = logged
     assert line["status"] == 404 and line["request_id"] == missing.value.response.headers["x-slipstream-request-id"]
+
+
+@pytest.mark.parametrize("door", ["proxy", "dropin"])
+def test_a_passthrough_body_cut_upstream_is_cut_at_both_doors(door: str, tmp_path: Path, fresh_emulator) -> None:
+    """A pass-through body is the provider's bytes (a download, a completion stream): when the upstream
+    breaks off mid-body, the client sees a broken transfer, never an error event of ours inside it."""
+    write_policy(tmp_path, "one-door", KEY, fresh_emulator.url, extra=PLAIN)
+    fresh_emulator.inject_fault("disconnect_after:events=2")
+    with _client(door, tmp_path) as client, pytest.raises(openai.APIConnectionError) as cut:
+        for _ in client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Say hello.", stream=True):
+            pass
+    assert type(cut.value.__cause__).__name__ == "RemoteProtocolError"  # httpx's over HTTP, httpx2's in process
