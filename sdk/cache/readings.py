@@ -10,8 +10,9 @@ this question? The label is joined afterwards, so both precisions can be reporte
 
 Two files in `data/`: `qqp-read-calibration.jsonl` (hits of the `calibration` split; the
 thresholds are set on it by `train_verifier`) and `qqp-read-heldout.jsonl` (every hit of the
-held-out sample's independent pairs at the thresholds it checks; `tests/cache/test_verifier.py` and
-`bench/semantic_cache_proxy.py` score against it). `python -m sdk.cache.readings` writes a blind
+held-out sample's independent pairs at the thresholds it checks, and the hits of 1,200 random `test`
+pairs at the default; `tests/cache/test_verifier.py` and `bench/semantic_cache_proxy.py` score
+against it). `python -m sdk.cache.readings` writes a blind
 sheet (hits without labels, in a seeded random order) to judge.
 """
 
