@@ -2,7 +2,7 @@
 #
 #   docker build -t slipstream .                               # core + [engine] + smollm2: the default policy's local model
 #   docker build -t slipstream --build-arg EXTRAS=all .         # every feature
-#   docker build -t slipstream --build-arg EXTRAS=redis .       # hosted providers only, shared state in Redis
+#   docker build -t slipstream --build-arg EXTRAS=redis .       # hosted providers only (shared state in Redis needs no extra)
 #   docker run -p 8080:8080 -e ANTHROPIC_API_KEY -e SLIPSTREAM_API_KEY \
 #       -v "$PWD/policies:/app/policies:ro" -v slipstream-data:/data slipstream
 FROM python:3.11-slim
