@@ -136,7 +136,7 @@ def door_handler(endpoint: Endpoint | None) -> ASGIHandler:
         except ClientGone:
             return
         if isinstance(started, Reply) and started.chunks is None:
-            reply = started  # a refusal: nothing upstream to cancel
+            reply = started  # a refusal, sent as it is: nothing upstream to cancel
         else:
             # The request is read (a pass-through upload too), so `receive` now only says "gone": a
             # watcher then cancels this task, which closes the upstream call, or its stream, at once.
