@@ -111,10 +111,10 @@ def request(case: Case, position: str) -> dict:
 
 def compressor(settings: dict, tmp: Path):
     """The team's Compressor, built from a policy exactly as the stage is (None: the code rejects the settings)."""
+    from sdk.compression.stage import build_compression
     from sdk.errors import PolicyError
     from sdk.policy import load_policy
     from sdk.services import Services
-    from sdk.stages.compression import build_compression
 
     policy = {
         "team": "bench",

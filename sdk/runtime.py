@@ -22,16 +22,16 @@ from sdk.extras import require_extras
 from sdk.models import ModelCatalog
 from sdk.pipeline import CompressionReport, Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
+from sdk.promptcache.stage import build_prompt_cache
 from sdk.providers import build_provider
 from sdk.providers.base import Provider
 from sdk.readiness import HasWarmUps, WarmUp
 from sdk.responses.api import StoredResponses
 from sdk.responses.store import StoreLimits
-from sdk.router import Router
+from sdk.routing.router import Router
 from sdk.routing.shared_breaker import SharedBreakerStore
 from sdk.services import Services
 from sdk.stages import build_stages
-from sdk.stages.prompt_cache import build_prompt_cache
 from sdk.types import Answer, LLMRequest, LLMResponse, LLMStream, Usage
 
 log = logging.getLogger("slipstream")

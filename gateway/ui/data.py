@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from sdk import live_stats
 from sdk.live_stats import RouteWindow, Window
 from sdk.metrics import RouteLabels
-from sdk.router import Router
+from sdk.routing.router import Router
 from sdk.runtime import TeamRegistry, TeamRuntime
 from sdk.spend import spend_report
 from sdk.state.backend import StateBackend

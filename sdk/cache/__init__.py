@@ -11,5 +11,7 @@ verifier.py    the learned hit verifier and its calibrated thresholds (verifier-
                for MiniLM as shipped)
 adapter.py     the LoRA adapter merged into MiniLM at load (minilm-qqp-lora.safetensors)
 response_cache.py  the process-wide object the stage and admin functions use
+stage.py       the pipeline stage (lookup before the router, store after); embedding_stage.py the exact
+               cache for /v1/embeddings
 qqp.py, train_embedder.py, train_verifier.py  the data, training and calibration behind the shipped files
 """

@@ -8,7 +8,7 @@ provider's key in place of the client's team key. Both doors reach `forward` thr
 1. The path is one of the operations served (sdk/passthrough/paths.py); dot segments and
    percent-encoding are refused before anything leaves.
 2. The team's rate and concurrency limits, and its budget for what runs a model (a completion, a
-   batch), are admitted by the pipeline's own limits stage (sdk/routing/limits.py): a completion
+   batch), are admitted by the pipeline's own limits stage (sdk/limits/stage.py): a completion
    holds its worst cost until its answer ends, a batch is created only if its worst cost at batch
    rates fits in what is left of the budget.
 3. Every model a completion or batch names (the completion's `model`, each line of a batch's input
@@ -55,6 +55,7 @@ from sdk.errors import (
     naming_provider,
 )
 from sdk.estimate import input_tokens, output_limit
+from sdk.limits.stage import RESERVE_EXACT_CHARS, LimitsStage
 from sdk.passthrough.bodies import (
     MAX_LINE,
     Lines,
@@ -70,8 +71,7 @@ from sdk.passthrough.bodies import (
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
-from sdk.router import Router
-from sdk.routing.limits import RESERVE_EXACT_CHARS, LimitsStage
+from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
 from sdk.state import in_background
 from sdk.state.backend import Admission

@@ -4,7 +4,7 @@
 prompt_cache_key; `plan` places breakpoints and predicts the read from the ledger, which a shared
 ledger (sdk/promptcache/shared_ledger.py) updates between the two; both are synchronous and touch
 only memoised work for blocks seen before. `settle` compares the provider's usage with the
-prediction and does the accounting. The router's per-attempt planning (sdk/stages/prompt_cache.py) calls them.
+prediction and does the accounting. The router's per-attempt planning (sdk/promptcache/stage.py) calls them.
 """
 
 from __future__ import annotations

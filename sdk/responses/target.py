@@ -76,7 +76,7 @@ class ResponsesTarget:
 
     def via(self, upstream: Provider) -> Provider:
         """This target for one attempt, sending through `upstream` (`inner` as the router prepared it
-        for the attempt: planned for its prompt cache, sdk/stages/prompt_cache.py)."""
+        for the attempt: planned for its prompt cache, sdk/promptcache/stage.py)."""
         return _Via(self, upstream)
 
     async def send(self, request: LLMRequest, timings: Timings, upstream: Provider | None = None) -> Answer:

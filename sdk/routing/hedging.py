@@ -1,6 +1,6 @@
 """Hedged requests: the losing leg of a race is cancelled, and an answer it already produced closed.
 
-The race itself is the router's attempt loop (sdk/router.py): when the only running attempt has
+The race itself is the router's attempt loop (sdk/routing/router.py): when the only running attempt has
 sent no first byte within the hedge delay (the policy's `delay_ms`, else the target's observed p95
 time to first byte), a second leg starts; the first to answer wins. "Answered" means the attempt
 finished: a complete body, or a stream primed with its first event (nothing has reached the client

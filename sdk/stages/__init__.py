@@ -2,7 +2,7 @@
 
 The order is data: `STAGE_ORDER` lists stage names outermost first; the router is always last.
 Prompt-cache planning is not a stage: it needs the target's protocol, which only the router knows,
-so the router runs it per attempt (sdk/stages/prompt_cache.py).
+so the router runs it per attempt (sdk/promptcache/stage.py).
 Each factory returns None when the team's policy leaves its stage off, so a disabled feature costs
 nothing per request.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sdk.cache.embedding_stage import build_embedding_cache
+from sdk.cache.stage import build_cache
+from sdk.compression.stage import build_compression
+from sdk.limits.stage import build_limits
 from sdk.pipeline import Stage
 from sdk.policy import Policy
-from sdk.routing.limits import build_limits
 from sdk.services import Services
-from sdk.stages.cache import build_cache
-from sdk.stages.compression import build_compression
-from sdk.stages.embedding_cache import build_embedding_cache
 from sdk.stages.metrics import build_metrics
 
 StageFactory = Callable[[Policy, Services], Stage | None]

@@ -8,7 +8,7 @@ attempt starts on it (sdk/routing/breaker.py). Every attempt is bounded by the f
 and the whole request by `retry.deadline_ms`; with hedging on, a slow attempt gets a companion leg
 in the same loop (losers cancelled by sdk/routing/hedging.py). A target of the other protocol is
 reached through translation, and each attempt's body is planned for the prompt cache of the provider
-it goes to, in that provider's protocol (sdk/stages/prompt_cache.py), after any translation.
+it goes to, in that provider's protocol (sdk/promptcache/stage.py), after any translation.
 
 A stream counts as answered once its first event has arrived: the router pulls that event before
 returning, so a stream that fails at once is retried like any other failure. Once the router has
@@ -51,7 +51,7 @@ from sdk.streams import close_after, on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMStream
 
 if TYPE_CHECKING:
-    from sdk.stages.prompt_cache import PromptCachePlanner
+    from sdk.promptcache.stage import PromptCachePlanner
 
 log = logging.getLogger("slipstream.router")
 

@@ -1,7 +1,7 @@
 """Prompt-cache planning, per upstream attempt: plan the body a provider receives, then verify the read.
 
 The router calls it once per attempt, after it has chosen the target and translated the client's
-request into the target's protocol (sdk/router.py wraps the target's provider in `PlanningProvider`),
+request into the target's protocol (sdk/routing/router.py wraps the target's provider in `PlanningProvider`),
 so the plan follows that provider's rules whatever door and protocol the client used: Anthropic
 breakpoints on a Messages body, `prompt_cache_key` on a Chat body, and a fallback that changes
 protocol is planned again. See sdk/promptcache/ and docs/prompt-cache.md.
