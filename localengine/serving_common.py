@@ -127,12 +127,12 @@ def _logit_bias(body: dict[str, Any], vocab_size: int) -> dict[int, float] | Non
         return None
     if not isinstance(raw, dict):
         raise RequestError("'logit_bias' must map token ids to numbers in [-100, 100]", param="logit_bias")
+    not_ids = [key for key in raw if not _is_int(key)]
+    if not_ids:  # every bad key at once, as vLLM reports them
+        raise RequestError(f"logit_bias keys {not_ids} are not token ids", param="logit_bias")
     bias: dict[int, float] = {}
     for key, value in raw.items():
-        try:
-            token = int(key)
-        except (TypeError, ValueError):
-            raise RequestError(f"logit_bias key {key!r} is not a token id", param="logit_bias") from None
+        token = int(key)
         if not 0 <= token < vocab_size:
             raise RequestError(f"logit_bias token {token} is outside this model's vocabulary of {vocab_size}",
                                param="logit_bias")
@@ -140,6 +140,14 @@ def _logit_bias(body: dict[str, Any], vocab_size: int) -> dict[int, float] | Non
             raise RequestError(f"logit_bias for {key} must be a number in [-100, 100]", param="logit_bias")
         bias[token] = float(value)
     return bias
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _stop_token_ids(body: dict[str, Any], vocab_size: int) -> list[int]:

@@ -65,8 +65,10 @@ def _prompts(body: dict[str, Any], engine: AsyncLLMEngine) -> list[list[int]]:
         if isinstance(p, str):
             return list(engine.tokenizer.encode(p, add_special_tokens=True))
         if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-            if not all(0 <= t < vocab for t in p):
-                raise RequestError(f"prompt token ids must be in [0, {vocab})", param="prompt")
+            outside = [t for t in p if not 0 <= t < vocab]
+            if outside:  # vLLM's words
+                raise RequestError(f"Token ids {outside} are out of vocabulary (this model has {vocab} tokens)",
+                                   param="prompt")
             return list(p)
         raise RequestError("'prompt' must be a string, a list of strings, a list of token ids or a list of such lists",
                            param="prompt")
@@ -86,6 +88,8 @@ def parse_completion_request(body: Any, engine: AsyncLLMEngine, served_model: st
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     model = check_model(body, served_model) if served_model is not None else str(body.get("model") or engine.model_name)
+    if body.get("prompt") in (None, "", []) and not body.get("prompt_embeds"):  # vLLM's check and words
+        raise RequestError("Either prompt or prompt_embeds must be provided and non-empty.", param="prompt")
     if body.get("suffix") is not None:
         raise RequestError("'suffix' is not supported: this engine does no fill-in-the-middle", param="suffix")
     check_fields(body, _FIELDS)

@@ -225,3 +225,15 @@ def test_a_chat_request_without_max_tokens_gets_the_servers_default(engine):
     assert parse_chat_request({**body, "max_tokens": 9}, engine, "tiny", default_max_tokens=7).params.max_tokens == 9
     unset = parse_chat_request(body, engine, "tiny").params.max_tokens  # vLLM's: up to the context
     assert unset == 128 - len(parse_chat_request(body, engine, "tiny").prompt_token_ids)
+
+
+def test_bad_requests_are_worded_as_vllms(client):
+    """vLLM's tests match these words: every bad logit_bias key named at once, out-of-vocabulary
+    prompt ids, a missing prompt."""
+    with pytest.raises(openai.BadRequestError) as bias:
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, logit_bias={"bad1": 5, "bad2": 1})
+    assert "bad1" in bias.value.message and "bad2" in bias.value.message and bias.value.param == "logit_bias"
+    with pytest.raises(openai.BadRequestError, match="out of vocabulary"):
+        client.completions.create(model="tiny", prompt=[999999], max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="Either prompt or prompt_embeds must be provided and non-empty"):
+        client.completions.create(model="tiny", prompt=None, max_tokens=2, extra_body={"prompt_embeds": []})
