@@ -1,0 +1,314 @@
+"""Proxy CPU per request: what `slipstream serve` spends of its own process's CPU on each request.
+
+Wall-clock throughput on a shared machine moves with the load; the CPU time the proxy process
+spends per request moves much less (it is the work the proxy does, whoever else runs). This script
+starts one emulator (5 ms to first byte, 16 output tokens, as bench/proxy_overhead.py) and one
+proxy per `--tree` (a checkout or `git worktree` of any commit: its code is imported through
+PYTHONPATH; policy, emulator and client are this checkout's, the same for all), then sends rounds
+of `--requests` requests at `--concurrency` over kept-alive connections to each proxy in turn
+(the order alternates by round), JSON and streamed, and reads the proxy's utime + stime from /proc
+around each round. Per round and as medians it prints CPU µs per request, the part the cyclic
+garbage collector took (gc.callbacks in the proxy), the part of threads other than the event
+loop's, full collections per 1,000 requests, and each tree's ratio to the first one per round
+(load drifts cancel within a round). A tree that does not start (a broken commit in a bisection)
+is skipped and named.
+
+With `--profile`, one more round per mode runs under cProfile (collector off, so its passes are not
+charged to whichever function allocated last) and the top functions by cumulative time are
+printed per request with their calls per request: calls per request do not move with the load, the
+steadiest signal for bisecting. Profiles stay under `--out`.
+
+    .venv/bin/python bench/proxy_cpu.py --tree /tmp/wt-b1ad7fc --tree . [--requests 1500] [--rounds 4]
+        [--mode json|stream|both] [--include-usage] [--profile --out /tmp/prof]
+
+Run from the main checkout with its venv; `git worktree add /tmp/wt-SHA SHA` gives a tree to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import marshal
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import uvloop
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `bench.proxy_overhead` when run as a script
+
+from bench.proxy_overhead import (  # noqa: E402  (after the path insert above)
+    BODY,
+    KEY,
+    PY,
+    Target,
+    emulator_process,
+    free_port,
+    one,
+    own_cpu_seconds,
+    stop,
+    wait_ready,
+)
+
+# Runs `slipstream serve` with a measuring window opened by SIGUSR1 and closed by SIGUSR2: the cyclic
+# garbage collector's passes and time per generation in the window (gc.callbacks), and cProfile when
+# the window's tag file asks for it (with the collector off: its passes would be charged to whichever
+# function allocated last; the rounds before measure it). Written to <prefix>-<tag>.gc.json / .prof, then <prefix>-<tag>.done.
+_SERVE = """
+import cProfile, gc, json, signal, sys, time
+prefix = sys.argv[1]
+profiler, window, passes, started = cProfile.Profile(), {'tag': '', 'profile': False}, [[0, 0.0] for _ in range(3)], [0.0]
+def on_gc(phase, info):
+    if phase == 'start':
+        started[0] = time.process_time()
+    else:
+        passes[info['generation']][0] += 1
+        passes[info['generation']][1] += time.process_time() - started[0]
+gc.callbacks.append(on_gc)
+def on(signum, frame):
+    tag, *flags = open(prefix + '.tag').read().split()
+    window.update(tag=tag, profile='profile' in flags)
+    for counter in passes:
+        counter[:] = [0, 0.0]
+    if window['profile']:
+        gc.disable()  # a collection's time would land on whichever function allocated last
+        profiler.enable()
+def off(signum, frame):
+    out = prefix + '-' + window['tag']
+    if window['profile']:
+        profiler.disable()
+        gc.enable()
+        profiler.dump_stats(out + '.prof')
+        profiler.clear()
+    open(out + '.gc.json', 'w').write(json.dumps(passes))
+    open(out + '.done', 'w').close()
+signal.signal(signal.SIGUSR1, on)
+signal.signal(signal.SIGUSR2, off)
+from gateway.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@dataclass
+class Proxy:
+    label: str
+    tree: Path
+    proc: subprocess.Popen
+    target: Target
+    prefix: Path  # of the files the proxy writes at the end of each window (_SERVE)
+    cpu_us: dict[str, list[float]] = field(default_factory=dict)
+    gc_us: dict[str, list[float]] = field(default_factory=dict)  # of cpu_us, the cyclic collector's passes
+    full_gcs: dict[str, list[float]] = field(default_factory=dict)  # generation-2 passes per 1,000 requests
+    off_loop_us: dict[str, list[float]] = field(default_factory=dict)  # of cpu_us, threads other than the event loop's
+    profiled: dict[str, int] = field(default_factory=dict)  # requests served while profiled, per mode
+    failed: int = 0  # requests answered other than 200 or not at all
+
+
+def label_of(tree: Path) -> str:
+    try:
+        sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        sha = "?"
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+    return f"{tree.name}@{sha}{'+dirty' if dirty else ''}"
+
+
+def start_proxy(tree: Path, policy: Path, prefix: Path, label: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    cmd = [PY, "-c", _SERVE, str(prefix), "serve", "--policy", str(policy), "--port", str(port)]
+    env = {"PYTHONPATH": str(tree)}
+    proc = subprocess.Popen(cmd, cwd=tree, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/healthz", timeout_s=120)
+    except RuntimeError:
+        stop(proc)
+        raise RuntimeError(f"the proxy of {label} never answered: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}") from None
+    return proc, port
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU time of the process's main thread (the event loop's), from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.asynccontextmanager
+async def window(proxy: Proxy, tag: str, profile: bool = False) -> AsyncIterator[Path]:
+    """A measuring window in the proxy process (see _SERVE); yields the prefix of the files it writes."""
+    Path(f"{proxy.prefix}.tag").write_text(f"{tag} profile" if profile else tag)
+    os.kill(proxy.proc.pid, signal.SIGUSR1)
+    await asyncio.sleep(0.2)  # the signal is handled between two callbacks of the proxy's loop
+    yield Path(f"{proxy.prefix}-{tag}")
+    os.kill(proxy.proc.pid, signal.SIGUSR2)
+    done = Path(f"{proxy.prefix}-{tag}.done")
+    deadline = time.monotonic() + 30
+    while not done.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+async def load(proxy: Proxy, session: aiohttp.ClientSession, n: int, concurrency: int, stream: bool, include_usage: bool) -> int:
+    """Send `n` requests at `concurrency` over the session's kept-alive connections; how many were sent."""
+    body = json.dumps({**BODY, "stream": stream, **({"stream_options": {"include_usage": True}} if stream and include_usage else {})}).encode()
+    left = n
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            try:
+                await one(session, proxy.target, body, stream)
+            except (RuntimeError, aiohttp.ClientError) as exc:  # counted, not fatal: the CPU was spent all the same
+                proxy.failed += 1
+                if proxy.failed <= 3:
+                    print(f"{proxy.label}: {str(exc)[:200]}", file=sys.stderr)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return n
+
+
+async def measure(proxy: Proxy, session: aiohttp.ClientSession, n: int, concurrency: int, stream: bool, include_usage: bool,
+                  tag: str) -> None:
+    """CPU µs per request of the proxy process over `n` requests, and what of it the collector took."""
+    mode = "stream" if stream else "json"
+    async with window(proxy, tag) as out:
+        before, loop_before = own_cpu_seconds(proxy.proc.pid), loop_cpu_seconds(proxy.proc.pid)
+        sent = await load(proxy, session, n, concurrency, stream, include_usage)
+        cpu, loop_cpu = own_cpu_seconds(proxy.proc.pid) - before, loop_cpu_seconds(proxy.proc.pid) - loop_before
+    passes = json.loads(Path(f"{out}.gc.json").read_text())
+    proxy.cpu_us.setdefault(mode, []).append(cpu / sent * 1e6)
+    proxy.off_loop_us.setdefault(mode, []).append((cpu - loop_cpu) / sent * 1e6)
+    proxy.gc_us.setdefault(mode, []).append(sum(seconds for _, seconds in passes) / sent * 1e6)
+    proxy.full_gcs.setdefault(mode, []).append(passes[2][0] / sent * 1000)
+
+
+async def profile_round(proxy: Proxy, session: aiohttp.ClientSession, n: int, concurrency: int, stream: bool, include_usage: bool) -> None:
+    mode = "stream" if stream else "json"
+    async with window(proxy, f"{mode}-profile", profile=True):
+        proxy.profiled[mode] = await load(proxy, session, n, concurrency, stream, include_usage)
+
+
+def print_profile(proxies: list[Proxy], top: int) -> None:
+    for mode in ("json", "stream"):
+        for proxy in proxies:
+            path = Path(f"{proxy.prefix}-{mode}-profile.prof")
+            if not path.exists():
+                continue
+            n = proxy.profiled[mode]
+            # The file is cProfile's marshalled table, {(file, line, name): (primitive calls, calls, own s, cumulative s, callers)};
+            # read directly because pstats' typed view rounds times to milliseconds and keys functions by name alone.
+            table = marshal.loads(path.read_bytes())
+            own_s, calls = sum(entry[2] for entry in table.values()), sum(entry[1] for entry in table.values())
+            # Calls per request hardly move with the machine's load: the steadiest measure of work added between commits.
+            print(f"\n### {proxy.label} {mode}: {n} requests, {calls / n:.0f} calls and {own_s / n * 1e6:.0f} µs profiled time per request; "
+                  f"top {top} by cumulative")
+            print("| cum µs/req | own µs/req | calls/req | function |")
+            print("|---|---|---|---|")
+            for (file, line, name), (_primitive, calls, own, cumulative, _callers) in sorted(table.items(), key=lambda item: item[1][3], reverse=True)[:top]:
+                where = file.replace(str(proxy.tree) + "/", "").replace(str(ROOT) + "/", "")
+                print(f"| {cumulative / n * 1e6:.1f} | {own / n * 1e6:.1f} | {calls / n:.2f} | {where}:{line} {name} |")
+
+
+async def rounds(args: argparse.Namespace, proxies: list[Proxy], modes: list[bool]) -> None:
+    # One session per proxy for the whole run: connections stay alive, as a real client's do, so a
+    # round measures requests, not connection set-up.
+    sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency)) for _ in proxies]
+    try:
+        for proxy, session in zip(proxies, sessions, strict=True):  # warm every code path before anything is measured
+            for stream in modes:
+                await load(proxy, session, 4 * args.concurrency, args.concurrency, stream, args.include_usage)
+        for stream in modes:
+            mode = "stream" if stream else "json"
+            for round_ in range(args.rounds):
+                order = list(zip(proxies, sessions, strict=True))
+                for proxy, session in order if round_ % 2 == 0 else order[::-1]:
+                    await measure(proxy, session, args.requests, args.concurrency, stream, args.include_usage, f"{mode}-{round_}")
+                    print(f"{mode} round {round_ + 1} {proxy.label}: {proxy.cpu_us[mode][-1]:.0f} µs/request, collector "
+                          f"{proxy.gc_us[mode][-1]:.0f} (load {os.getloadavg()[0]:.2f})", flush=True)
+            if args.profile:
+                for proxy, session in zip(proxies, sessions, strict=True):
+                    await profile_round(proxy, session, args.requests, args.concurrency, stream, args.include_usage)
+    finally:
+        for session in sessions:
+            await session.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", action="append", type=Path, help="checkout whose proxy to measure (repeat to compare; default: this one)")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per round and mode")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per mode, alternating the trees")
+    parser.add_argument("--mode", choices=["json", "stream", "both"], default="both")
+    parser.add_argument("--profile", action="store_true", help="after the rounds, one more per mode under cProfile; print the top functions")
+    parser.add_argument("--out", type=Path, help="directory for the proxies' window files and profiles (default: a temporary one)")
+    parser.add_argument("--top", type=int, default=40, help="with --profile: functions printed per profile")
+    parser.add_argument("--include-usage", action="store_true", help="streamed requests ask for usage (no estimate needed at the end)")
+    parser.add_argument("--json", dest="json_out", type=Path, help="also write the results here as JSON")
+    args = parser.parse_args()
+    uvloop.install()
+    trees = [tree.resolve() for tree in (args.tree or [ROOT])]
+    modes = [False, True] if args.mode == "both" else [args.mode == "stream"]
+    procs: list[subprocess.Popen] = []
+    workdir = args.out or Path(tempfile.mkdtemp(prefix="slipstream-cpu-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        emu_port = free_port()
+        procs.append(emulator_process(emu_port, 5.0))
+        wait_ready(f"http://127.0.0.1:{emu_port}/_emulator/stats")
+        policy = workdir / "bench.yaml"
+        policy.write_text(
+            f"team: bench\napi_keys: [{{value: {KEY}}}]\n"
+            f"providers:\n  gpt: {{kind: openai, base_url: 'http://127.0.0.1:{emu_port}/v1', api_key: up}}\n"
+            "routes:\n  - match: {model: '*'}\n    targets: [{provider: gpt}]\nretry: {max_attempts: 1}\n"
+        )
+        proxies: list[Proxy] = []
+        for index, tree in enumerate(trees):
+            label = f"{index}-{label_of(tree)}"
+            try:
+                proc, port = start_proxy(tree, policy, workdir / label, label)
+            except RuntimeError as exc:  # a commit in a bisection that does not start: skipped, said
+                print(f"skipped: {exc}", file=sys.stderr)
+                continue
+            procs.append(proc)
+            proxies.append(Proxy(label, tree, proc, Target(label, f"http://127.0.0.1:{port}/v1/chat/completions", KEY), workdir / label))
+        print(f"commit {label_of(ROOT)}, {os.cpu_count()} cores; {args.requests} requests per round at concurrency {args.concurrency}")
+        asyncio.run(rounds(args, proxies, modes))
+        print(f"\n| proxy | mode | CPU µs/request (median of {args.rounds}) | of it, collector µs | of it, other threads µs "
+              "| full collections per 1k requests | rounds |")
+        print("|---|---|---|---|---|---|---|")
+        for proxy in proxies if args.rounds else []:
+            for mode, values in proxy.cpu_us.items():
+                print(f"| {proxy.label} | {mode} | {statistics.median(values):.0f} | {statistics.median(proxy.gc_us[mode]):.0f} | {statistics.median(proxy.off_loop_us[mode]):.0f} "
+                      f"| {statistics.median(proxy.full_gcs[mode]):.1f} | {', '.join(f'{v:.0f}' for v in values)} |")
+        if len(proxies) > 1 and args.rounds:  # each round's ratio to the first tree's: load drifts cancel within a round
+            print(f"\nratio to {proxies[0].label}, median over rounds:")
+            for proxy in proxies[1:]:
+                for mode, values in proxy.cpu_us.items():
+                    ratios = [v / b for v, b in zip(values, proxies[0].cpu_us[mode], strict=True)]
+                    print(f"  {proxy.label} {mode}: {statistics.median(ratios):.3f} ({', '.join(f'{r:.2f}' for r in ratios)})")
+        for proxy in proxies:
+            if proxy.failed:
+                print(f"{proxy.label}: {proxy.failed} requests failed")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        if args.json_out:
+            args.json_out.write_text(json.dumps({p.label: {"cpu_us": p.cpu_us, "gc_us": p.gc_us} for p in proxies}, indent=1))
+        if args.profile:
+            print_profile(proxies, args.top)
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+
+
+if __name__ == "__main__":
+    main()
