@@ -9,10 +9,12 @@ with the bf16 cache, KV blocks at the same memory, decode speed at batch 1 and 1
   per token and KV head (dynamic), one int8 scale per layer for K and one for V (vLLM's
   k_scale/v_scale, measured like ours), fp8 with vLLM's default scale 1.0.
 - Blocks: what `max_kv_cache_bytes` (64 MiB) buys for each cache dtype, as the engine sizes it.
-- Speed: decode tokens/s after the first token, 128 tokens, batch 1 and 16, the cache dtypes
+- Speed: decode tokens/s after the first token (--decode-tokens, 128), batch 1 and 16, the cache dtypes
   interleaved run by run so that they share the machine's load; median of --runs.
 
-    python bench/localengine/kv_cache.py --threads 2 [--compare-scales] [--speed]
+    python bench/localengine/kv_cache.py --threads 2 [--blocks] [--agreement] [--compare-scales] [--speed]
+
+(no part named: blocks and agreement)
 
 Prints the machine's load average next to each figure.
 """
@@ -95,21 +97,25 @@ def agreement(base: list[list[int]], other: list[list[int]]) -> str:
     return f"{100 * agreed / total:.1f}% of {total} tokens, {same}/{len(base)} answers identical"
 
 
-def run_agreement() -> None:
+def run_agreement(compare_scales: bool) -> None:
+    # Loading dequantizes the GGUF file (a minute on a loaded 2-core machine): each engine is loaded once.
     llms = {kv: make_llm(kv) for kv in KV_DTYPES}
     prompts = chat_ids(llms["auto"])
     base = generate(llms["auto"], prompts)
     for kv in KV_DTYPES[1:]:
-        print(f"kv_cache_dtype={kv}: {agreement(base, generate(llms[kv], prompts))}  (load {load()})", flush=True)
+        print(f"kv_cache_dtype={kv} (per-channel scales): {agreement(base, generate(llms[kv], prompts))}"
+              f"  (load {load()})", flush=True)
+    if compare_scales:
+        run_compare_scales(llms, prompts, base)
 
 
 Rounder = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def simulated(rounder: Rounder) -> list[list[int]]:
-    """A bf16-cache engine whose attention layers see K/V rounded by `rounder` before storing them."""
-    llm = make_llm("auto")
-    for i, attn in enumerate(llm.llm_engine.model_runner.model.attention_layers()):
+def simulated(llm: Any, prompts: list[list[int]], rounder: Rounder) -> list[list[int]]:
+    """The bf16-cache engine with its attention layers seeing K/V rounded by `rounder` before storing them."""
+    layers = llm.llm_engine.model_runner.model.attention_layers()
+    for i, attn in enumerate(layers):
         forward = attn.forward
 
         def rounded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any, *, i: int = i,
@@ -118,24 +124,26 @@ def simulated(rounder: Rounder) -> list[list[int]]:
             return forward(q, rk, rv, meta)
 
         setattr(attn, "forward", rounded)  # noqa: B010 - an instance attribute shadows the method
-    return generate(llm, chat_ids(llm))  # the chat template and tokenizer are the model's, as in run_agreement
+    llm.llm_engine.block_manager.reset_prefix_cache()  # blocks cached unrounded must not be hit
+    try:
+        return generate(llm, prompts)
+    finally:
+        for attn in layers:
+            del attn.forward
+        llm.llm_engine.block_manager.reset_prefix_cache()
 
 
 def int8_round(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (torch.floor((x.float() / scale).clamp(-127, 127) + 0.5) * scale).to(x.dtype)
 
 
-def run_compare_scales() -> None:
-    bf16 = make_llm("auto")
-    prompts = chat_ids(bf16)
-    base = generate(bf16, prompts)
-
+def run_compare_scales(llms: dict[str, Any], prompts: list[list[int]], base: list[list[int]]) -> None:
     def per_token(_: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         def one(x: torch.Tensor) -> torch.Tensor:
             return int8_round(x, x.float().abs().amax(-1, keepdim=True).clamp(min=1e-8) / 127)
         return one(k), one(v)
 
-    ours = make_llm("int8").llm_engine.model_runner.kv_scales  # [2, layers, heads, dim]: per channel
+    ours = llms["int8"].llm_engine.model_runner.kv_scales  # [2, layers, heads, dim]: per channel
     per_layer = ours.amax(dim=(2, 3))  # the largest channel's: one scale per layer for K, one for V
 
     def per_tensor(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,10 +158,7 @@ def run_compare_scales() -> None:
             ("int8, per layer (vLLM's k_scale/v_scale, measured)", per_tensor),
             ("fp8 e4m3, scale 1.0 (vLLM's default)", fp8_unscaled)]
     for name, rounder in rows:
-        print(f"{name}: {agreement(base, simulated(rounder))}  (load {load()})", flush=True)
-    for kv in KV_DTYPES[1:]:
-        print(f"{kv}, per channel (this engine): {agreement(base, generate(make_llm(kv), prompts))}"
-              f"  (load {load()})", flush=True)
+        print(f"{name}: {agreement(base, simulated(llms['auto'], prompts, rounder))}  (load {load()})", flush=True)
 
 
 def run_blocks() -> None:
@@ -164,30 +169,30 @@ def run_blocks() -> None:
         per_token = 2 * a.num_layers * a.num_local_kv_heads * a.head_dim * runner.kv_cache.element_size()
         blocks = runner.num_kvcache_blocks
         print(f"kv_cache_dtype={kv}: {per_token} B/token, {blocks} blocks of {runner.block_size} in 64 MiB = "
-              f"{blocks * runner.block_size // 1024} sequences of 1,024 tokens", flush=True)
+              f"{blocks * runner.block_size} tokens of context", flush=True)
 
 
-def decode_rate(llm: Any, prompts: list[list[int]]) -> float:
+def decode_rate(llm: Any, prompts: list[list[int]], tokens: int) -> float:
     from localengine import SamplingParams
 
-    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=128, ignore_eos=True))
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
     firsts = [o.metrics.first_token_time for o in outs]
     lasts = [o.metrics.last_token_time for o in outs]
-    tokens = sum(len(o.outputs[0].token_ids) - 1 for o in outs)
-    return tokens / (max(lasts) - max(firsts))
+    decoded = sum(len(o.outputs[0].token_ids) - 1 for o in outs)
+    return decoded / (max(lasts) - max(firsts))
 
 
-def run_speed(runs: int) -> None:
+def run_speed(runs: int, tokens: int) -> None:
     llms = {kv: make_llm(kv, enable_prefix_caching=False) for kv in KV_DTYPES}
     prompts = chat_ids(llms["auto"])
     for batch in (1, 16):
         rates: dict[str, list[float]] = {kv: [] for kv in KV_DTYPES}
         loads = []
         for llm in llms.values():
-            decode_rate(llm, prompts[:batch])  # warm-up
+            decode_rate(llm, prompts[:batch], 8)  # warm-up
         for _ in range(runs):
             for kv, llm in llms.items():
-                rates[kv].append(decode_rate(llm, prompts[:batch]))
+                rates[kv].append(decode_rate(llm, prompts[:batch], tokens))
             loads.append(os.getloadavg()[0])
         summary = ", ".join(f"{kv} {statistics.median(r):.1f}" for kv, r in rates.items())
         print(f"batch {batch}: decode tok/s {summary}  (load {min(loads):.1f}-{max(loads):.1f})", flush=True)
@@ -197,18 +202,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--blocks", action="store_true", help="KV blocks in 64 MiB per cache dtype")
+    parser.add_argument("--agreement", action="store_true", help="greedy agreement with the bf16 cache")
     parser.add_argument("--compare-scales", action="store_true", help="simulated alternatives to per-channel scales")
     parser.add_argument("--speed", action="store_true", help="decode tokens/s at batch 1 and 16")
     args = parser.parse_args()
+    if not (args.blocks or args.agreement or args.compare_scales or args.speed):
+        args.blocks = args.agreement = True
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    print(f"{MODEL}, bf16 weights, {args.threads} threads, torch {torch.__version__}  (load {load()})", flush=True)
-    run_blocks()
-    run_agreement()
-    if args.compare_scales:
-        run_compare_scales()
+    print(f"{MODEL}, bf16, {args.threads} threads, torch {torch.__version__}  (load {load()})", flush=True)
+    if args.blocks:
+        run_blocks()
+    if args.agreement or args.compare_scales:
+        run_agreement(args.compare_scales)
     if args.speed:
-        run_speed(args.runs)
+        run_speed(args.runs, args.decode_tokens)
     print(f"done in {time.perf_counter() - start:.0f} s  (load {load()})")
 
 

@@ -245,3 +245,54 @@ def test_cuda_graphs_speed_up_batch_one_decode(tiny_llama):
     print(f"\nbatch 1 decode, tiny Llama, bf16: graphs {rates[False]:.0f} tok/s, eager {rates[True]:.0f} tok/s "
           f"({rates[False] / rates[True]:.2f}x)")
     assert rates[False] > rates[True]
+
+
+def _needs_e4m3(kv: str) -> None:
+    if kv == "fp8_e4m3" and torch.cuda.get_device_capability(CUDA) < (8, 9):
+        pytest.skip("Triton's e4m3 conversions need an Ada or Hopper GPU (sm_89+)")
+
+
+@pytest.mark.parametrize("kv", ["int8", "fp8_e4m3"])
+@pytest.mark.parametrize("num_splits", [1, 5])
+def test_triton_kernels_over_a_quantized_cache_match_reference_in_bf16(kv, num_splits):
+    """The store kernel (bit for bit) and the attention kernel over an int8 / e4m3 cache, compiled for
+    the GPU, against the PyTorch path over the same cache in fp32."""
+    from localengine.kernels import kv_quant
+
+    _needs_e4m3(kv)
+    fmt = kv_quant.FORMATS[kv]
+    specs = [(0, 1), (31, 1), (700, 1), (2047, 1)] if num_splits > 1 else [(100, 1), (3, 1), (0, 300), (64, 129)]
+    q, k, v, k_cache, v_cache, meta = paged_batch(specs, torch.bfloat16, num_blocks=320)
+    stats = kv_quant.KVStats(1, KV_HEADS, HEAD_DIM, CUDA)
+    stats.observe(0, k_cache.flatten(0, 1), v_cache.flatten(0, 1))
+    scales = kv_quant.scales_for_layers(stats.scales(fmt))[0]
+    every_slot = torch.arange(k_cache.shape[0] * BLOCK, device=CUDA)
+    caches = {}
+    for name, store in (("triton", triton_attention.store_kv_cache), ("torch", reference.store_kv_cache)):
+        qk = torch.zeros(k_cache.shape, dtype=fmt.dtype, device=CUDA)
+        qv = torch.zeros_like(qk)
+        store(k_cache.flatten(0, 1).contiguous(), v_cache.flatten(0, 1).contiguous(), qk, qv, every_slot, scales)
+        caches[name] = qk, qv
+    (tk, tv), (rk, rv) = caches["triton"], caches["torch"]
+    assert torch.equal(tk.float(), rk.float()) and torch.equal(tv.float(), rv.float())
+    expected = reference.paged_attention(q.float(), k.float(), v.float(), rk, rv, meta, HEAD_DIM**-0.5,
+                                         kv_scales=scales)
+    got = triton_attention.paged_attention(q, tk, tv, meta, HEAD_DIM**-0.5, num_splits=num_splits, kv_scales=scales)
+    torch.testing.assert_close(got.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("kv", ["int8", "fp8"])
+def test_quantized_cache_with_decode_graphs_matches_eager(tiny_llama, kv):
+    """Decode graphs capture the layers' scales with the cache: replays give the eager tokens (fp32
+    activations, so only the split count may differ), and the cache holds one byte per element."""
+    _needs_e4m3("fp8_e4m3" if kv == "fp8" else kv)
+    prompts = [[5, 17, 42, 99, 3, 250, 7], list(range(30, 90)), [1, 2, 3]]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    common = dict(dtype="float32", device="cuda", max_model_len=256, max_num_seqs=8, kv_cache_dtype=kv)
+    graphed = LLM(str(tiny_llama), **common)
+    runner = graphed.llm_engine.model_runner
+    assert runner.graphs is not None and runner.kv_cache.element_size() == 1
+    eager = LLM(str(tiny_llama), enforce_eager=True, **common)
+    got = [o.outputs[0].token_ids for o in graphed.generate(prompts, params)]
+    assert got == [o.outputs[0].token_ids for o in eager.generate(prompts, params)]
+    assert runner.graphs.num_replays >= 24 - 1
