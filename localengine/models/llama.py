@@ -186,12 +186,5 @@ class LlamaForCausalLM(nn.Module):
         """Logits over the whole vocabulary (None on tensor-parallel ranks other than 0)."""
         return self.lm_head.compute_logits(hidden)
 
-    def quantize_int8(self) -> None:
-        """Weight-only int8 for every attention and MLP linear; embeddings, norms and the LM head
-        (tied to the embeddings in small models) stay in the model's dtype."""
-        for module in self.modules():
-            if isinstance(module, (ColumnParallelLinear, RowParallelLinear)):
-                module.quantize_int8()
-
     def attention_layers(self) -> list[Attention]:
         return [cast(LlamaDecoderLayer, layer).self_attn.attn for layer in self.model.layers]

@@ -9,22 +9,27 @@ where the layer is fused or split across tensor-parallel ranks.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 from safetensors import safe_open
 
-from localengine.layers.linear import ColumnParallelLinear
+from localengine.layers.linear import ColumnParallelLinear, LinearBase
+from localengine.layers.quantization import DEFAULT_INT4_GROUP_SIZE, Int4Values
+from localengine.layers.vocab_parallel import VocabParallelEmbedding
 from localengine.models.llama import LlamaForCausalLM, ModelArgs
 
 
-def checkpoint_tensors(path: Path, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-    """(Hugging Face name, tensor) for every weight of the checkpoint at `path`."""
+def checkpoint_tensors(path: Path, dtype: torch.dtype,
+                       keep_int4: frozenset[str] = frozenset()) -> Iterator[tuple[str, torch.Tensor | Int4Values]]:
+    """(Hugging Face name, tensor) for every weight of the checkpoint at `path`; a GGUF's tensors
+    named in `keep_int4` come as 4-bit groups."""
     if path.suffix == ".gguf":
         from localengine.models.gguf import gguf_tensors, open_gguf
 
-        yield from gguf_tensors(open_gguf(path), dtype)
+        yield from gguf_tensors(open_gguf(path), dtype, keep_int4)
         return
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -37,24 +42,102 @@ def checkpoint_tensors(path: Path, dtype: torch.dtype) -> Iterator[tuple[str, to
                     yield name, f.get_tensor(name)
 
 
+@dataclass(frozen=True, slots=True)
+class QuantizationPlan:
+    """What loading does to each weight beyond copying it in `dtype`."""
+
+    int4_tensors: frozenset[str] = frozenset()  # checkpoint tensors loaded as 4-bit groups (GGUF Q4 blocks)
+    int4_modules: frozenset[str] = frozenset()  # linears packed from them: never given a float weight
+    after: tuple[tuple[str, str], ...] = ()  # (module, "int8" | "int4"): quantized once loaded
+    group_size: int = DEFAULT_INT4_GROUP_SIZE
+
+
+def _module_of(model: LlamaForCausalLM, name: str) -> tuple[str, int]:
+    """(module name, shard) a checkpoint weight loads into (fused pieces: the fused module)."""
+    for piece, (fused, shard) in model.packed_modules_mapping.items():
+        if f".{piece}." in name:
+            return name.replace(f".{piece}.", f".{fused}.").rsplit(".", 1)[0], shard
+    return name.rsplit(".", 1)[0], 0
+
+
+def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | None,
+                      group_size: int = DEFAULT_INT4_GROUP_SIZE) -> QuantizationPlan:
+    """None: nothing. "int8" / "int4": every attention and MLP linear, after loading; the embedding
+    (and the LM head, tied or not) int8. "gguf": what the file holds: linears whose pieces are all
+    4-bit blocks (Q4_0, Q4_1, Q4_K) load as int4 at group 32; every other quantized weight (Q8_0,
+    Q6_K, ..., a fused layer mixing types, the embedding) is dequantized exactly and requantized
+    to int8 per row (more bits than the block's, so the rounding added is small); float tensors
+    stay in `dtype`."""
+    if quantization is None:
+        return QuantizationPlan()
+    embeddings = [("model.embed_tokens", "int8")] + ([] if model.args.tie_word_embeddings else [("lm_head", "int8")])
+    if quantization in ("int8", "int4"):
+        linears = [(name, quantization) for name, m in model.named_modules() if isinstance(m, LinearBase)]
+        return QuantizationPlan(after=tuple(linears + embeddings), group_size=group_size)
+    if quantization != "gguf":
+        raise ValueError(f"unknown quantization {quantization!r}")
+    from localengine.models.gguf import is_float_type, open_gguf
+    from localengine.models.gguf_quants import int4_types
+
+    pieces: dict[str, list[tuple[str, int]]] = {}
+    for e in open_gguf(path).tensors:
+        if len(e.shape) == 2:
+            pieces.setdefault(_module_of(model, e.name)[0], []).append((e.name, e.ggml_type))
+    int4, after = set(), []
+    for module_name, tensors in pieces.items():
+        if all(is_float_type(t) for _, t in tensors):
+            continue
+        module = model.get_submodule(module_name)
+        if (isinstance(module, LinearBase) and len(tensors) == module.num_pieces
+                and all(t in int4_types() for _, t in tensors)):
+            int4.add(module_name)
+        else:
+            after.append((module_name, "int8"))
+    return QuantizationPlan(frozenset(n for m in int4 for n, _ in pieces[m]), frozenset(int4), tuple(after))
+
+
 def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device: torch.device,
-               max_model_len: int, tp_rank: int = 0, tp_size: int = 1) -> LlamaForCausalLM:
+               max_model_len: int, tp_rank: int = 0, tp_size: int = 1,
+               quantization: str | None = None) -> LlamaForCausalLM:
     with torch.device("meta"):
         model = LlamaForCausalLM(ModelArgs.from_hf(hf_config, tp_rank, tp_size))
+    plan = quantization_plan(model, path, quantization)
+    if device.type != "cpu" and (plan.int4_modules or any(method == "int4" for _, method in plan.after)):
+        raise NotImplementedError("int4 weights run on CPU only (PyTorch's CPU int4 kernel): GPU kernels are not done")
+    for name in plan.int4_modules:  # packed straight from the file's blocks: no float storage at all
+        del cast(LinearBase, model.get_submodule(name)).weight
     model = model.to_empty(device=device).to(dtype)
     if model.args.tie_word_embeddings:  # re-tie: to_empty gives every module its own storage
         model.lm_head.weight = model.model.embed_tokens.weight
     model.model.rotary_emb.build(max_model_len, device)
     params = dict(model.named_parameters(remove_duplicate=False))
     loaded: set[str] = set()
-    for name, tensor in checkpoint_tensors(path, dtype):
-        _load_tensor(model, params, name, tensor, loaded)
+    for name, tensor in checkpoint_tensors(path, dtype, plan.int4_tensors):
+        if isinstance(tensor, Int4Values):
+            module_name, shard = _module_of(model, name)
+            if cast(LinearBase, model.get_submodule(module_name)).load_int4(tensor, shard):
+                loaded.add(module_name)
+        else:
+            _load_tensor(model, params, name, tensor, loaded)
     if model.args.tie_word_embeddings:
         loaded.add("lm_head.weight")
-    missing = set(params) - loaded
+    missing = (set(params) - loaded) | (plan.int4_modules - loaded)
     if missing:
         raise ValueError(f"checkpoint {path} lacks weights: {sorted(missing)[:5]}")
+    quantize_loaded(model, plan)
     return model.eval()
+
+
+def quantize_loaded(model: LlamaForCausalLM, plan: QuantizationPlan) -> None:
+    """The plan's quantization of weights already loaded (in float)."""
+    for name, method in plan.after:
+        module = model.get_submodule(name)
+        if isinstance(module, VocabParallelEmbedding):
+            module.quantize_int8()
+        else:
+            cast(LinearBase, module).quantize(method, plan.group_size)
+    if model.args.tie_word_embeddings and model.model.embed_tokens.quant is not None:
+        model.lm_head.set_quantized(model.model.embed_tokens.quant, model.model.embed_tokens.dtype)
 
 
 def _load_tensor(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter], name: str,

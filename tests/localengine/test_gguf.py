@@ -39,7 +39,8 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(hf_dir: Path, out: Path, arch: str) -> Path:
+def write_gguf(hf_dir: Path, out: Path, arch: str, quantize: dict[str, str] | None = None) -> Path:
+    """`quantize`: GGUF name prefix (after `blk.N.`) -> GGML type for those matrices (gguf's own quantizer)."""
     cfg = json.loads((hf_dir / "config.json").read_text())
     tok = json.loads((hf_dir / "tokenizer.json").read_text())
     template = AutoTokenizer.from_pretrained(str(hf_dir)).chat_template
@@ -74,7 +75,13 @@ def write_gguf(hf_dir: Path, out: Path, arch: str) -> Path:
         piece = gname.split(".")[2] if gname.startswith("blk.") else ""
         if arch == "llama" and piece in heads and gname.endswith(".weight"):
             data = _permute(data, heads[piece])
-        w.add_tensor(gname, np.ascontiguousarray(data))
+        base = gname.split(".", 2)[2] if gname.startswith("blk.") else gname
+        kind = next((k for prefix, k in (quantize or {}).items() if base.startswith(prefix)), None)
+        if kind is not None and data.ndim == 2:
+            qtype = gguf.GGMLQuantizationType[kind]
+            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(data), qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gname, np.ascontiguousarray(data))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -132,7 +139,7 @@ def test_block_dequantization_matches_gguf(kind):
 
 
 def test_unsupported_options_are_refused_by_name(llama_dir):
-    with pytest.raises(NotImplementedError, match="int4"):
-        make_llm(llama_dir, quantization="int4")
+    with pytest.raises(NotImplementedError, match="awq"):
+        make_llm(llama_dir, quantization="awq")
     with pytest.raises(NotImplementedError, match="fp8_e5m2"):
         make_llm(llama_dir, kv_cache_dtype="fp8_e5m2")

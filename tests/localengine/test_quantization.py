@@ -1,13 +1,26 @@
-"""Weight-only int8 (`quantization="int8"`): int8 weights with one scale per output row, PyTorch's
-int8 matmul."""
+"""Weight-only quantization: int8 (one scale per output row) and int4 (groups with scales and zeros)
+through PyTorch's CPU kernels, GGUF's 4-bit blocks kept as int4, and perplexity through the engine."""
 
 from __future__ import annotations
 
+import json
+import math
+
+import numpy as np
+import pytest
 import torch
 
 from localengine import SamplingParams
-from localengine.layers.linear import ColumnParallelLinear, RowParallelLinear
+from localengine.layers.linear import ColumnParallelLinear, LinearBase, RowParallelLinear
+from localengine.layers.quantization import Int4Values, Int4Weight, Int8Weight
+from localengine.perplexity import perplexity
 from tests.localengine.conftest import make_llm
+
+gguf = pytest.importorskip("gguf")
+
+
+def _relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((got.float() - expected.float()).norm() / expected.float().norm()).item()
 
 
 def test_int8_linear_is_close_to_float():
@@ -19,17 +32,141 @@ def test_int8_linear_is_close_to_float():
         layer.bias.normal_(0, 0.1)
     x = torch.randn(5, 256)
     expected = layer(x)
-    layer.quantize_int8()
-    assert layer.qweight is not None and layer.qweight.dtype == torch.int8 and not hasattr(layer, "weight")
+    layer.quantize("int8")
+    assert isinstance(layer.quant, Int8Weight) and layer.quant.qweight.dtype == torch.int8 and not hasattr(layer, "weight")
     got = layer(x)
     assert got.dtype == x.dtype and got.shape == expected.shape
-    assert ((got - expected).norm() / expected.norm()).item() < 0.02  # int8 weights, bf16 activations
+    assert _relative_error(got, expected) < 0.02  # int8 weights, bf16 activations
 
 
-def test_engine_runs_int8(llama_dir):
-    llm = make_llm(llama_dir, quantization="int8")
-    model = llm.llm_engine.model_runner.model
-    linears = [m for m in model.modules() if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
-    assert linears and all(m.qweight is not None and m.qweight.dtype == torch.int8 for m in linears)
-    out = llm.generate(["def add(a, b):", [5, 6, 7]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
-    assert [len(o.outputs[0].token_ids) for o in out] == [8, 8]
+@pytest.mark.parametrize(("rows", "cols", "group"), [(96, 256, 32), (40, 192, 64), (8, 256, 128)])
+def test_int4_kernel_multiplies_by_the_dequantized_groups(rows, cols, group):
+    """The packed kernel computes x @ ((q - 8) * scale + zero)^T: the same as the unpacked groups'
+    values up to bf16 (its activations, scales and zeros), and those are near the float weight."""
+    torch.manual_seed(0)
+    w = torch.randn(rows, cols)
+    values = Int4Values.from_float(w, group)
+    assert values.q.max() <= 15 and values.group_size == group
+    reference = values.dequantize()
+    assert _relative_error(reference, w) < 0.12  # 16 levels per group of Gaussian values
+    packed = Int4Weight.from_values(values)
+    x = torch.randn(3, 5, cols)  # any leading shape
+    got = packed.matmul(x)
+    assert got.shape == (3, 5, rows) and got.dtype == torch.float32
+    assert _relative_error(got, x @ reference.T) < 0.01
+
+
+def _gguf_blocks(kind: str, rows: int, cols: int) -> np.ndarray:
+    """Real blocks (gguf's own quantizer) or, for Q4_K (which gguf-py cannot quantize), random
+    super-blocks: random nibbles and 6-bit scales, fp16 d and dmin of a realistic size."""
+    qtype = gguf.GGMLQuantizationType[kind]
+    rng = np.random.default_rng(0)
+    if kind != "Q4_K":
+        return gguf.quants.quantize(rng.normal(size=(rows, cols)).astype(np.float32), qtype)
+    blocks = rng.integers(0, 256, size=(rows * cols // 256, 144), dtype=np.uint8)
+    blocks[:, 0:2] = rng.uniform(1e-3, 2e-2, size=(len(blocks), 1)).astype(np.float16).view(np.uint8)
+    blocks[:, 2:4] = rng.uniform(1e-3, 2e-2, size=(len(blocks), 1)).astype(np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q4_K"])
+def test_gguf_4bit_blocks_map_onto_int4_groups(kind):
+    """Value for value: (q - 8) * scale + zero over the mapped groups is what gguf's own dequantizer
+    gives for the blocks (to fp32 rounding: the zero point folds the offset in)."""
+    from localengine.models.gguf_quants import int4_values
+
+    rows, cols = 6, 512
+    qtype = gguf.GGMLQuantizationType[kind]
+    blocks = _gguf_blocks(kind, rows, cols)
+    reference = torch.from_numpy(gguf.quants.dequantize(blocks, qtype).astype(np.float32))
+    values = int4_values(torch.from_numpy(blocks.copy()).reshape(-1), int(qtype), (rows, cols))
+    assert values.group_size == 32 and values.q.dtype == torch.uint8 and int(values.q.max()) <= 15
+    torch.testing.assert_close(values.dequantize(), reference, rtol=1e-6, atol=1e-6 * reference.abs().max().item())
+    # Through the kernel: only the bf16 rounding of activations, scales and zeros is added.
+    x = torch.randn(2, cols)
+    assert _relative_error(Int4Weight.from_values(values).matmul(x), x @ reference.T) < 0.01
+
+
+def test_gguf_q8_0_requantized_per_row_stays_within_a_step():
+    """Q8_0 (and other blocks of more than 4 bits) is dequantized exactly, then requantized to int8 with
+    one scale per row: not exact, each value moves by at most half the row's step."""
+    from localengine.models.gguf import dequantize
+
+    qtype = gguf.GGMLQuantizationType.Q8_0
+    blocks = _gguf_blocks("Q8_0", 16, 256)
+    exact = dequantize(torch.from_numpy(blocks.copy()).reshape(-1), int(qtype), (16, 256))
+    torch.testing.assert_close(exact, torch.from_numpy(gguf.quants.dequantize(blocks, qtype)), rtol=0, atol=0)
+    int8 = Int8Weight.from_float(exact)
+    step = exact.abs().amax(dim=1, keepdim=True) / 127
+    assert ((int8.dequantize() - exact).abs() <= step * 0.51).all()  # the step: the bf16 scale, within 0.4%
+
+
+def test_engine_runs_int8_and_int4(llama_dir):
+    for method, kind in (("int8", Int8Weight), ("int4", Int4Weight)):
+        llm = make_llm(llama_dir, quantization=method)
+        model = llm.llm_engine.model_runner.model
+        linears = [m for m in model.modules() if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
+        assert linears and all(isinstance(m.quant, kind) for m in linears)
+        # The embedding is int8 in both, the LM head (tied or not) too.
+        assert isinstance(model.model.embed_tokens.quant, Int8Weight) and isinstance(model.lm_head.quant, Int8Weight)
+        out = llm.generate(["def add(a, b):", [5, 6, 7]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+        assert [len(o.outputs[0].token_ids) for o in out] == [8, 8]
+
+
+def _tiny_ids(n: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(1).integers(3, 300, size=n)]
+
+
+def test_perplexity_is_transformers_own(llama_dir):
+    """fp32 weights: the engine's sliding-window perplexity equals one computed from Hugging Face
+    transformers' logits over the same windows."""
+    from transformers import AutoModelForCausalLM
+
+    ids, window, stride = _tiny_ids(100), 48, 16
+    hf = AutoModelForCausalLM.from_pretrained(str(llama_dir), dtype=torch.float32).eval()
+    nll, count, start = 0.0, 0, 0
+    while True:
+        chunk = ids[start:start + window]
+        first = 1 if start == 0 else window - stride
+        with torch.inference_mode():
+            logprobs = torch.log_softmax(hf(torch.tensor([chunk])).logits[0].float(), dim=-1)
+        nll -= sum(logprobs[i - 1, chunk[i]].item() for i in range(first, len(chunk)))
+        count += len(chunk) - first
+        if start + window >= len(ids):
+            break
+        start += stride
+    got = perplexity(make_llm(llama_dir), ids, window=window, stride=stride)
+    assert got.num_scored == count == len(ids) - 1
+    assert got.perplexity == pytest.approx(math.exp(nll / count), rel=1e-4)
+
+
+def test_gguf_blocks_load_kept_quantized(model_dirs, tmp_path):
+    """A GGUF with Q4_0 / Q4_1 linears and a Q8_0 embedding: loaded with no `quantization`, the 4-bit
+    linears are int4 weights packed from the file's blocks (no float copy), the embedding int8;
+    `quantization="none"` dequantizes everything. Both score the same text nearly alike."""
+    from tests.localengine.test_gguf import write_gguf
+
+    hf_dir = model_dirs["llama"]
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    path = write_gguf(hf_dir, tmp_path / "q4.gguf", "llama",
+                      quantize={"attn_": "Q4_0", "ffn_": "Q4_1", "token_embd": "Q8_0"})
+    kept = make_llm(path)
+    assert kept.llm_engine.config.quantization == "gguf"
+    model = kept.llm_engine.model_runner.model
+    linears = [m for m in model.modules() if isinstance(m, LinearBase)]
+    assert len(linears) == 4 * cfg["num_hidden_layers"] and all(isinstance(m.quant, Int4Weight) for m in linears)
+    assert not [n for n, _ in model.named_parameters() if "proj" in n]  # never given float storage
+    assert isinstance(model.model.embed_tokens.quant, Int8Weight)
+    plain = make_llm(path, quantization="none")
+    assert plain.llm_engine.config.quantization is None
+    assert plain.llm_engine.model_runner.model.model.layers[0].mlp.gate_up_proj.quant is None
+    ids = _tiny_ids(120)
+    exact, quantized = perplexity(plain, ids, 64, 32), perplexity(kept, ids, 64, 32)
+    assert quantized.perplexity == pytest.approx(exact.perplexity, rel=0.02)
+    out = kept.generate(["def add(a, b):"], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 6
+
+
+def test_gguf_quantization_needs_a_gguf_file(llama_dir):
+    with pytest.raises(ValueError, match="GGUF"):
+        make_llm(llama_dir, quantization="gguf")

@@ -1,0 +1,156 @@
+"""Weight-only quantized matrices and their matmuls (CPU: PyTorch's own int8 and int4 kernels).
+
+A decode step at batch 1 reads every weight once per token, so bytes per weight set its speed:
+- `Int8Weight`: int8 values, one scale per output row (symmetric): `torch._weight_int8pack_mm`.
+- `Int4Weight`: 4-bit values in groups of `group_size` along the input dimension, each group with a
+  scale and a zero point (asymmetric), w = (q - 8) * scale + zero, q in [0, 15] (gpt-fast's and
+  torchao's int4 format): `aten._weight_int4pack_mm_for_cpu` over the layout
+  `aten._convert_weight_to_int4pack_for_cpu` packs. GGUF's Q4_0, Q4_1 and Q4_K blocks are this
+  format at group 32 (see models/gguf_quants.py), so they load without a float copy.
+
+Both kernels' fast CPU paths take bf16 activations (int4 with fp32 or fp16 activations falls to
+a scalar loop, 30-50x slower on an AVX2 machine), so inputs are cast to bf16 and results back to
+the caller's dtype, and scales/zeros are stored in bf16 (8 bits of mantissa: a GGUF block's fp16
+scale is rounded to it, a relative change below 0.4%, far under the 4-bit step itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+ACTIVATION_DTYPE = torch.bfloat16
+INT4_GROUP_SIZES = (32, 64, 128)
+DEFAULT_INT4_GROUP_SIZE = 32  # GGUF's block size; see docs/localengine.md for 32 against 128
+
+
+def _bf16(x: torch.Tensor) -> torch.Tensor:
+    return x.to(ACTIVATION_DTYPE).float()
+
+
+@dataclass(slots=True)
+class Int8Weight:
+    qweight: torch.Tensor  # int8 [out, in]
+    scales: torch.Tensor  # bf16 [out]
+
+    @classmethod
+    def from_float(cls, w: torch.Tensor) -> Int8Weight:
+        """Symmetric, round to nearest, one scale per row."""
+        w = w.detach().float()
+        # Rounded to the kernel's bf16 first, and the values to that scale: a value then moves by at
+        # most half a step (rounding after would add up to 127 * 2^-9 of a step).
+        scale = _bf16((w.abs().amax(dim=1) / 127).clamp(min=1e-30))
+        q = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
+        return cls(q, scale.to(ACTIVATION_DTYPE))
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1]).to(ACTIVATION_DTYPE)
+        return torch._weight_int8pack_mm(flat, self.qweight, self.scales).to(x.dtype).reshape(*x.shape[:-1], -1)
+
+    def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Dequantized rows (an embedding lookup)."""
+        return self.qweight[ids].to(dtype) * self.scales[ids].to(dtype).unsqueeze(-1)
+
+    def dequantize(self) -> torch.Tensor:
+        return self.qweight.float() * self.scales.float()[:, None]
+
+
+@dataclass(slots=True)
+class Int4Values:
+    """Unpacked 4-bit groups, w = (q - 8) * scale + zero: the form pieces of a fused layer are
+    narrowed, permuted and concatenated in before packing."""
+
+    q: torch.Tensor  # uint8 [out, in], values 0..15
+    scale: torch.Tensor  # fp32 [out, in // group_size]
+    zero: torch.Tensor  # fp32 [out, in // group_size]
+
+    @property
+    def group_size(self) -> int:
+        return self.q.shape[1] // self.scale.shape[1]
+
+    @classmethod
+    def from_float(cls, w: torch.Tensor, group_size: int) -> Int4Values:
+        """gpt-fast's asymmetric group quantization: scale = (max - min) / 15, zero = min + 8 scale."""
+        rows, cols = w.shape
+        g = w.detach().float().reshape(rows, cols // group_size, group_size)
+        lo, hi = g.amin(dim=-1), g.amax(dim=-1)
+        scale = _bf16(((hi - lo) / 15).clamp(min=1e-6))  # what the kernel will hold (see Int8Weight)
+        zero = _bf16(lo + 8 * scale)
+        q = ((g - zero[..., None]) / scale[..., None] + 8).round().clamp(0, 15).to(torch.uint8)
+        return cls(q.reshape(rows, cols), scale, zero)
+
+    def map_rows(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Int4Values:
+        """The same row operation (a narrow, a permutation) on values, scales and zeros."""
+        return Int4Values(fn(self.q), fn(self.scale), fn(self.zero))
+
+    def narrow_columns(self, start: int, length: int) -> Int4Values:
+        g = self.group_size
+        if start % g or length % g:
+            raise ValueError(f"a tensor-parallel slice of {length} input features at {start} splits 4-bit groups of {g}")
+        return Int4Values(self.q.narrow(1, start, length), self.scale.narrow(1, start // g, length // g),
+                          self.zero.narrow(1, start // g, length // g))
+
+    @staticmethod
+    def cat(pieces: list[Int4Values]) -> Int4Values:
+        return Int4Values(torch.cat([p.q for p in pieces]), torch.cat([p.scale for p in pieces]),
+                          torch.cat([p.zero for p in pieces]))
+
+    def dequantize(self) -> torch.Tensor:
+        g = self.group_size
+        q = self.q.float().reshape(self.q.shape[0], -1, g)
+        return ((q - 8) * self.scale[..., None] + self.zero[..., None]).reshape(self.q.shape)
+
+
+@dataclass(slots=True)
+class Int4Weight:
+    packed: torch.Tensor  # uint8 [out, in // 2], PyTorch's CPU int4 layout
+    scales_and_zeros: torch.Tensor  # bf16 [in // group_size, out, 2]
+    group_size: int
+    in_features: int
+    out_features: int
+
+    @classmethod
+    def from_values(cls, v: Int4Values) -> Int4Weight:
+        rows = v.q.shape[0]
+        pad = -rows % 16  # the packing works on 16 rows at a time: padded rows are zeros, sliced off
+        if pad:
+            v = Int4Values(torch.cat([v.q, v.q.new_full((pad, v.q.shape[1]), 8)]),
+                           torch.cat([v.scale, v.scale.new_zeros(pad, v.scale.shape[1])]),
+                           torch.cat([v.zero, v.zero.new_zeros(pad, v.zero.shape[1])]))
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(v.q.to(torch.int32).contiguous(), 1)
+        sz = torch.stack([v.scale, v.zero], dim=-1).transpose(0, 1).contiguous().to(ACTIVATION_DTYPE)
+        return cls(packed, sz, v.group_size, v.q.shape[1], rows)
+
+    @classmethod
+    def from_float(cls, w: torch.Tensor, group_size: int) -> Int4Weight:
+        return cls.from_values(Int4Values.from_float(w, group_size))
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1]).to(ACTIVATION_DTYPE)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, self.scales_and_zeros)
+        if out.shape[1] != self.out_features:
+            out = out[:, : self.out_features]
+        return out.to(x.dtype).reshape(*x.shape[:-1], -1)
+
+
+
+QuantizedWeight = Int8Weight | Int4Weight
+
+
+def int4_group_size(in_features: int, preferred: int) -> int:
+    """`preferred` when it divides the row, else the largest smaller size that does (SmolLM2's
+    576-wide rows take 64, not 128)."""
+    for g in sorted((s for s in INT4_GROUP_SIZES if s <= preferred), reverse=True):
+        if in_features % g == 0:
+            return g
+    raise ValueError(f"no 4-bit group size of {INT4_GROUP_SIZES} up to {preferred} divides {in_features} input features")
+
+
+def quantize(w: torch.Tensor, method: str, group_size: int = 32) -> QuantizedWeight:
+    if method == "int8":
+        return Int8Weight.from_float(w)
+    if method == "int4":
+        return Int4Weight.from_float(w, int4_group_size(w.shape[1], group_size))
+    raise ValueError(f"unknown weight quantization {method!r}")
