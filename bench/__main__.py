@@ -75,6 +75,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "bench/localengine/smollm2.py", ("--runs", "2", "--decode-tokens", "64"), (), quick_timeout_s=600),
     Benchmark("spec_decode", "Speculative decoding (demo model, batch 1)", "bench/localengine/spec_decode.py",
               ("--batch", "1", "--max-tokens", "128", "--repeats", "2"), ("--batch", "1", "4", "8")),
+    Benchmark("spec_decode_smollm2", "Speculative decoding (smollm2-135m-instruct, batch 1, input-grounded prompts)",
+              "bench/localengine/spec_decode.py",
+              ("--model", "smollm2-135m-instruct", "--max-tokens", "96", "--repeats", "1"),
+              ("--model", "smollm2-135m-instruct", "--max-tokens", "192", "--repeats", "3"), quick_timeout_s=480),
     Benchmark("step_overhead", "Local engine: Python per step", "bench/localengine/step_overhead.py",
               ("--models", "demo", "--baseline", "none", "--steps", "60", "--rounds", "1"), ("--baseline", "none")),
 )

@@ -35,6 +35,8 @@ class MLPSpeculatorProposer:
             raise ValueError(
                 f"speculator {spec.model!r} was trained for hidden size {cfg.emb_dim} and vocabulary "
                 f"{cfg.vocab_size}; the target has {args.hidden_size} and {args.vocab_size}")
+        if cfg.target_embeddings:
+            self.model.attach_target_embedding(target_model.model.embed_tokens)
         if spec.num_speculative_tokens > cfg.n_predict:
             raise ValueError(f"speculator {spec.model!r} proposes at most {cfg.n_predict} tokens "
                              f"(num_speculative_tokens is {spec.num_speculative_tokens})")
@@ -78,9 +80,10 @@ class MLPSpeculatorProposer:
         steps: list[torch.Tensor] = []
         probs: list[list[torch.Tensor]] = [[] for _ in batch]
         for stage in range(k):
-            state, logits = model.stage(stage, state, tokens)
-            tokens = logits.argmax(dim=-1)
-            q = Sampler.compute_probs(logits[idx], sampled_seqs)
+            state, head_logits = model.stage(stage, state, tokens)
+            tokens = model.token_ids(head_logits.argmax(dim=-1))
+            logits = model.full_vocab_logits(head_logits[idx])
+            q = Sampler.compute_probs(logits, sampled_seqs)
             noise = torch.empty_like(q).exponential_(generator=self.generator)
             for r, seq in enumerate(sampled_seqs):
                 if seq.generator is not None:

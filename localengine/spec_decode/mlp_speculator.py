@@ -10,6 +10,12 @@ token just emitted and returns the next state and logits for the token after it:
     logits = head_i(state)
 
 starting from the target's final-norm hidden state at the position that produced the last token.
+Two additions for targets with large vocabularies (SmolLM2: 49,152 tokens, where one full-vocabulary
+head costs a fifth of a target step): `draft_vocab_size` > 0 gives every head only the target's
+most frequent output tokens (tensor `draft_vocab`, their ids; FR-Spec's frequency-ranked draft
+vocabulary, Zhao et al. 2025, arXiv:2502.14856), and `target_embeddings` makes the stages embed
+tokens with the target's own input embedding instead of tables of their own (nothing stored; the
+proposer attaches it). Neither is in vLLM's layout; a checkpoint without them is IBM's.
 Each stage is a few small matmuls over the batch (no attention, no KV cache, no per-layer
 scheduling), so k proposals cost a fraction of one target step even on a CPU, where a separate
 draft model costs nearly a whole one. Trained on the target's own greedy outputs
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +47,8 @@ class MLPSpeculatorConfig:
     n_predict: int = 4  # stages, the most tokens one call proposes
     tie_weights: bool = False  # one emb/proj/ln/head shared by stages 2..n (stage 1's proj stays its own)
     scale_input: bool = False  # RMS-normalise the incoming hidden state (divided by sqrt 2)
+    draft_vocab_size: int = 0  # 0: heads over the whole vocabulary; else over `draft_vocab`'s ids
+    target_embeddings: bool = False  # embed tokens with the target's input embedding (needs inner = emb_dim)
 
     @classmethod
     def from_json(cls, path: Path) -> MLPSpeculatorConfig:
@@ -66,11 +75,16 @@ class ScaleNorm(nn.Module):
 
 
 class MLPSpeculator(nn.Module):
+    draft_vocab: torch.Tensor  # a buffer: [draft_vocab_size] target token ids
+
     def __init__(self, config: MLPSpeculatorConfig):
         super().__init__()
         self.config = config
         n, inner = config.n_predict, config.inner_dim or config.emb_dim
         self.n_predict = n
+        if config.target_embeddings and inner != config.emb_dim:
+            raise ValueError("target_embeddings needs inner_dim equal to emb_dim (the target's hidden size)")
+        head_size = config.draft_vocab_size or config.vocab_size
 
         def stages(make, first=None) -> nn.ModuleList:
             if config.tie_weights:
@@ -78,28 +92,56 @@ class MLPSpeculator(nn.Module):
                 return nn.ModuleList([first or shared] + [shared] * (n - 1))
             return nn.ModuleList([first or make()] + [make() for _ in range(n - 1)])
 
-        self.emb = stages(lambda: nn.Embedding(config.vocab_size, inner))
+        self.emb = None if config.target_embeddings else stages(lambda: nn.Embedding(config.vocab_size, inner))
+        # The target's embedding lookup, attached (a function, not a submodule: never saved or cast).
+        self.target_embed: Callable[[torch.Tensor], torch.Tensor] | None = None
         self.proj = stages(lambda: nn.Linear(inner, inner, bias=False), nn.Linear(config.emb_dim, inner, bias=False))
         self.ln = stages(lambda: ScaleNorm(inner))
-        self.head = stages(lambda: nn.Linear(inner, config.vocab_size, bias=False))
+        self.head = stages(lambda: nn.Linear(inner, head_size, bias=False))
+        # Head index -> target token id; 0 rows without a draft vocabulary.
+        self.register_buffer("draft_vocab", torch.arange(config.draft_vocab_size, dtype=torch.int64))
         self.ln0 = ScaleNorm(config.emb_dim, affine=False) if config.scale_input else None
         # The paper's weighting keeps the state's and the embedding's contributions balanced
         # over n stages; the ratio is all that matters before the normalisation.
         state_weight = 0.5 ** (0.5 / n)
         self.emb_scale = math.sqrt((1 - state_weight**2) * (inner / 2)) / state_weight
 
+    def attach_target_embedding(self, embed: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """`embed`: token ids [B] -> [B, emb_dim], the target's own lookup (whatever its weights' format)."""
+        self.target_embed = embed
+
+    def embed(self, i: int, tokens: torch.Tensor) -> torch.Tensor:
+        if self.emb is not None:
+            return self.emb[i](tokens)
+        if self.target_embed is None:
+            raise RuntimeError("this speculator embeds with the target's embedding: attach_target_embedding first")
+        return self.target_embed(tokens)
+
+    def token_ids(self, head_index: torch.Tensor) -> torch.Tensor:
+        """Target token ids of head outputs (the identity without a draft vocabulary)."""
+        return self.draft_vocab[head_index] if self.config.draft_vocab_size else head_index
+
+    def full_vocab_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Head logits [B, draft vocab] spread over the target's vocabulary, -inf elsewhere: the
+        rejection sampler needs q over the tokens the target can emit."""
+        if not self.config.draft_vocab_size:
+            return logits
+        full = logits.new_full((logits.shape[0], self.config.vocab_size), float("-inf"))
+        return full.index_copy_(1, self.draft_vocab, logits)
+
     def start(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.ln0(hidden) / math.sqrt(2) if self.ln0 is not None else hidden
 
     def stage(self, i: int, state: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One stage: the next state and logits [B, V] for the token after `tokens`."""
-        state = self.proj[i](state).add_(self.emb[i](tokens), alpha=self.emb_scale)
+        """One stage: the next state and head logits [B, V or draft vocab] for the token after
+        `tokens` (target token ids)."""
+        state = self.proj[i](state).add_(self.embed(i, tokens), alpha=self.emb_scale)
         state = F.gelu(self.ln[i](state))
         return state, self.head[i](state)
 
     def forward(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits for training: hidden [N, D] at position t, tokens [N, n] the
-        tokens at t+1 .. t+n; returns logits [N, n, V] for the tokens at t+2 .. t+n+1."""
+        tokens at t+1 .. t+n; returns head logits [N, n, V or draft vocab] for the tokens at t+2 .. t+n+1."""
         state, out = self.start(hidden), []
         for i in range(self.n_predict):
             state, logits = self.stage(i, state, tokens[:, i])
@@ -112,7 +154,7 @@ class MLPSpeculator(nn.Module):
         state, tokens, out = self.start(hidden), last_tokens, []
         for i in range(k):
             state, logits = self.stage(i, state, tokens)
-            tokens = logits.argmax(dim=-1)
+            tokens = self.token_ids(logits.argmax(dim=-1))
             out.append(tokens)
         return torch.stack(out, dim=1)
 
@@ -125,6 +167,8 @@ class MLPSpeculator(nn.Module):
                 continue  # tied stages: stored once, under the first stage that owns them
             seen.add(id(param))
             tensors[name] = param.detach().to(torch.float16).contiguous()
+        if self.config.draft_vocab_size:
+            tensors["draft_vocab"] = self.draft_vocab.contiguous()
         save_file(tensors, str(out / "model.safetensors"))
         config = {"architectures": [ARCHITECTURE], "model_type": "mlp_speculator", **asdict(self.config)}
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -133,7 +177,9 @@ class MLPSpeculator(nn.Module):
 def load_speculator(path: Path, dtype: torch.dtype, device: torch.device) -> MLPSpeculator:
     config = MLPSpeculatorConfig.from_json(path / "config.json")
     model = MLPSpeculator(config)
-    params = dict(model.named_parameters(remove_duplicate=False))
+    params: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
+    if config.draft_vocab_size:
+        params["draft_vocab"] = model.draft_vocab
     loaded: set[int] = set()
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -153,4 +199,4 @@ def load_speculator(path: Path, dtype: torch.dtype, device: torch.device) -> MLP
     missing = [n for n, p in params.items() if id(p) not in loaded]
     if missing:
         raise ValueError(f"speculator checkpoint {path} lacks weights: {missing[:5]}")
-    return model.to(device=device, dtype=dtype).eval()
+    return model.to(device=device, dtype=dtype).eval()  # .to casts floating tensors only: ids stay int64

@@ -25,6 +25,11 @@ VERIFY_COST_PER_TOKEN = 0.1  # extra positions in a small verification pass cost
 PRIOR_ACCEPTED, PRIOR_TRIALS = 3.0, 5.0  # an optimistic a = 0.6 until measured
 DECAY = 0.9  # older drafts count less: acceptance changes along a sequence
 COST_DECAY = 0.95  # the measured draft cost is smoothed over ~20 steps
+# A measurement counts at most this many times the running estimate (plus COST_FLOOR): on a shared
+# machine a lookup preempted for a time slice measures as several target steps, and one such
+# reading used to push n-gram's cost past break-even, switching speculation off for hundreds of
+# steps (its estimate moves only on probes). A real increase is still followed, within ~50 readings.
+COST_OUTLIER, COST_FLOOR = 2.0, 0.01
 # Required modelled gain: the model leaves out the draft's catch-up prefill, longer verification
 # queries and host-side verification, which cost the demo pair on CPU roughly this much.
 MIN_EXPECTED_SPEEDUP = 1.1
@@ -90,6 +95,7 @@ class SpeculationPolicy:
         return best
 
     def observe_cost(self, draft_cost: float) -> None:
+        draft_cost = min(draft_cost, COST_OUTLIER * self.draft_cost + COST_FLOOR)
         self.draft_cost = COST_DECAY * self.draft_cost + (1.0 - COST_DECAY) * draft_cost
 
     def observe(self, request_id: str, num_draft: int, num_accepted: int) -> None:

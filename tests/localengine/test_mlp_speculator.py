@@ -34,6 +34,35 @@ def test_checkpoint_round_trip_in_the_published_layout(tmp_path, tied):
     assert torch.equal(loaded.propose_greedy(hidden, last, 3), model.propose_greedy(hidden, last, 3))
 
 
+def test_draft_vocabulary_and_target_embeddings_round_trip(tmp_path):
+    """FR-Spec's draft vocabulary (heads over a subset of token ids) and the target's own
+    embedding (not stored): proposals are target ids from the subset, q covers the whole
+    vocabulary with zeros outside it."""
+    torch.manual_seed(0)
+    config = MLPSpeculatorConfig(vocab_size=50, emb_dim=24, n_predict=3, tie_weights=True,
+                                 draft_vocab_size=8, target_embeddings=True)
+    model = MLPSpeculator(config).eval()
+    model.draft_vocab.copy_(torch.tensor([1, 4, 9, 16, 25, 36, 42, 49]))
+    target_embedding = torch.randn(50, 24)
+    model.attach_target_embedding(lambda ids: torch.nn.functional.embedding(ids, target_embedding))
+    model.save(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
+        names = set(f.keys())
+    assert "draft_vocab" in names and not any(name.startswith("emb.") for name in names)
+    loaded = load_speculator(tmp_path, torch.float32, torch.device("cpu"))
+    with pytest.raises(RuntimeError, match="attach_target_embedding"):
+        loaded.propose_greedy(torch.randn(2, 24), torch.tensor([3, 7]), 3)
+    loaded.attach_target_embedding(lambda ids: torch.nn.functional.embedding(ids, target_embedding))
+    hidden, last = torch.randn(5, 24), torch.randint(0, 50, (5,))
+    model.half().float()
+    proposals = loaded.propose_greedy(hidden, last, 3)
+    assert torch.equal(proposals, model.propose_greedy(hidden, last, 3))
+    assert set(proposals.flatten().tolist()) <= set(model.draft_vocab.tolist())
+    _, head_logits = loaded.stage(0, loaded.start(hidden), last)
+    q = loaded.full_vocab_logits(head_logits).softmax(-1)
+    assert q.shape == (5, 50) and torch.allclose(q[:, loaded.draft_vocab].sum(-1), torch.ones(5))
+
+
 def test_speculator_for_another_target_is_refused(llama_dir):
     with pytest.raises(ValueError, match="trained for hidden size 192"):
         LLM(str(llama_dir), dtype="float32", num_kvcache_blocks=256, speculative_config=MLP)
@@ -78,14 +107,17 @@ def test_sampled_output_keeps_the_targets_distribution():
     assert tv < 0.1, tv  # sampling noise alone is ~0.05 here
 
 
-def test_training_script_end_to_end(llama_dir, tmp_path):
-    """Self-distillation on a tiny target: generate, collect hidden states, train, save; the
-    engine then loads the result and greedy output is unchanged."""
+@pytest.mark.parametrize("flags", [[], ["--draft-vocab", "64", "--target-embeddings", "--soft-weight", "0",
+                                         "--greedy-weight", "1", "--sampled-share", "0"]],
+                         ids=["published-layout", "draft-vocab"])
+def test_training_script_end_to_end(llama_dir, tmp_path, flags):
+    """Self-distillation on a tiny target: generate (hidden states from the engine), train, save;
+    the engine then loads the result and greedy output is unchanged."""
     from localengine.demo.train_speculator import main
 
     out = tmp_path / "speculator"
     main(["--target", str(llama_dir), "--prompts", "12", "--gen-tokens", "24", "--n-predict", "3",
-          "--minutes", "0.02", "--out", str(out)])
+          "--minutes", "0.02", "--out", str(out), *flags])
     common = {"dtype": "float32", "num_kvcache_blocks": 256, "max_model_len": 128}
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     prompts = [[5, 6, 7, 8, 9, 10], [40, 41, 42]]

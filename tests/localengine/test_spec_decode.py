@@ -72,6 +72,19 @@ def test_ngram_proposer_matches_vllm_example():
     assert propose_ngram([1, 2, 3], 2, 3, 4) == []
 
 
+def test_ngram_proposer_prefers_the_longest_then_the_earliest_match():
+    # "7 8 9" ends the context: the 3-gram at 4..6 wins over the earlier 2-gram "8 9" at 1..2.
+    assert propose_ngram([8, 9, 1, 0, 7, 8, 9, 5, 6, 7, 8, 9], 2, 4, 2) == [5, 6]
+    # Two equally long matches: the earliest one's continuation.
+    assert propose_ngram([4, 5, 1, 4, 5, 2, 4, 5], 2, 4, 1) == [1]
+    # A match may start at the first token; the suffix itself is never its own match.
+    assert propose_ngram([3, 4, 3, 4], 2, 2, 3) == [3, 4]
+    assert propose_ngram([3, 3, 3], 2, 4, 3) == [3]
+    assert propose_ngram([1, 2, 3, 4], 1, 4, 2) == []
+    assert propose_ngram([5, 6, 5], 1, 4, 2) == [6, 5]  # min 1: the last token alone
+    assert propose_ngram([5, 6, 5], 2, 4, 2) == []
+
+
 @pytest.fixture(scope="module")
 def base_llm():
     return LLM("demo")
@@ -190,6 +203,26 @@ def test_policy_adapts_k_and_stops_below_break_even():
         policy.observe("a", 2, 0)  # nothing accepted: below break-even
     assert policy.num_tokens(seq, 1) == 0 and policy.num_tokens(seq, 1) == 0  # off, cooling down
     assert policy.num_tokens(Sequence("b", [1], SamplingParams(max_tokens=200, logprobs=1)), 1) == 0
+
+
+def test_one_preempted_cost_reading_does_not_switch_ngram_off():
+    """On a shared machine a lookup can be descheduled for a time slice and measure as many target
+    steps; the policy must keep speculating a request whose proposals are all accepted."""
+    from localengine.config import SpeculativeConfig
+    from localengine.engine.sequence import Sequence
+    from localengine.spec_decode.policy import SpeculationPolicy
+
+    policy = SpeculationPolicy(SpeculativeConfig("ngram", 4), 2048, draft_cost=0.0)
+    seq = Sequence("a", [1, 2, 3], SamplingParams(max_tokens=500))
+    for _ in range(5):
+        policy.num_tokens(seq, 1)
+        policy.observe_cost(0.01)
+        policy.observe("a", 4, 4)
+    policy.observe_cost(40.0)  # one lookup descheduled for 40 steps' time
+    assert [policy.num_tokens(seq, 1) for _ in range(20)] == [4] * 20
+    for _ in range(200):  # a proposer that really costs a step per token is still found out
+        policy.observe_cost(1.0)
+    assert policy.num_tokens(seq, 1) < 4
 
 
 async def test_async_engine_streams_speculative_tokens(reference):
