@@ -39,6 +39,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from gateway import collector
 from gateway.refusals import EDGE_REFUSALS, RateLimitedLog, log
 from sdk.pipeline import REQUEST_ID_HEADER, new_request_id
 
@@ -55,11 +56,19 @@ class EdgeLimits:
 
 
 class EdgeConfig(uvicorn.Config):
-    """A uvicorn Config that carries the edge limits to `EdgeProtocol` (and, pickled, to each worker)."""
+    """A uvicorn Config that carries the edge limits to `EdgeProtocol` (and, pickled, to each worker).
+    With `serving` (`slipstream serve`, not a test's server in a thread), each process settles its
+    garbage collector once its app is loaded (gateway/collector.py)."""
 
-    def __init__(self, app: Any, edge: EdgeLimits, **options: Any):
+    def __init__(self, app: Any, edge: EdgeLimits, serving: bool = False, **options: Any):
         super().__init__(app, http=EdgeProtocol, **options)
         self.edge = edge
+        self.serving = serving
+
+    def load(self) -> None:
+        super().load()
+        if self.serving:
+            collector.settle()
 
 
 # Per server: the connections still reading a request head, oldest first (the ones a new connection

@@ -27,7 +27,9 @@ def server_config(app: Any, edge: EdgeLimits, **options: Any) -> EdgeConfig:
 
 
 def run_server(config: EdgeConfig) -> None:
-    """`uvicorn.run`, with our config class: one process, or `config.workers` sharing one socket."""
+    """`uvicorn.run`, with our config class: one process, or `config.workers` sharing one socket;
+    each serving process settles its garbage collector once its app is loaded (gateway/collector.py)."""
+    config.serving = True
     if config.workers > 1:
         Multiprocess(config, sockets=[config.bind_socket()]).run()
     else:
