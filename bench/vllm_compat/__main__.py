@@ -34,6 +34,10 @@ TEST_FILES = {
         "9bef28af1506c0d7777b009e8ab12c713559b081f5ee11592b35d61e6bbe9672",
     "tests/entrypoints/openai/completion/test_completion.py":
         "baebf405d593594cb532aaf65c7cbcbff1f77def1bbc7fe6d4610f8fd9730310",
+    "tests/entrypoints/openai/chat_completion/test_chat_logit_bias_validation.py":
+        "bf77fcb7b218214814effd7a2cd804f843f75fde6aaf3554e9cc48e6f8b633ea",
+    "tests/entrypoints/openai/completion/test_prompt_validation.py":
+        "54756656f2866c8b681895d866099fa12c1890de5e90d1701403cde50fd5fe50",
 }
 PYTEST_INI = """[pytest]
 asyncio_mode = strict

@@ -3,7 +3,8 @@
 vLLM's test modules import `vllm` itself: its request classes, `SamplingParams`, exceptions and
 `get_tokenizer`. vLLM is not installed; a stand-in package answers those imports. A test that
 calls one of vLLM's own classes is skipped (it tests vLLM's Python code, not the HTTP server);
-`get_tokenizer` gives the served model's tokenizer. The fixtures vLLM's root conftest provides to
+`get_tokenizer` gives the served model's tokenizer, `ModelConfig(...).get_vocab_size()` its
+vocabulary size. The fixtures vLLM's root conftest provides to
 the structured-output tests are defined here, and the expected failures (exceptions.py) are marked.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from bench.vllm_compat.exceptions import EXPECTED_FAILURES, VLLM_INTERNALS
+from bench.vllm_compat.exceptions import EXPECTED_FAILURES, VLLM_INTERNAL_TESTS, VLLM_INTERNALS
 
 
 def _skip_internal() -> None:
@@ -56,7 +57,19 @@ def _hf_api() -> Any:
     return types.SimpleNamespace(snapshot_download=lambda repo_id, **_: f"(not downloaded: {repo_id})")
 
 
-_STAND_INS = {"get_tokenizer": _get_tokenizer, "hf_api": _hf_api}
+class _ModelConfig:
+    """vllm.config.ModelConfig as the logit-bias tests use it: the served model's vocabulary size."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from localengine.config import Config
+
+        self._config = Config(model=os.environ.get("VLLM_COMPAT_MODEL", "smollm2-135m-instruct"))
+
+    def get_vocab_size(self) -> int:
+        return int(self._config.hf_config["vocab_size"])
+
+
+_STAND_INS = {"get_tokenizer": _get_tokenizer, "hf_api": _hf_api, "ModelConfig": _ModelConfig}
 
 
 class _VllmModule(types.ModuleType):
@@ -100,6 +113,9 @@ def sample_json_schema() -> dict[str, Any]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if any(fnmatch.fnmatchcase(item.name, pattern) for pattern in VLLM_INTERNAL_TESTS):
+            item.add_marker(pytest.mark.skip(reason=VLLM_INTERNALS))
+            continue
         for pattern, reason in EXPECTED_FAILURES.items():
             if fnmatch.fnmatchcase(item.name, pattern):
                 item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
