@@ -15,7 +15,7 @@ import functools
 import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 from litestar import Litestar, Request, Response, delete, get, route
 from litestar.datastructures import State
@@ -24,7 +24,6 @@ from litestar.enums import HttpMethod
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.handlers import asgi
 from litestar.params import QueryParameter
-from litestar.types import Message, Scope
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admin import AdminKey, admin_guard
@@ -45,9 +44,6 @@ from sdk.runtime import TeamRegistry, TeamRuntime
 from sdk.services import Services
 from sdk.spend import spend_report
 from sdk.state import backend_status
-
-_REQUEST_ID = REQUEST_ID_HEADER.encode()
-
 
 # --- answers in the provider's shape ------------------------------------------------------------------
 
@@ -76,13 +72,14 @@ def _unrouted(request: Request, _: NotFoundException | MethodNotAllowedException
     return _response(door.unrouted(_call(request)))
 
 
-async def _named(message: Message, scope: Scope) -> None:
+def _named(response: Response[Any]) -> Response[Any]:
     """Every answer names a request id (`x-slipstream-request-id`): the door core's answers carry
-    their own; anything else the app answers (health, metrics, the status page) gets one here."""
-    if message["type"] == "http.response.start":
-        headers = message.setdefault("headers", [])
-        if not any(name == _REQUEST_ID for name, _ in headers):
-            message["headers"] = [*headers, (_REQUEST_ID, new_request_id().encode())]
+    their own; anything else the app answers (health, metrics, the status page) gets one here.
+    An `after_request` hook runs for framework handlers only, so the door core's ASGI routes (every
+    proxied request) pay nothing for it; a `before_send` hook wrapped every send of every request."""
+    if REQUEST_ID_HEADER not in response.headers:
+        response.headers[REQUEST_ID_HEADER] = new_request_id()
+    return response
 
 
 # --- the door core's routes ---------------------------------------------------------------------------
@@ -206,7 +203,7 @@ def create_app(
                         PASSTHROUGH_ROUTE, *UI_HANDLERS],
         dependencies={"team": Provide(_team, sync_to_thread=False)},
         lifespan=[_lifespan],
-        before_send=[_named],
+        after_request=_named,
         openapi_config=None,
         logging_config=None,  # the CLI configures logging; an embedding program keeps its own
         request_max_body_size=None,

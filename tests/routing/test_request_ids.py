@@ -75,6 +75,9 @@ def test_the_proxy_names_every_answer_its_own_errors_included(proxy, fresh_emula
         assert len(response.headers[HEADER]) == 16, status
         ids.add(response.headers[HEADER])
     assert len(ids) == len(answers)  # one per answer
+    for path in ("/healthz", "/readyz", "/metrics", "/ui"):  # the app's own pages, beside the door core
+        page = httpx.get(f"{proxy}{path}", headers=auth)
+        assert len(page.headers[HEADER]) == 16 and page.headers[HEADER] not in ids, path
 
 
 def test_an_upstream_error_is_logged_with_its_route_and_the_id_it_carries(proxy, fresh_emulator, access):
