@@ -1,0 +1,38 @@
+"""Speculative decoding on the bundled real model (smollm2-135m-instruct): greedy tokens equal to
+decoding without it, and n-gram proposals accepted on a prompt whose answer copies its input."""
+
+from __future__ import annotations
+
+import pytest
+
+from localengine import LLM, SamplingParams
+from localengine.config import packaged_model_path
+
+try:
+    packaged_model_path("smollm2-135m-instruct")
+except FileNotFoundError as exc:  # the README's install commands put it there
+    pytest.skip(str(exc), allow_module_level=True)
+
+FUNCTION = '''def area(width, height):
+    """Return the area of a rectangle."""
+    if width < 0 or height < 0:
+        raise ValueError("negative size")
+    return width * height
+'''
+MESSAGES = [{"role": "user", "content": "Rewrite this function with `width` renamed to `w`. Reply with the code only."
+                                        "\n\n" + FUNCTION}]
+COMMON = {"dtype": "float32", "max_model_len": 512, "max_num_seqs": 2, "num_kvcache_blocks": 48}
+PARAMS = SamplingParams(temperature=0, max_tokens=48)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two loads of the model and 96 decode steps on a shared CPU
+def test_ngram_speculation_keeps_greedy_tokens_and_is_accepted_on_copied_code():
+    reference = LLM("smollm2-135m-instruct", **COMMON).chat(MESSAGES, PARAMS)[0].outputs[0].token_ids
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "adaptive": False}
+    llm = LLM("smollm2-135m-instruct", speculative_config=spec, **COMMON)
+    assert llm.chat(MESSAGES, PARAMS)[0].outputs[0].token_ids == reference
+    stats = llm.spec_decode_stats()
+    assert stats is not None and stats.num_drafts > 0
+    # The answer copies the function: most proposals are the target's own next tokens.
+    assert stats.acceptance_rate > 0.5, stats
