@@ -205,7 +205,7 @@ async def admit_alone(state_url: str, n: int, concurrency: int) -> dict:
     Whether Redis answered them all (a timeout would have degraded the guard to local state)."""
     import uuid
 
-    from sdk.metrics import STATE_ADMISSIONS
+    from sdk.observability.metrics import STATE_ADMISSIONS
     from sdk.state import open_state
     from sdk.state.backend import Admission, Cap, Rate, Settlement
 

@@ -38,12 +38,12 @@ sys.path.insert(0, str(ROOT))
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
 from emulator.testing import running_emulator  # noqa: E402
-from sdk import tracing  # noqa: E402
+from sdk.observability import tracing  # noqa: E402
+from sdk.observability.tracing.emit import Sink  # noqa: E402
+from sdk.observability.tracing.export_process import ProcessSink  # noqa: E402
 from sdk.pipeline import RequestContext  # noqa: E402
 from sdk.policy import load_policy  # noqa: E402
 from sdk.runtime import TeamRuntime  # noqa: E402
-from sdk.tracing.emit import Sink  # noqa: E402
-from sdk.tracing.export_process import ProcessSink  # noqa: E402
 from sdk.types import Endpoint, LLMRequest, LLMResponse, Usage  # noqa: E402
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello in one short sentence."}], "max_tokens": 16}
@@ -138,8 +138,8 @@ async def encoding(requests: int) -> tuple[float, float]:
     (what the export process of `slipstream serve` does)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    from sdk.tracing.emit import Sink
-    from sdk.tracing.otlp_encoding import encode
+    from sdk.observability.tracing.emit import Sink
+    from sdk.observability.tracing.otlp_encoding import encode
 
     class Keep:
         def __init__(self) -> None:

@@ -31,10 +31,10 @@ from gateway.proxy import AsgiCall, Receive, door_handler
 from gateway.proxy import Scope as ASGIScope
 from gateway.refusals import auth_failure
 from gateway.ui import UI_HANDLERS
-from sdk import live_stats, tracing
 from sdk.door import PIPELINE, Door, KeyedTeams, Reply, protocol_for, refusal
 from sdk.errors import InvalidRequestError, SlipstreamError
-from sdk.metrics import REGISTRY
+from sdk.observability import live_stats, tracing
+from sdk.observability.metrics import REGISTRY
 from sdk.passthrough import PREFIXES as PASSTHROUGH_PREFIXES
 from sdk.pipeline import REQUEST_ID_HEADER, new_request_id
 from sdk.promptcache.stats import report as prompt_cache_report

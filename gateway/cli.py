@@ -28,9 +28,9 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.admin import ENV as ADMIN_KEY_ENV
     from gateway.app import SERVE_PATHS_ENV, create_app
     from gateway.serving import admin_key_from, file_limit_warning, fixed_key_warnings, port_problem, run_server, server_config
-    from sdk.access_log import ENV as ACCESS_LOG_ENV
+    from sdk.observability.access_log import ENV as ACCESS_LOG_ENV
+    from sdk.observability.tracing.setup import EXPORT_VAR as TRACE_EXPORT_ENV
     from sdk.state import STATE_URL_ENV, open_state
-    from sdk.tracing.setup import EXPORT_VAR as TRACE_EXPORT_ENV
 
     paths = args.policy or [args.policy_dir or _default_policy_dir()]
     state_url = args.state_url or os.environ.get(STATE_URL_ENV) or None
@@ -47,9 +47,9 @@ def _serve(args: argparse.Namespace) -> int:
     if argv_warning:
         print(f"slipstream: warning: {argv_warning}", file=sys.stderr, flush=True)
     if args.access_log:
-        os.environ[ACCESS_LOG_ENV] = args.access_log  # workers inherit it; sdk/access_log.py reads it
+        os.environ[ACCESS_LOG_ENV] = args.access_log  # workers inherit it; sdk/observability/access_log.py reads it
     # With tracing on, the proxy encodes and sends spans in a child process, off the serving one's
-    # interpreter lock (sdk/tracing/export_process.py); SLIPSTREAM_TRACE_EXPORT=thread keeps it in process.
+    # interpreter lock (sdk/observability/tracing/export_process.py); SLIPSTREAM_TRACE_EXPORT=thread keeps it in process.
     os.environ.setdefault(TRACE_EXPORT_ENV, "process")
     try:
         if args.workers > 1:  # each worker builds its own app; here only check what they will load
@@ -232,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "bfloat16 decodes faster on CPUs with AVX-512 BF16/AMX)")
     engine_serve.add_argument("--quantization", choices=("none", "int8", "int4", "gguf"),
                               help="weights (vLLM's name): int8 / int4 weight-only for the linears, the embedding "
-                                   "int8; gguf: a GGUF's blocks kept quantized (the default for a quantized GGUF); "
-                                   "none: dequantized to --dtype (default for other checkpoints)")
+                                   "int8; gguf: a GGUF's blocks kept quantized; none (default): in --dtype, GGUF "
+                                   "blocks dequantized")
     engine_serve.add_argument("--kv-cache-dtype", default="auto",
                               help="KV cache element type (vLLM's name): auto (--dtype), int8, fp8 (e4m3, also "
                                    "fp8_e4m3): one byte per element with per-channel scales, twice the sequences")

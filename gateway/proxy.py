@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 from gateway.refusals import client_address
 from sdk.door import ClientGone, Door, Reply, too_large
-from sdk.tracing import Parent
+from sdk.observability.tracing import Parent
 from sdk.types import Endpoint
 
 log = logging.getLogger("slipstream.proxy")

@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from sdk.metrics import REGISTRY
+from sdk.observability.metrics import REGISTRY
 
 AUTH_FAILURES = Counter("slipstream_auth_failures_total", "Requests refused for a missing or wrong key, before any work",
                         ("door", "reason"), registry=REGISTRY)

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2
 
-from sdk import tracing
 from sdk.door import Door, OneTeam, Reply, too_large
+from sdk.observability import tracing
+from sdk.observability.tracing import Parent
 from sdk.policy import Policy, ProviderConfig, RetryPolicy, Route, Target, load_policy
 from sdk.providers.upstream import (
     close_upstream_for_running_loop,
@@ -35,7 +36,6 @@ from sdk.providers.upstream import (
 )
 from sdk.runtime import TeamRuntime
 from sdk.services import Services
-from sdk.tracing import Parent
 from sdk.types import Protocol
 
 if TYPE_CHECKING:  # each constructor imports its official package: an OpenAI-only program never loads anthropic

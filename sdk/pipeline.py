@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol as TypingProtocol
 
-from sdk.tracing.records import Parent, RequestTrace
+from sdk.observability.tracing.records import Parent, RequestTrace
 from sdk.types import Answer, LLMRequest, Timings
 
 Handler = Callable[["RequestContext"], Awaitable[Answer]]
@@ -64,13 +64,13 @@ class RequestContext:
     cache_status: str = "miss"  # miss | exact-hit | semantic-hit
     prompt_cache: PromptCacheReport = field(default_factory=PromptCacheReport)
     route: str = ""  # PROVIDER/MODEL that answered, set by the router
-    provider: str = ""  # gen_ai.provider.name of the target that answered (sdk/tracing/genai.py:provider_name), set by the router
+    provider: str = ""  # gen_ai.provider.name of the target that answered (sdk/observability/tracing/genai.py:provider_name), set by the router
     key_id: str = ""  # which team key sent it (a hash prefix, never the key), for per-key limits
     compression: CompressionReport | None = None  # set by the compression stage when it ran
     attempts: int = 0  # upstream attempts the router started (retries, fallbacks and hedge legs)
     usage_estimated: bool = False  # no usage came back: the gateway counted the tokens it charged (sdk/estimate.py)
     request_id: str = field(default_factory=new_request_id)  # x-slipstream-request-id, access log
-    trace: RequestTrace | None = None  # the request's spans while it runs (sdk/tracing/); None when tracing is off
+    trace: RequestTrace | None = None  # the request's spans while it runs (sdk/observability/tracing/); None when tracing is off
     parent: Parent | None = None  # the application's current span, when the drop-in SDK runs the pipeline in process
 
 

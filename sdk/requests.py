@@ -17,7 +17,7 @@ from sdk.types import Endpoint, LLMRequest
 # Client headers the pipeline acts on; never auth. The provider ones travel upstream, Slipstream's
 # own (a request raising its semantic-cache precision) stop at the gateway: see `upstream_headers`.
 # W3C trace context travels too: tracing makes the request's span its child and sends its own
-# upstream (sdk/tracing/); with tracing off the client's passes through unchanged.
+# upstream (sdk/observability/tracing/); with tracing off the client's passes through unchanged.
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "x-slipstream-min-precision", "traceparent", "tracestate")
 
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdk import metrics
 from sdk.errors import AuthenticationError, PolicyError, UpstreamHTTPError
 from sdk.extras import require_extras
 from sdk.models import ModelCatalog
+from sdk.observability import metrics
 from sdk.pipeline import CompressionReport, Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
 from sdk.promptcache.stage import build_prompt_cache

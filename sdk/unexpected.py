@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import secrets
 
-from sdk import metrics
 from sdk.errors import SlipstreamError
+from sdk.observability import metrics
 
 log = logging.getLogger("slipstream.internal")
 

@@ -1,12 +1,14 @@
 """The bundled real model (smollm2-135m-instruct, SmolLM2-135M-Instruct from its Q4_1 GGUF) at batch 1:
-the engine in fp32, bf16 and with int8 weights against Hugging Face transformers (fp32, the same
-file dequantized).
+the engine with the file dequantized (fp32, bf16), requantized (int8, int4 weights) and with the
+file's own blocks kept (gguf: Q4_1 linears as int4, the Q8_0 embedding as int8), against Hugging
+Face transformers (fp32, the same file dequantized).
 
 - TTFT: a 500-token prompt, one output token, prefix cache off (cold prefill), median of --runs.
 - Decode: a chat-templated prompt, 128 output tokens (ignore_eos), tokens/s after the first token,
   median of --runs.
 
     python bench/localengine/smollm2.py --threads 2
+    python bench/localengine/smollm2.py --threads 2 --only "engine fp32" "engine int4 weights"
     python bench/localengine/smollm2.py --threads 2 --int8-side-by-side --decode-tokens 64
 
 Prints the machine's load average next to each figure: the numbers mean little on a busy machine.
@@ -30,7 +32,7 @@ def load() -> str:
 
 
 def engine(dtype: str, runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int,
-           quantization: str | None = None) -> tuple[float, float]:
+           quantization: str | None = "none") -> tuple[float, float]:
     from localengine import LLM, SamplingParams
 
     llm = LLM(MODEL, dtype=dtype, quantization=quantization, max_model_len=1024, max_num_seqs=4,
@@ -54,8 +56,9 @@ def int8_side_by_side(runs: int, chat: list[int], decode_tokens: int) -> None:
     """fp32 then int8 weights on the same engine, seconds apart (the linears quantized in place), so
     both see the same machine: on a shared machine the sequential rows above drift with other jobs."""
     from localengine import LLM, SamplingParams
+    from localengine.models.loader import quantization_plan, quantize_loaded
 
-    llm = LLM(MODEL, dtype="float32", max_model_len=1024, max_num_seqs=4, num_kvcache_blocks=64)
+    llm = LLM(MODEL, dtype="float32", quantization="none", max_model_len=1024, max_num_seqs=4, num_kvcache_blocks=64)
     params = SamplingParams(temperature=0, max_tokens=decode_tokens, ignore_eos=True)
 
     def decode() -> tuple[float, list[int]]:
@@ -70,7 +73,8 @@ def int8_side_by_side(runs: int, chat: list[int], decode_tokens: int) -> None:
 
     before = load()
     fp32, fp32_tokens = decode()
-    llm.llm_engine.model_runner.model.quantize_int8()
+    model = llm.llm_engine.model_runner.model
+    quantize_loaded(model, quantization_plan(model, llm.llm_engine.config.model_path, "int8"))
     int8, int8_tokens = decode()
     same = next((i for i, (a, b) in enumerate(zip(fp32_tokens, int8_tokens, strict=True)) if a != b), len(fp32_tokens))
     print(f"side by side: fp32 {fp32:.1f} tok/s, int8 weights {int8:.1f} tok/s ({int8 / fp32:.2f}x); greedy tokens "
@@ -108,12 +112,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--decode-tokens", type=int, default=128)
     parser.add_argument("--int8-side-by-side", action="store_true", help="only fp32 against int8 weights, seconds apart")
+    parser.add_argument("--only", nargs="*", help="row names (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from localengine.config import Config
     from localengine.engine.llm_engine import load_tokenizer
 
-    tok = load_tokenizer(Config(MODEL))
+    tok = load_tokenizer(Config(MODEL, quantization="none"))
     text = " ".join(f"Line {i}: the lighthouse keeper counted the ships that passed." for i in range(200))
     prompt_500 = tok.encode(text)[:500]
     chat = tok.encode(tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False),
@@ -123,15 +128,21 @@ def main() -> None:
     if args.int8_side_by_side:
         int8_side_by_side(args.runs, chat, args.decode_tokens)
         return
-    print(f"{'':24}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
-    for name, measure in (("engine fp32", lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens)),
-                          ("engine bf16", lambda: engine("bfloat16", args.runs, prompt_500, chat, args.decode_tokens)),
-                          ("engine int8 weights", lambda: engine("float32", args.runs, prompt_500, chat,
-                                                                 args.decode_tokens, "int8")),
-                          ("HF transformers fp32", lambda: hf(args.runs, prompt_500, chat, args.decode_tokens))):
+    rows = {
+        "engine fp32": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens),
+        "engine bf16": lambda: engine("bfloat16", args.runs, prompt_500, chat, args.decode_tokens),
+        "engine int8 weights": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens, "int8"),
+        "engine int4 weights": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens, "int4"),
+        "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens, "gguf"),
+        "HF transformers fp32": lambda: hf(args.runs, prompt_500, chat, args.decode_tokens),
+    }
+    print(f"{'':26}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
+    for name, measure in rows.items():
+        if args.only and name not in args.only:
+            continue
         before = load()
         ttft, rate = measure()
-        print(f"{name:24}{ttft * 1000:>10.0f}{rate:>14.1f}   {before} -> {load()}", flush=True)
+        print(f"{name:26}{ttft * 1000:>10.0f}{rate:>14.1f}   {before} -> {load()}", flush=True)
 
 
 if __name__ == "__main__":

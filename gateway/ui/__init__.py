@@ -1,5 +1,5 @@
 """The live status page (`GET /ui`, docs/observability.md): server-rendered HTML behind the admin key,
-charts drawn by the vendored uPlot from `GET /ui/data`, fed by sdk/live_stats.py.
+charts drawn by the vendored uPlot from `GET /ui/data`, fed by sdk/observability/live_stats.py.
 
 auth.py    who may see it (Bearer admin key, or the session cookie from the login form)
 data.py    what it shows, gathered from the live buckets, the routers' breakers and the spend records

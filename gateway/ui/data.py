@@ -1,4 +1,4 @@
-"""What the status page shows, gathered from the process: the live buckets (sdk/live_stats.py), each
+"""What the status page shows, gathered from the process: the live buckets (sdk/observability/live_stats.py), each
 team's breakers (its router's store) and spend against budget (the state backend, shared by replicas).
 
 Reads only; the buckets' arithmetic runs in a worker thread on a snapshot taken on the loop.
@@ -11,9 +11,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from sdk import live_stats
-from sdk.live_stats import RouteWindow, Window
-from sdk.metrics import RouteLabels
+from sdk.observability import live_stats
+from sdk.observability.live_stats import RouteWindow, Window
+from sdk.observability.metrics import RouteLabels
 from sdk.routing.router import Router
 from sdk.runtime import TeamRegistry, TeamRuntime
 from sdk.spend import spend_report

@@ -10,7 +10,7 @@ import time
 from html import escape
 
 from gateway.ui.data import Status, TeamStatus
-from sdk.live_stats import RouteWindow
+from sdk.observability.live_stats import RouteWindow
 
 REFRESH_S = 5
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from sdk import metrics
 from sdk.cache.embeddings import EmbeddingCache, EmbeddingCacheLimits, StoredVector, item_key
+from sdk.observability import metrics
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
 from sdk.services import Services

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Literal
 
 import orjson
 
-from sdk import metrics
 from sdk.cache import answers, responses
 from sdk.cache.keys import CacheKeys, cache_keys
 from sdk.embedding import MAX_TEXT_CHARS
 from sdk.errors import InvalidRequestError
+from sdk.observability import metrics
 from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, SemanticCachePolicy

@@ -1,10 +1,10 @@
-"""Prometheus metrics of the compression stage (in sdk.metrics.REGISTRY, served at /metrics)."""
+"""Prometheus metrics of the compression stage (in sdk.observability.metrics.REGISTRY, served at /metrics)."""
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-from sdk.metrics import REGISTRY
+from sdk.observability.metrics import REGISTRY
 
 TOKENS = Counter(
     "slipstream_compression_tokens_total",

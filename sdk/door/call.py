@@ -11,7 +11,7 @@ from collections.abc import AsyncIterable
 from typing import Protocol as TypingProtocol
 
 from sdk.errors import RequestTooLargeError
-from sdk.tracing import Parent
+from sdk.observability.tracing import Parent
 
 # Header names lower-case, values as sent: how ASGI carries them, so the proxy converts nothing.
 Headers = list[tuple[bytes, bytes]]

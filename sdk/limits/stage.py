@@ -29,9 +29,10 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from sdk import metrics
 from sdk.errors import RateLimitedError, SlipstreamError
 from sdk.estimate import StreamTally, input_tokens, output_limit
+from sdk.observability import metrics
+from sdk.observability.tracing.records import RequestTrace
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_key
@@ -39,7 +40,6 @@ from sdk.services import Services
 from sdk.spend import budget_check, cost_usd, periods, price_of, spend_record, worst_cost_usd
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend, team_slot
 from sdk.streams import close_after, on_end
-from sdk.tracing.records import RequestTrace
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
 
 log = logging.getLogger("slipstream.spend")

@@ -43,7 +43,6 @@ from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
-from sdk import access_log, metrics, tracing
 from sdk.errors import (
     InvalidRequestError,
     NotFoundError,
@@ -56,6 +55,8 @@ from sdk.errors import (
 )
 from sdk.estimate import input_tokens, output_limit
 from sdk.limits.stage import RESERVE_EXACT_CHARS, LimitsStage
+from sdk.observability import access_log, metrics, tracing
+from sdk.observability.tracing import Parent, RequestTrace
 from sdk.passthrough.bodies import (
     MAX_LINE,
     Lines,
@@ -76,7 +77,6 @@ from sdk.runtime import TeamRuntime
 from sdk.state import in_background
 from sdk.state.backend import Admission
 from sdk.state.ownership import KEEP_S, Ownership, ownership_of
-from sdk.tracing import Parent, RequestTrace
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 
 __all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]

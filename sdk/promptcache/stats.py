@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from sdk.metrics import REGISTRY
+from sdk.observability.metrics import REGISTRY
 
 PREDICTED = Counter("slipstream_prompt_cache_expected_read_tokens_total", "Cache-read tokens the ledger predicted", ("team",), registry=REGISTRY)
 EXPECTED_MISSES = Counter(

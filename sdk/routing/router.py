@@ -15,7 +15,7 @@ returning, so a stream that fails at once is retried like any other failure. Onc
 returned, the door sends headers and nothing is retried again: later failures end the stream with a
 provider-shaped error event (sdk/providers/base.py). Every abandoned attempt is cancelled, which
 drops its upstream connection. With tracing on, each attempt is a child span of the request's
-(sdk/tracing/) whose `traceparent` goes upstream.
+(sdk/observability/tracing/) whose `traceparent` goes upstream.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sdk import tracing
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamHTTPError, UpstreamTimeoutError
+from sdk.observability import tracing
 from sdk.pipeline import RequestContext
 from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
 from sdk.providers.base import Provider

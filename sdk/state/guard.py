@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any, Final, TypeVar
 
-from sdk.metrics import STATE_ADMISSIONS, STATE_BACKEND_UP
+from sdk.observability.metrics import STATE_ADMISSIONS, STATE_BACKEND_UP
 from sdk.state import masked_url
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement
 from sdk.state.local import LocalState

@@ -6,7 +6,7 @@ import copy
 
 import orjson
 
-from sdk.metrics import REGISTRY
+from sdk.observability.metrics import REGISTRY
 from sdk.runtime import slipstream_headers
 from sdk.types import Endpoint, LLMRequest
 from tests.compression.textdata import FILLER, document
@@ -163,7 +163,7 @@ async def test_a_traced_request_has_a_compression_span(make_runtime, fresh_emula
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from sdk import tracing
+    from sdk.observability import tracing
 
     exporter = InMemorySpanExporter()
     tracing.install(SimpleSpanProcessor(exporter))

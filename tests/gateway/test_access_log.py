@@ -7,7 +7,7 @@ import openai
 import orjson
 import pytest
 
-from sdk import access_log
+from sdk.observability import access_log
 from tests.gateway.conftest import TEAM_KEY
 
 

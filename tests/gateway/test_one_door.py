@@ -22,7 +22,7 @@ import sdk
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
-from sdk import access_log
+from sdk.observability import access_log
 from tests.helpers import write_policy
 
 KEY = "sk-team-one-door"

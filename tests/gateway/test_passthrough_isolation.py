@@ -19,7 +19,7 @@ import pytest
 
 import sdk
 from gateway.testing import RedisServer, RunningServer, running_proxy, running_redis
-from sdk import access_log
+from sdk.observability import access_log
 from tests.helpers import anth, oai, spend_report, wait_until, write_policy
 
 A, B = "sk-alpha-team", "sk-beta-team"

@@ -25,8 +25,8 @@ import sdk
 from emulator.app import EmulatorConfig
 from emulator.testing import RunningEmulator, running_emulator
 from gateway.testing import running_proxy
-from sdk import access_log, metrics
 from sdk.estimate import input_tokens, output_limit
+from sdk.observability import access_log, metrics
 from sdk.spend import price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
 from tests.helpers import spend_report as _spend

@@ -22,7 +22,7 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import RunningServer, running_proxy
-from sdk import live_stats
+from sdk.observability import live_stats
 from tests.helpers import requires_extra
 
 # The team compresses retrieved context and caches answers: both read MiniLM.

@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 from emulator.app import EmulatorConfig  # noqa: E402
 from emulator.testing import running_emulator  # noqa: E402
 from gateway.testing import running_proxy  # noqa: E402
-from sdk import otel_metrics, tracing  # noqa: E402
+from sdk.observability import otel_metrics, tracing  # noqa: E402
 from tests.routing.conftest import TWO_CLAUDES, policy_text  # noqa: E402
 
 TEAM_KEY = "sk-routing"  # the keys policy_text writes

@@ -141,24 +141,23 @@ def test_perplexity_is_transformers_own(llama_dir):
 
 
 def test_gguf_blocks_load_kept_quantized(model_dirs, tmp_path):
-    """A GGUF with Q4_0 / Q4_1 linears and a Q8_0 embedding: loaded with no `quantization`, the 4-bit
+    """A GGUF with Q4_0 / Q4_1 linears and a Q8_0 embedding: with `quantization="gguf"` the 4-bit
     linears are int4 weights packed from the file's blocks (no float copy), the embedding int8;
-    `quantization="none"` dequantizes everything. Both score the same text nearly alike."""
+    `"none"` (and the default) dequantizes everything. Both score the same text nearly alike."""
     from tests.localengine.test_gguf import write_gguf
 
     hf_dir = model_dirs["llama"]
     cfg = json.loads((hf_dir / "config.json").read_text())
     path = write_gguf(hf_dir, tmp_path / "q4.gguf", "llama",
                       quantize={"attn_": "Q4_0", "ffn_": "Q4_1", "token_embd": "Q8_0"})
-    kept = make_llm(path)
-    assert kept.llm_engine.config.quantization == "gguf"
+    kept = make_llm(path, quantization="gguf")
     model = kept.llm_engine.model_runner.model
     linears = [m for m in model.modules() if isinstance(m, LinearBase)]
     assert len(linears) == 4 * cfg["num_hidden_layers"] and all(isinstance(m.quant, Int4Weight) for m in linears)
     assert not [n for n, _ in model.named_parameters() if "proj" in n]  # never given float storage
     assert isinstance(model.model.embed_tokens.quant, Int8Weight)
     plain = make_llm(path, quantization="none")
-    assert plain.llm_engine.config.quantization is None
+    assert plain.llm_engine.config.quantization is None and make_llm(path).llm_engine.config.quantization is None
     assert plain.llm_engine.model_runner.model.model.layers[0].mlp.gate_up_proj.quant is None
     ids = _tiny_ids(120)
     exact, quantized = perplexity(plain, ids, 64, 32), perplexity(kept, ids, 64, 32)

@@ -11,7 +11,7 @@ import pytest
 
 import sdk
 from gateway.testing import running_proxy
-from sdk import access_log
+from sdk.observability import access_log
 from tests.routing.conftest import inject
 
 KEY = "sk-ids"

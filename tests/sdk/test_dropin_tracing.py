@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 import sdk  # noqa: E402
-from sdk import tracing  # noqa: E402
+from sdk.observability import tracing  # noqa: E402
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from sdk import live_stats
-from sdk.live_stats import BUCKET_S, BUCKETS, LiveStats, bin_of, merge, percentiles
+from sdk.observability import live_stats
+from sdk.observability.live_stats import BUCKET_S, BUCKETS, LiveStats, bin_of, merge, percentiles
 from sdk.pipeline import CompressionReport, RequestContext
 from sdk.types import Endpoint, LLMRequest, Usage
 

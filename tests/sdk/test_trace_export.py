@@ -16,11 +16,11 @@ skip_without_extra("otel")
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 
-from sdk.tracing.emit import Sink  # noqa: E402
-from sdk.tracing.export_process import ProcessSink  # noqa: E402
-from sdk.tracing.otlp_encoding import encode  # noqa: E402
-from sdk.tracing.records import Parent, RequestTrace, SpanRecord  # noqa: E402
-from sdk.tracing.setup import resource  # noqa: E402
+from sdk.observability.tracing.emit import Sink  # noqa: E402
+from sdk.observability.tracing.export_process import ProcessSink  # noqa: E402
+from sdk.observability.tracing.otlp_encoding import encode  # noqa: E402
+from sdk.observability.tracing.records import Parent, RequestTrace, SpanRecord  # noqa: E402
+from sdk.observability.tracing.setup import resource  # noqa: E402
 
 
 class Caught:

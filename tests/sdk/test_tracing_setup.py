@@ -1,4 +1,4 @@
-"""How tracing decides to turn on from the environment (sdk/tracing/), without a collector."""
+"""How tracing decides to turn on from the environment (sdk/observability/tracing/), without a collector."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from sdk import otel_metrics, tracing
+from sdk.observability import otel_metrics, tracing
+from sdk.observability.tracing.setup import EXPORT_VAR
 from sdk.pipeline import RequestContext
-from sdk.tracing.setup import EXPORT_VAR
 from sdk.types import Endpoint, LLMRequest
 from tests.helpers import requires_extra
 
@@ -60,7 +60,7 @@ def test_an_endpoint_sets_up_the_otlp_http_exporter(monkeypatch):
 
 @requires_extra("otel")
 def test_the_proxy_exports_from_a_child_process(monkeypatch):
-    from sdk.tracing.export_process import ProcessSink
+    from sdk.observability.tracing.export_process import ProcessSink
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv(EXPORT_VAR, "process")  # what `slipstream serve` sets unless told otherwise

@@ -103,7 +103,7 @@ async def test_a_live_replica_keeps_its_lease_past_the_ttl(redis_url, monkeypatc
 
 
 def _admissions(how: str) -> float:
-    from sdk.metrics import STATE_ADMISSIONS
+    from sdk.observability.metrics import STATE_ADMISSIONS
 
     return STATE_ADMISSIONS.labels(how)._value.get()
 

@@ -15,10 +15,10 @@ from sdk.cache.embedding_stage import build_embedding_cache
 from sdk.cache.stage import build_cache
 from sdk.compression.stage import build_compression
 from sdk.limits.stage import build_limits
+from sdk.observability.stage import build_metrics
 from sdk.pipeline import Stage
 from sdk.policy import Policy
 from sdk.services import Services
-from sdk.stages.metrics import build_metrics
 
 StageFactory = Callable[[Policy, Services], Stage | None]
 

@@ -5,7 +5,7 @@ Built here as finished `ReadableSpan`s, each handed to the processor's `on_end` 
 `Tracer.start_span(...).end()` path costs about ten times more per span (locks, attribute
 validation, the sampler, context lookups; measured in bench/tracing_overhead.py), which would make
 per-stage spans unaffordable. What that path would add is done once per request instead: the
-sampler decides at the request's start (sdk/tracing/__init__.py), attribute values are of the
+sampler decides at the request's start (sdk/observability/tracing/__init__.py), attribute values are of the
 types the conventions allow because they are built here, and processors' `on_start` is not called
 (Slipstream's spans are only ever handed over finished).
 """
@@ -27,7 +27,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from sdk.tracing.records import Parent, RequestTrace, SpanRecord
+from sdk.observability.tracing.records import Parent, RequestTrace, SpanRecord
 
 _SCOPE = InstrumentationScope("slipstream")
 _OK = Status(StatusCode.UNSET)

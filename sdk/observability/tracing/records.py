@@ -3,7 +3,7 @@
 A request being traced carries one `RequestTrace` (`RequestContext.trace`): its own span and one
 record per child (a stage that did work, an upstream attempt). Each record is a name, an id, two
 wall-clock times and a dict of attributes; they become OpenTelemetry spans only when the request
-ends (sdk/tracing/emit.py), in one pass. Writing them down costs a few dict and list operations,
+ends (sdk/observability/tracing/emit.py), in one pass. Writing them down costs a few dict and list operations,
 so a stage can afford a span of its own.
 """
 

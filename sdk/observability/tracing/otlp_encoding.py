@@ -16,7 +16,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sdk.tracing.records import RequestTrace, SpanRecord
+from sdk.observability.tracing.records import RequestTrace, SpanRecord
 
 _KIND_INTERNAL, _KIND_CLIENT = 1, 3
 _STATUS_ERROR = 2

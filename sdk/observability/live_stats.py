@@ -3,7 +3,7 @@
 A ring of 10-second buckets per (team, route label): requests, errors, cancellations, response-cache
 hits, prompt-cache tokens read against expected and the probable causes of misses, compression's
 tokens before and after, and TTFT / end-to-end histograms. It is fed by the metrics stage at the
-same point as the access log and the trace span (sdk/stages/metrics.py), so it counts what they
+same point as the access log and the trace span (sdk/observability/stage.py), so it counts what they
 count; it holds data only, nothing here decides anything.
 
 Latencies go into log-spaced bins 10% wide (0.1 ms to ~5 hours), so a percentile read from a
@@ -12,7 +12,7 @@ costs a few list and array increments, and reading ten minutes of a route is a f
 
 Off until `enable()`: the proxy turns it on; the drop-in SDK leaves it off (an application has no
 page to show it on). Each process keeps its own: with `--workers N` or several replicas, a page
-shows the process that answered it. Route labels come from the policy (sdk/metrics.py:RouteLabels),
+shows the process that answered it. Route labels come from the policy (sdk/observability/metrics.py:RouteLabels),
 so the number of series is bounded whatever clients send; miss causes are capped per bucket.
 """
 

@@ -42,7 +42,7 @@ def from_environment() -> tuple[Any, Any] | None:
     The sink hands spans to the SDK's BatchSpanProcessor (it reads `OTEL_BSP_*`) and OTLP exporter
     (it reads `OTEL_EXPORTER_OTLP_*`): on a thread of this process, or, with
     `SLIPSTREAM_TRACE_EXPORT=process` (what `slipstream serve` sets unless it is given), in a child
-    process (sdk/tracing/export_process.py). The sampler is the SDK's reading of
+    process (sdk/observability/tracing/export_process.py). The sampler is the SDK's reading of
     `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, asked only when one is set (the default,
     parent-based always-on, needs no call). `OTEL_SDK_DISABLED=true` keeps tracing off.
     """
@@ -54,10 +54,10 @@ def from_environment() -> tuple[Any, Any] | None:
 
     sampler = TracerProvider(shutdown_on_exit=False).sampler if os.environ.get(SAMPLER_VAR) else None
     if os.environ.get(EXPORT_VAR, "thread") == "process":
-        from sdk.tracing.export_process import ProcessSink
+        from sdk.observability.tracing.export_process import ProcessSink
 
         return ProcessSink(), sampler
-    from sdk.tracing.emit import Sink
+    from sdk.observability.tracing.emit import Sink
 
     processor = otlp_processor()
     atexit.register(processor.shutdown)  # flush what the batch holds when the process ends

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from sdk.tracing import error_type, operation, otlp_wanted, resource
+from sdk.observability.tracing import error_type, operation, otlp_wanted, resource
 from sdk.types import Answer
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Encoding spans for OTLP costs far more than recording them (the SDK's encoder: a
 span on the 2-core benchmark machine, against a few µs to record one: docs/benchmarks.md). On the BatchSpanProcessor's worker thread that work holds the interpreter lock and the
 event loop waits for it: a proxy at 64 concurrent requests lost half its throughput. Here a writer
 thread pickles each batch of finished traces (~10 µs a request) onto the stdin of a child process
-(`python -m sdk.tracing.export_process`), which encodes them (sdk/tracing/otlp_encoding.py) and
+(`python -m sdk.observability.tracing.export_process`), which encodes them (sdk/observability/tracing/otlp_encoding.py) and
 sends them with the SDK's OTLP HTTP exporter, configured by the same `OTEL_*` variables it inherits.
 
 The writer wakes only when traces are waiting, a quarter second after the first of a batch (at a
@@ -29,8 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sdk.tracing.otlp_encoding import Encoded, encode
-from sdk.tracing.records import RequestTrace
+import sdk
+from sdk.observability.tracing.otlp_encoding import Encoded, encode
+from sdk.observability.tracing.records import RequestTrace
 
 log = logging.getLogger("slipstream.tracing")
 
@@ -43,9 +44,9 @@ class ProcessSink:
     """Hands finished traces to the export child; `emit` is a list append on the event loop's thread."""
 
     def __init__(self) -> None:
-        root = str(Path(__file__).resolve().parents[2])  # where `sdk` is importable from
+        root = str(Path(sdk.__file__).resolve().parents[1])  # where `sdk` is importable from
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
-        self._child = subprocess.Popen([sys.executable, "-m", "sdk.tracing.export_process"], stdin=subprocess.PIPE, env=env)
+        self._child = subprocess.Popen([sys.executable, "-m", "sdk.observability.tracing.export_process"], stdin=subprocess.PIPE, env=env)
         self._pending: list[RequestTrace] = []
         self._dropped = 0
         self._wake = threading.Event()  # set when the first trace of a batch arrives (or at shutdown)
@@ -126,7 +127,7 @@ def _frames(fd: int, timeout_s: float) -> Iterator[list[RequestTrace] | None]:
 
 def _exporter() -> Any:
     """The SDK's OTLP HTTP exporter (it reads every `OTEL_EXPORTER_OTLP_*` variable), taking requests
-    encoded by sdk/tracing/otlp_encoding.py: its module-level `encode_spans` passes those through.
+    encoded by sdk/observability/tracing/otlp_encoding.py: its module-level `encode_spans` passes those through.
     Patched in this process only, which exists for this exporter alone."""
     from opentelemetry.exporter.otlp.proto.http import trace_exporter
 
@@ -142,7 +143,7 @@ def _exporter() -> Any:
 def main() -> None:
     """The child: traces from stdin, encoded and exported in batches like the SDK's BatchSpanProcessor
     would (`OTEL_BSP_SCHEDULE_DELAY` ms, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` spans), until stdin closes."""
-    from sdk.tracing.setup import resource
+    from sdk.observability.tracing.setup import resource
 
     # Ctrl-C or a SIGTERM to the proxy's process group reaches this child too: it ends when its stdin
     # closes instead (the proxy's exit or death), after sending what it holds, without a traceback.

@@ -3,8 +3,8 @@
 It wraps everything after it, so upstream time, retries and cache hits are all inside its clock.
 A stream is recorded when it ends, however it ends (finished, failed, or closed by the client).
 The same points write the access log line, open and close the request's trace span, record the
-OpenTelemetry metrics and feed the status page's buckets (sdk/access_log.py, sdk/tracing/,
-sdk/otel_metrics.py, sdk/live_stats.py), each when it is on.
+OpenTelemetry metrics and feed the status page's buckets (sdk/observability/access_log.py, sdk/observability/tracing/,
+sdk/observability/otel_metrics.py, sdk/observability/live_stats.py), each when it is on.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from sdk import access_log, live_stats, metrics, otel_metrics, tracing
 from sdk.errors import SlipstreamError, UpstreamHTTPError
+from sdk.observability import access_log, live_stats, metrics, otel_metrics, tracing
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
 from sdk.services import Services

@@ -2,7 +2,7 @@
 that did work and per upstream attempt.
 
 Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set: then the
-first request sets up a BatchSpanProcessor with the OTLP HTTP/protobuf exporter (sdk/tracing/setup.py;
+first request sets up a BatchSpanProcessor with the OTLP HTTP/protobuf exporter (sdk/observability/tracing/setup.py;
 the SDK reads the other standard `OTEL_*` variables). OpenTelemetry is the `[otel]` extra and is
 imported only then. When off, `begin` reads two module globals and returns None; every other hook
 sees `ctx.trace is None` and does nothing, and no OpenTelemetry code runs at all.
@@ -14,8 +14,8 @@ and sends that child's W3C `traceparent` upstream. An incoming `traceparent` (bo
 `forward_headers`) makes the request's span its child; in the drop-in SDK the application's
 current span does (`caller_parent`). Pass-through requests are traced by `begin_passthrough`.
 
-While a request runs, its spans are plain records (sdk/tracing/records.py); they become
-OpenTelemetry spans in one pass when it ends (sdk/tracing/emit.py), which is what makes a span per
+While a request runs, its spans are plain records (sdk/observability/tracing/records.py); they become
+OpenTelemetry spans in one pass when it ends (sdk/observability/tracing/emit.py), which is what makes a span per
 stage cheap enough (docs/observability.md, "Cost").
 """
 
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sdk.tracing.genai import (
+from sdk.observability.tracing.genai import (
     CAPTURE_VAR,
     error_type,
     operation,
@@ -35,14 +35,14 @@ from sdk.tracing.genai import (
     request_attributes,
     result_attributes,
 )
-from sdk.tracing.records import Parent, RequestTrace, SpanRecord, new_span_id, new_trace_id, parse_traceparent
-from sdk.tracing.setup import ENDPOINT_VARS, otlp_wanted, resource
+from sdk.observability.tracing.records import Parent, RequestTrace, SpanRecord, new_span_id, new_trace_id, parse_traceparent
+from sdk.observability.tracing.setup import ENDPOINT_VARS, otlp_wanted, resource
 from sdk.types import Answer, LLMRequest
 
 if TYPE_CHECKING:
+    from sdk.observability.tracing.emit import Sink
+    from sdk.observability.tracing.export_process import ProcessSink
     from sdk.pipeline import RequestContext
-    from sdk.tracing.emit import Sink
-    from sdk.tracing.export_process import ProcessSink
 
 __all__ = [
     "CAPTURE_VAR", "ENDPOINT_VARS", "Parent", "RequestTrace", "SpanRecord", "begin", "begin_attempt",
@@ -63,7 +63,7 @@ def install(processor: Any, sampler: Any = None, service: Any = None) -> None:
     `service` is the resource (else `OTEL_SERVICE_NAME`, `slipstream` by default)."""
     sink = None
     if processor is not None:
-        from sdk.tracing.emit import Sink
+        from sdk.observability.tracing.emit import Sink
 
         sink = Sink(processor, service if service is not None else resource())
     use_sink(sink, sampler)
@@ -84,7 +84,7 @@ def reset() -> None:
 
 
 def _decide() -> None:
-    from sdk.tracing.setup import from_environment
+    from sdk.observability.tracing.setup import from_environment
 
     found = from_environment()
     use_sink(*(found or (None, None)))
@@ -121,7 +121,7 @@ def _start(name: str, attributes: dict[str, Any], parent: Parent | None) -> Requ
     """A new request trace, or None when the sampler (or an unsampled parent) says no."""
     trace_id = parent.trace_id if parent is not None else new_trace_id()
     if _sampler is not None:
-        from sdk.tracing.emit import sampled
+        from sdk.observability.tracing.emit import sampled
 
         if not sampled(_sampler, parent, trace_id, name, attributes):
             return None
