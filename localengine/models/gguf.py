@@ -76,11 +76,6 @@ class GGUFCheckpoint:
     hf_config: dict[str, Any]
     tensors: tuple[TensorEntry, ...]
 
-    @property
-    def quantized(self) -> bool:
-        """Whether any matrix is stored in a quantized GGML type."""
-        return any(len(e.shape) == 2 and not is_float_type(e.ggml_type) for e in self.tensors)
-
 
 def cache_dir_for(path: Path) -> Path:
     st = path.stat()

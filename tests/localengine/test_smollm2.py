@@ -75,6 +75,7 @@ def test_greedy_tokens_equal_transformers(llm):
 
 
 @pytest.mark.parametrize("quantization", ["gguf", "int8", "int4"])
+@pytest.mark.timeout(600)  # a load is 25-50 s on a loaded 2-core machine
 def test_quantized_weights_still_answer(quantization):
     """"gguf": the file's Q4_1 blocks kept as int4 (and its Q8_0 embedding as int8), as
     llama.cpp runs the file; int8 / int4 requantize the dequantized weights. The answer that matters
