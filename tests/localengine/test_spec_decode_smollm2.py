@@ -29,17 +29,22 @@ MLP = {"method": "mlp_speculator", "model": "smollm2-135m-instruct-speculator", 
        "adaptive": False}
 
 
+# The speculator learnt from prose answers (chat prompts of the training script); code is not its trade.
+PROSE = [{"role": "user", "content": "Write a short poem about the sea."}]
+
+
 @pytest.fixture(scope="module")
-def reference() -> list[int]:
-    return LLM("smollm2-135m-instruct", **COMMON).chat(MESSAGES, PARAMS)[0].outputs[0].token_ids
+def plain() -> LLM:
+    return LLM("smollm2-135m-instruct", **COMMON)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # two loads of the model and 48 decode steps on a shared CPU
-@pytest.mark.parametrize("spec", [NGRAM, MLP], ids=["ngram", "mlp_speculator"])
-def test_speculation_keeps_greedy_tokens(reference, spec):
+@pytest.mark.parametrize(("spec", "messages"), [(NGRAM, MESSAGES), (MLP, PROSE)], ids=["ngram", "mlp_speculator"])
+def test_speculation_keeps_greedy_tokens(plain, spec, messages):
+    reference = plain.chat(messages, PARAMS)[0].outputs[0].token_ids
     llm = LLM("smollm2-135m-instruct", speculative_config=spec, **COMMON)
-    assert llm.chat(MESSAGES, PARAMS)[0].outputs[0].token_ids == reference
+    assert llm.chat(messages, PARAMS)[0].outputs[0].token_ids == reference
     stats = llm.spec_decode_stats()
     assert stats is not None and stats.num_drafts > 0 and stats.num_accepted_tokens > 0
     if spec is NGRAM:  # the answer copies the function: most proposals are the target's own next tokens
