@@ -1,7 +1,8 @@
 """The bundled real model (smollm2-135m-instruct, SmolLM2-135M-Instruct from its Q4_1 GGUF) at batch 1:
 the engine with the file dequantized (fp32, bf16), requantized (int8, int4 weights) and with the
 file's own blocks kept (gguf: Q4_1 linears as int4, the Q8_0 embedding as int8), against Hugging
-Face transformers (fp32, the same file dequantized).
+Face transformers (fp32, the same file dequantized) and llama.cpp (the file as shipped; the row is
+skipped when llama-cpp-python is not installed).
 
 - TTFT: a 500-token prompt, one output token, prefix cache off (cold prefill), median of --runs.
 - Decode: a chat-templated prompt, 128 output tokens (ignore_eos), tokens/s after the first token,
@@ -17,6 +18,7 @@ Prints the machine's load average next to each figure: the numbers mean little o
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import time
@@ -106,6 +108,33 @@ def hf(runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int) ->
     return statistics.median(ttft), statistics.median(rate)
 
 
+def llama_cpp(runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int, threads: int) -> tuple[float, float]:
+    """llama.cpp (llama-cpp-python, built from source) on the same file, its Q4_1 blocks as shipped, the
+    same threads: prefill of the same 500 token ids, then greedy decode of the chat prompt."""
+    from llama_cpp import Llama
+
+    from localengine.config import packaged_model_path
+
+    llm = Llama(str(packaged_model_path(MODEL)), n_ctx=1024, n_batch=512, n_threads=threads, verbose=False)
+
+    def prefill(ids: list[int]) -> float:
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(ids)
+        return time.perf_counter() - start
+
+    prefill(prompt_500)
+    ttft, rate = [], []
+    for _ in range(runs):
+        ttft.append(prefill(prompt_500))
+        prefill(chat)
+        start = time.perf_counter()
+        for _ in range(decode_tokens - 1):
+            llm.eval([llm.sample(temp=0.0)])
+        rate.append((decode_tokens - 1) / (time.perf_counter() - start))
+    return statistics.median(ttft), statistics.median(rate)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -135,10 +164,14 @@ def main() -> None:
         "engine int4 weights": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens, "int4"),
         "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens, "gguf"),
         "HF transformers fp32": lambda: hf(args.runs, prompt_500, chat, args.decode_tokens),
+        "llama.cpp Q4_1 (file)": lambda: llama_cpp(args.runs, prompt_500, chat, args.decode_tokens, args.threads),
     }
     print(f"{'':26}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
     for name, measure in rows.items():
         if args.only and name not in args.only:
+            continue
+        if name.startswith("llama.cpp") and importlib.util.find_spec("llama_cpp") is None:
+            print(f"{name:26}  skipped: llama-cpp-python is not installed (pip install llama-cpp-python: a source build)")
             continue
         before = load()
         ttft, rate = measure()
