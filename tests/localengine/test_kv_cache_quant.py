@@ -263,7 +263,7 @@ def test_engine_serve_kv_cache_dtype(monkeypatch, capsys):
     from localengine import server
 
     served = []
-    monkeypatch.setattr(server, "create_app", lambda engine, name: served.append(engine) or object())
+    monkeypatch.setattr(server, "create_app", lambda engine, *_: served.append(engine) or object())
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: None)
     assert main(["engine", "serve", "--model", "demo", "--kv-cache-dtype", "int8", "--max-model-len", "256"]) == 0
     assert served[0].engine.model_runner.kv_cache.dtype == torch.int8
