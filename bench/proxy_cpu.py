@@ -59,6 +59,7 @@ from bench.proxy_overhead import (  # noqa: E402  (after the path insert above)
     own_cpu_seconds,
     stop,
     wait_ready,
+    write_policy,
 )
 
 # Runs `slipstream serve` with a measuring window opened by SIGUSR1 and closed by SIGUSR2: the cyclic
@@ -266,12 +267,7 @@ def main() -> None:
         emu_port = free_port()
         procs.append(emulator_process(emu_port, 5.0))
         wait_ready(f"http://127.0.0.1:{emu_port}/_emulator/stats")
-        policy = workdir / "bench.yaml"
-        policy.write_text(
-            f"team: bench\napi_keys: [{{value: {KEY}}}]\n"
-            f"providers:\n  gpt: {{kind: openai, base_url: 'http://127.0.0.1:{emu_port}/v1', api_key: up}}\n"
-            "routes:\n  - match: {model: '*'}\n    targets: [{provider: gpt}]\nretry: {max_attempts: 1}\n"
-        )
+        policy = write_policy(workdir, emu_port)
         proxies: list[Proxy] = []
         for index, tree in enumerate(trees):
             label = f"{index}-{label_of(tree)}"

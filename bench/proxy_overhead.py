@@ -168,6 +168,17 @@ async def interleaved(direct: Target, via: Target, n: int, concurrency: int, str
     return a, b
 
 
+def write_policy(workdir: Path, emu_port: int) -> Path:
+    """The benchmark team's policy: every model to the emulator's OpenAI endpoint, no retries."""
+    policy = workdir / "bench.yaml"
+    policy.write_text(
+        f"team: bench\napi_keys: [{{value: {KEY}}}]\n"
+        f"providers:\n  gpt: {{kind: openai, base_url: 'http://127.0.0.1:{emu_port}/v1', api_key: up}}\n"
+        "routes:\n  - match: {model: '*'}\n    targets: [{provider: gpt}]\nretry: {max_attempts: 1}\n"
+    )
+    return policy
+
+
 def emulator_process(port: int, ttft_ms: float) -> subprocess.Popen:
     code = (
         "from emulator.app import EmulatorConfig, serve;"
@@ -193,12 +204,7 @@ def main() -> None:
         emu_port, proxy_port = free_port(), free_port()
         procs.append(emulator_process(emu_port, args.ttft_ms))
         wait_ready(f"http://127.0.0.1:{emu_port}/_emulator/stats")
-        policy = workdir / "bench.yaml"
-        policy.write_text(
-            f"team: bench\napi_keys: [{{value: {KEY}}}]\n"
-            f"providers:\n  gpt: {{kind: openai, base_url: 'http://127.0.0.1:{emu_port}/v1', api_key: up}}\n"
-            "routes:\n  - match: {model: '*'}\n    targets: [{provider: gpt}]\nretry: {max_attempts: 1}\n"
-        )
+        policy = write_policy(workdir, emu_port)
         untraced_proc = start([PY, "-m", "gateway.cli", "serve", "--policy", str(policy), "--port", str(proxy_port)])
         procs.append(untraced_proc)
         wait_ready(f"http://127.0.0.1:{proxy_port}/healthz")
