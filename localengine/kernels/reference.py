@@ -61,23 +61,33 @@ class GatherWorkspace:
         return buf[: math.prod(shape)].view(shape)
 
 
-def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int,
-              out: torch.Tensor | None = None) -> torch.Tensor:
-    """[seqs, num_blocks * block_size, kv_heads, head_dim]: each sequence's context, in order."""
-    ids = block_tables[:, :num_blocks].reshape(-1).long()
+def _gather(cache: torch.Tensor, ids: torch.Tensor, num_seqs: int, out: torch.Tensor | None) -> torch.Tensor:
     gathered = torch.index_select(cache, 0, ids, out=out) if out is not None else cache.index_select(0, ids)
-    return gathered.view(block_tables.shape[0], num_blocks * cache.shape[1], *cache.shape[2:])
+    return gathered.view(num_seqs, -1, *cache.shape[2:])
 
 
-def _context(name: str, cache: torch.Tensor, block_tables: torch.Tensor, num_blocks: int, ws: GatherWorkspace,
+def _context(name: str, cache: torch.Tensor, ids: torch.Tensor, num_seqs: int, ws: GatherWorkspace,
              dtype: torch.dtype) -> torch.Tensor:
-    """gather_kv into the workspace, then (a quantized cache) converted to `dtype` in a second buffer."""
+    """The blocks `ids` (num_seqs sequences' worth, in order) gathered into the workspace, then (a
+    quantized cache) converted to `dtype` in a second buffer."""
     raw = storage(cache)
-    gathered = gather_kv(raw, block_tables, num_blocks, ws.get(name, raw, block_tables.shape[0] * num_blocks))
+    gathered = _gather(raw, ids, num_seqs, ws.get(name, raw, ids.shape[0]))
     if cache.dtype == dtype:
         return gathered
-    converted = ws.get(name + "_float", cache, block_tables.shape[0] * num_blocks, dtype).view(gathered.shape)
+    converted = ws.get(name + "_float", cache, ids.shape[0], dtype).view(gathered.shape)
     return converted.copy_(gathered.view(cache.dtype))
+
+
+def _decode_plan(meta: AttentionMetadata, rows: slice, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decode group's block ids and key mask: the same for every layer of a step, so made once."""
+    key = ("decode", rows.start)
+    plan = meta.step_cache.get(key)
+    if plan is None:
+        nb = -(-max(meta.seq_lens_cpu[rows]) // block_size)
+        ids = meta.block_tables[rows, :nb].reshape(-1).long()
+        mask = torch.arange(nb * block_size, device=ids.device)[None, :] < meta.seq_lens[rows, None]
+        plan = meta.step_cache[key] = (ids, mask[:, None, None, :])
+    return plan  # type: ignore[return-value]
 
 
 def _per_query_head(scale: torch.Tensor, num_heads: int, dtype: torch.dtype) -> torch.Tensor:
@@ -99,12 +109,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     for g in range(0, meta.num_decodes, DECODE_GROUP):
         rows = slice(g, min(g + DECODE_GROUP, meta.num_decodes))
         n = rows.stop - rows.start
-        nb = -(-max(meta.seq_lens_cpu[rows]) // block_size)
-        keys = _context("k", k_cache, meta.block_tables[rows], nb, ws, q.dtype).transpose(1, 2)
-        values = _context("v", v_cache, meta.block_tables[rows], nb, ws, q.dtype).transpose(1, 2)
-        mask = torch.arange(nb * block_size, device=q.device)[None, :] < meta.seq_lens[rows, None]
+        ids, mask = _decode_plan(meta, rows, block_size)
+        keys = _context("k", k_cache, ids, n, ws, q.dtype).transpose(1, 2)
+        values = _context("v", v_cache, ids, n, ws, q.dtype).transpose(1, 2)
         out[rows] = F.scaled_dot_product_attention(
-            q[rows].unsqueeze(2), keys, values, attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=True
+            q[rows].unsqueeze(2), keys, values, attn_mask=mask, scale=scale, enable_gqa=True
         ).squeeze(2)
     starts = meta.query_start_loc_cpu
     by_len: dict[int, list[int]] = {}
@@ -139,16 +148,20 @@ def _prefill(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
         if kv_scales is not None:  # as stored, unscaled (the scales are folded into q and out)
             ki = quantize(ki, kv_scales.k_inv, k_cache.dtype).to(q.dtype)
             vi = quantize(vi, kv_scales.v_inv, v_cache.dtype).to(q.dtype)
-        oi = F.scaled_dot_product_attention(qi, ki.transpose(0, 1), vi.transpose(0, 1), is_causal=True, scale=scale,
-                                            enable_gqa=True)
+        # 4-D inputs: PyTorch's CPU flash kernel takes only [batch, heads, len, dim]; 3-D ones fall
+        # to the unfused math path (bmm, softmax, masks), 3x slower for a 500-token chunk.
+        oi = F.scaled_dot_product_attention(qi[None], ki.transpose(0, 1)[None], vi.transpose(0, 1)[None],
+                                            is_causal=True, scale=scale, enable_gqa=True)[0]
     else:
         nb = -(-seq_len // block_size)
-        ki = _context("k", k_cache, meta.block_tables[i : i + 1], nb, ws, q.dtype)[0, :seq_len]
-        vi = _context("v", v_cache, meta.block_tables[i : i + 1], nb, ws, q.dtype)[0, :seq_len]
+        ids = meta.block_tables[i, :nb].long()
+        ki = _context("k", k_cache, ids, 1, ws, q.dtype)[0, :seq_len]
+        vi = _context("v", v_cache, ids, 1, ws, q.dtype)[0, :seq_len]
         ki, vi = ki.transpose(0, 1), vi.transpose(0, 1)
         q_pos = torch.arange(seq_len - (e - s), seq_len, device=q.device)
         mask = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]
-        oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale, enable_gqa=True)
+        oi = F.scaled_dot_product_attention(qi[None], ki[None], vi[None], attn_mask=mask, scale=scale,
+                                            enable_gqa=True)[0]
     out[s:e] = oi.transpose(0, 1)
 
 
@@ -162,8 +175,9 @@ def _short_queries(q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor, v_
     seq_lens = meta.seq_lens[idx]
     nb = -(-max(meta.seq_lens_cpu[i] for i in group) // block_size)
     tables = meta.block_tables[idx]
-    keys = _context("k", k_cache, tables, nb, ws, q.dtype).transpose(1, 2)
-    values = _context("v", v_cache, tables, nb, ws, q.dtype).transpose(1, 2)
+    ids = tables[:, :nb].reshape(-1).long()
+    keys = _context("k", k_cache, ids, len(group), ws, q.dtype).transpose(1, 2)
+    values = _context("v", v_cache, ids, len(group), ws, q.dtype).transpose(1, 2)
     # Query j of a sequence sits at position seq_len - n + j and sees keys up to it (padding
     # beyond seq_len is therefore masked too).
     q_pos = seq_lens[:, None] - n + torch.arange(n, device=q.device)[None, :]

@@ -10,7 +10,7 @@ static scales and read the stored values back through them (kernels/kv_quant.py)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -31,6 +31,9 @@ class AttentionMetadata:
     max_query_len: int
     use_triton: bool = False
     workspace: reference.GatherWorkspace | None = None  # reused gather buffers (CPU path)
+    # Per-step values every layer would otherwise recompute (CPU path: decode groups' gather ids
+    # and masks), filled by the first layer that needs them.
+    step_cache: dict[object, object] = field(default_factory=dict)
 
 
 class Attention(nn.Module):

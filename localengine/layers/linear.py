@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from localengine import distributed
-from localengine.layers.quantization import Int4Values, Int4Weight, QuantizedWeight, quantize
+from localengine.layers.quantization import Int4Values, QuantizedWeight, int4_weight, quantize
 
 
 def _split(size: int, tp_size: int, what: str) -> int:
@@ -51,7 +51,7 @@ class LinearBase(nn.Module):
         self._int4_pieces[shard] = self._int4_slice(values, shard)
         if len(self._int4_pieces) < self.num_pieces:
             return False
-        self.set_quantized(Int4Weight.from_values(Int4Values.cat([self._int4_pieces[i] for i in range(self.num_pieces)])))
+        self.set_quantized(int4_weight(Int4Values.cat([self._int4_pieces[i] for i in range(self.num_pieces)])))
         self._int4_pieces.clear()
         return True
 

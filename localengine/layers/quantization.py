@@ -1,25 +1,32 @@
-"""Weight-only quantized matrices and their matmuls (CPU: PyTorch's own int8 and int4 kernels).
+"""Weight-only quantized matrices and their matmuls on CPU.
 
 A decode step at batch 1 reads every weight once per token, so bytes per weight set its speed:
-- `Int8Weight`: int8 values, one scale per output row (symmetric): `torch._weight_int8pack_mm`.
-- `Int4Weight`: 4-bit values in groups of `group_size` along the input dimension, each group with a
-  scale and a zero point (asymmetric), w = (q - 8) * scale + zero, q in [0, 15] (gpt-fast's and
-  torchao's int4 format): `aten._weight_int4pack_mm_for_cpu` over the layout
-  `aten._convert_weight_to_int4pack_for_cpu` packs. GGUF's Q4_0, Q4_1 and Q4_K blocks are this
-  format at group 32 (see models/gguf_quants.py), so they load without a float copy.
+- `Int8Weight`: int8 values, one scale per output row (symmetric).
+- int4: 4-bit values in groups of `group_size` along the input dimension, each group with a scale
+  and a zero point (asymmetric), w = (q - 8) * scale + zero, q in [0, 15] (gpt-fast's and torchao's
+  int4 format). GGUF's Q4_0, Q4_1 and Q4_K blocks are this format at group 32 (see
+  models/gguf_quants.py), so they load without a float copy.
 
-Both kernels' fast CPU paths take bf16 activations (int4 with fp32 or fp16 activations falls to
-a scalar loop, 30-50x slower on an AVX2 machine), so inputs are cast to bf16 and results back to
-the caller's dtype, and scales/zeros are stored in bf16 (8 bits of mantissa: a GGUF block's fp16
-scale is rounded to it, a relative change below 0.4%, far under the 4-bit step itself).
+Two kernels serve them. The engine's own (kernels/cpu_gemv.cpp, built on first use) takes up to
+`cpu_gemv.MAX_ROWS` rows of fp32 activations: int8 at memory speed, int4 as `Int4BlockWeight` with
+activations quantized to int8 per 32 (llama.cpp's way). Longer chunks (prefill) dequantize the
+layer's weight and run PyTorch's fp32 GEMM. Where the kernels cannot be built, PyTorch's own
+`torch._weight_int8pack_mm` and `aten._weight_int4pack_mm_for_cpu` (`Int4Weight`, its packed layout)
+serve every row count; their fast CPU paths take bf16 activations (int4 with fp32 activations falls
+to a scalar loop, 30-50x slower on an AVX2 machine), so inputs are cast to bf16 and results back.
+Scales and zeros are rounded to bf16 in both cases (8 bits of mantissa: a GGUF block's fp16 scale
+moves by less than 0.4%, far under the 4-bit step itself), so both kernels hold the same weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
+
+from localengine.kernels import cpu_gemv
 
 ACTIVATION_DTYPE = torch.bfloat16
 INT4_GROUP_SIZES = (32, 64, 128)
@@ -30,10 +37,33 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
     return x.to(ACTIVATION_DTYPE).float()
 
 
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+def _kernel_rows(flat: torch.Tensor) -> bool:
+    """Whether the engine's kernels take these rows (and are built)."""
+    return flat.shape[0] <= cpu_gemv.MAX_ROWS and flat.device.type == "cpu" and cpu_gemv.ops() is not None
+
+
+def _fp32_rows(flat: torch.Tensor) -> torch.Tensor:
+    return flat if flat.dtype == torch.float32 and flat.is_contiguous() else flat.float().contiguous()
+
+
+def _as_input(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """out [rows, N] back to x's dtype and leading shape."""
+    out = out if out.dtype == x.dtype else out.to(x.dtype)
+    return out if x.dim() == 2 else out.reshape(*x.shape[:-1], -1)
+
+
 @dataclass(slots=True)
 class Int8Weight:
     qweight: torch.Tensor  # int8 [out, in]
     scales: torch.Tensor  # bf16 [out]
+    scales_f32: torch.Tensor = field(init=False)  # the same values in fp32, for the engine's kernel
+
+    def __post_init__(self) -> None:
+        self.scales_f32 = self.scales.float()
 
     @classmethod
     def from_float(cls, w: torch.Tensor) -> Int8Weight:
@@ -46,15 +76,21 @@ class Int8Weight:
         return cls(q, scale.to(ACTIVATION_DTYPE))
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1]).to(ACTIVATION_DTYPE)
-        return torch._weight_int8pack_mm(flat, self.qweight, self.scales).to(x.dtype).reshape(*x.shape[:-1], -1)
+        flat = _rows(x)
+        if self.qweight.shape[1] % 16 == 0 and _kernel_rows(flat):
+            out = cpu_gemv.ops().int8_matmul(_fp32_rows(flat), self.qweight, self.scales_f32)
+        elif flat.shape[0] > cpu_gemv.MAX_ROWS and x.device.type == "cpu":
+            out = F.linear(flat.float(), self.dequantize())
+        else:
+            out = torch._weight_int8pack_mm(flat.to(ACTIVATION_DTYPE), self.qweight, self.scales)
+        return _as_input(out, x)
 
     def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Dequantized rows (an embedding lookup)."""
         return self.qweight[ids].to(dtype) * self.scales[ids].to(dtype).unsqueeze(-1)
 
     def dequantize(self) -> torch.Tensor:
-        return self.qweight.float() * self.scales.float()[:, None]
+        return self.qweight.float() * self.scales_f32[:, None]
 
 
 @dataclass(slots=True)
@@ -105,6 +141,8 @@ class Int4Values:
 
 @dataclass(slots=True)
 class Int4Weight:
+    """PyTorch's own int4 kernel and packed layout (where the engine's kernels cannot be built)."""
+
     packed: torch.Tensor  # uint8 [out, in // 2], PyTorch's CPU int4 layout
     scales_and_zeros: torch.Tensor  # bf16 [in // group_size, out, 2]
     group_size: int
@@ -123,10 +161,6 @@ class Int4Weight:
         sz = torch.stack([v.scale, v.zero], dim=-1).transpose(0, 1).contiguous().to(ACTIVATION_DTYPE)
         return cls(packed, sz, v.group_size, v.q.shape[1], rows)
 
-    @classmethod
-    def from_float(cls, w: torch.Tensor, group_size: int) -> Int4Weight:
-        return cls.from_values(Int4Values.from_float(w, group_size))
-
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1]).to(ACTIVATION_DTYPE)
         out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, self.scales_and_zeros)
@@ -135,8 +169,49 @@ class Int4Weight:
         return out.to(x.dtype).reshape(*x.shape[:-1], -1)
 
 
+@dataclass(slots=True)
+class Int4BlockWeight:
+    """The engine's int4 kernel's layout: blocks of 32 inputs, 16 bytes each, byte j holding input j
+    in its low nibble and input j + 16 in its high one (GGUF's Q4 order); w = q * scale + offset."""
 
-QuantizedWeight = Int8Weight | Int4Weight
+    packed: torch.Tensor  # uint8 [out, in // 2]
+    scale: torch.Tensor  # fp32 [out, in // group_size]
+    offset: torch.Tensor  # fp32 [out, in // group_size]: zero - 8 * scale
+    group_size: int
+
+    @classmethod
+    def from_values(cls, v: Int4Values) -> Int4BlockWeight:
+        rows, cols = v.q.shape
+        blocks = v.q.reshape(rows, cols // 32, 2, 16)
+        packed = (blocks[:, :, 0] | (blocks[:, :, 1] << 4)).reshape(rows, cols // 2).contiguous()
+        scale = v.scale.to(ACTIVATION_DTYPE).float()  # the same bf16 values PyTorch's layout holds
+        zero = v.zero.to(ACTIVATION_DTYPE).float()
+        return cls(packed, scale.contiguous(), (zero - 8 * scale).contiguous(), v.group_size)
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        flat = _rows(x)
+        if _kernel_rows(flat):
+            out = cpu_gemv.ops().int4_matmul(_fp32_rows(flat), self.packed, self.scale, self.offset, self.group_size)
+        else:
+            out = F.linear(flat.float(), self.dequantize())
+        return _as_input(out, x)
+
+    def dequantize(self) -> torch.Tensor:
+        rows, half = self.packed.shape
+        blocks = self.packed.view(rows, half // 16, 1, 16)
+        q = torch.cat([blocks & 15, blocks >> 4], dim=2).view(rows, -1, self.group_size).float()
+        return torch.addcmul(self.offset[..., None], q, self.scale[..., None]).view(rows, half * 2)
+
+
+def int4_weight(v: Int4Values) -> Int4BlockWeight | Int4Weight:
+    """The engine's layout where its kernels are built (CPU with AVX2), else PyTorch's."""
+    if v.q.device.type == "cpu" and v.group_size % 32 == 0 and cpu_gemv.ops() is not None:
+        return Int4BlockWeight.from_values(v)
+    return Int4Weight.from_values(v)
+
+
+QuantizedWeight = Int8Weight | Int4Weight | Int4BlockWeight
+INT4_WEIGHT_TYPES = (Int4Weight, Int4BlockWeight)
 
 
 def int4_group_size(in_features: int, preferred: int) -> int:
@@ -152,5 +227,5 @@ def quantize(w: torch.Tensor, method: str, group_size: int = 32) -> QuantizedWei
     if method == "int8":
         return Int8Weight.from_float(w)
     if method == "int4":
-        return Int4Weight.from_float(w, int4_group_size(w.shape[1], group_size))
+        return int4_weight(Int4Values.from_float(w, int4_group_size(w.shape[1], group_size)))
     raise ValueError(f"unknown weight quantization {method!r}")

@@ -82,12 +82,12 @@ def test_quantized_weights_still_answer(quantization):
     survives each, and it still stops. Asked for one short sentence: with the default system prompt
     alone the file itself barely prefers "The" over "L" (0.08 nats, fp32), and 4-bit weights tip it
     into "L'Étoile, ..." as llama.cpp's Q4_1 run does (docs/localengine.md, Quantization)."""
-    from localengine.layers.quantization import Int4Weight, Int8Weight
+    from localengine.layers.quantization import INT4_WEIGHT_TYPES, Int8Weight
 
     llm = LLM("smollm2-135m-instruct", quantization=quantization, max_model_len=256, max_num_seqs=2,
               num_kvcache_blocks=32)
     model = llm.llm_engine.model_runner.model
-    linear = Int8Weight if quantization == "int8" else Int4Weight
+    linear = (Int8Weight,) if quantization == "int8" else INT4_WEIGHT_TYPES
     assert isinstance(model.model.layers[0].self_attn.qkv_proj.quant, linear)
     assert isinstance(model.lm_head.quant, Int8Weight) and model.lm_head.quant is model.model.embed_tokens.quant
     short = [{"role": "system", "content": "You answer in one short sentence."}, PROMPTS[0][0]]
