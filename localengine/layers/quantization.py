@@ -7,8 +7,8 @@ A decode step at batch 1 reads every weight once per token, so bytes per weight 
   int4 format). GGUF's Q4_0, Q4_1 and Q4_K blocks are this format at group 32 (see
   models/gguf_quants.py), so they load without a float copy.
 
-Two kernels serve them. The engine's own (kernels/cpu_gemv.cpp, built on first use) takes up to
-`cpu_gemv.MAX_ROWS` rows of fp32 activations: int8 at memory speed, int4 as `Int4BlockWeight` with
+Two kernels serve them. The engine's own (kernels/cpu_ops.cpp, built on first use) takes up to
+`cpu_ops.MAX_ROWS` rows of fp32 activations: int8 at memory speed, int4 as `Int4BlockWeight` with
 activations quantized to int8 per 32 (llama.cpp's way). Longer chunks (prefill) dequantize the
 layer's weight and run PyTorch's fp32 GEMM. Where the kernels cannot be built, PyTorch's own
 `torch._weight_int8pack_mm` and `aten._weight_int4pack_mm_for_cpu` (`Int4Weight`, its packed layout)
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from localengine.kernels import cpu_gemv
+from localengine.kernels import cpu_ops
 
 ACTIVATION_DTYPE = torch.bfloat16
 INT4_GROUP_SIZES = (32, 64, 128)
@@ -43,7 +43,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 def _kernel_rows(flat: torch.Tensor) -> bool:
     """Whether the engine's kernels take these rows (and are built)."""
-    return flat.shape[0] <= cpu_gemv.MAX_ROWS and flat.device.type == "cpu" and cpu_gemv.ops() is not None
+    return flat.shape[0] <= cpu_ops.MAX_ROWS and flat.device.type == "cpu" and cpu_ops.ops() is not None
 
 
 def _fp32_rows(flat: torch.Tensor) -> torch.Tensor:
@@ -78,8 +78,8 @@ class Int8Weight:
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         flat = _rows(x)
         if self.qweight.shape[1] % 16 == 0 and _kernel_rows(flat):
-            out = cpu_gemv.ops().int8_matmul(_fp32_rows(flat), self.qweight, self.scales_f32)
-        elif flat.shape[0] > cpu_gemv.MAX_ROWS and x.device.type == "cpu":
+            out = cpu_ops.ops().int8_matmul(_fp32_rows(flat), self.qweight, self.scales_f32)
+        elif flat.shape[0] > cpu_ops.MAX_ROWS and x.device.type == "cpu":
             out = F.linear(flat.float(), self.dequantize())
         else:
             out = torch._weight_int8pack_mm(flat.to(ACTIVATION_DTYPE), self.qweight, self.scales)
@@ -191,7 +191,7 @@ class Int4BlockWeight:
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         flat = _rows(x)
         if _kernel_rows(flat):
-            out = cpu_gemv.ops().int4_matmul(_fp32_rows(flat), self.packed, self.scale, self.offset, self.group_size)
+            out = cpu_ops.ops().int4_matmul(_fp32_rows(flat), self.packed, self.scale, self.offset, self.group_size)
         else:
             out = F.linear(flat.float(), self.dequantize())
         return _as_input(out, x)
@@ -205,7 +205,7 @@ class Int4BlockWeight:
 
 def int4_weight(v: Int4Values) -> Int4BlockWeight | Int4Weight:
     """The engine's layout where its kernels are built (CPU with AVX2), else PyTorch's."""
-    if v.q.device.type == "cpu" and v.group_size % 32 == 0 and cpu_gemv.ops() is not None:
+    if v.q.device.type == "cpu" and v.group_size % 32 == 0 and cpu_ops.ops() is not None:
         return Int4BlockWeight.from_values(v)
     return Int4Weight.from_values(v)
 

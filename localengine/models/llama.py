@@ -141,9 +141,17 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
 
-    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        x = x + self.self_attn(rope, self.input_layernorm(x), meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, residual: torch.Tensor | None,
+                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: the previous layer's MLP output (its sum with `residual` is this layer's input), or the
+        embeddings for the first layer (residual None). Returns this layer's (MLP output, residual)."""
+        if residual is None:
+            x, residual = self.input_layernorm(x), x
+        else:
+            x, residual = self.input_layernorm.add_and_norm(x, residual)
+        x = self.self_attn(rope, x, meta)
+        x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
+        return self.mlp(x), residual
 
 
 class LlamaModel(nn.Module):
@@ -157,9 +165,10 @@ class LlamaModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         rope = self.rotary_emb(positions)  # looked up once per step, shared by every layer
+        residual = None
         for layer in self.layers:
-            x = layer(rope, x, meta)
-        return self.norm(x)
+            x, residual = layer(rope, x, residual, meta)
+        return self.norm.add_and_norm(x, residual)[0] if residual is not None else self.norm(x)
 
 
 class LlamaForCausalLM(nn.Module):

@@ -1,0 +1,65 @@
+"""The engine's own CPU ops (kernels/cpu_ops.cpp) where they replace PyTorch's: the norms. The
+matmuls are tested with the quantized weights they serve (test_quantization.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from localengine.kernels import cpu_ops
+from localengine.layers.layernorm import RMSNorm
+
+
+@pytest.fixture(params=["engine", "pytorch"])
+def kernels(request, monkeypatch):
+    if request.param == "pytorch":
+        monkeypatch.setattr(cpu_ops, "ops", lambda: None)
+    elif cpu_ops.ops() is None:
+        pytest.skip("the engine's CPU ops are not built on this machine (no AVX2 or no compiler)")
+    return request.param
+
+
+def test_ops_are_built_where_they_can_be():
+    """On an AVX2 machine with a C++ compiler the build must succeed: a broken build would otherwise
+    pass unnoticed, every call quietly falling back to PyTorch's slower ops."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512") or not shutil.which("c++"):
+        pytest.skip("no AVX2 or no C++ compiler: the engine uses PyTorch's ops")
+    assert cpu_ops.ops() is not None
+
+
+def _reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x64 = x.double()
+    return (weight.double() * x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)).float()
+
+
+@pytest.mark.parametrize("shape", [(1, 576), (5, 64), (3, 4, 20)])  # 20: a tail past the 8-wide vectors
+def test_rms_norm(kernels, shape):
+    torch.manual_seed(0)
+    norm = RMSNorm(shape[-1], eps=1e-5)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(shape) * 3
+    torch.testing.assert_close(norm(x), _reference(x, norm.weight, 1e-5), rtol=1e-5, atol=1e-6)
+
+
+def test_add_and_norm_carries_the_residual(kernels):
+    torch.manual_seed(0)
+    norm = RMSNorm(96)
+    x, residual = torch.randn(4, 96), torch.randn(4, 96)
+    expected_sum = x + residual
+    expected = _reference(expected_sum, norm.weight, norm.eps)
+    out, carried = norm.add_and_norm(x.clone(), residual.clone())
+    torch.testing.assert_close(carried, expected_sum, rtol=0, atol=0)  # the sum itself is exact
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_keeps_pytorch_rounding(kernels):
+    """Other dtypes never reach the fp32 ops: the output is rounded to bf16 before the weight's
+    product, as Hugging Face's Llama does."""
+    norm = RMSNorm(64).to(torch.bfloat16)
+    x = torch.randn(2, 64, dtype=torch.bfloat16)
+    xf = x.float()
+    expected = norm.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.eps)).to(torch.bfloat16)
+    torch.testing.assert_close(norm(x), expected, rtol=0, atol=0)
