@@ -4,7 +4,7 @@ file's own blocks kept (gguf: Q4_1 linears as int4, the Q8_0 embedding as int8),
 Face transformers (fp32, the same file dequantized) and llama.cpp (the file as shipped; the row is
 skipped when llama-cpp-python is not installed).
 
-- TTFT: a 500-token prompt, one output token, prefix cache off (cold prefill), median of --runs.
+- TTFT: a 500-token prompt (--prompt-tokens), one output token, prefix cache off (cold prefill), median of --runs.
 - Decode: a chat-templated prompt, 128 output tokens (ignore_eos), tokens/s after the first token,
   median of --runs.
 
@@ -33,7 +33,7 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def engine(dtype: str, runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int,
+def engine(dtype: str, runs: int, prompt: list[int], chat: list[int], decode_tokens: int,
            quantization: str | None = "none") -> tuple[float, float]:
     from localengine import LLM, SamplingParams
 
@@ -41,11 +41,11 @@ def engine(dtype: str, runs: int, prompt_500: list[int], chat: list[int], decode
               enable_prefix_caching=False, num_kvcache_blocks=256)
     one = SamplingParams(temperature=0, max_tokens=1)
     many = SamplingParams(temperature=0, max_tokens=decode_tokens, ignore_eos=True)
-    llm.generate([prompt_500], one)  # warm-up: first-call setup is not what is measured
+    llm.generate([prompt], one)  # warm-up: first-call setup is not what is measured
     ttft, rate = [], []
     for _ in range(runs):
         start = time.perf_counter()
-        llm.generate([prompt_500], one)
+        llm.generate([prompt], one)
         ttft.append(time.perf_counter() - start)
         out = llm.generate([chat], many)[0]
         m = out.metrics
@@ -83,7 +83,7 @@ def int8_side_by_side(runs: int, chat: list[int], decode_tokens: int) -> None:
           f"equal for the first {same} of {len(fp32_tokens)}   {before} -> {load()}")
 
 
-def hf(runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int) -> tuple[float, float]:
+def hf(runs: int, prompt: list[int], chat: list[int], decode_tokens: int) -> tuple[float, float]:
     from transformers import AutoModelForCausalLM
 
     from localengine.config import packaged_model_path
@@ -99,18 +99,18 @@ def hf(runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int) ->
                            do_sample=False, pad_token_id=2)
         return time.perf_counter() - start
 
-    generate(prompt_500, 1)
+    generate(prompt, 1)
     ttft, rate = [], []
     for _ in range(runs):
-        ttft.append(generate(prompt_500, 1))
+        ttft.append(generate(prompt, 1))
         first = generate(chat, 1)
         rate.append((decode_tokens - 1) / (generate(chat, decode_tokens) - first))
     return statistics.median(ttft), statistics.median(rate)
 
 
-def llama_cpp(runs: int, prompt_500: list[int], chat: list[int], decode_tokens: int, threads: int) -> tuple[float, float]:
+def llama_cpp(runs: int, prompt: list[int], chat: list[int], decode_tokens: int, threads: int) -> tuple[float, float]:
     """llama.cpp (llama-cpp-python, built from source) on the same file, its Q4_1 blocks as shipped, the
-    same threads: prefill of the same 500 token ids, then greedy decode of the chat prompt."""
+    same threads: prefill of the same prompt token ids, then greedy decode of the chat prompt."""
     from llama_cpp import Llama
 
     from localengine.config import packaged_model_path
@@ -123,10 +123,10 @@ def llama_cpp(runs: int, prompt_500: list[int], chat: list[int], decode_tokens: 
         llm.eval(ids)
         return time.perf_counter() - start
 
-    prefill(prompt_500)
+    prefill(prompt)
     ttft, rate = [], []
     for _ in range(runs):
-        ttft.append(prefill(prompt_500))
+        ttft.append(prefill(prompt))
         prefill(chat)
         start = time.perf_counter()
         for _ in range(decode_tokens - 1):
@@ -140,6 +140,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--prompt-tokens", type=int, default=500, help="TTFT prompt length (up to 1,000)")
     parser.add_argument("--int8-side-by-side", action="store_true", help="only fp32 against int8 weights, seconds apart")
     parser.add_argument("--only", nargs="*", help="row names (default: all)")
     args = parser.parse_args()
@@ -149,22 +150,22 @@ def main() -> None:
 
     tok = load_tokenizer(Config(MODEL, quantization="none"))
     text = " ".join(f"Line {i}: the lighthouse keeper counted the ships that passed." for i in range(200))
-    prompt_500 = tok.encode(text)[:500]
+    prompt = tok.encode(text)[: args.prompt_tokens]
     chat = tok.encode(tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False),
                       add_special_tokens=False)
     print(f"smollm2-135m-instruct, batch 1, {args.threads} threads, torch {torch.__version__}, "
-          f"TTFT on {len(prompt_500)} prompt tokens, decode of {args.decode_tokens} tokens")
+          f"TTFT on {len(prompt)} prompt tokens, decode of {args.decode_tokens} tokens")
     if args.int8_side_by_side:
         int8_side_by_side(args.runs, chat, args.decode_tokens)
         return
     rows = {
-        "engine fp32": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens),
-        "engine bf16": lambda: engine("bfloat16", args.runs, prompt_500, chat, args.decode_tokens),
-        "engine int8 weights": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens, "int8"),
-        "engine int4 weights": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens, "int4"),
-        "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompt_500, chat, args.decode_tokens, "gguf"),
-        "HF transformers fp32": lambda: hf(args.runs, prompt_500, chat, args.decode_tokens),
-        "llama.cpp Q4_1 (file)": lambda: llama_cpp(args.runs, prompt_500, chat, args.decode_tokens, args.threads),
+        "engine fp32": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens),
+        "engine bf16": lambda: engine("bfloat16", args.runs, prompt, chat, args.decode_tokens),
+        "engine int8 weights": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens, "int8"),
+        "engine int4 weights": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens, "int4"),
+        "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens, "gguf"),
+        "HF transformers fp32": lambda: hf(args.runs, prompt, chat, args.decode_tokens),
+        "llama.cpp Q4_1 (file)": lambda: llama_cpp(args.runs, prompt, chat, args.decode_tokens, args.threads),
     }
     print(f"{'':26}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
     for name, measure in rows.items():
