@@ -25,6 +25,9 @@ class Perplexity:
     perplexity: float
     mean_nll: float  # nats per scored token
     num_scored: int
+    # The model's greedy choice at each scored position, given the text before it: two engines'
+    # lists compared position by position are their teacher-forced greedy agreement.
+    argmax: tuple[int, ...] = ()
 
 
 @torch.inference_mode()
@@ -44,6 +47,7 @@ def perplexity(llm: LLM, token_ids: list[int], window: int = 512, stride: int = 
         raise ValueError(f"need 0 < stride <= window <= the context and the KV cache ({max_len} tokens)")
     llm.reset_prefix_cache()
     total_nll, scored, start = 0.0, 0, 0
+    argmax: list[int] = []
     while True:
         ids = token_ids[start:start + window]
         first_new = 1 if start == 0 else window - stride  # tokens before it were scored by an earlier window
@@ -60,6 +64,7 @@ def perplexity(llm: LLM, token_ids: list[int], window: int = 512, stride: int = 
             targets = torch.tensor(ids[first_new:], device=logits.device)
             logprobs = torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None])
             total_nll -= logprobs.sum().item()
+            argmax.extend(logits.argmax(dim=-1).tolist())
             scored += len(targets)
         if start + window >= len(token_ids):
             break
@@ -67,4 +72,4 @@ def perplexity(llm: LLM, token_ids: list[int], window: int = 512, stride: int = 
     if not scored:
         raise ValueError("need at least two tokens")
     mean = total_nll / scored
-    return Perplexity(math.exp(mean), mean, scored)
+    return Perplexity(math.exp(mean), mean, scored, tuple(argmax))

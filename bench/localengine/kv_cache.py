@@ -8,11 +8,20 @@ with the bf16 cache, KV blocks at the same memory, decode speed at batch 1 and 1
   K/V before the bf16 cache stores them (what a real implementation reads back): one int8 scale
   per token and KV head (dynamic), one int8 scale per layer for K and one for V (vLLM's
   k_scale/v_scale, measured like ours), fp8 with vLLM's default scale 1.0.
+- --scored: teacher-forced, over the perplexity corpus (bench/localengine/data/perplexity_corpus.txt,
+  3,575 tokens, windows of 512 with stride 256): perplexity, and at every position whether the greedy
+  choice equals the model-dtype cache's (`auto`) given the same text before it, so one differing
+  token does not count the rest of an answer against the cache. fp32 and bf16 weights; the bf16
+  `auto` row against fp32 is the yardstick: what bf16 rounding alone changes.
+- --batch-noise: the greedy-agreement count above for the bf16 cache against itself, each prompt
+  run alone instead of in one batch of 24 (another matmul shape, other roundings): how much of the
+  strict count's gap any rounding change makes.
 - Blocks: what `max_kv_cache_bytes` (64 MiB) buys for each cache dtype, as the engine sizes it.
 - Speed: decode tokens/s after the first token (--decode-tokens, 128), batch 1 and 16, the cache dtypes
   interleaved run by run so that they share the machine's load; median of --runs.
 
     python bench/localengine/kv_cache.py --threads 2 [--blocks] [--agreement] [--compare-scales] [--speed]
+                                                     [--scored] [--batch-noise]
 
 (no part named: blocks and agreement)
 
@@ -26,11 +35,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 MODEL = "smollm2-135m-instruct"
+CORPUS = Path(__file__).parent / "data" / "perplexity_corpus.txt"
 KV_DTYPES = ("auto", "int8", "fp8")
 PROMPTS = [
     "What is the capital of France?",
@@ -107,6 +118,38 @@ def run_agreement(compare_scales: bool) -> None:
               f"  (load {load()})", flush=True)
     if compare_scales:
         run_compare_scales(llms, prompts, base)
+
+
+def run_batch_noise() -> None:
+    llm = make_llm("auto")
+    prompts = chat_ids(llm)
+    base = generate(llm, prompts)
+    alone = [generate(llm, [p])[0] for p in prompts]
+    print(f"kv_cache_dtype=auto, each prompt alone against the batch of {len(prompts)}: {agreement(base, alone)}"
+          f"  (load {load()})", flush=True)
+
+
+def run_scored() -> None:
+    from localengine.perplexity import perplexity
+
+    text = CORPUS.read_text()
+    fp32_auto: tuple[int, ...] = ()
+    for dtype in ("float32", "bfloat16"):
+        reference: tuple[int, ...] = ()
+        for kv in KV_DTYPES:
+            start = time.perf_counter()
+            llm = make_llm(kv, dtype=dtype, max_num_seqs=2, num_kvcache_blocks=80)
+            result = perplexity(llm, llm.get_tokenizer().encode(text))
+            reference = reference or result.argmax
+            fp32_auto = fp32_auto or result.argmax
+            same = sum(a == b for a, b in zip(reference, result.argmax, strict=True))
+            line = (f"{dtype} weights, kv_cache_dtype={kv}: perplexity {result.perplexity:.3f}, greedy choice equal "
+                    f"to {dtype}/auto at {100 * same / len(reference):.2f}% of {len(reference)} positions")
+            if dtype != "float32" and kv == "auto":
+                vs_fp32 = sum(a == b for a, b in zip(fp32_auto, result.argmax, strict=True))
+                line += f" (to float32/auto: {100 * vs_fp32 / len(reference):.2f}%)"
+            print(f"{line}  ({time.perf_counter() - start:.0f} s, load {load()})", flush=True)
+            del llm
 
 
 Rounder = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -207,18 +250,24 @@ def main() -> None:
     parser.add_argument("--agreement", action="store_true", help="greedy agreement with the bf16 cache")
     parser.add_argument("--compare-scales", action="store_true", help="simulated alternatives to per-channel scales")
     parser.add_argument("--speed", action="store_true", help="decode tokens/s at batch 1 and 16")
+    parser.add_argument("--scored", action="store_true", help="teacher-forced perplexity and greedy agreement")
+    parser.add_argument("--batch-noise", action="store_true", help="the bf16 cache alone against batched")
     args = parser.parse_args()
-    if not (args.blocks or args.agreement or args.compare_scales or args.speed):
+    if not (args.blocks or args.agreement or args.compare_scales or args.speed or args.scored or args.batch_noise):
         args.blocks = args.agreement = True
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    print(f"{MODEL}, bf16, {args.threads} threads, torch {torch.__version__}  (load {load()})", flush=True)
+    print(f"{MODEL}, bf16 unless said, {args.threads} threads, torch {torch.__version__}  (load {load()})", flush=True)
     if args.blocks:
         run_blocks()
     if args.agreement or args.compare_scales:
         run_agreement(args.compare_scales)
     if args.speed:
         run_speed(args.runs, args.decode_tokens)
+    if args.scored:
+        run_scored()
+    if args.batch_noise:
+        run_batch_noise()
     print(f"done in {time.perf_counter() - start:.0f} s  (load {load()})")
 
 

@@ -138,18 +138,20 @@ def _tiny_ids(n: int) -> list[int]:
 
 def test_perplexity_is_transformers_own(llama_dir):
     """fp32 weights: the engine's sliding-window perplexity equals one computed from Hugging Face
-    transformers' logits over the same windows."""
+    transformers' logits over the same windows, and so do its greedy choices at each position."""
     from transformers import AutoModelForCausalLM
 
     ids, window, stride = _tiny_ids(100), 48, 16
     hf = AutoModelForCausalLM.from_pretrained(str(llama_dir), dtype=torch.float32).eval()
     nll, count, start = 0.0, 0, 0
+    argmax: list[int] = []
     while True:
         chunk = ids[start:start + window]
         first = 1 if start == 0 else window - stride
         with torch.inference_mode():
             logprobs = torch.log_softmax(hf(torch.tensor([chunk])).logits[0].float(), dim=-1)
         nll -= sum(logprobs[i - 1, chunk[i]].item() for i in range(first, len(chunk)))
+        argmax += logprobs[first - 1 : len(chunk) - 1].argmax(dim=-1).tolist()
         count += len(chunk) - first
         if start + window >= len(ids):
             break
@@ -157,6 +159,7 @@ def test_perplexity_is_transformers_own(llama_dir):
     got = perplexity(make_llm(llama_dir), ids, window=window, stride=stride)
     assert got.num_scored == count == len(ids) - 1
     assert got.perplexity == pytest.approx(math.exp(nll / count), rel=1e-4)
+    assert list(got.argmax) == argmax
 
 
 def test_gguf_blocks_load_kept_quantized(model_dirs, tmp_path):
