@@ -42,6 +42,48 @@ inline __m256 widen_i8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
+// Up to kRowTile activation rows share each widened or unpacked weight chunk (a speculative
+// verification step or a few decodes): the unpacking, not the memory, bounds these kernels.
+constexpr int64_t kRowTile = 4;
+
+// One output feature for R activation rows: out[r * stride] = scale * sum_i q_i x_r,i.
+template <int R>
+inline void int8_row(const int8_t* row, const float* x, int64_t k, float scale, float* out, int64_t stride) {
+  __m256 a0[R], a1[R];
+  for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    const __m256 w0 = widen_i8(row + i), w1 = widen_i8(row + i + 8);
+    for (int r = 0; r < R; ++r) {
+      a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * k + i), a0[r]);
+      a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * k + i + 8), a1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r * stride] = hsum(_mm256_add_ps(a0[r], a1[r])) * scale;
+}
+
+// One output feature for R rows of int8 activations (blocks of 32, scale xs per block), without
+// the offsets' share.
+template <int R>
+inline void int4_row(const uint8_t* row, const int8_t* xq, const float* xs, int64_t k, const float* srow,
+                     int64_t per_group, float* out, int64_t stride) {
+  const __m128i low4 = _mm_set1_epi8(15);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t blocks = k / 32;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t bl = 0; bl < blocks; ++bl) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + bl * 16));
+    const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
+    const float s = srow[bl / per_group];
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * k + bl * 32));
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(xs[r * blocks + bl] * s), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r * stride] = hsum(acc[r]);
+}
+
 void check_rows(const at::Tensor& x, int64_t k) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
               "activations must be a contiguous fp32 [M, K] tensor");
@@ -61,15 +103,15 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   float* op = out.data_ptr<float>();
   at::parallel_for(0, n_out, 16, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
-      const int8_t* row = qp + n * k;
-      for (int64_t m = 0; m < m_rows; ++m) {
+      for (int64_t m = 0; m < m_rows; m += kRowTile) {
         const float* xr = xp + m * k;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        for (int64_t i = 0; i < k; i += 16) {
-          a0 = _mm256_fmadd_ps(widen_i8(row + i), _mm256_loadu_ps(xr + i), a0);
-          a1 = _mm256_fmadd_ps(widen_i8(row + i + 8), _mm256_loadu_ps(xr + i + 8), a1);
+        float* o = op + m * n_out + n;
+        switch (std::min<int64_t>(kRowTile, m_rows - m)) {
+          case 1: int8_row<1>(qp + n * k, xr, k, sp[n], o, n_out); break;
+          case 2: int8_row<2>(qp + n * k, xr, k, sp[n], o, n_out); break;
+          case 3: int8_row<3>(qp + n * k, xr, k, sp[n], o, n_out); break;
+          default: int8_row<4>(qp + n * k, xr, k, sp[n], o, n_out);
         }
-        op[m * n_out + n] = hsum(_mm256_add_ps(a0, a1)) * sp[n];
       }
     }
   });
@@ -118,29 +160,27 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
   const float* sp = scale.data_ptr<float>();
   const float* zp = offset.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const __m128i low4 = _mm_set1_epi8(15);
-  const __m256i ones = _mm256_set1_epi16(1);
   at::parallel_for(0, n_out, 16, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
       const uint8_t* row = pp + n * (k / 2);
       const float* srow = sp + n * groups;
-      const float* zrow = zp + n * groups;
-      for (int64_t m = 0; m < m_rows; ++m) {
+      for (int64_t m = 0; m < m_rows; m += kRowTile) {
         const int8_t* xr = xq.data() + m * k;
         const float* xs = xscale.data() + m * blocks;
-        __m256 acc = _mm256_setzero_ps();
-        float offsets = 0.f;
-        for (int64_t bl = 0; bl < blocks; ++bl) {
-          __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + bl * 16));
-          __m128i lo = _mm_and_si128(bytes, low4);
-          __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
-          __m256i q = _mm256_set_m128i(hi, lo);
-          __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + bl * 32));
-          __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
-          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(xs[bl] * srow[bl / per_group]), acc);
+        float* o = op + m * n_out + n;
+        switch (std::min<int64_t>(kRowTile, m_rows - m)) {
+          case 1: int4_row<1>(row, xr, xs, k, srow, per_group, o, n_out); break;
+          case 2: int4_row<2>(row, xr, xs, k, srow, per_group, o, n_out); break;
+          case 3: int4_row<3>(row, xr, xs, k, srow, per_group, o, n_out); break;
+          default: int4_row<4>(row, xr, xs, k, srow, per_group, o, n_out);
         }
+      }
+      // The offsets' share: offset * (sum of the group's activations), per row.
+      const float* zrow = zp + n * groups;
+      for (int64_t m = 0; m < m_rows; ++m) {
+        float offsets = 0.f;
         for (int64_t g = 0; g < groups; ++g) offsets += zrow[g] * xsum[m * groups + g];
-        op[m * n_out + n] = hsum(acc) + offsets;
+        op[m * n_out + n] += offsets;
       }
     }
   });
