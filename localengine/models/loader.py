@@ -19,18 +19,28 @@ from safetensors import safe_open
 from localengine.layers.linear import ColumnParallelLinear, LinearBase
 from localengine.layers.quantization import DEFAULT_INT4_GROUP_SIZE, Int4Values
 from localengine.layers.vocab_parallel import VocabParallelEmbedding
+from localengine.models.awq_gptq import METHODS as INT4_CHECKPOINT_METHODS
+from localengine.models.awq_gptq import Int4Checkpoint, int4_checkpoint_tensors
 from localengine.models.llama import LlamaForCausalLM, ModelArgs
 
 
-def checkpoint_tensors(path: Path, dtype: torch.dtype,
-                       keep_int4: frozenset[str] = frozenset()) -> Iterator[tuple[str, torch.Tensor | Int4Values]]:
+def checkpoint_tensors(path: Path, dtype: torch.dtype, keep_int4: frozenset[str] = frozenset(),
+                       int4_checkpoint: Int4Checkpoint | None = None) -> Iterator[tuple[str, torch.Tensor | Int4Values]]:
     """(Hugging Face name, tensor) for every weight of the checkpoint at `path`; a GGUF's tensors
-    named in `keep_int4` come as 4-bit groups."""
+    named in `keep_int4`, and an AWQ/GPTQ checkpoint's linears (as `<linear>.weight`), come as
+    4-bit groups."""
     if path.suffix == ".gguf":
         from localengine.models.gguf import gguf_tensors, open_gguf
 
         yield from gguf_tensors(open_gguf(path), dtype, keep_int4)
         return
+    if int4_checkpoint is not None:
+        yield from int4_checkpoint_tensors(int4_checkpoint, _safetensors(path))
+        return
+    yield from _safetensors(path)
+
+
+def _safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {path} (supported: safetensors directories, GGUF files)")
@@ -50,6 +60,7 @@ class QuantizationPlan:
     int4_modules: frozenset[str] = frozenset()  # linears packed from them: never given a float weight
     after: tuple[tuple[str, str], ...] = ()  # (module, "int8" | "int4"): quantized once loaded
     group_size: int = DEFAULT_INT4_GROUP_SIZE
+    int4_checkpoint: Int4Checkpoint | None = None  # an AWQ/GPTQ checkpoint's format
 
 
 def _module_of(model: LlamaForCausalLM, name: str) -> tuple[str, int]:
@@ -67,9 +78,17 @@ def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | N
     4-bit blocks (Q4_0, Q4_1, Q4_K) load as int4 at group 32; every other quantized weight (Q8_0,
     Q6_K, ..., a fused layer mixing types, the embedding) is dequantized exactly and requantized
     to int8 per row (more bits than the block's, so the rounding added is small); float tensors
-    stay in `dtype`."""
+    stay in `dtype`. "awq" / "gptq": every attention and MLP linear as the checkpoint's 4-bit
+    groups; the embedding and LM head as the checkpoint has them (float), as vLLM runs them."""
     if quantization is None:
         return QuantizationPlan()
+    if quantization in INT4_CHECKPOINT_METHODS:
+        fmt = Int4Checkpoint.from_hf_config(model_config(path))
+        if fmt is None or fmt.method != quantization:
+            raise ValueError(f"quantization={quantization!r} needs a checkpoint whose config.json says so "
+                             f"(quantization_config.quant_method)")
+        return QuantizationPlan(int4_modules=frozenset(n for n, m in model.named_modules() if isinstance(m, LinearBase)),
+                                int4_checkpoint=fmt)
     embeddings = [("model.embed_tokens", "int8")] + ([] if model.args.tie_word_embeddings else [("lm_head", "int8")])
     if quantization in ("int8", "int4"):
         linears = [(name, quantization) for name, m in model.named_modules() if isinstance(m, LinearBase)]
@@ -96,6 +115,12 @@ def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | N
     return QuantizationPlan(frozenset(n for m in int4 for n, _ in pieces[m]), frozenset(int4), tuple(after))
 
 
+def model_config(path: Path) -> dict[str, Any]:
+    import json
+
+    return cast(dict[str, Any], json.loads((path / "config.json").read_text()))
+
+
 def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device: torch.device,
                max_model_len: int, tp_rank: int = 0, tp_size: int = 1,
                quantization: str | None = None) -> LlamaForCausalLM:
@@ -112,7 +137,7 @@ def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device
     model.model.rotary_emb.build(max_model_len, device)
     params = dict(model.named_parameters(remove_duplicate=False))
     loaded: set[str] = set()
-    for name, tensor in checkpoint_tensors(path, dtype, plan.int4_tensors):
+    for name, tensor in checkpoint_tensors(path, dtype, plan.int4_tensors, plan.int4_checkpoint):
         if isinstance(tensor, Int4Values):
             module_name, shard = _module_of(model, name)
             if cast(LinearBase, model.get_submodule(module_name)).load_int4(tensor, shard):

@@ -139,7 +139,7 @@ def test_block_dequantization_matches_gguf(kind):
 
 
 def test_unsupported_options_are_refused_by_name(llama_dir):
-    with pytest.raises(NotImplementedError, match="awq"):
-        make_llm(llama_dir, quantization="awq")
+    with pytest.raises(NotImplementedError, match="marlin"):
+        make_llm(llama_dir, quantization="marlin")
     with pytest.raises(NotImplementedError, match="fp8_e5m2"):
         make_llm(llama_dir, kv_cache_dtype="fp8_e5m2")
