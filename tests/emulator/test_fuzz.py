@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 
 import httpx
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,7 +72,6 @@ def _mutate(body: dict, path: list[int], new: object) -> dict:
     return out
 
 
-@pytest.mark.timeout(120)
 def test_mutated_bodies_never_get_a_5xx(emu):
     @settings(max_examples=250, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
