@@ -145,6 +145,25 @@ def _policy_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _state_migrate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from sdk.state.migrate import migrate_hash_tags
+
+    try:
+        result = asyncio.run(migrate_hash_tags(args.url, dry_run=args.dry_run))
+    except (ValueError, OSError, ConnectionError) as exc:
+        print(f"slipstream: {exc}", file=sys.stderr)
+        return 1
+    verb = "would rename" if args.dry_run else "renamed"
+    for old, new in result.renamed:
+        print(f"{verb} {old} -> {new}")
+    for old, new in result.kept:
+        print(f"{'would keep' if args.dry_run else 'kept'} {old}: {new} already exists (written since the upgrade)")
+    print(f"{len(result.renamed)} keys {verb}, {len(result.kept)} left as they were")
+    return 0
+
+
 def _cache_report(args: argparse.Namespace) -> int:
     import os
 
@@ -266,6 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
     check = policy_commands.add_parser("check", help="validate policy files or directories", formatter_class=formatter)
     check.add_argument("paths", nargs="+", type=Path, help="policy files or directories of them")
     check.set_defaults(run=_policy_check)
+
+    state = commands.add_parser("state", help="shared-state (Redis) tools", formatter_class=formatter)
+    state_commands = state.add_subparsers(dest="state_command", required=True, metavar="COMMAND")
+    migrate = state_commands.add_parser(
+        "migrate", formatter_class=formatter,
+        help="rename keys an older version wrote (spend, stored responses, limits) to their hash-tagged names")
+    migrate.add_argument("url", help="the policy's state URL (redis://… or redis+sentinel://…, with its ?prefix=)")
+    migrate.add_argument("--dry-run", action="store_true", help="list the renames without making them")
+    migrate.set_defaults(run=_state_migrate)
 
     cache = commands.add_parser("cache", help="prompt-cache tools", formatter_class=formatter)
     cache_commands = cache.add_subparsers(dest="cache_command", required=True, metavar="COMMAND")
