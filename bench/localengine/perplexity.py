@@ -5,7 +5,9 @@ capital of France?", for each weight format.
 The reference is the file dequantized to fp32 (`quantization="none"`): int8 and int4 requantize
 those values, "gguf" runs the file's own blocks (Q4_1 linears as int4 groups of 32, the Q8_0
 embedding as int8 rows). Variants marked "head fp32" leave the embedding / LM head unquantized, to
-show what that part costs.
+show what that part costs. A scored window is a prefill, which runs quantized layers as dequantized
+fp32 GEMMs; variants marked "every row through the decode ops" send every row through the engine's
+CPU ops instead (int4 there rounds activations to int8 per 32), which is what decoding runs.
 
 Corpus: bench/localengine/data/perplexity_corpus.txt, 3,575 SmolLM2 tokens of plain English prose
 (an explainer, a story, a dialogue, a letter, instructions) written for this repository (same
@@ -25,12 +27,14 @@ from pathlib import Path
 import torch
 
 from localengine import LLM, SamplingParams
+from localengine.kernels import cpu_ops
 from localengine.models.llama import LlamaForCausalLM
 from localengine.models.loader import QuantizationPlan, quantization_plan, quantize_loaded
 from localengine.perplexity import perplexity
 
 MODEL = "smollm2-135m-instruct"
 CORPUS = Path(__file__).parent / "data" / "perplexity_corpus.txt"
+DEFAULT_MAX_ROWS = cpu_ops.MAX_ROWS
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -62,6 +66,12 @@ VARIANTS: dict[str, Callable[[], LLM]] = {
     "int4 g128 (g64 where 128 does not divide)": lambda: build("none", plan("int4", 128)),
     "gguf (Q4_1 kept)": lambda: build("gguf"),
 }
+# A scored window is a prefill, which runs quantized layers as dequantized fp32 GEMMs; decode rows go
+# through the engine's CPU ops instead (int4: activations rounded to int8 per 32). These variants
+# send every row through those ops, so the table shows what decoding with them costs.
+THROUGH_DECODE_OPS = ("int8", "int4 g32", "gguf (Q4_1 kept)")
+DECODE_SUFFIX = ", every row through the decode ops"
+VARIANTS.update({name + DECODE_SUFFIX: VARIANTS[name] for name in THROUGH_DECODE_OPS})
 
 
 def main() -> None:
@@ -78,6 +88,7 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         start, before = time.perf_counter(), os.getloadavg()
+        cpu_ops.MAX_ROWS = 1 << 30 if name.endswith(DECODE_SUFFIX) else DEFAULT_MAX_ROWS
         llm = make()
         ids = llm.get_tokenizer().encode(text)
         result = perplexity(llm, ids)
