@@ -22,8 +22,10 @@ def init(rank: int, world_size: int, port: int, device: torch.device) -> None:
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(rank)
+    # How long a rank waits for the others at a collective: a rank still loading its shard on a
+    # loaded CPU machine took more than 120 s (gloo's recv timed out beside `stress --cpu 4`).
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=120))
+                            timeout=datetime.timedelta(seconds=600))
 
 
 def destroy() -> None:

@@ -11,8 +11,10 @@ starts load it in well under a second). It returns None, and the engine keeps Py
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +25,28 @@ SOURCE = Path(__file__).with_name("cpu_ops.cpp")
 # Rows up to this many go through the kernels; longer (prefill) chunks dequantize the layer's
 # weight and use PyTorch's fp32 GEMM, which reuses each weight across rows far better.
 MAX_ROWS = 8
+STALE_LOCK_S = 600  # a build takes ~20 s on 2 quiet cores, a few minutes on a loaded machine
 
 
 def _build_dir() -> Path:
     """PyTorch's extension cache (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions), one folder per
-    PyTorch version: the build is per machine, not per data directory."""
+    PyTorch installation: the build is per machine, not per data directory, and two environments
+    (two PyTorch installs) never build into one folder at once."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
-    return Path(root) / f"slipstream-cpu-ops-torch-{torch.__version__}".replace("+", "_")
+    install = hashlib.sha1(str(Path(torch.__file__).resolve()).encode()).hexdigest()[:8]
+    return Path(root) / f"slipstream-cpu-ops-torch-{torch.__version__}-{install}".replace("+", "_")
+
+
+def _clear_stale_lock(build: Path) -> None:
+    """PyTorch's builder waits, without a limit, while its lock file exists; a build that was killed
+    leaves it behind, and every later start would hang. A build takes well under STALE_LOCK_S."""
+    lock = build / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            log.warning("removing %s, left by a build that did not finish", lock)
+            lock.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass
 
 
 @functools.cache
@@ -45,6 +62,7 @@ def ops() -> Any:
 
         build = _build_dir()
         build.mkdir(parents=True, exist_ok=True)
+        _clear_stale_lock(build)
         cpp_extension.load(name="slipstream_cpu_ops", sources=[str(SOURCE)], build_directory=str(build),
                            extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
                            is_python_module=False, verbose=False)

@@ -63,3 +63,22 @@ def test_bf16_keeps_pytorch_rounding(kernels):
     xf = x.float()
     expected = norm.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.eps)).to(torch.bfloat16)
     torch.testing.assert_close(norm(x), expected, rtol=0, atol=0)
+
+
+def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_start(tmp_path, monkeypatch):
+    """PyTorch's extension builder waits while its lock file exists: one left by a build that was
+    killed (a Ctrl-C during the first start) is removed once it is older than any build takes."""
+    import os
+    import time
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    build = cpu_ops._build_dir()
+    build.mkdir(parents=True)
+    lock = build / "lock"
+    lock.touch()
+    cpu_ops._clear_stale_lock(build)
+    assert lock.exists()  # a build may be running right now: its lock is kept
+    old = time.time() - cpu_ops.STALE_LOCK_S - 1
+    os.utime(lock, (old, old))
+    cpu_ops._clear_stale_lock(build)
+    assert not lock.exists()
