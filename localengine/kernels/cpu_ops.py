@@ -23,8 +23,10 @@ import torch
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cpu_ops.cpp")
 # Rows up to this many go through the kernels; longer (prefill) chunks dequantize the layer's
-# weight and use PyTorch's fp32 GEMM, which reuses each weight across rows far better.
-MAX_ROWS = 8
+# weight and use PyTorch's fp32 GEMM, which reuses each weight across rows far better. Measured on
+# SmolLM2's 120 linears (2 threads, 2-core AVX2): at 32 rows the kernels took 104 ms (int8) and
+# 124 ms (int4) against 232 and 251 ms dequantized; at 1 row 11.5 and 11.2 against 382 and 548.
+MAX_ROWS = 32
 STALE_LOCK_S = 600  # a build takes ~20 s on 2 quiet cores, a few minutes on a loaded machine
 
 
