@@ -73,6 +73,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               ("--layers", "4", "--requests", "32"), (), quick_timeout_s=300),
     Benchmark("smollm2", "The bundled real model at batch 1 (fp32, bf16, int8 against transformers)",
               "bench/localengine/smollm2.py", ("--runs", "2", "--decode-tokens", "64"), (), quick_timeout_s=600),
+    Benchmark("cpu_ops", "Local engine: its own CPU ops against a dequantized GEMM, by rows", "bench/localengine/cpu_ops.py",
+              ("--repeats", "2"), ()),
     Benchmark("spec_decode", "Speculative decoding (demo model, batch 1)", "bench/localengine/spec_decode.py",
               ("--batch", "1", "--max-tokens", "128", "--repeats", "2"), ("--batch", "1", "4", "8")),
     Benchmark("spec_decode_smollm2", "Speculative decoding (smollm2-135m-instruct, batch 1, input-grounded prompts)",

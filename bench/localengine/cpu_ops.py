@@ -1,0 +1,59 @@
+"""The engine's own CPU ops against a dequantized fp32 GEMM, by rows: what sets `cpu_ops.MAX_ROWS`.
+
+SmolLM2-135M's 120 linear shapes (qkv 960x576, o 576x576, gate_up 3072x576, down 576x1536, 30 layers)
+with random weights, quantized to int8 (per row) and int4 (groups of 32); each matmul run through
+the kernels, then through dequantize + F.linear (what a prefill does), for 1 to 32 rows.
+
+    python bench/localengine/cpu_ops.py --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Sequence
+
+import torch
+
+from localengine.kernels import cpu_ops
+from localengine.layers.quantization import Int4BlockWeight, Int4Values, Int8Weight
+
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
+
+
+def timed(weights: Sequence[Int8Weight | Int4BlockWeight], rows: int, kernel: bool, repeats: int) -> float:
+    """Milliseconds for one pass over every weight."""
+    cpu_ops.MAX_ROWS = 1 << 30 if kernel else 0
+    xs = [torch.randn(rows, w.dequantize().shape[1]) for w in weights]
+    for w, x in zip(weights, xs, strict=True):
+        w.matmul(x)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for w, x in zip(weights, xs, strict=True):
+            w.matmul(x)
+    return (time.perf_counter() - start) / repeats * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if cpu_ops.ops() is None:
+        raise SystemExit("the engine's CPU ops are not built here (no AVX2 or no compiler)")
+    floats = [torch.randn(o, i) * 0.02 for _ in range(30) for o, i in SHAPES]
+    int8 = [Int8Weight.from_float(w) for w in floats]
+    int4 = [Int4BlockWeight.from_values(Int4Values.from_float(w, 32)) for w in floats]
+    print(f"120 linears of SmolLM2's shapes, {args.threads} threads, ms per pass  (load {os.getloadavg()[0]:.2f})")
+    print("| rows | int8 ops | int8 dequantized | int4 ops | int4 dequantized |\n|---:|---:|---:|---:|---:|")
+    for rows in (1, 2, 4, 8, 16, 32, 64):
+        cells = [timed(int8, rows, True, args.repeats), timed(int8, rows, False, args.repeats),
+                 timed(int4, rows, True, args.repeats), timed(int4, rows, False, args.repeats)]
+        print(f"| {rows} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
+    print(f"load {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
