@@ -72,7 +72,7 @@ def _module_of(model: LlamaForCausalLM, name: str) -> tuple[str, int]:
 
 
 def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | None,
-                      group_size: int = DEFAULT_INT4_GROUP_SIZE) -> QuantizationPlan:
+                      group_size: int = DEFAULT_INT4_GROUP_SIZE, hf_config: dict[str, Any] | None = None) -> QuantizationPlan:
     """None: nothing. "int8" / "int4": every attention and MLP linear, after loading; the embedding
     (and the LM head, tied or not) int8. "gguf": what the file holds: linears whose pieces are all
     4-bit blocks (Q4_0, Q4_1, Q4_K) load as int4 at group 32; every other quantized weight (Q8_0,
@@ -83,7 +83,7 @@ def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | N
     if quantization is None:
         return QuantizationPlan()
     if quantization in INT4_CHECKPOINT_METHODS:
-        fmt = Int4Checkpoint.from_hf_config(model_config(path))
+        fmt = Int4Checkpoint.from_hf_config(hf_config or {})
         if fmt is None or fmt.method != quantization:
             raise ValueError(f"quantization={quantization!r} needs a checkpoint whose config.json says so "
                              f"(quantization_config.quant_method)")
@@ -115,18 +115,12 @@ def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | N
     return QuantizationPlan(frozenset(n for m in int4 for n, _ in pieces[m]), frozenset(int4), tuple(after))
 
 
-def model_config(path: Path) -> dict[str, Any]:
-    import json
-
-    return cast(dict[str, Any], json.loads((path / "config.json").read_text()))
-
-
 def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device: torch.device,
                max_model_len: int, tp_rank: int = 0, tp_size: int = 1,
                quantization: str | None = None) -> LlamaForCausalLM:
     with torch.device("meta"):
         model = LlamaForCausalLM(ModelArgs.from_hf(hf_config, tp_rank, tp_size))
-    plan = quantization_plan(model, path, quantization)
+    plan = quantization_plan(model, path, quantization, hf_config=hf_config)
     if device.type != "cpu" and (plan.int4_modules or any(method == "int4" for _, method in plan.after)):
         raise NotImplementedError("int4 weights run on CPU only (PyTorch's CPU int4 kernel): GPU kernels are not done")
     for name in plan.int4_modules:  # packed straight from the file's blocks: no float storage at all

@@ -89,6 +89,19 @@ def make_llm(path, **kwargs):
     return LLM(str(path), **args)
 
 
+@pytest.fixture(params=["engine", "pytorch"])
+def kernels(request, monkeypatch):
+    """A test that takes it runs on the engine's own CPU ops (kernels/cpu_ops.cpp) and on PyTorch's
+    (as where they cannot be built)."""
+    from localengine.kernels import cpu_ops
+
+    if request.param == "pytorch":
+        monkeypatch.setattr(cpu_ops, "ops", lambda: None)
+    elif cpu_ops.ops() is None:
+        pytest.skip("the engine's CPU ops are not built on this machine (no AVX2 or no compiler)")
+    return request.param
+
+
 @pytest.fixture(scope="package", autouse=True)
 def one_torch_thread():
     """The CPU is shared with other test runs and tiny models gain nothing from more threads."""

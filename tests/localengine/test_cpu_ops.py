@@ -12,15 +12,6 @@ from localengine.kernels import cpu_ops
 from localengine.layers.layernorm import RMSNorm
 
 
-@pytest.fixture(params=["engine", "pytorch"])
-def kernels(request, monkeypatch):
-    if request.param == "pytorch":
-        monkeypatch.setattr(cpu_ops, "ops", lambda: None)
-    elif cpu_ops.ops() is None:
-        pytest.skip("the engine's CPU ops are not built on this machine (no AVX2 or no compiler)")
-    return request.param
-
-
 def test_ops_are_built_where_they_can_be():
     """On an AVX2 machine with a C++ compiler the build must succeed: a broken build would otherwise
     pass unnoticed, every call quietly falling back to PyTorch's slower ops."""

@@ -25,16 +25,6 @@ def _relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
     return ((got.float() - expected.float()).norm() / expected.float().norm()).item()
 
 
-@pytest.fixture(params=["engine", "pytorch"])
-def kernels(request, monkeypatch):
-    """Each matmul test runs on the engine's kernels and on PyTorch's (as where they cannot be built)."""
-    if request.param == "pytorch":
-        monkeypatch.setattr(cpu_ops, "ops", lambda: None)
-    elif cpu_ops.ops() is None:
-        pytest.skip("the engine's CPU kernels are not built on this machine (no AVX2 or no compiler)")
-    return request.param
-
-
 @pytest.mark.parametrize("rows", [1, 3, 5, 40])  # up to cpu_ops.MAX_ROWS: the kernel (tiles of 4 rows); more: a dequantized GEMM
 def test_int8_linear_is_close_to_float(kernels, rows):
     torch.manual_seed(0)
