@@ -1,5 +1,5 @@
-"""The engine's own CPU ops (cpu_ops.cpp: weight-only int8/int4 matmuls and fp32 norms for decode),
-built on first use.
+"""The engine's own CPU ops (cpu_ops.cpp: weight-only int8/int4 matmuls for decode, and fp32 norms,
+rotary embedding, silu_and_mul and decode attention over the paged cache), built on first use.
 
 `ops()` compiles the C++ file once per machine and PyTorch version with PyTorch's extension builder
 (a C++ compiler and ninja are needed; the build lands in PyTorch's extension cache and later
@@ -66,7 +66,7 @@ def ops() -> Any:
         build.mkdir(parents=True, exist_ok=True)
         _clear_stale_lock(build)
         cpp_extension.load(name="slipstream_cpu_ops", sources=[str(SOURCE)], build_directory=str(build),
-                           extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
+                           extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"], extra_ldflags=["-fopenmp"],
                            is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the engine still runs
         log.warning("CPU kernels could not be built (%s); PyTorch's ops are used", exc)

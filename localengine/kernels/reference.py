@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from localengine.kernels import cpu_ops
 from localengine.kernels.kv_quant import KVScales, quantize, storage
 
 if TYPE_CHECKING:
@@ -106,7 +107,16 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     block_size = k_cache.shape[1]
     # Decodes are padded to the longest context in their group; the model runner sorts them by
     # length, so groups of similar lengths waste little on padding.
-    for g in range(0, meta.num_decodes, DECODE_GROUP):
+    first = 0
+    ops = cpu_ops.for_fp32(q)
+    if (ops is not None and meta.num_decodes and kv_scales is None and k_cache.dtype == torch.float32
+            and k_cache.is_contiguous() and v_cache.is_contiguous() and q.shape[-1] % 8 == 0):
+        # The engine's op reads the paged cache in place: no gather, no mask, one call per layer.
+        decodes = q[: meta.num_decodes].contiguous()
+        out[: meta.num_decodes] = ops.paged_attention_decode(decodes, k_cache, v_cache, meta.block_tables,
+                                                             meta.seq_lens, scale)
+        first = meta.num_decodes
+    for g in range(first, meta.num_decodes, DECODE_GROUP):
         rows = slice(g, min(g + DECODE_GROUP, meta.num_decodes))
         n = rows.stop - rows.start
         ids, mask = _decode_plan(meta, rows, block_size)

@@ -205,7 +205,7 @@ class Int4BlockWeight:
 
 def int4_weight(v: Int4Values) -> Int4BlockWeight | Int4Weight:
     """The engine's layout where its kernels are built (CPU with AVX2), else PyTorch's."""
-    if v.q.device.type == "cpu" and v.group_size % 32 == 0 and cpu_ops.ops() is not None:
+    if v.q.device.type == "cpu" and v.group_size in INT4_GROUP_SIZES and cpu_ops.ops() is not None:
         return Int4BlockWeight.from_values(v)
     return Int4Weight.from_values(v)
 

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from localengine.kernels import cpu_ops
+
 
 def _inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
@@ -55,7 +57,12 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x: [tokens, heads, head_dim] by its positions' cos/sin, in fp32, cast back."""
+    """Rotate x: [tokens, heads, head_dim] by its positions' cos/sin, in fp32, cast back. fp32 on CPU
+    runs the engine's op (kernels/cpu_ops.cpp), which rotates x in place and returns it."""
+    ops = cpu_ops.for_fp32(x)
+    if ops is not None and x.stride(-1) == 1 and x.stride(-2) == x.shape[-1]:
+        ops.rotary_embedding(x, cos, sin)
+        return x
     xf = x.float()
     x1, x2 = xf.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)

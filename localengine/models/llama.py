@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from localengine.kernels import cpu_ops
 from localengine.layers.attention import Attention, AttentionMetadata
 from localengine.layers.layernorm import RMSNorm
 from localengine.layers.linear import ColumnParallelLinear, RowParallelLinear
@@ -129,7 +130,11 @@ class LlamaMLP(nn.Module):
         self.down_proj = RowParallelLinear(a.intermediate_size, a.hidden_size, bias=a.mlp_bias, **tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        ops = cpu_ops.for_fp32(gate_up)
+        if ops is not None and gate_up.shape[-1] % 16 == 0:
+            return self.down_proj(ops.silu_and_mul(gate_up.contiguous()))
+        gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 

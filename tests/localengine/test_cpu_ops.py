@@ -1,5 +1,6 @@
-"""The engine's own CPU ops (kernels/cpu_ops.cpp) where they replace PyTorch's: the norms. The
-matmuls are tested with the quantized weights they serve (test_quantization.py)."""
+"""The engine's own CPU ops (kernels/cpu_ops.cpp) where they replace PyTorch's: the norms, the
+rotary embedding, silu_and_mul and decode attention over the paged cache, each against the PyTorch
+form it replaces. The matmuls are tested with the quantized weights they serve (test_quantization.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import torch
 
 from localengine.kernels import cpu_ops
 from localengine.layers.layernorm import RMSNorm
+
+needs_ops = pytest.mark.skipif("cpu_ops.ops() is None", reason="the engine's CPU ops are not built here")
 
 
 def test_ops_are_built_where_they_can_be():
@@ -73,3 +76,55 @@ def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_start(tmp_path, mo
     os.utime(lock, (old, old))
     cpu_ops._clear_stale_lock(build)
     assert not lock.exists()
+
+
+@pytest.mark.parametrize("head_dim", [64, 20])
+def test_rotary_matches_the_pytorch_form_in_place(kernels, head_dim):
+    """Bit for bit (the same products and sums), in place on q and k as views into the fused
+    projection's output, leaving v alone."""
+    from localengine.layers.rotary_embedding import RotaryEmbedding, apply_rotary
+
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(head_dim, 10000.0)
+    rope.build(512, torch.device("cpu"))
+    cos, sin = rope(torch.tensor([0, 7, 300]))
+    qkv = torch.randn(3, 6 * head_dim)
+    qk = qkv[:, : 5 * head_dim].view(3, 5, head_dim)
+    xf = qk.clone()
+    x1, x2 = xf.chunk(2, dim=-1)
+    expected = xf * cos + torch.cat([-x2, x1], dim=-1) * sin
+    v_before = qkv[:, 5 * head_dim :].clone()
+    got = apply_rotary(qk, cos, sin)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(qkv[:, 5 * head_dim :], v_before, rtol=0, atol=0)
+
+
+@needs_ops
+def test_silu_and_mul():
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 2 * 96) * 6  # large gates: both tails of the exponential
+    gate, up = x.chunk(2, dim=-1)
+    torch.testing.assert_close(cpu_ops.ops().silu_and_mul(x), F.silu(gate) * up, rtol=2e-6, atol=1e-6)
+
+
+@needs_ops
+@pytest.mark.parametrize("lens", [[1], [17, 33, 5], [64]])
+def test_decode_attention_reads_the_paged_cache_in_place(lens):
+    """Against SDPA over the gathered blocks (the reference path), for GQA groups of 3, contexts
+    shorter than a block, ending mid-block and spanning scattered blocks of a shared pool."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    block_size, kv_heads, heads, d = 4, 3, 9, 64
+    k_cache, v_cache = torch.randn(40, block_size, kv_heads, d), torch.randn(40, block_size, kv_heads, d)
+    tables = torch.stack([torch.randperm(40)[:16] for _ in lens]).to(torch.int32)
+    q = torch.randn(len(lens), heads, d)
+    got = cpu_ops.ops().paged_attention_decode(q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32), d**-0.5)
+    for s, n in enumerate(lens):
+        ids = tables[s, : -(-n // block_size)].long()
+        keys = k_cache[ids].reshape(-1, kv_heads, d)[:n].transpose(0, 1)
+        values = v_cache[ids].reshape(-1, kv_heads, d)[:n].transpose(0, 1)
+        expected = F.scaled_dot_product_attention(q[s].unsqueeze(1), keys, values, scale=d**-0.5, enable_gqa=True)
+        torch.testing.assert_close(got[s], expected.squeeze(1), rtol=1e-5, atol=1e-5)

@@ -42,7 +42,7 @@ def test_int8_linear_is_close_to_float(kernels, rows):
     assert _relative_error(got, expected) < 0.02  # int8 weights, bf16 activations
 
 
-@pytest.mark.parametrize(("rows", "cols", "group"), [(96, 256, 32), (40, 192, 64), (8, 256, 128)])
+@pytest.mark.parametrize(("rows", "cols", "group"), [(96, 256, 32), (40, 192, 64), (8, 256, 128), (16, 96, 32)])  # 96: an odd block
 @pytest.mark.parametrize("leading", [(1,), (3,), (2, 3), (5, 8)])  # up to 32 rows: the kernel; 40: dequantized
 def test_int4_kernel_multiplies_by_the_dequantized_groups(kernels, rows, cols, group, leading):
     """The packed kernel computes x @ ((q - 8) * scale + zero)^T: the same as the unpacked groups'
