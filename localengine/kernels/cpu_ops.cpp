@@ -407,21 +407,33 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
   const int32_t *tables = block_tables.data_ptr<int32_t>(), *lens = seq_lens.data_ptr<int32_t>();
   float* op = out.data_ptr<float>();
   const float fscale = static_cast<float>(scale);
-  at::parallel_for(0, seqs * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  // Short contexts at batch 1 take a few microseconds: waking a second thread costs more.
+  int64_t work = 0;
+  for (int64_t s = 0; s < seqs; ++s) work += lens[s] * kv_heads;
+  const int64_t grain = work < 16384 ? seqs * kv_heads : 1;
+  at::parallel_for(0, seqs * kv_heads, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
-    std::vector<__m256> acc(d / 8);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t s = task / kv_heads, kvh = task % kv_heads, len = lens[s];
-      scores.assign(group * len, 0.f);
       const int32_t* table = tables + s * table_stride;
-      auto slot = [&](int64_t t) { return (static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size) * token_stride + kvh * d; };
-      for (int64_t t = 0; t < len; ++t) {
-        const float* key = kp + slot(t);
-        for (int64_t g = 0; g < group; ++g) {
-          const float* qh = qp + (s * heads + kvh * group + g) * d;
-          __m256 dot = _mm256_setzero_ps();
-          for (int64_t i = 0; i < d; i += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(key + i), dot);
-          scores[g * len + t] = hsum(dot) * fscale;
+      const float* q0 = qp + (s * heads + kvh * group) * d;
+      scores.resize(group * len);
+      // Block by block through the table (no division per token): scores[g][t] = q_g . k_t * scale.
+      for (int64_t start = 0; start < len; start += block_size) {
+        const float* key = kp + static_cast<int64_t>(table[start / block_size]) * block_size * token_stride + kvh * d;
+        const int64_t n = std::min(block_size, len - start);
+        for (int64_t j = 0; j < n; ++j, key += token_stride) {
+          for (int64_t g = 0; g < group; ++g) {
+            const float* qh = q0 + g * d;
+            __m256 dot0 = _mm256_setzero_ps(), dot1 = _mm256_setzero_ps();
+            int64_t i = 0;
+            for (; i + 16 <= d; i += 16) {
+              dot0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(key + i), dot0);
+              dot1 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i + 8), _mm256_loadu_ps(key + i + 8), dot1);
+            }
+            if (i < d) dot0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(key + i), dot0);
+            scores[g * len + start + j] = hsum(_mm256_add_ps(dot0, dot1)) * fscale;
+          }
         }
       }
       for (int64_t g = 0; g < group; ++g) {
@@ -440,14 +452,22 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
           sum += row[t];
         }
         const float inv = 1.f / sum;
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (t = 0; t < len; ++t) {
-          const float* value = vp + slot(t);
-          const __m256 w = _mm256_set1_ps(row[t] * inv);
-          for (int64_t i = 0; i < d / 8; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + i * 8), acc[i]);
+        for (t = 0; t < len; ++t) row[t] *= inv;
+      }
+      // out_g = sum_t p[g][t] v_t, each value read once for the group.
+      float* o0 = op + (s * heads + kvh * group) * d;
+      std::fill_n(o0, group * d, 0.f);
+      for (int64_t start = 0; start < len; start += block_size) {
+        const float* value = vp + static_cast<int64_t>(table[start / block_size]) * block_size * token_stride + kvh * d;
+        const int64_t n = std::min(block_size, len - start);
+        for (int64_t j = 0; j < n; ++j, value += token_stride) {
+          for (int64_t g = 0; g < group; ++g) {
+            const __m256 w = _mm256_set1_ps(scores[g * len + start + j]);
+            float* o = o0 + g * d;
+            for (int64_t i = 0; i < d; i += 8)
+              _mm256_storeu_ps(o + i, _mm256_fmadd_ps(w, _mm256_loadu_ps(value + i), _mm256_loadu_ps(o + i)));
+          }
         }
-        float* o = op + (s * heads + kvh * group + g) * d;
-        for (int64_t i = 0; i < d / 8; ++i) _mm256_storeu_ps(o + i * 8, acc[i]);
       }
     }
   });
