@@ -2,7 +2,7 @@
 
 Why not aiohttp: on the proxy's hot path the upstream client is most of the added latency, and
 aiohttp's request machinery (ClientSession._request, its tracing, cookie and redirect hooks)
-costs more per call than everything else Slipstream does (docs/benchmarks.md). Provider APIs need
+costs more per call than everything else Slipstream does (docs/benchmark-history.md). Provider APIs need
 little of it: a request with a body (whole, or streamed from the client for pass-through uploads,
 with backpressure), answers delimited by Content-Length, chunks or the connection's end,
 keep-alive, TLS, and HTTP proxies from the environment or the policy (sdk/providers/egress.py).

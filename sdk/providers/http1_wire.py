@@ -30,7 +30,7 @@ _RESUME_AT = 64 * 1024
 # Linux only. Many upstreams write an answer's head and body with separate sends and leave Nagle
 # on (Python's http.server does): the body then waits for the ACK of the head, which the receiver
 # delays by up to 40 ms on a kept-alive connection. Asking for an immediate ACK after each request
-# removes that stall (docs/benchmarks.md: 49.9 ms -> 5.4 ms against a 5 ms upstream).
+# removes that stall (docs/benchmark-history.md: 49.9 ms -> 5.4 ms against a 5 ms upstream).
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 # Bytes a socket holds that the peer has not acknowledged (Linux SIOCOUTQ, which is TIOCOUTQ): a
 # request still unacknowledged after the connect timeout never reached the upstream's kernel.

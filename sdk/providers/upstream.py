@@ -2,7 +2,7 @@
 
 On the proxy's hot path the upstream client is most of the added latency (~2.9 ms with
 httpx, ~1 ms with aiohttp, measured early in the project), and that is the budget; the implementation is the small HTTP/1.1
-client in sdk/providers/http1.py, which costs less than either (docs/benchmarks.md). A pool is
+client in sdk/providers/http1.py, which costs less than either (docs/benchmark-history.md). A pool is
 bound to an event loop, so there is one per loop (the proxy's loop, or the SDK's background loop),
 with keep-alive connections reused across requests and teams. A provider reaches it through a
 `TeamUpstream`, which names the team (each team holds at most its share of an origin's connections)

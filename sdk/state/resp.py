@@ -4,7 +4,7 @@ routes commands to servers: one, the master Sentinel names, or a Cluster's nodes
 redis-py's asyncio client costs about 0.1–0.2 ms of Python per command here (a pool checkout, a
 lock, its parser; hiredis changes little), and concurrent commands each take a connection of their
 own and a round trip: at 16 concurrent callers its p50 was 6–13 ms against 0.17–0.38 ms here
-(docs/benchmarks.md, "One Redis client"). Admission runs on every request, so the client speaks RESP
+(docs/benchmark-history.md, "One Redis client"). Admission runs on every request, so the client speaks RESP
 itself: an `asyncio.Protocol` that writes each command (or a batch) in one write and hands replies to
 the waiting futures in order (Redis answers a connection's commands in order), so any number of
 concurrent requests share one connection without waiting on each other. Commands issued in the same

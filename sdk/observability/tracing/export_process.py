@@ -1,7 +1,7 @@
 """Span export in a child process: the serving process only pickles finished traces down a pipe.
 
 Encoding spans for OTLP costs far more than recording them (the SDK's encoder: about 120 µs a
-span on the 2-core benchmark machine, against a few µs to record one: docs/benchmarks.md). On the BatchSpanProcessor's worker thread that work holds the interpreter lock and the
+span on the 2-core benchmark machine, against a few µs to record one: docs/benchmark-history.md). On the BatchSpanProcessor's worker thread that work holds the interpreter lock and the
 event loop waits for it: a proxy at 64 concurrent requests lost half its throughput. Here a writer
 thread pickles each batch of finished traces (~10 µs a request) onto the stdin of a child process
 (`python -m sdk.observability.tracing.export_process`), which encodes them (sdk/observability/tracing/otlp_encoding.py) and
