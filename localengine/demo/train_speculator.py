@@ -16,7 +16,7 @@ speculation benchmark asks about other topics).
     nice -n 10 python -m localengine.demo.train_speculator --target smollm2-135m-instruct \\
         --prompts 256 --gen-tokens 160 --sampled-share 0 --n-predict 4 --draft-vocab 4096 \\
         --target-embeddings --soft-weight 0 --greedy-weight 1 --minutes 12 \\
-        --out localengine/demo/smollm2-speculator
+        --out ~/smollm2-speculator   # not bundled: see docs/localengine.md
 """
 
 from __future__ import annotations
