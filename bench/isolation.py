@@ -109,6 +109,8 @@ async def latency(url: str, control_url: str, args: argparse.Namespace) -> None:
                     running.set()
                     before = sent.value
                     while sent.value == before:  # the big sender is under way
+                        if not sender.is_alive():
+                            raise RuntimeError(f"the big sender stopped (exit code {sender.exitcode}); see its error above")
                         await asyncio.sleep(0.05)
                     samples[name] += await _small_block(session, url, per_block)
                     running.clear()

@@ -474,6 +474,57 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
   return out;
 }
 
+// One linear of a decoder layer as the Python side lists it (LinearBase.kernel_args): kind 0, an
+// fp32 weight [N, K]; 1, int8 (q, scale); 2, int4 blocks (packed, scale, offset) in groups of `group`.
+at::Tensor layer_linear(const at::Tensor& x, at::TensorList weights, size_t& next, int64_t kind, int64_t group) {
+  if (kind == 0) return at::mm(x, weights[next++].t());
+  if (kind == 1) {
+    next += 2;
+    return int8_matmul(x, weights[next - 2], weights[next - 1]);
+  }
+  next += 3;
+  return int4_matmul(x, weights[next - 3], weights[next - 2], weights[next - 1], group);
+}
+
+// A whole Llama decoder layer for decode rows, fp32 (what LlamaDecoderLayer.forward does, in one
+// call: at batch 1 the Python and dispatch around each op cost as much as the layer's arithmetic).
+// x: the previous layer's MLP output, overwritten; residual: the residual stream, updated in place;
+// returns this layer's MLP output. Linears in order qkv, o, gate_up, down; no biases, no q/k norm,
+// no tensor parallelism, an fp32 cache (the Python side checks).
+at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weights, at::IntArrayRef kinds,
+                        at::IntArrayRef groups, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
+                        const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache, at::Tensor& v_cache,
+                        const at::Tensor& slot_mapping, const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                        int64_t num_heads, int64_t num_kv_heads, double scale) {
+  TORCH_CHECK(kinds.size() == 4 && groups.size() == 4, "four linears: qkv, o, gate_up, down");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous(), "slot_mapping must be int64");
+  check_fp32(k_cache, "k_cache");
+  check_fp32(v_cache, "v_cache");
+  const int64_t rows = x.size(0), d = k_cache.size(3), q_size = num_heads * d, kv_size = num_kv_heads * d;
+  TORCH_CHECK(slot_mapping.numel() == rows && k_cache.size(2) == num_kv_heads, "cache and rows do not match");
+  size_t next = 0;
+  fused_add_rms_norm(x, residual, input_norm, eps);
+  at::Tensor qkv = layer_linear(x, weights, next, kinds[0], groups[0]);
+  TORCH_CHECK(qkv.size(1) == q_size + 2 * kv_size, "qkv projection has ", qkv.size(1), " features");
+  at::Tensor qk = qkv.narrow(1, 0, q_size + kv_size).view({rows, num_heads + num_kv_heads, d});
+  rotary_embedding(qk, cos, sin);
+  // This step's keys and values into their cache slots (reference.store_kv_cache).
+  const float* src = qkv.data_ptr<float>();
+  const int64_t* slots = slot_mapping.data_ptr<int64_t>();
+  float *kc = k_cache.data_ptr<float>(), *vc = v_cache.data_ptr<float>();
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* row = src + t * qkv.size(1);
+    std::copy_n(row + q_size, kv_size, kc + slots[t] * kv_size);
+    std::copy_n(row + q_size + kv_size, kv_size, vc + slots[t] * kv_size);
+  }
+  at::Tensor q = qkv.narrow(1, 0, q_size).contiguous().view({rows, num_heads, d});
+  at::Tensor attn = paged_attention_decode(q, k_cache, v_cache, block_tables, seq_lens, scale).view({rows, q_size});
+  at::Tensor o = layer_linear(attn, weights, next, kinds[1], groups[1]);
+  fused_add_rms_norm(o, residual, post_norm, eps);
+  at::Tensor h = silu_and_mul(layer_linear(o, weights, next, kinds[2], groups[2]));
+  return layer_linear(h, weights, next, kinds[3], groups[3]);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(slipstream_cpu, lib) {
@@ -483,6 +534,10 @@ TORCH_LIBRARY(slipstream_cpu, lib) {
   lib.def("fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()");
   lib.def("silu_and_mul(Tensor x) -> Tensor");
   lib.def("rotary_embedding(Tensor(a!) qk, Tensor cos, Tensor sin) -> ()");
+  lib.def("decode_layer(Tensor(a!) x, Tensor(b!) residual, Tensor[] weights, int[] kinds, int[] groups, "
+          "Tensor input_norm, Tensor post_norm, float eps, Tensor cos, Tensor sin, Tensor(c!) k_cache, "
+          "Tensor(d!) v_cache, Tensor slot_mapping, Tensor block_tables, Tensor seq_lens, int num_heads, "
+          "int num_kv_heads, float scale) -> Tensor");
   lib.def("paged_attention_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, Tensor seq_lens, float scale) -> Tensor");
 }
 
@@ -494,4 +549,5 @@ TORCH_LIBRARY_IMPL(slipstream_cpu, CPU, lib) {
   lib.impl("silu_and_mul", &silu_and_mul);
   lib.impl("rotary_embedding", &rotary_embedding);
   lib.impl("paged_attention_decode", &paged_attention_decode);
+  lib.impl("decode_layer", &decode_layer);
 }

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from localengine import distributed
-from localengine.layers.quantization import Int4Values, QuantizedWeight, int4_weight, quantize
+from localengine.layers.quantization import Int4BlockWeight, Int4Values, Int8Weight, QuantizedWeight, int4_weight, quantize
 
 
 def _split(size: int, tp_size: int, what: str) -> int:
@@ -29,6 +29,8 @@ class LinearBase(nn.Module):
     once `quantize` ran or a checkpoint's 4-bit blocks were loaded (`load_int4`)."""
 
     weight: nn.Parameter
+    bias: nn.Parameter | None
+    tp_size: int
     quant: QuantizedWeight | None = None
     num_pieces = 1  # checkpoint tensors that make up the weight (fused layers: several)
 
@@ -57,6 +59,21 @@ class LinearBase(nn.Module):
 
     def _int4_slice(self, values: Int4Values, shard: int) -> Int4Values:
         raise NotImplementedError
+
+    def kernel_args(self) -> tuple[int, int, list[torch.Tensor]] | None:
+        """The weight as the engine's fused decode layer takes it (kernels/cpu_ops.cpp `layer_linear`:
+        kind, group size, tensors), or None where that op does not serve it (a bias, tensor
+        parallelism, PyTorch's int4 layout, a float weight other than fp32)."""
+        if self.bias is not None or self.tp_size > 1:
+            return None
+        q = self.quant
+        if q is None:
+            return (0, 0, [self.weight]) if self.weight.dtype == torch.float32 else None
+        if isinstance(q, Int8Weight) and q.qweight.shape[1] % 16 == 0:
+            return 1, 0, [q.qweight, q.scales_f32]
+        if isinstance(q, Int4BlockWeight):
+            return 2, q.group_size, [q.packed, q.scale, q.offset]
+        return None
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         if self.quant is None:

@@ -145,6 +145,7 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(a)
         self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+        self._fused: FusedDecode | None = None
 
     def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, residual: torch.Tensor | None,
                 meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,6 +158,48 @@ class LlamaDecoderLayer(nn.Module):
         x = self.self_attn(rope, x, meta)
         x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
         return self.mlp(x), residual
+
+    def fused_decode(self, ops: Any, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
+                     residual: torch.Tensor | None, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`forward` as one call of the engine's CPU op, for a step of decodes only (the caller checks
+        the step); None where the layer's weights or cache do not fit it."""
+        fused = self._fused
+        if fused is None or fused.key != FusedDecode.make_key(self):
+            fused = self._fused = FusedDecode(self)
+        attn = self.self_attn.attn
+        if (not fused.usable or attn.kv_scales is not None or attn.observer is not None
+                or attn.k_cache.dtype != torch.float32):
+            return None
+        if residual is None:  # the first layer: its input is the residual stream (x + 0 is exact)
+            residual, x = x.clone(), torch.zeros_like(x)
+        out = ops.decode_layer(x, residual, fused.weights, fused.kinds, fused.groups, self.input_layernorm.weight,
+                               self.post_attention_layernorm.weight, self.input_layernorm.eps, *rope, attn.k_cache,
+                               attn.v_cache, meta.slot_mapping, meta.block_tables, meta.seq_lens, attn.num_heads,
+                               attn.num_kv_heads, attn.scale)
+        return out, residual
+
+
+class FusedDecode:
+    """A decoder layer's arguments for the engine's one-call decode layer (kernels/cpu_ops.cpp
+    `decode_layer`), or the reason it does not apply; remade when the layer's weights change
+    (quantized after loading)."""
+
+    def __init__(self, layer: LlamaDecoderLayer):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.key = self.make_key(layer)
+        linears = [attn.qkv_proj.kernel_args(), attn.o_proj.kernel_args(), mlp.gate_up_proj.kernel_args(),
+                   mlp.down_proj.kernel_args()]
+        self.usable = all(a is not None for a in linears) and attn.q_norm is None and attn.head_dim % 8 == 0
+        args = [a for a in linears if a is not None]
+        self.kinds = [kind for kind, _, _ in args]
+        self.groups = [group for _, group, _ in args]
+        self.weights = [t for _, _, tensors in args for t in tensors]
+
+    @staticmethod
+    def make_key(layer: LlamaDecoderLayer) -> tuple[object, ...]:
+        attn, mlp = layer.self_attn, layer.mlp
+        return tuple(id(lin.quant) if lin.quant is not None else id(lin.weight)
+                     for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj))
 
 
 class LlamaModel(nn.Module):
@@ -171,8 +214,12 @@ class LlamaModel(nn.Module):
         x = self.embed_tokens(input_ids)
         rope = self.rotary_emb(positions)  # looked up once per step, shared by every layer
         residual = None
+        # A step of decodes only, fp32 on CPU: each layer is one call of the engine's op where it fits.
+        ops = cpu_ops.for_fp32(x) if (not meta.use_triton and x.shape[0] == meta.num_decodes == len(meta.seq_lens_cpu)
+                                      and x.shape[0] <= cpu_ops.MAX_ROWS) else None
         for layer in self.layers:
-            x, residual = layer(rope, x, residual, meta)
+            fused = cast(LlamaDecoderLayer, layer).fused_decode(ops, rope, x, residual, meta) if ops is not None else None
+            x, residual = fused if fused is not None else layer(rope, x, residual, meta)
         return self.norm.add_and_norm(x, residual)[0] if residual is not None else self.norm(x)
 
 

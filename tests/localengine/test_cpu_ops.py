@@ -128,3 +128,40 @@ def test_decode_attention_reads_the_paged_cache_in_place(lens):
         values = v_cache[ids].reshape(-1, kv_heads, d)[:n].transpose(0, 1)
         expected = F.scaled_dot_product_attention(q[s].unsqueeze(1), keys, values, scale=d**-0.5, enable_gqa=True)
         torch.testing.assert_close(got[s], expected.squeeze(1), rtol=1e-5, atol=1e-5)
+
+
+@needs_ops
+@pytest.mark.parametrize("quantization", ["none", "int8", "int4"])
+def test_fused_decode_layer_is_the_layer(llama_dir, monkeypatch, quantization):
+    """A decode step's layers as one op each (`decode_layer`) give the tokens and log-probabilities of
+    the layer-by-layer path, for float, int8 and int4 weights, batched decodes of different lengths;
+    the op ran (counted), and a prefill never takes it."""
+    from localengine import SamplingParams
+    from localengine.models.llama import LlamaDecoderLayer
+    from tests.localengine.conftest import make_llm
+
+    calls = {"fused": 0}
+    original = LlamaDecoderLayer.fused_decode
+
+    def counted(self, *args):
+        out = original(self, *args)
+        calls["fused"] += out is not None
+        return out
+
+    prompts = ["def add(a, b):", "The quick brown fox", [5, 6, 7, 8, 9, 10, 11]]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=0)
+
+    def run():
+        llm = make_llm(llama_dir, quantization=quantization)
+        return [(o.outputs[0].token_ids, [next(iter(lp.values())).logprob for lp in o.outputs[0].logprobs or []])
+                for o in llm.generate(prompts, params)]
+
+    monkeypatch.setattr(LlamaDecoderLayer, "fused_decode", counted)
+    fused = run()
+    layers = 2
+    assert calls["fused"] == layers * 11  # every decode step (11 after each prompt's first token), no prefill
+    monkeypatch.setattr(LlamaDecoderLayer, "fused_decode", lambda self, *args: None)
+    reference = run()
+    for (tokens, logprobs), (ref_tokens, ref_logprobs) in zip(fused, reference, strict=True):
+        assert tokens == ref_tokens
+        torch.testing.assert_close(torch.tensor(logprobs), torch.tensor(ref_logprobs), rtol=1e-4, atol=1e-4)
