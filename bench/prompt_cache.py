@@ -23,6 +23,8 @@ import time
 import uuid
 from pathlib import Path
 
+import orjson
+
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from sdk.policy import load_policy
@@ -109,7 +111,6 @@ async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path
              "slipstream": "{reorder: true}"}[mode]
     runtime = TeamRuntime.build(load_policy(write_policy(directory, team, f"k-{team}", url, f"prompt_cache: {extra}\n")))
     totals = dict(input=0, read=0, write=0, uncached=0, ttft=0.0, n=0)
-    sent: list[dict] = []
     hit_rate: list[float] = []  # cumulative share of input tokens read from cache, after each request
     # Conversations run in interleaved rounds, as concurrent users would.
     for round_ in range(max(len(c) for c in convs)):
@@ -118,7 +119,7 @@ async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path
                 continue
             body = litellm_markers(bodies[round_]) if mode == "litellm" else bodies[round_]
             started = time.perf_counter()
-            answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, body))
+            answer, _ = await runtime.handle(LLMRequest(Endpoint.MESSAGES, body))
             totals["ttft"] += time.perf_counter() - started  # streams return at their first event
             if isinstance(answer, LLMStream):
                 async for _ in answer.events:
@@ -131,11 +132,9 @@ async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path
             totals["uncached"] += usage.input_tokens
             totals["n"] += 1
             hit_rate.append(totals["read"] / max(1, totals["input"]))
-            sent.append(ctx.request.body)
     await close_upstream_for_running_loop()
     totals["cost"] = (totals["uncached"] + 0.1 * totals["read"] + 1.25 * totals["write"]) * PRICE / 1e6
     totals["report"] = stats.report(team)
-    totals["sent"] = sent
     totals["hit_rate"] = hit_rate
     return totals
 
@@ -162,12 +161,16 @@ async def main() -> None:
     args = parser.parse_args()
     convs = workload(args.conversations)
     config = EmulatorConfig.realistic(ttft_base_ms=200.0 * args.scale, ttft_per_uncached_token_ms=0.05 * args.scale,
-                                      ttft_per_cached_token_ms=0.002 * args.scale, per_output_token_ms=10.0 * args.scale)
+                                      ttft_per_cached_token_ms=0.002 * args.scale, per_output_token_ms=10.0 * args.scale,
+                                      record_requests=100_000)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("as-written", "litellm", "advice", "slipstream"):
             with running_emulator(config) as emu:  # a fresh provider cache per mode
                 results[mode] = await run_mode(emu.url, mode, convs, Path(tmp))
+                # The bodies the provider received (planning happens per upstream attempt, after the
+                # request's own body), for the ideal below.
+                results[mode]["sent"] = [orjson.loads(r["body"]) for r in emu.state.recent]
     possible = possible_reads(results["slipstream"]["sent"])
     if args.plot:
         from bench.plots import line_chart

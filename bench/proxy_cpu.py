@@ -129,12 +129,17 @@ def start_proxy(tree: Path, policy: Path, prefix: Path, label: str) -> tuple[sub
     port = free_port()
     cmd = [PY, "-c", _SERVE, str(prefix), "serve", "--policy", str(policy), "--port", str(port)]
     env = {"PYTHONPATH": str(tree)}
-    proc = subprocess.Popen(cmd, cwd=tree, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/healthz", timeout_s=120)
-    except RuntimeError:
-        stop(proc)
-        raise RuntimeError(f"the proxy of {label} never answered: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}") from None
+    # The log in a temporary file, not a pipe nobody reads (full after 64 KiB, then the proxy blocks);
+    # the child holds its own descriptor, so this one closes when startup is settled.
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, cwd=tree, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=log,
+                                start_new_session=True)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}/healthz", timeout_s=120)
+        except RuntimeError:
+            stop(proc)
+            log.seek(0)
+            raise RuntimeError(f"the proxy of {label} never answered: {log.read().decode(errors='replace')[-2000:]}") from None
     return proc, port
 
 

@@ -61,7 +61,12 @@ def wait_ready(url: str, timeout_s: float = 60) -> None:
 
 
 def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    """The process in its own session, its log in an unnamed temporary file (kept while the process
+    runs): a pipe nobody reads fills after 64 KiB and then blocks the process's next log line (the
+    isolation benchmark's proxy hung so after ~350 requests that each logged a line)."""
+    with tempfile.TemporaryFile() as log:  # the child keeps its own descriptor
+        return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=log,
+                                start_new_session=True)
 
 
 def stop(proc: subprocess.Popen) -> None:

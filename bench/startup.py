@@ -8,7 +8,8 @@
    Also checks that no heavy module (torch, faiss, sentence_transformers, transformers) was imported.
 2. Time to ready: `slipstream serve --policy POLICY` from process start until `GET /readyz` is 200,
    the parts the proxy reported, then the first request after ready against the median of the next
-   five (different prompts of similar length, so no prefix-cache hits).
+   five (different prompts of similar length, so no prefix-cache hits), to --model (default: the
+   default policy's bundled smollm2-135m-instruct, served with no provider key).
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def _get(url: str) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
-def _ask(url: str, key: str, prompt: str) -> tuple[float, float]:
+def _ask(url: str, key: str, model: str, prompt: str) -> tuple[float, float]:
     """Seconds for one chat completion, and the proxy's own share (x-slipstream-overhead-ms)."""
-    body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}], "max_tokens": 16}).encode()
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 16}).encode()
     request = urllib.request.Request(f"{url}/v1/chat/completions", data=body,
                                      headers={"authorization": f"Bearer {key}", "content-type": "application/json"})
     started = time.perf_counter()
@@ -82,7 +83,7 @@ def _ask(url: str, key: str, prompt: str) -> tuple[float, float]:
 PROMPTS = ["def fib(n):", "def add(a, b):", "class Stack:", "import os\nimport sys", "def main():", "for i in range(3):"]
 
 
-def time_to_ready(policy: str, key: str) -> None:
+def time_to_ready(policy: str, key: str, model: str) -> None:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
     started = time.perf_counter()
@@ -104,7 +105,7 @@ def time_to_ready(policy: str, key: str) -> None:
         ready = time.perf_counter() - started
         parts = ", ".join(f"{name} {part['seconds']:.1f} s" for name, part in body["parts"].items()) or "nothing to load"
         print(f"serve {policy}: answering after {alive:.1f} s, ready after {ready:.1f} s ({parts})")
-        (first, first_own), *rest = [_ask(url, key, prompt) for prompt in PROMPTS]
+        (first, first_own), *rest = [_ask(url, key, model, prompt) for prompt in PROMPTS]
         later = sorted(seconds for seconds, _ in rest)[len(rest) // 2]
         later_own = sorted(own for _, own in rest)[len(rest) // 2]
         print(f"requests after ready: first {first * 1000:.0f} ms (proxy's own {first_own * 1000:.1f} ms), "
@@ -119,10 +120,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--policy", default="policies/default.yaml")
     parser.add_argument("--key", default="sk-slipstream-local", help="a team key the policy accepts")
+    parser.add_argument("--model", default="smollm2-135m-instruct",
+                        help="a model the policy serves without provider keys (the default policy's local engine)")
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     import_times(args.runs, args.policy)
-    time_to_ready(args.policy, args.key)
+    time_to_ready(args.policy, args.key, args.model)
 
 
 if __name__ == "__main__":

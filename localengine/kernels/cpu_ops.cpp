@@ -347,15 +347,18 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
   at::Tensor out = at::empty(shape, x.options());
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *gate = xp + r * width, *up = gate + half;
-    float* o = op + r * half;
-    for (int64_t i = 0; i < half; i += 8) {
-      const __m256 g = _mm256_loadu_ps(gate + i);
-      const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-      _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  // A prefill chunk's rows across threads; a decode's few rows on this one.
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *gate = xp + r * width, *up = gate + half;
+      float* o = op + r * half;
+      for (int64_t i = 0; i < half; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+      }
     }
-  }
+  });
   return out;
 }
 

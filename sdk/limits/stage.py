@@ -43,6 +43,7 @@ from sdk.streams import close_after, on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
 
 log = logging.getLogger("slipstream.spend")
+UNPRICED_WARNINGS = 16  # unpriced models logged per team, then one line saying the rest are not
 _FREE = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # token counts cost nothing
 _PERIODLY = {"day": "daily", "month": "monthly"}  # a budget's period in a refusal's words
 RESERVE_EXACT_CHARS = 8 * 1024  # input text tokenized exactly for a reservation; beyond, counted by length
@@ -78,6 +79,7 @@ class LimitsStage:
         self.pricing = policy.pricing
         self.budget = policy.budget
         self._prices: dict[str, Price | object | None] = {}
+        self._unpriced_warnings = 0
         self._targets: dict[str, tuple[Price, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
         limits = policy.limits
         self.team_scope = _Scope.of(f"team {policy.team}", f"limit:{team_slot(policy.team)}", limits) if limits.active else None
@@ -241,8 +243,7 @@ class LimitsStage:
                         self._prices.clear()
                     price = self._prices[model] = price_of(model, self.pricing)
                     if price is None and self._hosted(model):
-                        log.warning("team %s: model %r has no price, so its spend is not counted; add it under `pricing:` "
-                                    "(docs/spend.md)", self.team, model)
+                        self._warn_unpriced(model)
                 usd = cost_usd(usage, price) * rate if isinstance(price, Price) else 0.0
                 if usd:
                     spend = spend_record(self.team, key_id, model, usd, estimated)
@@ -250,6 +251,15 @@ class LimitsStage:
         if admission.holds or charges or spend is not None:
             self.state.settle(Settlement(admission.lease, tuple(cap.key for cap in admission.caps), charges, spend,
                                          admission.budget))
+
+    def _warn_unpriced(self, model: str) -> None:
+        """Once per model, for the first few: model names come from clients, and one naming a new
+        model per request must not write a log line per request."""
+        self._unpriced_warnings += 1
+        if self._unpriced_warnings <= UNPRICED_WARNINGS:
+            log.warning("team %s: model %r has no price, so its spend is not counted; add it under `pricing:` "
+                        "(docs/spend.md)%s", self.team, model,
+                        "; further unpriced models of this team are not logged" if self._unpriced_warnings == UNPRICED_WARNINGS else "")
 
     def _refused(self, refusal: Refusal, scopes: list[_Scope]) -> RateLimitedError:
         budget = self.budget

@@ -192,6 +192,25 @@ routes:
         assert by_model["o3"] > 0 and by_model["gpt-4-turbo"] > 0
 
 
+def test_a_client_naming_new_models_cannot_flood_the_log(tmp_path: Path, emu: RunningEmulator,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Model names come from clients: each unpriced one is logged once, for the first
+    UNPRICED_WARNINGS of a team, then one line says the rest are not (a line per request filled a
+    benchmark's unread log pipe and stopped the proxy)."""
+    from sdk.limits.stage import UNPRICED_WARNINGS
+
+    emu.reset()
+    _teams(tmp_path, emu)
+    with caplog.at_level(logging.WARNING, logger="slipstream.spend"), running_proxy([tmp_path]) as proxy:
+        oa = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0)
+        for i in range(UNPRICED_WARNINGS + 8):
+            oa.chat.completions.create(model=f"gpt-invented-{i}", messages=HELLO, max_tokens=4)
+        oa.chat.completions.create(model="gpt-invented-0", messages=HELLO, max_tokens=4)  # seen: no new line
+    lines = [r.getMessage() for r in caplog.records if "has no price" in r.getMessage()]
+    assert len(lines) == UNPRICED_WARNINGS and "further unpriced models" in lines[-1]
+    assert emu.stats()["requests_total"] == UNPRICED_WARNINGS + 9  # every request answered
+
+
 def test_parallel_requests_overshoot_a_budget_by_at_most_one_reservation(tmp_path: Path, emu: RunningEmulator) -> None:
     emu.reset()
     # Each answer costs about $0.0003 (≈ 20 input + 16 output tokens of gpt-4o); the budget is two of them.
