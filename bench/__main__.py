@@ -48,39 +48,42 @@ class Benchmark:
 
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("proxy_overhead", "Proxy overhead and throughput", "bench/proxy_overhead.py",
-              ("--requests", "200", "--seconds", "4"), ()),
+              ("--requests", "150", "--seconds", "3"), ()),
     Benchmark("endpoint_overhead", "Proxy overhead per endpoint", "bench/endpoint_overhead.py",
-              ("--requests", "150", "--seconds", "3", "--clients", "aiohttp"), ()),
+              ("--requests", "100", "--seconds", "2", "--clients", "aiohttp"), ()),
     Benchmark("lost_requests", "No lost requests (slow threaded upstream, small backlog)", "bench/slow_upstream.py",
-              ("--lost", "--requests", "2000", "--concurrency", "64", "--backlog", "5"), ("--lost",)),
-    Benchmark("upstream_client", "Upstream HTTP client", "bench/upstream_client.py", ("--requests", "240"), ()),
-    Benchmark("isolation", "Isolation between teams", "bench/isolation.py", ("--requests", "150", "--rounds", "2"), ()),
+              ("--lost", "--requests", "1500", "--concurrency", "64", "--backlog", "5"), ("--lost",)),
+    Benchmark("upstream_client", "Upstream HTTP client", "bench/upstream_client.py", ("--requests", "160"), ()),
+    Benchmark("isolation", "Isolation between teams", "bench/isolation.py",
+              ("--requests", "80", "--rounds", "1", "--models", "2000"), ()),
     Benchmark("routing", "Routing with backoff", "bench/routing.py", ("--requests", "300", "--warmup", "200"), ()),
     Benchmark("prompt_cache", "Prompt-cache optimizer", "bench/prompt_cache.py", (), ()),
     Benchmark("translation_cache", "Prompt caching through a translated door", "bench/translation_cache.py", (), ()),
     Benchmark("semantic_cache", "Semantic cache, library replay against the previous cache", "bench/semantic_cache.py",
-              ("--pairs", "300"), (), quick_timeout_s=300),
+              ("--pairs", "200"), (), quick_timeout_s=300),
     Benchmark("semantic_cache_proxy", "Semantic cache through the proxy and the library on the same pairs",
               "bench/semantic_cache_proxy.py", ("--pairs", "300"), ("--pairs", "0"), quick_timeout_s=400),
     Benchmark("compression", "Prompt compression", "bench/compression.py",
               ("--cases", "16", "--slow-cases", "4", "--sizes", "2000"), (), quick_timeout_s=240),
     Benchmark("shared_state", "Shared state across replicas", "bench/shared_state.py",
-              ("--seconds", "8", "--requests", "500", "--outage-s", "4"), ()),
+              ("--seconds", "5", "--requests", "300", "--outage-s", "3"), ()),
     Benchmark("tracing_overhead", "OpenTelemetry tracing cost", "bench/tracing_overhead.py",
               ("--requests", "200", "--rounds", "5000"), ()),
-    Benchmark("startup", "Time to ready", "bench/startup.py", ("--runs", "2"), ()),
+    Benchmark("startup", "Time to ready", "bench/startup.py", ("--runs", "1"), ()),
     Benchmark("engine_throughput", "Local engine: mixed traffic against HF", "bench/localengine/throughput.py",
-              ("--layers", "4", "--requests", "32"), (), quick_timeout_s=300),
-    Benchmark("smollm2", "The bundled real model at batch 1 (fp32, bf16, int8 against transformers)",
-              "bench/localengine/smollm2.py", ("--runs", "2", "--decode-tokens", "64"), (), quick_timeout_s=600),
+              ("--layers", "4", "--requests", "24"), (), quick_timeout_s=300),
+    Benchmark("smollm2", "The bundled real model at batch 1 (fp32, int8, int4 and the GGUF file's own blocks against "
+              "transformers and llama.cpp; --full adds bf16)", "bench/localengine/smollm2.py",
+              ("--runs", "2", "--decode-tokens", "64", "--only", "engine fp32", "engine int8 weights",
+               "engine gguf (Q4_1 kept)", "HF transformers fp32", "llama.cpp Q4_1 (file)"), (), quick_timeout_s=400),
     Benchmark("cpu_ops", "Local engine: its own CPU ops against a dequantized GEMM, by rows", "bench/localengine/cpu_ops.py",
               ("--repeats", "2"), ()),
     Benchmark("spec_decode", "Speculative decoding (demo model, batch 1)", "bench/localengine/spec_decode.py",
               ("--batch", "1", "--max-tokens", "128", "--repeats", "2"), ("--batch", "1", "4", "8")),
     Benchmark("spec_decode_smollm2", "Speculative decoding (smollm2-135m-instruct, batch 1, input-grounded prompts)",
               "bench/localengine/spec_decode.py",
-              ("--model", "smollm2-135m-instruct", "--max-tokens", "96", "--repeats", "1"),
-              ("--model", "smollm2-135m-instruct", "--max-tokens", "192", "--repeats", "3"), quick_timeout_s=480),
+              ("--model", "smollm2-135m-instruct", "--max-tokens", "64", "--repeats", "1", "--only", "ngram k=8"),
+              ("--model", "smollm2-135m-instruct", "--max-tokens", "192", "--repeats", "3"), quick_timeout_s=300),
     Benchmark("step_overhead", "Local engine: Python per step", "bench/localengine/step_overhead.py",
               ("--models", "demo", "--baseline", "none", "--steps", "60", "--rounds", "1"), ("--baseline", "none")),
 )
@@ -218,7 +221,9 @@ def main() -> None:
     unknown = set(args.only or ()) - {b.name for b in BENCHMARKS}
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; `python -m bench list` names them")
+    started = time.monotonic()
     outcomes = [run(benchmark, args.full) for benchmark in chosen]
+    print(f"{len(outcomes)} benchmarks in {(time.monotonic() - started) / 60:.1f} min", flush=True)
     if args.no_write:
         print(render(outcomes, args.full, {}))
     else:
