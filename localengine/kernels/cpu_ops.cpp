@@ -389,10 +389,11 @@ void rotary_embedding(at::Tensor& qk, const at::Tensor& cos, const at::Tensor& s
   }
 }
 
-// Decode attention straight over the paged cache (vLLM's paged_attention for one query token per
-// sequence), fp32: q [S, H, D]; caches [blocks, block_size, KVH, D]; block_tables [>=S, max_blocks]
-// and seq_lens [>=S] int32 (the first S rows are these sequences'). One task per (sequence, KV
-// head) serves that head's group of query heads, so each key and value is read once.
+// Decode attention straight over the paged cache (vLLM's paged_attention), fp32, one query token
+// per row: q [S, H, D]; caches [blocks, block_size, KVH, D]; block_tables [>=S, max_blocks] and
+// seq_lens [>=S] int32, row s's table and the number of keys it sees (a decode: its sequence's; a
+// token of a verification step: its own position + 1, so it is computed as its decode would be).
+// One task per (row, KV head) serves that head's group of query heads: each key and value read once.
 at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale) {
   check_fp32(q, "q");

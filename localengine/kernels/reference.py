@@ -3,6 +3,9 @@
 Decode sequences are batched into one SDPA call over K/V gathered through their block tables
 (padded to the longest context, masked). Short queries over a cached prefix (speculative
 verification: the last token plus k proposals) are batched the same way, grouped by query length.
+With fp32 and the engine's CPU ops (kernels/cpu_ops.cpp), both go instead through its decode
+attention, one query token per row with that token's own context length, straight from the paged
+cache.
 Other prefill chunks run one SDPA call per sequence; a chunk with no cached prefix attends to its
 own fresh K/V with a plain causal mask and skips the gather.
 
@@ -91,6 +94,34 @@ def _decode_plan(meta: AttentionMetadata, rows: slice, block_size: int) -> tuple
     return plan  # type: ignore[return-value]
 
 
+def _short_query(n: int, seq_len: int) -> bool:
+    """n query tokens after a cached prefix, few enough to batch like decodes (speculative verification)."""
+    return n <= MAX_GROUPED_QUERY_LEN and seq_len > n
+
+
+def row_plan(meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decodes and short queries as rows of the engine's decode attention: each query token's row
+    index, its sequence's block table and its own context length (query j of n sees seq_len - n + j + 1
+    keys). The same for every layer of a step, so made once."""
+    plan = meta.step_cache.get("rows")
+    if plan is None:
+        starts = meta.query_start_loc_cpu
+        rows: list[int] = []
+        seqs: list[int] = []
+        lens: list[int] = []
+        for i, seq_len in enumerate(meta.seq_lens_cpu):
+            n = starts[i + 1] - starts[i]
+            if i < meta.num_decodes or _short_query(n, seq_len):
+                rows += range(starts[i], starts[i] + n)
+                seqs += [i] * n
+                lens += range(seq_len - n + 1, seq_len + 1)
+        device = meta.block_tables.device
+        plan = meta.step_cache["rows"] = (torch.tensor(rows, dtype=torch.long, device=device),
+                                          meta.block_tables.index_select(0, torch.tensor(seqs, dtype=torch.long, device=device)),
+                                          torch.tensor(lens, dtype=torch.int32, device=device))
+    return plan  # type: ignore[return-value]
+
+
 def _per_query_head(scale: torch.Tensor, num_heads: int, dtype: torch.dtype) -> torch.Tensor:
     """[kv_heads, head_dim] -> [heads, head_dim]: query head h reads KV head h // group (SDPA's GQA)."""
     return scale.repeat_interleave(num_heads // scale.shape[0], dim=0).to(dtype)
@@ -105,35 +136,40 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         q = q * _per_query_head(kv_scales.k, q.shape[1], q.dtype)
     out = torch.empty_like(q)
     block_size = k_cache.shape[1]
-    # Decodes are padded to the longest context in their group; the model runner sorts them by
-    # length, so groups of similar lengths waste little on padding.
-    first = 0
-    ops = cpu_ops.for_fp32(q)
-    if (ops is not None and meta.num_decodes and kv_scales is None and k_cache.dtype == torch.float32
-            and k_cache.is_contiguous() and v_cache.is_contiguous() and q.shape[-1] % 8 == 0):
-        # The engine's op reads the paged cache in place: no gather, no mask, one call per layer.
-        decodes = q[: meta.num_decodes].contiguous()
-        out[: meta.num_decodes] = ops.paged_attention_decode(decodes, k_cache, v_cache, meta.block_tables,
-                                                             meta.seq_lens, scale)
-        first = meta.num_decodes
-    for g in range(first, meta.num_decodes, DECODE_GROUP):
-        rows = slice(g, min(g + DECODE_GROUP, meta.num_decodes))
-        n = rows.stop - rows.start
-        ids, mask = _decode_plan(meta, rows, block_size)
-        keys = _context("k", k_cache, ids, n, ws, q.dtype).transpose(1, 2)
-        values = _context("v", v_cache, ids, n, ws, q.dtype).transpose(1, 2)
-        out[rows] = F.scaled_dot_product_attention(
-            q[rows].unsqueeze(2), keys, values, attn_mask=mask, scale=scale, enable_gqa=True
-        ).squeeze(2)
     starts = meta.query_start_loc_cpu
+    ops = cpu_ops.for_fp32(q)
+    if (ops is not None and kv_scales is None and k_cache.dtype == torch.float32 and k_cache.is_contiguous()
+            and v_cache.is_contiguous() and q.shape[-1] % 8 == 0):
+        # The engine's op reads the paged cache in place (no gather, no mask), one query token per
+        # row: a decode, or a token of a short query over a cached prefix (a verification step),
+        # which is then computed exactly as the decode of that token would be, so speculation
+        # keeps greedy outputs bit for bit.
+        rows, tables, lens = row_plan(meta)
+        if rows.numel():
+            out.index_copy_(0, rows, ops.paged_attention_decode(q.index_select(0, rows), k_cache, v_cache, tables,
+                                                                lens, scale))
+        short_queries_done = True
+    else:
+        short_queries_done = False
+        # Decodes are padded to the longest context in their group; the model runner sorts them by
+        # length, so groups of similar lengths waste little on padding.
+        for g in range(0, meta.num_decodes, DECODE_GROUP):
+            group_rows = slice(g, min(g + DECODE_GROUP, meta.num_decodes))
+            n = group_rows.stop - group_rows.start
+            ids, mask = _decode_plan(meta, group_rows, block_size)
+            keys = _context("k", k_cache, ids, n, ws, q.dtype).transpose(1, 2)
+            values = _context("v", v_cache, ids, n, ws, q.dtype).transpose(1, 2)
+            out[group_rows] = F.scaled_dot_product_attention(
+                q[group_rows].unsqueeze(2), keys, values, attn_mask=mask, scale=scale, enable_gqa=True
+            ).squeeze(2)
     by_len: dict[int, list[int]] = {}
     rest = []
     for i in range(meta.num_decodes, len(meta.seq_lens_cpu)):
         n = starts[i + 1] - starts[i]
-        if n <= MAX_GROUPED_QUERY_LEN and meta.seq_lens_cpu[i] > n:
-            by_len.setdefault(n, []).append(i)
-        else:
+        if not _short_query(n, meta.seq_lens_cpu[i]):
             rest.append(i)
+        elif not short_queries_done:
+            by_len.setdefault(n, []).append(i)
     for n, seqs in by_len.items():
         for g in range(0, len(seqs), DECODE_GROUP):
             group = seqs[g : g + DECODE_GROUP]

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from localengine.kernels import cpu_ops
+from localengine.kernels import cpu_ops, reference
 from localengine.layers.attention import Attention, AttentionMetadata
 from localengine.layers.layernorm import RMSNorm
 from localengine.layers.linear import ColumnParallelLinear, RowParallelLinear
@@ -160,9 +160,11 @@ class LlamaDecoderLayer(nn.Module):
         return self.mlp(x), residual
 
     def fused_decode(self, ops: Any, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
-                     residual: torch.Tensor | None, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """`forward` as one call of the engine's CPU op, for a step of decodes only (the caller checks
-        the step); None where the layer's weights or cache do not fit it."""
+                     residual: torch.Tensor | None, meta: AttentionMetadata, block_tables: torch.Tensor,
+                     context_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`forward` as one call of the engine's CPU op for a step whose every token is a row of decode
+        attention (`block_tables`, `context_lens`: per token; the caller checks the step); None where
+        the layer's weights or cache do not fit it."""
         fused = self._fused
         if fused is None or fused.key != FusedDecode.make_key(self):
             fused = self._fused = FusedDecode(self)
@@ -174,7 +176,7 @@ class LlamaDecoderLayer(nn.Module):
             residual, x = x.clone(), torch.zeros_like(x)
         out = ops.decode_layer(x, residual, fused.weights, fused.kinds, fused.groups, self.input_layernorm.weight,
                                self.post_attention_layernorm.weight, self.input_layernorm.eps, *rope, attn.k_cache,
-                               attn.v_cache, meta.slot_mapping, meta.block_tables, meta.seq_lens, attn.num_heads,
+                               attn.v_cache, meta.slot_mapping, block_tables, context_lens, attn.num_heads,
                                attn.num_kv_heads, attn.scale)
         return out, residual
 
@@ -214,11 +216,18 @@ class LlamaModel(nn.Module):
         x = self.embed_tokens(input_ids)
         rope = self.rotary_emb(positions)  # looked up once per step, shared by every layer
         residual = None
-        # A step of decodes only, fp32 on CPU: each layer is one call of the engine's op where it fits.
-        ops = cpu_ops.for_fp32(x) if (not meta.use_triton and x.shape[0] == meta.num_decodes == len(meta.seq_lens_cpu)
-                                      and x.shape[0] <= cpu_ops.MAX_ROWS) else None
+        # A step of decodes and short queries over a cached prefix (speculative verification), fp32
+        # on CPU: each layer is one call of the engine's op where it fits, every query token a row
+        # of its attention with its own context length.
+        ops, rows = None, None
+        if not meta.use_triton and x.shape[0] <= cpu_ops.MAX_ROWS and (ops := cpu_ops.for_fp32(x)) is not None:
+            rows = reference.row_plan(meta)
+            if rows[0].numel() != x.shape[0]:  # a prefill chunk in the step
+                ops = None
         for layer in self.layers:
-            fused = cast(LlamaDecoderLayer, layer).fused_decode(ops, rope, x, residual, meta) if ops is not None else None
+            fused = None
+            if ops is not None and rows is not None:
+                fused = cast(LlamaDecoderLayer, layer).fused_decode(ops, rope, x, residual, meta, rows[1], rows[2])
             x, residual = fused if fused is not None else layer(rope, x, residual, meta)
         return self.norm.add_and_norm(x, residual)[0] if residual is not None else self.norm(x)
 
