@@ -92,6 +92,9 @@ inline void int4_tile(const uint8_t* rows, int64_t row_bytes, const int8_t* xq, 
       xd[r] = _mm256_loadu_ps(xs + r * xs_stride + p * 8);
     }
     for (int c = 0; c < C; ++c) {
+      // The rows two tiles ahead: the hardware prefetcher alone left the loop waiting on memory (one
+      // row measured 0.85-0.89x the time with this, SmolLM2's 120 linears, 2 threads).
+      _mm_prefetch(reinterpret_cast<const char*>(rows + (c + 2 * C) * row_bytes + p * 32), _MM_HINT_T0);
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + c * row_bytes + p * 32));
       const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
       const float* srow = scales + c * groups;
