@@ -1,5 +1,6 @@
-"""The engine's own CPU ops (cpu_ops.cpp: weight-only int8/int4 matmuls for decode, and fp32 norms,
-rotary embedding, silu_and_mul and decode attention over the paged cache), built on first use.
+"""The engine's own CPU ops (cpu_matmul.cpp: weight-only int8/int4 matmuls for decode; cpu_ops.cpp:
+fp32 norms, rotary embedding, silu_and_mul, decode attention over the paged cache and a whole
+decoder layer in one call), built on first use.
 
 `ops()` compiles the C++ file once per machine and PyTorch version with PyTorch's extension builder
 (a C++ compiler and ninja are needed; the build lands in PyTorch's extension cache and later
@@ -21,7 +22,9 @@ from typing import Any
 import torch
 
 log = logging.getLogger(__name__)
-SOURCE = Path(__file__).with_name("cpu_ops.cpp")
+KERNELS = Path(__file__).parent
+SOURCES = [KERNELS / "cpu_ops.cpp", KERNELS / "cpu_matmul.cpp"]
+HEADERS = [KERNELS / "cpu_ops.h"]
 # Rows up to this many go through the kernels; longer (prefill) chunks dequantize the layer's
 # weight and use PyTorch's fp32 GEMM, which reuses each weight across rows far better. Measured on
 # SmolLM2's 120 linears (2 threads, 2-core AVX2): at 32 rows the kernels took 104 ms (int8) and
@@ -36,7 +39,10 @@ def _build_dir() -> Path:
     (two PyTorch installs) never build into one folder at once."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
     install = hashlib.sha1(str(Path(torch.__file__).resolve()).encode()).hexdigest()[:8]
-    return Path(root) / f"slipstream-cpu-ops-torch-{torch.__version__}-{install}".replace("+", "_")
+    # PyTorch's builder rebuilds when a source changes but not when a header does: the sources'
+    # and headers' contents name the folder, so any change builds afresh.
+    code = hashlib.sha1(b"".join(f.read_bytes() for f in SOURCES + HEADERS)).hexdigest()[:8]
+    return Path(root) / f"slipstream-cpu-ops-torch-{torch.__version__}-{install}-{code}".replace("+", "_")
 
 
 def _clear_stale_lock(build: Path) -> None:
@@ -65,7 +71,7 @@ def ops() -> Any:
         build = _build_dir()
         build.mkdir(parents=True, exist_ok=True)
         _clear_stale_lock(build)
-        cpp_extension.load(name="slipstream_cpu_ops", sources=[str(SOURCE)], build_directory=str(build),
+        cpp_extension.load(name="slipstream_cpu_ops", sources=[str(f) for f in SOURCES], build_directory=str(build),
                            extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"], extra_ldflags=["-fopenmp"],
                            is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the engine still runs

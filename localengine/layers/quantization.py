@@ -7,7 +7,7 @@ A decode step at batch 1 reads every weight once per token, so bytes per weight 
   int4 format). GGUF's Q4_0, Q4_1 and Q4_K blocks are this format at group 32 (see
   models/gguf_quants.py), so they load without a float copy.
 
-Two kernels serve them. The engine's own (kernels/cpu_ops.cpp, built on first use) takes up to
+Two kernels serve them. The engine's own (kernels/cpu_matmul.cpp, built on first use) takes up to
 `cpu_ops.MAX_ROWS` rows of fp32 activations: int8 at memory speed, int4 as `Int4BlockWeight` with
 activations quantized to int8 per 32 (llama.cpp's way). Longer chunks (prefill) dequantize the
 layer's weight and run PyTorch's fp32 GEMM. Where the kernels cannot be built, PyTorch's own

@@ -1,5 +1,5 @@
 """Weight-only quantization: int8 (one scale per output row) and int4 (groups with scales and zeros)
-through the engine's CPU kernels (kernels/cpu_ops.cpp) and, where those cannot be built, PyTorch's;
+through the engine's CPU kernels (kernels/cpu_matmul.cpp) and, where those cannot be built, PyTorch's;
 GGUF's 4-bit blocks kept as int4, and perplexity through the engine."""
 
 from __future__ import annotations
