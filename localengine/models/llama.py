@@ -166,7 +166,7 @@ class LlamaDecoderLayer(nn.Module):
         attention (`block_tables`, `context_lens`: per token; the caller checks the step); None where
         the layer's weights or cache do not fit it."""
         fused = self._fused
-        if fused is None or fused.key != FusedDecode.make_key(self):
+        if fused is None or not fused.matches(self):
             fused = self._fused = FusedDecode(self)
         attn = self.self_attn.attn
         if (not fused.usable or attn.kv_scales is not None or attn.observer is not None
@@ -188,7 +188,7 @@ class FusedDecode:
 
     def __init__(self, layer: LlamaDecoderLayer):
         attn, mlp = layer.self_attn, layer.mlp
-        self.key = self.make_key(layer)
+        self.sources = self.weights_of(layer)
         linears = [attn.qkv_proj.kernel_args(), attn.o_proj.kernel_args(), mlp.gate_up_proj.kernel_args(),
                    mlp.down_proj.kernel_args()]
         self.usable = all(a is not None for a in linears) and attn.q_norm is None and attn.head_dim % 8 == 0
@@ -198,10 +198,15 @@ class FusedDecode:
         self.weights = [t for _, _, tensors in args for t in tensors]
 
     @staticmethod
-    def make_key(layer: LlamaDecoderLayer) -> tuple[object, ...]:
+    def weights_of(layer: LlamaDecoderLayer) -> tuple[object, ...]:
         attn, mlp = layer.self_attn, layer.mlp
-        return tuple(id(lin.quant) if lin.quant is not None else id(lin.weight)
+        return tuple(lin.quant if lin.quant is not None else lin.weight
                      for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj))
+
+    def matches(self, layer: LlamaDecoderLayer) -> bool:
+        """Whether the layer still holds the weights these arguments were made from (held here, so
+        a replaced weight's id cannot be reused by its replacement)."""
+        return all(a is b for a, b in zip(self.sources, self.weights_of(layer), strict=True))
 
 
 class LlamaModel(nn.Module):

@@ -165,3 +165,20 @@ def test_fused_decode_layer_is_the_layer(llama_dir, monkeypatch, quantization):
     for (tokens, logprobs), (ref_tokens, ref_logprobs) in zip(fused, reference, strict=True):
         assert tokens == ref_tokens
         torch.testing.assert_close(torch.tensor(logprobs), torch.tensor(ref_logprobs), rtol=1e-4, atol=1e-4)
+
+
+@needs_ops
+def test_fused_decode_follows_weights_quantized_after_loading(llama_dir):
+    """Weights replaced after the first steps (quantized in place, as `smollm2.py --int8-side-by-side`
+    does) are the ones the fused layer uses next: the same tokens as an engine loaded as int8."""
+    from localengine import SamplingParams
+    from localengine.models.loader import quantization_plan, quantize_loaded
+    from tests.localengine.conftest import make_llm
+
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    llm = make_llm(llama_dir)
+    llm.generate(["def add(a, b):"], params)  # the fused layers are set up with the fp32 weights
+    model = llm.llm_engine.model_runner.model
+    quantize_loaded(model, quantization_plan(model, llm.llm_engine.config.model_path, "int8"))
+    again = llm.generate(["The quick brown fox"], params)[0].outputs[0].token_ids
+    assert again == make_llm(llama_dir, quantization="int8").generate(["The quick brown fox"], params)[0].outputs[0].token_ids
