@@ -10,6 +10,8 @@ they are plain (fused) nn.Linear layers.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -32,6 +34,9 @@ class LinearBase(nn.Module):
     bias: nn.Parameter | None
     tp_size: int
     quant: QuantizedWeight | None = None
+    # Bumped whenever any layer's weight is replaced after loading, so what was derived from the
+    # weights (models/llama.py FusedDecode) knows to remake itself with one comparison per step.
+    weight_changes: ClassVar[int] = 0
     num_pieces = 1  # checkpoint tensors that make up the weight (fused layers: several)
 
     def __init__(self) -> None:
@@ -43,6 +48,7 @@ class LinearBase(nn.Module):
         self.set_quantized(quantize(self.weight, method, group_size))
 
     def set_quantized(self, weight: QuantizedWeight) -> None:
+        LinearBase.weight_changes += 1
         self.quant = weight
         if "weight" in self._parameters:
             del self.weight

@@ -21,7 +21,7 @@ from torch import nn
 from localengine.kernels import cpu_ops, reference
 from localengine.layers.attention import Attention, AttentionMetadata
 from localengine.layers.layernorm import RMSNorm
-from localengine.layers.linear import ColumnParallelLinear, RowParallelLinear
+from localengine.layers.linear import ColumnParallelLinear, LinearBase, RowParallelLinear
 from localengine.layers.rotary_embedding import RotaryEmbedding, apply_rotary
 from localengine.layers.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
 
@@ -166,47 +166,38 @@ class LlamaDecoderLayer(nn.Module):
         attention (`block_tables`, `context_lens`: per token; the caller checks the step); None where
         the layer's weights or cache do not fit it."""
         fused = self._fused
-        if fused is None or not fused.matches(self):
+        if fused is None or fused.version != LinearBase.weight_changes:
             fused = self._fused = FusedDecode(self)
-        attn = self.self_attn.attn
-        if (not fused.usable or attn.kv_scales is not None or attn.observer is not None
+        attn = fused.attn
+        if (fused.weights is None or attn.kv_scales is not None or attn.observer is not None
                 or attn.k_cache.dtype != torch.float32):
             return None
         if residual is None:  # the first layer: its input is the residual stream (x + 0 is exact)
             residual, x = x.clone(), torch.zeros_like(x)
-        out = ops.decode_layer(x, residual, fused.weights, fused.kinds, fused.groups, self.input_layernorm.weight,
-                               self.post_attention_layernorm.weight, self.input_layernorm.eps, *rope, attn.k_cache,
-                               attn.v_cache, meta.slot_mapping, block_tables, context_lens, attn.num_heads,
-                               attn.num_kv_heads, attn.scale)
+        out = ops.decode_layer(x, residual, fused.weights, fused.kinds, fused.groups, fused.input_norm,
+                               fused.post_norm, fused.eps, *rope, attn.k_cache, attn.v_cache, meta.slot_mapping,
+                               block_tables, context_lens, attn.num_heads, attn.num_kv_heads, attn.scale)
         return out, residual
 
 
 class FusedDecode:
     """A decoder layer's arguments for the engine's one-call decode layer (kernels/cpu_ops.cpp
-    `decode_layer`), or the reason it does not apply; remade when the layer's weights change
-    (quantized after loading)."""
+    `decode_layer`; `weights` None where its linears do not fit it), made once and again only when
+    a linear's weight was replaced after loading (`LinearBase.weight_changes`): a step reads no
+    module attribute beyond these."""
 
     def __init__(self, layer: LlamaDecoderLayer):
         attn, mlp = layer.self_attn, layer.mlp
-        self.sources = self.weights_of(layer)
-        linears = [attn.qkv_proj.kernel_args(), attn.o_proj.kernel_args(), mlp.gate_up_proj.kernel_args(),
-                   mlp.down_proj.kernel_args()]
-        self.usable = all(a is not None for a in linears) and attn.q_norm is None and attn.head_dim % 8 == 0
+        self.version = LinearBase.weight_changes
+        self.attn = attn.attn
+        self.input_norm, self.post_norm = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+        self.eps = layer.input_layernorm.eps
+        linears = [lin.kernel_args() for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
+        usable = attn.q_norm is None and attn.head_dim % 8 == 0
         args = [a for a in linears if a is not None]
         self.kinds = [kind for kind, _, _ in args]
         self.groups = [group for _, group, _ in args]
-        self.weights = [t for _, _, tensors in args for t in tensors]
-
-    @staticmethod
-    def weights_of(layer: LlamaDecoderLayer) -> tuple[object, ...]:
-        attn, mlp = layer.self_attn, layer.mlp
-        return tuple(lin.quant if lin.quant is not None else lin.weight
-                     for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj))
-
-    def matches(self, layer: LlamaDecoderLayer) -> bool:
-        """Whether the layer still holds the weights these arguments were made from (held here, so
-        a replaced weight's id cannot be reused by its replacement)."""
-        return all(a is b for a, b in zip(self.sources, self.weights_of(layer), strict=True))
+        self.weights = [t for _, _, tensors in args for t in tensors] if usable and len(args) == 4 else None
 
 
 class LlamaModel(nn.Module):
