@@ -180,7 +180,7 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
               "offset must be contiguous fp32 [N, K / group_size]");
   check_rows(x, k);
   std::vector<int8_t> xq(m_rows * k);
-  const int64_t xs_stride = (blocks / 2 + 1) * 8;  // per row: 8 lanes per pair (int4_row), then an odd block's
+  const int64_t xs_stride = (blocks / 2 + 1) * 8;  // per row: 8 lanes per pair (int4_tile), then an odd block's
   std::vector<float> xscale(m_rows * xs_stride), xsum(m_rows * groups);
   const float* xp = x.data_ptr<float>();
   for (int64_t m = 0; m < m_rows; ++m) {
@@ -191,7 +191,7 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
       const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
       // Where input i of the block goes: paired blocks (2p, 2p + 1) are stored as halves
       // [2p: 0-15, 2p+1: 0-15, 2p: 16-31, 2p+1: 16-31], the order of one 32-byte load's low and
-      // high nibbles (int4_row); a last odd block as it is.
+      // high nibbles (int4_tile); a last odd block as it is.
       int8_t* dst = xq.data() + m * k + (bl & ~int64_t{1}) * 32;
       const bool paired = (bl | 1) < blocks, second = bl & 1;
       int sum = 0;

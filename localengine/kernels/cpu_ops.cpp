@@ -7,7 +7,7 @@
 // Why the small ones: at batch 1 a SmolLM2-135M token ran ~1,800 PyTorch ops (30 layers x ~60), and
 // their dispatch, allocation and threading cost more than the arithmetic (the profile: index_select,
 // as_strided, view, empty, slice, where, cat ... each a few microseconds).
-//
+
 #include "cpu_ops.h"
 
 #include <ATen/Parallel.h>
@@ -19,6 +19,7 @@
 
 namespace slipstream_cpu {
 namespace {
+
 // vLLM's CPU ops of the same names, fp32 only: at one token a step's 61 norms cost more in
 // PyTorch's per-op dispatch and threading (about 45 us each for 576 values) than in arithmetic.
 
@@ -41,7 +42,6 @@ void scale_rows(float* out, const float* v, const float* w, float r, int64_t d) 
     _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(_mm256_loadu_ps(v + i), rv)));
   for (; i < d; ++i) out[i] = w[i] * (v[i] * r);
 }
-
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   check_fp32(x, "x");
@@ -71,8 +71,6 @@ void fused_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::Tensor& w
     scale_rows(xr, rr, wp, inv_rms(rr, d, eps), d);
   }
 }
-
-
 
 // e^x for 8 lanes (Cephes' polynomial, as in avx_mathfun's exp256_ps): within 2 ulp of expf over
 // [-87, 88]; inputs are clamped to that range.

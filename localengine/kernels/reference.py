@@ -23,7 +23,7 @@ A prefill with no cached prefix attends to its own keys and values as the cache 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -94,6 +94,17 @@ def _decode_plan(meta: AttentionMetadata, rows: slice, block_size: int) -> tuple
     return plan  # type: ignore[return-value]
 
 
+def decode_attention_ops(x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         kv_scales: KVScales | None) -> Any:
+    """The engine's CPU ops where their decode attention serves this layer (fp32 activations on CPU, an
+    fp32 cache read in place, no KV scales, heads a multiple of 8 wide), else None."""
+    ops = cpu_ops.for_fp32(x)
+    if (ops is None or kv_scales is not None or k_cache.dtype != torch.float32 or k_cache.shape[-1] % 8
+            or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
+        return None
+    return ops
+
+
 def _short_query(n: int, seq_len: int) -> bool:
     """n query tokens after a cached prefix, few enough to batch like decodes (speculative verification)."""
     return n <= MAX_GROUPED_QUERY_LEN and seq_len > n
@@ -137,9 +148,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     out = torch.empty_like(q)
     block_size = k_cache.shape[1]
     starts = meta.query_start_loc_cpu
-    ops = cpu_ops.for_fp32(q)
-    if (ops is not None and kv_scales is None and k_cache.dtype == torch.float32 and k_cache.is_contiguous()
-            and v_cache.is_contiguous() and q.shape[-1] % 8 == 0):
+    ops = decode_attention_ops(q, k_cache, v_cache, kv_scales)
+    if ops is not None:
         # The engine's op reads the paged cache in place (no gather, no mask), one query token per
         # row: a decode, or a token of a short query over a cached prefix (a verification step),
         # which is then computed exactly as the decode of that token would be, so speculation

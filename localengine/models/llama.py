@@ -169,8 +169,8 @@ class LlamaDecoderLayer(nn.Module):
         if fused is None or fused.version != LinearBase.weight_changes:
             fused = self._fused = FusedDecode(self)
         attn = fused.attn
-        if (fused.weights is None or attn.kv_scales is not None or attn.observer is not None
-                or attn.k_cache.dtype != torch.float32):
+        if (fused.weights is None or attn.observer is not None
+                or reference.decode_attention_ops(x, attn.k_cache, attn.v_cache, attn.kv_scales) is None):
             return None
         if residual is None:  # the first layer: its input is the residual stream (x + 0 is exact)
             residual, x = x.clone(), torch.zeros_like(x)
@@ -193,11 +193,10 @@ class FusedDecode:
         self.input_norm, self.post_norm = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
         self.eps = layer.input_layernorm.eps
         linears = [lin.kernel_args() for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
-        usable = attn.q_norm is None and attn.head_dim % 8 == 0
         args = [a for a in linears if a is not None]
         self.kinds = [kind for kind, _, _ in args]
         self.groups = [group for _, group, _ in args]
-        self.weights = [t for _, _, tensors in args for t in tensors] if usable and len(args) == 4 else None
+        self.weights = [t for _, _, tensors in args for t in tensors] if attn.q_norm is None and len(args) == 4 else None
 
 
 class LlamaModel(nn.Module):
@@ -215,15 +214,15 @@ class LlamaModel(nn.Module):
         # A step of decodes and short queries over a cached prefix (speculative verification), fp32
         # on CPU: each layer is one call of the engine's op where it fits, every query token a row
         # of its attention with its own context length.
-        ops, rows = None, None
+        plan = None
         if not meta.use_triton and x.shape[0] <= cpu_ops.MAX_ROWS and (ops := cpu_ops.for_fp32(x)) is not None:
-            rows = reference.row_plan(meta)
-            if rows[0].numel() != x.shape[0]:  # a prefill chunk in the step
-                ops = None
+            rows, tables, lens = reference.row_plan(meta)
+            if rows.numel() == x.shape[0]:  # no prefill chunk in the step
+                plan = (ops, tables, lens)
         for layer in self.layers:
             fused = None
-            if ops is not None and rows is not None:
-                fused = cast(LlamaDecoderLayer, layer).fused_decode(ops, rope, x, residual, meta, rows[1], rows[2])
+            if plan is not None:
+                fused = cast(LlamaDecoderLayer, layer).fused_decode(plan[0], rope, x, residual, meta, plan[1], plan[2])
             x, residual = fused if fused is not None else layer(rope, x, residual, meta)
         return self.norm.add_and_norm(x, residual)[0] if residual is not None else self.norm(x)
 
