@@ -120,7 +120,8 @@ def commit() -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
         # The page this runner rewrites is not a change to the code measured.
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{DOCS.relative_to(ROOT)}"],
+        page = [f":!{DOCS.relative_to(ROOT)}"] if DOCS.is_relative_to(ROOT) else []
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *page],
                                cwd=ROOT, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
