@@ -39,6 +39,7 @@ _NUMBER_WORDS = {
     "lakh": "100000", "lakhs": "100000", "crore": "10000000", "crores": "10000000", "dozen": "12",
     "first": "1", "second": "2", "third": "3", "half": "0.5", "double": "2x", "twice": "2x", "once": "1x",
 }  # fmt: skip
+_WEAK_NUMBER_WORDS = frozenset({"one", "once", "first"})
 _NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot", "cant", "dont", "doesnt", "isnt", "arent", "wasnt", "werent", "wont", "shouldnt", "couldnt", "wouldnt", "didnt", "havent", "hasnt"})
 _STOP = frozenset(
     "a an the is are was were be been being am do does did can could should would will shall may might must i me my "
@@ -116,15 +117,27 @@ def _tokens(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
-def _numbers(words: list[str]) -> Counter[str]:
+def _numbers(words: list[str]) -> tuple[Counter[str], Counter[str]]:
+    """(numbers, pronoun-like number words): "one", "once" and "first" are mostly not counts ("how can
+    one learn", "which one", "a loved one", "the first time"), so they count only against each other."""
     found: Counter[str] = Counter()
+    weak: Counter[str] = Counter()
     for word in words:
         low = word.lower()
         if low[0].isdigit():
             found[low.replace(",", "")] += 1
+        elif low in _WEAK_NUMBER_WORDS:
+            weak[_NUMBER_WORDS[low]] += 1
         elif low in _NUMBER_WORDS:
             found[_NUMBER_WORDS[low]] += 1
-    return found
+    return found, weak
+
+
+def _numbers_differ(wa: list[str], wb: list[str]) -> bool:
+    """Other numbers: "2 eggs" / "3 eggs", "2 eggs" / "eggs", "first week" / "second week" (but "how
+    does one learn chess" / "how do I learn chess" asks the same)."""
+    (strong_a, weak_a), (strong_b, weak_b) = _numbers(wa), _numbers(wb)
+    return strong_a != strong_b or (bool(weak_a) and bool(weak_b) and weak_a != weak_b)
 
 
 def _is_negation(word: str) -> bool:
@@ -282,7 +295,7 @@ def check(a: str, b: str) -> RuleCheck:
     units_a, units_b = _units(wa), _units(wb)
     dates_a, dates_b = _dates(wa), _dates(wb)
     return RuleCheck(
-        numbers_differ=_numbers(wa) != _numbers(wb),
+        numbers_differ=_numbers_differ(wa, wb),
         negation_differs=bool(negated_a) != bool(negated_b) or negated_a != negated_b or _antonym_by_prefix(sa, sb) or _opposite_words([w.lower() for w in wa], [w.lower() for w in wb]),
         swapped=_order_swapped(wa, wb),
         jaccard=len(sa & sb) / len(union) if union else 1.0,
