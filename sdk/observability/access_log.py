@@ -8,14 +8,22 @@ prompt text: team, key id (a hash prefix), request id (also the `x-slipstream-re
 endpoint, requested model, route, status, cache status, prompt-cache read against expected,
 tokens, TTFT, total time, upstream attempts, and `usage=estimated` when no usage came back and the
 tokens were counted by the gateway (sdk/estimate.py).
+
+A line is formatted where the request ends and written by a logging thread (the standard library's
+QueueHandler/QueueListener): a write to a standard error that nobody reads fast enough (a full pipe to
+a log shipper) would otherwise block the event loop and every request on it. `flush()` waits for the
+lines queued so far; it also runs at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import queue
 import sys
 import time
+from logging.handlers import QueueHandler, QueueListener
 from typing import Any
 
 import orjson
@@ -28,6 +36,8 @@ MODES = ("off", "text", "json")
 log = logging.getLogger("slipstream.access")
 log.propagate = False
 _configured = False
+_writer: QueueListener | None = None
+_lines: queue.Queue[logging.LogRecord] = queue.Queue()
 
 
 class _JSONFormatter(logging.Formatter):
@@ -50,20 +60,34 @@ def _text(value: Any) -> str:
 
 def configure(mode: str | None = None) -> None:
     """Turn the access log on (`text`, `json`) or off; None reads `SLIPSTREAM_ACCESS_LOG`."""
-    global _configured
+    global _configured, _writer
     mode = (mode or os.environ.get(ENV) or "off").lower()
     if mode not in MODES:
         raise ValueError(f"access log mode must be one of {', '.join(MODES)}, not {mode!r}")
     for handler in list(log.handlers):
         log.removeHandler(handler)
+    if _writer is not None:
+        _writer.stop()  # writes what was queued before the switch
+        _writer = None
     if mode == "off":
         log.setLevel(logging.WARNING)
     else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_JSONFormatter() if mode == "json" else _TextFormatter())
-        log.addHandler(handler)
+        queued = QueueHandler(_lines)
+        queued.setFormatter(_JSONFormatter() if mode == "json" else _TextFormatter())  # formats in the caller's thread
+        log.addHandler(queued)
+        _writer = QueueListener(_lines, logging.StreamHandler(sys.stderr))
+        _writer.start()
         log.setLevel(logging.INFO)
     _configured = True
+
+
+def flush() -> None:
+    """Wait until every line logged so far is written."""
+    if _writer is not None:
+        _lines.join()
+
+
+atexit.register(flush)
 
 
 def record(ctx: RequestContext, status: int | str, usage: Usage | None = None) -> None:

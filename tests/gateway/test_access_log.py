@@ -3,6 +3,10 @@ carrying ids, counts and times but never the team key or prompt text."""
 
 from __future__ import annotations
 
+import io
+import sys
+import threading
+
 import openai
 import orjson
 import pytest
@@ -18,6 +22,7 @@ def access(capsys):
 
 
 def lines(capsys) -> list[str]:
+    access_log.flush()  # lines are written by the access log's thread
     return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
@@ -57,3 +62,30 @@ def test_text_lines_and_off_by_default(proxy, access):
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="text, json"):
         access_log.configure("yaml")
+
+
+def test_a_stalled_standard_error_does_not_hold_the_request_that_logs(monkeypatch):
+    # A pipe to a log shipper that stops reading: the write blocks. It must block the logging thread,
+    # not the event loop that ends the request.
+    entered, release, written = threading.Event(), threading.Event(), []
+
+    class Stalled(io.StringIO):
+        def write(self, text: str) -> int:
+            entered.set()
+            release.wait(30)
+            written.append(text)
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", Stalled())
+    access_log.configure("json")
+    try:
+        access_log.log.info({"request_id": "first"})
+        access_log.log.info({"request_id": "second"})  # returns although the first line's write is stuck
+        assert entered.wait(10)
+        assert written == []
+        release.set()
+        access_log.flush()
+        assert [orjson.loads(line)["request_id"] for line in "".join(written).splitlines()] == ["first", "second"]
+    finally:
+        release.set()
+        access_log.configure("off")

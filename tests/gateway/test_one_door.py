@@ -75,6 +75,7 @@ def test_a_passthrough_refusal_names_its_access_log_line(door: str, tmp_path: Pa
     try:
         with _client(door, tmp_path) as client, pytest.raises(openai.NotFoundError) as missing:
             client.files.retrieve("file-nobody-made-this")  # not the team's: refused before it goes upstream
+        access_log.flush()  # lines are written by the access log's thread
         logged = [orjson.loads(line) for line in capsys.readouterr().err.splitlines() if "passthrough:files" in line]
     finally:
         access_log.configure("off")

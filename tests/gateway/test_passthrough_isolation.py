@@ -176,6 +176,7 @@ def test_budget_limits_and_spend_hold_on_the_pass_through(proxy, fresh_emulator,
                 attempt()
         with pytest.raises(anthropic.RateLimitError, match="budget"):
             anth(proxy, "sk-broke").messages.batches.create(requests=[{"custom_id": "a", "params": MSG}])
+        access_log.flush()  # lines are written by the access log's thread
         records = [orjson.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
     finally:
         access_log.configure("off")
@@ -216,6 +217,7 @@ def test_a_streamed_completion_is_charged_from_its_usage_chunk(proxy, capsys):
     try:
         assert len(list(alpha.completions.create(model="gpt-3.5-turbo-instruct", prompt="Once", max_tokens=4, stream=True))) > 1
         last = wait_until(lambda: (s := spend(proxy, A).get("gpt-3.5-turbo-instruct", 0.0)) > after and s, "the estimated spend")
+        access_log.flush()  # lines are written by the access log's thread
         records = [orjson.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
     finally:
         access_log.configure("off")
