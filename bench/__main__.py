@@ -6,7 +6,10 @@
 Each benchmark is the script a reader would run by hand (the proxy over HTTP for proxy features,
 `LLM`/`engine serve` for the engine); each measures its own baseline in the same run and prints
 its ratios. The runner records the commit, the machine and the load average before and after each
-benchmark, marks a figure taken on a loaded machine (load average above half the cores), and
+benchmark, and the CPU that other processes used while it ran (the machine's busy time from
+/proc/stat less the benchmark's own, its servers included); it marks a figure **loaded** when other
+processes used more than a quarter of the cores on average. The load average cannot say this: a
+benchmark that keeps both cores busy raises it to 2 by itself. It then
 replaces the text between the two markers in docs/benchmarks.md with what each printed, grouped
 by feature. `--quick` is sized to finish in about 15 minutes on 2 cores; `--full` is what the docs
 quote. A benchmark that fails or runs out of time is reported as such, never left out.
@@ -18,6 +21,7 @@ import argparse
 import datetime
 import os
 import platform
+import resource
 import shlex
 import subprocess
 import sys
@@ -98,10 +102,30 @@ class Outcome:
     seconds: float
     returncode: int | None  # None: ran out of time
     output: str
+    other_cores: float | None = None  # CPU other processes used while it ran, in cores (None: not on Linux)
 
 
 def load_average() -> float:
     return os.getloadavg()[0]
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(seconds the machine's CPUs were busy, seconds used by this process's finished children and their
+    descendants), both since boot; None without /proc/stat."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # user nice system idle iowait irq softirq steal: all but idle and iowait
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return busy / os.sysconf("SC_CLK_TCK"), children.ru_utime + children.ru_stime
+
+
+def other_cores(before: tuple[float, float] | None, after: tuple[float, float] | None, seconds: float) -> float | None:
+    """Cores' worth of CPU used by processes other than the benchmark between two `cpu_seconds()` readings."""
+    if before is None or after is None or seconds <= 0:
+        return None
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds
 
 
 def machine() -> str:
@@ -133,7 +157,7 @@ def run(benchmark: Benchmark, full: bool) -> Outcome:
     command = shlex.join([".venv/bin/python", benchmark.script, *argv[2:]])
     timeout = benchmark.full_timeout_s if full else benchmark.quick_timeout_s
     print(f"== {benchmark.name}: {command} (at most {timeout} s)", flush=True)
-    before, started = load_average(), time.monotonic()
+    before, cpu_before, started = load_average(), cpu_seconds(), time.monotonic()
     try:
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -142,8 +166,9 @@ def run(benchmark: Benchmark, full: bool) -> Outcome:
     except subprocess.TimeoutExpired as exc:
         returncode = None
         output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-    outcome = Outcome(benchmark, command, before, load_average(), time.monotonic() - started, returncode, output)
-    print(f"   {status(outcome)} in {outcome.seconds:.0f} s, load {outcome.load_before:.1f} -> {outcome.load_after:.1f}", flush=True)
+    seconds = time.monotonic() - started
+    outcome = Outcome(benchmark, command, before, load_average(), seconds, returncode, output, other_cores(cpu_before, cpu_seconds(), seconds))
+    print(f"   {status(outcome)} in {outcome.seconds:.0f} s, load {outcome.load_before:.1f} -> {outcome.load_after:.1f}{others(outcome)}", flush=True)
     return outcome
 
 
@@ -154,7 +179,14 @@ def status(outcome: Outcome) -> str:
 
 
 def loaded(outcome: Outcome) -> bool:
-    return max(outcome.load_before, outcome.load_after) > (os.cpu_count() or 1) / 2
+    cores = os.cpu_count() or 1
+    if outcome.other_cores is None:  # no /proc/stat: the load average, which counts the benchmark too
+        return max(outcome.load_before, outcome.load_after) > cores / 2
+    return outcome.other_cores > cores / 4
+
+
+def others(outcome: Outcome) -> str:
+    return "" if outcome.other_cores is None else f", other processes {outcome.other_cores:.2f} cores"
 
 
 def block(outcome: Outcome, full: bool, when: str, revision: str) -> str:
@@ -166,7 +198,7 @@ def block(outcome: Outcome, full: bool, when: str, revision: str) -> str:
         f"### {outcome.benchmark.feature}",
         "",
         f"`{outcome.command}` ({'--full' if full else '--quick'}, {when}, commit {revision}): {status(outcome)} in "
-        f"{outcome.seconds:.0f} s, load average {outcome.load_before:.1f} → {outcome.load_after:.1f}{mark}",
+        f"{outcome.seconds:.0f} s, load average {outcome.load_before:.1f} → {outcome.load_after:.1f}{others(outcome)}{mark}",
         "",
         "```",
         *(tail or ["(no output)"]),
@@ -190,8 +222,9 @@ def render(outcomes: list[Outcome], full: bool, previous: dict[str, str]) -> str
     fresh = {outcome.benchmark.name: block(outcome, full, when, revision) for outcome in outcomes}
     blocks = [fresh.get(b.name) or previous.get(b.name) or f"<!-- bench:{b.name} -->\n### {b.feature}\n\nnot run yet\n<!-- /bench:{b.name} -->"
               for b in BENCHMARKS]
-    intro = (f"Machine: {machine()}. A figure marked **loaded** was taken while the load average was above half "
-             "the cores: read its ratios, not its absolute times, and expect noise.")
+    intro = (f"Machine: {machine()}. A figure marked **loaded** was taken while other processes used more than a "
+             "quarter of the cores (the machine's busy time less the benchmark's own): read its ratios, not its "
+             "absolute times, and expect noise. The load average is shown too; a benchmark raises it by itself.")
     return "\n\n".join([BEGIN, intro, *blocks, END])
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,27 @@ def test_first_run_adds_the_section_and_a_later_run_replaces_only_its_block(tmp_
 def test_failures_and_time_outs_are_reported() -> None:
     section = runner.render([outcome("routing", "Traceback ...", returncode=1), outcome("startup", "", returncode=None)], False, {})
     assert "FAILED (exit 1)" in section and "TIMED OUT" in section and "(no output)" in section
+
+
+def test_loaded_means_other_processes_used_the_cpu_not_a_high_load_average(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 2)
+    busy_itself = outcome("routing", "x", load=2.4)
+    busy_itself.other_cores = 0.1  # the benchmark kept both cores busy; nothing else ran
+    competed = outcome("routing", "x", load=0.3)
+    competed.other_cores = 0.9
+    assert not runner.loaded(busy_itself) and runner.loaded(competed)
+    assert "other processes 0.90 cores — **loaded**" in runner.block(competed, False, "now", "abc")
+    assert runner.loaded(outcome("routing", "x", load=2.4))  # without /proc/stat: the load average decides
+
+
+def test_a_benchmarks_own_cpu_and_its_childrens_is_its_own() -> None:
+    before = runner.cpu_seconds()
+    if before is None:
+        pytest.skip("no /proc/stat on this system")
+    burn = "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.5: pass"
+    subprocess.run([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"], check=True)
+    after = runner.cpu_seconds()
+    assert after is not None
+    assert after[1] - before[1] >= 0.5  # the grandchild's CPU counts as the benchmark's
+    assert after[0] - before[0] >= 0.5  # and as the machine's busy time
+    assert runner.other_cores(before, after, 1.0) >= 0.0
