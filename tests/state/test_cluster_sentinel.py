@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 
 from gateway.testing import RedisClusterServers, RedisSentinelServers
-from sdk.cache.replication import CacheReplicator
-from sdk.cache.store import DIMENSION, CacheStore, NewEntry, TeamLimits
 from sdk.responses.redis_store import RedisResponseStore
 from sdk.responses.store import SQLiteResponseStore, StoredResponse
 from sdk.spend import periods, record_key, spend_record
@@ -25,7 +23,7 @@ from sdk.state.guard import GuardedState
 from sdk.state.ownership import ownership_of
 from sdk.state.redis_client import SLOTS, RedisClient, key_slot
 from sdk.state.redis_url import Target
-from tests.helpers import PATIENCE_S
+from tests.helpers import PATIENCE_S, skip_without_extra
 
 TEAMS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta")
 
@@ -146,6 +144,10 @@ async def test_a_stale_slot_map_is_corrected_by_moved_replies(redis_cluster: Red
 
 async def _replicated(url: str, tmp_path: Path) -> None:
     """An answer stored through one replica reaches another one's store through the stream."""
+    skip_without_extra("semantic")  # the cache's store (faiss)
+    from sdk.cache.replication import CacheReplicator
+    from sdk.cache.store import DIMENSION, CacheStore, NewEntry, TeamLimits
+
     states = [_guarded(url) for _ in range(2)]
     stores = [CacheStore(tmp_path / f"cache-{i}.sqlite3") for i in range(2)]
     replicators = [CacheReplicator(state.shared, store) for state, store in zip(states, stores, strict=True)]
