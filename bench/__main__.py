@@ -77,9 +77,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("engine_throughput", "Local engine: mixed traffic against HF", "bench/localengine/throughput.py",
               ("--layers", "4", "--requests", "24"), (), quick_timeout_s=300),
     Benchmark("smollm2", "The bundled real model at batch 1 (fp32, int8, int4 and the GGUF file's own blocks against "
-              "transformers and llama.cpp; --full adds bf16)", "bench/localengine/smollm2.py",
+              "transformers and llama.cpp on the file and an F16 copy; --full adds bf16)", "bench/localengine/smollm2.py",
               ("--runs", "2", "--decode-tokens", "64", "--only", "engine fp32", "engine int8 weights",
-               "engine gguf (Q4_1 kept)", "HF transformers fp32", "llama.cpp Q4_1 (file)"), (), quick_timeout_s=400),
+               "engine gguf (Q4_1 kept)", "HF transformers fp32", "llama.cpp Q4_1 (file)", "llama.cpp F16 (copy)"), (),
+              quick_timeout_s=500),
     Benchmark("cpu_ops", "Local engine: its own CPU ops against a dequantized GEMM, by rows", "bench/localengine/cpu_ops.py",
               ("--repeats", "2"), ()),
     Benchmark("spec_decode", "Speculative decoding (demo model, batch 1)", "bench/localengine/spec_decode.py",

@@ -1,8 +1,10 @@
 """The bundled real model (smollm2-135m-instruct, SmolLM2-135M-Instruct from its Q4_1 GGUF) at batch 1:
 the engine with the file dequantized (fp32, bf16), requantized (int8, int4 weights) and with the
 file's own blocks kept (gguf: Q4_1 linears as int4, the Q8_0 embedding as int8), against Hugging
-Face transformers (fp32, the same file dequantized) and llama.cpp (the file as shipped; the row is
-skipped when llama-cpp-python is not installed).
+Face transformers (fp32, the same file dequantized) and llama.cpp on the file as shipped and on an
+F16 copy of it (the Q4_1 and Q8_0 blocks dequantized once into the data directory, with the same
+metadata: what llama.cpp's own F16 conversion of these weights holds); the llama.cpp rows are skipped
+when llama-cpp-python is not installed.
 
 - TTFT: a 500-token prompt (--prompt-tokens), one output token, prefix cache off (cold prefill), median of --runs.
 - Decode: a chat-templated prompt, 128 output tokens (ignore_eos), tokens/s after the first token,
@@ -22,6 +24,7 @@ import importlib.util
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -108,14 +111,47 @@ def hf(runs: int, prompt: list[int], chat: list[int], decode_tokens: int) -> tup
     return statistics.median(ttft), statistics.median(rate)
 
 
-def llama_cpp(runs: int, prompt: list[int], chat: list[int], decode_tokens: int, threads: int) -> tuple[float, float]:
-    """llama.cpp (llama-cpp-python, built from source) on the same file, its Q4_1 blocks as shipped, the
-    same threads: prefill of the same prompt token ids, then greedy decode of the chat prompt."""
+def f16_copy() -> Path:
+    """The shipped file with every quantized matrix dequantized to F16 (vectors stay F32, as llama.cpp's
+    converter writes them) and its metadata unchanged but the file type; made once, then reused."""
+    import gguf
+    import numpy as np
+
+    from localengine.config import packaged_model_path
+    from sdk.services import default_data_dir
+
+    target = default_data_dir() / f"{MODEL}.F16.gguf"
+    if target.exists():
+        return target
+    reader = gguf.GGUFReader(packaged_model_path(MODEL))
+    partial = target.with_suffix(".partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(partial, arch=str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents()))
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue  # written by GGUFWriter itself
+        value = int(gguf.LlamaFileType.MOSTLY_F16) if field.name == gguf.Keys.General.FILE_TYPE else field.contents()
+        kind = field.types[0]
+        writer.add_key_value(field.name, value, kind, sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    for tensor in reader.tensors:
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        writer.add_tensor(tensor.name, values.astype(np.float16 if values.ndim == 2 else np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    partial.rename(target)
+    return target
+
+
+def llama_cpp(runs: int, prompt: list[int], chat: list[int], decode_tokens: int, threads: int, path: Path | None = None) -> tuple[float, float]:
+    """llama.cpp (llama-cpp-python, built from source) on the same file (its Q4_1 blocks as shipped) or
+    on `path`, the same threads: prefill of the same prompt token ids, then greedy decode of the chat prompt."""
     from llama_cpp import Llama
 
     from localengine.config import packaged_model_path
 
-    llm = Llama(str(packaged_model_path(MODEL)), n_ctx=1024, n_batch=512, n_threads=threads, verbose=False)
+    llm = Llama(str(path or packaged_model_path(MODEL)), n_ctx=1024, n_batch=512, n_threads=threads, verbose=False)
 
     def prefill(ids: list[int]) -> float:
         llm.reset()
@@ -166,6 +202,7 @@ def main() -> None:
         "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens, "gguf"),
         "HF transformers fp32": lambda: hf(args.runs, prompt, chat, args.decode_tokens),
         "llama.cpp Q4_1 (file)": lambda: llama_cpp(args.runs, prompt, chat, args.decode_tokens, args.threads),
+        "llama.cpp F16 (copy)": lambda: llama_cpp(args.runs, prompt, chat, args.decode_tokens, args.threads, f16_copy()),
     }
     print(f"{'':26}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
     for name, measure in rows.items():
