@@ -12,7 +12,8 @@ processes used more than a quarter of the cores on average. The load average can
 benchmark that keeps both cores busy raises it to 2 by itself. It then
 replaces the text between the two markers in docs/benchmarks.md with what each printed, grouped
 by feature. `--quick` is sized to finish in about 15 minutes on 2 cores; `--full` is what the docs
-quote. A benchmark that fails or runs out of time is reported as such, never left out.
+quote. A few benchmarks run only with `--full`: quality figures (perplexity, agreement between KV
+caches) that neither a smaller run nor the machine's load would change. A benchmark that fails or runs out of time is reported as such, never left out.
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ class Benchmark:
     name: str
     feature: str
     script: str  # relative to the repository root
-    quick: tuple[str, ...]
+    quick: tuple[str, ...] | None  # None: --full only (quality figures, which a smaller run or another machine would not change)
     full: tuple[str, ...]
     quick_timeout_s: int = 180
     full_timeout_s: int = 1800
 
     def argv(self, full: bool) -> list[str]:
-        return [sys.executable, str(ROOT / self.script), *(self.full if full else self.quick)]
+        arguments = self.full if full or self.quick is None else self.quick
+        return [sys.executable, str(ROOT / self.script), *arguments]
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
@@ -81,6 +83,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               ("--runs", "2", "--decode-tokens", "64", "--only", "engine fp32", "engine int8 weights",
                "engine gguf (Q4_1 kept)", "HF transformers fp32", "llama.cpp Q4_1 (file)", "llama.cpp F16 (copy)"), (),
               quick_timeout_s=500),
+    Benchmark("perplexity", "Local engine: quality of quantized weights (perplexity over a fixed text, the capital question)",
+              "bench/localengine/perplexity.py", None, ("--threads", "2"), full_timeout_s=2400),
+    Benchmark("kv_cache_quality", "Local engine: quantized KV cache (blocks at the same memory, agreement with the bf16 cache)",
+              "bench/localengine/kv_cache.py", None, ("--threads", "2", "--blocks", "--agreement", "--compare-scales", "--scored", "--batch-noise"),
+              full_timeout_s=3600),
     Benchmark("cpu_ops", "Local engine: its own CPU ops against a dequantized GEMM, by rows", "bench/localengine/cpu_ops.py",
               ("--repeats", "2"), ()),
     Benchmark("spec_decode", "Speculative decoding (demo model, batch 1)", "bench/localengine/spec_decode.py",
@@ -252,9 +259,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "list":
         for benchmark in BENCHMARKS:
-            print(f"{benchmark.name:20} {benchmark.feature}  ({benchmark.script})")
+            print(f"{benchmark.name:20} {benchmark.feature}  ({benchmark.script}{', --full only' if benchmark.quick is None else ''})")
         return
     chosen = [b for b in BENCHMARKS if not args.only or b.name in args.only]
+    full_only = [b.name for b in chosen if b.quick is None and not args.full]
+    if full_only:
+        print(f"--full only, their blocks kept as they are: {', '.join(full_only)}", flush=True)
+        chosen = [b for b in chosen if b.name not in full_only]
     unknown = set(args.only or ()) - {b.name for b in BENCHMARKS}
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; `python -m bench list` names them")
