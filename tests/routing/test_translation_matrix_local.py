@@ -16,8 +16,9 @@ import openai
 import pytest
 
 from gateway.testing import running_proxy
+from tests.helpers import requires_extra
 
-pytestmark = pytest.mark.slow  # the demo model is loaded by the proxy
+pytestmark = [pytest.mark.slow, requires_extra("engine")]  # the demo model is loaded by the proxy
 
 SYSTEM = "You are the field-service assistant of ACME. Answer from the service manual. " * 6
 QUESTIONS = ["How do I reset the pump controller?", "And how do I bleed the hydraulic line afterwards?"]
