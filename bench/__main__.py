@@ -78,6 +78,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("startup", "Time to ready", "bench/startup.py", ("--runs", "1"), ()),
     Benchmark("engine_throughput", "Local engine: mixed traffic against HF", "bench/localengine/throughput.py",
               ("--layers", "4", "--requests", "24"), (), quick_timeout_s=300),
+    Benchmark("engine_throughput_smollm2", "Local engine: mixed traffic against HF on the bundled real model (fp32)",
+              "bench/localengine/throughput.py", ("--model", "smollm2-135m-instruct", "--requests", "16"),
+              ("--model", "smollm2-135m-instruct", "--requests", "32"), quick_timeout_s=400),
     Benchmark("smollm2", "The bundled real model at batch 1 (fp32, int8, int4 and the GGUF file's own blocks against "
               "transformers and llama.cpp on the file and an F16 copy; --full adds bf16)", "bench/localengine/smollm2.py",
               ("--runs", "2", "--decode-tokens", "64", "--only", "engine fp32", "engine int8 weights",

@@ -8,6 +8,11 @@
 
     python bench/localengine/throughput.py                 # 56M Llama (hidden 512, 8 layers)
     python bench/localengine/throughput.py --layers 4 --requests 32   # quicker
+    python bench/localengine/throughput.py --model smollm2-135m-instruct --requests 32   # the bundled real model
+
+With --model (a bundled name, a GGUF file or a Hugging Face directory) both sides run that model's
+weights in fp32 (a GGUF dequantized: transformers reads it with `gguf_file=`), prompts are random
+ids from its vocabulary, and the shared-prefix part is skipped.
 """
 
 from __future__ import annotations
@@ -47,7 +52,10 @@ def workload(n: int, vocab: int, seed: int = 0) -> list[tuple[list[int], int]]:
 def run_hf(path: Path, reqs: list[tuple[list[int], int]], batch: int) -> float:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if path.suffix == ".gguf":
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     start = time.perf_counter()
     with torch.inference_mode():
         for i in range(0, len(reqs), batch):
@@ -83,15 +91,17 @@ def ttft(llm, prompt: list[int]) -> float:
     return time.perf_counter() - start
 
 
-def throughput(path: Path, args: argparse.Namespace) -> None:
+def throughput(path: Path, args: argparse.Namespace, model: str | None = None) -> None:
+    """`model`: what the engine loads (a bundled name) when it is not `path` itself."""
     from localengine import LLM
 
-    reqs = workload(args.requests, args.vocab)
+    llm = LLM(model or str(path), dtype="float32", quantization="none", max_model_len=1536, max_num_seqs=args.requests,
+              max_num_batched_tokens=1024, enable_prefix_caching=False)
+    vocab = len(llm.get_tokenizer()) if model else args.vocab
+    reqs = workload(args.requests, vocab)
     out_tokens = sum(n for _, n in reqs)
     print(f"workload: {len(reqs)} requests, {sum(len(p) for p, _ in reqs)} prompt tokens, {out_tokens} output tokens")
-    llm = LLM(str(path), dtype="float32", max_model_len=1536, max_num_seqs=args.requests,
-              max_num_batched_tokens=1024, enable_prefix_caching=False)
-    run_engine(llm, workload(2, args.vocab, seed=1))  # warm-up
+    run_engine(llm, workload(2, vocab, seed=1))  # warm-up
     t_engine = run_engine(llm, reqs)
     print(f"localengine: {t_engine:7.1f} s  {out_tokens / t_engine:7.1f} output tok/s")
     if not args.skip_hf:
@@ -126,8 +136,16 @@ def main() -> None:
     parser.add_argument("--skip-hf", action="store_true", help="engine side only")
     parser.add_argument("--ttft-only", action="store_true", help="only the shared-prefix TTFT part")
     parser.add_argument("--ttft-runs", type=int, default=5)
+    parser.add_argument("--model", help="a bundled name, GGUF file or Hugging Face directory instead of random weights")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.model:
+        from localengine.config import packaged_model_path
+
+        path = Path(args.model) if Path(args.model).exists() else packaged_model_path(args.model)
+        print(f"model: {args.model} ({path.name}), fp32")
+        throughput(path, args, model=args.model)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp)
         build_model(path, args.hidden, args.layers, args.vocab)
