@@ -87,7 +87,17 @@ def flush() -> None:
         _lines.join()
 
 
+def _forget_in_child() -> None:
+    """A forked child has the handler but not the writing thread: it configures itself again on its
+    first line (a prefork server, an application forking after its first request)."""
+    global _configured, _writer, _lines
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+    _configured, _writer, _lines = False, None, queue.Queue()
+
+
 atexit.register(flush)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def record(ctx: RequestContext, status: int | str, usage: Usage | None = None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import sys
 import threading
+import time
 
 import openai
 import orjson
@@ -13,6 +14,7 @@ import pytest
 
 from sdk.observability import access_log
 from tests.gateway.conftest import TEAM_KEY
+from tests.helpers import PATIENCE_S
 
 
 @pytest.fixture
@@ -89,3 +91,36 @@ def test_a_stalled_standard_error_does_not_hold_the_request_that_logs(monkeypatc
     finally:
         release.set()
         access_log.configure("off")
+
+
+def test_a_forked_child_writes_its_own_lines(tmp_path):
+    # The writing thread does not survive fork(): the child must start its own, not queue lines forever.
+    import os
+
+    out = tmp_path / "child.err"
+    access_log.configure("json")
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: its standard error to a file, one line, flushed, then out
+            try:
+                fd = os.open(out, os.O_WRONLY | os.O_CREAT)
+                os.dup2(fd, 2)
+                sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 (the child exits right after)
+                os.environ[access_log.ENV] = "json"
+                access_log.log.info({"request_id": "from-child"})  # no handler: the child's logger was reset
+                access_log.record_passthrough("t", "k", "from-child", "passthrough:files", "m", "r", 200, None, 0.0)
+                access_log.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(0)
+        deadline = time.monotonic() + PATIENCE_S
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the child's line never left its queue (its flush() waited for a thread it does not have)")
+            time.sleep(0.05)
+    finally:
+        access_log.configure("off")
+    lines = [orjson.loads(line) for line in out.read_text().splitlines()]
+    assert [line["request_id"] for line in lines] == ["from-child"]
