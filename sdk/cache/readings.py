@@ -8,11 +8,13 @@ question at all. A reading is one served hit (the question looked up, the stored
 answer was served) judged by a reader who did not see the QQP label: would the stored answer answer
 this question? The label is joined afterwards, so both precisions can be reported.
 
-Two files in `data/`: `qqp-read-calibration.jsonl` (hits of the `calibration` split; the
-thresholds are set on it by `train_verifier`) and `qqp-read-heldout.jsonl` (every hit of the
+Three files in `data/`: `qqp-read-calibration.jsonl` (hits of the `calibration` split; the
+thresholds are set on it by `train_verifier`), `qqp-read-heldout.jsonl` (every hit of the
 held-out sample's independent pairs at the thresholds it checks, and the hits of 1,200 random `test`
 pairs at the default; `tests/cache/test_verifier.py` and `bench/semantic_cache_proxy.py` score
-against it). `python -m sdk.cache.readings` writes a blind
+against it) and `qqp-read-duplicates.jsonl` (90 of the sample's labelled duplicates in a seeded
+random order, lookup and stored question, judged the same way without knowing whether the cache
+served them: recall over the duplicates a reader confirms, `bench/semantic_cache_proxy.py`). `python -m sdk.cache.readings` writes a blind
 sheet (hits without labels, in a seeded random order) to judge.
 """
 
@@ -29,6 +31,7 @@ from sdk.cache import qqp
 
 CALIBRATION = qqp.REPOSITORY / "data" / "qqp-read-calibration.jsonl"
 HELD_OUT = qqp.REPOSITORY / "data" / "qqp-read-heldout.jsonl"
+DUPLICATES = qqp.REPOSITORY / "data" / "qqp-read-duplicates.jsonl"
 MIN_SERVED = 30  # as train_verifier: a threshold rests on at least this many judged hits
 
 
