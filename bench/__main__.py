@@ -278,12 +278,15 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; `python -m bench list` names them")
     started = time.monotonic()
-    outcomes = [run(benchmark, args.full) for benchmark in chosen]
+    outcomes: list[Outcome] = []
+    for benchmark in chosen:
+        outcomes.append(run(benchmark, args.full))
+        if not args.no_write:
+            write(outcomes[-1:], args.full)  # each block as it finishes: a run cut short keeps what it measured
     print(f"{len(outcomes)} benchmarks in {(time.monotonic() - started) / 60:.1f} min", flush=True)
     if args.no_write:
         print(render(outcomes, args.full, {}))
     else:
-        write(outcomes, args.full)
         print(f"rewrote the results in {DOCS.relative_to(ROOT)}")
     if any(outcome.returncode != 0 for outcome in outcomes):
         sys.exit(1)
