@@ -20,8 +20,12 @@ steadiest signal for bisecting. Profiles stay under `--out`.
 
     .venv/bin/python bench/proxy_cpu.py --tree /tmp/wt-b1ad7fc --tree . [--requests 1500] [--rounds 4]
         [--mode json|stream|both] [--include-usage] [--profile --out /tmp/prof]
+    .venv/bin/python bench/proxy_cpu.py --ref b1ad7fc --tree .    # a commit, checked out for the run
 
-Run from the main checkout with its venv; `git worktree add /tmp/wt-SHA SHA` gives a tree to compare.
+Run from the main checkout with its venv; `git worktree add /tmp/wt-SHA SHA` gives a tree to compare,
+or `--ref REV` makes one for the run (a detached worktree under the work folder, removed after).
+`python -m bench all --only proxy_cpu` compares against b1ad7fc, main when issue 28 asked for a
+proxy "at least as good as today's".
 """
 
 from __future__ import annotations
@@ -251,6 +255,7 @@ async def rounds(args: argparse.Namespace, proxies: list[Proxy], modes: list[boo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ref", action="append", default=[], help="a commit to measure, checked out for the run (before the --tree ones)")
     parser.add_argument("--tree", action="append", type=Path, help="checkout whose proxy to measure (repeat to compare; default: this one)")
     parser.add_argument("--requests", type=int, default=2000, help="requests per round and mode")
     parser.add_argument("--concurrency", type=int, default=64)
@@ -263,11 +268,15 @@ def main() -> None:
     parser.add_argument("--json", dest="json_out", type=Path, help="also write the results here as JSON")
     args = parser.parse_args()
     uvloop.install()
-    trees = [tree.resolve() for tree in (args.tree or [ROOT])]
     modes = [False, True] if args.mode == "both" else [args.mode == "stream"]
     procs: list[subprocess.Popen] = []
     workdir = args.out or Path(tempfile.mkdtemp(prefix="slipstream-cpu-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    checkouts = [workdir / f"ref-{ref}" for ref in args.ref]
+    for ref, checkout in zip(args.ref, checkouts, strict=True):
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--force", "--detach", str(checkout), ref],
+                       check=True, capture_output=True)
+    trees = checkouts + [tree.resolve() for tree in (args.tree or ([] if checkouts else [ROOT]))]
     try:
         emu_port = free_port()
         procs.append(emulator_process(emu_port, 5.0))
@@ -309,6 +318,8 @@ def main() -> None:
     finally:
         for proc in reversed(procs):
             stop(proc)
+        for checkout in checkouts:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(checkout)], check=False, capture_output=True)
 
 
 if __name__ == "__main__":
