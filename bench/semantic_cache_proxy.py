@@ -40,8 +40,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
@@ -168,14 +166,18 @@ def figures(rows: list[tuple[str, str | None, str]], pairs: list[qqp.Pair]) -> F
     return Figures(hits, right, answerable, right / max(hits, 1), right / max(answerable, 1), recall_of(True), recall_of(False))
 
 
-def read_precision(rows: list[tuple[str, str | None, str]]) -> tuple[int, int, int]:
-    """(right by reading, hits judged, hits no reading covers); exact hits are right by construction."""
-    judged = readings.judged(readings.load(readings.HELD_OUT))
+def _verdict(question: str, served: str, status: str, judged: dict[tuple[str, str], bool]) -> bool | None:
+    """Whether a hit was right by reading (None: nobody judged it); exact hits are right by construction."""
+    return True if status == "exact-hit" else judged.get((question, served))
+
+
+def read_precision(rows: list[tuple[str, str | None, str]], judged: dict[tuple[str, str], bool]) -> tuple[int, int, int]:
+    """(right by reading, hits judged, hits no reading covers)."""
     same = covered = missing = 0
     for question, served, status in rows:
         if served is None:
             continue
-        verdict = True if status == "exact-hit" else judged.get((question, served))
+        verdict = _verdict(question, served, status, judged)
         if verdict is None:
             missing += 1
         else:
@@ -184,18 +186,13 @@ def read_precision(rows: list[tuple[str, str | None, str]]) -> tuple[int, int, i
     return same, covered, missing
 
 
-def read_recall(rows: list[tuple[str, str | None, str]]) -> tuple[int, int]:
+def read_recall(rows: list[tuple[str, str | None, str]], judged: dict[tuple[str, str], bool]) -> tuple[int, int]:
     """(lookups served an answer judged the same, lookups replayed) over the labelled duplicates a reader
     confirmed (`data/qqp-read-duplicates.jsonl`): recall where QQP's duplicate labels are trusted."""
-    confirmed = {row["query"] for row in map(orjson.loads, readings.DUPLICATES.read_bytes().splitlines()) if row["same"]}
-    judged = readings.judged(readings.load(readings.HELD_OUT))
-    served = {question: (served, status) for question, served, status in rows}
-    replayed = [question for question in confirmed if question in served]
-    right = 0
-    for question in replayed:
-        entry, status = served[question]
-        right += entry is not None and (status == "exact-hit" or judged.get((question, entry), False))
-    return right, len(replayed)
+    confirmed = readings.confirmed_duplicates()
+    last = {question: (served, status) for question, served, status in rows if question in confirmed}  # a question asked twice: its last answer
+    right = sum(served is not None and bool(_verdict(question, served, status, judged)) for question, (served, status) in last.items())
+    return right, len(last)
 
 
 def _share(value: float | None) -> str:
@@ -225,13 +222,14 @@ def main() -> None:
     print("| path | hits (exact / semantic) | precision (QQP labels) | precision (read; hits not read) | recall | recall: repeats / paraphrases |"
           " recall (duplicates confirmed by reading) |")
     print("|---|---|---|---|---|---|---|")
+    judged = readings.judged(readings.load(readings.HELD_OUT))
     for name, run in (("library", through_library), ("proxy", through_proxy)):
         with tempfile.TemporaryDirectory() as tmp:
             rows = run(pairs, args.min_precision, Path(tmp))
         got = figures(rows, pairs)
         exact = sum(status == "exact-hit" for _, _, status in rows)
-        same, covered, missing = read_precision(rows)
-        confirmed_right, confirmed = read_recall(rows)
+        same, covered, missing = read_precision(rows, judged)
+        confirmed_right, confirmed = read_recall(rows, judged)
         print(f"| {name} | {got.hits} ({exact} / {got.hits - exact}) | {got.precision:.3f} ({got.right}/{got.hits}) |"
               f" {same / max(covered, 1):.3f} ({same}/{covered}; {missing}) |"
               f" {got.recall:.3f} ({got.right}/{got.answerable}) | {_share(got.repeat_recall)} / {_share(got.paraphrase_recall)} |"

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from gateway.testing import free_port  # noqa: E402  (after the path: the script runs from a checkout)
 
 MODEL = "smollm2-135m-instruct"
 QUESTIONS = [
@@ -58,12 +59,6 @@ class Burst:
     ttfts: list[float]
     tokens: int
     seconds: float
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def load() -> str:

@@ -48,6 +48,12 @@ def load(path: Path) -> list[Reading]:
     return [Reading(row["query"], row["served"], bool(row["same"]), bool(row["qqp"])) for row in rows]
 
 
+def confirmed_duplicates(path: Path = DUPLICATES) -> set[str]:
+    """The lookups of `qqp-read-duplicates.jsonl` whose labelled duplicate a reader judged the same question."""
+    rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return {row["query"] for row in rows if row["same"]}
+
+
 def judged(readings: list[Reading]) -> dict[tuple[str, str], bool]:
     return {(r.query, r.served): r.same for r in readings}
 
