@@ -3,8 +3,10 @@
 Parts are the heavy things a request would otherwise load on first use: the local engine's model,
 the MiniLM embedder, the token-pruning model. A provider or stage that has one declares it with
 `warm_ups()`; `TeamRuntime.warm_ups()` gathers them and `Readiness` loads each once per process
-(by name: two teams sharing the demo model load it once), each in a worker thread, never on the
-event loop. The proxy answers `GET /readyz` with 503 and the parts' states until every part is
+(by name: two teams sharing the demo model load it once), in a worker thread, never on the
+event loop, one part at a time: two threads importing torch's module graph at once can each hold a
+module lock the other needs, and Python breaks that deadlock by handing one of them a partially
+initialised module (an ImportError that failed the local engine's warm-up beside the embedder's). The proxy answers `GET /readyz` with 503 and the parts' states until every part is
 loaded, then 200; `GET /healthz` stays liveness only.
 """
 
@@ -48,6 +50,7 @@ class Readiness:
     parts: dict[str, Part] = field(default_factory=dict)
     _started: float = field(default_factory=time.perf_counter, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+    _loading: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)  # one load at a time
 
     def start(self, warm_ups: Iterable[WarmUp]) -> None:
         """Begin loading every part not yet known (call on the event loop; returns at once)."""
@@ -80,7 +83,8 @@ class Readiness:
         part = self.parts[warm_up.name]
         started = time.perf_counter()
         try:
-            await asyncio.to_thread(warm_up.load)
+            async with self._loading:
+                await asyncio.to_thread(warm_up.load)
             if warm_up.rehearse is not None:
                 await warm_up.rehearse()
         except Exception as exc:  # reported by /readyz and the log; the proxy stays up (liveness)

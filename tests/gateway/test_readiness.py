@@ -32,6 +32,21 @@ async def test_parts_load_once_by_name_and_report_their_state():
     assert body["status"] == "ready" and body["parts"]["model"]["state"] == "ready" and body["parts"]["model"]["seconds"] >= 0
 
 
+async def test_parts_load_one_at_a_time():
+    """Concurrent loads can break on Python's import locks (sdk/readiness.py): the second part's load
+    starts only after the first's returned."""
+    first_running, second_started, overlapped = threading.Event(), threading.Event(), []
+
+    def first() -> None:
+        first_running.set()
+        overlapped.append(second_started.wait(1.0))
+
+    readiness = Readiness()
+    readiness.start([WarmUp("first", first), WarmUp("second", second_started.set)])
+    await readiness.wait()
+    assert readiness.ready and first_running.is_set() and overlapped == [False]
+
+
 async def test_a_part_that_fails_keeps_the_proxy_unready_and_says_why():
     def load() -> None:
         raise FileNotFoundError("no such model")
