@@ -1,7 +1,7 @@
 """Token estimates for answers the provider never reported usage for, and for budget reservations.
 
-A stream that ends before its usage event (the client left, the upstream cut it, an OpenAI stream
-without `stream_options.include_usage`) is still charged: input from the request body, output from
+A stream that ends before its usage event (the client left, the upstream cut it; a hosted Chat
+Completions stream always asks for its usage chunk, sdk/providers/base.py) is still charged: input from the request body, output from
 the text the client was sent (`StreamTally`). Counts use tiktoken's offline cl100k encoding, which
 is OpenAI's tokenizer for the gpt-4/gpt-3.5 families and close for the newer ones. Claude's
 tokenizer is not public; Anthropic counts are cl100k × `ANTHROPIC_FACTOR` (1.2), rounded up — on

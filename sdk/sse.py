@@ -91,7 +91,7 @@ class StreamObserver:
             parsed = responses_usage(response.get("usage"))
             self.usage.input_tokens, self.usage.output_tokens = parsed.input_tokens, parsed.output_tokens
             self.usage.cache_read_tokens, self.usage.cache_write_tokens = parsed.cache_read_tokens, parsed.cache_write_tokens
-            self.finished = True
+            self.usage.final = self.finished = True
         elif event.startswith((b"event: error", b'data: {"error"')):
             self.error = event
 
@@ -104,6 +104,7 @@ class StreamObserver:
         elif event.startswith(b"event: message_delta"):
             delta = orjson.loads(event_data(event))
             merge_anthropic_usage(self.usage, delta.get("usage"))
+            self.usage.final = True
             reason = (delta.get("delta") or {}).get("stop_reason")
             if isinstance(reason, str):
                 self.finish_reasons.append(reason)
@@ -131,5 +132,6 @@ class StreamObserver:
                 self.usage.output_tokens = parsed.output_tokens
                 self.usage.cache_read_tokens = parsed.cache_read_tokens
                 self.usage.cache_write_tokens = parsed.cache_write_tokens
+                self.usage.final = True
         if (b'"content":"' in data and b'"content":""' not in data) or b'"tool_calls":[' in data:
             self.timings.mark_token(now)

@@ -49,6 +49,9 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # A stream's usage fills in as its events pass: True once the provider's final report arrived
+    # (OpenAI's usage chunk, Anthropic's message_delta, the terminal response.* event).
+    final: bool = field(default=False, compare=False)
 
     @property
     def total_input_tokens(self) -> int:

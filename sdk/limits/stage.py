@@ -216,8 +216,8 @@ class LimitsStage:
     def _settle(self, ctx: RequestContext, admission: Admission, usage: Usage | None, route: str,
                 tally: StreamTally | None = None) -> None:
         estimated = False
-        if usage is not None and tally is not None and not tally.final:
-            # No usage event reached the client: charge what was sent and streamed, counted here
+        if usage is not None and tally is not None and not (tally.final or usage.final):
+            # No usage event came: charge what was sent and streamed, counted here
             # (in place, so the metrics and the access log report the same counts).
             counted = tally.estimate(ctx.request, usage)
             usage.input_tokens, usage.output_tokens = counted.input_tokens, counted.output_tokens

@@ -3,11 +3,16 @@
 Both hosted providers speak HTTP + JSON + SSE; they differ only in paths, auth headers and usage
 shapes, which a small `Dialect` describes. The adapter never rewrites the body beyond what the
 pipeline already decided: unknown fields (cache_control with ttl, betas, ...) pass through untouched.
+One exception: a Chat Completions stream that did not ask for its usage is sent with
+`stream_options.include_usage`, and the usage chunk (and the `"usage":null` the others then carry)
+is taken out before the client sees the stream. Usage is then the provider's count, not an estimate
+(sdk/estimate.py), and prompt-cache reads can be verified on such streams too.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -52,6 +57,10 @@ log = logging.getLogger("slipstream.providers")
 _PASSTHROUGH_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "anthropic-priority-", "anthropic-fast-")
 _MAX_MODEL_PAGES = 20
 _NEVER_STREAMED = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # counts answer with JSON, whatever `stream` says
+# What `include_usage` adds to a Chat Completions stream, compact (OpenAI's) or spaced.
+_NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+_USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+_USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null')
 _PASSTHROUGH = {"request-id", "x-request-id", "retry-after", "retry-after-ms", "x-should-retry", "openai-processing-ms"}
 
 
@@ -103,8 +112,10 @@ class HTTPProvider:
         route = f"{self.name}/{request.model}"
         client = self.client or upstream_for_running_loop()
         url = self.base_url + self.dialect.path(request.endpoint) + (f"?{request.query}" if request.query else "")
-        body = await off_loop(orjson.dumps, request.body) if is_large(request.size) else orjson.dumps(request.body)
         streamed = request.stream and request.endpoint not in _NEVER_STREAMED
+        sent = _asking_usage(request) if streamed else None
+        fields = request.body if sent is None else sent
+        body = await off_loop(orjson.dumps, fields) if is_large(request.size) else orjson.dumps(fields)
         try:
             with timings.upstream():
                 order = self.keys.order()
@@ -131,7 +142,7 @@ class HTTPProvider:
             )
         usage = Usage()
         observer = StreamObserver(request.endpoint, usage, timings)
-        events = _observed_events(response, observer, route)
+        events = _observed_events(response, observer, route, usage_asked=sent is not None)
 
         async def close() -> None:
             response.abort()
@@ -193,8 +204,32 @@ class HTTPProvider:
         return LLMResponse(status=response.status, body=data, headers=passthrough_headers(response.headers), usage=Usage(), route=route)
 
 
-async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str) -> AsyncGenerator[bytes, None]:
-    """Forward events as they arrive; a failure mid-stream ends it with a provider-shaped error event."""
+def _asking_usage(request: LLMRequest) -> dict[str, Any] | None:
+    """The body of a Chat Completions stream that did not ask for its usage chunk, asking for it;
+    None for any other request (and for `stream_options` that is not an object: the upstream's 400)."""
+    if request.endpoint is not Endpoint.CHAT_COMPLETIONS:
+        return None
+    options = request.body.get("stream_options")
+    if options is None:
+        options = {}
+    if not isinstance(options, dict) or options.get("include_usage") is True:
+        return None
+    return {**request.body, "stream_options": {**options, "include_usage": True}}
+
+
+def _without_asked_usage(batch: list[bytes]) -> list[bytes]:
+    """`batch` as the client would have had it without `include_usage`: no usage chunk (its
+    `choices` is empty: a client reading `choices[0]` of every chunk would fail on it) and no
+    `"usage":null` in the others. A JSON string cannot hold an unescaped quote, so these patterns
+    cannot match inside generated text."""
+    return [_USAGE_NULL.sub(b"", event) for event in batch
+            if not (_NO_CHOICES.search(event) and _USAGE_OBJECT.search(event))]
+
+
+async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str,
+                           usage_asked: bool = False) -> AsyncGenerator[bytes, None]:
+    """Forward events as they arrive; a failure mid-stream ends it with a provider-shaped error event.
+    `usage_asked`: the gateway, not the client, asked for the usage chunk, which is observed and dropped."""
     protocol = observer.protocol
     drained = False  # read to the end: the connection can go back to the pool
     try:
@@ -202,6 +237,10 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
             now = time.perf_counter()
             for event in batch:
                 observer.observe(event, now)
+            if usage_asked:
+                batch = _without_asked_usage(batch)
+                if not batch:
+                    continue
             yield batch[0] if len(batch) == 1 else b"".join(batch)  # arrived together: one write onward
         drained = True
         if not observer.finished and observer.error is None:

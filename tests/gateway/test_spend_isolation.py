@@ -19,6 +19,7 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 
 import sdk
@@ -134,6 +135,34 @@ def test_a_stream_the_upstream_cuts_is_charged_estimated(tmp_path: Path, emu: Ru
         day = _wait(lambda: (d := _spend(proxy, BETA)["day"])["total"] > 0 and d, "the cut stream charged")
         assert day["estimated"] == day["total"]
         assert _spend(proxy, ALPHA)["day"]["total"] == 0
+
+
+def test_an_openai_stream_without_include_usage_is_charged_the_providers_count(
+        tmp_path: Path, emu: RunningEmulator, access_lines: list[dict[str, Any]]) -> None:
+    """The gateway asks the upstream for the usage chunk itself and takes it out again: the client
+    gets the stream it asked for (no empty `choices`, no `usage` field), the spend is exact."""
+    emu.reset()
+    direct = openai.OpenAI(base_url=f"{emu.url}/v1", api_key=SHARED_KEY, max_retries=0)
+    counted = list(direct.chat.completions.create(model="gpt-4o", messages=HELLO, stream=True,
+                                                  stream_options={"include_usage": True}))[-1].usage
+    assert counted is not None and counted.completion_tokens > 0
+
+    def chunks(client: openai.OpenAI) -> list[dict[str, Any]]:
+        with client.chat.completions.with_streaming_response.create(model="gpt-4o", messages=HELLO, stream=True) as raw:
+            body = b"".join(raw.iter_bytes())
+        return [orjson.loads(event[6:]) for event in body.split(b"\n\n") if event.startswith(b"data: {")]
+
+    unasked = chunks(direct)
+    with running_proxy([_teams(tmp_path, emu)]) as proxy:
+        received = chunks(openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0))
+        assert [chunk["choices"] for chunk in received] == [chunk["choices"] for chunk in unasked]
+        assert [sorted(chunk) for chunk in received] == [sorted(chunk) for chunk in unasked]  # no `usage` key
+        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "the stream charged")
+        price = price_of("gpt-4o", {})
+        assert day["estimated"] == 0
+        assert day["total"] == pytest.approx((counted.prompt_tokens * price.input + counted.completion_tokens * price.output) / 1e6)
+    line = next(line for line in access_lines if line["team"] == "alpha")
+    assert "usage" not in line and line["output_tokens"] == counted.completion_tokens
 
 
 def test_a_request_cancelled_before_its_first_byte_is_charged_its_input(tmp_path: Path, emu: RunningEmulator) -> None:
