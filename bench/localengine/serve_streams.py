@@ -147,7 +147,10 @@ def measure(name: str, command: list[str], health: str, port: int, model: str, a
 
 
 def has_llama_server(python: str) -> bool:
-    probe = subprocess.run([python, "-c", "import llama_cpp.server.app"], capture_output=True, check=False)
+    try:
+        probe = subprocess.run([python, "-c", "import llama_cpp.server.app"], capture_output=True, check=False)
+    except OSError:  # no such Python: the row is skipped, as for one without the server
+        return False
     return probe.returncode == 0
 
 

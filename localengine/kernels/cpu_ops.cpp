@@ -288,6 +288,7 @@ at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weig
 TORCH_LIBRARY(slipstream_cpu, lib) {
   lib.def("int8_matmul(Tensor x, Tensor q, Tensor scale) -> Tensor");
   lib.def("int4_matmul(Tensor x, Tensor packed, Tensor scale, Tensor offset, int group_size) -> Tensor");
+  lib.def("int4_dequantize(Tensor packed, Tensor scale, Tensor offset, int group_size) -> Tensor");
   lib.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   lib.def("fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()");
   lib.def("silu_and_mul(Tensor x) -> Tensor");
@@ -302,6 +303,7 @@ TORCH_LIBRARY(slipstream_cpu, lib) {
 TORCH_LIBRARY_IMPL(slipstream_cpu, CPU, lib) {
   lib.impl("int8_matmul", &slipstream_cpu::int8_matmul);
   lib.impl("int4_matmul", &slipstream_cpu::int4_matmul);
+  lib.impl("int4_dequantize", &slipstream_cpu::int4_dequantize);
   lib.impl("rms_norm", &slipstream_cpu::rms_norm);
   lib.impl("fused_add_rms_norm", &slipstream_cpu::fused_add_rms_norm);
   lib.impl("silu_and_mul", &slipstream_cpu::silu_and_mul);

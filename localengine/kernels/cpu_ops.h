@@ -23,5 +23,7 @@ inline void check_fp32(const at::Tensor& t, const char* what) {
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale);
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
                        const at::Tensor& offset, int64_t group_size);
+at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& offset,
+                           int64_t group_size);
 
 }  // namespace slipstream_cpu

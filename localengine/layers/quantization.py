@@ -197,10 +197,7 @@ class Int4BlockWeight:
         return _as_input(out, x)
 
     def dequantize(self) -> torch.Tensor:
-        rows, half = self.packed.shape
-        blocks = self.packed.view(rows, half // 16, 1, 16)
-        q = torch.cat([blocks & 15, blocks >> 4], dim=2).view(rows, -1, self.group_size).float()
-        return torch.addcmul(self.offset[..., None], q, self.scale[..., None]).view(rows, half * 2)
+        return cpu_ops.ops().int4_dequantize(self.packed, self.scale, self.offset, self.group_size)
 
 
 def int4_weight(v: Int4Values) -> Int4BlockWeight | Int4Weight:

@@ -65,6 +65,19 @@ def test_int4_kernel_multiplies_by_the_dequantized_groups(kernels, rows, cols, g
     assert _relative_error(got, x @ reference.T) < (0.015 if kernel_rows else 0.01)
 
 
+@pytest.mark.parametrize(("rows", "cols", "group"), [(96, 256, 32), (40, 192, 64), (8, 256, 128), (17, 96, 32)])
+def test_int4_blocks_dequantize_to_their_groups_values(rows, cols, group):
+    """The engine's layout dequantized in one pass (prefill chunks) is exactly (q - 8) * scale + zero
+    of the unpacked groups, with the bf16-rounded scales the layout holds."""
+    if cpu_ops.ops() is None:
+        pytest.skip("the engine's CPU kernels are not built here (no AVX2 or no compiler)")
+    torch.manual_seed(0)
+    values = Int4Values.from_float(torch.randn(rows, cols), group)
+    blocks = Int4BlockWeight.from_values(values)
+    expected = values.q.float().reshape(rows, -1, group) * blocks.scale[..., None] + blocks.offset[..., None]
+    assert torch.equal(blocks.dequantize(), expected.reshape(rows, cols))
+
+
 def _gguf_blocks(kind: str, rows: int, cols: int) -> np.ndarray:
     """Real blocks (gguf's own quantizer) or, for Q4_K (which gguf-py cannot quantize), random
     super-blocks: random nibbles and 6-bit scales, fp16 d and dmin of a realistic size."""
