@@ -234,7 +234,7 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
 // One linear of a decoder layer as the Python side lists it (LinearBase.kernel_args): kind 0, an
 // fp32 weight [N, K]; 1, int8 (q, scale); 2, int4 blocks (packed, scale, offset) in groups of `group`.
 at::Tensor layer_linear(const at::Tensor& x, at::TensorList weights, size_t& next, int64_t kind, int64_t group) {
-  if (kind == 0) return at::mm(x, weights[next++].t());
+  if (kind == 0) return fp32_matmul(x, weights[next++]);  // decode rows: at most cpu_ops.MAX_ROWS
   if (kind == 1) {
     next += 2;
     return int8_matmul(x, weights[next - 2], weights[next - 1]);
@@ -286,6 +286,7 @@ at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weig
 }  // namespace slipstream_cpu
 
 TORCH_LIBRARY(slipstream_cpu, lib) {
+  lib.def("fp32_matmul(Tensor x, Tensor w) -> Tensor");
   lib.def("int8_matmul(Tensor x, Tensor q, Tensor scale) -> Tensor");
   lib.def("int4_matmul(Tensor x, Tensor packed, Tensor scale, Tensor offset, int group_size) -> Tensor");
   lib.def("int4_dequantize(Tensor packed, Tensor scale, Tensor offset, int group_size) -> Tensor");
@@ -301,6 +302,7 @@ TORCH_LIBRARY(slipstream_cpu, lib) {
 }
 
 TORCH_LIBRARY_IMPL(slipstream_cpu, CPU, lib) {
+  lib.impl("fp32_matmul", &slipstream_cpu::fp32_matmul);
   lib.impl("int8_matmul", &slipstream_cpu::int8_matmul);
   lib.impl("int4_matmul", &slipstream_cpu::int4_matmul);
   lib.impl("int4_dequantize", &slipstream_cpu::int4_dequantize);

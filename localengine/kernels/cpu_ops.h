@@ -20,6 +20,7 @@ inline void check_fp32(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), what, " must be contiguous fp32");
 }
 
+at::Tensor fp32_matmul(const at::Tensor& x, const at::Tensor& w);
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale);
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
                        const at::Tensor& offset, int64_t group_size);

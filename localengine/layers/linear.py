@@ -13,11 +13,18 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from localengine import distributed
-from localengine.layers.quantization import Int4BlockWeight, Int4Values, Int8Weight, QuantizedWeight, int4_weight, quantize
+from localengine.layers.quantization import (
+    Int4BlockWeight,
+    Int4Values,
+    Int8Weight,
+    QuantizedWeight,
+    float_linear,
+    int4_weight,
+    quantize,
+)
 
 
 def _split(size: int, tp_size: int, what: str) -> int:
@@ -83,7 +90,7 @@ class LinearBase(nn.Module):
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         if self.quant is None:
-            return F.linear(x, self.weight)
+            return float_linear(x, self.weight)
         return self.quant.matmul(x)
 
 

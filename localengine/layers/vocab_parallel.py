@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from localengine import distributed
-from localengine.layers.quantization import Int8Weight
+from localengine.layers.quantization import Int8Weight, float_linear
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -58,7 +58,7 @@ class VocabParallelEmbedding(nn.Module):
 class ParallelLMHead(VocabParallelEmbedding):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """Logits over the whole vocabulary on rank 0; None on the other ranks."""
-        logits = F.linear(hidden, self.weight) if self.quant is None else self.quant.matmul(hidden)
+        logits = float_linear(hidden, self.weight) if self.quant is None else self.quant.matmul(hidden)
         if self.tp_size == 1:
             return logits
         full = distributed.gather_to_first(logits, self.tp_size)

@@ -1,6 +1,7 @@
 """The engine's own CPU ops (kernels/cpu_ops.cpp) where they replace PyTorch's: the norms, the
 rotary embedding, silu_and_mul and decode attention over the paged cache, each against the PyTorch
-form it replaces. The matmuls are tested with the quantized weights they serve (test_quantization.py)."""
+form it replaces, and the fp32 matmul for decode rows. The quantized matmuls are tested with the
+weights they serve (test_quantization.py)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,20 @@ def test_silu_and_mul():
     x = torch.randn(5, 2 * 96) * 6  # large gates: both tails of the exponential
     gate, up = x.chunk(2, dim=-1)
     torch.testing.assert_close(cpu_ops.ops().silu_and_mul(x), F.silu(gate) * up, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 9, 32])  # tiles of 4 rows and the rest one by one, up to MAX_ROWS
+@pytest.mark.parametrize(("features", "inputs"), [(7, 20), (96, 576), (3, 1536)])  # 7, 20: tails of 3 features, 8 inputs
+def test_fp32_linear_for_few_rows(kernels, rows, features, inputs):
+    """Decode-sized rows of fp32 go through the engine's kernel (float_linear), more through PyTorch's."""
+    from localengine.layers.quantization import float_linear
+
+    torch.manual_seed(0)
+    x, w = torch.randn(rows, inputs), torch.randn(features, inputs)
+    expected = (x.double() @ w.double().T).float()
+    torch.testing.assert_close(float_linear(x, w), expected, rtol=1e-4, atol=1e-4 * inputs ** 0.5)
+    torch.testing.assert_close(float_linear(x.view(1, rows, inputs), w), expected.view(1, rows, features),
+                               rtol=1e-4, atol=1e-4 * inputs ** 0.5)
 
 
 @needs_ops
