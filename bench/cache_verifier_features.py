@@ -95,9 +95,9 @@ def main() -> None:
             if not vetoed and (lookup not in best or score > best[lookup][0]):
                 best[lookup] = (float(score), right)
         ranked = np.array([right for _, right in sorted(best.values(), key=lambda x: -x[0])], dtype=float)
-        right = np.cumsum(ranked)
-        reached = np.nonzero(right / np.arange(1, len(ranked) + 1) >= target)[0]
-        return float(right[reached[-1]] / answerable) if len(reached) else 0.0
+        served_right = np.cumsum(ranked)
+        reached = np.nonzero(served_right / np.arange(1, len(ranked) + 1) >= target)[0]
+        return float(served_right[reached[-1]] / answerable) if len(reached) else 0.0
 
     train_rows, train_x = replay(splits["train"], both=True)
     calibration_rows, calibration_x = replay(splits["calibration"], both=False)

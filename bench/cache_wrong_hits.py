@@ -43,7 +43,8 @@ def main() -> None:
     vectors = qqp.embed_cached([t for p in pairs for t in (p.a, p.b)], embedder.embed_many, default_data_dir() / "qqp", embedder.model_id)
     hits = qqp.verifier_hits(qqp.outcomes(workload, vectors, verifier), threshold)
     wrong = [
-        ("labelled-nondup" if frozenset((qqp.normalize(r.query), qqp.normalize(r.served))) in labelled else "unlabelled", r.query, r.served)
+        ("labelled-nondup" if frozenset((qqp.normalize(r.query), qqp.normalize(r.served or ""))) in labelled else "unlabelled",
+         r.query, r.served)
         for r in hits
         if not r.correct
     ]

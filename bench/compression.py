@@ -38,13 +38,14 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.compression_corpus import SOURCES, Needle, needle, plant, sections
 from sdk.compression import tokens
 
 POSITIONS = ("system", "earlier_turns", "latest_turn", "document_block")
 QUESTION_FORMATS = ("Question: {q}", "{q}", "Q: {q}\nA:", "")  # "": the question ends the last paragraph
-SETTINGS = {
+SETTINGS: dict[str, dict[str, Any]] = {
     "default": {},
     "none": {"protect": []},
     "broad": {"protect": ["numbers", "identifiers", "entities"]},
@@ -129,6 +130,7 @@ def compressor(settings: dict, tmp: Path):
     except PolicyError as error:
         print(f"  skipped: {error}".splitlines()[0])
         return None
+    assert stage is not None, "the policy enables compression"
     return stage.compressor
 
 
@@ -174,7 +176,7 @@ async def evaluate(run, cases: list[Case], position: str, show_misses: bool = Fa
 
 
 def _settings(names: list[str]) -> dict[str, dict]:
-    chosen = {}
+    chosen: dict[str, dict] = {}
     for name in names:
         if name.startswith("ratio="):
             chosen[name] = {"documents": {"ratio": float(name.split("=", 1)[1])}}
@@ -186,7 +188,7 @@ def _settings(names: list[str]) -> dict[str, dict]:
 async def main_async(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     cases, missing = build_cases(args.cases, sizes, args.seed, tuple(args.needles.split(",")))
-    counts = defaultdict(int)
+    counts: defaultdict[str, int] = defaultdict(int)
     for case in cases:
         counts[case.source] += 1
     print(f"{len(cases)} cases ({', '.join(f'{s}: {n}' for s, n in counts.items())}; missing sources: {missing or 'none'}), "

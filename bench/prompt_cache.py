@@ -22,6 +22,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -110,7 +111,7 @@ async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path
     extra = {"as-written": "{enabled: false}", "litellm": "{enabled: false}", "advice": "{reorder: false}",
              "slipstream": "{reorder: true}"}[mode]
     runtime = TeamRuntime.build(load_policy(write_policy(directory, team, f"k-{team}", url, f"prompt_cache: {extra}\n")))
-    totals = dict(input=0, read=0, write=0, uncached=0, ttft=0.0, n=0)
+    totals: dict[str, Any] = dict(input=0, read=0, write=0, uncached=0, ttft=0.0, n=0)
     hit_rate: list[float] = []  # cumulative share of input tokens read from cache, after each request
     # Conversations run in interleaved rounds, as concurrent users would.
     for round_ in range(max(len(c) for c in convs)):
@@ -141,7 +142,7 @@ async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path
 
 def possible_reads(sent: list[dict], minimum: int = 1024) -> int:
     """Ideal reads: longest shared prefix with any earlier request (moved tail excluded)."""
-    seen: list[list[bytes]] = []
+    seen: list[list[int]] = []
     total = 0
     for body in sent:
         layout = anthropic_layout(body)

@@ -314,9 +314,9 @@ def main() -> None:
             theirs = {(r["mode"], r["concurrency"]): r for r in rows if r["proxy"] == "litellm"}
             for key in ours:
                 if key[1] == 1:
-                    print(f"added p50 at c=1 ({key[0]}): litellm / slipstream = {theirs[key]['added_p50_ms'] / max(ours[key]['added_p50_ms'], 1e-3):.1f}x")
+                    print(f"added p50 at c=1 ({key[0]}): litellm / slipstream = {float(theirs[key]['added_p50_ms']) / max(float(ours[key]['added_p50_ms']), 1e-3):.1f}x")
                 if key[1] == 64:
-                    print(f"req/s at c=64 ({key[0]}): slipstream / litellm = {ours[key]['proxied_rps'] / theirs[key]['proxied_rps']:.1f}x")
+                    print(f"req/s at c=64 ({key[0]}): slipstream / litellm = {float(ours[key]['proxied_rps']) / float(theirs[key]['proxied_rps']):.1f}x")
     finally:
         for proc in reversed(procs):
             stop(proc)

@@ -208,8 +208,10 @@ async def admit_alone(state_url: str, n: int, concurrency: int) -> dict:
     from sdk.observability.metrics import STATE_ADMISSIONS
     from sdk.state import open_state
     from sdk.state.backend import Admission, Cap, Rate, Settlement
+    from sdk.state.guard import GuardedState
 
     state = open_state(state_url)
+    assert isinstance(state, GuardedState), "a redis:// URL opens the guarded shared state"
     rate, cap = Rate("bench:rpm", 1e9, 1), Cap("bench:conc", 1_000_000)
     seen: dict[str, list[float]] = {"as_seen": [], "checked": []}
 

@@ -31,10 +31,12 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from opentelemetry.sdk.trace import SpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
 from emulator.testing import running_emulator  # noqa: E402
@@ -70,7 +72,7 @@ async def one_request(runtime: TeamRuntime, stream: bool) -> float:
     return time.perf_counter() - started
 
 
-async def end_to_end(runtime: TeamRuntime, sinks: list[object | None], requests: int, stream: bool) -> list[float]:
+async def end_to_end(runtime: TeamRuntime, sinks: list[Sink | ProcessSink | None], requests: int, stream: bool) -> list[float]:
     """p50 seconds per request for each of `sinks` (None: tracing off), in rotating blocks of 20 (drift
     hits all alike); the caller puts None last again as an A/A control of the noise floor."""
     times: list[list[float]] = [[] for _ in sinks]
@@ -156,7 +158,7 @@ async def encoding(requests: int) -> tuple[float, float]:
     answer = LLMResponse(200, b'{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"finish_reason":"stop"}]}',
                          {}, Usage(12, 8), "gpt/gpt-4o")
     tracing.install(spans)
-    tracing.use_sink(traces)  # collect the records themselves (no loop here: handed over at once)
+    tracing.use_sink(cast(Sink, traces))  # collect the records themselves (duck-typed: only `emit` is called)
     for _ in range(requests):
         ctx = RequestContext(request, "bench")
         trace = tracing.begin(ctx)
@@ -167,7 +169,7 @@ async def encoding(requests: int) -> tuple[float, float]:
         tracing.end(ctx, 200, answer)
     await asyncio.sleep(0)  # the traces are handed over on the loop's next turn
     tracing.install(None)
-    sink = Sink(spans, tracing.resource())
+    sink = Sink(cast(SpanProcessor, spans), tracing.resource())  # duck-typed: only `on_end` is called
     for trace in traces.items:
         sink.emit(trace)
     count, attributes = len(spans.items), dict(sink.resource.attributes)

@@ -89,12 +89,12 @@ def corpus_chunks(count: int, tokens: int, rng: random.Random) -> list[str]:
     tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_MODELS["demo"]), local_files_only=True)
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in stdlib.glob("*.py") if p.stat().st_size > 20 * tokens)
-    chunks = []
+    chunks: list[str] = []
     for _ in range(count):
         text = rng.choice(files).read_text(errors="replace")
         start = rng.randrange(len(text) - 10 * tokens)
         ids = tokenizer.encode(text[start : start + 10 * tokens], add_special_tokens=False)[:tokens]
-        chunks.append(tokenizer.decode(ids))
+        chunks.append(str(tokenizer.decode(ids)))
     return chunks
 
 

@@ -85,12 +85,12 @@ def child(args: argparse.Namespace) -> None:
     engine = llm.llm_engine
     runner = engine.model_runner
     timers = Timers()
-    engine.scheduler.schedule = timers.wrap("schedule", engine.scheduler.schedule)
-    runner.execute = timers.wrap("execute", runner.execute)
-    runner.model.forward = timers.wrap("model", runner.model.forward)
-    runner.model.compute_logits = timers.wrap("model", runner.model.compute_logits)
+    # the instances' methods wrapped in timers (setattr: an instance attribute shadows the method)
+    for owner, name, timer in ((engine.scheduler, "schedule", "schedule"), (runner, "execute", "execute"),
+                               (runner.model, "forward", "model"), (runner.model, "compute_logits", "model")):
+        setattr(owner, name, timers.wrap(timer, getattr(owner, name)))
     vocab = runner.model.args.vocab_size
-    kind = {}
+    kind: dict[str, Any] = {}
     if args.output_kind == "final":
         try:  # what LLM.generate asks for; a baseline without it builds an output every step, as its generate did
             from localengine.sampling_params import RequestOutputKind
