@@ -1,8 +1,9 @@
 """The engine's own CPU ops against a dequantized fp32 GEMM, by rows: what sets `cpu_ops.MAX_ROWS`.
 
 SmolLM2-135M's 120 linear shapes (qkv 960x576, o 576x576, gate_up 3072x576, down 576x1536, 30 layers)
-with random weights, quantized to int8 (per row) and int4 (groups of 32); each matmul run through
-the kernels, then through dequantize + F.linear (what a prefill does), for 1 to 32 rows.
+with random weights, fp32 and quantized to int8 (per row) and int4 (groups of 32); each matmul run
+through the kernels, then through PyTorch's F.linear (fp32: MKL's sgemm; quantized: dequantize +
+F.linear, what a prefill does), for 1 to 64 rows.
 
     python bench/localengine/cpu_ops.py --threads 2
 """
@@ -13,16 +14,30 @@ import argparse
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from localengine.kernels import cpu_ops
-from localengine.layers.quantization import Int4BlockWeight, Int4Values, Int8Weight
+from localengine.layers.quantization import Int4BlockWeight, Int4Values, Int8Weight, float_linear
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
 
 
-def timed(weights: Sequence[Int8Weight | Int4BlockWeight], rows: int, kernel: bool, repeats: int) -> float:
+@dataclass(frozen=True)
+class FloatWeight:
+    """An fp32 weight as the engine's linears run it (float_linear), beside the quantized ones."""
+
+    weight: torch.Tensor
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return float_linear(x, self.weight)
+
+    def dequantize(self) -> torch.Tensor:
+        return self.weight
+
+
+def timed(weights: Sequence[FloatWeight | Int8Weight | Int4BlockWeight], rows: int, kernel: bool, repeats: int) -> float:
     """Milliseconds for one pass over every weight."""
     cpu_ops.MAX_ROWS = 1 << 30 if kernel else 0
     xs = [torch.randn(rows, w.dequantize().shape[1]) for w in weights]
@@ -47,9 +62,12 @@ def main() -> None:
     int8 = [Int8Weight.from_float(w) for w in floats]
     int4 = [Int4BlockWeight.from_values(Int4Values.from_float(w, 32)) for w in floats]
     print(f"120 linears of SmolLM2's shapes, {args.threads} threads, ms per pass  (load {os.getloadavg()[0]:.2f})")
-    print("| rows | int8 ops | int8 dequantized | int4 ops | int4 dequantized |\n|---:|---:|---:|---:|---:|")
+    fp32 = [FloatWeight(w) for w in floats]
+    print("| rows | fp32 ops | fp32 PyTorch | int8 ops | int8 dequantized | int4 ops | int4 dequantized |\n"
+          "|---:|---:|---:|---:|---:|---:|---:|")
     for rows in (1, 2, 4, 8, 16, 32, 64):
-        cells = [timed(int8, rows, True, args.repeats), timed(int8, rows, False, args.repeats),
+        cells = [timed(fp32, rows, True, args.repeats), timed(fp32, rows, False, args.repeats),
+                 timed(int8, rows, True, args.repeats), timed(int8, rows, False, args.repeats),
                  timed(int4, rows, True, args.repeats), timed(int4, rows, False, args.repeats)]
         print(f"| {rows} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
     print(f"load {os.getloadavg()[0]:.2f}")
