@@ -102,7 +102,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("cpu_ops", "Local engine: its own CPU ops against a dequantized GEMM, by rows", "bench/localengine/cpu_ops.py",
               ("--repeats", "2"), ()),
     Benchmark("spec_decode", "Speculative decoding (demo model, batch 1)", "bench/localengine/spec_decode.py",
-              ("--batch", "1", "--max-tokens", "128", "--repeats", "2"), ("--batch", "1", "4", "8")),
+              ("--batch", "1", "--max-tokens", "128", "--repeats", "9"), ("--batch", "1", "4", "8", "--repeats", "9")),
     Benchmark("spec_decode_smollm2", "Speculative decoding (smollm2-135m-instruct, batch 1, input-grounded prompts)",
               "bench/localengine/spec_decode.py",
               ("--model", "smollm2-135m-instruct", "--max-tokens", "64", "--repeats", "1", "--only", "ngram k=8"),

@@ -16,9 +16,12 @@ docs/localengine.md); answers end at the end-of-turn token.
 Greedy, fp32 on CPU. Each configuration must produce the same tokens as no speculation (checked);
 the difference is how many target passes it takes. "copied" is the share of the baseline's output
 tokens that a one-token n-gram lookup over everything before them predicts: the proof that the
-case copies at all. Every configuration runs once as a warm-up, then --repeats times round-robin,
-and the best run is reported (noise on a shared machine only slows), in wall-clock and in CPU time
-of this process (steadier on a loaded machine with --threads 1). Acceptance columns cover the timed
+case copies at all. Every configuration runs once as a warm-up, then --repeats rounds, each running
+every configuration once; a speedup is the median over rounds of that round's ratio to no
+speculation (a demo run takes ~0.1 s, and this machine's speed moves by a quarter between such
+moments: best-of runs taken at different moments gave 1.35x and 2.11x for the same code), in
+wall-clock and in CPU time of this process (steadier on a loaded machine with --threads 1); tok/s
+is the median run's. Acceptance columns cover the timed
 runs; the proposal cost is the adaptive policy's measurement of one proposed position relative to
 a target step.
 
@@ -32,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -107,8 +112,8 @@ def smollm2_speculator_configs(path: str) -> list[tuple[str, dict | None]]:
 
 @dataclass(slots=True)
 class Timing:
-    wall: float = float("inf")
-    cpu: float = float("inf")
+    walls: list[float] = field(default_factory=list)  # one per round
+    cpus: list[float] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)
 
 
@@ -138,7 +143,7 @@ def run_case(title: str, llms: dict[str, LLM], prompt_ids: list[list[int]], para
 
     for llm in llms.values():
         generate(llm)  # warm-up; adaptive policies also measure their costs here
-    best = {name: Timing() for name in llms}
+    runs = {name: Timing() for name in llms}
     before = {name: counters(llm) for name, llm in llms.items()}
     load_before = os.getloadavg()[0]
     # Round-robin, so a burst of load on the shared machine hits every configuration alike.
@@ -147,27 +152,33 @@ def run_case(title: str, llms: dict[str, LLM], prompt_ids: list[list[int]], para
             llm.reset_prefix_cache()
             wall, cpu = time.perf_counter(), time.process_time()
             outputs = generate(llm)
-            t = best[name]
-            t.wall, t.cpu = min(t.wall, time.perf_counter() - wall), min(t.cpu, time.process_time() - cpu)
+            t = runs[name]
+            t.walls.append(time.perf_counter() - wall)
+            t.cpus.append(time.process_time() - cpu)
             t.outputs = outputs
     base = next(iter(llms))
-    num_tokens = sum(len(o) for o in best[base].outputs)
-    print(f"\n{title}: {num_tokens} output tokens, {copied(prompt_ids, best[base].outputs):.0%} copied; "
+
+    def speedup(name: str, times: Callable[[Timing], list[float]]) -> float:
+        return statistics.median(b / c for b, c in zip(times(runs[base]), times(runs[name]), strict=True))
+
+    num_tokens = sum(len(o) for o in runs[base].outputs)
+    print(f"\n{title}: {num_tokens} output tokens, {copied(prompt_ids, runs[base].outputs):.0%} copied; "
           f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
     print("| config | tok/s | speedup | speedup, CPU time | mean acceptance length | acceptance rate | drafts "
           "| proposal cost |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, llm in llms.items():
-        t = best[name]
+        t = runs[name]
         if check_equal:
-            assert t.outputs == best[base].outputs, f"{name}: greedy output differs from no speculation"
+            assert t.outputs == runs[base].outputs, f"{name}: greedy output differs from no speculation"
         drafts, drafted, accepted = (a - b for a, b in zip(counters(llm), before[name], strict=True))
         mal = f"{1 + accepted / drafts:.2f}" if drafts else "-"
         rate = f"{accepted / drafted:.2f}" if drafted else "-"
         # The policy's running measurement of one proposed position relative to a target step.
         policy = llm.llm_engine.spec_policy
         cost = f"{policy.draft_cost:.3f}" if policy and drafts else "-"
-        print(f"| {name} | {num_tokens / t.wall:.1f} | {best[base].wall / t.wall:.2f}x | {best[base].cpu / t.cpu:.2f}x "
+        print(f"| {name} | {num_tokens / statistics.median(t.walls):.1f} | {speedup(name, lambda r: r.walls):.2f}x "
+              f"| {speedup(name, lambda r: r.cpus):.2f}x "
               f"| {mal} | {rate} | {drafts} | {cost} |")
 
 
@@ -184,7 +195,7 @@ def demo(args: argparse.Namespace) -> None:
     mode = f"temperature {args.temperature}, top-k 50" if args.temperature else "greedy"
     for batch in args.batch:
         prompt_ids = [tokenizer.encode(PROMPTS[i % len(PROMPTS)]) for i in range(batch)]
-        title = (f"demo, batch {batch}, {args.max_tokens} tokens each, {mode}, best of {args.repeats}, "
+        title = (f"demo, batch {batch}, {args.max_tokens} tokens each, {mode}, median of {args.repeats} rounds, "
                  f"{args.threads} threads")
         run_case(title, llms, prompt_ids, params, args.repeats, sequential=False, check_equal=not args.temperature)
 
@@ -202,7 +213,7 @@ def smollm2(args: argparse.Namespace) -> None:
                                              tokenize=False)
         prompt_ids = [tokenizer.encode(text, add_special_tokens=False)]
         title = (f"{args.model}, batch 1, prompt {name!r}, greedy, up to {args.max_tokens} tokens, "
-                 f"best of {args.repeats}, {args.threads} threads")
+                 f"median of {args.repeats} rounds, {args.threads} threads")
         run_case(title, llms, prompt_ids, params, args.repeats, sequential=True, check_equal=True)
 
 
