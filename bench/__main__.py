@@ -208,13 +208,20 @@ def others(outcome: Outcome) -> str:
     return "" if outcome.other_cores is None else f", other processes {outcome.other_cores:.2f} cores"
 
 
+def key(benchmark: Benchmark, full: bool) -> str:
+    """A block's marker name: a benchmark with both sizes keeps its `--full` block beside the quick
+    one (a quick run must not replace the figures the docs quote); a `--full`-only one has one block."""
+    return f"{benchmark.name}:full" if full and benchmark.quick is not None else benchmark.name
+
+
 def block(outcome: Outcome, full: bool, when: str, revision: str) -> str:
     """One benchmark's results, between its own markers so that `--only` replaces just its block."""
     mark = " — **loaded**" if loaded(outcome) else ""
     tail = outcome.output.rstrip().splitlines()[-TAIL_LINES:]
+    name = key(outcome.benchmark, full)
     return "\n".join([
-        f"<!-- bench:{outcome.benchmark.name} -->",
-        f"### {outcome.benchmark.feature}",
+        f"<!-- bench:{name} -->",
+        f"### {outcome.benchmark.feature}{' (--full)' if name.endswith(':full') else ''}",
         "",
         f"`{outcome.command}` ({'--full' if full else '--quick'}, {when}, commit {revision}): {status(outcome)} in "
         f"{outcome.seconds:.0f} s, load average {outcome.load_before:.1f} → {outcome.load_after:.1f}{others(outcome)}{mark}",
@@ -222,28 +229,33 @@ def block(outcome: Outcome, full: bool, when: str, revision: str) -> str:
         "```",
         *(tail or ["(no output)"]),
         "```",
-        f"<!-- /bench:{outcome.benchmark.name} -->",
+        f"<!-- /bench:{name} -->",
     ])
 
 
 def blocks_in(section: str) -> dict[str, str]:
     found: dict[str, str] = {}
-    for benchmark in BENCHMARKS:
-        opening, closing = f"<!-- bench:{benchmark.name} -->", f"<!-- /bench:{benchmark.name} -->"
+    for name in (key(b, full) for b in BENCHMARKS for full in (False, True)):
+        opening, closing = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
         if opening in section and closing in section:
-            found[benchmark.name] = opening + section.split(opening, 1)[1].split(closing, 1)[0] + closing
+            found[name] = opening + section.split(opening, 1)[1].split(closing, 1)[0] + closing
     return found
 
 
 def render(outcomes: list[Outcome], full: bool, previous: dict[str, str]) -> str:
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     revision = commit()
-    fresh = {outcome.benchmark.name: block(outcome, full, when, revision) for outcome in outcomes}
-    blocks = [fresh.get(b.name) or previous.get(b.name) or f"<!-- bench:{b.name} -->\n### {b.feature}\n\nnot run yet\n<!-- /bench:{b.name} -->"
-              for b in BENCHMARKS]
+    fresh = {key(outcome.benchmark, full): block(outcome, full, when, revision) for outcome in outcomes}
+    blocks = []
+    for b in BENCHMARKS:
+        blocks.append(fresh.get(b.name) or previous.get(b.name)
+                      or f"<!-- bench:{b.name} -->\n### {b.feature}\n\nnot run yet\n<!-- /bench:{b.name} -->")
+        if b.quick is not None and (full_block := fresh.get(key(b, True)) or previous.get(key(b, True))):
+            blocks.append(full_block)
     intro = (f"Machine: {machine()}. A figure marked **loaded** was taken while other processes used more than a "
              "quarter of the cores (the machine's busy time less the benchmark's own): read its ratios, not its "
-             "absolute times, and expect noise. The load average is shown too; a benchmark raises it by itself.")
+             "absolute times, and expect noise. The load average is shown too; a benchmark raises it by itself. A "
+             "benchmark run at both sizes keeps its `--full` block (the size the docs quote) after its quick one.")
     return "\n\n".join([BEGIN, intro, *blocks, END])
 
 

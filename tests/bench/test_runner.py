@@ -17,19 +17,38 @@ def outcome(name: str, output: str, load: float = 0.1, returncode: int | None = 
     return runner.Outcome(benchmark, f"python {benchmark.script}", load, load, 1.0, returncode, output)
 
 
+def _block(text: str, name: str) -> str:
+    return text.split(f"<!-- bench:{name} -->")[1].split(f"<!-- /bench:{name} -->")[0]
+
+
 def test_first_run_adds_the_section_and_a_later_run_replaces_only_its_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\nIntro.\n\n## Older notes\n\nkept\n")
     monkeypatch.setattr(runner, "DOCS", docs)
     runner.write([outcome("routing", "routing ratio 1.50x"), outcome("startup", "ready in 2.0 s")], full=False)
-    runner.write([outcome("routing", "routing ratio 1.70x", load=9.0)], full=True)
+    runner.write([outcome("routing", "routing ratio 1.40x", load=9.0)], full=False)
     text = docs.read_text()
     assert text.count(runner.BEGIN) == 1 and text.count(runner.END) == 1
-    assert "routing ratio 1.70x" in text and "routing ratio 1.50x" not in text
+    assert "routing ratio 1.40x" in text and "routing ratio 1.50x" not in text
     assert "ready in 2.0 s" in text  # the benchmark not rerun keeps its block
-    assert "**loaded**" in text.split("<!-- bench:routing -->")[1].split("<!-- /bench:routing -->")[0]
+    assert "**loaded**" in _block(text, "routing")
     assert text.index("## Results from `python -m bench all`") < text.index("## Older notes")
     assert "kept" in text
+
+
+def test_a_full_run_keeps_its_own_block_beside_the_quick_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs quote --full figures: a later quick run replaces the quick block only."""
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nIntro.\n")
+    monkeypatch.setattr(runner, "DOCS", docs)
+    runner.write([outcome("routing", "routing ratio 1.70x"), outcome("perplexity", "fp32 16.49")], full=True)
+    runner.write([outcome("routing", "routing ratio 1.50x")], full=False)
+    runner.write([outcome("routing", "routing ratio 1.45x")], full=False)
+    text = docs.read_text()
+    assert "1.70x" in _block(text, "routing:full") and "--full" in _block(text, "routing:full")
+    assert "1.45x" in _block(text, "routing") and "1.50x" not in text
+    assert text.index("<!-- /bench:routing -->") < text.index("<!-- bench:routing:full -->")  # beside its quick block
+    assert "fp32 16.49" in _block(text, "perplexity") and "perplexity:full" not in text  # --full only: one block
 
 
 def test_failures_and_time_outs_are_reported() -> None:
