@@ -6,7 +6,9 @@ the MiniLM embedder, the token-pruning model. A provider or stage that has one d
 (by name: two teams sharing the demo model load it once), in a worker thread, never on the
 event loop, one part at a time: two threads importing torch's module graph at once can each hold a
 module lock the other needs, and Python breaks that deadlock by handing one of them a partially
-initialised module (an ImportError that failed the local engine's warm-up beside the embedder's). The proxy answers `GET /readyz` with 503 and the parts' states until every part is
+initialised module (an ImportError that failed the local engine's warm-up beside the embedder's:
+the engine's import ran outside `sdk/services.py:MODEL_LOAD_LOCK`, now inside it; this order keeps
+a warm-up that forgets the lock from meeting the same). The proxy answers `GET /readyz` with 503 and the parts' states until every part is
 loaded, then 200; `GET /healthz` stays liveness only.
 """
 

@@ -81,9 +81,9 @@ class LocalProvider:
         return [WarmUp(label, self._load_engine, self._rehearse)]
 
     def _load_engine(self) -> None:
-        from localengine.engine.async_engine import get_shared_engine
+        with MODEL_LOAD_LOCK:  # the import too: it pulls in torch and transformers (sdk/services.py)
+            from localengine.engine.async_engine import get_shared_engine
 
-        with MODEL_LOAD_LOCK:
             self._loaded = get_shared_engine(self.model, **self.engine_args)
 
     async def _rehearse(self) -> None:
@@ -139,10 +139,10 @@ class LocalProvider:
     async def _engine(self) -> AsyncLLMEngine:
         if self._loaded is not None:
             return self._loaded
-        from localengine.engine.async_engine import get_shared_engine
-
         def load() -> AsyncLLMEngine:
-            with MODEL_LOAD_LOCK:
+            with MODEL_LOAD_LOCK:  # the import too, as in _load_engine
+                from localengine.engine.async_engine import get_shared_engine
+
                 return get_shared_engine(self.model, **self.engine_args)
 
         try:
