@@ -43,15 +43,17 @@ class Reading:
     qqp: bool  # right by QQP's labels (joined after the reading)
 
 
+def _rows(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
 def load(path: Path) -> list[Reading]:
-    rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-    return [Reading(row["query"], row["served"], bool(row["same"]), bool(row["qqp"])) for row in rows]
+    return [Reading(row["query"], row["served"], bool(row["same"]), bool(row["qqp"])) for row in _rows(path)]
 
 
 def confirmed_duplicates(path: Path = DUPLICATES) -> set[str]:
     """The lookups of `qqp-read-duplicates.jsonl` whose labelled duplicate a reader judged the same question."""
-    rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-    return {row["query"] for row in rows if row["same"]}
+    return {row["query"] for row in _rows(path) if row["same"]}
 
 
 def judged(readings: list[Reading]) -> dict[tuple[str, str], bool]:
