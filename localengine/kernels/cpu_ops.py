@@ -1,6 +1,7 @@
 """The engine's own CPU ops (cpu_matmul.cpp: weight-only int8/int4 matmuls for decode; cpu_ops.cpp:
 fp32 norms, rotary embedding, silu_and_mul, decode attention over the paged cache and a whole
-decoder layer in one call), built on first use.
+decoder layer in one call; cpu_speculator.cpp: the MLP speculator's greedy proposal), built on
+first use.
 
 `ops()` compiles the C++ file once per machine and PyTorch version with PyTorch's extension builder
 (a C++ compiler and ninja are needed; the build lands in PyTorch's extension cache and later
@@ -23,7 +24,7 @@ import torch
 
 log = logging.getLogger(__name__)
 KERNELS = Path(__file__).parent
-SOURCES = [KERNELS / "cpu_ops.cpp", KERNELS / "cpu_matmul.cpp"]
+SOURCES = [KERNELS / "cpu_ops.cpp", KERNELS / "cpu_matmul.cpp", KERNELS / "cpu_speculator.cpp"]
 HEADERS = [KERNELS / "cpu_ops.h"]
 # Rows up to this many go through the kernels; longer (prefill) chunks dequantize the layer's
 # weight and use PyTorch's fp32 GEMM, which reuses each weight across rows far better. Measured on

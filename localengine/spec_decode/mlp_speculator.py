@@ -29,12 +29,16 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
+
+from localengine.kernels import cpu_ops
+from localengine.layers.vocab_parallel import VocabParallelEmbedding
 
 ARCHITECTURE = "MLPSpeculatorPreTrainedModel"
 
@@ -151,12 +155,40 @@ class MLPSpeculator(nn.Module):
     @torch.inference_mode()
     def propose_greedy(self, hidden: torch.Tensor, last_tokens: torch.Tensor, k: int) -> torch.Tensor:
         """k argmax proposals per row [B, k], each stage fed the previous stage's proposal."""
+        native = self._native_greedy(hidden, last_tokens, k)
+        if native is not None:
+            return native
         state, tokens, out = self.start(hidden), last_tokens, []
         for i in range(k):
             state, logits = self.stage(i, state, tokens)
             tokens = self.token_ids(logits.argmax(dim=-1))
             out.append(tokens)
         return torch.stack(out, dim=1)
+
+    def _native_greedy(self, hidden: torch.Tensor, last_tokens: torch.Tensor, k: int) -> torch.Tensor | None:
+        """`propose_greedy` as one call of the engine's CPU op (kernels/cpu_speculator.cpp), where it
+        applies: fp32 on CPU, decode-sized batches, embedding tables it can read as plain rows."""
+        ops = cpu_ops.for_fp32(hidden)
+        tables = self._embedding_tables(k)
+        norms = [cast(ScaleNorm, ln) for ln in self.ln[:k]]
+        scales = [n.weight for n in norms if n.weight is not None]
+        shifts = [n.bias for n in norms if n.bias is not None]
+        if ops is None or tables is None or len(scales) < k or len(shifts) < k or hidden.shape[0] > cpu_ops.MAX_ROWS:
+            return None
+        return ops.mlp_speculate_greedy(
+            self.start(hidden).contiguous(), last_tokens.to(torch.int64), [cast(nn.Linear, p).weight for p in self.proj[:k]],
+            tables, scales, shifts, [cast(nn.Linear, h).weight for h in self.head[:k]], self.draft_vocab, self.emb_scale,
+            norms[0].eps, k)
+
+    def _embedding_tables(self, k: int) -> list[torch.Tensor] | None:
+        """Each stage's embedding weight [V, inner]: its own, or the target's when that is a plain
+        fp32 table on one rank (not int8 rows, not a tensor-parallel shard); None otherwise."""
+        if self.emb is not None:
+            return [cast(nn.Embedding, e).weight for e in self.emb[:k]]
+        target = self.target_embed
+        if isinstance(target, VocabParallelEmbedding) and target.quant is None and target.tp_size == 1:
+            return [target.weight] * k
+        return None
 
     def save(self, out: Path) -> None:
         """fp16 safetensors plus config.json, the layout `load_speculator` (and vLLM) read."""

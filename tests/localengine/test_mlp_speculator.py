@@ -10,6 +10,8 @@ from safetensors import safe_open
 
 from localengine import LLM, SamplingParams
 from localengine.config import BUNDLED_MODELS
+from localengine.kernels import cpu_ops
+from localengine.layers.vocab_parallel import VocabParallelEmbedding
 from localengine.spec_decode.mlp_speculator import MLPSpeculator, MLPSpeculatorConfig, load_speculator
 
 MLP = {"method": "mlp_speculator", "model": "demo-speculator", "num_speculative_tokens": 4, "adaptive": False}
@@ -61,6 +63,38 @@ def test_draft_vocabulary_and_target_embeddings_round_trip(tmp_path):
     _, head_logits = loaded.stage(0, loaded.start(hidden), last)
     q = loaded.full_vocab_logits(head_logits).softmax(-1)
     assert q.shape == (5, 50) and torch.allclose(q[:, loaded.draft_vocab].sum(-1), torch.ones(5))
+
+
+@pytest.mark.skipif("cpu_ops.ops() is None", reason="the engine's CPU ops are not built here")
+@pytest.mark.parametrize("variant", ["own tables", "tied, draft vocabulary", "target embedding"])
+def test_one_call_greedy_proposal_is_the_stages(monkeypatch, variant):
+    """kernels/cpu_speculator.cpp proposes what the PyTorch stages propose, batch 1 to MAX_ROWS; a
+    target embedding it cannot read as plain rows (int8) leaves the proposal to PyTorch."""
+    torch.manual_seed(0)
+    config = MLPSpeculatorConfig(vocab_size=300, emb_dim=40, inner_dim=0 if variant == "target embedding" else 24,
+                                 n_predict=4, tie_weights=variant != "own tables", scale_input=True,
+                                 draft_vocab_size=64 if variant.endswith("draft vocabulary") else 0,
+                                 target_embeddings=variant == "target embedding")
+    model = MLPSpeculator(config).eval()
+    if config.draft_vocab_size:
+        model.draft_vocab.copy_(torch.randperm(300)[:64])
+    target = VocabParallelEmbedding(300, 40)
+    torch.nn.init.normal_(target.weight)
+    model.attach_target_embedding(target)
+    calls = []
+    real = cpu_ops.for_fp32
+    monkeypatch.setattr(cpu_ops, "for_fp32", lambda x: calls.append(x) or real(x))
+    for rows in (1, 3, cpu_ops.MAX_ROWS):
+        hidden, last = torch.randn(rows, 40) * 2, torch.randint(0, 300, (rows,))
+        assert model._native_greedy(hidden, last, 4) is not None
+        native = model.propose_greedy(hidden, last, 4)
+        with monkeypatch.context() as pytorch_only:
+            pytorch_only.setattr(cpu_ops, "for_fp32", lambda x: None)
+            assert torch.equal(native, model.propose_greedy(hidden, last, 4))
+    assert calls
+    if config.target_embeddings:
+        target.quantize_int8()
+        assert model._native_greedy(torch.randn(1, 40), torch.tensor([5]), 4) is None
 
 
 def test_speculator_for_another_target_is_refused(llama_dir):
