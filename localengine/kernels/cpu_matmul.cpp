@@ -219,22 +219,36 @@ inline void add_offsets(const float* zrow, const float* xsum, int64_t groups, in
   }
 }
 
-// Activations quantized to int8 in blocks of 32 (one fp32 scale each, as llama.cpp's Q8_0), so a
-// block's dot product is two integer instructions (maddubs, madd) instead of 4 converts and 2 FMAs.
-at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
-                          const at::Tensor& offset, int64_t group_size) {
+struct Int4Shape {
+  int64_t n_out, k, groups;
+};
+
+// A packed int4 weight [N, K / 2] with one scale and one offset per group of group_size inputs.
+static Int4Shape check_int4(const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& offset,
+                            int64_t group_size) {
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 2,
               "packed must be contiguous uint8 [N, K / 2]");
-  TORCH_CHECK(group_size >= 32 && (group_size & (group_size - 1)) == 0, "group size must be a power of two from 32");
-  const int64_t n_out = packed.size(0), k = packed.size(1) * 2, m_rows = x.size(0);
+  TORCH_CHECK(group_size >= 32 && group_size % 32 == 0, "group size must be a multiple of 32");
+  const int64_t n_out = packed.size(0), k = packed.size(1) * 2;
   TORCH_CHECK(k % group_size == 0, "K must be a whole number of groups");
-  const int64_t groups = k / group_size, blocks = k / 32, per_group = group_size / 32;
-  int group_shift = 0;
-  while ((int64_t{1} << group_shift) < per_group) ++group_shift;
+  const int64_t groups = k / group_size;
   TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous() && scale.numel() == n_out * groups,
               "scale must be contiguous fp32 [N, K / group_size]");
   TORCH_CHECK(offset.scalar_type() == at::kFloat && offset.is_contiguous() && offset.numel() == n_out * groups,
               "offset must be contiguous fp32 [N, K / group_size]");
+  return {n_out, k, groups};
+}
+
+// Activations quantized to int8 in blocks of 32 (one fp32 scale each, as llama.cpp's Q8_0), so a
+// block's dot product is two integer instructions (maddubs, madd) instead of 4 converts and 2 FMAs.
+at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
+                          const at::Tensor& offset, int64_t group_size) {
+  TORCH_CHECK((group_size & (group_size - 1)) == 0, "group size must be a power of two from 32");
+  const Int4Shape shape = check_int4(packed, scale, offset, group_size);  // named: lambdas below capture them
+  const int64_t n_out = shape.n_out, k = shape.k, groups = shape.groups;
+  const int64_t m_rows = x.size(0), blocks = k / 32, per_group = group_size / 32;
+  int group_shift = 0;
+  while ((int64_t{1} << group_shift) < per_group) ++group_shift;
   check_rows(x, k);
   std::vector<int8_t> xq(m_rows * k);
   const int64_t xs_stride = (blocks / 2 + 1) * 8;  // per row: 8 lanes per pair (int4_tile), then an odd block's
@@ -308,16 +322,9 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
 // (unpack, concatenate, convert, multiply-add) that took a third of a 300-token prefill step.
 at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scale, const at::Tensor& offset,
                            int64_t group_size) {
-  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 2,
-              "packed must be contiguous uint8 [N, K / 2]");
-  TORCH_CHECK(group_size >= 32 && group_size % 32 == 0, "group size must be a multiple of 32");
-  const int64_t n_out = packed.size(0), k = packed.size(1) * 2;
-  TORCH_CHECK(k % group_size == 0, "K must be a whole number of groups");
-  const int64_t groups = k / group_size, per_group = group_size / 32;
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous() && scale.numel() == n_out * groups,
-              "scale must be contiguous fp32 [N, K / group_size]");
-  TORCH_CHECK(offset.scalar_type() == at::kFloat && offset.is_contiguous() && offset.numel() == n_out * groups,
-              "offset must be contiguous fp32 [N, K / group_size]");
+  const Int4Shape shape = check_int4(packed, scale, offset, group_size);  // named: lambdas below capture them
+  const int64_t n_out = shape.n_out, k = shape.k, groups = shape.groups;
+  const int64_t per_group = group_size / 32;
   at::Tensor out = at::empty({n_out, k}, scale.options());
   const uint8_t* pp = packed.data_ptr<uint8_t>();
   const float* sp = scale.data_ptr<float>();
