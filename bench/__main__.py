@@ -88,7 +88,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               ("--model", "smollm2-135m-instruct", "--requests", "32"), quick_timeout_s=400),
     Benchmark("smollm2", "The bundled real model at batch 1 (fp32, int8, int4 and the GGUF file's own blocks against "
               "transformers and llama.cpp on the file and an F16 copy; --full adds bf16)", "bench/localengine/smollm2.py",
-              ("--runs", "2", "--decode-tokens", "64", "--only", "engine fp32", "engine int8 weights",
+              ("--runs", "2", "--decode-tokens", "32", "--only", "engine fp32", "engine int8 weights",
                "engine gguf (Q4_1 kept)", "HF transformers fp32", "llama.cpp Q4_1 (file)", "llama.cpp F16 (copy)"), (),
               quick_timeout_s=500),
     Benchmark("serve_streams", "Local engine: concurrent streams through `engine serve` against llama-cpp-python's server",

@@ -6,7 +6,8 @@ F16 copy of it (the Q4_1 and Q8_0 blocks dequantized once into the data director
 metadata: what llama.cpp's own F16 conversion of these weights holds); the llama.cpp rows are skipped
 when llama-cpp-python is not installed.
 
-- TTFT: a 500-token prompt (--prompt-tokens), one output token, prefix cache off (cold prefill), median of --runs.
+- TTFT: prompts of 500 and 1,000 tokens (--prompt-tokens), one output token, prefix cache off (cold
+  prefill), median of --runs for each length.
 - Decode: a chat-templated prompt, 128 output tokens (ignore_eos), tokens/s after the first token,
   median of --runs.
 
@@ -36,25 +37,27 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def engine(dtype: str, runs: int, prompt: list[int], chat: list[int], decode_tokens: int,
-           quantization: str | None = "none") -> tuple[float, float]:
+def engine(dtype: str, runs: int, prompts: list[list[int]], chat: list[int], decode_tokens: int,
+           quantization: str | None = "none") -> tuple[list[float], float]:
     from localengine import LLM, SamplingParams
 
     llm = LLM(MODEL, dtype=dtype, quantization=quantization, max_model_len=1024, max_num_seqs=4,
               enable_prefix_caching=False, num_kvcache_blocks=256)
     one = SamplingParams(temperature=0, max_tokens=1)
     many = SamplingParams(temperature=0, max_tokens=decode_tokens, ignore_eos=True)
-    llm.generate([prompt], one)  # warm-up: first-call setup is not what is measured
-    ttft, rate = [], []
+    llm.generate([prompts[0]], one)  # warm-up: first-call setup is not what is measured
+    ttft: list[list[float]] = [[] for _ in prompts]
+    rate = []
     for _ in range(runs):
-        start = time.perf_counter()
-        llm.generate([prompt], one)
-        ttft.append(time.perf_counter() - start)
+        for times, prompt in zip(ttft, prompts, strict=True):
+            start = time.perf_counter()
+            llm.generate([prompt], one)
+            times.append(time.perf_counter() - start)
         out = llm.generate([chat], many)[0]
         m = out.metrics
         assert m is not None and m.first_token_time is not None and m.last_token_time is not None
         rate.append((len(out.outputs[0].token_ids) - 1) / (m.last_token_time - m.first_token_time))
-    return statistics.median(ttft), statistics.median(rate)
+    return [statistics.median(times) for times in ttft], statistics.median(rate)
 
 
 def int8_side_by_side(runs: int, chat: list[int], decode_tokens: int) -> None:
@@ -86,7 +89,7 @@ def int8_side_by_side(runs: int, chat: list[int], decode_tokens: int) -> None:
           f"equal for the first {same} of {len(fp32_tokens)}   {before} -> {load()}")
 
 
-def hf(runs: int, prompt: list[int], chat: list[int], decode_tokens: int) -> tuple[float, float]:
+def hf(runs: int, prompts: list[list[int]], chat: list[int], decode_tokens: int) -> tuple[list[float], float]:
     from transformers import AutoModelForCausalLM
 
     from localengine.config import packaged_model_path
@@ -102,13 +105,15 @@ def hf(runs: int, prompt: list[int], chat: list[int], decode_tokens: int) -> tup
                            do_sample=False, pad_token_id=2)
         return time.perf_counter() - start
 
-    generate(prompt, 1)
-    ttft, rate = [], []
+    generate(prompts[0], 1)
+    ttft: list[list[float]] = [[] for _ in prompts]
+    rate = []
     for _ in range(runs):
-        ttft.append(generate(prompt, 1))
+        for times, prompt in zip(ttft, prompts, strict=True):
+            times.append(generate(prompt, 1))
         first = generate(chat, 1)
         rate.append((decode_tokens - 1) / (generate(chat, decode_tokens) - first))
-    return statistics.median(ttft), statistics.median(rate)
+    return [statistics.median(times) for times in ttft], statistics.median(rate)
 
 
 def f16_copy() -> Path:
@@ -144,7 +149,8 @@ def f16_copy() -> Path:
     return target
 
 
-def llama_cpp(runs: int, prompt: list[int], chat: list[int], decode_tokens: int, threads: int, path: Path | None = None) -> tuple[float, float]:
+def llama_cpp(runs: int, prompts: list[list[int]], chat: list[int], decode_tokens: int, threads: int,
+              path: Path | None = None) -> tuple[list[float], float]:
     """llama.cpp (llama-cpp-python, built from source) on the same file (its Q4_1 blocks as shipped) or
     on `path`, the same threads: prefill of the same prompt token ids, then greedy decode of the chat prompt."""
     from llama_cpp import Llama
@@ -159,16 +165,18 @@ def llama_cpp(runs: int, prompt: list[int], chat: list[int], decode_tokens: int,
         llm.eval(ids)
         return time.perf_counter() - start
 
-    prefill(prompt)
-    ttft, rate = [], []
+    prefill(prompts[0])
+    ttft: list[list[float]] = [[] for _ in prompts]
+    rate = []
     for _ in range(runs):
-        ttft.append(prefill(prompt))
+        for times, prompt in zip(ttft, prompts, strict=True):
+            times.append(prefill(prompt))
         prefill(chat)
         start = time.perf_counter()
         for _ in range(decode_tokens - 1):
             llm.eval([llm.sample(temp=0.0)])
         rate.append((decode_tokens - 1) / (time.perf_counter() - start))
-    return statistics.median(ttft), statistics.median(rate)
+    return [statistics.median(times) for times in ttft], statistics.median(rate)
 
 
 def main() -> None:
@@ -176,7 +184,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--decode-tokens", type=int, default=128)
-    parser.add_argument("--prompt-tokens", type=int, default=500, help="TTFT prompt length (up to 1,000)")
+    parser.add_argument("--prompt-tokens", type=int, nargs="+", default=[500, 1000], help="TTFT prompt lengths (up to 1,000)")
     parser.add_argument("--int8-side-by-side", action="store_true", help="only fp32 against int8 weights, seconds apart")
     parser.add_argument("--only", nargs="*", help="row names (default: all)")
     args = parser.parse_args()
@@ -186,25 +194,25 @@ def main() -> None:
 
     tok = load_tokenizer(Config(MODEL, quantization="none"))
     text = " ".join(f"Line {i}: the lighthouse keeper counted the ships that passed." for i in range(200))
-    prompt = tok.encode(text)[: args.prompt_tokens]
+    prompts = [tok.encode(text)[:length] for length in args.prompt_tokens]
     chat = tok.encode(tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False),
                       add_special_tokens=False)
     print(f"smollm2-135m-instruct, batch 1, {args.threads} threads, torch {torch.__version__}, "
-          f"TTFT on {len(prompt)} prompt tokens, decode of {args.decode_tokens} tokens")
+          f"TTFT on {' and '.join(str(len(p)) for p in prompts)} prompt tokens, decode of {args.decode_tokens} tokens")
     if args.int8_side_by_side:
         int8_side_by_side(args.runs, chat, args.decode_tokens)
         return
     rows = {
-        "engine fp32": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens),
-        "engine bf16": lambda: engine("bfloat16", args.runs, prompt, chat, args.decode_tokens),
-        "engine int8 weights": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens, "int8"),
-        "engine int4 weights": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens, "int4"),
-        "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompt, chat, args.decode_tokens, "gguf"),
-        "HF transformers fp32": lambda: hf(args.runs, prompt, chat, args.decode_tokens),
-        "llama.cpp Q4_1 (file)": lambda: llama_cpp(args.runs, prompt, chat, args.decode_tokens, args.threads),
-        "llama.cpp F16 (copy)": lambda: llama_cpp(args.runs, prompt, chat, args.decode_tokens, args.threads, f16_copy()),
+        "engine fp32": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens),
+        "engine bf16": lambda: engine("bfloat16", args.runs, prompts, chat, args.decode_tokens),
+        "engine int8 weights": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "int8"),
+        "engine int4 weights": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "int4"),
+        "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "gguf"),
+        "HF transformers fp32": lambda: hf(args.runs, prompts, chat, args.decode_tokens),
+        "llama.cpp Q4_1 (file)": lambda: llama_cpp(args.runs, prompts, chat, args.decode_tokens, args.threads),
+        "llama.cpp F16 (copy)": lambda: llama_cpp(args.runs, prompts, chat, args.decode_tokens, args.threads, f16_copy()),
     }
-    print(f"{'':26}{'TTFT ms':>10}{'decode tok/s':>14}   load (1/5/15 min)")
+    print(f"{'':26}" + "".join(f"{f'TTFT ms {len(p)}':>14}" for p in prompts) + f"{'decode tok/s':>14}   load (1/5/15 min)")
     for name, measure in rows.items():
         if args.only and name not in args.only:
             continue
@@ -213,7 +221,7 @@ def main() -> None:
             continue
         before = load()
         ttft, rate = measure()
-        print(f"{name:26}{ttft * 1000:>10.0f}{rate:>14.1f}   {before} -> {load()}", flush=True)
+        print(f"{name:26}" + "".join(f"{t * 1000:>14.0f}" for t in ttft) + f"{rate:>14.1f}   {before} -> {load()}", flush=True)
 
 
 if __name__ == "__main__":
