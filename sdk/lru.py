@@ -3,6 +3,11 @@
 The per-team memories (compressed pieces, conversation summaries, a conversation's last system
 prompt) hold keys that come from clients, so each must stay bounded; this is the one bounded map
 they share. It is not thread-safe: a caller used from worker threads holds its own lock.
+
+Two bounded maps keep their own OrderedDict for what this one leaves out: the embedding cache
+(sdk/cache/embeddings.py) bounds bytes as well as entries, under limits each call passes, and
+expires entries; prefix affinity (sdk/routing/affinity.py) refreshes an entry only when its owner is
+still a candidate, and keeps a count of prefix roots per owner that eviction must update.
 """
 
 from __future__ import annotations
