@@ -81,15 +81,19 @@ class Loopback:
         self._run(self._cancel_all())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
+        self.loop.close()
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=10)
 
     @staticmethod
     async def _cancel_all() -> None:
-        for task in asyncio.all_tasks():
-            if task is not asyncio.current_task():
-                task.cancel()
+        """Cancel the relays and wait for them to unwind: a task left cancelling when the loop stops
+        is reported as destroyed while pending at the interpreter's exit."""
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _front(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """TLS terminated here, the bytes relayed to the emulator: an https provider on loopback."""
