@@ -169,16 +169,16 @@ class MLPSpeculator(nn.Module):
         """`propose_greedy` as one call of the engine's CPU op (kernels/cpu_speculator.cpp), where it
         applies: fp32 on CPU, decode-sized batches, embedding tables it can read as plain rows."""
         ops = cpu_ops.for_fp32(hidden)
+        if ops is None or hidden.shape[0] > cpu_ops.MAX_ROWS:
+            return None
         tables = self._embedding_tables(k)
         norms = [cast(ScaleNorm, ln) for ln in self.ln[:k]]
-        scales = [n.weight for n in norms if n.weight is not None]
-        shifts = [n.bias for n in norms if n.bias is not None]
-        if ops is None or tables is None or len(scales) < k or len(shifts) < k or hidden.shape[0] > cpu_ops.MAX_ROWS:
+        if tables is None or any(n.weight is None or n.bias is None for n in norms):
             return None
         return ops.mlp_speculate_greedy(
             self.start(hidden).contiguous(), last_tokens.to(torch.int64), [cast(nn.Linear, p).weight for p in self.proj[:k]],
-            tables, scales, shifts, [cast(nn.Linear, h).weight for h in self.head[:k]], self.draft_vocab, self.emb_scale,
-            norms[0].eps, k)
+            tables, [n.weight for n in norms], [n.bias for n in norms], [cast(nn.Linear, h).weight for h in self.head[:k]],
+            self.draft_vocab, self.emb_scale, norms[0].eps, k)
 
     def _embedding_tables(self, k: int) -> list[torch.Tensor] | None:
         """Each stage's embedding weight [V, inner]: its own, or the target's when that is a plain
