@@ -8,9 +8,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,11 @@ class RedisServer:
     (`rediss://`), and with `client_certs` also asks clients for a certificate signed by the CA."""
 
     def __init__(self, port: int = 0, password: str | None = None, tls: TlsFiles | None = None, client_certs: bool = False,
-                 extra_args: tuple[str, ...] = ()):
-        self.port = port or free_port()
+                 extra_args: tuple[str, ...] = (), choose_port: Callable[[], int] = free_port):
+        # a port chosen here can be taken by another socket before redis-server binds it (an outgoing
+        # connection's ephemeral port): the first start then moves to another; a given port never moves
+        self._choose_port: Callable[[], int] | None = None if port else choose_port
+        self.port = port or choose_port()
         self.password = password
         self.tls = tls
         self.client_certs = client_certs
@@ -128,6 +132,18 @@ class RedisServer:
         return f"{'rediss' if self.tls else 'redis'}://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> None:
+        for _ in range(5):
+            output = self._launch(timeout_s)
+            if output is None:
+                self._choose_port = None  # a restart comes back on the same port, as a real one would
+                return
+            if self._choose_port is None or "Address already in use" not in output:
+                raise RuntimeError(f"redis-server on port {self.port} did not start: {output[-800:]}")
+            self.port = self._choose_port()
+        raise RuntimeError(f"redis-server found no free port (last tried {self.port})")
+
+    def _launch(self, timeout_s: float) -> str | None:
+        """Start the process and wait until it serves: None, or what it printed when it exited or hung."""
         args = [redis_server_binary(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         if self.tls is None:
             args += ["--port", str(self.port)]
@@ -138,18 +154,22 @@ class RedisServer:
         if self.password:
             args += ["--requirepass", self.password]
         args += self.extra_args
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
-                if self.tls is not None:
-                    return  # listening; a plain PING would only be dropped by the TLS port
-                sock.sendall(b"PING\r\n")
-                if sock.recv(64):  # +PONG, or -NOAUTH: either way it is serving
-                    return
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server on port {self.port} did not start")
-            time.sleep(0.02)
+        with tempfile.TemporaryFile() as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    if self.tls is not None:
+                        return None  # listening; a plain PING would only be dropped by the TLS port
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64):  # +PONG, or -NOAUTH: either way it is serving
+                        return None
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    status = self.process.returncode
+                    self.stop()
+                    log.seek(0)
+                    return log.read().decode(errors="replace") or f"exit status {status} and no output"
+                time.sleep(0.02)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -210,7 +230,7 @@ class RedisClusterServers:
 
     def __init__(self, workdir: Path, masters: int = 3):
         self.workdir = workdir
-        self.nodes = [RedisServer(_cluster_port(), extra_args=("--cluster-enabled", "yes", "--cluster-config-file", str(workdir / f"nodes-{i}.conf"),
+        self.nodes = [RedisServer(choose_port=_cluster_port, extra_args=("--cluster-enabled", "yes", "--cluster-config-file", str(workdir / f"nodes-{i}.conf"),
                                               "--cluster-node-timeout", "2000", "--dir", str(workdir)))
                       for i in range(masters)]
 
@@ -238,7 +258,7 @@ class RedisSentinelServers:
         self.service = service
         # their own folder: a full sync writes an RDB file into the working directory
         self.master = RedisServer(extra_args=("--dir", str(workdir)))
-        self.replica = RedisServer(extra_args=("--dir", str(workdir), "--replicaof", "127.0.0.1", str(self.master.port)))
+        self.replica = RedisServer(extra_args=("--dir", str(workdir)))  # told its master's port once that one is serving
         self.sentinel_port = free_port()
         self.sentinel: subprocess.Popen[bytes] | None = None
 
@@ -251,6 +271,7 @@ class RedisSentinelServers:
 
     def start(self) -> None:
         self.master.start()
+        self.replica.extra_args += ("--replicaof", "127.0.0.1", str(self.master.port))
         self.replica.start()
         _wait_for(lambda: "master_link_status:up" in _redis_cli(self.replica.port, "INFO", "replication"), "the replica to sync")
         config = self.workdir / "sentinel.conf"  # Sentinel rewrites its file: one of the test's own

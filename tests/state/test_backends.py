@@ -202,3 +202,31 @@ async def test_a_password_and_a_database_in_the_url():
         assert await wrong.admit(Admission("", (Rate("rpm", 1, 1),))) is None  # refused by Redis: served locally
         assert wrong.status()["mode"] == "degraded" and "WRONGPASS" in wrong.status()["last_error"]
         await wrong.close()
+
+
+def test_a_throwaway_redis_moves_off_a_port_taken_before_it_binds():
+    """A port chosen for a test server can be taken by another socket before redis-server binds it
+    (what failed a CI run once); the server moves to another port, and a port given to it never moves."""
+    import socket
+
+    from gateway.testing import RedisServer, free_port
+    from tests.helpers import skip_without_redis
+
+    skip_without_redis()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1], free_port()])
+        server = RedisServer(choose_port=lambda: next(ports))
+        server.start()
+        try:
+            moved = server.port
+            assert moved != taken.getsockname()[1]
+            server.stop()
+            server.start()  # a restart stays where clients were told it is
+            assert server.port == moved
+        finally:
+            server.stop()
+        pinned = RedisServer(port=taken.getsockname()[1])
+        with pytest.raises(RuntimeError, match="Address already in use"):
+            pinned.start()
