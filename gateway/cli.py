@@ -109,7 +109,8 @@ def _engine_serve(args: argparse.Namespace) -> int:
         return 2
     print(f"slipstream engine: {args.model} on http://{args.host}:{args.port}", flush=True)
     sizes = {k: v for k, v in (("max_model_len", args.max_model_len), ("num_kvcache_blocks", args.num_kvcache_blocks),
-                               ("num_threads", args.threads), ("max_num_seqs", args.max_num_seqs)) if v is not None}
+                               ("num_threads", args.threads), ("max_num_seqs", args.max_num_seqs),
+                               ("max_num_batched_tokens", args.max_num_batched_tokens)) if v is not None}
     try:
         serve(args.model, host=args.host, port=args.port, served_model_name=args.served_model_name,
               default_max_tokens=default_max_tokens,
@@ -268,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine_serve.add_argument("--served-model-name",
                               help="the name clients send as `model` (vLLM's flag; default: --model)")
     engine_serve.add_argument("--max-num-seqs", type=int, help="requests decoded together at most (default: 128)")
+    engine_serve.add_argument("--max-num-batched-tokens", type=int,
+                              help="tokens one engine step computes at most (vLLM's flag; default: 2048): a longer "
+                                   "prompt, or a burst of them, is prefilled in chunks of this size")
     engine_serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                               help="reuse the KV blocks of a prompt prefix seen before (vLLM's flag)")
     engine_serve.add_argument("--override-generation-config",

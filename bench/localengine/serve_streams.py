@@ -13,6 +13,7 @@ repository does not install: give the Python that has it with --llama-python (de
 $LLAMA_SERVER_PYTHON, else this one); without it the row is skipped and says so.
 
     python bench/localengine/serve_streams.py --threads 2 [--streams 8] [--max-tokens 128]
+                                              [--quantization none gguf] [--max-num-batched-tokens 2048 256]
                                               [--llama-python /path/to/venv/bin/python]
 """
 
@@ -162,6 +163,8 @@ def main() -> None:
     parser.add_argument("--llama-python", default=os.environ.get("LLAMA_SERVER_PYTHON", sys.executable),
                         help="a Python with llama-cpp-python[server] (default: $LLAMA_SERVER_PYTHON, else this one)")
     parser.add_argument("--quantization", nargs="*", default=["none", "gguf"], help="engine rows (--quantization values)")
+    parser.add_argument("--max-num-batched-tokens", nargs="*", type=int, default=[],
+                        help="engine rows per token budget of a step (default: the server's own)")
     args = parser.parse_args()
     from localengine.config import packaged_model_path
 
@@ -171,10 +174,15 @@ def main() -> None:
     print(f"{'server':34}{'TTFT p50':>10}{'max s':>10}{'tokens':>8}{'wall s':>9}{'tok/s':>10}   load (1/5/15 min)")
     rows: dict[str, Burst] = {}
     for quantization in args.quantization:
-        port = free_port()
-        command = [sys.executable, "-m", "gateway.cli", "engine", "serve", "--model", MODEL, "--port", str(port),
-                   "--threads", str(args.threads), "--quantization", quantization]
-        rows[f"engine serve ({quantization})"] = measure(f"engine serve ({quantization})", command, "/health", port, MODEL, args)
+        for budget in args.max_num_batched_tokens or [None]:
+            port = free_port()
+            command = [sys.executable, "-m", "gateway.cli", "engine", "serve", "--model", MODEL, "--port", str(port),
+                       "--threads", str(args.threads), "--quantization", quantization]
+            name = f"engine serve ({quantization})"
+            if budget is not None:
+                command += ["--max-num-batched-tokens", str(budget)]
+                name = f"engine serve ({quantization}, {budget}/step)"
+            rows[name] = measure(name, command, "/health", port, MODEL, args)
     if has_llama_server(args.llama_python):
         port = free_port()
         command = [args.llama_python, "-m", "llama_cpp.server", "--model", str(path), "--n_threads", str(args.threads),

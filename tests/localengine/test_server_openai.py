@@ -211,9 +211,9 @@ def test_engine_serve_takes_vllms_serving_flags(monkeypatch):
     seen: dict = {}
     monkeypatch.setattr(localengine.server, "serve", lambda model, **kwargs: seen.update(model=model, **kwargs))
     assert main(["engine", "serve", "--model", "demo", "--served-model-name", "org/name", "--max-num-seqs", "4",
-                 "--no-enable-prefix-caching", "--override-generation-config", '{"max_new_tokens": 7}']) == 0
+                 "--max-num-batched-tokens", "256", "--no-enable-prefix-caching", "--override-generation-config", '{"max_new_tokens": 7}']) == 0
     assert seen["model"] == "demo" and seen["served_model_name"] == "org/name" and seen["default_max_tokens"] == 7
-    assert seen["max_num_seqs"] == 4 and seen["enable_prefix_caching"] is False
+    assert seen["max_num_seqs"] == 4 and seen["max_num_batched_tokens"] == 256 and seen["enable_prefix_caching"] is False
     assert main(["engine", "serve", "--model", "demo", "--override-generation-config", '{"temperature": 0}']) == 2
 
 
