@@ -57,9 +57,9 @@ class Benchmark:
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("proxy_overhead", "Proxy overhead and throughput", "bench/proxy_overhead.py",
               ("--requests", "150", "--seconds", "3"), ()),
-    Benchmark("proxy_cpu", "Proxy CPU per request against main when issue 28 was filed (b1ad7fc)", "bench/proxy_cpu.py",
-              ("--ref", "b1ad7fc", "--tree", ".", "--requests", "1000", "--rounds", "3"),
-              ("--ref", "b1ad7fc", "--tree", ".", "--rounds", "5", "--profile", "--top", "25")),
+    Benchmark("proxy_cpu", "Proxy CPU, added latency and throughput against main when issue 28 was filed (b1ad7fc), same emulator and client", "bench/proxy_cpu.py",
+              ("--ref", "b1ad7fc", "--tree", ".", "--requests", "1000", "--rounds", "3", "--latency", "4", "--seconds", "2"),
+              ("--ref", "b1ad7fc", "--tree", ".", "--rounds", "5", "--latency", "10", "--profile", "--top", "25")),
     Benchmark("endpoint_overhead", "Proxy overhead per endpoint", "bench/endpoint_overhead.py",
               ("--requests", "100", "--seconds", "2", "--clients", "aiohttp"), ()),
     Benchmark("lost_requests", "No lost requests (slow threaded upstream, small backlog)", "bench/slow_upstream.py",

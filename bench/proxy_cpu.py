@@ -19,7 +19,7 @@ printed per request with their calls per request: calls per request do not move 
 steadiest signal for bisecting. Profiles stay under `--out`.
 
     .venv/bin/python bench/proxy_cpu.py --tree /tmp/wt-b1ad7fc --tree . [--requests 1500] [--rounds 4]
-        [--mode json|stream|both] [--include-usage] [--profile --out /tmp/prof]
+        [--mode json|stream|both] [--include-usage] [--profile --out /tmp/prof] [--latency ROUNDS]
     .venv/bin/python bench/proxy_cpu.py --ref b1ad7fc --tree .    # a commit, checked out for the run
 
 Run from the main checkout with its venv; `git worktree add /tmp/wt-SHA SHA` gives a tree to compare,
@@ -59,8 +59,10 @@ from bench.proxy_overhead import (  # noqa: E402  (after the path insert above)
     Target,
     emulator_process,
     free_port,
+    latencies,
     one,
     own_cpu_seconds,
+    pct,
     stop,
     wait_ready,
     write_policy,
@@ -117,6 +119,8 @@ class Proxy:
     full_gcs: dict[str, list[float]] = field(default_factory=dict)  # generation-2 passes per 1,000 requests
     off_loop_us: dict[str, list[float]] = field(default_factory=dict)  # of cpu_us, threads other than the event loop's
     profiled: dict[str, int] = field(default_factory=dict)  # requests served while profiled, per mode
+    added_p50_ms: dict[str, list[float]] = field(default_factory=dict)  # --latency: p50 at concurrency 1 less direct's
+    rps: dict[str, list[float]] = field(default_factory=dict)  # --latency: requests a second at concurrency 64
     failed: int = 0  # requests answered other than 200 or not at all
 
 
@@ -253,6 +257,61 @@ async def rounds(args: argparse.Namespace, proxies: list[Proxy], modes: list[boo
             await session.close()
 
 
+async def requests_per_second(proxy: Proxy, seconds: float, concurrency: int, stream: bool) -> float:
+    """Answered requests a second over `seconds` at `concurrency` (failures counted, not fatal: b1ad7fc's
+    client loses a request when the emulator closes an idle kept-alive connection under it)."""
+    body = json.dumps({**BODY, "stream": stream}).encode()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        await load(proxy, session, concurrency, concurrency, stream, False)  # warm the connections
+        answered, deadline = 0, time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal answered
+            while time.perf_counter() < deadline:
+                try:
+                    await one(session, proxy.target, body, stream)
+                    answered += 1
+                except (RuntimeError, aiohttp.ClientError) as exc:
+                    proxy.failed += 1
+                    if proxy.failed <= 3:
+                        print(f"{proxy.label}: {str(exc)[:200]}", file=sys.stderr)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return answered / (time.perf_counter() - started)
+
+
+async def latency_rounds(args: argparse.Namespace, proxies: list[Proxy], modes: list[bool], direct: Target) -> None:
+    """Per round and tree (the order alternating): the p50 at concurrency 1 less the emulator's own p50
+    measured just before it, and requests a second at concurrency 64: proxy_overhead.py's two figures,
+    with the emulator and the client the same for every tree (that script runs each tree's own)."""
+    for stream in modes:
+        mode = "stream" if stream else "json"
+        for round_ in range(args.latency):
+            for proxy in proxies if round_ % 2 == 0 else proxies[::-1]:
+                base = pct(await latencies(direct, args.latency_requests, 1, stream), 0.5)
+                via = pct(await latencies(proxy.target, args.latency_requests, 1, stream), 0.5)
+                proxy.added_p50_ms.setdefault(mode, []).append(via - base)
+                proxy.rps.setdefault(mode, []).append(await requests_per_second(proxy, args.seconds, 64, stream))
+                print(f"{mode} latency round {round_ + 1} {proxy.label}: added p50 {via - base:.2f} ms, "
+                      f"{proxy.rps[mode][-1]:.0f} req/s at 64 (load {os.getloadavg()[0]:.2f})", flush=True)
+
+
+def print_latency(proxies: list[Proxy]) -> None:
+    print("\n| proxy | mode | added p50 ms, concurrency 1 (median) | req/s, concurrency 64 (median) | rounds (ms; req/s) |")
+    print("|---|---|---|---|---|")
+    for proxy in proxies:
+        for mode, added in proxy.added_p50_ms.items():
+            print(f"| {proxy.label} | {mode} | {statistics.median(added):.2f} | {statistics.median(proxy.rps[mode]):.0f} | "
+                  f"{', '.join(f'{v:.2f}' for v in added)}; {', '.join(f'{v:.0f}' for v in proxy.rps[mode])} |")
+    for proxy in proxies[1:]:
+        for mode, added in proxy.added_p50_ms.items():
+            first = proxies[0]
+            rps = [v / b for v, b in zip(proxy.rps[mode], first.rps[mode], strict=True)]
+            print(f"  {proxy.label} {mode}: added p50 {statistics.median(added) - statistics.median(first.added_p50_ms[mode]):+.2f} ms, "
+                  f"req/s {statistics.median(rps):.3f}x {first.label}'s (per round: {', '.join(f'{r:.2f}' for r in rps)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ref", action="append", default=[], help="a commit to measure, checked out for the run (before the --tree ones)")
@@ -266,6 +325,10 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40, help="with --profile: functions printed per profile")
     parser.add_argument("--include-usage", action="store_true", help="streamed requests ask for usage (no estimate needed at the end)")
     parser.add_argument("--json", dest="json_out", type=Path, help="also write the results here as JSON")
+    parser.add_argument("--latency", type=int, default=0, metavar="ROUNDS",
+                        help="also this many rounds per mode of added p50 at concurrency 1 and req/s at 64, alternating the trees")
+    parser.add_argument("--latency-requests", type=int, default=200, help="with --latency: requests for each p50")
+    parser.add_argument("--seconds", type=float, default=3.0, help="with --latency: seconds for each req/s")
     args = parser.parse_args()
     uvloop.install()
     modes = [False, True] if args.mode == "both" else [args.mode == "stream"]
@@ -294,6 +357,9 @@ def main() -> None:
             proxies.append(Proxy(label, tree, proc, Target(label, f"http://127.0.0.1:{port}/v1/chat/completions", KEY), workdir / label))
         print(f"commit {label_of(ROOT)}, {os.cpu_count()} cores; {args.requests} requests per round at concurrency {args.concurrency}")
         asyncio.run(rounds(args, proxies, modes))
+        if args.latency:
+            direct = Target("direct", f"http://127.0.0.1:{emu_port}/v1/chat/completions", "up")
+            asyncio.run(latency_rounds(args, proxies, modes, direct))
         print(f"\n| proxy | mode | CPU µs/request (median of {args.rounds}) | of it, collector µs | of it, other threads µs "
               "| full collections per 1k requests | rounds |")
         print("|---|---|---|---|---|---|---|")
@@ -313,6 +379,8 @@ def main() -> None:
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         if args.json_out:
             args.json_out.write_text(json.dumps({p.label: {"cpu_us": p.cpu_us, "gc_us": p.gc_us} for p in proxies}, indent=1))
+        if args.latency:
+            print_latency(proxies)
         if args.profile:
             print_profile(proxies, args.top)
     finally:
