@@ -360,6 +360,8 @@ def main() -> None:
         if args.latency:
             direct = Target("direct", f"http://127.0.0.1:{emu_port}/v1/chat/completions", "up")
             asyncio.run(latency_rounds(args, proxies, modes, direct))
+        if args.profile:  # before the tables: the runner keeps an output's last lines
+            print_profile(proxies, args.top)
         print(f"\n| proxy | mode | CPU µs/request (median of {args.rounds}) | of it, collector µs | of it, other threads µs "
               "| full collections per 1k requests | rounds |")
         print("|---|---|---|---|---|---|---|")
@@ -381,8 +383,6 @@ def main() -> None:
             args.json_out.write_text(json.dumps({p.label: {"cpu_us": p.cpu_us, "gc_us": p.gc_us} for p in proxies}, indent=1))
         if args.latency:
             print_latency(proxies)
-        if args.profile:
-            print_profile(proxies, args.top)
     finally:
         for proc in reversed(procs):
             stop(proc)
