@@ -140,3 +140,38 @@ async def test_records_of_the_earlier_format_are_carried_over(tmp_path):
     assert [r.id for r in chain] == ["resp_old"] and history(chain)[:3] == context
     assert list(await store.find_items("a", ["msg_old"])) == ["msg_old"]
     assert await store.get("b", "resp_old") is None
+
+
+def _totals(path: Path) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+    """(the per-team totals the store keeps, the same summed from its records)."""
+    with sqlite3.connect(path) as db:
+        kept = {team: (count, size) for team, count, size in db.execute("SELECT team, count, size FROM stored_response_totals")
+                if count}
+        summed = {team: (count, size) for team, count, size in db.execute(
+            "SELECT team, COUNT(*), SUM(size) FROM stored_responses GROUP BY team")}
+    return kept, summed
+
+
+async def test_the_quota_totals_follow_every_write_and_a_file_without_them(tmp_path):
+    """The quota check reads per-team totals the database keeps on insert and delete: they match the
+    records after puts, a replaced record, deletes, evictions and expiry, and a file written before
+    they existed starts with them right."""
+    path = tmp_path / "r.sqlite3"
+    store = SQLiteResponseStore(path, {"a": StoreLimits(max_entries=3), "gone": StoreLimits(ttl_s=1e-6)})
+    for i in range(5):
+        await store.put(_record("a", f"a{i}", text="x" * (10 * i)))  # two evicted
+        await store.put(_record("b", f"b{i}"))
+    await store.put(_record("b", "b0", text="longer"))  # replaced
+    await store.delete("b", "b1")
+    await store.put(_record("gone"))
+    await store.put(_record("gone", "resp_2"))  # the first expired before this write
+    kept, summed = _totals(path)
+    assert kept == summed and summed["a"][0] == 3 and summed["b"][0] == 4
+    with sqlite3.connect(path) as db:  # as a file of an older version: no totals, no triggers
+        db.executescript("DROP TRIGGER stored_responses_counted; DROP TRIGGER stored_responses_uncounted;"
+                         "DROP TABLE stored_response_totals;")
+    reopened = SQLiteResponseStore(path, {"a": StoreLimits(max_entries=3)})
+    kept, summed = _totals(path)
+    assert kept == summed
+    await reopened.put(_record("a", "a5"))  # the quota still holds: the oldest goes
+    assert await reopened.get("a", "a2") is None and _totals(path)[1]["a"][0] == 3
