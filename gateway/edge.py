@@ -41,6 +41,7 @@ from uvicorn.server import ServerState
 
 from gateway import collector
 from gateway.refusals import EDGE_REFUSALS, RateLimitedLog, log
+from sdk.offload import share_the_gil
 from sdk.pipeline import REQUEST_ID_HEADER, new_request_id
 
 _EDGE_LOG = RateLimitedLog(log)
@@ -58,7 +59,8 @@ class EdgeLimits:
 class EdgeConfig(uvicorn.Config):
     """A uvicorn Config that carries the edge limits to `EdgeProtocol` (and, pickled, to each worker).
     With `serving` (`slipstream serve`, not a test's server in a thread), each process settles its
-    garbage collector once its app is loaded (gateway/collector.py)."""
+    garbage collector once its app is loaded (gateway/collector.py) and shortens the GIL's switch
+    interval (sdk/offload.py)."""
 
     def __init__(self, app: Any, edge: EdgeLimits, serving: bool = False, **options: Any):
         super().__init__(app, http=EdgeProtocol, **options)
@@ -69,6 +71,7 @@ class EdgeConfig(uvicorn.Config):
         super().load()
         if self.serving:
             collector.settle()
+            share_the_gil()
 
 
 # Per server: the connections still reading a request head, oldest first (the ones a new connection
