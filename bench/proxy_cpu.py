@@ -171,21 +171,33 @@ async def window(proxy: Proxy, tag: str, profile: bool = False) -> AsyncIterator
         await asyncio.sleep(0.05)
 
 
+def request_body(stream: bool, include_usage: bool = False) -> bytes:
+    return json.dumps({**BODY, "stream": stream, **({"stream_options": {"include_usage": True}} if stream and include_usage else {})}).encode()
+
+
+async def answered(proxy: Proxy, session: aiohttp.ClientSession, body: bytes, stream: bool) -> bool:
+    """One request; a failure is counted on the proxy, not fatal (the CPU was spent all the same; and
+    b1ad7fc's client loses a request when the emulator closes an idle kept-alive connection under it)."""
+    try:
+        await one(session, proxy.target, body, stream)
+        return True
+    except (RuntimeError, aiohttp.ClientError) as exc:
+        proxy.failed += 1
+        if proxy.failed <= 3:
+            print(f"{proxy.label}: {str(exc)[:200]}", file=sys.stderr)
+        return False
+
+
 async def load(proxy: Proxy, session: aiohttp.ClientSession, n: int, concurrency: int, stream: bool, include_usage: bool) -> int:
     """Send `n` requests at `concurrency` over the session's kept-alive connections; how many were sent."""
-    body = json.dumps({**BODY, "stream": stream, **({"stream_options": {"include_usage": True}} if stream and include_usage else {})}).encode()
+    body = request_body(stream, include_usage)
     left = n
 
     async def worker() -> None:
         nonlocal left
         while left > 0:
             left -= 1
-            try:
-                await one(session, proxy.target, body, stream)
-            except (RuntimeError, aiohttp.ClientError) as exc:  # counted, not fatal: the CPU was spent all the same
-                proxy.failed += 1
-                if proxy.failed <= 3:
-                    print(f"{proxy.label}: {str(exc)[:200]}", file=sys.stderr)
+            await answered(proxy, session, body, stream)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return n
@@ -258,27 +270,21 @@ async def rounds(args: argparse.Namespace, proxies: list[Proxy], modes: list[boo
 
 
 async def requests_per_second(proxy: Proxy, seconds: float, concurrency: int, stream: bool) -> float:
-    """Answered requests a second over `seconds` at `concurrency` (failures counted, not fatal: b1ad7fc's
-    client loses a request when the emulator closes an idle kept-alive connection under it)."""
-    body = json.dumps({**BODY, "stream": stream}).encode()
+    """Answered requests a second over `seconds` at `concurrency` (failures counted by `answered`)."""
+    body = request_body(stream)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
         await load(proxy, session, concurrency, concurrency, stream, False)  # warm the connections
-        answered, deadline = 0, time.perf_counter() + seconds
+        done, deadline = 0, time.perf_counter() + seconds
 
         async def worker() -> None:
-            nonlocal answered
+            nonlocal done
             while time.perf_counter() < deadline:
-                try:
-                    await one(session, proxy.target, body, stream)
-                    answered += 1
-                except (RuntimeError, aiohttp.ClientError) as exc:
-                    proxy.failed += 1
-                    if proxy.failed <= 3:
-                        print(f"{proxy.label}: {str(exc)[:200]}", file=sys.stderr)
+                if await answered(proxy, session, body, stream):  # not `done += await ...`: that reads `done` before the await
+                    done += 1
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return answered / (time.perf_counter() - started)
+        return done / (time.perf_counter() - started)
 
 
 async def latency_rounds(args: argparse.Namespace, proxies: list[Proxy], modes: list[bool], direct: Target) -> None:
