@@ -11,8 +11,9 @@ loop: a thread hop costs more than their work.
 A serving process also shortens the interpreter's switch interval (`share_the_gil`): a thread
 running pure Python keeps the GIL for up to the interval (5 ms by default) whenever the loop hands
 it over, and the loop hands it over at every socket call, so a small request beside a big one waited
-the interval several times over (`bench/isolation.py`: p99 +51 ms for a team beside another's
-5 MiB requests, against the same load on a second proxy).
+the interval several times over (`bench/isolation.py --part latency`, a team beside another's 5 MiB
+requests against the same load on a second proxy: p50 +2.2 to +2.6 ms at 5 ms, +0.9 to +1.8 ms at
+0.5 ms; the p99 of both sides is the 2-core machine's own, ±100 ms between runs).
 """
 
 from __future__ import annotations
