@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
 
+from gateway.testing import RedisServer, free_port
 from sdk.state import open_state
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Settlement, SpendRecord
 from sdk.state.redis import split_url
+from tests.helpers import skip_without_redis
 
 
 @pytest.fixture(params=["local", "redis"])
@@ -207,11 +210,6 @@ async def test_a_password_and_a_database_in_the_url():
 def test_a_throwaway_redis_moves_off_a_port_taken_before_it_binds():
     """A port chosen for a test server can be taken by another socket before redis-server binds it
     (what failed a CI run once); the server moves to another port, and a port given to it never moves."""
-    import socket
-
-    from gateway.testing import RedisServer, free_port
-    from tests.helpers import skip_without_redis
-
     skip_without_redis()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
