@@ -6,7 +6,7 @@ The reference is the file dequantized to fp32 (`quantization="none"`): int8 and 
 those values, "gguf" runs the file's own blocks (Q4_1 linears as int4 groups of 32, the Q8_0
 embedding as int8 rows). Variants marked "head fp32" leave the embedding / LM head unquantized, to
 show what that part costs. A scored window is a prefill, which runs quantized layers as dequantized
-fp32 GEMMs; variants marked "every row through the decode ops" send every row through the engine's
+GEMMs (bf16 on CPUs that multiply bf16 in hardware, else fp32); variants marked "every row through the decode ops" send every row through the engine's
 CPU ops instead (int4 there rounds activations to int8 per 32), which is what decoding runs.
 
 Corpus: bench/localengine/data/perplexity_corpus.txt, 3,575 SmolLM2 tokens of plain English prose
@@ -66,7 +66,7 @@ VARIANTS: dict[str, Callable[[], LLM]] = {
     "int4 g128 (g64 where 128 does not divide)": lambda: build("none", plan("int4", 128)),
     "gguf (Q4_1 kept)": lambda: build("gguf"),
 }
-# A scored window is a prefill, which runs quantized layers as dequantized fp32 GEMMs; decode rows go
+# A scored window is a prefill, which runs quantized layers as dequantized GEMMs (layers/quantization.py); decode rows go
 # through the engine's CPU ops instead (int4: activations rounded to int8 per 32). These variants
 # send every row through those ops, so the table shows what decoding with them costs.
 THROUGH_DECODE_OPS = ("int8", "int4 g32", "gguf (Q4_1 kept)")

@@ -10,7 +10,8 @@ A decode step at batch 1 reads every weight once per token, so bytes per weight 
 Two kernels serve them. The engine's own (kernels/cpu_matmul.cpp, built on first use) takes up to
 `cpu_ops.MAX_ROWS` rows of fp32 activations: int8 at memory speed, int4 as `Int4BlockWeight` with
 activations quantized to int8 per 32 (llama.cpp's way). Longer chunks (prefill) dequantize the
-layer's weight and run PyTorch's fp32 GEMM. Where the kernels cannot be built, PyTorch's own
+layer's weight and run PyTorch's GEMM: bf16 on CPUs that multiply bf16 in hardware, else fp32.
+Where the kernels cannot be built, PyTorch's own
 `torch._weight_int8pack_mm` and `aten._weight_int4pack_mm_for_cpu` (`Int4Weight`, its packed layout)
 serve every row count; their fast CPU paths take bf16 activations (int4 with fp32 activations falls
 to a scalar loop, 30-50x slower on an AVX2 machine), so inputs are cast to bf16 and results back.
@@ -59,6 +60,16 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.linear(x, weight)
 
 
+def dequantized_linear(flat: torch.Tensor, dequantize: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """A long (prefill) chunk of rows against the layer's weight dequantized for this call: in bf16
+    where the CPU multiplies bf16 in hardware (AMX: SmolLM2's prefill GEMMs 4x faster than fp32,
+    docs/localengine.md), else in fp32. The weight is already 4 or 8 bits: bf16 activations cost
+    the result far less than that."""
+    if flat.device.type == "cpu" and cpu_ops.fast_bf16_gemm():
+        return F.linear(flat.to(torch.bfloat16), dequantize().to(torch.bfloat16)).float()
+    return F.linear(flat.float(), dequantize())
+
+
 def _as_input(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """out [rows, N] back to x's dtype and leading shape."""
     out = out if out.dtype == x.dtype else out.to(x.dtype)
@@ -89,7 +100,7 @@ class Int8Weight:
         if self.qweight.shape[1] % 16 == 0 and _kernel_rows(flat):
             out = cpu_ops.ops().int8_matmul(_fp32_rows(flat), self.qweight, self.scales_f32)
         elif flat.shape[0] > cpu_ops.MAX_ROWS and x.device.type == "cpu":
-            out = F.linear(flat.float(), self.dequantize())
+            out = dequantized_linear(flat, self.dequantize)
         else:
             out = torch._weight_int8pack_mm(flat.to(ACTIVATION_DTYPE), self.qweight, self.scales)
         return _as_input(out, x)
@@ -202,7 +213,7 @@ class Int4BlockWeight:
         if _kernel_rows(flat):
             out = cpu_ops.ops().int4_matmul(_fp32_rows(flat), self.packed, self.scale, self.offset, self.group_size)
         else:
-            out = F.linear(flat.float(), self.dequantize())
+            out = dequantized_linear(flat, self.dequantize)
         return _as_input(out, x)
 
     def dequantize(self) -> torch.Tensor:

@@ -14,7 +14,15 @@ import torch
 from localengine import SamplingParams
 from localengine.kernels import cpu_ops
 from localengine.layers.linear import ColumnParallelLinear, LinearBase, RowParallelLinear
-from localengine.layers.quantization import INT4_WEIGHT_TYPES, Int4BlockWeight, Int4Values, Int4Weight, Int8Weight, int4_weight
+from localengine.layers.quantization import (
+    INT4_WEIGHT_TYPES,
+    Int4BlockWeight,
+    Int4Values,
+    Int4Weight,
+    Int8Weight,
+    dequantized_linear,
+    int4_weight,
+)
 from localengine.perplexity import perplexity
 from tests.localengine.conftest import make_llm
 
@@ -63,6 +71,29 @@ def test_int4_kernel_multiplies_by_the_dequantized_groups(kernels, rows, cols, g
     # its block's largest / 127: 0.4-0.9% of these products, against 0.1-0.3% for bf16 activations.
     kernel_rows = kernels == "engine" and math.prod(leading) <= cpu_ops.MAX_ROWS
     assert _relative_error(got, x @ reference.T) < (0.015 if kernel_rows else 0.01)
+
+
+@pytest.mark.parametrize("hardware_bf16", [False, True])
+def test_a_prefill_chunk_multiplies_in_bf16_only_where_the_cpu_does_it_in_hardware(monkeypatch, hardware_bf16):
+    """Long chunks run PyTorch's GEMM on the dequantized weight: in bf16 on CPUs with AMX or
+    AVX512-BF16 (several times fp32's rate there), in fp32 elsewhere; either way fp32 comes back
+    and stays near the exact product (bf16 rounds activations and weights by at most 2^-9)."""
+    monkeypatch.setattr(cpu_ops, "fast_bf16_gemm", lambda: hardware_bf16)
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 256), torch.randn(96, 256)
+    seen: list[torch.dtype] = []
+
+    def dequantize() -> torch.Tensor:
+        seen.append(w.dtype)
+        return w
+
+    got = dequantized_linear(x, dequantize)
+    assert got.dtype == torch.float32 and seen == [torch.float32]
+    if hardware_bf16:
+        assert torch.equal(got, (x.bfloat16() @ w.bfloat16().T).float())
+        assert 0 < _relative_error(got, x @ w.T) < 0.01
+    else:
+        assert torch.equal(got, torch.nn.functional.linear(x, w))
 
 
 @pytest.mark.parametrize(("rows", "cols", "group"), [(96, 256, 32), (40, 192, 64), (8, 256, 128), (17, 96, 32)])
