@@ -13,10 +13,10 @@ instructions built from the task and topic lists below, chat-templated (for inst
 speculation benchmark asks about other topics).
 
     python -m localengine.demo.train_speculator                   # demo-speculator
-    nice -n 10 python -m localengine.demo.train_speculator --target smollm2-135m-instruct \\
-        --prompts 256 --gen-tokens 160 --sampled-share 0 --n-predict 4 --draft-vocab 4096 \\
-        --target-embeddings --soft-weight 0 --greedy-weight 1 --minutes 12 \\
-        --out ~/smollm2-speculator   # not bundled: see docs/localengine.md
+    python -m localengine.demo.train_speculator --target smollm2-135m-instruct --prompts 2000 \\
+        --gen-tokens 192 --sampled-share 0 --n-predict 4 --draft-vocab 4096 --target-embeddings \\
+        --soft-weight 0 --greedy-weight 1 --minutes 30 --batch-size 512 --max-num-seqs 256 --threads 2 \\
+        --texts ~/smollm2-texts.pt --out ~/smollm2-speculator   # not bundled: see docs/localengine.md
 """
 
 from __future__ import annotations
@@ -41,14 +41,26 @@ IGNORE = -100
 TASKS = ["Write a short story about {}.", "Explain {} to a ten-year-old.", "List five facts about {}.",
          "Write a short poem about {}.", "What are the advantages and disadvantages of {}?",
          "Give me three practical tips about {}.", "Write a short email inviting a friend to talk about {}.",
-         "Describe {} in one paragraph.", "Write a blog post introduction about {}.", "Why does {} matter?"]
+         "Describe {} in one paragraph.", "Write a blog post introduction about {}.", "Why does {} matter?",
+         "Summarize what you know about {}.", "Write a haiku about {}.", "What is the history of {}?",
+         "How would you teach a beginner about {}?", "Write a short dialogue between two friends about {}.",
+         "What are common misconceptions about {}?", "Write a short product description related to {}.",
+         "Give step-by-step instructions for getting started with {}.",
+         "Write a motivational message that mentions {}.", "Ask me five quiz questions about {}, with answers."]
 TOPICS = ["the ocean", "gardening", "electric cars", "the moon", "coffee", "learning a language", "volcanoes",
           "friendship", "recycling", "chess", "bees", "the internet", "mountains", "rainy days", "bicycles",
           "the human heart", "photography", "saving money", "dinosaurs", "music lessons", "trains", "deserts",
           "healthy breakfasts", "the solar system", "libraries", "winter", "robots", "forests", "cooking pasta",
           "public speaking", "penguins", "clocks", "football", "clouds", "writing letters", "bridges", "honey",
           "sleep", "maps", "a small bakery", "time management", "lighthouses", "rivers", "video games",
-          "painting", "the history of paper", "camping", "kindness", "airplanes", "tea"]
+          "painting", "the history of paper", "camping", "kindness", "airplanes", "tea", "volleyball", "glaciers",
+          "owls", "baking bread", "solar panels", "meditation", "ancient Egypt", "the stock market", "origami",
+          "spiders", "hiking", "typewriters", "wind turbines", "jazz", "the Roman empire", "vaccines", "sharks",
+          "board games", "snowflakes", "the printing press", "tomatoes", "rainforests", "electric guitars", "yoga",
+          "submarines", "cheese", "the Olympic games", "butterflies", "smartphones", "castles", "earthquakes",
+          "knitting", "elephants", "street food", "newspapers", "hot air balloons", "first aid", "coral reefs",
+          "skateboarding", "the alphabet", "telescopes", "mushrooms", "marathons", "chocolate", "comets",
+          "pottery", "wolves", "umbrellas", "podcasts", "bamboo"]
 
 
 def code_prompts(tokenizer, count: int, seed: int = 1) -> list[list[int]]:
@@ -208,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="heads over the target's N most frequent generated tokens (0: the whole vocabulary)")
     ap.add_argument("--target-embeddings", action="store_true",
                     help="embed tokens with the target's own embedding (not trained, not stored)")
-    ap.add_argument("--minutes", type=float, default=6.0, help="training budget in CPU minutes (one thread)")
+    ap.add_argument("--minutes", type=float, default=6.0, help="training budget in CPU minutes (all threads together)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for generating and training")
     ap.add_argument("--soft-weight", type=float, default=1.0,
                     help="weight of the target's whole next-token distribution as a soft label")
     ap.add_argument("--greedy-weight", type=float, default=0.0,
@@ -216,20 +229,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--max-num-seqs", type=int, default=64, help="the engine's batch while generating")
     ap.add_argument("--out", type=Path, default=HERE / "demo-speculator")
+    ap.add_argument("--texts", type=Path, help="keep the generated texts in this file and reuse them when it exists "
+                    "(to train again with other settings on the same answers)")
     args = ap.parse_args(argv)
     if not args.soft_weight and args.sampled_share:
         ap.error("without soft labels the argmax is read from the texts: use --sampled-share 0")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     t0 = time.perf_counter()
-    llm = LLM(args.target, num_threads=1, max_num_seqs=args.max_num_seqs, dtype="float32")
+    llm = LLM(args.target, num_threads=args.threads, max_num_seqs=args.max_num_seqs, dtype="float32")
     tokenizer = llm.get_tokenizer()
     chat = args.prompt_set == "chat" or (args.prompt_set == "auto" and getattr(tokenizer, "chat_template", None))
     prompt_ids = (chat_prompts if chat else code_prompts)(tokenizer, args.prompts)
     held_out = max(1, len(prompt_ids) // 10)  # the first texts, all greedy
     num_sampled = min(int(args.sampled_share * len(prompt_ids)), len(prompt_ids) - held_out)
     # Chat answers end at the end-of-turn token; the demo model never stops on its own.
-    texts = generate(llm, prompt_ids, args.gen_tokens, num_sampled, ignore_eos=not chat)
+    if args.texts and args.texts.exists():
+        texts = [Text(**t) for t in torch.load(args.texts)]
+    else:
+        texts = generate(llm, prompt_ids, args.gen_tokens, num_sampled, ignore_eos=not chat)
+        if args.texts:
+            torch.save([{"prompt_len": t.prompt_len, "token_ids": t.token_ids, "hidden": t.hidden} for t in texts],
+                       args.texts)
     target = llm.llm_engine.model_runner.model
     with torch.no_grad():  # the rows as the target uses them, whatever its weights' format
         rows = torch.arange(target.args.vocab_size)

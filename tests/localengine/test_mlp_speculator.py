@@ -160,3 +160,19 @@ def test_training_script_end_to_end(llama_dir, tmp_path, flags):
     llm = LLM(str(llama_dir), speculative_config=spec, **common)
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == [r.outputs[0].token_ids for r in ref]
     assert llm.spec_decode_stats().num_drafts > 0
+
+
+def test_training_script_reuses_the_answers_it_kept(llama_dir, tmp_path, monkeypatch):
+    """`--texts FILE` keeps the generated answers with their hidden states; a second run with the
+    same file trains on them and does not generate again."""
+    from localengine.demo import train_speculator
+
+    texts = tmp_path / "texts.pt"
+    args = ["--target", str(llama_dir), "--prompts", "12", "--gen-tokens", "16", "--n-predict", "3",
+            "--minutes", "0.01", "--texts", str(texts)]
+    train_speculator.main([*args, "--out", str(tmp_path / "first")])
+    kept = torch.load(texts)
+    assert len(kept) == 12 and all(t["hidden"].shape[0] == len(t["token_ids"]) - t["prompt_len"] for t in kept)
+    monkeypatch.setattr(train_speculator, "generate", lambda *a, **k: pytest.fail("generated again"))
+    train_speculator.main([*args, "--out", str(tmp_path / "second")])
+    assert (tmp_path / "second" / "model.safetensors").is_file()
