@@ -22,6 +22,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import resource
 import shlex
 import subprocess
@@ -224,7 +225,7 @@ def block(outcome: Outcome, full: bool, when: str, revision: str) -> str:
         f"<!-- bench:{name} -->",
         f"### {outcome.benchmark.feature}{' (--full)' if name.endswith(':full') else ''}",
         "",
-        f"`{outcome.command}` ({'--full' if full else '--quick'}, {when}, commit {revision}): {status(outcome)} in "
+        f"`{outcome.command}` ({'--full' if full else '--quick'}, {when}, commit {revision}, {machine()}): {status(outcome)} in "
         f"{outcome.seconds:.0f} s, load average {outcome.load_before:.1f} → {outcome.load_after:.1f}{others(outcome)}{mark}",
         "",
         "```",
@@ -243,6 +244,16 @@ def blocks_in(section: str) -> dict[str, str]:
     return found
 
 
+def with_machine_unknown(block_text: str) -> str:
+    """A block written before blocks named their machine says so (the page named only its latest
+    run's machine then, and runs from other sessions may have had others)."""
+    header = next((line for line in block_text.splitlines() if line.startswith("`")), None)
+    if header is None or " cores (" in header or "machine not recorded" in header:
+        return block_text
+    stamped = re.sub(r"(, commit \w+)\)", r"\1, machine not recorded)", header, count=1)
+    return block_text.replace(header, stamped, 1)
+
+
 def render(outcomes: list[Outcome], full: bool, previous: dict[str, str]) -> str:
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     revision = commit()
@@ -253,7 +264,8 @@ def render(outcomes: list[Outcome], full: bool, previous: dict[str, str]) -> str
                       or f"<!-- bench:{b.name} -->\n### {b.feature}\n\nnot run yet\n<!-- /bench:{b.name} -->")
         if b.quick is not None and (full_block := fresh.get(key(b, True)) or previous.get(key(b, True))):
             blocks.append(full_block)
-    intro = (f"Machine: {machine()}. A figure marked **loaded** was taken while other processes used more than a "
+    intro = ("Each block names the machine it ran on (machines differ between runs: compare figures within a "
+             "block, where each has its baseline). A figure marked **loaded** was taken while other processes used more than a "
              "quarter of the cores (the machine's busy time less the benchmark's own): read its ratios, not its "
              "absolute times, and expect noise. The load average is shown too; a benchmark raises it by itself. A "
              "benchmark run at both sizes keeps its `--full` block (the size the docs quote) after its quick one.")
@@ -265,7 +277,8 @@ def write(outcomes: list[Outcome], full: bool) -> None:
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         old, tail = rest.split(END, 1)
-        text = head + render(outcomes, full, blocks_in(old)) + tail
+        previous = {name: with_machine_unknown(block_text) for name, block_text in blocks_in(old).items()}
+        text = head + render(outcomes, full, previous) + tail
     else:  # first run: the generated results go right after the page's introduction
         title, _, body = text.partition("\n## ")
         text = f"{title.rstrip()}\n\n## Results from `python -m bench all`\n\n{render(outcomes, full, {})}\n\n## {body}"

@@ -78,3 +78,22 @@ def test_a_benchmarks_own_cpu_and_its_childrens_is_its_own() -> None:
     assert after[1] - before[1] >= 0.5  # the grandchild's CPU counts as the benchmark's
     assert after[0] - before[0] >= 0.5  # and as the machine's busy time
     assert runner.other_cores(before, after, 1.0) >= 0.0
+
+
+def test_every_block_names_its_machine_and_older_blocks_say_it_was_not_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Machines differ between runs: a block says which one it ran on; one written before blocks
+    did says the machine was not recorded, and rewriting the page again changes nothing."""
+    docs = tmp_path / "benchmarks.md"
+    older = "`python bench/routing.py` (--quick, 2026-11-20 10:00 UTC, commit abc1234): ok in 3 s, load average 0.1 → 0.2"
+    docs.write_text(f"# Benchmarks\n\n{runner.BEGIN}\n\nMachine: 2 cores (Old CPU). A figure marked ...\n\n"
+                    f"<!-- bench:routing -->\n### Routing\n\n{older}\n\n```\nratio 1.5x\n```\n<!-- /bench:routing -->\n\n"
+                    f"{runner.END}\n")
+    monkeypatch.setattr(runner, "DOCS", docs)
+    monkeypatch.setattr(runner, "machine", lambda: "2 cores (New CPU), Linux x86_64, Python 3.11.7")
+    runner.write([outcome("startup", "ready in 2.0 s")], full=False)
+    text = docs.read_text()
+    assert "commit abc1234, machine not recorded): ok in 3 s" in _block(text, "routing")
+    assert "2 cores (New CPU)" in _block(text, "startup") and "Old CPU" not in text
+    runner.write([outcome("startup", "ready in 1.9 s")], full=False)
+    assert _block(docs.read_text(), "routing") == _block(text, "routing")
