@@ -36,7 +36,8 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gateway.testing import free_port  # noqa: E402  (after the path: the script runs from a checkout)
+from bench.localengine.llama_cpp_amx import cpu_has_amx  # noqa: E402  (after the path: the script runs from a checkout)
+from gateway.testing import free_port  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 QUESTIONS = [
@@ -185,9 +186,14 @@ def main() -> None:
             rows[name] = measure(name, command, "/health", port, MODEL, args)
     if has_llama_server(args.llama_python):
         port = free_port()
-        command = [args.llama_python, "-m", "llama_cpp.server", "--model", str(path), "--n_threads", str(args.threads),
+        # Through bench/localengine/llama_cpp_amx.py: llama.cpp's extra buffer types crash on AMX CPUs.
+        command = [args.llama_python, str(Path(__file__).with_name("llama_cpp_amx.py")), "-m", "llama_cpp.server",
+                   "--model", str(path), "--n_threads", str(args.threads),
                    "--n_ctx", "2048", "--port", str(port), "--host", "127.0.0.1",
                    "--interrupt_requests", "False"]  # by default a new request cuts the stream being served
+        if cpu_has_amx():
+            print("llama-cpp-python server: llama.cpp's extra buffer types off (they crash on this AMX CPU: "
+                  "bench/localengine/llama_cpp_amx.py)", flush=True)
         rows["llama-cpp-python server"] = measure("llama-cpp-python server", command, "/v1/models", port, MODEL, args)
     else:
         print(f"{'llama-cpp-python server':34}  skipped: {args.llama_python} has no llama_cpp.server "

@@ -24,10 +24,13 @@ import argparse
 import importlib.util
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench.localengine.llama_cpp_amx, from a checkout
 
 MODEL = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
@@ -155,8 +158,12 @@ def llama_cpp(runs: int, prompts: list[list[int]], chat: list[int], decode_token
     on `path`, the same threads: prefill of the same prompt token ids, then greedy decode of the chat prompt."""
     from llama_cpp import Llama
 
+    from bench.localengine.llama_cpp_amx import without_extra_buffers_on_amx
     from localengine.config import packaged_model_path
 
+    if without_extra_buffers_on_amx():
+        print("llama.cpp: extra buffer types off (they crash on this AMX CPU: bench/localengine/llama_cpp_amx.py)",
+              flush=True)
     llm = Llama(str(path or packaged_model_path(MODEL)), n_ctx=1024, n_batch=512, n_threads=threads, verbose=False)
 
     def prefill(ids: list[int]) -> float:
