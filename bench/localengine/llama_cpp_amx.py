@@ -6,7 +6,10 @@ llama-cpp-python 0.3.36, built from its sdist on a Xeon with AMX (2026-11-26), s
 `--no-repack`); one-token batches run. With them off, llama.cpp runs its AVX-512 kernels, as on a
 CPU without AMX. The llama.cpp rows of `smollm2.py` and `serve_streams.py` say when this applied.
 
-    python bench/localengine/llama_cpp_amx.py -m llama_cpp.server ARGS...   # the server, buffers off where needed
+    python bench/localengine/llama_cpp_amx.py -m llama_cpp.server ARGS...   # the server, buffers off
+
+Run as that launcher it needs only llama-cpp-python (the server's own Python may lack the
+repository's packages): the caller decides, with `cpu_has_amx`, whether to launch through it.
 """
 
 from __future__ import annotations
@@ -16,18 +19,13 @@ import sys
 
 
 def cpu_has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "amx_int8" in flags or "amx_bf16" in flags
+    from localengine.kernels.cpu_ops import cpu_flags  # here, not at the top: the launcher runs without it
+
+    return not cpu_flags().isdisjoint({"amx_int8", "amx_bf16"})
 
 
-def without_extra_buffers_on_amx() -> bool:
-    """Make every later `Llama(...)` load without extra buffer types, on AMX CPUs; whether it did."""
-    if not cpu_has_amx():
-        return False
+def without_extra_buffers() -> None:
+    """Make every later `Llama(...)` load without extra buffer types."""
     import llama_cpp.llama_cpp as bindings
 
     default = bindings.llama_model_default_params
@@ -38,13 +36,12 @@ def without_extra_buffers_on_amx() -> bool:
         return p
 
     bindings.llama_model_default_params = params
-    return True
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] != "-m":
         raise SystemExit(__doc__)
     module = sys.argv[2]
-    without_extra_buffers_on_amx()
+    without_extra_buffers()
     sys.argv = [module, *sys.argv[3:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)

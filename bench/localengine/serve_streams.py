@@ -186,12 +186,11 @@ def main() -> None:
             rows[name] = measure(name, command, "/health", port, MODEL, args)
     if has_llama_server(args.llama_python):
         port = free_port()
-        # Through bench/localengine/llama_cpp_amx.py: llama.cpp's extra buffer types crash on AMX CPUs.
-        command = [args.llama_python, str(Path(__file__).with_name("llama_cpp_amx.py")), "-m", "llama_cpp.server",
-                   "--model", str(path), "--n_threads", str(args.threads),
+        command = [args.llama_python, "-m", "llama_cpp.server", "--model", str(path), "--n_threads", str(args.threads),
                    "--n_ctx", "2048", "--port", str(port), "--host", "127.0.0.1",
                    "--interrupt_requests", "False"]  # by default a new request cuts the stream being served
-        if cpu_has_amx():
+        if cpu_has_amx():  # through the launcher that turns llama.cpp's extra buffer types off: they crash here
+            command[1:1] = [str(Path(__file__).with_name("llama_cpp_amx.py"))]
             print("llama-cpp-python server: llama.cpp's extra buffer types off (they crash on this AMX CPU: "
                   "bench/localengine/llama_cpp_amx.py)", flush=True)
         rows["llama-cpp-python server"] = measure("llama-cpp-python server", command, "/v1/models", port, MODEL, args)

@@ -158,10 +158,11 @@ def llama_cpp(runs: int, prompts: list[list[int]], chat: list[int], decode_token
     on `path`, the same threads: prefill of the same prompt token ids, then greedy decode of the chat prompt."""
     from llama_cpp import Llama
 
-    from bench.localengine.llama_cpp_amx import without_extra_buffers_on_amx
+    from bench.localengine.llama_cpp_amx import cpu_has_amx, without_extra_buffers
     from localengine.config import packaged_model_path
 
-    if without_extra_buffers_on_amx():
+    if cpu_has_amx():
+        without_extra_buffers()
         print("llama.cpp: extra buffer types off (they crash on this AMX CPU: bench/localengine/llama_cpp_amx.py)",
               flush=True)
     llm = Llama(str(path or packaged_model_path(MODEL)), n_ctx=1024, n_batch=512, n_threads=threads, verbose=False)

@@ -82,16 +82,20 @@ def ops() -> Any:
 
 
 @functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as the kernel reports them (/proc/cpuinfo, Linux); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return frozenset(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return frozenset()
+
+
 def fast_bf16_gemm() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (Intel AMX, or AVX512-BF16): PyTorch's
     bf16 GEMM (oneDNN) then runs several times its fp32 one; elsewhere bf16 is converted in software
-    and runs slower than fp32. Read from the kernel's CPU flags (Linux); elsewhere False."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
+    and runs slower than fp32."""
+    return not cpu_flags().isdisjoint({"amx_bf16", "avx512_bf16"})
 
 
 def for_fp32(x: torch.Tensor) -> Any:
