@@ -50,6 +50,26 @@ def test_int8_linear_is_close_to_float(kernels, rows):
     assert _relative_error(got, expected) < 0.02  # int8 weights, bf16 activations
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])  # tiles: 1 row x 4 features, 2 x 2, then up to 4 rows x 1
+@pytest.mark.parametrize("features", [1, 6, 190, 333])  # remainders of 4 features and of a thread's share
+def test_int8_kernel_is_the_product_with_the_dequantized_rows(rows, features):
+    """The engine's int8 kernel widens the weights to fp32 exactly: its product is x @ (q * scale)^T up
+    to fp32 summation order, with two threads splitting the features."""
+    if cpu_ops.ops() is None:
+        pytest.skip("the engine's CPU ops are not built here")
+    torch.manual_seed(0)
+    weight = Int8Weight.from_float(torch.randn(features, 96))
+    x = torch.randn(rows, 96)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = cpu_ops.ops().int8_matmul(x, weight.qweight, weight.scales_f32)
+    finally:
+        torch.set_num_threads(before)
+    expected = (x.double() @ weight.dequantize().double().T).float()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(("rows", "cols", "group"), [(96, 256, 32), (40, 192, 64), (8, 256, 128), (16, 96, 32)])  # 96: an odd block
 @pytest.mark.parametrize("leading", [(1,), (3,), (2, 3), (5, 8)])  # up to 32 rows: the kernel; 40: dequantized
 def test_int4_kernel_multiplies_by_the_dequantized_groups(kernels, rows, cols, group, leading):
