@@ -7,46 +7,62 @@ Code, quoting and summarisation repeat their context, which is where this pays o
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass, field
 
 from localengine.engine.sequence import Sequence
 from localengine.spec_decode.proposer import Proposal
 
 
-def propose_ngram(token_ids: list[int], min_n: int, max_n: int, k: int) -> list[int]:
-    """vLLM's example: ([1, 2, 3, 4, 2, 3], min 2, max 3, k 4) -> [4, 2, 3].
+@dataclass(slots=True)
+class NgramIndex:
+    """Where each token of one request's context occurs (positions followed by another token), grown
+    as the context grows: a step looks up the last token's occurrences instead of scanning the whole
+    context (a NumPy pass over a 300-token context took 80 us, a tenth of the demo model's step)."""
 
-    Every match of any length ends at an earlier occurrence of the last token, so only those
-    positions are extended backwards (at most max_n comparisons each): one pass per step instead of
-    a window scan per n-gram length, which cost a tenth of a small model's decode step."""
-    n_tokens = len(token_ids)
-    if k <= 0 or n_tokens < min_n + 1:
-        return []
-    arr = np.asarray(token_ids, dtype=np.int64)
-    ends = np.flatnonzero(arr[:-1] == arr[-1])  # each followed by at least one token
-    if ends.size == 0:
-        return []
-    length = np.ones(ends.size, dtype=np.int64)
-    for j in range(1, min(max_n, n_tokens - 1)):
-        before = ends - j
-        extends = (length == j) & (before >= 0) & (arr[np.maximum(before, 0)] == arr[n_tokens - 1 - j])
-        if not extends.any():
-            break
-        length += extends
-    best = int(length.max())
-    if best < min_n:
-        return []
-    start = int(ends[np.flatnonzero(length == best)[0]]) + 1  # the earliest of the longest matches
-    return token_ids[start : start + k]
+    positions: dict[int, list[int]] = field(default_factory=dict)
+    indexed: int = 0  # token_ids[:indexed] are in positions
+
+    def propose(self, token_ids: list[int], min_n: int, max_n: int, k: int) -> list[int]:
+        """Every match of any length ends at an earlier occurrence of the last token, so only those
+        are extended backwards (at most max_n comparisons each); the earliest of the longest wins."""
+        n_tokens = len(token_ids)
+        if k <= 0 or n_tokens < min_n + 1:
+            return []
+        if n_tokens - 1 < self.indexed:  # the context shrank: index it again
+            self.positions.clear()
+            self.indexed = 0
+        for i in range(self.indexed, n_tokens - 1):
+            self.positions.setdefault(token_ids[i], []).append(i)
+        self.indexed = n_tokens - 1
+        longest = min(max_n, n_tokens - 1)
+        best, start = 0, 0
+        for end in self.positions.get(token_ids[-1], ()):
+            length = 1
+            while length < longest and length <= end and token_ids[end - length] == token_ids[n_tokens - 1 - length]:
+                length += 1
+            if length > best:
+                best, start = length, end + 1
+                if best == longest:
+                    break
+        if best < min_n:
+            return []
+        return token_ids[start : start + k]
+
+
+def propose_ngram(token_ids: list[int], min_n: int, max_n: int, k: int) -> list[int]:
+    """vLLM's example: ([1, 2, 3, 4, 2, 3], min 2, max 3, k 4) -> [4, 2, 3]."""
+    return NgramIndex().propose(token_ids, min_n, max_n, k)
 
 
 class NgramProposer:
     def __init__(self, prompt_lookup_min: int, prompt_lookup_max: int):
         self.min_n = prompt_lookup_min
         self.max_n = prompt_lookup_max
+        self.indexes: dict[str, NgramIndex] = {}
 
     def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
-        return [Proposal(propose_ngram(s.token_ids, self.min_n, self.max_n, k)) for s, k in zip(seqs, num_tokens, strict=True)]
+        return [Proposal(self.indexes.setdefault(s.request_id, NgramIndex()).propose(s.token_ids, self.min_n, self.max_n, k))
+                for s, k in zip(seqs, num_tokens, strict=True)]
 
     def free(self, request_id: str) -> None:
-        pass  # stateless
+        self.indexes.pop(request_id, None)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from localengine import LLM, SamplingParams
-from localengine.spec_decode.ngram import propose_ngram
+from localengine.spec_decode.ngram import NgramIndex, propose_ngram
 from localengine.spec_decode.rejection_sampler import greedy_verify, greedy_verify_batch, rejection_sample
 
 PROMPTS = ["def main(", "import os\nimport sys\n", "class Foo:\n    def __init__(self", "for i in range(10):\n"]
@@ -83,6 +85,30 @@ def test_ngram_proposer_prefers_the_longest_then_the_earliest_match():
     assert propose_ngram([1, 2, 3, 4], 1, 4, 2) == []
     assert propose_ngram([5, 6, 5], 1, 4, 2) == [6, 5]  # min 1: the last token alone
     assert propose_ngram([5, 6, 5], 2, 4, 2) == []
+
+
+def _lookup_by_scanning(token_ids: list[int], min_n: int, max_n: int, k: int) -> list[int]:
+    """The definition, written as plainly as possible: the longest suffix n-gram that occurs earlier
+    (followed by at least one token), its earliest occurrence's continuation."""
+    n_tokens = len(token_ids)
+    for n in range(min(max_n, n_tokens - 1), min_n - 1, -1):
+        suffix = token_ids[n_tokens - n :]
+        for start in range(n_tokens - n):
+            if token_ids[start : start + n] == suffix:
+                return token_ids[start + n : start + n + k]
+    return []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=40), st.integers(1, 3), st.integers(0, 3), st.integers(0, 5),
+       st.integers(0, 40))
+def test_ngram_index_grown_step_by_step_is_the_scan(token_ids, min_n, extra_n, k, cut):
+    """One request's index, fed its context as it grows (and once cut shorter, as if rolled back),
+    proposes what a scan of the whole context does at every length."""
+    index = NgramIndex()
+    contexts = [token_ids[:end] for end in range(len(token_ids) + 1)] + [token_ids[:cut]]
+    for context in contexts:
+        assert index.propose(context, min_n, min_n + extra_n, k) == _lookup_by_scanning(context, min_n, min_n + extra_n, k)
 
 
 @pytest.fixture(scope="module")
