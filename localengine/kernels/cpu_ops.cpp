@@ -287,6 +287,7 @@ at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weig
 
 TORCH_LIBRARY(slipstream_cpu, lib) {
   lib.def("fp32_matmul(Tensor x, Tensor w) -> Tensor");
+  lib.def("use_avx512(bool enabled) -> ()", &slipstream_cpu::use_avx512);  // no tensors: no dispatch key
   lib.def("int8_matmul(Tensor x, Tensor q, Tensor scale) -> Tensor");
   lib.def("int4_matmul(Tensor x, Tensor packed, Tensor scale, Tensor offset, int group_size) -> Tensor");
   lib.def("int4_dequantize(Tensor packed, Tensor scale, Tensor offset, int group_size) -> Tensor");

@@ -21,6 +21,7 @@ inline void check_fp32(const at::Tensor& t, const char* what) {
 }
 
 at::Tensor fp32_matmul(const at::Tensor& x, const at::Tensor& w);
+void use_avx512(bool enabled);
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale);
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
                        const at::Tensor& offset, int64_t group_size);

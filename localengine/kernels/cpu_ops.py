@@ -78,6 +78,8 @@ def ops() -> Any:
     except Exception as exc:  # no compiler, no ninja, a failed build: the engine still runs
         log.warning("CPU kernels could not be built (%s); PyTorch's ops are used", exc)
         return None
+    # PyTorch's choice of vector width, so ATEN_CPU_CAPABILITY=avx2 narrows both alike.
+    torch.ops.slipstream_cpu.use_avx512(torch.backends.cpu.get_cpu_capability() == "AVX512")
     return torch.ops.slipstream_cpu
 
 

@@ -110,9 +110,26 @@ def test_silu_and_mul():
     torch.testing.assert_close(cpu_ops.ops().silu_and_mul(x), F.silu(gate) * up, rtol=2e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("rows", [1, 3, 4, 9, 32])  # tiles of 4 rows and the rest one by one, up to MAX_ROWS
-@pytest.mark.parametrize(("features", "inputs"), [(7, 20), (96, 576), (3, 1536)])  # 7, 20: tails of 3 features, 8 inputs
-def test_fp32_linear_for_few_rows(kernels, rows, features, inputs):
+@pytest.fixture(params=["avx2", "avx512"])
+def vector_width(request, kernels):
+    """The engine's fp32 matmul in its two forms: AVX2 everywhere the ops build, AVX-512 where
+    PyTorch's CPU capability says so (the engine follows it); restored to the engine's choice after."""
+    if kernels == "pytorch":
+        if request.param == "avx512":
+            pytest.skip("the vector width is the engine's kernels' own")
+        yield request.param
+        return
+    wide = torch.backends.cpu.get_cpu_capability() == "AVX512"
+    if request.param == "avx512" and not wide:
+        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX-512")
+    cpu_ops.ops().use_avx512(request.param == "avx512")
+    yield request.param
+    cpu_ops.ops().use_avx512(wide)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 5, 6, 9, 17, 32])  # AVX2: tiles of up to 4 rows; AVX-512: up to 8; up to MAX_ROWS
+@pytest.mark.parametrize(("features", "inputs"), [(7, 20), (96, 576), (3, 1536)])  # 7, 20: tails of 3 features, 8 and 16 inputs
+def test_fp32_linear_for_few_rows(kernels, vector_width, rows, features, inputs):
     """Decode-sized rows of fp32 go through the engine's kernel (float_linear), more through PyTorch's."""
     from localengine.layers.quantization import float_linear
 
