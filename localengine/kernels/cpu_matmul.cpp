@@ -35,6 +35,30 @@ inline __m256 widen_i8(const int8_t* p) {
 // verification step or a few decodes): the unpacking, not the memory, bounds these kernels.
 constexpr int64_t kRowTile = 4;
 
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// AVX-512 forms of the ops, for rows that are bound by arithmetic (a verification step, a batch of
+// decodes): compiled function by function inside the AVX2 build and chosen at run time where
+// PyTorch's CPU capability is AVX512 (use_avx512, set by kernels/cpu_ops.py). "tune": with generic
+// tuning GCC folded each activation load into every FMA that used it, a load per FMA.
+#define SLIPSTREAM_AVX512 __attribute__((target("avx512f,tune=skylake-avx512")))
+
+static std::atomic<bool> avx512_enabled{false};
+
+void use_avx512(bool enabled) { avx512_enabled = enabled; }
+
+// tile(m, r) for `rows` rows in tiles of at most kMax, as equal as allowed (6 rows at 4: 3 + 3, not
+// 4 + 1 + 1): a tile of one or two rows keeps too few accumulator chains going to cover the FMA latency.
+template <int64_t kMax, typename Tile>
+inline void balanced_row_tiles(int64_t rows, Tile&& tile) {
+  const int64_t tiles = ceil_div(rows, kMax);
+  for (int64_t t = 0, m = 0; t < tiles; ++t) {
+    const int64_t r = ceil_div(rows - m, tiles - t);
+    tile(m, r);
+    m += r;
+  }
+}
+
 // C output features for R activation rows: out[r * stride + c] = scale_c * sum_i q_c,i x_r,i. The
 // R x C x 2 accumulators are independent FMA chains: with one feature and two chains a row was bound
 // by the FMA latency, not by memory.
@@ -60,6 +84,47 @@ inline void int8_tile(const int8_t* rows, const float* x, int64_t k, const float
   }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[r * stride + c] = hsum(_mm256_add_ps(a0[c][r], a1[c][r])) * scales[c];
+}
+
+// int8_tile on AVX-512 for 3 or more rows: 16 weights widened a step, up to 8 rows x 2 features a tile.
+template <int R, int C>
+SLIPSTREAM_AVX512 inline void int8_tile_avx512(const int8_t* rows, const float* x, int64_t k, const float* scales,
+                                               float* out, int64_t stride) {
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    __m512 wv[C];
+    for (int c = 0; c < C; ++c) {
+      if (i % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(rows + (c + 2 * C) * k + i), _MM_HINT_T0);
+      wv[c] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows + c * k + i))));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * k + i);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[r * stride + c] = _mm512_reduce_add_ps(acc[r][c]) * scales[c];
+}
+
+template <int C>
+void int8_tiles_avx512(const int8_t* rows, const float* x, int64_t k, int64_t m_rows, const float* scales,
+                       float* out, int64_t stride) {
+  balanced_row_tiles<8>(m_rows, [&](int64_t m, int64_t r) {
+    const float* xr = x + m * k;
+    float* o = out + m * stride;
+    switch (r) {
+      case 1: int8_tile_avx512<1, C>(rows, xr, k, scales, o, stride); break;
+      case 2: int8_tile_avx512<2, C>(rows, xr, k, scales, o, stride); break;
+      case 3: int8_tile_avx512<3, C>(rows, xr, k, scales, o, stride); break;
+      case 4: int8_tile_avx512<4, C>(rows, xr, k, scales, o, stride); break;
+      case 5: int8_tile_avx512<5, C>(rows, xr, k, scales, o, stride); break;
+      case 6: int8_tile_avx512<6, C>(rows, xr, k, scales, o, stride); break;
+      case 7: int8_tile_avx512<7, C>(rows, xr, k, scales, o, stride); break;
+      default: int8_tile_avx512<8, C>(rows, xr, k, scales, o, stride);
+    }
+  });
 }
 
 // C output features for R rows of int8 activations, without the offsets' share. Blocks go in
@@ -145,12 +210,16 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   const int8_t* qp = q.data_ptr<int8_t>();
   const float* sp = scale.data_ptr<float>();
   float* op = out.data_ptr<float>();
+  const bool avx512 = avx512_enabled && m_rows >= 3;
   at::parallel_for(0, n_out, 16, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end;) {
-      // One row of activations: 4 features at a time; 2 rows: 2; more: rows in tiles of 4, 1 feature.
-      const int64_t features = std::min<int64_t>(m_rows == 1 ? 4 : m_rows == 2 ? 2 : 1, end - n);
+      // One row of activations: 4 features at a time; 2 rows: 2; more: rows in tiles of 4, 1 feature
+      // (AVX-512: of up to 8, 2 features).
+      const int64_t features = std::min<int64_t>(m_rows == 1 ? 4 : m_rows == 2 || avx512 ? 2 : 1, end - n);
       const int8_t* rows = qp + n * k;
-      if (features == 4) int8_tile<1, 4>(rows, xp, k, sp + n, op + n, n_out);
+      if (avx512 && features == 2) int8_tiles_avx512<2>(rows, xp, k, m_rows, sp + n, op + n, n_out);
+      else if (avx512) int8_tiles_avx512<1>(rows, xp, k, m_rows, sp + n, op + n, n_out);
+      else if (features == 4) int8_tile<1, 4>(rows, xp, k, sp + n, op + n, n_out);
       else if (features == 2 && m_rows == 2) int8_tile<2, 2>(rows, xp, k, sp + n, op + n, n_out);
       else {
         for (int64_t f = 0; f < features; ++f) {
@@ -201,14 +270,11 @@ inline void fp32_tile(const float* w, const float* x, int64_t k, float* out, int
   }
 }
 
-// The rows in tiles as equal as kRowTile allows (6 rows: 3 + 3, not 4 + 1 + 1): a tile of one row keeps
-// only C accumulator chains going, too few to cover the FMA latency (demo model's linears, one
-// thread: 3 rows 392 -> 296 us, 6 rows 462 -> 413).
+// The rows in balanced tiles (demo model's linears, one thread: 3 rows 392 -> 296 us, 6 rows 462 -> 413
+// against tiles of 4 and the rest one by one).
 template <int C>
 inline void fp32_tiles(const float* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride) {
-  const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
-  for (int64_t t = 0, m = 0; t < tiles; ++t) {
-    const int64_t r = (rows - m) / (tiles - t) + ((rows - m) % (tiles - t) != 0);
+  balanced_row_tiles<kRowTile>(rows, [&](int64_t m, int64_t r) {
     const float* xr = x + m * k;
     float* o = out + m * stride;
     switch (r) {
@@ -217,17 +283,12 @@ inline void fp32_tiles(const float* w, const float* x, int64_t k, int64_t rows, 
       case 3: fp32_tile<3, C>(w, xr, k, o, stride); break;
       default: fp32_tile<4, C>(w, xr, k, o, stride);
     }
-    m += r;
-  }
+  });
 }
 
 // The same on AVX-512 CPUs: 16 lanes and 32 registers, so a tile holds up to 8 rows x 3 features (24
-// accumulators) and a verification step of up to 8 positions reads the weights once. Compiled for
-// AVX-512 function by function (the build's flags stay AVX2) and chosen at run time (use_avx512).
-// Demo model's linears, one thread: 5 rows 412 -> 327 us, 9 rows 589 -> 431, 16 rows 884 -> 650. "tune":
-// generic tuning folded each activation load into every FMA using it, a load per FMA.
-#define SLIPSTREAM_AVX512 __attribute__((target("avx512f,tune=skylake-avx512")))
-
+// accumulators) and a verification step of up to 8 positions reads the weights once (demo model's
+// linears, one thread: 5 rows 412 -> 327 us, 9 rows 589 -> 431, 16 rows 884 -> 650).
 template <int R, int C>
 SLIPSTREAM_AVX512 inline void fp32_tile_avx512(const float* w, const float* x, int64_t k, float* out, int64_t stride) {
   __m512 acc[R][C];
@@ -258,10 +319,7 @@ SLIPSTREAM_AVX512 inline void fp32_tile_avx512(const float* w, const float* x, i
 
 template <int C>
 SLIPSTREAM_AVX512 void fp32_tiles_avx512(const float* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride) {
-  constexpr int64_t kRows = 8;
-  const int64_t tiles = (rows + kRows - 1) / kRows;
-  for (int64_t t = 0, m = 0; t < tiles; ++t) {
-    const int64_t r = (rows - m) / (tiles - t) + ((rows - m) % (tiles - t) != 0);
+  balanced_row_tiles<8>(rows, [&](int64_t m, int64_t r) {
     const float* xr = x + m * k;
     float* o = out + m * stride;
     switch (r) {
@@ -274,13 +332,8 @@ SLIPSTREAM_AVX512 void fp32_tiles_avx512(const float* w, const float* x, int64_t
       case 7: fp32_tile_avx512<7, C>(w, xr, k, o, stride); break;
       default: fp32_tile_avx512<8, C>(w, xr, k, o, stride);
     }
-    m += r;
-  }
+  });
 }
-
-static std::atomic<bool> avx512_enabled{false};
-
-void use_avx512(bool enabled) { avx512_enabled = enabled; }
 
 template <int C>
 inline void fp32_tiles_any(const float* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride,

@@ -89,6 +89,26 @@ def make_llm(path, **kwargs):
     return LLM(str(path), **args)
 
 
+@contextmanager
+def ops_at_width(width: str) -> Iterator[None]:
+    """The engine's CPU ops with their AVX2 ("avx2") or AVX-512 ("avx512") forms, then back to the
+    engine's own choice (AVX-512 where PyTorch's CPU capability is AVX512); skips where the ops are
+    not built or the CPU has no AVX-512."""
+    from localengine.kernels import cpu_ops
+
+    ops = cpu_ops.ops()
+    if ops is None:
+        pytest.skip("the engine's CPU ops are not built on this machine (no AVX2 or no compiler)")
+    wide = torch.backends.cpu.get_cpu_capability() == "AVX512"
+    if width == "avx512" and not wide:
+        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX-512")
+    ops.use_avx512(width == "avx512")
+    try:
+        yield
+    finally:
+        ops.use_avx512(wide)
+
+
 @pytest.fixture(params=["engine", "pytorch"])
 def kernels(request, monkeypatch):
     """A test that takes it runs on the engine's own CPU ops (kernels/cpu_ops.cpp) and on PyTorch's

@@ -12,6 +12,7 @@ import torch
 
 from localengine.kernels import cpu_ops
 from localengine.layers.layernorm import RMSNorm
+from tests.localengine.conftest import ops_at_width
 
 needs_ops = pytest.mark.skipif("cpu_ops.ops() is None", reason="the engine's CPU ops are not built here")
 
@@ -112,19 +113,14 @@ def test_silu_and_mul():
 
 @pytest.fixture(params=["avx2", "avx512"])
 def vector_width(request, kernels):
-    """The engine's fp32 matmul in its two forms: AVX2 everywhere the ops build, AVX-512 where
-    PyTorch's CPU capability says so (the engine follows it); restored to the engine's choice after."""
+    """The engine's fp32 matmul in its two forms (PyTorch's own for `kernels == "pytorch"`: once)."""
     if kernels == "pytorch":
         if request.param == "avx512":
             pytest.skip("the vector width is the engine's kernels' own")
         yield request.param
         return
-    wide = torch.backends.cpu.get_cpu_capability() == "AVX512"
-    if request.param == "avx512" and not wide:
-        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX-512")
-    cpu_ops.ops().use_avx512(request.param == "avx512")
-    yield request.param
-    cpu_ops.ops().use_avx512(wide)
+    with ops_at_width(request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("rows", [1, 3, 5, 6, 9, 17, 32])  # AVX2: tiles of up to 4 rows; AVX-512: up to 8; up to MAX_ROWS

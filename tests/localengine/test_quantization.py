@@ -24,7 +24,7 @@ from localengine.layers.quantization import (
     int4_weight,
 )
 from localengine.perplexity import perplexity
-from tests.localengine.conftest import make_llm
+from tests.localengine.conftest import make_llm, ops_at_width
 
 gguf = pytest.importorskip("gguf")
 
@@ -50,20 +50,20 @@ def test_int8_linear_is_close_to_float(kernels, rows):
     assert _relative_error(got, expected) < 0.02  # int8 weights, bf16 activations
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])  # tiles: 1 row x 4 features, 2 x 2, then up to 4 rows x 1
-@pytest.mark.parametrize("features", [1, 6, 190, 333])  # remainders of 4 features and of a thread's share
-def test_int8_kernel_is_the_product_with_the_dequantized_rows(rows, features):
+@pytest.mark.parametrize("width", ["avx2", "avx512"])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9, 17])  # 1 row x 4 features, 2 x 2, then AVX2 4 x 1, AVX-512 8 x 2
+@pytest.mark.parametrize("features", [1, 6, 190, 333])  # remainders of the features a tile takes and of a thread's share
+def test_int8_kernel_is_the_product_with_the_dequantized_rows(width, rows, features):
     """The engine's int8 kernel widens the weights to fp32 exactly: its product is x @ (q * scale)^T up
     to fp32 summation order, with two threads splitting the features."""
-    if cpu_ops.ops() is None:
-        pytest.skip("the engine's CPU ops are not built here")
     torch.manual_seed(0)
     weight = Int8Weight.from_float(torch.randn(features, 96))
     x = torch.randn(rows, 96)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        got = cpu_ops.ops().int8_matmul(x, weight.qweight, weight.scales_f32)
+        with ops_at_width(width):
+            got = cpu_ops.ops().int8_matmul(x, weight.qweight, weight.scales_f32)
     finally:
         torch.set_num_threads(before)
     expected = (x.double() @ weight.dequantize().double().T).float()
