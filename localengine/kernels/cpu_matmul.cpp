@@ -213,8 +213,8 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   const bool avx512 = avx512_enabled && m_rows >= 3;
   at::parallel_for(0, n_out, 16, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end;) {
-      // One row of activations: 4 features at a time; 2 rows: 2; more: rows in tiles of 4, 1 feature
-      // (AVX-512: of up to 8, 2 features).
+      // One row of activations: 4 features at a time; 2 rows: 2; more: balanced tiles of up to 4 rows,
+      // 1 feature (AVX-512: of up to 8 rows, 2 features).
       const int64_t features = std::min<int64_t>(m_rows == 1 ? 4 : m_rows == 2 || avx512 ? 2 : 1, end - n);
       const int8_t* rows = qp + n * k;
       if (avx512 && features == 2) int8_tiles_avx512<2>(rows, xp, k, m_rows, sp + n, op + n, n_out);
@@ -223,16 +223,16 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tenso
       else if (features == 2 && m_rows == 2) int8_tile<2, 2>(rows, xp, k, sp + n, op + n, n_out);
       else {
         for (int64_t f = 0; f < features; ++f) {
-          for (int64_t m = 0; m < m_rows; m += kRowTile) {
+          balanced_row_tiles<kRowTile>(m_rows, [&](int64_t m, int64_t r) {
             const float* xr = xp + m * k;
             float* o = op + m * n_out + n + f;
-            switch (std::min<int64_t>(kRowTile, m_rows - m)) {
+            switch (r) {
               case 1: int8_tile<1, 1>(rows + f * k, xr, k, sp + n + f, o, n_out); break;
               case 2: int8_tile<2, 1>(rows + f * k, xr, k, sp + n + f, o, n_out); break;
               case 3: int8_tile<3, 1>(rows + f * k, xr, k, sp + n + f, o, n_out); break;
               default: int8_tile<4, 1>(rows + f * k, xr, k, sp + n + f, o, n_out);
             }
-          }
+          });
         }
       }
       n += features;
