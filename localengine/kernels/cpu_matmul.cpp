@@ -41,7 +41,7 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // decodes): compiled function by function inside the AVX2 build and chosen at run time where
 // PyTorch's CPU capability is AVX512 (use_avx512, set by kernels/cpu_ops.py). "tune": with generic
 // tuning GCC folded each activation load into every FMA that used it, a load per FMA.
-#if defined(__clang__)  // clang's target attribute takes ISA features only
+#if defined(__clang__)  // the hint is for GCC's load folding; older clang releases refuse "tune=" here
 #define SLIPSTREAM_AVX512 __attribute__((target("avx512f")))
 #else
 #define SLIPSTREAM_AVX512 __attribute__((target("avx512f,tune=skylake-avx512")))
