@@ -111,12 +111,12 @@ def test_silu_and_mul():
     torch.testing.assert_close(cpu_ops.ops().silu_and_mul(x), F.silu(gate) * up, rtol=2e-6, atol=1e-6)
 
 
-@pytest.fixture(params=["avx2", "avx512"])
-def vector_width(request, kernels):
-    """The engine's fp32 matmul in its two forms (PyTorch's own for `kernels == "pytorch"`: once)."""
-    if kernels == "pytorch":
-        if request.param == "avx512":
-            pytest.skip("the vector width is the engine's kernels' own")
+@pytest.fixture(params=["pytorch", "avx2", "avx512"])
+def matmul_kernels(request, monkeypatch):
+    """PyTorch's matmul (as where the engine's ops cannot be built), or the engine's fp32 op in either
+    of its forms."""
+    if request.param == "pytorch":
+        monkeypatch.setattr(cpu_ops, "ops", lambda: None)
         yield request.param
         return
     with ops_at_width(request.param):
@@ -125,7 +125,7 @@ def vector_width(request, kernels):
 
 @pytest.mark.parametrize("rows", [1, 3, 5, 6, 9, 17, 32])  # AVX2: tiles of up to 4 rows; AVX-512: up to 8; up to MAX_ROWS
 @pytest.mark.parametrize(("features", "inputs"), [(7, 20), (96, 576), (3, 1536)])  # 7, 20: tails of 3 features, 8 and 16 inputs
-def test_fp32_linear_for_few_rows(kernels, vector_width, rows, features, inputs):
+def test_fp32_linear_for_few_rows(matmul_kernels, rows, features, inputs):
     """Decode-sized rows of fp32 go through the engine's kernel (float_linear), more through PyTorch's."""
     from localengine.layers.quantization import float_linear
 
