@@ -3,7 +3,9 @@
 SmolLM2-135M's 120 linear shapes (qkv 960x576, o 576x576, gate_up 3072x576, down 576x1536, 30 layers)
 with random weights, fp32 and quantized to int8 (per row) and int4 (groups of 32); each matmul run
 through the kernels, then through PyTorch's F.linear (fp32: MKL's sgemm; quantized: dequantize +
-F.linear, what a prefill does), for 1 to 64 rows.
+F.linear, what a prefill does), for 1 to 64 rows (5 and 9: verification steps of 4 and 8 proposals). On a
+CPU whose PyTorch capability is AVX512 the fp32 and int8 ops run in their AVX-512 forms, and two more
+columns show the same ops narrowed to their AVX2 forms.
 
     python bench/localengine/cpu_ops.py --threads 2
 """
@@ -22,6 +24,7 @@ from localengine.kernels import cpu_ops
 from localengine.layers.quantization import Int4BlockWeight, Int4Values, Int8Weight, float_linear
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
+WIDE = torch.backends.cpu.get_cpu_capability() == "AVX512"  # the ops' own choice (kernels/cpu_ops.py)
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,11 @@ class FloatWeight:
         return self.weight
 
 
-def timed(weights: Sequence[FloatWeight | Int8Weight | Int4BlockWeight], rows: int, kernel: bool, repeats: int) -> float:
+def timed(weights: Sequence[FloatWeight | Int8Weight | Int4BlockWeight], rows: int, kernel: bool, repeats: int,
+          avx512: bool = WIDE) -> float:
     """Milliseconds for one pass over every weight."""
     cpu_ops.MAX_ROWS = 1 << 30 if kernel else 0
+    cpu_ops.ops().use_avx512(avx512)
     xs = [torch.randn(rows, w.dequantize().shape[1]) for w in weights]
     for w, x in zip(weights, xs, strict=True):
         w.matmul(x)
@@ -63,13 +68,17 @@ def main() -> None:
     int4 = [Int4BlockWeight.from_values(Int4Values.from_float(w, 32)) for w in floats]
     print(f"120 linears of SmolLM2's shapes, {args.threads} threads, ms per pass  (load {os.getloadavg()[0]:.2f})")
     fp32 = [FloatWeight(w) for w in floats]
-    print("| rows | fp32 ops | fp32 PyTorch | int8 ops | int8 dequantized | int4 ops | int4 dequantized |\n"
-          "|---:|---:|---:|---:|---:|---:|---:|")
-    for rows in (1, 2, 4, 8, 16, 32, 64):
+    narrowed = " | fp32 ops (AVX2) | int8 ops (AVX2)" if WIDE else ""
+    print(f"| rows | fp32 ops | fp32 PyTorch | int8 ops | int8 dequantized | int4 ops | int4 dequantized{narrowed} |\n"
+          "|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if WIDE else ""))
+    for rows in (1, 2, 4, 5, 8, 9, 16, 32, 64):
         cells = [timed(fp32, rows, True, args.repeats), timed(fp32, rows, False, args.repeats),
                  timed(int8, rows, True, args.repeats), timed(int8, rows, False, args.repeats),
                  timed(int4, rows, True, args.repeats), timed(int4, rows, False, args.repeats)]
+        if WIDE:
+            cells += [timed(fp32, rows, True, args.repeats, avx512=False), timed(int8, rows, True, args.repeats, avx512=False)]
         print(f"| {rows} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
+    cpu_ops.ops().use_avx512(WIDE)
     print(f"load {os.getloadavg()[0]:.2f}")
 
 
