@@ -1,5 +1,5 @@
 """The bundled real model (smollm2-135m-instruct, SmolLM2-135M-Instruct from its Q4_1 GGUF) at batch 1:
-the engine with the file dequantized (fp32, bf16), requantized (int8, int4 weights) and with the
+the engine with the file dequantized (fp32, bf16; bf16 weights multiplied in fp32), requantized (int8, int4 weights) and with the
 file's own blocks kept (gguf: Q4_1 linears as int4, the Q8_0 embedding as int8), against Hugging
 Face transformers (fp32, the same file dequantized) and llama.cpp on the file as shipped and on an
 F16 copy of it (the Q4_1 and Q8_0 blocks dequantized once into the data directory, with the same
@@ -213,6 +213,7 @@ def main() -> None:
     rows = {
         "engine fp32": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens),
         "engine bf16": lambda: engine("bfloat16", args.runs, prompts, chat, args.decode_tokens),
+        "engine bf16 weights": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "bf16"),
         "engine int8 weights": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "int8"),
         "engine int4 weights": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "int4"),
         "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "gguf"),

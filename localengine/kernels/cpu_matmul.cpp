@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace slipstream_cpu {
@@ -42,9 +43,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // PyTorch's CPU capability is AVX512 (use_avx512, set by kernels/cpu_ops.py). "tune": with generic
 // tuning GCC folded each activation load into every FMA that used it, a load per FMA.
 #if defined(__clang__)  // the hint is for GCC's load folding; older clang releases refuse "tune=" here
-#define SLIPSTREAM_AVX512 __attribute__((target("avx512f")))
+#define SLIPSTREAM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 #else
-#define SLIPSTREAM_AVX512 __attribute__((target("avx512f,tune=skylake-avx512")))
+#define SLIPSTREAM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,tune=skylake-avx512")))
 #endif
 
 static std::atomic<bool> avx512_enabled{false};
@@ -245,10 +246,29 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   return out;
 }
 
-// C output features for R rows, fp32 weights [N, K] row-major: each weight chunk loaded once serves
-// R rows and each activation chunk C features (R x C independent accumulator chains).
-template <int R, int C>
-inline void fp32_tile(const float* w, const float* x, int64_t k, float* out, int64_t stride) {
+// Float weights as fp32 lanes: fp32 loaded as they are, bf16 widened exactly (a bf16 value's bits are
+// the top half of the same fp32 value's), so a bf16 weight gives the products an fp32 copy of it would.
+inline float weight_value(float w) { return w; }
+inline float weight_value(uint16_t w) {
+  const uint32_t bits = uint32_t{w} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+SLIPSTREAM_AVX512 inline __m512 load16(const float* p, __mmask16 lanes) { return _mm512_maskz_loadu_ps(lanes, p); }
+SLIPSTREAM_AVX512 inline __m512 load16(const uint16_t* p, __mmask16 lanes) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, p)), 16));
+}
+
+// C output features for R rows, float weights W [N, K] row-major (fp32, or bf16 as uint16_t): each
+// weight chunk loaded once serves R rows and each activation chunk C features (R x C independent
+// accumulator chains).
+template <int R, int C, typename W>
+inline void float_tile(const W* w, const float* x, int64_t k, float* out, int64_t stride) {
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
@@ -256,9 +276,9 @@ inline void fp32_tile(const float* w, const float* x, int64_t k, float* out, int
   for (; i + 8 <= k; i += 8) {
     __m256 wv[C];
     for (int c = 0; c < C; ++c) {
-      // Two tiles ahead, as int8_tile: 24.8 -> 22.6 ms for SmolLM2's 120 linears from memory.
-      if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(w + (c + 2 * C) * k + i), _MM_HINT_T0);
-      wv[c] = _mm256_loadu_ps(w + c * k + i);
+      // A cache line two tiles ahead, as int8_tile: 24.8 -> 22.6 ms for SmolLM2's 120 fp32 linears from memory.
+      if (i % (64 / sizeof(W)) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + (c + 2 * C) * k + i), _MM_HINT_T0);
+      wv[c] = load8(w + c * k + i);
     }
     for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_loadu_ps(x + r * k + i);
@@ -268,7 +288,7 @@ inline void fp32_tile(const float* w, const float* x, int64_t k, float* out, int
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
       float sum = hsum(acc[r][c]);
-      for (int64_t j = i; j < k; ++j) sum += w[c * k + j] * x[r * k + j];
+      for (int64_t j = i; j < k; ++j) sum += weight_value(w[c * k + j]) * x[r * k + j];
       out[r * stride + c] = sum;
     }
   }
@@ -276,16 +296,16 @@ inline void fp32_tile(const float* w, const float* x, int64_t k, float* out, int
 
 // The rows in balanced tiles (demo model's linears, one thread: 3 rows 392 -> 296 us, 6 rows 462 -> 413
 // against tiles of 4 and the rest one by one).
-template <int C>
-inline void fp32_tiles(const float* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride) {
+template <int C, typename W>
+inline void float_tiles(const W* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride) {
   balanced_row_tiles<kRowTile>(rows, [&](int64_t m, int64_t r) {
     const float* xr = x + m * k;
     float* o = out + m * stride;
     switch (r) {
-      case 1: fp32_tile<1, C>(w, xr, k, o, stride); break;
-      case 2: fp32_tile<2, C>(w, xr, k, o, stride); break;
-      case 3: fp32_tile<3, C>(w, xr, k, o, stride); break;
-      default: fp32_tile<4, C>(w, xr, k, o, stride);
+      case 1: float_tile<1, C>(w, xr, k, o, stride); break;
+      case 2: float_tile<2, C>(w, xr, k, o, stride); break;
+      case 3: float_tile<3, C>(w, xr, k, o, stride); break;
+      default: float_tile<4, C>(w, xr, k, o, stride);
     }
   });
 }
@@ -293,17 +313,18 @@ inline void fp32_tiles(const float* w, const float* x, int64_t k, int64_t rows, 
 // The same on AVX-512 CPUs: 16 lanes and 32 registers, so a tile holds up to 8 rows x 3 features (24
 // accumulators) and a verification step of up to 8 positions reads the weights once (demo model's
 // linears, one thread: 5 rows 412 -> 327 us, 9 rows 589 -> 431, 16 rows 884 -> 650).
-template <int R, int C>
-SLIPSTREAM_AVX512 inline void fp32_tile_avx512(const float* w, const float* x, int64_t k, float* out, int64_t stride) {
+template <int R, int C, typename W>
+SLIPSTREAM_AVX512 inline void float_tile_avx512(const W* w, const float* x, int64_t k, float* out, int64_t stride) {
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  const __mmask16 all = 0xFFFF;
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
     __m512 wv[C];
     for (int c = 0; c < C; ++c) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + (c + 2 * C) * k + i), _MM_HINT_T0);
-      wv[c] = _mm512_loadu_ps(w + c * k + i);
+      if (i % (64 / sizeof(W)) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + (c + 2 * C) * k + i), _MM_HINT_T0);
+      wv[c] = load16(w + c * k + i, all);
     }
     for (int r = 0; r < R; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * k + i);
@@ -314,61 +335,68 @@ SLIPSTREAM_AVX512 inline void fp32_tile_avx512(const float* w, const float* x, i
     const __mmask16 lanes = static_cast<__mmask16>((1u << (k - i)) - 1);
     for (int r = 0; r < R; ++r) {
       const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + r * k + i);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes, w + c * k + i), xv, acc[r][c]);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(load16(w + c * k + i, lanes), xv, acc[r][c]);
     }
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) out[r * stride + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-template <int C>
-SLIPSTREAM_AVX512 void fp32_tiles_avx512(const float* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride) {
+template <int C, typename W>
+void float_tiles_avx512(const W* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride) {
   balanced_row_tiles<8>(rows, [&](int64_t m, int64_t r) {
     const float* xr = x + m * k;
     float* o = out + m * stride;
     switch (r) {
-      case 1: fp32_tile_avx512<1, C>(w, xr, k, o, stride); break;
-      case 2: fp32_tile_avx512<2, C>(w, xr, k, o, stride); break;
-      case 3: fp32_tile_avx512<3, C>(w, xr, k, o, stride); break;
-      case 4: fp32_tile_avx512<4, C>(w, xr, k, o, stride); break;
-      case 5: fp32_tile_avx512<5, C>(w, xr, k, o, stride); break;
-      case 6: fp32_tile_avx512<6, C>(w, xr, k, o, stride); break;
-      case 7: fp32_tile_avx512<7, C>(w, xr, k, o, stride); break;
-      default: fp32_tile_avx512<8, C>(w, xr, k, o, stride);
+      case 1: float_tile_avx512<1, C>(w, xr, k, o, stride); break;
+      case 2: float_tile_avx512<2, C>(w, xr, k, o, stride); break;
+      case 3: float_tile_avx512<3, C>(w, xr, k, o, stride); break;
+      case 4: float_tile_avx512<4, C>(w, xr, k, o, stride); break;
+      case 5: float_tile_avx512<5, C>(w, xr, k, o, stride); break;
+      case 6: float_tile_avx512<6, C>(w, xr, k, o, stride); break;
+      case 7: float_tile_avx512<7, C>(w, xr, k, o, stride); break;
+      default: float_tile_avx512<8, C>(w, xr, k, o, stride);
     }
   });
 }
 
-template <int C>
-inline void fp32_tiles_any(const float* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride,
-                           bool avx512) {
-  if (avx512) fp32_tiles_avx512<C>(w, x, k, rows, out, stride);
-  else fp32_tiles<C>(w, x, k, rows, out, stride);
+template <int C, typename W>
+inline void float_tiles_any(const W* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride, bool avx512) {
+  if (avx512) float_tiles_avx512<C>(w, x, k, rows, out, stride);
+  else float_tiles<C>(w, x, k, rows, out, stride);
 }
 
-// x [M, K] @ w[N, K]^T for a few rows (decode): MKL's sgemm reaches a third of what the FMA units
-// can do at 4-16 rows on SmolLM2's shapes (2-core AVX2: 55 GFLOPS at 16 rows), where this streams
-// each weight row once per 4 rows from L1 and is bound by the FMAs.
-at::Tensor fp32_matmul(const at::Tensor& x, const at::Tensor& w) {
-  TORCH_CHECK(w.scalar_type() == at::kFloat && w.is_contiguous() && w.dim() == 2, "w must be contiguous fp32 [N, K]");
-  const int64_t n_out = w.size(0), k = w.size(1), m_rows = x.size(0);
-  check_rows(x, k);
-  at::Tensor out = at::empty({m_rows, n_out}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
-  float* op = out.data_ptr<float>();
+template <typename W>
+void float_weight_matmul(const float* xp, const W* wp, int64_t m_rows, int64_t n_out, int64_t k, float* op) {
   constexpr int64_t kFeatures = 3;
   const bool avx512 = avx512_enabled;
-  at::parallel_for(0, (n_out + kFeatures - 1) / kFeatures, 8, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, ceil_div(n_out, kFeatures), 8, [&](int64_t begin, int64_t end) {
     for (int64_t tile = begin; tile < end; ++tile) {
       const int64_t n = tile * kFeatures;
       switch (std::min(kFeatures, n_out - n)) {
-        case 1: fp32_tiles_any<1>(wp + n * k, xp, k, m_rows, op + n, n_out, avx512); break;
-        case 2: fp32_tiles_any<2>(wp + n * k, xp, k, m_rows, op + n, n_out, avx512); break;
-        default: fp32_tiles_any<3>(wp + n * k, xp, k, m_rows, op + n, n_out, avx512);
+        case 1: float_tiles_any<1>(wp + n * k, xp, k, m_rows, op + n, n_out, avx512); break;
+        case 2: float_tiles_any<2>(wp + n * k, xp, k, m_rows, op + n, n_out, avx512); break;
+        default: float_tiles_any<3>(wp + n * k, xp, k, m_rows, op + n, n_out, avx512);
       }
     }
   });
+}
+
+// x [M, K] @ w[N, K]^T for a few rows (decode), w fp32 or bf16: MKL's sgemm reaches a third of what
+// the FMA units can do at 4-16 rows on SmolLM2's shapes (2-core AVX2: 55 GFLOPS at 16 rows), where this
+// streams each weight row once per tile of rows from L1 and is bound by the FMAs; a bf16 weight is
+// half the bytes to stream at one row.
+at::Tensor fp32_matmul(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK((w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.is_contiguous() && w.dim() == 2,
+              "w must be contiguous fp32 or bf16 [N, K]");
+  const int64_t n_out = w.size(0), k = w.size(1), m_rows = x.size(0);
+  check_rows(x, k);
+  at::Tensor out = at::empty({m_rows, n_out}, x.options());
+  if (w.scalar_type() == at::kBFloat16)
+    float_weight_matmul(x.data_ptr<float>(), reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), m_rows, n_out, k,
+                        out.data_ptr<float>());
+  else
+    float_weight_matmul(x.data_ptr<float>(), w.data_ptr<float>(), m_rows, n_out, k, out.data_ptr<float>());
   return out;
 }
 

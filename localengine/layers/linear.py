@@ -17,6 +17,7 @@ from torch import nn
 
 from localengine import distributed
 from localengine.layers.quantization import (
+    Bf16Weight,
     Int4BlockWeight,
     Int4Values,
     Int8Weight,
@@ -51,7 +52,7 @@ class LinearBase(nn.Module):
         self._int4_pieces: dict[int, Int4Values] = {}
 
     def quantize(self, method: str, group_size: int = 32) -> None:
-        """Replace the float weight by `method`'s ("int8", "int4"; vLLM's `quantization=`)."""
+        """Replace the float weight by `method`'s ("bf16", "int8", "int4"; vLLM's `quantization=`)."""
         self.set_quantized(quantize(self.weight, method, group_size))
 
     def set_quantized(self, weight: QuantizedWeight) -> None:
@@ -82,6 +83,8 @@ class LinearBase(nn.Module):
         q = self.quant
         if q is None:
             return (0, 0, [self.weight]) if self.weight.dtype == torch.float32 else None
+        if isinstance(q, Bf16Weight):
+            return 0, 0, [q.weight]  # the fp32 op takes bf16 weights
         if isinstance(q, Int8Weight) and q.qweight.shape[1] % 16 == 0:
             return 1, 0, [q.qweight, q.scales_f32]
         if isinstance(q, Int4BlockWeight):

@@ -77,6 +77,32 @@ def _as_input(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(slots=True)
+class Bf16Weight:
+    """A float weight kept in bf16 and multiplied in fp32: the engine's op widens each value exactly
+    (a bf16 value is the top half of an fp32 one), so the products are an fp32 copy's at half the
+    bytes a decode step streams. From a bf16 checkpoint nothing is lost; from an fp32 one, each value
+    is rounded to 8 bits of mantissa. Longer chunks (a prefill) take PyTorch's fp32 GEMM on an fp32
+    copy made for the call."""
+
+    weight: torch.Tensor  # bf16 [out, in]
+
+    @classmethod
+    def from_float(cls, w: torch.Tensor) -> Bf16Weight:
+        return cls(w.detach().to(torch.bfloat16).contiguous())
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        flat = _rows(x)
+        if _kernel_rows(flat):
+            out = cpu_ops.ops().fp32_matmul(_fp32_rows(flat), self.weight)
+        else:  # in fp32 as well, not the bf16 GEMM the quantized formats' prefill takes on AMX: exact stays exact
+            out = F.linear(flat.float(), self.dequantize())
+        return _as_input(out, x)
+
+    def dequantize(self) -> torch.Tensor:
+        return self.weight.float()
+
+
+@dataclass(slots=True)
 class Int8Weight:
     qweight: torch.Tensor  # int8 [out, in]
     scales: torch.Tensor  # bf16 [out]
@@ -227,7 +253,7 @@ def int4_weight(v: Int4Values) -> Int4BlockWeight | Int4Weight:
     return Int4Weight.from_values(v)
 
 
-QuantizedWeight = Int8Weight | Int4Weight | Int4BlockWeight
+QuantizedWeight = Bf16Weight | Int8Weight | Int4Weight | Int4BlockWeight
 INT4_WEIGHT_TYPES = (Int4Weight, Int4BlockWeight)
 
 
@@ -241,6 +267,8 @@ def int4_group_size(in_features: int, preferred: int) -> int:
 
 
 def quantize(w: torch.Tensor, method: str, group_size: int = 32) -> QuantizedWeight:
+    if method == "bf16":
+        return Bf16Weight.from_float(w)
     if method == "int8":
         return Int8Weight.from_float(w)
     if method == "int4":

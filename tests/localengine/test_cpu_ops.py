@@ -137,6 +137,17 @@ def test_fp32_linear_for_few_rows(matmul_kernels, rows, features, inputs):
                                rtol=1e-4, atol=1e-4 * inputs ** 0.5)
 
 
+@pytest.mark.parametrize("width", ["avx2", "avx512"])
+@pytest.mark.parametrize("rows", [1, 3, 9, 17])
+@pytest.mark.parametrize(("features", "inputs"), [(7, 20), (96, 576), (3, 1536)])
+def test_bf16_weights_multiply_as_their_fp32_copy(width, rows, features, inputs):
+    """The fp32 op widens a bf16 weight exactly: the same output, bit for bit, as the fp32 copy gives."""
+    torch.manual_seed(0)
+    x, w = torch.randn(rows, inputs), torch.randn(features, inputs).to(torch.bfloat16)
+    with ops_at_width(width):
+        torch.testing.assert_close(cpu_ops.ops().fp32_matmul(x, w), cpu_ops.ops().fp32_matmul(x, w.float()), rtol=0, atol=0)
+
+
 @needs_ops
 @pytest.mark.parametrize("lens", [[1], [17, 33, 5], [64]])
 def test_decode_attention_reads_the_paged_cache_in_place(lens):

@@ -16,6 +16,7 @@ from localengine.kernels import cpu_ops
 from localengine.layers.linear import ColumnParallelLinear, LinearBase, RowParallelLinear
 from localengine.layers.quantization import (
     INT4_WEIGHT_TYPES,
+    Bf16Weight,
     Int4BlockWeight,
     Int4Values,
     Int4Weight,
@@ -185,6 +186,34 @@ def test_engine_runs_int8_and_int4(llama_dir):
         assert isinstance(model.model.embed_tokens.quant, Int8Weight) and isinstance(model.lm_head.quant, Int8Weight)
         out = llm.generate(["def add(a, b):", [5, 6, 7]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
         assert [len(o.outputs[0].token_ids) for o in out] == [8, 8]
+
+
+def test_bf16_weights_give_an_fp32_copys_tokens_and_logprobs(llama_dir, tmp_path):
+    """quantization="bf16" keeps the linears' weights in bf16 and multiplies in fp32: on a checkpoint
+    whose values are bf16 already, the tokens and log-probabilities are an fp32 engine's, bit for bit
+    (decode rows widen each weight exactly; a prefill multiplies an fp32 copy), batched and long enough
+    that the prompt goes through the prefill GEMM."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    rounded = tmp_path / "bf16-valued"
+    shutil.copytree(llama_dir, rounded)
+    for file in rounded.glob("*.safetensors"):
+        tensors = load_file(file)
+        save_file({name: t.to(torch.bfloat16).float() if t.is_floating_point() else t for name, t in tensors.items()},
+                  file, metadata={"format": "pt"})
+    prompts = [_tiny_ids(40), [5, 6, 7], "def add(a, b):"]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)
+    kept = make_llm(rounded, quantization="bf16")
+    model = kept.llm_engine.model_runner.model
+    linears = [m for m in model.modules() if isinstance(m, LinearBase)]
+    assert linears and all(isinstance(m.quant, Bf16Weight) and m.quant.weight.dtype == torch.bfloat16 for m in linears)
+    got = kept.generate(prompts, params)
+    expected = make_llm(rounded).generate(prompts, params)
+    for g, e in zip(got, expected, strict=True):
+        assert g.outputs[0].token_ids == e.outputs[0].token_ids
+        assert g.outputs[0].logprobs == e.outputs[0].logprobs
 
 
 def _tiny_ids(n: int) -> list[int]:
