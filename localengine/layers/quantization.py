@@ -98,6 +98,10 @@ class Bf16Weight:
             out = F.linear(flat.float(), self.dequantize())
         return _as_input(out, x)
 
+    def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Rows widened to `dtype` (an embedding lookup)."""
+        return self.weight[ids].to(dtype)
+
     def dequantize(self) -> torch.Tensor:
         return self.weight.float()
 

@@ -12,13 +12,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from localengine import distributed
-from localengine.layers.quantization import Int8Weight, float_linear
+from localengine.layers.quantization import Bf16Weight, Int8Weight, float_linear
 
 
 class VocabParallelEmbedding(nn.Module):
     weight: nn.Parameter
-    quant: Int8Weight | None = None  # after `quantize_int8`: looked up and multiplied from int8 rows
-    dtype: torch.dtype = torch.float32  # of the rows an int8 lookup returns
+    quant: Int8Weight | Bf16Weight | None = None  # after `quantize`: looked up and multiplied from int8 or bf16 rows
+    dtype: torch.dtype = torch.float32  # of the rows such a lookup returns
 
     def __init__(self, vocab_size: int, hidden_size: int, tp_rank: int = 0, tp_size: int = 1):
         super().__init__()
@@ -32,12 +32,16 @@ class VocabParallelEmbedding(nn.Module):
         param.data.zero_()  # padding rows past the vocabulary stay zero
         param.data[: rows.shape[0]].copy_(rows)
 
-    def quantize_int8(self) -> None:
-        """int8 rows with one scale each, for the lookup and (tied, or as the LM head) the logits'
-        matmul: a quarter of fp32's bytes, and the LM head is a fifth of a small model's weights."""
-        self.set_quantized(Int8Weight.from_float(self.weight), self.weight.dtype)
+    def quantize(self, method: str) -> None:
+        """"int8": rows with one scale each, for the lookup and (tied, or as the LM head) the logits'
+        matmul: a quarter of fp32's bytes, and the LM head is a fifth of a small model's weights.
+        "bf16": the rows in bf16, widened exactly for both."""
+        if method not in ("int8", "bf16"):
+            raise ValueError(f"an embedding is kept as int8 or bf16, not {method!r}")
+        weight = Int8Weight.from_float(self.weight) if method == "int8" else Bf16Weight.from_float(self.weight)
+        self.set_quantized(weight, self.weight.dtype)
 
-    def set_quantized(self, weight: Int8Weight, dtype: torch.dtype) -> None:
+    def set_quantized(self, weight: Int8Weight | Bf16Weight, dtype: torch.dtype) -> None:
         self.quant, self.dtype = weight, dtype
         if "weight" in self._parameters:
             del self.weight

@@ -73,8 +73,8 @@ def _module_of(model: LlamaForCausalLM, name: str) -> tuple[str, int]:
 
 def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | None,
                       group_size: int = DEFAULT_INT4_GROUP_SIZE, hf_config: dict[str, Any] | None = None) -> QuantizationPlan:
-    """None: nothing. "bf16": every attention and MLP linear kept in bf16 (multiplied in fp32), after
-    loading; the embedding and LM head as loaded. "int8" / "int4": every attention and MLP linear, after loading; the embedding
+    """None: nothing. "bf16": every attention and MLP linear, the embedding and the LM head kept in bf16
+    (multiplied in fp32), after loading. "int8" / "int4": every attention and MLP linear, after loading; the embedding
     (and the LM head, tied or not) int8. "gguf": what the file holds: linears whose pieces are all
     4-bit blocks (Q4_0, Q4_1, Q4_K) load as int4 at group 32; every other quantized weight (Q8_0,
     Q6_K, ..., a fused layer mixing types, the embedding) is dequantized exactly and requantized
@@ -90,8 +90,10 @@ def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | N
                              f"(quantization_config.quant_method)")
         return QuantizationPlan(int4_modules=frozenset(n for n, m in model.named_modules() if isinstance(m, LinearBase)),
                                 int4_checkpoint=fmt)
-    if quantization == "bf16":  # the linears only: the embedding and LM head stay as loaded
-        return QuantizationPlan(after=tuple((name, "bf16") for name, m in model.named_modules() if isinstance(m, LinearBase)))
+    if quantization == "bf16":
+        float_modules = [name for name, m in model.named_modules() if isinstance(m, LinearBase)]
+        float_modules += ["model.embed_tokens"] + ([] if model.args.tie_word_embeddings else ["lm_head"])
+        return QuantizationPlan(after=tuple((name, "bf16") for name in float_modules))
     embeddings = [("model.embed_tokens", "int8")] + ([] if model.args.tie_word_embeddings else [("lm_head", "int8")])
     if quantization in ("int8", "int4"):
         linears = [(name, quantization) for name, m in model.named_modules() if isinstance(m, LinearBase)]
@@ -155,7 +157,7 @@ def quantize_loaded(model: LlamaForCausalLM, plan: QuantizationPlan) -> None:
     for name, method in plan.after:
         module = model.get_submodule(name)
         if isinstance(module, VocabParallelEmbedding):
-            module.quantize_int8()
+            module.quantize(method)
         else:
             cast(LinearBase, module).quantize(method, plan.group_size)
     if model.args.tie_word_embeddings and model.model.embed_tokens.quant is not None:

@@ -93,7 +93,7 @@ def test_one_call_greedy_proposal_is_the_stages(monkeypatch, variant):
             assert torch.equal(native, model.propose_greedy(hidden, last, 4))
     assert calls
     if config.target_embeddings:
-        target.quantize_int8()
+        target.quantize("int8")
         assert model._native_greedy(torch.randn(1, 40), torch.tensor([5]), 4) is None
 
 

@@ -189,7 +189,7 @@ def test_engine_runs_int8_and_int4(llama_dir):
 
 
 def test_bf16_weights_give_an_fp32_copys_tokens_and_logprobs(llama_dir, tmp_path):
-    """quantization="bf16" keeps the linears' weights in bf16 and multiplies in fp32: on a checkpoint
+    """quantization="bf16" keeps the weights (linears, embedding, LM head) in bf16 and multiplies in fp32: on a checkpoint
     whose values are bf16 already, the tokens and log-probabilities are an fp32 engine's, bit for bit
     (decode rows widen each weight exactly; a prefill multiplies an fp32 copy), batched and long enough
     that the prompt goes through the prefill GEMM."""
@@ -209,6 +209,7 @@ def test_bf16_weights_give_an_fp32_copys_tokens_and_logprobs(llama_dir, tmp_path
     model = kept.llm_engine.model_runner.model
     linears = [m for m in model.modules() if isinstance(m, LinearBase)]
     assert linears and all(isinstance(m.quant, Bf16Weight) and m.quant.weight.dtype == torch.bfloat16 for m in linears)
+    assert isinstance(model.model.embed_tokens.quant, Bf16Weight) and isinstance(model.lm_head.quant, Bf16Weight)
     got = kept.generate(prompts, params)
     expected = make_llm(rounded).generate(prompts, params)
     for g, e in zip(got, expected, strict=True):
