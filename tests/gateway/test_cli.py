@@ -137,3 +137,18 @@ def anthropic_client(port: int):
     import anthropic
 
     return anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="sk-slipstream-local", max_retries=0, timeout=120)
+
+
+@requires_extra("engine")
+def test_engine_serve_offers_every_weight_format_the_engine_takes():
+    """The CLI lists the formats itself (importing the engine's config would load torch for every
+    command), so this keeps the two lists equal."""
+    from gateway.cli import build_parser
+    from localengine.config import QUANTIZATIONS
+
+    args = build_parser().parse_args(["engine", "serve", "--model", "demo"])
+    assert args.quantization is None
+    for name in QUANTIZATIONS:
+        assert build_parser().parse_args(["engine", "serve", "--model", "demo", "--quantization", name]).quantization == name
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["engine", "serve", "--model", "demo", "--quantization", "int3"])
