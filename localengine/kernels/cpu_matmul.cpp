@@ -64,6 +64,16 @@ inline void balanced_row_tiles(int64_t rows, Tile&& tile) {
   }
 }
 
+// tile.template operator()<R>() for R = rows (1..kMax): a tile's row count as the template argument
+// its accumulator arrays are sized by.
+template <int kMax, typename Tile>
+inline void with_rows(int64_t rows, Tile&& tile) {
+  if constexpr (kMax > 1) {
+    if (rows < kMax) return with_rows<kMax - 1>(rows, tile);
+  }
+  tile.template operator()<kMax>();
+}
+
 // C output features for R activation rows: out[r * stride + c] = scale_c * sum_i q_c,i x_r,i. The
 // R x C x 2 accumulators are independent FMA chains: with one feature and two chains a row was bound
 // by the FMA latency, not by memory.
@@ -117,18 +127,7 @@ template <int C>
 void int8_tiles_avx512(const int8_t* rows, const float* x, int64_t k, int64_t m_rows, const float* scales,
                        float* out, int64_t stride) {
   balanced_row_tiles<8>(m_rows, [&](int64_t m, int64_t r) {
-    const float* xr = x + m * k;
-    float* o = out + m * stride;
-    switch (r) {
-      case 1: int8_tile_avx512<1, C>(rows, xr, k, scales, o, stride); break;
-      case 2: int8_tile_avx512<2, C>(rows, xr, k, scales, o, stride); break;
-      case 3: int8_tile_avx512<3, C>(rows, xr, k, scales, o, stride); break;
-      case 4: int8_tile_avx512<4, C>(rows, xr, k, scales, o, stride); break;
-      case 5: int8_tile_avx512<5, C>(rows, xr, k, scales, o, stride); break;
-      case 6: int8_tile_avx512<6, C>(rows, xr, k, scales, o, stride); break;
-      case 7: int8_tile_avx512<7, C>(rows, xr, k, scales, o, stride); break;
-      default: int8_tile_avx512<8, C>(rows, xr, k, scales, o, stride);
-    }
+    with_rows<8>(r, [&]<int R>() { int8_tile_avx512<R, C>(rows, x + m * k, k, scales, out + m * stride, stride); });
   });
 }
 
@@ -229,14 +228,9 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& q, const at::Tenso
       else {
         for (int64_t f = 0; f < features; ++f) {
           balanced_row_tiles<kRowTile>(m_rows, [&](int64_t m, int64_t r) {
-            const float* xr = xp + m * k;
-            float* o = op + m * n_out + n + f;
-            switch (r) {
-              case 1: int8_tile<1, 1>(rows + f * k, xr, k, sp + n + f, o, n_out); break;
-              case 2: int8_tile<2, 1>(rows + f * k, xr, k, sp + n + f, o, n_out); break;
-              case 3: int8_tile<3, 1>(rows + f * k, xr, k, sp + n + f, o, n_out); break;
-              default: int8_tile<4, 1>(rows + f * k, xr, k, sp + n + f, o, n_out);
-            }
+            with_rows<kRowTile>(r, [&]<int R>() {
+              int8_tile<R, 1>(rows + f * k, xp + m * k, k, sp + n + f, op + m * n_out + n + f, n_out);
+            });
           });
         }
       }
@@ -258,6 +252,10 @@ inline float weight_value(uint16_t w) {
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+SLIPSTREAM_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+SLIPSTREAM_AVX512 inline __m512 load16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 }
 SLIPSTREAM_AVX512 inline __m512 load16(const float* p, __mmask16 lanes) { return _mm512_maskz_loadu_ps(lanes, p); }
 SLIPSTREAM_AVX512 inline __m512 load16(const uint16_t* p, __mmask16 lanes) {
@@ -299,14 +297,7 @@ inline void float_tile(const W* w, const float* x, int64_t k, float* out, int64_
 template <int C, typename W>
 inline void float_tiles(const W* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride) {
   balanced_row_tiles<kRowTile>(rows, [&](int64_t m, int64_t r) {
-    const float* xr = x + m * k;
-    float* o = out + m * stride;
-    switch (r) {
-      case 1: float_tile<1, C>(w, xr, k, o, stride); break;
-      case 2: float_tile<2, C>(w, xr, k, o, stride); break;
-      case 3: float_tile<3, C>(w, xr, k, o, stride); break;
-      default: float_tile<4, C>(w, xr, k, o, stride);
-    }
+    with_rows<kRowTile>(r, [&]<int R>() { float_tile<R, C>(w, x + m * k, k, out + m * stride, stride); });
   });
 }
 
@@ -318,13 +309,12 @@ SLIPSTREAM_AVX512 inline void float_tile_avx512(const W* w, const float* x, int6
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  const __mmask16 all = 0xFFFF;
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
     __m512 wv[C];
     for (int c = 0; c < C; ++c) {
       if (i % (64 / sizeof(W)) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + (c + 2 * C) * k + i), _MM_HINT_T0);
-      wv[c] = load16(w + c * k + i, all);
+      wv[c] = load16(w + c * k + i);
     }
     for (int r = 0; r < R; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * k + i);
@@ -345,18 +335,7 @@ SLIPSTREAM_AVX512 inline void float_tile_avx512(const W* w, const float* x, int6
 template <int C, typename W>
 void float_tiles_avx512(const W* w, const float* x, int64_t k, int64_t rows, float* out, int64_t stride) {
   balanced_row_tiles<8>(rows, [&](int64_t m, int64_t r) {
-    const float* xr = x + m * k;
-    float* o = out + m * stride;
-    switch (r) {
-      case 1: float_tile_avx512<1, C>(w, xr, k, o, stride); break;
-      case 2: float_tile_avx512<2, C>(w, xr, k, o, stride); break;
-      case 3: float_tile_avx512<3, C>(w, xr, k, o, stride); break;
-      case 4: float_tile_avx512<4, C>(w, xr, k, o, stride); break;
-      case 5: float_tile_avx512<5, C>(w, xr, k, o, stride); break;
-      case 6: float_tile_avx512<6, C>(w, xr, k, o, stride); break;
-      case 7: float_tile_avx512<7, C>(w, xr, k, o, stride); break;
-      default: float_tile_avx512<8, C>(w, xr, k, o, stride);
-    }
+    with_rows<8>(r, [&]<int R>() { float_tile_avx512<R, C>(w, x + m * k, k, out + m * stride, stride); });
   });
 }
 
@@ -495,12 +474,9 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
           for (int64_t f = 0; f < features; ++f) {
             const uint8_t* row = rows + f * (k / 2);
             const float* srow = srows + f * groups;
-            switch (tile) {
-              case 1: int4_tiles<1, 1>(row, k / 2, xr, xs, k, srow, groups, group_shift, o + f, n_out); break;
-              case 2: int4_tiles<2, 1>(row, k / 2, xr, xs, k, srow, groups, group_shift, o + f, n_out); break;
-              case 3: int4_tiles<3, 1>(row, k / 2, xr, xs, k, srow, groups, group_shift, o + f, n_out); break;
-              default: int4_tiles<4, 1>(row, k / 2, xr, xs, k, srow, groups, group_shift, o + f, n_out);
-            }
+            with_rows<kRowTile>(tile, [&]<int R>() {
+              int4_tiles<R, 1>(row, k / 2, xr, xs, k, srow, groups, group_shift, o + f, n_out);
+            });
           }
         }
       }
