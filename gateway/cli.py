@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "bfloat16 prefills faster on CPUs with AMX but decodes slower there: the "
                                    "engine's decode ops are fp32; see --quantization bf16)")
     engine_serve.add_argument("--quantization", choices=("none", "bf16", "int8", "int4", "gguf", "awq", "gptq"),
-                              help="weights (vLLM's name): bf16: the linears' weights kept in bf16, multiplied "
+                              help="weights (vLLM's name): bf16: the weights (linears, embedding, LM head) kept in bf16, multiplied "
                                    "in fp32 (half the bytes a decode reads; lossless for a bf16 checkpoint); "
                                    "int8 / int4 weight-only for the linears, the embedding int8; gguf: a GGUF's blocks kept quantized; awq / gptq: such a checkpoint's "
                                    "4-bit linears (inferred from its config.json when left out); none (default): "

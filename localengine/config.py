@@ -138,8 +138,8 @@ class Config:
     speculative_config: dict[str, Any] | SpeculativeConfig | None = None
     # vLLM's names. Weights (models/loader.py): None (or "none") runs them in `dtype`, a GGUF's blocks
     # dequantized as they load; "gguf" keeps a GGUF's blocks (4-bit ones as int4, other quantized
-    # types int8); "bf16" keeps the linears' weights in bf16, multiplied in fp32 (lossless for a bf16
-    # checkpoint); "int8" / "int4" quantize the linears (and the embedding to int8) after loading;
+    # types int8); "bf16" keeps the weights (linears, embedding, LM head) in bf16, multiplied in fp32
+    # (lossless for a bf16 checkpoint); "int8" / "int4" quantize the linears (and the embedding to int8) after loading;
     # "awq" / "gptq" (inferred from such a checkpoint's config.json) load its 4-bit linears as they
     # are. KV cache: "auto" stores keys and values in `dtype`, "int8" and "fp8" (e4m3; also
     # "fp8_e4m3") one byte each with static per-channel scales (kernels/kv_quant.py).
@@ -156,8 +156,8 @@ class Config:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise NotImplementedError(
                 f"quantization {self.quantization!r} is not implemented; supported: None or 'none' (weights in "
-                f"`dtype`, GGUF blocks dequantized), 'gguf' (a GGUF's blocks kept quantized), 'bf16' (the linears' "
-                f"weights in bf16, multiplied in fp32), 'int8' (weight-only, "
+                f"`dtype`, GGUF blocks dequantized), 'gguf' (a GGUF's blocks kept quantized), 'bf16' (the weights "
+                f"in bf16, multiplied in fp32), 'int8' (weight-only, "
                 f"per output row), 'int4' (weight-only, groups of 32), 'awq' / 'gptq' (4-bit checkpoints in those "
                 f"layouts; inferred from their config.json)")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:

@@ -90,12 +90,9 @@ def quantization_plan(model: LlamaForCausalLM, path: Path, quantization: str | N
                              f"(quantization_config.quant_method)")
         return QuantizationPlan(int4_modules=frozenset(n for n, m in model.named_modules() if isinstance(m, LinearBase)),
                                 int4_checkpoint=fmt)
-    if quantization == "bf16":
-        float_modules = [name for name, m in model.named_modules() if isinstance(m, LinearBase)]
-        float_modules += ["model.embed_tokens"] + ([] if model.args.tie_word_embeddings else ["lm_head"])
-        return QuantizationPlan(after=tuple((name, "bf16") for name in float_modules))
-    embeddings = [("model.embed_tokens", "int8")] + ([] if model.args.tie_word_embeddings else [("lm_head", "int8")])
-    if quantization in ("int8", "int4"):
+    if quantization in ("bf16", "int8", "int4"):
+        rows = "bf16" if quantization == "bf16" else "int8"  # how the embedding and LM head are kept
+        embeddings = [("model.embed_tokens", rows)] + ([] if model.args.tie_word_embeddings else [("lm_head", rows)])
         linears = [(name, quantization) for name, m in model.named_modules() if isinstance(m, LinearBase)]
         return QuantizationPlan(after=tuple(linears + embeddings), group_size=group_size)
     if quantization != "gguf":

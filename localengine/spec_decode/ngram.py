@@ -7,6 +7,7 @@ Code, quoting and summarisation repeat their context, which is where this pays o
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from localengine.engine.sequence import Sequence
@@ -58,10 +59,10 @@ class NgramProposer:
     def __init__(self, prompt_lookup_min: int, prompt_lookup_max: int):
         self.min_n = prompt_lookup_min
         self.max_n = prompt_lookup_max
-        self.indexes: dict[str, NgramIndex] = {}
+        self.indexes: defaultdict[str, NgramIndex] = defaultdict(NgramIndex)
 
     def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
-        return [Proposal(self.indexes.setdefault(s.request_id, NgramIndex()).propose(s.token_ids, self.min_n, self.max_n, k))
+        return [Proposal(self.indexes[s.request_id].propose(s.token_ids, self.min_n, self.max_n, k))
                 for s, k in zip(seqs, num_tokens, strict=True)]
 
     def free(self, request_id: str) -> None:
