@@ -39,6 +39,7 @@ from sdk.promptcache.keys import with_team_key
 from sdk.services import Services
 from sdk.spend import budget_check, cost_usd, periods, price_of, spend_record, worst_cost_usd
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend, team_slot
+from sdk.state.ownership import ownership_of
 from sdk.streams import close_after, on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
 
@@ -115,6 +116,8 @@ class LimitsStage:
         # Every pipeline request passes here once its team is known: a client's own provider
         # prompt_cache_key is namespaced to the team before anything else reads the body.
         ctx.request = with_team_key(ctx.request, self.team)
+        # A file the request names is read by the provider under the shared key: the team's own only.
+        await ownership_of(self.state).check_files(self.team, (ctx.request.body,))
         admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request))
         try:
             answer = await call_next(ctx)

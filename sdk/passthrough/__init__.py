@@ -16,7 +16,9 @@ provider's key in place of the client's team key. Both doors reach `forward` thr
    otherwise.
 4. Objects are the creating team's (sdk/state/ownership.py): an id the team does not own answers
    the provider's 404 without going upstream, list pages show only the team's own objects, and a
-   batch's `input_file_id` must be the team's own file. `results_url` is pointed at the gateway.
+   batch's `input_file_id` must be the team's own file, and so must every file a completion, a
+   message batch's request or a batch input line names (sdk/state/ownership.py:referenced_files).
+   `results_url` is pointed at the gateway.
    A client `prompt_cache_key` (a completion's, an uploaded file's lines', a message batch's
    params') is namespaced to the team, as the pipeline does for a call (sdk/promptcache/keys.py).
 5. Spend: a completion's usage at the model's price; batch results at batch rates (half price)
@@ -76,7 +78,7 @@ from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
 from sdk.state import in_background
 from sdk.state.backend import Admission
-from sdk.state.ownership import KEEP_S, Ownership, ownership_of
+from sdk.state.ownership import KEEP_S, MISSING_FILE, Ownership, ownership_of
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 
 __all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]
@@ -88,7 +90,7 @@ BATCH_RATE = 0.5  # both providers bill batch usage at half the price of a call
 BATCH_EXACT = 64  # a batch's first requests have their input tokenized for its worst cost; the rest counted by length
 _LINE_ENDPOINTS = {"/v1/responses": Endpoint.RESPONSES, "/v1/embeddings": Endpoint.EMBEDDINGS}  # else counted as chat
 _MISSING = {  # what the provider answers for an id it does not have, per kind of object
-    "file": "No such File object: {}",
+    "file": MISSING_FILE,
     "batch": "No batch found with id '{}'.",
     "message_batch": "message_batch: {} not found",
 }
@@ -273,6 +275,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     if op.spends:  # read whole: what it runs is checked before anything leaves
         raw = await _whole(body, limit)
         request = json_object(raw, f"{method} {op.upstream_path}")
+        await ex.owners.check_files(team.team, (request,))  # a message batch's requests may name files
         if keyed_params(request, team.team) if op.kind == "message_batch" else keyed_body(request, team.team):
             raw = orjson.dumps(request)
         body, length = raw, len(raw)
@@ -290,6 +293,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
             raise ex.not_found("file", str(file_id))
         lines = await _input_file_lines(provider, file_id, limit)
+        await ex.owners.check_files(team.team, [line for _, line in lines])
         ex.check_models([str(line.get("model") or "") for _, line in lines])
         batch_worst = ex.worst_cost([LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line) for url, line in lines])
     if batch_worst:  # it runs after this call answers: only a batch whose worst case fits is created

@@ -6,6 +6,11 @@ on every later read, download, list, delete, cancel and use (sdk/passthrough/). 
 (`KIND:ID`) holding a value (the team, or for a batch's output file the batch that made it), kept
 `KEEP_S`; an object the gateway has no record of is nobody's, so it answers as not found.
 
+A file is also used by naming it inside a request that runs a model (a chat `file` part, a
+Responses `input_file` or `input_image`, an Anthropic `source` of type `file`, a code interpreter's
+`file_ids`): the provider reads it with the shared key, so `referenced_files` finds those ids in a
+body and each must be the team's (`Ownership.unowned_file`) before the request is sent.
+
 Where records live follows the state backend: in process for `LocalState` (one store per process,
 so every drop-in client and the proxy's workers-of-one agree), in Redis next to the limits for a
 shared backend, so every replica agrees. While Redis is away a replica writes and reads its own
@@ -16,10 +21,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
+from sdk.errors import NotFoundError
 from sdk.state.backend import StateBackend
 
+MISSING_FILE = "No such File object: {}"  # what the provider answers for a file it does not have
 KEEP_S = 400 * 86_400  # longer than any provider keeps an object it did not get a delete for
 
 
@@ -112,10 +119,55 @@ class Ownership:
         if records:
             await self.records.put(records, KEEP_S)
 
+    async def check_files(self, team: str, bodies: Iterable[Any]) -> None:
+        """Refuse, with the provider's 404 for a file it does not have, request bodies that name a
+        file the team does not own (`referenced_files`); one round trip for all of them."""
+        named = list(dict.fromkeys(fid for body in bodies for fid in referenced_files(body)))
+        if not named:
+            return
+        owned = await self.owned(team, "file", named)
+        missing = next((fid for fid in named if fid not in owned), None)
+        if missing is not None:
+            raise NotFoundError(MISSING_FILE.format(missing))
+
     async def file(self, team: str, file_id: str) -> tuple[bool, str | None]:
         """(whether the team owns the file, the batch it is an output of, if any) in one round trip."""
         owner, batch = await self.records.get([f"file:{file_id}", f"output:{file_id}"])
         return owner == team, batch
+
+
+_FILE_PARTS = frozenset({"file", "input_file", "input_image", "container_upload"})  # parts naming a file by `file_id`
+_FREE_FORM = frozenset({"parameters", "input_schema", "schema", "json_schema", "metadata", "arguments"})  # the client's own JSON
+
+
+def referenced_files(body: Any) -> list[str]:
+    """The provider file ids a request body makes the provider read, wherever the wire formats put
+    them: a Chat Completions `{"type": "file", "file": {"file_id"}}` part, a Responses `input_file` /
+    `input_image` part, an Anthropic `{"type": "file", "file_id"}` source or `container_upload`
+    block, and a tool's `container.file_ids` (code interpreter). Tool schemas, tool-call inputs and
+    metadata are the client's own JSON and are not read."""
+    found: list[str] = []
+    stack = [body]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(value)
+            continue
+        if not isinstance(value, dict):
+            continue
+        kind = value.get("type")
+        if kind in _FILE_PARTS:
+            inner = value.get("file")  # Chat Completions nests it: {"type": "file", "file": {"file_id"}}
+            named: dict[str, Any] = inner if kind == "file" and isinstance(inner, dict) else value
+            if isinstance(file_id := named.get("file_id"), str):
+                found.append(file_id)
+        ids = value.get("file_ids")
+        if isinstance(ids, list):
+            found += [fid for fid in ids if isinstance(fid, str)]
+        tool_call = isinstance(kind, str) and kind.endswith("tool_use")  # its `input` is the model's arguments
+        stack.extend(v for k, v in value.items() if isinstance(v, (dict, list)) and k not in _FREE_FORM
+                     and not (tool_call and k == "input"))
+    return found
 
 
 _LOCAL = LocalRecords()  # one per process: what every in-process backend's teams created

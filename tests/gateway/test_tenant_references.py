@@ -1,0 +1,105 @@
+"""Ids one team's request names inside another endpoint's body or query: teams that share one provider
+key (the emulator's `up-openai` / `up-anthropic`) cannot have the provider read another team's file
+through a chat `file` part, a Responses `input_file` / `input_image`, or a batch input line, nor
+use another team's object id as a list cursor (the page after it told whether it exists and where)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import orjson
+import pytest
+
+import sdk
+from gateway.testing import RunningServer, running_proxy
+from tests.helpers import oai, write_policy
+
+A, B = "sk-alpha-refs", "sk-beta-refs"
+MSG = {"model": "claude-sonnet-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory, emulator) -> Path:
+    directory = tmp_path_factory.mktemp("references")
+    write_policy(directory, "alpha", A, emulator.url)
+    write_policy(directory, "beta", B, emulator.url)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def proxy(policies) -> Iterator[RunningServer]:
+    with running_proxy([policies]) as running:
+        yield running
+
+
+def _sent(emulator, needle: str) -> list[dict]:
+    return [r for r in emulator.app.state.recent if needle in r["path"]]
+
+
+def _uses(file_id: str) -> list[tuple[str, object]]:
+    """Every pipeline request shape that makes the provider read a file by its id."""
+    chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Summarize the file."}, {"type": "file", "file": {"file_id": file_id}}]}]}
+    responses = {"model": "gpt-4o-mini", "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "Summarize the file."}, {"type": "input_file", "file_id": file_id}]}]}
+    image = {"model": "gpt-4o-mini", "input": [{"role": "user", "content": [
+        {"type": "input_image", "file_id": file_id}]}]}
+    return [("/chat/completions", chat), ("/responses", responses), ("/responses", image)]
+
+
+@pytest.mark.parametrize("door", ["proxy", "drop-in"])
+def test_another_teams_file_cannot_be_read_through_a_message(proxy, policies, fresh_emulator, door):
+    secret = oai(proxy, B).files.create(file=("secret.txt", b"BETA CONFIDENTIAL " + uuid.uuid4().hex.encode()), purpose="user_data")
+    alpha = oai(proxy, A) if door == "proxy" else sdk.OpenAI(policy=policies / "alpha.yaml", max_retries=0)
+    for file_id in (secret.id, "file-madeup"):  # another team's id answers as one nobody made
+        for path, body in _uses(file_id):
+            fresh_emulator.app.state.recent.clear()
+            with pytest.raises(openai.NotFoundError) as refused:
+                alpha.post(path, body=body, cast_to=object)
+            assert refused.value.body["message"] == f"No such File object: {file_id}"
+            assert _sent(fresh_emulator, path) == []  # the provider never saw the id under the shared key
+
+
+def test_a_teams_own_file_still_goes_upstream(proxy, fresh_emulator):
+    beta = oai(proxy, B)
+    own = beta.files.create(file=("own.txt", b"BETA"), purpose="user_data")
+    for path, body in _uses(own.id):
+        fresh_emulator.app.state.recent.clear()
+        try:
+            beta.post(path, body=body, cast_to=object)
+        except openai.APIStatusError as exc:  # the emulator may not read file parts; the gateway let it through
+            assert "No such File object" not in str(exc.body)
+        assert _sent(fresh_emulator, path)
+
+
+def test_a_batch_line_cannot_read_another_teams_file(proxy, fresh_emulator):
+    alpha, beta = oai(proxy, A), oai(proxy, B)
+    secret = beta.files.create(file=("secret.txt", b"BETA CONFIDENTIAL"), purpose="user_data")
+    _, chat = _uses(secret.id)[0]
+    line = orjson.dumps({"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": chat})
+    source = alpha.files.create(file=("in.jsonl", line + b"\n"), purpose="batch")
+    fresh_emulator.app.state.recent.clear()
+    with pytest.raises(openai.NotFoundError) as refused:
+        alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert refused.value.body["message"] == f"No such File object: {secret.id}"
+    assert [r for r in _sent(fresh_emulator, "/batches") if r["method"] == "POST"] == []
+
+
+def test_only_the_places_a_provider_reads_a_file_from_are_read():
+    from sdk.state.ownership import referenced_files
+
+    body = {
+        "messages": [
+            {"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "file_anthropic"}},
+                                         {"type": "container_upload", "file_id": "file_upload"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "read",
+                                               "input": {"type": "file", "file_id": "the model's argument"}}]},
+        ],
+        "tools": [{"name": "read", "input_schema": {"type": "object", "properties": {"file_id": {"type": "string"}}}},
+                  {"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_ci"]}}],
+        "metadata": {"type": "file", "file_id": "client metadata"},
+    }
+    assert sorted(referenced_files(body)) == ["file_anthropic", "file_ci", "file_upload"]
