@@ -60,7 +60,8 @@ _NONE = (None,)
 FIELDS: dict[Shape, dict[str, Field]] = {
     Shape.CHAT: {
         "model": Field(T, "model (the route's target model)"),
-        "messages": Field(T, "system, messages (system/developer → system; tool → tool_result blocks; images)"),
+        "messages": Field(T, "system, messages (system/developer → system; tool → tool_result blocks; images; "
+                                 "`cache_control` on a part or message → a breakpoint on the block made from it)"),
         "max_completion_tokens": Field(T, "max_tokens"),
         "max_tokens": Field(T, "max_tokens (default 8192 when neither is sent)"),
         "stop": Field(T, "stop_sequences"),
@@ -68,7 +69,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "stream_options": Field(T, "include_usage: the usage chunk is built from Anthropic's usage"),
         "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1)"),
         "top_p": Field(T, "top_p"),
-        "tools": Field(T, "tools (function tools; others refused)"),
+        "tools": Field(T, "tools (function tools, with their `cache_control`; others refused)"),
         "tool_choice": Field(T, "tool_choice (auto/none/required/named)"),
         "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
         "response_format": Field(T, "json_schema → output_config.format (structured outputs); json_object (and "

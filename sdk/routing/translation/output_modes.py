@@ -35,15 +35,19 @@ class JsonMode:
     def prefill(self) -> str:
         return "" if self.native else PREFILL
 
-    def apply(self, out: dict[str, Any], system: str, messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        """`out` (an Anthropic body being built), its system text and messages, asking for JSON."""
+    def apply(self, out: dict[str, Any], system: str | list[dict[str, Any]],
+              messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+        """`out` (an Anthropic body being built), its system prompt (text or text blocks) and messages, asking for JSON."""
         if self.native:
             out.setdefault("output_config", {})["format"] = {"type": "json_schema", "schema": self.schema or {"type": "object"}}
             return system, messages
         instruction = "Answer with one JSON object and nothing else: no prose, no code fence."
         if self.schema is not None:
             instruction += " It must validate against this JSON Schema: " + orjson.dumps(self.schema).decode()
-        system = f"{system}\n\n{instruction}" if system else instruction
+        if isinstance(system, list):  # blocks carrying the client's breakpoints: the instruction follows them
+            system = [*system, {"type": "text", "text": f"\n\n{instruction}"}]
+        else:
+            system = f"{system}\n\n{instruction}" if system else instruction
         return system, [*messages, {"role": "assistant", "content": [{"type": "text", "text": PREFILL}]}]
 
 

@@ -224,42 +224,90 @@ def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
         out["description"] = function["description"]
     if function.get("strict") is not None:
         out["strict"] = function["strict"]
-    return out
+    return _cached(out, tool)
 
 
-def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """System text, and messages with consecutive turns of one role merged (tool results join the user turn)."""
-    system: list[str] = []
+def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+    """The system prompt (text, or text blocks where the client marked breakpoints), and messages with
+    consecutive turns of one role merged (tool results join the user turn)."""
+    system: list[tuple[str, Any]] = []
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         role, where = message.get("role"), f"messages.{i}"
         if role in ("system", "developer"):
             if out:
                 raise refuse(f"{where}: a system message after the conversation started", "Anthropic")
-            system.append(_text_of(message.get("content"), where, "Anthropic"))
+            system += _marked(_o2a_texts(message.get("content"), where), message)
             continue
         if role == "tool":
-            content = _text_of(message.get("content"), where, "Anthropic")
+            texts = _marked(_o2a_texts(message.get("content"), where), message)
+            blocks = _joined(texts)
+            content: Any = blocks[0]["text"] if len(blocks) == 1 and "cache_control" not in blocks[0] else blocks
             blocks = [{"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": content}]
             role = "user"
         elif role == "assistant":
             blocks = _o2a_assistant(message, where)
         elif role == "user":
-            blocks = _o2a_user(message.get("content"), where)
+            blocks = _o2a_user(message, where)
         else:
             raise refuse(f"{where}: role {role!r}", "Anthropic")
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
-    return "\n\n".join(system), out
+    blocks = [block for block in _joined(system) if block["text"]]
+    if any("cache_control" in block for block in blocks):
+        return blocks, out
+    return "".join(block["text"] for block in blocks), out
+
+
+# A Chat client's prompt-cache breakpoint (`cache_control` on a content part, a message or a tool, as
+# LiteLLM and OpenRouter take them) is where it wants Claude's breakpoint: it goes on the block made
+# from that part, so the prefix the client chose is the one cached.
+
+def _o2a_texts(content: Any, where: str) -> list[tuple[str, Any]]:
+    """A string, or a list of text parts, as (text, cache_control) pairs."""
+    if isinstance(content, str):
+        return [(content, None)]
+    texts = []
+    for j, part in enumerate(content or ()):
+        if not isinstance(part, dict) or part.get("type") != "text":
+            raise refuse(f"{where}: a {part.get('type') if isinstance(part, dict) else type(part).__name__!r} part", "Anthropic")
+        texts.append((_text(part, f"{where}.content.{j}"), part.get("cache_control")))
+    return texts
+
+
+def _marked(texts: list[tuple[str, Any]], message: dict[str, Any]) -> list[tuple[str, Any]]:
+    """`texts` with a message-level `cache_control` on its last one."""
+    if message.get("cache_control") is not None and texts:
+        texts[-1] = (texts[-1][0], message["cache_control"])
+    return texts
+
+
+def _joined(texts: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Texts as text blocks, joined by blank lines into one block except after a breakpoint, which ends
+    its block (the next block starts with the blank line): the same text with or without markers."""
+    blocks: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for text, cache_control in texts:
+        pending.append(text)
+        if cache_control is not None:
+            blocks.append({"type": "text", "text": "\n\n".join(pending), "cache_control": cache_control})
+            pending = [""]
+    if pending != [""] or not blocks:
+        blocks.append({"type": "text", "text": "\n\n".join(pending)})
+    return blocks
+
+
+def _cached(block: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+    """`block` with the `cache_control` of the part or message it was made from."""
+    if source.get("cache_control") is not None:
+        block["cache_control"] = source["cache_control"]
+    return block
 
 
 def _o2a_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
-    text = _text_of(message.get("content") or "", f"{where}.content", "Anthropic")
-    if text:
-        blocks.append({"type": "text", "text": text})
+    blocks = [block for block in _joined(_o2a_texts(message.get("content") or "", f"{where}.content")) if block["text"]]
     for j, call in enumerate(message.get("tool_calls") or ()):
         function = call.get("function") or {}
         try:
@@ -267,21 +315,26 @@ def _o2a_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         except orjson.JSONDecodeError:
             raise refuse(f"{where}.tool_calls.{j}: arguments that are not JSON", "Anthropic") from None
         blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": arguments})
+    if blocks and message.get("cache_control") is not None:
+        _cached(blocks[-1], message)
     return blocks
 
 
-def _o2a_user(content: Any, where: str) -> list[dict[str, Any]]:
+def _o2a_user(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    content = message.get("content")
     if isinstance(content, str):
-        return [{"type": "text", "text": content}]
+        return [_cached({"type": "text", "text": content}, message)]
     blocks: list[dict[str, Any]] = []
     for j, part in enumerate(content or ()):
         kind = part.get("type")
         if kind == "text":
-            blocks.append({"type": "text", "text": _text(part, f"{where}.content.{j}")})
+            blocks.append(_cached({"type": "text", "text": _text(part, f"{where}.content.{j}")}, part))
         elif kind == "image_url":
-            blocks.append({"type": "image", "source": _image_source((part.get("image_url") or {}).get("url", ""))})
+            blocks.append(_cached({"type": "image", "source": _image_source((part.get("image_url") or {}).get("url", ""))}, part))
         else:
             raise refuse(f"{where}.content.{j}: a {kind!r} part", "Anthropic")
+    if blocks and message.get("cache_control") is not None:
+        _cached(blocks[-1], message)
     return blocks
 
 

@@ -1,0 +1,75 @@
+"""Cross-protocol translation of request and answer variants real clients send.
+
+The official clients through the proxy (team key "sk-variants"), with routes that cross protocols:
+`gpt-*` (a Chat Completions or Responses client) is served by an Anthropic target, `claude-*` (a
+Messages client) by an OpenAI target. The team keeps the client's own cache breakpoints
+(`prompt_cache.breakpoints: client`), so what reaches the emulator is what translation made of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from gateway.testing import running_proxy
+from tests.routing.conftest import policy_text
+
+KEY = "sk-routing"
+CROSS = """  - match: {model: "claude-*"}
+    targets: [{provider: gpt, model: gpt-4o}]
+  - match: {model: "gpt-*"}
+    targets: [{provider: claude, model: claude-sonnet-4-5}]"""
+LONG = "You are the support assistant of ACME. Answer from the manual and cite the section. " * 200
+EPHEMERAL = {"type": "ephemeral"}
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, emulator) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("variants")
+    (directory / "routing.yaml").write_text(policy_text(emulator.url, CROSS, "prompt_cache: {breakpoints: client}"))
+    with running_proxy([directory], watch_interval_s=None) as running:
+        yield running.url
+
+
+@pytest.fixture
+def an(proxy):
+    return anthropic.Anthropic(base_url=proxy, api_key=KEY, max_retries=0)
+
+
+@pytest.fixture
+def oa(proxy):
+    return openai.OpenAI(base_url=f"{proxy}/v1", api_key=KEY, max_retries=0)
+
+
+def sent(emulator) -> dict[str, Any]:
+    """The body the emulator received last."""
+    return json.loads(emulator.state.recent[-1]["body"])
+
+
+def test_chat_cache_control_parts_become_anthropic_breakpoints(oa, fresh_emulator):
+    """LiteLLM-style `cache_control` on Chat content parts, on a message and on a tool is where the
+    client asked for a breakpoint: it reaches Claude there, and the read comes back as cached_tokens."""
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+            "cache_control": EPHEMERAL}
+    messages = [{"role": "system", "content": [{"type": "text", "text": LONG, "cache_control": EPHEMERAL}]},
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "How do I reset the pump?"},
+                                             {"type": "text", "text": "Section 4 please.", "cache_control": EPHEMERAL}]},
+                {"role": "assistant", "content": "Hold the reset key.", "cache_control": EPHEMERAL},
+                {"role": "user", "content": "And then?"}]
+    answers = [oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=messages, tools=[tool]) for _ in range(2)]
+    body = sent(fresh_emulator)
+    assert body["tools"][0]["cache_control"] == EPHEMERAL
+    assert body["system"][0] == {"type": "text", "text": LONG, "cache_control": EPHEMERAL}
+    assert "".join(block["text"] for block in body["system"]) == LONG + "\n\nBe brief."
+    assert body["messages"][0]["content"] == [{"type": "text", "text": "How do I reset the pump?"},
+                                              {"type": "text", "text": "Section 4 please.", "cache_control": EPHEMERAL}]
+    assert body["messages"][1]["content"] == [{"type": "text", "text": "Hold the reset key.", "cache_control": EPHEMERAL}]
+    usage = answers[1].usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens > 1000
