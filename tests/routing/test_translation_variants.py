@@ -73,3 +73,17 @@ def test_chat_cache_control_parts_become_anthropic_breakpoints(oa, fresh_emulato
     usage = answers[1].usage
     assert usage is not None and usage.prompt_tokens_details is not None
     assert usage.prompt_tokens_details.cached_tokens > 1000
+
+
+def test_thinking_blocks_in_messages_history_are_left_out_for_an_openai_target(an, fresh_emulator):
+    """A conversation that carries Claude's thinking (and redacted thinking) in earlier assistant turns
+    goes to an OpenAI target with the visible turns only, as Responses reasoning items do: another
+    model cannot use them, and Anthropic itself ignores earlier turns' thinking."""
+    history = [{"role": "user", "content": "What is 2+2?"},
+               {"role": "assistant", "content": [{"type": "thinking", "thinking": "Add them.", "signature": "c2ln"},
+                                                 {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"},
+                                                 {"type": "text", "text": "4"}]},
+               {"role": "user", "content": "And 3+3?"}]
+    message = an.messages.create(model="claude-x", max_tokens=16, messages=history)
+    assert message.content[0].type == "text"
+    assert sent(fresh_emulator)["messages"][1] == {"role": "assistant", "content": "4"}

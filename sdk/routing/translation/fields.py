@@ -100,7 +100,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
     },
     Shape.MESSAGES: {
         "model": Field(T, "model (the route's target model)"),
-        "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages, images)"),
+        "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages, images; thinking and "
+                                 "redacted_thinking blocks of earlier turns left out)"),
         "system": Field(T, "a system message"),
         "max_tokens": Field(T, "max_completion_tokens"),
         "stop_sequences": Field(T, "stop"),

@@ -129,6 +129,10 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
             elif kind == "tool_use":
                 arguments = orjson.dumps(block.get("input") or {}).decode()
                 calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}})
+            elif kind in ("thinking", "redacted_thinking"):
+                # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
+                # earlier turn's thinking too); the visible turn carries the conversation.
+                continue
             else:
                 raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
         out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
