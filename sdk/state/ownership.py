@@ -156,6 +156,7 @@ def referenced_files(body: Any) -> list[str]:
         if not isinstance(value, dict):
             continue
         kind = value.get("type")
+        kind = kind if isinstance(kind, str) else ""  # any JSON value may stand there (a list is unhashable)
         if kind in _FILE_PARTS:
             inner = value.get("file")  # Chat Completions nests it: {"type": "file", "file": {"file_id"}}
             named: dict[str, Any] = inner if kind == "file" and isinstance(inner, dict) else value
@@ -164,7 +165,7 @@ def referenced_files(body: Any) -> list[str]:
         ids = value.get("file_ids")
         if isinstance(ids, list):
             found += [fid for fid in ids if isinstance(fid, str)]
-        tool_call = isinstance(kind, str) and kind.endswith("tool_use")  # its `input` is the model's arguments
+        tool_call = kind.endswith("tool_use")  # its `input` is the model's arguments
         stack.extend(v for k, v in value.items() if isinstance(v, (dict, list)) and k not in _FREE_FORM
                      and not (tool_call and k == "input"))
     return found

@@ -101,5 +101,6 @@ def test_only_the_places_a_provider_reads_a_file_from_are_read():
         "tools": [{"name": "read", "input_schema": {"type": "object", "properties": {"file_id": {"type": "string"}}}},
                   {"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_ci"]}}],
         "metadata": {"type": "file", "file_id": "client metadata"},
+        "system": [{"type": ["not", "a", "string"], "text": "any JSON may stand where a type goes"}],
     }
     assert sorted(referenced_files(body)) == ["file_anthropic", "file_ci", "file_upload"]
