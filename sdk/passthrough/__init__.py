@@ -16,9 +16,9 @@ provider's key in place of the client's team key. Both doors reach `forward` thr
    otherwise.
 4. Objects are the creating team's (sdk/state/ownership.py): an id the team does not own answers
    the provider's 404 without going upstream, list pages show only the team's own objects, and a
-   batch's `input_file_id` must be the team's own file, and so must every file a completion, a
-   message batch's request or a batch input line names (sdk/state/ownership.py:referenced_files).
-   `results_url` is pointed at the gateway.
+   batch's `input_file_id` and a list's cursor (`after`, `after_id`, `before_id`) must be the
+   team's own, and so must every file a completion, a message batch's request or a batch input
+   line names (sdk/state/ownership.py:referenced_files). `results_url` is pointed at the gateway.
    A client `prompt_cache_key` (a completion's, an uploaded file's lines', a message batch's
    params') is namespaced to the team, as the pipeline does for a call (sdk/promptcache/keys.py).
 5. Spend: a completion's usage at the model's price; batch results at batch rates (half price)
@@ -89,6 +89,7 @@ MAX_PAGES = 10  # upstream list pages read for one filtered page
 BATCH_RATE = 0.5  # both providers bill batch usage at half the price of a call
 BATCH_EXACT = 64  # a batch's first requests have their input tokenized for its worst cost; the rest counted by length
 _LINE_ENDPOINTS = {"/v1/responses": Endpoint.RESPONSES, "/v1/embeddings": Endpoint.EMBEDDINGS}  # else counted as chat
+_CURSORS = frozenset({"after", "before", "after_id", "before_id"})  # list parameters that name an object
 _MISSING = {  # what the provider answers for an id it does not have, per kind of object
     "file": MISSING_FILE,
     "batch": "No batch found with id '{}'.",
@@ -191,6 +192,14 @@ class _Exchange:
         if not owned:
             raise self.not_found(kind, object_id)
         return batch
+
+    async def check_cursors(self, query: str) -> None:
+        """A list page starts at the object its cursor names, so the cursor must be the team's own: the
+        page after another team's id skipped the team's newer objects, telling the id apart from a
+        made-up one (and when it was made)."""
+        for name, value in parse_qsl(query):
+            if name in _CURSORS:
+                await self.check_owner(self.op.kind, value)
 
     def check_models(self, models: list[str]) -> None:
         """Refuse a model no route matches (the router's 404), as the pipeline would."""
@@ -300,6 +309,8 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         await ex.limits.check_fits(batch_worst, "batch at batch rates")
     if op.object_id:
         output_of = await ex.check_owner(op.kind, op.object_id)
+    elif op.action == "list":
+        await ex.check_cursors(query)
     elif op.kind == "file" and op.action == "create":  # a batch input file's client prompt_cache_keys are keyed on the way
         body = keyed_upload(_bounded(_once(body) if isinstance(body, bytes) else body, limit), team.team)
         length = None

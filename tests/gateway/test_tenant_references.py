@@ -9,13 +9,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import orjson
 import pytest
 
 import sdk
 from gateway.testing import RunningServer, running_proxy
-from tests.helpers import oai, write_policy
+from tests.helpers import anth, oai, write_policy
 
 A, B = "sk-alpha-refs", "sk-beta-refs"
 MSG = {"model": "claude-sonnet-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
@@ -104,3 +105,33 @@ def test_only_the_places_a_provider_reads_a_file_from_are_read():
         "system": [{"type": ["not", "a", "string"], "text": "any JSON may stand where a type goes"}],
     }
     assert sorted(referenced_files(body)) == ["file_anthropic", "file_ci", "file_upload"]
+
+
+def _page(response: httpx.Response, cursor: str) -> tuple[int, object]:
+    """A list answer: its page's ids, or its error with the cursor's id taken out of the message."""
+    if response.status_code == 200:
+        return 200, [row["id"] for row in response.json()["data"]]
+    return response.status_code, response.text.replace(cursor, "ID")
+
+
+def test_another_teams_id_is_no_list_cursor(proxy):
+    """The provider pages from the cursor it is given: with another team's id, the page after it
+    skipped the team's own newer objects, which told that the id exists and when it was made."""
+    alpha, beta = oai(proxy, A), oai(proxy, B)
+    older = beta.files.create(file=("older.txt", b"B"), purpose="user_data").id
+    theirs = alpha.files.create(file=("theirs.txt", b"A"), purpose="user_data").id
+    newer = beta.files.create(file=("newer.txt", b"B"), purpose="user_data").id
+    ab, bb = anth(proxy, A), anth(proxy, B)
+    old_batch = bb.messages.batches.create(requests=[{"custom_id": "o", "params": MSG}]).id
+    their_batch = ab.messages.batches.create(requests=[{"custom_id": "t", "params": MSG}]).id
+    new_batch = bb.messages.batches.create(requests=[{"custom_id": "n", "params": MSG}]).id
+    with httpx.Client(base_url=proxy.url) as http:
+        def listed(path: str, key: str, **query: str) -> tuple[int, object]:
+            answer = http.get(path, params=query, headers={"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"})
+            return _page(answer, next(iter(query.values())))
+
+        assert listed("/v1/files", B, after=newer)[1][:1] == [older]  # the team's own cursor pages as before
+        assert listed("/v1/files", B, after=theirs) == listed("/v1/files", B, after="file-madeup")
+        assert listed("/v1/messages/batches", B, after_id=new_batch)[1][:1] == [old_batch]
+        for cursor in ("after_id", "before_id"):
+            assert listed("/v1/messages/batches", B, **{cursor: their_batch}) == listed("/v1/messages/batches", B, **{cursor: "msgbatch_madeup"})
