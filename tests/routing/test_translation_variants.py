@@ -14,9 +14,13 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 
 from gateway.testing import running_proxy
+from sdk.routing.translation.bodies import completion_o2a
+from sdk.routing.translation.responses_streams import ChatToResponses
+from sdk.routing.translation.streams import OpenAIToAnthropic
 from tests.routing.conftest import policy_text
 
 KEY = "sk-routing"
@@ -87,3 +91,48 @@ def test_thinking_blocks_in_messages_history_are_left_out_for_an_openai_target(a
     message = an.messages.create(model="claude-x", max_tokens=16, messages=history)
     assert message.content[0].type == "text"
     assert sent(fresh_emulator)["messages"][1] == {"role": "assistant", "content": "4"}
+
+
+REFUSED = "I can't help with that."
+
+
+def test_an_openai_refusal_reaches_an_anthropic_client():
+    """OpenAI puts a refusal in `message.refusal` (content null); an Anthropic client gets its text and
+    stop_reason `refusal`, in a body and in a stream, instead of an empty answer that ended normally."""
+    body = orjson.dumps({"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": None, "refusal": REFUSED}}], "usage": {"prompt_tokens": 5, "completion_tokens": 6}})
+    message = orjson.loads(completion_o2a(body))
+    assert message["content"] == [{"type": "text", "text": REFUSED}] and message["stop_reason"] == "refusal"
+    translator = OpenAIToAnthropic()
+    chunks = [{"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "delta": {"role": "assistant", "content": None, "refusal": ""}}]},
+              {"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "delta": {"refusal": "I can't "}}]},
+              {"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "delta": {"refusal": "help with that."}}]},
+              {"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    events = [event for chunk in chunks for event in translator.feed(b"data: " + orjson.dumps(chunk) + b"\n\n")]
+    events += translator.feed(b"data: [DONE]\n\n")
+    payloads = [orjson.loads(event.split(b"data: ", 1)[1]) for event in events]
+    text = "".join(p["delta"]["text"] for p in payloads if p["type"] == "content_block_delta")
+    assert text == REFUSED
+    assert [p["delta"]["stop_reason"] for p in payloads if p["type"] == "message_delta"] == ["refusal"]
+
+
+def test_a_streamed_refusal_reaches_a_responses_client():
+    """A Chat upstream's streamed refusal (`delta.refusal`) is a Responses message with a refusal part,
+    streamed with OpenAI's refusal events, as the unstreamed answer already is."""
+    translator = ChatToResponses({"model": "gpt-4o", "input": "hi", "stream": True}, "resp_1")
+    chunks = [{"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "delta": {"role": "assistant", "content": None, "refusal": ""}}]},
+              {"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "delta": {"refusal": "I can't "}}]},
+              {"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "delta": {"refusal": "help with that."}}]},
+              {"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+              {"id": "c1", "model": "gpt-4o", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}}]
+    events = [event for chunk in chunks for event in translator.feed(b"data: " + orjson.dumps(chunk) + b"\n\n")]
+    events += translator.feed(b"data: [DONE]\n\n")
+    payloads = [orjson.loads(event.split(b"data: ", 1)[1]) for event in events]
+    assert [p["type"] for p in payloads] == [
+        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+        "response.refusal.delta", "response.refusal.delta", "response.refusal.done", "response.content_part.done",
+        "response.output_item.done", "response.completed"]
+    assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
+    assert payloads[3]["part"] == {"type": "refusal", "refusal": ""}
+    assert payloads[6]["refusal"] == REFUSED
+    assert payloads[-1]["response"]["output"][0]["content"] == [{"type": "refusal", "refusal": REFUSED}]

@@ -22,6 +22,12 @@ O2A_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"
             "content_filter": "refusal"}
 
 
+def stop_reason_o2a(finish_reason: Any, refused: bool) -> str:
+    """Anthropic's stop_reason for an OpenAI finish_reason; a refusal (`message.refusal`, which OpenAI
+    ends with `stop`) is Anthropic's `refusal`."""
+    return "refusal" if refused else O2A_STOP.get(finish_reason or "", "end_turn")
+
+
 def usage_a2o(usage: dict[str, Any]) -> dict[str, Any]:
     read = usage.get("cache_read_input_tokens") or 0
     written = usage.get("cache_creation_input_tokens") or 0
@@ -66,14 +72,15 @@ def completion_o2a(body: bytes) -> bytes:
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
-    if message.get("content"):
-        content.append({"type": "text", "text": message["content"]})
+    text = message.get("content") or message.get("refusal")  # a refusal is the answer's text, ending it `refusal`
+    if text:
+        content.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         content.append({"type": "tool_use", "id": call["id"], "name": function.get("name"), "input": orjson.loads(function.get("arguments") or "{}")})
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
-        "content": content, "stop_reason": O2A_STOP.get(choice.get("finish_reason") or "", "end_turn"), "stop_sequence": None,
+        "content": content, "stop_reason": stop_reason_o2a(choice.get("finish_reason"), bool(message.get("refusal"))), "stop_sequence": None,
         "usage": usage_o2a(data.get("usage")),
     })
 

@@ -1,8 +1,8 @@
 """Chat Completions chunks → Responses API stream events.
 
 The event sequence is OpenAI's: `response.created`, `response.in_progress`, then per output item
-`response.output_item.added` … (`response.content_part.added`, `response.output_text.delta`*,
-`response.output_text.done`, `response.content_part.done`) or (`response.function_call_arguments.delta`*,
+`response.output_item.added` … (`response.content_part.added`, `response.output_text.delta`* | `response.refusal.delta`*,
+`response.output_text.done` | `response.refusal.done`, `response.content_part.done`) or (`response.function_call_arguments.delta`*,
 `response.function_call_arguments.done`) … `response.output_item.done`, and exactly one terminal
 `response.completed` | `response.incomplete`, each with its `sequence_number`.
 
@@ -73,6 +73,8 @@ class ChatToResponses:
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 out += self._text(delta["content"])
+            if delta.get("refusal"):
+                out += self._text(delta["refusal"], refusal=True)
             for call in delta.get("tool_calls") or ():
                 out += self._call(call)
             if choice.get("finish_reason"):
@@ -81,20 +83,24 @@ class ChatToResponses:
             self.usage = usage_c2r(chunk["usage"])
         return out
 
-    def _text(self, text: str) -> list[bytes]:
+    def _text(self, text: str, refusal: bool = False) -> list[bytes]:
+        """Text of the answer, or of its refusal (a message with a `refusal` part, streamed with refusal events)."""
         out: list[bytes] = []
-        if self.open is None or self.open["type"] != "message":
+        kind = "refusal" if refusal else "output_text"
+        if self.open is None or self.open["type"] != "message" or self.open["content"][0]["type"] != kind:
             out += self._close()
-            self.open = message_item(new_id("msg"), "", status="in_progress")
+            self.open = message_item(new_id("msg"), "", status="in_progress", refusal=refusal)
             part = self.open["content"][0]
             self.open["content"] = []
             out.append(self._event("response.output_item.added", output_index=len(self.output), item=self.open))
             self.open["content"] = [part]
             out.append(self._event("response.content_part.added", item_id=self.open["id"], output_index=len(self.output),
                                    content_index=0, part=part))
-        self.open["content"][0]["text"] += text
-        out.append(self._event("response.output_text.delta", item_id=self.open["id"], output_index=len(self.output),
-                               content_index=0, delta=text, logprobs=[]))
+        field = "refusal" if refusal else "text"
+        self.open["content"][0][field] += text
+        extra: dict[str, Any] = {} if refusal else {"logprobs": []}
+        out.append(self._event("response.refusal.delta" if refusal else "response.output_text.delta", item_id=self.open["id"],
+                               output_index=len(self.output), content_index=0, delta=text, **extra))
         return out
 
     def _call(self, call: dict[str, Any]) -> list[bytes]:
@@ -121,8 +127,11 @@ class ChatToResponses:
         item["status"] = "completed"
         if item["type"] == "message":
             part = item["content"][0]
-            out = [self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                               text=part["text"], logprobs=[]),
+            done = (self._event("response.refusal.done", item_id=item["id"], output_index=index, content_index=0, refusal=part["refusal"])
+                    if part["type"] == "refusal" else
+                    self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                                text=part["text"], logprobs=[]))
+            out = [done,
                    self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)]
         else:
             out = [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,

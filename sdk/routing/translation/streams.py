@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import error_event
-from sdk.routing.translation.bodies import A2O_STOP, O2A_STOP, usage_a2o, usage_o2a
+from sdk.routing.translation.bodies import A2O_STOP, stop_reason_o2a, usage_a2o, usage_o2a
 from sdk.sse import event_data
 from sdk.types import Protocol, Usage
 from sdk.usage import merge_anthropic_usage
@@ -64,6 +64,7 @@ class OpenAIToAnthropic:
         self.text_block: int | None = None  # index of the open text block, if the open one is text
         self.tools: dict[int, int] = {}  # OpenAI tool_call index → Anthropic block index
         self.stop_reason = "end_turn"
+        self.refused = False  # the answer is a refusal (`delta.refusal`): its text, and stop_reason `refusal`
         self.usage: dict[str, Any] = {"output_tokens": 0}
 
     def feed(self, event: bytes) -> list[bytes]:
@@ -83,12 +84,14 @@ class OpenAIToAnthropic:
                 "usage": {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}}}))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            if delta.get("content"):
+            self.refused = self.refused or bool(delta.get("refusal"))
+            text = delta.get("content") or delta.get("refusal")
+            if text:
                 if self.text_block is None:
                     out += self._open_block({"type": "text", "text": ""})
                     self.text_block = self.block
                 out.append(_anthropic_event({"type": "content_block_delta", "index": self.block,
-                                             "delta": {"type": "text_delta", "text": delta["content"]}}))
+                                             "delta": {"type": "text_delta", "text": text}}))
             for call in delta.get("tool_calls") or ():
                 index = call.get("index", 0)
                 function = call.get("function") or {}
@@ -99,7 +102,7 @@ class OpenAIToAnthropic:
                     out.append(_anthropic_event({"type": "content_block_delta", "index": self.tools[index],
                                                  "delta": {"type": "input_json_delta", "partial_json": function["arguments"]}}))
             if choice.get("finish_reason"):
-                self.stop_reason = O2A_STOP.get(choice["finish_reason"], "end_turn")
+                self.stop_reason = stop_reason_o2a(choice["finish_reason"], self.refused)
         if isinstance(chunk.get("usage"), dict):
             self.usage = usage_o2a(chunk["usage"])
         return out
