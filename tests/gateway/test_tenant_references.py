@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 import sdk
-from gateway.testing import RunningServer, running_proxy
+from gateway.testing import RunningServer, running_proxy, running_redis
 from tests.helpers import anth, oai, write_policy
 
 A, B = "sk-alpha-refs", "sk-beta-refs"
@@ -135,3 +135,20 @@ def test_another_teams_id_is_no_list_cursor(proxy):
         assert listed("/v1/messages/batches", B, after_id=new_batch)[1][:1] == [old_batch]
         for cursor in ("after_id", "before_id"):
             assert listed("/v1/messages/batches", B, **{cursor: their_batch}) == listed("/v1/messages/batches", B, **{cursor: "msgbatch_madeup"})
+
+
+def test_two_replicas_over_redis_agree_on_referenced_files_and_cursors(tmp_path, emulator):
+    pytest.importorskip("redis")
+    write_policy(tmp_path, "alpha", A, emulator.url)
+    write_policy(tmp_path, "beta", B, emulator.url)
+    with running_redis() as redis:
+        url = f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=500"
+        with running_proxy([tmp_path], state_url=url) as one, running_proxy([tmp_path], state_url=url) as two:
+            secret = oai(one, B).files.create(file=("secret.txt", b"BETA"), purpose="user_data")
+            for path, body in _uses(secret.id):
+                with pytest.raises(openai.NotFoundError):
+                    oai(two, A).post(path, body=body, cast_to=object)  # the other replica knows it is beta's
+            with pytest.raises(openai.NotFoundError):
+                oai(two, A).files.list(after=secret.id)
+            assert oai(two, B).files.list(after=secret.id).data is not None  # beta's own cursor, on the other replica
+            oai(two, B).post("/chat/completions", body=_uses(secret.id)[0][1], cast_to=object)  # beta's own file passes
