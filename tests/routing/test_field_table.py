@@ -43,6 +43,7 @@ def test_every_field_of_every_shape_has_its_fate(shape):
             assert check(shape, {key: SAMPLE}, TARGET[shape]) == ([key] if field.fate is Fate.DROPPED else [])
         for neutral in field.neutral:  # a default value changes nothing: dropped whatever the fate
             assert check(shape, {key: neutral}, TARGET[shape]) == [key]
+        assert check(shape, {key: None}, TARGET[shape]) == []  # null is absent: nothing to refuse or name
     with pytest.raises(TranslationRefused, match=r"'no_such_field'.*not a field this gateway knows"):
         check(shape, {"no_such_field": 1}, TARGET[shape])
 

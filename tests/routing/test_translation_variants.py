@@ -136,3 +136,14 @@ def test_a_streamed_refusal_reaches_a_responses_client():
     assert payloads[3]["part"] == {"type": "refusal", "refusal": ""}
     assert payloads[6]["refusal"] == REFUSED
     assert payloads[-1]["response"]["output"][0]["content"] == [{"type": "refusal", "refusal": REFUSED}]
+
+
+def test_null_fields_are_not_sent_and_not_refused(oa, fresh_emulator):
+    """The official client sends a parameter given as None as JSON null, which OpenAI reads as absent:
+    it is neither refused nor sent on as a null Claude would have to accept."""
+    answer = oa.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "hi"}], max_tokens=8,
+                                        reasoning_effort=None, stop=None, temperature=None, top_p=None, seed=None,
+                                        tool_choice=None, parallel_tool_calls=None, user=None)
+    assert answer.choices[0].message.content
+    body = sent(fresh_emulator)
+    assert None not in body.values() and set(body) == {"model", "max_tokens", "messages"}

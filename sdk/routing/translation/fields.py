@@ -11,7 +11,9 @@ tests/routing/test_field_table.py walks it and checks the copy). Each field of a
 - `refused`: it would change the answer and the target cannot do the same: a 400 naming the field
   and the target protocol, before anything is sent.
 
-A field whose value is its protocol's default (`neutral`) changes nothing either: `n: 1`,
+A field sent as null is absent (as the providers read it: the official clients send a parameter given
+as None as null): it is skipped, never refused, named or sent on. A field whose value is its protocol's
+default (`neutral`) changes nothing either: `n: 1`,
 `presence_penalty: 0`, `logprobs: false` are dropped, other values of them refused. A field that is
 not in the table is refused: passing it on could fail upstream, and dropping it could silently change
 what the answer means.
@@ -55,7 +57,6 @@ T, D, R = Fate.TRANSLATED, Fate.DROPPED, Fate.REFUSED
 # Responses `include` entries that ask for something a translated answer has not and does not miss
 # (there are no reasoning items to carry encrypted content in): dropped, named as `include.ENTRY`.
 INCLUDE_DROPPED = ("reasoning.encrypted_content",)
-_NONE = (None,)
 
 FIELDS: dict[Shape, dict[str, Field]] = {
     Shape.CHAT: {
@@ -74,29 +75,29 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
         "response_format": Field(T, "json_schema → output_config.format (structured outputs); json_object (and "
                                     "json_schema on models without structured outputs) → an instruction and an "
-                                    "assistant prefill `{`, the answer validated as JSON", ({"type": "text"}, None)),
+                                    "assistant prefill `{`, the answer validated as JSON", ({"type": "text"},)),
         "reasoning_effort": Field(T, "output_config.effort (low/medium/high/xhigh; others refused)"),
         "user": Field(T, "metadata.user_id"),
-        "n": Field(R, "one choice per request only", (1, None)),
+        "n": Field(R, "one choice per request only", (1,)),
         "metadata": Field(D, "OpenAI's stored-completion tags"),
         "store": Field(D, "OpenAI's stored completions"),
         "service_tier": Field(D, "billing tier"),
         "prompt_cache_key": Field(D, "OpenAI's cache routing; Anthropic targets get breakpoints instead"),
         "prompt_cache_retention": Field(D, "OpenAI's cache retention"),
         "safety_identifier": Field(D, "end-user id for OpenAI's abuse monitoring"),
-        "seed": Field(R, "Anthropic has no seeded sampling", _NONE),
-        "frequency_penalty": Field(R, "no counterpart", (0, 0.0, None)),
-        "presence_penalty": Field(R, "no counterpart", (0, 0.0, None)),
-        "logit_bias": Field(R, "no counterpart", ({}, None)),
-        "logprobs": Field(R, "no counterpart", (False, None)),
-        "top_logprobs": Field(R, "no counterpart", (0, None)),
-        "modalities": Field(R, "text output only", (["text"], None)),
-        "audio": Field(R, "no audio output", _NONE),
-        "prediction": Field(R, "no predicted outputs", _NONE),
-        "verbosity": Field(R, "no counterpart", ("medium", None)),
-        "web_search_options": Field(R, "a server tool of OpenAI's", _NONE),
-        "functions": Field(R, "deprecated; send tools", _NONE),
-        "function_call": Field(R, "deprecated; send tool_choice", _NONE),
+        "seed": Field(R, "Anthropic has no seeded sampling"),
+        "frequency_penalty": Field(R, "no counterpart", (0, 0.0)),
+        "presence_penalty": Field(R, "no counterpart", (0, 0.0)),
+        "logit_bias": Field(R, "no counterpart", ({},)),
+        "logprobs": Field(R, "no counterpart", (False,)),
+        "top_logprobs": Field(R, "no counterpart", (0,)),
+        "modalities": Field(R, "text output only", (["text"],)),
+        "audio": Field(R, "no audio output"),
+        "prediction": Field(R, "no predicted outputs"),
+        "verbosity": Field(R, "no counterpart", ("medium",)),
+        "web_search_options": Field(R, "a server tool of OpenAI's"),
+        "functions": Field(R, "deprecated; send tools"),
+        "function_call": Field(R, "deprecated; send tool_choice"),
     },
     Shape.MESSAGES: {
         "model": Field(T, "model (the route's target model)"),
@@ -111,15 +112,15 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "tools": Field(T, "function tools (server tools refused)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls"),
         "metadata": Field(T, "metadata.user_id → user; nothing else in it changes the answer"),
-        "thinking": Field(R, "Chat has no thinking budget", ({"type": "disabled"}, None)),
+        "thinking": Field(R, "Chat has no thinking budget", ({"type": "disabled"},)),
         "output_config": Field(T, "format → response_format json_schema; effort → reasoning_effort"),
         "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key"),
         "service_tier": Field(D, "billing tier"),
         "inference_geo": Field(D, "where Anthropic runs it"),
-        "top_k": Field(R, "no counterpart", _NONE),
-        "container": Field(R, "Anthropic's code-execution container", _NONE),
-        "mcp_servers": Field(R, "Anthropic's MCP connector", _NONE),
-        "context_management": Field(R, "Anthropic's context editing", _NONE),
+        "top_k": Field(R, "no counterpart"),
+        "container": Field(R, "Anthropic's code-execution container"),
+        "mcp_servers": Field(R, "Anthropic's MCP connector"),
+        "context_management": Field(R, "Anthropic's context editing"),
     },
     Shape.RESPONSES: {
         "model": Field(T, "model (the route's target model)"),
@@ -140,7 +141,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "safety_identifier": Field(T, "safety_identifier (dropped again for an Anthropic target)"),
         "prompt_cache_key": Field(T, "prompt_cache_key (an Anthropic target gets breakpoints instead)"),
         "include": Field(T, "entries that ask for something a translated answer has not (reasoning.encrypted_content) "
-                            "are dropped and named as include.ENTRY; others refused", ([], None)),
+                            "are dropped and named as include.ENTRY; others refused", ([],)),
         "store": Field(D, "Slipstream's response store keeps the response"),
         "metadata": Field(D, "tags stored with the response"),
         "client_metadata": Field(D, "information about the client"),
@@ -148,11 +149,11 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "truncation": Field(D, "a Chat upstream has nothing to truncate"),
         "stream_options": Field(D, "obfuscation padding of stream events"),
         "prompt_cache_retention": Field(D, "OpenAI's cache retention"),
-        "background": Field(R, "background runs exist only on OpenAI", (False, None)),
-        "max_tool_calls": Field(R, "no counterpart", _NONE),
-        "top_logprobs": Field(R, "no counterpart", (0, None)),
-        "prompt": Field(R, "OpenAI's stored prompt templates", _NONE),
-        "conversation": Field(R, "OpenAI's conversation objects", _NONE),
+        "background": Field(R, "background runs exist only on OpenAI", (False,)),
+        "max_tool_calls": Field(R, "no counterpart"),
+        "top_logprobs": Field(R, "no counterpart", (0,)),
+        "prompt": Field(R, "OpenAI's stored prompt templates"),
+        "conversation": Field(R, "OpenAI's conversation objects"),
     },
 }
 
@@ -171,6 +172,8 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
     """The fields of `body` that are dropped, in order; raises the 400 for the first refused one."""
     dropped = []
     for key, value in body.items():
+        if value is None:  # null is absent, in OpenAI's APIs and Anthropic's alike: nothing to translate or drop
+            continue
         kind = fate(shape, key, value)
         if kind is Fate.REFUSED:
             why = FIELDS[shape][key].note if key in FIELDS[shape] else "not a field this gateway knows"
@@ -205,7 +208,7 @@ def table_markdown() -> str:
     for shape, fields in FIELDS.items():
         out += [f"**{shape}**", "", "| field | fate | how / why |", "|---|---|---|"]
         for key, field in fields.items():
-            neutral = [n for n in field.neutral if n is not None]
+            neutral = field.neutral
             extra = f" (dropped when {' or '.join(f'`{_show(n)}`' for n in neutral)})" if neutral and field.fate is not Fate.DROPPED else ""
             out.append(f"| `{key}` | {field.fate}{extra} | {field.note} |")
         out.append("")

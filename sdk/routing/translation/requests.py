@@ -57,7 +57,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
     check(Shape.MESSAGES, body, "OpenAI")
     for key, value in body.items():
-        if key in ("model", "messages", "system", "tools", "tool_choice") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
+        if value is None or key in ("model", "messages", "system", "tools", "tool_choice") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
         if key == "max_tokens":
             out["max_completion_tokens"] = value
@@ -177,7 +177,7 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     tool_choice: dict[str, Any] | None = None
     check(Shape.CHAT, body, "Anthropic")
     for key, value in body.items():
-        if key in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
+        if value is None or key in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
                    "max_completion_tokens", "user", "stream_options", "response_format") or fate(Shape.CHAT, key, value) is Fate.DROPPED:
             continue
         if key == "stop":
