@@ -147,3 +147,27 @@ def test_null_fields_are_not_sent_and_not_refused(oa, fresh_emulator):
     assert answer.choices[0].message.content
     body = sent(fresh_emulator)
     assert None not in body.values() and set(body) == {"model", "max_tokens", "messages"}
+
+
+PDF = "JVBERi0xLjQKJcOkw7zDtsOfCjEgMCBvYmoKPDwvVHlwZS9DYXRhbG9nPj4KZW5kb2JqCnRyYWlsZXIKPDwvUm9vdCAxIDAgUj4+CiUlRU9G"
+
+
+def test_pdf_documents_cross_protocols_both_ways(oa, an, fresh_emulator):
+    """A PDF given inline is a Chat `file` part, a Responses `input_file` and an Anthropic `document`
+    block: each reaches a target of the other protocol as its own kind, not a 400."""
+    question = {"type": "text", "text": "Summarize the attached file."}
+    oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"filename": "manual.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}}, question]}])
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}}
+    assert sent(fresh_emulator)["messages"][0]["content"] == [document, question]
+    oa.responses.create(model="gpt-x", max_output_tokens=8, input=[{"role": "user", "content": [
+        {"type": "input_file", "filename": "manual.pdf", "file_data": f"data:application/pdf;base64,{PDF}"},
+        {"type": "input_text", "text": question["text"]}]}])
+    assert sent(fresh_emulator)["messages"][0]["content"] == [document, question]
+    an.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": [
+        {**document, "title": "manual.pdf"}, question]}])
+    assert sent(fresh_emulator)["messages"][0]["content"] == [
+        {"type": "file", "file": {"filename": "manual.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}}, question]
+    an.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Pump manual, section 4."}}, question]}])
+    assert sent(fresh_emulator)["messages"][0]["content"] == [{"type": "text", "text": "Pump manual, section 4."}, question]

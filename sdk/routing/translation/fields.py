@@ -61,7 +61,8 @@ INCLUDE_DROPPED = ("reasoning.encrypted_content",)
 FIELDS: dict[Shape, dict[str, Field]] = {
     Shape.CHAT: {
         "model": Field(T, "model (the route's target model)"),
-        "messages": Field(T, "system, messages (system/developer → system; tool → tool_result blocks; images; "
+        "messages": Field(T, "system, messages (system/developer → system; tool → tool_result blocks; images; inline PDF files "
+                                 "→ document blocks; "
                                  "`cache_control` on a part or message → a breakpoint on the block made from it)"),
         "max_completion_tokens": Field(T, "max_tokens"),
         "max_tokens": Field(T, "max_tokens (default 8192 when neither is sent)"),
@@ -101,7 +102,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
     },
     Shape.MESSAGES: {
         "model": Field(T, "model (the route's target model)"),
-        "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages, images; thinking and "
+        "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages, images, PDF documents → file "
+                                 "parts, text documents → text; thinking and "
                                  "redacted_thinking blocks of earlier turns left out)"),
         "system": Field(T, "a system message"),
         "max_tokens": Field(T, "max_completion_tokens"),
@@ -124,7 +126,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
     },
     Shape.RESPONSES: {
         "model": Field(T, "model (the route's target model)"),
-        "input": Field(T, "messages (message, function_call, function_call_output; reasoning items left out)"),
+        "input": Field(T, "messages (message, function_call, function_call_output, inline input_file → file part; "
+                              "reasoning items left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools (built-in tools refused)"),

@@ -154,6 +154,8 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         elif kind == "image":
             image: dict[str, Any] = {"url": _image_url(block.get("source") or {}, f"{where}.content.{j}")}
             parts.append({"type": "image_url", "image_url": image})
+        elif kind == "document":
+            parts.append(_a2o_document(block, f"{where}.content.{j}"))
         else:
             raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
     if parts:
@@ -335,6 +337,8 @@ def _o2a_user(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
             blocks.append(_cached({"type": "text", "text": _text(part, f"{where}.content.{j}")}, part))
         elif kind == "image_url":
             blocks.append(_cached({"type": "image", "source": _image_source((part.get("image_url") or {}).get("url", ""))}, part))
+        elif kind == "file":
+            blocks.append(_cached(_o2a_document(part.get("file") or {}, f"{where}.content.{j}"), part))
         else:
             raise refuse(f"{where}.content.{j}: a {kind!r} part", "Anthropic")
     if blocks and message.get("cache_control") is not None:
@@ -343,7 +347,38 @@ def _o2a_user(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
 
 
 def _image_source(url: str) -> dict[str, Any]:
-    if url.startswith("data:"):
-        header, _, data = url.partition(",")
-        return {"type": "base64", "media_type": header[5:].split(";")[0], "data": data}
+    inline = _data_url(url)
+    if inline is not None:
+        return {"type": "base64", "media_type": inline[0], "data": inline[1]}
     return {"type": "url", "url": url}
+
+
+def _data_url(url: Any) -> tuple[str, str] | None:
+    """(media type, base64 data) of a `data:` URL; None for any other URL."""
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return None
+    header, _, data = url.partition(",")
+    return header[5:].split(";")[0], data
+
+
+def _o2a_document(file: dict[str, Any], where: str) -> dict[str, Any]:
+    """A Chat `file` part given inline (a PDF, as OpenAI takes them) as a Claude document block."""
+    inline = _data_url(file.get("file_data"))
+    if inline is None:
+        raise refuse(f"{where}: a file given by file_id", "Anthropic")
+    if inline[0] != "application/pdf":
+        raise refuse(f"{where}: a {inline[0]!r} file", "Anthropic")
+    return {"type": "document", "source": {"type": "base64", "media_type": inline[0], "data": inline[1]}}
+
+
+def _a2o_document(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """A Claude document block as a Chat part: a PDF as a `file` part (named by its title), plain text as text."""
+    source = block.get("source") or {}
+    if (block.get("citations") or {}).get("enabled"):
+        raise refuse(f"{where}: a document with citations", "OpenAI")
+    if source.get("type") == "text":
+        return {"type": "text", "text": source["data"]}
+    if source.get("type") == "base64" and source.get("media_type") == "application/pdf":
+        return {"type": "file", "file": {"filename": block.get("title") or "document.pdf",
+                                         "file_data": f"data:application/pdf;base64,{source['data']}"}}
+    raise refuse(f"{where}: a document from a {source.get('type')!r} source", "OpenAI")

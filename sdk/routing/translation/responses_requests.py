@@ -144,11 +144,13 @@ def _message(item: dict[str, Any], where: str, target: str) -> dict[str, Any]:
             if part.get("detail") and part["detail"] != "auto":
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file" and part.get("file_data"):  # inline, as Chat takes it (file_id and file_url: refused)
+            parts.append({"type": "file", "file": {"filename": part.get("filename") or "document.pdf", "file_data": part["file_data"]}})
         else:
-            raise refuse(f"{where}.content.{j}: a {kind!r} part" + (" given by file_id" if kind == "input_image" else ""), target)
+            raise refuse(f"{where}.content.{j}: a {kind!r} part" + (" given by file_id or URL" if kind in ("input_image", "input_file") else ""), target)
     if role != "user" or all(p["type"] == "text" for p in parts):
         if any(p["type"] != "text" for p in parts):
-            raise refuse(f"{where}: an image in a {role} message", target)
+            raise refuse(f"{where}: an image or file in a {role} message", target)
         return {"role": role, "content": "".join(p["text"] for p in parts) if role == "assistant" else parts}
     return {"role": role, "content": parts}
 
