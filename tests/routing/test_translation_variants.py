@@ -171,3 +171,13 @@ def test_pdf_documents_cross_protocols_both_ways(oa, an, fresh_emulator):
     an.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": [
         {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Pump manual, section 4."}}, question]}])
     assert sent(fresh_emulator)["messages"][0]["content"] == [{"type": "text", "text": "Pump manual, section 4."}, question]
+
+
+def test_a_tool_choice_without_tools_is_not_sent_to_an_openai_target(an, fresh_emulator):
+    """Claude takes `tool_choice: auto` (or `none`) with no tools; OpenAI refuses a tool_choice without
+    tools, so the translation leaves it out (it chooses among nothing)."""
+    for kind in ("auto", "none"):
+        message = an.messages.create(model="claude-x", max_tokens=8, tool_choice={"type": kind},
+                                     messages=[{"role": "user", "content": "hi"}])
+        assert message.content[0].type == "text"
+        assert "tool_choice" not in sent(fresh_emulator)

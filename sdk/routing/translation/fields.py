@@ -112,7 +112,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "temperature": Field(T, "temperature"),
         "top_p": Field(T, "top_p"),
         "tools": Field(T, "function tools (server tools refused)"),
-        "tool_choice": Field(T, "tool_choice and parallel_tool_calls"),
+        "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),
         "metadata": Field(T, "metadata.user_id → user; nothing else in it changes the answer"),
         "thinking": Field(R, "Chat has no thinking budget", ({"type": "disabled"},)),
         "output_config": Field(T, "format → response_format json_schema; effort → reasoning_effort"),

@@ -84,7 +84,8 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("tools"):
         out["tools"] = [_a2o_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"])]
     choice = body.get("tool_choice")
-    if isinstance(choice, dict):
+    # Claude takes `auto`/`none` with no tools (they choose among nothing); OpenAI refuses any tool_choice without tools.
+    if isinstance(choice, dict) and (body.get("tools") or choice.get("type") not in ("auto", "none")):
         kind = choice.get("type")
         out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}} if kind == "tool" else _A2O_TOOL_CHOICE[str(kind)]
         if choice.get("disable_parallel_tool_use") and body.get("tools"):
