@@ -181,3 +181,23 @@ def test_a_tool_choice_without_tools_is_not_sent_to_an_openai_target(an, fresh_e
                                      messages=[{"role": "user", "content": "hi"}])
         assert message.content[0].type == "text"
         assert "tool_choice" not in sent(fresh_emulator)
+
+
+def test_upstream_errors_reach_the_client_in_its_shape_with_status_and_retry_after(oa, an, fresh_emulator):
+    """Claude's 529 overloaded reaches a Chat client as a 5xx in OpenAI's shape (its client retries it),
+    and a 429's retry-after reaches either client with the error in its own shape."""
+    fresh_emulator.inject_fault("529", count=20)
+    with pytest.raises(openai.InternalServerError) as overloaded:
+        oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    assert overloaded.value.body == {"message": "Overloaded", "type": "server_error", "param": None, "code": None}
+    for client, error in ((oa, openai.RateLimitError), (an, anthropic.RateLimitError)):
+        fresh_emulator.reset()
+        fresh_emulator.inject_fault("429:retry_after=30", count=20)
+        with pytest.raises(error) as limited:
+            if client is oa:
+                oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+            else:
+                an.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        assert limited.value.response.headers["retry-after"] == "30"
+        body = limited.value.body
+        assert (body["type"] if client is oa else body["error"]["type"]) == "rate_limit_error"
