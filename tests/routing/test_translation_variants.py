@@ -201,3 +201,23 @@ def test_upstream_errors_reach_the_client_in_its_shape_with_status_and_retry_aft
         assert limited.value.response.headers["retry-after"] == "30"
         body = limited.value.body
         assert (body["type"] if client is oa else body["error"]["type"]) == "rate_limit_error"
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg=="
+
+
+def test_a_tool_result_with_an_image_reaches_an_openai_target(an, fresh_emulator):
+    """A coding agent's tool result can hold a screenshot; Chat's tool messages hold text only, so the
+    text stays in the tool message and the image follows in a user message, instead of a 400."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    history = [{"role": "user", "content": "Take a screenshot."},
+               {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                             "content": [{"type": "text", "text": "Captured."}, image]},
+                                            {"type": "text", "text": "What do you see?"}]}]
+    tool = {"name": "screenshot", "input_schema": {"type": "object", "properties": {}}}
+    an.messages.create(model="claude-x", max_tokens=8, tools=[tool], messages=history)
+    messages = sent(fresh_emulator)["messages"]
+    assert messages[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "Captured."}
+    assert messages[3] == {"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}, {"type": "text", "text": "What do you see?"}]}

@@ -102,7 +102,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
     },
     Shape.MESSAGES: {
         "model": Field(T, "model (the route's target model)"),
-        "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages, images, PDF documents → file "
+        "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages (a result's images and documents "
+                                 "follow in the user message: tool messages hold text), images, PDF documents → file "
                                  "parts, text documents → text; thinking and "
                                  "redacted_thinking blocks of earlier turns left out)"),
         "system": Field(T, "a system message"),

@@ -141,27 +141,41 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
             out["tool_calls"] = calls
         return [out]
     # A user turn: tool results become `tool` messages, which must directly follow the assistant's calls.
+    # Chat's tool messages hold text only: a result's images and documents follow them in the user message.
     tool_messages: list[dict[str, Any]] = []
+    attached: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(content or ()):
-        kind = block.get("type")
-        if kind == "tool_result":
-            text = _text_of(block.get("content") or "", f"{where}.content.{j}.content", "OpenAI")
-            if block.get("is_error"):
-                text = f"Error: {text}"  # OpenAI has no error flag on tool results
-            tool_messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
-        elif kind == "text":
-            parts.append({"type": "text", "text": _text(block, f"{where}.content.{j}")})
-        elif kind == "image":
-            image: dict[str, Any] = {"url": _image_url(block.get("source") or {}, f"{where}.content.{j}")}
-            parts.append({"type": "image_url", "image_url": image})
-        elif kind == "document":
-            parts.append(_a2o_document(block, f"{where}.content.{j}"))
-        else:
-            raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
-    if parts:
-        tool_messages.append({"role": role, "content": parts})
+        if block.get("type") != "tool_result":
+            parts.append(_a2o_part(block, f"{where}.content.{j}"))
+            continue
+        result = block.get("content") or ""
+        texts = [result] if isinstance(result, str) else []
+        for k, inner in enumerate([] if isinstance(result, str) else result):
+            part = _a2o_part(inner, f"{where}.content.{j}.content.{k}")
+            if part["type"] == "text":
+                texts.append(part["text"])
+            else:
+                attached.append(part)
+        text = "\n\n".join(texts)
+        if block.get("is_error"):
+            text = f"Error: {text}"  # OpenAI has no error flag on tool results
+        tool_messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+    if attached or parts:
+        tool_messages.append({"role": role, "content": attached + parts})
     return tool_messages
+
+
+def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """A user turn's text, image or document block as a Chat content part."""
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": _text(block, where)}
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": _image_url(block.get("source") or {}, where)}}
+    if kind == "document":
+        return _a2o_document(block, where)
+    raise refuse(f"{where}: a {kind!r} block", "OpenAI")
 
 
 def _image_url(source: dict[str, Any], where: str) -> str:
