@@ -19,6 +19,7 @@ records locally (it still knows what it created meanwhile; the other replicas do
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -27,6 +28,10 @@ from sdk.errors import NotFoundError
 from sdk.state.backend import StateBackend
 
 MISSING_FILE = "No such File object: {}"  # what the provider answers for a file it does not have
+# Names looked up in one pipelined call. A list page can hold 10,000 rows (OpenAI's files list): asked
+# in one call, their owners took 50-250 ms, past the store's timeout (100 ms by default), and the
+# guard then put the whole replica, every team, on local state. 256 take about 2 ms.
+LOOKUP_CHUNK = 256
 KEEP_S = 400 * 86_400  # longer than any provider keeps an object it did not get a delete for
 
 
@@ -77,10 +82,14 @@ class SharedRecords:
     async def get(self, names: Sequence[str]) -> list[str | None]:
         local = await self._local.get(names)
         client = self._guard.shared.client
-        # one GET each, pipelined (not MGET: on a Redis Cluster the names hash to different slots)
-        shared = await self._guard.try_shared(lambda: client.pipeline([("GET", self._key(n)) for n in names]))
-        if not isinstance(shared, list):  # unreachable: what this replica created while it was
-            return local
+        shared: list[object] = []
+        for start in range(0, len(names), LOOKUP_CHUNK):  # each call well within the store's timeout
+            # one GET each, pipelined (not MGET: on a Redis Cluster the names hash to different slots)
+            commands = [("GET", self._key(n)) for n in names[start:start + LOOKUP_CHUNK]]
+            got = await self._guard.try_shared(functools.partial(client.pipeline, commands))
+            if not isinstance(got, list):  # unreachable: what this replica created while it was
+                return local
+            shared += got
         return [value.decode() if isinstance(value, bytes) else mine for value, mine in zip(shared, local, strict=True)]
 
     async def delete(self, names: Sequence[str]) -> None:

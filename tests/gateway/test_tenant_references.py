@@ -152,3 +152,33 @@ def test_two_replicas_over_redis_agree_on_referenced_files_and_cursors(tmp_path,
                 oai(two, A).files.list(after=secret.id)
             assert oai(two, B).files.list(after=secret.id).data is not None  # beta's own cursor, on the other replica
             oai(two, B).post("/chat/completions", body=_uses(secret.id)[0][1], cast_to=object)  # beta's own file passes
+
+
+@pytest.fixture
+def guard_failures(monkeypatch) -> list[BaseException]:
+    """Every time a replica's guard over the shared store opened (it then runs on local state)."""
+    from sdk.state.guard import GuardedState
+
+    failures: list[BaseException] = []
+    went_down = GuardedState._went_down
+    monkeypatch.setattr(GuardedState, "_went_down", lambda self, exc: (failures.append(exc), went_down(self, exc))[1])
+    return failures
+
+
+def test_a_long_list_page_does_not_take_the_shared_state_down(tmp_path, fresh_emulator, guard_failures):
+    """A files list page holds up to 10,000 rows (OpenAI's default), and the owner of every row was
+    asked in one pipelined call, 50 to 250 ms of the store's time, past its bound (100 ms by default,
+    25 here so that a fast machine cannot hide it): the replica's guard opened, and every team on it
+    ran on local state (limits divided, objects made on other replicas not found), and the team's own
+    file was missing from its list (read from the replica's own records only)."""
+    pytest.importorskip("redis")
+    write_policy(tmp_path, "alpha", A, fresh_emulator.url)
+    for i in range(20_000):  # files on the shared account that no team made through the gateway: two full pages
+        fresh_emulator.app.state.files.add(fresh_emulator.app, "up-openai", f"f{i}.txt", "user_data", b"x")
+    try:
+        with running_redis() as redis, running_proxy([tmp_path], state_url=f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=25") as one:
+            mine = oai(one, A).files.create(file=("mine.txt", b"A"), purpose="user_data").id
+            assert [f.id for f in oai(one, A).files.list()] == [mine]
+            assert guard_failures == []
+    finally:
+        fresh_emulator.app.state.files.clear()
