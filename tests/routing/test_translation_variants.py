@@ -221,3 +221,16 @@ def test_a_tool_result_with_an_image_reaches_an_openai_target(an, fresh_emulator
     assert messages[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "Captured."}
     assert messages[3] == {"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}, {"type": "text", "text": "What do you see?"}]}
+
+
+def test_nested_fields_a_target_has_no_use_for_are_named_when_dropped(oa, an, fresh_emulator):
+    """Chat's participant `name` (Claude has none) and Claude's block-level `cache_control` (an OpenAI
+    target caches by prefix, with prompt_cache_key) are left out and named, as top-level fields are."""
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-x", max_tokens=8, messages=[
+        {"role": "user", "name": "alice", "content": "hi"}])
+    assert raw.headers["x-slipstream-dropped-fields"] == "messages.name"
+    assert "name" not in sent(fresh_emulator)["messages"][0]
+    raw_an = an.messages.with_raw_response.create(model="claude-x", max_tokens=8, system=[
+        {"type": "text", "text": LONG, "cache_control": EPHEMERAL}], messages=[{"role": "user", "content": "hi"}])
+    assert raw_an.headers["x-slipstream-dropped-fields"] == "cache_control"
+    assert "cache_control" not in json.dumps(sent(fresh_emulator))

@@ -189,7 +189,27 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
             dropped += _include(value, target)
         elif shape is Shape.RESPONSES and key == "reasoning" and isinstance(value, dict) and (value.get("summary") or value.get("generate_summary")):
             dropped.append("reasoning.summary")
-    return dropped
+    return dropped + _nested(shape, body)
+
+
+def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:
+    """Fields inside the conversation that the other protocol has no place for and that are left out,
+    named like top-level ones: Chat's participant `name` (a tool message's is its function's, which the
+    call id carries), and Claude's block-level `cache_control` (an OpenAI target caches by prefix)."""
+    messages = body.get("messages")
+    messages = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+    if shape is Shape.CHAT:
+        return ["messages.name"] if any(m.get("name") and m.get("role") != "tool" for m in messages) else []
+    if shape is Shape.MESSAGES:
+        system, tools = body.get("system"), body.get("tools")
+        items = [*(system if isinstance(system, list) else ()), *(tools if isinstance(tools, list) else ())]
+        for message in messages:
+            content = message.get("content")
+            for block in content if isinstance(content, list) else ():
+                items += [block, *(block.get("content") if isinstance(block, dict) and isinstance(block.get("content"), list) else ())]
+        if any(isinstance(item, dict) and item.get("cache_control") for item in items):
+            return ["cache_control"]
+    return []
 
 
 def _include(entries: Any, target: str) -> list[str]:
