@@ -117,7 +117,7 @@ class LimitsStage:
         # prompt_cache_key is namespaced to the team before anything else reads the body.
         ctx.request = with_team_key(ctx.request, self.team)
         # A file the request names is read by the provider under the shared key: the team's own only.
-        await ownership_of(self.state).check_files(self.team, (ctx.request.body,))
+        await ownership_of(self.state).check_files(self.team, (ctx.request.body,), ctx.request.size)
         admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request))
         try:
             answer = await call_next(ctx)

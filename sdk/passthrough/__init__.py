@@ -284,7 +284,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     if op.spends:  # read whole: what it runs is checked before anything leaves
         raw = await _whole(body, limit)
         request = json_object(raw, f"{method} {op.upstream_path}")
-        await ex.owners.check_files(team.team, (request,))  # a message batch's requests may name files
+        await ex.owners.check_files(team.team, (request,), len(raw))  # a message batch's requests may name files
         if keyed_params(request, team.team) if op.kind == "message_batch" else keyed_body(request, team.team):
             raw = orjson.dumps(request)
         body, length = raw, len(raw)
@@ -301,8 +301,8 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         file_id = request.get("input_file_id")
         if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
             raise ex.not_found("file", str(file_id))
-        lines = await _input_file_lines(provider, file_id, limit)
-        await ex.owners.check_files(team.team, [line for _, line in lines])
+        lines, size = await _input_file_lines(provider, file_id, limit)
+        await ex.owners.check_files(team.team, [line for _, line in lines], size)
         ex.check_models([str(line.get("model") or "") for _, line in lines])
         batch_worst = ex.worst_cost([LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line) for url, line in lines])
     if batch_worst:  # it runs after this call answers: only a batch whose worst case fits is created
@@ -448,9 +448,10 @@ async def _read_object(response: UpstreamResponse) -> dict[str, Any]:
     return data
 
 
-async def _input_file_lines(provider: HTTPProvider, file_id: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
+async def _input_file_lines(provider: HTTPProvider, file_id: str, limit: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
     """The requests a batch input file runs, (`url`, `body`) per line, read from the provider (the
-    file went up streamed). A line too long to read could hide a model or a cost: refused."""
+    file went up streamed), and the file's size. A line too long to read could hide a model or a
+    cost: refused."""
     url = f"{provider.base_url}/files/{file_id}/content"
     client = provider.client or upstream_for_running_loop()
     response = await client.request("GET", url, provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), b"",
@@ -472,7 +473,7 @@ async def _input_file_lines(provider: HTTPProvider, file_id: str, limit: int) ->
             response.abort()
             raise InvalidRequestError(f"a line of batch input file {file_id} is over {MAX_LINE} bytes, too long for the "
                                       "gateway to check the model and cost it runs")
-    return found + input_file_lines(iter(lines.end()))
+    return found + input_file_lines(iter(lines.end())), size
 
 
 async def _tallied(response: UpstreamResponse, tally: Tally | None) -> AsyncIterator[bytes]:

@@ -24,7 +24,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from sdk.errors import NotFoundError
+from sdk.errors import InvalidRequestError, NotFoundError
+from sdk.offload import is_large, off_loop
 from sdk.state.backend import StateBackend
 
 MISSING_FILE = "No such File object: {}"  # what the provider answers for a file it does not have
@@ -32,6 +33,7 @@ MISSING_FILE = "No such File object: {}"  # what the provider answers for a file
 # in one call, their owners took 50-250 ms, past the store's timeout (100 ms by default), and the
 # guard then put the whole replica, every team, on local state. 256 take about 2 ms.
 LOOKUP_CHUNK = 256
+MAX_NAMED_FILES = 10_000  # distinct files one request may name (each is looked up: 40 calls at most)
 KEEP_S = 400 * 86_400  # longer than any provider keeps an object it did not get a delete for
 
 
@@ -128,12 +130,17 @@ class Ownership:
         if records:
             await self.records.put(records, KEEP_S)
 
-    async def check_files(self, team: str, bodies: Iterable[Any]) -> None:
+    async def check_files(self, team: str, bodies: Sequence[Any], size: int) -> None:
         """Refuse, with the provider's 404 for a file it does not have, request bodies that name a
-        file the team does not own (`referenced_files`); one round trip for all of them."""
-        named = list(dict.fromkeys(fid for body in bodies for fid in referenced_files(body)))
+        file the team does not own (`referenced_files`); `size` is their bytes, and large ones are
+        read in the heavy-work pool. At most MAX_NAMED_FILES distinct files (a 400 beyond): each is
+        a lookup in the store every team shares."""
+        named = await off_loop(_named_files, bodies) if is_large(size) else _named_files(bodies)
         if not named:
             return
+        if len(named) > MAX_NAMED_FILES:
+            raise InvalidRequestError(f"the request names {len(named)} distinct files; at most {MAX_NAMED_FILES} distinct files "
+                                      "are checked for one request")
         owned = await self.owned(team, "file", named)
         missing = next((fid for fid in named if fid not in owned), None)
         if missing is not None:
@@ -147,6 +154,10 @@ class Ownership:
 
 _FILE_PARTS = frozenset({"file", "input_file", "input_image", "container_upload"})  # parts naming a file by `file_id`
 _FREE_FORM = frozenset({"parameters", "input_schema", "schema", "json_schema", "metadata", "arguments"})  # the client's own JSON
+
+
+def _named_files(bodies: Sequence[Any]) -> list[str]:
+    return list(dict.fromkeys(fid for body in bodies for fid in referenced_files(body)))
 
 
 def referenced_files(body: Any) -> list[str]:

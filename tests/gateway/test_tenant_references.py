@@ -182,3 +182,19 @@ def test_a_long_list_page_does_not_take_the_shared_state_down(tmp_path, fresh_em
             assert guard_failures == []
     finally:
         fresh_emulator.app.state.files.clear()
+
+
+def test_naming_many_files_is_bounded(tmp_path, emulator, guard_failures):
+    """Each file a body names is looked up in the shared store: 200,000 of them in one body kept the
+    store busy for seconds (in one call, past its timeout: the replica's guard opened, every team on
+    it ran on local state). A body may name at most 10,000 distinct files (a 400 beyond), and a large
+    body is read for them in the heavy-work pool, not on the loop every team shares."""
+    pytest.importorskip("redis")
+    write_policy(tmp_path, "alpha", A, emulator.url)
+    with running_redis() as redis, running_proxy([tmp_path], state_url=f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}") as one:
+        parts = [{"type": "file", "file": {"file_id": f"file-{i:012d}"}} for i in range(200_000)]
+        with pytest.raises(openai.BadRequestError) as refused:
+            oai(one, A).post("/chat/completions", body={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": parts}]},
+                             cast_to=object)
+        assert "at most 10000 distinct files" in refused.value.body["message"]
+        assert guard_failures == []
