@@ -206,7 +206,8 @@ def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:
         for message in messages:
             content = message.get("content")
             for block in content if isinstance(content, list) else ():
-                items += [block, *(block.get("content") if isinstance(block, dict) and isinstance(block.get("content"), list) else ())]
+                inner = block.get("content") if isinstance(block, dict) else None  # a tool_result's blocks
+                items += [block, *(inner if isinstance(inner, list) else ())]
         if any(isinstance(item, dict) and item.get("cache_control") for item in items):
             return ["cache_control"]
     return []
