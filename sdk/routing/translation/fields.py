@@ -72,7 +72,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1)"),
         "top_p": Field(T, "top_p"),
         "tools": Field(T, "tools (function tools, with their `cache_control`; others refused)"),
-        "tool_choice": Field(T, "tool_choice (auto/none/required/named)"),
+        "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools and custom refused)"),
         "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
         "response_format": Field(T, "json_schema → output_config.format (structured outputs); json_object (and "
                                     "json_schema on models without structured outputs) → an instruction and an "

@@ -226,8 +226,10 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             tool_choice = {"type": "none"}
         elif choice == "required":
             tool_choice = {"type": "any"}
-        elif isinstance(choice, dict):
+        elif isinstance(choice, dict) and choice.get("type") == "function":
             tool_choice = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
+        elif isinstance(choice, dict):  # allowed_tools, custom: no Claude counterpart
+            raise refuse(f"tool_choice {choice.get('type')!r}", "Anthropic")
         else:
             tool_choice = {"type": "auto"}
         if body.get("parallel_tool_calls") is False and tool_choice["type"] != "none":
