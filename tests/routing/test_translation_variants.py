@@ -246,3 +246,18 @@ def test_a_chat_tool_choice_claude_cannot_follow_is_refused_by_name(oa, fresh_em
                                    messages=[{"role": "user", "content": "hi"}])
     assert "tool_choice 'allowed_tools' cannot be translated for an Anthropic target" in refused.value.message
     assert fresh_emulator.stats()["requests_total"] == 0
+
+
+def test_a_function_call_output_with_an_image_reaches_a_translated_target(oa, fresh_emulator):
+    """A Responses function_call_output may hold images (an MCP tool's screenshot): its text is the
+    tool result, its images follow it in the user turn, instead of a 400."""
+    tool = {"type": "function", "name": "screenshot", "parameters": {"type": "object", "properties": {}}}
+    oa.responses.create(model="gpt-x", max_output_tokens=8, tools=[tool], input=[  # type: ignore[arg-type,list-item]
+        {"role": "user", "content": "Take a screenshot."},
+        {"type": "function_call", "call_id": "call_1", "name": "screenshot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [
+            {"type": "input_text", "text": "Captured."}, {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}]}])
+    messages = sent(fresh_emulator)["messages"]
+    assert messages[2] == {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "call_1", "content": "Captured."},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]}

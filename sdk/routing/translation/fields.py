@@ -127,7 +127,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
     },
     Shape.RESPONSES: {
         "model": Field(T, "model (the route's target model)"),
-        "input": Field(T, "messages (message, function_call, function_call_output, inline input_file → file part; "
+        "input": Field(T, "messages (message, function_call, function_call_output (its images and files follow in a user "
+                              "message: tool messages hold text), inline input_file → file part; "
                               "reasoning items left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),

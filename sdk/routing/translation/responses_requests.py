@@ -101,11 +101,15 @@ def _tool_choice(choice: Any, target: str) -> Any:
 def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
     """Input items in order; function calls join the assistant turn they follow, as Chat requires."""
     out: list[dict[str, Any]] = []
+    attached: list[dict[str, Any]] = []  # function outputs' images and files: Chat's tool messages hold text
     for i, item in enumerate(items):
         where = f"input.{i}"
         if not isinstance(item, dict):
             raise refuse(f"{where}: an item that is not an object", target)
         kind = item.get("type", "message")
+        if attached and kind != "function_call_output":  # after the outputs of one turn, all of them
+            out.append({"role": "user", "content": attached})
+            attached = []
         if kind == "message":
             out.append(_message(item, where, target))
         elif kind == "function_call":
@@ -116,13 +120,17 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item.get("output"), where, target)})
+            text, parts = _output(item.get("output"), where, target)
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+            attached += parts
         elif kind == "reasoning":
             # Reasoning from another model cannot be replayed (OpenAI drops it too on a model mismatch:
             # `input_transformations` reason "model_mismatch"); the visible turns carry the conversation.
             continue
         else:
             raise refuse(f"{where}: a {kind!r} item", target)
+    if attached:
+        out.append({"role": "user", "content": attached})
     return out
 
 
@@ -132,22 +140,7 @@ def _message(item: dict[str, Any], where: str, target: str) -> dict[str, Any]:
         raise refuse(f"{where}: role {role!r}", target)
     if isinstance(content, str):
         return {"role": role, "content": content}
-    parts: list[dict[str, Any]] = []
-    for j, part in enumerate(content or ()):
-        kind = part.get("type")
-        if kind in ("input_text", "output_text"):
-            parts.append({"type": "text", "text": part.get("text", "")})
-        elif kind == "refusal":
-            parts.append({"type": "text", "text": part.get("refusal", "")})
-        elif kind == "input_image" and part.get("image_url"):
-            image: dict[str, Any] = {"url": part["image_url"]}
-            if part.get("detail") and part["detail"] != "auto":
-                image["detail"] = part["detail"]
-            parts.append({"type": "image_url", "image_url": image})
-        elif kind == "input_file" and part.get("file_data"):  # inline, as Chat takes it (file_id and file_url: refused)
-            parts.append({"type": "file", "file": {"filename": part.get("filename") or "document.pdf", "file_data": part["file_data"]}})
-        else:
-            raise refuse(f"{where}.content.{j}: a {kind!r} part" + (" given by file_id or URL" if kind in ("input_image", "input_file") else ""), target)
+    parts = [_part(part, f"{where}.content.{j}", target) for j, part in enumerate(content or ())]
     if role != "user" or all(p["type"] == "text" for p in parts):
         if any(p["type"] != "text" for p in parts):
             raise refuse(f"{where}: an image or file in a {role} message", target)
@@ -155,12 +148,26 @@ def _message(item: dict[str, Any], where: str, target: str) -> dict[str, Any]:
     return {"role": role, "content": parts}
 
 
-def _output_text(output: Any, where: str, target: str) -> str:
+def _part(part: Any, where: str, target: str) -> dict[str, Any]:
+    """A message's (or a function output's) content part as a Chat content part."""
+    kind = part.get("type") if isinstance(part, dict) else "non-object"
+    if kind in ("input_text", "output_text"):
+        return {"type": "text", "text": part.get("text", "")}
+    if kind == "refusal":
+        return {"type": "text", "text": part.get("refusal", "")}
+    if kind == "input_image" and part.get("image_url"):
+        image: dict[str, Any] = {"url": part["image_url"]}
+        if part.get("detail") and part["detail"] != "auto":
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file" and part.get("file_data"):  # inline, as Chat takes it (file_id and file_url: refused)
+        return {"type": "file", "file": {"filename": part.get("filename") or "document.pdf", "file_data": part["file_data"]}}
+    raise refuse(f"{where}: a {kind!r} part" + (" given by file_id or URL" if kind in ("input_image", "input_file") else ""), target)
+
+
+def _output(output: Any, where: str, target: str) -> tuple[str, list[dict[str, Any]]]:
+    """A function call's output: its text (the tool message), and its images and files (which follow it)."""
     if isinstance(output, str):
-        return output
-    texts = []
-    for j, part in enumerate(output or ()):
-        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text"):
-            raise refuse(f"{where}.output.{j}: a {part.get('type') if isinstance(part, dict) else 'non-object'!r} part", target)
-        texts.append(part.get("text", ""))
-    return "".join(texts)
+        return output, []
+    parts = [_part(part, f"{where}.output.{j}", target) for j, part in enumerate(output or ())]
+    return "".join(p["text"] for p in parts if p["type"] == "text"), [p for p in parts if p["type"] != "text"]
