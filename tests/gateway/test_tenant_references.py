@@ -5,6 +5,7 @@ use another team's object id as a list cursor (the page after it told whether it
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,3 +199,34 @@ def test_naming_many_files_is_bounded(tmp_path, emulator, guard_failures):
                              cast_to=object)
         assert "at most 10000 distinct files" in refused.value.body["message"]
         assert guard_failures == []
+
+
+def test_many_item_references_do_not_stall_the_shared_store(tmp_path, emulator, guard_failures):
+    """The items a Responses request references were looked up in one Lua script: with 300,000
+    `item_reference`s it held Redis, which every replica and team shares, for most of a second, so
+    another team's calls on another replica timed out (its guard opened: local state, its own files
+    not found) meanwhile. Looked up in short scripts now, the store answers between them."""
+    pytest.importorskip("redis")
+    write_policy(tmp_path, "alpha", A, emulator.url)
+    write_policy(tmp_path, "beta", B, emulator.url)
+    with running_redis() as redis:
+        url = f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}"
+        with running_proxy([tmp_path], state_url=url) as one, running_proxy([tmp_path], state_url=url) as two:
+            own = oai(two, B).files.create(file=("own.txt", b"B"), purpose="user_data").id
+            refs = [{"type": "item_reference", "id": f"msg_{i:024d}"} for i in range(300_000)]
+            outcome: list[BaseException] = []
+
+            def references() -> None:
+                try:
+                    oai(one, A).post("/responses", body={"model": "gpt-4o-mini", "input": refs}, cast_to=object)
+                except BaseException as exc:
+                    outcome.append(exc)
+
+            running = threading.Thread(target=references)
+            running.start()
+            beside = []
+            while running.is_alive():
+                beside.append(oai(two, B).files.retrieve(own).id)  # raises NotFoundError if its owner cannot be read
+            running.join()
+            assert isinstance(outcome[0], openai.NotFoundError)  # none of the references is alpha's
+            assert beside and guard_failures == []
