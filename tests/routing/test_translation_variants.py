@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from gateway.testing import running_proxy
+from sdk.errors import SlipstreamError
 from sdk.routing.translation.bodies import completion_o2a
 from sdk.routing.translation.responses_streams import ChatToResponses
 from sdk.routing.translation.streams import OpenAIToAnthropic
@@ -261,3 +262,15 @@ def test_a_function_call_output_with_an_image_reaches_a_translated_target(oa, fr
     assert messages[2] == {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "call_1", "content": "Captured."},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]}
+
+
+def test_tool_arguments_that_are_not_json_are_a_clear_502_not_an_internal_error():
+    """An OpenAI-compatible upstream (a small local model, an answer cut at max_tokens) can return tool
+    arguments that are not JSON; Claude's tool_use input must be an object, so the answer is the
+    upstream's fault, said as such (502), not a gateway crash (500)."""
+    body = orjson.dumps({"id": "c1", "model": "gpt-4o", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                              "function": {"name": "lookup", "arguments": '{"city": "Os'}}]}}]})
+    with pytest.raises(SlipstreamError, match="arguments of tool call 'call_1' are not JSON") as failed:
+        completion_o2a(body)
+    assert failed.value.status == 502

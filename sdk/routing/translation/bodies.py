@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from sdk.errors import error_body
+from sdk.errors import SlipstreamError, error_body
 from sdk.routing.translation.output_modes import validated
 from sdk.types import Protocol
 
@@ -77,12 +77,21 @@ def completion_o2a(body: bytes) -> bytes:
         content.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
-        content.append({"type": "tool_use", "id": call["id"], "name": function.get("name"), "input": orjson.loads(function.get("arguments") or "{}")})
+        content.append({"type": "tool_use", "id": call["id"], "name": function.get("name"), "input": _arguments(call)})
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
         "content": content, "stop_reason": stop_reason_o2a(choice.get("finish_reason"), bool(message.get("refusal"))), "stop_sequence": None,
         "usage": usage_o2a(data.get("usage")),
     })
+
+
+def _arguments(call: dict[str, Any]) -> Any:
+    """A tool call's arguments as Claude's tool_use input; arguments that are not JSON are the upstream's fault."""
+    try:
+        return orjson.loads((call.get("function") or {}).get("arguments") or "{}")
+    except orjson.JSONDecodeError:
+        raise SlipstreamError(f"the upstream's arguments of tool call {call.get('id')!r} are not JSON; "
+                              "an Anthropic tool_use needs an object", status=502) from None
 
 
 def error_message(body: bytes) -> str:
