@@ -21,7 +21,7 @@ from gateway.testing import running_proxy
 from sdk.errors import SlipstreamError
 from sdk.routing.translation.bodies import completion_o2a
 from sdk.routing.translation.responses_streams import ChatToResponses
-from sdk.routing.translation.streams import OpenAIToAnthropic
+from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
 from tests.routing.conftest import policy_text
 
 KEY = "sk-routing"
@@ -274,3 +274,22 @@ def test_tool_arguments_that_are_not_json_are_a_clear_502_not_an_internal_error(
     with pytest.raises(SlipstreamError, match="arguments of tool call 'call_1' are not JSON") as failed:
         completion_o2a(body)
     assert failed.value.status == 502
+
+
+def test_a_streamed_tool_call_without_input_has_arguments_of_an_empty_object():
+    """Claude may stream a tool_use with no input deltas (a tool without parameters); OpenAI's arguments
+    are then `{}`, which clients parse, never the empty string."""
+    translator = AnthropicToOpenAI(include_usage=False)
+
+    def event(payload: dict[str, Any]) -> bytes:
+        return b"event: " + payload["type"].encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    events = [{"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 5, "output_tokens": 1}}},
+              {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}},
+              {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}},
+              {"type": "content_block_stop", "index": 0},
+              {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+              {"type": "message_stop"}]
+    chunks = [orjson.loads(out[6:]) for payload in events for out in translator.feed(event(payload)) if out != b"data: [DONE]\n\n"]
+    arguments = "".join(call["function"].get("arguments") or "" for chunk in chunks for call in chunk["choices"][0]["delta"].get("tool_calls") or ())
+    assert arguments == "{}"

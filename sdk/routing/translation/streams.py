@@ -136,6 +136,7 @@ class AnthropicToOpenAI:
         self.model = ""
         self.created = int(time.time())
         self.tools: dict[int, int] = {}  # Anthropic block index → OpenAI tool_call index
+        self.argued: set[int] = set()  # Anthropic block indexes of tool calls whose arguments have begun
         self.finish_reason = "stop"
         self.usage = Usage()
 
@@ -169,9 +170,14 @@ class AnthropicToOpenAI:
             if delta.get("type") == "text_delta":
                 return [self._chunk({"content": delta.get("text", "")})]
             if delta.get("type") == "input_json_delta" and delta.get("partial_json"):
+                self.argued.add(payload["index"])
                 call = {"index": self.tools.get(payload["index"], 0), "function": {"arguments": delta["partial_json"]}}
                 return [self._chunk({"tool_calls": [call]})]
             return []
+        if kind == "content_block_stop" and payload.get("index") in self.tools and payload["index"] not in self.argued:
+            # A tool_use with no input streamed: OpenAI's arguments are then `{}`, never empty (clients parse them).
+            call = {"index": self.tools[payload["index"]], "function": {"arguments": "{}"}}
+            return [self._chunk({"tool_calls": [call]})]
         if kind == "message_delta":
             merge_anthropic_usage(self.usage, payload.get("usage"))
             reason = (payload.get("delta") or {}).get("stop_reason")
