@@ -45,12 +45,12 @@ class Conversations:
         """The request's conversation for a target; `holder` is the native provider it goes to (None:
         translated), `creates` whether it makes a response to store (not a count or a compaction).
         Refuses (404) what the team's store does not hold, and (400) a turn to be stored whose own
-        conversation would not fit the team's storage quota."""
+        conversation would not fit the team's storage quota, or that has too many items to store."""
         previous = await self._previous(request_body)
         own = as_items(request_body.get("input"))
         if creates and request_body.get("store") is not False:
             limits = self.store().limits.get(self.team, StoreLimits())
-            if (why := over_quota(previous, size, limits)) is not None:
+            if (why := over_quota(previous, size, limits, len(own))) is not None:
                 raise InvalidRequestError(f"{why}; start a new conversation, send store: false, or raise the quota")
         expanded = previous is not None and not _holds(holder, previous)
         context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]

@@ -19,7 +19,7 @@ conversation's last turn (writing a turn renews its whole chain, so a live conve
 loses its beginning), and a quota in bytes and responses. Over the quota the least recently used
 responses of the team go first (leaves before the turns they continue, so what remains is still a
 whole conversation); the chain being written is never evicted: a turn whose own conversation would
-not fit is refused before it is sent (`over_quota`).
+not fit, or with more than MAX_TURN_ITEMS input items, is refused before it is sent (`over_quota`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from typing import Any, Protocol
 import orjson
 
 RETENTION_S = 30 * 86400  # OpenAI keeps stored responses for 30 days
+# Input items one stored turn may hold: each is a key the store writes, in Redis in one script that
+# holds the server every replica and team shares (300,000 one-word messages held it for 6 s).
+MAX_TURN_ITEMS = 10_000
 MAX_CHAIN = 1_000_000  # a walk never goes further (a guard, not a limit anyone reaches)
 
 
@@ -96,8 +99,12 @@ def as_items(value: Any) -> list[dict[str, Any]]:
     return list(value or [])
 
 
-def over_quota(previous: StoredResponse | None, request_bytes: int, limits: StoreLimits) -> str | None:
-    """Why a turn cannot be stored whole (its conversation alone exceeds the team's quota), or None."""
+def over_quota(previous: StoredResponse | None, request_bytes: int, limits: StoreLimits, items: int = 0) -> str | None:
+    """Why a turn cannot be stored whole (its conversation alone exceeds the team's quota, or it has
+    more than MAX_TURN_ITEMS input items of its own), or None."""
+    if items > MAX_TURN_ITEMS:
+        return (f"this turn has {items} input items; a turn to be stored may hold at most {MAX_TURN_ITEMS} items of its own "
+                "(continue with previous_response_id to send only the new ones)")
     depth = (previous.depth if previous else 0) + 1
     size = (previous.chain_bytes if previous else 0) + request_bytes
     if depth > limits.max_entries:

@@ -230,3 +230,19 @@ def test_many_item_references_do_not_stall_the_shared_store(tmp_path, emulator, 
             running.join()
             assert isinstance(outcome[0], openai.NotFoundError)  # none of the references is alpha's
             assert beside and guard_failures == []
+
+
+def test_a_turn_with_very_many_items_is_not_stored_at_the_cost_of_every_team(tmp_path, emulator, guard_failures):
+    """Storing a response writes one Redis key per item, in one script: a turn of 300,000 one-word
+    messages (9 MB) held Redis, shared by every replica and team, for about 6 s. A turn to be stored
+    may hold at most 10,000 items of its own (a 400 beyond, before anything is sent; `store: false`
+    or `previous_response_id` carry longer conversations)."""
+    pytest.importorskip("redis")
+    write_policy(tmp_path, "alpha", A, emulator.url)
+    with running_redis() as redis, running_proxy([tmp_path], state_url=f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}") as one:
+        many = [{"role": "user", "content": "x"} for _ in range(300_000)]
+        with pytest.raises(openai.BadRequestError) as refused:
+            oai(one, A).post("/responses", body={"model": "gpt-4o-mini", "input": many, "max_output_tokens": 16}, cast_to=object)
+        assert "10000 items" in refused.value.body["message"]
+        assert guard_failures == []
+        oai(one, A).post("/responses", body={"model": "gpt-4o-mini", "input": many[:10_000], "max_output_tokens": 16}, cast_to=object)
