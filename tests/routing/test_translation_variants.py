@@ -293,3 +293,13 @@ def test_a_streamed_tool_call_without_input_has_arguments_of_an_empty_object():
     chunks = [orjson.loads(out[6:]) for payload in events for out in translator.feed(event(payload)) if out != b"data: [DONE]\n\n"]
     arguments = "".join(call["function"].get("arguments") or "" for chunk in chunks for call in chunk["choices"][0]["delta"].get("tool_calls") or ())
     assert arguments == "{}"
+
+
+def test_an_echoed_assistant_refusal_stays_in_the_history_for_claude(oa, fresh_emulator):
+    """`messages.append(completion.choices[0].message)` echoes a refusal as `refusal` (content null),
+    or as a `refusal` content part: it is the assistant's turn, sent as its text, not an empty turn."""
+    for assistant in ({"role": "assistant", "content": None, "refusal": REFUSED},
+                      {"role": "assistant", "content": [{"type": "refusal", "refusal": REFUSED}]}):
+        oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=[  # type: ignore[list-item]
+            {"role": "user", "content": "hi"}, assistant, {"role": "user", "content": "Why not?"}])
+        assert sent(fresh_emulator)["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": REFUSED}]}

@@ -294,6 +294,9 @@ def _o2a_texts(content: Any, where: str) -> list[tuple[str, Any]]:
         return [(content, None)]
     texts = []
     for j, part in enumerate(content or ()):
+        if isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append((part["refusal"], part.get("cache_control")))  # an assistant's echoed refusal: its text
+            continue
         if not isinstance(part, dict) or part.get("type") != "text":
             raise refuse(f"{where}: a {part.get('type') if isinstance(part, dict) else type(part).__name__!r} part", "Anthropic")
         texts.append((_text(part, f"{where}.content.{j}"), part.get("cache_control")))
@@ -330,7 +333,8 @@ def _cached(block: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
 
 
 def _o2a_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
-    blocks = [block for block in _joined(_o2a_texts(message.get("content") or "", f"{where}.content")) if block["text"]]
+    content = message.get("content") or message.get("refusal") or ""  # an echoed refusal is the turn's text
+    blocks = [block for block in _joined(_o2a_texts(content, f"{where}.content")) if block["text"]]
     for j, call in enumerate(message.get("tool_calls") or ()):
         function = call.get("function") or {}
         try:
