@@ -20,6 +20,7 @@ import pytest
 from gateway.testing import running_proxy
 from sdk.errors import SlipstreamError
 from sdk.routing.translation.bodies import completion_o2a
+from sdk.routing.translation.requests import openai_to_anthropic
 from sdk.routing.translation.responses_streams import ChatToResponses
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
 from tests.routing.conftest import policy_text
@@ -303,3 +304,11 @@ def test_an_echoed_assistant_refusal_stays_in_the_history_for_claude(oa, fresh_e
         oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=[  # type: ignore[list-item]
             {"role": "user", "content": "hi"}, assistant, {"role": "user", "content": "Why not?"}])
         assert sent(fresh_emulator)["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": REFUSED}]}
+
+
+def test_a_jpg_data_url_is_sent_to_claude_as_image_jpeg():
+    """`data:image/jpg;...` (a data URL built from a file's extension) is a JPEG to OpenAI; Claude takes
+    only `image/jpeg`."""
+    body = openai_to_anthropic({"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/jpg;base64,/9j/4AAQ"}}]}]})
+    assert body["messages"][0]["content"][0]["source"] == {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}

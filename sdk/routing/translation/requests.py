@@ -369,8 +369,8 @@ def _o2a_user(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
 
 def _image_source(url: str) -> dict[str, Any]:
     inline = _data_url(url)
-    if inline is not None:
-        return {"type": "base64", "media_type": inline[0], "data": inline[1]}
+    if inline is not None:  # `image/jpg` (a file extension) is a JPEG to OpenAI; Claude names it only `image/jpeg`
+        return {"type": "base64", "media_type": "image/jpeg" if inline[0] == "image/jpg" else inline[0], "data": inline[1]}
     return {"type": "url", "url": url}
 
 
