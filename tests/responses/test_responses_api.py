@@ -317,3 +317,19 @@ def test_semantic_cache_answers_a_paraphrase(proxy, fresh_emulator):
     again = client.responses.with_raw_response.create(model="gpt-4o", input="How can I reset my password?", temperature=0)
     assert (first.headers["x-slipstream-cache"], again.headers["x-slipstream-cache"]) == ("miss", "semantic-hit")
     assert again.parse().output_text == first.parse().output_text and fresh_emulator.stats()["requests_total"] == 1
+
+
+
+@requires_extra("semantic")
+def test_the_cache_does_not_answer_one_conversation_with_anothers_turn(proxy, fresh_emulator):
+    """The cache keys a Responses request by its Chat form, which has no `previous_response_id`, so a
+    continued conversation is never cached: else the same follow-up in two conversations (two end
+    users of one team key) would be one key, and the second would get the answer the first one's
+    history produced."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=HITS_KEY, max_retries=0)
+    first = client.responses.create(model="gpt-4o", input="My locker code is 4417.", temperature=0)
+    second = client.responses.create(model="gpt-4o", input="My locker code is 9902.", temperature=0)
+    ask = dict(model="gpt-4o", input="What is my locker code?", temperature=0)
+    for previous in (first.id, second.id, first.id):
+        answer = client.responses.with_raw_response.create(**ask, previous_response_id=previous)
+        assert answer.headers["x-slipstream-cache"] == "miss"
