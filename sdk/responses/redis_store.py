@@ -37,6 +37,9 @@ _BULK_TIMEOUT_S = 10.0
 # ends: 300,000 references in one held it for most of a second (other teams' calls timed out);
 # 1,000 take about a millisecond.
 ITEMS_PER_SCRIPT = 1000
+# Bytes of records one script reads of a chain: a 50 MiB conversation read in one held Redis for
+# 200 ms, past every other caller's timeout (a team's quota allows 1 GiB); 4 MiB take about 15 ms.
+CHAIN_BYTES_PER_SCRIPT = 4 << 20
 _DOWN = object()
 
 _DROP = """
@@ -116,16 +119,19 @@ return {depth, chain}
 
 _DELETE = _DROP + "return drop(ARGV[2])"
 
-# ARGV: base, id. Returns data, depth, chain for each record from `id` back along `prev`, newest first.
+# ARGV: base, id, byte budget. Returns data, depth, chain for each record from `id` back along
+# `prev`, newest first, until the chain's first record or the records read reach the budget (the
+# caller goes on from the last one's `prev`).
 _CHAIN = """
-local base, cur, out = ARGV[1], ARGV[2], {}
+local base, cur, budget, out, size = ARGV[1], ARGV[2], tonumber(ARGV[3]), {}, 0
 for _ = 1, """ + str(MAX_CHAIN) + """ do
   local r = redis.call('HMGET', base .. 'r:' .. cur, 'data', 'prev', 'depth', 'chain')
   if not r[1] then break end
   out[#out + 1] = r[1]
   out[#out + 1] = r[3]
   out[#out + 1] = r[4]
-  if r[2] == '' then break end
+  size = size + string.len(r[1])
+  if r[2] == '' or size >= budget then break end
   cur = r[2]
 end
 return out
@@ -210,8 +216,15 @@ class RedisResponseStore:
         return _record(*raw)
 
     async def chain(self, team: str, response_id: str) -> list[StoredResponse]:
-        raw = await self._eval(_CHAIN, self._base(team), response_id)
-        found = [_record(*raw[i:i + 3]) for i in range(len(raw) - 3, -1, -3)] if isinstance(raw, list) else []
+        newest_first: list[StoredResponse] = []
+        cursor: str | None = response_id
+        while cursor is not None and len(newest_first) < MAX_CHAIN:  # a script at a time, each about a budget's bytes
+            raw = await self._eval(_CHAIN, self._base(team), cursor, CHAIN_BYTES_PER_SCRIPT)
+            if not isinstance(raw, list) or not raw:
+                break
+            newest_first += [_record(*raw[i:i + 3]) for i in range(0, len(raw), 3)]
+            cursor = newest_first[-1].previous
+        found = newest_first[::-1]
         rest = found[0].previous if found else response_id
         if rest is not None:  # begun, or continued, while Redis was down
             found = [*(await self.fallback.chain(team, rest)), *found]

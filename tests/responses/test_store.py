@@ -175,3 +175,32 @@ async def test_the_quota_totals_follow_every_write_and_a_file_without_them(tmp_p
     assert kept == summed
     await reopened.put(_record("a", "a5"))  # the quota still holds: the oldest goes
     assert await reopened.get("a", "a2") is None and _totals(path)[1]["a"][0] == 3
+
+
+async def test_a_long_chain_is_read_in_short_scripts(redis_url, tmp_path):  # noqa: F811
+    """A script holds Redis, which every replica and team shares, until it ends: a 50 MiB conversation
+    read in one script held it for 200 ms, past every other caller's 100 ms timeout (a 1 GiB quota
+    allows 4 s). Each script now returns about CHAIN_BYTES_PER_SCRIPT, and the chain is still whole."""
+    from sdk.responses import redis_store
+
+    state = open_state(redis_url)
+    assert isinstance(state, GuardedState)
+    store = RedisResponseStore(state, SQLiteResponseStore(tmp_path / "r.sqlite3"))
+    previous = None
+    for turn in range(24):
+        await store.put(_record("a", f"resp_{turn}", previous, text=f"{turn}:" + "x" * MIB))
+        previous = f"resp_{turn}"
+    replies: list[int] = []
+    call = store._call
+
+    async def measured(*args):
+        reply = await call(*args)
+        if args[0] == "EVAL" and args[1] == redis_store._CHAIN:
+            replies.append(sum(len(part) for part in reply if isinstance(part, bytes)))
+        return reply
+
+    store._call = measured  # type: ignore[method-assign]
+    chain = await store.chain("a", "resp_23")
+    assert [r.id for r in chain] == [f"resp_{t}" for t in range(24)]
+    assert replies and max(replies) <= redis_store.CHAIN_BYTES_PER_SCRIPT + 2 * MIB  # the budget and the record that crossed it
+    await state.close()
