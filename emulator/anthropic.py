@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from .app import Emulator
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+# Models that still take `temperature` and `top_p` together (Claude Opus 4.1 and every later model refuse both).
+_BOTH_SAMPLERS = re.compile(r"^claude-(instant|2|3)|^claude-(opus|sonnet)-4(-0|-2025|$)")
 
 def _validate(body: dict[str, Any], count_only: bool) -> str | None:
     """First validation error, with the API's `path: message` style, or None."""
@@ -81,6 +83,8 @@ def _validate(body: dict[str, Any], count_only: bool) -> str | None:
                 return f"{name}: Input should be greater than or equal to 0"
             if v > hi:
                 return f"{name}: Input should be less than or equal to {hi}"
+    if body.get("temperature") is not None and body.get("top_p") is not None and not _BOTH_SAMPLERS.match(model):
+        return "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
     if "stream" in body and not isinstance(body["stream"], bool):
         return "stream: Input should be a valid boolean"
     ss = body.get("stop_sequences")

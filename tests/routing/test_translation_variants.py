@@ -312,3 +312,16 @@ def test_a_jpg_data_url_is_sent_to_claude_as_image_jpeg():
     body = openai_to_anthropic({"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/jpg;base64,/9j/4AAQ"}}]}]})
     assert body["messages"][0]["content"][0]["source"] == {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}
+
+
+def test_default_sampling_values_do_not_make_claude_refuse_the_request(oa, fresh_emulator):
+    """Claude 4.1 and later refuse `temperature` and `top_p` together; `temperature=1, top_p=1` (the
+    OpenAI playground's snippet) only restates both protocols' defaults, so neither is sent, both are named."""
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-x", max_tokens=8, temperature=1, top_p=1,
+                                                       messages=[{"role": "user", "content": "hi"}])
+    assert raw.parse().choices[0].message.content
+    assert raw.headers["x-slipstream-dropped-fields"] == "temperature,top_p"
+    body = sent(fresh_emulator)
+    assert "temperature" not in body and "top_p" not in body
+    with pytest.raises(openai.BadRequestError, match="cannot both be specified"):  # values that change the answer: Claude's own 400
+        oa.chat.completions.create(model="gpt-x", max_tokens=8, temperature=0.5, top_p=0.9, messages=[{"role": "user", "content": "hi"}])

@@ -69,8 +69,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "stop": Field(T, "stop_sequences"),
         "stream": Field(T, "stream"),
         "stream_options": Field(T, "include_usage: the usage chunk is built from Anthropic's usage"),
-        "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1)"),
-        "top_p": Field(T, "top_p"),
+        # 1 is both protocols' default for each; Claude 4.1 and later refuse the two together, so a default is not sent.
+        "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1)", (1, 1.0)),
+        "top_p": Field(T, "top_p", (1, 1.0)),
         "tools": Field(T, "tools (function tools, with their `cache_control`; others refused)"),
         "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools and custom refused)"),
         "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
