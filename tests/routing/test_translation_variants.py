@@ -325,3 +325,13 @@ def test_default_sampling_values_do_not_make_claude_refuse_the_request(oa, fresh
     assert "temperature" not in body and "top_p" not in body
     with pytest.raises(openai.BadRequestError, match="cannot both be specified"):  # values that change the answer: Claude's own 400
         oa.chat.completions.create(model="gpt-x", max_tokens=8, temperature=0.5, top_p=0.9, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_a_chat_request_without_a_limit_gets_a_limit_the_claude_model_takes():
+    """Chat may leave the output limit out; Claude needs one, and Claude 3 models take at most 4096
+    (more is Anthropic's 400), later ones 8192 and more."""
+    hi = [{"role": "user", "content": "hi"}]
+    assert openai_to_anthropic({"model": "claude-3-haiku-20240307", "messages": hi})["max_tokens"] == 4096
+    assert openai_to_anthropic({"model": "claude-3-opus-latest", "messages": hi})["max_tokens"] == 4096
+    assert openai_to_anthropic({"model": "claude-3-5-haiku-latest", "messages": hi})["max_tokens"] == 8192
+    assert openai_to_anthropic({"model": "claude-sonnet-4-5", "messages": hi})["max_tokens"] == 8192

@@ -65,7 +65,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "→ document blocks; "
                                  "`cache_control` on a part or message → a breakpoint on the block made from it)"),
         "max_completion_tokens": Field(T, "max_tokens"),
-        "max_tokens": Field(T, "max_tokens (default 8192 when neither is sent)"),
+        "max_tokens": Field(T, "max_tokens (default when neither is sent: 8192; 4096 for Claude 3 models, their most)"),
         "stop": Field(T, "stop_sequences"),
         "stream": Field(T, "stream"),
         "stream_options": Field(T, "include_usage: the usage chunk is built from Anthropic's usage"),

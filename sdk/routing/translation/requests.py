@@ -8,6 +8,7 @@ have no faithful counterpart are refused here, naming where they are.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -19,8 +20,14 @@ from sdk.routing.translation.output_modes import json_mode
 
 # reasoning_effort values Anthropic's output_config.effort shares (it has no "minimal" or "none").
 _EFFORTS = ("low", "medium", "high", "xhigh")
-# OpenAI requests without a limit must still give Anthropic one; this is Anthropic's largest common cap.
+# OpenAI requests without a limit must still give Anthropic one: 8192, which every Claude model from
+# 3.5 on takes; Claude 3 (and older) models take at most 4096 (more is Anthropic's 400).
 DEFAULT_MAX_TOKENS = 8192
+_SMALL_OUTPUT = re.compile(r"^claude-(instant|2|3-(haiku|opus|sonnet))")
+
+
+def default_max_tokens(model: Any) -> int:
+    return 4096 if _SMALL_OUTPUT.match(str(model or "")) else DEFAULT_MAX_TOKENS
 
 
 def refuse(what: str, target: str) -> TranslationRefused:
@@ -209,7 +216,7 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             out.setdefault("output_config", {})["effort"] = value
         else:
             raise refuse(f"{key!r}", "Anthropic")
-    out["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
+    out["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens(body.get("model"))
     if body.get("user"):
         out["metadata"] = {"user_id": body["user"]}
     system, messages = _o2a_messages(body.get("messages") or [])
