@@ -31,7 +31,7 @@ from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, SemanticCachePolicy
 from sdk.readiness import WarmUp
-from sdk.responses.store import ResponseStore, StoredResponse, as_items
+from sdk.responses.store import MAX_TURN_ITEMS, ResponseStore, StoredResponse, as_items
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.responses_requests import responses_to_chat
 from sdk.services import Services
@@ -146,7 +146,10 @@ class CacheStage:
         body = request.body
         if request.endpoint is Endpoint.RESPONSES:
             # A continued conversation lives in the response store (or at the provider), not in the body.
-            return not body.get("previous_response_id") and not body.get("background")
+            # A turn with more items than a stored turn may hold goes on to be refused (a hit would store it).
+            items = body.get("input")
+            return (not body.get("previous_response_id") and not body.get("background")
+                    and not (isinstance(items, list) and len(items) > MAX_TURN_ITEMS))
         n = body.get("n", 1)
         return request.endpoint in (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS) and (n is None or n == 1)
 

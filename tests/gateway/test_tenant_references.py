@@ -246,3 +246,18 @@ def test_a_turn_with_very_many_items_is_not_stored_at_the_cost_of_every_team(tmp
         assert "10000 items" in refused.value.body["message"]
         assert guard_failures == []
         oai(one, A).post("/responses", body={"model": "gpt-4o-mini", "input": many[:10_000], "max_output_tokens": 16}, cast_to=object)
+
+
+def test_a_cache_hit_does_not_store_a_turn_over_the_item_bound(tmp_path, emulator):
+    """A turn sent with `store: false` is not bounded (nothing is stored) and can be cached; the same
+    body again with `store: true` (not part of the cache key) was a hit, recorded whatever its size:
+    the bound on a stored turn's items, and the Redis time it protects, were one cache hit away."""
+    pytest.importorskip("faiss")
+    write_policy(tmp_path, "alpha", A, emulator.url, extra="semantic_cache: {enabled: true}\n")
+    with running_proxy([tmp_path]) as one:
+        many = [{"role": "user", "content": "x"} for _ in range(10_001)]
+        ask = {"model": "gpt-4o-mini", "input": many, "temperature": 0}
+        oai(one, A).post("/responses", body={**ask, "store": False}, cast_to=object)
+        with pytest.raises(openai.BadRequestError) as refused:
+            oai(one, A).post("/responses", body={**ask, "store": True}, cast_to=object)
+        assert "10000 items" in refused.value.body["message"]
