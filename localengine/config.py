@@ -83,6 +83,10 @@ class SpeculativeConfig:
     model: str | None = None
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4
+    # mlp_speculator: where the context holds an n-gram match, propose what followed it (as
+    # method "ngram" would) and the speculator's tokens only elsewhere. The speculator sees no
+    # context beyond one hidden state, so it cannot copy; lookup copies and costs nothing.
+    prompt_lookup: bool = False
     # Adaptive speculation (see spec_decode/policy.py). Requests asking for fewer tokens than
     # this gain too little to repay the draft's prefill; at this many running requests decode is
     # compute-bound and verifying k extra tokens costs about as much as generating them (n-gram
@@ -109,6 +113,8 @@ class SpeculativeConfig:
             raise ValueError(f"speculative_config method {cfg.method!r} needs 'model'")
         if not 1 <= cfg.num_speculative_tokens <= 32:
             raise ValueError("num_speculative_tokens must be in [1, 32]")
+        if cfg.prompt_lookup and cfg.method != "mlp_speculator":
+            raise ValueError("prompt_lookup combines n-gram lookup with method 'mlp_speculator' only")
         if not 1 <= cfg.prompt_lookup_min <= cfg.prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
         return cfg

@@ -107,7 +107,9 @@ SMOLLM2_CONFIGS: list[tuple[str, dict | None]] = [
 def smollm2_speculator_configs(path: str) -> list[tuple[str, dict | None]]:
     return [("mlp_speculator k=4", {"method": "mlp_speculator", "model": path, "num_speculative_tokens": 4,
                                     "adaptive": False}),
-            ("mlp_speculator k=4 adaptive", {"method": "mlp_speculator", "model": path, "num_speculative_tokens": 4})]
+            ("mlp_speculator k=4 adaptive", {"method": "mlp_speculator", "model": path, "num_speculative_tokens": 4}),
+            ("mlp_speculator+lookup k=4 adaptive", {"method": "mlp_speculator", "model": path,
+                                                    "num_speculative_tokens": 4, "prompt_lookup": True})]
 
 
 @dataclass(slots=True)

@@ -9,8 +9,8 @@ tokens). Held-out texts give each stage's greedy acceptance, which is what specu
 greedy requests.
 
 Prompts: `code`, windows of the standard library's sources (the demo's training text); `chat`,
-instructions built from the task and topic lists below, chat-templated (for instruct models; the
-speculation benchmark asks about other topics).
+instructions from localengine/demo/speculator_prompts.py (open questions and work on standard-library
+code and docstrings), chat-templated, for instruct models.
 
     python -m localengine.demo.train_speculator                   # demo-speculator
     python -m localengine.demo.train_speculator --target smollm2-135m-instruct --prompts 2000 \\
@@ -33,36 +33,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from localengine import LLM, SamplingParams
+from localengine.demo.speculator_prompts import instructions
 from localengine.demo.train import corpus
 from localengine.spec_decode.mlp_speculator import MLPSpeculator, MLPSpeculatorConfig
 
 HERE = Path(__file__).parent
 IGNORE = -100
-TASKS = ["Write a short story about {}.", "Explain {} to a ten-year-old.", "List five facts about {}.",
-         "Write a short poem about {}.", "What are the advantages and disadvantages of {}?",
-         "Give me three practical tips about {}.", "Write a short email inviting a friend to talk about {}.",
-         "Describe {} in one paragraph.", "Write a blog post introduction about {}.", "Why does {} matter?",
-         "Summarize what you know about {}.", "Write a haiku about {}.", "What is the history of {}?",
-         "How would you teach a beginner about {}?", "Write a short dialogue between two friends about {}.",
-         "What are common misconceptions about {}?", "Write a short product description related to {}.",
-         "Give step-by-step instructions for getting started with {}.",
-         "Write a motivational message that mentions {}.", "Ask me five quiz questions about {}, with answers."]
-TOPICS = ["the ocean", "gardening", "electric cars", "the moon", "coffee", "learning a language", "volcanoes",
-          "friendship", "recycling", "chess", "bees", "the internet", "mountains", "rainy days", "bicycles",
-          "the human heart", "photography", "saving money", "dinosaurs", "music lessons", "trains", "deserts",
-          "healthy breakfasts", "the solar system", "libraries", "winter", "robots", "forests", "cooking pasta",
-          "public speaking", "penguins", "clocks", "football", "clouds", "writing letters", "bridges", "honey",
-          "sleep", "maps", "a small bakery", "time management", "lighthouses", "rivers", "video games",
-          "painting", "the history of paper", "camping", "kindness", "airplanes", "tea", "volleyball", "glaciers",
-          "owls", "baking bread", "solar panels", "meditation", "ancient Egypt", "the stock market", "origami",
-          "spiders", "hiking", "typewriters", "wind turbines", "jazz", "the Roman empire", "vaccines", "sharks",
-          "board games", "snowflakes", "the printing press", "tomatoes", "rainforests", "electric guitars", "yoga",
-          "submarines", "cheese", "the Olympic games", "butterflies", "smartphones", "castles", "earthquakes",
-          "knitting", "elephants", "street food", "newspapers", "hot air balloons", "first aid", "coral reefs",
-          "skateboarding", "the alphabet", "telescopes", "mushrooms", "marathons", "chocolate", "comets",
-          "pottery", "wolves", "umbrellas", "podcasts", "bamboo"]
-
-
 def code_prompts(tokenizer, count: int, seed: int = 1) -> list[list[int]]:
     """Random windows of 8-48 tokens from the corpus, starting at a line start."""
     rng = random.Random(seed)
@@ -77,15 +53,16 @@ def code_prompts(tokenizer, count: int, seed: int = 1) -> list[list[int]]:
     return out
 
 
-def chat_prompts(tokenizer, count: int, seed: int = 1) -> list[list[int]]:
-    """Task x topic instructions, in a fixed random order, through the model's chat template."""
-    pairs = [(task, topic) for task in TASKS for topic in TOPICS]
-    random.Random(seed).shuffle(pairs)
+def chat_prompts(tokenizer, count: int, max_len: int, seed: int = 1) -> list[list[int]]:
+    """`count` instructions (localengine/demo/speculator_prompts.py) through the model's chat
+    template, leaving out those longer than `max_len` tokens (a short-context target gets fewer)."""
     out = []
-    for task, topic in pairs[:count]:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": task.format(topic)}],
-                                             add_generation_prompt=True, tokenize=False)
-        out.append(tokenizer.encode(text, add_special_tokens=False))
+    for message in instructions(count, seed):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                             tokenize=False)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) <= max_len:
+            out.append(ids)
     return out
 
 
@@ -240,7 +217,8 @@ def main(argv: list[str] | None = None) -> None:
     llm = LLM(args.target, num_threads=args.threads, max_num_seqs=args.max_num_seqs, dtype="float32")
     tokenizer = llm.get_tokenizer()
     chat = args.prompt_set == "chat" or (args.prompt_set == "auto" and getattr(tokenizer, "chat_template", None))
-    prompt_ids = (chat_prompts if chat else code_prompts)(tokenizer, args.prompts)
+    max_prompt = llm.llm_engine.max_model_len - args.gen_tokens
+    prompt_ids = chat_prompts(tokenizer, args.prompts, max_prompt) if chat else code_prompts(tokenizer, args.prompts)
     held_out = max(1, len(prompt_ids) // 10)  # the first texts, all greedy
     num_sampled = min(int(args.sampled_share * len(prompt_ids)), len(prompt_ids) - held_out)
     # Chat answers end at the end-of-turn token; the demo model never stops on its own.

@@ -7,6 +7,7 @@ Not thread-safe: the async engine calls it from its single engine thread.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from localengine.metrics import EngineMetrics
 from localengine.outputs import CompletionOutput, RequestOutput
 from localengine.sampling_params import RequestOutputKind, SamplingParams
 from localengine.spec_decode.metrics import SpecDecodingMetrics, SpecDecodingStats
+from localengine.spec_decode.ngram import NgramProposer
 from localengine.spec_decode.policy import SpeculationPolicy
 from localengine.spec_decode.proposer import Proposer
 
@@ -76,6 +78,10 @@ class LLMEngine:
         self.metrics = EngineMetrics(config.model)
         self.proposer: Proposer | None = None
         self.spec_policy: SpeculationPolicy | None = None
+        # prompt_lookup: n-gram lookup first, the proposer for the rest, each with its own policy
+        # (lookup's acceptance and cost are not the speculator's).
+        self.lookup: NgramProposer | None = None
+        self.lookup_policy: SpeculationPolicy | None = None
         self.spec_metrics: SpecDecodingMetrics | None = None
         if spec is not None:
             self._init_speculation(spec)
@@ -85,7 +91,6 @@ class LLMEngine:
     def _init_speculation(self, spec: SpeculativeConfig) -> None:
         from localengine.spec_decode.draft import DraftModelProposer
         from localengine.spec_decode.mlp_proposer import MLPSpeculatorProposer
-        from localengine.spec_decode.ngram import NgramProposer
 
         if spec.method == "ngram":
             self.proposer, draft_cost = NgramProposer(spec.prompt_lookup_min, spec.prompt_lookup_max), 0.0
@@ -99,6 +104,10 @@ class LLMEngine:
                                        runner.model.args.vocab_size)
             self.proposer, draft_cost = draft, draft.cost_ratio(runner.model)
         self.spec_policy = SpeculationPolicy(spec, self.max_model_len, draft_cost)
+        if spec.prompt_lookup:
+            self.lookup = NgramProposer(spec.prompt_lookup_min, spec.prompt_lookup_max)
+            as_ngram = dataclasses.replace(spec, method="ngram", prompt_lookup=False, disable_by_batch_size=None)
+            self.lookup_policy = SpeculationPolicy(as_ngram, self.max_model_len, 0.0)
         self.spec_metrics = SpecDecodingMetrics(self.metrics.registry, self.config.model, spec.num_speculative_tokens)
 
     def spec_decode_stats(self) -> SpecDecodingStats | None:
@@ -169,7 +178,8 @@ class LLMEngine:
             seq.last_hidden = s.hidden
             if s.num_draft and self.spec_metrics and self.spec_policy:
                 self.spec_metrics.observe_draft(s.num_draft, s.num_accepted)
-                self.spec_policy.observe(seq.request_id, s.num_draft, s.num_accepted)
+                policy = self.lookup_policy if seq.spec_by_lookup and self.lookup_policy else self.spec_policy
+                policy.observe(seq.request_id, s.num_draft, s.num_accepted)
             for token_id in s.token_ids:
                 seq.append_token(token_id)
                 num_generated += 1
@@ -203,27 +213,35 @@ class LLMEngine:
 
     def _propose(self) -> None:
         """Proposals for the next step, for every running request that is decoding (its K/V
-        cover all but the last token) and for which the policy says speculation pays."""
+        cover all but the last token) and for which the policy says speculation pays; with
+        prompt_lookup, n-gram lookup's where it finds a match, the proposer's elsewhere."""
         assert self.proposer is not None and self.spec_policy is not None
         running = self.scheduler.running
+        ready = [s for s in running if not s.spec_token_ids and s.num_computed_tokens == s.num_tokens - 1]
+        if self.lookup is not None and self.lookup_policy is not None:
+            self._propose_with(self.lookup, self.lookup_policy, ready, len(running), by_lookup=True)
+            ready = [s for s in ready if not s.spec_token_ids]
+        self._propose_with(self.proposer, self.spec_policy, ready, len(running), by_lookup=False)
+
+    def _propose_with(self, proposer: Proposer, policy: SpeculationPolicy, ready: list[Sequence], batch_size: int,
+                      by_lookup: bool) -> None:
         seqs, ks = [], []
-        for seq in running:
-            if seq.spec_token_ids or seq.num_computed_tokens != seq.num_tokens - 1:
-                continue
-            k = self.spec_policy.num_tokens(seq, len(running))
+        for seq in ready:
+            k = policy.num_tokens(seq, batch_size)
             if k > 0:
                 seqs.append(seq)
                 ks.append(k)
         if not seqs:
             return
         start = time.perf_counter()
-        proposals = self.proposer.propose(seqs, ks)
+        proposals = proposer.propose(seqs, ks)
         # The policy's cost model: one proposal position (a draft pass over the batch, or the
         # n-gram lookups) relative to the target step that just ran.
-        self.spec_policy.observe_cost((time.perf_counter() - start) / max(ks) / max(self._last_step_seconds, 1e-6))
+        policy.observe_cost((time.perf_counter() - start) / max(ks) / max(self._last_step_seconds, 1e-6))
         for seq, proposal in zip(seqs, proposals, strict=True):
             seq.spec_token_ids = proposal.token_ids
             seq.spec_draft_probs = proposal.draft_probs
+            seq.spec_by_lookup = by_lookup
 
     def _forget(self, seq: Sequence) -> None:
         """Drop per-request state once a request is finished or aborted (its blocks are already free)."""
@@ -231,6 +249,9 @@ class LLMEngine:
         if self.proposer is not None and self.spec_policy is not None:
             self.proposer.free(seq.request_id)
             self.spec_policy.free(seq.request_id)
+        if self.lookup is not None and self.lookup_policy is not None:
+            self.lookup.free(seq.request_id)
+            self.lookup_policy.free(seq.request_id)
 
     def _check_stop(self, seq: Sequence, token_id: int) -> None:
         params = seq.sampling_params

@@ -59,6 +59,7 @@ class Sequence:
         # Tokens proposed after the last step, verified by the next one (speculative decoding).
         self.spec_token_ids: list[int] = []
         self.spec_draft_probs: torch.Tensor | None = None  # [len(spec_token_ids), V]; None: one-hot
+        self.spec_by_lookup = False  # the proposal came from prompt_lookup's n-gram lookup
         # The target's final hidden state that produced the last token, kept only for proposers
         # that draft from it (mlp_speculator).
         self.last_hidden: torch.Tensor | None = None

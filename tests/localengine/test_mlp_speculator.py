@@ -172,7 +172,45 @@ def test_training_script_reuses_the_answers_it_kept(llama_dir, tmp_path, monkeyp
             "--minutes", "0.01", "--texts", str(texts)]
     train_speculator.main([*args, "--out", str(tmp_path / "first")])
     kept = torch.load(texts)
-    assert len(kept) == 12 and all(t["hidden"].shape[0] == len(t["token_ids"]) - t["prompt_len"] for t in kept)
+    assert 0 < len(kept) <= 12 and all(t["hidden"].shape[0] == len(t["token_ids"]) - t["prompt_len"] for t in kept)
     monkeypatch.setattr(train_speculator, "generate", lambda *a, **k: pytest.fail("generated again"))
     train_speculator.main([*args, "--out", str(tmp_path / "second")])
     assert (tmp_path / "second" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_prompt_lookup_leaves_the_speculator_the_rows_lookup_cannot_serve(monkeypatch, lookup):
+    """Two requests, one whose context repeats as soon as it is continued (lookup finds what
+    followed) and one with nothing repeated: with `prompt_lookup` the speculator drafts only for the
+    second; greedy tokens equal decoding without speculation either way."""
+    spec = {**MLP, "prompt_lookup": lookup}
+    llm = LLM("demo", speculative_config=spec)
+    tokenizer = llm.get_tokenizer()
+    prompts = [tokenizer.encode("import os\nimport sys\nimport os\nimport sys\nimport"), tokenizer.encode("def main(")]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    model = llm.llm_engine.proposer.model
+    rows: list[int] = []
+    real = model.propose_greedy
+    monkeypatch.setattr(model, "propose_greedy", lambda hidden, last, k: rows.append(len(hidden)) or real(hidden, last, k))
+    out = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    assert out == [o.outputs[0].token_ids for o in LLM("demo").generate(prompts, params)]
+    assert rows[0] == (1 if lookup else 2)
+    assert llm.spec_decode_stats().num_drafts > 0
+
+
+def test_prompt_lookup_is_for_the_speculator_only():
+    with pytest.raises(ValueError, match="prompt_lookup"):
+        LLM("demo", speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup": True})
+
+
+def test_training_instructions_are_varied_and_fixed():
+    """The SmolLM2 speculator's prompts: the same list every run, open questions and grounded
+    work on standard-library code and docstrings, none of the speculation benchmark's prompts."""
+    from localengine.demo.speculator_prompts import instructions
+
+    first = instructions(400)
+    assert first == instructions(400) and len(first) == 400 and len(set(first)) == 400
+    grounded = [m for m in first if "\n\n" in m]
+    assert 0.3 < len(grounded) / len(first) < 0.5
+    assert any("def " in m for m in grounded) and any("def " not in m for m in grounded)
+    assert not any("refrigerator" in m or "moving_average" in m or "The lighthouse stood" in m for m in first)
