@@ -2,11 +2,16 @@
 
 Keys, under `PREFIX:responses:{TEAM}:` (the team's hash tag: on a Redis Cluster all of a team's
 keys share one slot, so each script runs where they all are): `r:ID` a hash per response (`data`: the record as JSON,
-`prev`, `items`, `depth`, `chain`, `size`), `i:ITEM` the response holding an item (for
-`item_reference`), `order` a sorted set of the team's responses by last use, `sizes` and `bytes`
-their sizes and total. Records and item keys expire with the team's retention; writing a turn
-renews its chain. A write, its eviction over the team's quota and the walk of a chain each run as
-one Lua script (atomic, one round trip), with the same rules as the SQLite store (store.py).
+`prev`, `depth`, `chain`, `size`), `items` a hash of item → the response holding it (for
+`item_reference`) and `ritems` of response → its items (so a response dropped after its own key
+expired still takes its items along), `order` a sorted set of the team's responses by last use,
+`sizes` and `bytes` their sizes and total. Records expire with the team's retention, and the
+team's hashes with its last write; writing a turn renews its chain, a key per response (items
+were a key each, renewed one by one: 400,000 in a 40-turn conversation of 10,000 items a turn
+held Redis for 150 ms per turn; `i:ITEM` keys and the `items` field written before are still
+read and dropped, no longer renewed). A write, its eviction over the team's quota and each
+stretch of a chain's walk run as one Lua script (atomic), with the same rules as the SQLite store
+(store.py).
 
 The store has its own connection, with a bound for bulk data (`_BULK_TIMEOUT_S`): megabytes of
 conversation never queue the limits' calls behind them on the state backend's connection, nor trip
@@ -44,15 +49,17 @@ _DOWN = object()
 
 _DROP = """
 local base = ARGV[1]
-local order, sizes, total = base .. 'order', base .. 'sizes', base .. 'bytes'
+local order, sizes, total, index, listed = base .. 'order', base .. 'sizes', base .. 'bytes', base .. 'items', base .. 'ritems'
 local function drop(rid)
   local key = base .. 'r:' .. rid
-  local items = redis.call('HGET', key, 'items')
+  local items = redis.call('HGET', listed, rid) or redis.call('HGET', key, 'items')
   if items then
     for item in string.gmatch(items, '%S+') do
+      if redis.call('HGET', index, item) == rid then redis.call('HDEL', index, item) end
       if redis.call('GET', base .. 'i:' .. item) == rid then redis.call('DEL', base .. 'i:' .. item) end
     end
   end
+  redis.call('HDEL', listed, rid)
   local size = redis.call('HGET', sizes, rid)
   if size then
     redis.call('DECRBY', total, size)
@@ -83,21 +90,21 @@ local key = base .. 'r:' .. id
 local items = {}
 for i = 8, #ARGV do
   items[#items + 1] = ARGV[i]
-  redis.call('SET', base .. 'i:' .. ARGV[i], id, 'EX', ttl)
+  redis.call('HSET', index, ARGV[i], id)
 end
-redis.call('HSET', key, 'data', data, 'prev', prev, 'items', table.concat(items, ' '), 'depth', depth, 'chain', chain, 'size', size)
+redis.call('HSET', listed, id, table.concat(items, ' '))
+redis.call('HSET', key, 'data', data, 'prev', prev, 'depth', depth, 'chain', chain, 'size', size)
 redis.call('HSET', sizes, id, size)
 redis.call('INCRBY', total, size)
 local keep, cur, d = {}, id, 0
 while cur ~= '' and d < """ + str(MAX_CHAIN) + """ do
   local k = base .. 'r:' .. cur
-  local r = redis.call('HMGET', k, 'prev', 'items')
-  if not r[1] then break end
+  local p = redis.call('HGET', k, 'prev')
+  if not p then break end
   keep[cur] = true
   redis.call('ZADD', order, now + d / 1000000, cur)
   redis.call('EXPIRE', k, ttl)
-  for item in string.gmatch(r[2], '%S+') do redis.call('EXPIRE', base .. 'i:' .. item, ttl) end
-  cur, d = r[1], d + 1
+  cur, d = p, d + 1
 end
 for _, rid in ipairs(redis.call('ZRANGEBYSCORE', order, '-inf', now - ttl)) do drop(rid) end
 local n, b = redis.call('ZCARD', order), tonumber(redis.call('GET', total) or '0')
@@ -113,7 +120,7 @@ while n > max_n or b > max_b do
   end
   if not evicted then break end
 end
-for _, k in ipairs({order, sizes, total}) do redis.call('EXPIRE', k, ttl) end
+for _, k in ipairs({order, sizes, total, index, listed}) do redis.call('EXPIRE', k, ttl) end
 return {depth, chain}
 """
 
@@ -143,7 +150,7 @@ return out
 _ITEMS = """
 local base, out, owners, seen = ARGV[1], {}, {}, {}
 for i = 2, #ARGV do
-  local owner = redis.call('GET', base .. 'i:' .. ARGV[i])
+  local owner = redis.call('HGET', base .. 'items', ARGV[i]) or redis.call('GET', base .. 'i:' .. ARGV[i])
   if owner then
     out[#out + 1] = ARGV[i]
     out[#out + 1] = owner

@@ -204,3 +204,38 @@ async def test_a_long_chain_is_read_in_short_scripts(redis_url, tmp_path):  # no
     assert [r.id for r in chain] == [f"resp_{t}" for t in range(24)]
     assert replies and max(replies) <= redis_store.CHAIN_BYTES_PER_SCRIPT + 2 * MIB  # the budget and the record that crossed it
     await state.close()
+
+
+async def test_a_turn_does_not_renew_every_item_of_its_conversation(redis_url, tmp_path):  # noqa: F811
+    """Writing a turn renews its conversation's retention. Each earlier item had a key of its own, renewed
+    one by one in the write's script: 40 turns of 10,000 items made every further one-line turn hold
+    Redis, which every replica and team shares, for 150 ms (400,000 EXPIREs). The items are one hash
+    per team now, renewed with one EXPIRE, and still found and dropped with their responses."""
+    state = open_state(redis_url)
+    assert isinstance(state, GuardedState)
+    store = RedisResponseStore(state, SQLiteResponseStore(tmp_path / "r.sqlite3"))
+    client = store.redis.client
+
+    def msg(turn: int, i: int) -> dict:
+        return {"type": "message", "id": f"msg_{turn}_{i}", "role": "user", "content": "x"}
+
+    previous = None
+    for turn in range(4):
+        record = StoredResponse(f"resp_{turn}", "a", "claude", False, 0.0, [msg(turn, i) for i in range(1000)],
+                                {"id": f"resp_{turn}", "output": []}, previous)
+        await store.put(record)
+        previous = record.id
+
+    async def commands() -> int:
+        stats = (await client.execute("INFO", "commandstats")).decode()
+        return sum(int(line.split("calls=")[1].split(",")[0]) for line in stats.splitlines() if line.startswith("cmdstat_"))
+
+    before = await commands()
+    await store.put(_record("a", "resp_last", previous))
+    assert await commands() - before < 200  # about a dozen per turn of the chain, not one per item
+    found = await store.find_items("a", ["msg_0_0", "msg_3_999"])
+    assert sorted(r.id for r, _ in found.values()) == ["resp_0", "resp_3"]
+    await store.delete("a", "resp_0")
+    assert await store.find_items("a", ["msg_0_0"]) == {}
+    assert await store.find_items("b", ["msg_3_999"]) == {}
+    await state.close()
