@@ -24,6 +24,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+import orjson
+
 from sdk.errors import InvalidRequestError, NotFoundError
 from sdk.offload import is_large, off_loop
 from sdk.state.backend import StateBackend
@@ -157,7 +159,18 @@ _FREE_FORM = frozenset({"parameters", "input_schema", "schema", "json_schema", "
 
 
 def _named_files(bodies: Sequence[Any]) -> list[str]:
-    return list(dict.fromkeys(fid for body in bodies for fid in referenced_files(body)))
+    return list(dict.fromkeys(fid for body in bodies if _may_name_files(body) for fid in referenced_files(body)))
+
+
+def _may_name_files(body: Any) -> bool:
+    """Whether `referenced_files` can find anything: every form it reads names ids under a
+    `file_id` or `file_ids` key, and orjson writes keys as they are (a client's escaped key is
+    decoded by then). Serialising takes microseconds where the walk takes about one per JSON
+    object, and most requests name no file (a 20-turn chat with tools: ~180 us walked)."""
+    try:
+        return b'"file_id' in orjson.dumps(body)
+    except (orjson.JSONEncodeError, TypeError):  # an integer past 64 bits: walk it
+        return True
 
 
 def referenced_files(body: Any) -> list[str]:

@@ -65,6 +65,20 @@ def test_another_teams_file_cannot_be_read_through_a_message(proxy, policies, fr
             assert _sent(fresh_emulator, path) == []  # the provider never saw the id under the shared key
 
 
+def test_a_file_id_key_written_with_escapes_is_still_checked(proxy, fresh_emulator):
+    """The check skips bodies whose JSON has no `file_id` key; a client that escapes the key
+    (`file\\u005fid`, which every JSON reader decodes to `file_id`) is still refused."""
+    secret = oai(proxy, B).files.create(file=("secret.txt", b"BETA CONFIDENTIAL"), purpose="user_data")
+    raw = (b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": [{"type": "file", '
+           b'"file": {"file\\u005fid": "' + secret.id.encode() + b'"}}]}]}')
+    assert b"file_id" not in raw
+    fresh_emulator.app.state.recent.clear()
+    answer = httpx.post(f"{proxy.url}/v1/chat/completions", content=raw,
+                        headers={"authorization": f"Bearer {A}", "content-type": "application/json"})
+    assert answer.status_code == 404 and secret.id in answer.text
+    assert _sent(fresh_emulator, "/chat/completions") == []
+
+
 def test_a_teams_own_file_still_goes_upstream(proxy, fresh_emulator):
     beta = oai(proxy, B)
     own = beta.files.create(file=("own.txt", b"BETA"), purpose="user_data")
