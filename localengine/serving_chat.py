@@ -199,6 +199,7 @@ async def chat_completion(engine: AsyncLLMEngine, req: ChatRequest) -> dict[str,
             "message": {"role": "assistant", "content": final.outputs[0].text, "refusal": None, "annotations": []},
             "logprobs": _logprobs(req, engine.tokenizer, final.outputs[0].token_ids, final.outputs[0].logprobs),
             "finish_reason": finish_reason(final),
+            "stop_reason": final.outputs[0].stop_reason,  # vLLM's field: the stop string or token id that ended it
         } for i, final in enumerate(finals)],
         "usage": usage(finals),
         "service_tier": "default",
@@ -223,8 +224,11 @@ async def chat_completion_events(engine: AsyncLLMEngine, req: ChatRequest,
     tail = {"usage": None} if req.include_usage else {}
     prompt_tokens = len(req.prompt_token_ids)
 
-    def chunk(index: int, delta: dict[str, Any], tokens: int, finish: str | None = None, logprobs: Any = None) -> bytes:
-        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    def chunk(index: int, delta: dict[str, Any], tokens: int, finish: str | None = None, logprobs: Any = None,
+              stop_reason: int | str | None = None) -> bytes:
+        choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        if finish is not None:  # vLLM's field: the stop string or token id that ended the choice
+            choice["stop_reason"] = stop_reason
         extra = {"usage": running_usage(prompt_tokens, tokens)} if req.continuous_usage else tail
         return sse({**base, "choices": [choice], **extra})
 
@@ -243,7 +247,7 @@ async def chat_completion_events(engine: AsyncLLMEngine, req: ChatRequest,
             finals[i] = out
         if out.finished or delta or (req.top_logprobs is not None and new_ids):
             yield chunk(i, {"content": delta}, len(completion.token_ids), finish_reason(out) if out.finished else None,
-                        _logprobs(req, engine.tokenizer, new_ids, entries))
+                        _logprobs(req, engine.tokenizer, new_ids, entries), completion.stop_reason)
     done = [f for f in finals if f is not None]
     assert len(done) == req.n
     if on_usage is not None:

@@ -85,3 +85,19 @@ def test_every_door_reads_the_engines_prefix_cache_like_the_native_request(proxy
     # The native second turn read only the first turn's prefix; the door's second turn reads the whole
     # second-turn prompt the native one cached, so the two renderings agree past the first turn too.
     assert through_door[1][0] > native[1][0]
+
+
+def test_a_stop_sequence_that_ends_the_local_models_answer_reaches_an_anthropic_client(proxy):
+    """Messages to the local engine with `stop_sequences`: the answer that a sequence cut short ends
+    with stop_reason `stop_sequence` and names it (it was `end_turn`, stop_sequence null), streamed too."""
+    client = anthropic.Anthropic(base_url=proxy, api_key="key-local-messages", max_retries=0)
+    ask = {"model": "any", "max_tokens": 12, "messages": _turns(0), "extra_body": {"temperature": 0}}
+    free = "".join(b.text for b in client.messages.create(**ask).content if b.type == "text")  # type: ignore[arg-type]
+    words = free.split()
+    assert words, free
+    stop = words[len(words) // 2]  # the engine stops at its first occurrence, wherever that is
+    cut = client.messages.create(**ask, stop_sequences=[stop])  # type: ignore[arg-type]
+    assert (cut.stop_reason, cut.stop_sequence) == ("stop_sequence", stop)
+    with client.messages.stream(**ask, stop_sequences=[stop]) as stream:  # type: ignore[arg-type]
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)

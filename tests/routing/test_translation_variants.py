@@ -118,6 +118,27 @@ def test_an_openai_refusal_reaches_an_anthropic_client():
     assert [p["delta"]["stop_reason"] for p in payloads if p["type"] == "message_delta"] == ["refusal"]
 
 
+def test_a_stop_string_named_by_a_vllm_style_server_is_an_anthropic_stop_sequence():
+    """vLLM and the bundled engine name the stop string that ended a choice in `stop_reason`; an
+    Anthropic client gets stop_reason `stop_sequence` and the string, in a body and in a stream. A
+    token id there, or none, is a natural end (`end_turn`)."""
+    def body(stop: object) -> bytes:
+        return orjson.dumps({"id": "c1", "model": "m", "choices": [{"index": 0, "finish_reason": "stop", "stop_reason": stop,
+                             "message": {"role": "assistant", "content": "The capital is "}}], "usage": {"prompt_tokens": 5, "completion_tokens": 4}})
+    message = orjson.loads(completion_o2a(body("Paris")))
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "Paris")
+    for natural in (None, 2):
+        message = orjson.loads(completion_o2a(body(natural)))
+        assert (message["stop_reason"], message["stop_sequence"]) == ("end_turn", None)
+    translator = OpenAIToAnthropic()
+    chunks = [{"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "The capital is "}}]},
+              {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop", "stop_reason": "Paris"}]}]
+    events = [event for chunk in chunks for event in translator.feed(b"data: " + orjson.dumps(chunk) + b"\n\n")]
+    events += translator.feed(b"data: [DONE]\n\n")
+    payloads = [orjson.loads(event.split(b"data: ", 1)[1]) for event in events]
+    assert [p["delta"] for p in payloads if p["type"] == "message_delta"] == [{"stop_reason": "stop_sequence", "stop_sequence": "Paris"}]
+
+
 def test_a_streamed_refusal_reaches_a_responses_client():
     """A Chat upstream's streamed refusal (`delta.refusal`) is a Responses message with a refusal part,
     streamed with OpenAI's refusal events, as the unstreamed answer already is."""

@@ -80,9 +80,19 @@ def completion_o2a(body: bytes) -> bytes:
         content.append({"type": "tool_use", "id": call["id"], "name": function.get("name"), "input": _arguments(call)})
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
-        "content": content, "stop_reason": stop_reason_o2a(choice.get("finish_reason"), bool(message.get("refusal"))), "stop_sequence": None,
+        "content": content, **stop_o2a(choice, bool(message.get("refusal"))),
         "usage": usage_o2a(data.get("usage")),
     })
+
+
+def stop_o2a(choice: dict[str, Any], refused: bool) -> dict[str, Any]:
+    """An OpenAI choice's end as Anthropic's `stop_reason` and `stop_sequence`. OpenAI's `stop` covers
+    both a natural end and a stop string; vLLM-style servers (the bundled engine too) name the string
+    in `stop_reason` (a token id there is not a sequence the client sent)."""
+    matched = choice.get("stop_reason")
+    if choice.get("finish_reason") == "stop" and not refused and isinstance(matched, str):
+        return {"stop_reason": "stop_sequence", "stop_sequence": matched}
+    return {"stop_reason": stop_reason_o2a(choice.get("finish_reason"), refused), "stop_sequence": None}
 
 
 def _arguments(call: dict[str, Any]) -> Any:

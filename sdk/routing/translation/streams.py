@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import error_event
-from sdk.routing.translation.bodies import A2O_STOP, stop_reason_o2a, usage_a2o, usage_o2a
+from sdk.routing.translation.bodies import A2O_STOP, stop_o2a, usage_a2o, usage_o2a
 from sdk.sse import event_data
 from sdk.types import Protocol, Usage
 from sdk.usage import merge_anthropic_usage
@@ -64,6 +64,7 @@ class OpenAIToAnthropic:
         self.text_block: int | None = None  # index of the open text block, if the open one is text
         self.tools: dict[int, int] = {}  # OpenAI tool_call index → Anthropic block index
         self.stop_reason = "end_turn"
+        self.stop_sequence: str | None = None  # the stop string that ended it (vLLM's `stop_reason`)
         self.refused = False  # the answer is a refusal (`delta.refusal`): its text, and stop_reason `refusal`
         self.usage: dict[str, Any] = {"output_tokens": 0}
 
@@ -102,7 +103,8 @@ class OpenAIToAnthropic:
                     out.append(_anthropic_event({"type": "content_block_delta", "index": self.tools[index],
                                                  "delta": {"type": "input_json_delta", "partial_json": function["arguments"]}}))
             if choice.get("finish_reason"):
-                self.stop_reason = stop_reason_o2a(choice["finish_reason"], self.refused)
+                stop = stop_o2a(choice, self.refused)
+                self.stop_reason, self.stop_sequence = stop["stop_reason"], stop["stop_sequence"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = usage_o2a(chunk["usage"])
         return out
@@ -121,7 +123,7 @@ class OpenAIToAnthropic:
 
     def _finish(self) -> list[bytes]:
         return self._close_block() + [
-            _anthropic_event({"type": "message_delta", "delta": {"stop_reason": self.stop_reason, "stop_sequence": None}, "usage": self.usage}),
+            _anthropic_event({"type": "message_delta", "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}, "usage": self.usage}),
             _anthropic_event({"type": "message_stop"}),
         ]
 
