@@ -63,6 +63,9 @@ class ProviderConfig(_Strict):
     api_key: str | list[str] | None = None
     model: str | None = None  # local: model path or "demo" (in process), or the served model's name (base_url)
     speculative: SpeculativePolicy | None = None  # local, in process only
+    # local, in process only: the output cap of a request that names none (None: up to the context,
+    # as vLLM; `slipstream engine serve --override-generation-config '{"max_new_tokens": N}'`)
+    default_max_tokens: Annotated[int, Field(gt=0)] | None = None
     # openai: how the upstream serves POST /responses (native, native until a 404, or translated to Chat)
     responses: Literal["auto", "native", "chat"] | None = None
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
@@ -84,6 +87,8 @@ class ProviderConfig(_Strict):
             raise ValueError("give either 'api_key_env' or 'api_key', not both")
         if self.speculative is not None and (self.kind != "local" or self.base_url):
             raise ValueError("'speculative' applies to an in-process local engine (kind: local, no base_url)")
+        if self.default_max_tokens is not None and (self.kind != "local" or self.base_url):
+            raise ValueError("'default_max_tokens' applies to an in-process local engine (kind: local, no base_url)")
         if self.responses is not None and self.kind != "openai":
             raise ValueError("'responses' applies to kind: openai (other kinds always serve the Responses API translated)")
         if self.kind == "local" and (self.api_key_env or self.api_key) and not self.base_url:

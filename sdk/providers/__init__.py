@@ -43,7 +43,7 @@ def build_provider(name: str, config: ProviderConfig, services: Services | None 
         engine_args = {"speculative_config": config.speculative.model_dump(exclude_none=True)} if config.speculative else None
         keys = config.resolve_api_keys() or ("local",)
         return LocalProvider(name, config.model or "demo", config.base_url, keys[0], timeouts, engine_args, services,
-                             cache_salt=team_cache_salt(team or ""))
+                             cache_salt=team_cache_salt(team or ""), default_max_tokens=config.default_max_tokens)
     dialect = AnthropicDialect() if config.kind == "anthropic" else OpenAIDialect(config.responses or "auto")
     base_url = (config.base_url or (ANTHROPIC_URL if config.kind == "anthropic" else OPENAI_URL)).rstrip("/")
     keys = config.resolve_api_keys()

@@ -52,15 +52,17 @@ def team_cache_salt(team: str) -> str:
 
 class LocalProvider:
     """`engine_args` (LLM keyword arguments) apply when this provider creates the process's engine
-    for `model`; a provider created later for the same model shares that engine as it is."""
+    for `model`; a provider created later for the same model shares that engine as it is.
+    `default_max_tokens` caps, in process, a chat request that names no max_tokens."""
 
     protocol = Protocol.OPENAI
     gen_ai_provider = "slipstream.localengine"  # gen_ai.provider.name on trace spans
 
     def __init__(self, name: str, model: str, base_url: str | None = None, api_key: str = "local",
                  timeouts: Timeouts = Timeouts(), engine_args: dict[str, Any] | None = None,
-                 services: Services | None = None, cache_salt: str = ""):
+                 services: Services | None = None, cache_salt: str = "", default_max_tokens: int | None = None):
         self.name = name
+        self.default_max_tokens = default_max_tokens  # in process: a request naming no max_tokens (None: up to the context)
         self.model = model
         self.cache_salt = cache_salt
         self.engine_args = engine_args or {}
@@ -114,7 +116,8 @@ class LocalProvider:
         with timings.upstream():
             engine = await self._engine()
             try:  # the engine's own model answers, whatever name the client asked for: say so
-                chat = parse_chat_request({**request.body, "model": self.model}, engine)
+                chat = parse_chat_request({**request.body, "model": self.model}, engine,
+                                          default_max_tokens=self.default_max_tokens)
             except RequestError as exc:
                 raise SlipstreamError(str(exc), status=exc.status) from exc
             route = f"{self.name}/{self.model}"

@@ -109,3 +109,32 @@ async def test_policy_speculative_config_reaches_the_engine(tmp_path):
     engine = await asyncio.to_thread(get_shared_engine, "demo", speculative_config={"method": "ngram", "num_speculative_tokens": 3})
     stats = engine.engine.spec_decode_stats()
     assert stats is not None and stats.num_drafts > 0
+
+
+async def test_default_max_tokens_caps_a_request_that_names_none(llama_dir):
+    """`default_max_tokens` (policy key of an in-process local provider) bounds an answer whose request
+    names no max_tokens; without it such an answer ran to the context (minutes for SmolLM2 on a CPU)."""
+    from sdk.policy import ProviderConfig
+    from sdk.providers import build_provider
+
+    config = ProviderConfig.model_validate({"kind": "local", "model": str(llama_dir), "default_max_tokens": 3})
+    capped = build_provider("local", config)
+    assert isinstance(capped, LocalProvider) and capped.default_max_tokens == 3
+    capped.engine_args = ENGINE_ARGS
+    body = {"model": "x", "messages": [{"role": "user", "content": "hello"}], "temperature": 0, "ignore_eos": True}
+    answer = await capped.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, body), Timings())
+    assert isinstance(answer, LLMResponse) and answer.usage.output_tokens == 3
+    assert orjson.loads(answer.body)["choices"][0]["finish_reason"] == "length"
+    answer = await capped.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, {**body, "max_tokens": 5}), Timings())
+    assert isinstance(answer, LLMResponse) and answer.usage.output_tokens == 5  # the request's own wins
+
+
+def test_default_max_tokens_is_refused_where_no_engine_runs_in_process():
+    from pydantic import ValidationError
+
+    from sdk.policy import ProviderConfig
+
+    for config in ({"kind": "local", "base_url": "http://127.0.0.1:8000/v1", "default_max_tokens": 8},
+                   {"kind": "openai", "default_max_tokens": 8}):
+        with pytest.raises(ValidationError, match="in-process local engine"):
+            ProviderConfig.model_validate(config)
