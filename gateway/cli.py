@@ -328,7 +328,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        code: int = args.run(args)
+        sys.stdout.flush()  # here, not at exit, where a reader that left would be a traceback too
+        return code
+    except BrokenPipeError:  # the reader left (`slipstream policy check policies/ | head`): no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor one when Python flushes at exit
+        return 1
 
 
 if __name__ == "__main__":

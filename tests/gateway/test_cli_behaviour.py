@@ -83,3 +83,15 @@ def test_cache_report_prints_the_report_only(tmp_path):
         result = _run("cache", "report", "--url", proxy.url, "--key", "sk-rep")
     assert result.returncode == 0, result.stderr
     assert result.stderr == "" and "HTTP Request" not in result.stdout
+
+
+def test_output_piped_into_a_reader_that_leaves_is_no_traceback():
+    """`slipstream policy check policies/ | head -2`: the reader closes the pipe after two lines; the
+    command stops writing without a BrokenPipeError traceback."""
+    with subprocess.Popen([*_command(), "policy", "check", "policies/"], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # before anything is written (the command is still importing): writes fail with EPIPE
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
