@@ -4,9 +4,12 @@
 #   examples/proxy_curl.sh
 #
 # starts what it needs (the provider emulator and a proxy whose team policy points at it, on free
-# loopback ports) and stops them on exit. To use a proxy you already run instead:
+# loopback ports) and stops them on exit. To use a proxy you already run instead (it asks for gpt-4o
+# and claude-sonnet-5 unless SLIPSTREAM_OPENAI_MODEL / SLIPSTREAM_ANTHROPIC_MODEL say otherwise; the
+# README's `slipstream serve` with no provider key answers only the bundled local model):
 #
-#   SLIPSTREAM_PROXY_URL=http://127.0.0.1:8080 SLIPSTREAM_TEAM_KEY=sk-slipstream-local examples/proxy_curl.sh
+#   SLIPSTREAM_PROXY_URL=http://127.0.0.1:8080 SLIPSTREAM_TEAM_KEY=sk-slipstream-local \
+#     SLIPSTREAM_OPENAI_MODEL=smollm2-135m-instruct SLIPSTREAM_ANTHROPIC_MODEL=smollm2-135m-instruct examples/proxy_curl.sh
 #
 # `slipstream` is looked up on PATH, then in .venv/bin (the README's install).
 set -euo pipefail
@@ -42,17 +45,21 @@ POLICY
 fi
 URL=$SLIPSTREAM_PROXY_URL
 KEY=${SLIPSTREAM_TEAM_KEY:-sk-slipstream-local}
+OPENAI_MODEL=${SLIPSTREAM_OPENAI_MODEL:-gpt-4o}
+ANTHROPIC_MODEL=${SLIPSTREAM_ANTHROPIC_MODEL:-claude-sonnet-5}
 
 echo "# ready"
 curl -sS "$URL/readyz"; echo
 
 echo "# OpenAI-shaped chat completion (headers shown)"
 curl -sS -D - "$URL/v1/chat/completions" -H "authorization: Bearer $KEY" -H "content-type: application/json" \
-  -d '{"model": "gpt-4o", "messages": [{"role": "user", "content": "Hello"}]}' | grep -i -E '^x-slipstream|^\{'
+  -d "{\"model\": \"$OPENAI_MODEL\", \"max_tokens\": 32, \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}" \
+  | grep -i -E '^x-slipstream|^\{'
 
 echo "# Anthropic-shaped streaming message"
 curl -sS -N "$URL/v1/messages" -H "x-api-key: $KEY" -H "anthropic-version: 2023-06-01" -H "content-type: application/json" \
-  -d '{"model": "claude-sonnet-5", "max_tokens": 32, "stream": true, "messages": [{"role": "user", "content": "Hello"}]}' | grep '^event:' | sort | uniq -c
+  -d "{\"model\": \"$ANTHROPIC_MODEL\", \"max_tokens\": 32, \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}" \
+  | grep -E '^event:|^\{' | sort | uniq -c  # an error is one JSON body, not events: shown too
 
 echo "# a bad request gets a provider-shaped error"
 curl -sS "$URL/v1/messages" -H "x-api-key: $KEY" -H "content-type: application/json" -d '{not json'; echo

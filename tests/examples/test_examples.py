@@ -41,6 +41,19 @@ def test_proxy_curl_session(tmp_path, emulator):
     _assert_curl_session(out)
 
 
+def test_proxy_curl_session_with_other_models_and_an_error(tmp_path, emulator):
+    """The models come from SLIPSTREAM_OPENAI_MODEL / SLIPSTREAM_ANTHROPIC_MODEL (the README's default
+    proxy without provider keys answers only its local model), and an error answer is shown, not a
+    silent stop half-way (grep found no `event:` line and `set -o pipefail` ended the script)."""
+    write_policy(tmp_path, "curl", "sk-curl", emulator.url)
+    with running_proxy([tmp_path]) as proxy:
+        out = run_example("proxy_curl.sh", env={"SLIPSTREAM_PROXY_URL": proxy.url, "SLIPSTREAM_TEAM_KEY": "sk-curl",
+                                                "SLIPSTREAM_OPENAI_MODEL": "gpt-5-mini", "SLIPSTREAM_ANTHROPIC_MODEL": "nope-9"})
+    assert "x-slipstream-route: gpt/gpt-5-mini" in out
+    assert "no route for model 'nope-9'" in out
+    assert "# a bad request gets a provider-shaped error" in out and "not valid JSON" in out
+
+
 def _assert_curl_session(out: str) -> None:
     assert '"status":"ready"' in out
     assert "x-slipstream-route: gpt/gpt-4o" in out
