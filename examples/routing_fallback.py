@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import anthropic
 import httpx
-from _local import TEAM_KEY, emulator_url, policy_file
+from _local import TEAM_KEY, emulator_stats, emulator_url, policy_file
 
 from gateway.testing import running_proxy
 
@@ -25,6 +25,7 @@ def main() -> None:
         # Claude models fall back to an OpenAI model: `claude-*` -> [claude, gpt(gpt-5-mini)].
         path.write_text(path.read_text().replace("targets: [{provider: claude}]", "targets: [{provider: claude}, {provider: gpt, model: gpt-5-mini}]"))
         with running_proxy([path]) as proxy:
+            before = emulator_stats(upstream)  # an emulator you started has counted earlier requests too
             client = anthropic.Anthropic(base_url=proxy.url, api_key=TEAM_KEY, max_retries=0)
             for fault in ("429:retry_after=30", "529", "500", "reset", None):
                 if fault:
@@ -33,8 +34,9 @@ def main() -> None:
                 raw = client.messages.with_raw_response.create(model="claude-sonnet-5", max_tokens=32, messages=[{"role": "user", "content": "Hello"}])
                 message = raw.parse()
                 print(f"fault {fault or 'none':>20} -> answered by {raw.headers['x-slipstream-route']:<22} stop={message.stop_reason}")
-            stats = httpx.get(f"{upstream}/_emulator/stats").json()
-            print(f"every request answered; upstream attempts: {stats['requests_total']}, faults injected: {stats['faults_injected']}")
+            stats = emulator_stats(upstream)
+            attempts, faults = (stats[name] - before[name] for name in ("requests_total", "faults_injected"))
+            print(f"every request answered; upstream attempts: {attempts}, faults injected: {faults}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from gateway.testing import running_proxy
 from tests.helpers import requires_extra, skip_without_test_package, write_policy
 
@@ -110,3 +112,20 @@ def test_local_engine_generate_server_and_speculation():
     for method in ("no speculation", *methods):
         assert f"{method}:" in out
     assert out.count("same text as without: True") == len(methods) + 1  # the baseline's line too
+
+
+def test_examples_on_an_emulator_you_started():
+    """SLIPSTREAM_EMULATOR_URL: the example's settings reach that emulator for its duration (with the
+    emulator's fast defaults the stream ended before the client broke out, and streaming_cancel waited
+    for a cancellation forever), its own come back after, and counters are the example's alone."""
+    from emulator.app import EmulatorConfig
+    from emulator.testing import running_emulator
+
+    with running_emulator(EmulatorConfig()) as emulator:
+        env = {"SLIPSTREAM_EMULATOR_URL": emulator.url}
+        run_example("routing_fallback.py", env=env)  # earlier traffic, counted by the emulator
+        out = run_example("streaming_cancel.py", env=env, timeout_s=60)
+        assert "upstream cancelled: 1 " in out and "upstream completed: 0" in out
+        assert "upstream attempts: 9, faults injected: 4" in run_example("routing_fallback.py", env=env)
+        current = httpx.get(f"{emulator.url}/_emulator/config").json()
+        assert (current["per_output_token_ms"], current["default_output_tokens"]) == (0.0, EmulatorConfig().default_output_tokens)
