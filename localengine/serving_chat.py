@@ -66,8 +66,14 @@ def _text_content(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        return "".join(parts)
+        texts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in ("text", "refusal"):  # an image, audio or file is refused, never dropped unseen
+                raise RequestError(f"this engine's models take text only: a message content part of type {kind!r} "
+                                   "cannot be read (send 'text' parts)", param="messages")
+            texts.append(str(part.get(kind) or ""))
+        return "".join(texts)
     if content is None:
         return ""
     raise RequestError("message content must be a string or a list of text parts", param="messages")

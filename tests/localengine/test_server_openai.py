@@ -55,6 +55,24 @@ def test_chat_refuses_what_vllm_refuses(client, extra, param):
     assert param in err.value.message
 
 
+@pytest.mark.parametrize("part", [
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+    {"type": "file", "file": {"file_id": "file-1"}},
+])
+def test_a_content_part_the_model_cannot_read_is_refused_not_dropped(client, part):
+    """The image (audio, file) was left out of the prompt and the model answered as if it had seen it."""
+    content = [{"type": "text", "text": "What is in this?"}, part]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": content}], max_tokens=2)  # type: ignore[misc, list-item]
+    assert err.value.status_code == 400 and err.value.param == "messages" and repr(part["type"]) in err.value.message
+    ok = client.chat.completions.create(model="tiny", max_tokens=2, messages=[  # text parts (and a refusal) are read
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},  # type: ignore[list-item]
+        {"role": "user", "content": "Hi"}])
+    assert ok.choices[0].finish_reason == "length"
+
+
 def test_fields_that_change_nothing_are_accepted(client):
     res = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, user="u", store=False,
                                          metadata={"k": "v"}, seed=2**63 - 1, extra_body={"logprobs": None})
