@@ -75,8 +75,11 @@ def warnings(policy: Policy) -> list[str]:
         env = [provider.api_key_env] if isinstance(provider.api_key_env, str) else provider.api_key_env or []
         unset = [var for var in env if not os.environ.get(var)]
         if unset and len(unset) == len(env):
+            last = [str(i) for i, route in enumerate(policy.routes) if route.targets[-1].provider == name]
+            where_last = (f"; where it is the last target (routes {', '.join(last)}), they are refused with a 502 "
+                          "that names the variable" if last else "")
             found.append(f"providers.{name}.api_key_env: {' and '.join(unset)} not set: requests routed to "
-                         f"{name!r} go to the next target of their route")
+                         f"{name!r} go to the next target of their route{where_last}")
         elif unset:
             found.append(f"providers.{name}.api_key_env: {' and '.join(unset)} not set (the other keys are used)")
     return found

@@ -73,3 +73,19 @@ def test_messages_use_policy_terms_not_class_names(tmp_path, capsys):
     assert "sk-a-bare-string" not in err  # a key written where a mapping belongs is still a key: never echoed
     assert "semantic_cache: expected a mapping (see policies/README.md for its keys), got true/false" in err
     assert "instance of" not in err and "SecretRef" not in err and "Policy" not in err
+
+
+def test_an_unset_provider_key_where_no_target_follows_is_said_to_be_a_502(monkeypatch):
+    """policies/default.yaml without provider keys: claude and gpt are each a route's only target, so
+    their requests are a 502, not "go to the next target" as the warning said alone."""
+    from pathlib import Path
+
+    from sdk.policy_advice import warnings
+
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    found = warnings(load_policy(Path(__file__).resolve().parents[2] / "policies" / "default.yaml"))
+    claude = next(line for line in found if line.startswith("providers.claude.api_key_env"))
+    assert "where it is the last target (routes 2), they are refused with a 502 that names the variable" in claude
+    gpt = next(line for line in found if line.startswith("providers.gpt.api_key_env"))
+    assert "(routes 3, 4, 5)" in gpt
