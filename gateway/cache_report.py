@@ -12,7 +12,7 @@ def format_report(summary: dict[str, Any]) -> str:
         f"  cached token share  {summary['cached_token_share']:.1%} of {summary['input_tokens']} input tokens "
         f"(read {summary['cache_read_tokens']}, written {summary['cache_write_tokens']})",
         f"  expected reads      {summary['expected_read_tokens']} tokens; {summary['expected_misses']} responses read less",
-        f"  saved at list price ${summary['saved_usd']:.4f}",
+        f"  saved ${summary['saved_usd']:.4f} (at the team's prices)",
         f"  volatile lines      {summary['volatile_moved']} moved, {summary['volatile_advice']} left in place (advice)",
         f"  markers repaired    {summary['markers_repaired']}",
         f"  canonicalized       {summary['canonicalized']} requests (tool schema/input key order varied)",

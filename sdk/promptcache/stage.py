@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdk.offload import is_large, off_loop
 from sdk.pipeline import PromptCacheReport, RequestContext
-from sdk.policy import Policy, PromptCachePolicy
+from sdk.policy import Policy, Price, PromptCachePolicy
 from sdk.promptcache import responses_view, stats, tokens
 from sdk.promptcache.fanout import wait_for_writer
 from sdk.promptcache.optimizer import Optimizer, Plan
@@ -45,10 +45,11 @@ def _readable(body: dict[str, object]) -> bool:
 class PromptCachePlanner:
     """One team's prompt-cache optimizer, applied to every upstream attempt of its requests."""
 
-    def __init__(self, team: str, config: PromptCachePolicy, shared: GuardedState | None = None):
+    def __init__(self, team: str, config: PromptCachePolicy, shared: GuardedState | None = None,
+                 pricing: dict[str, Price] | None = None):
         self.team = team
         self.config = config
-        self.optimizer = Optimizer(team, config)
+        self.optimizer = Optimizer(team, config, pricing)
         self.shared: SharedLedger | None = None  # replicas share one ledger through Redis
         if shared is not None:
             from sdk.promptcache.shared_ledger import SharedLedger
@@ -161,4 +162,4 @@ def build_prompt_cache(policy: Policy, services: Services) -> PromptCachePlanner
         return None
     tokens.load_encoding()  # at build time (startup, reload thread), not on a team's first request
     shared = services.shared_state()
-    return PromptCachePlanner(policy.team, config, shared if isinstance(shared, GuardedState) else None)
+    return PromptCachePlanner(policy.team, config, shared if isinstance(shared, GuardedState) else None, policy.pricing)

@@ -1,5 +1,5 @@
 """Per-team prompt-cache accounting: Prometheus series, a summary for `slipstream cache report`,
-and list prices to turn tokens into money saved.
+and the money a cache read saved at spend's prices.
 
 Process-wide (survives policy reloads, like the Prometheus registry) and keyed by team name.
 """
@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from sdk.observability.metrics import REGISTRY
+from sdk.policy import Price
 
 PREDICTED = Counter("slipstream_prompt_cache_expected_read_tokens_total", "Cache-read tokens the ledger predicted", ("team",), registry=REGISTRY)
 EXPECTED_MISSES = Counter(
@@ -33,37 +34,16 @@ CANONICALIZED = Counter("slipstream_prompt_cache_canonicalized_total", "Requests
 REPAIRS = Counter("slipstream_prompt_cache_repairs_total", "Requests whose cache_control markers were repaired", ("team",), registry=REGISTRY)
 FANOUT_WAITS = Counter("slipstream_prompt_cache_fanout_waits_total", "Requests held until a sibling warmed the cache", ("team", "outcome"), registry=REGISTRY)
 
-# USD per million input tokens at list price, and (read, 5m write, 1h write) multipliers.
-# Anthropic: A.10; OpenAI: C.1 (no write fee; cached discount by family). Prefix match, longest first.
-_PRICES: tuple[tuple[str, float, tuple[float, float, float]], ...] = (
-    ("claude-opus-5", 5.0, (0.1, 1.25, 2.0)),
-    ("claude-opus-4-8", 5.0, (0.1, 1.25, 2.0)),
-    ("claude-opus-4", 15.0, (0.1, 1.25, 2.0)),
-    ("claude-sonnet", 3.0, (0.1, 1.25, 2.0)),
-    ("claude-haiku-4", 1.0, (0.1, 1.25, 2.0)),
-    ("claude-3-5-haiku", 0.8, (0.1, 1.25, 2.0)),
-    ("claude", 3.0, (0.1, 1.25, 2.0)),
-    ("gpt-4o-mini", 0.15, (0.5, 1.0, 1.0)),
-    ("gpt-4o", 2.5, (0.5, 1.0, 1.0)),
-    ("gpt-4.1", 2.0, (0.25, 1.0, 1.0)),
-    ("gpt-5-mini", 0.25, (0.1, 1.0, 1.0)),
-    ("gpt-5", 1.25, (0.1, 1.0, 1.0)),
-    ("gpt", 1.25, (0.1, 1.0, 1.0)),
-)
-
-
-def price(model: str) -> tuple[float, tuple[float, float, float]]:
-    name = model.lower()
-    for prefix, base, multipliers in _PRICES:
-        if name.startswith(prefix):
-            return base, multipliers
-    return 3.0, (0.1, 1.25, 2.0)
-
-
-def saved_usd(model: str, read: int, write: int) -> float:
-    """Money saved against sending the same tokens uncached (5m write price for writes)."""
-    base, (read_x, write_x, _) = price(model)
-    return (read * (1 - read_x) - write * (write_x - 1)) * base / 1e6
+def saved_usd(price: Price | None, read: int, write: int) -> float:
+    """Money saved against sending the same tokens uncached: reads at the cache-read price instead
+    of the input price, less the premium paid for writes. Prices are spend's (the policy's
+    `pricing:` first, then the built-in table); a model without one, a local model for instance,
+    saves nothing that can be counted."""
+    if price is None:
+        return 0.0
+    read_price = price.input if price.cache_read is None else price.cache_read
+    write_price = price.input if price.cache_write is None else price.cache_write
+    return (read * (price.input - read_price) - write * (write_price - price.input)) / 1e6
 
 
 @dataclass

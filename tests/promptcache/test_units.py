@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import orjson
+import pytest
 
 from sdk.promptcache.blocks import anthropic_layout
 from sdk.promptcache.canonicalize import canonicalize, sorted_json
@@ -142,3 +143,19 @@ def test_model_minimums():
     assert min_cacheable_tokens("claude-haiku-4-5-20251001") == 4096
     assert min_cacheable_tokens("claude-opus-4-7") == 2048
     assert min_cacheable_tokens("something-else") == 1024
+
+
+def test_money_saved_is_priced_like_spend():
+    """A cache read saves the input price less the read price, a write costs its premium, at the
+    prices spend charges (the policy's `pricing:` first); a model without a price saves nothing
+    (a local model used to be counted at $3 per million tokens)."""
+    from sdk.policy import Price
+    from sdk.promptcache.stats import saved_usd
+    from sdk.spend import price_of
+
+    sonnet = price_of("claude-sonnet-4-5", {})
+    assert saved_usd(sonnet, 1_000_000, 0) == pytest.approx(3.0 - 0.3)
+    assert saved_usd(sonnet, 0, 1_000_000) == pytest.approx(-(3.75 - 3.0))
+    assert saved_usd(price_of("smollm2-135m-instruct", {}), 1_000_000, 1_000_000) == 0.0
+    own = {"smollm2*": Price(input=1.0, output=2.0, cache_read=0.25)}
+    assert saved_usd(price_of("smollm2-135m-instruct", own), 1_000_000, 0) == pytest.approx(0.75)
