@@ -152,7 +152,9 @@ def provider_for(team: TeamRuntime, protocol: Protocol) -> HTTPProvider:
         provider = team.providers[name]
         if isinstance(provider, HTTPProvider) and provider.protocol is protocol:
             return provider
-    raise NotFoundError(f"team {team.team} has no {protocol} provider with a key to pass this request to")
+    raise NotFoundError(f"team {team.team} has no {protocol} provider with a key to pass this request to: the "
+                        f"pass-through (legacy completions, files, batches and the provider's other endpoints) goes to "
+                        f"`kind: {protocol}` providers only; a local engine answers chat, messages and responses")
 
 
 def _limits(team: TeamRuntime) -> LimitsStage:
