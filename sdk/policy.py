@@ -48,11 +48,16 @@ class SpeculativePolicy(_Strict):
     # draft_model: a local HF directory or "demo-draft"; mlp_speculator: a speculator checkpoint
     # trained on the target's hidden states, or "demo-speculator"
     model: str | None = None
+    # mlp_speculator: n-gram lookup proposes where the context repeats, the speculator elsewhere
+    # (None: off, and left out of the engine's arguments, which key the shared engines)
+    prompt_lookup: bool | None = None
 
     @model_validator(mode="after")
     def _draft_needs_model(self) -> SpeculativePolicy:
         if self.method != "ngram" and not self.model:
             raise ValueError(f"method '{self.method}' needs 'model' (a local directory, 'demo-draft' or 'demo-speculator')")
+        if self.prompt_lookup and self.method != "mlp_speculator":
+            raise ValueError("prompt_lookup combines n-gram lookup with method 'mlp_speculator' only")
         return self
 
 

@@ -138,3 +138,15 @@ def test_default_max_tokens_is_refused_where_no_engine_runs_in_process():
                    {"kind": "openai", "default_max_tokens": 8}):
         with pytest.raises(ValidationError, match="in-process local engine"):
             ProviderConfig.model_validate(config)
+
+
+def test_policy_prompt_lookup_is_for_the_speculator_only():
+    from pydantic import ValidationError
+
+    from sdk.policy import ProviderConfig
+
+    spec = {"method": "mlp_speculator", "model": "demo-speculator", "prompt_lookup": True}
+    config = ProviderConfig.model_validate({"kind": "local", "model": "demo", "speculative": spec})
+    assert config.speculative is not None and config.speculative.model_dump(exclude_none=True)["prompt_lookup"] is True
+    with pytest.raises(ValidationError, match="prompt_lookup"):
+        ProviderConfig.model_validate({"kind": "local", "model": "demo", "speculative": {"method": "ngram", "prompt_lookup": True}})
