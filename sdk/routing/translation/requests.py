@@ -264,12 +264,16 @@ def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, 
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         role, where = message.get("role"), f"messages.{i}"
-        if role in ("system", "developer"):
-            if out:
-                raise refuse(f"{where}: a system message after the conversation started", "Anthropic")
+        if role in ("system", "developer") and not out:
             system += _marked(_o2a_texts(message.get("content"), where), message)
             continue
-        if role == "tool":
+        if role in ("system", "developer"):
+            # Later instructions stay where they are: Claude takes `role: "system"` inside `messages`
+            # (mid-conversation system messages; Opus 4.8 and later, other models answer 400), and the
+            # cached prefix before them stays valid, where folding them into `system` would rewrite it.
+            blocks = _joined(_marked(_o2a_texts(message.get("content"), where), message))
+            role = "system"
+        elif role == "tool":
             texts = _marked(_o2a_texts(message.get("content"), where), message)
             blocks = _joined(texts)
             content: Any = blocks[0]["text"] if len(blocks) == 1 and "cache_control" not in blocks[0] else blocks
