@@ -5,6 +5,7 @@ use another team's object id as a list cursor (the page after it told whether it
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
@@ -152,21 +153,29 @@ def test_another_teams_id_is_no_list_cursor(proxy):
             assert listed("/v1/messages/batches", B, **{cursor: their_batch}) == listed("/v1/messages/batches", B, **{cursor: "msgbatch_madeup"})
 
 
+@contextlib.contextmanager
+def _two_replicas(directory: Path, emulator, options: str = "") -> Iterator[tuple[RunningServer, RunningServer]]:
+    """Teams alpha and beta served by two proxies that share one fresh Redis (`options`: more of the
+    state URL's query)."""
+    write_policy(directory, "alpha", A, emulator.url)
+    write_policy(directory, "beta", B, emulator.url)
+    with running_redis() as redis:
+        url = f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}{options}"
+        with running_proxy([directory], state_url=url) as one, running_proxy([directory], state_url=url) as two:
+            yield one, two
+
+
 def test_two_replicas_over_redis_agree_on_referenced_files_and_cursors(tmp_path, emulator):
     pytest.importorskip("redis")
-    write_policy(tmp_path, "alpha", A, emulator.url)
-    write_policy(tmp_path, "beta", B, emulator.url)
-    with running_redis() as redis:
-        url = f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=500"
-        with running_proxy([tmp_path], state_url=url) as one, running_proxy([tmp_path], state_url=url) as two:
-            secret = oai(one, B).files.create(file=("secret.txt", b"BETA"), purpose="user_data")
-            for path, body in _uses(secret.id):
-                with pytest.raises(openai.NotFoundError):
-                    oai(two, A).post(path, body=body, cast_to=object)  # the other replica knows it is beta's
+    with _two_replicas(tmp_path, emulator, "&timeout_ms=500") as (one, two):
+        secret = oai(one, B).files.create(file=("secret.txt", b"BETA"), purpose="user_data")
+        for path, body in _uses(secret.id):
             with pytest.raises(openai.NotFoundError):
-                oai(two, A).files.list(after=secret.id)
-            assert oai(two, B).files.list(after=secret.id).data is not None  # beta's own cursor, on the other replica
-            oai(two, B).post("/chat/completions", body=_uses(secret.id)[0][1], cast_to=object)  # beta's own file passes
+                oai(two, A).post(path, body=body, cast_to=object)  # the other replica knows it is beta's
+        with pytest.raises(openai.NotFoundError):
+            oai(two, A).files.list(after=secret.id)
+        assert oai(two, B).files.list(after=secret.id).data is not None  # beta's own cursor, on the other replica
+        oai(two, B).post("/chat/completions", body=_uses(secret.id)[0][1], cast_to=object)  # beta's own file passes
 
 
 @pytest.fixture
@@ -220,29 +229,25 @@ def test_many_item_references_do_not_stall_the_shared_store(tmp_path, emulator, 
     another team's calls on another replica timed out (its guard opened: local state, its own files
     not found) meanwhile. Looked up in short scripts now, the store answers between them."""
     pytest.importorskip("redis")
-    write_policy(tmp_path, "alpha", A, emulator.url)
-    write_policy(tmp_path, "beta", B, emulator.url)
-    with running_redis() as redis:
-        url = f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}"
-        with running_proxy([tmp_path], state_url=url) as one, running_proxy([tmp_path], state_url=url) as two:
-            own = oai(two, B).files.create(file=("own.txt", b"B"), purpose="user_data").id
-            refs = [{"type": "item_reference", "id": f"msg_{i:024d}"} for i in range(300_000)]
-            outcome: list[BaseException] = []
+    with _two_replicas(tmp_path, emulator) as (one, two):
+        own = oai(two, B).files.create(file=("own.txt", b"B"), purpose="user_data").id
+        refs = [{"type": "item_reference", "id": f"msg_{i:024d}"} for i in range(300_000)]
+        outcome: list[BaseException] = []
 
-            def references() -> None:
-                try:
-                    oai(one, A).post("/responses", body={"model": "gpt-4o-mini", "input": refs, "store": False}, cast_to=object)
-                except BaseException as exc:
-                    outcome.append(exc)
+        def references() -> None:
+            try:
+                oai(one, A).post("/responses", body={"model": "gpt-4o-mini", "input": refs, "store": False}, cast_to=object)
+            except BaseException as exc:
+                outcome.append(exc)
 
-            running = threading.Thread(target=references)
-            running.start()
-            beside = []
-            while running.is_alive():
-                beside.append(oai(two, B).files.retrieve(own).id)  # raises NotFoundError if its owner cannot be read
-            running.join()
-            assert isinstance(outcome[0], openai.NotFoundError)  # none of the references is alpha's
-            assert beside and guard_failures == []
+        running = threading.Thread(target=references)
+        running.start()
+        beside = []
+        while running.is_alive():
+            beside.append(oai(two, B).files.retrieve(own).id)  # raises NotFoundError if its owner cannot be read
+        running.join()
+        assert isinstance(outcome[0], openai.NotFoundError)  # none of the references is alpha's
+        assert beside and guard_failures == []
 
 
 def test_a_turn_with_very_many_items_is_not_stored_at_the_cost_of_every_team(tmp_path, emulator):

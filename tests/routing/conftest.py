@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anthropic
 import httpx
+import openai
 import pytest
 
 from sdk.policy import load_policy
@@ -63,3 +65,15 @@ async def collect(answer) -> bytes:
     finally:
         await answer.aclose()
 
+
+
+@pytest.fixture
+def an(proxy):
+    """The official Anthropic client against the module's `proxy` (a URL), with policy_text's team key."""
+    return anthropic.Anthropic(base_url=proxy, api_key="sk-routing", max_retries=0)
+
+
+@pytest.fixture
+def oa(proxy):
+    """The official OpenAI client against the module's `proxy` (a URL), with policy_text's team key."""
+    return openai.OpenAI(base_url=f"{proxy}/v1", api_key="sk-routing", max_retries=0)

@@ -16,7 +16,6 @@ import pytest
 from gateway.testing import running_proxy
 from tests.routing.conftest import policy_text
 
-KEY = "sk-routing"
 CROSS = """  - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
   - match: {model: "gpt-*"}
@@ -32,16 +31,6 @@ def proxy(tmp_path_factory, emulator) -> Iterator[str]:
     (directory / "routing.yaml").write_text(policy_text(emulator.url, CROSS))
     with running_proxy([directory]) as running:
         yield running.url
-
-
-@pytest.fixture
-def an(proxy):
-    return anthropic.Anthropic(base_url=proxy, api_key=KEY, max_retries=0)
-
-
-@pytest.fixture
-def oa(proxy):
-    return openai.OpenAI(base_url=f"{proxy}/v1", api_key=KEY, max_retries=0)
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ from sdk.routing.translation.responses_streams import ChatToResponses
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
 from tests.routing.conftest import policy_text
 
-KEY = "sk-routing"
 CROSS = """  - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
   - match: {model: "gpt-*"}
@@ -40,16 +39,6 @@ def proxy(tmp_path_factory, emulator) -> Iterator[str]:
     (directory / "routing.yaml").write_text(policy_text(emulator.url, CROSS, "prompt_cache: {breakpoints: client}"))
     with running_proxy([directory], watch_interval_s=None) as running:
         yield running.url
-
-
-@pytest.fixture
-def an(proxy):
-    return anthropic.Anthropic(base_url=proxy, api_key=KEY, max_retries=0)
-
-
-@pytest.fixture
-def oa(proxy):
-    return openai.OpenAI(base_url=f"{proxy}/v1", api_key=KEY, max_retries=0)
 
 
 def sent(emulator) -> dict[str, Any]:
