@@ -68,6 +68,29 @@ def price_of(model: str, overrides: dict[str, Price]) -> Price | None:
     return None
 
 
+class PriceBook:
+    """One team's prices (its policy's `pricing:`, then the built-in table), each model's glob match made
+    once rather than per request; the memo is bounded, since model names come from clients."""
+
+    MAX_MODELS = 1024
+
+    def __init__(self, overrides: dict[str, Price]):
+        self.overrides = overrides
+        self._memo: dict[str, Price | None] = {}
+
+    def __contains__(self, model: str) -> bool:
+        return model in self._memo
+
+    def price(self, model: str) -> Price | None:
+        try:
+            return self._memo[model]
+        except KeyError:
+            if len(self._memo) >= self.MAX_MODELS:
+                self._memo.clear()
+            found = self._memo[model] = price_of(model, self.overrides)
+            return found
+
+
 def cost_usd(usage: Usage, price: Price) -> float:
     return (usage.input_tokens * price.input + usage.output_tokens * price.output
             + usage.cache_read_tokens * (price.cache_read or 0.0) + usage.cache_write_tokens * (price.cache_write or 0.0)) / 1e6

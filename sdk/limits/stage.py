@@ -37,7 +37,7 @@ from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_key
 from sdk.services import Services
-from sdk.spend import budget_check, cost_usd, periods, price_of, spend_record, worst_cost_usd
+from sdk.spend import PriceBook, budget_check, cost_usd, periods, spend_record, worst_cost_usd
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend, team_slot
 from sdk.state.ownership import ownership_of
 from sdk.streams import close_after, on_end
@@ -77,9 +77,8 @@ class LimitsStage:
         self.state = state
         self.team = policy.team
         self.policy = policy
-        self.pricing = policy.pricing
         self.budget = policy.budget
-        self._prices: dict[str, Price | object | None] = {}
+        self.prices = PriceBook(policy.pricing)
         self._unpriced_warnings = 0
         self._targets: dict[str, tuple[Price, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
         limits = policy.limits
@@ -180,7 +179,7 @@ class LimitsStage:
             if self.policy.providers[target.provider].kind == "local":
                 continue  # the bundled engine costs nothing per token
             name = target.model or model
-            price = price_of(name, self.pricing)
+            price = self.prices.price(name)
             if price is None:
                 missing.append(name)
             else:
@@ -240,14 +239,11 @@ class LimitsStage:
             used = usage.total_input_tokens + usage.output_tokens
             charges = tuple((r, used) for r in admission.rates if r.cost == 0 and used)
             if rate:
-                price = self._prices.get(model, _UNSEEN)
-                if price is _UNSEEN:  # glob matching once per model, not per request
-                    if len(self._prices) >= 1024:  # model names come from clients: keep the memo bounded
-                        self._prices.clear()
-                    price = self._prices[model] = price_of(model, self.pricing)
-                    if price is None and self._hosted(model):
-                        self._warn_unpriced(model)
-                usd = cost_usd(usage, price) * rate if isinstance(price, Price) else 0.0
+                seen = model in self.prices
+                price = self.prices.price(model)
+                if price is None and not seen and self._hosted(model):
+                    self._warn_unpriced(model)
+                usd = cost_usd(usage, price) * rate if price is not None else 0.0
                 if usd:
                     spend = spend_record(self.team, key_id, model, usd, estimated)
                     metrics.SPEND.labels(self.team, key_id or "", model).inc(usd)
@@ -281,7 +277,6 @@ class LimitsStage:
         return _limited(f"rate limit: {scope.name} is over its limit of {int(rate.per_minute)} {what} per minute", refusal.wait_s)
 
 
-_UNSEEN = object()
 
 
 async def _tallied(events: AsyncIterator[bytes], tally: StreamTally) -> AsyncIterator[bytes]:

@@ -33,7 +33,7 @@ from sdk.promptcache.placement import Placement, apply, min_cacheable_tokens, pl
 from sdk.promptcache.reorder import SystemText, move_lines, system_texts
 from sdk.promptcache.tokens import Calibration
 from sdk.promptcache.volatility import MAX_SCAN_CHARS, SCAN_BUDGET_CHARS, Finding, VolatilityDetector
-from sdk.spend import price_of
+from sdk.spend import PriceBook
 from sdk.types import LLMRequest, Protocol, Usage
 
 log = logging.getLogger("slipstream.prompt_cache")
@@ -121,7 +121,7 @@ class Optimizer:
     def __init__(self, team: str, config: PromptCachePolicy, pricing: dict[str, Price] | None = None):
         self.team = team
         self.config = config
-        self.pricing = pricing or {}  # the policy's `pricing:`, for the money a cache read saved
+        self.prices = PriceBook(pricing or {})  # the policy's `pricing:`, for the money a cache read saved
         self.detector = VolatilityDetector()
         self.ledger = Ledger()
         self.calibration = Calibration()
@@ -345,7 +345,7 @@ class Optimizer:
         team.read_tokens += read
         team.write_tokens += write
         team.expected_read_tokens += expected
-        team.saved_usd += stats.saved_usd(price_of(plan.model, self.pricing), read, write)
+        team.saved_usd += stats.saved_usd(self.prices.price(plan.model), read, write)
         stats.PREDICTED.labels(self.team).inc(expected)
         if expected and read < expected * MISS_TOLERANCE:
             team.expected_misses += 1
