@@ -347,6 +347,9 @@ class Policy(_Strict):
     pricing: dict[str, Price] = {}  # model glob → price, searched before the built-in table
     budget: BudgetPolicy | None = None
     responses_store: ResponsesStorePolicy = ResponsesStorePolicy()
+    # ids of objects made on the provider account without the gateway (vector stores, conversations,
+    # containers, stored prompts, skills) this team may name; "*": the account is the team's alone
+    provider_objects: list[Annotated[str, Field(min_length=1)]] = []
 
     @model_validator(mode="after")
     def _targets_exist(self) -> Policy:

@@ -39,7 +39,7 @@ from sdk.promptcache.keys import with_team_key
 from sdk.services import Services
 from sdk.spend import PriceBook, budget_check, cost_usd, periods, spend_record, worst_cost_usd
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend, team_slot
-from sdk.state.ownership import ownership_of
+from sdk.state.ownership import check_account_objects, ownership_of
 from sdk.streams import close_after, on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
 
@@ -79,6 +79,7 @@ class LimitsStage:
         self.policy = policy
         self.budget = policy.budget
         self.prices = PriceBook(policy.pricing)
+        self.provider_objects = frozenset(policy.provider_objects)
         self._unpriced_warnings = 0
         self._targets: dict[str, tuple[Price, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
         limits = policy.limits
@@ -115,7 +116,9 @@ class LimitsStage:
         # Every pipeline request passes here once its team is known: a client's own provider
         # prompt_cache_key is namespaced to the team before anything else reads the body.
         ctx.request = with_team_key(ctx.request, self.team)
-        # A file the request names is read by the provider under the shared key: the team's own only.
+        # A file or account object the request names is read by the provider under the shared key:
+        # the team's own files only, and the account objects its policy lists.
+        check_account_objects(self.provider_objects, (ctx.request.body,))
         await ownership_of(self.state).check_files(self.team, (ctx.request.body,), ctx.request.size)
         admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request))
         try:

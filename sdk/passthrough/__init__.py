@@ -78,7 +78,7 @@ from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
 from sdk.state import in_background
 from sdk.state.backend import Admission
-from sdk.state.ownership import KEEP_S, MISSING_FILE, Ownership, ownership_of
+from sdk.state.ownership import KEEP_S, MISSING_FILE, Ownership, check_account_objects, ownership_of
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 
 __all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]
@@ -287,6 +287,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         raw = await _whole(body, limit)
         request = json_object(raw, f"{method} {op.upstream_path}")
         await ex.owners.check_files(team.team, (request,), len(raw))  # a message batch's requests may name files
+        check_account_objects(ex.limits.provider_objects, _batch_params(request) if op.kind == "message_batch" else (request,))
         if keyed_params(request, team.team) if op.kind == "message_batch" else keyed_body(request, team.team):
             raw = orjson.dumps(request)
         body, length = raw, len(raw)
@@ -296,8 +297,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
             reserve = ex.worst_cost([ex.completion])
         elif op.kind == "message_batch":
             ex.check_models(requested_models(op.kind, request))
-            batch_worst = ex.worst_cost([LLMRequest(Endpoint.MESSAGES, r["params"]) for r in request.get("requests") or ()
-                                         if isinstance(r, dict) and isinstance(r.get("params"), dict)])
+            batch_worst = ex.worst_cost([LLMRequest(Endpoint.MESSAGES, params) for params in _batch_params(request)])
     ex.admission = await ex.limits.admit(ex.client.key_id, budget=op.spends, reserve=reserve)
     if op.spends and op.kind == "batch":  # its models are in its input file, which must be the team's
         file_id = request.get("input_file_id")
@@ -305,6 +305,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
             raise ex.not_found("file", str(file_id))
         lines, size = await _input_file_lines(provider, file_id, limit)
         await ex.owners.check_files(team.team, [line for _, line in lines], size)
+        check_account_objects(ex.limits.provider_objects, [line for _, line in lines])
         ex.check_models([str(line.get("model") or "") for _, line in lines])
         batch_worst = ex.worst_cost([LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line) for url, line in lines])
     if batch_worst:  # it runs after this call answers: only a batch whose worst case fits is created
@@ -448,6 +449,12 @@ async def _read_object(response: UpstreamResponse) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SlipstreamError("the provider's answer is not the JSON object it should be", status=502)
     return data
+
+
+def _batch_params(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Messages requests a message batch create runs (each request's `params`)."""
+    requests = request.get("requests")
+    return [r["params"] for r in requests if isinstance(r, dict) and isinstance(r.get("params"), dict)] if isinstance(requests, list) else []
 
 
 async def _input_file_lines(provider: HTTPProvider, file_id: str, limit: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:

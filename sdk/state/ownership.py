@@ -9,7 +9,14 @@ on every later read, download, list, delete, cancel and use (sdk/passthrough/). 
 A file is also used by naming it inside a request that runs a model (a chat `file` part, a
 Responses `input_file` or `input_image`, an Anthropic `source` of type `file`, a code interpreter's
 `file_ids`): the provider reads it with the shared key, so `referenced_files` finds those ids in a
-body and each must be the team's (`Ownership.unowned_file`) before the request is sent.
+body and each must be the team's (`Ownership.check_files`) before the request is sent.
+
+Other objects on the provider account are named the same way but never created through the gateway
+(it serves no vector store, conversation, container, stored prompt or skill endpoint): whoever made
+them did so with the provider key itself, for some team, and the gateway cannot tell for which. A
+request may name one (`account_objects`) only when the team's policy lists its id under
+`provider_objects` (`check_account_objects`); `"*"` there is for a team whose provider account is
+its own.
 
 Where records live follows the state backend: in process for `LocalState` (one store per process,
 so every drop-in client and the proxy's workers-of-one agree), in Redis next to the limits for a
@@ -202,6 +209,60 @@ def referenced_files(body: Any) -> list[str]:
         stack.extend(v for k, v in value.items() if isinstance(v, (dict, list)) and k not in _FREE_FORM
                      and not (tool_call and k == "input"))
     return found
+
+
+def account_objects(body: Any) -> list[tuple[str, str]]:
+    """(kind, id) of each provider-account object a model request names and the gateway does not
+    create: a Responses `conversation` (an id, or `{"id"}`) and stored `prompt` (`{"id"}`), a
+    file_search tool's `vector_store_ids`, a code interpreter's or Anthropic's `container` (an id, or
+    `{"id"}`) and an Anthropic container's custom `skills`. They are request fields and tool fields,
+    never message content, so only those places are read."""
+    if not isinstance(body, dict):
+        return []
+    found: list[tuple[str, str]] = []
+    conversation = body.get("conversation")
+    conversation = conversation.get("id") if isinstance(conversation, dict) else conversation
+    if isinstance(conversation, str):
+        found.append(("conversation", conversation))
+    prompt = body.get("prompt")  # a legacy completion's prompt is text, not an object
+    if isinstance(prompt, dict) and isinstance(prompt_id := prompt.get("id"), str):
+        found.append(("prompt", prompt_id))
+    found += _containers(body.get("container"))
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict):
+            stores = tool.get("vector_store_ids")
+            found += [("vector store", store) for store in stores if isinstance(store, str)] if isinstance(stores, list) else []
+            found += _containers(tool.get("container"))
+    return found
+
+
+def _containers(container: Any) -> list[tuple[str, str]]:
+    """A container named by id (`{"type": "auto", "file_ids"}` makes a new one: its files are checked
+    as files), and the custom skills loaded into one (Anthropic's own skills are everyone's)."""
+    if isinstance(container, str):
+        return [("container", container)]
+    if not isinstance(container, dict):
+        return []
+    found = [("container", container["id"])] if isinstance(container.get("id"), str) else []
+    skills = container.get("skills")
+    for skill in skills if isinstance(skills, list) else ():
+        if isinstance(skill, dict) and skill.get("type") != "anthropic" and isinstance(skill_id := skill.get("skill_id"), str):
+            found.append(("skill", skill_id))
+    return found
+
+
+def check_account_objects(listed: frozenset[str], bodies: Iterable[Any]) -> None:
+    """Refuse, as not found, request bodies naming a provider-account object (`account_objects`) whose
+    id the team's policy does not list under `provider_objects` (`*` lists every one)."""
+    if "*" in listed:
+        return
+    for body in bodies:
+        for kind, object_id in account_objects(body):
+            if object_id not in listed:
+                raise NotFoundError(f"No {kind} '{object_id}' for this team: an object on the provider account that "
+                                    "Slipstream did not create is usable only when the team's policy lists it under "
+                                    "provider_objects")
 
 
 _LOCAL = LocalRecords()  # one per process: what every in-process backend's teams created

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import orjson
@@ -121,6 +122,79 @@ def test_only_the_places_a_provider_reads_a_file_from_are_read():
         "system": [{"type": ["not", "a", "string"], "text": "any JSON may stand where a type goes"}],
     }
     assert sorted(referenced_files(body)) == ["file_anthropic", "file_ci", "file_upload"]
+
+
+def _naming_account_objects() -> list[tuple[str, dict]]:
+    """Every request shape naming an object on the provider account that the gateway never creates."""
+    responses = {"model": "gpt-4o-mini", "input": "Hi"}
+    return [
+        ("/responses", {**responses, "conversation": "conv_beta"}),
+        ("/responses", {**responses, "conversation": {"id": "conv_beta"}}),
+        ("/responses", {**responses, "prompt": {"id": "pmpt_beta", "version": "2"}}),
+        ("/responses", {**responses, "tools": [{"type": "file_search", "vector_store_ids": ["vs_beta"]}]}),
+        ("/responses", {**responses, "tools": [{"type": "code_interpreter", "container": "cntr_beta"}]}),
+        ("/messages", {**MSG, "container": "container_beta"}),
+        ("/messages", {**MSG, "container": {"skills": [{"type": "custom", "skill_id": "skill_beta", "version": "latest"}]}}),
+    ]
+
+
+@pytest.mark.parametrize("door", ["proxy", "drop-in"])
+def test_objects_made_on_the_provider_account_are_usable_only_where_the_policy_lists_them(tmp_path, fresh_emulator, door):
+    """Vector stores, conversations, containers, stored prompts and skills are made with the provider
+    key itself (the gateway serves no endpoint that creates them), so it cannot tell whose they are:
+    alpha naming beta's vector store had the provider search it under the shared key. A team may name
+    one only when its policy lists the id (`provider_objects`; `"*"` for an account of its own)."""
+    write_policy(tmp_path, "alpha", A, fresh_emulator.url)
+    listed = ["conv_beta", "pmpt_beta", "vs_beta", "cntr_beta", "container_beta", "skill_beta"]
+    write_policy(tmp_path, "beta", B, fresh_emulator.url, extra=f"provider_objects: {orjson.dumps(listed).decode()}\n")
+    write_policy(tmp_path, "gamma", "sk-gamma-refs", fresh_emulator.url, extra='provider_objects: ["*"]\n')
+    with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+        def client(team: str, key: str) -> openai.OpenAI:
+            return oai(proxy, key) if door == "proxy" else sdk.OpenAI(policy=tmp_path / f"{team}.yaml", max_retries=0)
+
+        alpha, beta, gamma = client("alpha", A), client("beta", B), client("gamma", "sk-gamma-refs")
+        headers = {"anthropic-version": "2023-06-01"}
+        for path, body in _naming_account_objects():
+            fresh_emulator.app.state.recent.clear()
+            with pytest.raises(openai.NotFoundError) as refused:
+                alpha.post(path, body=body, cast_to=object, options={"headers": headers})
+            assert "provider_objects" in refused.value.body["message"]
+            assert _sent(fresh_emulator, path) == []  # the provider never saw the id under the shared key
+            for allowed in (beta, gamma):  # listed, or the account is the team's alone: sent as asked
+                with contextlib.suppress(openai.APIStatusError):  # the emulator has none of these objects
+                    allowed.post(path, body=body, cast_to=object, options={"headers": headers})
+                assert len(_sent(fresh_emulator, path)) == 1
+                fresh_emulator.app.state.recent.clear()
+
+
+def test_batches_name_no_unlisted_account_object(proxy, fresh_emulator):
+    """A batch's lines and a message batch's requests run under the shared key as well."""
+    alpha = oai(proxy, A)
+    _, naming = _naming_account_objects()[3]
+    line = orjson.dumps({"custom_id": "x", "method": "POST", "url": "/v1/responses", "body": naming})
+    source = alpha.files.create(file=("in.jsonl", line + b"\n"), purpose="batch")
+    fresh_emulator.app.state.recent.clear()
+    with pytest.raises(openai.NotFoundError, match="vector store 'vs_beta'"):
+        alpha.batches.create(input_file_id=source.id, endpoint="/v1/responses", completion_window="24h")
+    _, params = _naming_account_objects()[5]
+    with pytest.raises(anthropic.NotFoundError, match="container 'container_beta'"):
+        anth(proxy, A).messages.batches.create(requests=[{"custom_id": "y", "params": params}])
+    assert [r for r in fresh_emulator.app.state.recent if "batches" in r["path"] and r["method"] == "POST"] == []
+
+
+def test_only_request_and_tool_fields_name_account_objects():
+    from sdk.state.ownership import account_objects
+
+    body = {
+        "conversation": {"id": "conv_1"}, "prompt": "a legacy completion's prompt is text",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "vector_store_ids"}]}],
+        "tools": [{"type": "file_search", "vector_store_ids": ["vs_1", 7]}, "not a tool",
+                  {"type": "function", "name": "f", "parameters": {"properties": {"conversation": {"type": "string"}}}},
+                  {"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_1"]}}],
+        "container": {"id": "cntr_1", "skills": [{"type": "anthropic", "skill_id": "pptx"}, {"type": "custom", "skill_id": "skill_1"}]},
+    }
+    assert account_objects(body) == [("conversation", "conv_1"), ("container", "cntr_1"), ("skill", "skill_1"), ("vector store", "vs_1")]
+    assert account_objects({"tools": "not a list", "conversation": ["x"]}) == []
 
 
 def _page(response: httpx.Response, cursor: str) -> tuple[int, object]:
