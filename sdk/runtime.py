@@ -12,6 +12,7 @@ import hmac
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,13 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
+def _shared_provider_keys(policies: Sequence[Policy]) -> frozenset[str]:
+    """Hosted-provider keys that more than one of the teams' policies holds."""
+    holders = Counter(key for policy in policies for key in {key for config in policy.providers.values()
+                                                              if config.kind != "local" for key in config.resolve_api_keys()})
+    return frozenset(key for key, teams in holders.items() if teams > 1)
+
+
 class TeamRegistry:
     """Team keys → runtimes, loaded from policy files and reloaded when they change.
 
@@ -148,6 +156,7 @@ class TeamRegistry:
         teams: dict[str, TeamRuntime] = {}
         by_digest = {}
         unreachable = []
+        self.services.shared_provider_keys = _shared_provider_keys([p for p in policies.values() if p.resolved_keys()])
         for policy in policies.values():
             keys = policy.resolved_keys()
             if not keys:

@@ -41,6 +41,9 @@ class Services:
     _embedding_cache: EmbeddingCache | None = field(default=None, init=False, repr=False)
     _response_store: ResponseStore | None = field(default=None, init=False, repr=False)
     response_limits: dict[str, StoreLimits] = field(default_factory=dict, init=False, repr=False)  # team → its share (policy responses_store)
+    # provider keys more than one served team's policy holds (set by the gateway's TeamRegistry): their
+    # account is shared, so what an answer says about the account is not one team's to see
+    shared_provider_keys: frozenset[str] = field(default=frozenset(), init=False, repr=False)
     _state: StateBackend | None = field(default=None, init=False, repr=False)
 
     def state(self) -> StateBackend:

@@ -72,7 +72,7 @@ from sdk.passthrough.bodies import (
     rewrite_results_url,
 )
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
-from sdk.providers.base import HTTPProvider
+from sdk.providers.base import HTTPProvider, account_header
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
@@ -243,8 +243,9 @@ class _Exchange:
 
     def headers(self, response: UpstreamResponse, length: int | None = None) -> list[tuple[str, str]]:
         listed = {token.strip().lower() for token in response.headers.get("connection", "").split(",")}
-        sent = [(k, v) for k, v in response.headers.items()
-                if k not in _DROP_RESPONSE and k not in listed and not (length is not None and k == "content-length")]
+        shared = self.provider.shared_account
+        sent = [(k, v) for k, v in response.headers.items() if k not in _DROP_RESPONSE and k not in listed
+                and not (length is not None and k == "content-length") and not account_header(k, shared)]
         if length is not None:
             sent.append(("content-length", str(length)))
         return [*sent, ("x-slipstream-route", self.route), ("x-slipstream-request-id", self.request_id)]

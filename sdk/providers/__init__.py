@@ -54,4 +54,5 @@ def build_provider(name: str, config: ProviderConfig, services: Services | None 
     egress = Egress.from_environment(config.proxy, config.ca_bundle, config.client_cert, config.client_key)
     client = TeamUpstream(Caller(team, config.max_connections, egress))  # the team's share of the loop's pool
     return HTTPProvider(name=name, dialect=dialect, base_url=base_url, keys=KeyRing(keys, services.shared_state() if services else None),
-                        timeouts=timeouts, client=client)
+                        timeouts=timeouts, client=client,
+                        shared_account=services is not None and not services.shared_provider_keys.isdisjoint(keys))

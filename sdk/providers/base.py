@@ -54,7 +54,10 @@ from sdk.usage import usage_from_body
 log = logging.getLogger("slipstream.providers")
 
 # Upstream response headers worth handing to the client (ids for support tickets, rate-limit state).
-_PASSTHROUGH_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "anthropic-priority-", "anthropic-fast-")
+_RATE_LIMITS = ("anthropic-ratelimit-", "x-ratelimit-")
+_PASSTHROUGH_PREFIXES = (*_RATE_LIMITS, "anthropic-priority-", "anthropic-fast-")
+# What names the provider account, which a team is never told (as its requests never name it).
+_ACCOUNT = frozenset({"openai-organization", "openai-project", "anthropic-organization-id"})
 _MAX_MODEL_PAGES = 20
 _NEVER_STREAMED = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # counts answer with JSON, whatever `stream` says
 # What `include_usage` adds to a Chat Completions stream, compact (OpenAI's) or spaced.
@@ -64,8 +67,16 @@ _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null')
 _PASSTHROUGH = {"request-id", "x-request-id", "retry-after", "retry-after-ms", "x-should-retry", "openai-processing-ms"}
 
 
-def passthrough_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k in _PASSTHROUGH or k.startswith(_PASSTHROUGH_PREFIXES)}
+def passthrough_headers(headers: dict[str, str], shared_account: bool) -> dict[str, str]:
+    return {k: v for k, v in headers.items()
+            if (k in _PASSTHROUGH or k.startswith(_PASSTHROUGH_PREFIXES)) and not account_header(k, shared_account)}
+
+
+def account_header(name: str, shared_account: bool) -> bool:
+    """Whether an upstream response header is about the provider account, not the request: its name,
+    and, on an account other teams share (`shared_account`), its rate-limit state, which every
+    team's traffic moves (a team watching it saw the others' request and token volume)."""
+    return name in _ACCOUNT or (shared_account and name.startswith(_RATE_LIMITS))
 
 
 class Provider(TypingProtocol):
@@ -97,6 +108,7 @@ class HTTPProvider:
     keys: KeyRing
     timeouts: Timeouts = field(default_factory=Timeouts)
     client: UpstreamClient | None = None  # None: the shared pool of the running loop, for no team in particular
+    shared_account: bool = False  # another team's policy has one of these keys (Services.shared_provider_keys)
 
     @property
     def protocol(self) -> Protocol:
@@ -136,7 +148,7 @@ class HTTPProvider:
             return LLMResponse(
                 status=response.status,
                 body=data,
-                headers=passthrough_headers(response.headers),
+                headers=passthrough_headers(response.headers, self.shared_account),
                 usage=usage_from_body(request.endpoint, data),
                 route=route,
             )
@@ -151,7 +163,7 @@ class HTTPProvider:
         return LLMStream(
             status=response.status,
             events=events,
-            headers=passthrough_headers(response.headers),
+            headers=passthrough_headers(response.headers, self.shared_account),
             usage=usage,
             route=route,
             close=close,
@@ -163,7 +175,7 @@ class HTTPProvider:
         body may echo that key, so it is replaced, on every endpoint, before any door sees it."""
         if response.status in (401, 403):
             data = credentials_refused(self.protocol, response.status, self.name)
-        return UpstreamHTTPError(response.status, data, passthrough_headers(response.headers), route)
+        return UpstreamHTTPError(response.status, data, passthrough_headers(response.headers, self.shared_account), route)
 
     async def list_models(self) -> list[dict[str, Any]]:
         """The upstream's own model entries, as it sends them, fetched with this provider's key
@@ -201,7 +213,7 @@ class HTTPProvider:
             raise naming_provider(exc, self.name) from exc
         if response.status >= 400:
             raise self._failed(response, data, route)
-        return LLMResponse(status=response.status, body=data, headers=passthrough_headers(response.headers), usage=Usage(), route=route)
+        return LLMResponse(status=response.status, body=data, headers=passthrough_headers(response.headers, self.shared_account), usage=Usage(), route=route)
 
 
 def _asking_usage(request: LLMRequest) -> dict[str, Any] | None:

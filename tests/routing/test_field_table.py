@@ -91,6 +91,7 @@ routes:
     targets: [{{provider: claude, model: claude-sonnet-5}}]
   - match: {{model: "gpt-*"}}
     targets: [{{provider: gpt, model: gpt-4o}}]
+provider_objects: [pmpt_1]  # a stored prompt the team may name (it is refused here as untranslatable)
 """
 
 

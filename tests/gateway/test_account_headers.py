@@ -1,0 +1,57 @@
+"""What an answer says about the provider account: teams that share a provider key share its
+account, whose rate-limit headers every team's traffic moves (a team reading them watched the
+others' request and token volume), and whose name no team's request ever carries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.testing import RunningServer, running_proxy
+from tests.helpers import write_policy
+
+A, B, C = "sk-alpha-account", "sk-beta-account", "sk-gamma-account"
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+MESSAGES = {"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+ACCOUNT_NAMES = ("openai-organization", "openai-project", "anthropic-organization-id")
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, emulator) -> Iterator[RunningServer]:
+    directory: Path = tmp_path_factory.mktemp("accounts")
+    write_policy(directory, "alpha", A, emulator.url)  # alpha and beta: the same provider keys
+    write_policy(directory, "beta", B, emulator.url)
+    write_policy(directory, "gamma", C, emulator.url, upstream_key="up-gamma-own")  # an account of its own
+    with running_proxy([directory], watch_interval_s=None) as running:
+        yield running
+
+
+def _answers(proxy: RunningServer, key: str) -> Iterator[httpx.Headers]:
+    """The headers of a chat completion, a streamed one, a Messages call and a files list (pass-through)."""
+    headers = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
+    with httpx.Client(base_url=proxy.url, headers=headers) as http:
+        yield http.post("/v1/chat/completions", json=CHAT).raise_for_status().headers
+        with http.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as streamed:
+            yield streamed.raise_for_status().headers
+        yield http.post("/v1/messages", json=MESSAGES).raise_for_status().headers
+        yield http.get("/v1/files").raise_for_status().headers
+
+
+def _rate_limits(headers: httpx.Headers) -> list[str]:
+    return [name for name in headers if name.startswith(("x-ratelimit-", "anthropic-ratelimit-"))]
+
+
+def test_a_shared_accounts_rate_limits_and_name_are_not_shown(proxy):
+    for headers in _answers(proxy, A):
+        assert _rate_limits(headers) == []
+        assert not any(name in headers for name in ACCOUNT_NAMES)
+        assert headers.get("x-request-id") or headers.get("request-id") or headers.get("x-slipstream-route")
+
+
+def test_a_team_with_an_account_of_its_own_sees_its_rate_limits(proxy):
+    for headers in _answers(proxy, C):
+        assert _rate_limits(headers)  # what the provider says of the team's own account
+        assert not any(name in headers for name in ACCOUNT_NAMES)
