@@ -21,6 +21,7 @@ what the answer means.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -57,6 +58,15 @@ T, D, R = Fate.TRANSLATED, Fate.DROPPED, Fate.REFUSED
 # Responses `include` entries that ask for something a translated answer has not and does not miss
 # (there are no reasoning items to carry encrypted content in): dropped, named as `include.ENTRY`.
 INCLUDE_DROPPED = ("reasoning.encrypted_content",)
+# OpenAI models that reason and take `reasoning_effort`: the o-series and gpt-5 (not its -chat models).
+# Any other Chat model answers 400 to the field (OpenAI: "Unsupported parameter"), the local engine too.
+_REASONS = re.compile(r"^(o\d|gpt-5(?!.*-chat))")
+
+
+def reasons(model: Any) -> bool:
+    """Whether the OpenAI target model `model` reasons (and so takes reasoning_effort)."""
+    return bool(_REASONS.match(str(model or "")))
+
 
 FIELDS: dict[Shape, dict[str, Field]] = {
     Shape.CHAT: {
@@ -79,7 +89,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "response_format": Field(T, "json_schema → output_config.format (structured outputs); json_object (and "
                                     "json_schema on models without structured outputs) → an instruction and an "
                                     "assistant prefill `{`, the answer validated as JSON", ({"type": "text"},)),
-        "reasoning_effort": Field(T, "output_config.effort (low/medium/high/xhigh; others refused)"),
+        # Claude reasons only when `thinking` is on, which a translated request never turns on: "none" is its default.
+        "reasoning_effort": Field(T, "output_config.effort (low/medium/high/xhigh; minimal → low, the least Claude has)", ("none",)),
         "user": Field(T, "metadata.user_id"),
         "n": Field(R, "one choice per request only", (1,)),
         "metadata": Field(D, "OpenAI's stored-completion tags"),
@@ -117,8 +128,12 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "tools": Field(T, "function tools (server tools refused)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),
         "metadata": Field(T, "metadata.user_id → user; nothing else in it changes the answer"),
-        "thinking": Field(R, "Chat has no thinking budget", ({"type": "disabled"},)),
-        "output_config": Field(T, "format → response_format json_schema; effort → reasoning_effort"),
+        "thinking": Field(T, "reasoning_effort for a model that reasons (o-series, gpt-5): enabled by its budget_tokens "
+                             "(up to 4096: low, up to 16384: medium, more: high), adaptive the model's own; dropped for "
+                             "other models, which have no reasoning to turn on (the answer has no thinking blocks)",
+                          ({"type": "disabled"},)),
+        "output_config": Field(T, "format → response_format json_schema; effort → reasoning_effort (max → xhigh) for a "
+                                  "model that reasons, dropped (named output_config.effort) for others"),
         "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key"),
         "service_tier": Field(D, "billing tier"),
         "inference_geo": Field(D, "where Anthropic runs it"),
@@ -192,7 +207,17 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
             dropped += _include(value, target)
         elif shape is Shape.RESPONSES and key == "reasoning" and isinstance(value, dict) and (value.get("summary") or value.get("generate_summary")):
             dropped.append("reasoning.summary")
-    return dropped + _nested(shape, body)
+    return dropped + _nested(shape, body) + _unreasoned(shape, body)
+
+
+def _unreasoned(shape: Shape, body: dict[str, Any]) -> list[str]:
+    """A Messages request's reasoning settings, which an OpenAI model that does not reason has no use
+    for (and would refuse): left out, and named."""
+    if shape is not Shape.MESSAGES or reasons(body.get("model")):
+        return []
+    thinking, config = body.get("thinking"), body.get("output_config")
+    out = ["thinking"] if isinstance(thinking, dict) and thinking.get("type") != "disabled" else []
+    return out + (["output_config.effort"] if isinstance(config, dict) and config.get("effort") is not None else [])
 
 
 def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:

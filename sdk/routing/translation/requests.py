@@ -15,11 +15,15 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.fields import Fate, Shape, check, fate
+from sdk.routing.translation.fields import Fate, Shape, check, fate, reasons
 from sdk.routing.translation.output_modes import json_mode
 
-# reasoning_effort values Anthropic's output_config.effort shares (it has no "minimal" or "none").
+# reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
 _EFFORTS = ("low", "medium", "high", "xhigh")
+_O2A_EFFORT = {**{e: e for e in _EFFORTS}, "minimal": "low"}
+_A2O_EFFORT = {**{e: e for e in _EFFORTS}, "max": "xhigh"}  # OpenAI's most is xhigh
+# thinking.budget_tokens → reasoning_effort: the largest budget each effort stands for (more: high).
+_BUDGETS = ((4096, "low"), (16384, "medium"))
 # OpenAI requests without a limit must still give Anthropic one: 8192, which every Claude model from
 # 3.5 on takes; Claude 3 (and older) models take at most 4096 (more is Anthropic's 400).
 DEFAULT_MAX_TOKENS = 8192
@@ -64,7 +68,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
     check(Shape.MESSAGES, body, "OpenAI")
     for key, value in body.items():
-        if value is None or key in ("model", "messages", "system", "tools", "tool_choice") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
+        if value is None or key in ("model", "messages", "system", "tools", "tool_choice", "thinking") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
         if key == "max_tokens":
             out["max_completion_tokens"] = value
@@ -83,6 +87,9 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
             _a2o_output_config(value, out)
         else:
             raise refuse(f"{key!r}", "OpenAI")
+    effort = _a2o_effort(body)
+    if effort is not None and reasons(out["model"]):  # other models take no reasoning_effort (fields.py names it dropped)
+        out["reasoning_effort"] = effort
     system = body.get("system")
     if system:
         out["messages"].append({"role": "system", "content": _text_of(system, "system", "OpenAI")})
@@ -106,11 +113,27 @@ def _a2o_output_config(config: dict[str, Any], out: dict[str, Any]) -> None:
         out["response_format"] = {"type": "json_schema", "json_schema": {"name": "response", "schema": fmt.get("schema") or {}, "strict": True}}
     elif fmt is not None:
         raise refuse(f"output_config.format {fmt.get('type') if isinstance(fmt, dict) else fmt!r}", "OpenAI")
-    effort = config.get("effort")
+
+
+def _a2o_effort(body: dict[str, Any]) -> str | None:
+    """The reasoning_effort a Messages request asks for: output_config.effort, else what thinking's
+    budget stands for (adaptive thinking: the model's own effort, None)."""
+    config, thinking = body.get("output_config"), body.get("thinking")
+    effort = config.get("effort") if isinstance(config, dict) else None
     if effort is not None:
-        if effort not in _EFFORTS:
+        if effort not in _A2O_EFFORT:
             raise refuse(f"output_config.effort {effort!r}", "OpenAI")
-        out["reasoning_effort"] = effort
+        return _A2O_EFFORT[effort]
+    if thinking is None:
+        return None
+    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "adaptive", "disabled"):
+        raise refuse(f"thinking {thinking!r}", "OpenAI")
+    if thinking["type"] != "enabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int):
+        raise InvalidRequestError("thinking.budget_tokens: an integer is required")
+    return next((effort for most, effort in _BUDGETS if budget <= most), "high")
 
 
 def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
@@ -212,8 +235,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             out["temperature"] = value
         elif key in ("top_p", "stream"):
             out[key] = value
-        elif key == "reasoning_effort" and value in _EFFORTS:
-            out.setdefault("output_config", {})["effort"] = value
+        elif key == "reasoning_effort" and value in _O2A_EFFORT:
+            out.setdefault("output_config", {})["effort"] = _O2A_EFFORT[value]
         else:
             raise refuse(f"{key!r}", "Anthropic")
     out["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens(body.get("model"))
