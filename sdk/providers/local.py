@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sdk.errors import ProviderUnavailableError, SlipstreamError
+from sdk.offload import is_large, off_loop
 from sdk.providers.base import HTTPProvider
 from sdk.providers.keys import KeyRing
 from sdk.providers.local_embeddings import MODEL_ID as EMBEDDING_MODEL
@@ -115,9 +116,12 @@ class LocalProvider:
 
         with timings.upstream():
             engine = await self._engine()
+            body, cap = {**request.body, "model": self.model}, self.default_max_tokens
             try:  # the engine's own model answers, whatever name the client asked for: say so
-                chat = parse_chat_request({**request.body, "model": self.model}, engine,
-                                          default_max_tokens=self.default_max_tokens)
+                # Rendering the template and tokenizing take seconds for a few MiB (15 s for 16 MiB):
+                # a large prompt is read in the heavy-work pool, not on the loop every team shares.
+                chat = (await off_loop(parse_chat_request, body, engine, default_max_tokens=cap) if is_large(request.size)
+                        else parse_chat_request(body, engine, default_max_tokens=cap))
             except RequestError as exc:
                 raise SlipstreamError(str(exc), status=exc.status) from exc
             route = f"{self.name}/{self.model}"
