@@ -7,8 +7,7 @@ pass through untouched; everything Slipstream itself decides lives in typed data
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -87,6 +86,25 @@ class LLMRequest:
         return LLMRequest(self.endpoint, {**self.body, "model": model}, self.forward_headers, self.query, self.size)
 
 
+class _UpstreamWait:
+    __slots__ = ("timings",)
+
+    def __init__(self, timings: Timings):
+        self.timings = timings
+
+    def __enter__(self) -> None:
+        timings = self.timings
+        if not timings._waits:
+            timings._waiting_since = time.perf_counter()
+        timings._waits += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        timings = self.timings
+        timings._waits -= 1
+        if not timings._waits:
+            timings.upstream_s += time.perf_counter() - timings._waiting_since
+
+
 @dataclass(slots=True)
 class Timings:
     """Monotonic timestamps of one request, for TTFT/ITL/TPOT/e2e and the overhead header."""
@@ -100,19 +118,11 @@ class Timings:
     _waits: int = 0  # upstream waits in progress (hedged legs overlap)
     _waiting_since: float = 0.0
 
-    @contextmanager
-    def upstream(self) -> Iterator[None]:
+    def upstream(self) -> _UpstreamWait:
         """Time spent waiting on providers, measured once at the upstream-client boundary: the union of
-        the waits, so hedged legs that overlap count their common time once, not once per leg."""
-        if not self._waits:
-            self._waiting_since = time.perf_counter()
-        self._waits += 1
-        try:
-            yield
-        finally:
-            self._waits -= 1
-            if not self._waits:
-                self.upstream_s += time.perf_counter() - self._waiting_since
+        the waits, so hedged legs that overlap count their common time once, not once per leg. Use as
+        `with timings.upstream():` (a class, not a generator context manager: it runs twice a request)."""
+        return _UpstreamWait(self)
 
     def mark_token(self, now: float) -> None:
         if self.first_token is None:

@@ -249,7 +249,7 @@ class LimitsStage:
                 usd = cost_usd(usage, price) * rate if price is not None else 0.0
                 if usd:
                     spend = spend_record(self.team, key_id, model, usd, estimated)
-                    metrics.SPEND.labels(self.team, key_id or "", model).inc(usd)
+                    metrics.child(metrics.SPEND, self.team, key_id or "", model).inc(usd)
         if admission.holds or charges or spend is not None:
             self.state.settle(Settlement(admission.lease, tuple(cap.key for cap in admission.caps), charges, spend,
                                          admission.budget))

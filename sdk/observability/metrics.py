@@ -108,6 +108,14 @@ class RouteLabels:
         return f"{provider}/other" if provider in self.providers else "other"
 
 
+@functools.lru_cache(maxsize=16_384)
+def child(metric: Any, *values: str) -> Any:
+    """`metric.labels(*values)`, looked up once per label set: `labels()` checks its arguments and
+    takes a lock on every call, several times a request. Bounded: the metric keeps every child it
+    made, so one looked up again after eviction is the same series."""
+    return metric.labels(*values)
+
+
 @dataclass(frozen=True, slots=True)
 class _RouteSeries:
     """The labelled children of one (team, route), looked up once: `labels()` takes a lock each call."""

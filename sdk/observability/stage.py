@@ -67,7 +67,7 @@ class MetricsStage:
 
     def _finish(self, ctx: RequestContext, answer: Answer, streamed: bool) -> None:
         route = self.labels(answer.route)
-        metrics.REQUESTS.labels(self.team, route, str(answer.status)).inc()
+        metrics.child(metrics.REQUESTS, self.team, route, str(answer.status)).inc()
         latency = metrics.record(self.team, route, ctx.timings, answer.usage, streamed)
         self.monitor.observe(*latency)
         self._report(ctx, answer.status, answer, latency=latency)

@@ -126,6 +126,7 @@ class Optimizer:
         self.ledger = Ledger()
         self.calibration = Calibration()
         self.stats = stats.team_stats(team)
+        self._predicted = stats.PREDICTED.labels(team)  # counted on every settled request
         self._logged: set[tuple[str, str]] = set()  # findings already logged at INFO (then DEBUG)
 
     # --- before the request ----------------------------------------------------------------
@@ -346,7 +347,7 @@ class Optimizer:
         team.write_tokens += write
         team.expected_read_tokens += expected
         team.saved_usd += stats.saved_usd(self.prices.price(plan.model), read, write)
-        stats.PREDICTED.labels(self.team).inc(expected)
+        self._predicted.inc(expected)
         if expected and read < expected * MISS_TOLERANCE:
             team.expected_misses += 1
             label = "expired_or_evicted"

@@ -64,6 +64,7 @@ _NEVER_STREAMED = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # co
 _NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null')
+_COMPACT_USAGE_NULL = b',"usage":null'
 _PASSTHROUGH = {"request-id", "x-request-id", "retry-after", "retry-after-ms", "x-should-retry", "openai-processing-ms"}
 
 
@@ -234,8 +235,13 @@ def _without_asked_usage(batch: list[bytes]) -> list[bytes]:
     `choices` is empty: a client reading `choices[0]` of every chunk would fail on it) and no
     `"usage":null` in the others. A JSON string cannot hold an unescaped quote, so these patterns
     cannot match inside generated text."""
-    return [_USAGE_NULL.sub(b"", event) for event in batch
-            if not (_NO_CHOICES.search(event) and _USAGE_OBJECT.search(event))]
+    kept = []
+    for event in batch:
+        if _COMPACT_USAGE_NULL in event:  # a content chunk as OpenAI writes it: most events, no pattern run
+            kept.append(event.replace(_COMPACT_USAGE_NULL, b""))
+        elif not (_NO_CHOICES.search(event) and _USAGE_OBJECT.search(event)):
+            kept.append(_USAGE_NULL.sub(b"", event))
+    return kept
 
 
 async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str,

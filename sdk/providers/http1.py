@@ -122,6 +122,19 @@ class _Origin:
     teams: dict[str, _Share] = field(default_factory=dict)  # one per team that has called (teams come from policies)
 
 
+def _reusable(pool: _Origin) -> Connection | None:
+    """The most recently used idle connection (the least likely to have been closed by the server)
+    that is still open and has not idled too long; the others it passes are closed."""
+    now = time.monotonic()
+    while pool.idle:
+        conn = pool.idle.pop()
+        if not conn.closed and now - conn.idle_since < (_SPARE_IDLE_S if pool.closes else _KEEPALIVE_S):
+            conn.reused = True
+            return conn  # a server that closed it while idle has been seen closing (connection_lost)
+        conn.close()
+    return None
+
+
 class Http1Upstream:
     """Keep-alive pool per destination; create it inside the loop that will use it."""
 
@@ -207,6 +220,13 @@ class Http1Upstream:
         if caller.team is not None:
             share = pool.teams.get(caller.team) or pool.teams.setdefault(caller.team, _Share())
         cap = caller.connections or default_share()
+        if not fresh and pool.idle and (share is None or share.in_use < cap):  # most calls: no wait, no timer
+            conn = _reusable(pool)
+            if conn is not None:
+                if share is not None:
+                    share.in_use += 1
+                conn.team = caller.team
+                return conn
         try:
             async with asyncio.timeout(timeout.connect_s):
                 if share is not None:
@@ -261,13 +281,8 @@ class Http1Upstream:
 
     async def _acquire(self, destination: Destination, pool: _Origin, url: str, fresh: bool) -> Connection:
         while True:
-            now = time.monotonic()
-            while pool.idle and not fresh:
-                conn = pool.idle.pop()  # the most recently used: the least likely to have been closed by the server
-                if not conn.closed and now - conn.idle_since < (_SPARE_IDLE_S if pool.closes else _KEEPALIVE_S):
-                    conn.reused = True
-                    return conn  # a server that closed it while idle has been seen closing (connection_lost)
-                conn.close()
+            if not fresh and (conn := _reusable(pool)) is not None:
+                return conn
             if pool.open < _MAX_PER_ORIGIN:
                 break
             if fresh and pool.idle:
