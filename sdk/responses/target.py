@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from sdk.errors import UpstreamHTTPError
+from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.providers.base import HTTPProvider, Provider
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.openai import ResponsesMode as Mode
@@ -89,6 +89,12 @@ class ResponsesTarget:
             if self.mode == "chat":  # the route's next target may be native; if none is, OpenAI's answer to a path it lacks
                 raise TranslationRefused(f"provider {self.name!r} serves Responses by translation; /v1/responses/compact exists only on a native OpenAI Responses target", status=404)
             return await upstream.send(await self._resolved(request), timings)
+        if request.body.get("background") not in (None, False):
+            # Run at the provider after this call answers `queued`, without usage: nothing the team's
+            # limits or budget could charge, on an account every team shares.
+            raise InvalidRequestError("background: Slipstream does not run background responses (their work happens "
+                                      "after the call returns, where the team's limits and spend cannot count it); "
+                                      "send background: false, or stream the response")
         if self.mode != "chat":
             try:
                 return await self._native(request, timings, upstream)

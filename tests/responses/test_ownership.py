@@ -116,3 +116,16 @@ def test_compact_passes_through_natively_and_is_a_404_elsewhere(door, fresh_emul
             door.responses.compact(model=model, input="Tell me about fjords.")
     mixed = door.responses.with_raw_response.compact(model="mixed-x", input="Tell me about fjords.")
     assert mixed.headers["x-slipstream-route"] == "oai/gpt-4.1-mini"  # a translated first target passes it on
+
+
+def test_a_background_response_is_refused_before_it_runs_uncounted(door, fresh_emulator):
+    """`background: true` runs the response at the provider after the call has answered `queued`,
+    with no usage: nothing the team's limits or budget could charge, under the key every team
+    shares. It was sent to a native target as it came; it is refused before anything leaves."""
+    sent = fresh_emulator.stats()["requests_total"]
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError, match="background") as caught:
+            door.responses.create(model="oai-4o", input="Write a long essay.", background=True, stream=stream)
+        assert "Slipstream" in caught.value.message  # the gateway's refusal, not the provider's
+    assert fresh_emulator.stats()["requests_total"] == sent  # nothing ran upstream
+    assert door.responses.create(model="oai-4o", input="Hi.", background=False, max_output_tokens=20).status in ("completed", "incomplete")
