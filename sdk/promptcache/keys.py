@@ -28,7 +28,7 @@ from sdk.types import Endpoint, LLMRequest, Protocol
 
 SECRET_ENV = "SLIPSTREAM_SECRET"
 _FILE = "server-secret"
-_KEYED = (Endpoint.CHAT_COMPLETIONS, Endpoint.RESPONSES)  # the endpoints whose bodies carry prompt_cache_key
+_KEYED = (Endpoint.CHAT_COMPLETIONS, Endpoint.RESPONSES, Endpoint.RESPONSES_COMPACT)  # bodies that carry prompt_cache_key
 log = logging.getLogger("slipstream.prompt_cache")
 _secret: bytes | None = None
 

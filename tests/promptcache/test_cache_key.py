@@ -89,6 +89,20 @@ def test_a_team_cannot_reuse_another_teams_openai_cache_key(tmp_path: Path, emu:
         assert _sent_key(emu) != from_alpha and "shared-name" not in from_alpha
 
 
+def test_a_compaction_cannot_reuse_another_teams_openai_cache_key(tmp_path: Path, emu: RunningEmulator) -> None:
+    """/v1/responses/compact takes a `prompt_cache_key` too: it went upstream as the client sent it,
+    so two teams naming the same key reached one provider cache."""
+    emu.reset()
+    with running_proxy([_teams(tmp_path, emu)]) as proxy:
+        sent = []
+        for key in (ALPHA, BETA):
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=key, max_retries=0)
+            client.responses.compact(model="gpt-4o", input="How do I reset the pump controller?", prompt_cache_key="shared-name")
+            sent.append(_sent_key(emu))
+        assert sent[0] != sent[1] and not {"shared-name"} & set(sent)
+        assert sent[0] == keys.team_key("alpha", "shared-name")
+
+
 @pytest.mark.parametrize("isolate", [False, True])
 def test_isolate_keeps_identical_prompts_out_of_each_others_cache(tmp_path: Path, emu: RunningEmulator, isolate: bool) -> None:
     emu.reset()
