@@ -5,12 +5,17 @@ new prompts), then waiting ones in FCFS order. Any prompt that does not fit the 
 is chunked. When the cache runs out of blocks, the most recently admitted running request is
 preempted by recompute: its blocks are freed and it goes back to the head of the queue (with
 prefix caching on, its recompute usually re-hits the blocks it just gave back).
+
+Tenants share the engine fairly: a request's tenant is its `cache_salt` up to the first ':' (the
+gateway salts every team's requests so: sdk/providers/local.py:team_cache_salt). When more than one
+tenant waits, a free place goes to the earliest waiting request of the tenant with the fewest
+running, so one tenant's queue of a thousand requests does not make another's wait behind all of it.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import torch
@@ -49,6 +54,11 @@ class SchedulerOutput:
         return not self.scheduled
 
 
+def tenant(seq: Sequence) -> str:
+    """Whose request it is, for fair admission: its cache salt up to the first ':'."""
+    return (seq.cache_salt or "").partition(":")[0]
+
+
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int,
                  max_model_len: int, num_lookahead_tokens: int = 0):
@@ -60,6 +70,7 @@ class Scheduler:
         # proposals, so verifying them never needs a block the cache cannot give.
         self.num_lookahead_tokens = num_lookahead_tokens
         self.waiting: deque[Sequence] = deque()
+        self._waiting_tenants: Counter[str] = Counter()  # tenant -> its sequences in `waiting`
         self.running: list[Sequence] = []
         self.requests: dict[str, Sequence] = {}
         self.num_preemptions = 0
@@ -71,6 +82,7 @@ class Scheduler:
             raise ValueError(f"prompt has {seq.num_tokens} tokens; this engine's max_model_len is {self.max_model_len}")
         self.requests[seq.request_id] = seq
         self.waiting.append(seq)
+        self._waiting_tenants[tenant(seq)] += 1
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -106,12 +118,14 @@ class Scheduler:
 
         # New work is admitted only when nothing was preempted: a preemption means the cache is full.
         while self.waiting and out.num_preempted == 0 and budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
+            index = self._next_waiting()
+            seq = self.waiting[index]
             computed_blocks, num_cached = bm.get_computed_blocks(seq)
             num_new = min(seq.num_tokens - num_cached, budget)
             if not bm.allocate_slots(seq, num_new, computed_blocks, self.num_lookahead_tokens):
                 break
-            self.waiting.popleft()
+            del self.waiting[index]
+            self._left_waiting(seq)
             if seq.num_cached_tokens < 0:
                 seq.num_cached_tokens = num_cached
                 seq.metrics.first_scheduled_time = time.time()
@@ -126,7 +140,34 @@ class Scheduler:
         seq.clear_spec()
         seq.status = SequenceStatus.PREEMPTED
         self.waiting.appendleft(seq)
+        self._waiting_tenants[tenant(seq)] += 1
         self.num_preemptions += 1
+
+    def _next_waiting(self) -> int:
+        """The index in `waiting` of the sequence to admit next: the head when it was preempted (it
+        was running) or one tenant alone waits; else the earliest of the tenant running fewest."""
+        head = self.waiting[0]
+        if head.status is SequenceStatus.PREEMPTED or len(self._waiting_tenants) < 2:
+            return 0
+        running = Counter(tenant(seq) for seq in self.running)
+        best, least = 0, running[tenant(head)]
+        seen = {tenant(head)}
+        for index, seq in enumerate(self.waiting):
+            if least == 0 or len(seen) == len(self._waiting_tenants):
+                break
+            name = tenant(seq)
+            if name in seen:
+                continue
+            seen.add(name)
+            if running[name] < least:
+                best, least = index, running[name]
+        return best
+
+    def _left_waiting(self, seq: Sequence) -> None:
+        name = tenant(seq)
+        self._waiting_tenants[name] -= 1
+        if self._waiting_tenants[name] <= 0:
+            del self._waiting_tenants[name]
 
     def update_after_step(self, out: SchedulerOutput, num_rejected: dict[str, int] | None = None) -> None:
         """Advance computed-token counts once the model has written this step's K/V. Rejected
@@ -150,5 +191,6 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+            self._left_waiting(seq)
         self.block_manager.free(seq)
         self.requests.pop(seq.request_id, None)

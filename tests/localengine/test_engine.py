@@ -162,3 +162,22 @@ def test_string_prompt_and_outputs_shape(llm):
 def test_speculative_config_is_validated(llama_dir):
     with pytest.raises(ValueError, match="method"):
         LLM(str(llama_dir), speculative_config={"method": "medusa", "num_speculative_tokens": 3})
+
+
+def test_a_tenants_long_queue_does_not_hold_another_tenant(llama_dir):
+    """The gateway salts each team's requests (tenant = the salt up to ':'). Admission was first come,
+    first served: team b's one request waited until all eight of team a's had run, two at a time.
+    A free place now goes to the waiting tenant that runs fewest."""
+    engine = make_llm(llama_dir, max_num_seqs=2).llm_engine
+    params = SamplingParams(max_tokens=6, ignore_eos=True, temperature=0)
+    for i in range(8):
+        engine.add_request(f"a{i}", "hello there", params, cache_salt="team-a")
+    engine.add_request("b0", "hello there", params, cache_salt="team-b:its-own")
+    engine.abort_request("a7")  # a waiting request leaves the queue's count as well
+    finished_before_b = 0
+    while "b0" not in {seq.request_id for seq in engine.scheduler.running}:
+        finished_before_b += sum(out.finished for out in engine.step() if out.request_id != "b0")
+    assert finished_before_b == 0  # first come, first served: 7
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert not engine.scheduler._waiting_tenants  # every count back to nothing
