@@ -104,6 +104,18 @@ def _top_logprobs(body: dict[str, Any]) -> int | None:
     return (top or 0) if wanted else None
 
 
+def prompt_token_ids(messages: list[Any], tokenizer: Any) -> list[int]:
+    """The prompt of `messages` as the model reads it: rendered with its chat template, tokenized."""
+    rendered = [{"role": str(m.get("role", "user")), "content": _text_content(m.get("content"))}
+                for m in messages if isinstance(m, dict)]
+    template = None if tokenizer.chat_template else _FALLBACK_TEMPLATE
+    prompt = tokenizer.apply_chat_template(rendered, add_generation_prompt=True, tokenize=False,
+                                           chat_template=template)
+    # The template already holds any BOS the model wants; don't let the tokenizer add another.
+    ids: list[int] = tokenizer.encode(prompt, add_special_tokens=False)
+    return ids
+
+
 def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | None = None,
                        default_max_tokens: int | None = None) -> ChatRequest:
     """Validate an OpenAI chat request and render its prompt with the model's chat template.
@@ -120,14 +132,7 @@ def parse_chat_request(body: Any, engine: AsyncLLMEngine, served_model: str | No
     _refuse_unsupported(body)
     stream_options = check_stream_options(body)
     top_logprobs = _top_logprobs(body)
-    rendered = [{"role": str(m.get("role", "user")), "content": _text_content(m.get("content"))}
-                for m in messages if isinstance(m, dict)]
-    tokenizer = engine.tokenizer
-    template = None if tokenizer.chat_template else _FALLBACK_TEMPLATE
-    prompt = tokenizer.apply_chat_template(rendered, add_generation_prompt=True, tokenize=False,
-                                           chat_template=template)
-    # The template already holds any BOS the model wants; don't let the tokenizer add another.
-    prompt_ids = truncated(body, tokenizer.encode(prompt, add_special_tokens=False), engine.engine.max_model_len)
+    prompt_ids = truncated(body, prompt_token_ids(messages, engine.tokenizer), engine.engine.max_model_len)
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     params = sampling_params(body, engine, len(prompt_ids), logprobs=top_logprobs,
                              default_max_tokens=default_max_tokens, max_tokens_key=key)

@@ -136,6 +136,23 @@ class LocalProvider:
         own = body.get("cache_salt")
         return {**body, "cache_salt": f"{self.cache_salt}:{own}" if isinstance(own, str) and own else self.cache_salt}
 
+    async def count_input(self, chat: dict[str, Any]) -> int | None:
+        """The prompt tokens of a Chat body, by the engine's own tokenizer and chat template (the
+        `prompt_tokens` its answer would report); None over HTTP, where no counting endpoint is."""
+        if self._http is not None:
+            return None
+        from localengine.serving_chat import prompt_token_ids
+        from localengine.serving_common import RequestError
+
+        engine = await self._engine()
+        messages = chat.get("messages")
+        if not isinstance(messages, list):
+            raise SlipstreamError("'messages' must be a list", status=400)
+        try:
+            return len(await asyncio.to_thread(prompt_token_ids, messages, engine.tokenizer))
+        except RequestError as exc:
+            raise SlipstreamError(str(exc), status=exc.status) from exc
+
     async def list_models(self) -> list[dict[str, Any]]:
         """What this provider serves: the server's own list over HTTP; in process, the engine's model
         and the bundled embedding model."""

@@ -17,8 +17,10 @@ that holds a response continues it itself; any other target gets the stored conv
 into `input` (sdk/responses/store.py). Every answer with `store` not false is recorded when it
 completes, before the client sees it (its last event, for a stream), so a follow-up sent at once
 finds it and the team's ownership of the id is known to every replica before the id can be used.
-`/v1/responses/input_tokens` and `/v1/responses/compact` go to a native target only, after the same
-resolution; a translated target answers them with a 400 and a 404.
+`/v1/responses/input_tokens` goes to a native target as sent, after the same resolution; a translated
+one counts the Chat form (`translation/counting.py`: Anthropic's count_tokens, the local engine's
+tokenizer, a bundled tiktoken encoding) or refuses, saying why. `/v1/responses/compact` is native
+only (a translated target answers 404).
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from sdk.providers.openai import ResponsesMode as Mode
 from sdk.responses.conversation import Conversations, Resolved
 from sdk.responses.store import ResponseStore
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.counting import anthropic_count, count_chat, counted
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
+from sdk.routing.translation.requests import openai_to_anthropic
 from sdk.routing.translation.responses_answers import completion_c2r, new_id
 from sdk.routing.translation.responses_requests import responses_to_chat
 from sdk.routing.translation.responses_streams import ChatToResponses
@@ -83,7 +87,7 @@ class ResponsesTarget:
         upstream = upstream or self.inner
         if request.endpoint is Endpoint.RESPONSES_INPUT_TOKENS:
             if self.mode == "chat":
-                raise TranslationRefused(f"provider {self.name!r} has no Responses API to count input tokens with; route /v1/responses/input_tokens to a native OpenAI target")
+                return await self._counted(request, timings, upstream)
             return await upstream.send(await self._resolved(request), timings)
         if request.endpoint is Endpoint.RESPONSES_COMPACT:
             if self.mode == "chat":  # the route's next target may be native; if none is, OpenAI's answer to a path it lacks
@@ -110,6 +114,18 @@ class ResponsesTarget:
         resolved = await self.conversations.resolve(request.body, request.size, self.name, creates=False)
         body = self.conversations.body(request.body, resolved)
         return request if body is request.body else replace(request, body=body)
+
+    async def _counted(self, request: LLMRequest, timings: Timings, upstream: Provider) -> LLMResponse:
+        """/v1/responses/input_tokens on a translated target: its Chat form counted (counting.py)."""
+        resolved = await self.conversations.resolve(request.body, request.size, None, creates=False)
+        to_anthropic = self.inner.protocol is Protocol.ANTHROPIC
+        protocol = "Anthropic Messages" if to_anthropic else "Chat Completions"
+        chat = translate(lambda b: responses_to_chat(b, protocol), {**request.body, "input": resolved.context}, protocol)
+        if to_anthropic:
+            n = await anthropic_count(upstream, translate(openai_to_anthropic, chat, protocol), timings)
+        else:
+            n = await count_chat(self.inner, chat, request.size)
+        return counted({"object": "response.input_tokens", "input_tokens": n}, f"{self.name}/{request.model}")
 
     # --- native -------------------------------------------------------------------------------
 

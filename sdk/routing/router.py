@@ -245,7 +245,7 @@ class Router:
             return self._responses_target(name, provider).via(upstream)
         if provider.protocol is request.protocol:
             return upstream
-        return TranslatingProvider(upstream, request.protocol)
+        return TranslatingProvider(upstream, request.protocol, provider)
 
     def _responses_target(self, name: str, provider: Provider) -> ResponsesTarget:
         """The provider behind its Responses adapter (native or translated), kept for the policy's life:

