@@ -78,16 +78,16 @@ def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS) -> int:
 
 
 def output_limit(request: LLMRequest) -> int:
-    """The most output tokens the request allows (its own limit, else DEFAULT_OUTPUT_TOKENS)."""
+    """The most output tokens the request allows: its own limit (else DEFAULT_OUTPUT_TOKENS) for
+    every choice it is billed for (`n`, or a legacy completion's `best_of`, generated and billed
+    though only `n` come back)."""
     if request.endpoint in (Endpoint.EMBEDDINGS, Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS):
         return 0
     body = request.body
-    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-        value = body.get(key)
-        if isinstance(value, int) and value > 0:
-            choices = body.get("n")
-            return value * (choices if isinstance(choices, int) and choices > 1 else 1)
-    return DEFAULT_OUTPUT_TOKENS
+    limit = next((value for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")
+                  if isinstance(value := body.get(key), int) and value > 0), DEFAULT_OUTPUT_TOKENS)
+    choices = max([1, *(value for key in ("n", "best_of") if isinstance(value := body.get(key), int))])
+    return limit * choices
 
 
 # Events that carry generated text, by the start of their bytes.

@@ -26,7 +26,7 @@ import sdk
 from emulator.app import EmulatorConfig
 from emulator.testing import RunningEmulator, running_emulator
 from gateway.testing import running_proxy
-from sdk.estimate import input_tokens, output_limit
+from sdk.estimate import DEFAULT_OUTPUT_TOKENS, input_tokens, output_limit
 from sdk.observability import access_log, metrics
 from sdk.spend import price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
@@ -238,6 +238,23 @@ def test_a_client_naming_new_models_cannot_flood_the_log(tmp_path: Path, emu: Ru
     lines = [r.getMessage() for r in caplog.records if "has no price" in r.getMessage()]
     assert len(lines) == UNPRICED_WARNINGS and "further unpriced models" in lines[-1]
     assert emu.stats()["requests_total"] == UNPRICED_WARNINGS + 9  # every request answered
+
+
+def test_every_choice_is_held_against_the_budget(tmp_path: Path, slow: RunningEmulator) -> None:
+    """A request asking for `n` choices (or `best_of` completions) without an output limit is billed
+    for every one of them, but held only one choice's default: 128 choices held a 128th of their
+    worst cost, so parallel requests passed the budget by far more than one reservation."""
+    body = {"model": "gpt-4o", "messages": HELLO, "n": 4}
+    with running_proxy([_teams(tmp_path, slow, "budget: {usd: 1000, period: day}\n")]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0)
+        with client.chat.completions.create(**body, stream=True) as stream:
+            next(iter(stream))  # in flight: its hold is on the budget
+            held = _spend(proxy, ALPHA)["budget"]["held"]
+    request = LLMRequest(Endpoint.CHAT_COMPLETIONS, body)
+    assert output_limit(request) == 4 * DEFAULT_OUTPUT_TOKENS
+    assert held == pytest.approx(worst_cost_usd(input_tokens(request), 4 * DEFAULT_OUTPUT_TOKENS, price_of("gpt-4o", {})), rel=1e-3)
+    completion = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once", "max_tokens": 16, "best_of": 5, "n": 2}
+    assert output_limit(LLMRequest(Endpoint.CHAT_COMPLETIONS, completion)) == 5 * 16  # best_of are all billed
 
 
 def test_parallel_requests_overshoot_a_budget_by_at_most_one_reservation(tmp_path: Path, emu: RunningEmulator) -> None:
