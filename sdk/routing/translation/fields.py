@@ -140,7 +140,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "top_k": Field(R, "no counterpart"),
         "container": Field(R, "Anthropic's code-execution container"),
         "mcp_servers": Field(R, "Anthropic's MCP connector"),
-        "context_management": Field(R, "Anthropic's context editing"),
+        "context_management": Field(R, "Anthropic's context editing; edits that only clear thinking (clear_thinking_*, which "
+                                       "Claude Code sends on every turn) are dropped: a Chat target never gets earlier "
+                                       "turns' thinking"),
     },
     Shape.RESPONSES: {
         "model": Field(T, "model (the route's target model)"),
@@ -185,9 +187,18 @@ def fate(shape: Shape, key: str, value: Any) -> Fate:
     field = FIELDS[shape].get(key)
     if field is None:
         return Fate.REFUSED
+    if shape is Shape.MESSAGES and key == "context_management" and _clears_thinking_only(value):
+        return Fate.DROPPED
     if field.fate is not Fate.DROPPED and any(value == n and type(value) is type(n) for n in field.neutral):
         return Fate.DROPPED
     return field.fate
+
+
+def _clears_thinking_only(value: Any) -> bool:
+    """Context editing that clears only thinking blocks, which translation leaves out of a Chat body anyway."""
+    edits = value.get("edits") if isinstance(value, dict) and set(value) == {"edits"} else None
+    return isinstance(edits, list) and all(isinstance(e, dict) and str(e.get("type", "")).startswith("clear_thinking_")
+                                           for e in edits)
 
 
 def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
