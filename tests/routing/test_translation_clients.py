@@ -181,3 +181,12 @@ def test_claude_codes_context_editing_of_thinking_reaches_an_openai_target(an, f
     with pytest.raises(anthropic.BadRequestError, match="context_management"):
         an.messages.create(model="claude-x", max_tokens=64, messages=AGENT_TURNS,
                            extra_body={"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}})
+
+
+def test_a_claude_sized_output_limit_is_the_openai_models_own_most(an, fresh_emulator):
+    """Claude Code asks max_tokens 32000 on every turn; gpt-4o writes at most 16384 and answers a
+    larger limit with a 400, where Claude takes it as a ceiling: the model's own most is sent."""
+    for model, sent_limit in (("claude-x", 16384), ("claude-think-x", 32000)):  # gpt-4o, gpt-5
+        with an.messages.stream(model=model, max_tokens=32000, messages=AGENT_TURNS) as stream:
+            stream.until_done()
+        assert sent(fresh_emulator)["max_completion_tokens"] == sent_limit

@@ -120,7 +120,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "parts, text documents → text; thinking and "
                                  "redacted_thinking blocks of earlier turns left out)"),
         "system": Field(T, "a system message"),
-        "max_tokens": Field(T, "max_completion_tokens"),
+        "max_tokens": Field(T, "max_completion_tokens (at most the OpenAI model's own most, e.g. gpt-4o's 16384: a larger "
+                               "one is OpenAI's 400, a ceiling to Claude)"),
         "stop_sequences": Field(T, "stop"),
         "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
         "temperature": Field(T, "temperature"),

@@ -34,6 +34,20 @@ def default_max_tokens(model: Any) -> int:
     return 4096 if _SMALL_OUTPUT.match(str(model or "")) else DEFAULT_MAX_TOKENS
 
 
+# The most tokens an OpenAI model writes (OpenAI's model pages). Claude takes max_tokens as a ceiling
+# and clients size it for Claude (Claude Code asks 32000 or more on every turn); OpenAI answers a larger
+# one with a 400 ("max_tokens is too large"), so a Messages limit above the model's own is its own.
+_OPENAI_OUTPUT = ((re.compile(r"^gpt-4o-2024-05-13"), 4096), (re.compile(r"^(gpt-4o|chatgpt-4o)"), 16384),
+                  (re.compile(r"^gpt-4\.1"), 32768), (re.compile(r"^(gpt-4-turbo|gpt-3\.5-turbo)"), 4096),
+                  (re.compile(r"^gpt-4(-\d|$)"), 8192), (re.compile(r"^o[134](-|$)"), 100000), (re.compile(r"^gpt-5"), 128000))
+
+
+def openai_output_limit(model: Any, asked: Any) -> Any:
+    """`asked` (a Messages max_tokens), or the OpenAI model's own most if it is smaller."""
+    most = next((n for pattern, n in _OPENAI_OUTPUT if pattern.match(str(model or ""))), None)
+    return most if most is not None and isinstance(asked, int) and asked > most else asked
+
+
 def refuse(what: str, target: str) -> TranslationRefused:
     article = "an" if target[:1] in "AEIOU" else "a"
     return TranslationRefused(f"{what} cannot be translated for {article} {target} target; send it to a target of its own protocol")
@@ -71,7 +85,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
         if value is None or key in ("model", "messages", "system", "tools", "tool_choice", "thinking") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
         if key == "max_tokens":
-            out["max_completion_tokens"] = value
+            out["max_completion_tokens"] = openai_output_limit(out["model"], value)
         elif key == "stop_sequences":
             out["stop"] = value
         elif key in ("temperature", "top_p"):
