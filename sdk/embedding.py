@@ -6,8 +6,10 @@ bundled model as it ships.
 
 One worker thread owns the model. Callers on any event loop enqueue a text and await a future; the
 worker takes everything queued while it was busy and encodes it as one batch, so under load a batch
-forms by itself and at concurrency 1 no request waits for a batching window. Nothing here runs on
-the event loop.
+forms by itself and at concurrency 1 no request waits for a batching window. A job of many texts
+(a local provider's /v1/embeddings) gives each batch at most `max_batch` of them and then waits
+behind what was queued meanwhile, so one team's long input does not hold every team's lookups.
+Nothing here runs on the event loop.
 
 Encoding runs MiniLM's transformer in ONNX Runtime (`_Encoder`): exported from the loaded weights
 (adapter merged) once per process, in memory: the eager model's vectors to within 1e-5 (tested),
@@ -73,6 +75,12 @@ class _Job:
     texts: list[str]
     future: Future[tuple[np.ndarray, list[int] | None]]
     count_tokens: bool = False  # also report each text's token count (the embeddings endpoint's usage)
+    done: int = 0  # texts encoded so far: a long job is encoded a slice at a time
+    vectors: list[np.ndarray] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+    def next_slice(self, most: int) -> list[str]:
+        return self.texts[self.done : self.done + most]
 
 
 @dataclass
@@ -161,18 +169,21 @@ class Embedder:
             log.exception("loading the embedding model failed")
         while True:
             jobs = [self._jobs.get()]
-            size = len(jobs[0].texts)
+            size = len(jobs[0].next_slice(self.max_batch))
             while size < self.max_batch:
                 try:
                     job = self._jobs.get_nowait()
                 except queue.Empty:
                     break
                 jobs.append(job)
-                size += len(job.texts)
-            live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
+                size += len(job.next_slice(self.max_batch))
+            live = [job for job in jobs if job.done or job.future.set_running_or_notify_cancel()]
             if not live:
                 continue
-            texts = [text for job in live for text in job.texts]
+            # At most `max_batch` texts of each job per batch: every team's lookups share this one
+            # worker, and a 3,000-text embeddings request encoded whole held them all until it ended.
+            slices = [job.next_slice(self.max_batch) for job in live]
+            texts = [text for piece in slices for text in piece]
             torch.set_num_threads(1 if len(texts) <= SMALL_BATCH else many)
             try:
                 with self._lock:
@@ -183,10 +194,22 @@ class Embedder:
                 continue
             self.batches += 1
             start = 0
-            for job in live:
-                counts = _token_counts(self._load().model, job.texts) if job.count_tokens else None
-                job.future.set_result((vectors[start : start + len(job.texts)], counts))
-                start += len(job.texts)
+            for job, piece in zip(live, slices, strict=True):
+                self._encoded(job, piece, vectors[start : start + len(piece)])
+                start += len(piece)
+
+    def _encoded(self, job: _Job, piece: list[str], vectors: np.ndarray) -> None:
+        """Record a job's encoded slice: its answer when it was the last, else the job goes back
+        behind whatever was queued meanwhile."""
+        job.vectors.append(vectors)
+        if job.count_tokens:
+            job.counts.extend(_token_counts(self._load().model, piece))
+        job.done += len(piece)
+        if job.done < len(job.texts):
+            self._jobs.put(job)
+            return
+        whole = job.vectors[0] if len(job.vectors) == 1 else np.concatenate(job.vectors)
+        job.future.set_result((whole, job.counts if job.count_tokens else None))
 
 
 def _token_counts(model: SentenceTransformer, texts: list[str]) -> list[int]:

@@ -48,6 +48,36 @@ async def test_a_huge_text_does_not_hold_other_lookups(embedder):
     assert np.allclose(vector, await embedder.embed(huge[:MAX_TEXT_CHARS]), atol=1e-5)
 
 
+async def test_a_long_embeddings_input_does_not_hold_other_lookups(embedder):
+    """A local provider's /v1/embeddings hands the one worker all of a request's texts as one job,
+    and every team's jobs queue behind it: 3,000 texts held another team's single lookup until all
+    were encoded. A job is now encoded `max_batch` texts at a time and goes back behind the jobs
+    that came meanwhile. Order of completion, not time."""
+    import numpy as np
+
+    texts = [f"Invoice {i} was paid on the third of the month by bank transfer." for i in range(3_000)]
+    done: list[str] = []
+
+    async def long() -> tuple[np.ndarray, list[int]]:
+        found = await embedder.embed_counted(texts)
+        done.append("long")
+        return found
+
+    before = embedder.batches
+    task = asyncio.create_task(long())
+    await asyncio.sleep(0)  # the long job is queued
+    while not embedder._jobs.empty() and embedder.batches == before:
+        await asyncio.sleep(0.001)  # until the worker has taken it (an event, polled)
+    await embedder.embed("where is my parcel?")
+    done.append("short")
+    vectors, counts = await task
+    assert done == ["short", "long"]
+    assert len(counts) == len(texts) == len(vectors)
+    alone, alone_counts = await embedder.embed_counted([texts[0], texts[-1]])
+    assert [counts[0], counts[-1]] == alone_counts  # the slices reassemble in order
+    np.testing.assert_allclose(vectors[[0, -1]], alone, atol=1e-5)
+
+
 def test_the_encoder_runs_onnx_runtime_by_default(embedder):
     assert embedder._load().runtime == "onnxruntime", "ONNX Runtime failed: a slower fallback is serving"
 
