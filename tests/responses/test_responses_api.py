@@ -7,6 +7,8 @@ Responses upstream (`oai-*`), a Chat-Completions-only upstream (`gpt-*`) and an 
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -240,6 +242,18 @@ def test_native_target_passes_body_and_bytes(proxy, fresh_emulator):
                                          item for item in ours["output"] if item["type"] == "message"],
                                          {"role": "user", "content": "And glaciers?"}])
     assert follow.status == "completed" and follow.output_text
+
+
+def test_reasoning_effort_reaches_a_chat_target_only_if_its_model_reasons(proxy, fresh_emulator):
+    """openai-agents sends `reasoning.effort` from its model settings; a Chat Completions target whose
+    model does not reason answers reasoning_effort with a 400 (OpenAI's "Unsupported parameter", the
+    local engine's unknown field): it is left out there and named; a reasoning model gets it."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    for model, travels in (("gpt-4o", False), ("gpt-5-mini", True)):
+        raw = client.responses.with_raw_response.create(model=model, input="Tell me about fjords.", reasoning={"effort": "low"})
+        sent = json.loads(fresh_emulator.state.recent[-1]["body"])
+        assert ("reasoning_effort" in sent) is travels and sent.get("reasoning_effort", "low") == "low"
+        assert ("reasoning.effort" in raw.headers.get("x-slipstream-dropped-fields", "")) is not travels
 
 
 def test_input_tokens_counted_by_native_target_refused_elsewhere(door, fresh_emulator):

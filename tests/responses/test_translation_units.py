@@ -16,7 +16,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "require
 
 def test_request_fields_map_to_chat():
     chat = responses_to_chat({
-        "model": "m", "instructions": "Be brief.", "max_output_tokens": 50, "stream": True, "store": True,
+        "model": "o4-mini", "instructions": "Be brief.", "max_output_tokens": 50, "stream": True, "store": True,
         "reasoning": {"effort": "low"}, "parallel_tool_calls": False, "prompt_cache_key": "k",
         "text": {"format": {"type": "json_schema", "name": "fjord", "schema": SCHEMA, "strict": True}},
         "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}, "strict": True}],

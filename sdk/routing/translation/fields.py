@@ -68,6 +68,12 @@ def reasons(model: Any) -> bool:
     return bool(_REASONS.match(str(model or "")))
 
 
+def effort_travels(target: str, model: Any) -> bool:
+    """Whether a Responses request's reasoning effort goes on to `target`: Claude has an effort of its
+    own (output_config.effort); a Chat model takes reasoning_effort only if it reasons."""
+    return target.startswith("Anthropic") or reasons(model)
+
+
 FIELDS: dict[Shape, dict[str, Field]] = {
     Shape.CHAT: {
         "model": Field(T, "model (the route's target model)"),
@@ -156,7 +162,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "tool_choice": Field(T, "tool_choice"),
         "parallel_tool_calls": Field(T, "parallel_tool_calls"),
         "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity"),
-        "reasoning": Field(T, "effort → reasoning_effort; summary dropped (a translated answer has no reasoning items "
+        "reasoning": Field(T, "effort → reasoning_effort (dropped, named reasoning.effort, for a Chat model that does not "
+                              "reason, which refuses it); summary dropped (a translated answer has no reasoning items "
                               "to summarize), named as reasoning.summary"),
         "max_output_tokens": Field(T, "max_completion_tokens"),
         "stream": Field(T, "stream (the events are built from Chat chunks)"),
@@ -217,8 +224,11 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
             dropped.append(key)
         elif shape is Shape.RESPONSES and key == "include":
             dropped += _include(value, target)
-        elif shape is Shape.RESPONSES and key == "reasoning" and isinstance(value, dict) and (value.get("summary") or value.get("generate_summary")):
-            dropped.append("reasoning.summary")
+        elif shape is Shape.RESPONSES and key == "reasoning" and isinstance(value, dict):
+            if value.get("summary") or value.get("generate_summary"):
+                dropped.append("reasoning.summary")
+            if value.get("effort") is not None and not effort_travels(target, body.get("model")):
+                dropped.append("reasoning.effort")
     return dropped + _nested(shape, body) + _unreasoned(shape, body)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdk.routing.translation.fields import Shape, check
+from sdk.routing.translation.fields import Shape, check, effort_travels
 from sdk.routing.translation.requests import refuse
 
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user")
@@ -32,7 +32,7 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}  # usage must stay exact: response.completed waits for it
-    _reasoning(body.get("reasoning"), out)
+    _reasoning(body.get("reasoning"), out, effort_travels(target, body.get("model")))
     _text_format(body.get("text"), out, target)
     instructions = body.get("instructions")
     if instructions:
@@ -50,12 +50,12 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     return out
 
 
-def _reasoning(reasoning: Any, out: dict[str, Any]) -> None:
-    """`effort` is translated; a `summary` asks for reasoning items a translated answer has not, and
-    is dropped (named `reasoning.summary`: fields.py)."""
+def _reasoning(reasoning: Any, out: dict[str, Any], effort: bool) -> None:
+    """`effort` is translated where it travels (fields.py: effort_travels); a `summary` asks for
+    reasoning items a translated answer has not, and is dropped (named `reasoning.summary`)."""
     if not reasoning:
         return
-    if reasoning.get("effort") is not None:
+    if effort and reasoning.get("effort") is not None:
         out["reasoning_effort"] = reasoning["effort"]
 
 
