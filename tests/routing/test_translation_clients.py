@@ -190,3 +190,15 @@ def test_a_claude_sized_output_limit_is_the_openai_models_own_most(an, fresh_emu
         with an.messages.stream(model=model, max_tokens=32000, messages=AGENT_TURNS) as stream:
             stream.until_done()
         assert sent(fresh_emulator)["max_completion_tokens"] == sent_limit
+
+
+def test_a_chat_requests_top_level_cache_control_is_claudes_automatic_caching(oa, fresh_emulator):
+    """OpenRouter's Chat API takes a top-level `cache_control` for Claude (automatic caching); a
+    client written for it was refused ("not a field this gateway knows"). Claude gets the same
+    marker, and the second turn reads the cached prefix."""
+    ask = [{"role": "system", "content": LONG}, {"role": "user", "content": "Which rule comes first?"}]
+    for _ in range(2):
+        answer = oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=ask, extra_body={"cache_control": EPHEMERAL})  # type: ignore[arg-type]
+    assert sent(fresh_emulator)["cache_control"] == EPHEMERAL
+    assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+    assert answer.usage.prompt_tokens_details.cached_tokens > 1000

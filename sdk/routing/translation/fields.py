@@ -104,6 +104,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "service_tier": Field(D, "billing tier"),
         "prompt_cache_key": Field(D, "OpenAI's cache routing; Anthropic targets get breakpoints instead"),
         "prompt_cache_retention": Field(D, "OpenAI's cache retention"),
+        "cache_control": Field(T, "cache_control: automatic caching, a breakpoint on the last cacheable block (the "
+                                  "top-level marker OpenRouter's Chat API takes for Claude)"),
         "safety_identifier": Field(D, "end-user id for OpenAI's abuse monitoring"),
         "seed": Field(R, "Anthropic has no seeded sampling"),
         "frequency_penalty": Field(R, "no counterpart", (0, 0.0)),

@@ -247,7 +247,7 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             if value is not None and value > 1:
                 raise refuse("'temperature' above 1", "Anthropic")
             out["temperature"] = value
-        elif key in ("top_p", "stream"):
+        elif key in ("top_p", "stream", "cache_control"):
             out[key] = value
         elif key == "reasoning_effort" and value in _O2A_EFFORT:
             out.setdefault("output_config", {})["effort"] = _O2A_EFFORT[value]
