@@ -280,11 +280,11 @@ async def messages(emu: Emulator, call: Call) -> None:
         err_type = faults.midstream_type if faults else "overloaded_error"
         err_ev = sse("error", {"type": "error", "error": {
             "type": err_type, "message": ERROR_MESSAGES.get(err_type, err_type)}})
-        headers = wire.headers(call)
+        headers = wire.headers(call) + (wire.PRIORITY_HEADERS if cfg.priority_tier else [])
         headers.extend(SSE_HEADERS)
         await run_stream(emu, call, headers, events, tokens, faults, err_ev, ttft, plan.commit)
         return
-    headers = wire.headers(call)
+    headers = wire.headers(call) + (wire.PRIORITY_HEADERS if cfg.priority_tier else [])
     headers.append(JSON_CT)
     delay = ttft + cfg.per_output_token_ms * out_tokens / 1000.0
     await respond_after(emu, call, delay, 200, orjson.dumps(out), headers, plan.commit)

@@ -43,6 +43,13 @@ _RL_STATIC: Headers = [
     (b"anthropic-ratelimit-output-tokens-limit", b"400000"),
     (b"anthropic-ratelimit-output-tokens-remaining", b"400000"),
 ]
+# An organisation with Priority Tier also gets its priority capacity's state (EmulatorConfig.priority_tier).
+PRIORITY_HEADERS: Headers = [
+    (b"anthropic-priority-input-tokens-limit", b"1000000"),
+    (b"anthropic-priority-input-tokens-remaining", b"999000"),
+    (b"anthropic-priority-output-tokens-limit", b"200000"),
+    (b"anthropic-priority-output-tokens-remaining", b"199000"),
+]
 _reset_cache: tuple[int, Headers] = (0, [])
 
 

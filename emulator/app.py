@@ -44,6 +44,7 @@ class EmulatorConfig:
     openai_cache_ttl_s: float = 600.0  # in-memory retention of OpenAI prefix entries
     record_requests: int = 64  # recent requests kept for GET /_emulator/requests
     batch_delay_ms: float = 0.0  # how long a batch waits (queued) before running its requests
+    priority_tier: bool = False  # the organisation has Priority Tier: Messages answers carry anthropic-priority-* limits
 
     @classmethod
     def realistic(cls, **overrides: Any) -> EmulatorConfig:

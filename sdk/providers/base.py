@@ -54,8 +54,8 @@ from sdk.usage import usage_from_body
 log = logging.getLogger("slipstream.providers")
 
 # Upstream response headers worth handing to the client (ids for support tickets, rate-limit state).
-_RATE_LIMITS = ("anthropic-ratelimit-", "x-ratelimit-")
-_PASSTHROUGH_PREFIXES = (*_RATE_LIMITS, "anthropic-priority-", "anthropic-fast-")
+# Anthropic's Priority Tier and fast mode report their capacity's state like the rate limits: the account's.
+_RATE_LIMITS = ("anthropic-ratelimit-", "x-ratelimit-", "anthropic-priority-", "anthropic-fast-")
 # What names the provider account, which a team is never told (as its requests never name it).
 _ACCOUNT = frozenset({"openai-organization", "openai-project", "anthropic-organization-id"})
 _MAX_MODEL_PAGES = 20
@@ -70,7 +70,7 @@ _PASSTHROUGH = {"request-id", "x-request-id", "retry-after", "retry-after-ms", "
 
 def passthrough_headers(headers: dict[str, str], shared_account: bool) -> dict[str, str]:
     return {k: v for k, v in headers.items()
-            if (k in _PASSTHROUGH or k.startswith(_PASSTHROUGH_PREFIXES)) and not account_header(k, shared_account)}
+            if (k in _PASSTHROUGH or k.startswith(_RATE_LIMITS)) and not account_header(k, shared_account)}
 
 
 def account_header(name: str, shared_account: bool) -> bool:

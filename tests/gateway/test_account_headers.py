@@ -10,6 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from emulator.app import EmulatorConfig
+from emulator.testing import running_emulator
 from gateway.testing import RunningServer, running_proxy
 from tests.helpers import write_policy
 
@@ -55,3 +57,25 @@ def test_a_team_with_an_account_of_its_own_sees_its_rate_limits(proxy):
     for headers in _answers(proxy, C):
         assert _rate_limits(headers)  # what the provider says of the team's own account
         assert not any(name in headers for name in ACCOUNT_NAMES)
+
+
+def test_a_shared_accounts_priority_capacity_is_not_shown(tmp_path):
+    """An organisation with Priority Tier answers with the state of its priority capacity
+    (`anthropic-priority-*`; fast mode's `anthropic-fast-*` alike): every team's priority traffic
+    moves it, as it moves the rate limits. It passed to teams sharing the account."""
+    with running_emulator(EmulatorConfig(priority_tier=True)) as emulator:
+        write_policy(tmp_path, "alpha", A, emulator.url)
+        write_policy(tmp_path, "beta", B, emulator.url)
+        write_policy(tmp_path, "gamma", C, emulator.url, upstream_key="up-gamma-own")
+        with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+            seen = {}
+            for key in (A, C):
+                headers = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
+                with httpx.Client(base_url=proxy.url, headers=headers) as http:
+                    whole = http.post("/v1/messages", json=MESSAGES).raise_for_status().headers
+                    with http.stream("POST", "/v1/messages", json={**MESSAGES, "stream": True}) as streamed:
+                        seen[key] = [whole, streamed.raise_for_status().headers]
+    for headers in seen[A]:
+        assert not [name for name in headers if name.startswith(("anthropic-priority-", "anthropic-fast-"))]
+    for headers in seen[C]:  # an account of the team's own: its own capacity, shown
+        assert headers["anthropic-priority-input-tokens-remaining"] == "999000"
