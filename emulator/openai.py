@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .app import Emulator
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+USER_MAX = 64  # characters of `user` (longer: OpenAI's 400 string_above_max_length)
 
 
 def _validate(body: dict[str, Any]) -> wire.Problem | None:
@@ -63,6 +64,10 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
          or wire.check_int(body, "max_tokens", 1) or wire.check_int(body, "max_completion_tokens", 1))
     if r:
         return r
+    user = body.get("user")
+    if isinstance(user, str) and len(user) > USER_MAX:
+        return (f"Invalid 'user': string too long. Expected a string with maximum length {USER_MAX}, but got a "
+                f"string with length {len(user)} instead.", "user", "string_above_max_length")
     n = body.get("n")
     if n is not None and (not isinstance(n, int) or n < 1 or n > 128):
         return "Invalid 'n': expected an integer between 1 and 128.", "n", "invalid_value"

@@ -8,6 +8,7 @@ have no faithful counterpart are refused here, naming where they are.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -96,7 +97,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
                 out["stream_options"] = {"include_usage": True}  # usage must stay exact
         elif key == "metadata":
             if isinstance(value, dict) and value.get("user_id"):
-                out["user"] = value["user_id"]
+                out["user"] = _openai_user(str(value["user_id"]))
         elif key == "output_config" and isinstance(value, dict) and set(value) <= {"format", "effort"}:
             _a2o_output_config(value, out)
         else:
@@ -119,6 +120,16 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
         if choice.get("disable_parallel_tool_use") and body.get("tools"):
             out["parallel_tool_calls"] = False
     return out
+
+
+# OpenAI takes a `user` of at most 64 characters (longer: a 400); Claude Code's user_id is ~150 characters.
+_USER_MAX = 64
+
+
+def _openai_user(user_id: str) -> str:
+    """A Messages metadata.user_id as OpenAI's `user`: as it is, or, longer than OpenAI takes, its
+    SHA-256 hex digest (64 characters, the same for the same user: OpenAI advises hashed user ids)."""
+    return user_id if len(user_id) <= _USER_MAX else hashlib.sha256(user_id.encode()).hexdigest()
 
 
 def _a2o_output_config(config: dict[str, Any], out: dict[str, Any]) -> None:
