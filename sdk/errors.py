@@ -121,6 +121,24 @@ def credentials_refused(protocol: Protocol, status: int, provider: str) -> bytes
     return error_body(protocol, status, message)
 
 
+def account_rate_limited(protocol: Protocol, body: bytes, provider: str) -> bytes:
+    """A provider's 429 on an account other teams share, as a team's client gets it. Its message
+    names the account and how much of its limit every team has used ("Rate limit reached for gpt-4o
+    in organization org-…: Limit 10000, Used 9990"; "the rate limit for your organization (…)"),
+    which a team is not told; the rest of the body (the error's type and code, which clients read)
+    is the provider's."""
+    message = (f"provider {provider!r} is over a rate limit of the provider account that this gateway's teams "
+               "share; retry after the time the retry-after header gives")
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        answer = None
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(error, dict):
+        return error_body(protocol, 429, message)
+    return orjson.dumps({**answer, "error": {**error, "message": message}})
+
+
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 _ADDRESS = re.compile(r"\s*\(?'[^']*', \d+\)?|\s*\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?|\s*\[[0-9a-f:]+\](?::\d+)?", re.IGNORECASE)
 

@@ -52,6 +52,7 @@ from sdk.errors import (
     SlipstreamError,
     UpstreamTimeoutError,
     UpstreamUnreachableError,
+    account_rate_limited,
     credentials_refused,
     naming_provider,
 )
@@ -336,6 +337,9 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         headers_out = [("content-type", "application/json"), ("content-length", str(len(refused))),
                        ("x-slipstream-route", ex.route), ("x-slipstream-request-id", ex.request_id)]
         return _answer(ex, status, headers_out, _once(refused), None)
+    if status == 429 and provider.shared_account:  # its message names the account and every team's use of it
+        limited = account_rate_limited(op.protocol, await response.read(), provider.name)
+        return _answer(ex, status, ex.headers(response, len(limited)), _once(limited), None)
     if 200 <= status < 300 and op.action in ("create", "retrieve", "list", "cancel") and op.kind:
         data = await _read_object(response)
         if op.action == "list":

@@ -27,6 +27,7 @@ from sdk.errors import (
     UpstreamHTTPError,
     UpstreamTimeoutError,
     UpstreamUnreachableError,
+    account_rate_limited,
     credentials_refused,
     naming_provider,
 )
@@ -173,9 +174,12 @@ class HTTPProvider:
 
     def _failed(self, response: UpstreamResponse, data: bytes, route: str) -> UpstreamHTTPError:
         """The provider's error answer, passed on; but a 401/403 refused the gateway's own key and its
-        body may echo that key, so it is replaced, on every endpoint, before any door sees it."""
+        body may echo that key, so it is replaced, on every endpoint, before any door sees it; and a
+        429's message on an account other teams share names the account and their use of it."""
         if response.status in (401, 403):
             data = credentials_refused(self.protocol, response.status, self.name)
+        elif response.status == 429 and self.shared_account:
+            data = account_rate_limited(self.protocol, data, self.name)
         return UpstreamHTTPError(response.status, data, passthrough_headers(response.headers, self.shared_account), route)
 
     async def list_models(self) -> list[dict[str, Any]]:

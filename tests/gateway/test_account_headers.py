@@ -79,3 +79,29 @@ def test_a_shared_accounts_priority_capacity_is_not_shown(tmp_path):
         assert not [name for name in headers if name.startswith(("anthropic-priority-", "anthropic-fast-"))]
     for headers in seen[C]:  # an account of the team's own: its own capacity, shown
         assert headers["anthropic-priority-input-tokens-remaining"] == "999000"
+
+
+def test_a_shared_accounts_rate_limit_error_names_neither_the_account_nor_its_use(proxy, fresh_emulator):
+    """A provider's 429 says what the headers say: OpenAI's 'Rate limit reached for gpt-4o in
+    organization org-… Limit 10000, Used 10000', Anthropic's 'the rate limit for your organization
+    (…)'. It passed to the team as it came: the account's name and every team's use of it. A team
+    sharing the key gets the gateway's own message (the provider's type and code, and retry-after,
+    kept); a team with an account of its own still reads the provider's."""
+    seen = {}
+    for key in (A, C):
+        fresh_emulator.inject_fault("429:retry_after=30", count=3)  # every attempt: 30 s is over the retry's wait
+        fresh_emulator.inject_fault("429:retry_after=30", count=3, path="/v1/messages")
+        headers = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
+        with httpx.Client(base_url=proxy.url, headers=headers) as http:
+            seen[key] = [http.post("/v1/chat/completions", json=CHAT), http.post("/v1/messages", json=MESSAGES)]
+            fresh_emulator.inject_fault("429:retry_after=30", count=1, path="/v1/completions")
+            seen[key].append(http.post("/v1/completions", json={"model": "gpt-3.5-turbo-instruct", "prompt": "Hi"}))  # pass-through
+        httpx.post(f"{fresh_emulator.url}/_emulator/reset").raise_for_status()
+    for answer in seen[A]:
+        assert answer.status_code == 429 and answer.headers["retry-after"] == "30"
+        error = answer.json()["error"]
+        assert "organization" not in error["message"] and "Used" not in error["message"]
+        assert "rate limit" in error["message"] and error["type"] in ("requests", "rate_limit_error")
+    assert seen[A][0].json()["error"]["code"] == "rate_limit_exceeded"
+    assert "org-emulator" in seen[C][0].json()["error"]["message"] and "org-emulator" in seen[C][2].json()["error"]["message"]
+    assert "organization" in seen[C][1].json()["error"]["message"]
