@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .app import Emulator
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")  # tool_use.id and tool_result.tool_use_id
 # Models that still take `temperature` and `top_p` together (Claude Opus 4.1 and every later model refuse both).
 _BOTH_SAMPLERS = re.compile(r"^claude-(instant|2|3)|^claude-(opus|sonnet)-4(-0|-2025|$)")
 
@@ -107,8 +108,13 @@ def _validate_block(b: Any, path: str) -> str | None:
                 return f"{path}.tool_use.{k}: Field required"
         if not isinstance(b["input"], dict):
             return f"{path}.tool_use.input: Input should be a valid dictionary"
-    if t == "tool_result" and not isinstance(b.get("tool_use_id"), str):
-        return f"{path}.tool_result.tool_use_id: Field required"
+        if not _TOOL_ID.match(str(b["id"])):
+            return f"{path}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+    if t == "tool_result":
+        if not isinstance(b.get("tool_use_id"), str):
+            return f"{path}.tool_result.tool_use_id: Field required"
+        if not _TOOL_ID.match(b["tool_use_id"]):
+            return f"{path}.tool_result.tool_use_id: String should match pattern '^[a-zA-Z0-9_-]+$'"
     return None
 
 

@@ -216,3 +216,18 @@ def test_claude_codes_long_user_id_reaches_openai_as_a_stable_digest(an, fresh_e
     assert len(users[0]) == 64 and users[0] == users[1] != long_id[:64]
     an.messages.create(model="claude-x", max_tokens=16, messages=AGENT_TURNS, metadata={"user_id": "u-42"})
     assert sent(fresh_emulator)["user"] == "u-42"
+
+
+def test_tool_call_ids_of_other_servers_reach_claude_as_ids_it_takes(oa, fresh_emulator):
+    """A conversation begun on another OpenAI-compatible server carries its call ids (Kimi's
+    `functions.get_weather:0`); Claude takes letters, digits, `_` and `-` only and answered a 400.
+    The call and its result get the same Claude-safe id."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+    history = [{"role": "user", "content": "Weather in Oslo?"},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": "functions.get_weather:0", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "12°C, rain"}]
+    answer = oa.chat.completions.create(model="gpt-x", max_tokens=16, messages=history, tools=tools)  # type: ignore[arg-type]
+    assert answer.choices[0].message.content
+    call, result = (message["content"][0] for message in sent(fresh_emulator)["messages"][1:])
+    assert call["id"] == result["tool_use_id"] == "functions_get_weather_0"

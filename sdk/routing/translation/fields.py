@@ -79,7 +79,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "model": Field(T, "model (the route's target model)"),
         "messages": Field(T, "system, messages (leading system/developer → system; a later one → a mid-conversation "
                                  "`role: \"system\"` message in its place, which Claude takes on Opus 4.8 and later (other "
-                                 "models answer 400); tool → tool_result blocks; images; inline PDF files → document blocks; "
+                                 "models answer 400); tool → tool_result blocks (call ids with characters Claude's ids do not take, such as "
+                                 "Kimi's `functions.name:0`, have them replaced by `_`); images; inline PDF files → document blocks; "
                                  "`cache_control` on a part or message → a breakpoint on the block made from it)"),
         "max_completion_tokens": Field(T, "max_tokens"),
         "max_tokens": Field(T, "max_tokens (default when neither is sent: 8192; 4096 for Claude 3 models, their most)"),

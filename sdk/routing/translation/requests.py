@@ -293,6 +293,16 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Claude's tool ids are letters, digits, `_` and `-`; other servers' call ids (Kimi's
+# `functions.get_weather:0`, ids with dots or colons) in a Chat history are a 400 there.
+_NOT_IN_TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def claude_tool_id(call_id: Any) -> str:
+    """A Chat tool call id as a Claude tool id: the same id wherever it appears (call and result)."""
+    return _NOT_IN_TOOL_ID.sub("_", str(call_id)) or "_"
+
+
 def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") != "function":
         raise refuse(f"{where}: a {tool.get('type')!r} tool", "Anthropic")
@@ -325,7 +335,7 @@ def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, 
             texts = _marked(_o2a_texts(message.get("content"), where), message)
             blocks = _joined(texts)
             content: Any = blocks[0]["text"] if len(blocks) == 1 and "cache_control" not in blocks[0] else blocks
-            blocks = [{"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": content}]
+            blocks = [{"type": "tool_result", "tool_use_id": claude_tool_id(message["tool_call_id"]), "content": content}]
             role = "user"
         elif role == "assistant":
             blocks = _o2a_assistant(message, where)
@@ -400,7 +410,7 @@ def _o2a_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
             arguments = orjson.loads(function.get("arguments") or "{}")
         except orjson.JSONDecodeError:
             raise refuse(f"{where}.tool_calls.{j}: arguments that are not JSON", "Anthropic") from None
-        blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": arguments})
+        blocks.append({"type": "tool_use", "id": claude_tool_id(call["id"]), "name": function["name"], "input": arguments})
     if blocks and message.get("cache_control") is not None:
         _cached(blocks[-1], message)
     return blocks
