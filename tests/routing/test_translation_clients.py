@@ -8,8 +8,10 @@ the official clients through the proxy (team key "sk-routing"), the emulator ups
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -17,6 +19,9 @@ import pytest
 import tiktoken
 
 from gateway.testing import running_proxy
+from sdk.providers.local import LocalProvider
+from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.counting import count_chat
 from tests.routing.conftest import policy_text
 
 ROUTES = """  - match: {model: "claude-old-*"}
@@ -231,3 +236,14 @@ def test_tool_call_ids_of_other_servers_reach_claude_as_ids_it_takes(oa, fresh_e
     assert answer.choices[0].message.content
     call, result = (message["content"][0] for message in sent(fresh_emulator)["messages"][1:])
     assert call["id"] == result["tool_use_id"] == "functions_get_weather_0"
+
+
+def test_a_count_the_gateway_cannot_make_says_why():
+    """An engine reached over HTTP has no counting endpoint, and a model whose tokenizer the gateway
+    does not know is not counted with another's: each refusal names the reason."""
+    over_http = LocalProvider("engine", "smollm2", base_url="http://127.0.0.1:9")
+    chat = {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(TranslationRefused, match="over HTTP"):
+        asyncio.run(count_chat(over_http, chat, 0))
+    with pytest.raises(TranslationRefused, match="tokenizer is unknown"):
+        asyncio.run(count_chat(SimpleNamespace(name="vllm"), chat, 0))  # type: ignore[arg-type]

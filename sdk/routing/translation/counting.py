@@ -90,9 +90,9 @@ async def count_chat(provider: Provider, chat: dict[str, Any], size: int) -> int
     model = chat.get("model")
     tokenizer = _tokenizer_of(model)
     if tokenizer != BUNDLED:
-        which = f"its tokenizer ({tokenizer})" if tokenizer else "its tokenizer"
-        raise TranslationRefused(f"the gateway cannot count tokens for {model!r} on provider {provider.name!r}: "
-                                 f"{which} is not bundled (only {BUNDLED} is); route token counts to a target that counts")
+        why = f"its tokenizer ({tokenizer}) is not bundled (only {BUNDLED} is)" if tokenizer else "its tokenizer is unknown"
+        raise TranslationRefused(f"the gateway cannot count tokens for {model!r} on provider {provider.name!r}: {why}; "
+                                 "route token counts to a target that counts")
     return await _bundled_count(chat, size)
 
 
