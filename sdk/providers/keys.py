@@ -4,7 +4,8 @@ Rate limits and credentials belong to a key, not to the provider, so a provider 
 (`api_key_env: [KEY_A, KEY_B]`) answers a 429 on one of them by sending the same call with the
 next, without a backoff (Bifrost rotates keys the same way). The key that was refused cools down
 for the server's retry-after hint (one second without one; five minutes for a 401/403), and
-later calls try cooled-down keys last; with a shared state backend every replica does. A key is never skipped outright: when every key is cooling
+later calls try cooled-down keys last; with a shared state backend every replica does, except after
+a 403, which is about what one team's request asked for and cools the key for that team only. A key is never skipped outright: when every key is cooling
 down the call still goes out, and the provider's own 429 reaches the router, which backs off.
 """
 
@@ -52,5 +53,7 @@ class KeyRing:
         else:
             cooldown = _BAD_KEY_COOLDOWN_S
         self._cool_until[index] = max(self._cool_until[index], time.monotonic() + cooldown)
-        if self._state is not None:
+        # A 403 refused what this request asked for (a model, a resource), not the key: it cools the
+        # key for this ring (this team) only, never for every team and replica sharing the key.
+        if self._state is not None and status != 403:
             in_background(self._state.set_flag(self._flags[index], time.time() + cooldown))

@@ -11,6 +11,7 @@ from sdk.errors import UpstreamHTTPError
 from sdk.policy import ProviderConfig, load_policy
 from sdk.runtime import TeamRuntime
 from tests.routing.conftest import inject, messages_request
+from tests.state.conftest import redis_server, redis_url  # noqa: F401  (fixtures)
 
 
 def _keys_used(emulator) -> list[str]:
@@ -73,3 +74,34 @@ def test_key_ring_tries_cooled_keys_last_but_never_skips_them():
     ring.refused(1, 401, {})
     assert ring.order() == [2, 0, 1]  # ready first; then the 60 s cooldown before the 5 min one
     assert KeyRing(("solo",)).order() == [0]
+
+
+def test_one_teams_refused_request_does_not_cool_a_key_for_the_others(tmp_path: Path, fresh_emulator, redis_url):  # noqa: F811
+    """A 403 is about what the request asked for (OpenAI: "Project … does not have access to model
+    …"), not the key: one team naming a model the account may not use cooled the key for five
+    minutes on every replica and for every team sharing it, moving their calls to the next key.
+    It still moves that call on, and cools the key for that team; the others go on with it."""
+    import anthropic
+
+    from gateway.testing import running_proxy
+
+    for team in ("alpha", "beta"):
+        (tmp_path / f"{team}.yaml").write_text(f"""team: {team}
+api_keys: [{{value: "sk-{team}-keys"}}]
+providers:
+  keyed: {{kind: anthropic, base_url: "{fresh_emulator.url}", api_key: [key-one, key-two]}}
+routes:
+  - match: {{model: "claude-*"}}
+    targets: [{{provider: keyed}}]
+retry: {{max_attempts: 1}}
+""")
+    inject(fresh_emulator, "403", model="claude-restricted")
+    with running_proxy([tmp_path], state_url=redis_url) as proxy:
+        def ask(team: str, model: str) -> None:
+            client = anthropic.Anthropic(base_url=proxy.url, api_key=f"sk-{team}-keys", max_retries=0)
+            client.messages.create(model=model, max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+
+        ask("alpha", "claude-restricted")  # key-one refused it, key-two answered
+        ask("beta", "claude-x")
+        ask("alpha", "claude-x")
+    assert _keys_used(fresh_emulator) == ["key-one", "key-two", "key-one", "key-two"]
