@@ -79,6 +79,7 @@ class LimitsStage:
         self.policy = policy
         self.budget = policy.budget
         self.prices = PriceBook(policy.pricing)
+        self.model_labels = metrics.ModelLabels(policy)
         self.provider_objects = frozenset(policy.provider_objects)
         self._unpriced_warnings = 0
         self._targets: dict[str, tuple[Price, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
@@ -248,8 +249,9 @@ class LimitsStage:
                     self._warn_unpriced(model)
                 usd = cost_usd(usage, price) * rate if price is not None else 0.0
                 if usd:
-                    spend = spend_record(self.team, key_id, model, usd, estimated)
-                    metrics.child(metrics.SPEND, self.team, key_id or "", model).inc(usd)
+                    label = self.model_labels(model)  # model names come from clients: bounded
+                    spend = spend_record(self.team, key_id, label, usd, estimated)
+                    metrics.child(metrics.SPEND, self.team, key_id or "", label).inc(usd)
         if admission.holds or charges or spend is not None:
             self.state.settle(Settlement(admission.lease, tuple(cap.key for cap in admission.caps), charges, spend,
                                          admission.budget))

@@ -108,6 +108,33 @@ class RouteLabels:
         return f"{provider}/other" if provider in self.providers else "other"
 
 
+class ModelLabels:
+    """Model labels a team cannot multiply: a model the policy names (a route's literal match, a
+    target's `model`, a literal `pricing:` entry) keeps its name, and so do the first
+    `MAX_OTHERS` other models seen; any later one is "other". A priced glob (`gpt-*`, the built-in
+    `claude-opus-4-5*`) prices every name a wildcard route passes on, and each became a series of
+    `slipstream_spend_usd_total` (and a field of the team's spend record) for good."""
+
+    MAX_OTHERS = 32
+
+    def __init__(self, policy: Policy):
+        def literal(name: str) -> bool:
+            return not any(ch in name for ch in "*?[")
+
+        named = {route.match.model for route in policy.routes if literal(route.match.model)}
+        named |= {target.model for route in policy.routes for target in route.targets if target.model}
+        self.named = frozenset(named | {name for name in policy.pricing if literal(name)})
+        self.others: set[str] = set()
+
+    def __call__(self, model: str) -> str:
+        if model in self.named or model in self.others:
+            return model
+        if len(self.others) < self.MAX_OTHERS:
+            self.others.add(model)
+            return model
+        return "other"
+
+
 @functools.lru_cache(maxsize=16_384)
 def child(metric: Any, *values: str) -> Any:
     """`metric.labels(*values)`, looked up once per label set: `labels()` checks its arguments and

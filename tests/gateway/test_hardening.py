@@ -21,7 +21,7 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import RunningServer, free_port, running_proxy
-from tests.helpers import bound_from, write_policy
+from tests.helpers import bound_from, spend_report, write_policy
 
 KEY_A, KEY_B = "sk-hard-alpha", "sk-hard-beta"
 ALPHA = "prompt_cache: {enabled: true, reorder: true}\nretry: {max_attempts: 1}\n"
@@ -136,6 +136,23 @@ def test_metric_labels_come_from_the_policy_only(proxy):
     assert "gpt-invented" not in text
     assert 'slipstream_requests_total{route="gpt/other",status="200",team="alpha"}' in text
     assert 'route="gpt/gpt-4o"' in text  # a model the policy names keeps its own label
+
+
+def test_spend_labels_come_from_the_policy_only(tmp_path, emulator):
+    """A priced glob (`gpt-*`) priced every invented model name a wildcard route passes on, and each
+    became a `slipstream_spend_usd_total` series for good: a team grew /metrics, which every team's
+    operator scrapes, by one series per request."""
+    from sdk.observability.metrics import ModelLabels
+
+    write_policy(tmp_path, "labels", "sk-hard-labels", emulator.url, extra='pricing: {"gpt-*": {input: 1, output: 1}}\n')
+    with running_proxy([tmp_path], watch_interval_s=None) as running:
+        for i in range(ModelLabels.MAX_OTHERS + 8):
+            assert _post(running, "/v1/chat/completions", {"model": f"gpt-invented-{i}", "messages": HELLO}, key="sk-hard-labels").status_code == 200
+        text = httpx.get(f"{running.url}/metrics").text
+        by_model = spend_report(running, "sk-hard-labels")["day"]["by_model"]
+    series = [line for line in text.splitlines() if line.startswith("slipstream_spend_usd_total{") and 'team="labels"' in line]
+    assert len(series) == ModelLabels.MAX_OTHERS + 1 and any('model="other"' in line for line in series)
+    assert len(by_model) == ModelLabels.MAX_OTHERS + 1 and by_model["other"] > 0  # the team's own report: alike
 
 
 # --- correctness: malformed input is a provider-shaped 4xx -------------------------------------------
