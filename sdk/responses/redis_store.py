@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
@@ -45,6 +46,10 @@ ITEMS_PER_SCRIPT = 1000
 # Bytes of records one script reads of a chain: a 50 MiB conversation read in one held Redis for
 # 200 ms, past every other caller's timeout (a team's quota allows 1 GiB); 4 MiB take about 15 ms.
 CHAIN_BYTES_PER_SCRIPT = 4 << 20
+# Records of a chain one script renews when a turn is written: a 10,000-turn chain renewed in the
+# turn's own script held Redis for 119 ms (past every other caller's timeout, and growing with each
+# turn); 1,000 take about 3 ms.
+CHAIN_RENEWED_PER_SCRIPT = 1000
 _DOWN = object()
 
 _DROP = """
@@ -70,15 +75,32 @@ local function drop(rid)
 end
 """
 
-# ARGV: base, id, previous ('' for none), data, ttl_s, max_entries, max_bytes, item ids...
-# Renews the chain (newest first; each ancestor ranked a microsecond later, so among responses
-# last used together the latest turn is evicted first), drops what expired, evicts least recently
-# used responses outside the chain until the team is within its quota. Returns {depth, chain bytes}.
+# ARGV: base, first id, now, its rank, count, ttl_s. Renews up to `count` records of a chain from
+# the first id back along `prev`: each ranked a microsecond later than the one after it in the
+# chain (so among responses last used together the latest turn is evicted first) and kept `ttl_s`
+# more. Returns {the next id to renew ('' at the chain's start), its rank}.
+_RENEW = """
+local base, cur, now, d, count, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local order = base .. 'order'
+for _ = 1, count do
+  local k = base .. 'r:' .. cur
+  local p = redis.call('HGET', k, 'prev')
+  if not p then return {'', d} end
+  redis.call('ZADD', order, now + d / 1000000, cur)
+  redis.call('EXPIRE', k, ttl)
+  if p == '' then return {'', d + 1} end
+  cur, d = p, d + 1
+end
+return {cur, d}
+"""
+
+# ARGV: base, id, previous ('' for none), data, ttl_s, max_entries, max_bytes, now, item ids...
+# Writes the record (ranked `now`: its chain was renewed just before, `_RENEW`, each ancestor a
+# microsecond later), drops what expired, evicts least recently used responses last used before
+# `now` (so never this chain) until the team is within its quota. Returns {depth, chain bytes}.
 _PUT = _DROP + """
 local id, prev, data = ARGV[2], ARGV[3], ARGV[4]
-local ttl, max_n, max_b = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local ttl, max_n, max_b, now = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local size = string.len(data)
 local depth, chain = 1, size
 if prev ~= '' then
@@ -88,7 +110,7 @@ end
 drop(id)
 local key = base .. 'r:' .. id
 local items = {}
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   items[#items + 1] = ARGV[i]
   redis.call('HSET', index, ARGV[i], id)
 end
@@ -96,21 +118,14 @@ redis.call('HSET', listed, id, table.concat(items, ' '))
 redis.call('HSET', key, 'data', data, 'prev', prev, 'depth', depth, 'chain', chain, 'size', size)
 redis.call('HSET', sizes, id, size)
 redis.call('INCRBY', total, size)
-local keep, cur, d = {}, id, 0
-while cur ~= '' and d < """ + str(MAX_CHAIN) + """ do
-  local k = base .. 'r:' .. cur
-  local p = redis.call('HGET', k, 'prev')
-  if not p then break end
-  keep[cur] = true
-  redis.call('ZADD', order, now + d / 1000000, cur)
-  redis.call('EXPIRE', k, ttl)
-  cur, d = p, d + 1
-end
+local keep = {[id] = true, [prev] = true}
+redis.call('ZADD', order, now, id)
+redis.call('EXPIRE', key, ttl)
 for _, rid in ipairs(redis.call('ZRANGEBYSCORE', order, '-inf', now - ttl)) do drop(rid) end
 local n, b = redis.call('ZCARD', order), tonumber(redis.call('GET', total) or '0')
 while n > max_n or b > max_b do
   local evicted = false
-  for _, rid in ipairs(redis.call('ZRANGE', order, 0, 63)) do
+  for _, rid in ipairs(redis.call('ZRANGEBYSCORE', order, '-inf', '(' .. ARGV[8], 'LIMIT', 0, 64)) do
     if n <= max_n and b <= max_b then break end
     if not keep[rid] then
       local s = tonumber(redis.call('HGET', sizes, rid) or '0')
@@ -209,8 +224,15 @@ class RedisResponseStore:
         limits = self.limits.get(record.team, StoreLimits())
         data = orjson.dumps({k: v for k, v in asdict(record).items() if k not in ("depth", "chain_bytes")})
         item_ids = sorted({item_id for item_id, _ in record.items()})
-        stored = await self._eval(_PUT, self._base(record.team), record.id, record.previous or "", data,
-                                  max(1, int(limits.ttl_s)), limits.max_entries, limits.max_bytes, *item_ids)
+        base, ttl, now = self._base(record.team), max(1, int(limits.ttl_s)), f"{time.time():.6f}"
+        cursor, rank = record.previous or "", 1
+        while cursor and rank < MAX_CHAIN:  # the chain first, a script at a time: Redis answers others between them
+            renewed = await self._eval(_RENEW, base, cursor, now, rank, CHAIN_RENEWED_PER_SCRIPT, ttl)
+            if not isinstance(renewed, list):
+                break
+            cursor, rank = renewed[0].decode(), int(renewed[1])
+        stored = await self._eval(_PUT, base, record.id, record.previous or "", data, ttl, limits.max_entries,
+                                  limits.max_bytes, now, *item_ids)
         if not isinstance(stored, list):  # Redis is down
             await self.fallback.put(record)
             return

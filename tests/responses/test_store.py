@@ -239,3 +239,42 @@ async def test_a_turn_does_not_renew_every_item_of_its_conversation(redis_url, t
     assert await store.find_items("a", ["msg_0_0"]) == {}
     assert await store.find_items("b", ["msg_3_999"]) == {}
     await state.close()
+
+
+async def test_a_deep_chain_is_renewed_in_short_scripts_and_kept_whole(redis_url, tmp_path, monkeypatch):  # noqa: F811
+    """Writing a turn renews its whole conversation, one script walking the chain: a 10,000-turn
+    conversation made every further turn hold Redis, which every replica and team shares, for about
+    120 ms, more with each turn. The chain is renewed CHAIN_RENEWED_PER_SCRIPT records a script now
+    (4 here), before the turn's own script, whose eviction takes only responses last used before
+    the turn: the conversation stays whole, however far back it goes."""
+    from sdk.responses import redis_store
+
+    monkeypatch.setattr(redis_store, "CHAIN_RENEWED_PER_SCRIPT", 4)
+    state = open_state(redis_url)
+    assert isinstance(state, GuardedState)
+    store = RedisResponseStore(state, SQLiteResponseStore(tmp_path / "r.sqlite3"), {"a": StoreLimits(max_entries=13, ttl_s=1000)})
+    await store.put(_record("a", "idle"))
+    previous = None
+    for turn in range(12):
+        await store.put(_record("a", f"resp_{turn}", previous))
+        previous = f"resp_{turn}"
+    client = store.redis.client
+    base = store._base("a")
+    for turn in range(12):
+        await client.execute("EXPIRE", f"{base}r:resp_{turn}", 10)  # as if written long ago
+    renewing: list[int] = []
+    call = store._call
+
+    async def counted(*args):
+        reply = await call(*args)
+        if args[0] == "EVAL" and args[1] == redis_store._RENEW:
+            renewing.append(int(args[8]))
+        return reply
+
+    store._call = counted  # type: ignore[method-assign]
+    await store.put(_record("a", "resp_12", previous))  # 14 > 13: the idle one goes, no turn of the chain
+    assert renewing == [4, 4, 4]  # 12 earlier turns, 4 a script
+    assert min([await client.execute("TTL", f"{base}r:resp_{turn}") for turn in range(12)]) > 900
+    assert await store.get("a", "idle") is None
+    assert [r.id for r in await store.chain("a", "resp_12")] == [f"resp_{t}" for t in range(13)]
+    await state.close()
