@@ -124,7 +124,7 @@ class ResponsesTarget:
         if to_anthropic:
             n = await anthropic_count(upstream, translate(openai_to_anthropic, chat, protocol), timings)
         else:
-            n = await count_chat(self.inner, chat, request.size)
+            n = await count_chat(self.inner, chat)
         return counted({"object": "response.input_tokens", "input_tokens": n}, f"{self.name}/{request.model}")
 
     # --- native -------------------------------------------------------------------------------

@@ -244,6 +244,6 @@ def test_a_count_the_gateway_cannot_make_says_why():
     over_http = LocalProvider("engine", "smollm2", base_url="http://127.0.0.1:9")
     chat = {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}]}
     with pytest.raises(TranslationRefused, match="over HTTP"):
-        asyncio.run(count_chat(over_http, chat, 0))
+        asyncio.run(count_chat(over_http, chat))
     with pytest.raises(TranslationRefused, match="tokenizer is unknown"):
-        asyncio.run(count_chat(SimpleNamespace(name="vllm"), chat, 0))  # type: ignore[arg-type]
+        asyncio.run(count_chat(SimpleNamespace(name="vllm"), chat))  # type: ignore[arg-type]

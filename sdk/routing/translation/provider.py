@@ -62,7 +62,7 @@ class TranslatingProvider:
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         if request.endpoint is Endpoint.COUNT_TOKENS:  # OpenAI has no count endpoint: the gateway counts
             chat = translate(anthropic_to_openai, request.body, str(self.inner.protocol))
-            return counted({"input_tokens": await count_chat(self.source, chat, request.size)}, f"{self.name}/{request.model}")
+            return counted({"input_tokens": await count_chat(self.source, chat)}, f"{self.name}/{request.model}")
         if request.endpoint is Endpoint.EMBEDDINGS:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
@@ -74,8 +74,8 @@ class TranslatingProvider:
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
         # An Anthropic stream opens with the input count, which an OpenAI upstream reports only at its
-        # end: counted beside the upstream call (off the loop for a large body).
-        count = asyncio.ensure_future(start_count(self.source, body, request.size)) if to_openai and request.stream else None
+        # end: counted beside the upstream call (off the loop for a long prompt).
+        count = asyncio.ensure_future(start_count(self.source, body)) if to_openai and request.stream else None
         try:
             answer = await self.inner.send(upstream, timings)
         except UpstreamHTTPError as exc:
