@@ -27,14 +27,15 @@ from typing import Any
 import orjson
 
 from localengine.engine.async_engine import AsyncLLMEngine
-from localengine.serving_chat import chat_completion, chat_completion_events, parse_chat_request
+from localengine.serving_chat import ChatRequest, chat_completion, chat_completion_events, parse_chat_request
 from localengine.serving_common import RequestError, error_body
-from localengine.serving_completion import completion, completion_events, parse_completion_request
+from localengine.serving_completion import CompletionRequest, completion, completion_events, parse_completion_request
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_BODY_BYTES = 32 << 20
+LARGE_BODY_BYTES = 256 << 10  # read off the loop from here (sdk/offload.py's bound for the gateway)
 
 
 class EngineApp:
@@ -77,25 +78,30 @@ class EngineApp:
             await _respond(send, 415, error_body("Unsupported Media Type: Only 'application/json' is allowed", 415))
             return
         try:
-            body = json.loads(raw)  # not orjson: it reads an integer past 64 bits as a float (a seed's range check)
-        except ValueError:  # not JSON, or not UTF-8
-            await _respond(send, 400, error_body("the request body is not valid JSON"))
-            return
-        engine = self.engine
-        try:
-            work: Awaitable[None]
-            if _is_chat(path, body):
-                c = parse_chat_request(body, engine, self.served_model_name, self.default_max_tokens)
-                work = (self._stream(send, chat_completion_events(engine, c)) if c.stream
-                        else self._complete(send, chat_completion(engine, c)))
-            else:
-                r = parse_completion_request(body, engine, self.served_model_name)
-                work = (self._stream(send, completion_events(engine, r)) if r.stream
-                        else self._complete(send, completion(engine, r)))
+            # Reading a body of a few MiB (JSON, the chat template, the tokenizer) takes seconds: in a
+            # worker thread, so the loop goes on answering every other client meanwhile.
+            parsed = await asyncio.to_thread(self._parse, path, raw) if len(raw) >= LARGE_BODY_BYTES else self._parse(path, raw)
         except RequestError as exc:
             await _respond(send, exc.status, error_body(str(exc), exc.status, exc.param, exc.code))
             return
+        engine = self.engine
+        work: Awaitable[None]
+        if isinstance(parsed, ChatRequest):
+            work = (self._stream(send, chat_completion_events(engine, parsed)) if parsed.stream
+                    else self._complete(send, chat_completion(engine, parsed)))
+        else:
+            work = (self._stream(send, completion_events(engine, parsed)) if parsed.stream
+                    else self._complete(send, completion(engine, parsed)))
         await _until_disconnect(receive, work)
+
+    def _parse(self, path: str, raw: bytes) -> ChatRequest | CompletionRequest:
+        try:
+            body = json.loads(raw)  # not orjson: it reads an integer past 64 bits as a float (a seed's range check)
+        except ValueError:  # not JSON, or not UTF-8
+            raise RequestError("the request body is not valid JSON") from None
+        if _is_chat(path, body):
+            return parse_chat_request(body, self.engine, self.served_model_name, self.default_max_tokens)
+        return parse_completion_request(body, self.engine, self.served_model_name)
 
     @staticmethod
     async def _complete(send: Send, body: Awaitable[dict[str, Any]]) -> None:

@@ -108,3 +108,39 @@ async def test_local_provider_over_http(server):
         await close_upstream_for_running_loop()
     assert isinstance(answer, LLMResponse) and answer.status == 200
     assert answer.usage.output_tokens + answer.usage.cache_read_tokens > 0
+
+
+def test_a_large_prompt_does_not_hold_the_other_clients(server):
+    """The gateway sends every team's requests for a `kind: local` engine served over HTTP to one
+    server: reading a body of a few MiB (JSON, the chat template, the tokenizer) ran on its event
+    loop for seconds, and no other request was answered meanwhile. Counted in answers, not time."""
+    import threading
+    import time
+
+    url = server[0]
+    large = {"model": "tiny", "max_tokens": 1,
+             "messages": [{"role": "user", "content": "def add(a, b): return a + b\n" * (8 * 1024 * 1024 // 29)}]}
+    answered: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(base_url=url) as http:
+            while not done.is_set():
+                sent = time.perf_counter()
+                assert http.get("/v1/models").status_code == 200
+                answered.append((sent, time.perf_counter()))
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        started = time.perf_counter()
+        refused = httpx.post(url + "/v1/chat/completions", json=large, timeout=300)
+        ended = time.perf_counter()
+    finally:
+        done.set()
+        prober.join()
+    assert refused.status_code == 400 and "context length" in refused.json()["error"]["message"]
+    # Answers to requests sent in the second half of the large one's time in the server: with the
+    # reading on the loop, that half was all reading (it ends in the 400), and none were.
+    late = [pair for pair in answered if pair[0] > (started + ended) / 2 and pair[1] < ended]
+    assert len(late) >= 5, f"{len(late)} other requests answered in the second half of the large one's {ended - started:.1f}s"
