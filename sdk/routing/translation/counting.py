@@ -38,33 +38,35 @@ _PER_MESSAGE, _PER_NAME, _REPLY = 3, 1, 3  # OpenAI's rule for Chat messages (th
 _COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
 
 
-def chat_tokens(chat: dict[str, Any]) -> int:
-    """A Chat body's input tokens by OpenAI's rule, with cl100k_base."""
+def _encoded(texts: list[str]) -> int:
     encode = load_encoding().encode_ordinary
-    images = [0]
-    n = _REPLY
+    return sum(len(encode(text)) for text in texts)
+
+
+def _chat_texts(chat: dict[str, Any]) -> tuple[list[str], int]:
+    """What OpenAI's rule tokenizes in a Chat body, and the tokens it adds to them (per message, per
+    name, priming the reply; images and files at IMAGE_TOKENS, their size not read)."""
+    texts: list[str] = []
+    fixed = _REPLY
     for message in chat.get("messages") or ():
-        n += _PER_MESSAGE + len(encode(str(message.get("role") or "")))
-        n += sum(len(encode(text)) for text in _texts(message.get("content"), images))
+        fixed += _PER_MESSAGE
+        texts.append(str(message.get("role") or ""))
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, dict):
+                fixed += IMAGE_TOKENS
         if message.get("name"):
-            n += _PER_NAME + len(encode(str(message["name"])))
+            fixed += _PER_NAME
+            texts.append(str(message["name"]))
         if message.get("tool_calls"):
-            n += len(encode(orjson.dumps(message["tool_calls"]).decode()))
+            texts.append(orjson.dumps(message["tool_calls"]).decode())
     if chat.get("tools"):
-        n += len(encode(orjson.dumps(chat["tools"]).decode()))
-    return n + images[0] * IMAGE_TOKENS
-
-
-def _texts(content: Any, images: list[int]) -> list[str]:
-    if isinstance(content, str):
-        return [content]
-    out = []
-    for part in content if isinstance(content, list) else ():
-        if isinstance(part, dict) and isinstance(part.get("text"), str):
-            out.append(part["text"])
-        elif isinstance(part, dict):
-            images[0] += 1  # an image or a file: its size is not read
-    return out
+        texts.append(orjson.dumps(chat["tools"]).decode())
+    return texts, fixed
 
 
 def _tokenizer_of(model: Any) -> str | None:
@@ -75,11 +77,13 @@ def _tokenizer_of(model: Any) -> str | None:
 
 
 async def _bundled_count(chat: dict[str, Any]) -> int:
-    """chat_tokens, in the heavy-work pool past ON_LOOP_CHARS of text: tiktoken reads ~5-25 MB/s, so a
-    256 KiB prompt (sdk/offload.py's large body) would hold the event loop for tens of milliseconds.
-    The text is measured, not the request body: a Responses conversation is expanded from the store."""
-    chars = sum(len(text) for message in chat.get("messages") or () for text in _texts(message.get("content"), [0]))
-    return await off_loop(chat_tokens, chat) if chars > ON_LOOP_CHARS else chat_tokens(chat)
+    """A Chat body's input tokens by OpenAI's rule with cl100k_base. The encoding runs in the heavy-work
+    pool past ON_LOOP_CHARS of text: tiktoken reads ~5-25 MB/s, so a 256 KiB prompt (sdk/offload.py's
+    large body) would hold the event loop for tens of milliseconds. The text is measured, not the
+    request body: a Responses conversation is expanded from the store, and tool definitions count too."""
+    texts, fixed = _chat_texts(chat)
+    large = sum(len(text) for text in texts) > ON_LOOP_CHARS
+    return fixed + (await off_loop(_encoded, texts) if large else _encoded(texts))
 
 
 async def count_chat(provider: Provider, chat: dict[str, Any]) -> int:
