@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sdk.errors import AuthenticationError, PolicyError, UpstreamHTTPError
 from sdk.extras import require_extras
+from sdk.limits.stage import LimitsStage
 from sdk.models import ModelCatalog
 from sdk.observability import metrics
 from sdk.pipeline import CompressionReport, Pipeline, RequestContext
@@ -50,6 +51,11 @@ class TeamRuntime:
     @property
     def team(self) -> str:
         return self.policy.team
+
+    @property
+    def limits(self) -> LimitsStage:
+        """The team's limits stage (always in its pipeline), for what is answered beside the pipeline."""
+        return next(stage for stage in self.pipeline.stages if isinstance(stage, LimitsStage))
 
     @classmethod
     def build(cls, policy: Policy, services: Services | None = None) -> TeamRuntime:

@@ -132,10 +132,16 @@ class Door:
             methods = allowed(call.path)
             if methods is None or call.method not in methods:
                 raise _unserved(call, methods)
-            stored = STORED.fullmatch(call.path)
-            if stored is not None:
-                return await _stored(team, call, stored, request_id)
-            return await _models(team, call, request_id)
+            # Stored responses and model lists may reach the provider under the key every team shares:
+            # they count against the team's request limits like any other call.
+            admission = await team.limits.admit(key_id, budget=False)
+            try:
+                stored = STORED.fullmatch(call.path)
+                if stored is not None:
+                    return await _stored(team, call, stored, request_id)
+                return await _models(team, call, request_id)
+            finally:
+                team.limits.settle(admission, key_id, "", None)
         except ClientGone:
             raise
         except Exception as exc:

@@ -158,10 +158,6 @@ def provider_for(team: TeamRuntime, protocol: Protocol) -> HTTPProvider:
                         f"`kind: {protocol}` providers only; a local engine answers chat, messages and responses")
 
 
-def _limits(team: TeamRuntime) -> LimitsStage:
-    return next(stage for stage in team.pipeline.stages if isinstance(stage, LimitsStage))
-
-
 @dataclass(slots=True)
 class _Exchange:
     """One pass-through request as it runs: what its checks, charges and log line need."""
@@ -258,7 +254,7 @@ async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, hea
     wrote it (still percent-encoded). A refusal raises the provider-shaped SlipstreamError."""
     op = operation(method, raw_path)
     provider = provider_for(team, op.protocol)
-    limits = _limits(team)
+    limits = team.limits
     ex = _Exchange(team, client, op, provider, limits, ownership_of(limits.state), request_id=client.request_id or secrets.token_hex(8))
     try:
         return await _forward(ex, method, query, headers, body, length)

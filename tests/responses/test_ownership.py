@@ -129,3 +129,23 @@ def test_a_background_response_is_refused_before_it_runs_uncounted(door, fresh_e
         assert "Slipstream" in caught.value.message  # the gateway's refusal, not the provider's
     assert fresh_emulator.stats()["requests_total"] == sent  # nothing ran upstream
     assert door.responses.create(model="oai-4o", input="Hi.", background=False, max_output_tokens=20).status in ("completed", "incomplete")
+
+
+def test_stored_response_calls_and_model_lists_count_against_the_teams_rate_limit(tmp_path, monkeypatch, fresh_emulator):
+    """GET, DELETE and input_items of a native response go to the provider under the key every team
+    shares, and so may a model list: they never passed the team's limits, so a team over its
+    requests per minute went on calling the shared account without end. Counted as requests now."""
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "limited.yaml").write_text(policy_text("limited", KEY, fresh_emulator.url,
+                                                       extra="limits: {requests_per_minute: 3}"))
+    with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+        client = _client(proxy.url, KEY)
+        made = client.responses.create(model="oai-4o", input="Hi.", max_output_tokens=20)  # 1 of 3
+        client.responses.retrieve(made.id)  # 2
+        client.models.list()  # 3
+        sent = fresh_emulator.stats()["requests_total"]
+        for call in (lambda: client.responses.retrieve(made.id), lambda: client.responses.input_items.list(made.id),
+                     lambda: client.responses.delete(made.id), lambda: client.models.list()):
+            with pytest.raises(openai.RateLimitError, match="rate limit"):
+                call()
+        assert fresh_emulator.stats()["requests_total"] == sent  # none reached the provider
