@@ -247,3 +247,11 @@ def test_a_count_the_gateway_cannot_make_says_why():
         asyncio.run(count_chat(over_http, chat))
     with pytest.raises(TranslationRefused, match="tokenizer is unknown"):
         asyncio.run(count_chat(SimpleNamespace(name="vllm"), chat))  # type: ignore[arg-type]
+
+
+def test_anthropics_fast_mode_reaches_an_openai_target(an, fresh_emulator):
+    """Anthropic's fast mode is `speed: "fast"` on the request; it changes how fast the answer comes,
+    not what it says: dropped and named for an OpenAI target instead of a 400 ("not a field this
+    gateway knows")."""
+    raw = an.messages.with_raw_response.create(model="claude-x", max_tokens=16, messages=AGENT_TURNS, extra_body={"speed": "fast"})
+    assert "speed" in _dropped(raw.headers) and "speed" not in sent(fresh_emulator)

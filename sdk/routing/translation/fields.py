@@ -148,6 +148,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key"),
         "service_tier": Field(D, "billing tier"),
         "inference_geo": Field(D, "where Anthropic runs it"),
+        "speed": Field(D, "Anthropic's fast mode: how fast the answer comes, not what it says"),
         "top_k": Field(R, "no counterpart"),
         "container": Field(R, "Anthropic's code-execution container"),
         "mcp_servers": Field(R, "Anthropic's MCP connector"),
