@@ -22,6 +22,7 @@ from gateway.testing import running_proxy
 from sdk.providers.local import LocalProvider
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.counting import count_chat
+from sdk.routing.translation.fields import reasons
 from tests.routing.conftest import policy_text
 
 ROUTES = """  - match: {model: "claude-old-*"}
@@ -255,3 +256,13 @@ def test_anthropics_fast_mode_reaches_an_openai_target(an, fresh_emulator):
     gateway knows")."""
     raw = an.messages.with_raw_response.create(model="claude-x", max_tokens=16, messages=AGENT_TURNS, extra_body={"speed": "fast"})
     assert "speed" in _dropped(raw.headers) and "speed" not in sent(fresh_emulator)
+
+
+@pytest.mark.parametrize(("model", "reasoning"), [
+    ("gpt-5", True), ("gpt-5-mini", True), ("o3", True), ("o4-mini", True), ("openai/gpt-5", True), ("openai/o3", True),
+    ("gpt-5-chat-latest", False), ("gpt-5.1-chat-latest", False), ("gpt-4o", False), ("omni-moderation-latest", False),
+    ("smollm2-135m-instruct", False)])
+def test_which_openai_models_take_reasoning_effort(model, reasoning):
+    """The models a reasoning setting goes to: the o-series and gpt-5 (not its chat models), also
+    behind a router's vendor prefix (OpenRouter's `openai/gpt-5`)."""
+    assert reasons(model) is reasoning

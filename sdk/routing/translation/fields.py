@@ -58,9 +58,10 @@ T, D, R = Fate.TRANSLATED, Fate.DROPPED, Fate.REFUSED
 # Responses `include` entries that ask for something a translated answer has not and does not miss
 # (there are no reasoning items to carry encrypted content in): dropped, named as `include.ENTRY`.
 INCLUDE_DROPPED = ("reasoning.encrypted_content",)
-# OpenAI models that reason and take `reasoning_effort`: the o-series and gpt-5 (not its -chat models).
-# Any other Chat model answers 400 to the field (OpenAI: "Unsupported parameter"), the local engine too.
-_REASONS = re.compile(r"^(o\d|gpt-5(?!.*-chat))")
+# OpenAI models that reason and take `reasoning_effort`: the o-series and gpt-5 (not its -chat models),
+# also under a router's vendor prefix (`openai/gpt-5`). Any other Chat model answers 400 to the field
+# (OpenAI: "Unsupported parameter"), the local engine too.
+_REASONS = re.compile(r"^([\w.-]+/)?(o\d|gpt-5(?!.*-chat))")
 
 
 def reasons(model: Any) -> bool:
