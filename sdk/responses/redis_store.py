@@ -46,10 +46,10 @@ ITEMS_PER_SCRIPT = 1000
 # Bytes of records one script reads of a chain: a 50 MiB conversation read in one held Redis for
 # 200 ms, past every other caller's timeout (a team's quota allows 1 GiB); 4 MiB take about 15 ms.
 CHAIN_BYTES_PER_SCRIPT = 4 << 20
-# Records of a chain one script renews when a turn is written: a 10,000-turn chain renewed in the
-# turn's own script held Redis for 119 ms (past every other caller's timeout, and growing with each
-# turn); 1,000 take about 3 ms.
-CHAIN_RENEWED_PER_SCRIPT = 1000
+# Records of a chain one script renews when a turn is written, or reads: a 10,000-turn chain renewed
+# in the turn's own script held Redis for 119 ms (past every other caller's timeout, and growing with
+# each turn), read in one (small records stay under the byte budget) for 58 ms; 1,000 take 3-6 ms.
+CHAIN_RECORDS_PER_SCRIPT = 1000
 _DOWN = object()
 
 _DROP = """
@@ -141,12 +141,12 @@ return {depth, chain}
 
 _DELETE = _DROP + "return drop(ARGV[2])"
 
-# ARGV: base, id, byte budget. Returns data, depth, chain for each record from `id` back along
-# `prev`, newest first, until the chain's first record or the records read reach the budget (the
-# caller goes on from the last one's `prev`).
+# ARGV: base, id, byte budget, count. Returns data, depth, chain for each record from `id` back
+# along `prev`, newest first, until the chain's first record, or the records read reach the budget
+# or `count` (the caller goes on from the last one's `prev`).
 _CHAIN = """
 local base, cur, budget, out, size = ARGV[1], ARGV[2], tonumber(ARGV[3]), {}, 0
-for _ = 1, """ + str(MAX_CHAIN) + """ do
+for _ = 1, tonumber(ARGV[4]) do
   local r = redis.call('HMGET', base .. 'r:' .. cur, 'data', 'prev', 'depth', 'chain')
   if not r[1] then break end
   out[#out + 1] = r[1]
@@ -227,7 +227,7 @@ class RedisResponseStore:
         base, ttl, now = self._base(record.team), max(1, int(limits.ttl_s)), f"{time.time():.6f}"
         cursor, rank = record.previous or "", 1
         while cursor and rank < MAX_CHAIN:  # the chain first, a script at a time: Redis answers others between them
-            renewed = await self._eval(_RENEW, base, cursor, now, rank, CHAIN_RENEWED_PER_SCRIPT, ttl)
+            renewed = await self._eval(_RENEW, base, cursor, now, rank, CHAIN_RECORDS_PER_SCRIPT, ttl)
             if not isinstance(renewed, list):
                 break
             cursor, rank = renewed[0].decode(), int(renewed[1])
@@ -248,7 +248,7 @@ class RedisResponseStore:
         newest_first: list[StoredResponse] = []
         cursor: str | None = response_id
         while cursor is not None and len(newest_first) < MAX_CHAIN:  # a script at a time, each about a budget's bytes
-            raw = await self._eval(_CHAIN, self._base(team), cursor, CHAIN_BYTES_PER_SCRIPT)
+            raw = await self._eval(_CHAIN, self._base(team), cursor, CHAIN_BYTES_PER_SCRIPT, CHAIN_RECORDS_PER_SCRIPT)
             if not isinstance(raw, list) or not raw:
                 break
             newest_first += [_record(*raw[i:i + 3]) for i in range(0, len(raw), 3)]

@@ -244,12 +244,12 @@ async def test_a_turn_does_not_renew_every_item_of_its_conversation(redis_url, t
 async def test_a_deep_chain_is_renewed_in_short_scripts_and_kept_whole(redis_url, tmp_path, monkeypatch):  # noqa: F811
     """Writing a turn renews its whole conversation, one script walking the chain: a 10,000-turn
     conversation made every further turn hold Redis, which every replica and team shares, for about
-    120 ms, more with each turn. The chain is renewed CHAIN_RENEWED_PER_SCRIPT records a script now
+    120 ms, more with each turn. The chain is renewed CHAIN_RECORDS_PER_SCRIPT records a script now
     (4 here), before the turn's own script, whose eviction takes only responses last used before
     the turn: the conversation stays whole, however far back it goes."""
     from sdk.responses import redis_store
 
-    monkeypatch.setattr(redis_store, "CHAIN_RENEWED_PER_SCRIPT", 4)
+    monkeypatch.setattr(redis_store, "CHAIN_RECORDS_PER_SCRIPT", 4)
     state = open_state(redis_url)
     assert isinstance(state, GuardedState)
     store = RedisResponseStore(state, SQLiteResponseStore(tmp_path / "r.sqlite3"), {"a": StoreLimits(max_entries=13, ttl_s=1000)})
