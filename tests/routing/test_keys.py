@@ -19,19 +19,24 @@ def _keys_used(emulator) -> list[str]:
     return [r["headers"]["x-api-key"] for r in recent if r["path"] == "/v1/messages"]
 
 
-@pytest.fixture
-def keyed_runtime(tmp_path: Path, fresh_emulator) -> TeamRuntime:
-    path = tmp_path / "keys.yaml"
-    path.write_text(f"""team: keys
-api_keys: [{{value: "sk-keys"}}]
+def _keyed_policy(directory: Path, team: str, key: str, emulator_url: str) -> Path:
+    """A team with one Anthropic provider holding two keys, one attempt per target."""
+    path = directory / f"{team}.yaml"
+    path.write_text(f"""team: {team}
+api_keys: [{{value: "{key}"}}]
 providers:
-  keyed: {{kind: anthropic, base_url: "{fresh_emulator.url}", api_key: [key-one, key-two]}}
+  keyed: {{kind: anthropic, base_url: "{emulator_url}", api_key: [key-one, key-two]}}
 routes:
   - match: {{model: "claude-*"}}
     targets: [{{provider: keyed}}]
 retry: {{max_attempts: 1}}
 """)
-    return TeamRuntime.build(load_policy(path))
+    return path
+
+
+@pytest.fixture
+def keyed_runtime(tmp_path: Path, fresh_emulator) -> TeamRuntime:
+    return TeamRuntime.build(load_policy(_keyed_policy(tmp_path, "keys", "sk-keys", fresh_emulator.url)))
 
 
 async def test_a_rate_limited_key_hands_the_call_to_the_next_and_cools_down(keyed_runtime, fresh_emulator):
@@ -86,15 +91,7 @@ def test_one_teams_refused_request_does_not_cool_a_key_for_the_others(tmp_path: 
     from gateway.testing import running_proxy
 
     for team in ("alpha", "beta"):
-        (tmp_path / f"{team}.yaml").write_text(f"""team: {team}
-api_keys: [{{value: "sk-{team}-keys"}}]
-providers:
-  keyed: {{kind: anthropic, base_url: "{fresh_emulator.url}", api_key: [key-one, key-two]}}
-routes:
-  - match: {{model: "claude-*"}}
-    targets: [{{provider: keyed}}]
-retry: {{max_attempts: 1}}
-""")
+        _keyed_policy(tmp_path, team, f"sk-{team}-keys", fresh_emulator.url)
     inject(fresh_emulator, "403", model="claude-restricted")
     with running_proxy([tmp_path], state_url=redis_url) as proxy:
         def ask(team: str, model: str) -> None:
