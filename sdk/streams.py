@@ -14,40 +14,73 @@ async def close_after(events: AsyncIterator[bytes]) -> None:
         await aclose()
 
 
-def on_end(stream: LLMStream, callback: Callable[[bool], None]) -> None:
-    """Call `callback(completed)` exactly once when the stream ends, however it ends.
+def on_end(stream: LLMStream, callback: Callable[[bool], None], observe: Callable[[bytes], None] | None = None) -> None:
+    """Call `callback(completed)` exactly once when the stream ends, however it ends, and
+    `observe(item)` on each item as it is handed on (before the consumer sees it).
 
     `completed` is True when the events were read to the end. Wrapping only the event iterator is
     not enough: an async generator that was never started does not run its `finally` when closed,
     so a stream dropped before its first read (a client gone while headers were being sent) would
-    never report. The callback therefore also hangs off `close()`, which every consumer calls.
+    never report. The callbacks therefore also hang off `close()`, which every consumer calls.
+
+    Stages that hook a stream one after another share one wrapper (`StreamHooks`): every layer of
+    async generator costs each item a resumption, and four stages each wrapping the stream were
+    most of what a streamed request cost at concurrency 1 beyond the upstream's own time.
     """
-    # The callback usually holds the stream (a stage's lambda over its answer) while the stream holds
-    # `close` and so the callback: a reference cycle that only the garbage collector would free, with
-    # every object of the request in it. Handing the callback over once it has fired breaks the cycle,
-    # so a finished request is freed by reference counting (bench/proxy_cpu.py: collector time).
-    pending = [callback]
+    hooks = stream.hooks
+    if hooks is None or stream.events is not hooks.events:  # wrapped by something else since: a new layer
+        hooks = stream.hooks = StreamHooks(stream)
+    if observe is not None:
+        hooks.observers.append(observe)
+    hooks.callbacks.append(callback)
 
-    def fire(completed: bool) -> None:
-        if pending:
-            pending.pop()(completed)
 
-    inner_close, inner_events = stream.close, stream.events
+class StreamHooks:
+    """One wrapper around a stream's events and close: the items pass every observer, and the end
+    fires every callback, in the order they were added (the stages nearest the provider first)."""
 
-    async def close() -> None:
-        try:
-            await inner_close()
-        finally:
-            fire(False)
+    __slots__ = ("callbacks", "events", "observers")
 
-    async def events() -> AsyncIterator[bytes]:
+    def __init__(self, stream: LLMStream):
+        self.observers: list[Callable[[bytes], None]] = []
+        self.callbacks: list[Callable[[bool], None]] = []
+        inner_close, inner_events = stream.close, stream.events
+
+        async def close() -> None:
+            try:
+                await inner_close()
+            finally:
+                self._fire(False)
+
+        stream.close = close
+        self.events = stream.events = self._events(inner_events)
+
+    async def _events(self, inner: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         completed = False
+        observers = self.observers
         try:
-            async for event in inner_events:
+            async for event in inner:
+                for observe in observers:
+                    observe(event)
                 yield event
             completed = True
         finally:
-            await close_after(inner_events)
-            fire(completed)
+            await close_after(inner)
+            self._fire(completed)
 
-    stream.close, stream.events = close, events()
+    def _fire(self, completed: bool) -> None:
+        # The callbacks usually hold the stream (a stage's lambda over its answer) while the stream
+        # holds `close` and so this object: a reference cycle that only the garbage collector would
+        # free, with every object of the request in it. Letting go of them once they have fired breaks
+        # the cycle, so a finished request is freed by reference counting (bench/proxy_cpu.py:
+        # collector time).
+        callbacks, self.callbacks = self.callbacks, []
+        self.observers.clear()
+        failure: BaseException | None = None
+        for callback in callbacks:  # each runs, as each had its own wrapper's `finally` before
+            try:
+                callback(completed)
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure

@@ -10,7 +10,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sdk.streams import StreamHooks
 
 
 class Protocol(StrEnum):
@@ -164,6 +167,7 @@ class LLMStream:
     close: Callable[[], Awaitable[None]]
     media_type: str = "text/event-stream"
     finish_reasons: list[str] = field(default_factory=list)  # from the final chunk/event, in the provider's words
+    hooks: StreamHooks | None = field(default=None, repr=False)  # the stages' shared wrapper (sdk/streams.py:on_end)
 
     async def aclose(self) -> None:
         await self.close()  # drop the upstream connection first: that is the cancel the provider sees

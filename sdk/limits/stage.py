@@ -26,7 +26,6 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from sdk.errors import RateLimitedError, SlipstreamError
@@ -40,7 +39,7 @@ from sdk.services import Services
 from sdk.spend import PriceBook, budget_check, cost_usd, periods, spend_record, worst_cost_usd
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend, team_slot
 from sdk.state.ownership import check_account_objects, ownership_of
-from sdk.streams import close_after, on_end
+from sdk.streams import on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
 
 log = logging.getLogger("slipstream.spend")
@@ -135,9 +134,10 @@ class LimitsStage:
         else:
             stream = answer
             tally = StreamTally(ctx.request.endpoint)
-            stream.events = _tallied(stream.events, tally)
-            # The slot is held until the stream ends; then its usage is charged (counted if none came).
-            on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route, tally))
+            # Each item is counted as it is handed on (a client that leaves at once after an item is
+            # charged for it: the provider produced it). The slot is held until the stream ends; then
+            # its usage is charged (counted if none came).
+            on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route, tally), tally.observe)
         return answer
 
     def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS) -> float:
@@ -282,17 +282,6 @@ class LimitsStage:
         return _limited(f"rate limit: {scope.name} is over its limit of {int(rate.per_minute)} {what} per minute", refusal.wait_s)
 
 
-
-
-async def _tallied(events: AsyncIterator[bytes], tally: StreamTally) -> AsyncIterator[bytes]:
-    """The stream's items as they are, each counted as it is handed on (a client that leaves at once
-    after an item is charged for it: the provider produced it)."""
-    try:
-        async for item in events:
-            tally.observe(item)
-            yield item
-    finally:
-        await close_after(events)
 
 
 def _limited(message: str, wait_s: float) -> RateLimitedError:

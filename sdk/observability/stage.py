@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 
 from sdk.errors import SlipstreamError, UpstreamHTTPError
 from sdk.observability import access_log, live_stats, metrics, otel_metrics, tracing
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
 from sdk.services import Services
-from sdk.streams import close_after, on_end
+from sdk.streams import on_end
 from sdk.types import Answer, LLMResponse, LLMStream
 
 
@@ -61,8 +61,7 @@ class MetricsStage:
             self._finish(ctx, answer, streamed=False)
             return answer
         failed: list[bytes] = []
-        answer.events = _watch_for_error(answer.events, failed)
-        on_end(answer, lambda completed: self._stream_ended(ctx, answer, completed, failed))
+        on_end(answer, lambda completed: self._stream_ended(ctx, answer, completed, failed), _error_watch(failed))
         return answer
 
     def _finish(self, ctx: RequestContext, answer: Answer, streamed: bool) -> None:
@@ -101,14 +100,12 @@ def _is_error_event(item: bytes) -> bool:
     return item.startswith((b"event: error", b'data: {"error"')) or b"\n\nevent: error" in item or b'\n\ndata: {"error"' in item
 
 
-async def _watch_for_error(events: AsyncIterator[bytes], failed: list[bytes]) -> AsyncIterator[bytes]:
-    try:
-        async for item in events:
-            if _is_error_event(item):
-                failed.append(item)
-            yield item
-    finally:
-        await close_after(events)
+def _error_watch(failed: list[bytes]) -> Callable[[bytes], None]:
+    """An observer that keeps the items holding an error event."""
+    def watch(item: bytes) -> None:
+        if _is_error_event(item):
+            failed.append(item)
+    return watch
 
 
 def build_metrics(policy: Policy, services: Services) -> MetricsStage:
