@@ -144,7 +144,7 @@ def door_handler(endpoint: Endpoint | None) -> ASGIHandler:
             assert task is not None
             watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, task))
             try:
-                reply = started if isinstance(started, Reply) else await door.run(*started)
+                reply = started if isinstance(started, Reply) else await door.run(*started, accounting_after_reply=True)
                 if reply.chunks is not None:
                     await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
                     await _stream(send, reply)

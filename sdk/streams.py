@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from sdk.types import LLMStream
@@ -35,22 +36,37 @@ def on_end(stream: LLMStream, callback: Callable[[bool], None], observe: Callabl
     hooks.callbacks.append(callback)
 
 
+def end_after_the_reply(stream: LLMStream) -> None:
+    """Run the stream's end callbacks on the loop's next turn rather than before its consumer's next
+    step: the HTTP door then writes the chunk that ends the response first, and the stages'
+    accounting (settle, spend, metrics, the access log: about 0.1 ms a stream) runs after the client
+    has its answer instead of before. What arrives next on the loop (that client's next request)
+    is handled after these callbacks. In process (the drop-in SDK, `TeamRuntime.handle`) they stay
+    immediate: the caller's next request may follow without the loop turning."""
+    hooks = stream.hooks
+    while hooks is not None:
+        hooks.deferred = True
+        hooks = hooks.inner
+
+
 class StreamHooks:
     """One wrapper around a stream's events and close: the items pass every observer, and the end
     fires every callback, in the order they were added (the stages nearest the provider first)."""
 
-    __slots__ = ("callbacks", "events", "observers")
+    __slots__ = ("callbacks", "deferred", "events", "inner", "observers")
 
     def __init__(self, stream: LLMStream):
         self.observers: list[Callable[[bytes], None]] = []
         self.callbacks: list[Callable[[bool], None]] = []
+        self.inner = stream.hooks  # a layer wrapped before this one (something else wrapped in between)
+        self.deferred = False  # fire on the loop's next turn (end_after_the_reply)
         inner_close, inner_events = stream.close, stream.events
 
         async def close() -> None:
             try:
                 await inner_close()
             finally:
-                self._fire(False)
+                self._end(False)
 
         stream.close = close
         self.events = stream.events = self._events(inner_events)
@@ -66,6 +82,15 @@ class StreamHooks:
             completed = True
         finally:
             await close_after(inner)
+            self._end(completed)
+
+    def _end(self, completed: bool) -> None:
+        if not self.deferred or not self.callbacks:
+            self._fire(completed)
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self._fire, completed)
+        except RuntimeError:  # closed outside a running loop (a generator finalized late): now
             self._fire(completed)
 
     def _fire(self, completed: bool) -> None:

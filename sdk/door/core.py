@@ -24,6 +24,7 @@ from sdk.passthrough import Client, family, forward
 from sdk.pipeline import RequestContext, new_request_id
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
 from sdk.runtime import TeamRuntime, slipstream_headers
+from sdk.streams import end_after_the_reply
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
 
 # The endpoint table: path -> pipeline endpoint. Both doors serve exactly these (the proxy mounts
@@ -102,14 +103,18 @@ class Door:
         return team, RequestContext(request=request, team=team.team, timings=timings, key_id=key_id,
                                     request_id=request_id, parent=call.caller)
 
-    async def run(self, team: TeamRuntime, ctx: RequestContext) -> Reply:
-        """The team's pipeline on a prepared request; its answer, or its failure, as a reply."""
+    async def run(self, team: TeamRuntime, ctx: RequestContext, accounting_after_reply: bool = False) -> Reply:
+        """The team's pipeline on a prepared request; its answer, or its failure, as a reply. With
+        `accounting_after_reply` (the HTTP door), a stream's end callbacks run after the response
+        has ended (sdk/streams.py:end_after_the_reply)."""
         try:
             answer = await team.pipeline.run(ctx)
             # The provider's headers that pass (rate limits, its request id), then Slipstream's own.
             sent = [(name.encode(), value.encode("latin-1"))
                     for headers in (answer.headers, slipstream_headers(ctx, answer)) for name, value in headers.items()]
             if isinstance(answer, LLMStream):
+                if accounting_after_reply:
+                    end_after_the_reply(answer)
                 return Reply(answer.status, [*SSE, *sent], chunks=answer.events, close=answer.aclose, stream_of=ctx)
             return Reply(answer.status, [*JSON, (b"content-length", str(len(answer.body)).encode()), *sent], answer.body)
         except Exception as exc:
