@@ -20,13 +20,12 @@ from typing import Any
 import orjson
 
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamHTTPError
-from sdk.policy import ModelsPolicy, Route
+from sdk.policy import ModelsPolicy, Route, is_glob
 from sdk.providers.base import Provider
 from sdk.types import Protocol
 
 log = logging.getLogger("slipstream.models")
 
-_GLOB = frozenset("*?[")
 _ANTHROPIC_PAGE = 20  # Anthropic's default `limit`
 
 
@@ -67,7 +66,7 @@ class ModelCatalog:
         """The names the policy itself spells out."""
         found: dict[str, ModelInfo] = {}
         for route in self.routes:
-            if not _GLOB & set(route.match.model):
+            if not is_glob(route.match.model):
                 found.setdefault(route.match.model, ModelInfo(route.match.model, "slipstream"))
             for target in route.targets:
                 if target.model:
@@ -78,7 +77,7 @@ class ModelCatalog:
         found = {model.id: model for model in self.explicit()}
         if self.policy.upstream_lists:
             for route in self.routes:
-                if not _GLOB & set(route.match.model):
+                if not is_glob(route.match.model):
                     continue
                 for target in route.targets:
                     if target.model:

@@ -112,6 +112,15 @@ class ProviderConfig(_Strict):
         return tuple(value for value in values if value)
 
 
+_GLOB = frozenset("*?[")
+
+
+def is_glob(pattern: str) -> bool:
+    """Whether a model pattern (a route's `match.model`, a `pricing:` key: shell-style globs) can
+    match more than the one name it spells."""
+    return not _GLOB.isdisjoint(pattern)
+
+
 class RouteMatch(_Strict):
     model: str = "*"  # shell-style glob on the requested model name
 

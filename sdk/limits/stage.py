@@ -282,8 +282,6 @@ class LimitsStage:
         return _limited(f"rate limit: {scope.name} is over its limit of {int(rate.per_minute)} {what} per minute", refusal.wait_s)
 
 
-
-
 def _limited(message: str, wait_s: float) -> RateLimitedError:
     seconds = max(1, math.ceil(wait_s))
     return RateLimitedError(f"{message}; retry in {seconds}s",

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from sdk.policy import AlertsPolicy, Policy
+from sdk.policy import AlertsPolicy, Policy, is_glob
 from sdk.types import Timings, Usage
 
 log = logging.getLogger("slipstream.metrics")
@@ -94,7 +94,7 @@ class RouteLabels:
         self.providers = frozenset(policy.providers)
         self.known: set[str] = set()
         for route in policy.routes:
-            literal = None if any(ch in route.match.model for ch in "*?[") else route.match.model
+            literal = None if is_glob(route.match.model) else route.match.model
             for target in route.targets:
                 if model := target.model or literal:
                     self.known.add(f"{target.provider}/{model}")
@@ -118,12 +118,9 @@ class ModelLabels:
     MAX_OTHERS = 32
 
     def __init__(self, policy: Policy):
-        def literal(name: str) -> bool:
-            return not any(ch in name for ch in "*?[")
-
-        named = {route.match.model for route in policy.routes if literal(route.match.model)}
+        named = {route.match.model for route in policy.routes if not is_glob(route.match.model)}
         named |= {target.model for route in policy.routes for target in route.targets if target.model}
-        self.named = frozenset(named | {name for name in policy.pricing if literal(name)})
+        self.named = frozenset(named | {name for name in policy.pricing if not is_glob(name)})
         self.others: set[str] = set()
 
     def __call__(self, model: str) -> str:

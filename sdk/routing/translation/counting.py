@@ -18,14 +18,17 @@ cl100k count as an estimate, which `message_delta`'s exact usage then overwrites
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Any
 
 import orjson
 import tiktoken.model
 
 from sdk.errors import SlipstreamError, UpstreamHTTPError
+from sdk.estimate import count_texts
 from sdk.offload import off_loop
-from sdk.promptcache.tokens import IMAGE_TOKENS, load_encoding
+from sdk.promptcache.tokens import IMAGE_TOKENS
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import error_for
@@ -36,11 +39,6 @@ ON_LOOP_CHARS = 16 * 1024  # text up to this is counted on the loop (a few ms at
 _PER_MESSAGE, _PER_NAME, _REPLY = 3, 1, 3  # OpenAI's rule for Chat messages (the cookbook above)
 # Anthropic's count_tokens takes the inputs of a message and nothing else (max_tokens is a 400 there).
 _COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
-
-
-def _encoded(texts: list[str]) -> int:
-    encode = load_encoding().encode_ordinary
-    return sum(len(encode(text)) for text in texts)
 
 
 def _chat_texts(chat: dict[str, Any]) -> tuple[list[str], int]:
@@ -83,7 +81,8 @@ async def _bundled_count(chat: dict[str, Any]) -> int:
     request body: a Responses conversation is expanded from the store, and tool definitions count too."""
     texts, fixed = _chat_texts(chat)
     large = sum(len(text) for text in texts) > ON_LOOP_CHARS
-    return fixed + (await off_loop(_encoded, texts) if large else _encoded(texts))
+    encoded = functools.partial(count_texts, protocol=Protocol.OPENAI, exact=sys.maxsize)  # every text tokenized
+    return fixed + (await off_loop(encoded, texts) if large else encoded(texts))
 
 
 async def count_chat(provider: Provider, chat: dict[str, Any]) -> int:
