@@ -42,7 +42,7 @@ class ResponseCache:
 
     async def lookup(self, team: str, keys: CacheKeys, exact: bool, semantic: bool, min_precision: float) -> Lookup:
         if self.replicator is not None:
-            await self.replicator.caught_up()  # follow what the other replicas store
+            await self.replicator.caught_up(team)  # follow what the other replicas store for the team
         if exact and (entry := self.store.get_exact(team, keys.exact)) is not None:
             return Lookup(entry, "exact-hit", None)
         if not semantic or keys.query is None:

@@ -151,7 +151,7 @@ async def _replicated(url: str, tmp_path: Path) -> None:
     states = [_guarded(url) for _ in range(2)]
     stores = [CacheStore(tmp_path / f"cache-{i}.sqlite3") for i in range(2)]
     replicators = [CacheReplicator(state.shared, store) for state, store in zip(states, stores, strict=True)]
-    await replicators[1].caught_up()
+    await replicators[1].caught_up("alpha")
     vector = np.ones(DIMENSION, dtype=np.float32) / np.sqrt(DIMENSION)
     entry = NewEntry("alpha", "alpha:gpt", "exact-1", "gpt", "how do I reset my password?", vector,
                      {"id": "chatcmpl-1", "choices": [{"message": {"role": "assistant", "content": "like so"}}]})

@@ -33,14 +33,14 @@ def eventually(proxy: RunningServer, text: str, status: str, within_s: float = P
 
 
 def shared(proxy: RunningServer, events: int, redis_url: str, within_s: float = PATIENCE_S) -> None:
-    """Wait until the shared stream holds `events` cache events (a proxy shares an answer right
+    """Wait until team c's shared stream holds `events` cache events (a proxy shares an answer right
     after sending it, so the client can be faster); the design bound is 1 s (bench/shared_state.py
     measures it), `within_s` only turns a hang into a failure."""
     import redis
 
     from sdk.state.redis import split_url
 
-    stream = proxy.app.state.registry.services.response_cache().replicator.stream
+    stream = proxy.app.state.registry.services.response_cache().replicator.stream("c")
     started = time.monotonic()
     with redis.Redis.from_url(split_url(redis_url)[0]) as client:
         while client.xlen(stream) < events:
@@ -75,3 +75,25 @@ def test_answers_stored_by_one_proxy_are_served_by_the_others(tmp_path, monkeypa
         removed = httpx.request("DELETE", f"{b.url}/v1/slipstream/cache", headers={"authorization": "Bearer sk-c"})
         assert removed.status_code == 200
         eventually(a, PARAPHRASE[0], "miss")  # a's copy is gone too
+
+
+def test_one_teams_cache_events_do_not_push_another_teams_out_of_redis(tmp_path, monkeypatch, fresh_emulator, redis_url):
+    """Redis is the response cache's durable copy: a replica that starts replays it. One stream for
+    every team, trimmed by count, let a team push the other teams' answers out of it: here with
+    invalidations, which a team key sends without reaching a provider. Each team's events are
+    bounded on their own, so a busy team trims only its own."""
+    from sdk.cache import replication
+
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(replication, "MAX_EVENTS", 100)  # the bound, small enough to reach here
+    exact_only = "semantic_cache: {enabled: true, semantic: false}\n"
+    write_policy(tmp_path, "c", "sk-c", fresh_emulator.url, extra=exact_only)
+    write_policy(tmp_path, "busy", "sk-busy", fresh_emulator.url, extra=exact_only)
+    with running_proxy([tmp_path], state_url=redis_url) as a:
+        assert chat(a, PARAPHRASE[0]).headers["x-slipstream-cache"] == "miss"
+        for i in range(300):  # Redis trims whole nodes of 100 entries: well past the bound
+            dropped = httpx.delete(f"{a.url}/v1/slipstream/cache", params={"key": f"k{i}"}, headers={"authorization": "Bearer sk-busy"})
+            assert dropped.status_code == 200
+    with running_proxy([tmp_path], state_url=redis_url) as late:
+        assert chat(late, PARAPHRASE[0]).headers["x-slipstream-cache"] == "exact-hit"
+    assert fresh_emulator.stats()["requests_total"] == 1
