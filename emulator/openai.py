@@ -190,7 +190,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     seed = seed_for(model, body["messages"])
     tool = pick_tool(body)
     schema = output_schema(body.get("response_format"))
-    replies = [make_reply(choice_seed(seed, i), natural, mt, stops, tool, schema)
+    replies = [make_reply(choice_seed(seed, i), natural, mt, stops, tool, schema, cut_calls=True)
                for i in range(body.get("n") or 1)]
     top = body.get("top_logprobs") or 0
     choices = [Choice(i, r, emu.new_id("call_") if r.tool_name else "",

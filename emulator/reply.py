@@ -55,11 +55,14 @@ def make_reply(
     stops: list[str],
     tool: ToolPick | None,
     json_schema: Any = None,
+    cut_calls: bool = False,
 ) -> Reply:
     """Plan the reply. `natural` is the length the model 'wants'; `max_tokens` caps it.
 
     With `json_schema` (structured output) the text is a minimal JSON instance of that schema
     whatever its length; `max_tokens` still cuts it (then it is invalid JSON, as real models' is).
+    A tool call longer than `max_tokens` is cut mid-arguments with `cut_calls` (OpenAI's Chat
+    Completions: finish_reason `length`, arguments that are not yet JSON); without it the reply is text.
     """
     cap = natural if max_tokens is None else min(natural, max_tokens)
     if tool is not None and (max_tokens is None or max_tokens > 0):
@@ -69,6 +72,9 @@ def make_reply(
         n = count_tokens(pre) + count_tokens(tool.name) + count_tokens(args_json)
         if max_tokens is None or n <= max_tokens:
             return Reply(pre, tool.name, args, args_json, "tool", None, n)
+        if cut_calls:
+            cut = truncate_tokens(args_json, max(1, max_tokens - count_tokens(tool.name)))
+            return Reply("", tool.name, None, cut, "max", None, max_tokens)
     if json_schema is not None:
         return _json_reply(json_schema, max_tokens)
     text = reply_text(seed, cap)

@@ -266,3 +266,21 @@ def test_which_openai_models_take_reasoning_effort(model, reasoning):
     """The models a reasoning setting goes to: the o-series and gpt-5 (not its chat models), also
     behind a router's vendor prefix (OpenRouter's `openai/gpt-5`)."""
     assert reasons(model) is reasoning
+
+
+def test_a_tool_call_cut_by_max_tokens_is_claudes_max_tokens_answer(an, fresh_emulator):
+    """An OpenAI model that reaches the output limit inside a tool call ends with finish_reason
+    `length` and arguments that are not yet JSON. A streamed answer already reached an Anthropic
+    client as the cut tool_use with stop_reason max_tokens (the SDK reads the partial input); the
+    same answer as a body was a 502 ("arguments are not JSON"), so the client never learned that it
+    should retry with a larger max_tokens. Both now say max_tokens, with the same cut tool_use."""
+    ask: dict[str, Any] = {"model": "claude-x", "max_tokens": 4, "tools": TOOLS, "tool_choice": {"type": "any"},
+                           "messages": [{"role": "user", "content": "Run ls with Bash."}]}
+    answer = an.messages.create(**ask)
+    upstream = fresh_emulator.state.recent[-1]
+    assert json.loads(upstream["body"])["tool_choice"] == "required"
+    assert answer.stop_reason == "max_tokens" and answer.content[-1].type == "tool_use"
+    with an.messages.stream(**ask) as stream:
+        streamed = stream.get_final_message()
+    assert streamed.stop_reason == "max_tokens"
+    assert [(b.type, b.name, b.input) for b in answer.content] == [(b.type, b.name, b.input) for b in streamed.content]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import jiter
 import orjson
 
 from sdk.errors import SlipstreamError, error_body
@@ -75,9 +76,10 @@ def completion_o2a(body: bytes) -> bytes:
     text = message.get("content") or message.get("refusal")  # a refusal is the answer's text, ending it `refusal`
     if text:
         content.append({"type": "text", "text": text})
+    cut = choice.get("finish_reason") == "length"
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
-        content.append({"type": "tool_use", "id": call["id"], "name": function.get("name"), "input": _arguments(call)})
+        content.append({"type": "tool_use", "id": call["id"], "name": function.get("name"), "input": _arguments(call, cut)})
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
         "content": content, **stop_o2a(choice, bool(message.get("refusal"))),
@@ -95,13 +97,23 @@ def stop_o2a(choice: dict[str, Any], refused: bool) -> dict[str, Any]:
     return {"stop_reason": stop_reason_o2a(choice.get("finish_reason"), refused), "stop_sequence": None}
 
 
-def _arguments(call: dict[str, Any]) -> Any:
-    """A tool call's arguments as Claude's tool_use input; arguments that are not JSON are the upstream's fault."""
+def _arguments(call: dict[str, Any], cut: bool) -> Any:
+    """A tool call's arguments as Claude's tool_use input. A call `cut` by the output limit (finish_reason
+    `length`) ends mid-arguments: its input is what was written, read as the SDKs read a streamed tool_use
+    that ended early (jiter's partial mode), since Claude too answers with the cut tool_use and stop_reason
+    `max_tokens`. Other arguments that are not JSON are the upstream's fault."""
+    arguments = (call.get("function") or {}).get("arguments") or "{}"
     try:
-        return orjson.loads((call.get("function") or {}).get("arguments") or "{}")
+        return orjson.loads(arguments)
     except orjson.JSONDecodeError:
-        raise SlipstreamError(f"the upstream's arguments of tool call {call.get('id')!r} are not JSON; "
-                              "an Anthropic tool_use needs an object", status=502) from None
+        if not cut:
+            raise SlipstreamError(f"the upstream's arguments of tool call {call.get('id')!r} are not JSON; "
+                                  "an Anthropic tool_use needs an object", status=502) from None
+    try:
+        written = jiter.from_json(arguments.encode(), partial_mode=True)
+    except ValueError:  # not even the start of JSON
+        written = None
+    return written if isinstance(written, dict) else {}
 
 
 def error_message(body: bytes) -> str:
