@@ -180,12 +180,14 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
         return
     body, key, model, stream, faults = req.body, req.key, req.model, req.stream, req.faults
     cfg = emu.config
+    blob = openai_prompt_blob(body)
+    mt = body.get("max_completion_tokens") or body.get("max_tokens")
+    if await wire.over_the_minute(emu, call, key, model, len(blob) // 4 + (mt or 0)):
+        return
     scope = f"{key}\x00{model}\x00{body.get('prompt_cache_key') or ''}"
-    plan = plan_openai(emu.state.openai_cache, openai_prompt_blob(body), scope, call.start,
-                       cfg.openai_cache_ttl_s)
+    plan = plan_openai(emu.state.openai_cache, blob, scope, call.start, cfg.openai_cache_ttl_s)
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else (stop or [])
-    mt = body.get("max_completion_tokens") or body.get("max_tokens")
     natural = emu.natural_length(call)
     seed = seed_for(model, body["messages"])
     tool = pick_tool(body)

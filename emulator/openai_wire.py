@@ -98,6 +98,19 @@ def fault_body(status: int, model: str | None) -> dict[str, Any]:
     return err_obj(f"Emulated error {status}.")
 
 
+async def over_the_minute(emu: Emulator, call: Call, key: str, model: str, requested: int) -> bool:
+    """OpenAI's 429 for a request that alone asks more tokens than the key's per-minute limit
+    (EmulatorConfig.openai_tpm_limits): no wait makes it fit. True once answered."""
+    limit = emu.config.openai_tpm_limits.get(key)
+    if limit is None or requested <= limit:
+        return False
+    await error(emu, call, 429, err_obj(
+        f"Request too large for {model} in organization org-emulator on tokens per min (TPM): Limit {limit}, "
+        f"Requested {requested}. The input or output tokens must be reduced in order to run successfully. "
+        "Visit https://platform.openai.com/account/rate-limits to learn more.", "tokens", None, "rate_limit_exceeded"))
+    return True
+
+
 async def authenticate(emu: Emulator, call: Call) -> str | None:
     """The Bearer key, or None after answering 401."""
     call.request_id = emu.new_id("req_")
