@@ -121,6 +121,18 @@ def credentials_refused(protocol: Protocol, status: int, provider: str) -> bytes
     return error_body(protocol, status, message)
 
 
+def too_large_for_a_minute(body: bytes) -> bool:
+    """Whether a provider's 429 says the request alone asked more than the key's per-minute limit:
+    OpenAI's "Request too large for gpt-4o in organization … on tokens per min (TPM): Limit 30000,
+    Requested 45000" (code rate_limit_exceeded). No wait makes it fit; an ordinary 429 ("Rate limit
+    reached for …") and insufficient_quota are about the account."""
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(error, dict) and str(error.get("message", "")).startswith("Request too large for ")
+
+
 def account_rate_limited(protocol: Protocol, body: bytes, provider: str) -> bytes:
     """A provider's 429 on an account other teams share, as a team's client gets it. Its message
     names the account and how much of its limit every team has used ("Rate limit reached for gpt-4o
@@ -129,6 +141,9 @@ def account_rate_limited(protocol: Protocol, body: bytes, provider: str) -> byte
     is the provider's."""
     message = (f"provider {provider!r} is over a rate limit of the provider account that this gateway's teams "
                "share; retry after the time the retry-after header gives")
+    if too_large_for_a_minute(body):
+        message = (f"the request asks provider {provider!r} for more tokens than its key may take in a minute; "
+                   "reduce its input or output tokens (retrying does not help)")
     try:
         answer = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -139,7 +139,7 @@ class HTTPProvider:
                         data = await response.read()
                     if response.status not in ROTATE_STATUSES or len(order) == 1:
                         break
-                    self.keys.refused(index, response.status, response.headers)
+                    self.keys.refused(index, response.status, response.headers, data)
                     if tried < len(order):
                         log.info("%s: key %d answered %d; trying key %d", self.name, index + 1, response.status, order[tried] + 1)
         except (UpstreamUnreachableError, UpstreamTimeoutError) as exc:

@@ -5,7 +5,10 @@ Rate limits and credentials belong to a key, not to the provider, so a provider 
 next, without a backoff (Bifrost rotates keys the same way). The key that was refused cools down
 for the server's retry-after hint (one second without one; five minutes for a 401/403), and
 later calls try cooled-down keys last; with a shared state backend every replica does, except after
-a 403, which is about what one team's request asked for and cools the key for that team only. A key is never skipped outright: when every key is cooling
+a 403, which is about what one team's request asked for and cools the key for that team only. A 429
+the request caused alone (OpenAI's "Request too large for … on tokens per min": more tokens than the
+key may take in a minute) moves the call on and cools nothing: the key is not busy, and the next
+call fits. A key is never skipped outright: when every key is cooling
 down the call still goes out, and the provider's own 429 reaches the router, which backs off.
 """
 
@@ -15,6 +18,7 @@ import hashlib
 import time
 from collections.abc import Mapping
 
+from sdk.errors import too_large_for_a_minute
 from sdk.routing.backoff import retry_after
 from sdk.state import in_background
 from sdk.state.backend import StateBackend
@@ -45,8 +49,11 @@ class KeyRing:
             cool = [max(until, now + flags.get(flag, 0.0) - wall) for until, flag in zip(cool, self._flags, strict=True)]
         return sorted(range(len(self.keys)), key=lambda i: (max(cool[i], now), i))
 
-    def refused(self, index: int, status: int, headers: Mapping[str, str]) -> None:
-        """Key `index` got `status` (one of ROTATE_STATUSES): cool it down."""
+    def refused(self, index: int, status: int, headers: Mapping[str, str], body: bytes = b"") -> None:
+        """Key `index` got `status` (one of ROTATE_STATUSES) and `body`: cool it down, unless the
+        request alone was over the key's per-minute limit."""
+        if status == 429 and too_large_for_a_minute(body):
+            return  # one team's oversized request would take the key from every team and replica
         if status == 429:
             cooldown = retry_after(headers)
             cooldown = _RATE_LIMIT_COOLDOWN_S if cooldown is None else cooldown

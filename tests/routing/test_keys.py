@@ -102,3 +102,42 @@ def test_one_teams_refused_request_does_not_cool_a_key_for_the_others(tmp_path: 
         ask("beta", "claude-x")
         ask("alpha", "claude-x")
     assert _keys_used(fresh_emulator) == ["key-one", "key-two", "key-one", "key-two"]
+
+
+def test_one_teams_oversized_request_does_not_cool_a_key_for_the_others(tmp_path: Path, redis_url):  # noqa: F811
+    """A 429 that the request alone caused (OpenAI's "Request too large for … on tokens per min":
+    more tokens than the key may take in a minute) says nothing about the key's load: cooled on the
+    shared flag, one team's oversized request moved every team's calls, on every replica, off the
+    key. It still moves that call to the next key (another project's key may take it), and cools
+    nothing; the team is told to make the request smaller, not to retry."""
+    import openai
+
+    from emulator.app import EmulatorConfig
+    from emulator.testing import running_emulator
+    from gateway.testing import running_proxy
+
+    with running_emulator(EmulatorConfig(openai_tpm_limits={"key-one": 2_000, "key-two": 50_000})) as emulator:
+        for team in ("alpha", "beta"):
+            (tmp_path / f"{team}.yaml").write_text(f"""team: {team}
+api_keys: [{{value: "sk-{team}-keys"}}]
+providers:
+  keyed: {{kind: openai, base_url: "{emulator.openai_url}", api_key: [key-one, key-two]}}
+routes:
+  - match: {{model: "gpt-*"}}
+    targets: [{{provider: keyed}}]
+retry: {{max_attempts: 1}}
+""")
+        with running_proxy([tmp_path], state_url=redis_url) as proxy:
+            def ask(team: str, text: str) -> None:
+                client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=f"sk-{team}-keys", max_retries=0)
+                client.chat.completions.create(model="gpt-4o", max_tokens=8, messages=[{"role": "user", "content": text}])
+
+            ask("alpha", "word " * 4_000)  # key-one: 429 Request too large; key-two answered
+            ask("beta", "Hi")
+            ask("alpha", "Hi")
+            with pytest.raises(openai.RateLimitError) as refused:  # over both keys' limits
+                ask("alpha", "word " * 80_000)
+            assert not [flag for flag in proxy.app.state.registry.services.state().flags() if flag.startswith("key:")]
+        used = [r["headers"]["authorization"].removeprefix("Bearer ") for r in emulator.state.recent if r["path"] == "/v1/chat/completions"]
+        assert used == ["key-one", "key-two", "key-one", "key-one", "key-one", "key-two"]
+    assert refused.value.code == "rate_limit_exceeded" and "retrying does not help" in refused.value.message
