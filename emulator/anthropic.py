@@ -91,6 +91,10 @@ def _validate(body: dict[str, Any], count_only: bool) -> str | None:
     ss = body.get("stop_sequences")
     if ss is not None and (not isinstance(ss, list) or not all(isinstance(s, str) for s in ss)):
         return "stop_sequences: Input should be a valid list of strings"
+    if ss and not all(ss):
+        return "stop_sequences: each stop sequence must be non-empty"
+    if ss and not all(s.strip() for s in ss):  # "\n" as a stop, which OpenAI's APIs take (litellm#3286)
+        return "stop_sequences: each stop sequence must contain non-whitespace"
     return _validate_tools(body, mt, count_only)
 
 

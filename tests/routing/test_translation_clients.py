@@ -284,3 +284,21 @@ def test_a_tool_call_cut_by_max_tokens_is_claudes_max_tokens_answer(an, fresh_em
         streamed = stream.get_final_message()
     assert streamed.stop_reason == "max_tokens"
     assert [(b.type, b.name, b.input) for b in answer.content] == [(b.type, b.name, b.input) for b in streamed.content]
+
+
+def test_whitespace_stops_which_claude_refuses_are_applied_by_the_gateway(oa, fresh_emulator):
+    """Completion-style Chat clients stop on whitespace (`stop: ["\\n"]` for one line), which OpenAI
+    takes and Claude answers with a 400 ("each stop sequence must contain non-whitespace"): every such
+    request to a Claude target failed. Those stops are not sent; the gateway cuts the answer where one
+    first appears, as OpenAI would have stopped there (finish_reason stop), streamed or not; the
+    other stops still go to Claude."""
+    ask = [{"role": "user", "content": "Name one fjord."}]
+    whole = oa.chat.completions.create(model="gpt-x", max_tokens=64, messages=ask).choices[0].message.content
+    assert whole and " " in whole
+    answer = oa.chat.completions.create(model="gpt-x", max_tokens=64, messages=ask, stop=["\n", " ", "END"])
+    assert sent(fresh_emulator)["stop_sequences"] == ["END"]
+    assert (answer.choices[0].message.content, answer.choices[0].finish_reason) == (whole.split(" ")[0], "stop")
+    chunks = list(oa.chat.completions.create(model="gpt-x", max_tokens=64, messages=ask, stop=" ", stream=True))
+    assert "stop_sequences" not in sent(fresh_emulator)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.split(" ")[0]
+    assert chunks[-1].choices[0].finish_reason == "stop"

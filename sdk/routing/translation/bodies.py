@@ -14,6 +14,7 @@ import orjson
 
 from sdk.errors import SlipstreamError, error_body
 from sdk.routing.translation.output_modes import validated
+from sdk.routing.translation.stops import cut
 from sdk.types import Protocol
 
 # stop_reason ↔ finish_reason (Anthropic's Messages and OpenAI's Chat Completions references).
@@ -47,22 +48,26 @@ def usage_o2a(usage: dict[str, Any] | None) -> dict[str, Any]:
             "output_tokens": usage.get("completion_tokens") or 0}
 
 
-def message_a2o(body: bytes, prefill: str = "") -> bytes:
+def message_a2o(body: bytes, prefill: str = "", stops: tuple[str, ...] = ()) -> bytes:
     """An Anthropic message as an OpenAI chat.completion; `prefill` (a JSON-mode request's assistant
-    prefill, output_modes.py) is re-attached and the text validated as JSON."""
+    prefill, output_modes.py) is re-attached and the text validated as JSON; the text is cut at the
+    first of `stops` (the Chat stops Claude refuses, stops.py), which ends the answer there."""
     data = orjson.loads(body)
     texts = [b["text"] for b in data.get("content") or () if b.get("type") == "text"]
+    text, stopped = cut("".join(texts), stops)
     if prefill:
-        texts = [validated(prefill + "".join(texts), data.get("stop_reason") == "max_tokens")]
-    calls = [{"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": orjson.dumps(b.get("input") or {}).decode()}}
-             for b in data.get("content") or () if b.get("type") == "tool_use"]
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None, "refusal": None}
+        text = validated(prefill + text, data.get("stop_reason") == "max_tokens" or stopped)
+    calls = [] if stopped else [
+        {"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": orjson.dumps(b.get("input") or {}).decode()}}
+        for b in data.get("content") or () if b.get("type") == "tool_use"]
+    message: dict[str, Any] = {"role": "assistant", "content": text if texts or prefill else None, "refusal": None}
     if calls:
         message["tool_calls"] = calls
+    finish = "stop" if stopped else A2O_STOP.get(data.get("stop_reason") or "", "stop")
     return orjson.dumps({
         "id": f"chatcmpl-{data.get('id', '')}", "object": "chat.completion", "created": int(time.time()),
         "model": data.get("model"),
-        "choices": [{"index": 0, "message": message, "finish_reason": A2O_STOP.get(data.get("stop_reason") or "", "stop"), "logprobs": None}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
         "usage": usage_a2o(data.get("usage") or {}),
     })
 

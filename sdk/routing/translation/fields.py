@@ -85,7 +85,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "`cache_control` on a part or message → a breakpoint on the block made from it)"),
         "max_completion_tokens": Field(T, "max_tokens"),
         "max_tokens": Field(T, "max_tokens (default when neither is sent: 8192; 4096 for Claude 3 models, their most)"),
-        "stop": Field(T, "stop_sequences"),
+        "stop": Field(T, "stop_sequences (whitespace-only ones such as `\\n`, which Claude refuses, are applied by the gateway: "
+                             "the answer is cut where one first appears, finish_reason stop)"),
         "stream": Field(T, "stream"),
         "stream_options": Field(T, "include_usage: the usage chunk is built from Anthropic's usage"),
         # 1 is both protocols' default for each; Claude 4.1 and later refuse the two together, so a default is not sent.

@@ -20,6 +20,7 @@ from sdk.routing.translation.counting import count_chat, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic
+from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
 from sdk.sse import events_of
 from sdk.streams import close_after
@@ -71,6 +72,7 @@ class TranslatingProvider:
         body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, request.body, str(self.inner.protocol))
         mode = None if to_openai else json_mode(request.body)
         prefill = mode.prefill if mode is not None else ""
+        stops = () if to_openai else split_stops(request.body.get("stop"))[1]  # those Claude refuses: cut here
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
         # An Anthropic stream opens with the input count, which an OpenAI upstream reports only at its
@@ -87,7 +89,7 @@ class TranslatingProvider:
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
             _cancel(count)
-            answer.body = completion_o2a(answer.body) if to_openai else message_a2o(answer.body, prefill)
+            answer.body = completion_o2a(answer.body) if to_openai else message_a2o(answer.body, prefill, stops)
             return answer
         if count is not None:
             to_anthropic = OpenAIToAnthropic()
@@ -95,7 +97,7 @@ class TranslatingProvider:
             return answer
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        answer.events = translated_events(answer.events, AnthropicToOpenAI(include_usage, prefill))
+        answer.events = translated_events(answer.events, AnthropicToOpenAI(include_usage, prefill, stops))
         return answer
 
 

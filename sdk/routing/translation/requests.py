@@ -18,6 +18,7 @@ from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.fields import Fate, Shape, check, fate, reasons
 from sdk.routing.translation.output_modes import json_mode
+from sdk.routing.translation.stops import split_stops
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
 _EFFORTS = ("low", "medium", "high", "xhigh")
@@ -253,7 +254,9 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
                    "max_completion_tokens", "user", "stream_options", "response_format") or fate(Shape.CHAT, key, value) is Fate.DROPPED:
             continue
         if key == "stop":
-            out["stop_sequences"] = [value] if isinstance(value, str) else value
+            sent = split_stops(value)[0]  # whitespace-only stops, which Claude refuses, are the gateway's (stops.py)
+            if sent:
+                out["stop_sequences"] = sent
         elif key == "temperature":
             if value is not None and value > 1:
                 raise refuse("'temperature' above 1", "Anthropic")

@@ -17,6 +17,7 @@ import orjson
 
 from sdk.errors import error_event
 from sdk.routing.translation.bodies import A2O_STOP, stop_o2a, usage_a2o, usage_o2a
+from sdk.routing.translation.stops import StopCutter
 from sdk.sse import event_data
 from sdk.types import Protocol, Usage
 from sdk.usage import merge_anthropic_usage
@@ -134,9 +135,10 @@ class OpenAIToAnthropic:
 class AnthropicToOpenAI:
     """Feeds on an Anthropic event stream (from an Anthropic target), yields OpenAI chunks."""
 
-    def __init__(self, include_usage: bool, prefill: str = "") -> None:
+    def __init__(self, include_usage: bool, prefill: str = "", stops: tuple[str, ...] = ()) -> None:
         self.include_usage = include_usage
         self.prefill = prefill  # the assistant prefill of a JSON-mode request (output_modes.py): the answer's start
+        self.cutter = StopCutter(stops)  # the Chat stops Claude refuses, applied here (stops.py)
         self.id = ""
         self.model = ""
         self.created = int(time.time())
@@ -163,6 +165,8 @@ class AnthropicToOpenAI:
             self.id, self.model = f"chatcmpl-{message.get('id', '')}", message.get("model") or ""
             merge_anthropic_usage(self.usage, message.get("usage"))
             return [self._chunk({"role": "assistant", "content": self.prefill, "refusal": None})]
+        if kind in ("content_block_start", "content_block_delta", "content_block_stop") and self.cutter.hit:
+            return []  # a stop the gateway applies ended the answer: nothing after it
         if kind == "content_block_start":
             block = payload.get("content_block") or {}
             if block.get("type") != "tool_use":
@@ -173,12 +177,15 @@ class AnthropicToOpenAI:
         if kind == "content_block_delta":
             delta = payload.get("delta") or {}
             if delta.get("type") == "text_delta":
-                return [self._chunk({"content": delta.get("text", "")})]
+                text = self.cutter.feed(delta.get("text", ""))
+                return [self._chunk({"content": text})] if text or not self.cutter.stops else []
             if delta.get("type") == "input_json_delta" and delta.get("partial_json"):
                 self.argued.add(payload["index"])
                 call = {"index": self.tools.get(payload["index"], 0), "function": {"arguments": delta["partial_json"]}}
                 return [self._chunk({"tool_calls": [call]})]
             return []
+        if kind == "content_block_stop" and self.cutter.held:  # a text block ended on what was not a stop after all
+            return [self._chunk({"content": self.cutter.flush()})]
         if kind == "content_block_stop" and payload.get("index") in self.tools and payload["index"] not in self.argued:
             # A tool_use with no input streamed: OpenAI's arguments are then `{}`, never empty (clients parse them).
             call = {"index": self.tools[payload["index"]], "function": {"arguments": "{}"}}
@@ -187,7 +194,7 @@ class AnthropicToOpenAI:
             merge_anthropic_usage(self.usage, payload.get("usage"))
             reason = (payload.get("delta") or {}).get("stop_reason")
             if reason:
-                self.finish_reason = A2O_STOP.get(reason, "stop")
+                self.finish_reason = "stop" if self.cutter.hit else A2O_STOP.get(reason, "stop")
             return []
         if kind == "message_stop":
             out = [self._chunk({}, self.finish_reason)]
