@@ -302,3 +302,15 @@ def test_whitespace_stops_which_claude_refuses_are_applied_by_the_gateway(oa, fr
     assert "stop_sequences" not in sent(fresh_emulator)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.split(" ")[0]
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_an_assistant_prefill_is_refused_for_an_openai_target(an, fresh_emulator):
+    """A Messages conversation that ends with an assistant turn asks Claude to continue that text
+    (`{` to get JSON, which the client puts back in front of the answer). It reached an OpenAI model
+    as an earlier turn, which answers after it, so the client's `{` + answer was not JSON. It is a
+    400 naming the turn now, before anything is sent; a conversation that does not end so still goes."""
+    ask = [{"role": "user", "content": "The capital of Norway as JSON, key city."}]
+    with pytest.raises(anthropic.BadRequestError, match=r"messages\.1: a final assistant turn \(a prefill"):
+        an.messages.create(model="claude-x", max_tokens=64, messages=[*ask, {"role": "assistant", "content": "{"}])
+    assert fresh_emulator.stats()["requests_total"] == 0
+    assert an.messages.create(model="claude-x", max_tokens=64, messages=ask).stop_reason

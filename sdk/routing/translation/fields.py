@@ -129,7 +129,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages (a result's images and documents "
                                  "follow in the user message: tool messages hold text), images, PDF documents → file "
                                  "parts, text documents → text; thinking and "
-                                 "redacted_thinking blocks of earlier turns left out)"),
+                                 "redacted_thinking blocks of earlier turns left out; a final assistant turn, a prefill that "
+                                 "Claude continues and a Chat model would answer after, refused)"),
         "system": Field(T, "a system message"),
         "max_tokens": Field(T, "max_completion_tokens (at most the OpenAI model's own most, e.g. gpt-4o's 16384: a larger "
                                "one is OpenAI's 400, a ceiling to Claude)"),

@@ -19,7 +19,7 @@ from sdk.routing.translation.bodies import completion_o2a, error_for, message_a2
 from sdk.routing.translation.counting import count_chat, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.output_modes import json_mode
-from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic
+from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic, refuse_prefill
 from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
 from sdk.sse import events_of
@@ -69,6 +69,8 @@ class TranslatingProvider:
         to_openai = self.protocol is Protocol.ANTHROPIC
         shape, target = (Shape.MESSAGES, "OpenAI") if to_openai else (Shape.CHAT, "Anthropic")
         dropped = check(shape, request.body, target)  # a refused field is a 400 here, before anything is sent
+        if to_openai:
+            refuse_prefill(request.body)
         body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, request.body, str(self.inner.protocol))
         mode = None if to_openai else json_mode(request.body)
         prefill = mode.prefill if mode is not None else ""

@@ -123,6 +123,16 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def refuse_prefill(body: dict[str, Any]) -> None:
+    """A Messages conversation that ends with an assistant turn is a prefill: Claude continues that
+    text (`{` for JSON, a started sentence), and clients put it back in front of the answer. A Chat
+    model answers after such a turn instead, so the client's answer would be mangled: refused."""
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+        raise refuse(f"messages.{len(messages) - 1}: a final assistant turn (a prefill, which Claude continues and a Chat "
+                     "model answers after)", "OpenAI")
+
+
 # OpenAI takes a `user` of at most 64 characters (longer: a 400); Claude Code's user_id is ~150 characters.
 _USER_MAX = 64
 
