@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from sdk.embedding import Embedder
 
 log = logging.getLogger("slipstream.compression")
-_COUNTS: dict[str, int] = {}  # message text → tokens: conversations resend the same turns every time
+# (team, message text) → tokens: conversations resend the same turns every time. Per team: a count found
+# is much faster than one made, and the time shows in x-slipstream-overhead-ms (another team's text).
+_COUNTS: dict[tuple[str, str], int] = {}
 _MAX_COUNTS = 16_384
 _MAX_OUTCOMES = 1024  # compressed pieces remembered per team
 _MIN_CHARS_PER_TOKEN = 2  # cheap pre-filter: text shorter than this many characters per token cannot reach min_tokens
@@ -79,7 +81,7 @@ class Compressor:
             compacted, result.report.history = self.history.apply(messages, counts[1:], places.frozen_until(body)[0] >= 0)
             if compacted is not messages:
                 result.body = {**result.body, "messages": compacted}
-                counts = await asyncio.to_thread(_body_counts, result.body)
+                counts = await asyncio.to_thread(_body_counts, self.team, result.body)
         result.report.after = sum(counts)
         return result
 
@@ -114,7 +116,7 @@ class Compressor:
 
     def _locate(self, result: Result) -> tuple[list[Found], list[int]]:
         """The material to prune, and the token counts of the body as sent (system, then each message)."""
-        counts = _body_counts(result.body)
+        counts = _body_counts(self.team, result.body)
         result.report.before = sum(counts)
         if self.docs is None:
             return [], counts
@@ -141,7 +143,7 @@ class Compressor:
         if not edits:
             return counts
         result.body = documents.apply(result.body, edits)
-        return _body_counts(result.body)
+        return _body_counts(self.team, result.body)
 
     def _prepare(self, found: list[Found]) -> list[tuple[Found, extractive.Prepared, extractive.Outcome | None]]:
         """Each piece prepared, with its outcome when this content was compressed before."""
@@ -176,23 +178,19 @@ def _where(found: Found) -> str:
     return "system" if found.message == documents.SYSTEM else f"messages[{found.message}]"
 
 
-def _body_counts(body: dict[str, Any]) -> list[int]:
+def _body_counts(team: str, body: dict[str, Any]) -> list[int]:
     """Tokens of the system prompt, then of each message."""
     system = body.get("system")
-    return [_count(_message_text({"content": system})), *_message_counts(body["messages"])]
+    return [_count(team, _message_text(m)) for m in [{"content": system}, *body["messages"]]]
 
 
-def _message_counts(messages: list[Any]) -> list[int]:
-    return [_count(_message_text(m)) for m in messages]
-
-
-def _count(text: str) -> int:
-    n = _COUNTS.get(text)
+def _count(team: str, text: str) -> int:
+    n = _COUNTS.get((team, text))
     if n is None:
         n = tokens.count(text)
         if len(_COUNTS) >= _MAX_COUNTS:
             _COUNTS.clear()
-        _COUNTS[text] = n
+        _COUNTS[team, text] = n
     return n
 
 

@@ -144,8 +144,8 @@ def _content_block(counter: tokens.RequestCounter, section: str, role: str, mess
     return _make(counter, section, path, kind, role, message, text, binary, eligible, _ttl(raw.get("cache_control")))
 
 
-def anthropic_layout(body: dict[str, Any]) -> Layout:
-    counter = tokens.RequestCounter()
+def anthropic_layout(body: dict[str, Any], team: str = "") -> Layout:
+    counter = tokens.RequestCounter(team)
     layout = Layout(auto_marker=_ttl(body.get("cache_control")))
     blocks = layout.blocks
     has_images = False
@@ -219,9 +219,10 @@ def _openai_content(content: Any) -> str:
     return _dumps(content)
 
 
-def openai_layout(body: dict[str, Any]) -> Layout:
-    """Tools, response schema, then one block per message; leading system/developer messages are `system`."""
-    counter = tokens.RequestCounter()
+def openai_layout(body: dict[str, Any], team: str = "") -> Layout:
+    """Tools, response schema, then one block per message; leading system/developer messages are
+    `system`. Token counts are memoised for `team` only (sdk/promptcache/tokens.py)."""
+    counter = tokens.RequestCounter(team)
     layout = Layout()
     blocks = layout.blocks
     if body.get("tools"):

@@ -146,10 +146,10 @@ class Optimizer:
             if self.config.breakpoints == "auto" and isinstance(body.get("system"), str) and body["system"]:
                 # Always the list form, so the prefix renders the same whether or not a marker lands on it.
                 body = {**body, "system": [{"type": "text", "text": body["system"]}]}
-            layout = anthropic_layout(body)
+            layout = anthropic_layout(body, self.team)
             scope: ScopeKey = ("anthropic", model, "")
         else:
-            layout = openai_layout(body)
+            layout = openai_layout(body, self.team)
             if self.config.openai_cache_key and not body.get("prompt_cache_key"):
                 # Team + stable prefix (tools, schema, system): requests sharing it land on warm machines.
                 stable = layout.first_message - 1

@@ -167,3 +167,38 @@ def test_isolate_covers_native_responses(tmp_path: Path, emu: RunningEmulator, i
             assert again.usage is not None and again.usage.input_tokens_details.cached_tokens > 0
         else:
             assert sent["instructions"] == SYSTEM
+
+
+class _CountedEncoding:
+    """cl100k, recording every text it tokenizes."""
+
+    def __init__(self, encoding) -> None:
+        self.encoding = encoding
+        self.texts: list[str] = []
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.texts.append(text)
+        return self.encoding.encode_ordinary(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.encoding, name)
+
+
+def test_token_counts_are_not_shared_between_teams(tmp_path: Path, emu: RunningEmulator, monkeypatch):
+    """The planner and compression memoise token counts by content, and a count found takes well
+    under a millisecond where one made takes ~10 ms for 60 KB: team B read in its own
+    `x-slipstream-overhead-ms` (1.4 ms against 13 ms, median of 15) whether team A had sent a
+    document. Each team's counts are its own: B's copy of A's document is counted for B."""
+    from sdk.compression import tokens as compression_tokens
+    from sdk.promptcache import tokens
+
+    encoding = _CountedEncoding(tokens.load_encoding())
+    monkeypatch.setattr(tokens, "_ENCODING", encoding)
+    monkeypatch.setattr(compression_tokens, "_encoding", lambda: encoding)
+    document = "Clause 7. " + " ".join(f"The supplier shall deliver lot {i} within {i % 9 + 2} days." for i in range(600))
+    _teams(tmp_path, emu, extra="compression: {enabled: true, documents: {min_tokens: 100000}}\n")
+    with running_proxy([tmp_path]) as proxy:
+        for key in (ALPHA, BETA):
+            client = anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+            client.messages.create(model="claude-sonnet-4-5", max_tokens=8, system=[{"type": "text", "text": document}], messages=QUESTION)
+    assert encoding.texts.count(document) == 4  # by the planner and by compression, for each team
