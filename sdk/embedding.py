@@ -9,6 +9,9 @@ worker takes everything queued while it was busy and encodes it as one batch, so
 forms by itself and at concurrency 1 no request waits for a batching window. A job of many texts
 (a local provider's /v1/embeddings) gives each batch at most `max_batch` of them and then waits
 behind what was queued meanwhile, so one team's long input does not hold every team's lookups.
+Jobs wait per tenant (the team), and a batch takes one job of each waiting tenant in turn: a
+team's thousands of jobs (contextual compression embeds each sentence of a document as a job of
+its own) go no faster than another team's one, which used to wait behind all of them.
 Nothing here runs on the event loop.
 
 Encoding runs MiniLM's transformer in ONNX Runtime (`_Encoder`): exported from the loaded weights
@@ -25,9 +28,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import queue
 import threading
 import warnings
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -74,6 +77,7 @@ def load_minilm(adapter: Path | None = None) -> SentenceTransformer:
 class _Job:
     texts: list[str]
     future: Future[tuple[np.ndarray, list[int] | None]]
+    tenant: str  # whose job: the worker serves tenants in turn
     count_tokens: bool = False  # also report each text's token count (the embeddings endpoint's usage)
     done: int = 0  # texts encoded so far: a long job is encoded a slice at a time
     vectors: list[np.ndarray] = field(default_factory=list)
@@ -91,7 +95,8 @@ class Embedder:
     max_batch: int = 64
     batches: int = field(default=0, init=False)  # batches encoded for `embed` callers (observability)
     _model: _Encoder | None = field(default=None, init=False, repr=False)
-    _jobs: queue.SimpleQueue[_Job] = field(default_factory=queue.SimpleQueue, init=False, repr=False)
+    _waiting: dict[str, deque[_Job]] = field(default_factory=dict, init=False, repr=False)  # per tenant, in turn order
+    _ready: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)  # guards _waiting
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _worker: threading.Thread | None = field(default=None, init=False, repr=False)
 
@@ -112,15 +117,15 @@ class Embedder:
 
         return "minilm" if self.adapter is None else adapter_id(self.adapter)
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, tenant: str = "") -> np.ndarray:
         """One text's embedding, shape (DIMENSION,), computed in a batch with whatever else is queued."""
-        vectors, _ = await self._submit(_Job([text], Future()))
+        vectors, _ = await self._submit(_Job([text], Future(), tenant))
         return vectors[0]
 
-    async def embed_counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+    async def embed_counted(self, texts: list[str], tenant: str = "") -> tuple[np.ndarray, list[int]]:
         """Several texts' embeddings, shape (len(texts), DIMENSION), and each text's token count
         (special tokens included, after truncation to the model's window: what the model read)."""
-        vectors, counts = await self._submit(_Job(texts, Future(), count_tokens=True))
+        vectors, counts = await self._submit(_Job(texts, Future(), tenant, count_tokens=True))
         assert counts is not None
         return vectors, counts
 
@@ -129,8 +134,30 @@ class Embedder:
         # in the one worker every team's lookups queue behind. Past MAX_TEXT_CHARS nothing is read.
         job.texts = [text[:MAX_TEXT_CHARS] for text in job.texts]
         self.start()
-        self._jobs.put(job)
+        self._put(job)
         return await asyncio.wrap_future(job.future)
+
+    def _put(self, job: _Job) -> None:
+        with self._ready:
+            self._waiting.setdefault(job.tenant, deque()).append(job)
+            self._ready.notify()
+
+    def _take(self) -> list[_Job]:
+        """The jobs of the next batch (at least one; at most `max_batch` texts once one is taken):
+        the first waiting job of each tenant in turn, a tenant going to the back once served."""
+        with self._ready:
+            while not self._waiting:
+                self._ready.wait()
+            jobs: list[_Job] = []
+            size = 0
+            while self._waiting and size < self.max_batch:
+                tenant = next(iter(self._waiting))
+                waiting = self._waiting.pop(tenant)
+                jobs.append(waiting.popleft())
+                size += len(jobs[-1].next_slice(self.max_batch))
+                if waiting:
+                    self._waiting[tenant] = waiting
+            return jobs
 
     def embed_many(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         """Blocking bulk embedding for offline work (training, benchmarks); shape (len(texts), DIMENSION)."""
@@ -168,15 +195,7 @@ class Embedder:
         except Exception:  # every batch retries the load, so callers get the error instead of a hang
             log.exception("loading the embedding model failed")
         while True:
-            jobs = [self._jobs.get()]
-            size = len(jobs[0].next_slice(self.max_batch))
-            while size < self.max_batch:
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                jobs.append(job)
-                size += len(job.next_slice(self.max_batch))
+            jobs = self._take()
             live = [job for job in jobs if job.done or job.future.set_running_or_notify_cancel()]
             if not live:
                 continue
@@ -206,7 +225,7 @@ class Embedder:
             job.counts.extend(_token_counts(self._load().model, piece))
         job.done += len(piece)
         if job.done < len(job.texts):
-            self._jobs.put(job)
+            self._put(job)
             return
         whole = job.vectors[0] if len(job.vectors) == 1 else np.concatenate(job.vectors)
         job.future.set_result((whole, job.counts if job.count_tokens else None))

@@ -47,7 +47,7 @@ class ResponseCache:
             return Lookup(entry, "exact-hit", None)
         if not semantic or keys.query is None:
             return Lookup(None, "miss", None)
-        vector = await self.embedder.embed(keys.query)
+        vector = await self.embedder.embed(keys.query, team)
         if self.verifier.threshold(min_precision) is None:
             return Lookup(None, "miss", vector)  # no calibrated threshold is that precise: exact tier only
         candidates = self.store.search(team, keys.partition, vector, CANDIDATES)

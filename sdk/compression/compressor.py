@@ -100,7 +100,7 @@ class Compressor:
             return counts
         prepared = await asyncio.to_thread(self._prepare, found)
         embedder = self.embedder()
-        scores = [None if o is not None else await score_contextual(embedder, f.query, p.units, p.words) for f, p, o in prepared]
+        scores = [None if o is not None else await score_contextual(embedder, f.query, p.units, p.words, self.team) for f, p, o in prepared]
 
         def finish_all() -> list[extractive.Outcome]:
             done: list[extractive.Outcome] = []

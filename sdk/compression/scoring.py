@@ -110,8 +110,9 @@ def score_static(query: str, units: list[str], unit_words: list[list[str]] | Non
     return _mix(semantic, terms.bm25())
 
 
-async def score_contextual(embedder: Embedder, query: str, units: list[str], unit_words: list[list[str]] | None = None) -> list[float]:
-    vectors = await asyncio.gather(embedder.embed(query), *(embedder.embed(u) for u in units))
+async def score_contextual(embedder: Embedder, query: str, units: list[str], unit_words: list[list[str]] | None = None,
+                           team: str = "") -> list[float]:
+    vectors = await asyncio.gather(embedder.embed(query, team), *(embedder.embed(u, team) for u in units))
     semantic = np.stack(vectors[1:]) @ vectors[0]
     terms = _Terms.build(unit_words if unit_words is not None else [words(u) for u in units], words(query))
     return _mix(semantic, terms.bm25() if terms.vocabulary else np.zeros(len(units)))

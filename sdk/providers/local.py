@@ -68,7 +68,7 @@ class LocalProvider:
         self.cache_salt = cache_salt
         self.engine_args = engine_args or {}
         self._loaded: AsyncLLMEngine | None = None  # once loaded, requests skip the worker-thread hop
-        self._embeddings = LocalEmbeddings(name, services or Services())
+        self._embeddings = LocalEmbeddings(name, services or Services(), cache_salt)
         self._http = (
             HTTPProvider(name=name, dialect=OpenAIDialect(), base_url=base_url.rstrip("/"), keys=KeyRing((api_key,)),
                          timeouts=timeouts)

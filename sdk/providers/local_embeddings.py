@@ -30,9 +30,10 @@ def serves_embeddings(model: str) -> bool:
 
 
 class LocalEmbeddings:
-    def __init__(self, name: str, services: Services):
+    def __init__(self, name: str, services: Services, tenant: str):
         self.name = name
         self.services = services
+        self.tenant = tenant  # the team's turn in the embedder every team shares
 
     async def send(self, request: LLMRequest, timings: Timings) -> LLMResponse:
         from sdk.embedding import DIMENSION
@@ -53,7 +54,7 @@ class LocalEmbeddings:
         if encoding not in ("float", "base64"):
             raise InvalidRequestError(f"encoding_format: 'float' or 'base64', not {encoding!r}")
         with timings.upstream():
-            vectors, counts = await self.services.embedder().embed_counted(texts)
+            vectors, counts = await self.services.embedder().embed_counted(texts, self.tenant)
         data: list[dict[str, Any]] = []
         for index, vector in enumerate(vectors):
             value: Any = base64.b64encode(vector.astype("<f4").tobytes()).decode() if encoding == "base64" else vector.tolist()

@@ -66,7 +66,7 @@ async def test_a_long_embeddings_input_does_not_hold_other_lookups(embedder):
     before = embedder.batches
     task = asyncio.create_task(long())
     await asyncio.sleep(0)  # the long job is queued
-    while not embedder._jobs.empty() and embedder.batches == before:
+    while embedder._waiting and embedder.batches == before:
         await asyncio.sleep(0.001)  # until the worker has taken it (an event, polled)
     await embedder.embed("where is my parcel?")
     done.append("short")
@@ -77,6 +77,24 @@ async def test_a_long_embeddings_input_does_not_hold_other_lookups(embedder):
     assert [counts[0], counts[-1]] == alone_counts  # the slices reassemble in order
     np.testing.assert_allclose(vectors[[0, -1]], alone, atol=1e-5)
 
+
+
+async def test_one_teams_many_jobs_do_not_hold_another_teams_lookup(embedder):
+    """Contextual compression embeds each sentence of a document as a job of its own, in the
+    worker every team shares (so do many requests at once): one team's 400 jobs were all encoded
+    before another team's one lookup, queued after them. Jobs now wait per team, and each batch
+    takes one job of each waiting team in turn. Order of completion, not time."""
+    done: list[str] = []
+
+    async def embedded(text: str, team: str) -> None:
+        await embedder.embed(text, team)
+        done.append(team)
+
+    many = [asyncio.create_task(embedded(f"Clause {i}: the supplier delivers lot {i} by the {i % 28 + 1}th.", "a")) for i in range(400)]
+    await asyncio.sleep(0)  # every job of team a is queued
+    await embedded("where is my parcel?", "b")
+    await asyncio.gather(*many)
+    assert done.index("b") <= 2 * embedder.max_batch  # in the first batch formed after it came (400 before)
 
 def test_the_encoder_runs_onnx_runtime_by_default(embedder):
     assert embedder._load().runtime == "onnxruntime", "ONNX Runtime failed: a slower fallback is serving"
