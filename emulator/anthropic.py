@@ -15,7 +15,7 @@ from .anthropic_stream import STOP_REASONS, content_blocks, plan_thinking, sse, 
 from .anthropic_wire import ERROR_MESSAGES
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CacheError, CachePlan, count_input_tokens, plan_anthropic
-from .models import anthropic_generates
+from .models import anthropic_generates, anthropic_max_output
 from .reply import ToolPick, choose_tool, make_reply
 from .streaming import respond_after, run_stream
 from .text import seed_for
@@ -43,6 +43,9 @@ def _validate(body: dict[str, Any], count_only: bool) -> str | None:
             return "max_tokens: Input should be a valid integer"
         if mt < 0:
             return "max_tokens: Input should be greater than or equal to 0"
+        most = anthropic_max_output(model)
+        if most is not None and mt > most:
+            return f"max_tokens: {mt} > {most}, which is the maximum allowed number of output tokens for {model}"
     msgs = body.get("messages")
     if msgs is None:
         return "messages: Field required"

@@ -4,6 +4,7 @@ unknown model is the provider's 404, as on the real APIs)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from . import anthropic_wire, openai_wire
@@ -32,6 +33,17 @@ ANTHROPIC_MODELS = (
 # Families the emulator serves beyond the listed ids (dated snapshots, fine-tunes, test names).
 _OPENAI_FAMILIES = ("gpt-", "o1", "o3", "o4", "chatgpt-", "ft:gpt-", "codex-", "davinci-",
                     "babbage-")
+
+
+# The most tokens a Claude model writes (Anthropic's models overview); a larger max_tokens is a 400.
+# Models not listed take any max_tokens here.
+_ANTHROPIC_OUTPUT = ((re.compile(r"^claude-(opus-4-[678]|sonnet-4-6)"), 128000), (re.compile(r"^claude-opus-4(-0|-1|-2025|$)"), 32000),
+                     (re.compile(r"^claude-(sonnet-4|opus-4-5|haiku-4-5|3-7-sonnet)"), 64000),
+                     (re.compile(r"^claude-3-5-(sonnet|haiku)"), 8192), (re.compile(r"^claude-3-(haiku|opus|sonnet)"), 4096))
+
+
+def anthropic_max_output(model: str) -> int | None:
+    return next((n for pattern, n in _ANTHROPIC_OUTPUT if pattern.match(model)), None)
 
 
 def openai_generates(model: str) -> bool:

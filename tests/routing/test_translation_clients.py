@@ -314,3 +314,16 @@ def test_an_assistant_prefill_is_refused_for_an_openai_target(an, fresh_emulator
         an.messages.create(model="claude-x", max_tokens=64, messages=[*ask, {"role": "assistant", "content": "{"}])
     assert fresh_emulator.stats()["requests_total"] == 0
     assert an.messages.create(model="claude-x", max_tokens=64, messages=ask).stop_reason
+
+
+def test_a_chat_limit_sized_for_openai_models_is_the_claude_models_own_most(oa, fresh_emulator):
+    """A Chat or Responses client configured for gpt-5 asks up to 128000 tokens; Claude Sonnet 4.5
+    writes at most 64000 and answered a larger max_tokens with a 400 ("max_tokens: 100000 > 64000,
+    which is the maximum allowed number of output tokens"), where OpenAI takes the limit as a
+    ceiling: the model's own most is sent. A limit within it goes as asked."""
+    ask = [{"role": "user", "content": "Name one fjord."}]
+    for limit, sent_limit in ((100000, 64000), (2000, 2000)):
+        answer = oa.chat.completions.create(model="gpt-x", messages=ask, max_completion_tokens=limit)
+        assert answer.choices[0].finish_reason == "stop" and sent(fresh_emulator)["max_tokens"] == sent_limit
+    assert oa.responses.create(model="gpt-x", input="Name one fjord.", max_output_tokens=128000).status == "completed"
+    assert sent(fresh_emulator)["max_tokens"] == 64000

@@ -83,8 +83,10 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "models answer 400); tool → tool_result blocks (call ids with characters Claude's ids do not take, such as "
                                  "Kimi's `functions.name:0`, have them replaced by `_`); images; inline PDF files → document blocks; "
                                  "`cache_control` on a part or message → a breakpoint on the block made from it)"),
-        "max_completion_tokens": Field(T, "max_tokens"),
-        "max_tokens": Field(T, "max_tokens (default when neither is sent: 8192; 4096 for Claude 3 models, their most)"),
+        "max_completion_tokens": Field(T, "max_tokens (at most the Claude model's own most, e.g. Sonnet 4.5's 64000: a larger one "
+                                          "is Anthropic's 400, a ceiling to OpenAI)"),
+        "max_tokens": Field(T, "max_tokens (as max_completion_tokens; default when neither is sent: 8192; 4096 for Claude 3 "
+                               "models, their most)"),
         "stop": Field(T, "stop_sequences (whitespace-only ones such as `\\n`, which Claude refuses, are applied by the gateway: "
                              "the answer is cut where one first appears, finish_reason stop)"),
         "stream": Field(T, "stream"),
@@ -173,7 +175,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "reasoning": Field(T, "effort → reasoning_effort (dropped, named reasoning.effort, for a Chat model that does not "
                               "reason, which refuses it); summary dropped (a translated answer has no reasoning items "
                               "to summarize), named as reasoning.summary"),
-        "max_output_tokens": Field(T, "max_completion_tokens"),
+        "max_output_tokens": Field(T, "max_completion_tokens (for an Anthropic target, at most the Claude model's own most)"),
         "stream": Field(T, "stream (the events are built from Chat chunks)"),
         "temperature": Field(T, "temperature"),
         "top_p": Field(T, "top_p"),

@@ -17,6 +17,7 @@ import orjson
 from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.fields import Fate, Shape, check, fate, reasons
+from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.stops import split_stops
 
@@ -26,30 +27,6 @@ _O2A_EFFORT = {**{e: e for e in _EFFORTS}, "minimal": "low"}
 _A2O_EFFORT = {**{e: e for e in _EFFORTS}, "max": "xhigh"}  # OpenAI's most is xhigh
 # thinking.budget_tokens → reasoning_effort: the largest budget each effort stands for (more: high).
 _BUDGETS = ((4096, "low"), (16384, "medium"))
-# OpenAI requests without a limit must still give Anthropic one: 8192, which every Claude model from
-# 3.5 on takes; Claude 3 (and older) models take at most 4096 (more is Anthropic's 400).
-DEFAULT_MAX_TOKENS = 8192
-_SMALL_OUTPUT = re.compile(r"^claude-(instant|2|3-(haiku|opus|sonnet))")
-
-
-def default_max_tokens(model: Any) -> int:
-    return 4096 if _SMALL_OUTPUT.match(str(model or "")) else DEFAULT_MAX_TOKENS
-
-
-# The most tokens an OpenAI model writes (OpenAI's model pages). Claude takes max_tokens as a ceiling
-# and clients size it for Claude (Claude Code asks 32000 or more on every turn); OpenAI answers a larger
-# one with a 400 ("max_tokens is too large"), so a Messages limit above the model's own is its own.
-_OPENAI_OUTPUT = ((re.compile(r"^gpt-4o-2024-05-13"), 4096), (re.compile(r"^(gpt-4o|chatgpt-4o)"), 16384),
-                  (re.compile(r"^gpt-4\.1"), 32768), (re.compile(r"^(gpt-4-turbo|gpt-3\.5-turbo)"), 4096),
-                  (re.compile(r"^gpt-4(-\d|$)"), 8192), (re.compile(r"^o[134](-|$)"), 100000), (re.compile(r"^gpt-5"), 128000))
-
-
-def openai_output_limit(model: Any, asked: Any) -> Any:
-    """`asked` (a Messages max_tokens), or the OpenAI model's own most if it is smaller."""
-    most = next((n for pattern, n in _OPENAI_OUTPUT if pattern.match(str(model or ""))), None)
-    return most if most is not None and isinstance(asked, int) and asked > most else asked
-
-
 def refuse(what: str, target: str) -> TranslationRefused:
     article = "an" if target[:1] in "AEIOU" else "a"
     return TranslationRefused(f"{what} cannot be translated for {article} {target} target; send it to a target of its own protocol")
@@ -277,7 +254,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             out.setdefault("output_config", {})["effort"] = _O2A_EFFORT[value]
         else:
             raise refuse(f"{key!r}", "Anthropic")
-    out["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens(body.get("model"))
+    asked = body.get("max_completion_tokens") or body.get("max_tokens")
+    out["max_tokens"] = claude_output_limit(out["model"], asked) if asked else default_max_tokens(out["model"])
     if body.get("user"):
         out["metadata"] = {"user_id": body["user"]}
     system, messages = _o2a_messages(body.get("messages") or [])
