@@ -8,6 +8,11 @@ loop; pure-Python work still shares the GIL, which is why the scans themselves a
 cannot starve the other `to_thread` users (policy reloads, /metrics). Small requests stay on the
 loop: a thread hop costs more than their work.
 
+The pool serves its tenants (the team, `TENANT`, set by the door core once the team is known) in
+turn: each tenant's work waits in a queue of its own, and a free thread takes the first of the
+tenant that has waited longest for its turn. First come, first served let one team's queue of
+big requests hold every other team's big request until all of it had run.
+
 A serving process also shortens the interpreter's switch interval (`share_the_gil`): a thread
 running pure Python keeps the GIL for up to the interval (5 ms by default) whenever the loop hands
 it over, and the loop hands it over at every socket call, so a small request beside a big one waited
@@ -19,18 +24,65 @@ requests against the same load on a second proxy: p50 +2.2 to +2.6 ms at 5 ms, +
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import sys
+import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from concurrent.futures import Future
+from typing import Any, ParamSpec, TypeVar
 
 LARGE_BYTES = 256 * 1024
 SWITCH_INTERVAL_S = 0.0005  # CPython's default: 0.005
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
-HEAVY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipstream-heavy")
+TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("slipstream_tenant", default="")
+
+
+class FairPool:
+    """Worker threads that take work one tenant at a time, in turn."""
+
+    def __init__(self, workers: int, name: str):
+        self._workers = workers
+        self._name = name
+        self._waiting: dict[str, deque[tuple[Future[Any], contextvars.Context, Callable[[], Any]]]] = {}  # in turn order
+        self._ready = threading.Condition()  # guards _waiting and _threads
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, fn: Callable[[], _T]) -> Future[_T]:
+        """Run `fn` for the current tenant, in the current context (work it submits is that tenant's too)."""
+        future: Future[_T] = Future()
+        with self._ready:
+            self._waiting.setdefault(TENANT.get(), deque()).append((future, contextvars.copy_context(), fn))
+            self._ready.notify()
+            while len(self._threads) < self._workers:
+                self._threads.append(threading.Thread(target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True))
+                self._threads[-1].start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._waiting:
+                    self._ready.wait()
+                tenant = next(iter(self._waiting))
+                waiting = self._waiting.pop(tenant)
+                future, context, fn = waiting.popleft()
+                if waiting:
+                    self._waiting[tenant] = waiting  # its next turn comes after every other tenant's
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = context.run(fn)
+            except BaseException as exc:  # the caller's to handle, never the worker's end
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+
+HEAVY_POOL = FairPool(workers=2, name="slipstream-heavy")
 
 
 def is_large(size: int) -> bool:
@@ -39,7 +91,7 @@ def is_large(size: int) -> bool:
 
 async def off_loop(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
     """`fn(*args, **kwargs)` in the heavy-work pool."""
-    return await asyncio.get_running_loop().run_in_executor(HEAVY_POOL, functools.partial(fn, *args, **kwargs))
+    return await asyncio.wrap_future(HEAVY_POOL.submit(functools.partial(fn, *args, **kwargs)))
 
 
 def share_the_gil() -> None:

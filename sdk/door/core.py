@@ -20,6 +20,7 @@ from sdk.door.keys import Teams
 from sdk.door.replies import JSON, SSE, Reply, encoded, named, refusal, whole
 from sdk.errors import NotFoundError, SlipstreamError
 from sdk.models import model_body, models_body
+from sdk.offload import TENANT
 from sdk.passthrough import Client, family, forward
 from sdk.pipeline import RequestContext, new_request_id
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
@@ -91,6 +92,7 @@ class Door:
         try:
             team, key_id = self.teams.authenticate(call)
             team_name = team.team
+            TENANT.set(team_name)  # the heavy-work pool serves teams in turn (sdk/offload.py)
             if call.method != "POST":
                 raise SlipstreamError(f"{call.method} is not allowed on {call.path}: use POST", status=405)
             raw = await call.read(team.policy.limits.max_body_bytes)
@@ -132,6 +134,7 @@ class Door:
         try:
             team, key_id = self.teams.authenticate(call)
             team_name = team.team
+            TENANT.set(team_name)
             if family(call.path) is not None:
                 return await _passed(team, key_id, call, request_id)
             methods = allowed(call.path)
