@@ -17,8 +17,8 @@ from tests.helpers import PATIENCE_S, write_policy
 async def test_the_heavy_work_pool_serves_teams_in_turn():
     """Parsing, hashing, counting and serializing a large request run in two threads every team
     shares. They were taken first come, first served, so a team's queue of big requests held
-    another team's big request until all of it had run: here team b's one job ran after all ten
-    of team a's. Each team's work waits in a queue of its own now, and the teams take turns."""
+    another team's big request until all of it had run: here team b's one job ran after nine of
+    team a's ten. Each team's work waits in a queue of its own now, and the teams take turns."""
     gate = threading.Event()
     ran: list[str] = []
 
