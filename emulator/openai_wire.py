@@ -126,7 +126,21 @@ async def authenticate(emu: Emulator, call: Call) -> str | None:
             f"Incorrect API key provided: {shown}. You can find your API key at "
             "https://platform.openai.com/account/api-keys.", code="invalid_api_key"))
         return None
+    scopes = emu.config.openai_key_scopes.get(key)
+    if scopes is not None and (needed := scope_of(call.path)) not in scopes:
+        await error(emu, call, 401, err_obj(
+            f"You have insufficient permissions for this operation. Missing scopes: {needed}. Check that you have "
+            "the correct role in your organization (Reader, Writer, Owner) and project (Member, Owner), and if "
+            "you're using a restricted API key, that it has the necessary scopes."))
+        return None
     return key
+
+
+def scope_of(path: str) -> str:
+    """The scope a restricted key needs for `path` (one per API, as OpenAI names them)."""
+    api = path.removeprefix("/v1/").split("/")[0]
+    return {"chat": "model.request", "completions": "model.request", "embeddings": "model.request",
+            "models": "api.model.read", "batches": "api.batch.write"}.get(api, f"api.{api}.write")
 
 
 async def json_body(emu: Emulator, call: Call) -> dict[str, Any] | None:
