@@ -133,6 +133,17 @@ def too_large_for_a_minute(body: bytes) -> bool:
     return isinstance(error, dict) and str(error.get("message", "")).startswith("Request too large for ")
 
 
+def lacks_scope(body: bytes) -> bool:
+    """Whether a provider's 401 refused a call outside a restricted key's scopes (OpenAI: "You have
+    insufficient permissions for this operation. Missing scopes: api.responses.write"): the call
+    asked for an API the key may not use; the key is good for the others."""
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(error, dict) and "Missing scopes:" in str(error.get("message", ""))
+
+
 def account_rate_limited(protocol: Protocol, body: bytes, provider: str) -> bytes:
     """A provider's 429 on an account other teams share, as a team's client gets it. Its message
     names the account and how much of its limit every team has used ("Rate limit reached for gpt-4o

@@ -5,7 +5,8 @@ Rate limits and credentials belong to a key, not to the provider, so a provider 
 next, without a backoff (Bifrost rotates keys the same way). The key that was refused cools down
 for the server's retry-after hint (one second without one; five minutes for a 401/403), and
 later calls try cooled-down keys last; with a shared state backend every replica does, except after
-a 403, which is about what one team's request asked for and cools the key for that team only. A 429
+a 403, or a 401 for a scope a restricted key lacks, which are about what one team's request asked
+for and cool the key for that team only. A 429
 the request caused alone (OpenAI's "Request too large for … on tokens per min": more tokens than the
 key may take in a minute) moves the call on and cools nothing: the key is not busy, and the next
 call fits. A key is never skipped outright: when every key is cooling
@@ -18,7 +19,7 @@ import hashlib
 import time
 from collections.abc import Mapping
 
-from sdk.errors import too_large_for_a_minute
+from sdk.errors import lacks_scope, too_large_for_a_minute
 from sdk.routing.backoff import retry_after
 from sdk.state import in_background
 from sdk.state.backend import StateBackend
@@ -60,7 +61,8 @@ class KeyRing:
         else:
             cooldown = _BAD_KEY_COOLDOWN_S
         self._cool_until[index] = max(self._cool_until[index], time.monotonic() + cooldown)
-        # A 403 refused what this request asked for (a model, a resource), not the key: it cools the
-        # key for this ring (this team) only, never for every team and replica sharing the key.
-        if self._state is not None and status != 403:
+        # A 403 refused what this request asked for (a model, a resource), and a 401 for a missing
+        # scope an API the key may not use, not the key: it cools the key for this ring (this team)
+        # only, never for every team and replica sharing the key.
+        if self._state is not None and status != 403 and not (status == 401 and lacks_scope(body)):
             in_background(self._state.set_flag(self._flags[index], time.time() + cooldown))

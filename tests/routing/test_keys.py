@@ -141,3 +141,37 @@ retry: {{max_attempts: 1}}
         used = [r["headers"]["authorization"].removeprefix("Bearer ") for r in emulator.state.recent if r["path"] == "/v1/chat/completions"]
         assert used == ["key-one", "key-two", "key-one", "key-one", "key-one", "key-two"]
     assert refused.value.code == "rate_limit_exceeded" and "retrying does not help" in refused.value.message
+
+
+def test_one_teams_call_outside_a_keys_scopes_does_not_cool_it_for_the_others(tmp_path: Path, redis_url):  # noqa: F811
+    """A restricted OpenAI key answers a call outside its scopes with a 401 ("You have insufficient
+    permissions for this operation. Missing scopes: api.responses.write"): like a 403, it refuses
+    what the request asked for (here the Responses API), not the key, yet it cooled the key for five
+    minutes for every team and replica, as a wrong key does. It moves the call on and cools the key
+    for that team only; the others go on with it."""
+    import openai
+
+    from emulator.app import EmulatorConfig
+    from emulator.testing import running_emulator
+    from gateway.testing import running_proxy
+
+    with running_emulator(EmulatorConfig(openai_key_scopes={"key-one": ["model.request"]})) as emulator:
+        for team in ("alpha", "beta"):
+            (tmp_path / f"{team}.yaml").write_text(f"""team: {team}
+api_keys: [{{value: "sk-{team}-keys"}}]
+providers:
+  keyed: {{kind: openai, base_url: "{emulator.openai_url}", api_key: [key-one, key-two], responses: native}}
+routes:
+  - match: {{model: "gpt-*"}}
+    targets: [{{provider: keyed}}]
+retry: {{max_attempts: 1}}
+""")
+        with running_proxy([tmp_path], state_url=redis_url) as proxy:
+            def client(team: str) -> openai.OpenAI:
+                return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=f"sk-{team}-keys", max_retries=0)
+
+            client("alpha").responses.create(model="gpt-4o", input="Hi", max_output_tokens=16)  # key-one: 401 missing scope; key-two answered
+            client("beta").chat.completions.create(model="gpt-4o", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+            assert not [flag for flag in proxy.app.state.registry.services.state().flags() if flag.startswith("key:")]
+        used = [(r["path"], r["headers"]["authorization"].removeprefix("Bearer ")) for r in emulator.state.recent]
+        assert used == [("/v1/responses", "key-one"), ("/v1/responses", "key-two"), ("/v1/chat/completions", "key-one")]
