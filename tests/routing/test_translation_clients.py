@@ -327,3 +327,32 @@ def test_a_chat_limit_sized_for_openai_models_is_the_claude_models_own_most(oa, 
         assert answer.choices[0].finish_reason == "stop" and sent(fresh_emulator)["max_tokens"] == sent_limit
     assert oa.responses.create(model="gpt-x", input="Name one fjord.", max_output_tokens=128000).status == "completed"
     assert sent(fresh_emulator)["max_tokens"] == 64000
+
+
+def test_codex_custom_tools_reach_claude_as_functions_of_one_string(oa, fresh_emulator):
+    """Codex CLI gives gpt-5 models its `apply_patch` tool as a Responses custom tool (free-form text,
+    constrained by a Lark grammar); a route to Claude refused the whole request ("the built-in tool
+    'custom'"). A custom tool reaches Claude as a tool taking one string, `input` (its grammar in the
+    description, not enforced); the call comes back as a `custom_tool_call` with that string, streamed
+    or not, and Codex's next turn (the call and its `custom_tool_call_output`) is a tool_use and its
+    tool_result."""
+    grammar = 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\nend_patch: "*** End Patch" LF?'
+    tools: Any = [{"type": "function", "name": "shell", "description": "Runs a command", "strict": False,
+                   "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}}},
+                  {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+                   "format": {"type": "grammar", "syntax": "lark", "definition": grammar}}]
+    ask: Any = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the typo with apply_patch."}]}]
+    answer = oa.responses.create(model="gpt-x", instructions="You are Codex.", input=ask, tools=tools, store=False)
+    claude_tool = sent(fresh_emulator)["tools"][1]
+    assert claude_tool["input_schema"]["properties"] == {"input": {"type": "string"}} and grammar in claude_tool["description"]
+    call = answer.output[-1]
+    assert call.type == "custom_tool_call" and call.name == "apply_patch" and isinstance(call.input, str) and call.input
+    with oa.responses.stream(model="gpt-x", input=ask, tools=tools, tool_choice={"type": "custom", "name": "apply_patch"}) as stream:
+        kinds = [event.type for event in stream]
+        streamed = stream.get_final_response().output[-1]
+    assert "response.custom_tool_call_input.done" in kinds and streamed.type == "custom_tool_call"
+    assert streamed.input == call.input
+    output = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done!"}
+    oa.responses.create(model="gpt-x", input=[*ask, call.model_dump(exclude_none=True), output], tools=tools, store=False)
+    use, result = (message["content"][0] for message in sent(fresh_emulator)["messages"][1:3])
+    assert (use["type"], use["input"], result["type"], result["content"]) == ("tool_use", {"input": call.input}, "tool_result", "Done!")

@@ -164,12 +164,14 @@ FIELDS: dict[Shape, dict[str, Field]] = {
     Shape.RESPONSES: {
         "model": Field(T, "model (the route's target model)"),
         "input": Field(T, "messages (message, function_call, function_call_output (its images and files follow in a user "
-                              "message: tool messages hold text), inline input_file → file part; "
-                              "reasoning items left out)"),
+                              "message: tool messages hold text), custom_tool_call and its output as a function call of "
+                              "`input` and its result, inline input_file → file part; reasoning items left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
-        "tools": Field(T, "function tools (built-in tools refused)"),
-        "tool_choice": Field(T, "tool_choice"),
+        "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "
+                              "in the description, not enforced), their calls answered as custom_tool_call items; built-in "
+                              "tools refused"),
+        "tool_choice": Field(T, "tool_choice (a custom tool's as its function's)"),
         "parallel_tool_calls": Field(T, "parallel_tool_calls"),
         "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity"),
         "reasoning": Field(T, "effort → reasoning_effort (dropped, named reasoning.effort, for a Chat model that does not "

@@ -16,7 +16,10 @@ import secrets
 import time
 from typing import Any
 
+import jiter
 import orjson
+
+from sdk.routing.translation.responses_requests import CUSTOM_INPUT
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -89,6 +92,26 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, st
     return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments}
 
 
+def custom_tools(request: dict[str, Any]) -> set[str]:
+    """The names of `request`'s custom tools, which a Chat upstream calls as functions of one string."""
+    return {str(tool.get("name")) for tool in request.get("tools") or () if isinstance(tool, dict) and tool.get("type") == "custom"}
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool call's input: the string of a Chat upstream's call (what was written of it, for a call
+    cut by the output limit); the arguments as they are if they hold no such string."""
+    try:
+        value = jiter.from_json(arguments.encode(), partial_mode="trailing-strings")
+    except ValueError:
+        return arguments
+    text = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
+    return text if isinstance(text, str) else arguments
+
+
+def custom_call_item(item_id: str, call_id: str, name: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"id": item_id, "type": "custom_tool_call", "status": status, "call_id": call_id, "name": name, "input": text}
+
+
 def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> bytes:
     """An OpenAI chat.completion as the Responses API object answering `request`."""
     data = orjson.loads(body)
@@ -99,9 +122,12 @@ def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> by
         output.append(message_item(new_id("msg"), message["content"]))
     elif message.get("refusal"):
         output.append(message_item(new_id("msg"), message["refusal"], refusal=True))
+    custom = custom_tools(request)
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
-        output.append(function_call_item(new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "", function.get("arguments") or "{}"))
+        name, call_id, arguments = function.get("name") or "", call.get("id") or new_id("call"), function.get("arguments") or "{}"
+        output.append(custom_call_item(new_id("ctc"), call_id, name, custom_input(arguments)) if name in custom
+                      else function_call_item(new_id("fc"), call_id, name, arguments))
     finish = choice.get("finish_reason")
     return orjson.dumps(response_object(request, response_id, data.get("model") or request.get("model") or "", "completed",
                                         output, usage_c2r(data.get("usage")), finish, data.get("created")))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from sdk.routing.translation.fields import Shape, check, effort_travels
 from sdk.routing.translation.requests import refuse
 
@@ -78,7 +80,29 @@ def _text_format(text: Any, out: dict[str, Any], target: str) -> None:
         raise refuse(f"text.format {kind!r}", target)
 
 
+# A custom tool (Codex's freeform `apply_patch`) takes one string; a Chat upstream gets it as a function
+# of that string, and its calls come back as custom tool calls (responses_answers.custom_tools).
+CUSTOM_INPUT = "input"
+
+
+def _custom(tool: dict[str, Any], target: str) -> dict[str, Any]:
+    """A custom tool as a function tool taking its string as `input`; a grammar it names goes in the
+    description (the upstream cannot enforce it)."""
+    description = tool.get("description") or ""
+    fmt = tool.get("format") or {}
+    if fmt.get("type") == "grammar":
+        description += f"\n\nThe input must follow this {fmt.get('syntax', '')} grammar:\n{fmt.get('definition', '')}"
+    elif fmt.get("type") not in (None, "text"):
+        raise refuse(f"a custom tool's format {fmt.get('type')!r}", target)
+    return {"type": "function", "function": {
+        "name": tool["name"], "description": description.strip(),
+        "parameters": {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}}, "required": [CUSTOM_INPUT],
+                       "additionalProperties": False}}}
+
+
 def _tool(tool: dict[str, Any], where: str, target: str) -> dict[str, Any]:
+    if tool.get("type") == "custom":
+        return _custom(tool, target)
     if tool.get("type") != "function":
         raise refuse(f"{where}: the built-in tool {tool.get('type')!r}", target)
     function: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
@@ -92,7 +116,7 @@ def _tool(tool: dict[str, Any], where: str, target: str) -> dict[str, Any]:
 def _tool_choice(choice: Any, target: str) -> Any:
     if choice in ("auto", "none", "required"):
         return choice
-    if isinstance(choice, dict) and choice.get("type") == "function":
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         return {"type": "function", "function": {"name": choice.get("name")}}
     kind = choice.get("type") if isinstance(choice, dict) else choice
     raise refuse(f"tool_choice {kind!r}", target)
@@ -107,19 +131,20 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise refuse(f"{where}: an item that is not an object", target)
         kind = item.get("type", "message")
-        if attached and kind != "function_call_output":  # after the outputs of one turn, all of them
+        if attached and kind not in ("function_call_output", "custom_tool_call_output"):  # after the outputs of one turn, all of them
             out.append({"role": "user", "content": attached})
             attached = []
         if kind == "message":
             out.append(_message(item, where, target))
-        elif kind == "function_call":
-            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
+        elif kind in ("function_call", "custom_tool_call"):
+            arguments = (item.get("arguments") or "{}") if kind == "function_call" else orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
+            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": arguments}}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             text, parts = _output(item.get("output"), where, target)
             out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             attached += parts

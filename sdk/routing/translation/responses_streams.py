@@ -19,6 +19,9 @@ import orjson
 
 from sdk.errors import error_event
 from sdk.routing.translation.responses_answers import (
+    custom_call_item,
+    custom_input,
+    custom_tools,
     function_call_item,
     message_item,
     new_id,
@@ -42,6 +45,8 @@ class ChatToResponses:
         self.output: list[dict[str, Any]] = []  # items in output order, completed as they close
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.calls: dict[int, int] = {}  # chat tool_call index → output index
+        self.custom = custom_tools(request)
+        self.raw = ""  # the open custom tool call's arguments: its input is sent once they are whole
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
 
@@ -110,9 +115,13 @@ class ChatToResponses:
         if index not in self.calls:
             out += self._close()
             self.calls[index] = len(self.output)
-            self.open = function_call_item(new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "", "", status="in_progress")
+            name, call_id = function.get("name") or "", call.get("id") or new_id("call")
+            self.open = (custom_call_item(new_id("ctc"), call_id, name, "", status="in_progress") if name in self.custom
+                         else function_call_item(new_id("fc"), call_id, name, "", status="in_progress"))
             out.append(self._event("response.output_item.added", output_index=len(self.output), item=dict(self.open)))
-        if function.get("arguments") and self.open is not None and self.calls[index] == len(self.output):
+        if function.get("arguments") and self.open is not None and self.open["type"] == "custom_tool_call":
+            self.raw += function["arguments"]
+        elif function.get("arguments") and self.open is not None and self.calls[index] == len(self.output):
             self.open["arguments"] += function["arguments"]
             out.append(self._event("response.function_call_arguments.delta", item_id=self.open["id"],
                                    output_index=len(self.output), delta=function["arguments"]))
@@ -133,6 +142,10 @@ class ChatToResponses:
                                 text=part["text"], logprobs=[]))
             out = [done,
                    self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)]
+        elif item["type"] == "custom_tool_call":
+            item["input"], self.raw = custom_input(self.raw), ""
+            out = [self._event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=item["input"]),
+                   self._event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=item["input"])]
         else:
             out = [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                                name=item["name"], arguments=item["arguments"])]
