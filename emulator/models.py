@@ -78,8 +78,10 @@ async def list_models(emu: Emulator, call: Call) -> None:
         await _anthropic_list(emu, call)
         return
     if await openai_wire.admit(emu, call) is not None:
+        tuned = [{"id": m, "object": "model", "created": OPENAI_CREATED, "owned_by": m.split(":")[2]}
+                 for m in emu.config.openai_fine_tunes]  # owned by the organisation that trained it
         await openai_wire.ok(emu, call, {"object": "list",
-                                         "data": [_openai_entry(m) for m in OPENAI_MODELS]})
+                                         "data": [_openai_entry(m) for m in OPENAI_MODELS] + tuned})
 
 
 async def retrieve_model(emu: Emulator, call: Call) -> None:
