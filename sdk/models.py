@@ -3,7 +3,8 @@
 Explicit names come from the policy: a route whose match is a literal model name, and every
 target's own `model`. A glob route (`claude-*`, `*`) names no model, so for each of its targets
 that passes the client's model through, the catalog asks that provider for its own list (with the
-provider's key) and keeps the entries the glob matches. Upstream lists are cached per provider for
+provider's key) and keeps the entries the glob matches, but fine-tuned models (`ft:…`, made on the
+provider account every team sharing the key shares) only where the policy names them. Upstream lists are cached per provider for
 `models.ttl_s`; a provider that cannot answer (no key, down) adds nothing and is asked again on the
 next listing. Answers are rendered in OpenAI's shape, or Anthropic's when the client is Anthropic's.
 """
@@ -20,7 +21,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamHTTPError
-from sdk.policy import ModelsPolicy, Route, is_glob
+from sdk.policy import FINE_TUNED, ModelsPolicy, Route, is_glob
 from sdk.providers.base import Provider
 from sdk.types import Protocol
 
@@ -56,10 +57,11 @@ def _from_upstream(entry: dict[str, Any], provider: str) -> ModelInfo:
 
 
 class ModelCatalog:
-    def __init__(self, routes: list[Route], providers: Mapping[str, Provider], policy: ModelsPolicy):
+    def __init__(self, routes: list[Route], providers: Mapping[str, Provider], policy: ModelsPolicy, usable: frozenset[str]):
         self.routes = routes
         self.providers = providers
         self.policy = policy
+        self.usable = usable  # the account objects the team may name (Policy.usable_objects): its fine-tunes
         self._upstream: dict[str, tuple[float, list[dict[str, Any]]]] = {}  # provider -> (expires, entries)
 
     def explicit(self) -> list[ModelInfo]:
@@ -83,7 +85,7 @@ class ModelCatalog:
                     if target.model:
                         continue
                     for entry in await self._listed(target.provider):
-                        if route.match.matches(entry["id"]) and entry["id"] not in found:
+                        if route.match.matches(entry["id"]) and entry["id"] not in found and self._listable(entry["id"]):
                             found[entry["id"]] = _from_upstream(entry, target.provider)
         return list(found.values())
 
@@ -92,6 +94,10 @@ class ModelCatalog:
             if model.id == model_id:
                 return model
         raise NotFoundError(f"The model '{model_id}' does not exist or this team's policy does not route to it")
+
+    def _listable(self, model: str) -> bool:
+        """Not another team's fine-tune: one on a shared account is listed only where the policy names it."""
+        return not model.startswith(FINE_TUNED) or model in self.usable or "*" in self.usable
 
     async def _listed(self, name: str) -> list[dict[str, Any]]:
         cached = self._upstream.get(name)

@@ -115,6 +115,9 @@ class ProviderConfig(_Strict):
 _GLOB = frozenset("*?[")
 
 
+FINE_TUNED = "ft:"  # OpenAI's fine-tuned models: ft:BASE:ORG:SUFFIX:ID
+
+
 def is_glob(pattern: str) -> bool:
     """Whether a model pattern (a route's `match.model`, a `pricing:` key: shell-style globs) can
     match more than the one name it spells."""
@@ -357,7 +360,7 @@ class Policy(_Strict):
     budget: BudgetPolicy | None = None
     responses_store: ResponsesStorePolicy = ResponsesStorePolicy()
     # ids of objects made on the provider account without the gateway (vector stores, conversations,
-    # containers, stored prompts, skills) this team may name; "*": the account is the team's alone
+    # containers, stored prompts, skills, fine-tuned models) this team may name; "*": the account is the team's alone
     provider_objects: list[Annotated[str, Field(min_length=1)]] = []
 
     @model_validator(mode="after")
@@ -381,6 +384,12 @@ class Policy(_Strict):
             if provider.kind != "local" and summarizer.model is None:
                 raise ValueError("compression.summarizer.model: a hosted provider needs a model name")
         return self
+
+    def usable_objects(self) -> frozenset[str]:
+        """The provider-account objects this team may name: `provider_objects`, and the fine-tuned
+        models (`ft:…`) a route or target spells out."""
+        named = {model for route in self.routes for model in (route.match.model, *(t.model for t in route.targets)) if model}
+        return frozenset(self.provider_objects) | {model for model in named if model.startswith(FINE_TUNED)}
 
     def resolved_keys(self) -> list[str]:
         return [key for ref in self.api_keys if (key := ref.resolve())]

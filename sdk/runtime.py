@@ -71,7 +71,7 @@ class TeamRuntime:
                         team=policy.team, responses=services.response_store, planner=planner, store=breakers)
         warm_ups = tuple(w for part in [*stages, *providers.values()] if isinstance(part, HasWarmUps) for w in part.warm_ups())
         return cls(policy=policy, pipeline=Pipeline(stages, router),
-                   models=ModelCatalog(policy.routes, providers, policy.models), providers=providers,
+                   models=ModelCatalog(policy.routes, providers, policy.models, policy.usable_objects()), providers=providers,
                    responses=StoredResponses(policy.team, services.response_store, providers), warm_ups=warm_ups)
 
     async def handle(self, request: LLMRequest, ctx: RequestContext | None = None) -> tuple[Answer, RequestContext]:

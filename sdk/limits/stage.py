@@ -79,7 +79,7 @@ class LimitsStage:
         self.budget = policy.budget
         self.prices = PriceBook(policy.pricing)
         self.model_labels = metrics.ModelLabels(policy)
-        self.provider_objects = frozenset(policy.provider_objects)
+        self.provider_objects = policy.usable_objects()
         self._unpriced_warnings = 0
         self._targets: dict[str, tuple[Price, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
         limits = policy.limits

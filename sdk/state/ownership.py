@@ -35,6 +35,7 @@ import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError
 from sdk.offload import is_large, off_loop
+from sdk.policy import FINE_TUNED
 from sdk.state.backend import StateBackend
 
 MISSING_FILE = "No such File object: {}"  # what the provider answers for a file it does not have
@@ -215,11 +216,14 @@ def account_objects(body: Any) -> list[tuple[str, str]]:
     """(kind, id) of each provider-account object a model request names and the gateway does not
     create: a Responses `conversation` (an id, or `{"id"}`) and stored `prompt` (`{"id"}`), a
     file_search tool's `vector_store_ids`, a code interpreter's or Anthropic's `container` (an id, or
-    `{"id"}`) and an Anthropic container's custom `skills`. They are request fields and tool fields,
-    never message content, so only those places are read."""
+    `{"id"}`), an Anthropic container's custom `skills`, and a fine-tuned `model` (`ft:…`). They are
+    request fields and tool fields, never message content, so only those places are read."""
     if not isinstance(body, dict):
         return []
     found: list[tuple[str, str]] = []
+    model = body.get("model")
+    if isinstance(model, str) and model.startswith(FINE_TUNED):
+        found.append(("fine-tuned model", model))
     conversation = body.get("conversation")
     conversation = conversation.get("id") if isinstance(conversation, dict) else conversation
     if isinstance(conversation, str):

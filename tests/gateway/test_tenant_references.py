@@ -361,3 +361,39 @@ def test_a_cache_hit_does_not_store_a_turn_over_the_item_bound(tmp_path, emulato
         with pytest.raises(openai.BadRequestError) as refused:
             oai(one, A).post("/responses", body={**ask, "store": True}, cast_to=object)
         assert "10000 items" in refused.value.body["message"]
+
+
+FINE_TUNE = "ft:gpt-4o-mini-2024-07-18:acme:beta-contracts:AbC123"
+
+
+def test_a_fine_tuned_model_is_usable_and_listed_only_where_the_policy_lists_it(tmp_path):
+    """A fine-tuned model is made on the provider account with the provider key (the gateway serves
+    no fine-tuning endpoint), like a vector store: teams sharing the key share every one. A route
+    that passes any model name (`*`) let alpha list beta's fine-tunes and run them (weights trained
+    on beta's data). A fine-tuned model (`ft:…`) is now an account object: usable and listed only
+    where the policy names it (`provider_objects`, or a route or target that spells it out)."""
+    from emulator.app import EmulatorConfig
+    from emulator.testing import running_emulator
+
+    with running_emulator(EmulatorConfig(openai_fine_tunes=[FINE_TUNE])) as emulator:
+        for team, extra in (("alpha", ""), ("beta", f'provider_objects: ["{FINE_TUNE}"]\n')):
+            (tmp_path / f"{team}.yaml").write_text(f"""team: {team}
+api_keys: [{{value: "sk-{team}-ft"}}]
+providers:
+  gpt: {{kind: openai, base_url: "{emulator.openai_url}", api_key: up-openai}}
+routes:
+  - match: {{model: "*"}}
+    targets: [{{provider: gpt}}]
+{extra}""")
+        with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+            alpha, beta = oai(proxy, "sk-alpha-ft"), oai(proxy, "sk-beta-ft")
+            assert FINE_TUNE not in [model.id for model in alpha.models.list()]
+            assert FINE_TUNE in [model.id for model in beta.models.list()]
+            ask = {"model": FINE_TUNE, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
+            with pytest.raises(openai.NotFoundError, match="provider_objects"):
+                alpha.chat.completions.create(**ask)
+            with pytest.raises(openai.NotFoundError, match="provider_objects"):  # the pass-through too
+                alpha.completions.create(model=FINE_TUNE, prompt="Hi", max_tokens=8)
+            beta.chat.completions.create(**ask)
+        runs = [r for r in emulator.state.recent if r["path"] in ("/v1/chat/completions", "/v1/completions")]
+        assert len(runs) == 1  # beta's
