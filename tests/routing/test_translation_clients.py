@@ -356,3 +356,17 @@ def test_codex_custom_tools_reach_claude_as_functions_of_one_string(oa, fresh_em
     oa.responses.create(model="gpt-x", input=[*ask, call.model_dump(exclude_none=True), output], tools=tools, store=False)
     use, result = (message["content"][0] for message in sent(fresh_emulator)["messages"][1:3])
     assert (use["type"], use["input"], result["type"], result["content"]) == ("tool_use", {"input": call.input}, "tool_result", "Done!")
+
+
+def test_an_empty_assistant_turn_in_a_chat_history_reaches_claude(oa, fresh_emulator):
+    """A chat history may hold an empty assistant turn (a generation stopped before its first word,
+    kept by the client), which OpenAI takes and Claude refuses ("all messages must have non-empty
+    content"): every later request of that conversation failed. The empty turn says nothing and is
+    left out; the user turns around it join, as consecutive turns of one role do (Responses too)."""
+    history: Any = [{"role": "user", "content": "Name a fjord."}, {"role": "assistant", "content": ""},
+                    {"role": "user", "content": "Are you there?"}]
+    assert oa.chat.completions.create(model="gpt-x", max_tokens=16, messages=history).choices[0].message.content
+    (turn,) = sent(fresh_emulator)["messages"]
+    assert turn["role"] == "user" and [block["text"] for block in turn["content"]] == ["Name a fjord.", "Are you there?"]
+    assert oa.responses.create(model="gpt-x", max_output_tokens=16, input=history).status in ("completed", "incomplete")
+    assert [m["role"] for m in sent(fresh_emulator)["messages"]] == ["user"]

@@ -82,7 +82,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "`role: \"system\"` message in its place, which Claude takes on Opus 4.8 and later (other "
                                  "models answer 400); tool → tool_result blocks (call ids with characters Claude's ids do not take, such as "
                                  "Kimi's `functions.name:0`, have them replaced by `_`); images; inline PDF files → document blocks; "
-                                 "`cache_control` on a part or message → a breakpoint on the block made from it)"),
+                                 "`cache_control` on a part or message → a breakpoint on the block made from it; an empty assistant "
+                                 "turn, which Claude refuses, left out)"),
         "max_completion_tokens": Field(T, "max_tokens (at most the Claude model's own most, e.g. Sonnet 4.5's 64000: a larger one "
                                           "is Anthropic's 400, a ceiling to OpenAI)"),
         "max_tokens": Field(T, "max_tokens (as max_completion_tokens; default when neither is sent: 8192; 4096 for Claude 3 "

@@ -330,6 +330,8 @@ def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, 
             role = "user"
         elif role == "assistant":
             blocks = _o2a_assistant(message, where)
+            if not blocks:  # an empty turn (a generation stopped before its first word), which OpenAI takes and
+                continue    # Claude refuses ("non-empty content"): it says nothing; the turns around it join
         elif role == "user":
             blocks = _o2a_user(message, where)
         else:
