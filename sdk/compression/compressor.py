@@ -1,13 +1,14 @@
 """One request through compression: locate and prune material, compact history, count tokens before and after.
 
 CPU work (counting, locating, splitting, static scoring, selection, writing back) runs in one trip to
-a worker thread, never on the event loop; the contextual scorer awaits the shared embedder, which
-batches in its own thread.
+the heavy-work pool (sdk/offload.py), never on the event loop; the contextual scorer awaits the
+shared embedder, which batches in its own thread. The pool serves the teams in turn: in asyncio's
+default pool, first come, first served, one team's compression of large documents held every other
+team's, and the other users of that pool (the SQLite response store, policy reloads).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import threading
@@ -20,6 +21,7 @@ from sdk.compression.history import HistoryCompactor
 from sdk.compression.places import Found
 from sdk.compression.scoring import score_contextual, score_static
 from sdk.lru import LRU
+from sdk.offload import off_loop
 from sdk.pipeline import CompressionReport
 
 if TYPE_CHECKING:
@@ -75,13 +77,13 @@ class Compressor:
         if self.docs is not None and self.docs.scorer == "contextual":
             counts = await self._contextual(result)
         else:  # one trip to a worker thread for the whole request: on a busy CPU each trip waits its turn
-            counts = await asyncio.to_thread(self._static, result)
+            counts = await off_loop(self._static, result)
         if self.history is not None:
             messages = result.body["messages"]
             compacted, result.report.history = self.history.apply(messages, counts[1:], places.frozen_until(body)[0] >= 0)
             if compacted is not messages:
                 result.body = {**result.body, "messages": compacted}
-                counts = await asyncio.to_thread(_body_counts, self.team, result.body)
+                counts = await off_loop(_body_counts, self.team, result.body)
         result.report.after = sum(counts)
         return result
 
@@ -95,10 +97,10 @@ class Compressor:
         return self._apply(result, prepared, outcomes, counts)
 
     async def _contextual(self, result: Result) -> list[int]:
-        found, counts = await asyncio.to_thread(self._locate, result)
+        found, counts = await off_loop(self._locate, result)
         if not found:
             return counts
-        prepared = await asyncio.to_thread(self._prepare, found)
+        prepared = await off_loop(self._prepare, found)
         embedder = self.embedder()
         scores = [None if o is not None else await score_contextual(embedder, f.query, p.units, p.words, self.team) for f, p, o in prepared]
 
@@ -111,8 +113,8 @@ class Compressor:
                 done.append(o)
             return done
 
-        outcomes = await asyncio.to_thread(finish_all)
-        return await asyncio.to_thread(self._apply, result, prepared, outcomes, counts)
+        outcomes = await off_loop(finish_all)
+        return await off_loop(self._apply, result, prepared, outcomes, counts)
 
     def _locate(self, result: Result) -> tuple[list[Found], list[int]]:
         """The material to prune, and the token counts of the body as sent (system, then each message)."""

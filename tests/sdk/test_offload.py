@@ -54,3 +54,24 @@ def test_a_large_request_is_parsed_as_its_teams_work(tmp_path: Path, fresh_emula
         client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-alpha-heavy", max_retries=0)
         client.chat.completions.create(model="gpt-4o", max_tokens=8, messages=[{"role": "user", "content": "word " * 60_000}])
     assert tenants == ["alpha"]
+
+
+def test_compression_runs_in_the_heavy_work_pool_as_its_teams_work(tmp_path: Path, fresh_emulator, monkeypatch):
+    """Compression's CPU work ran in asyncio's default pool, first come, first served, so one team's
+    compression of large documents held every other team's (and the response store's SQLite calls,
+    which share that pool). It runs in the heavy-work pool now, where the teams take turns."""
+    from sdk.compression import compressor
+
+    ran: list[tuple[str, str]] = []
+    counts = compressor._body_counts
+
+    def recorded(team: str, body: dict) -> list[int]:
+        ran.append((threading.current_thread().name.rsplit("-", 1)[0], TENANT.get()))
+        return counts(team, body)
+
+    monkeypatch.setattr(compressor, "_body_counts", recorded)
+    write_policy(tmp_path, "alpha", "sk-alpha-heavy", fresh_emulator.url, extra="compression: {enabled: true}\n")
+    with running_proxy([tmp_path]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-alpha-heavy", max_retries=0)
+        client.chat.completions.create(model="gpt-4o", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+    assert ran == [("slipstream-heavy", "alpha")]
