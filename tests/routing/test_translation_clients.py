@@ -29,6 +29,8 @@ ROUTES = """  - match: {model: "claude-old-*"}
     targets: [{provider: gpt, model: gpt-4}]
   - match: {model: "claude-think-*"}
     targets: [{provider: gpt, model: gpt-5}]
+  - match: {model: "claude-chat-*"}
+    targets: [{provider: gpt, model: gpt-5-chat-latest}]
   - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
   - match: {model: "gpt-*"}
@@ -191,8 +193,9 @@ def test_claude_codes_context_editing_of_thinking_reaches_an_openai_target(an, f
 
 def test_a_claude_sized_output_limit_is_the_openai_models_own_most(an, fresh_emulator):
     """Claude Code asks max_tokens 32000 on every turn; gpt-4o writes at most 16384 and answers a
-    larger limit with a 400, where Claude takes it as a ceiling: the model's own most is sent."""
-    for model, sent_limit in (("claude-x", 16384), ("claude-think-x", 32000)):  # gpt-4o, gpt-5
+    larger limit with a 400, where Claude takes it as a ceiling: the model's own most is sent. So
+    does gpt-5-chat-latest (16384), which was sent 32000 as if it were gpt-5 (128000)."""
+    for model, sent_limit in (("claude-x", 16384), ("claude-think-x", 32000), ("claude-chat-x", 16384)):  # gpt-4o, gpt-5, gpt-5-chat-latest
         with an.messages.stream(model=model, max_tokens=32000, messages=AGENT_TURNS) as stream:
             stream.until_done()
         assert sent(fresh_emulator)["max_completion_tokens"] == sent_limit

@@ -27,7 +27,8 @@ def default_max_tokens(model: Any) -> int:
 # one with a 400 ("max_tokens is too large"), so a Messages limit above the model's own is its own.
 _OPENAI_OUTPUT = ((re.compile(r"^gpt-4o-2024-05-13"), 4096), (re.compile(r"^(gpt-4o|chatgpt-4o)"), 16384),
                   (re.compile(r"^gpt-4\.1"), 32768), (re.compile(r"^(gpt-4-turbo|gpt-3\.5-turbo)"), 4096),
-                  (re.compile(r"^gpt-4(-\d|$)"), 8192), (re.compile(r"^o[134](-|$)"), 100000), (re.compile(r"^gpt-5"), 128000))
+                  (re.compile(r"^gpt-4(-\d|$)"), 8192), (re.compile(r"^o[134](-|$)"), 100000), (re.compile(r"^gpt-5(\.\d+)?-chat"), 16384),
+                  (re.compile(r"^gpt-5"), 128000))
 
 
 def openai_output_limit(model: Any, asked: Any) -> Any:
