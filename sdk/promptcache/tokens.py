@@ -10,6 +10,9 @@ another had sent a text.
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import ClassVar
+
 import tiktoken
 
 from sdk.offload import HEAVY_POOL
@@ -46,9 +49,9 @@ class RequestCounter:
 
     EXACT_CHARS_PER_REQUEST = 64 * 1024
     CHARS_PER_TOKEN = 4.0  # cl100k on English prose; calibration absorbs the error
-    MAX_PENDING = 4  # background counts queued at once; beyond, a block stays estimated until seen again
+    MAX_PENDING = 4  # a team's background counts queued at once; beyond, a block stays estimated until seen again
 
-    _pending = 0
+    _pending: ClassVar[Counter[str]] = Counter()  # per team: one team's large prompts took every team's places
 
     def __init__(self, team: str) -> None:
         self.team = team
@@ -68,15 +71,16 @@ class RequestCounter:
 
     @classmethod
     def _count_later(cls, key: tuple[str, int], text: str) -> None:
-        if cls._pending >= cls.MAX_PENDING:
+        team = key[0]
+        if cls._pending[team] >= cls.MAX_PENDING:
             return
-        cls._pending += 1
+        cls._pending[team] += 1
 
         def run() -> None:
             try:
                 _exact(key, text)
             finally:
-                RequestCounter._pending -= 1
+                RequestCounter._pending[team] -= 1
 
         HEAVY_POOL.submit(run)
 

@@ -202,3 +202,28 @@ def test_token_counts_are_not_shared_between_teams(tmp_path: Path, emu: RunningE
             client = anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
             client.messages.create(model="claude-sonnet-4-5", max_tokens=8, system=[{"type": "text", "text": document}], messages=QUESTION)
     assert encoding.texts.count(document) == 4  # by the planner and by compression, for each team
+
+
+async def test_one_teams_large_prompts_do_not_take_every_teams_background_counts():
+    """Past 64 KiB of new text in a request a block is estimated and counted exactly in the heavy-work
+    pool, at most four at a time; the four places were every team's, so one team's stream of large
+    prompts kept another team's blocks estimated. Each team has its own four."""
+    import asyncio
+    import threading
+
+    from sdk.offload import HEAVY_POOL, TENANT
+    from sdk.promptcache import tokens
+
+    gate = threading.Event()
+    TENANT.set("held")
+    held = [HEAVY_POOL.submit(lambda: gate.wait(30)) for _ in range(2)]  # both threads busy: counts queue
+    big = "lorem ipsum " * 7_000  # past one request's exact share
+    for i in range(tokens.RequestCounter.MAX_PENDING):
+        TENANT.set("alpha")
+        tokens.RequestCounter("alpha").count(1000 + i, f"{i} {big}")
+    TENANT.set("beta")
+    tokens.RequestCounter("beta").count(2000, big)
+    gate.set()
+    await asyncio.gather(*(asyncio.wrap_future(f) for f in held))
+    await asyncio.wrap_future(HEAVY_POOL.submit(lambda: None))  # beta's turn again: its count ran before
+    assert ("beta", 2000) in tokens._COUNTS
