@@ -42,8 +42,10 @@ def build_provider(name: str, config: ProviderConfig, services: Services | None 
         # In process, or over HTTP to `slipstream engine serve` / any OpenAI-compatible server.
         engine_args = {"speculative_config": config.speculative.model_dump(exclude_none=True)} if config.speculative else None
         keys = config.resolve_api_keys() or ("local",)
+        # Over HTTP, the engine every team's requests share: the team's share of the pool's connections to it.
         return LocalProvider(name, config.model or "demo", config.base_url, keys[0], timeouts, engine_args, services,
-                             cache_salt=team_cache_salt(team or ""), default_max_tokens=config.default_max_tokens)
+                             cache_salt=team_cache_salt(team or ""), default_max_tokens=config.default_max_tokens,
+                             client=TeamUpstream(Caller(team, config.max_connections)))
     dialect = AnthropicDialect() if config.kind == "anthropic" else OpenAIDialect(config.responses or "auto")
     base_url = (config.base_url or (ANTHROPIC_URL if config.kind == "anthropic" else OPENAI_URL)).rstrip("/")
     keys = config.resolve_api_keys()

@@ -25,7 +25,7 @@ from sdk.providers.keys import KeyRing
 from sdk.providers.local_embeddings import MODEL_ID as EMBEDDING_MODEL
 from sdk.providers.local_embeddings import LocalEmbeddings
 from sdk.providers.openai import OpenAIDialect
-from sdk.providers.upstream import Timeouts
+from sdk.providers.upstream import Timeouts, UpstreamClient
 from sdk.readiness import WarmUp
 from sdk.services import MODEL_LOAD_LOCK, Services
 from sdk.sse import StreamObserver
@@ -61,7 +61,8 @@ class LocalProvider:
 
     def __init__(self, name: str, model: str, base_url: str | None = None, api_key: str = "local",
                  timeouts: Timeouts = Timeouts(), engine_args: dict[str, Any] | None = None,
-                 services: Services | None = None, cache_salt: str = "", default_max_tokens: int | None = None):
+                 services: Services | None = None, cache_salt: str = "", default_max_tokens: int | None = None,
+                 client: UpstreamClient | None = None):
         self.name = name
         self.default_max_tokens = default_max_tokens  # in process: a request naming no max_tokens (None: up to the context)
         self.model = model
@@ -71,7 +72,7 @@ class LocalProvider:
         self._embeddings = LocalEmbeddings(name, services or Services(), cache_salt)
         self._http = (
             HTTPProvider(name=name, dialect=OpenAIDialect(), base_url=base_url.rstrip("/"), keys=KeyRing((api_key,)),
-                         timeouts=timeouts)
+                         timeouts=timeouts, client=client)
             if base_url
             else None
         )

@@ -63,3 +63,38 @@ async def test_a_team_holding_its_share_of_slow_streams_leaves_another_team_a_co
                 assert emulator.stats()["open_streams"] == 2
                 for response in outcomes:
                     await response.aclose()
+
+
+async def test_a_local_engine_over_http_is_shared_by_team_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A `kind: local` provider with a `base_url` (`slipstream engine serve`, which every team's
+    requests share) reached the pool as nobody's: one team's slow streams took every connection to
+    the engine and another team's call waited for one, then failed. It holds its team's share too."""
+    monkeypatch.setattr(http1, "_MAX_PER_ORIGIN", 8)
+    slow = EmulatorConfig(per_output_token_ms=50.0, default_output_tokens=4000)
+    with running_emulator(slow) as engine:  # an OpenAI-compatible server, as the engine's is
+        for team in ("alpha", "beta"):
+            (tmp_path / f"{team}.yaml").write_text(f"""team: {team}
+api_keys: [{{value: "sk-{team}"}}]
+providers:
+  engine: {{kind: local, base_url: "{engine.url}/v1", model: gpt-4o, connect_timeout_s: 2}}
+routes:
+  - targets: [{{provider: engine}}]
+retry: {{max_attempts: 1}}
+prompt_cache: {{enabled: false}}
+""")
+        with running_proxy([tmp_path]) as gateway:
+            async with httpx.AsyncClient(base_url=f"{gateway.url}/v1", timeout=60, trust_env=False) as client:
+                alpha = {"authorization": "Bearer sk-alpha"}
+
+                async def open_stream() -> httpx.Response:
+                    request = client.build_request("POST", "/chat/completions", json=STREAM, headers=alpha)
+                    return await client.send(request, stream=True)
+
+                streams = [asyncio.create_task(open_stream()) for _ in range(8)]
+                await asyncio.to_thread(engine.wait_for, lambda stats: stats["open_streams"] >= 2)
+                answer = await client.post("/chat/completions", json=QUICK, headers={"authorization": "Bearer sk-beta"})
+                assert answer.status_code == 200, answer.text  # beta got a connection while alpha's streams run
+                outcomes = await asyncio.gather(*streams)
+                assert sorted(response.status_code for response in outcomes) == [200, 200, 502, 502, 502, 502, 502, 502]
+                for response in outcomes:
+                    await response.aclose()
