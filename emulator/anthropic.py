@@ -16,7 +16,7 @@ from .anthropic_wire import ERROR_MESSAGES
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CacheError, CachePlan, count_input_tokens, plan_anthropic
 from .models import anthropic_generates, anthropic_max_output
-from .reply import ToolPick, choose_tool, make_reply
+from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import seed_for
 
@@ -194,7 +194,28 @@ def _validate_output_config(oc: Any) -> str | None:
     if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "json_schema"
                             or not isinstance(fmt.get("schema"), dict)):
         return "output_config.format: Input should be {'type': 'json_schema', 'schema': {...}}"
-    return None
+    return _schema_problem(fmt["schema"]) if fmt is not None else None
+
+
+# What structured outputs refuse in a schema (Anthropic's structured-outputs docs, "JSON Schema limitations"):
+# an object without `additionalProperties: false`, numeric, string-length and object-size constraints,
+# and array sizes other than `minItems` 0 or 1. The messages paraphrase the API's.
+_NOT_SUPPORTED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength",
+                  "maxItems", "minProperties", "maxProperties")
+
+
+def _schema_problem(schema: Any) -> str | None:
+    if not isinstance(schema, dict):
+        return None
+    where = "output_config.format.schema"
+    if (schema.get("type") == "object" or "properties" in schema) and schema.get("additionalProperties") is not False:
+        return f"{where}: For 'object' type, 'additionalProperties' must be explicitly set to false"
+    for key in _NOT_SUPPORTED:
+        if key in schema or (key == "maxItems" and schema.get("minItems", 0) not in (0, 1)):
+            return f"{where}: For '{schema.get('type')}' type, property '{key if key in schema else 'minItems'}' is not supported"
+    inner = [*(schema.get("properties") or {}).values(), *(schema.get("$defs") or {}).values(), schema.get("items"),
+             *(schema.get("anyOf") or ()), *(schema.get("allOf") or ())]
+    return next((problem for problem in map(_schema_problem, inner) if problem), None)
 
 
 def _turn(messages: list[dict[str, Any]]) -> tuple[str, bool, set[str]]:
@@ -278,9 +299,12 @@ async def messages(emu: Emulator, call: Call) -> None:
     thinking = plan_thinking(body, seed)
     spent = thinking.tokens if thinking else 0  # thinking counts against max_tokens
     fmt = (body.get("output_config") or {}).get("format")
-    schema = fmt["schema"] if fmt else None
+    schema = fmt["schema"] if fmt else output_schema({"type": "json_object"}) if _asks_for_json(body) else None
     reply = make_reply(seed, emu.natural_length(call), max(0, body["max_tokens"] - spent),
                        body.get("stop_sequences") or [], _pick_tool(body), schema)
+    prefill = _prefill(body["messages"])
+    if schema is not None and prefill and reply.text.startswith(prefill):  # the answer continues the prefill
+        reply.text = reply.text[len(prefill):]
     out_tokens = reply.output_tokens + spent
     tool_id = emu.new_id("toolu_") if reply.tool_name else ""
     out = {"id": emu.new_id("msg_"), "type": "message", "role": "assistant", "model": model,
@@ -301,6 +325,23 @@ async def messages(emu: Emulator, call: Call) -> None:
     headers.append(JSON_CT)
     delay = ttft + cfg.per_output_token_ms * out_tokens / 1000.0
     await respond_after(emu, call, delay, 200, orjson.dumps(out), headers, plan.commit)
+
+
+def _asks_for_json(body: dict[str, Any]) -> bool:
+    """A system prompt that asks for a JSON object (as JSON-mode clients and gateways write one): the
+    model follows it, answering the object output_schema gives json_object."""
+    system = body.get("system")
+    text = system if isinstance(system, str) else " ".join(b.get("text", "") for b in system or () if isinstance(b, dict))
+    return "json object" in text.lower()
+
+
+def _prefill(messages: list[dict[str, Any]]) -> str:
+    """The text of a final assistant turn (a prefill the answer continues), or ""."""
+    last = messages[-1]
+    if last.get("role") != "assistant":
+        return ""
+    content = last.get("content")
+    return content if isinstance(content, str) else "".join(b.get("text", "") for b in content or () if b.get("type") == "text")
 
 
 async def count_tokens(emu: Emulator, call: Call) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 import tiktoken
+from pydantic import BaseModel, Field
 
 from gateway.testing import running_proxy
 from sdk.providers.local import LocalProvider
@@ -373,3 +374,31 @@ def test_an_empty_assistant_turn_in_a_chat_history_reaches_claude(oa, fresh_emul
     assert turn["role"] == "user" and [block["text"] for block in turn["content"]] == ["Name a fjord.", "Are you there?"]
     assert oa.responses.create(model="gpt-x", max_output_tokens=16, input=history).status in ("completed", "incomplete")
     assert [m["role"] for m in sent(fresh_emulator)["messages"]] == ["user"]
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=40)
+    age: int = Field(ge=0, le=150)
+
+
+def test_json_output_reaches_claude_within_what_structured_outputs_take(oa, fresh_emulator):
+    """Claude's structured outputs refuse with a 400 an object without `additionalProperties: false` and
+    numeric, string-length and array-size constraints, which OpenAI takes: `parse()` with a pydantic
+    model holding `Field(max_length=...)`/`Field(ge=...)`, a non-strict schema, and every json_object
+    request (sent as the schema `{"type": "object"}`) failed. A schema is brought to Claude's subset as
+    Anthropic's SDK brings one (constraints move into the description); json_object, which no closed
+    schema can express, is an instruction and a prefill, the answer validated as JSON."""
+    ask = [{"role": "user", "content": "Bob is 42."}]
+    assert oa.chat.completions.parse(model="gpt-x", messages=ask, response_format=Person).choices[0].message.parsed
+    schema = sent(fresh_emulator)["output_config"]["format"]["schema"]
+    assert schema["additionalProperties"] is False and "maxLength" not in schema["properties"]["name"]
+    assert "maxLength: 40" in schema["properties"]["name"]["description"]
+    assert oa.responses.parse(model="gpt-x", input="Bob is 42.", text_format=Person).output_parsed
+    loose = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "minItems": 2}}}
+    answer = oa.chat.completions.create(model="gpt-x", messages=ask, response_format={
+        "type": "json_schema", "json_schema": {"name": "tags", "schema": loose}})
+    assert isinstance(json.loads(answer.choices[0].message.content or ""), dict)
+    answer = oa.chat.completions.create(model="gpt-x", messages=ask, response_format={"type": "json_object"})
+    assert isinstance(json.loads(answer.choices[0].message.content or ""), dict)
+    body = sent(fresh_emulator)
+    assert "output_config" not in body and body["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "{"}]}

@@ -48,14 +48,15 @@ def usage_o2a(usage: dict[str, Any] | None) -> dict[str, Any]:
             "output_tokens": usage.get("completion_tokens") or 0}
 
 
-def message_a2o(body: bytes, prefill: str = "", stops: tuple[str, ...] = ()) -> bytes:
-    """An Anthropic message as an OpenAI chat.completion; `prefill` (a JSON-mode request's assistant
-    prefill, output_modes.py) is re-attached and the text validated as JSON; the text is cut at the
-    first of `stops` (the Chat stops Claude refuses, stops.py), which ends the answer there."""
+def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] = ()) -> bytes:
+    """An Anthropic message as an OpenAI chat.completion. For a JSON-mode request that Claude answers by
+    instruction, `prefill` is its assistant prefill ("" for none, output_modes.py): re-attached, and the
+    text validated as JSON. The text is cut at the first of `stops` (the Chat stops Claude refuses,
+    stops.py), which ends the answer there."""
     data = orjson.loads(body)
     texts = [b["text"] for b in data.get("content") or () if b.get("type") == "text"]
     text, stopped = cut("".join(texts), stops)
-    if prefill:
+    if prefill is not None:
         text = validated(prefill + text, data.get("stop_reason") == "max_tokens" or stopped)
     calls = [] if stopped else [
         {"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": orjson.dumps(b.get("input") or {}).decode()}}

@@ -98,9 +98,11 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "tools": Field(T, "tools (function tools, with their `cache_control`; others refused)"),
         "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools and custom refused)"),
         "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
-        "response_format": Field(T, "json_schema → output_config.format (structured outputs); json_object (and "
-                                    "json_schema on models without structured outputs) → an instruction and an "
-                                    "assistant prefill `{`, the answer validated as JSON", ({"type": "text"},)),
+        "response_format": Field(T, "json_schema → output_config.format (structured outputs; the schema within what they "
+                                    "take: objects closed, constraints they cannot enforce moved into the description); "
+                                    "json_object (and json_schema on models without structured outputs) → an instruction "
+                                    "and, for models before 4.6, an assistant prefill `{`, the answer validated as JSON",
+                                 ({"type": "text"},)),
         # Claude reasons only when `thinking` is on, which a translated request never turns on: "none" is its default.
         "reasoning_effort": Field(T, "output_config.effort (low/medium/high/xhigh; minimal → low, the least Claude has)", ("none",)),
         "user": Field(T, "metadata.user_id"),

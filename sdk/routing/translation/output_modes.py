@@ -1,12 +1,13 @@
 """JSON output (`response_format` json_object / json_schema, Responses `text.format`) for an Anthropic target.
 
 Anthropic's structured outputs (`output_config.format: {type: json_schema, schema}`) constrain the
-answer to a schema; models that have them (Claude 4.5 and later) get them: a json_schema request its
-schema, a json_object request the schema of any object. Older models have no structured outputs but
-accept an assistant prefill: they get an instruction in the system prompt (with the schema, if any)
-and an assistant turn that opens the object (`{`). The prefill is re-attached to the answer, which
-is then validated as JSON: an answer that is not JSON (and was not cut by max_tokens, where OpenAI's
-JSON mode too returns what was written) is a 502, never passed on as if it were.
+answer to a schema; a json_schema request to a model that has them (Claude 4.5 and later) gets them,
+its schema brought to the subset they take (`claude_schema`). They have no "any object": every object
+must close its properties, so a json_object request, and a json_schema request to an older model, gets
+an instruction in the system prompt (with the schema, if any) and, for a model that takes an assistant
+prefill (those before 4.6), an assistant turn that opens the object (`{`). The prefill is re-attached
+to the answer, which is then validated as JSON: an answer that is not JSON (and was not cut by
+max_tokens, where OpenAI's JSON mode too returns what was written) is a 502, never passed on as if it were.
 """
 
 from __future__ import annotations
@@ -24,22 +25,21 @@ PREFILL = "{"
 # Claude models without structured outputs (those before Claude 4.5); they accept an assistant prefill,
 # which 4.6 and later reject.
 _LEGACY = re.compile(r"^claude-(instant|2|3)|^claude-(opus|sonnet)-4(-0|-1|-2025|$)")
+# Claude models that take an assistant prefill: those before 4.6 (4.6 and later answer one with a 400).
+_PREFILLS = re.compile(r"^claude-(instant|2|3)|^claude-(opus|sonnet|haiku)-4(-[015]|-2025|$)")
 
 
 @dataclass(frozen=True, slots=True)
 class JsonMode:
     schema: dict[str, Any] | None  # json_schema's schema; None for json_object
-    native: bool  # Anthropic's structured outputs; else instruction + prefill
-
-    @property
-    def prefill(self) -> str:
-        return "" if self.native else PREFILL
+    native: bool  # Anthropic's structured outputs (json_schema, a model that has them); else an instruction
+    prefill: str  # the assistant turn opening the object, for a model that takes one; else ""
 
     def apply(self, out: dict[str, Any], system: str | list[dict[str, Any]],
               messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
         """`out` (an Anthropic body being built), its system prompt (text or text blocks) and messages, asking for JSON."""
         if self.native:
-            out.setdefault("output_config", {})["format"] = {"type": "json_schema", "schema": self.schema or {"type": "object"}}
+            out.setdefault("output_config", {})["format"] = {"type": "json_schema", "schema": claude_schema(self.schema)}
             return system, messages
         instruction = "Answer with one JSON object and nothing else: no prose, no code fence."
         if self.schema is not None:
@@ -48,7 +48,40 @@ class JsonMode:
             system = [*system, {"type": "text", "text": f"\n\n{instruction}"}]
         else:
             system = f"{system}\n\n{instruction}" if system else instruction
-        return system, [*messages, {"role": "assistant", "content": [{"type": "text", "text": PREFILL}]}]
+        return system, [*messages, {"role": "assistant", "content": [{"type": "text", "text": self.prefill}]}] if self.prefill else messages
+
+
+# Claude's structured outputs take a subset of JSON Schema (Anthropic's structured-outputs docs, "JSON Schema
+# limitations"): every object with `additionalProperties: false`; no numeric, string-length or object-size
+# constraints; `minItems` 0 or 1 only; a 400 otherwise. OpenAI takes all of these (a non-strict schema need
+# not close its objects), so a client's schema is brought to Claude's subset as Anthropic's own SDK brings
+# one (anthropic `transform_schema`): a constraint Claude cannot enforce moves into the description.
+_UNSUPPORTED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength",
+                "maxItems", "minProperties", "maxProperties")
+
+
+def claude_schema(schema: Any) -> Any:
+    """`schema` within Claude's structured-outputs subset (its sub-schemas too)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: value for key, value in schema.items() if key not in _UNSUPPORTED}
+    moved = {key: schema[key] for key in _UNSUPPORTED if key in schema}
+    if schema.get("minItems", 0) not in (0, 1):
+        moved["minItems"] = out.pop("minItems")
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(schema.get(key), dict):
+            out[key] = {name: claude_schema(sub) for name, sub in schema[key].items()}
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        if isinstance(schema.get(key), list):
+            out[key] = [claude_schema(sub) for sub in schema[key]]
+    if "items" in schema:
+        out["items"] = claude_schema(schema["items"])
+    if schema.get("type") == "object" or "properties" in schema:
+        out["additionalProperties"] = False
+    if moved:
+        note = "{" + ", ".join(f"{key}: {orjson.dumps(value).decode()}" for key, value in moved.items()) + "}"
+        out["description"] = f"{schema['description']}\n\n{note}" if schema.get("description") else note
+    return out
 
 
 def json_mode(body: dict[str, Any]) -> JsonMode | None:
@@ -64,8 +97,9 @@ def json_mode(body: dict[str, Any]) -> JsonMode | None:
         schema = (fmt.get("json_schema") or {}).get("schema")
         if not isinstance(schema, dict):
             raise TranslationRefused("response_format.json_schema.schema: an object is required for an Anthropic target")
-    native = not _LEGACY.match(str(body.get("model") or ""))
-    return JsonMode(schema, native)
+    model = str(body.get("model") or "")
+    native = schema is not None and not _LEGACY.match(model)
+    return JsonMode(schema, native, "" if native or not _PREFILLS.match(model) else PREFILL)
 
 
 def validated(text: str, truncated: bool) -> str:

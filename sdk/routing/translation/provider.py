@@ -73,7 +73,7 @@ class TranslatingProvider:
             refuse_prefill(request.body)
         body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, request.body, str(self.inner.protocol))
         mode = None if to_openai else json_mode(request.body)
-        prefill = mode.prefill if mode is not None else ""
+        prefill = mode.prefill if mode is not None and not mode.native else None  # an answer by instruction: validated
         stops = () if to_openai else split_stops(request.body.get("stop"))[1]  # those Claude refuses: cut here
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
@@ -99,7 +99,7 @@ class TranslatingProvider:
             return answer
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        answer.events = translated_events(answer.events, AnthropicToOpenAI(include_usage, prefill, stops))
+        answer.events = translated_events(answer.events, AnthropicToOpenAI(include_usage, prefill or "", stops))
         return answer
 
 
