@@ -90,6 +90,10 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
         if rf["type"] == "json_schema" and (not isinstance(js, dict) or not isinstance(js.get("name"), str)):
             return ("Missing required parameter: 'response_format.json_schema.name'.",
                     "response_format.json_schema.name", "missing_required_parameter")
+        if rf["type"] == "json_schema" and isinstance(js, dict) and js.get("strict") is True:
+            problem = _strict_problem(js.get("schema"), ())
+            if problem:
+                return (f"Invalid schema for response_format '{js['name']}': {problem}", "response_format", None)
     if "stream" in body and not isinstance(body["stream"], bool) and body["stream"] is not None:
         return "Invalid type for 'stream': expected a boolean.", "stream", "invalid_type"
     opts = body.get("stream_options")
@@ -108,6 +112,27 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
             return ("Invalid 'stop': array too long. Expected an array with maximum length 4, but got "
                     f"an array with length {len(stop)} instead.", "stop", "array_above_max_length")
     return _validate_tools(body)
+
+
+def _strict_problem(schema: Any, context: tuple[str, ...]) -> str | None:
+    """Structured Outputs' rule for a strict schema: every object lists all its properties in `required`
+    and sets `additionalProperties: false` (OpenAI's message, with the path as `context`)."""
+    if not isinstance(schema, dict):
+        return None
+    props = schema.get("properties")
+    if schema.get("type") == "object" or isinstance(props, dict):
+        missing = [key for key in props or {} if key not in (schema.get("required") or ())]
+        if missing:
+            return (f"In context={context}, 'required' is required to be supplied and to be an array including every "
+                    f"key in properties. Missing '{missing[0]}'.")
+        if schema.get("additionalProperties") is not False:
+            return f"In context={context}, 'additionalProperties' is required to be supplied and to be false."
+    inner: list[tuple[tuple[str, ...], Any]] = [(("properties", key), sub) for key, sub in (props or {}).items()]
+    inner += [(("$defs", key), sub) for key, sub in (schema.get("$defs") or {}).items()]
+    inner += [(("anyOf", str(i)), sub) for i, sub in enumerate(schema.get("anyOf") or ())]
+    if "items" in schema:
+        inner.append((("items",), schema["items"]))
+    return next((p for p in (_strict_problem(sub, context + path) for path, sub in inner) if p), None)
 
 
 def _validate_tools(body: dict[str, Any]) -> wire.Problem | None:

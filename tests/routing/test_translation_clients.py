@@ -402,3 +402,20 @@ def test_json_output_reaches_claude_within_what_structured_outputs_take(oa, fres
     assert isinstance(json.loads(answer.choices[0].message.content or ""), dict)
     body = sent(fresh_emulator)
     assert "output_config" not in body and body["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "{"}]}
+
+
+class Contact(BaseModel):
+    name: str
+    nickname: str | None = None
+
+
+def test_a_claude_schema_with_optional_fields_reaches_openai_non_strict(an, fresh_emulator):
+    """Claude's structured outputs take optional properties (anthropic's `messages.parse` with a pydantic
+    field that has a default); OpenAI's strict mode answers such a schema with a 400 ("'required' is
+    required to be supplied and to be an array including every key in properties"), and the schema was
+    always sent strict. It goes non-strict now; a schema strict mode takes still goes strict."""
+    ask = [{"role": "user", "content": "Bob, Bobby to his friends."}]
+    assert an.messages.parse(model="claude-x", max_tokens=200, messages=ask, output_format=Contact).parsed_output
+    assert sent(fresh_emulator)["response_format"]["json_schema"]["strict"] is False
+    assert an.messages.parse(model="claude-x", max_tokens=200, messages=ask, output_format=Person).parsed_output
+    assert sent(fresh_emulator)["response_format"]["json_schema"]["strict"] is True

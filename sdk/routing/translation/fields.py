@@ -151,7 +151,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                              "(up to 4096: low, up to 16384: medium, more: high), adaptive the model's own; dropped for "
                              "other models, which have no reasoning to turn on (the answer has no thinking blocks)",
                           ({"type": "disabled"},)),
-        "output_config": Field(T, "format → response_format json_schema; effort → reasoning_effort (max → xhigh) for a "
+        "output_config": Field(T, "format → response_format json_schema (strict unless the schema has optional properties, which "
+                                  "OpenAI's strict mode refuses); effort → reasoning_effort (max → xhigh) for a "
                                   "model that reasons, dropped (named output_config.effort) for others"),
         "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key"),
         "service_tier": Field(D, "billing tier"),

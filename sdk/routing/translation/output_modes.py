@@ -84,6 +84,21 @@ def claude_schema(schema: Any) -> Any:
     return out
 
 
+def openai_strict(schema: Any) -> bool:
+    """Whether OpenAI's strict Structured Outputs take `schema` (a Messages request's, for an OpenAI target):
+    every object lists all its properties in `required` and is closed. Claude's own structured outputs
+    also take optional properties, which strict mode answers with a 400 ("'required' is required to be
+    supplied and to be an array including every key in properties"); such a schema goes non-strict."""
+    if not isinstance(schema, dict):
+        return True
+    props = schema.get("properties")
+    if (schema.get("type") == "object" or isinstance(props, dict)) and (
+            schema.get("additionalProperties") is not False or set(props or {}) - set(schema.get("required") or ())):
+        return False
+    inner = [*(props or {}).values(), *(schema.get("$defs") or {}).values(), *(schema.get("anyOf") or ()), schema.get("items")]
+    return all(openai_strict(sub) for sub in inner)
+
+
 def json_mode(body: dict[str, Any]) -> JsonMode | None:
     """The JSON output a Chat Completions body asks for (None: text)."""
     fmt = body.get("response_format")

@@ -18,7 +18,7 @@ from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.fields import Fate, Shape, check, fate, reasons
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
-from sdk.routing.translation.output_modes import json_mode
+from sdk.routing.translation.output_modes import json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
@@ -123,7 +123,8 @@ def _openai_user(user_id: str) -> str:
 def _a2o_output_config(config: dict[str, Any], out: dict[str, Any]) -> None:
     fmt = config.get("format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "response", "schema": fmt.get("schema") or {}, "strict": True}}
+        schema = fmt.get("schema") or {}
+        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "response", "schema": schema, "strict": openai_strict(schema)}}
     elif fmt is not None:
         raise refuse(f"output_config.format {fmt.get('type') if isinstance(fmt, dict) else fmt!r}", "OpenAI")
 
