@@ -139,6 +139,9 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
                     return f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
                 if not isinstance(t.get("input_schema"), dict):
                     return f"tools.{i}.custom.input_schema: Field required"
+                problem = _schema_problem(t["input_schema"], f"tools.{i}.custom.input_schema") if t.get("strict") is True else None
+                if problem:
+                    return problem
             if isinstance(t.get("name"), str):
                 names.append(t["name"])
     tc = body.get("tool_choice")
@@ -194,7 +197,7 @@ def _validate_output_config(oc: Any) -> str | None:
     if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "json_schema"
                             or not isinstance(fmt.get("schema"), dict)):
         return "output_config.format: Input should be {'type': 'json_schema', 'schema': {...}}"
-    return _schema_problem(fmt["schema"]) if fmt is not None else None
+    return _schema_problem(fmt["schema"], "output_config.format.schema") if fmt is not None else None
 
 
 # What structured outputs refuse in a schema (Anthropic's structured-outputs docs, "JSON Schema limitations"):
@@ -204,10 +207,10 @@ _NOT_SUPPORTED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", 
                   "maxItems", "minProperties", "maxProperties")
 
 
-def _schema_problem(schema: Any) -> str | None:
+def _schema_problem(schema: Any, where: str) -> str | None:
+    """What structured outputs (and strict tools, held to the same subset) refuse in `schema`, or None."""
     if not isinstance(schema, dict):
         return None
-    where = "output_config.format.schema"
     if (schema.get("type") == "object" or "properties" in schema) and schema.get("additionalProperties") is not False:
         return f"{where}: For 'object' type, 'additionalProperties' must be explicitly set to false"
     for key in _NOT_SUPPORTED:
@@ -215,7 +218,7 @@ def _schema_problem(schema: Any) -> str | None:
             return f"{where}: For '{schema.get('type')}' type, property '{key if key in schema else 'minItems'}' is not supported"
     inner = [*(schema.get("properties") or {}).values(), *(schema.get("$defs") or {}).values(), schema.get("items"),
              *(schema.get("anyOf") or ()), *(schema.get("allOf") or ())]
-    return next((problem for problem in map(_schema_problem, inner) if problem), None)
+    return next((problem for problem in (_schema_problem(sub, where) for sub in inner) if problem), None)
 
 
 def _turn(messages: list[dict[str, Any]]) -> tuple[str, bool, set[str]]:

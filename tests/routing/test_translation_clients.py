@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 import tiktoken
 from pydantic import BaseModel, Field
@@ -419,3 +420,24 @@ def test_a_claude_schema_with_optional_fields_reaches_openai_non_strict(an, fres
     assert sent(fresh_emulator)["response_format"]["json_schema"]["strict"] is False
     assert an.messages.parse(model="claude-x", max_tokens=200, messages=ask, output_format=Person).parsed_output
     assert sent(fresh_emulator)["response_format"]["json_schema"]["strict"] is True
+
+
+class Forecast(BaseModel):
+    city: str = Field(max_length=60)
+    days: int = Field(ge=1, le=14)
+
+
+def test_a_strict_tool_reaches_claude_within_what_strict_tools_take(oa, fresh_emulator):
+    """openai's `pydantic_function_tool` (and openai-agents' function tools) are strict, with the
+    model's constraints in the schema; Claude's strict tools take structured outputs' subset of JSON
+    Schema and answered such a tool with a 400. The schema is brought to the subset (constraints in
+    the descriptions), Chat and Responses alike."""
+    tool = openai.pydantic_function_tool(Forecast, name="forecast")
+    answer = oa.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "Use forecast for Oslo."}],
+                                        tools=[tool], tool_choice="required")
+    call = (answer.choices[0].message.tool_calls or [])[0]
+    assert call.function.name == "forecast" and json.loads(call.function.arguments)["city"]  # type: ignore[union-attr]
+    schema = sent(fresh_emulator)["tools"][0]["input_schema"]
+    assert "maxLength" not in schema["properties"]["city"] and "maxLength: 60" in schema["properties"]["city"]["description"]
+    flat: Any = [{"type": "function", "name": "forecast", "parameters": tool["function"]["parameters"], "strict": True}]
+    assert oa.responses.create(model="gpt-x", input="Use forecast for Oslo.", tools=flat, tool_choice="required").output[-1].type == "function_call"

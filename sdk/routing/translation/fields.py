@@ -95,7 +95,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         # 1 is both protocols' default for each; Claude 4.1 and later refuse the two together, so a default is not sent.
         "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1)", (1, 1.0)),
         "top_p": Field(T, "top_p", (1, 1.0)),
-        "tools": Field(T, "tools (function tools, with their `cache_control`; others refused)"),
+        "tools": Field(T, "tools (function tools, with their `cache_control`; a strict tool's schema brought within what "
+                          "Claude's strict tools take, as for response_format; others refused)"),
         "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools and custom refused)"),
         "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
         "response_format": Field(T, "json_schema → output_config.format (structured outputs; the schema within what they "

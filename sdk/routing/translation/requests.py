@@ -18,7 +18,7 @@ from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.fields import Fate, Shape, check, fate, reasons
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
-from sdk.routing.translation.output_modes import json_mode, openai_strict
+from sdk.routing.translation.output_modes import claude_schema, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
@@ -304,6 +304,8 @@ def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
         out["description"] = function["description"]
     if function.get("strict") is not None:
         out["strict"] = function["strict"]
+    if function.get("strict") is True:  # Claude's strict tools take structured outputs' subset of JSON Schema
+        out["input_schema"] = claude_schema(out["input_schema"])
     return _cached(out, tool)
 
 
