@@ -149,6 +149,9 @@ def _validate_tools(body: dict[str, Any]) -> wire.Problem | None:
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     return (f"Missing required parameter: 'tools[{i}].function.name'.",
                             f"tools[{i}].function.name", "missing_required_parameter")
+                problem = _strict_problem(fn.get("parameters"), ()) if fn.get("strict") is True else None
+                if problem:
+                    return f"Invalid schema for function '{fn['name']}': {problem}", f"tools[{i}].function.parameters", None
                 names.append(fn["name"])
     tc = body.get("tool_choice")
     if tc is None:

@@ -441,3 +441,17 @@ def test_a_strict_tool_reaches_claude_within_what_strict_tools_take(oa, fresh_em
     assert "maxLength" not in schema["properties"]["city"] and "maxLength: 60" in schema["properties"]["city"]["description"]
     flat: Any = [{"type": "function", "name": "forecast", "parameters": tool["function"]["parameters"], "strict": True}]
     assert oa.responses.create(model="gpt-x", input="Use forecast for Oslo.", tools=flat, tool_choice="required").output[-1].type == "function_call"
+
+
+def test_a_strict_claude_tool_with_optional_inputs_reaches_openai_non_strict(an, fresh_emulator):
+    """A strict Claude tool may have optional inputs; OpenAI's strict mode answers such a function with
+    a 400 ("'required' is required to be supplied and to be an array including every key in
+    properties"): it goes non-strict, and a tool strict mode takes stays strict."""
+    optional = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+                "required": ["city"], "additionalProperties": False}
+    tools: Any = [{"name": "weather", "input_schema": optional, "strict": True},
+                  {"name": "forecast", "input_schema": {**optional, "required": ["city", "unit"]}, "strict": True}]
+    answer = an.messages.create(model="claude-x", max_tokens=64, tools=tools, tool_choice={"type": "tool", "name": "weather"},
+                                messages=[{"role": "user", "content": "Weather in Oslo?"}])
+    assert answer.stop_reason == "tool_use"
+    assert [t["function"]["strict"] for t in sent(fresh_emulator)["tools"]] == [False, True]

@@ -144,7 +144,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
         "temperature": Field(T, "temperature"),
         "top_p": Field(T, "top_p"),
-        "tools": Field(T, "function tools (server tools refused)"),
+        "tools": Field(T, "function tools (strict unless the schema has optional inputs, which OpenAI's strict mode "
+                          "refuses; server tools refused)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),
         "metadata": Field(T, "metadata.user_id → user (one longer than OpenAI's 64 characters, as Claude Code's is, as "
                              "its SHA-256 hex digest); nothing else in it changes the answer"),

@@ -156,8 +156,8 @@ def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
     if tool.get("description"):
         function["description"] = tool["description"]
-    if tool.get("strict") is not None:
-        function["strict"] = tool["strict"]
+    if tool.get("strict") is not None:  # strict where OpenAI's strict mode takes the schema (output_modes.openai_strict)
+        function["strict"] = bool(tool["strict"]) and openai_strict(function["parameters"])
     return {"type": "function", "function": function}
 
 
