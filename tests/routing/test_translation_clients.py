@@ -455,3 +455,20 @@ def test_a_strict_claude_tool_with_optional_inputs_reaches_openai_non_strict(an,
                                 messages=[{"role": "user", "content": "Weather in Oslo?"}])
     assert answer.stop_reason == "tool_use"
     assert [t["function"]["strict"] for t in sent(fresh_emulator)["tools"]] == [False, True]
+
+
+def test_codex_verbosity_reaches_claude_as_an_instruction(oa, fresh_emulator):
+    """Codex CLI sends `text.verbosity: "low"` on every request for gpt-5.1 and later models (their
+    default); Claude has no such setting and every such request to a Claude target was refused. It is
+    asked for as one asks Claude, at the end of the system prompt (low: concise, high: thorough)."""
+    answer = oa.responses.create(model="gpt-x", instructions="You are Codex.", input="List the files.", store=False,
+                                 text={"verbosity": "low"}, reasoning={"effort": "medium", "summary": "auto"})
+    assert answer.status == "completed"
+    assert _system(sent(fresh_emulator)) == "You are Codex.\n\nBe concise: answer in as few words as the task needs."
+    oa.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "Explain fjords."}], verbosity="high")
+    assert _system(sent(fresh_emulator)) == "Be thorough: answer in full detail."
+
+
+def _system(body: dict[str, Any]) -> str:
+    system = body["system"]
+    return system if isinstance(system, str) else "".join(block["text"] for block in system)

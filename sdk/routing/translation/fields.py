@@ -125,7 +125,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "modalities": Field(R, "text output only", (["text"],)),
         "audio": Field(R, "no audio output"),
         "prediction": Field(R, "no predicted outputs"),
-        "verbosity": Field(R, "no counterpart", ("medium",)),
+        "verbosity": Field(T, "an instruction at the end of the system prompt (low: be concise; high: be thorough); Claude "
+                              "has no such setting", ("medium",)),
         "web_search_options": Field(R, "a server tool of OpenAI's"),
         "functions": Field(R, "deprecated; send tools"),
         "function_call": Field(R, "deprecated; send tool_choice"),

@@ -44,11 +44,19 @@ class JsonMode:
         instruction = "Answer with one JSON object and nothing else: no prose, no code fence."
         if self.schema is not None:
             instruction += " It must validate against this JSON Schema: " + orjson.dumps(self.schema).decode()
-        if isinstance(system, list):  # blocks carrying the client's breakpoints: the instruction follows them
-            system = [*system, {"type": "text", "text": f"\n\n{instruction}"}]
-        else:
-            system = f"{system}\n\n{instruction}" if system else instruction
-        return system, [*messages, {"role": "assistant", "content": [{"type": "text", "text": self.prefill}]}] if self.prefill else messages
+        return instructed(system, instruction), [*messages, {"role": "assistant", "content": [{"type": "text", "text": self.prefill}]}] if self.prefill else messages
+
+
+def instructed(system: str | list[dict[str, Any]], instruction: str) -> str | list[dict[str, Any]]:
+    """A system prompt (text, or text blocks) with `instruction` after it."""
+    if isinstance(system, list):  # blocks carrying the client's breakpoints: the instruction follows them
+        return [*system, {"type": "text", "text": f"\n\n{instruction}"}]
+    return f"{system}\n\n{instruction}" if system else instruction
+
+
+# OpenAI's `verbosity` (gpt-5: how long and detailed the answer is; Codex CLI sends `low` on every
+# request) has no Claude setting: it is asked for the way one asks Claude, in the system prompt.
+VERBOSITY = {"low": "Be concise: answer in as few words as the task needs.", "high": "Be thorough: answer in full detail."}
 
 
 # Claude's structured outputs take a subset of JSON Schema (Anthropic's structured-outputs docs, "JSON Schema

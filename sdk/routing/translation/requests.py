@@ -18,7 +18,7 @@ from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.fields import Fate, Shape, check, fate, reasons
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
-from sdk.routing.translation.output_modes import claude_schema, json_mode, openai_strict
+from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
@@ -253,6 +253,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
         elif key == "reasoning_effort" and value in _O2A_EFFORT:
             out.setdefault("output_config", {})["effort"] = _O2A_EFFORT[value]
+        elif key == "verbosity" and value in VERBOSITY:
+            continue  # an instruction in the system prompt, below
         else:
             raise refuse(f"{key!r}", "Anthropic")
     asked = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -260,6 +262,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("user"):
         out["metadata"] = {"user_id": body["user"]}
     system, messages = _o2a_messages(body.get("messages") or [])
+    if body.get("verbosity") in VERBOSITY:
+        system = instructed(system, VERBOSITY[body["verbosity"]])
     mode = json_mode(body)
     if mode is not None:  # JSON output: structured outputs, or an instruction and a prefill (output_modes.py)
         system, messages = mode.apply(out, system, messages)
