@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from sdk.compression import report
+from sdk.errors import RateLimitedError
 from sdk.lru import LRU
 
 log = logging.getLogger("slipstream.compression")
@@ -104,6 +105,10 @@ class HistoryCompactor:
     async def _summarize(self, conversation: bytes, placeholder: Summary, transcript: str) -> None:
         try:
             text = (await self.summarize(transcript)).strip()
+        except RateLimitedError as refused:  # the team's limits or budget: uncompacted until they admit one
+            log.info("team %s: history summary not sent: %s", self.team, refused)
+            report.HISTORY.labels(self.team, "refused").inc()
+            return
         except Exception:  # the conversation simply stays uncompacted; the next long turn retries
             log.exception("team %s: history summary failed", self.team)
             report.HISTORY.labels(self.team, "failed").inc()

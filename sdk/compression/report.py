@@ -38,7 +38,7 @@ LEFT = Counter(
 )
 HISTORY = Counter(
     "slipstream_compression_history_total",
-    "History compaction events (scheduled, summarized, failed, applied)",
+    "History compaction events (scheduled, summarized, refused by the team's limits or budget, failed, applied)",
     ("team", "event"),
     registry=REGISTRY,
 )

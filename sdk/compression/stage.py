@@ -16,6 +16,7 @@ from sdk.compression.extractive import Budget
 from sdk.compression.history import HistoryCompactor, Settings
 from sdk.compression.scoring import static_vectors, warm_up_in_background
 from sdk.compression.summarizer import Summarizer
+from sdk.limits.stage import build_limits
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import CompressionPolicy, Policy
 from sdk.providers import build_provider
@@ -101,7 +102,7 @@ def build_compression(policy: Policy, services: Services) -> CompressionStage | 
     if not config.enabled:
         return None
     docs = _document_settings(config)
-    history = _history(policy) if config.history.enabled else None
+    history = _history(policy, services) if config.history.enabled else None
     pruner = None
     if config.token_pruning.enabled:
         from sdk.compression.surprisal import TokenPruner
@@ -122,11 +123,13 @@ def _document_settings(config: CompressionPolicy) -> DocumentSettings | None:
     return DocumentSettings(documents.min_tokens, frozenset(config.scope), documents.scorer, budget)
 
 
-def _history(policy: Policy) -> HistoryCompactor:
+def _history(policy: Policy, services: Services) -> HistoryCompactor:
     config = policy.compression
     assert config.summarizer is not None  # the policy validator requires one when history is enabled
     provider_config = policy.providers[config.summarizer.provider]
     provider = build_provider(config.summarizer.provider, provider_config, team=policy.team)
     model = config.summarizer.model or provider_config.model or "demo"
-    summarize = Summarizer(provider, model, config.summarizer.max_tokens)
+    # Its own LimitsStage over the same state backend: the buckets and the budget are the team's.
+    summarize = Summarizer(provider, model, config.summarizer.max_tokens, build_limits(policy, services),
+                           hosted=provider_config.kind != "local")
     return HistoryCompactor(policy.team, Settings(config.history.trigger_tokens, config.history.keep_turns), summarize)

@@ -1,7 +1,9 @@
 """The cheap route that writes history summaries: one of the team's providers, called directly.
 
 It bypasses the team's pipeline on purpose: a summary is the gateway's own work, so it must not be
-cached, compressed or counted as the client's traffic.
+cached, compressed or answered from a cache. It is still the team's spend on the provider account:
+each call is admitted by the team's limits and budget (a refusal leaves the conversation uncompacted)
+and charged with its usage, so compaction cannot carry a team past its token limit or budget.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import orjson
 
 from sdk.errors import SlipstreamError
+from sdk.limits.stage import LimitsStage
 from sdk.providers.base import Provider
 from sdk.types import Endpoint, LLMRequest, LLMResponse, Protocol, Timings
 
@@ -21,10 +24,12 @@ INSTRUCTIONS = (
 
 
 class Summarizer:
-    def __init__(self, provider: Provider, model: str, max_tokens: int):
+    def __init__(self, provider: Provider, model: str, max_tokens: int, limits: LimitsStage, hosted: bool = True):
         self.provider = provider
         self.model = model
         self.max_tokens = max_tokens
+        self.limits = limits  # the team's: the same buckets and budget as its requests
+        self.hosted = hosted  # False for the bundled engine, which costs nothing per token
 
     async def __call__(self, transcript: str) -> str:
         user = {"role": "user", "content": f"Conversation to summarize:\n\n{transcript}"}
@@ -35,7 +40,14 @@ class Summarizer:
             messages = [{"role": "system", "content": INSTRUCTIONS}, user]
             body = {"model": self.model, "max_tokens": self.max_tokens, "temperature": 0, "messages": messages}
             request = LLMRequest(Endpoint.CHAT_COMPLETIONS, body)
-        answer = await self.provider.send(request, Timings())
+        reserve = self.limits.own_call_reservation(request, self.model) if self.hosted else 0.0
+        admission = await self.limits.admit("", budget=self.hosted, reserve=reserve)  # a refusal raises its 429
+        try:
+            answer = await self.provider.send(request, Timings())
+        except BaseException:
+            self.limits.settle(admission, "", self.model, None)
+            raise
+        self.limits.settle(admission, "", self.model, answer.usage, rate=1.0 if self.hosted else 0.0)
         if not isinstance(answer, LLMResponse):  # we never ask for a stream; close one defensively
             await answer.aclose()
             raise SlipstreamError("summarizer answered with a stream", status=502)

@@ -155,6 +155,18 @@ class LimitsStage:
         counted, allowed = input_tokens(request, exact), output_limit(request)
         return max(worst_cost_usd(counted, allowed, price) for price in prices)
 
+    def own_call_reservation(self, request: LLMRequest, model: str) -> float:
+        """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a
+        hosted provider without a route) holds against its budget: its worst cost. Raises the 403
+        naming the `pricing:` entry when a budgeted team's `model` has no price. 0 without a budget."""
+        if self.budget is None:
+            return 0.0
+        price = self.prices.price(model)
+        if price is None:
+            raise SlipstreamError(f"pricing: team {self.team} has a budget and model {model!r} has no price, so the "
+                                  "gateway's own calls to it could not be counted; add it under `pricing:` (docs/spend.md)", status=403)
+        return worst_cost_usd(input_tokens(request, RESERVE_EXACT_CHARS), output_limit(request), price)
+
     async def check_fits(self, worst: float, what: str) -> None:
         """Refuse with the budget's 429 work whose worst cost (`worst` USD) is more than what is left
         of the budget, the period's spend and what requests in flight hold taken off. For a batch:

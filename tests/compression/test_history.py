@@ -75,6 +75,41 @@ async def test_history_inside_a_client_cached_prefix_is_left_alone(make_runtime,
     assert ctx.compression.history == "" and sent(fresh_emulator, "claude-test")["messages"] == body["messages"]
 
 
+async def test_a_summary_is_the_teams_spend_and_counts_against_its_budget(make_runtime, fresh_emulator):
+    # A summary is sent on the shared provider account for the team: before, it bypassed the team's
+    # limits and budget, so compaction let a team spend past both.
+    from sdk.spend import periods, record_key
+
+    extra = ("prompt_cache: {enabled: false}\nbudget: {usd: 100, period: day}\n"
+             "pricing: {claude-test: {input: 1, output: 1}, claude-haiku-cheap: {input: 1000, output: 1000}}\n")
+    runtime = make_runtime(POLICY, extra=extra, team="summaries-spend")
+    await runtime.handle(LLMRequest(Endpoint.MESSAGES, ask_body(6)))
+    state = runtime.limits.state
+    request_only = (await state.spend(record_key("summaries-spend", periods()[0])))["model:claude-test"]
+    await compactor(runtime).drain()
+    spent = await state.spend(record_key("summaries-spend", periods()[0]))
+    assert sent(fresh_emulator, "claude-haiku-cheap")
+    assert spent["model:claude-haiku-cheap"] > 100 * request_only  # the summary, at its own price
+    assert spent["total"] == spent["model:claude-haiku-cheap"] + request_only
+
+
+async def test_a_summary_the_teams_budget_cannot_cover_is_not_sent(make_runtime, fresh_emulator):
+    from sdk.compression import report
+
+    # Nothing is spent yet, so the request is admitted; its hold (its worst cost), and then its spend,
+    # use up the budget before the summary asks.
+    extra = ("prompt_cache: {enabled: false}\nbudget: {usd: 0.002, period: day}\n"
+             "pricing: {claude-test: {input: 10, output: 10}, claude-haiku-cheap: {input: 1, output: 1}}\n")
+    runtime = make_runtime(POLICY, extra=extra, team="summaries-refused")
+    answer, _ = await runtime.handle(LLMRequest(Endpoint.MESSAGES, ask_body(6)))
+    await compactor(runtime).drain()
+    assert answer.status == 200
+    summaries = [r for r in fresh_emulator.state.recent if orjson.loads(r["body"] or b"{}").get("model") == "claude-haiku-cheap"]
+    assert not summaries  # nothing went upstream for it
+    assert report.HISTORY.labels("summaries-refused", "refused")._value.get() == 1
+    assert report.HISTORY.labels("summaries-refused", "summarized")._value.get() == 0
+
+
 def test_history_needs_a_known_summarizer(tmp_path, fresh_emulator):
     import pytest
 
