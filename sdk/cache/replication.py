@@ -11,6 +11,11 @@ its index holds what the others hold. Each stream is trimmed (oldest first) to a
 team, trimmed by count, let a busy team push the others' answers out of Redis.) The streams share
 one Cluster hash slot, so one XREAD follows them all.
 
+What one read returns is bounded, since Redis builds the whole reply while every team's limits wait
+behind it: at most `READ_COUNT` events a stream, each at most `MAX_SHARED_ENTRY` bytes. A larger
+answer is served by the replica that stored it only (the others store their own); 500 events a read,
+of any size, let a team whose cached answers were large make one read carry hundreds of megabytes.
+
 Nothing here is on a request's path but a team's first lookup on a replica, which waits for the
 team's replay (at most the state backend's timeout, once): appends go out in the background, and a
 Redis that is away only means other replicas miss what was stored meanwhile (they answer from
@@ -35,6 +40,8 @@ from sdk.state.resp import RespError
 
 log = logging.getLogger("slipstream.cache")
 MAX_EVENTS = 100_000  # a team's stream at most, whatever its max_entries
+MAX_SHARED_ENTRY = 1024 * 1024  # bytes of an answer's event (response, question, vector); larger ones are not shared
+READ_COUNT = 16  # events per stream per read: a read carries at most READ_COUNT × MAX_SHARED_ENTRY per stream
 _BLOCK_MS = 1000
 
 
@@ -58,10 +65,14 @@ class CacheReplicator:
     # --- writing -------------------------------------------------------------------------------
 
     def added(self, entry: NewEntry, limits: TeamLimits) -> None:
+        """Share a stored answer, unless it is too large to (then it stays on this replica only)."""
         vector = b"" if entry.vector is None else np.asarray(entry.vector, dtype=np.float32).tobytes()
+        response = orjson.dumps(entry.response)
+        if len(response) + len(vector) + len((entry.query or "").encode()) > MAX_SHARED_ENTRY:
+            return
         self._append(entry.team, min(limits.max_entries, MAX_EVENTS), {
             "op": "put", "team": entry.team, "partition": entry.partition, "exact_key": entry.exact_key, "route": entry.route,
-            "query": entry.query or "", "vector": vector, "response": orjson.dumps(entry.response),
+            "query": entry.query or "", "vector": vector, "response": response,
             "limits": orjson.dumps([limits.ttl_s, limits.max_entries, limits.max_bytes]), "at": repr(time.time()),
         })
 
@@ -147,7 +158,7 @@ class CacheReplicator:
         while True:
             try:
                 async with asyncio.timeout(wait_s + self.shared.timeout_s * 10):
-                    return await client.execute("XREAD", "COUNT", 500, *block, "STREAMS", *streams, *streams.values()) or []
+                    return await client.execute("XREAD", "COUNT", READ_COUNT, *block, "STREAMS", *streams, *streams.values()) or []
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -97,3 +97,34 @@ def test_one_teams_cache_events_do_not_push_another_teams_out_of_redis(tmp_path,
     with running_proxy([tmp_path], state_url=redis_url) as late:
         assert chat(late, PARAPHRASE[0]).headers["x-slipstream-cache"] == "exact-hit"
     assert fresh_emulator.stats()["requests_total"] == 1
+
+
+def test_a_read_of_the_shared_streams_is_bounded_in_events_and_bytes(tmp_path, monkeypatch, fresh_emulator, redis_url):
+    """Redis builds a read's whole reply while every team's limits wait: a read carries at most
+    READ_COUNT events of a stream, and an answer larger than MAX_SHARED_ENTRY is not shared (500
+    events of any size a read let a team's large answers make one reply hundreds of megabytes)."""
+    import redis
+
+    from sdk.cache import replication
+    from sdk.state.redis import split_url
+
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(replication, "READ_COUNT", 3)
+    write_policy(tmp_path, "c", "sk-c", fresh_emulator.url, extra="semantic_cache: {enabled: true, semantic: false}\n")
+    questions = [f"Question number {i}: what is {i} squared?" for i in range(8)]
+    with running_proxy([tmp_path], state_url=redis_url) as a:
+        for question in questions:
+            assert chat(a, question).headers["x-slipstream-cache"] == "miss"
+        shared(a, len(questions), redis_url)
+        stream = a.app.state.registry.services.response_cache().replicator.stream("c")
+        with redis.Redis.from_url(split_url(redis_url)[0]) as client:
+            largest = max(sum(len(v) for v in fields.values()) for _, fields in client.xrange(stream))
+        monkeypatch.setattr(replication, "MAX_SHARED_ENTRY", largest // 2)  # every answer from here on is "large"
+        assert chat(a, "A question with a large answer?").headers["x-slipstream-cache"] == "miss"
+        assert chat(a, "A question with a large answer?").headers["x-slipstream-cache"] == "exact-hit"  # kept here
+    with running_proxy([tmp_path], state_url=redis_url) as late:  # replays 8 events, 3 a read
+        for question in questions:
+            assert chat(late, question).headers["x-slipstream-cache"] == "exact-hit"
+        assert chat(late, "A question with a large answer?").headers["x-slipstream-cache"] == "miss"
+    with redis.Redis.from_url(split_url(redis_url)[0]) as client:
+        assert client.xlen(stream) == len(questions)  # neither replica shared its large answer
