@@ -173,7 +173,7 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
             return "Thinking may not be enabled when tool_choice forces tool use."
     oc = body.get("output_config")
     if oc is not None:
-        err = _validate_output_config(oc)
+        err = _validate_output_config(oc, str(body.get("model")))
         if err:
             return err
     if not count_only and mt == 0:
@@ -188,11 +188,24 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
     return None
 
 
-def _validate_output_config(oc: Any) -> str | None:
+# output_config.effort by model (Anthropic's effort docs): Opus 4.5 low to high; Opus and Sonnet 4.6 max as
+# well; Opus 4.7 and later and the 5 models xhigh too; Sonnet 4.5, Haiku 4.5 and the models before take
+# none. Names not listed take every level here. The messages paraphrase the API's.
+_EFFORTS = ((re.compile(r"^claude-(opus-4-[78]|opus-5|sonnet-5|fable|mythos)"), ("low", "medium", "high", "xhigh", "max")),
+            (re.compile(r"^claude-(opus|sonnet)-4-6"), ("low", "medium", "high", "max")),
+            (re.compile(r"^claude-opus-4-5"), ("low", "medium", "high")),
+            (re.compile(r"^claude-(sonnet-4-5|haiku-4-5|opus-4(-0|-1|-2025|$)|sonnet-4(-0|-2025|$)|3)"), ()))
+
+
+def _validate_output_config(oc: Any, model: str) -> str | None:
     if not isinstance(oc, dict):
         return "output_config: Input should be a valid dictionary"
     if oc.get("effort") not in (None, "low", "medium", "high", "xhigh", "max"):
         return "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
+    levels = next((levels for pattern, levels in _EFFORTS if pattern.match(model)), None)
+    if oc.get("effort") is not None and levels is not None and oc["effort"] not in levels:
+        return (f"output_config.effort: '{oc['effort']}' is not supported by {model}" if levels
+                else f"output_config.effort: the effort parameter is not supported by {model}")
     fmt = oc.get("format")
     if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "json_schema"
                             or not isinstance(fmt.get("schema"), dict)):

@@ -40,7 +40,7 @@ def test_request_fields_map_to_chat():
     assert roles == ["system", "user", "assistant", "tool", "tool"]  # reasoning dropped, both calls on one turn
     assert [c["id"] for c in chat["messages"][2]["tool_calls"]] == ["c1", "c2"] and chat["messages"][2]["content"] == "Checking."
     assert chat["messages"][4] == {"role": "tool", "tool_call_id": "c2", "content": "9C"}
-    anthropic = openai_to_anthropic(chat)  # and on to an Anthropic target: the schema as structured output
+    anthropic = openai_to_anthropic({**chat, "model": "claude-opus-4-6"})  # and on to an Anthropic target: the schema as structured output
     assert anthropic["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}, "effort": "low"}
     assert anthropic["system"] == "Be brief." and anthropic["max_tokens"] == 50
 

@@ -35,6 +35,8 @@ ROUTES = """  - match: {model: "claude-old-*"}
     targets: [{provider: gpt, model: gpt-5-chat-latest}]
   - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
+  - match: {model: "gpt-opus-*"}
+    targets: [{provider: claude, model: claude-opus-4-6}]
   - match: {model: "gpt-*"}
     targets: [{provider: claude, model: claude-sonnet-4-5}]"""
 EPHEMERAL = {"type": "ephemeral"}
@@ -101,17 +103,24 @@ def test_claude_code_thinking_reaches_an_openai_target(an, fresh_emulator):
     assert sent(fresh_emulator)["reasoning_effort"] == "xhigh"
 
 
-def test_the_lowest_openai_reasoning_efforts_reach_claude(oa, fresh_emulator):
-    """openai-agents and the Vercel AI SDK send gpt-5's `reasoning_effort: minimal` (and `none`):
-    Claude gets its lowest effort for minimal, and nothing for none (it reasons only when thinking
-    is on), instead of a 400."""
+def test_openai_reasoning_efforts_reach_claude_models_that_take_effort(oa, fresh_emulator):
+    """openai-agents and the Vercel AI SDK send gpt-5's `reasoning_effort` (minimal, none, xhigh):
+    a Claude model that takes effort gets its nearest (minimal: its lowest, low; xhigh: high on Opus
+    4.6, which has max but no xhigh), nothing for none (it reasons only when thinking is on). Claude
+    Sonnet 4.5, Haiku 4.5 and Opus 4.1 take no effort and answered every such request with a 400:
+    for them it is left out and named."""
     ask = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Name a fjord."}]
-    oa.chat.completions.create(model="gpt-5-mini", messages=ask, reasoning_effort="minimal", max_completion_tokens=20)
+    oa.chat.completions.create(model="gpt-opus-x", messages=ask, reasoning_effort="minimal", max_completion_tokens=20)
     assert sent(fresh_emulator)["output_config"] == {"effort": "low"}
-    raw = oa.chat.completions.with_raw_response.create(model="gpt-5-mini", messages=ask, reasoning_effort="none")
+    oa.chat.completions.create(model="gpt-opus-x", messages=ask, reasoning_effort="xhigh", max_completion_tokens=20)  # type: ignore[arg-type]
+    assert sent(fresh_emulator)["output_config"] == {"effort": "high"}
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-opus-x", messages=ask, reasoning_effort="none")
     assert "output_config" not in sent(fresh_emulator) and "reasoning_effort" in _dropped(raw.headers)
-    oa.responses.create(model="gpt-5-mini", input="Name a fjord.", reasoning={"effort": "minimal"})
+    oa.responses.create(model="gpt-opus-x", input="Name a fjord.", reasoning={"effort": "minimal"})
     assert sent(fresh_emulator)["output_config"] == {"effort": "low"}
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-5-mini", messages=ask, reasoning_effort="low")  # Sonnet 4.5
+    assert "output_config" not in sent(fresh_emulator) and "reasoning_effort" in _dropped(raw.headers)
+    assert oa.responses.create(model="gpt-5-mini", input="Name a fjord.", reasoning={"effort": "high"}).status == "completed"
 
 
 def _stream_usage(an, model: str, **ask: Any) -> tuple[int, Any]:

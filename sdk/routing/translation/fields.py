@@ -69,6 +69,20 @@ def reasons(model: Any) -> bool:
     return bool(_REASONS.match(str(model or "")))
 
 
+# Claude models that take output_config.effort, and the levels each takes (Anthropic's effort docs,
+# platform.claude.com/docs/en/build-with-claude/effort): Opus 4.5 low to high; Opus and Sonnet 4.6 max as
+# well; Opus 4.7 and later, the 5 models, xhigh too. The others (Sonnet 4.5, Haiku 4.5, Opus 4.1 and
+# earlier, and names not listed) take none: a Chat request's reasoning_effort is dropped for them, and named.
+_CLAUDE_EFFORTS = ((re.compile(r"^claude-(opus-4-[78]|opus-5|sonnet-5|fable|mythos)"), ("low", "medium", "high", "xhigh", "max")),
+                   (re.compile(r"^claude-(opus|sonnet)-4-6"), ("low", "medium", "high", "max")),
+                   (re.compile(r"^claude-opus-4-5"), ("low", "medium", "high")))
+
+
+def claude_efforts(model: Any) -> tuple[str, ...]:
+    """The output_config.effort levels the Claude model `model` takes (none: it takes no effort)."""
+    return next((levels for pattern, levels in _CLAUDE_EFFORTS if pattern.match(str(model or ""))), ())
+
+
 def effort_travels(target: str, model: Any) -> bool:
     """Whether a Responses request's reasoning effort goes on to `target`: Claude has an effort of its
     own (output_config.effort); a Chat model takes reasoning_effort only if it reasons."""
@@ -105,7 +119,10 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                     "and, for models before 4.6, an assistant prefill `{`, the answer validated as JSON",
                                  ({"type": "text"},)),
         # Claude reasons only when `thinking` is on, which a translated request never turns on: "none" is its default.
-        "reasoning_effort": Field(T, "output_config.effort (low/medium/high/xhigh; minimal → low, the least Claude has)", ("none",)),
+        "reasoning_effort": Field(T, "output_config.effort for a model that takes it (Opus 4.5 and later, Sonnet 4.6 and "
+                                     "later: low/medium/high, xhigh where the model has it, else high; minimal → low, the "
+                                     "least Claude has); dropped for the others (Sonnet 4.5, Haiku 4.5, Opus 4.1), which "
+                                     "refuse it", ("none",)),
         "user": Field(T, "metadata.user_id"),
         "n": Field(R, "one choice per request only", (1,)),
         "metadata": Field(D, "OpenAI's stored-completion tags"),
@@ -248,7 +265,7 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
                 dropped.append("reasoning.summary")
             if value.get("effort") is not None and not effort_travels(target, body.get("model")):
                 dropped.append("reasoning.effort")
-    return dropped + _nested(shape, body) + _unreasoned(shape, body)
+    return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body)
 
 
 def _unreasoned(shape: Shape, body: dict[str, Any]) -> list[str]:
@@ -259,6 +276,12 @@ def _unreasoned(shape: Shape, body: dict[str, Any]) -> list[str]:
     thinking, config = body.get("thinking"), body.get("output_config")
     out = ["thinking"] if isinstance(thinking, dict) and thinking.get("type") != "disabled" else []
     return out + (["output_config.effort"] if isinstance(config, dict) and config.get("effort") is not None else [])
+
+
+def _effortless(shape: Shape, body: dict[str, Any]) -> list[str]:
+    """A Chat request's reasoning_effort, which a Claude model without effort would refuse: left out, and named."""
+    effort = body.get("reasoning_effort") if shape is Shape.CHAT else None
+    return ["reasoning_effort"] if isinstance(effort, str) and effort != "none" and not claude_efforts(body.get("model")) else []
 
 
 def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.fields import Fate, Shape, check, fate, reasons
+from sdk.routing.translation.fields import Fate, Shape, check, claude_efforts, fate, reasons
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
@@ -252,7 +252,9 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
         elif key in ("top_p", "stream", "cache_control"):
             out[key] = value
         elif key == "reasoning_effort" and value in _O2A_EFFORT:
-            out.setdefault("output_config", {})["effort"] = _O2A_EFFORT[value]
+            levels = claude_efforts(out["model"])  # none: dropped and named (fields.py)
+            if levels:
+                out.setdefault("output_config", {})["effort"] = _O2A_EFFORT[value] if _O2A_EFFORT[value] in levels else "high"
         elif key == "verbosity" and value in VERBOSITY:
             continue  # an instruction in the system prompt, below
         else:
