@@ -2,14 +2,18 @@
 
 Each step hands out one token budget: running requests first (so decodes are never starved by
 new prompts), then waiting ones in FCFS order. Any prompt that does not fit the remaining budget
-is chunked. When the cache runs out of blocks, the most recently admitted running request is
-preempted by recompute: its blocks are freed and it goes back to the head of the queue (with
-prefix caching on, its recompute usually re-hits the blocks it just gave back).
+is chunked. When the cache runs out of blocks, the most recently admitted running request of the
+tenant running most is preempted by recompute: its blocks are freed and it goes back to the head of
+the queue (with prefix caching on, its recompute usually re-hits the blocks it just gave back).
 
 Tenants share the engine fairly: a request's tenant is its `cache_salt` up to the first ':' (the
 gateway salts every team's requests so: sdk/providers/local.py:team_cache_salt). When more than one
 tenant waits, a free place goes to the earliest waiting request of the tenant with the fewest
 running, so one tenant's queue of a thousand requests does not make another's wait behind all of it.
+Each tenant's share is max_num_seqs / the tenants running or waiting (at least one place): when
+every place is taken and a tenant waits below its share, the most recently admitted request of the
+tenant furthest above its share is preempted for it, so long generations holding every place do not
+make another tenant wait until they finish (vLLM's priority policy preempts so for a higher priority).
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         bm = self.block_manager
         scheduled_ids: set[str] = set()
+        self._make_room_for_a_tenant_below_its_share()
 
         i = 0
         while i < len(self.running) and budget > 0:
@@ -99,7 +104,8 @@ class Scheduler:
             spec = seq.spec_token_ids
             num_new = min(seq.num_tokens + len(spec) - seq.num_computed_tokens, budget)
             while not bm.allocate_slots(seq, num_new, num_lookahead_tokens=self.num_lookahead_tokens):
-                victim = self.running.pop()  # the most recently admitted request
+                victim = self._victim(i)
+                self.running.remove(victim)
                 self._preempt(victim)
                 out.num_preempted += 1
                 if victim is seq:
@@ -114,7 +120,7 @@ class Scheduler:
                 budget -= num_new
                 i += 1
                 continue
-            break  # seq itself was preempted: everything after it already was too
+            # seq itself was preempted: running[i] is the next one
 
         # New work is admitted only when nothing was preempted: a preemption means the cache is full.
         while self.waiting and out.num_preempted == 0 and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -135,6 +141,29 @@ class Scheduler:
             budget -= num_new
         return out
 
+    def _victim(self, start: int) -> Sequence:
+        """Which request to preempt for room, among those not yet scheduled this step (running[start:]):
+        the most recently admitted of the tenant running most (with one tenant, the last one)."""
+        running = Counter(tenant(seq) for seq in self.running)
+        index = max(range(start, len(self.running)), key=lambda k: (running[tenant(self.running[k])], k))
+        return self.running[index]
+
+    def _make_room_for_a_tenant_below_its_share(self) -> None:
+        """When every place is taken and the tenant to admit next runs below its share, preempt the
+        most recently admitted request of the tenant furthest above its share."""
+        if len(self.running) < self.max_num_seqs or not self.waiting:
+            return
+        running = Counter(tenant(seq) for seq in self.running)
+        share = max(1, self.max_num_seqs // len(running.keys() | self._waiting_tenants.keys()))
+        if running[tenant(self.waiting[self._next_waiting()])] >= share:
+            return
+        most = max(running, key=running.__getitem__)
+        if running[most] <= share:
+            return
+        victim = next(seq for seq in reversed(self.running) if tenant(seq) == most)
+        self.running.remove(victim)
+        self._preempt(victim)
+
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free(seq)
         seq.clear_spec()
@@ -144,10 +173,10 @@ class Scheduler:
         self.num_preemptions += 1
 
     def _next_waiting(self) -> int:
-        """The index in `waiting` of the sequence to admit next: the head when it was preempted (it
-        was running) or one tenant alone waits; else the earliest of the tenant running fewest."""
+        """The index in `waiting` of the sequence to admit next: the head when one tenant alone waits;
+        else the earliest of the tenant running fewest (a tenant's preempted requests are its earliest)."""
         head = self.waiting[0]
-        if head.status is SequenceStatus.PREEMPTED or len(self._waiting_tenants) < 2:
+        if len(self._waiting_tenants) < 2:
             return 0
         running = Counter(tenant(seq) for seq in self.running)
         best, least = 0, running[tenant(head)]

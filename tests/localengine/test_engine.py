@@ -181,3 +181,50 @@ def test_a_tenants_long_queue_does_not_hold_another_tenant(llama_dir):
     while engine.has_unfinished_requests():
         engine.step()
     assert not engine.scheduler._waiting_tenants  # every count back to nothing
+
+
+def test_a_tenant_holding_every_place_makes_room_for_another(llama_dir):
+    """Admission was fair but nothing preempted: a tenant whose long generations held every running
+    place (here both, as one request with n=2 does on the server) made another tenant's request wait
+    until one of them finished. A tenant waiting below its share (places / tenants) now takes the
+    place of the most recently admitted request of a tenant above it, which is recomputed later."""
+    engine = make_llm(llama_dir, max_num_seqs=2).llm_engine
+    long = SamplingParams(max_tokens=60, ignore_eos=True, temperature=0)
+    for i in range(2):
+        engine.add_request(f"a{i}", "hello there", long, cache_salt="team-a")
+    engine.step()
+    engine.step()
+    engine.add_request("b0", "hello there", SamplingParams(max_tokens=4, ignore_eos=True, temperature=0),
+                       cache_salt="team-b")
+    finished_before_b = 0
+    while "b0" not in {seq.request_id for seq in engine.scheduler.running}:
+        finished_before_b += sum(out.finished for out in engine.step())
+    assert finished_before_b == 0  # before: one of team a's 60-token generations first
+    assert engine.scheduler.num_preemptions == 1
+    outputs = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                outputs[out.request_id] = out.outputs[0].token_ids
+    assert len(outputs["a0"]) == len(outputs["a1"]) == 60  # the preempted one is recomputed, not cut
+    assert engine.scheduler.num_preemptions == 1  # the shares hold: no request goes back and forth
+
+
+def test_a_full_cache_preempts_the_tenant_running_most(llama_dir):
+    """When a growing request needs a block and none is free, the victim was the most recently
+    admitted request, whoever's: another tenant's one request, admitted last, was preempted again and
+    again by the growth of a tenant running many. It is now the most recently admitted request of
+    the tenant running most."""
+    engine = make_llm(llama_dir, num_kvcache_blocks=40, max_model_len=128).llm_engine
+    long = SamplingParams(max_tokens=60, ignore_eos=True, temperature=0)
+    for i in range(3):
+        engine.add_request(f"a{i}", list(range(3 + i, 23 + i)), long, cache_salt="team-a")
+    engine.step()
+    engine.add_request("b0", list(range(50, 70)), long, cache_salt="team-b")
+    preempted: list[str] = []
+    while engine.has_unfinished_requests():
+        before = {seq.request_id for seq in engine.scheduler.running}
+        engine.step()
+        waiting = {seq.request_id for seq in engine.scheduler.waiting}
+        preempted += sorted(before & waiting)
+    assert preempted and "b0" not in preempted  # before: b0 first
