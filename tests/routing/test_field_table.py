@@ -50,7 +50,8 @@ def test_every_field_of_every_shape_has_its_fate(shape):
 
 def test_include_entries_and_a_reasoning_summary_that_ask_for_nothing_a_translated_answer_has_are_dropped_and_named():
     assert check(Shape.RESPONSES, {"include": ["reasoning.encrypted_content"]}, "Anthropic Messages") == ["include.reasoning.encrypted_content"]
-    assert check(Shape.RESPONSES, {"reasoning": {"effort": "low", "summary": "auto"}}, "Anthropic Messages") == ["reasoning.summary"]
+    assert check(Shape.RESPONSES, {"model": "claude-opus-4-6", "reasoning": {"effort": "low", "summary": "auto"}},
+                 "Anthropic Messages") == ["reasoning.summary"]
     assert check(Shape.CHAT, {"verbosity": "medium"}, "Anthropic") == ["verbosity"]  # the default: changes nothing
     with pytest.raises(TranslationRefused, match=r"include 'file_search_call.results' cannot be translated for an Anthropic"):
         check(Shape.RESPONSES, {"include": ["file_search_call.results"]}, "Anthropic Messages")

@@ -120,7 +120,8 @@ def test_openai_reasoning_efforts_reach_claude_models_that_take_effort(oa, fresh
     assert sent(fresh_emulator)["output_config"] == {"effort": "low"}
     raw = oa.chat.completions.with_raw_response.create(model="gpt-5-mini", messages=ask, reasoning_effort="low")  # Sonnet 4.5
     assert "output_config" not in sent(fresh_emulator) and "reasoning_effort" in _dropped(raw.headers)
-    assert oa.responses.create(model="gpt-5-mini", input="Name a fjord.", reasoning={"effort": "high"}).status == "completed"
+    raw_response = oa.responses.with_raw_response.create(model="gpt-5-mini", input="Name a fjord.", reasoning={"effort": "high"})
+    assert "output_config" not in sent(fresh_emulator) and "reasoning.effort" in _dropped(raw_response.headers)
 
 
 def _stream_usage(an, model: str, **ask: Any) -> tuple[int, Any]:

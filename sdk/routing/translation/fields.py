@@ -84,9 +84,9 @@ def claude_efforts(model: Any) -> tuple[str, ...]:
 
 
 def effort_travels(target: str, model: Any) -> bool:
-    """Whether a Responses request's reasoning effort goes on to `target`: Claude has an effort of its
-    own (output_config.effort); a Chat model takes reasoning_effort only if it reasons."""
-    return target.startswith("Anthropic") or reasons(model)
+    """Whether a Responses request's reasoning effort goes on to `target`: a Claude model as its
+    output_config.effort, if it takes one; a Chat model as reasoning_effort, if it reasons."""
+    return bool(claude_efforts(model)) if target.startswith("Anthropic") else reasons(model)
 
 
 FIELDS: dict[Shape, dict[str, Field]] = {
@@ -199,7 +199,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "parallel_tool_calls": Field(T, "parallel_tool_calls"),
         "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity"),
         "reasoning": Field(T, "effort → reasoning_effort (dropped, named reasoning.effort, for a Chat model that does not "
-                              "reason, which refuses it); summary dropped (a translated answer has no reasoning items "
+                              "reason and a Claude model without effort, which refuse it); summary dropped (a translated answer has no reasoning items "
                               "to summarize), named as reasoning.summary"),
         "max_output_tokens": Field(T, "max_completion_tokens (for an Anthropic target, at most the Claude model's own most)"),
         "stream": Field(T, "stream (the events are built from Chat chunks)"),
