@@ -67,13 +67,19 @@ def test_the_bytes_parse_to_what_the_sdk_encoder_makes():
 
 @pytest.fixture
 def collector() -> Iterator[tuple[str, list[ExportTraceServiceRequest]]]:
-    """An OTLP/HTTP traces endpoint on loopback that keeps what it receives."""
+    """An OTLP/HTTP traces endpoint on loopback that keeps what it receives; like a collector, it
+    refuses a request over 4 MiB (the OpenTelemetry Collector's default for OTLP over gRPC) whole."""
     received: list[ExportTraceServiceRequest] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["content-length"]))
             assert self.headers["content-type"] == "application/x-protobuf"
+            if len(body) > 4 * 1024 * 1024:
+                self.send_response(413)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
             received.append(ExportTraceServiceRequest.FromString(body))
             self.send_response(200)
             self.send_header("content-length", "0")
@@ -104,3 +110,30 @@ def test_traces_handed_to_the_export_process_reach_the_collector(collector, monk
     assert services == {"gateway-under-test"}
     attempt = next(span for span in spans if span.name.startswith("attempt "))
     assert attempt.parent_span_id == (0x1234).to_bytes(8, "big") and attempt.status.message == "upstream answered 500"
+
+
+def _team_trace(trace_id: int, team: str, model: str, messages: str = "") -> RequestTrace:
+    attributes = {"slipstream.team": team, "gen_ai.request.model": model}
+    if messages:
+        attributes["gen_ai.input.messages"] = messages
+    return RequestTrace(trace_id, SpanRecord(f"chat {model}", trace_id, 1, attributes, end_ns=2))
+
+
+def test_one_teams_large_spans_do_not_take_another_teams_spans_out_of_the_export(collector, monkeypatch):
+    """Every team's spans travel in the same export requests, and a collector refuses a request over
+    its size limit whole. A team's request with a 5 MiB model name (the span's name and an attribute
+    carry it), or many spans of large captured messages, made one export request too large, and the
+    other team's span in it was lost. Values are cut at the attribute length limit (64 Ki characters)
+    and an export request holds at most about 4 MiB of spans."""
+    url, received = collector
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+    sink = ProcessSink()
+    sink.emit(_team_trace(1, "a", "m" * (5 * 1024 * 1024)))
+    for i in range(80):
+        sink.emit(_team_trace(100 + i, "a", "gpt-x", messages="w" * 60_000))
+    sink.emit(_team_trace(2, "b", "gpt-x"))
+    sink.shutdown()
+    teams = [kv.value.string_value for request in received for resource in request.resource_spans
+             for scope in resource.scope_spans for span in scope.spans for kv in span.attributes if kv.key == "slipstream.team"]
+    assert teams.count("b") == 1  # before: the one request was refused, team b's span with it
+    assert teams.count("a") == 81

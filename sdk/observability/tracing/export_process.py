@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import sdk
-from sdk.observability.tracing.otlp_encoding import Encoded, encode
+from sdk.observability.tracing.otlp_encoding import Encoded, request, trace_spans
 from sdk.observability.tracing.records import RequestTrace
 
 log = logging.getLogger("slipstream.tracing")
@@ -38,6 +38,9 @@ log = logging.getLogger("slipstream.tracing")
 MAX_PENDING = 20_000  # traces waiting for the writer; more are dropped
 GATHER_S = 0.25  # the writer sends what gathered this long after the first trace: few wake-ups, small frames
 FRAME_TRACES = 256  # traces per pickled frame, so one pickling never holds the interpreter lock for long
+# Most span bytes in one export request: a collector refuses a larger one whole (gRPC's default
+# 4 MiB, the least common limit), and with it every other team's spans sent beside one team's large ones.
+EXPORT_BYTES = 4 * 1024 * 1024 - 64 * 1024
 
 
 class ProcessSink:
@@ -142,7 +145,8 @@ def _exporter() -> Any:
 
 def main() -> None:
     """The child: traces from stdin, encoded and exported in batches like the SDK's BatchSpanProcessor
-    would (`OTEL_BSP_SCHEDULE_DELAY` ms, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` spans), until stdin closes."""
+    would (`OTEL_BSP_SCHEDULE_DELAY` ms, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` spans, and at most
+    `EXPORT_BYTES` of spans unless one trace alone is more), until stdin closes."""
     from sdk.observability.tracing.setup import resource
 
     # Ctrl-C or a SIGTERM to the proxy's process group reaches this child too: it ends when its stdin
@@ -153,22 +157,26 @@ def main() -> None:
     attributes = dict(resource().attributes)
     delay_s = float(os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "5000")) / 1000
     batch_size = int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"))
-    held: list[RequestTrace] = []
-    spans = 0
+    held: list[bytes] = []  # encoded spans
+    size = 0
     due = time.monotonic() + delay_s
 
     def flush() -> None:
-        nonlocal held, spans
+        nonlocal held, size
         if held:
-            exporter.export(encode(held, attributes, "slipstream"))  # failures are the exporter's to log
-        held, spans = [], 0
+            exporter.export(request(held, attributes, "slipstream"))  # failures are the exporter's to log
+        held, size = [], 0
 
     try:
         for traces in _frames(sys.stdin.fileno(), delay_s):
             for trace in traces or ():
-                held.append(trace)
-                spans += 1 + len(trace.children)
-            if spans >= batch_size or time.monotonic() >= due:
+                spans = trace_spans(trace)
+                more = sum(map(len, spans))
+                if size + more > EXPORT_BYTES:
+                    flush()
+                held += spans
+                size += more
+            if len(held) >= batch_size or time.monotonic() >= due:
                 flush()
                 due = time.monotonic() + delay_s
     finally:

@@ -8,10 +8,16 @@ endpoints, headers, compression, timeouts and retries stay the SDK's.
 
 Wire format: https://protobuf.dev/programming-guides/encoding/ ; messages:
 opentelemetry/proto/trace/v1/trace.proto and common/v1/common.proto.
+
+Span names and string attribute values are cut at the OpenTelemetry attribute value length limit
+(`OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else 64 Ki
+characters): they carry what clients send (a model name, captured messages), and every team's spans
+travel in the same export requests, which a collector refuses whole past its size limit.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -21,6 +27,8 @@ from sdk.observability.tracing.records import RequestTrace, SpanRecord
 _KIND_INTERNAL, _KIND_CLIENT = 1, 3
 _STATUS_ERROR = 2
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: what the SDK sets on every span
+_VALUE_LIMIT = int(os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+                   or os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") or 64 * 1024)
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
 
@@ -71,7 +79,7 @@ def _value(value: Any) -> bytes:
     if isinstance(value, bool):
         return b"\x10" + (b"\x01" if value else b"\x00")
     if isinstance(value, str):
-        return _field(1, value.encode())
+        return _field(1, value[:_VALUE_LIMIT].encode())
     if isinstance(value, int):
         return b"\x18" + _varint(value)
     if isinstance(value, float):
@@ -105,7 +113,7 @@ def _span(record: SpanRecord, trace_id: bytes, state: bytes, parent: int, remote
         out.append(_field(3, state))
     if parent:
         out.append(_field(4, parent.to_bytes(8, "big")))
-    out += [_field(5, record.name.encode()), b"\x30" + _varint(_KIND_CLIENT if record.client else _KIND_INTERNAL),
+    out += [_field(5, record.name[:_VALUE_LIMIT].encode()), b"\x30" + _varint(_KIND_CLIENT if record.client else _KIND_INTERNAL),
             b"\x39" + _FIXED64.pack(record.start_ns), b"\x41" + _FIXED64.pack(record.end_ns), _attributes(9, record.attributes)]
     for name, at, attributes in record.events:
         out.append(_field(11, b"\x09" + _FIXED64.pack(at) + _field(2, name.encode()) + _attributes(3, attributes)))
@@ -115,18 +123,25 @@ def _span(record: SpanRecord, trace_id: bytes, state: bytes, parent: int, remote
     return b"".join(out)
 
 
+def trace_spans(trace: RequestTrace) -> list[bytes]:
+    """A trace's spans, each encoded as one field of a ScopeSpans (children first, then the root)."""
+    trace_id = trace.trace_id.to_bytes(16, "big")
+    parent = trace.parent
+    state = parent.tracestate.encode() if parent is not None and parent.tracestate else b""
+    root = trace.root
+    spans = [_field(2, _span(record, trace_id, state, root.span_id, False)) for record in trace.children]
+    up, remote = (parent.span_id, parent.remote) if parent is not None else (0, False)
+    spans.append(_field(2, _span(root, trace_id, state, up, remote)))
+    return spans
+
+
 def encode(traces: Iterable[RequestTrace], resource: Mapping[str, Any], scope: str) -> Encoded:
     """One ExportTraceServiceRequest: every span of `traces` under one resource and scope."""
-    spans: list[bytes] = []
-    for trace in traces:
-        trace_id = trace.trace_id.to_bytes(16, "big")
-        parent = trace.parent
-        state = parent.tracestate.encode() if parent is not None and parent.tracestate else b""
-        root = trace.root
-        for record in trace.children:
-            spans.append(_field(2, _span(record, trace_id, state, root.span_id, False)))
-        up, remote = (parent.span_id, parent.remote) if parent is not None else (0, False)
-        spans.append(_field(2, _span(root, trace_id, state, up, remote)))
+    return request([span for trace in traces for span in trace_spans(trace)], resource, scope)
+
+
+def request(spans: list[bytes], resource: Mapping[str, Any], scope: str) -> Encoded:
+    """One ExportTraceServiceRequest of spans encoded by `trace_spans`, under one resource and scope."""
     scope_spans = _field(1, _field(1, scope.encode())) + b"".join(spans)
     resource_spans = _field(1, _attributes(1, resource)) + _field(2, scope_spans)
     return Encoded(_field(1, resource_spans), len(spans))
