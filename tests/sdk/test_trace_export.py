@@ -121,14 +121,14 @@ def _team_trace(trace_id: int, team: str, model: str, messages: str = "") -> Req
 
 def test_one_teams_large_spans_do_not_take_another_teams_spans_out_of_the_export(collector, monkeypatch):
     """Every team's spans travel in the same export requests, and a collector refuses a request over
-    its size limit whole. A team's request with a 5 MiB model name (the span's name and an attribute
-    carry it), or many spans of large captured messages, made one export request too large, and the
-    other team's span in it was lost. Values are cut at the attribute length limit (64 Ki characters)
-    and an export request holds at most about 4 MiB of spans."""
+    its size limit whole. With message capture on, a team's request of 5 MiB of messages, or many
+    spans of large captured messages, made one export request too large, and the other team's span
+    in it was lost. Values are cut at the attribute length limit (64 Ki characters) and an export
+    request holds at most about 4 MiB of spans."""
     url, received = collector
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
     sink = ProcessSink()
-    sink.emit(_team_trace(1, "a", "m" * (5 * 1024 * 1024)))
+    sink.emit(_team_trace(1, "a", "gpt-x", messages="m" * (5 * 1024 * 1024)))
     for i in range(80):
         sink.emit(_team_trace(100 + i, "a", "gpt-x", messages="w" * 60_000))
     sink.emit(_team_trace(2, "b", "gpt-x"))
