@@ -54,8 +54,10 @@ class _TextFormatter(logging.Formatter):
 
 
 def _text(value: Any) -> str:
+    """A logfmt value: quoted, with its quotes and backslashes escaped, when it has a space, a quote,
+    a backslash or an '='; a client's value (the model name) cannot end the quotes and add fields."""
     text = "-" if value is None or value == "" else str(value)
-    return f'"{text}"' if " " in text or '"' in text else text
+    return orjson.dumps(text).decode() if any(c in text for c in ' "\\=') or not text.isprintable() else text
 
 
 def configure(mode: str | None = None) -> None:

@@ -4,6 +4,7 @@ carrying ids, counts and times but never the team key or prompt text."""
 from __future__ import annotations
 
 import io
+import shlex
 import sys
 import threading
 import time
@@ -59,6 +60,22 @@ def test_text_lines_and_off_by_default(proxy, access):
     client.chat.completions.create(model="gpt-5-mini", messages=[{"role": "user", "content": "hi"}])
     (line,) = lines(access)
     assert " team=alpha " in line and " status=200 " in line and " attempts=1" in line
+
+
+def test_a_model_name_cannot_write_fields_into_a_text_line(proxy, access):
+    """A value with spaces was put in quotes with its own quotes left as they were, so a team's model
+    name could close the quotes and write fields of its own after them: a logfmt reader took the line
+    for another team's request (the later `team=`) with the tokens the client chose. Quotes and
+    backslashes in a value are escaped now."""
+    access_log.configure("text")
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=TEAM_KEY, max_retries=0)
+    forged = 'gpt-x" team=beta input_tokens=999999 x="'
+    client.chat.completions.create(model=forged, messages=[{"role": "user", "content": "hi"}])  # a wildcard route
+    (line,) = lines(access)
+    fields = dict(token.split("=", 1) for token in shlex.split(line)[1:])  # shlex reads logfmt's quoting
+    teams = [token for token in shlex.split(line) if token.startswith("team=")]
+    assert teams == ["team=alpha"]  # before: team=alpha, then team=beta
+    assert fields["model"] == forged and fields["input_tokens"] != "999999"
 
 
 def test_unknown_mode_is_refused():
