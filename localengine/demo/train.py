@@ -17,6 +17,7 @@ import argparse
 import random
 import sysconfig
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -59,7 +60,7 @@ def train_tokenizer(docs: list[str]) -> Tokenizer:
     return tok
 
 
-def batches(ids: torch.Tensor, batch_size: int, gen: torch.Generator):
+def batches(ids: torch.Tensor, batch_size: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
     while True:
         starts = torch.randint(0, len(ids) - SEQ_LEN - 1, (batch_size,), generator=gen)
         yield torch.stack([ids[s : s + SEQ_LEN] for s in starts.tolist()])

@@ -31,6 +31,7 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import PreTrainedTokenizerFast
 
 from localengine import LLM, SamplingParams
 from localengine.demo.speculator_prompts import instructions
@@ -39,7 +40,7 @@ from localengine.spec_decode.mlp_speculator import MLPSpeculator, MLPSpeculatorC
 
 HERE = Path(__file__).parent
 IGNORE = -100
-def code_prompts(tokenizer, count: int, seed: int = 1) -> list[list[int]]:
+def code_prompts(tokenizer: PreTrainedTokenizerFast, count: int, seed: int = 1) -> list[list[int]]:
     """Random windows of 8-48 tokens from the corpus, starting at a line start."""
     rng = random.Random(seed)
     docs = corpus(6_000_000, seed=seed)
@@ -53,7 +54,7 @@ def code_prompts(tokenizer, count: int, seed: int = 1) -> list[list[int]]:
     return out
 
 
-def chat_prompts(tokenizer, count: int, max_len: int, seed: int = 1) -> list[list[int]]:
+def chat_prompts(tokenizer: PreTrainedTokenizerFast, count: int, max_len: int, seed: int = 1) -> list[list[int]]:
     """`count` instructions (localengine/demo/speculator_prompts.py) through the model's chat
     template, leaving out those longer than `max_len` tokens (a short-context target gets fewer)."""
     out = []

@@ -90,7 +90,7 @@ class MLPSpeculator(nn.Module):
             raise ValueError("target_embeddings needs inner_dim equal to emb_dim (the target's hidden size)")
         head_size = config.draft_vocab_size or config.vocab_size
 
-        def stages(make, first=None) -> nn.ModuleList:
+        def stages(make: Callable[[], nn.Module], first: nn.Module | None = None) -> nn.ModuleList:
             if config.tie_weights:
                 shared = make()
                 return nn.ModuleList([first or shared] + [shared] * (n - 1))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -54,7 +55,7 @@ class _Circuit:
 class InMemoryBreakerStore:
     """One process's breakers; every method is synchronous inside, so no lock is needed on one loop."""
 
-    def __init__(self, policy: BreakerPolicy, clock=time.monotonic):
+    def __init__(self, policy: BreakerPolicy, clock: Callable[[], float] = time.monotonic):
         self.policy = policy
         self._clock = clock
         self._circuits: dict[str, _Circuit] = {}

@@ -7,7 +7,7 @@ no lock. Same semantics as the Redis scripts (sdk/state/redis_scripts.py), one p
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sdk.state.backend import Admission, Rate, Refusal, Settlement
@@ -35,7 +35,7 @@ class _Record:
 class LocalState:
     kind = "local"
 
-    def __init__(self, clock=time.monotonic, wall=time.time):
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._wall = wall
         self._buckets: dict[str, _Bucket] = {}
