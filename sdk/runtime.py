@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from sdk.errors import AuthenticationError, PolicyError, UpstreamHTTPError
@@ -52,7 +53,7 @@ class TeamRuntime:
     def team(self) -> str:
         return self.policy.team
 
-    @property
+    @cached_property
     def limits(self) -> LimitsStage:
         """The team's limits stage (always in its pipeline), for what is answered beside the pipeline."""
         return next(stage for stage in self.pipeline.stages if isinstance(stage, LimitsStage))
