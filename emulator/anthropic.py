@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")  # tool_use.id and tool_result.tool_use_id
 # Models that still take `temperature` and `top_p` together (Claude Opus 4.1 and every later model refuse both).
+_FIXED_SAMPLING = re.compile(r"^claude-(opus-4-[78]|sonnet-5)")
 _BOTH_SAMPLERS = re.compile(r"^claude-(instant|2|3)|^claude-(opus|sonnet)-4(-0|-2025|$)")
 
 def _validate(body: dict[str, Any], count_only: bool) -> str | None:
@@ -87,6 +88,10 @@ def _validate(body: dict[str, Any], count_only: bool) -> str | None:
                 return f"{name}: Input should be greater than or equal to 0"
             if v > hi:
                 return f"{name}: Input should be less than or equal to {hi}"
+    if _FIXED_SAMPLING.match(model):  # Opus 4.7, 4.8, Sonnet 5: temperature only at its default, no top_p or top_k
+        for name in ("temperature", "top_p", "top_k"):
+            if body.get(name) is not None and not (name == "temperature" and body[name] == 1):
+                return f"`{name}` is deprecated for this model."
     if body.get("temperature") is not None and body.get("top_p") is not None and not _BOTH_SAMPLERS.match(model):
         return "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
     if "stream" in body and not isinstance(body["stream"], bool):

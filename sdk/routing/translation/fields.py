@@ -78,6 +78,17 @@ _CLAUDE_EFFORTS = ((re.compile(r"^claude-(opus-4-[78]|opus-5|sonnet-5|fable|myth
                    (re.compile(r"^claude-opus-4-5"), ("low", "medium", "high")))
 
 
+# Claude models whose sampling is their own (Anthropic's migration guide for Opus 4.7: "Setting temperature,
+# top_p, or top_k to any non-default value ... returns a 400 error"; Opus 4.8 and Sonnet 5 the same): a Chat
+# request's temperature and top_p are left out for them, and named.
+_FIXED_SAMPLING = re.compile(r"^claude-(opus-4-[78]|sonnet-5)")
+
+
+def fixed_sampling(model: Any) -> bool:
+    """Whether the Claude model `model` refuses temperature and top_p (it samples as it does)."""
+    return bool(_FIXED_SAMPLING.match(str(model or "")))
+
+
 def claude_efforts(model: Any) -> tuple[str, ...]:
     """The output_config.effort levels the Claude model `model` takes (none: it takes no effort)."""
     return next((levels for pattern, levels in _CLAUDE_EFFORTS if pattern.match(str(model or ""))), ())
@@ -107,8 +118,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "stream": Field(T, "stream"),
         "stream_options": Field(T, "include_usage: the usage chunk is built from Anthropic's usage"),
         # 1 is both protocols' default for each; Claude 4.1 and later refuse the two together, so a default is not sent.
-        "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1)", (1, 1.0)),
-        "top_p": Field(T, "top_p", (1, 1.0)),
+        "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1; dropped for Opus 4.7, 4.8 and "
+                                "Sonnet 5, which sample as they do and refuse it)", (1, 1.0)),
+        "top_p": Field(T, "top_p (dropped for Opus 4.7, 4.8 and Sonnet 5, as temperature)", (1, 1.0)),
         "tools": Field(T, "tools (function tools, with their `cache_control`; a strict tool's schema brought within what "
                           "Claude's strict tools take, as for response_format; others refused)"),
         "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools and custom refused)"),
@@ -265,7 +277,7 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
                 dropped.append("reasoning.summary")
             if value.get("effort") is not None and not effort_travels(target, body.get("model")):
                 dropped.append("reasoning.effort")
-    return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body)
+    return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body) + _unsampled(shape, body, dropped)
 
 
 def _unreasoned(shape: Shape, body: dict[str, Any]) -> list[str]:
@@ -282,6 +294,13 @@ def _effortless(shape: Shape, body: dict[str, Any]) -> list[str]:
     """A Chat request's reasoning_effort, which a Claude model without effort would refuse: left out, and named."""
     effort = body.get("reasoning_effort") if shape is Shape.CHAT else None
     return ["reasoning_effort"] if isinstance(effort, str) and effort != "none" and not claude_efforts(body.get("model")) else []
+
+
+def _unsampled(shape: Shape, body: dict[str, Any], dropped: list[str]) -> list[str]:
+    """A Chat request's temperature and top_p, which a Claude model with its own sampling refuses: left out, and named."""
+    if shape is not Shape.CHAT or not fixed_sampling(body.get("model")):
+        return []
+    return [key for key in ("temperature", "top_p") if body.get(key) is not None and key not in dropped]
 
 
 def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:

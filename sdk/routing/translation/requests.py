@@ -16,7 +16,7 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.fields import Fate, Shape, check, claude_efforts, fate, reasons
+from sdk.routing.translation.fields import Fate, Shape, check, claude_efforts, fate, fixed_sampling, reasons
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
@@ -245,6 +245,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             sent = split_stops(value)[0]  # whitespace-only stops, which Claude refuses, are the gateway's (stops.py)
             if sent:
                 out["stop_sequences"] = sent
+        elif key in ("temperature", "top_p") and fixed_sampling(out["model"]):
+            continue  # the model samples as it does (fields.py names it dropped)
         elif key == "temperature":
             if value is not None and value > 1:
                 raise refuse("'temperature' above 1", "Anthropic")

@@ -1,0 +1,48 @@
+"""Cross-protocol requests to Claude models whose API differs from model to model (a third audit's
+sequel to test_translation_clients): what one model takes, another refuses with a 400.
+
+The official OpenAI client through the proxy (team key "sk-routing"), the emulator upstream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gateway.testing import running_proxy
+from tests.routing.conftest import policy_text
+
+ROUTES = """  - match: {model: "gpt-opus47-*"}
+    targets: [{provider: claude, model: claude-opus-4-7}]
+  - match: {model: "gpt-*"}
+    targets: [{provider: claude, model: claude-sonnet-4-5}]"""
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, emulator) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("models")
+    (directory / "routing.yaml").write_text(policy_text(emulator.url, ROUTES))
+    with running_proxy([directory], watch_interval_s=None) as running:
+        yield running.url
+
+
+def _sent(emulator) -> dict[str, Any]:
+    return json.loads(emulator.state.recent[-1]["body"])
+
+
+def test_sampling_settings_reach_a_claude_that_samples_as_it_does_left_out_and_named(oa, fresh_emulator):
+    """Claude Opus 4.7 (and 4.8, Sonnet 5) refuse temperature other than 1, and top_p, with a 400
+    ("`temperature` is deprecated for this model"): a Chat client's usual temperature 0.2 failed every
+    request routed there. They are left out for those models and named; Sonnet 4.5 still gets them."""
+    ask = [{"role": "user", "content": "Name a fjord."}]
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-opus47-x", messages=ask, temperature=0.2, top_p=0.9)
+    assert raw.parse().choices[0].message.content
+    assert "temperature" not in _sent(fresh_emulator) and "top_p" not in _sent(fresh_emulator)
+    assert {"temperature", "top_p"} <= set(raw.headers["x-slipstream-dropped-fields"].split(","))
+    oa.responses.create(model="gpt-opus47-x", input="Name a fjord.", temperature=0.2)
+    assert "temperature" not in _sent(fresh_emulator)
+    oa.chat.completions.create(model="gpt-x", messages=ask, temperature=0.2)
+    assert _sent(fresh_emulator)["temperature"] == 0.2
