@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import sqlite3
 import threading
 import time
@@ -41,6 +42,9 @@ RETENTION_S = 30 * 86400  # OpenAI keeps stored responses for 30 days
 # holds the server every replica and team shares (300,000 one-word messages held it for 6 s).
 MAX_TURN_ITEMS = 10_000
 MAX_CHAIN = 1_000_000  # a walk never goes further (a guard, not a limit anyone reaches)
+# Bytes of records the SQLite store reads of a chain under its lock at once: the lock is every team's
+# (one connection), and a team's conversation may reach its quota (1 GiB by default).
+CHAIN_BYTES_PER_READ = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,20 @@ def _parts(ids: list[str], size: int = 500) -> Iterator[list[str]]:
         yield ids[start:start + size]
 
 
+def _by_bytes(sized: list[tuple[str, int]], budget: int) -> Iterator[list[str]]:
+    """Ids in order, in runs of about `budget` bytes (a run holds at least one)."""
+    part: list[str] = []
+    size = 0
+    for rid, bytes_ in sized:
+        if part and size + bytes_ > budget:
+            yield part
+            part, size = [], 0
+        part.append(rid)
+        size += bytes_
+    if part:
+        yield part
+
+
 def pick_items(records: Mapping[str, StoredResponse], owners: Mapping[str, str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
     """`find_items`' answer from item id → owning response id and the records read."""
     found: dict[str, tuple[StoredResponse, dict[str, Any]]] = {}
@@ -210,7 +228,7 @@ WITH RECURSIVE chain(id, n) AS (
 SELECT %s FROM chain JOIN stored_responses r ON r.team = ? AND r.id = chain.id AND r.expires_at >= ? ORDER BY chain.n
 """
 _CHAIN_IDS = _CHAIN % (MAX_CHAIN, "r.id")  # newest first
-_CHAIN_RECORDS = _CHAIN % (MAX_CHAIN, ", ".join(f"r.{column}" for column in _COLUMNS.split(", ")))
+_CHAIN_SIZES = _CHAIN % (MAX_CHAIN, "r.id, r.size")
 
 
 def _row(row: tuple[Any, ...]) -> StoredResponse:
@@ -342,22 +360,35 @@ class SQLiteResponseStore:
         return [rid for (rid,) in self._db.execute(_CHAIN_IDS, (response_id, team, now, team, now))]
 
     def _records(self, team: str, ids: list[str]) -> dict[str, StoredResponse]:
+        return {row[0]: _row(row) for row in self._rows(team, ids)}
+
+    def _rows(self, team: str, ids: list[str]) -> list[tuple[Any, ...]]:
         rows = []
         for part in _parts(ids):
             marks = ", ".join("?" * len(part))
             rows += self._db.execute(f"SELECT {_COLUMNS} FROM stored_responses WHERE team = ? AND expires_at >= ? AND id IN ({marks})",
                                      (team, time.time(), *part)).fetchall()
-        return {row[0]: _row(row) for row in rows}
+        return rows
 
     def _get(self, team: str, response_id: str) -> StoredResponse | None:
         with self._lock:
             return self._records(team, [response_id]).get(response_id)
 
     def _chain(self, team: str, response_id: str) -> list[StoredResponse]:
+        """The chain's ids and sizes first, then its records about CHAIN_BYTES_PER_READ at a time, the
+        lock let go between reads; a record gone meanwhile ends the chain there (newer part kept)."""
         now = time.time()
         with self._lock:
-            rows = self._db.execute(_CHAIN_RECORDS, (response_id, team, now, team, now)).fetchall()
-        return [_row(row) for row in reversed(rows)]
+            sized = self._db.execute(_CHAIN_SIZES, (response_id, team, now, team, now)).fetchall()
+        newest_first: list[tuple[Any, ...]] = []
+        for part in _by_bytes(sized, CHAIN_BYTES_PER_READ):
+            with self._lock:
+                rows = {row[0]: row for row in self._rows(team, part)}
+            whole = [rows[rid] for rid in itertools.takewhile(rows.__contains__, part)]
+            newest_first += whole
+            if len(whole) < len(part):
+                break
+        return [_row(row) for row in reversed(newest_first)]
 
     def _find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
         owners: dict[str, str] = {}

@@ -206,6 +206,77 @@ async def test_a_long_chain_is_read_in_short_scripts(redis_url, tmp_path):  # no
     await state.close()
 
 
+class _Held(list):
+    """Rows fetched, as a cursor gives them (iterated or fetched all)."""
+
+    def fetchall(self) -> list:
+        return list(self)
+
+
+class _MeasuredHolds:
+    """The SQLite store's lock and connection in one: the bytes each hold of the lock reads."""
+
+    def __init__(self, store: SQLiteResponseStore):
+        self.lock, self.db, self.reads, self.current = store._lock, store._db, [], 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.current = 0
+
+    def __exit__(self, *exc) -> None:
+        self.reads.append(self.current)
+        self.lock.release()
+
+    def execute(self, sql: str, params=()) -> _Held:
+        rows = _Held(self.db.execute(sql, params).fetchall())
+        self.current += sum(len(value) for row in rows for value in row if isinstance(value, bytes | str))
+        return rows
+
+
+async def test_a_long_chain_is_read_from_sqlite_a_few_mebibytes_at_a_time(tmp_path):
+    """The SQLite store has one connection, under one lock, for every team: a conversation's whole
+    chain was read in one statement while holding it (a team's quota allows 1 GiB), and every other
+    team's read and write (a Responses answer is stored before the client sees it) waited for it.
+    The chain's ids come first; its records are read about CHAIN_BYTES_PER_READ at a time, the lock
+    let go between, and the chain is still whole."""
+    from sdk.responses import store as sqlite_store
+
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
+    previous = None
+    for turn in range(24):
+        await store.put(_record("a", f"resp_{turn}", previous, text=f"{turn}:" + "x" * MIB))
+        previous = f"resp_{turn}"
+    held = _MeasuredHolds(store)
+    store._lock, store._db = held, held  # type: ignore[assignment]
+    chain = await store.chain("a", "resp_23")
+    assert [r.id for r in chain] == [f"resp_{t}" for t in range(24)]
+    assert max(held.reads) <= sqlite_store.CHAIN_BYTES_PER_READ + 2 * MIB  # before: 24 MiB in one hold
+    store._lock, store._db = held.lock, held.db
+
+
+async def test_a_chain_cut_while_it_is_read_ends_at_the_cut(tmp_path):
+    """A record removed between two reads of a chain (deleted, evicted, expired) ends the chain there,
+    as one statement would have found it: the newer part is returned, never a chain with a hole."""
+    from sdk.responses import store as sqlite_store
+
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
+    previous = None
+    for turn in range(12):
+        await store.put(_record("a", f"resp_{turn}", previous, text="x" * MIB))
+        previous = f"resp_{turn}"
+    reads = store._rows
+
+    def cut_after_the_first_read(team: str, ids: list[str]) -> list:
+        rows = reads(team, ids)
+        store._remove("a", "resp_5")
+        return rows
+
+    store._rows = cut_after_the_first_read  # type: ignore[method-assign]
+    chain = await store.chain("a", "resp_11")
+    assert sqlite_store.CHAIN_BYTES_PER_READ < 8 * MIB
+    assert [r.id for r in chain] == [f"resp_{t}" for t in range(6, 12)]
+
+
 async def test_a_turn_does_not_renew_every_item_of_its_conversation(redis_url, tmp_path):  # noqa: F811
     """Writing a turn renews its conversation's retention. Each earlier item had a key of its own, renewed
     one by one in the write's script: 40 turns of 10,000 items made every further one-line turn hold
