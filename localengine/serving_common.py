@@ -253,17 +253,18 @@ class _End:
 
 async def merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
     """Items of several streams as they come, tagged with the stream's index. Closing this closes
-    (so aborts) every stream still running; the first error ends it."""
-    queue: asyncio.Queue[tuple[int, T] | _End] = asyncio.Queue()
+    (so aborts) every stream still running; the first error ends it. A stream is read no faster than
+    this is (at most one item of each waits here), so a slow reader leaves the items in the streams."""
+    queue: asyncio.Queue[tuple[int, T] | _End] = asyncio.Queue(maxsize=len(streams))
 
     async def pump(i: int, stream: AsyncIterator[T]) -> None:
         try:
             async for item in stream:
-                queue.put_nowait((i, item))
+                await queue.put((i, item))
         except Exception as exc:
-            queue.put_nowait(_End(exc))
+            await queue.put(_End(exc))
             return
-        queue.put_nowait(_End())
+        await queue.put(_End())
 
     tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
     try:

@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import json
 import threading
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,18 +24,35 @@ from localengine.sampling_params import SamplingParams
 
 
 class _RequestStream:
-    """Outputs of one request, delivered from the engine thread to the caller's event loop."""
+    """Outputs of one request, delivered from the engine thread to the caller's event loop. Outputs
+    are cumulative, so one the reader has not taken yet is replaced by the next (vLLM merges a slow
+    reader's outputs so too): a slow reader holds one, not a copy of everything so far per step."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.pending: deque[RequestOutput | BaseException] = deque()
+        self.ready = asyncio.Event()
 
     def put(self, item: RequestOutput | BaseException) -> bool:
         try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            self.loop.call_soon_threadsafe(self._put, item)
         except RuntimeError:  # the caller's loop is closed: nobody is listening any more
             return False
         return True
+
+    def _put(self, item: RequestOutput | BaseException) -> None:
+        last = self.pending[-1] if self.pending else None
+        if isinstance(item, RequestOutput) and isinstance(last, RequestOutput) and not last.finished:
+            self.pending[-1] = item
+        else:
+            self.pending.append(item)
+        self.ready.set()
+
+    async def get(self) -> RequestOutput | BaseException:
+        while not self.pending:
+            self.ready.clear()
+            await self.ready.wait()
+        return self.pending.popleft()
 
 
 @dataclass(slots=True)
@@ -89,7 +107,7 @@ class AsyncLLMEngine:
         finished = False
         try:
             while True:
-                item = await stream.queue.get()
+                item = await stream.get()
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished

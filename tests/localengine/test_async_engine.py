@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import orjson
 import pytest
 
 from localengine import AsyncLLMEngine, SamplingParams
@@ -35,7 +36,9 @@ async def wait_idle(engine: AsyncLLMEngine) -> None:
 async def test_streams_are_cumulative_and_repeatable(engine):
     params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     seen = [out async for out in engine.generate([5, 6, 7, 8], params, "s1")]
-    assert [len(o.outputs[0].token_ids) for o in seen] == [1, 2, 3, 4, 5, 6]
+    lengths = [len(o.outputs[0].token_ids) for o in seen]
+    assert lengths == sorted(set(lengths)) and lengths[-1] == 6  # outputs a reader did not take yet are merged
+    assert all(o.outputs[0].token_ids == seen[-1].outputs[0].token_ids[:n] for o, n in zip(seen, lengths, strict=True))
     assert seen[-1].finished and not any(o.finished for o in seen[:-1])
     again = [o async for o in engine.generate([5, 6, 7, 8], params, "s2")]
     assert again[-1].outputs[0].token_ids == seen[-1].outputs[0].token_ids
@@ -91,3 +94,34 @@ async def test_bad_request_raises_in_the_caller(engine):
     with pytest.raises(ValueError, match="max_model_len"):
         async for _ in engine.generate(list(range(300)), LONG, "too-long"):
             pass
+
+
+async def test_a_slow_reader_holds_its_latest_output_only(engine):
+    """Outputs are cumulative and the engine does not wait for readers: a stream whose reader was slow
+    (a client reading its SSE slowly) queued one output per step, each a copy of the prompt and of all
+    generated so far, so a request of n tokens held about n squared / 2 tokens in the memory of the
+    process every team shares. A stream now keeps only its newest output (vLLM merges a reader's
+    pending outputs likewise), and the chat stream's merge of n choices waits for its reader."""
+    from localengine.serving_chat import ChatRequest, chat_completion_events
+
+    params = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
+    stream = engine.generate(list(range(3, 40)), params, "slow")
+    first = await anext(stream)
+    await wait_idle(engine)  # the engine finished while the reader read nothing
+    rest = [out async for out in stream]
+    assert len(first.outputs[0].token_ids) < 60
+    assert len(rest) == 1 and rest[0].finished and len(rest[0].outputs[0].token_ids) == 60  # before: 59 outputs
+
+    req = ChatRequest("chatcmpl-slow", "m", list(range(3, 40)), params, n=2, stream=True, include_usage=False,
+                      cache_salt=None, top_logprobs=None, created=0)
+    events = chat_completion_events(engine, req)
+    chunks = [await anext(events) for _ in range(3)]  # the two role chunks, then the first token's
+    await wait_idle(engine)
+    late = [chunk async for chunk in events]
+    assert len(late) <= 6  # before: a chunk per token of each choice, about 120
+    texts = ["", ""]
+    for chunk in chunks + late:
+        if chunk.startswith(b"data: {"):
+            for choice in orjson.loads(chunk[6:])["choices"]:
+                texts[choice["index"]] += choice["delta"]["content"]
+    assert texts == [rest[0].outputs[0].text] * 2
