@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")  # tool_use.id and tool_result.tool_use_id
 # Models that still take `temperature` and `top_p` together (Claude Opus 4.1 and every later model refuse both).
+# Models that do not take mid-conversation system messages (`role: "system"` in `messages`: Fable 5, Mythos 5,
+# Opus 4.8 and Opus 5 do); names not listed take them here. The message paraphrases the API's.
+_NO_SYSTEM_MESSAGES = re.compile(r"^claude-(3|(opus|sonnet|haiku)-4(-[0-7]|-2025|$)|sonnet-5)")
 _FIXED_SAMPLING = re.compile(r"^claude-(opus-4-[78]|sonnet-5)")
 _BOTH_SAMPLERS = re.compile(r"^claude-(instant|2|3)|^claude-(opus|sonnet)-4(-0|-2025|$)")
 
@@ -59,6 +62,8 @@ def _validate(body: dict[str, Any], count_only: bool) -> str | None:
             return f"messages.{i}: Input should be a valid dictionary"
         if m.get("role") not in ("user", "assistant", "system"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        if m["role"] == "system" and _NO_SYSTEM_MESSAGES.match(model):
+            return f"messages.{i}.role: system messages are not supported by {model}; put instructions in `system`"
         if "content" not in m:
             return f"messages.{i}.content: Field required"
         c = m["content"]

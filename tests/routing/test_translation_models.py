@@ -15,7 +15,9 @@ import pytest
 from gateway.testing import running_proxy
 from tests.routing.conftest import policy_text
 
-ROUTES = """  - match: {model: "gpt-opus47-*"}
+ROUTES = """  - match: {model: "gpt-opus48-*"}
+    targets: [{provider: claude, model: claude-opus-4-8}]
+  - match: {model: "gpt-opus47-*"}
     targets: [{provider: claude, model: claude-opus-4-7}]
   - match: {model: "gpt-*"}
     targets: [{provider: claude, model: claude-sonnet-4-5}]"""
@@ -46,3 +48,22 @@ def test_sampling_settings_reach_a_claude_that_samples_as_it_does_left_out_and_n
     assert "temperature" not in _sent(fresh_emulator)
     oa.chat.completions.create(model="gpt-x", messages=ask, temperature=0.2)
     assert _sent(fresh_emulator)["temperature"] == 0.2
+
+
+def test_a_later_system_message_stays_in_place_as_each_claude_model_takes_it(oa, fresh_emulator):
+    """A system or developer message after the first turn (LangGraph's and Codex's later instructions)
+    went to every Claude model as a mid-conversation `role: "system"` message, which only Opus 4.8,
+    Opus 5, Fable 5 and Mythos 5 take: the others (Sonnet 4.5, Opus 4.7, ...) answered 400. They get it
+    in the same place as a system reminder in the user turn, as Claude Code writes them; the
+    conversation before it, and so its cached prefix, is unchanged."""
+    history: Any = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello."}, {"role": "developer", "content": "Answer in French."},
+                    {"role": "user", "content": "How are you?"}]
+    for model, roles in (("gpt-opus48-x", ["user", "assistant", "system", "user"]), ("gpt-opus47-x", ["user", "assistant", "user"]),
+                         ("gpt-x", ["user", "assistant", "user"])):
+        assert oa.chat.completions.create(model=model, max_tokens=16, messages=history).choices[0].message.content
+        body = _sent(fresh_emulator)
+        assert body["system"] in ("You are terse.", [{"type": "text", "text": "You are terse."}])
+        assert [m["role"] for m in body["messages"]] == roles
+        assert "Answer in French." in body["messages"][2]["content"][0]["text"]
+    assert body["messages"][2]["content"][0]["text"] == "<system-reminder>\nAnswer in French.\n</system-reminder>"

@@ -348,17 +348,18 @@ def test_a_chat_request_without_a_limit_gets_a_limit_the_claude_model_takes():
 
 
 def test_a_system_message_later_in_the_conversation_keeps_its_place_both_ways(oa, an, fresh_emulator):
-    """A Chat client's system/developer message after the first turn reaches Claude as a
-    mid-conversation system message in its place (it was a 400); a Messages client's
-    `role: "system"` message (Claude Code sends them) reaches an OpenAI target as a system message there."""
+    """A Chat client's system/developer message after the first turn reaches Claude in its place (it
+    was a 400): Sonnet 4.5 takes no mid-conversation system message, so it is a system reminder in the
+    user turn (test_translation_models: a model that takes one); a Messages client's `role: "system"`
+    message (Claude Code sends them) reaches an OpenAI target as a system message there."""
     oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=[
         {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello."}, {"role": "developer", "content": "Answer in French from now on."},
         {"role": "user", "content": "How are you?"}])
     body = sent(fresh_emulator)
     assert body["system"] == "You are terse."
-    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "system", "user"]
-    assert body["messages"][2]["content"] == [{"type": "text", "text": "Answer in French from now on."}]
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][2]["content"][0] == {"type": "text", "text": "<system-reminder>\nAnswer in French from now on.\n</system-reminder>"}
     an.messages.create(model="claude-x", max_tokens=8, system="You are terse.", messages=[
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
         {"role": "system", "content": [{"type": "text", "text": "Answer in French from now on."}]},  # type: ignore[misc, list-item]

@@ -89,6 +89,16 @@ def fixed_sampling(model: Any) -> bool:
     return bool(_FIXED_SAMPLING.match(str(model or "")))
 
 
+# Claude models that take `role: "system"` inside `messages` (Anthropic's mid-conversation system messages:
+# Fable 5, Mythos 5, Opus 4.8 and Opus 5; not Sonnet 5; the others answer 400).
+_IN_PLACE_SYSTEM = re.compile(r"^claude-(opus-4-8|opus-5|fable|mythos)")
+
+
+def in_place_system(model: Any) -> bool:
+    """Whether the Claude model `model` takes a system message in the middle of the conversation."""
+    return bool(_IN_PLACE_SYSTEM.match(str(model or "")))
+
+
 def claude_efforts(model: Any) -> tuple[str, ...]:
     """The output_config.effort levels the Claude model `model` takes (none: it takes no effort)."""
     return next((levels for pattern, levels in _CLAUDE_EFFORTS if pattern.match(str(model or ""))), ())
@@ -103,9 +113,10 @@ def effort_travels(target: str, model: Any) -> bool:
 FIELDS: dict[Shape, dict[str, Field]] = {
     Shape.CHAT: {
         "model": Field(T, "model (the route's target model)"),
-        "messages": Field(T, "system, messages (leading system/developer → system; a later one → a mid-conversation "
-                                 "`role: \"system\"` message in its place, which Claude takes on Opus 4.8 and later (other "
-                                 "models answer 400); tool → tool_result blocks (call ids with characters Claude's ids do not take, such as "
+        "messages": Field(T, "system, messages (leading system/developer → system; a later one stays in its place: a "
+                                 "mid-conversation `role: \"system\"` message for a model that takes one (Opus 4.8, Opus 5, "
+                                 "Fable 5, Mythos 5), else a `<system-reminder>` block in the user turn, as Claude Code "
+                                 "writes them; tool → tool_result blocks (call ids with characters Claude's ids do not take, such as "
                                  "Kimi's `functions.name:0`, have them replaced by `_`); images; inline PDF files → document blocks; "
                                  "`cache_control` on a part or message → a breakpoint on the block made from it; an empty assistant "
                                  "turn, which Claude refuses, left out)"),

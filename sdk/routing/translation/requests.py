@@ -16,7 +16,7 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.fields import Fate, Shape, check, claude_efforts, fate, fixed_sampling, reasons
+from sdk.routing.translation.fields import Fate, Shape, check, claude_efforts, fate, fixed_sampling, in_place_system, reasons
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
@@ -265,7 +265,7 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     out["max_tokens"] = claude_output_limit(out["model"], asked) if asked else default_max_tokens(out["model"])
     if body.get("user"):
         out["metadata"] = {"user_id": body["user"]}
-    system, messages = _o2a_messages(body.get("messages") or [])
+    system, messages = _o2a_messages(body.get("messages") or [], in_place_system(out["model"]))
     if body.get("verbosity") in VERBOSITY:
         system = instructed(system, VERBOSITY[body["verbosity"]])
     mode = json_mode(body)
@@ -317,7 +317,7 @@ def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     return _cached(out, tool)
 
 
-def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+def _o2a_messages(messages: list[dict[str, Any]], in_place: bool) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
     """The system prompt (text, or text blocks where the client marked breakpoints), and messages with
     consecutive turns of one role merged (tool results join the user turn)."""
     system: list[tuple[str, Any]] = []
@@ -328,11 +328,14 @@ def _o2a_messages(messages: list[dict[str, Any]]) -> tuple[str | list[dict[str, 
             system += _marked(_o2a_texts(message.get("content"), where), message)
             continue
         if role in ("system", "developer"):
-            # Later instructions stay where they are: Claude takes `role: "system"` inside `messages`
-            # (mid-conversation system messages; Opus 4.8 and later, other models answer 400), and the
-            # cached prefix before them stays valid, where folding them into `system` would rewrite it.
+            # Later instructions stay where they are (the cached prefix before them stays valid, where
+            # folding them into `system` would rewrite it): a mid-conversation system message for a model
+            # that takes one (`in_place`), else, as Claude Code writes them, a system reminder in the user turn.
             blocks = _joined(_marked(_o2a_texts(message.get("content"), where), message))
-            role = "system"
+            role = "system" if in_place else "user"
+            if not in_place:
+                blocks[0]["text"] = f"<system-reminder>\n{blocks[0]['text']}"
+                blocks[-1]["text"] += "\n</system-reminder>"
         elif role == "tool":
             texts = _marked(_o2a_texts(message.get("content"), where), message)
             blocks = _joined(texts)
