@@ -46,7 +46,6 @@ from urllib.parse import parse_qsl, urlencode
 import orjson
 
 from sdk.errors import (
-    InvalidRequestError,
     NotFoundError,
     RequestTooLargeError,
     SlipstreamError,
@@ -61,16 +60,20 @@ from sdk.limits.stage import RESERVE_EXACT_CHARS, LimitsStage
 from sdk.observability import access_log, metrics, tracing
 from sdk.observability.tracing import Parent, RequestTrace
 from sdk.passthrough.bodies import (
-    MAX_LINE,
-    Lines,
     Tally,
-    input_file_lines,
+    batch_params,
+    bounded,
     json_object,
     keyed_body,
     keyed_params,
     keyed_upload,
+    once,
+    read_input_file_lines,
+    read_object,
     requested_models,
     rewrite_results_url,
+    tallied,
+    whole,
 )
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
 from sdk.providers.base import HTTPProvider, account_header
@@ -85,7 +88,6 @@ from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 __all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]
 
 _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "set-cookie", "trailer", "upgrade"})
-MAX_OBJECT = 32 << 20  # an object or list answer read whole to check and rewrite it
 MAX_PAGES = 10  # upstream list pages read for one filtered page
 BATCH_RATE = 0.5  # both providers bill batch usage at half the price of a call
 BATCH_EXACT = 64  # a batch's first requests have their input tokenized for its worst cost; the rest counted by length
@@ -282,10 +284,10 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     reserve = batch_worst = 0.0
     request: dict[str, Any] = {}
     if op.spends:  # read whole: what it runs is checked before anything leaves
-        raw = await _whole(body, limit)
+        raw = await whole(body, limit)
         request = json_object(raw, f"{method} {op.upstream_path}")
         await ex.owners.check_files(team.team, (request,), len(raw))  # a message batch's requests may name files
-        check_account_objects(ex.limits.provider_objects, _batch_params(request) if op.kind == "message_batch" else (request,))
+        check_account_objects(ex.limits.provider_objects, batch_params(request) if op.kind == "message_batch" else (request,))
         if keyed_params(request, team.team) if op.kind == "message_batch" else keyed_body(request, team.team):
             raw = orjson.dumps(request)
         body, length = raw, len(raw)
@@ -295,13 +297,13 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
             reserve = ex.worst_cost([ex.completion])
         elif op.kind == "message_batch":
             ex.check_models(requested_models(op.kind, request))
-            batch_worst = ex.worst_cost([LLMRequest(Endpoint.MESSAGES, params) for params in _batch_params(request)])
+            batch_worst = ex.worst_cost([LLMRequest(Endpoint.MESSAGES, params) for params in batch_params(request)])
     ex.admission = await ex.limits.admit(ex.client.key_id, budget=op.spends, reserve=reserve)
     if op.spends and op.kind == "batch":  # its models are in its input file, which must be the team's
         file_id = request.get("input_file_id")
         if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
             raise ex.not_found("file", str(file_id))
-        lines, size = await _input_file_lines(provider, file_id, limit)
+        lines, size = await read_input_file_lines(provider, file_id, limit)
         await ex.owners.check_files(team.team, [line for _, line in lines], size)
         check_account_objects(ex.limits.provider_objects, [line for _, line in lines])
         ex.check_models([str(line.get("model") or "") for _, line in lines])
@@ -313,10 +315,10 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     elif op.action == "list":
         await ex.check_cursors(query)
     elif op.kind == "file" and op.action == "create":  # a batch input file's client prompt_cache_keys are keyed on the way
-        body = keyed_upload(_bounded(_once(body) if isinstance(body, bytes) else body, limit), team.team)
+        body = keyed_upload(bounded(once(body) if isinstance(body, bytes) else body, limit), team.team)
         length = None
     elif not isinstance(body, bytes):
-        body = _bounded(body, limit)
+        body = bounded(body, limit)
     url = provider.base_url + op.upstream_path + (f"?{query}" if query else "")
     ex.trace, sent = tracing.begin_passthrough(team.team, method, op.family, provider, upstream_headers(headers), ex.client.caller)
     if ex.trace is not None:
@@ -332,29 +334,29 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         refused = credentials_refused(op.protocol, status, provider.name)
         headers_out = [("content-type", "application/json"), ("content-length", str(len(refused))),
                        ("x-slipstream-route", ex.route), ("x-slipstream-request-id", ex.request_id)]
-        return _answer(ex, status, headers_out, _once(refused), None)
+        return _answer(ex, status, headers_out, once(refused), None)
     if status == 429 and provider.shared_account:  # its message names the account and every team's use of it
         limited = account_rate_limited(op.protocol, await response.read(), provider.name)
-        return _answer(ex, status, ex.headers(response, len(limited)), _once(limited), None)
+        return _answer(ex, status, ex.headers(response, len(limited)), once(limited), None)
     if 200 <= status < 300 and op.action in ("create", "retrieve", "list", "cancel") and op.kind:
-        data = await _read_object(response)
+        data = await read_object(response)
         if op.action == "list":
             async def page(cursor: str) -> dict[str, Any] | None:
                 more = await client.request("GET", f"{provider.base_url}{op.upstream_path}?{cursor}", sent, b"", provider.timeouts)
                 if more.status != 200:
                     more.abort()  # the page so far is the answer
                     return None
-                return await _read_object(more)
+                return await read_object(more)
 
             data = await _own_pages(ex, data, query, page)
         rewritten = await _checked_object(ex, data)
-        return _answer(ex, status, ex.headers(response, len(rewritten)), _once(rewritten), None)
+        return _answer(ex, status, ex.headers(response, len(rewritten)), once(rewritten), None)
     if 200 <= status < 300 and op.action == "delete":
         await ex.owners.disown(op.kind, op.object_id)
     tally = None
     if 200 <= status < 300 and (op.action in ("complete", "results") or output_of):
         tally = Tally(whole=op.action == "complete" and "event-stream" not in response.headers.get("content-type", ""))
-    return _answer(ex, status, ex.headers(response), _tallied(response, tally), tally, output_of or op.object_id, response)
+    return _answer(ex, status, ex.headers(response), tallied(response, tally), tally, output_of or op.object_id, response)
 
 
 def _answer(ex: _Exchange, status: int, headers: list[tuple[str, str]], chunks: AsyncIterator[bytes],
@@ -433,84 +435,3 @@ async def _checked_object(ex: _Exchange, data: dict[str, Any]) -> bytes:
     for row in rows if op.kind == "message_batch" else ():
         rewrite_results_url(row, ex.client.origin)
     return orjson.dumps(data)
-
-
-async def _read_object(response: UpstreamResponse) -> dict[str, Any]:
-    chunks, size = [], 0
-    async for chunk in response.iter_chunks():
-        size += len(chunk)
-        if size > MAX_OBJECT:
-            response.abort()
-            raise SlipstreamError(f"the provider's answer is over {MAX_OBJECT} bytes, more than an object or a list page", status=502)
-        chunks.append(chunk)
-    try:
-        data = orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError:
-        raise SlipstreamError("the provider's answer is not the JSON object it should be", status=502) from None
-    if not isinstance(data, dict):
-        raise SlipstreamError("the provider's answer is not the JSON object it should be", status=502)
-    return data
-
-
-def _batch_params(request: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Messages requests a message batch create runs (each request's `params`)."""
-    requests = request.get("requests")
-    return [r["params"] for r in requests if isinstance(r, dict) and isinstance(r.get("params"), dict)] if isinstance(requests, list) else []
-
-
-async def _input_file_lines(provider: HTTPProvider, file_id: str, limit: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
-    """The requests a batch input file runs, (`url`, `body`) per line, read from the provider (the
-    file went up streamed), and the file's size. A line too long to read could hide a model or a
-    cost: refused."""
-    url = f"{provider.base_url}/files/{file_id}/content"
-    client = provider.client or upstream_for_running_loop()
-    response = await client.request("GET", url, provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), b"",
-                                    provider.timeouts, 0)
-    if response.status != 200:
-        response.abort()
-        if response.status == 404:
-            raise NotFoundError(_MISSING["file"].format(file_id))
-        raise SlipstreamError(f"could not read the batch input file to check its models (the provider answered {response.status})",
-                              status=502)
-    lines, found, size = Lines(), [], 0
-    async for chunk in response.iter_chunks():
-        size += len(chunk)
-        if size > limit:
-            response.abort()
-            raise RequestTooLargeError(f"the batch input file is over this team's limit of {limit} bytes")
-        found += input_file_lines(iter(lines.feed(chunk)))
-        if lines.skipped:
-            response.abort()
-            raise InvalidRequestError(f"a line of batch input file {file_id} is over {MAX_LINE} bytes, too long for the "
-                                      "gateway to check the model and cost it runs")
-    return found + input_file_lines(iter(lines.end())), size
-
-
-async def _tallied(response: UpstreamResponse, tally: Tally | None) -> AsyncIterator[bytes]:
-    async for chunk in response.iter_chunks():
-        if tally is not None:
-            tally.feed(chunk)
-        yield chunk
-    if tally is not None:
-        tally.end()
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
-
-
-async def _whole(body: bytes | AsyncIterable[bytes], limit: int) -> bytes:
-    if isinstance(body, bytes):
-        if len(body) > limit:
-            raise RequestTooLargeError(f"request body of {len(body)} bytes is over this team's limit of {limit} bytes")
-        return body
-    return b"".join([piece async for piece in _bounded(body, limit)])
-
-
-async def _bounded(body: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
-    size = 0
-    async for piece in body:
-        size += len(piece)
-        if size > limit:
-            raise RequestTooLargeError(f"upload is over this team's limit of {limit} bytes")
-        yield piece

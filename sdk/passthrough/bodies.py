@@ -2,9 +2,11 @@
 answer lists, the provider URLs it carries, the usage to charge, and the client `prompt_cache_key`s
 it namespaces to the team (as the pipeline does, sdk/promptcache/keys.py).
 
-Only small JSON objects are parsed whole (a create's request, an object or a list page); content
-downloads, batch results and completions stream through and are scanned line by line as they pass,
-and so are uploads (a batch input file's lines are keyed to the team on their way up).
+Only small JSON objects are parsed whole (a create's request, an object or a list page, at most
+MAX_OBJECT); content downloads, batch results and completions stream through and are scanned line by
+line as they pass, and so are uploads (a batch input file's lines are keyed to the team on their way
+up; one already uploaded is read back from the provider, `read_input_file_lines`, to check its models
+and cost). Bodies are bounded by the team's limit as they are read (`whole`, `bounded`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ from typing import Any
 
 import orjson
 
-from sdk.errors import InvalidRequestError
+from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError
 from sdk.promptcache.keys import team_key
+from sdk.providers.base import HTTPProvider
+from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
+from sdk.state.ownership import MISSING_FILE
 from sdk.types import Usage
 from sdk.usage import merge_anthropic_usage, openai_usage, responses_usage
 
 MAX_LINE = 16 << 20  # a results line or an SSE event longer than this is passed on but not read
+MAX_OBJECT = 32 << 20  # an object or list answer read whole to check and rewrite it
 
 
 def json_object(data: bytes, what: str) -> dict[str, Any]:
@@ -221,3 +227,84 @@ class Tally:
         total.output_tokens += usage.output_tokens
         total.cache_read_tokens += usage.cache_read_tokens
         total.cache_write_tokens += usage.cache_write_tokens
+
+
+async def read_object(response: UpstreamResponse) -> dict[str, Any]:
+    chunks, size = [], 0
+    async for chunk in response.iter_chunks():
+        size += len(chunk)
+        if size > MAX_OBJECT:
+            response.abort()
+            raise SlipstreamError(f"the provider's answer is over {MAX_OBJECT} bytes, more than an object or a list page", status=502)
+        chunks.append(chunk)
+    try:
+        data = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError:
+        raise SlipstreamError("the provider's answer is not the JSON object it should be", status=502) from None
+    if not isinstance(data, dict):
+        raise SlipstreamError("the provider's answer is not the JSON object it should be", status=502)
+    return data
+
+
+def batch_params(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Messages requests a message batch create runs (each request's `params`)."""
+    requests = request.get("requests")
+    return [r["params"] for r in requests if isinstance(r, dict) and isinstance(r.get("params"), dict)] if isinstance(requests, list) else []
+
+
+async def read_input_file_lines(provider: HTTPProvider, file_id: str, limit: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    """The requests a batch input file runs, (`url`, `body`) per line, read from the provider (the
+    file went up streamed), and the file's size. A line too long to read could hide a model or a
+    cost: refused."""
+    url = f"{provider.base_url}/files/{file_id}/content"
+    client = provider.client or upstream_for_running_loop()
+    response = await client.request("GET", url, provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), b"",
+                                    provider.timeouts, 0)
+    if response.status != 200:
+        response.abort()
+        if response.status == 404:
+            raise NotFoundError(MISSING_FILE.format(file_id))
+        raise SlipstreamError(f"could not read the batch input file to check its models (the provider answered {response.status})",
+                              status=502)
+    lines, found, size = Lines(), [], 0
+    async for chunk in response.iter_chunks():
+        size += len(chunk)
+        if size > limit:
+            response.abort()
+            raise RequestTooLargeError(f"the batch input file is over this team's limit of {limit} bytes")
+        found += input_file_lines(iter(lines.feed(chunk)))
+        if lines.skipped:
+            response.abort()
+            raise InvalidRequestError(f"a line of batch input file {file_id} is over {MAX_LINE} bytes, too long for the "
+                                      "gateway to check the model and cost it runs")
+    return found + input_file_lines(iter(lines.end())), size
+
+
+async def tallied(response: UpstreamResponse, tally: Tally | None) -> AsyncIterator[bytes]:
+    async for chunk in response.iter_chunks():
+        if tally is not None:
+            tally.feed(chunk)
+        yield chunk
+    if tally is not None:
+        tally.end()
+
+
+async def once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def whole(body: bytes | AsyncIterable[bytes], limit: int) -> bytes:
+    if isinstance(body, bytes):
+        if len(body) > limit:
+            raise RequestTooLargeError(f"request body of {len(body)} bytes is over this team's limit of {limit} bytes")
+        return body
+    return b"".join([piece async for piece in bounded(body, limit)])
+
+
+async def bounded(body: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
+    size = 0
+    async for piece in body:
+        size += len(piece)
+        if size > limit:
+            raise RequestTooLargeError(f"upload is over this team's limit of {limit} bytes")
+        yield piece
