@@ -45,6 +45,10 @@ MAX_CHAIN = 1_000_000  # a walk never goes further (a guard, not a limit anyone 
 # Bytes of records the SQLite store reads of a chain under its lock at once: the lock is every team's
 # (one connection), and a team's conversation may reach its quota (1 GiB by default).
 CHAIN_BYTES_PER_READ = 4 << 20
+# Records of a chain the SQLite store renews under its lock at once when a turn is written: renewed in
+# the turn's own transaction, a conversation of 10,000 turns held every team's store calls for each
+# further turn, longer with each.
+CHAIN_RECORDS_PER_HOLD = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,12 +227,12 @@ WITH RECURSIVE chain(id, n) AS (
     SELECT ?, 0
     UNION ALL
     SELECT r.previous, chain.n + 1 FROM stored_responses r JOIN chain ON r.team = ? AND r.id = chain.id
-    WHERE r.previous IS NOT NULL AND r.expires_at >= ? AND chain.n < %d
+    WHERE r.previous IS NOT NULL AND r.expires_at >= ? AND chain.n < ?
 )
 SELECT %s FROM chain JOIN stored_responses r ON r.team = ? AND r.id = chain.id AND r.expires_at >= ? ORDER BY chain.n
 """
-_CHAIN_IDS = _CHAIN % (MAX_CHAIN, "r.id")  # newest first
-_CHAIN_SIZES = _CHAIN % (MAX_CHAIN, "r.id, r.size")
+_CHAIN_SIZES = _CHAIN % "r.id, r.size"  # newest first; parameters: id, team, now, most steps back, team, now
+_CHAIN_PREVIOUS = _CHAIN % "r.id, r.previous"
 
 
 def _row(row: tuple[Any, ...]) -> StoredResponse:
@@ -304,6 +308,8 @@ class SQLiteResponseStore:
         team, now = record.team, time.time()
         input_, response = orjson.dumps(record.input), orjson.dumps(record.response)
         size = len(input_) + len(response)
+        if record.previous:
+            self._renew(team, record.previous, now, limits)
         with self._lock:
             if self._pending.get((team, record.id)) is not record:
                 return  # deleted (or replaced) while waiting for this thread: writing it would resurrect it
@@ -320,11 +326,7 @@ class SQLiteResponseStore:
                             now + limits.ttl_s, record.depth, size, record.chain_bytes, input_, response))
                 db.executemany("INSERT OR REPLACE INTO stored_response_items VALUES (?, ?, ?)",
                                [(team, item_id, record.id) for item_id, _ in record.items()])
-                chain = self._chain_ids(team, record.id, now)
-                # The whole conversation is renewed: its retention counts from its last turn.
-                db.executemany("UPDATE stored_responses SET touched_at = ?, expires_at = ? WHERE team = ? AND id = ?",
-                               [(now, now + limits.ttl_s, team, rid) for rid in chain])
-                self._evict(team, limits, set(chain))
+                self._evict(team, limits, now)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -335,14 +337,36 @@ class SQLiteResponseStore:
                          "(SELECT team, id FROM stored_responses WHERE expires_at < ?)", (now,))
         self._db.execute("DELETE FROM stored_responses WHERE expires_at < ?", (now,))
 
-    def _evict(self, team: str, limits: StoreLimits, keep: set[str]) -> None:
-        """Least recently used first, and within a conversation touched at once its latest turn first."""
+    def _renew(self, team: str, response_id: str, now: float, limits: StoreLimits) -> None:
+        """The conversation a turn continues is renewed (its retention counts from its last turn) before
+        the turn's transaction, CHAIN_RECORDS_PER_HOLD records under the lock at a time."""
+        cursor: str | None = response_id
+        walked = 0
+        while cursor is not None and walked < MAX_CHAIN:
+            with self._lock:
+                db = self._db
+                db.execute("BEGIN")
+                try:
+                    rows = db.execute(_CHAIN_PREVIOUS, (cursor, team, now, CHAIN_RECORDS_PER_HOLD - 1, team, now)).fetchall()
+                    db.executemany("UPDATE stored_responses SET touched_at = ?, expires_at = ? WHERE team = ? AND id = ?",
+                                   [(now, now + limits.ttl_s, team, rid) for rid, _ in rows])
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+            if len(rows) < CHAIN_RECORDS_PER_HOLD:
+                return
+            walked += len(rows)
+            cursor = rows[-1][1]
+
+    def _evict(self, team: str, limits: StoreLimits, before: float) -> None:
+        """Least recently used first, and within a conversation touched at once its latest turn first;
+        only responses last used before the turn being written (its conversation was renewed at `before`)."""
         count, total = self._db.execute("SELECT count, size FROM stored_response_totals WHERE team = ?",
                                         (team,)).fetchone() or (0, 0)
         while count > limits.max_entries or total > limits.max_bytes:
-            victims = [(rid, size) for rid, size in self._db.execute(
-                "SELECT id, size FROM stored_responses WHERE team = ? ORDER BY touched_at, depth DESC LIMIT ?",
-                (team, len(keep) + 64)).fetchall() if rid not in keep]
+            victims = self._db.execute("SELECT id, size FROM stored_responses WHERE team = ? AND touched_at < ? "
+                                       "ORDER BY touched_at, depth DESC LIMIT 64", (team, before)).fetchall()
             if not victims:
                 return  # only the conversation being written is left: `over_quota` bounds it
             for rid, size in victims:
@@ -354,10 +378,6 @@ class SQLiteResponseStore:
     def _remove(self, team: str, response_id: str) -> bool:
         self._db.execute("DELETE FROM stored_response_items WHERE team = ? AND response_id = ?", (team, response_id))
         return self._db.execute("DELETE FROM stored_responses WHERE team = ? AND id = ?", (team, response_id)).rowcount > 0
-
-    def _chain_ids(self, team: str, response_id: str, now: float) -> list[str]:
-        """Newest first."""
-        return [rid for (rid,) in self._db.execute(_CHAIN_IDS, (response_id, team, now, team, now))]
 
     def _records(self, team: str, ids: list[str]) -> dict[str, StoredResponse]:
         return {row[0]: _row(row) for row in self._rows(team, ids)}
@@ -379,7 +399,7 @@ class SQLiteResponseStore:
         lock let go between reads; a record gone meanwhile ends the chain there (newer part kept)."""
         now = time.time()
         with self._lock:
-            sized = self._db.execute(_CHAIN_SIZES, (response_id, team, now, team, now)).fetchall()
+            sized = self._db.execute(_CHAIN_SIZES, (response_id, team, now, MAX_CHAIN, team, now)).fetchall()
         newest_first: list[tuple[Any, ...]] = []
         for part in _by_bytes(sized, CHAIN_BYTES_PER_READ):
             with self._lock:

@@ -209,8 +209,13 @@ async def test_a_long_chain_is_read_in_short_scripts(redis_url, tmp_path):  # no
 class _Held(list):
     """Rows fetched, as a cursor gives them (iterated or fetched all)."""
 
+    rowcount = 0
+
     def fetchall(self) -> list:
         return list(self)
+
+    def fetchone(self):
+        return self[0] if self else None
 
 
 class _MeasuredHolds:
@@ -218,6 +223,7 @@ class _MeasuredHolds:
 
     def __init__(self, store: SQLiteResponseStore):
         self.lock, self.db, self.reads, self.current = store._lock, store._db, [], 0
+        self.renewed: list[int] = []  # records each renewal statement touched
 
     def __enter__(self) -> None:
         self.lock.acquire()
@@ -228,9 +234,17 @@ class _MeasuredHolds:
         self.lock.release()
 
     def execute(self, sql: str, params=()) -> _Held:
-        rows = _Held(self.db.execute(sql, params).fetchall())
+        cursor = self.db.execute(sql, params)
+        rows = _Held(cursor.fetchall())
+        rows.rowcount = cursor.rowcount
         self.current += sum(len(value) for row in rows for value in row if isinstance(value, bytes | str))
         return rows
+
+    def executemany(self, sql: str, rows) -> None:
+        rows = list(rows)
+        if sql.startswith("UPDATE stored_responses SET touched_at"):
+            self.renewed.append(len(rows))
+        self.db.executemany(sql, rows)
 
 
 async def test_a_long_chain_is_read_from_sqlite_a_few_mebibytes_at_a_time(tmp_path):
@@ -252,6 +266,30 @@ async def test_a_long_chain_is_read_from_sqlite_a_few_mebibytes_at_a_time(tmp_pa
     assert [r.id for r in chain] == [f"resp_{t}" for t in range(24)]
     assert max(held.reads) <= sqlite_store.CHAIN_BYTES_PER_READ + 2 * MIB  # before: 24 MiB in one hold
     store._lock, store._db = held.lock, held.db
+
+
+async def test_a_turn_renews_a_deep_sqlite_chain_a_part_at_a_time_and_keeps_it_whole(tmp_path, monkeypatch):
+    """Writing a turn renews its whole conversation. In SQLite that ran in the turn's transaction,
+    under the lock every team's store calls take: a conversation of 10,000 turns made each further
+    turn hold it for every record of the chain. The chain is renewed CHAIN_RECORDS_PER_HOLD records
+    a hold now (4 here), before the turn's transaction, whose eviction takes only responses last used
+    before the turn: the conversation stays whole."""
+    from sdk.responses import store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "CHAIN_RECORDS_PER_HOLD", 4, raising=False)
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3", {"a": StoreLimits(max_entries=13, ttl_s=1000)})
+    await store.put(_record("a", "idle"))
+    previous = None
+    for turn in range(12):
+        await store.put(_record("a", f"resp_{turn}", previous))
+        previous = f"resp_{turn}"
+    held = _MeasuredHolds(store)
+    store._lock, store._db = held, held  # type: ignore[assignment]
+    await store.put(_record("a", "resp_12", "resp_11"))  # the 14th record: one must go
+    store._lock, store._db = held.lock, held.db
+    assert sum(held.renewed) == 12 and max(held.renewed) <= 4  # before: 13 in the turn's own hold
+    assert [r.id for r in await store.chain("a", "resp_12")] == [f"resp_{t}" for t in range(13)]
+    assert await store.get("a", "idle") is None
 
 
 async def test_a_chain_cut_while_it_is_read_ends_at_the_cut(tmp_path):
