@@ -256,6 +256,19 @@ def test_reasoning_effort_reaches_a_chat_target_only_if_its_model_reasons(proxy,
         assert ("reasoning.effort" in raw.headers.get("x-slipstream-dropped-fields", "")) is not travels
 
 
+def test_verbosity_reaches_a_chat_target_as_its_model_takes_it(proxy, fresh_emulator):
+    """Codex CLI sends `text.verbosity: "low"` on every request for gpt-5.1 and later; a Chat model
+    without verbosity (gpt-4o, the local engine: an unknown field) refuses the field with a 400. It is
+    asked for in the system prompt there, as for Claude; gpt-5's family gets the field."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    for model, travels in (("gpt-4o", False), ("gpt-5-mini", True)):
+        client.responses.create(model=model, instructions="You are Codex.", input="List the files.", text={"verbosity": "low"})
+        sent = json.loads(fresh_emulator.state.recent[-1]["body"])
+        assert ("verbosity" in sent) is travels
+        assert (sent["messages"][0]["content"] == "You are Codex.") is travels
+        assert travels or sent["messages"][0]["content"].startswith("You are Codex.\n\nBe concise")
+
+
 def test_input_tokens_counted_by_native_target_refused_elsewhere(door, fresh_emulator):
     """A native target counts; a translated one is counted where the gateway can (Claude's own
     count_tokens), and refused, saying why, where it has not the model's tokenizer (gpt-4o's)."""

@@ -220,7 +220,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                               "tools refused"),
         "tool_choice": Field(T, "tool_choice (a custom tool's as its function's)"),
         "parallel_tool_calls": Field(T, "parallel_tool_calls"),
-        "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity"),
+        "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity (for a Chat model "
+                         "without it, as for Claude, an instruction in the system prompt)"),
         "reasoning": Field(T, "effort → reasoning_effort (dropped, named reasoning.effort, for a Chat model that does not "
                               "reason and a Claude model without effort, which refuse it); summary dropped (a translated answer has no reasoning items "
                               "to summarize), named as reasoning.summary"),

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from sdk.routing.translation.fields import Shape, check, effort_travels
+from sdk.routing.translation.fields import Shape, check, effort_travels, reasons
+from sdk.routing.translation.output_modes import VERBOSITY, instructed
 from sdk.routing.translation.requests import refuse
 
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user")
@@ -37,9 +38,16 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     _reasoning(body.get("reasoning"), out, effort_travels(target, body.get("model")))
     _text_format(body.get("text"), out, target)
     instructions = body.get("instructions")
+    if instructions and not isinstance(instructions, str):
+        raise refuse("'instructions' given as items", target)
+    verbosity = out.get("verbosity")
+    if verbosity is not None and not (target.startswith("Anthropic") or reasons(body.get("model"))):
+        # a Chat model without verbosity (not gpt-5's family: the local engine, gpt-4o) refuses the field:
+        # it is asked for in the system prompt, as for Claude (output_modes.VERBOSITY)
+        del out["verbosity"]
+        if verbosity in VERBOSITY:
+            instructions = instructed(instructions or "", VERBOSITY[verbosity])
     if instructions:
-        if not isinstance(instructions, str):
-            raise refuse("'instructions' given as items", target)
         out["messages"].append({"role": "system", "content": instructions})
     items = body.get("input")
     if isinstance(items, str):
