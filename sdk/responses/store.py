@@ -49,6 +49,10 @@ CHAIN_BYTES_PER_READ = 4 << 20
 # the turn's own transaction, a conversation of 10,000 turns held every team's store calls for each
 # further turn, longer with each.
 CHAIN_RECORDS_PER_HOLD = 1000
+# Bytes of expired records (every team's) one write deletes, oldest expiry first; the rest wait for later
+# writes (reads never see them). All at once, a team's burst of records expiring together held the lock
+# for whichever team's write came next, and every team's store calls behind it.
+EXPIRED_BYTES_PER_PUT = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,9 +337,17 @@ class SQLiteResponseStore:
                 raise
 
     def _expire(self, now: float) -> None:
-        self._db.execute("DELETE FROM stored_response_items WHERE (team, response_id) IN "
-                         "(SELECT team, id FROM stored_responses WHERE expires_at < ?)", (now,))
-        self._db.execute("DELETE FROM stored_responses WHERE expires_at < ?", (now,))
+        """Expired records, oldest expiry first, about EXPIRED_BYTES_PER_PUT of them (at least one)."""
+        expired: list[tuple[str, str]] = []
+        size = 0
+        for team, rid, bytes_ in self._db.execute("SELECT team, id, size FROM stored_responses WHERE expires_at < ? "
+                                                  "ORDER BY expires_at LIMIT 1000", (now,)):
+            if expired and size + bytes_ > EXPIRED_BYTES_PER_PUT:
+                break
+            expired.append((team, rid))
+            size += bytes_
+        self._db.executemany("DELETE FROM stored_response_items WHERE team = ? AND response_id = ?", expired)
+        self._db.executemany("DELETE FROM stored_responses WHERE team = ? AND id = ?", expired)
 
     def _renew(self, team: str, response_id: str, now: float, limits: StoreLimits) -> None:
         """The conversation a turn continues is renewed (its retention counts from its last turn) before

@@ -224,19 +224,23 @@ class _MeasuredHolds:
     def __init__(self, store: SQLiteResponseStore):
         self.lock, self.db, self.reads, self.current = store._lock, store._db, [], 0
         self.renewed: list[int] = []  # records each renewal statement touched
+        self.deleted: list[int] = []  # records each hold deleted
 
     def __enter__(self) -> None:
         self.lock.acquire()
-        self.current = 0
+        self.current = self.removed = 0
 
     def __exit__(self, *exc) -> None:
         self.reads.append(self.current)
+        self.deleted.append(self.removed)
         self.lock.release()
 
     def execute(self, sql: str, params=()) -> _Held:
         cursor = self.db.execute(sql, params)
         rows = _Held(cursor.fetchall())
         rows.rowcount = cursor.rowcount
+        if sql.startswith("DELETE FROM stored_responses "):
+            self.removed += cursor.rowcount
         self.current += sum(len(value) for row in rows for value in row if isinstance(value, bytes | str))
         return rows
 
@@ -244,7 +248,9 @@ class _MeasuredHolds:
         rows = list(rows)
         if sql.startswith("UPDATE stored_responses SET touched_at"):
             self.renewed.append(len(rows))
-        self.db.executemany(sql, rows)
+        cursor = self.db.executemany(sql, rows)
+        if sql.startswith("DELETE FROM stored_responses "):
+            self.removed += cursor.rowcount
 
 
 async def test_a_long_chain_is_read_from_sqlite_a_few_mebibytes_at_a_time(tmp_path):
@@ -290,6 +296,31 @@ async def test_a_turn_renews_a_deep_sqlite_chain_a_part_at_a_time_and_keeps_it_w
     assert sum(held.renewed) == 12 and max(held.renewed) <= 4  # before: 13 in the turn's own hold
     assert [r.id for r in await store.chain("a", "resp_12")] == [f"resp_{t}" for t in range(13)]
     assert await store.get("a", "idle") is None
+
+
+async def test_records_expiring_together_are_deleted_a_few_mebibytes_per_write(tmp_path):
+    """Every write deleted every team's expired records in its transaction, under the lock every team's
+    store calls take: a team's burst of records expiring together (here 40 of 256 KiB) was deleted by
+    whichever team wrote next, every other call waiting. A write deletes about EXPIRED_BYTES_PER_PUT
+    of them now, oldest first; reads never see the rest, and later writes delete them."""
+    from sdk.responses import store as sqlite_store
+
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
+    for i in range(40):
+        await store.put(_record("a", f"resp_{i}", text="x" * (256 * 1024)))
+    with store._lock:
+        store._db.execute("UPDATE stored_responses SET expires_at = 1 WHERE team = 'a'")  # as if written long ago
+    held = _MeasuredHolds(store)
+    store._lock, store._db = held, held  # type: ignore[assignment]
+    await store.put(_record("b", "resp_b"))
+    store._lock, store._db = held.lock, held.db
+    assert 0 < max(held.deleted) <= sqlite_store.EXPIRED_BYTES_PER_PUT // (256 * 1024)  # before: all 40 at once
+    assert await store.get("a", "resp_39") is None
+    for i in range(3):
+        await store.put(_record("b", f"resp_b{i}"))
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT COUNT(*) FROM stored_responses WHERE team = 'a'").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM stored_response_items WHERE team = 'a'").fetchone() == (0,)
 
 
 async def test_a_chain_cut_while_it_is_read_ends_at_the_cut(tmp_path):
