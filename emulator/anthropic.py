@@ -331,6 +331,8 @@ async def messages(emu: Emulator, call: Call) -> None:
     prefill = _prefill(body["messages"])
     if schema is not None and prefill and reply.text.startswith(prefill):  # the answer continues the prefill
         reply.text = reply.text[len(prefill):]
+    elif not fmt and schema is not None and reply.stop == "end" and _FENCES_JSON.match(model):
+        reply.text = f"```json\n{reply.text}\n```"  # as Claude 4.6+ often answers "JSON and nothing else"
     out_tokens = reply.output_tokens + spent
     tool_id = emu.new_id("toolu_") if reply.tool_name else ""
     out = {"id": emu.new_id("msg_"), "type": "message", "role": "assistant", "model": model,
@@ -351,6 +353,10 @@ async def messages(emu: Emulator, call: Call) -> None:
     headers.append(JSON_CT)
     delay = ttft + cfg.per_output_token_ms * out_tokens / 1000.0
     await respond_after(emu, call, delay, 200, orjson.dumps(out), headers, plan.commit)
+
+
+# Claude models (4.6 and later) that wrap an answer asked for as JSON by instruction in a ```json code fence.
+_FENCES_JSON = re.compile(r"^claude-(opus-4-[678]|sonnet-4-6|sonnet-5|opus-5|fable|mythos)")
 
 
 def _asks_for_json(body: dict[str, Any]) -> bool:

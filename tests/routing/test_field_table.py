@@ -133,8 +133,8 @@ def test_fields_that_change_nothing_are_dropped_and_named(oa, fresh_emulator):
 
 
 def test_fields_that_would_change_the_answer_are_refused_naming_field_and_protocol(proxy, oa, fresh_emulator):
-    with pytest.raises(openai.BadRequestError, match=r"'seed' cannot be translated for an Anthropic target"):
-        oa.chat.completions.create(model="claude-x", messages=ASK, seed=7)
+    with pytest.raises(openai.BadRequestError, match=r"'frequency_penalty' cannot be translated for an Anthropic target"):
+        oa.chat.completions.create(model="claude-x", messages=ASK, frequency_penalty=0.5)
     an = anthropic.Anthropic(base_url=proxy, api_key=KEY, max_retries=0)
     with pytest.raises(anthropic.BadRequestError, match=r"'top_k' cannot be translated for an OpenAI target"):
         an.messages.create(model="gpt-x", max_tokens=16, messages=ASK, extra_body={"top_k": 5})

@@ -156,7 +156,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "cache_control": Field(T, "cache_control: automatic caching, a breakpoint on the last cacheable block (the "
                                   "top-level marker OpenRouter's Chat API takes for Claude)"),
         "safety_identifier": Field(D, "end-user id for OpenAI's abuse monitoring"),
-        "seed": Field(R, "Anthropic has no seeded sampling"),
+        # OpenAI's own reference: "best effort to sample deterministically ... Determinism is not guaranteed".
+        "seed": Field(D, "best-effort determinism on OpenAI's side, never guaranteed (eval harnesses send it on every "
+                         "request); Anthropic has no seeded sampling"),
         "frequency_penalty": Field(R, "no counterpart", (0, 0.0)),
         "presence_penalty": Field(R, "no counterpart", (0, 0.0)),
         "logit_bias": Field(R, "no counterpart", ({},)),

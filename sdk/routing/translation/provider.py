@@ -99,7 +99,7 @@ class TranslatingProvider:
             return answer
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        answer.events = translated_events(answer.events, AnthropicToOpenAI(include_usage, prefill or "", stops))
+        answer.events = translated_events(answer.events, AnthropicToOpenAI(include_usage, prefill, stops))
         return answer
 
 

@@ -17,6 +17,7 @@ import orjson
 
 from sdk.errors import error_event
 from sdk.routing.translation.bodies import A2O_STOP, stop_o2a, usage_a2o, usage_o2a
+from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
 from sdk.sse import event_data
 from sdk.types import Protocol, Usage
@@ -135,9 +136,12 @@ class OpenAIToAnthropic:
 class AnthropicToOpenAI:
     """Feeds on an Anthropic event stream (from an Anthropic target), yields OpenAI chunks."""
 
-    def __init__(self, include_usage: bool, prefill: str = "", stops: tuple[str, ...] = ()) -> None:
+    def __init__(self, include_usage: bool, prefill: str | None = None, stops: tuple[str, ...] = ()) -> None:
         self.include_usage = include_usage
-        self.prefill = prefill  # the assistant prefill of a JSON-mode request (output_modes.py): the answer's start
+        # A JSON-mode request Claude answers by instruction (output_modes.py): its assistant prefill ("" for none)
+        # is the answer's start, and a code fence around the answer is taken off.
+        self.prefill = prefill or ""
+        self.fence = Unfencer() if prefill is not None else None
         self.cutter = StopCutter(stops)  # the Chat stops Claude refuses, applied here (stops.py)
         self.id = ""
         self.model = ""
@@ -177,15 +181,20 @@ class AnthropicToOpenAI:
         if kind == "content_block_delta":
             delta = payload.get("delta") or {}
             if delta.get("type") == "text_delta":
-                text = self.cutter.feed(delta.get("text", ""))
+                text = delta.get("text", "")
+                text = self.cutter.feed(self.fence.feed(text) if self.fence else text)
                 return [self._chunk({"content": text})] if text or not self.cutter.stops else []
             if delta.get("type") == "input_json_delta" and delta.get("partial_json"):
                 self.argued.add(payload["index"])
                 call = {"index": self.tools.get(payload["index"], 0), "function": {"arguments": delta["partial_json"]}}
                 return [self._chunk({"tool_calls": [call]})]
             return []
-        if kind == "content_block_stop" and self.cutter.held:  # a text block ended on what was not a stop after all
-            return [self._chunk({"content": self.cutter.flush()})]
+        if kind == "content_block_stop" and (self.fence or self.cutter.held):
+            # A text block ended on what was held: a fence's (left out) or not after all, a stop's start or not.
+            text = self.cutter.feed(self.fence.flush()) if self.fence else ""
+            text += self.cutter.flush()
+            if text:
+                return [self._chunk({"content": text})]
         if kind == "content_block_stop" and payload.get("index") in self.tools and payload["index"] not in self.argued:
             # A tool_use with no input streamed: OpenAI's arguments are then `{}`, never empty (clients parse them).
             call = {"index": self.tools[payload["index"]], "function": {"arguments": "{}"}}

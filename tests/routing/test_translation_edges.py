@@ -1,0 +1,63 @@
+"""Cross-protocol requests at the edges a fifth audit found: what real clients send that the
+translation refused, mangled or could not map back (test_translation_models' sequel).
+
+The official clients through the proxy (team key "sk-routing"), the emulator upstream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gateway.testing import running_proxy
+from tests.routing.conftest import policy_text
+
+ROUTES = """  - match: {model: "gpt-s46-*"}
+    targets: [{provider: claude, model: claude-sonnet-4-6}]
+  - match: {model: "gpt-*"}
+    targets: [{provider: claude, model: claude-sonnet-4-5}]
+  - match: {model: "claude-o3-*"}
+    targets: [{provider: gpt, model: o3}]
+  - match: {model: "claude-*"}
+    targets: [{provider: gpt, model: gpt-4o}]"""
+
+ASK = [{"role": "user", "content": "Weather in Oslo?"}]
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, emulator) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("edges")
+    (directory / "routing.yaml").write_text(policy_text(emulator.url, ROUTES))
+    with running_proxy([directory], watch_interval_s=None) as running:
+        yield running.url
+
+
+def _sent(emulator) -> dict[str, Any]:
+    return json.loads(emulator.state.recent[-1]["body"])
+
+
+def test_a_seed_reaches_claude_left_out_and_named(oa, fresh_emulator):
+    """Eval harnesses (lm-eval, OpenAI's evals) send `seed` on every request; OpenAI itself documents it as
+    best effort ("Determinism is not guaranteed"). It was a 400 for every Claude target."""
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-x", messages=ASK, seed=1234, temperature=0)
+    assert raw.parse().choices[0].message.content
+    assert "seed" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    sent = _sent(fresh_emulator)
+    assert "seed" not in sent and sent["temperature"] == 0
+
+
+def test_a_json_answer_in_a_code_fence_reaches_the_client_bare(oa, fresh_emulator):
+    """Claude 4.6 and later take no prefill and often wrap "JSON and nothing else" in a ```json fence: the
+    json_object answer was a 502 (not JSON), and a stream passed the fence on."""
+    json_object: Any = {"type": "json_object"}
+    answer = oa.chat.completions.create(model="gpt-s46-x", messages=ASK, response_format=json_object)
+    assert _sent(fresh_emulator)["messages"][-1]["role"] == "user"  # no prefill for 4.6
+    assert isinstance(json.loads(answer.choices[0].message.content or ""), dict)
+    stream = oa.chat.completions.create(model="gpt-s46-x", messages=ASK, response_format=json_object, stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert "```" not in text and isinstance(json.loads(text), dict)
+    response = oa.responses.create(model="gpt-s46-x", input="Weather?", text={"format": {"type": "json_object"}})
+    assert isinstance(json.loads(response.output_text), dict)
