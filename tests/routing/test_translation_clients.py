@@ -415,6 +415,22 @@ def test_json_output_reaches_claude_within_what_structured_outputs_take(oa, fres
     assert "output_config" not in body and body["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "{"}]}
 
 
+def test_a_schema_with_a_map_reaches_claude_as_an_instruction(oa, fresh_emulator):
+    """Claude's structured outputs close every object, so a map (pydantic's dict[str, int]: an object whose
+    additionalProperties is a schema) sent natively could only ever be {}: the client's scores came back
+    empty. Such a schema goes as an instruction naming it, the answer validated as JSON."""
+    scores = {"type": "object", "properties": {"scores": {"type": "object", "additionalProperties": {"type": "integer"}}},
+              "required": ["scores"]}
+    ask = [{"role": "user", "content": "Score Bob 3 and Alice 5."}]
+    answer = oa.chat.completions.create(model="gpt-x", messages=ask, response_format={
+        "type": "json_schema", "json_schema": {"name": "scores", "schema": scores}})
+    assert isinstance(json.loads(answer.choices[0].message.content or ""), dict)
+    body = sent(fresh_emulator)
+    assert "output_config" not in body
+    system = body["system"] if isinstance(body["system"], str) else "".join(block["text"] for block in body["system"])
+    assert '"additionalProperties":{"type":"integer"}' in system.replace(" ", "")
+
+
 class Contact(BaseModel):
     name: str
     nickname: str | None = None
