@@ -8,6 +8,9 @@ an instruction in the system prompt (with the schema, if any) and, for a model t
 prefill (those before 4.6), an assistant turn that opens the object (`{`). The prefill is re-attached
 to the answer, which is then validated as JSON: an answer that is not JSON (and was not cut by
 max_tokens, where OpenAI's JSON mode too returns what was written) is a 502, never passed on as if it were.
+Claude 4.6 and later, which take no prefill, often wrap such an answer in a Markdown code fence (```json …
+```) despite the instruction: one fence around the whole answer is taken off (`unfenced`, and `Unfencer`
+for a stream), so the client gets the bare JSON that OpenAI's JSON mode gives.
 """
 
 from __future__ import annotations
@@ -144,8 +147,51 @@ def _open_object(schema: Any) -> bool:
 _FENCED = re.compile(r"\s*```[\w-]*[ \t]*\n(.*?)\n?[ \t]*```\s*", re.DOTALL)
 
 
+def unfenced(text: str) -> str:
+    """`text` without one code fence around all of it (the text as it is, if there is none)."""
+    match = _FENCED.fullmatch(text)
+    return match.group(1) if match else text
+
+
+class Unfencer:
+    """Takes one code fence around a streamed answer off as the text arrives: the start is held until it
+    is clearly a fence's opening line or not one; once a fence was opened, trailing whitespace and
+    backticks (a closing fence, maybe) are held until more text follows or the answer ends."""
+
+    def __init__(self) -> None:
+        self.head = ""  # the answer's start, until it is known whether it opens a fence
+        self.fenced: bool | None = None  # None: not known yet
+        self.tail = ""  # held: it may be the closing fence
+
+    def feed(self, text: str) -> str:
+        """What of `text` can be sent now."""
+        if self.fenced is None:
+            self.head += text
+            start = self.head.lstrip()
+            if start.startswith("```") and "\n" in start:
+                self.fenced, text = True, start.split("\n", 1)[1]
+            elif "```".startswith(start[:3]) and "\n" not in start:
+                return ""  # still maybe a fence's opening line
+            else:
+                self.fenced, text = False, self.head
+        if not self.fenced:
+            return text
+        text = self.tail + text
+        kept = text.rstrip(" \t\r\n`")
+        self.tail = text[len(kept):]
+        return kept
+
+    def flush(self) -> str:
+        """What is held, once the answer has ended: a closing fence is left out."""
+        held = self.head if self.fenced is None else "" if self.tail.strip() in ("```", "") else self.tail
+        self.head = self.tail = ""
+        return held
+
+
 def validated(text: str, truncated: bool) -> str:
-    """`text` (prefill re-attached) if it is JSON; a 502 if not, unless the answer was cut at max_tokens."""
+    """`text` (prefill re-attached), without a code fence around it, if it is JSON; a 502 if not, unless the
+    answer was cut at max_tokens."""
+    text = unfenced(text)
     if not truncated:
         try:
             orjson.loads(text)
