@@ -5,6 +5,7 @@ Wire format per reference C.3-C.7; automatic prefix caching per C.1 (see caching
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,9 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
          or wire.check_int(body, "max_tokens", 1) or wire.check_int(body, "max_completion_tokens", 1))
     if r:
         return r
+    r = _reasoning_problem(body)
+    if r:
+        return r
     user = body.get("user")
     if isinstance(user, str) and len(user) > USER_MAX:
         return (f"Invalid 'user': string too long. Expected a string with maximum length {USER_MAX}, but got a "
@@ -112,6 +116,23 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
             return ("Invalid 'stop': array too long. Expected an array with maximum length 4, but got "
                     f"an array with length {len(stop)} instead.", "stop", "array_above_max_length")
     return _validate_tools(body)
+
+
+# Reasoning models (the o-series, gpt-5 but not its -chat models) sample as they do: a temperature or top_p
+# other than 1 is a 400 ("Unsupported value"), and they take no stop sequences ("Unsupported parameter").
+_REASONS = re.compile(r"^(o\d|gpt-5(?!.*-chat))")
+
+
+def _reasoning_problem(body: dict[str, Any]) -> wire.Problem | None:
+    if not _REASONS.match(body["model"]):
+        return None
+    for key in ("temperature", "top_p"):
+        if body.get(key) not in (None, 1):
+            return (f"Unsupported value: '{key}' does not support {body[key]} with this model. Only the default (1) "
+                    "value is supported.", key, "unsupported_value")
+    if body.get("stop"):
+        return "Unsupported parameter: 'stop' is not supported with this model.", "stop", "unsupported_parameter"
+    return None
 
 
 def _strict_problem(schema: Any, context: tuple[str, ...]) -> str | None:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import pytest
 
 from gateway.testing import running_proxy
@@ -61,3 +62,25 @@ def test_a_json_answer_in_a_code_fence_reaches_the_client_bare(oa, fresh_emulato
     assert "```" not in text and isinstance(json.loads(text), dict)
     response = oa.responses.create(model="gpt-s46-x", input="Weather?", text={"format": {"type": "json_object"}})
     assert isinstance(json.loads(response.output_text), dict)
+
+
+def test_sampling_settings_reach_a_reasoning_openai_model_left_out_and_stops_it_cannot_take_are_refused(an, fresh_emulator):
+    """o3 and gpt-5 sample as they do: a Messages client's temperature 0.3 or top_p came back as OpenAI's 400
+    ("Unsupported value: 'temperature' does not support 0.3 with this model"). They are left out and named.
+    Stop sequences, which change the answer, are a 400 before sending where OpenAI would refuse them: any
+    to a reasoning model, more than 4 to any model."""
+    raw = an.messages.with_raw_response.create(model="claude-o3-x", max_tokens=64, messages=ASK,
+                                               extra_body={"temperature": 0.3, "top_p": 0.9})  # anthropic 2.x: no such arguments
+    assert raw.parse().content
+    assert {"temperature", "top_p"} <= set(raw.headers["x-slipstream-dropped-fields"].split(","))
+    sent = _sent(fresh_emulator)
+    assert sent["model"] == "o3" and "temperature" not in sent and "top_p" not in sent
+    an.messages.create(model="claude-x", max_tokens=64, messages=ASK, stop_sequences=["a", "b", "c", "d"],
+                       extra_body={"temperature": 0.3})
+    assert _sent(fresh_emulator)["temperature"] == 0.3 and _sent(fresh_emulator)["stop"] == ["a", "b", "c", "d"]
+    received = len(fresh_emulator.state.recent)
+    with pytest.raises(anthropic.BadRequestError, match=r"'stop_sequences' cannot be translated.*reasoning model"):
+        an.messages.create(model="claude-o3-x", max_tokens=64, messages=ASK, stop_sequences=["END"])
+    with pytest.raises(anthropic.BadRequestError, match=r"'stop_sequences' cannot be translated.*at most 4 stop sequences, 5"):
+        an.messages.create(model="claude-x", max_tokens=64, messages=ASK, stop_sequences=["a", "b", "c", "d", "e"])
+    assert len(fresh_emulator.state.recent) == received  # nothing was sent

@@ -183,10 +183,12 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "system": Field(T, "a system message"),
         "max_tokens": Field(T, "max_completion_tokens (at most the OpenAI model's own most, e.g. gpt-4o's 16384: a larger "
                                "one is OpenAI's 400, a ceiling to Claude)"),
-        "stop_sequences": Field(T, "stop"),
+        "stop_sequences": Field(T, "stop (refused for a reasoning model, o-series and gpt-5, which takes none, and beyond "
+                                   "OpenAI's 4: a 400 before sending)"),
         "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
-        "temperature": Field(T, "temperature"),
-        "top_p": Field(T, "top_p"),
+        "temperature": Field(T, "temperature (dropped for a reasoning model, o-series and gpt-5, which samples as it does "
+                                "and refuses it)"),
+        "top_p": Field(T, "top_p (dropped for a reasoning model, as temperature)"),
         "tools": Field(T, "function tools (strict unless the schema has optional inputs, which OpenAI's strict mode "
                           "refuses; server tools refused)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),
@@ -291,6 +293,8 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
                 dropped.append("reasoning.summary")
             if value.get("effort") is not None and not effort_travels(target, body.get("model")):
                 dropped.append("reasoning.effort")
+    if shape is Shape.MESSAGES:
+        _openai_stops(body.get("stop_sequences"), body.get("model"))
     return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body) + _unsampled(shape, body, dropped)
 
 
@@ -311,10 +315,29 @@ def _effortless(shape: Shape, body: dict[str, Any]) -> list[str]:
 
 
 def _unsampled(shape: Shape, body: dict[str, Any], dropped: list[str]) -> list[str]:
-    """A Chat request's temperature and top_p, which a Claude model with its own sampling refuses: left out, and named."""
-    if shape is not Shape.CHAT or not fixed_sampling(body.get("model")):
+    """A request's temperature and top_p, which a model with its own sampling refuses (a Claude one for a Chat
+    request, a reasoning OpenAI one for a Messages request): left out, and named."""
+    model = body.get("model")
+    if not (fixed_sampling(model) if shape is Shape.CHAT else shape is Shape.MESSAGES and reasons(model)):
         return []
     return [key for key in ("temperature", "top_p") if body.get(key) is not None and key not in dropped]
+
+
+# OpenAI's Chat Completions take at most 4 stop sequences (Claude takes more), and its reasoning models none
+# ("Unsupported parameter: 'stop' is not supported with this model.").
+OPENAI_MAX_STOPS = 4
+
+
+def _openai_stops(stops: Any, model: Any) -> None:
+    """Refuses, before anything is sent, the stop sequences an OpenAI model would answer with a 400."""
+    if not stops:
+        return
+    if reasons(model):
+        raise TranslationRefused(f"'stop_sequences' cannot be translated for an OpenAI target ({model} is a reasoning "
+                                 "model, which takes no stop sequences); send it to a target of its own protocol")
+    if isinstance(stops, list) and len(stops) > OPENAI_MAX_STOPS:
+        raise TranslationRefused(f"'stop_sequences' cannot be translated for an OpenAI target (OpenAI takes at most "
+                                 f"{OPENAI_MAX_STOPS} stop sequences, {len(stops)} were sent); send it to a target of its own protocol")
 
 
 def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:

@@ -68,7 +68,8 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
         elif key == "stop_sequences":
             out["stop"] = value
         elif key in ("temperature", "top_p"):
-            out[key] = value
+            if not reasons(out["model"]):  # a reasoning model samples as it does (fields.py names them dropped)
+                out[key] = value
         elif key == "stream":
             out["stream"] = value
             if value:
