@@ -8,6 +8,10 @@ Design follows vLLM v1's KV cache manager:
   every key after it: tenants never share blocks, so one cannot time another's prefixes.
 - Freed blocks keep their hash (lazy eviction): they stay hittable until the allocator reuses them.
   Sequences free their blocks in reverse, so a chain's tail is evicted before its head.
+- The allocator reuses a free block without a cached prefix first (least recently freed first);
+  else the least recently used free block of the tenant (`cache_salt` up to ':') holding the most
+  cached free blocks, so one tenant's flood of distinct prompts evicts its own prefixes before
+  another's (with one tenant: LRU). Free blocks are also linked per tenant (None: no prefix).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import hashlib
 from array import array
 from dataclasses import dataclass
 
-from localengine.engine.sequence import Sequence
+from localengine.engine.sequence import Sequence, tenant
 
 
 @dataclass(slots=True, eq=False)
@@ -24,18 +28,50 @@ class KVCacheBlock:
     block_id: int
     ref_cnt: int = 0
     block_hash: bytes | None = None
+    tenant: str | None = None  # whose prefix `block_hash` is (None: no hash)
     prev_free: KVCacheBlock | None = None
     next_free: KVCacheBlock | None = None
+    prev_kept: KVCacheBlock | None = None  # in its tenant's list of free blocks
+    next_kept: KVCacheBlock | None = None
+
+
+class _Kept:
+    """One tenant's free blocks, least recently freed first (linked through prev/next_kept)."""
+
+    def __init__(self) -> None:
+        self.head, self.tail = KVCacheBlock(-1), KVCacheBlock(-1)
+        self.head.next_kept, self.tail.prev_kept = self.tail, self.head
+        self.count = 0
+
+    def append(self, block: KVCacheBlock) -> None:
+        last = self.tail.prev_kept
+        assert last is not None
+        last.next_kept, block.prev_kept = block, last
+        block.next_kept, self.tail.prev_kept = self.tail, block
+        self.count += 1
+
+    def remove(self, block: KVCacheBlock) -> None:
+        prev, nxt = block.prev_kept, block.next_kept
+        assert prev is not None and nxt is not None
+        prev.next_kept, nxt.prev_kept = nxt, prev
+        block.prev_kept = block.next_kept = None
+        self.count -= 1
 
 
 class FreeKVCacheBlockQueue:
-    """Doubly linked free list with sentinels: LRU at the head, most recently freed at the tail."""
+    """Doubly linked free list with sentinels: LRU at the head, most recently freed at the tail; and
+    per tenant (None: no cached prefix), its free blocks in the same order."""
 
     def __init__(self, blocks: list[KVCacheBlock]):
         self.head = KVCacheBlock(-1)
         self.tail = KVCacheBlock(-1)
         self.head.next_free, self.tail.prev_free = self.tail, self.head
         self.num_free_blocks = 0
+        self.kept: dict[str | None, _Kept] = {}
+        # Tenants by how many free cached blocks they hold, and the most any holds: the tenant to take a
+        # block from is found in O(1) however many tenants there are (counts move by one).
+        self._holding: dict[int, dict[str, None]] = {}
+        self._most = 0
         for block in blocks:
             self.append(block)
 
@@ -45,6 +81,7 @@ class FreeKVCacheBlockQueue:
         last.next_free, block.prev_free = block, last
         block.next_free, self.tail.prev_free = self.tail, block
         self.num_free_blocks += 1
+        self._keep(block)
 
     def remove(self, block: KVCacheBlock) -> None:
         prev, nxt = block.prev_free, block.next_free
@@ -52,11 +89,48 @@ class FreeKVCacheBlockQueue:
         prev.next_free, nxt.prev_free = nxt, prev
         block.prev_free = block.next_free = None
         self.num_free_blocks -= 1
+        self._forget(block)
+
+    def uncache(self, block: KVCacheBlock) -> None:
+        """A free block's prefix is dropped: it moves to the blocks without one."""
+        self._forget(block)
+        block.block_hash = block.tenant = None
+        self._keep(block)
+
+    def _keep(self, block: KVCacheBlock) -> None:
+        kept = self.kept.get(block.tenant) or self.kept.setdefault(block.tenant, _Kept())
+        kept.append(block)
+        if block.tenant is not None:
+            self._move(block.tenant, kept.count - 1, kept.count)
+
+    def _forget(self, block: KVCacheBlock) -> None:
+        kept = self.kept[block.tenant]
+        kept.remove(block)
+        if block.tenant is not None:
+            self._move(block.tenant, kept.count + 1, kept.count)
+        if not kept.count:
+            del self.kept[block.tenant]
+
+    def _move(self, tenant: str, before: int, after: int) -> None:
+        if before:
+            holding = self._holding[before]
+            del holding[tenant]
+            if not holding:
+                del self._holding[before]
+                if self._most == before:
+                    self._most = after
+        if after:
+            self._holding.setdefault(after, {})[tenant] = None
+            self._most = max(self._most, after)
 
     def popleft(self) -> KVCacheBlock:
-        block = self.head.next_free
-        if block is None or block is self.tail:
+        """The block to reuse: the least recently freed without a cached prefix, else the least recently
+        used of the tenant holding the most free cached blocks."""
+        if not self.num_free_blocks:
             raise RuntimeError("no free KV cache blocks")
+        kept = self.kept.get(None) or self.kept[next(iter(self._holding[self._most]))]
+        block = kept.head.next_kept
+        assert block is not None
         self.remove(block)
         return block
 
@@ -165,7 +239,7 @@ class BlockManager:
         if block.block_hash is not None:
             if self.cached.get(block.block_hash) is block:
                 del self.cached[block.block_hash]
-            block.block_hash = None
+            block.block_hash = block.tenant = None
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register the blocks of `seq` whose K/V are now complete, so later requests can hit them."""
@@ -182,7 +256,7 @@ class BlockManager:
         for i in range(done, num_full):
             block = self.blocks[seq.block_table[i]]
             if block.block_hash is None and hashes[i] not in self.cached:
-                block.block_hash = hashes[i]
+                block.block_hash, block.tenant = hashes[i], tenant(seq)
                 self.cached[hashes[i]] = block
             # else: already cached, or an identical block exists elsewhere (block tables are
             # append-only, so the duplicate stays private and is freed normally).
@@ -202,5 +276,8 @@ class BlockManager:
 
     def reset_prefix_cache(self) -> None:
         for block in self.cached.values():
-            block.block_hash = None
+            if block.ref_cnt == 0:
+                self.free_queue.uncache(block)
+            else:
+                block.block_hash = block.tenant = None
         self.cached.clear()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from localengine.engine.block_manager import BlockManager
-from localengine.engine.sequence import Sequence, SequenceStatus
+from localengine.engine.sequence import Sequence, SequenceStatus, tenant
 
 
 @dataclass(slots=True)
@@ -56,11 +56,6 @@ class SchedulerOutput:
     @property
     def is_empty(self) -> bool:
         return not self.scheduled
-
-
-def tenant(seq: Sequence) -> str:
-    """Whose request it is, for fair admission: its cache salt up to the first ':'."""
-    return (seq.cache_salt or "").partition(":")[0]
 
 
 class Scheduler:

@@ -93,3 +93,8 @@ class Sequence:
     def clear_spec(self) -> None:
         self.spec_token_ids = []
         self.spec_draft_probs = None
+
+
+def tenant(seq: Sequence) -> str:
+    """Whose request it is, for fair scheduling and caching: its cache salt up to the first ':'."""
+    return (seq.cache_salt or "").partition(":")[0]

@@ -38,6 +38,17 @@ def check_invariants(bm: BlockManager, sched: Scheduler, shadow: dict[int, tuple
     assert set(free_ids) == {i for i, r in enumerate(refs) if r == 0}
     for key, block in bm.cached.items():
         assert block.block_hash == key
+    kept: dict = {}  # the per-tenant lists partition the free blocks, each block under its prefix's tenant
+    for name, blocks in bm.free_queue.kept.items():
+        node = blocks.head.next_kept
+        while node is not blocks.tail:
+            assert node.tenant == name and (name is None) == (node.block_hash is None)
+            kept[node.block_id] = name
+            node = node.next_kept
+        assert blocks.count == sum(1 for owner in kept.values() if owner == name)
+    assert sorted(kept) == sorted(free_ids)
+    counts = [blocks.count for name, blocks in bm.free_queue.kept.items() if name is not None]
+    assert bm.free_queue._most == max(counts, default=0)
     for seq in live:
         assert len(seq.block_table) * BS >= seq.num_computed_tokens
         for pos in range(seq.num_computed_tokens):

@@ -228,3 +228,27 @@ def test_a_full_cache_preempts_the_tenant_running_most(llama_dir):
         waiting = {seq.request_id for seq in engine.scheduler.waiting}
         preempted += sorted(before & waiting)
     assert preempted and "b0" not in preempted  # before: b0 first
+
+
+def test_a_tenants_flood_of_prompts_does_not_evict_another_tenants_prefixes(llama_dir):
+    """Freed blocks keep their prefixes until the allocator reuses them, least recently used first,
+    whoever's: a tenant sending many distinct prompts pushed every other tenant's cached prefixes out
+    (team b's prompt, sent again, read 0 cached tokens). A block is now taken from the tenant holding
+    the most cached free blocks, so one tenant's flood evicts its own prefixes first."""
+    engine = make_llm(llama_dir, num_kvcache_blocks=40, max_model_len=128).llm_engine
+    params = SamplingParams(max_tokens=4, ignore_eos=True, temperature=0)
+
+    def run(request_id: str, prompt: list[int], salt: str) -> int:
+        engine.add_request(request_id, prompt, params, cache_salt=salt)
+        cached = 0
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    cached = out.num_cached_tokens
+        return cached
+
+    b_prompt = list(range(100, 117))
+    run("b0", b_prompt, "team-b")
+    for i in range(30):  # 30 distinct prompts of 24 tokens: the cache over many times
+        run(f"a{i}", [3 + (i + 7 * j) % 90 for j in range(24)], "team-a")
+    assert run("b1", b_prompt, "team-b") == 16  # before: 0
