@@ -137,3 +137,25 @@ def test_one_teams_large_spans_do_not_take_another_teams_spans_out_of_the_export
              for scope in resource.scope_spans for span in scope.spans for kv in span.attributes if kv.key == "slipstream.team"]
     assert teams.count("b") == 1  # before: the one request was refused, team b's span with it
     assert teams.count("a") == 81
+
+
+def test_one_teams_volume_does_not_take_another_teams_place_in_the_export_queue(collector, monkeypatch):
+    """Traces wait for the export process in one queue, bounded: past MAX_PENDING new ones were dropped,
+    whoever's, so a team whose traffic outran the collector had every other team's traces dropped
+    with its own. Past the bound a team holding less than its share (the bound over the teams
+    waiting) still gets its traces in, up to twice the bound in all."""
+    from sdk.observability.tracing import export_process
+
+    url, received = collector
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+    monkeypatch.setattr(export_process, "MAX_PENDING", 10)
+    monkeypatch.setattr(export_process, "GATHER_S", 60)  # the writer waits: everything below queues first
+    sink = ProcessSink()
+    for i in range(20):
+        sink.emit(_team_trace(100 + i, "a", "gpt-x"))
+    sink.emit(_team_trace(2, "b", "gpt-x"))
+    sink.shutdown()  # the writer goes at once, and the child exports what it holds
+    teams = [kv.value.string_value for request in received for resource in request.resource_spans
+             for scope in resource.scope_spans for span in scope.spans for kv in span.attributes if kv.key == "slipstream.team"]
+    assert teams.count("b") == 1  # before: dropped, team a's ten filling the queue
+    assert teams.count("a") == 10
