@@ -36,9 +36,9 @@ def test_non_streaming_shape(oai):
 def test_length_and_stop(oai):
     r = oai.chat.completions.create(model=MODEL, messages=MSGS, max_completion_tokens=6)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 6
-    full = oai.chat.completions.create(model=MODEL, messages=MSGS).choices[0].message.content
+    full = oai.chat.completions.create(model="gpt-4o-mini", messages=MSGS).choices[0].message.content
     word = full.split()[2]
-    s = oai.chat.completions.create(model=MODEL, messages=MSGS, stop=[word])
+    s = oai.chat.completions.create(model="gpt-4o-mini", messages=MSGS, stop=[word])
     assert s.choices[0].finish_reason == "stop"
     assert s.choices[0].message.content == full[: full.index(word)]
 

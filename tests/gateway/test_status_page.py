@@ -46,8 +46,8 @@ routes:
   - match: {{model: "claude-sonnet-5"}}
     targets: [{{provider: claude}}]
   - match: {{model: "claude-flaky"}}
-    targets: [{{provider: claude}}, {{provider: gpt, model: gpt-5-mini}}]
-  - match: {{model: "gpt-5-mini"}}
+    targets: [{{provider: claude}}, {{provider: gpt, model: gpt-4.1-mini}}]
+  - match: {{model: "gpt-4.1-mini"}}
     targets: [{{provider: gpt}}]
 retry: {{max_attempts: 2, base_delay_ms: 5, max_delay_ms: 20}}
 breaker: {{min_requests: 2, cooldown_s: 300}}
@@ -89,16 +89,16 @@ def _traffic(proxy: RunningServer, emulator_url: str) -> None:
         with claude.messages.stream(model="claude-sonnet-5", max_tokens=64, system=SYSTEM,
                                     messages=[{"role": "user", "content": f"Round {round_}: stream it"}]) as stream:
             assert stream.get_final_text()
-        gpt.chat.completions.create(model="gpt-5-mini", temperature=0, messages=[{"role": "user", "content": "same question every round"}])
-        gpt.chat.completions.create(model="gpt-5-mini", temperature=0, messages=[
+        gpt.chat.completions.create(model="gpt-4.1-mini", temperature=0, messages=[{"role": "user", "content": "same question every round"}])
+        gpt.chat.completions.create(model="gpt-4.1-mini", temperature=0, messages=[
             {"role": "system", "content": CONTEXT}, {"role": "user", "content": f"How many crates does city {round_ + 3} store?"}])
         if round_ == 2:
             httpx.post(f"{emulator_url}/_emulator/faults", json={"fault": "500", "count": 2, "match": {"model": "claude-flaky"}})
             for _ in range(2):  # two failed attempts open claude-flaky's breaker; both requests end on gpt
                 claude.messages.create(model="claude-flaky", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
-            httpx.post(f"{emulator_url}/_emulator/faults", json={"fault": "500", "count": 2, "match": {"model": "gpt-5-mini"}})
+            httpx.post(f"{emulator_url}/_emulator/faults", json={"fault": "500", "count": 2, "match": {"model": "gpt-4.1-mini"}})
             with pytest.raises(openai.InternalServerError):
-                gpt.chat.completions.create(model="gpt-5-mini", messages=[{"role": "user", "content": "fails twice"}])
+                gpt.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": "fails twice"}])
         time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
 
 
@@ -126,7 +126,7 @@ def test_login_sets_a_session_cookie_and_the_data_has_the_traffic(proxy):
     charts = {chart["id"]: chart for chart in team["charts"]}
     traffic = charts["search|claude/claude-sonnet-5|traffic"]["series"]
     assert sum(traffic["requests"]) == 15 and sum(traffic["errors"]) == 0
-    gpt = charts["search|gpt/gpt-5-mini|traffic"]["series"]
+    gpt = charts["search|gpt/gpt-4.1-mini|traffic"]["series"]
     assert sum(gpt["requests"]) == 6 + 2 + 1 and sum(gpt["errors"]) == 1  # misses, the fallbacks, the failure
     ttft = [v for v in charts["search|claude/claude-sonnet-5|ttft"]["series"]["p50"] if v is not None]
     assert len(ttft) >= 4 and all(v > 10 for v in ttft)  # the emulator's 25 ms base, bucket by bucket
