@@ -15,7 +15,7 @@ from .anthropic_stream import STOP_REASONS, content_blocks, plan_thinking, sse, 
 from .anthropic_wire import ERROR_MESSAGES
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CacheError, CachePlan, count_input_tokens, plan_anthropic
-from .models import anthropic_generates, anthropic_max_output
+from .models import anthropic_generates, anthropic_max_output, context_window
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import seed_for
@@ -315,6 +315,10 @@ async def messages(emu: Emulator, call: Call) -> None:
         await wire.error(emu, call, 404, f"model: {model}")
         return
     cfg = emu.config
+    window, prompt = context_window(model, cfg.context_windows), count_input_tokens(body)
+    if window is not None and prompt > window:
+        await wire.error(emu, call, 400, f"prompt is too long: {prompt} tokens > {window} maximum")
+        return
     try:
         plan = plan_anthropic(emu.state.anthropic_cache, body, key, model, call.start,
                               cfg.cache_lookback, cfg.max_breakpoints)

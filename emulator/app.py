@@ -47,6 +47,7 @@ class EmulatorConfig:
     priority_tier: bool = False  # the organisation has Priority Tier: Messages answers carry anthropic-priority-* limits
     openai_fine_tunes: list[str] = field(default_factory=list)  # fine-tuned models on the account (ft:BASE:ORG:SUFFIX:ID), listed by GET /v1/models
     openai_key_scopes: dict[str, list[str]] = field(default_factory=dict)  # a restricted key → its scopes: another path is OpenAI's 401 'Missing scopes'
+    context_windows: dict[str, int] = field(default_factory=dict)  # model glob → tokens, before models.py's windows
     openai_tpm_limits: dict[str, int] = field(default_factory=dict)  # key → tokens per minute: a Chat request over it alone is OpenAI's 429 'Request too large'
 
     @classmethod

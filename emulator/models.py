@@ -4,6 +4,7 @@ unknown model is the provider's 404, as on the real APIs)."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,19 @@ _OPENAI_FAMILIES = ("gpt-", "o1", "o3", "o4", "chatgpt-", "ft:gpt-", "codex-", "
 _ANTHROPIC_OUTPUT = ((re.compile(r"^claude-(opus-4-[678]|sonnet-4-6)"), 128000), (re.compile(r"^claude-opus-4(-0|-1|-2025|$)"), 32000),
                      (re.compile(r"^claude-(sonnet-4|opus-4-5|haiku-4-5|3-7-sonnet)"), 64000),
                      (re.compile(r"^claude-3-5-(sonnet|haiku)"), 8192), (re.compile(r"^claude-3-(haiku|opus|sonnet)"), 4096))
+
+
+# Context windows in tokens (the providers' model pages): a prompt over its model's is the provider's 400
+# (Anthropic: "prompt is too long: N tokens > M maximum"; OpenAI: code context_length_exceeded).
+# EmulatorConfig.context_windows (model glob → tokens) comes first, so tests need no 200k-token prompt.
+_CONTEXT_WINDOWS = (("claude-*", 200_000), ("gpt-4.1*", 1_047_576), ("gpt-4o*", 128_000), ("gpt-5*", 400_000),
+                    ("o[134]*", 200_000), ("gpt-3.5-turbo*", 16_385))
+
+
+def context_window(model: str, overrides: dict[str, int]) -> int | None:
+    """The most input tokens `model` takes (None: not limited here)."""
+    rows = (*overrides.items(), *_CONTEXT_WINDOWS)
+    return next((n for glob, n in rows if fnmatch.fnmatchcase(model, glob)), None)
 
 
 def anthropic_max_output(model: str) -> int | None:

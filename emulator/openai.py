@@ -16,7 +16,7 @@ from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
 from .chat_stream import Choice, chunks
 from .logprobs import chat_entries
-from .models import openai_generates
+from .models import context_window, openai_generates
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import choice_seed, seed_for
@@ -232,6 +232,12 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     blob = openai_prompt_blob(body)
     mt = body.get("max_completion_tokens") or body.get("max_tokens")
     if await wire.over_the_minute(emu, call, key, model, len(blob) // 4 + (mt or 0)):
+        return
+    window = context_window(model, cfg.context_windows)
+    if window is not None and len(blob) // 4 > window:
+        await wire.bad(emu, call, f"This model's maximum context length is {window} tokens. However, your messages "
+                       f"resulted in {len(blob) // 4} tokens. Please reduce the length of the messages.", "messages",
+                       "context_length_exceeded")
         return
     scope = f"{key}\x00{model}\x00{body.get('prompt_cache_key') or ''}"
     plan = plan_openai(emu.state.openai_cache, blob, scope, call.start, cfg.openai_cache_ttl_s)

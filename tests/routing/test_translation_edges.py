@@ -7,12 +7,16 @@ The official clients through the proxy (team key "sk-routing"), the emulator ups
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
+from emulator.app import EmulatorConfig
+from emulator.testing import running_emulator
 from gateway.testing import running_proxy
 from tests.routing.conftest import policy_text
 
@@ -84,3 +88,29 @@ def test_sampling_settings_reach_a_reasoning_openai_model_left_out_and_stops_it_
     with pytest.raises(anthropic.BadRequestError, match=r"'stop_sequences' cannot be translated.*at most 4 stop sequences, 5"):
         an.messages.create(model="claude-x", max_tokens=64, messages=ASK, stop_sequences=["a", "b", "c", "d", "e"])
     assert len(fresh_emulator.state.recent) == received  # nothing was sent
+
+
+def test_a_prompt_over_the_targets_context_window_is_the_clients_own_providers_overflow(tmp_path):
+    """Claude Code compacts on Anthropic's 400 "prompt is too long: N tokens > M maximum", Codex and the
+    Agents SDK on OpenAI's code context_length_exceeded. A translated target's overflow reached the
+    client as the other provider's message under a plain 400, which neither recognises."""
+    windows = {"claude-*": 300, "gpt-4o": 300}
+    with running_emulator(EmulatorConfig(context_windows=windows)) as emulator:
+        (tmp_path / "routing.yaml").write_text(policy_text(emulator.url, ROUTES))
+        with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+            oa = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-routing", max_retries=0)
+            an = anthropic.Anthropic(base_url=proxy.url, api_key="sk-routing", max_retries=0)
+            long = [{"role": "user", "content": "fjord " * 2000}]
+            with pytest.raises(openai.BadRequestError) as chat:
+                oa.chat.completions.create(model="gpt-x", messages=long)  # type: ignore[arg-type]
+            assert chat.value.code == "context_length_exceeded" and chat.value.param == "messages"
+            assert re.search(r"This model's maximum context length is 300 tokens\. However, your messages resulted in \d+ tokens",
+                            chat.value.message)
+            with pytest.raises(openai.BadRequestError) as responses:
+                oa.responses.create(model="gpt-x", input="fjord " * 2000, stream=True)
+            assert responses.value.code == "context_length_exceeded"
+            with pytest.raises(anthropic.BadRequestError) as messages:
+                an.messages.create(model="claude-x", max_tokens=64, messages=long)  # type: ignore[arg-type]
+            assert re.fullmatch(r"prompt is too long: \d+ tokens > 300 maximum", messages.value.body["error"]["message"])  # type: ignore[index]
+            sent = [json.loads(request["body"])["model"] for request in emulator.state.recent]
+            assert sent == ["claude-sonnet-4-5", "claude-sonnet-4-5", "gpt-4o"]  # each refused by its provider

@@ -6,6 +6,7 @@ input_tokens does not, so the numbers are moved between fields, never estimated.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -134,6 +135,42 @@ def error_message(body: bytes) -> str:
     return body.decode("utf-8", "replace")[:500]
 
 
+# A prompt over the model's context window, in each provider's words: Anthropic's 400 "prompt is too long:
+# 208310 tokens > 200000 maximum" (or, counting max_tokens, "input length and `max_tokens` exceed context
+# limit: 188059 + 20000 > 200000"), OpenAI's 400 code context_length_exceeded, "This model's maximum context
+# length is 128000 tokens. However, your messages resulted in 130000 tokens. ...". Coding agents compact
+# the conversation on their own provider's: Claude Code on "prompt is too long", Codex and the OpenAI Agents
+# SDK on the code, so a translated target's overflow is put in the client's provider's words.
+_ANTHROPIC_OVERFLOW = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum|exceed context limit: (\d+) \+ \d+ > (\d+)")
+_OPENAI_OVERFLOW = re.compile(r"maximum context length is (\d+) tokens\. However, your messages resulted in (\d+) tokens")
+
+
+def _overflow(body: bytes, message: str) -> tuple[str, str] | None:
+    """(prompt tokens, context window) of a context-overflow error ("" where its message has no numbers), or None."""
+    if match := _ANTHROPIC_OVERFLOW.search(message):
+        return (match[1], match[2]) if match[1] else (match[3], match[4])
+    if match := _OPENAI_OVERFLOW.search(message):
+        return match[2], match[1]
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return ("", "") if isinstance(error, dict) and error.get("code") == "context_length_exceeded" else None
+
+
 def error_for(client: Protocol, status: int, body: bytes) -> bytes:
-    """An upstream error body reshaped for the client's dialect, keeping status and message."""
-    return error_body(client, status, error_message(body))
+    """An upstream error body reshaped for the client's dialect, keeping status and message; a context
+    overflow in the client's provider's own words, which its agents recognise."""
+    message = error_message(body)
+    overflow = _overflow(body, message) if status == 400 else None
+    if overflow is None:
+        return error_body(client, status, message)
+    tokens, window = overflow
+    if client is Protocol.ANTHROPIC:
+        return error_body(client, status, f"prompt is too long: {tokens} tokens > {window} maximum" if tokens
+                          else f"prompt is too long: {message}")
+    if tokens:
+        message = (f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+                   f"{tokens} tokens. Please reduce the length of the messages.")
+    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+                                   "code": "context_length_exceeded"}})
