@@ -24,6 +24,11 @@ import orjson
 from sdk.cache.index import PartitionIndex
 from sdk.embedding import DIMENSION
 
+# Entries deleted in one hold of the store's lock. The lock is every team's, and lookups and stores
+# take it on the event loop every team's requests share: a team's whole cache (10,000 entries by
+# default) deleted in one hold held them all for about 0.1 s.
+DELETES_PER_HOLD = 500
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     id INTEGER PRIMARY KEY,
@@ -181,9 +186,11 @@ class CacheStore:
             else:
                 teams = [team] if team is not None else list(self._teams)
                 ids = {t: list(self._teams[t].located) for t in teams if t in self._teams}
-            for t, team_ids in ids.items():
-                self._delete(t, team_ids)
-            return sum(len(v) for v in ids.values())
+        for t, team_ids in ids.items():
+            for start in range(0, len(team_ids), DELETES_PER_HOLD):  # the lock let go between: see DELETES_PER_HOLD
+                with self._lock:
+                    self._delete(t, team_ids[start:start + DELETES_PER_HOLD])
+        return sum(len(v) for v in ids.values())
 
     def count(self, team: str) -> int:
         with self._lock:
@@ -239,7 +246,10 @@ class CacheStore:
                     del state.partitions[partition]
 
     def _purge_expired(self, team: str, now: float) -> None:
-        rows = self._db.execute("SELECT id FROM entries WHERE team = ? AND expires_at <= ?", (team, now)).fetchall()
+        """At most DELETES_PER_HOLD of the team's expired entries; later stores take the rest (lookups
+        never return an expired entry)."""
+        rows = self._db.execute("SELECT id FROM entries WHERE team = ? AND expires_at <= ? LIMIT ?",
+                                (team, now, DELETES_PER_HOLD)).fetchall()
         self._delete(team, [row[0] for row in rows])
 
     def _enforce_caps(self, team: str, limits: TeamLimits) -> None:

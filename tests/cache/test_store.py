@@ -126,3 +126,55 @@ def test_entries_from_another_embedding_space_keep_only_their_exact_tier(tmp_pat
     assert other.get_exact("a", "key-1") is not None
     other.put(entry(2), LIMITS)
     assert [c.id for c in other.search("a", "p", vec(2), 1)] == [2]
+
+
+class _Holds:
+    """The store's lock, counting the entries each hold of it deletes."""
+
+    def __init__(self, store: CacheStore) -> None:
+        self.lock, self.deleted, self.current = store._lock, [0], 0
+        delete = store._delete
+
+        def counted(team: str, ids: list[int]) -> None:
+            self.current += len(ids)
+            delete(team, ids)
+
+        store._delete = counted  # type: ignore[method-assign]
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.current = 0
+
+    def __exit__(self, *exc: object) -> None:
+        self.deleted.append(self.current)
+        self.lock.release()
+
+
+def test_a_teams_bulk_deletes_hold_the_lock_a_few_hundred_entries_at_a_time(tmp_path: Path):
+    """The store's one lock is every team's, and lookups and stores take it on the event loop, which
+    serves every team: a team's DELETE /v1/slipstream/cache deleted all its entries (up to its
+    max_entries, 10,000 by default: about 0.1 s) in one hold, and a store deleted all of the team's
+    expired entries in one, so every team's requests waited. Both go a few hundred entries a hold
+    now, the rest of the expired ones at later stores."""
+    from sdk.cache import store as cache_store
+
+    clock = Clock()
+    store = CacheStore(tmp_path / "c.db", clock=clock)
+    limits = TeamLimits(ttl_s=60, max_entries=10_000, max_bytes=10**9)
+    for n in range(2_000):
+        store.put(entry(n), limits)
+    holds = _Holds(store)
+    store._lock = holds  # type: ignore[assignment]
+    assert store.invalidate(team="a") == 2_000 and store.count("a") == 0
+    assert max(holds.deleted) <= cache_store.DELETES_PER_HOLD  # before: 2,000 in one
+
+    for n in range(2_000):
+        store.put(entry(n), limits)
+    clock.now += 61  # every one of them expired
+    holds.deleted = [0]
+    store.put(entry(5_000), limits)
+    assert max(holds.deleted) <= cache_store.DELETES_PER_HOLD  # before: 2,000 in the store's hold
+    assert store.get_exact("a", "key-1") is None and store.get_exact("a", "key-5000") is not None
+    for n in range(5):
+        store.put(entry(6_000 + n), limits)
+    assert store.count("a") == 6
