@@ -39,7 +39,7 @@ def test_fifteen_turns_of_a_mebibyte_store_fifteen_mebibytes(tmp_path, monkeypat
         client = _client(proxy.url, ROOMY)
         previous = None
         for turn in range(15):
-            answer = client.responses.create(model="gpt-4o", input=f"Turn {turn}. " + "fjord " * (MIB // 6),
+            answer = client.responses.create(model="gpt-long", input=f"Turn {turn}. " + "fjord " * (MIB // 6),
                                              previous_response_id=previous, max_output_tokens=16)
             previous = answer.id
         stored = _stored_bytes(tmp_path / "data", "roomy")
@@ -58,8 +58,8 @@ def test_a_teams_quota_bounds_only_that_team(replicas, tmp_path, monkeypatch, fr
         a, b = (stack.enter_context(running_proxy([tmp_path], state_url=state_url)) for _ in range(2)) if replicas == 2 else \
             [stack.enter_context(running_proxy([tmp_path]))] * 2
         tight_a, tight_b, roomy = _client(a.url, TIGHT), _client(b.url, TIGHT), _client(b.url, ROOMY)
-        kept = roomy.responses.create(model="gpt-4o", input="Roomy's first.", max_output_tokens=16)
-        made = [tight_a.responses.create(model="gpt-4o", input=f"Tight's number {i}.", max_output_tokens=16) for i in range(4)]
+        kept = roomy.responses.create(model="gpt-long", input="Roomy's first.", max_output_tokens=16)
+        made = [tight_a.responses.create(model="gpt-long", input=f"Tight's number {i}.", max_output_tokens=16) for i in range(4)]
         with pytest.raises(openai.NotFoundError):
             tight_b.responses.retrieve(made[0].id)  # the least recently used of the team's four went
         assert [tight_b.responses.retrieve(r.id).id for r in made[1:]] == [r.id for r in made[1:]]
@@ -67,11 +67,11 @@ def test_a_teams_quota_bounds_only_that_team(replicas, tmp_path, monkeypatch, fr
 
         big = tight_a.responses.create(model="oai-4o", input="x " * 100_000, max_output_tokens=16)  # 200 kB of 300 kB
         sent = fresh_emulator.stats()["requests_total"]
-        for model in ("oai-4o", "gpt-4o"):  # native (the provider holds it) and translated alike
+        for model in ("oai-4o", "gpt-long"):  # native (the provider holds it) and translated alike
             with pytest.raises(openai.BadRequestError, match=r"responses_store\.max_bytes"):
                 tight_b.responses.create(model=model, input="y " * 60_000, previous_response_id=big.id)
         assert fresh_emulator.stats()["requests_total"] == sent  # refused before it was sent
-        assert tight_b.responses.create(model="gpt-4o", input="y " * 60_000, previous_response_id=big.id,
+        assert tight_b.responses.create(model="gpt-long", input="y " * 60_000, previous_response_id=big.id,
                                         store=False).output_text  # unstored, it may go on
         assert tight_b.responses.input_tokens.count(model="oai-4o", input="y " * 60_000,
                                                     previous_response_id=big.id).input_tokens > 0  # a count stores nothing

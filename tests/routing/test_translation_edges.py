@@ -18,7 +18,7 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
-from tests.routing.conftest import policy_text
+from tests.routing.conftest import inject, policy_text
 
 ROUTES = """  - match: {model: "gpt-s46-*"}
     targets: [{provider: claude, model: claude-sonnet-4-6}]
@@ -114,3 +114,19 @@ def test_a_prompt_over_the_targets_context_window_is_the_clients_own_providers_o
             assert re.fullmatch(r"prompt is too long: \d+ tokens > 300 maximum", messages.value.body["error"]["message"])  # type: ignore[index]
             sent = [json.loads(request["body"])["model"] for request in emulator.state.recent]
             assert sent == ["claude-sonnet-4-5", "claude-sonnet-4-5", "gpt-4o"]  # each refused by its provider
+
+
+def test_a_failure_mid_stream_reaches_a_responses_client_as_response_failed(oa, fresh_emulator):
+    """Claude's mid-stream `overloaded_error` reached a Responses client as a Chat Completions error line
+    (`data: {"error": …}`), which the SDK's Responses stream raised as a bare APIError and Codex could not
+    read: OpenAI ends a failed Responses stream with an `error` event and the terminal `response.failed`."""
+    inject(fresh_emulator, "midstream_error:events=4", model="claude-sonnet-4-5")
+    events = list(oa.responses.create(model="gpt-x", input="Tell me about fjords.", stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-2:] == ["error", "response.failed"]
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    failed = events[-1]
+    assert failed.type == "response.failed" and failed.response.status == "failed"
+    assert failed.response.error is not None and failed.response.error.code == "server_error"
+    assert failed.response.error.message == "Overloaded"
+    assert fresh_emulator.state.recent[-1]["path"] == "/v1/messages"

@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 
-from sdk.errors import error_event
 from sdk.routing.translation.responses_answers import (
     custom_call_item,
     custom_input,
@@ -29,7 +28,6 @@ from sdk.routing.translation.responses_answers import (
     usage_c2r,
 )
 from sdk.routing.translation.streams import DONE, ChunkError, read_chunk
-from sdk.types import Protocol
 
 
 class ChatToResponses:
@@ -65,15 +63,9 @@ class ChatToResponses:
             return []
         if chunk is DONE:
             return self._finish()
+        out = self._start(chunk)
         if isinstance(chunk, ChunkError):
-            return [error_event(Protocol.OPENAI, chunk.status, chunk.message)]
-        out: list[bytes] = []
-        if not self.started:
-            self.started = True
-            self.model = chunk.get("model") or self.model
-            self.created_at = chunk.get("created")
-            out += [self._event("response.created", response=self._response("in_progress")),
-                    self._event("response.in_progress", response=self._response("in_progress"))]
+            return out + self._failed(chunk)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             if delta.get("content"):
@@ -87,6 +79,27 @@ class ChatToResponses:
         if isinstance(chunk.get("usage"), dict):
             self.usage = usage_c2r(chunk["usage"])
         return out
+
+    def _start(self, chunk: dict[str, Any] | ChunkError) -> list[bytes]:
+        """The stream's opening events, before its first chunk (or its error: a Responses stream always opens)."""
+        if self.started:
+            return []
+        self.started = True
+        if isinstance(chunk, dict):
+            self.model = chunk.get("model") or self.model
+            self.created_at = chunk.get("created")
+        return [self._event("response.created", response=self._response("in_progress")),
+                self._event("response.in_progress", response=self._response("in_progress"))]
+
+    def _failed(self, error: ChunkError) -> list[bytes]:
+        """An upstream error after the first byte, as the Responses stream says it: an `error` event, then the
+        terminal `response.failed` with what was finished and the error (not a Chat-style error line, which the
+        SDK's Responses stream cannot read)."""
+        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
+        response = self._response("failed") | {"status": "failed", "incomplete_details": None,
+                                                 "error": {"code": code, "message": error.message}}
+        return [self._event("error", code=code, message=error.message, param=None),
+                self._event("response.failed", response=response)]
 
     def _text(self, text: str, refusal: bool = False) -> list[bytes]:
         """Text of the answer, or of its refusal (a message with a `refusal` part, streamed with refusal events)."""
