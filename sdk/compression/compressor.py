@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from sdk.embedding import Embedder
 
 log = logging.getLogger("slipstream.compression")
-# (team, message text) → tokens: conversations resend the same turns every time. Per team: a count found
-# is much faster than one made, and the time shows in x-slipstream-overhead-ms (another team's text).
-_COUNTS: dict[tuple[str, str], int] = {}
+# (team, digest of a message's text) → tokens: conversations resend the same turns every time. Per team: a
+# count found is much faster than one made, and the time shows in x-slipstream-overhead-ms (another team's
+# text). A digest, not the text: the memo would keep 16,384 texts of any size alive.
+_COUNTS: dict[tuple[str, bytes], int] = {}
 _MAX_COUNTS = 16_384
 _MAX_OUTCOMES = 1024  # compressed pieces remembered per team
 _MIN_CHARS_PER_TOKEN = 2  # cheap pre-filter: text shorter than this many characters per token cannot reach min_tokens
@@ -187,12 +188,13 @@ def _body_counts(team: str, body: dict[str, Any]) -> list[int]:
 
 
 def _count(team: str, text: str) -> int:
-    n = _COUNTS.get((team, text))
+    key = (team, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+    n = _COUNTS.get(key)
     if n is None:
         n = tokens.count(text)
         if len(_COUNTS) >= _MAX_COUNTS:
             _COUNTS.clear()
-        _COUNTS[team, text] = n
+        _COUNTS[key] = n
     return n
 
 

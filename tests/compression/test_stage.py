@@ -180,3 +180,18 @@ async def test_a_traced_request_has_a_compression_span(make_runtime, fresh_emula
     assert span.attributes["slipstream.compression.pieces"] == 1
     [request] = [s for s in exporter.get_finished_spans() if s.parent is None]
     assert span.parent.span_id == request.context.span_id
+
+
+async def test_token_counts_are_remembered_without_the_texts(make_runtime, fresh_emulator):
+    """Compression remembers each message's token count for every team in one memo of 16,384 entries,
+    which was keyed by the message's text: it kept every text counted alive (a team's 16,384 distinct
+    1 MiB messages, 16 GiB, in the process every team shares). It is keyed by a digest of the text now."""
+    from sdk.compression import compressor
+
+    runtime = make_runtime("{enabled: true, protect: []}")
+    text = FILLER + " unique document" * 20_000
+    answer, _ = await runtime.handle(LLMRequest(Endpoint.MESSAGES, anthropic_body([{"type": "text", "text": text},
+                                                                                  {"type": "text", "text": QUESTION}])))
+    assert answer.status == 200
+    kept = sum(len(part) for key in compressor._COUNTS for part in key if isinstance(part, str) and part != "docs")
+    assert kept < 1024  # before: the message's 300,000 characters and more
