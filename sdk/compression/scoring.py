@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sdk.embedding import Embedder
 
 _WORD = re.compile(r"[a-z0-9_]+")
+MAX_MEMO_WORD = 64  # characters of the longest word whose vector StaticVectors keeps
 _STOP = frozenset(
     "a an and are as at be been but by can do does for from has have how i if in into is it its may more "
     "must no not of on or our should so such than that the their them then there these they this those to "
@@ -63,15 +64,20 @@ class StaticVectors:
     def matrix(self, vocabulary: list[str]) -> np.ndarray:
         """Unit-norm vectors for `vocabulary`, shape (len, 384)."""
         with self._lock:
-            unknown = [w for w in vocabulary if w not in self._memo]
-            if unknown:
-                for word, encoding in zip(unknown, self._tokenizer.encode_batch(unknown, add_special_tokens=False), strict=True):
-                    vector = self._table[encoding.ids].mean(axis=0) if encoding.ids else np.zeros(self._table.shape[1], np.float32)
-                    norm = float(np.linalg.norm(vector))
-                    self._memo[word] = vector / norm if norm else vector
-                if len(self._memo) > 200_000:  # bounded: a pathological stream of unique words cannot grow it forever
-                    self._memo.clear()
-            return np.stack([self._memo[w] for w in vocabulary]) if vocabulary else np.zeros((0, self._table.shape[1]), np.float32)
+            if len(self._memo) > 200_000:  # bounded: a pathological stream of unique words cannot grow it forever
+                self._memo.clear()
+            unknown = list(dict.fromkeys(w for w in vocabulary if w not in self._memo))
+            found: dict[str, np.ndarray] = {}
+            for word, encoding in zip(unknown, self._tokenizer.encode_batch(unknown, add_special_tokens=False), strict=True):
+                vector = self._table[encoding.ids].mean(axis=0) if encoding.ids else np.zeros(self._table.shape[1], np.float32)
+                norm = float(np.linalg.norm(vector))
+                found[word] = vector / norm if norm else vector
+            # Only words of a usual length are kept: the memo is every team's, and a word may be a
+            # megabyte long (200,000 of those would be kept).
+            self._memo.update((word, vector) for word, vector in found.items() if len(word) <= MAX_MEMO_WORD)
+            if not vocabulary:
+                return np.zeros((0, self._table.shape[1]), np.float32)
+            return np.stack([found[w] if w in found else self._memo[w] for w in vocabulary])
 
 
 _LOAD_LOCK = threading.Lock()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import orjson
 
 from sdk.observability.metrics import REGISTRY
@@ -195,3 +196,17 @@ async def test_token_counts_are_remembered_without_the_texts(make_runtime, fresh
     assert answer.status == 200
     kept = sum(len(part) for key in compressor._COUNTS for part in key if isinstance(part, str) and part != "docs")
     assert kept < 1024  # before: the message's 300,000 characters and more
+
+
+def test_word_vectors_are_remembered_for_words_of_a_usual_length_only():
+    """The static scorer remembers each word's vector, for every team in one memo of up to 200,000
+    words, and kept words of any length: a team's documents of long 'words' (a base64 blob is one)
+    were kept by the megabyte. Words over MAX_MEMO_WORD characters are scored, not kept."""
+    from sdk.compression.scoring import MAX_MEMO_WORD, static_vectors
+
+    vectors = static_vectors()
+    long_word = "q" * 100_000
+    matrix = vectors.matrix(["python", long_word, "python"])
+    assert matrix.shape == (3, 384) and float(np.linalg.norm(matrix[1])) > 0.99
+    assert long_word not in vectors._memo and "python" in vectors._memo  # before: the 100,000 characters kept
+    assert max(map(len, vectors._memo)) <= MAX_MEMO_WORD
