@@ -9,8 +9,8 @@ import orjson
 from sdk.runtime import TeamRuntime
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse
 
-CLAUDE = "claude-sonnet-5"
-GPT = "gpt-5-mini"
+CLAUDE = "claude-sonnet-4-6"  # takes temperature 0 (Opus 4.7+ and Sonnet 5 answer it with a 400: the emulator too)
+GPT = "gpt-4.1-mini"  # takes temperature 0 (reasoning models answer it with a 400: the emulator too)
 
 
 def claude(text: str, *, stream: bool = False, temperature: float | None = 0, before: list[dict[str, Any]] | None = None, **extra: Any) -> LLMRequest:
