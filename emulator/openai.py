@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 USER_MAX = 64  # characters of `user` (longer: OpenAI's 400 string_above_max_length)
+TOOL_ID_MAX = 40  # characters of a tool call id (longer: the same 400)
 
 
 def _validate(body: dict[str, Any]) -> wire.Problem | None:
@@ -61,6 +62,12 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
         if role == "tool" and not isinstance(m.get("tool_call_id"), str):
             return (f"Missing required parameter: '{p}.tool_call_id'.", f"{p}.tool_call_id",
                     "missing_required_parameter")
+        ids = [(f"{p}.tool_call_id", m["tool_call_id"])] if role == "tool" else []
+        ids += [(f"{p}.tool_calls[{j}].id", c.get("id")) for j, c in enumerate(m.get("tool_calls") or ()) if isinstance(c, dict)]
+        long = next(((where, i) for where, i in ids if isinstance(i, str) and len(i) > TOOL_ID_MAX), None)
+        if long:
+            return (f"Invalid '{long[0]}': string too long. Expected a string with maximum length {TOOL_ID_MAX}, but "
+                    f"got a string with length {len(long[1])} instead.", long[0], "string_above_max_length")
     r = (wire.check_ranges(body, *wire.SAMPLING, *wire.PENALTIES)
          or wire.check_int(body, "max_tokens", 1) or wire.check_int(body, "max_completion_tokens", 1))
     if r:

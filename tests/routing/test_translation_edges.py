@@ -130,3 +130,25 @@ def test_a_failure_mid_stream_reaches_a_responses_client_as_response_failed(oa, 
     assert failed.response.error is not None and failed.response.error.code == "server_error"
     assert failed.response.error.message == "Overloaded"
     assert fresh_emulator.state.recent[-1]["path"] == "/v1/messages"
+
+
+def test_a_tool_id_over_openais_40_characters_is_shortened_the_same_every_turn(an, fresh_emulator):
+    """A Messages history can hold tool ids longer than OpenAI's 40 characters (another server's, e.g. a
+    gateway's 64-character ids): OpenAI answered 400 "string too long" on every later turn. Each becomes
+    `call_` and 35 hex digits of its SHA-256, the call and its result alike, the same on every turn."""
+    long_id = "toolu_vrtx_" + "0123456789abcdef" * 4
+    tools: Any = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    history: Any = [{"role": "user", "content": "Weather in Oslo?"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": long_id, "name": "get_weather", "input": {"city": "Oslo"}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": long_id, "content": "Rain, 9°C"}]}]
+    sent = []
+    for _ in range(2):
+        assert an.messages.create(model="claude-x", max_tokens=64, messages=history, tools=tools).content
+        sent.append(_sent(fresh_emulator)["messages"])
+    call_id = sent[0][1]["tool_calls"][0]["id"]
+    assert len(call_id) == 40 and call_id.startswith("call_") and sent[0][2]["tool_call_id"] == call_id
+    assert sent[1] == sent[0]  # the same prefix every turn
+    short = "toolu_01A09q90qw90lq917835lq9"
+    history[1]["content"][0]["id"] = history[2]["content"][0]["tool_use_id"] = short
+    an.messages.create(model="claude-x", max_tokens=64, messages=history, tools=tools)
+    assert _sent(fresh_emulator)["messages"][1]["tool_calls"][0]["id"] == short  # 40 or fewer: as it is

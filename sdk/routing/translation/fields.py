@@ -175,7 +175,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
     },
     Shape.MESSAGES: {
         "model": Field(T, "model (the route's target model)"),
-        "messages": Field(T, "messages (tool_use → tool_calls, tool_result → tool messages (a result's images and documents "
+        "messages": Field(T, "messages (tool_use → tool_calls (an id over OpenAI's 40 characters as `call_` and 35 hex digits of "
+                                 "its SHA-256, its result's too, the same every turn), tool_result → tool messages (a result's images and documents "
                                  "follow in the user message: tool messages hold text), images, PDF documents → file "
                                  "parts, text documents → text; thinking and "
                                  "redacted_thinking blocks of earlier turns left out; a final assistant turn, a prefill that "
@@ -214,7 +215,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
     },
     Shape.RESPONSES: {
         "model": Field(T, "model (the route's target model)"),
-        "input": Field(T, "messages (message, function_call, function_call_output (its images and files follow in a user "
+        "input": Field(T, "messages (message, function_call (a call_id over Chat's 40 characters shortened as for Messages), "
+                              "function_call_output (its images and files follow in a user "
                               "message: tool messages hold text), custom_tool_call and its output as a function call of "
                               "`input` and its result, inline input_file → file part; reasoning items left out)"),
         "instructions": Field(T, "a system message"),

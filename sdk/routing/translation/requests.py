@@ -174,7 +174,7 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
                 texts.append(_text(block, f"{where}.content.{j}"))
             elif kind == "tool_use":
                 arguments = orjson.dumps(block.get("input") or {}).decode()
-                calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}})
+                calls.append({"id": openai_tool_id(block["id"]), "type": "function", "function": {"name": block["name"], "arguments": arguments}})
             elif kind in ("thinking", "redacted_thinking"):
                 # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
                 # earlier turn's thinking too); the visible turn carries the conversation.
@@ -205,7 +205,7 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         text = "\n\n".join(texts)
         if block.get("is_error"):
             text = f"Error: {text}"  # OpenAI has no error flag on tool results
-        tool_messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+        tool_messages.append({"role": "tool", "tool_call_id": openai_tool_id(block["tool_use_id"]), "content": text})
     if attached or parts:
         tool_messages.append({"role": role, "content": attached + parts})
     return tool_messages
@@ -302,6 +302,20 @@ _NOT_IN_TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")
 def claude_tool_id(call_id: Any) -> str:
     """A Chat tool call id as a Claude tool id: the same id wherever it appears (call and result)."""
     return _NOT_IN_TOOL_ID.sub("_", str(call_id)) or "_"
+
+
+# OpenAI takes tool call ids of at most 40 characters ("Invalid 'messages[1].tool_calls[0].id': string too
+# long. Expected a string with maximum length 40"); other servers' ids in a history can be longer.
+OPENAI_TOOL_ID_MAX = 40
+
+
+def openai_tool_id(call_id: Any) -> str:
+    """A tool id as an OpenAI tool call id: as it is up to 40 characters, else `call_` and 35 hex digits of
+    its SHA-256. A pure function: a call and its result get one id, and every turn the same, so the
+    conversation's prefix (and the provider's prompt cache) stays stable. Nothing maps it back: an answer's
+    tool calls carry the upstream's own new ids."""
+    text = str(call_id)
+    return text if len(text) <= OPENAI_TOOL_ID_MAX else "call_" + hashlib.sha256(text.encode()).hexdigest()[:35]
 
 
 def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:

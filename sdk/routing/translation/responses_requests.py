@@ -18,7 +18,7 @@ import orjson
 
 from sdk.routing.translation.fields import Shape, check, effort_travels, reasons
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
-from sdk.routing.translation.requests import refuse
+from sdk.routing.translation.requests import openai_tool_id, refuse
 
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user")
 _CHAT_TARGET = "Chat Completions"  # what refusals name; a Responses target passes the protocol its upstream speaks
@@ -146,7 +146,7 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             out.append(_message(item, where, target))
         elif kind in ("function_call", "custom_tool_call"):
             arguments = (item.get("arguments") or "{}") if kind == "function_call" else orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
-            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": arguments}}
+            call = {"id": openai_tool_id(item["call_id"]), "type": "function", "function": {"name": item["name"], "arguments": arguments}}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -154,7 +154,7 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, parts = _output(item.get("output"), where, target)
-            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+            out.append({"role": "tool", "tool_call_id": openai_tool_id(item["call_id"]), "content": text})
             attached += parts
         elif kind == "reasoning":
             # Reasoning from another model cannot be replayed (OpenAI drops it too on a model mismatch:
