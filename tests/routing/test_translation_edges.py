@@ -24,6 +24,8 @@ ROUTES = """  - match: {model: "gpt-s46-*"}
     targets: [{provider: claude, model: claude-sonnet-4-6}]
   - match: {model: "gpt-*"}
     targets: [{provider: claude, model: claude-sonnet-4-5}]
+  - match: {model: "claude-41-*"}
+    targets: [{provider: gpt, model: gpt-4.1}]
   - match: {model: "claude-o3-*"}
     targets: [{provider: gpt, model: o3}]
   - match: {model: "claude-*"}
@@ -152,3 +154,17 @@ def test_a_tool_id_over_openais_40_characters_is_shortened_the_same_every_turn(a
     history[1]["content"][0]["id"] = history[2]["content"][0]["tool_use_id"] = short
     an.messages.create(model="claude-x", max_tokens=64, messages=history, tools=tools)
     assert _sent(fresh_emulator)["messages"][1]["tool_calls"][0]["id"] == short  # 40 or fewer: as it is
+
+
+def test_a_one_hour_cache_marker_reaches_an_openai_model_with_extended_retention_as_24h(an, fresh_emulator):
+    """Claude Code marks its prefix `ttl: "1h"` for sessions with gaps; OpenAI's in-memory retention lasts
+    minutes. A model with extended retention (gpt-4.1, gpt-5, ...) now gets `prompt_cache_retention: "24h"`;
+    one without it (gpt-4o) and a 5-minute marker get nothing, as before."""
+    system: Any = [{"type": "text", "text": "You are a weather bot.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    raw = an.messages.with_raw_response.create(model="claude-41-x", max_tokens=32, system=system, messages=ASK)
+    assert raw.parse().content and "cache_control" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    assert _sent(fresh_emulator)["prompt_cache_retention"] == "24h" and _sent(fresh_emulator)["model"] == "gpt-4.1"
+    an.messages.create(model="claude-x", max_tokens=32, system=system, messages=ASK)
+    assert "prompt_cache_retention" not in _sent(fresh_emulator)
+    an.messages.create(model="claude-41-x", max_tokens=32, messages=ASK, cache_control={"type": "ephemeral"})
+    assert "prompt_cache_retention" not in _sent(fresh_emulator)

@@ -64,6 +64,17 @@ INCLUDE_DROPPED = ("reasoning.encrypted_content",)
 _REASONS = re.compile(r"^([\w.-]+/)?(o\d|gpt-5(?!.*-chat))")
 
 
+# OpenAI models with extended prompt-cache retention, `prompt_cache_retention: "24h"` (OpenAI's prompt-caching
+# guide: gpt-5.5, gpt-5.5-pro, gpt-5.4, gpt-5.2, gpt-5.1 and its codex and chat-latest models, gpt-5, gpt-5-codex,
+# gpt-4.1); the others keep a prefix in memory only, minutes.
+_LONG_RETENTION = re.compile(r"^([\w.-]+/)?(gpt-5(\.[1245])?(-codex(-max|-mini)?|-pro|-chat-latest)?|gpt-4\.1)(-\d{4}-\d{2}-\d{2})?$")
+
+
+def long_retention(model: Any) -> bool:
+    """Whether the OpenAI model `model` takes `prompt_cache_retention: "24h"`."""
+    return bool(_LONG_RETENTION.match(str(model or "")))
+
+
 def reasons(model: Any) -> bool:
     """Whether the OpenAI target model `model` reasons (and so takes reasoning_effort)."""
     return bool(_REASONS.match(str(model or "")))
@@ -152,7 +163,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "store": Field(D, "OpenAI's stored completions"),
         "service_tier": Field(D, "billing tier"),
         "prompt_cache_key": Field(D, "OpenAI's cache routing; Anthropic targets get breakpoints instead"),
-        "prompt_cache_retention": Field(D, "OpenAI's cache retention"),
+        "prompt_cache_retention": Field(D, "OpenAI's cache retention; Claude's longest, `ttl: \"1h\"`, is the team policy's "
+                                           "`prompt_cache.ttl`: the gateway's planner orders TTLs as Anthropic requires"),
         "cache_control": Field(T, "cache_control: automatic caching, a breakpoint on the last cacheable block (the "
                                   "top-level marker OpenRouter's Chat API takes for Claude)"),
         "safety_identifier": Field(D, "end-user id for OpenAI's abuse monitoring"),
@@ -202,7 +214,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "output_config": Field(T, "format → response_format json_schema (strict unless the schema has optional properties, which "
                                   "OpenAI's strict mode refuses); effort → reasoning_effort (max → xhigh) for a "
                                   "model that reasons, dropped (named output_config.effort) for others"),
-        "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key"),
+        "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key, and a `ttl: \"1h\"` "
+                                  "here or on a block `prompt_cache_retention: \"24h\"` where the model has extended "
+                                  "retention (gpt-4.1, gpt-5, gpt-5.1 to 5.5; OpenAI's in-memory retention lasts minutes)"),
         "service_tier": Field(D, "billing tier"),
         "inference_geo": Field(D, "where Anthropic runs it"),
         "speed": Field(D, "Anthropic's fast mode: how fast the answer comes, not what it says"),
@@ -246,7 +260,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "service_tier": Field(D, "billing tier"),
         "truncation": Field(D, "a Chat upstream has nothing to truncate"),
         "stream_options": Field(D, "obfuscation padding of stream events"),
-        "prompt_cache_retention": Field(D, "OpenAI's cache retention"),
+        "prompt_cache_retention": Field(D, "OpenAI's cache retention, not carried to a translated target (for an Anthropic one, as "
+                                           "from Chat Completions)"),
         "background": Field(R, "background runs exist only on OpenAI", (False,)),
         "max_tool_calls": Field(R, "no counterpart"),
         "top_logprobs": Field(R, "no counterpart", (0,)),

@@ -16,7 +16,17 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.fields import Fate, Shape, check, claude_efforts, fate, fixed_sampling, in_place_system, reasons
+from sdk.routing.translation.fields import (
+    Fate,
+    Shape,
+    check,
+    claude_efforts,
+    fate,
+    fixed_sampling,
+    in_place_system,
+    long_retention,
+    reasons,
+)
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
@@ -57,6 +67,20 @@ def _text_of(blocks: Any, where: str, target: str) -> str:
 _A2O_TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
 
+def _one_hour(body: dict[str, Any]) -> bool:
+    """Whether a Messages body asks Anthropic to keep a prefix an hour (a `cache_control` with `ttl: "1h"`,
+    top-level or on a block), which an OpenAI model with extended retention keeps as `prompt_cache_retention:
+    "24h"` (its in-memory retention lasts minutes; 24h is the one that outlasts an hour)."""
+    markers = [body.get("cache_control"), *(tool.get("cache_control") for tool in body.get("tools") or () if isinstance(tool, dict))]
+    system = body.get("system")
+    blocks = [*(system if isinstance(system, list) else ())]
+    for message in body.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        blocks += content if isinstance(content, list) else []
+    markers += [block.get("cache_control") for block in blocks if isinstance(block, dict)]
+    return any(isinstance(marker, dict) and marker.get("ttl") == "1h" for marker in markers)
+
+
 def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
     check(Shape.MESSAGES, body, "OpenAI")
@@ -81,6 +105,8 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
             _a2o_output_config(value, out)
         else:
             raise refuse(f"{key!r}", "OpenAI")
+    if _one_hour(body) and long_retention(out["model"]):
+        out["prompt_cache_retention"] = "24h"
     effort = _a2o_effort(body)
     if effort is not None and reasons(out["model"]):  # other models take no reasoning_effort (fields.py names it dropped)
         out["reasoning_effort"] = effort
