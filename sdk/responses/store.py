@@ -42,8 +42,9 @@ RETENTION_S = 30 * 86400  # OpenAI keeps stored responses for 30 days
 # holds the server every replica and team shares (300,000 one-word messages held it for 6 s).
 MAX_TURN_ITEMS = 10_000
 MAX_CHAIN = 1_000_000  # a walk never goes further (a guard, not a limit anyone reaches)
-# Bytes of records the SQLite store reads of a chain under its lock at once: the lock is every team's
-# (one connection), and a team's conversation may reach its quota (1 GiB by default).
+# Bytes of records the SQLite store reads under its lock at once (of a chain, or the records an item
+# lookup needs): the lock is every team's (one connection), and a team's records may reach its quota
+# (1 GiB by default).
 CHAIN_BYTES_PER_READ = 4 << 20
 # Records of a chain the SQLite store renews under its lock at once when a turn is written: renewed in
 # the turn's own transaction, a conversation of 10,000 turns held every team's store calls for each
@@ -424,12 +425,21 @@ class SQLiteResponseStore:
 
     def _find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
         owners: dict[str, str] = {}
+        sized: list[tuple[str, int]] = []
         with self._lock:
             for part in _parts(item_ids):
                 marks = ", ".join("?" * len(part))
                 owners |= dict(self._db.execute(f"SELECT item_id, response_id FROM stored_response_items WHERE team = ? AND item_id IN ({marks})",
                                                 (team, *part)).fetchall())
-            records = self._records(team, sorted(set(owners.values()))) if owners else {}
+            for part in _parts(sorted(set(owners.values()))):
+                marks = ", ".join("?" * len(part))
+                sized += self._db.execute(f"SELECT id, size FROM stored_responses WHERE team = ? AND id IN ({marks})",
+                                          (team, *part)).fetchall()
+        records: dict[str, StoredResponse] = {}
+        for part in _by_bytes(sized, CHAIN_BYTES_PER_READ):  # the lock let go between reads
+            with self._lock:
+                rows = self._rows(team, part)
+            records |= {row[0]: _row(row) for row in rows}
         return pick_items(records, owners)
 
     def _delete(self, team: str, response_id: str) -> bool:

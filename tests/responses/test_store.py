@@ -323,6 +323,23 @@ async def test_records_expiring_together_are_deleted_a_few_mebibytes_per_write(t
         assert db.execute("SELECT COUNT(*) FROM stored_response_items WHERE team = 'a'").fetchone() == (0,)
 
 
+async def test_the_records_an_item_lookup_needs_are_read_a_few_mebibytes_at_a_time(tmp_path):
+    """An item_reference lookup read every record holding a referenced item in one hold of the lock
+    every team's store calls take (a turn may name 10,000 items, across a team's 1 GiB of records).
+    They are read about CHAIN_BYTES_PER_READ at a time now."""
+    from sdk.responses import store as sqlite_store
+
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
+    for turn in range(24):
+        await store.put(_record("a", f"resp_{turn}", text=f"{turn}:" + "x" * MIB))
+    held = _MeasuredHolds(store)
+    store._lock, store._db = held, held  # type: ignore[assignment]
+    found = await store.find_items("a", [f"msg_resp_{turn}" for turn in range(24)])
+    store._lock, store._db = held.lock, held.db
+    assert sorted(found) == sorted(f"msg_resp_{turn}" for turn in range(24))
+    assert max(held.reads) <= sqlite_store.CHAIN_BYTES_PER_READ + 2 * MIB  # before: 24 MiB in one hold
+
+
 async def test_a_chain_cut_while_it_is_read_ends_at_the_cut(tmp_path):
     """A record removed between two reads of a chain (deleted, evicted, expired) ends the chain there,
     as one statement would have found it: the newer part is returned, never a chain with a hole."""
