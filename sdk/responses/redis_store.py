@@ -43,7 +43,7 @@ _BULK_TIMEOUT_S = 10.0
 # ends: 300,000 references in one held it for most of a second (other teams' calls timed out);
 # 1,000 take about a millisecond.
 ITEMS_PER_SCRIPT = 1000
-# Bytes of records one script reads of a chain: a 50 MiB conversation read in one held Redis for
+# Bytes of records one script reads (of a chain, or those an item lookup needs): a 50 MiB conversation read in one held Redis for
 # 200 ms, past every other caller's timeout (a team's quota allows 1 GiB); 4 MiB take about 15 ms.
 CHAIN_BYTES_PER_SCRIPT = 4 << 20
 # Records of a chain one script renews when a turn is written, or reads: a 10,000-turn chain renewed
@@ -159,33 +159,37 @@ end
 return out
 """
 
-# ARGV: base, item ids. Returns {n, flat}: flat holds n/2 (item, owning response) pairs, then
-# (response id, data, depth, chain) for each distinct owner still stored. One round trip for up to
-# ITEMS_PER_SCRIPT items.
+# ARGV: base, item ids. Returns the (item, owning response) pairs found, flat. Up to ITEMS_PER_SCRIPT items.
 _ITEMS = """
-local base, out, owners, seen = ARGV[1], {}, {}, {}
+local base, out = ARGV[1], {}
 for i = 2, #ARGV do
   local owner = redis.call('HGET', base .. 'items', ARGV[i]) or redis.call('GET', base .. 'i:' .. ARGV[i])
   if owner then
     out[#out + 1] = ARGV[i]
     out[#out + 1] = owner
-    owners[#owners + 1] = owner
   end
 end
-local n = #out
-for _, rid in ipairs(owners) do
-  if not seen[rid] then
-    seen[rid] = true
-    local r = redis.call('HMGET', base .. 'r:' .. rid, 'data', 'depth', 'chain')
-    if r[1] then
-      out[#out + 1] = rid
-      out[#out + 1] = r[1]
-      out[#out + 1] = r[2]
-      out[#out + 1] = r[3]
-    end
+return out
+"""
+
+# ARGV: base, budget, response ids. Returns {examined, flat}: flat holds (id, data, depth, chain) of each
+# of the first `examined` ids still stored, read until about `budget` bytes (at least one id): the
+# records an item lookup needs may add up to the team's quota (1 GiB), and a script holds Redis.
+_RECORDS = """
+local base, budget, out, size, examined = ARGV[1], tonumber(ARGV[2]), {}, 0, 0
+for i = 3, #ARGV do
+  if size >= budget then break end
+  examined = examined + 1
+  local r = redis.call('HMGET', base .. 'r:' .. ARGV[i], 'data', 'depth', 'chain')
+  if r[1] then
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = r[1]
+    out[#out + 1] = r[2]
+    out[#out + 1] = r[3]
+    size = size + string.len(r[1])
   end
 end
-return {n, out}
+return {examined, out}
 """
 
 
@@ -268,9 +272,15 @@ class RedisResponseStore:
             raw = await self._eval(_ITEMS, self._base(team), *item_ids[start:start + ITEMS_PER_SCRIPT])
             if not isinstance(raw, list):
                 break
-            n, flat = int(raw[0]), raw[1]
-            owners |= {flat[i].decode(): flat[i + 1].decode() for i in range(0, n, 2)}
-            records |= {flat[i].decode(): _record(*flat[i + 1:i + 4]) for i in range(n, len(flat), 4)}
+            owners |= {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
+        wanted = list(dict.fromkeys(owners.values()))
+        while wanted:  # a script at a time, each about a budget's bytes
+            raw = await self._eval(_RECORDS, self._base(team), CHAIN_BYTES_PER_SCRIPT, *wanted[:ITEMS_PER_SCRIPT])
+            if not isinstance(raw, list) or not raw:
+                break
+            examined, flat = int(raw[0]), raw[1]
+            records |= {flat[i].decode(): _record(*flat[i + 1:i + 4]) for i in range(0, len(flat), 4)}
+            wanted = wanted[examined:]
         found = pick_items(records, owners)
         missing = [i for i in item_ids if i not in found]
         return {**(await self.fallback.find_items(team, missing) if missing else {}), **found}

@@ -363,6 +363,38 @@ async def test_a_chain_cut_while_it_is_read_ends_at_the_cut(tmp_path):
     assert [r.id for r in chain] == [f"resp_{t}" for t in range(6, 12)]
 
 
+async def test_the_records_an_item_lookup_needs_are_read_from_redis_in_short_scripts(redis_url, tmp_path):  # noqa: F811
+    """One script looked up up to 1,000 items and returned every record holding one of them: a lookup
+    naming items across a team's large records (its quota allows 1 GiB) held Redis, which every
+    replica and team shares, for the whole reply. The owners come first; the records follow about
+    CHAIN_BYTES_PER_SCRIPT a script."""
+    from sdk.responses import redis_store
+
+    state = open_state(redis_url)
+    assert isinstance(state, GuardedState)
+    store = RedisResponseStore(state, SQLiteResponseStore(tmp_path / "r.sqlite3"))
+    for turn in range(24):
+        await store.put(_record("a", f"resp_{turn}", text=f"{turn}:" + "x" * MIB))
+    replies: list[int] = []
+    call = store._call
+
+    async def measured(*args):
+        reply = await call(*args)
+        if args[0] == "EVAL":
+            replies.append(sum(len(part) for part in _flat(reply) if isinstance(part, bytes)))
+        return reply
+
+    store._call = measured  # type: ignore[method-assign]
+    found = await store.find_items("a", [f"msg_resp_{turn}" for turn in range(24)])
+    assert sorted(found) == sorted(f"msg_resp_{turn}" for turn in range(24))
+    assert max(replies) <= redis_store.CHAIN_BYTES_PER_SCRIPT + 2 * MIB  # before: 24 MiB in one reply
+    await state.close()
+
+
+def _flat(reply) -> list:
+    return [part for item in reply for part in _flat(item)] if isinstance(reply, list) else [reply]
+
+
 async def test_a_turn_does_not_renew_every_item_of_its_conversation(redis_url, tmp_path):  # noqa: F811
     """Writing a turn renews its conversation's retention. Each earlier item had a key of its own, renewed
     one by one in the write's script: 40 turns of 10,000 items made every further one-line turn hold
