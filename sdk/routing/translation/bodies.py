@@ -141,14 +141,15 @@ def error_message(body: bytes) -> str:
 # length is 128000 tokens. However, your messages resulted in 130000 tokens. ...". Coding agents compact
 # the conversation on their own provider's: Claude Code on "prompt is too long", Codex and the OpenAI Agents
 # SDK on the code, so a translated target's overflow is put in the client's provider's words.
-_ANTHROPIC_OVERFLOW = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum|exceed context limit: (\d+) \+ \d+ > (\d+)")
+_ANTHROPIC_OVERFLOW = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum|exceed context limit: ")
 _OPENAI_OVERFLOW = re.compile(r"maximum context length is (\d+) tokens\. However, your messages resulted in (\d+) tokens")
 
 
 def _overflow(body: bytes, message: str) -> tuple[str, str] | None:
-    """(prompt tokens, context window) of a context-overflow error ("" where its message has no numbers), or None."""
+    """(prompt tokens, context window) of a context-overflow error, or None. Both are "" where the message does
+    not say the prompt alone is over the window (Anthropic's input + max_tokens), which is then kept as it is."""
     if match := _ANTHROPIC_OVERFLOW.search(message):
-        return (match[1], match[2]) if match[1] else (match[3], match[4])
+        return (match[1], match[2]) if match[1] else ("", "")
     if match := _OPENAI_OVERFLOW.search(message):
         return match[2], match[1]
     try:
