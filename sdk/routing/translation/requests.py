@@ -9,7 +9,6 @@ have no faithful counterpart are refused here, naming where they are.
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 import orjson
@@ -30,6 +29,7 @@ from sdk.routing.translation.fields import (
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
+from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_id
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
 _EFFORTS = ("low", "medium", "high", "xhigh")
@@ -318,30 +318,6 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             tool_choice["disable_parallel_tool_use"] = True
         out["tool_choice"] = tool_choice
     return out
-
-
-# Claude's tool ids are letters, digits, `_` and `-`; other servers' call ids (Kimi's
-# `functions.get_weather:0`, ids with dots or colons) in a Chat history are a 400 there.
-_NOT_IN_TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")
-
-
-def claude_tool_id(call_id: Any) -> str:
-    """A Chat tool call id as a Claude tool id: the same id wherever it appears (call and result)."""
-    return _NOT_IN_TOOL_ID.sub("_", str(call_id)) or "_"
-
-
-# OpenAI takes tool call ids of at most 40 characters ("Invalid 'messages[1].tool_calls[0].id': string too
-# long. Expected a string with maximum length 40"); other servers' ids in a history can be longer.
-OPENAI_TOOL_ID_MAX = 40
-
-
-def openai_tool_id(call_id: Any) -> str:
-    """A tool id as an OpenAI tool call id: as it is up to 40 characters, else `call_` and 35 hex digits of
-    its SHA-256. A pure function: a call and its result get one id, and every turn the same, so the
-    conversation's prefix (and the provider's prompt cache) stays stable. Nothing maps it back: an answer's
-    tool calls carry the upstream's own new ids."""
-    text = str(call_id)
-    return text if len(text) <= OPENAI_TOOL_ID_MAX else "call_" + hashlib.sha256(text.encode()).hexdigest()[:35]
 
 
 def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:

@@ -18,7 +18,8 @@ import orjson
 
 from sdk.routing.translation.fields import Shape, check, effort_travels, reasons
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
-from sdk.routing.translation.requests import openai_tool_id, refuse
+from sdk.routing.translation.requests import refuse
+from sdk.routing.translation.tool_ids import openai_tool_id
 
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user")
 _CHAT_TARGET = "Chat Completions"  # what refusals name; a Responses target passes the protocol its upstream speaks
