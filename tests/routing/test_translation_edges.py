@@ -168,3 +168,14 @@ def test_a_one_hour_cache_marker_reaches_an_openai_model_with_extended_retention
     assert "prompt_cache_retention" not in _sent(fresh_emulator)
     an.messages.create(model="claude-41-x", max_tokens=32, messages=ASK, cache_control={"type": "ephemeral"})
     assert "prompt_cache_retention" not in _sent(fresh_emulator)
+
+
+def test_prompt_cache_options_reach_claude_left_out_and_named(oa, fresh_emulator):
+    """openai 3.x sends `prompt_cache_options` (gpt-5.6's cache mode and 30-minute lifetime): it was not in
+    the field table, so a Claude target refused it as unknown. It says how OpenAI caches, not what the
+    answer is: left out, and named."""
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-x", messages=ASK, prompt_cache_options={"ttl": "30m"})
+    assert raw.parse().choices[0].message.content and "prompt_cache_options" in raw.headers["x-slipstream-dropped-fields"]
+    raw_response = oa.responses.with_raw_response.create(model="gpt-x", input="Hi", prompt_cache_options={"mode": "implicit"})
+    assert raw_response.parse().output_text and "prompt_cache_options" in raw_response.headers["x-slipstream-dropped-fields"]
+    assert "prompt_cache_options" not in _sent(fresh_emulator)

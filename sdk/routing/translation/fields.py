@@ -163,6 +163,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "store": Field(D, "OpenAI's stored completions"),
         "service_tier": Field(D, "billing tier"),
         "prompt_cache_key": Field(D, "OpenAI's cache routing; Anthropic targets get breakpoints instead"),
+        "prompt_cache_options": Field(D, "OpenAI's cache mode and lifetime (gpt-5.6 and later); Anthropic targets get "
+                                         "breakpoints instead"),
         "prompt_cache_retention": Field(D, "OpenAI's cache retention; Claude's longest, `ttl: \"1h\"`, is the team policy's "
                                            "`prompt_cache.ttl`: the gateway's planner orders TTLs as Anthropic requires"),
         "cache_control": Field(T, "cache_control: automatic caching, a breakpoint on the last cacheable block (the "
@@ -260,6 +262,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "service_tier": Field(D, "billing tier"),
         "truncation": Field(D, "a Chat upstream has nothing to truncate"),
         "stream_options": Field(D, "obfuscation padding of stream events"),
+        "prompt_cache_options": Field(D, "OpenAI's cache mode and lifetime (gpt-5.6 and later), not carried to a "
+                                         "translated target"),
         "prompt_cache_retention": Field(D, "OpenAI's cache retention, not carried to a translated target (for an Anthropic one, as "
                                            "from Chat Completions)"),
         "background": Field(R, "background runs exist only on OpenAI", (False,)),
