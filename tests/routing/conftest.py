@@ -6,13 +6,17 @@ Two Anthropic-protocol targets on one emulator are told apart by model name ("cl
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
 
+from gateway.testing import running_proxy
 from sdk.policy import load_policy
 from sdk.runtime import TeamRuntime
 from sdk.types import Endpoint, LLMRequest
@@ -29,6 +33,18 @@ providers:
 routes:
 {routes}
 {extra}"""
+
+
+def routed_proxy(directory: Path, emulator_url: str, routes: str) -> Iterator[str]:
+    """A proxy (its URL) serving policy_text's team with `routes`: what a module's `proxy` fixture yields from."""
+    (directory / "routing.yaml").write_text(policy_text(emulator_url, routes))
+    with running_proxy([directory], watch_interval_s=None) as running:
+        yield running.url
+
+
+def sent(emulator) -> dict[str, Any]:
+    """The body the emulator received last."""
+    return json.loads(emulator.state.recent[-1]["body"])
 
 
 TWO_CLAUDES = """  - match: {model: "claude-*"}

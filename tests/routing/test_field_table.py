@@ -24,6 +24,7 @@ from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import message_a2o
 from sdk.routing.translation.fields import DROPPED_HEADER, FIELDS, Fate, Shape, check, table_markdown
 from sdk.routing.translation.requests import openai_to_anthropic
+from tests.routing.conftest import sent as _sent
 
 KEY = "sk-fields"
 TARGET = {Shape.CHAT: "Anthropic", Shape.MESSAGES: "OpenAI", Shape.RESPONSES: "Anthropic Messages"}
@@ -108,9 +109,6 @@ def proxy(tmp_path_factory, emulator) -> Iterator[str]:
 def oa(proxy):
     return openai.OpenAI(base_url=f"{proxy}/v1", api_key=KEY, max_retries=0)
 
-
-def _sent(emulator) -> dict:
-    return json.loads(emulator.state.recent[-1]["body"])
 
 
 ASK = [{"role": "user", "content": "Weather in Oslo for 3 days?"}]

@@ -20,12 +20,11 @@ import pytest
 import tiktoken
 from pydantic import BaseModel, Field
 
-from gateway.testing import running_proxy
 from sdk.providers.local import LocalProvider
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.counting import count_chat
 from sdk.routing.translation.fields import reasons
-from tests.routing.conftest import policy_text
+from tests.routing.conftest import routed_proxy, sent
 
 ROUTES = """  - match: {model: "claude-old-*"}
     targets: [{provider: gpt, model: gpt-4}]
@@ -63,20 +62,13 @@ AGENT_TURNS = [
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory, emulator) -> Iterator[str]:
-    directory = tmp_path_factory.mktemp("clients")
-    (directory / "routing.yaml").write_text(policy_text(emulator.url, ROUTES))
-    with running_proxy([directory], watch_interval_s=None) as running:
-        yield running.url
+    yield from routed_proxy(tmp_path_factory.mktemp("clients"), emulator.url, ROUTES)
 
 
 @pytest.fixture
 def an_direct(emulator):
     return anthropic.Anthropic(base_url=emulator.url, api_key="k", max_retries=0)
 
-
-def sent(emulator) -> dict[str, Any]:
-    """The body the emulator received last."""
-    return json.loads(emulator.state.recent[-1]["body"])
 
 
 def _dropped(headers: Any) -> list[str]:

@@ -18,7 +18,8 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
-from tests.routing.conftest import inject, policy_text
+from tests.routing.conftest import inject, policy_text, routed_proxy
+from tests.routing.conftest import sent as _sent
 
 ROUTES = """  - match: {model: "gpt-s46-*"}
     targets: [{provider: claude, model: claude-sonnet-4-6}]
@@ -36,14 +37,8 @@ ASK = [{"role": "user", "content": "Weather in Oslo?"}]
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory, emulator) -> Iterator[str]:
-    directory = tmp_path_factory.mktemp("edges")
-    (directory / "routing.yaml").write_text(policy_text(emulator.url, ROUTES))
-    with running_proxy([directory], watch_interval_s=None) as running:
-        yield running.url
+    yield from routed_proxy(tmp_path_factory.mktemp("edges"), emulator.url, ROUTES)
 
-
-def _sent(emulator) -> dict[str, Any]:
-    return json.loads(emulator.state.recent[-1]["body"])
 
 
 def test_a_seed_reaches_claude_left_out_and_named(oa, fresh_emulator):

@@ -6,14 +6,13 @@ The official OpenAI client through the proxy (team key "sk-routing"), the emulat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from gateway.testing import running_proxy
-from tests.routing.conftest import policy_text
+from tests.routing.conftest import routed_proxy
+from tests.routing.conftest import sent as _sent
 
 ROUTES = """  - match: {model: "gpt-opus48-*"}
     targets: [{provider: claude, model: claude-opus-4-8}]
@@ -25,14 +24,8 @@ ROUTES = """  - match: {model: "gpt-opus48-*"}
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory, emulator) -> Iterator[str]:
-    directory = tmp_path_factory.mktemp("models")
-    (directory / "routing.yaml").write_text(policy_text(emulator.url, ROUTES))
-    with running_proxy([directory], watch_interval_s=None) as running:
-        yield running.url
+    yield from routed_proxy(tmp_path_factory.mktemp("models"), emulator.url, ROUTES)
 
-
-def _sent(emulator) -> dict[str, Any]:
-    return json.loads(emulator.state.recent[-1]["body"])
 
 
 def test_sampling_settings_reach_a_claude_that_samples_as_it_does_left_out_and_named(oa, fresh_emulator):

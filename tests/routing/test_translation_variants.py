@@ -23,7 +23,7 @@ from sdk.routing.translation.bodies import completion_o2a
 from sdk.routing.translation.requests import openai_to_anthropic
 from sdk.routing.translation.responses_streams import ChatToResponses
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
-from tests.routing.conftest import policy_text
+from tests.routing.conftest import policy_text, sent
 
 CROSS = """  - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
@@ -40,10 +40,6 @@ def proxy(tmp_path_factory, emulator) -> Iterator[str]:
     with running_proxy([directory], watch_interval_s=None) as running:
         yield running.url
 
-
-def sent(emulator) -> dict[str, Any]:
-    """The body the emulator received last."""
-    return json.loads(emulator.state.recent[-1]["body"])
 
 
 def test_chat_cache_control_parts_become_anthropic_breakpoints(oa, fresh_emulator):
