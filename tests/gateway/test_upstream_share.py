@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,6 +23,24 @@ from sdk.providers import http1
 SHARED_UPSTREAM_KEY = "up-shared-org-key"
 STREAM = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "a long story"}]}
 QUICK = {"model": "gpt-4o", "max_tokens": 2, "messages": [{"role": "user", "content": "a short answer"}]}
+
+
+async def _alpha_streams_beside_beta(client: httpx.AsyncClient, upstream: Any) -> list[httpx.Response]:
+    """Alpha asks for eight slow streams; once two are open upstream, beta's quick call must be answered.
+    Alpha's eight answers, after checking that it held its share of two and no more."""
+    alpha = {"authorization": "Bearer sk-alpha"}
+
+    async def open_stream() -> httpx.Response:
+        request = client.build_request("POST", "/chat/completions", json=STREAM, headers=alpha)
+        return await client.send(request, stream=True)
+
+    streams = [asyncio.create_task(open_stream()) for _ in range(8)]
+    await asyncio.to_thread(upstream.wait_for, lambda stats: stats["open_streams"] >= 2)
+    answer = await client.post("/chat/completions", json=QUICK, headers={"authorization": "Bearer sk-beta"})
+    assert answer.status_code == 200, answer.text  # beta got a connection while alpha's streams run
+    outcomes = await asyncio.gather(*streams)
+    assert sorted(response.status_code for response in outcomes) == [200, 200, 502, 502, 502, 502, 502, 502]  # alpha's share, no more
+    return outcomes
 
 
 def _team(directory: Path, team: str, key: str, emulator_url: str) -> None:
@@ -45,19 +64,7 @@ async def test_a_team_holding_its_share_of_slow_streams_leaves_another_team_a_co
         _team(tmp_path, "beta", "sk-beta", emulator.url)
         with running_proxy([tmp_path]) as gateway:
             async with httpx.AsyncClient(base_url=f"{gateway.url}/v1", timeout=60, trust_env=False) as client:
-                alpha = {"authorization": "Bearer sk-alpha"}
-
-                async def open_stream() -> httpx.Response:
-                    request = client.build_request("POST", "/chat/completions", json=STREAM, headers=alpha)
-                    return await client.send(request, stream=True)
-
-                streams = [asyncio.create_task(open_stream()) for _ in range(8)]
-                await asyncio.to_thread(emulator.wait_for, lambda stats: stats["open_streams"] >= 2)
-                answer = await client.post("/chat/completions", json=QUICK, headers={"authorization": "Bearer sk-beta"})
-                assert answer.status_code == 200  # beta got a connection while alpha's streams run
-                outcomes = await asyncio.gather(*streams)
-                statuses = sorted(response.status_code for response in outcomes)
-                assert statuses == [200, 200, 502, 502, 502, 502, 502, 502]  # alpha held its share, no more
+                outcomes = await _alpha_streams_beside_beta(client, emulator)
                 refused = [await r.aread() for r in outcomes if r.status_code == 502]
                 assert all(b"holds all 2 of its connections" in body for body in refused)
                 assert emulator.stats()["open_streams"] == 2
@@ -84,17 +91,5 @@ prompt_cache: {{enabled: false}}
 """)
         with running_proxy([tmp_path]) as gateway:
             async with httpx.AsyncClient(base_url=f"{gateway.url}/v1", timeout=60, trust_env=False) as client:
-                alpha = {"authorization": "Bearer sk-alpha"}
-
-                async def open_stream() -> httpx.Response:
-                    request = client.build_request("POST", "/chat/completions", json=STREAM, headers=alpha)
-                    return await client.send(request, stream=True)
-
-                streams = [asyncio.create_task(open_stream()) for _ in range(8)]
-                await asyncio.to_thread(engine.wait_for, lambda stats: stats["open_streams"] >= 2)
-                answer = await client.post("/chat/completions", json=QUICK, headers={"authorization": "Bearer sk-beta"})
-                assert answer.status_code == 200, answer.text  # beta got a connection while alpha's streams run
-                outcomes = await asyncio.gather(*streams)
-                assert sorted(response.status_code for response in outcomes) == [200, 200, 502, 502, 502, 502, 502, 502]
-                for response in outcomes:
+                for response in await _alpha_streams_beside_beta(client, engine):
                     await response.aclose()
