@@ -163,8 +163,7 @@ class LimitsStage:
             return 0.0
         price = self.prices.price(model)
         if price is None:
-            raise SlipstreamError(f"pricing: team {self.team} has a budget and model {model!r} has no price, so the "
-                                  "gateway's own calls to it could not be counted; add it under `pricing:` (docs/spend.md)", status=403)
+            raise self._unpriced([model])
         return worst_cost_usd(input_tokens(request, RESERVE_EXACT_CHARS), output_limit(request), price)
 
     async def check_fits(self, worst: float, what: str) -> None:
@@ -201,15 +200,20 @@ class LimitsStage:
             else:
                 prices.append(price)
         if missing:
-            names = ", ".join(repr(name) for name in dict.fromkeys(missing))
-            raise SlipstreamError(
-                f"pricing: team {self.team} has a budget and model {names} has no price, so its spend could not be "
-                f"counted; the gateway's operator must add it to the team's policy, e.g. pricing: {{\"{missing[0]}\": "
-                "{input: USD_PER_MILLION_TOKENS, output: USD_PER_MILLION_TOKENS}} (docs/spend.md)", status=403)
+            raise self._unpriced(missing)
         if len(self._targets) >= 1024:  # model names come from clients: keep the memo bounded
             self._targets.clear()
         self._targets[model] = found = tuple(prices)
         return found
+
+    def _unpriced(self, missing: list[str]) -> SlipstreamError:
+        """The 403 for a budgeted team's call to models without a price: a budget cannot hold
+        against spend nobody can count."""
+        names = ", ".join(repr(name) for name in dict.fromkeys(missing))
+        return SlipstreamError(
+            f"pricing: team {self.team} has a budget and model {names} has no price, so its spend could not be "
+            f"counted; the gateway's operator must add it to the team's policy, e.g. pricing: {{\"{missing[0]}\": "
+            "{input: USD_PER_MILLION_TOKENS, output: USD_PER_MILLION_TOKENS}} (docs/spend.md)", status=403)
 
     def _hosted(self, model: str) -> bool:
         """Whether `model` may be served by a hosted provider (the bundled engine's cost nothing)."""
