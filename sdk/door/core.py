@@ -17,13 +17,15 @@ from urllib.parse import parse_qsl
 
 from sdk.door.call import Call, ClientGone
 from sdk.door.keys import Teams
-from sdk.door.replies import JSON, SSE, Reply, encoded, named, refusal, whole
+from sdk.door.replies import JSON, SSE, Reply, encoded, named, refusal, stream_failure, whole
 from sdk.errors import NotFoundError, SlipstreamError
 from sdk.models import model_body, models_body
 from sdk.offload import TENANT
 from sdk.passthrough import Client, family, forward
 from sdk.pipeline import RequestContext, new_request_id
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
+from sdk.routing.translation.responses_streams import ending_as_responses
+from sdk.routing.translation.streams import ChunkError
 from sdk.runtime import TeamRuntime, slipstream_headers
 from sdk.streams import end_after_the_reply
 from sdk.types import Endpoint, LLMStream, Protocol, Timings
@@ -117,7 +119,10 @@ class Door:
             if isinstance(answer, LLMStream):
                 if accounting_after_reply:
                     end_after_the_reply(answer)
-                return Reply(answer.status, [*SSE, *sent], chunks=answer.events, close=answer.aclose, stream_of=ctx)
+                chunks = answer.events
+                if ctx.request.endpoint is Endpoint.RESPONSES:  # a failure mid-stream ends it as Responses streams end
+                    chunks = ending_as_responses(chunks, ctx.request.body, lambda exc: _failure(exc, ctx))
+                return Reply(answer.status, [*SSE, *sent], chunks=chunks, close=answer.aclose, stream_of=ctx)
             return Reply(answer.status, [*JSON, (b"content-length", str(len(answer.body)).encode()), *sent], answer.body)
         except Exception as exc:
             return refusal(ctx.request.protocol, exc, ctx.team, ctx.request_id, ctx)
@@ -163,6 +168,11 @@ class Door:
             raise _unserved(call, allowed(call.path))
         except SlipstreamError as exc:
             return refusal(protocol_for(call.path, call.headers), exc, None, new_request_id())
+
+
+def _failure(exc: Exception, ctx: RequestContext) -> ChunkError:
+    error = stream_failure(exc, ctx)
+    return ChunkError(error.status, error.message)
 
 
 def _unserved(call: Call, methods: tuple[str, ...] | None) -> SlipstreamError:

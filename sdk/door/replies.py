@@ -47,8 +47,13 @@ class Reply:
         if ctx is None:
             log.warning("an answer failed mid-body (status %s): %s", self.status, exc)
             return None
-        error = exc if isinstance(exc, SlipstreamError) else unexpected_error(exc, ctx.team, ctx.request_id)
-        return error.sse_event(ctx.request.protocol)
+        return stream_failure(exc, ctx).sse_event(ctx.request.protocol)
+
+
+def stream_failure(exc: Exception, ctx: RequestContext) -> SlipstreamError:
+    """What a client is told of `exc`, raised while its stream was being sent: Slipstream's own error as it
+    is, anything else a logged, counted 500 naming the request id (sdk/unexpected.py)."""
+    return exc if isinstance(exc, SlipstreamError) else unexpected_error(exc, ctx.team, ctx.request_id)
 
 
 def encoded(headers: Mapping[str, str]) -> Headers:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import httpx
 import openai
@@ -136,3 +138,41 @@ def test_failure_after_first_byte_ends_stream_with_error_event(proxy, fresh_emul
     with pytest.raises(openai.APIError):
         for _ in oa.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True):
             pass
+
+
+@pytest.mark.parametrize("fault", ["disconnect_after:events=3", "midstream_error:events=3"])
+def test_a_native_responses_stream_that_fails_after_its_first_byte_ends_with_response_failed(proxy, fresh_emulator, fault):
+    """A native Responses upstream whose stream broke off ended with a Chat Completions error line (`data:
+    {"error": …}`), which the SDK's Responses stream raised as a bare APIError and Codex cannot read; OpenAI
+    ends a failed Responses stream with an `error` event and the terminal `response.failed`. The upstream's own
+    in-band failure (midstream_error) reaches the client as it sent it."""
+    inject(fresh_emulator, fault)
+    oa = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=TEAM_KEY, max_retries=0)
+    events = list(oa.responses.create(model="gpt-4o", input="Tell me about fjords.", stream=True))
+    assert fresh_emulator.state.recent[-1]["path"] == "/v1/responses"  # native
+    kinds = [event.type for event in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.failed"
+    assert kinds[-2] == "error" or fault.startswith("midstream")  # the emulator's own failure: response.failed alone
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    failed = events[-1]
+    assert failed.type == "response.failed" and failed.response.status == "failed"
+    assert failed.response.id == events[0].response.id
+    assert failed.response.error is not None and failed.response.error.code == "server_error"
+
+
+async def test_a_responses_stream_that_raises_mid_stream_ends_with_response_failed():
+    """The door's end of a Responses stream that raised after its first byte (a Slipstream error or a bug of
+    ours) was the Chat Completions error line too."""
+    from sdk.routing.translation.responses_streams import ending_as_responses
+    from sdk.routing.translation.streams import ChunkError
+
+    async def broken():
+        yield (b'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":'
+               b'{"id":"resp_1","object":"response","status":"in_progress","output":[]}}\n\n')
+        raise RuntimeError("boom")
+
+    out = [item async for item in ending_as_responses(broken(), {"model": "gpt-4o"}, lambda exc: ChunkError(500, str(exc)))]
+    events = [json.loads(item.split(b"data: ", 1)[1]) for item in out]
+    assert [e["type"] for e in events] == ["response.created", "error", "response.failed"]
+    assert [e["sequence_number"] for e in events] == [0, 1, 2]
+    assert events[2]["response"]["id"] == "resp_1" and events[2]["response"]["error"] == {"code": "server_error", "message": "boom"}

@@ -9,10 +9,16 @@ The event sequence is OpenAI's: `response.created`, `response.in_progress`, then
 The terminal event carries the usage, so it is sent only once the upstream's usage chunk (`choices:
 []`, asked for with `stream_options.include_usage`) and `[DONE]` have arrived, never at the
 `finish_reason` chunk before them.
+
+A stream that fails after its first byte ends as OpenAI ends a failed Responses stream: an `error` event
+and the terminal `response.failed` (`failed_events`). Translated streams end so here; every Responses
+stream the door sends passes `ending_as_responses`, which ends a native upstream's broken stream and the
+gateway's own failures mid-stream the same way, instead of with a Chat Completions error line.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -28,6 +34,23 @@ from sdk.routing.translation.responses_answers import (
     usage_c2r,
 )
 from sdk.routing.translation.streams import DONE, ChunkError, read_chunk
+from sdk.sse import event_data, events_of
+from sdk.streams import close_after
+
+
+def failed_events(response: dict[str, Any], error: ChunkError, event: Callable[..., bytes]) -> list[bytes]:
+    """A failure after the first byte, as the Responses stream says it: an `error` event (code, message), then
+    the terminal `response.failed` carrying `response` (what was finished) and the error; `event(type, **fields)`
+    frames each with its sequence number."""
+    code = "rate_limit_exceeded" if error.status == 429 else "server_error"
+    failed = response | {"status": "failed", "completed_at": None, "incomplete_details": None, "usage": None,
+                         "error": {"code": code, "message": error.message}}
+    return [event("error", code=code, message=error.message, param=None), event("response.failed", response=failed)]
+
+
+def _framed(kind: str, sequence: int, fields: dict[str, Any]) -> bytes:
+    payload = {"type": kind, "sequence_number": sequence, **fields}
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
 class ChatToResponses:
@@ -49,9 +72,8 @@ class ChatToResponses:
         self.usage: dict[str, Any] | None = None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
-        payload = {"type": kind, "sequence_number": self.sequence, **fields}
         self.sequence += 1
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+        return _framed(kind, self.sequence - 1, fields)
 
     def _response(self, status: str) -> dict[str, Any]:
         return response_object(self.request, self.id, self.model, status, self.output if status != "in_progress" else [],
@@ -92,14 +114,9 @@ class ChatToResponses:
                 self._event("response.in_progress", response=self._response("in_progress"))]
 
     def _failed(self, error: ChunkError) -> list[bytes]:
-        """An upstream error after the first byte, as the Responses stream says it: an `error` event, then the
-        terminal `response.failed` with what was finished and the error (not a Chat-style error line, which the
-        SDK's Responses stream cannot read)."""
-        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
-        response = self._response("failed") | {"status": "failed", "incomplete_details": None,
-                                                 "error": {"code": code, "message": error.message}}
-        return [self._event("error", code=code, message=error.message, param=None),
-                self._event("response.failed", response=response)]
+        """An upstream error after the first byte (not a Chat-style error line, which the SDK's Responses
+        stream cannot read): `failed_events` with what was finished."""
+        return failed_events(self._response("failed"), error, self._event)
 
     def _text(self, text: str, refusal: bool = False) -> list[bytes]:
         """Text of the answer, or of its refusal (a message with a `refusal` part, streamed with refusal events)."""
@@ -170,3 +187,56 @@ class ChatToResponses:
         response = self._response("completed")
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return out + [self._event(kind, response=response)]
+
+
+_CHAT_ERROR = b'data: {"error"'  # a Chat Completions error line, as a provider or the gateway ends a broken stream
+_CREATED, _ITEM_DONE = b"event: response.created", b"event: response.output_item.done"
+
+
+async def ending_as_responses(events: AsyncIterator[bytes], request: dict[str, Any],
+                              failure: Callable[[Exception], ChunkError]) -> AsyncIterator[bytes]:
+    """A Responses stream (`request`'s) as it goes to the client, whose failures after the first byte end it with
+    `failed_events`: a Chat Completions error line in it (the gateway's end of a native upstream's stream that
+    broke off) and an exception raised while it is read (`failure` says what to tell the client). The response
+    the failure carries is the one `response.created` opened, with the output items finished by then; the
+    sequence numbers go on from the events already sent (one per event, from 0, as OpenAI numbers them)."""
+    sequence = 0
+    response: dict[str, Any] | None = None
+    output: list[dict[str, Any]] = []
+    error: ChunkError | None = None
+    try:
+        async for item in events:
+            if _CREATED in item or _ITEM_DONE in item or _CHAT_ERROR in item:
+                kept = []
+                for event in events_of(item):
+                    if event.startswith(_CHAT_ERROR):
+                        chunk = read_chunk(event)
+                        error = chunk if isinstance(chunk, ChunkError) else ChunkError(500, "upstream error")
+                        break
+                    if event.startswith(_CREATED):
+                        response = orjson.loads(event_data(event)).get("response")
+                    elif event.startswith(_ITEM_DONE):
+                        output.append(orjson.loads(event_data(event)).get("item"))
+                    kept.append(event)
+                item = b"".join(kept)
+            sequence += item.count(b"\nevent: ") + item.startswith(b"event: ")
+            if item:
+                yield item
+            if error is not None:
+                break
+    except Exception as exc:
+        error = failure(exc)
+    finally:
+        await close_after(events)
+    if error is None:
+        return
+
+    def frame(kind: str, **fields: Any) -> bytes:
+        nonlocal sequence
+        sequence += 1
+        return _framed(kind, sequence - 1, fields)
+
+    opened = response if isinstance(response, dict) else response_object(request, new_id("resp"), str(request.get("model") or ""),
+                                                                          "failed", [], None)
+    for out in failed_events(opened | {"output": output}, error, frame):
+        yield out
