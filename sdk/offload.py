@@ -51,11 +51,13 @@ class FairPool:
         self._ready = threading.Condition()  # guards _waiting and _threads
         self._threads: list[threading.Thread] = []
 
-    def submit(self, fn: Callable[[], _T]) -> Future[_T]:
-        """Run `fn` for the current tenant, in the current context (work it submits is that tenant's too)."""
+    def submit(self, fn: Callable[[], _T], tenant: str | None = None) -> Future[_T]:
+        """Run `fn` for `tenant` (by default the current one, `TENANT`), in the current context (work
+        it submits is the current tenant's)."""
         future: Future[_T] = Future()
         with self._ready:
-            self._waiting.setdefault(TENANT.get(), deque()).append((future, contextvars.copy_context(), fn))
+            waiting = self._waiting.setdefault(TENANT.get() if tenant is None else tenant, deque())
+            waiting.append((future, contextvars.copy_context(), fn))
             self._ready.notify()
             while len(self._threads) < self._workers:
                 self._threads.append(threading.Thread(target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True))

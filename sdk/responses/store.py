@@ -25,17 +25,21 @@ not fit, or with more than MAX_TURN_ITEMS input items, is refused before it is s
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import itertools
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
+
+from sdk.offload import HEAVY_POOL, FairPool
+from sdk.responses.sqlite_parts import LargeRead
 
 RETENTION_S = 30 * 86400  # OpenAI keeps stored responses for 30 days
 # Input items one stored turn may hold: each is a key the store writes, in Redis in one script that
@@ -54,6 +58,13 @@ CHAIN_RECORDS_PER_HOLD = 1000
 # writes (reads never see them). All at once, a team's burst of records expiring together held the lock
 # for whichever team's write came next, and every team's store calls behind it.
 EXPIRED_BYTES_PER_PUT = 4 << 20
+# The thread every SQLite store's calls run in, each hold of the store's lock a turn of its team's
+# (`FairPool`): in asyncio's default pool the calls were served first come, first served, so a team
+# with many store calls queued (a burst of stored turns, of chain reads) held every other team's
+# (a Responses answer is stored before its client sees it) until all of its own had run. One thread:
+# the store has one connection, and its calls ran one at a time under its lock anyway.
+_TURNS = FairPool(workers=1, name="slipstream-response-store")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +258,9 @@ def _row(row: tuple[Any, ...]) -> StoredResponse:
 
 
 class SQLiteResponseStore:
-    """The embedded store: one SQLite file, calls run in a worker thread (never on the event loop)."""
+    """The embedded store: one SQLite file, calls run in a worker thread (never on the event loop) as
+    their team's turns (`_TURNS`): a chain renewal or read, an item lookup, a large record are
+    several turns, one per hold of the lock, so another team's call waits for one of them at most."""
 
     def __init__(self, path: Path, limits: Mapping[str, StoreLimits] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -262,31 +275,83 @@ class SQLiteResponseStore:
         self._db.executescript(_RECOUNT)
         self._pending: dict[tuple[str, str], StoredResponse] = {}  # put, not yet written
 
+    async def _turn(self, team: str, fn: Callable[..., _T], *args: Any) -> _T:
+        """`fn(*args)` in the store's thread, as one of `team`'s turns."""
+        return await asyncio.wrap_future(_TURNS.submit(functools.partial(fn, *args), tenant=team))
+
     async def put(self, record: StoredResponse) -> None:
-        key = (record.team, record.id)
-        self._pending[key] = record  # readable at once, while the write runs in a worker thread
+        key, team, now = (record.team, record.id), record.team, time.time()
+        self._pending[key] = record  # readable at once, while the write waits for its turns
         try:
-            await asyncio.to_thread(self._put, record, self.limits.get(record.team, StoreLimits()))
+            limits = self.limits.get(team, StoreLimits())
+            cursor, walked = record.previous, 0
+            while cursor is not None and walked < MAX_CHAIN:  # the conversation it continues is renewed first
+                cursor, renewed = await self._turn(team, self._renew, team, cursor, now, limits)
+                walked += renewed
+            await self._turn(team, self._put, record, limits, now)
         finally:
             if self._pending.get(key) is record:
                 del self._pending[key]
 
     async def get(self, team: str, response_id: str) -> StoredResponse | None:
         pending = self._pending.get((team, response_id))
-        return pending if pending is not None else await asyncio.to_thread(self._get, team, response_id)
+        if pending is not None:
+            return pending
+        sized = await self._turn(team, self._sizes, team, [response_id])
+        return next(iter([found async for _, records in self._read(team, sized) for found in records.values()]), None)
 
     async def chain(self, team: str, response_id: str) -> list[StoredResponse]:
         pending = self._pending.get((team, response_id))
         if pending is None:
-            return await asyncio.to_thread(self._chain, team, response_id)
-        return [*(await asyncio.to_thread(self._chain, team, pending.previous) if pending.previous else []), pending]
+            return await self._chain(team, response_id)
+        return [*(await self._chain(team, pending.previous) if pending.previous else []), pending]
 
     async def find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
-        return await asyncio.to_thread(self._find_items, team, item_ids) if item_ids else {}
+        if not item_ids:
+            return {}
+        owners, sized = await self._turn(team, self._owners, team, item_ids)
+        records: dict[str, StoredResponse] = {}
+        async for _, found in self._read(team, sized):
+            records |= found
+        return pick_items(records, owners)
 
     async def delete(self, team: str, response_id: str) -> bool:
         pending = self._pending.pop((team, response_id), None)
-        return await asyncio.to_thread(self._delete, team, response_id) or pending is not None
+        return await self._turn(team, self._delete, team, response_id) or pending is not None
+
+    async def _chain(self, team: str, response_id: str) -> list[StoredResponse]:
+        """The chain's ids and sizes first, then its records; a record gone meanwhile ends the chain
+        there (the newer part kept)."""
+        now = time.time()
+        sized = await self._turn(team, self._chain_sizes, team, response_id, now)
+        newest_first: list[StoredResponse] = []
+        async for part, records in self._read(team, sized):
+            whole = [records[rid] for rid in itertools.takewhile(records.__contains__, part)]
+            newest_first += whole
+            if len(whole) < len(part):
+                break
+        return newest_first[::-1]
+
+    async def _read(self, team: str, sized: list[tuple[str, int]]) -> AsyncIterator[tuple[list[str], dict[str, StoredResponse]]]:
+        """The records named, in runs of about CHAIN_BYTES_PER_READ, one turn each: (the run's ids, the
+        records of them still stored). A record larger than that is read a part a turn (LargeRead)."""
+        sizes = dict(sized)
+        for part in _by_bytes(sized, CHAIN_BYTES_PER_READ):
+            if len(part) > 1 or sizes[part[0]] <= CHAIN_BYTES_PER_READ:
+                yield part, await self._turn(team, self._records, team, part)
+                continue
+            reader = await self._turn(team, LargeRead.open, self.path, team, part[0], time.time(), CHAIN_BYTES_PER_READ)
+            if reader is None:
+                yield part, {}
+                continue
+            try:
+                while not reader.done:
+                    await self._turn(team, reader.read_part)
+            finally:
+                if not reader.done:  # cancelled: its connection is closed at the team's next turn
+                    _TURNS.submit(reader.close, tenant=team)
+            record = await asyncio.wrap_future(HEAVY_POOL.submit(functools.partial(_row, reader.row()), tenant=team))
+            yield part, {record.id: record}
 
     def _migrate(self) -> None:
         """Records of the earlier format (table `responses`, each holding its whole conversation) become
@@ -309,12 +374,10 @@ class SQLiteResponseStore:
 
     # --- in the worker thread --------------------------------------------------------------------
 
-    def _put(self, record: StoredResponse, limits: StoreLimits) -> None:
-        team, now = record.team, time.time()
+    def _put(self, record: StoredResponse, limits: StoreLimits, now: float) -> None:
+        team = record.team
         input_, response = orjson.dumps(record.input), orjson.dumps(record.response)
         size = len(input_) + len(response)
-        if record.previous:
-            self._renew(team, record.previous, now, limits)
         with self._lock:
             if self._pending.get((team, record.id)) is not record:
                 return  # deleted (or replaced) while waiting for this thread: writing it would resurrect it
@@ -350,27 +413,22 @@ class SQLiteResponseStore:
         self._db.executemany("DELETE FROM stored_response_items WHERE team = ? AND response_id = ?", expired)
         self._db.executemany("DELETE FROM stored_responses WHERE team = ? AND id = ?", expired)
 
-    def _renew(self, team: str, response_id: str, now: float, limits: StoreLimits) -> None:
-        """The conversation a turn continues is renewed (its retention counts from its last turn) before
-        the turn's transaction, CHAIN_RECORDS_PER_HOLD records under the lock at a time."""
-        cursor: str | None = response_id
-        walked = 0
-        while cursor is not None and walked < MAX_CHAIN:
-            with self._lock:
-                db = self._db
-                db.execute("BEGIN")
-                try:
-                    rows = db.execute(_CHAIN_PREVIOUS, (cursor, team, now, CHAIN_RECORDS_PER_HOLD - 1, team, now)).fetchall()
-                    db.executemany("UPDATE stored_responses SET touched_at = ?, expires_at = ? WHERE team = ? AND id = ?",
-                                   [(now, now + limits.ttl_s, team, rid) for rid, _ in rows])
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-            if len(rows) < CHAIN_RECORDS_PER_HOLD:
-                return
-            walked += len(rows)
-            cursor = rows[-1][1]
+    def _renew(self, team: str, response_id: str, now: float, limits: StoreLimits) -> tuple[str | None, int]:
+        """CHAIN_RECORDS_PER_HOLD records of the conversation a turn continues, from `response_id` back,
+        renewed (its retention counts from its last turn): (where the next part starts, or None at the
+        chain's start; the records renewed). A turn renews its chain in parts before its transaction."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                rows = db.execute(_CHAIN_PREVIOUS, (response_id, team, now, CHAIN_RECORDS_PER_HOLD - 1, team, now)).fetchall()
+                db.executemany("UPDATE stored_responses SET touched_at = ?, expires_at = ? WHERE team = ? AND id = ?",
+                               [(now, now + limits.ttl_s, team, rid) for rid, _ in rows])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return (rows[-1][1] if len(rows) == CHAIN_RECORDS_PER_HOLD else None), len(rows)
 
     def _evict(self, team: str, limits: StoreLimits, before: float) -> None:
         """Least recently used first, and within a conversation touched at once its latest turn first;
@@ -393,7 +451,9 @@ class SQLiteResponseStore:
         return self._db.execute("DELETE FROM stored_responses WHERE team = ? AND id = ?", (team, response_id)).rowcount > 0
 
     def _records(self, team: str, ids: list[str]) -> dict[str, StoredResponse]:
-        return {row[0]: _row(row) for row in self._rows(team, ids)}
+        with self._lock:
+            rows = self._rows(team, ids)
+        return {row[0]: _row(row) for row in rows}
 
     def _rows(self, team: str, ids: list[str]) -> list[tuple[Any, ...]]:
         rows = []
@@ -403,44 +463,29 @@ class SQLiteResponseStore:
                                      (team, time.time(), *part)).fetchall()
         return rows
 
-    def _get(self, team: str, response_id: str) -> StoredResponse | None:
-        with self._lock:
-            return self._records(team, [response_id]).get(response_id)
-
-    def _chain(self, team: str, response_id: str) -> list[StoredResponse]:
-        """The chain's ids and sizes first, then its records about CHAIN_BYTES_PER_READ at a time, the
-        lock let go between reads; a record gone meanwhile ends the chain there (newer part kept)."""
-        now = time.time()
-        with self._lock:
-            sized = self._db.execute(_CHAIN_SIZES, (response_id, team, now, MAX_CHAIN, team, now)).fetchall()
-        newest_first: list[tuple[Any, ...]] = []
-        for part in _by_bytes(sized, CHAIN_BYTES_PER_READ):
-            with self._lock:
-                rows = {row[0]: row for row in self._rows(team, part)}
-            whole = [rows[rid] for rid in itertools.takewhile(rows.__contains__, part)]
-            newest_first += whole
-            if len(whole) < len(part):
-                break
-        return [_row(row) for row in reversed(newest_first)]
-
-    def _find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
-        owners: dict[str, str] = {}
+    def _sizes(self, team: str, ids: list[str]) -> list[tuple[str, int]]:
+        """(id, stored bytes) of the team's records among `ids`."""
         sized: list[tuple[str, int]] = []
+        with self._lock:
+            for part in _parts(sorted(set(ids))):
+                marks = ", ".join("?" * len(part))
+                sized += self._db.execute(f"SELECT id, size FROM stored_responses WHERE team = ? AND expires_at >= ? AND id IN ({marks})",
+                                          (team, time.time(), *part)).fetchall()
+        return sized
+
+    def _chain_sizes(self, team: str, response_id: str, now: float) -> list[tuple[str, int]]:
+        with self._lock:
+            return self._db.execute(_CHAIN_SIZES, (response_id, team, now, MAX_CHAIN, team, now)).fetchall()
+
+    def _owners(self, team: str, item_ids: list[str]) -> tuple[dict[str, str], list[tuple[str, int]]]:
+        """item id → the id of the team's record holding it, and (id, stored bytes) of those records."""
+        owners: dict[str, str] = {}
         with self._lock:
             for part in _parts(item_ids):
                 marks = ", ".join("?" * len(part))
                 owners |= dict(self._db.execute(f"SELECT item_id, response_id FROM stored_response_items WHERE team = ? AND item_id IN ({marks})",
                                                 (team, *part)).fetchall())
-            for part in _parts(sorted(set(owners.values()))):
-                marks = ", ".join("?" * len(part))
-                sized += self._db.execute(f"SELECT id, size FROM stored_responses WHERE team = ? AND id IN ({marks})",
-                                          (team, *part)).fetchall()
-        records: dict[str, StoredResponse] = {}
-        for part in _by_bytes(sized, CHAIN_BYTES_PER_READ):  # the lock let go between reads
-            with self._lock:
-                rows = self._rows(team, part)
-            records |= {row[0]: _row(row) for row in rows}
-        return pick_items(records, owners)
+        return owners, self._sizes(team, list(owners.values()))
 
     def _delete(self, team: str, response_id: str) -> bool:
         with self._lock:

@@ -467,3 +467,67 @@ async def test_a_deep_chain_is_renewed_in_short_scripts_and_kept_whole(redis_url
     assert await store.get("a", "idle") is None
     assert [r.id for r in await store.chain("a", "resp_12")] == [f"resp_{t}" for t in range(13)]
     await state.close()
+
+
+async def _finishing_order(store: SQLiteResponseStore, calls: list[tuple[str, str]]) -> list[str]:
+    """The teams of `calls` ((team, response id) reads, queued in this order while the store is busy),
+    in the order they finished."""
+    finished: list[str] = []
+
+    async def read(team: str, response_id: str) -> None:
+        found = await store.get(team, response_id)
+        assert found is not None and found.id == response_id
+        finished.append(team)
+
+    store._lock.acquire()  # the store busy: every call below queues behind it
+    try:
+        tasks = []
+        for team, response_id in calls:
+            tasks.append(asyncio.create_task(read(team, response_id)))
+            await asyncio.sleep(0)  # queued before the next
+    finally:
+        store._lock.release()
+    await asyncio.gather(*tasks)
+    return finished
+
+
+async def test_one_teams_many_store_calls_do_not_hold_another_teams(tmp_path):
+    """The SQLite store's calls ran in asyncio's default thread pool behind its one lock, first come,
+    first served: a team with many store calls queued (here 20 reads) held another team's read until
+    all of them had run. Each hold of the lock is a turn of its team's now (sdk/offload.py:FairPool),
+    and the teams take turns."""
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
+    await store.put(_record("a"))
+    await store.put(_record("b"))
+    finished = await _finishing_order(store, [("a", "resp_1")] * 20 + [("b", "resp_1")])
+    assert finished.index("b") <= 2  # after at most two of team a's (16 before)
+
+
+async def test_a_large_record_is_read_a_part_a_turn(tmp_path, monkeypatch):
+    """One stored response was read whole in one hold of the store's lock (a team's record may be as
+    large as its body limit, 32 MiB by default): another team's read queued behind it waited for all
+    of it. A record over CHAIN_BYTES_PER_READ is read that much a turn now, on a connection of its own
+    in one read transaction, so a record deleted while it is read still comes back whole."""
+    from sdk.responses import store as sqlite_store
+
+    store = SQLiteResponseStore(tmp_path / "r.sqlite3")
+    text = "x" * (24 * MIB)
+    await store.put(_record("a", "resp_big", text=text))
+    await store.put(_record("b"))
+    assert 24 * MIB > 4 * sqlite_store.CHAIN_BYTES_PER_READ
+    assert await _finishing_order(store, [("a", "resp_big"), ("b", "resp_1")]) == ["b", "a"]  # ["a", "b"] before
+
+    read_part = sqlite_store.LargeRead.read_part
+    parts: list[int] = []
+
+    def deleted_after_the_first_part(reader: sqlite_store.LargeRead) -> None:
+        read_part(reader)
+        parts.append(reader.parts_read)
+        if reader.parts_read == 1:
+            with store._lock:
+                assert store._remove("a", "resp_big")
+
+    monkeypatch.setattr(sqlite_store.LargeRead, "read_part", deleted_after_the_first_part)
+    found = await store.get("a", "resp_big")
+    assert found is not None and found.input == [{"role": "user", "content": text}]
+    assert len(parts) >= 6 and await store.get("a", "resp_big") is None
