@@ -39,6 +39,7 @@ from sdk.providers.openai import ResponsesMode as Mode
 from sdk.responses.conversation import Conversations, Resolved
 from sdk.responses.store import ResponseStore
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.bodies import responses_error
 from sdk.routing.translation.counting import anthropic_count, count_chat, counted
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
@@ -151,7 +152,12 @@ class ResponsesTarget:
         response_id = new_id("resp")
         # Chat reaches an Anthropic provider through the chat ↔ messages translation.
         via = upstream if upstream.protocol is Protocol.OPENAI else TranslatingProvider(upstream, Protocol.OPENAI)
-        answer = await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size), timings)
+        try:
+            answer = await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size), timings)
+        except UpstreamHTTPError as exc:
+            if exc.status != 400:
+                raise
+            raise UpstreamHTTPError(exc.status, responses_error(exc.body), exc.headers, exc.route) from exc
         mark_dropped(answer.headers, check(Shape.RESPONSES, body, protocol))  # x-slipstream-dropped-fields
         if isinstance(answer, LLMResponse):
             answer.body = completion_c2r(body, response_id, answer.body)

@@ -105,7 +105,9 @@ def test_a_prompt_over_the_targets_context_window_is_the_clients_own_providers_o
                             chat.value.message)
             with pytest.raises(openai.BadRequestError) as responses:
                 oa.responses.create(model="gpt-x", input="fjord " * 2000, stream=True)
-            assert responses.value.code == "context_length_exceeded"
+            # the Responses API's own words, naming `input` (Chat's "your messages resulted in", `messages`, before)
+            assert responses.value.code == "context_length_exceeded" and responses.value.param == "input"
+            assert responses.value.body["message"] == "Your input exceeds the context window of this model. Please adjust your input and try again."  # type: ignore[index]
             with pytest.raises(anthropic.BadRequestError) as messages:
                 an.messages.create(model="claude-x", max_tokens=64, messages=long)  # type: ignore[arg-type]
             assert re.fullmatch(r"prompt is too long: \d+ tokens > 300 maximum", messages.value.body["error"]["message"])  # type: ignore[index]

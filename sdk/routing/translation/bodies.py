@@ -159,6 +159,20 @@ def _overflow(body: bytes, message: str) -> tuple[str, str] | None:
     return ("", "") if isinstance(error, dict) and error.get("code") == "context_length_exceeded" else None
 
 
+# OpenAI's Responses API words an overflow its own way, naming `input` (Codex and the Agents SDK read the code;
+# opencode and others the message), not Chat's "your messages resulted in N tokens" naming `messages`.
+RESPONSES_OVERFLOW = "Your input exceeds the context window of this model. Please adjust your input and try again."
+
+
+def responses_error(body: bytes) -> bytes:
+    """A Chat Completions error body (a Chat upstream's, or a translated one's) as the Responses API gives it: a
+    context overflow in its words; any other as it is."""
+    if _overflow(body, error_message(body)) is None:
+        return body
+    return orjson.dumps({"error": {"message": RESPONSES_OVERFLOW, "type": "invalid_request_error", "param": "input",
+                                   "code": "context_length_exceeded"}})
+
+
 def error_for(client: Protocol, status: int, body: bytes) -> bytes:
     """An upstream error body reshaped for the client's dialect, keeping status and message; a context
     overflow in the client's provider's own words, which its agents recognise."""
