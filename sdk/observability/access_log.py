@@ -11,8 +11,12 @@ tokens were counted by the gateway (sdk/estimate.py).
 
 A line is formatted where the request ends and written by a logging thread (the standard library's
 QueueHandler/QueueListener): a write to a standard error that nobody reads fast enough (a full pipe to
-a log shipper) would otherwise block the event loop and every request on it. `flush()` waits for the
-lines queued so far; it also runs at exit.
+a log shipper) would otherwise block the event loop and every request on it. The lines waiting are
+bounded (`MAX_QUEUED`, each team its share past it: sdk/shares.py); a line with no place is dropped
+and counted (`slipstream_access_log_dropped_total{team}`). Unbounded, a standard error nobody drained
+grew the process every team shares by every team's lines until it ran out of memory, and under a
+plain bound one team's traffic would take every place. `flush()` waits for the lines queued so far;
+it also runs at exit.
 """
 
 from __future__ import annotations
@@ -28,16 +32,49 @@ from typing import Any
 
 import orjson
 
+from sdk.observability.metrics import ACCESS_LOG_DROPPED
 from sdk.pipeline import RequestContext
+from sdk.shares import FairShares
 from sdk.types import Usage
 
 ENV = "SLIPSTREAM_ACCESS_LOG"
 MODES = ("off", "text", "json")
 log = logging.getLogger("slipstream.access")
 log.propagate = False
+MAX_QUEUED = 50_000  # lines waiting for the writing thread (a few hundred bytes each); past it, each team its share
 _configured = False
 _writer: QueueListener | None = None
-_lines: queue.Queue[logging.LogRecord] = queue.Queue()
+
+
+class _Lines(queue.Queue[logging.LogRecord | None]):
+    """The lines waiting for the writing thread: bounded, each team its share past the bound (a line's
+    team is its record's `team`, set by `record` and `record_passthrough`). None is the writer's stop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shares = FairShares(MAX_QUEUED)
+
+    def put(self, item: logging.LogRecord | None, block: bool = True, timeout: float | None = None) -> None:
+        with self.not_full:  # Queue.put for an unbounded queue, but a line may be refused its place
+            if item is not None and not self.shares.take(_team(item)):
+                ACCESS_LOG_DROPPED.labels(_team(item)).inc()
+                return
+            self._put(item)
+            self.unfinished_tasks += 1
+            self.not_empty.notify()
+
+    def _get(self) -> logging.LogRecord | None:
+        item = super()._get()
+        if item is not None:
+            self.shares.give_back(_team(item))
+        return item
+
+
+def _team(line: logging.LogRecord) -> str:
+    return str(getattr(line, "team", ""))
+
+
+_lines = _Lines()
 
 
 class _JSONFormatter(logging.Formatter):
@@ -62,7 +99,7 @@ def _text(value: Any) -> str:
 
 def configure(mode: str | None = None) -> None:
     """Turn the access log on (`text`, `json`) or off; None reads `SLIPSTREAM_ACCESS_LOG`."""
-    global _configured, _writer
+    global _configured, _writer, _lines
     mode = (mode or os.environ.get(ENV) or "off").lower()
     if mode not in MODES:
         raise ValueError(f"access log mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -71,6 +108,7 @@ def configure(mode: str | None = None) -> None:
     if _writer is not None:
         _writer.stop()  # writes what was queued before the switch
         _writer = None
+    _lines = _Lines()  # bounded by the current MAX_QUEUED
     if mode == "off":
         log.setLevel(logging.WARNING)
     else:
@@ -95,7 +133,7 @@ def _forget_in_child() -> None:
     global _configured, _writer, _lines
     for handler in list(log.handlers):
         log.removeHandler(handler)
-    _configured, _writer, _lines = False, None, queue.Queue()
+    _configured, _writer, _lines = False, None, _Lines()
 
 
 atexit.register(flush)
@@ -127,7 +165,7 @@ def record(ctx: RequestContext, status: int | str, usage: Usage | None = None) -
         "total_ms": round((time.perf_counter() - timings.start) * 1000, 1),
         "attempts": ctx.attempts,
         **({"usage": "estimated"} if ctx.usage_estimated else {}),  # tokens counted by the gateway, not reported
-    })
+    }, extra={"team": ctx.team})
 
 
 def record_passthrough(team: str, key_id: str, request_id: str, endpoint: str, model: str, route: str,
@@ -145,4 +183,4 @@ def record_passthrough(team: str, key_id: str, request_id: str, endpoint: str, m
         "route": route, "status": status, "input_tokens": usage.total_input_tokens, "output_tokens": usage.output_tokens,
         "total_ms": round((time.perf_counter() - started) * 1000, 1),
         **({"usage": "estimated"} if estimated else {}),
-    })
+    }, extra={"team": team})

@@ -79,6 +79,9 @@ STATE_ADMISSIONS = Counter(
     "Admissions through a shared state backend: checked in Redis (the request waited one round trip), granted ahead "
     "(far from every limit: charged in the background), or local (degraded)", ("how",), registry=REGISTRY,
 )
+ACCESS_LOG_DROPPED = Counter(
+    "slipstream_access_log_dropped_total", "Access log lines dropped: standard error was not drained fast enough", ("team",), registry=REGISTRY
+)
 SPEND = Counter("slipstream_spend_usd_total", "Spend in USD priced by Slipstream, as charged by this replica", ("team", "key", "model"), registry=REGISTRY)
 
 

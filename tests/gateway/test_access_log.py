@@ -148,3 +148,40 @@ def test_a_forked_child_writes_its_own_lines(tmp_path):
         access_log.configure("off")
     lines = [orjson.loads(line) for line in out.read_text().splitlines()]
     assert [line["request_id"] for line in lines] == ["from-child"]
+
+
+def test_one_teams_lines_do_not_fill_the_memory_or_take_another_teams_place(monkeypatch):
+    """Lines wait for the writing thread in a queue, and a standard error nobody drains (a stalled log
+    shipper) kept them all: every team's lines grew the process they share until it ran out of memory.
+    The queue is bounded now (here 10), and past the bound a team holding less than its share still
+    gets its line in: team b's one line is written, team a's beyond its places dropped and counted."""
+    from sdk.observability.metrics import ACCESS_LOG_DROPPED
+
+    entered, release, written = threading.Event(), threading.Event(), []
+
+    class Stalled(io.StringIO):
+        def write(self, text: str) -> int:
+            entered.set()
+            release.wait(30)
+            written.append(text)
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", Stalled())
+    monkeypatch.setattr(access_log, "MAX_QUEUED", 10)
+    access_log.configure("json")
+    dropped_before = ACCESS_LOG_DROPPED.labels("a")._value.get()
+    try:
+        access_log.record_passthrough("a", "k", "a-0", "passthrough:files", "m", "r", 200, None, 0.0)
+        assert entered.wait(10)  # the writer holds team a's first line, stuck in the write
+        for i in range(1, 40):
+            access_log.record_passthrough("a", "k", f"a-{i}", "passthrough:files", "m", "r", 200, None, 0.0)
+        access_log.record_passthrough("b", "k", "b-0", "passthrough:files", "m", "r", 200, None, 0.0)
+        release.set()
+        access_log.flush()
+    finally:
+        release.set()
+        access_log.configure("off")
+    teams = [orjson.loads(line)["team"] for line in "".join(written).splitlines()]
+    assert teams.count("b") == 1
+    assert teams.count("a") == 11  # the one being written and the ten places (40 before)
+    assert ACCESS_LOG_DROPPED.labels("a")._value.get() - dropped_before == 29

@@ -10,7 +10,8 @@ sends them with the SDK's OTLP HTTP exporter, configured by the same `OTEL_*` va
 The writer wakes only when traces are waiting, a quarter second after the first of a batch (at a
 few requests a second the proxy is not woken for nothing). Backpressure drops, never blocks: past
 `MAX_PENDING` traces waiting, a new one is dropped and counted (one warning) unless its team holds
-less than its share (`MAX_PENDING` over the teams waiting), up to twice `MAX_PENDING` in all, so one
+less than its share (`MAX_PENDING` over the teams waiting), up to twice `MAX_PENDING` in all
+(sdk/shares.py), so one
 team whose traffic outruns the collector does not have every other team's traces dropped with its own. The child exits when its stdin closes: at the parent's exit (flushing what
 it holds) or when the parent dies.
 """
@@ -34,6 +35,7 @@ from typing import Any
 import sdk
 from sdk.observability.tracing.otlp_encoding import Encoded, request, trace_spans
 from sdk.observability.tracing.records import RequestTrace
+from sdk.shares import FairShares
 
 log = logging.getLogger("slipstream.tracing")
 
@@ -53,7 +55,7 @@ class ProcessSink:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         self._child = subprocess.Popen([sys.executable, "-m", "sdk.observability.tracing.export_process"], stdin=subprocess.PIPE, env=env)
         self._pending: list[RequestTrace] = []
-        self._waiting: dict[str, int] = {}  # team -> its traces in `_pending`
+        self._shares = FairShares(MAX_PENDING)  # each team's places in `_pending`
         self._dropped = 0
         self._wake = threading.Event()  # set when the first trace of a batch arrives (or at shutdown)
         self._stop = threading.Event()
@@ -62,18 +64,13 @@ class ProcessSink:
         atexit.register(self.shutdown)
 
     def emit(self, trace: RequestTrace) -> None:
-        pending, waiting = self._pending, self._waiting
-        team = str(trace.root.attributes.get("slipstream.team", ""))
-        held = waiting.get(team, 0)
-        full = len(pending) >= MAX_PENDING and (held >= MAX_PENDING // (len(waiting) + (team not in waiting))
-                                                or len(pending) >= 2 * MAX_PENDING)
-        if full or self._stop.is_set():
+        pending = self._pending
+        if self._stop.is_set() or not self._shares.take(str(trace.root.attributes.get("slipstream.team", ""))):
             self._dropped += 1
             if self._dropped == 1:
                 log.warning("the trace export process is not keeping up (or is gone): dropping traces")
             return
         pending.append(trace)
-        waiting[team] = held + 1
         if len(pending) == 1:
             self._wake.set()
 
@@ -84,7 +81,7 @@ class ProcessSink:
             self._wake.wait()
             self._stop.wait(GATHER_S)  # let a batch gather (shutdown cuts it short)
             self._wake.clear()
-            batch, self._pending, self._waiting = self._pending, [], {}  # the loop thread appends to whichever list is current
+            batch, self._pending, self._shares = self._pending, [], FairShares(MAX_PENDING)  # the loop thread appends to whichever list is current
             try:
                 for start in range(0, len(batch), FRAME_TRACES):
                     frame = pickle.dumps(batch[start:start + FRAME_TRACES], protocol=pickle.HIGHEST_PROTOCOL)
