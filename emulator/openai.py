@@ -127,14 +127,18 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
 
 # Reasoning models (the o-series, gpt-5 but not its -chat models) sample as they do: a temperature or top_p
 # other than 1 is a 400 ("Unsupported value"), and they take no stop sequences ("Unsupported parameter").
+# gpt-5.1 to 5.5 (not their codex or pro models) default to reasoning effort none, and take temperature and top_p
+# there (OpenAI's GPT-5.1/5.2 guides: "only supported when reasoning effort is none").
 _REASONS = re.compile(r"^(o\d|gpt-5(?!.*-chat))")
+_SAMPLES_UNREASONED = re.compile(r"^gpt-5\.[1-5](-mini|-nano)?(-\d{4}-\d{2}-\d{2})?$")
 
 
 def _reasoning_problem(body: dict[str, Any]) -> wire.Problem | None:
     if not _REASONS.match(body["model"]):
         return None
+    unreasoned = _SAMPLES_UNREASONED.match(body["model"]) and body.get("reasoning_effort") in (None, "none")
     for key in ("temperature", "top_p"):
-        if body.get(key) not in (None, 1):
+        if body.get(key) not in (None, 1) and not unreasoned:
             return (f"Unsupported value: '{key}' does not support {body[key]} with this model. Only the default (1) "
                     "value is supported.", key, "unsupported_value")
     if body.get("stop"):

@@ -158,3 +158,15 @@ def test_streaming_usage_reports_cache(oai):
     chunks = list(oai.chat.completions.create(model=MODEL, messages=long, stream=True,
                                               stream_options={"include_usage": True}))
     assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 1152
+
+
+def test_reasoning_models_take_sampling_only_at_effort_none(oai):
+    """gpt-5, the o-series and gpt-5.1+ reasoning at any effort refuse temperature and top_p other than 1;
+    gpt-5.1 to 5.5 take them at reasoning effort none, their default (OpenAI's GPT-5.1/5.2 guides)."""
+    for model, effort in (("gpt-5", None), ("o3", None), ("gpt-5.1", "low"), ("gpt-5.1-codex", None)):
+        with pytest.raises(openai.BadRequestError) as ei:
+            oai.chat.completions.create(model=model, messages=MSGS, temperature=0.2, reasoning_effort=effort)  # type: ignore[arg-type]
+        assert ei.value.code == "unsupported_value" and ei.value.param == "temperature"
+    for model, effort in (("gpt-5.1", None), ("gpt-5.2", "none"), ("gpt-5.4-mini", None)):
+        assert oai.chat.completions.create(model=model, messages=MSGS, temperature=0.2, top_p=0.5,
+                                           reasoning_effort=effort).choices  # type: ignore[arg-type]

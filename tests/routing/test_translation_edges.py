@@ -29,6 +29,8 @@ ROUTES = """  - match: {model: "gpt-s46-*"}
     targets: [{provider: gpt, model: gpt-4.1}]
   - match: {model: "claude-o3-*"}
     targets: [{provider: gpt, model: o3}]
+  - match: {model: "claude-51-*"}
+    targets: [{provider: gpt, model: gpt-5.1}]
   - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]"""
 
@@ -176,3 +178,19 @@ def test_prompt_cache_options_reach_claude_left_out_and_named(oa, fresh_emulator
     raw_response = oa.responses.with_raw_response.create(model="gpt-x", input="Hi", prompt_cache_options={"mode": "implicit"})
     assert raw_response.parse().output_text and "prompt_cache_options" in raw_response.headers["x-slipstream-dropped-fields"]
     assert "prompt_cache_options" not in _sent(fresh_emulator)
+
+
+def test_a_temperature_reaches_gpt_5_1_at_its_default_effort_none_and_is_left_out_when_it_reasons(an, fresh_emulator):
+    """gpt-5.1 to 5.5 default to reasoning effort none and take temperature and top_p there (OpenAI's GPT-5.1/5.2
+    guides); a Messages client's temperature 0 was left out for every reasoning model, so its answers were sampled
+    at 1. Asking the model to reason (thinking enabled, output_config.effort) still leaves them out, as before."""
+    raw = an.messages.with_raw_response.create(model="claude-51-x", max_tokens=64, messages=ASK,
+                                               extra_body={"temperature": 0, "top_p": 0.5})
+    assert raw.parse().content and "temperature" not in raw.headers.get("x-slipstream-dropped-fields", "")
+    sent = _sent(fresh_emulator)
+    assert sent["model"] == "gpt-5.1" and sent["temperature"] == 0 and sent["top_p"] == 0.5 and "reasoning_effort" not in sent
+    raw = an.messages.with_raw_response.create(model="claude-51-x", max_tokens=2048, messages=ASK,
+                                               thinking={"type": "enabled", "budget_tokens": 1024}, extra_body={"temperature": 0})
+    assert "temperature" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    sent = _sent(fresh_emulator)
+    assert sent["reasoning_effort"] == "low" and "temperature" not in sent

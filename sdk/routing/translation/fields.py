@@ -80,6 +80,27 @@ def reasons(model: Any) -> bool:
     return bool(_REASONS.match(str(model or "")))
 
 
+# OpenAI reasoning models that reason only when asked: gpt-5.1 and later (not their codex or pro models) default to
+# reasoning effort `none`, and take temperature and top_p at `none` (OpenAI's GPT-5.1/5.2 guides: "only supported
+# when reasoning effort is none"; any other effort, or gpt-5, o-series, refuses them).
+_SAMPLES_UNREASONED = re.compile(r"^([\w.-]+/)?gpt-5\.[1-5](-mini|-nano)?(-\d{4}-\d{2}-\d{2})?$")
+
+
+def asks_effort(body: dict[str, Any]) -> bool:
+    """Whether a Messages request asks an OpenAI model for reasoning effort: output_config.effort, or thinking
+    enabled with a budget (adaptive thinking leaves the model's own: requests._a2o_effort)."""
+    config, thinking = body.get("output_config"), body.get("thinking")
+    return ((isinstance(config, dict) and config.get("effort") is not None)
+            or (isinstance(thinking, dict) and thinking.get("type") == "enabled"))
+
+
+def takes_sampling(body: dict[str, Any]) -> bool:
+    """Whether the OpenAI target model of a translated Messages `body` takes temperature and top_p: a model that
+    does not reason, and one of gpt-5.1's family at effort none (its default), which the request does not raise."""
+    model = body.get("model")
+    return not reasons(model) or (bool(_SAMPLES_UNREASONED.match(str(model or ""))) and not asks_effort(body))
+
+
 # Claude models that take output_config.effort, and the levels each takes (Anthropic's effort docs,
 # platform.claude.com/docs/en/build-with-claude/effort): Opus 4.5 low to high; Opus and Sonnet 4.6 max as
 # well; Opus 4.7 and later, the 5 models, xhigh too. The others (Sonnet 4.5, Haiku 4.5, Opus 4.1 and
@@ -202,7 +223,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                    "OpenAI's 4: a 400 before sending)"),
         "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
         "temperature": Field(T, "temperature (dropped for a reasoning model, o-series and gpt-5, which samples as it does "
-                                "and refuses it)"),
+                                "and refuses it; gpt-5.1 to 5.5 take it at reasoning effort none, their default: dropped "
+                                "only when thinking or output_config.effort asks for reasoning)"),
         "top_p": Field(T, "top_p (dropped for a reasoning model, as temperature)"),
         "tools": Field(T, "function tools (strict unless the schema has optional inputs, which OpenAI's strict mode "
                           "refuses; server tools refused)"),
@@ -339,7 +361,7 @@ def _unsampled(shape: Shape, body: dict[str, Any], dropped: list[str]) -> list[s
     """A request's temperature and top_p, which a model with its own sampling refuses (a Claude one for a Chat
     request, a reasoning OpenAI one for a Messages request): left out, and named."""
     model = body.get("model")
-    if not (fixed_sampling(model) if shape is Shape.CHAT else shape is Shape.MESSAGES and reasons(model)):
+    if not (fixed_sampling(model) if shape is Shape.CHAT else shape is Shape.MESSAGES and not takes_sampling(body)):
         return []
     return [key for key in ("temperature", "top_p") if body.get(key) is not None and key not in dropped]
 

@@ -25,6 +25,7 @@ from sdk.routing.translation.fields import (
     in_place_system,
     long_retention,
     reasons,
+    takes_sampling,
 )
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
@@ -92,7 +93,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
         elif key == "stop_sequences":
             out["stop"] = value
         elif key in ("temperature", "top_p"):
-            if not reasons(out["model"]):  # a reasoning model samples as it does (fields.py names them dropped)
+            if takes_sampling(body):  # a reasoning model samples as it does (fields.py names them dropped)
                 out[key] = value
         elif key == "stream":
             out["stream"] = value
