@@ -24,9 +24,10 @@ import orjson
 from sdk.cache.index import PartitionIndex
 from sdk.embedding import DIMENSION
 
-# Entries deleted in one hold of the store's lock. The lock is every team's, and lookups and stores
-# take it on the event loop every team's requests share: a team's whole cache (10,000 entries by
-# default) deleted in one hold held them all for about 0.1 s.
+# Entries deleted in one hold of the store's lock (an invalidation's part, a store's expired or evicted
+# entries). The lock is every team's, and lookups and stores take it on the event loop every team's
+# requests share: a team's whole cache (10,000 entries by default) deleted in one hold held them all
+# for about 0.1 s.
 DELETES_PER_HOLD = 500
 
 _SCHEMA = """
@@ -253,14 +254,21 @@ class CacheStore:
         self._delete(team, [row[0] for row in rows])
 
     def _enforce_caps(self, team: str, limits: TeamLimits) -> None:
-        """Evict least recently used entries until the team is within both caps."""
+        """Evict least recently used entries until the team is within both caps (never its last one),
+        at most DELETES_PER_HOLD a store, chosen by one read: later stores evict the rest. One entry
+        went per statement while the team's bytes were over, and every entry over a lowered
+        `max_entries` in one hold, on the loop every team's requests share."""
         state = self._team(team)
-        while len(state.located) > limits.max_entries or (state.bytes > limits.max_bytes and len(state.located) > 1):
-            excess = max(1, len(state.located) - limits.max_entries)
-            rows = self._db.execute(
-                "SELECT id FROM entries WHERE team = ? ORDER BY last_used_at, id LIMIT ?", (team, excess)
-            ).fetchall()
-            self._delete(team, [row[0] for row in rows])
+        count, size = len(state.located), state.bytes
+        victims: list[int] = []
+        if count > limits.max_entries or size > limits.max_bytes:
+            for entry_id, entry_size in self._db.execute("SELECT id, size FROM entries WHERE team = ? ORDER BY last_used_at, id LIMIT ?",
+                                                         (team, DELETES_PER_HOLD)).fetchall():
+                if count <= 1 or (count <= limits.max_entries and size <= limits.max_bytes):
+                    break
+                victims.append(entry_id)
+                count, size = count - 1, size - entry_size
+        self._delete(team, victims)
 
     def _forget_other_space(self, space: str) -> None:
         """Embeddings from another model are not comparable with this one's: such entries keep their exact tier only."""

@@ -178,3 +178,36 @@ def test_a_teams_bulk_deletes_hold_the_lock_a_few_hundred_entries_at_a_time(tmp_
     for n in range(5):
         store.put(entry(6_000 + n), limits)
     assert store.count("a") == 6
+
+
+def test_eviction_holds_the_lock_a_few_hundred_entries_at_a_time(tmp_path: Path):
+    """A store evicts on the event loop every team's requests share, under the lock every team's lookups
+    take. Over the byte cap it evicted one entry per statement until the team fit (a large answer
+    beside a team's many small ones: a query and a delete each, 1,709 here), and over a
+    lowered max_entries (a policy reload) every entry over it in one hold. A store evicts at most
+    DELETES_PER_HOLD entries now, chosen in one read, and later stores evict the rest."""
+    from sdk.cache import store as cache_store
+
+    store = CacheStore(tmp_path / "c.db")
+    roomy = TeamLimits(ttl_s=600, max_entries=10_000, max_bytes=10**9)
+    for n in range(2_000):
+        store.put(entry(n, size=1_000), roomy)
+    holds = _Holds(store)
+    store._lock = holds  # type: ignore[assignment]
+    reads = []
+    store._db.set_trace_callback(lambda sql: reads.append(sql) if "ORDER BY last_used_at" in sql else None)
+    big = TeamLimits(ttl_s=600, max_entries=10_000, max_bytes=2_000 * 1_500)
+    store.put(entry(5_000, size=1_500 * 1_500), big)  # room for about 500 of the small ones beside it
+    assert max(holds.deleted) <= cache_store.DELETES_PER_HOLD and len(reads) == 1  # before: 1,709 evicted in one hold, one read each
+    while store._team("a").bytes > big.max_bytes:
+        store.put(entry(len(holds.deleted) + 6_000), big)
+    assert max(holds.deleted) <= cache_store.DELETES_PER_HOLD
+    assert store.get_exact("a", "key-5000") is not None and store.get_exact("a", "key-1999") is not None
+
+    holds.deleted = [0]
+    fewer = TeamLimits(ttl_s=600, max_entries=10, max_bytes=10**9)
+    store.put(entry(9_000), fewer)
+    assert max(holds.deleted) <= cache_store.DELETES_PER_HOLD  # before: every entry over 10 in one hold
+    while store.count("a") > 10:
+        store.put(entry(len(holds.deleted) + 9_000), fewer)
+    assert store.get_exact("a", "key-9000") is not None
