@@ -363,3 +363,18 @@ def test_the_cache_does_not_answer_one_conversation_with_anothers_turn(proxy, fr
     for previous in (first.id, second.id, first.id):
         answer = client.responses.with_raw_response.create(**ask, previous_response_id=previous)
         assert answer.headers["x-slipstream-cache"] == "miss"
+
+
+def test_prompt_cache_retention_reaches_a_chat_target(proxy, fresh_emulator):
+    """Codex and the Agents SDK ask gpt-5.1 and later for `prompt_cache_retention: "24h"` (the prefix outlives
+    OpenAI's minutes in memory); a Chat Completions target takes the same field, but it was left out. It travels
+    (24h only to a model with extended retention, as OpenAI takes it), and never to Claude."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    for model, retention, travels in (("gpt-5.1", "24h", True), ("gpt-4o", "in_memory", True), ("gpt-4o", "24h", False),
+                                      ("claude-sonnet-4-5", "24h", False)):
+        raw = client.responses.with_raw_response.create(model=model, input="Tell me about fjords.",
+                                                        prompt_cache_retention=retention)  # type: ignore[arg-type]
+        assert raw.parse().output_text
+        sent = json.loads(fresh_emulator.state.recent[-1]["body"])
+        assert sent.get("prompt_cache_retention") == (retention if travels else None)
+        assert ("prompt_cache_retention" in raw.headers.get("x-slipstream-dropped-fields", "").split(",")) is not travels

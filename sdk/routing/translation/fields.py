@@ -75,6 +75,12 @@ def long_retention(model: Any) -> bool:
     return bool(_LONG_RETENTION.match(str(model or "")))
 
 
+def retention_travels(target: str, model: Any, retention: Any) -> bool:
+    """Whether a Responses request's prompt_cache_retention goes on to `target`: to a Chat target (the same field),
+    `24h` only for a model with extended retention; never to Claude, whose TTLs the team policy sets."""
+    return not target.startswith("Anthropic") and (retention != "24h" or long_retention(model))
+
+
 def reasons(model: Any) -> bool:
     """Whether the OpenAI target model `model` reasons (and so takes reasoning_effort)."""
     return bool(_REASONS.match(str(model or "")))
@@ -286,8 +292,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "stream_options": Field(D, "obfuscation padding of stream events"),
         "prompt_cache_options": Field(D, "OpenAI's cache mode and lifetime (gpt-5.6 and later), not carried to a "
                                          "translated target"),
-        "prompt_cache_retention": Field(D, "OpenAI's cache retention, not carried to a translated target (for an Anthropic one, as "
-                                           "from Chat Completions)"),
+        "prompt_cache_retention": Field(T, "prompt_cache_retention for a Chat target (`24h` where the model has extended "
+                                           "retention: gpt-4.1, gpt-5, gpt-5.1 to 5.5; elsewhere dropped, named); dropped "
+                                           "for an Anthropic target, as from Chat Completions"),
         "background": Field(R, "background runs exist only on OpenAI", (False,)),
         "max_tool_calls": Field(R, "no counterpart"),
         "top_logprobs": Field(R, "no counterpart", (0,)),
@@ -336,6 +343,8 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
                 dropped.append("reasoning.summary")
             if value.get("effort") is not None and not effort_travels(target, body.get("model")):
                 dropped.append("reasoning.effort")
+        elif shape is Shape.RESPONSES and key == "prompt_cache_retention" and not retention_travels(target, body.get("model"), value):
+            dropped.append(key)
     if shape is Shape.MESSAGES:
         _openai_stops(body.get("stop_sequences"), body.get("model"))
     return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body) + _unsampled(shape, body, dropped)

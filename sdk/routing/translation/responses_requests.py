@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from sdk.routing.translation.fields import Shape, check, effort_travels, reasons
+from sdk.routing.translation.fields import Shape, check, effort_travels, reasons, retention_travels
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
 from sdk.routing.translation.requests import refuse
 from sdk.routing.translation.tool_ids import openai_tool_id
@@ -31,6 +31,9 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     for key in _PASSED:
         if body.get(key) is not None:
             out[key] = body[key]
+    retention = body.get("prompt_cache_retention")
+    if retention is not None and retention_travels(target, body.get("model"), retention):
+        out["prompt_cache_retention"] = retention
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     if body.get("stream"):
