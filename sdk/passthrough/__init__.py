@@ -12,8 +12,9 @@ provider's key in place of the client's team key. Both doors reach `forward` thr
    holds its worst cost until its answer ends, a batch is created only if its worst cost at batch
    rates fits in what is left of the budget.
 3. Every model a completion or batch names (the completion's `model`, each line of a batch's input
-   file, each request of a message batch) must match one of the team's routes: the router's 404
-   otherwise.
+   file, each request of a message batch) must be a name the pipeline's door takes (a 400
+   otherwise) and match one of the team's routes (the router's 404), and that route must have a
+   target on this provider that keeps the name (a 404 otherwise: the name is sent as written).
 4. Objects are the creating team's (sdk/state/ownership.py): an id the team does not own answers
    the provider's 404 without going upstream, list pages show only the team's own objects, and a
    batch's `input_file_id` and a list's cursor (`after`, `after_id`, `before_id`) must be the
@@ -78,6 +79,7 @@ from sdk.passthrough.bodies import (
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
 from sdk.providers.base import HTTPProvider, account_header
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
+from sdk.requests import check_model_name
 from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
 from sdk.state import in_background
@@ -90,6 +92,7 @@ __all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]
 _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "set-cookie", "trailer", "upgrade"})
 MAX_PAGES = 10  # upstream list pages read for one filtered page
 BATCH_RATE = 0.5  # both providers bill batch usage at half the price of a call
+_LOGGED_MODELS = 8  # a batch's model names in its access-log line and span; more are counted
 BATCH_EXACT = 64  # a batch's first requests have their input tokenized for its worst cost; the rest counted by length
 _LINE_ENDPOINTS = {"/v1/responses": Endpoint.RESPONSES, "/v1/embeddings": Endpoint.EMBEDDINGS}  # else counted as chat
 _CURSORS = frozenset({"after", "before", "after_id", "before_id"})  # list parameters that name an object
@@ -203,13 +206,22 @@ class _Exchange:
                 await self.check_owner(self.op.kind, value)
 
     def check_models(self, models: list[str]) -> None:
-        """Refuse a model no route matches (the router's 404), as the pipeline would."""
+        """Refuse a model the pipeline would refuse: a name that is not printable ASCII of at most 256
+        characters (400), one no route matches (the router's 404), and one whose route does not send
+        it, as named, to this provider (404): the pass-through sends a model as the client names it
+        to the team's first provider of its kind, so a route that renames it (`gpt-4o` → a target's
+        `gpt-4o-mini`) or sends it elsewhere (a local engine) would be walked around."""
         router = self.team.pipeline.terminal
         assert isinstance(router, Router)
         distinct = list(dict.fromkeys(models))
         for model in distinct:
-            router.route_for(model)
-        self.model = distinct[0] if len(distinct) == 1 else ",".join(sorted(distinct))
+            check_model_name(model)
+            route = router.route_for(model)
+            if not any(t.provider == self.provider.name and t.model in (None, model) for t in route.targets):
+                raise NotFoundError(f"this team's policy does not send model {model!r} as named to provider {self.provider.name}, "
+                                    "where the pass-through sends it: use the pipeline's endpoints for it")
+        shown = sorted(distinct)[:_LOGGED_MODELS]
+        self.model = ",".join(shown + ([f"+{len(distinct) - len(shown)} more"] if len(distinct) > len(shown) else []))
 
     def worst_cost(self, requests: list[LLMRequest]) -> float:
         """What these requests may cost at most (each one's reservation: input counted, its output

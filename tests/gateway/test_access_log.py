@@ -3,7 +3,6 @@ carrying ids, counts and times but never the team key or prompt text."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import shlex
 import sys
@@ -77,12 +76,13 @@ def test_a_model_name_cannot_write_fields_into_a_text_line(proxy, access):
     teams = [token for token in shlex.split(line) if token.startswith("team=")]
     assert teams == ["team=alpha"]  # before: team=alpha, then team=beta
     assert fields["model"] == forged and fields["input_tokens"] != "999999"
-    # The pass-through does not hold a model name to printable characters: a line break wrote a line of its own.
+    # The pass-through did not hold a model name to printable characters: a line break wrote a line of its
+    # own. Escaped since; and since the pass-through checks names as the pipeline does, refused (400).
     forged_line = "gpt-x\n2026-01-01T00:00:00 request_id=0 team=beta endpoint=chat_completions status=200"
-    with contextlib.suppress(openai.APIError):
+    with pytest.raises(openai.BadRequestError):
         client.completions.create(model=forged_line, prompt="hi", max_tokens=1)
     (line,) = lines(access)  # before: two lines, the second team beta's
-    assert dict(token.split("=", 1) for token in shlex.split(line)[1:])["model"] == forged_line.replace("\n", "\\n")  # escaped
+    assert dict(token.split("=", 1) for token in shlex.split(line)[1:])["status"] == "400" and "team=beta" not in line
 
 
 def test_unknown_mode_is_refused():

@@ -343,3 +343,41 @@ def test_two_replicas_over_redis_agree_on_owners(tmp_path, emulator, redis):
         oai(two, A).files.delete(made.id)
         with pytest.raises(openai.NotFoundError):
             oai(one, A).files.retrieve(made.id)  # deleted on one replica: gone on the other
+
+
+def test_a_pass_through_model_is_held_to_the_pipelines_rules(tmp_path, fresh_emulator):
+    """The pass-through checked only that some route matched a model, then sent the name as written to
+    the team's first provider of its kind: a model the policy renames (`gpt-4o` runs `gpt-4o-mini` for
+    this team) or sends to another provider ran as named on the account every team shares, and a name
+    the pipeline refuses at its door (a line break in it, 300 characters) went upstream and into the
+    access log. Now such a name is a 400, and a model whose route does not send it as named to that
+    provider a 404, both before anything is sent."""
+    (tmp_path / "steered.yaml").write_text(f"""team: steered
+api_keys: [{{value: "sk-steered"}}]
+providers:
+  claude: {{kind: anthropic, base_url: "{fresh_emulator.url}", api_key: "up-anthropic"}}
+  gpt: {{kind: openai, base_url: "{fresh_emulator.url}/v1", api_key: "up-openai"}}
+routes:
+  - match: {{model: "gpt-4o"}}
+    targets: [{{provider: gpt, model: gpt-4o-mini}}]
+  - match: {{model: "davinci-*"}}
+    targets: [{{provider: claude, model: claude-haiku-4-5}}]
+  - match: {{model: "*"}}
+    targets: [{{provider: gpt}}]
+""")
+    with running_proxy([tmp_path]) as proxy:
+        steered = oai(proxy, "sk-steered")
+        assert steered.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=4).model.startswith("gpt-4o-mini")  # what its policy runs
+        assert steered.completions.create(model="gpt-3.5-turbo-instruct", prompt="x", max_tokens=2).usage.total_tokens
+        for renamed in ("gpt-4o", "davinci-002"):
+            with pytest.raises(openai.NotFoundError, match="does not send model"):
+                steered.completions.create(model=renamed, prompt="x", max_tokens=2)
+        for odd in ("gpt-x\ninjected", "gpt-" + "x" * 300):
+            with pytest.raises(openai.BadRequestError, match="model"):
+                steered.completions.create(model=odd, prompt="x", max_tokens=2)
+        source = steered.files.create(file=("in.jsonl", line("ok") + b"\n" + line("big", "gpt-4o") + b"\n"), purpose="batch")
+        with pytest.raises(openai.NotFoundError, match="gpt-4o"):
+            steered.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
+    sent = [orjson.loads(r["body"])["model"] for r in upstream(fresh_emulator, "/completions") if "chat" not in r["path"]]
+    assert sent == ["gpt-3.5-turbo-instruct"] and upstream(fresh_emulator, "batches") == []  # before: gpt-4o, davinci-002, the odd names, a batch
