@@ -18,6 +18,8 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
+from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.responses_requests import responses_to_chat
 from tests.routing.conftest import inject, policy_text, routed_proxy
 from tests.routing.conftest import sent as _sent
 
@@ -194,3 +196,17 @@ def test_a_temperature_reaches_gpt_5_1_at_its_default_effort_none_and_is_left_ou
     assert "temperature" in raw.headers["x-slipstream-dropped-fields"].split(",")
     sent = _sent(fresh_emulator)
     assert sent["reasoning_effort"] == "low" and "temperature" not in sent
+
+
+def test_a_file_by_url_reaches_claude_as_a_url_document(oa, fresh_emulator):
+    """Codex and the Agents SDK send a PDF as `input_file` with `file_url`; Claude reads PDFs by URL (a document's
+    `url` source), but the request was refused for every translated target. A Chat target still refuses it (Chat
+    Completions takes files inline only), naming the part."""
+    url = "https://example.com/report.pdf"
+    ask: Any = [{"role": "user", "content": [{"type": "input_text", "text": "Summarize this."},
+                                             {"type": "input_file", "file_url": url}]}]
+    assert oa.responses.create(model="gpt-x", input=ask).output_text
+    content = _sent(fresh_emulator)["messages"][0]["content"]
+    assert content[1] == {"type": "document", "source": {"type": "url", "url": url}}
+    with pytest.raises(TranslationRefused, match=r"input\.0\.content\.1: a 'input_file' part given by file_id or URL"):
+        responses_to_chat({"model": "gpt-4.1", "input": ask}, "Chat Completions")

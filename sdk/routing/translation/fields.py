@@ -262,7 +262,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "input": Field(T, "messages (message, function_call (a call_id over Chat's 40 characters shortened as for Messages), "
                               "function_call_output (its images and files follow in a user "
                               "message: tool messages hold text), custom_tool_call and its output as a function call of "
-                              "`input` and its result, inline input_file → file part; reasoning items left out)"),
+                              "`input` and its result, inline input_file → file part; an input_file by file_url → a document from that URL "
+                              "for Claude (a Chat target takes files inline only: refused); reasoning items left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "

@@ -478,6 +478,8 @@ def _data_url(url: Any) -> tuple[str, str] | None:
 
 def _o2a_document(file: dict[str, Any], where: str) -> dict[str, Any]:
     """A Chat `file` part given inline (a PDF, as OpenAI takes them) as a Claude document block."""
+    if isinstance(file.get("file_url"), str):  # a Responses input_file by URL (responses_requests._part)
+        return {"type": "document", "source": {"type": "url", "url": file["file_url"]}}
     inline = _data_url(file.get("file_data"))
     if inline is None:
         raise refuse(f"{where}: a file given by file_id", "Anthropic")

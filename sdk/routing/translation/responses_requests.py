@@ -197,8 +197,11 @@ def _part(part: Any, where: str, target: str) -> dict[str, Any]:
         if part.get("detail") and part["detail"] != "auto":
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
-    if kind == "input_file" and part.get("file_data"):  # inline, as Chat takes it (file_id and file_url: refused)
+    if kind == "input_file" and part.get("file_data"):  # inline, as Chat takes it (file_id: refused)
         return {"type": "file", "file": {"filename": part.get("filename") or "document.pdf", "file_data": part["file_data"]}}
+    if kind == "input_file" and part.get("file_url") and target.startswith("Anthropic"):
+        # Claude reads a PDF by URL (a document's `url` source); Chat takes files inline only: refused there, below.
+        return {"type": "file", "file": {"file_url": part["file_url"]}}
     raise refuse(f"{where}: a {kind!r} part" + (" given by file_id or URL" if kind in ("input_image", "input_file") else ""), target)
 
 
