@@ -73,7 +73,8 @@ class Compressor:
         self._outcomes: LRU[bytes, extractive.Outcome] = LRU(_MAX_OUTCOMES)
         self._outcomes_lock = threading.Lock()  # pieces compress in worker threads
 
-    async def run(self, body: dict[str, Any]) -> Result:
+    async def run(self, body: dict[str, Any], key_id: str = "") -> Result:
+        """Compress `body`; `key_id` is the team key that sent it (a summary it triggers is that key's call)."""
         result = Result(body, CompressionReport())
         if self.docs is not None and self.docs.scorer == "contextual":
             counts = await self._contextual(result)
@@ -81,7 +82,7 @@ class Compressor:
             counts = await off_loop(self._static, result)
         if self.history is not None:
             messages = result.body["messages"]
-            compacted, result.report.history = self.history.apply(messages, counts[1:], places.frozen_until(body)[0] >= 0)
+            compacted, result.report.history = self.history.apply(messages, counts[1:], places.frozen_until(body)[0] >= 0, key_id)
             if compacted is not messages:
                 result.body = {**result.body, "messages": compacted}
                 counts = await off_loop(_body_counts, self.team, result.body)

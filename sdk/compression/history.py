@@ -34,7 +34,7 @@ SUMMARY_OPEN = "<conversation-summary>\nSummary of the earlier conversation (old
 SUMMARY_CLOSE = "\n</conversation-summary>"
 MAX_CONVERSATIONS = 4096  # stored summaries, least recently used evicted
 
-Summarize = Callable[[str], Awaitable[str]]
+Summarize = Callable[[str, str], Awaitable[str]]  # (transcript, the key id of the request that asked for it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +58,11 @@ class HistoryCompactor:
         self._summaries: LRU[bytes, list[Summary]] = LRU(MAX_CONVERSATIONS)  # by digest of messages[0]
         self._tasks: dict[bytes, asyncio.Task[None]] = {}  # by digest of the prefix being summarized
 
-    def apply(self, messages: list[Any], counts: list[int], cached_prefix: bool) -> tuple[list[Any], str]:
+    def apply(self, messages: list[Any], counts: list[int], cached_prefix: bool, key_id: str = "") -> tuple[list[Any], str]:
         """The messages to send and what happened ("compacted", "pending" or ""). `counts` are the
         messages' tokens. Compaction rewrites the conversation from its first message, so a client
-        cache_control marker anywhere in the messages (`cached_prefix`) rules it out."""
+        cache_control marker anywhere in the messages (`cached_prefix`) rules it out. A summary it
+        schedules is admitted and charged as a call of `key_id`, the team key that sent the request."""
         if len(messages) < 2 or cached_prefix:
             return messages, ""
         prefix = _prefix_digests(messages)
@@ -71,7 +72,7 @@ class HistoryCompactor:
         if sum(counts[start:]) > self.settings.trigger_tokens:
             cut = self._cut(messages)
             if cut > start and prefix[cut] not in self._tasks:
-                self._schedule(messages, prefix, current, cut)
+                self._schedule(messages, prefix, current, cut, key_id)
                 status = "pending"
         if current is None:
             return messages, status
@@ -93,19 +94,19 @@ class HistoryCompactor:
         plain = [m for m, message in enumerate(messages) if _plain_user(message)]
         return plain[-self.settings.keep_turns] if len(plain) > self.settings.keep_turns else 0
 
-    def _schedule(self, messages: list[Any], prefix: list[bytes], previous: Summary | None, cut: int) -> None:
+    def _schedule(self, messages: list[Any], prefix: list[bytes], previous: Summary | None, cut: int, key_id: str) -> None:
         start = previous.cut if previous else 0
         transcript = render_transcript(messages[start:cut], previous.text if previous else "")
         key = prefix[cut]
-        task = asyncio.get_running_loop().create_task(self._summarize(prefix[1], Summary(cut, key, ""), transcript))
+        task = asyncio.get_running_loop().create_task(self._summarize(prefix[1], Summary(cut, key, ""), transcript, key_id))
         self._tasks[key] = task
         task.add_done_callback(lambda _: self._tasks.pop(key, None))
         report.HISTORY.labels(self.team, "scheduled").inc()
 
-    async def _summarize(self, conversation: bytes, placeholder: Summary, transcript: str) -> None:
+    async def _summarize(self, conversation: bytes, placeholder: Summary, transcript: str, key_id: str) -> None:
         try:
-            text = (await self.summarize(transcript)).strip()
-        except RateLimitedError as refused:  # the team's limits or budget: uncompacted until they admit one
+            text = (await self.summarize(transcript, key_id)).strip()
+        except RateLimitedError as refused:  # the team's or key's limits, or the budget: uncompacted until they admit one
             log.info("team %s: history summary not sent: %s", self.team, refused)
             report.HISTORY.labels(self.team, "refused").inc()
             return

@@ -2,8 +2,9 @@
 
 It bypasses the team's pipeline on purpose: a summary is the gateway's own work, so it must not be
 cached, compressed or answered from a cache. It is still the team's spend on the provider account:
-each call is admitted by the team's limits and budget (a refusal leaves the conversation uncompacted)
-and charged with its usage, so compaction cannot carry a team past its token limit or budget.
+each call is admitted by the team's limits and budget and by the per-key limits of the team key whose
+request asked for it (a refusal leaves the conversation uncompacted), and charged with its usage to
+both, so compaction cannot carry a team past its token limit or budget, nor a key past its own.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Summarizer:
         self.limits = limits  # the team's: the same buckets and budget as its requests
         self.hosted = hosted  # False for the bundled engine, which costs nothing per token
 
-    async def __call__(self, transcript: str) -> str:
+    async def __call__(self, transcript: str, key_id: str = "") -> str:
         user = {"role": "user", "content": f"Conversation to summarize:\n\n{transcript}"}
         if self.provider.protocol is Protocol.ANTHROPIC:
             body = {"model": self.model, "max_tokens": self.max_tokens, "temperature": 0, "system": INSTRUCTIONS, "messages": [user]}
@@ -41,13 +42,13 @@ class Summarizer:
             body = {"model": self.model, "max_tokens": self.max_tokens, "temperature": 0, "messages": messages}
             request = LLMRequest(Endpoint.CHAT_COMPLETIONS, body)
         reserve = self.limits.own_call_reservation(request, self.model) if self.hosted else 0.0
-        admission = await self.limits.admit("", budget=self.hosted, reserve=reserve)  # a refusal raises its 429
+        admission = await self.limits.admit(key_id, budget=self.hosted, reserve=reserve)  # a refusal raises its 429
         try:
             answer = await self.provider.send(request, Timings())
         except BaseException:
-            self.limits.settle(admission, "", self.model, None)
+            self.limits.settle(admission, key_id, self.model, None)
             raise
-        self.limits.settle(admission, "", self.model, answer.usage, rate=1.0 if self.hosted else 0.0)
+        self.limits.settle(admission, key_id, self.model, answer.usage, rate=1.0 if self.hosted else 0.0)
         if not isinstance(answer, LLMResponse):  # we never ask for a stream; close one defensively
             await answer.aclose()
             raise SlipstreamError("summarizer answered with a stream", status=502)

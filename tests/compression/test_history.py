@@ -110,6 +110,26 @@ async def test_a_summary_the_teams_budget_cannot_cover_is_not_sent(make_runtime,
     assert report.HISTORY.labels("summaries-refused", "summarized")._value.get() == 0
 
 
+async def test_a_summary_counts_against_the_per_key_limits_of_the_key_that_asked(make_runtime, fresh_emulator):
+    """A summary was admitted with no key, so only the team's limits applied: a key at its own
+    `per_key` limit went on having the shared account called for it through the summaries its
+    long conversations triggered. It is admitted and charged as a call of the key whose request
+    asked for it now: here the key's one request a minute is used by that request, so its summary
+    waits (refused, nothing sent), while the team's limits alone would have let it through."""
+    from sdk.compression import report
+    from sdk.pipeline import RequestContext
+
+    runtime = make_runtime(POLICY, extra="prompt_cache: {enabled: false}\nlimits: {per_key: {requests_per_minute: 1}}\n",
+                           team="summaries-per-key")
+    request = LLMRequest(Endpoint.MESSAGES, ask_body(6))
+    answer, _ = await runtime.handle(request, RequestContext(request=request, team="summaries-per-key", key_id="key-one"))
+    await compactor(runtime).drain()
+    assert answer.status == 200
+    summaries = [r for r in fresh_emulator.state.recent if orjson.loads(r["body"] or b"{}").get("model") == "claude-haiku-cheap"]
+    assert not summaries  # before: sent, the key's limit never asked
+    assert report.HISTORY.labels("summaries-per-key", "refused")._value.get() == 1
+
+
 def test_history_needs_a_known_summarizer(tmp_path, fresh_emulator):
     import pytest
 
