@@ -424,6 +424,11 @@ def _include(entries: Any, target: str) -> list[str]:
     return [f"include.{entry}" for entry in entries]
 
 
+def refuse(what: str, target: str) -> TranslationRefused:
+    """The 400 for a part of a request (`what`, naming where it is) that `target` cannot take the same."""
+    return TranslationRefused(f"{what} cannot be translated for {_article(target)} {target} target; send it to a target of its own protocol")
+
+
 def _article(target: str) -> str:
     return "an" if target[:1] in "AEIOU" else "a"
 

@@ -14,7 +14,6 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError
-from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.fields import (
     Fate,
     Shape,
@@ -25,8 +24,10 @@ from sdk.routing.translation.fields import (
     in_place_system,
     long_retention,
     reasons,
+    refuse,
     takes_sampling,
 )
+from sdk.routing.translation.media import a2o_document, image_source, image_url, o2a_document
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
@@ -38,9 +39,6 @@ _O2A_EFFORT = {**{e: e for e in _EFFORTS}, "minimal": "low"}
 _A2O_EFFORT = {**{e: e for e in _EFFORTS}, "max": "xhigh"}  # OpenAI's most is xhigh
 # thinking.budget_tokens → reasoning_effort: the largest budget each effort stands for (more: high).
 _BUDGETS = ((4096, "low"), (16384, "medium"))
-def refuse(what: str, target: str) -> TranslationRefused:
-    article = "an" if target[:1] in "AEIOU" else "a"
-    return TranslationRefused(f"{what} cannot be translated for {article} {target} target; send it to a target of its own protocol")
 
 
 def _text(block: dict[str, Any], where: str) -> str:
@@ -244,18 +242,10 @@ def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
     if kind == "text":
         return {"type": "text", "text": _text(block, where)}
     if kind == "image":
-        return {"type": "image_url", "image_url": {"url": _image_url(block.get("source") or {}, where)}}
+        return {"type": "image_url", "image_url": {"url": image_url(block.get("source") or {}, where)}}
     if kind == "document":
-        return _a2o_document(block, where)
+        return a2o_document(block, where)
     raise refuse(f"{where}: a {kind!r} block", "OpenAI")
-
-
-def _image_url(source: dict[str, Any], where: str) -> str:
-    if source.get("type") == "base64":
-        return f"data:{source['media_type']};base64,{source['data']}"
-    if source.get("type") == "url":
-        return source["url"]
-    raise refuse(f"{where}: an image from a {source.get('type')!r} source", "OpenAI")
 
 
 # --- OpenAI → Anthropic -----------------------------------------------------------------------------
@@ -451,51 +441,11 @@ def _o2a_user(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         if kind == "text":
             blocks.append(_cached({"type": "text", "text": _text(part, f"{where}.content.{j}")}, part))
         elif kind == "image_url":
-            blocks.append(_cached({"type": "image", "source": _image_source((part.get("image_url") or {}).get("url", ""))}, part))
+            blocks.append(_cached({"type": "image", "source": image_source((part.get("image_url") or {}).get("url", ""))}, part))
         elif kind == "file":
-            blocks.append(_cached(_o2a_document(part.get("file") or {}, f"{where}.content.{j}"), part))
+            blocks.append(_cached(o2a_document(part.get("file") or {}, f"{where}.content.{j}"), part))
         else:
             raise refuse(f"{where}.content.{j}: a {kind!r} part", "Anthropic")
     if blocks and message.get("cache_control") is not None:
         _cached(blocks[-1], message)
     return blocks
-
-
-def _image_source(url: str) -> dict[str, Any]:
-    inline = _data_url(url)
-    if inline is not None:  # `image/jpg` (a file extension) is a JPEG to OpenAI; Claude names it only `image/jpeg`
-        return {"type": "base64", "media_type": "image/jpeg" if inline[0] == "image/jpg" else inline[0], "data": inline[1]}
-    return {"type": "url", "url": url}
-
-
-def _data_url(url: Any) -> tuple[str, str] | None:
-    """(media type, base64 data) of a `data:` URL; None for any other URL."""
-    if not isinstance(url, str) or not url.startswith("data:"):
-        return None
-    header, _, data = url.partition(",")
-    return header[5:].split(";")[0], data
-
-
-def _o2a_document(file: dict[str, Any], where: str) -> dict[str, Any]:
-    """A Chat `file` part given inline (a PDF, as OpenAI takes them) as a Claude document block."""
-    if isinstance(file.get("file_url"), str):  # a Responses input_file by URL (responses_requests._part)
-        return {"type": "document", "source": {"type": "url", "url": file["file_url"]}}
-    inline = _data_url(file.get("file_data"))
-    if inline is None:
-        raise refuse(f"{where}: a file given by file_id", "Anthropic")
-    if inline[0] != "application/pdf":
-        raise refuse(f"{where}: a {inline[0]!r} file", "Anthropic")
-    return {"type": "document", "source": {"type": "base64", "media_type": inline[0], "data": inline[1]}}
-
-
-def _a2o_document(block: dict[str, Any], where: str) -> dict[str, Any]:
-    """A Claude document block as a Chat part: a PDF as a `file` part (named by its title), plain text as text."""
-    source = block.get("source") or {}
-    if (block.get("citations") or {}).get("enabled"):
-        raise refuse(f"{where}: a document with citations", "OpenAI")
-    if source.get("type") == "text":
-        return {"type": "text", "text": source["data"]}
-    if source.get("type") == "base64" and source.get("media_type") == "application/pdf":
-        return {"type": "file", "file": {"filename": block.get("title") or "document.pdf",
-                                         "file_data": f"data:application/pdf;base64,{source['data']}"}}
-    raise refuse(f"{where}: a document from a {source.get('type')!r} source", "OpenAI")

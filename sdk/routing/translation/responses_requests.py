@@ -16,9 +16,8 @@ from typing import Any
 
 import orjson
 
-from sdk.routing.translation.fields import Shape, check, effort_travels, reasons, retention_travels
+from sdk.routing.translation.fields import Shape, check, effort_travels, reasons, refuse, retention_travels
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
-from sdk.routing.translation.requests import refuse
 from sdk.routing.translation.tool_ids import openai_tool_id
 
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "safety_identifier", "user")
