@@ -378,3 +378,35 @@ def test_genai_metrics_are_recorded_beside_prometheus(traced, reader):
     tokens = _claude_a(points["gen_ai.client.token.usage"])
     assert set(tokens) == {"input", "output"}
     assert tokens["output"].max >= reply.usage.output_tokens > 0
+
+
+def test_what_a_client_sends_is_held_in_a_trace_within_bounds(traced, exporter, monkeypatch):
+    """Finished traces wait in the serving process for the export child (up to 40,000 of them, every
+    team's), and what they held was cut only in that child: with message capture on, each held its
+    request's whole messages (a body may be 32 MiB), and any trace held the client's whole
+    `tracestate` header (up to 64 KiB), which was also sent upstream; one team's large requests
+    filled the memory every team's requests share while the collector lagged. Captured values are cut
+    at the attribute length limit where they are recorded, and a tracestate over 512 characters is
+    dropped (W3C asks vendors to carry 512)."""
+    from sdk.observability.tracing.otlp_encoding import VALUE_LIMIT
+
+    upstream, proxy = traced
+    monkeypatch.setenv(tracing.CAPTURE_VAR, "true")
+    processor = SimpleSpanProcessor(exporter)
+    tracing.install(processor)  # the opt-in is read when tracing is set up
+    try:
+        exporter.clear()
+        tracestate = ",".join(f"v{i}=" + "a" * 200 for i in range(20))
+        response = httpx.post(
+            f"{proxy.url}/v1/chat/completions",
+            headers={"authorization": f"Bearer {TEAM_KEY}", "tracestate": tracestate,
+                     "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "word " * 60_000}]}, timeout=PATIENCE_S)
+        assert response.status_code == 200
+        [span] = _request_spans(exporter)
+        assert len(span.attributes["gen_ai.input.messages"]) == VALUE_LIMIT  # before: all 300,000 characters and more
+    finally:
+        monkeypatch.delenv(tracing.CAPTURE_VAR)
+        tracing.install(processor)
+    [sent] = httpx.get(f"{upstream.url}/_emulator/requests").json()["requests"]
+    assert "tracestate" not in sent["headers"]  # before: its 4 KiB went upstream

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from sdk.observability.tracing.otlp_encoding import VALUE_LIMIT
 from sdk.types import Answer, Endpoint, LLMResponse, LLMStream, Usage
 
 if TYPE_CHECKING:
@@ -71,13 +72,13 @@ def request_attributes(ctx: RequestContext, name: str, capture: bool) -> dict[st
         value = body.get(field)
         if isinstance(value, int | float) and not isinstance(value, bool):
             attributes[attribute] = value
-    if capture:
+    if capture:  # cut where recorded: a finished trace waits in the serving process for the export child
         messages = body.get("messages", body.get("input"))
         if messages is not None:
-            attributes["gen_ai.input.messages"] = orjson.dumps(messages).decode()
+            attributes["gen_ai.input.messages"] = orjson.dumps(messages).decode()[:VALUE_LIMIT]
         system = body.get("system", body.get("instructions"))
         if system is not None:
-            attributes["gen_ai.system_instructions"] = orjson.dumps(system).decode()
+            attributes["gen_ai.system_instructions"] = orjson.dumps(system).decode()[:VALUE_LIMIT]
     return attributes
 
 
@@ -127,4 +128,4 @@ def _read_body(attributes: dict[str, Any], body: bytes, capture: bool) -> None:
             return
         output = (data.get("choices") or data.get("content") or data.get("output")) if isinstance(data, dict) else None
         if output is not None:
-            attributes["gen_ai.output.messages"] = orjson.dumps(output).decode()
+            attributes["gen_ai.output.messages"] = orjson.dumps(output).decode()[:VALUE_LIMIT]

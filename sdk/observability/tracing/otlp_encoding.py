@@ -27,7 +27,7 @@ from sdk.observability.tracing.records import RequestTrace, SpanRecord
 _KIND_INTERNAL, _KIND_CLIENT = 1, 3
 _STATUS_ERROR = 2
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: what the SDK sets on every span
-_VALUE_LIMIT = int(os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+VALUE_LIMIT = int(os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
                    or os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") or 64 * 1024)
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
@@ -79,7 +79,7 @@ def _value(value: Any) -> bytes:
     if isinstance(value, bool):
         return b"\x10" + (b"\x01" if value else b"\x00")
     if isinstance(value, str):
-        return _field(1, value[:_VALUE_LIMIT].encode())
+        return _field(1, value[:VALUE_LIMIT].encode())
     if isinstance(value, int):
         return b"\x18" + _varint(value)
     if isinstance(value, float):
@@ -113,7 +113,7 @@ def _span(record: SpanRecord, trace_id: bytes, state: bytes, parent: int, remote
         out.append(_field(3, state))
     if parent:
         out.append(_field(4, parent.to_bytes(8, "big")))
-    out += [_field(5, record.name[:_VALUE_LIMIT].encode()), b"\x30" + _varint(_KIND_CLIENT if record.client else _KIND_INTERNAL),
+    out += [_field(5, record.name[:VALUE_LIMIT].encode()), b"\x30" + _varint(_KIND_CLIENT if record.client else _KIND_INTERNAL),
             b"\x39" + _FIXED64.pack(record.start_ns), b"\x41" + _FIXED64.pack(record.end_ns), _attributes(9, record.attributes)]
     for name, at, attributes in record.events:
         out.append(_field(11, b"\x09" + _FIXED64.pack(at) + _field(2, name.encode()) + _attributes(3, attributes)))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _HEX = frozenset("0123456789abcdef")
+MAX_TRACESTATE = 512  # characters of a client's tracestate kept: what W3C Trace Context asks vendors to carry
 
 
 def new_span_id() -> int:
@@ -84,7 +85,9 @@ class RequestTrace:
 
 def parse_traceparent(value: str, tracestate: str = "") -> Parent | None:
     """A W3C `traceparent` header (version 00 layout; later versions are read the same way), or None
-    when it is malformed or names the all-zero ids, which the spec says to ignore."""
+    when it is malformed or names the all-zero ids, which the spec says to ignore. A `tracestate`
+    over MAX_TRACESTATE characters is dropped: it is a client's header (up to 64 KiB), held by every
+    span of the trace while it waits for export, and sent upstream."""
     parts = value.strip().lower().split("-")
     if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff" or (parts[0] == "00" and len(parts) != 4):
         return None
@@ -94,4 +97,4 @@ def parse_traceparent(value: str, tracestate: str = "") -> Parent | None:
     trace_id, span_id = int(trace, 16), int(span, 16)
     if not trace_id or not span_id:
         return None
-    return Parent(trace_id, span_id, int(flags, 16), tracestate)
+    return Parent(trace_id, span_id, int(flags, 16), tracestate if len(tracestate) <= MAX_TRACESTATE else "")
