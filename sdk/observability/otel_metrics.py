@@ -6,7 +6,11 @@ HTTP/protobuf exporter (the SDK reads `OTEL_METRIC_EXPORT_INTERVAL` and the othe
 variables). Three histograms, recorded by the metrics stage when a request ends:
 `gen_ai.client.operation.duration` (s), `gen_ai.client.token.usage` ({token}, by
 `gen_ai.token.type` input/output) and `gen_ai.client.operation.time_to_first_chunk` (s, when a
-first token arrived). Attributes are the operation, provider, models, team and `error.type`.
+first token arrived). Attributes are the operation, provider, models, team and `error.type`; the
+models as the Prometheus labels have them (sdk/observability/metrics.py: `ModelLabels`, `RouteLabels`),
+since a client names them: the SDK keeps every attribute set it is handed, and past 2,000 an
+instrument records new ones as one overflow point, so one team inventing model names took the
+series of every team that came after it.
 """
 
 from __future__ import annotations
@@ -66,18 +70,17 @@ def _from_environment() -> None:
     install(MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())], resource=resource()))
 
 
-def record(ctx: RequestContext, answer: Answer | None = None, error: BaseException | None = None) -> None:
-    """Record one ended request (a no-op when these metrics are off)."""
+def record(ctx: RequestContext, model: str, route: str, answer: Answer | None = None, error: BaseException | None = None) -> None:
+    """Record one ended request (a no-op when these metrics are off); `model` is its requested model and
+    `route` the route that answered, as labels (bounded per team)."""
     if not _decided:
         _from_environment()
     if _instruments is None:
         return
     duration, tokens, first_chunk = _instruments
-    request = ctx.request
-    route = (answer.route if answer is not None else "") or ctx.route
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": operation(request.endpoint),
-        "gen_ai.request.model": request.model,
+        "gen_ai.operation.name": operation(ctx.request.endpoint),
+        "gen_ai.request.model": model,
         "slipstream.team": ctx.team,
     }
     if ctx.provider:

@@ -25,10 +25,11 @@ from sdk.types import Answer, LLMResponse, LLMStream
 class MetricsStage:
     name = "metrics"
 
-    def __init__(self, team: str, monitor: metrics.PercentileMonitor, labels: metrics.RouteLabels):
+    def __init__(self, team: str, monitor: metrics.PercentileMonitor, labels: metrics.RouteLabels, models: metrics.ModelLabels):
         self.team = team
         self.monitor = monitor
         self.labels = labels
+        self.models = models  # the OpenTelemetry metrics' request model, which a client names
         self.in_flight = metrics.IN_FLIGHT.labels(team)
         self.overhead = metrics.OVERHEAD.labels(team)
 
@@ -52,7 +53,7 @@ class MetricsStage:
         except BaseException as exc:
             self.in_flight.dec()
             tracing.end(ctx, 500, error=exc)
-            otel_metrics.record(ctx, error=exc)
+            otel_metrics.record(ctx, self.models(ctx.request.model), self.labels(ctx.route or "none"), error=exc)
             live_stats.record(ctx, self.labels(ctx.route or "none"), 500)
             raise
         self.overhead.observe(max(0.0, time.perf_counter() - ctx.timings.start - ctx.timings.upstream_s))
@@ -90,9 +91,10 @@ class MetricsStage:
         usage = answer.usage if answer is not None else None
         access_log.record(ctx, status, usage)
         tracing.end(ctx, status, answer, error)
-        otel_metrics.record(ctx, answer, error)
         route = answer.route if answer is not None else error.route if isinstance(error, UpstreamHTTPError) else ctx.route
-        live_stats.record(ctx, self.labels(route or "none"), status, usage, latency)
+        label = self.labels(route or "none")
+        otel_metrics.record(ctx, self.models(ctx.request.model), label, answer, error)
+        live_stats.record(ctx, label, status, usage, latency)
 
 
 def _is_error_event(item: bytes) -> bool:
@@ -109,4 +111,5 @@ def _error_watch(failed: list[bytes]) -> Callable[[bytes], None]:
 
 
 def build_metrics(policy: Policy, services: Services) -> MetricsStage:
-    return MetricsStage(policy.team, metrics.PercentileMonitor(policy.team, policy.alerts), metrics.RouteLabels(policy))
+    return MetricsStage(policy.team, metrics.PercentileMonitor(policy.team, policy.alerts), metrics.RouteLabels(policy),
+                        metrics.ModelLabels(policy))

@@ -410,3 +410,19 @@ def test_what_a_client_sends_is_held_in_a_trace_within_bounds(traced, exporter, 
         tracing.install(processor)
     [sent] = httpx.get(f"{upstream.url}/_emulator/requests").json()["requests"]
     assert "tracestate" not in sent["headers"]  # before: its 4 KiB went upstream
+
+
+def test_a_teams_invented_model_names_do_not_multiply_the_genai_metrics(traced, reader):
+    """The OpenTelemetry metrics' `gen_ai.request.model` and `gen_ai.response.model` were the model names
+    as sent: a team on a wildcard route made a series per name it invented, in the SDK that keeps every
+    series and, past 2,000 an instrument, records every later one (any team's) as one overflow point
+    without its team. They follow the Prometheus labels now: the policy's names, and the first 32
+    other names of a team, then `other`."""
+    _, proxy = traced
+    client = _claude(proxy)
+    for i in range(40):
+        client.messages.create(model=f"claude-invented-{i}", max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+    models = {p.attributes["gen_ai.request.model"] for p in _points(reader)["gen_ai.client.operation.duration"]
+              if p.attributes.get("slipstream.team") == "routing"}
+    invented = {m for m in models if m.startswith("claude-invented-")}
+    assert len(invented) < 32 and "other" in models  # before: all 40

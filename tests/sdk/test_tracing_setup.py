@@ -75,7 +75,7 @@ def test_a_metrics_endpoint_without_the_extra_turns_only_the_metrics_off(monkeyp
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.metric_exporter", None)
     otel_metrics.reset()
     with caplog.at_level(logging.WARNING, logger="slipstream.tracing"):
-        otel_metrics.record(_context())  # nothing recorded, nothing raised
+        otel_metrics.record(_context(), "gpt-x", "none")  # nothing recorded, nothing raised
         assert tracing.begin(_context()) is None  # the traces variable is not set
     [record] = caplog.records
     assert "OpenTelemetry metrics are off" in record.getMessage() and "slipstream[otel]" in record.getMessage()
