@@ -19,6 +19,8 @@ from .models import anthropic_generates, anthropic_max_output, context_window
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import seed_for
+from .web_search import VERSIONS as WEB_SEARCH_VERSIONS
+from .web_search import searched, tool_problem, web_search_tool
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -152,6 +154,8 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
                 problem = _schema_problem(t["input_schema"], f"tools.{i}.custom.input_schema") if t.get("strict") is True else None
                 if problem:
                     return problem
+            elif t.get("type") in WEB_SEARCH_VERSIONS and (problem := tool_problem(t, f"tools.{i}")):
+                return problem
             if isinstance(t.get("name"), str):
                 names.append(t["name"])
     tc = body.get("tool_choice")
@@ -339,10 +343,13 @@ async def messages(emu: Emulator, call: Call) -> None:
         reply.text = f"```json\n{reply.text}\n```"  # as Claude 4.6+ often answers "JSON and nothing else"
     out_tokens = reply.output_tokens + spent
     tool_id = emu.new_id("toolu_") if reply.tool_name else ""
-    out = {"id": emu.new_id("msg_"), "type": "message", "role": "assistant", "model": model,
-           "content": content_blocks(reply, tool_id, thinking) if body["max_tokens"] else [],
-           "stop_reason": STOP_REASONS[reply.stop], "stop_sequence": reply.stop_sequence,
-           "usage": _usage(plan, out_tokens)}
+    content, usage = content_blocks(reply, tool_id, thinking) if body["max_tokens"] else [], _usage(plan, out_tokens)
+    search = web_search_tool(body) if body["max_tokens"] else None
+    if search is not None:  # one search before the answer (web_search.py)
+        content = searched(body, search, content, emu.new_id("srvtoolu_"))
+        usage["server_tool_use"] = {"web_search_requests": 1}
+    out = {"id": emu.new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": content,
+           "stop_reason": STOP_REASONS[reply.stop], "stop_sequence": reply.stop_sequence, "usage": usage}
     ttft = cfg.ttft_seconds(plan.uncached, plan.read)
     if stream:
         events, tokens = stream_events(out, reply, thinking, _usage(plan, 1), cfg.tokens_per_delta)

@@ -74,8 +74,9 @@ def stream_events(message: dict[str, Any], reply: Reply, thinking: Thinking | No
     for i, block in enumerate(message["content"]):
         typ = block["type"]
         start = {"thinking": {"type": "thinking", "thinking": "", "signature": ""},
-                 "text": {"type": "text", "text": ""},
-                 "tool_use": dict(block, input={})}[typ]
+                 "text": {"type": "text", "text": "", **({"citations": []} if block.get("citations") else {})},
+                 "tool_use": dict(block, input={}), "server_tool_use": dict(block, input={}),
+                 "web_search_tool_result": block}[typ]
         ev.append(sse("content_block_start", {"type": "content_block_start", "index": i,
                                               "content_block": start}))
         toks.append(0)
@@ -91,9 +92,13 @@ def stream_events(message: dict[str, Any], reply: Reply, thinking: Thinking | No
             delta(i, {"type": "signature_delta", "signature": block["signature"]},
                   0 if pieces else thinking.tokens)
         elif typ == "text":
+            for citation in block.get("citations") or ():
+                delta(i, {"type": "citations_delta", "citation": citation}, 0)
             for piece in split_deltas(block["text"], k):
                 delta(i, {"type": "text_delta", "text": piece}, k)
-        else:
+        elif typ == "server_tool_use":  # web_search.py: its input streams as the client tools' does
+            delta(i, {"type": "input_json_delta", "partial_json": orjson.dumps(block["input"]).decode()}, 0)
+        elif typ == "tool_use":
             for frag in [""] + split_chunks(reply.tool_json, 3):
                 delta(i, {"type": "input_json_delta", "partial_json": frag}, max(0, len(frag) // 4))
         ev.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))

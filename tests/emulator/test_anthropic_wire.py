@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anthropic
 import pytest
@@ -200,3 +201,24 @@ def test_bad_request_through_sdk(anth):
     with pytest.raises(anthropic.BadRequestError) as ei:
         anth.messages.create(model=MODEL, max_tokens=10, messages=MSGS, extra_body={"temperature": 3})
     assert ei.value.status_code == 400 and "temperature" in str(ei.value)
+
+
+def test_web_search_server_tool(anth):
+    """A request holding the web search tool gets one search before its answer: server_tool_use, its
+    web_search_tool_result, the text citing the first result; streamed, the same blocks (the query as
+    input_json_delta, the citation as citations_delta). A tool not named web_search is the API's 400."""
+    tools: Any = [{"type": "web_search_20250305", "name": "web_search", "allowed_domains": ["yr.no"]}]
+    ask: Any = [{"role": "user", "content": "Weather in Oslo?"}]
+    message = anth.messages.create(model=MODEL, max_tokens=200, messages=ask, tools=tools)
+    assert [b.type for b in message.content] == ["server_tool_use", "web_search_tool_result", "text"]
+    assert message.content[0].input == {"query": "Weather in Oslo?"} and message.content[1].tool_use_id == message.content[0].id
+    assert message.content[2].citations[0].url == message.content[1].content[0].url and message.content[2].citations[0].url.startswith("https://yr.no/")
+    assert message.usage.server_tool_use.web_search_requests == 1
+    with anth.messages.stream(model=MODEL, max_tokens=200, messages=ask, tools=tools) as stream:
+        streamed = stream.get_final_message()
+    assert [b.type for b in streamed.content] == ["server_tool_use", "web_search_tool_result", "text"]
+    assert streamed.content[0].input == {"query": "Weather in Oslo?"} and streamed.content[2].citations[0].type == "web_search_result_location"
+    assert [b.type for b in anth.messages.create(model=MODEL, max_tokens=200, messages=ask, tools=tools,
+                                                 tool_choice={"type": "none"}).content] == ["text"]
+    with pytest.raises(anthropic.BadRequestError, match=r"tools\.0\.name"):
+        anth.messages.create(model=MODEL, max_tokens=200, messages=ask, tools=[{"type": "web_search_20250305", "name": "search"}])

@@ -210,3 +210,44 @@ def test_a_file_by_url_reaches_claude_as_a_url_document(oa, fresh_emulator):
     assert content[1] == {"type": "document", "source": {"type": "url", "url": url}}
     with pytest.raises(TranslationRefused, match=r"input\.0\.content\.1: a 'input_file' part given by file_id or URL"):
         responses_to_chat({"model": "gpt-4.1", "input": ask}, "Chat Completions")
+
+
+def test_web_search_reaches_claude_as_its_web_search_tool_and_its_citations_come_back(oa, fresh_emulator):
+    """Codex, the Agents SDK's WebSearchTool and the Vercel AI SDK send the Responses `web_search` tool; Claude has
+    the same in its web search server tool, but the request was refused for every translated target. It reaches
+    Claude as web_search_20250305 (user location and allowed domains carried), and Claude's citations come back as
+    url_citation annotations, streamed or not; a later turn's web_search_call item is left out, not refused; Chat's
+    web_search_options take the same way. A Chat Completions target still refuses the tool."""
+    tools: Any = [{"type": "web_search", "user_location": {"type": "approximate", "city": "Oslo", "country": "NO"},
+                   "filters": {"allowed_domains": ["yr.no"]}},
+                  {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]
+    raw = oa.responses.with_raw_response.create(model="gpt-x", input="Weather news in Oslo?", tools=tools,
+                                                include=["web_search_call.action.sources"])
+    sent = _sent(fresh_emulator)
+    assert sent["tools"][-1] == {"type": "web_search_20250305", "name": "web_search", "allowed_domains": ["yr.no"],
+                                 "user_location": {"type": "approximate", "city": "Oslo", "country": "NO"}}
+    assert [tool.get("name") for tool in sent["tools"]] == ["get_weather", "web_search"]
+    assert "include.web_search_call.action.sources" in raw.headers["x-slipstream-dropped-fields"]
+    part = raw.parse().output[0].content[0]  # type: ignore[union-attr]
+    cited = part.annotations[0]  # type: ignore[union-attr]
+    assert cited.type == "url_citation" and cited.url.startswith("https://yr.no/")  # type: ignore[union-attr]
+    assert (cited.start_index, cited.end_index) == (0, len(part.text))  # type: ignore[union-attr]
+    events = list(oa.responses.create(model="gpt-x", input="Weather news in Oslo?", tools=tools, stream=True))
+    added = [e for e in events if e.type == "response.output_text.annotation.added"]
+    final = events[-1].response.output[0].content[0]  # type: ignore[union-attr]
+    assert len(added) == 1 and added[0].annotation.url == cited.url  # type: ignore[union-attr]
+    assert final.annotations[0].url == cited.url and not any("function_call" in e.type for e in events)  # type: ignore[union-attr]
+    history: Any = [{"role": "user", "content": "Weather news in Oslo?"},
+                    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "Oslo"}},
+                    {"role": "assistant", "content": [{"type": "output_text", "text": "Rain.", "annotations": []}]},
+                    {"role": "user", "content": "And tomorrow?"}]
+    assert oa.responses.create(model="gpt-x", input=history, tools=tools).output_text
+    assert [m["role"] for m in _sent(fresh_emulator)["messages"]] == ["user", "assistant", "user"]
+    chat = oa.chat.completions.with_raw_response.create(model="gpt-x", messages=ASK, web_search_options={"search_context_size": "low"})
+    assert chat.parse().choices[0].message.annotations[0].url_citation.url.startswith("https://")  # type: ignore[index]
+    assert chat.headers["x-slipstream-dropped-fields"] == "web_search_options.search_context_size"
+    function: Any = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    chunks = list(oa.chat.completions.create(model="gpt-x", messages=ASK, web_search_options={}, tools=function, stream=True))
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)  # the search's query is not a call of f
+    with pytest.raises(TranslationRefused, match=r"tools\.0: the built-in tool 'web_search'"):
+        responses_to_chat({"model": "gpt-4.1", "input": "news?", "tools": tools}, "Chat Completions")

@@ -16,6 +16,7 @@ import orjson
 from sdk.errors import SlipstreamError, error_body
 from sdk.routing.translation.output_modes import validated
 from sdk.routing.translation.stops import cut
+from sdk.routing.translation.web_search import annotations_a2o
 from sdk.types import Protocol
 
 # stop_reason ↔ finish_reason (Anthropic's Messages and OpenAI's Chat Completions references).
@@ -55,8 +56,10 @@ def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] 
     text validated as JSON. The text is cut at the first of `stops` (the Chat stops Claude refuses,
     stops.py), which ends the answer there."""
     data = orjson.loads(body)
-    texts = [b["text"] for b in data.get("content") or () if b.get("type") == "text"]
+    blocks = [b for b in data.get("content") or () if b.get("type") == "text"]
+    texts = [b["text"] for b in blocks]
     text, stopped = cut("".join(texts), stops)
+    annotations = annotations_a2o(blocks, len(prefill or ""), len(prefill or "") + len(text))  # web search citations
     if prefill is not None:
         text = validated(prefill + text, data.get("stop_reason") == "max_tokens" or stopped)
     calls = [] if stopped else [
@@ -65,6 +68,8 @@ def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] 
     message: dict[str, Any] = {"role": "assistant", "content": text if texts or prefill else None, "refusal": None}
     if calls:
         message["tool_calls"] = calls
+    if annotations:
+        message["annotations"] = annotations
     finish = "stop" if stopped else A2O_STOP.get(data.get("stop_reason") or "", "stop")
     return orjson.dumps({
         "id": f"chatcmpl-{data.get('id', '')}", "object": "chat.completion", "created": int(time.time()),

@@ -57,7 +57,7 @@ class Field:
 T, D, R = Fate.TRANSLATED, Fate.DROPPED, Fate.REFUSED
 # Responses `include` entries that ask for something a translated answer has not and does not miss
 # (there are no reasoning items to carry encrypted content in): dropped, named as `include.ENTRY`.
-INCLUDE_DROPPED = ("reasoning.encrypted_content",)
+INCLUDE_DROPPED = ("reasoning.encrypted_content", "web_search_call.action.sources", "web_search_call.results")
 # OpenAI models that reason and take `reasoning_effort`: the o-series and gpt-5 (not its -chat models),
 # also under a router's vendor prefix (`openai/gpt-5`). Any other Chat model answers 400 to the field
 # (OpenAI: "Unsupported parameter"), the local engine too.
@@ -210,7 +210,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "prediction": Field(R, "no predicted outputs"),
         "verbosity": Field(T, "an instruction at the end of the system prompt (low: be concise; high: be thorough); Claude "
                               "has no such setting", ("medium",)),
-        "web_search_options": Field(R, "a server tool of OpenAI's"),
+        "web_search_options": Field(T, "Claude's web search server tool, web_search_20250305 (user_location carried; "
+                                       "search_context_size dropped, named: Claude has no such setting); its citations come "
+                                       "back as url_citation annotations"),
         "functions": Field(R, "deprecated; send tools"),
         "function_call": Field(R, "deprecated; send tool_choice"),
     },
@@ -267,8 +269,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "
-                              "in the description, not enforced), their calls answered as custom_tool_call items; built-in "
-                              "tools refused"),
+                              "in the description, not enforced), their calls answered as custom_tool_call items; web_search "
+                              "(and web_search_preview) to Claude as its web search server tool, as Chat's "
+                              "web_search_options; other built-in tools, and web search to a Chat target, refused"),
         "tool_choice": Field(T, "tool_choice (a custom tool's as its function's)"),
         "parallel_tool_calls": Field(T, "parallel_tool_calls"),
         "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity (for a Chat model "
@@ -400,7 +403,9 @@ def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:
     messages = body.get("messages")
     messages = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
     if shape is Shape.CHAT:
-        return ["messages.name"] if any(m.get("name") and m.get("role") != "tool" for m in messages) else []
+        search = body.get("web_search_options")
+        sized = ["web_search_options.search_context_size"] if isinstance(search, dict) and search.get("search_context_size") else []
+        return (["messages.name"] if any(m.get("name") and m.get("role") != "tool" for m in messages) else []) + sized
     if shape is Shape.MESSAGES:
         system, tools = body.get("system"), body.get("tools")
         items = [*(system if isinstance(system, list) else ()), *(tools if isinstance(tools, list) else ())]

@@ -32,6 +32,7 @@ from sdk.routing.translation.output_limits import claude_output_limit, default_m
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_id
+from sdk.routing.translation.web_search import claude_tool
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
 _EFFORTS = ("low", "medium", "high", "xhigh")
@@ -256,8 +257,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     tool_choice: dict[str, Any] | None = None
     check(Shape.CHAT, body, "Anthropic")
     for key, value in body.items():
-        if value is None or key in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
-                   "max_completion_tokens", "user", "stream_options", "response_format") or fate(Shape.CHAT, key, value) is Fate.DROPPED:
+        if value is None or key in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens", "max_completion_tokens",
+                                    "user", "stream_options", "response_format", "web_search_options") or fate(Shape.CHAT, key, value) is Fate.DROPPED:
             continue
         if key == "stop":
             sent = split_stops(value)[0]  # whitespace-only stops, which Claude refuses, are the gateway's (stops.py)
@@ -308,6 +309,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
         if body.get("parallel_tool_calls") is False and tool_choice["type"] != "none":
             tool_choice["disable_parallel_tool_use"] = True
         out["tool_choice"] = tool_choice
+    if body.get("web_search_options") is not None:  # Claude's web search server tool (web_search.py)
+        out.setdefault("tools", []).append(claude_tool(body["web_search_options"]))
     return out
 
 

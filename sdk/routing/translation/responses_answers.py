@@ -20,6 +20,7 @@ import jiter
 import orjson
 
 from sdk.routing.translation.responses_requests import CUSTOM_INPUT
+from sdk.routing.translation.web_search import annotations_c2r
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -83,8 +84,10 @@ def _echoed(tool: dict[str, Any]) -> dict[str, Any]:
             "parameters": tool.get("parameters"), "strict": bool(tool.get("strict", False))}
 
 
-def message_item(item_id: str, text: str, status: str = "completed", refusal: bool = False) -> dict[str, Any]:
-    part = {"type": "refusal", "refusal": text} if refusal else {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def message_item(item_id: str, text: str, status: str = "completed", refusal: bool = False,
+                 annotations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    part = ({"type": "refusal", "refusal": text} if refusal else
+            {"type": "output_text", "text": text, "annotations": annotations or [], "logprobs": []})
     return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": [part]}
 
 
@@ -118,8 +121,8 @@ def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> by
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     output: list[dict[str, Any]] = []
-    if message.get("content"):
-        output.append(message_item(new_id("msg"), message["content"]))
+    if message.get("content"):  # with the url_citation annotations of a web search (web_search.py)
+        output.append(message_item(new_id("msg"), message["content"], annotations=annotations_c2r(message)))
     elif message.get("refusal"):
         output.append(message_item(new_id("msg"), message["refusal"], refusal=True))
     custom = custom_tools(request)

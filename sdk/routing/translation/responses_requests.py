@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from sdk.routing.translation import web_search
 from sdk.routing.translation.fields import Shape, check, effort_travels, reasons, refuse, retention_travels
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
 from sdk.routing.translation.tool_ids import openai_tool_id
@@ -56,8 +57,14 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     out["messages"] += _messages(items or [], target)
-    if body.get("tools"):
-        out["tools"] = [_tool(tool, f"tools.{i}", target) for i, tool in enumerate(body["tools"])]
+    tools = list(enumerate(body.get("tools") or ()))
+    if target.startswith("Anthropic"):  # web search: Claude's server tool, by way of Chat's web_search_options
+        searches = [tool for _, tool in tools if isinstance(tool, dict) and tool.get("type") in web_search.RESPONSES_TOOLS]
+        if searches:
+            out["web_search_options"] = web_search.options_of(searches[0])
+        tools = [(i, tool) for i, tool in tools if not any(tool is search for search in searches)]
+    if tools:
+        out["tools"] = [_tool(tool, f"tools.{i}", target) for i, tool in tools]
     if body.get("tool_choice") is not None:
         out["tool_choice"] = _tool_choice(body["tool_choice"], target)
     return out
@@ -159,9 +166,10 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             text, parts = _output(item.get("output"), where, target)
             out.append({"role": "tool", "tool_call_id": openai_tool_id(item["call_id"]), "content": text})
             attached += parts
-        elif kind == "reasoning":
+        elif kind in ("reasoning", "web_search_call"):
             # Reasoning from another model cannot be replayed (OpenAI drops it too on a model mismatch:
-            # `input_transformations` reason "model_mismatch"); the visible turns carry the conversation.
+            # `input_transformations` reason "model_mismatch"); a search done holds nothing another model
+            # could read (web_search.py). The visible turns carry the conversation.
             continue
         else:
             raise refuse(f"{where}: a {kind!r} item", target)

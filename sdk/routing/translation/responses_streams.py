@@ -34,6 +34,7 @@ from sdk.routing.translation.responses_answers import (
     usage_c2r,
 )
 from sdk.routing.translation.streams import DONE, ChunkError, read_chunk
+from sdk.routing.translation.web_search import annotations_c2r
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
 
@@ -94,6 +95,8 @@ class ChatToResponses:
                 out += self._text(delta["content"])
             if delta.get("refusal"):
                 out += self._text(delta["refusal"], refusal=True)
+            if delta.get("annotations"):
+                out += self._annotated(annotations_c2r(delta))
             for call in delta.get("tool_calls") or ():
                 out += self._call(call)
             if choice.get("finish_reason"):
@@ -136,6 +139,17 @@ class ChatToResponses:
         extra: dict[str, Any] = {} if refusal else {"logprobs": []}
         out.append(self._event("response.refusal.delta" if refusal else "response.output_text.delta", item_id=self.open["id"],
                                output_index=len(self.output), content_index=0, delta=text, **extra))
+        return out
+
+    def _annotated(self, annotations: list[dict[str, Any]]) -> list[bytes]:
+        """Web search citations of the text streamed so far (web_search.py), on the open message's text part."""
+        if self.open is None or self.open["type"] != "message" or self.open["content"][0]["type"] != "output_text":
+            return []
+        part, out = self.open["content"][0], []
+        for annotation in annotations:
+            part["annotations"].append(annotation)
+            out.append(self._event("response.output_text.annotation.added", item_id=self.open["id"], output_index=len(self.output),
+                                   content_index=0, annotation_index=len(part["annotations"]) - 1, annotation=annotation))
         return out
 
     def _call(self, call: dict[str, Any]) -> list[bytes]:

@@ -19,6 +19,7 @@ from sdk.errors import error_event
 from sdk.routing.translation.bodies import A2O_STOP, stop_o2a, usage_a2o, usage_o2a
 from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
+from sdk.routing.translation.web_search import url_citations
 from sdk.sse import event_data
 from sdk.types import Protocol, Usage
 from sdk.usage import merge_anthropic_usage
@@ -150,6 +151,8 @@ class AnthropicToOpenAI:
         self.argued: set[int] = set()  # Anthropic block indexes of tool calls whose arguments have begun
         self.finish_reason = "stop"
         self.usage = Usage()
+        self.sent = len(self.prefill)  # characters of the answer sent so far
+        self.cited: tuple[int, list[Any]] = (0, [])  # the open text block's start and its web search citations
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         payload: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
@@ -157,6 +160,12 @@ class AnthropicToOpenAI:
         if self.include_usage:
             payload["usage"] = None
         return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+    def _citations(self) -> list[bytes]:
+        """The ended text block's web search citations, as a chunk of url_citation annotations (web_search.py)."""
+        (start, citations), self.cited = self.cited, (self.sent, [])
+        annotations = url_citations(citations, start, self.sent)
+        return [self._chunk({"annotations": annotations})] if annotations else []
 
     def feed(self, event: bytes) -> list[bytes]:
         data = event_data(event)
@@ -173,6 +182,8 @@ class AnthropicToOpenAI:
             return []  # a stop the gateway applies ended the answer: nothing after it
         if kind == "content_block_start":
             block = payload.get("content_block") or {}
+            if block.get("type") == "text":
+                self.cited = (self.sent, [])
             if block.get("type") != "tool_use":
                 return []
             index = self.tools[payload["index"]] = len(self.tools)
@@ -183,8 +194,12 @@ class AnthropicToOpenAI:
             if delta.get("type") == "text_delta":
                 text = delta.get("text", "")
                 text = self.cutter.feed(self.fence.feed(text) if self.fence else text)
+                self.sent += len(text)
                 return [self._chunk({"content": text})] if text or not self.cutter.stops else []
-            if delta.get("type") == "input_json_delta" and delta.get("partial_json"):
+            if delta.get("type") == "citations_delta":
+                self.cited[1].append(delta.get("citation"))
+            if delta.get("type") == "input_json_delta" and delta.get("partial_json") and payload.get("index") in self.tools:
+                # (a server tool's input, Claude's web search query, is not a call of the client's: web_search.py)
                 self.argued.add(payload["index"])
                 call = {"index": self.tools.get(payload["index"], 0), "function": {"arguments": delta["partial_json"]}}
                 return [self._chunk({"tool_calls": [call]})]
@@ -194,7 +209,10 @@ class AnthropicToOpenAI:
             text = self.cutter.feed(self.fence.flush()) if self.fence else ""
             text += self.cutter.flush()
             if text:
-                return [self._chunk({"content": text})]
+                self.sent += len(text)
+                return [self._chunk({"content": text}), *self._citations()]
+        if kind == "content_block_stop" and self.cited[1]:
+            return self._citations()
         if kind == "content_block_stop" and payload.get("index") in self.tools and payload["index"] not in self.argued:
             # A tool_use with no input streamed: OpenAI's arguments are then `{}`, never empty (clients parse them).
             call = {"index": self.tools[payload["index"]], "function": {"arguments": "{}"}}
