@@ -149,8 +149,8 @@ class LocalProvider:
         messages = chat.get("messages")
         if not isinstance(messages, list):
             raise SlipstreamError("'messages' must be a list", status=400)
-        try:
-            return len(await asyncio.to_thread(prompt_token_ids, messages, engine.tokenizer))
+        try:  # the team's turn in the heavy-work pool: seconds for a few MiB, and asyncio's pool is first come, first served
+            return len(await off_loop(prompt_token_ids, messages, engine.tokenizer))
         except RequestError as exc:
             raise SlipstreamError(str(exc), status=exc.status) from exc
 

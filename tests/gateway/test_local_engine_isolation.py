@@ -72,3 +72,32 @@ def test_a_large_local_prompt_does_not_hold_other_teams(tmp_path, emulator):
     # the gateway. With the tokenizing on the loop, none could be once it had begun.
     inside = [pair for pair in answered if pair[0] > started and pair[1] < ended]
     assert len(inside) >= 10, f"team beta got {len(inside)} answers during alpha's {ended - started:.1f}s request"
+
+
+def test_a_local_token_count_is_its_teams_turn_in_the_heavy_work_pool(tmp_path, emulator, monkeypatch):
+    """Counting a prompt for the in-process engine (count_tokens, a translated count) renders its chat
+    template and tokenizes it, seconds for a few MiB. It ran in asyncio's default thread pool, first
+    come, first served, which policy reloads, `/metrics` and the shared cache's replication use too:
+    one team's many large counts held every other team's, and those. It is the team's turn in the
+    heavy-work pool now, where the teams take turns."""
+    import anthropic
+
+    from localengine import serving_chat
+    from sdk.offload import TENANT
+
+    ran: list[tuple[str, str]] = []
+    count = serving_chat.prompt_token_ids
+
+    def recorded(*args, **kwargs):
+        ran.append((threading.current_thread().name.rsplit("-", 1)[0], TENANT.get()))
+        return count(*args, **kwargs)
+
+    monkeypatch.setattr(serving_chat, "prompt_token_ids", recorded)
+    alpha = write_policy(tmp_path, "alpha", KEY_A, emulator.url)
+    text = alpha.read_text().replace("providers:\n", "providers:\n  local: {kind: local, model: demo}\n")
+    alpha.write_text(text.replace("routes:\n", "routes:\n" + LOCAL))
+    with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+        _ready(proxy.url)
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY_A, max_retries=0)
+        assert client.messages.count_tokens(model="local-demo", messages=HELLO).input_tokens > 0
+    assert [r for r in ran if r[1] == "alpha"] == [("slipstream-heavy", "alpha")]  # before: asyncio's default pool (uvloop_1)
