@@ -183,14 +183,15 @@ def test_prompt_cache_options_reach_claude_left_out_and_named(oa, fresh_emulator
 
 
 def test_a_temperature_reaches_gpt_5_1_at_its_default_effort_none_and_is_left_out_when_it_reasons(an, fresh_emulator):
-    """gpt-5.1 to 5.5 default to reasoning effort none and take temperature and top_p there (OpenAI's GPT-5.1/5.2
-    guides); a Messages client's temperature 0 was left out for every reasoning model, so its answers were sampled
-    at 1. Asking the model to reason (thinking enabled, output_config.effort) still leaves them out, as before."""
+    """gpt-5.1 to 5.5 take temperature and top_p at reasoning effort none (OpenAI's GPT-5.1/5.2 guides), which is
+    sent with them (a Messages request without thinking asks for none); a Messages client's temperature 0 was left out
+    for every reasoning model, so its answers were sampled at 1. Asking the model to reason (thinking enabled,
+    output_config.effort) still leaves them out, as before."""
     raw = an.messages.with_raw_response.create(model="claude-51-x", max_tokens=64, messages=ASK,
                                                extra_body={"temperature": 0, "top_p": 0.5})
     assert raw.parse().content and "temperature" not in raw.headers.get("x-slipstream-dropped-fields", "")
     sent = _sent(fresh_emulator)
-    assert sent["model"] == "gpt-5.1" and sent["temperature"] == 0 and sent["top_p"] == 0.5 and "reasoning_effort" not in sent
+    assert sent["model"] == "gpt-5.1" and sent["temperature"] == 0 and sent["top_p"] == 0.5 and sent["reasoning_effort"] == "none"
     raw = an.messages.with_raw_response.create(model="claude-51-x", max_tokens=2048, messages=ASK,
                                                thinking={"type": "enabled", "budget_tokens": 1024}, extra_body={"temperature": 0})
     assert "temperature" in raw.headers["x-slipstream-dropped-fields"].split(",")

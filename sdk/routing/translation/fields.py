@@ -102,7 +102,7 @@ def asks_effort(body: dict[str, Any]) -> bool:
 
 def takes_sampling(body: dict[str, Any]) -> bool:
     """Whether the OpenAI target model of a translated Messages `body` takes temperature and top_p: a model that
-    does not reason, and one of gpt-5.1's family at effort none (its default), which the request does not raise."""
+    does not reason, and one of gpt-5.1's family at effort none (sent with them), which the request does not raise."""
     model = body.get("model")
     return not reasons(model) or (bool(_SAMPLES_UNREASONED.match(str(model or ""))) and not asks_effort(body))
 
@@ -231,7 +231,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                    "OpenAI's 4: a 400 before sending)"),
         "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
         "temperature": Field(T, "temperature (dropped for a reasoning model, o-series and gpt-5, which samples as it does "
-                                "and refuses it; gpt-5.1 to 5.5 take it at reasoning effort none, their default: dropped "
+                                "and refuses it; gpt-5.1 to 5.5 take it at reasoning effort none, which is then sent: dropped "
                                 "only when thinking or output_config.effort asks for reasoning)"),
         "top_p": Field(T, "top_p (dropped for a reasoning model, as temperature)"),
         "tools": Field(T, "function tools (strict unless the schema has optional inputs, which OpenAI's strict mode "

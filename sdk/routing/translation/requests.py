@@ -110,6 +110,8 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     effort = _a2o_effort(body)
     if effort is not None and reasons(out["model"]):  # other models take no reasoning_effort (fields.py names it dropped)
         out["reasoning_effort"] = effort
+    elif reasons(out["model"]) and ("temperature" in out or "top_p" in out):
+        out["reasoning_effort"] = "none"  # gpt-5.1's family samples at effort none only: said, not left to a default
     system = body.get("system")
     if system:
         out["messages"].append({"role": "system", "content": _text_of(system, "system", "OpenAI")})
