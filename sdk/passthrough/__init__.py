@@ -37,6 +37,7 @@ no retries: a streamed body cannot be sent twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
@@ -64,12 +65,12 @@ from sdk.passthrough.bodies import (
     Tally,
     batch_params,
     bounded,
+    input_file_parts,
     json_object,
     keyed_body,
     keyed_params,
     keyed_upload,
     once,
-    read_input_file_lines,
     read_object,
     requested_models,
     rewrite_results_url,
@@ -223,15 +224,33 @@ class _Exchange:
         shown = sorted(distinct)[:_LOGGED_MODELS]
         self.model = ",".join(shown + ([f"+{len(distinct) - len(shown)} more"] if len(distinct) > len(shown) else []))
 
-    def worst_cost(self, requests: list[LLMRequest]) -> float:
+    def worst_cost(self, requests: list[LLMRequest], first: int = 0) -> float:
         """What these requests may cost at most (each one's reservation: input counted, its output
-        limit, the dearest target's price), at batch rates for a batch. For a budgeted team, the
-        limits stage's 403 when a model has no price. A completion counts like a chat request."""
+        limit, the dearest target's price), at batch rates for a batch (whose requests are counted from
+        its `first`). For a budgeted team, the limits stage's 403 when a model has no price. A
+        completion counts like a chat request."""
         if self.op.action == "complete":
             return self.limits.reservation(requests[0])
-        worst = sum(self.limits.reservation(request, RESERVE_EXACT_CHARS if i < BATCH_EXACT else 0)
+        worst = sum(self.limits.reservation(request, RESERVE_EXACT_CHARS if first + i < BATCH_EXACT else 0)
                     for i, request in enumerate(requests))
         return worst * BATCH_RATE
+
+    async def check_batch_input(self, file_id: str, limit: int) -> float:
+        """Check a batch's input file (the files and account objects its lines name, the models they
+        run) a part at a time as it is read from the provider, and its worst cost at batch rates."""
+        models: dict[str, None] = {}
+        worst, count = 0.0, 0
+        async with contextlib.aclosing(input_file_parts(self.provider, file_id, limit)) as parts:
+            async for lines, size in parts:
+                bodies = [line for _, line in lines]
+                await self.owners.check_files(self.team.team, bodies, size)
+                check_account_objects(self.limits.provider_objects, bodies)
+                models.update(dict.fromkeys(str(line.get("model") or "") for line in bodies))
+                worst += self.worst_cost([LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line)
+                                          for url, line in lines], count)
+                count += len(lines)
+        self.check_models(list(models))
+        return worst
 
     def settle(self, model: str = "", usage: Usage | None = None, estimated: bool = False) -> None:
         admission, self.admission = self.admission, None
@@ -315,11 +334,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         file_id = request.get("input_file_id")
         if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:
             raise ex.not_found("file", str(file_id))
-        lines, size = await read_input_file_lines(provider, file_id, limit)
-        await ex.owners.check_files(team.team, [line for _, line in lines], size)
-        check_account_objects(ex.limits.provider_objects, [line for _, line in lines])
-        ex.check_models([str(line.get("model") or "") for _, line in lines])
-        batch_worst = ex.worst_cost([LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line) for url, line in lines])
+        batch_worst = await ex.check_batch_input(file_id, limit)
     if batch_worst:  # it runs after this call answers: only a batch whose worst case fits is created
         await ex.limits.check_fits(batch_worst, "batch at batch rates")
     if op.object_id:

@@ -5,13 +5,13 @@ it namespaces to the team (as the pipeline does, sdk/promptcache/keys.py).
 Only small JSON objects are parsed whole (a create's request, an object or a list page, at most
 MAX_OBJECT); content downloads, batch results and completions stream through and are scanned line by
 line as they pass, and so are uploads (a batch input file's lines are keyed to the team on their way
-up; one already uploaded is read back from the provider, `read_input_file_lines`, to check its models
-and cost). Bodies are bounded by the team's limit as they are read (`whole`, `bounded`).
+up; one already uploaded is read back from the provider, `input_file_parts`, to check its models
+and cost a part at a time). Bodies are bounded by the team's limit as they are read (`whole`, `bounded`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,10 +252,12 @@ def batch_params(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [r["params"] for r in requests if isinstance(r, dict) and isinstance(r.get("params"), dict)] if isinstance(requests, list) else []
 
 
-async def read_input_file_lines(provider: HTTPProvider, file_id: str, limit: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+async def input_file_parts(provider: HTTPProvider, file_id: str, limit: int) -> AsyncGenerator[tuple[list[tuple[str, dict[str, Any]]], int], None]:
     """The requests a batch input file runs, (`url`, `body`) per line, read from the provider (the
-    file went up streamed), and the file's size. A line too long to read could hide a model or a
-    cost: refused."""
+    file went up streamed) a part at a time as it arrives, each with its size in bytes: the caller
+    checks a part and lets it go (a file may be as large as the team's upload limit, 512 MiB by
+    default, and held whole its lines took gigabytes of the process every team shares). A line too
+    long to read could hide a model or a cost: refused."""
     url = f"{provider.base_url}/files/{file_id}/content"
     client = provider.client or upstream_for_running_loop()
     response = await client.request("GET", url, provider.dialect.auth(provider.keys.keys[provider.keys.order()[0]]), b"",
@@ -266,18 +268,21 @@ async def read_input_file_lines(provider: HTTPProvider, file_id: str, limit: int
             raise NotFoundError(MISSING_FILE.format(file_id))
         raise SlipstreamError(f"could not read the batch input file to check its models (the provider answered {response.status})",
                               status=502)
-    lines, found, size = Lines(), [], 0
-    async for chunk in response.iter_chunks():
-        size += len(chunk)
-        if size > limit:
-            response.abort()
-            raise RequestTooLargeError(f"the batch input file is over this team's limit of {limit} bytes")
-        found += input_file_lines(iter(lines.feed(chunk)))
-        if lines.skipped:
-            response.abort()
-            raise InvalidRequestError(f"a line of batch input file {file_id} is over {MAX_LINE} bytes, too long for the "
-                                      "gateway to check the model and cost it runs")
-    return found + input_file_lines(iter(lines.end())), size
+    lines, size = Lines(), 0
+    try:
+        async for chunk in response.iter_chunks():
+            size += len(chunk)
+            if size > limit:
+                raise RequestTooLargeError(f"the batch input file is over this team's limit of {limit} bytes")
+            found = input_file_lines(iter(lines.feed(chunk)))
+            if lines.skipped:
+                raise InvalidRequestError(f"a line of batch input file {file_id} is over {MAX_LINE} bytes, too long for the "
+                                          "gateway to check the model and cost it runs")
+            yield found, len(chunk)
+    except BaseException:
+        response.abort()
+        raise
+    yield input_file_lines(iter(lines.end())), 0
 
 
 async def tallied(response: UpstreamResponse, tally: Tally | None) -> AsyncIterator[bytes]:

@@ -381,3 +381,26 @@ routes:
             steered.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
     sent = [orjson.loads(r["body"])["model"] for r in upstream(fresh_emulator, "/completions") if "chat" not in r["path"]]
     assert sent == ["gpt-3.5-turbo-instruct"] and upstream(fresh_emulator, "batches") == []  # before: gpt-4o, davinci-002, the odd names, a batch
+
+
+def test_a_batch_input_file_is_checked_a_part_at_a_time(proxy, fresh_emulator, monkeypatch):
+    """Creating a batch reads its input file back from the provider to check what its lines run. Every
+    line was parsed and held, then checked in one pass on the event loop every team shares: a file
+    may be as large as the team's upload limit (512 MiB by default), gigabytes of parsed lines and
+    seconds of the loop. Its lines are checked a part at a time as they arrive now, and let go."""
+    import sdk.passthrough as passthrough
+
+    seen: list[int] = []
+    check = passthrough.check_account_objects
+
+    def counted(objects, bodies):
+        bodies = list(bodies)
+        seen.append(len(bodies))
+        return check(objects, bodies)
+
+    monkeypatch.setattr(passthrough, "check_account_objects", counted)
+    alpha = oai(proxy, A)
+    source = alpha.files.create(file=("in.jsonl", b"\n".join(line(f"r{i}") for i in range(20_000)) + b"\n"), purpose="batch")
+    batch = alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.id and seen[0] == 1 and sum(seen[1:]) == 20_000  # the create request, then the file's lines
+    assert max(seen[1:]) < 20_000  # before: every line in one part
