@@ -245,11 +245,13 @@ class _Exchange:
                 bodies = [line for _, line in lines]
                 await self.owners.check_files(self.team.team, bodies, size)
                 check_account_objects(self.limits.provider_objects, bodies)
-                models.update(dict.fromkeys(str(line.get("model") or "") for line in bodies))
+                new = [model for model in dict.fromkeys(str(line.get("model") or "") for line in bodies) if model not in models]
+                self.check_models(new)  # as they come: a name is never held unchecked (a line may be 16 MiB)
+                models.update(dict.fromkeys(new))
                 worst += self.worst_cost([LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line)
                                           for url, line in lines], count)
                 count += len(lines)
-        self.check_models(list(models))
+        self.check_models(list(models))  # the names the access log and span show
         return worst
 
     def settle(self, model: str = "", usage: Usage | None = None, estimated: bool = False) -> None:
