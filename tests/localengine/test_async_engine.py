@@ -109,8 +109,11 @@ async def test_a_slow_reader_holds_its_latest_output_only(engine):
     first = await anext(stream)
     await wait_idle(engine)  # the engine finished while the reader read nothing
     rest = [out async for out in stream]
-    assert len(first.outputs[0].token_ids) < 60
-    assert len(rest) == 1 and rest[0].finished and len(rest[0].outputs[0].token_ids) == 60  # before: 59 outputs
+    # Usually the first output holds one token and the rest is the finished one (before: 59 outputs);
+    # on a loaded machine the engine's thread may run steps before the reader wakes, and those merge
+    # into the first.
+    final = [first, *rest][-1]
+    assert len(rest) <= 1 and final.finished and len(final.outputs[0].token_ids) == 60
 
     req = ChatRequest("chatcmpl-slow", "m", list(range(3, 40)), params, n=2, stream=True, include_usage=False,
                       cache_salt=None, top_logprobs=None, created=0)
@@ -118,10 +121,13 @@ async def test_a_slow_reader_holds_its_latest_output_only(engine):
     chunks = [await anext(events) for _ in range(3)]  # the two role chunks, then the first token's
     await wait_idle(engine)
     late = [chunk async for chunk in events]
-    assert len(late) <= 6  # before: a chunk per token of each choice, about 120
+    # What can wait for a reader, whatever the engine did meanwhile: the merge's queue (one item a
+    # choice), an item each choice's pump holds while the queue is full, and each stream's newest
+    # output, then [DONE]: 3 n + 1 = 7 (a quiet machine shows 6). Before: a chunk per token of each choice, about 120.
+    assert len(late) <= 3 * req.n + 1
     texts = ["", ""]
     for chunk in chunks + late:
         if chunk.startswith(b"data: {"):
             for choice in orjson.loads(chunk[6:])["choices"]:
                 texts[choice["index"]] += choice["delta"]["content"]
-    assert texts == [rest[0].outputs[0].text] * 2
+    assert texts == [final.outputs[0].text] * 2
