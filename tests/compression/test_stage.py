@@ -11,6 +11,7 @@ from sdk.observability.metrics import REGISTRY
 from sdk.runtime import slipstream_headers
 from sdk.types import Endpoint, LLMRequest
 from tests.compression.textdata import FILLER, document
+from tests.helpers import requires_extra
 
 QUESTION = "What happens when the iterator of a for loop is exhausted?"
 TOOLS = [{"name": "lookup", "description": "Look a word up. " * 200, "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}}}]
@@ -198,6 +199,7 @@ async def test_token_counts_are_remembered_without_the_texts(make_runtime, fresh
     assert kept < 1024  # before: the message's 300,000 characters and more
 
 
+@requires_extra("semantic")  # the static scorer reads MiniLM's embedding table
 def test_word_vectors_are_remembered_for_words_of_a_usual_length_only():
     """The static scorer remembers each word's vector, for every team in one memo of up to 200,000
     words, and kept words of any length: a team's documents of long 'words' (a base64 blob is one)

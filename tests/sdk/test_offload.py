@@ -11,7 +11,7 @@ import openai
 from gateway.testing import running_proxy
 from sdk import requests
 from sdk.offload import TENANT, off_loop
-from tests.helpers import PATIENCE_S, write_policy
+from tests.helpers import PATIENCE_S, requires_extra, write_policy
 
 
 async def test_the_heavy_work_pool_serves_teams_in_turn():
@@ -56,6 +56,7 @@ def test_a_large_request_is_parsed_as_its_teams_work(tmp_path: Path, fresh_emula
     assert tenants == ["alpha"]
 
 
+@requires_extra("semantic")  # compression's default turns document pruning on
 def test_compression_runs_in_the_heavy_work_pool_as_its_teams_work(tmp_path: Path, fresh_emulator, monkeypatch):
     """Compression's CPU work ran in asyncio's default pool, first come, first served, so one team's
     compression of large documents held every other team's (and the response store's SQLite calls,
