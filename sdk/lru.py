@@ -4,6 +4,9 @@ The per-team memories (compressed pieces, conversation summaries, a conversation
 prompt) hold keys that come from clients, so each must stay bounded; this is the one bounded map
 they share. It is not thread-safe: a caller used from worker threads holds its own lock.
 
+`TeamMemo` is the other shape: one memo that every team's requests share (token counts by digest),
+bounded in all, each team's entries in a map of its own.
+
 Two bounded maps keep their own OrderedDict for what this one leaves out: the embedding cache
 (sdk/cache/embeddings.py) bounds bytes as well as entries, under limits each call passes, and
 expires entries; prefix affinity (sdk/routing/affinity.py) refreshes an entry only when its owner is
@@ -12,8 +15,9 @@ still a candidate, and keeps a count of prefix roots per owner that eviction mus
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -49,3 +53,45 @@ class LRU(Generic[K, V]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
+
+
+class TeamMemo(Generic[K, V]):
+    """Values by (team, key), at most `bound` in all. When it is full, the team holding the most
+    entries loses its own: a team's flood of new keys clears its own memo. One map cleared wholesale
+    when full let one team's flood clear every team's memo, so the others' next requests counted
+    again what they had counted (on the event loop) or estimated it. Safe across threads."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self._teams: dict[str, dict[K, V]] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, team: str, key: K) -> V | None:
+        memo = self._teams.get(team)
+        return memo.get(key) if memo is not None else None
+
+    def put(self, team: str, key: K, value: V) -> None:
+        with self._lock:
+            memo = self._teams.setdefault(team, {})
+            if key not in memo:
+                if self._size >= self.bound:
+                    fullest = self._teams[max(self._teams, key=lambda t: len(self._teams[t]))]
+                    self._size -= len(fullest)
+                    fullest.clear()
+                self._size += 1
+            memo[key] = value
+
+    def __contains__(self, item: object) -> bool:
+        """`(team, key) in memo`."""
+        if not isinstance(item, tuple) or len(item) != 2:
+            return False
+        memo = self._teams.get(item[0])
+        return memo is not None and item[1] in memo
+
+    def __iter__(self) -> Iterator[tuple[str, K]]:
+        """Every (team, key) held."""
+        return iter([(team, key) for team, memo in self._teams.items() for key in list(memo)])
+
+    def __len__(self) -> int:
+        return self._size

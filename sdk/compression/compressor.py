@@ -20,7 +20,7 @@ from sdk.compression import documents, extractive, places, tokens
 from sdk.compression.history import HistoryCompactor
 from sdk.compression.places import Found
 from sdk.compression.scoring import score_contextual, score_static
-from sdk.lru import LRU
+from sdk.lru import LRU, TeamMemo
 from sdk.offload import off_loop
 from sdk.pipeline import CompressionReport
 
@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("slipstream.compression")
 # (team, digest of a message's text) → tokens: conversations resend the same turns every time. Per team: a
 # count found is much faster than one made, and the time shows in x-slipstream-overhead-ms (another team's
-# text). A digest, not the text: the memo would keep 16,384 texts of any size alive.
-_COUNTS: dict[tuple[str, bytes], int] = {}
-_MAX_COUNTS = 16_384
+# text). A digest, not the text: the memo would keep 16,384 texts of any size alive. When full, the fullest
+# team's entries go (sdk/lru.py:TeamMemo), not every team's.
+_COUNTS: TeamMemo[bytes, int] = TeamMemo(16_384)
 _MAX_OUTCOMES = 1024  # compressed pieces remembered per team
 _MIN_CHARS_PER_TOKEN = 2  # cheap pre-filter: text shorter than this many characters per token cannot reach min_tokens
 _KNOWN = extractive.Prepared("", [], [], [], [], [], [], 0)  # placeholder for a piece whose outcome is remembered
@@ -189,13 +189,11 @@ def _body_counts(team: str, body: dict[str, Any]) -> list[int]:
 
 
 def _count(team: str, text: str) -> int:
-    key = (team, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
-    n = _COUNTS.get(key)
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    n = _COUNTS.get(team, digest)
     if n is None:
         n = tokens.count(text)
-        if len(_COUNTS) >= _MAX_COUNTS:
-            _COUNTS.clear()
-        _COUNTS[key] = n
+        _COUNTS.put(team, digest, n)
     return n
 
 

@@ -15,11 +15,11 @@ from typing import ClassVar
 
 import tiktoken
 
+from sdk.lru import TeamMemo
 from sdk.offload import HEAVY_POOL
 
 _ENCODING: tiktoken.Encoding | None = None
-_COUNTS: dict[tuple[str, int], int] = {}  # (team, block digest) → tokens
-_MAX_COUNTS = 65_536  # entries; cleared wholesale when full (cheap, bounded)
+_COUNTS: TeamMemo[int, int] = TeamMemo(65_536)  # (team, block digest) → tokens; when full, the fullest team's go
 IMAGE_TOKENS = 1000  # rough cost of an image / binary document; calibration absorbs the error
 
 
@@ -32,9 +32,7 @@ def load_encoding() -> tiktoken.Encoding:
 
 def _exact(key: tuple[str, int], text: str) -> int:
     n = len(load_encoding().encode_ordinary(text)) if text else 0
-    if len(_COUNTS) >= _MAX_COUNTS:
-        _COUNTS.clear()
-    _COUNTS[key] = n
+    _COUNTS.put(*key, n)
     return n
 
 
@@ -60,7 +58,7 @@ class RequestCounter:
     def count(self, digest: int, text: str) -> int:
         """Tokens in `text`, whose digest is `digest` (the caller hashes anyway, so reuse it as key)."""
         key = (self.team, digest)
-        n = _COUNTS.get(key)
+        n = _COUNTS.get(*key)
         if n is not None:
             return n
         if len(text) <= self.exact_left:

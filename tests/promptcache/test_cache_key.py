@@ -21,7 +21,7 @@ from emulator.app import EmulatorConfig
 from emulator.testing import RunningEmulator, running_emulator
 from gateway.testing import running_proxy
 from sdk.promptcache import keys
-from tests.helpers import write_policy
+from tests.helpers import wait_until, write_policy
 
 SHARED_KEY = "org-key-shared-by-every-team"
 ALPHA, BETA = "sk-team-alpha-pc", "sk-team-beta-pc"
@@ -225,5 +225,20 @@ async def test_one_teams_large_prompts_do_not_take_every_teams_background_counts
     tokens.RequestCounter("beta").count(2000, big)
     gate.set()
     await asyncio.gather(*(asyncio.wrap_future(f) for f in held))
-    await asyncio.wrap_future(HEAVY_POOL.submit(lambda: None))  # beta's turn again: its count ran before
-    assert ("beta", 2000) in tokens._COUNTS
+    await asyncio.wrap_future(HEAVY_POOL.submit(lambda: None))  # beta's turn again: its count ran before, or runs
+    wait_until(lambda: ("beta", 2000) in tokens._COUNTS, "beta's background count", timeout_s=5)  # on the other thread
+
+
+def test_one_teams_many_texts_do_not_clear_another_teams_token_counts():
+    """Token counts are remembered in one memo every team shares (65,536 entries; compression's is
+    16,384), which was cleared wholesale when full: a team sending that many distinct blocks cleared
+    every team's counts, and the others' next requests counted their prompts again on the event loop
+    (up to 64 KiB each) or estimated them. When it is full now, the team holding the most entries
+    loses its own (sdk/lru.py:TeamMemo)."""
+    from sdk.promptcache import tokens
+
+    tokens.RequestCounter("beta").count(1, "the other team's system prompt")
+    for i in range(65_536 + 5_000):  # past the memo's bound
+        tokens.RequestCounter("alpha").count(10_000 + i, f"block {i}")
+    assert ("beta", 1) in tokens._COUNTS  # before: cleared with alpha's
+    assert len(tokens._COUNTS) <= 65_536
