@@ -103,10 +103,13 @@ def stream_events(message: dict[str, Any], reply: Reply, thinking: Thinking | No
                 delta(i, {"type": "input_json_delta", "partial_json": frag}, max(0, len(frag) // 4))
         ev.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
         toks.append(0)
+    # Plain answers' message_delta carries output_tokens only; after a web search, the whole usage with
+    # server_tool_use (Anthropic's streaming docs show both)
+    usage = message["usage"] if "server_tool_use" in message["usage"] else {"output_tokens": message["usage"]["output_tokens"]}
     ev.append(sse("message_delta", {"type": "message_delta",
                                     "delta": {"stop_reason": message["stop_reason"],
                                               "stop_sequence": message["stop_sequence"]},
-                                    "usage": {"output_tokens": message["usage"]["output_tokens"]}}))
+                                    "usage": usage}))
     ev.append(_MESSAGE_STOP)
     toks += [0, 0]
     return ev, toks

@@ -28,6 +28,7 @@ EXACT_CHARS = 64 * 1024  # tokenized exactly (a few ms at most); beyond, counted
 PENDING_BYTES = 1024 * 1024  # of a stream held unparsed until an estimate needs them
 CHARS_PER_TOKEN = 3.0  # below cl100k's ~4 on English prose: a length-based count leans high
 DEFAULT_OUTPUT_TOKENS = 4096  # what a reservation assumes when the request sets no output limit
+DEFAULT_SEARCHES = 5  # web searches a reservation assumes when a request allows them without a cap
 
 # Keys whose string values are not text the model reads as tokens (ids, switches, names).
 _NOT_TEXT = frozenset({"model", "role", "type", "id", "tool_call_id", "tool_use_id", "cache_control", "stream_options",
@@ -88,6 +89,20 @@ def output_limit(request: LLMRequest) -> int:
                   if isinstance(value := body.get(key), int) and value > 0), DEFAULT_OUTPUT_TOKENS)
     choices = max([1, *(value for key in ("n", "best_of") if isinstance(value := body.get(key), int))])
     return limit * choices
+
+
+def search_limit(request: LLMRequest) -> int:
+    """The most web searches the provider may run (and bill per call) for the request: its web search
+    tool's `max_uses` (Anthropic) or the request's `max_tool_calls` (Responses), else DEFAULT_SEARCHES
+    where it offers one (a server tool `web_search*`, Chat's `web_search_options`); 0 without."""
+    body = request.body
+    tools = body.get("tools")
+    search = next((t for t in tools if isinstance(t, dict) and str(t.get("type", "")).startswith("web_search")), None) \
+        if isinstance(tools, list) else None
+    if search is None:
+        return DEFAULT_SEARCHES if isinstance(body.get("web_search_options"), dict) else 0
+    limit = search.get("max_uses", body.get("max_tool_calls"))
+    return limit if isinstance(limit, int) and limit >= 0 else DEFAULT_SEARCHES
 
 
 # Events that carry generated text, by the start of their bytes.

@@ -296,12 +296,13 @@ class LimitsPolicy(RateLimits):
 
 
 class Price(_Strict):
-    """USD per million tokens (docs/spend.md)."""
+    """USD per million tokens, and per 1,000 web searches the provider runs (docs/spend.md)."""
 
     input: Annotated[float, Field(ge=0)]
     output: Annotated[float, Field(ge=0)]
     cache_read: Annotated[float, Field(ge=0)] | None = None  # None: the input price
     cache_write: Annotated[float, Field(ge=0)] | None = None  # None: the input price
+    web_search: Annotated[float, Field(ge=0)] = 10.0  # per 1,000 searches: both providers' base rate
 
     @model_validator(mode="after")
     def _cache_default_to_input(self) -> Price:

@@ -23,9 +23,16 @@ from sdk.policy import BudgetPolicy, Price
 from sdk.state.backend import BudgetCheck, SpendRecord, StateBackend, team_slot
 from sdk.types import Usage
 
-# USD per million tokens: input, output, cache read, cache write (5m).
+# OpenAI bills web_search_preview on its non-reasoning models (gpt-4o, gpt-4.1) $25 per 1,000 calls,
+# the web_search tool $10 on every model; which tool ran is not in the answer, so those models' searches
+# are priced at the dearer rate (a budget must not be under-counted; a team pins its own in `pricing:`).
+PREVIEW_SEARCH = 25.0
+
+# USD per million tokens: input, output, cache read, cache write (5m); web searches per 1,000 are
+# Price's default ($10, both providers) but where a model's searches cost more (PREVIEW_SEARCH).
 BUILT_IN: tuple[tuple[str, Price], ...] = tuple(
-    (glob, Price(input=i, output=o, cache_read=r, cache_write=w))
+    (glob, Price(input=i, output=o, cache_read=r, cache_write=w,
+                 web_search=PREVIEW_SEARCH if glob.startswith(("gpt-4o", "gpt-4.1")) else 10.0))
     for glob, (i, o, r, w) in {
         # Anthropic: platform.claude.com/docs/en/about-claude/pricing (reads 0.1×, 5m writes 1.25× input)
         "claude-opus-4-5*": (5, 25, 0.5, 6.25),
@@ -92,14 +99,16 @@ class PriceBook:
 
 
 def cost_usd(usage: Usage, price: Price) -> float:
-    return (usage.input_tokens * price.input + usage.output_tokens * price.output
-            + usage.cache_read_tokens * (price.cache_read or 0.0) + usage.cache_write_tokens * (price.cache_write or 0.0)) / 1e6
+    return ((usage.input_tokens * price.input + usage.output_tokens * price.output
+             + usage.cache_read_tokens * (price.cache_read or 0.0) + usage.cache_write_tokens * (price.cache_write or 0.0)) / 1e6
+            + usage.web_searches * price.web_search / 1e3)
 
 
-def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price) -> float:
+def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches: int = 0) -> float:
     """The most a request can cost: every input token at the dearer of the input and cache-write
-    prices, every allowed output token at the output price (a budget reservation)."""
-    return (input_tokens * max(price.input, price.cache_write or 0.0) + output_tokens * price.output) / 1e6
+    prices, every allowed output token at the output price, and the web searches it allows (a budget
+    reservation)."""
+    return (input_tokens * max(price.input, price.cache_write or 0.0) + output_tokens * price.output) / 1e6 + searches * price.web_search / 1e3
 
 
 @dataclass(frozen=True, slots=True)

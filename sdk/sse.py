@@ -88,9 +88,10 @@ class StreamObserver:
             response = orjson.loads(event_data(event)).get("response") or {}
             if isinstance(response.get("status"), str):
                 self.finish_reasons.append(response["status"])
-            parsed = responses_usage(response.get("usage"))
+            parsed = responses_usage(response)
             self.usage.input_tokens, self.usage.output_tokens = parsed.input_tokens, parsed.output_tokens
             self.usage.cache_read_tokens, self.usage.cache_write_tokens = parsed.cache_read_tokens, parsed.cache_write_tokens
+            self.usage.web_searches = parsed.web_searches
             self.usage.final = self.finished = True
         elif event.startswith((b"event: error", b'data: {"error"')):
             self.error = event

@@ -51,6 +51,9 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # Searches the provider ran for the answer and bills per call besides the tokens (Anthropic's
+    # server_tool_use.web_search_requests, the Responses API's web_search_call items).
+    web_searches: int = 0
     # A stream's usage fills in as its events pass: True once the provider's final report arrived
     # (OpenAI's usage chunk, Anthropic's message_delta, the terminal response.* event).
     final: bool = field(default=False, compare=False)

@@ -30,6 +30,8 @@ def merge_anthropic_usage(usage: Usage, raw: Any) -> None:
         usage.cache_read_tokens = _int(raw["cache_read_input_tokens"])
     if "cache_creation_input_tokens" in raw:
         usage.cache_write_tokens = _int(raw["cache_creation_input_tokens"])
+    if isinstance(tools := raw.get("server_tool_use"), dict) and "web_search_requests" in tools:
+        usage.web_searches = _int(tools["web_search_requests"])
 
 
 def _input_inclusive(raw: Any, input_key: str, details_key: str, output_key: str) -> Usage:
@@ -52,9 +54,16 @@ def openai_usage(raw: Any) -> Usage:
     return _input_inclusive(raw, "prompt_tokens", "prompt_tokens_details", "completion_tokens")
 
 
-def responses_usage(raw: Any) -> Usage:
-    """Responses API usage."""
-    return _input_inclusive(raw, "input_tokens", "input_tokens_details", "output_tokens")
+def responses_usage(response: Any) -> Usage:
+    """A Responses API response's usage, with the web searches its output items record (each
+    `web_search_call` is a billed search; its usage object does not count them)."""
+    if not isinstance(response, dict):
+        return Usage()
+    usage = _input_inclusive(response.get("usage"), "input_tokens", "input_tokens_details", "output_tokens")
+    output = response.get("output")
+    if isinstance(output, list):
+        usage.web_searches = sum(1 for item in output if isinstance(item, dict) and item.get("type") == "web_search_call")
+    return usage
 
 
 def usage_from_body(endpoint: Endpoint, body: bytes) -> Usage:
@@ -66,7 +75,7 @@ def usage_from_body(endpoint: Endpoint, body: bytes) -> Usage:
     if not isinstance(data, dict):
         return Usage()
     if endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_COMPACT):
-        return responses_usage(data.get("usage"))
+        return responses_usage(data)
     if endpoint.protocol is Protocol.ANTHROPIC:
         usage = Usage()
         merge_anthropic_usage(usage, data.get("usage"))

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from sdk.errors import RateLimitedError, SlipstreamError
-from sdk.estimate import StreamTally, input_tokens, output_limit
+from sdk.estimate import StreamTally, input_tokens, output_limit, search_limit
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
 from sdk.pipeline import Handler, RequestContext
@@ -152,8 +152,8 @@ class LimitsStage:
             prices = self._priced_targets(request.model)
         if not prices:
             return 0.0
-        counted, allowed = input_tokens(request, exact), output_limit(request)
-        return max(worst_cost_usd(counted, allowed, price) for price in prices)
+        counted, allowed, searches = input_tokens(request, exact), output_limit(request), search_limit(request)
+        return max(worst_cost_usd(counted, allowed, price, searches) for price in prices)
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a

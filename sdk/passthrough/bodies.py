@@ -217,7 +217,7 @@ class Tally:
             body = response.get("body")
             if isinstance(body, dict) and isinstance(body.get("usage"), dict):
                 raw = body["usage"]
-                self._add(_model(body), responses_usage(raw) if "input_tokens" in raw else openai_usage(raw))
+                self._add(_model(body), responses_usage(body) if "input_tokens" in raw else openai_usage(raw))
         elif isinstance(obj.get("usage"), dict):  # a completion, or a stream's usage chunk
             self._add(_model(obj), openai_usage(obj["usage"]))
 
@@ -227,6 +227,7 @@ class Tally:
         total.output_tokens += usage.output_tokens
         total.cache_read_tokens += usage.cache_read_tokens
         total.cache_write_tokens += usage.cache_write_tokens
+        total.web_searches += usage.web_searches
 
 
 async def read_object(response: UpstreamResponse) -> dict[str, Any]:

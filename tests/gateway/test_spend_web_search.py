@@ -1,0 +1,107 @@
+"""Web searches the provider runs are the team's spend (docs/spend.md, "How a request is priced").
+
+Anthropic's web search server tool and OpenAI's hosted web search bill each search ($10 per 1,000)
+besides the tokens. The spend counted only tokens, so a budgeted team could search on the shared
+account without limit: a search answered with 30 tokens cost $0.01 and was charged $0.0003. Each
+search is charged now (Anthropic's `usage.server_tool_use.web_search_requests`, the Responses API's
+`web_search_call` items), and a request that allows searches holds their worst cost against the
+budget while it runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import orjson
+import pytest
+
+from emulator.testing import RunningEmulator
+from gateway.testing import running_proxy
+from sdk.estimate import DEFAULT_SEARCHES, input_tokens, search_limit
+from sdk.spend import cost_usd, price_of, worst_cost_usd
+from sdk.types import Endpoint, LLMRequest, Usage
+from sdk.usage import responses_usage, usage_from_body
+from tests.helpers import spend_report, write_policy
+
+KEY = "sk-team-search-spend"
+MODEL = "claude-sonnet-4-6"
+SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+QUESTION = [{"role": "user", "content": "What happened in Lisbon this week?"}]
+PLAIN = "retry: {max_attempts: 1}\nprompt_cache: {enabled: false}\n"
+
+
+def _tokens_cost(usage: Any) -> float:
+    """The answer's tokens at MODEL's price: what was charged before searches counted."""
+    tokens = Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                   cache_read_tokens=usage.cache_read_input_tokens or 0, cache_write_tokens=usage.cache_creation_input_tokens or 0)
+    price = price_of(MODEL, {})
+    assert price is not None
+    return cost_usd(tokens, price)
+
+
+def test_a_web_search_is_charged_native_and_streamed(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        message = client.messages.create(model=MODEL, max_tokens=64, messages=QUESTION, tools=[SEARCH])  # type: ignore[list-item]
+        assert message.usage.server_tool_use is not None and message.usage.server_tool_use.web_search_requests == 1
+        with client.messages.stream(model=MODEL, max_tokens=64, messages=QUESTION, tools=[SEARCH]) as stream:  # type: ignore[list-item]
+            streamed = stream.get_final_message()
+        assert streamed.usage.server_tool_use is not None and streamed.usage.server_tool_use.web_search_requests == 1
+        spent = spend_report(proxy, KEY)["day"]["total"]
+    # before: the tokens alone, about $0.0006 for both
+    assert spent == pytest.approx(_tokens_cost(message.usage) + _tokens_cost(streamed.usage) + 2 * 10.0 / 1000, abs=2e-6)
+
+
+def test_a_chat_clients_web_search_on_claude_is_charged(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """Chat's web_search_options reach Claude as its search tool (translation): the search is the team's spend."""
+    with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        for stream in (False, True):
+            answer = client.chat.completions.create(model=MODEL, max_tokens=64, messages=QUESTION,  # type: ignore[call-overload]
+                                                    web_search_options={}, stream=stream,
+                                                    **({"stream_options": {"include_usage": True}} if stream else {}))
+            if stream:
+                list(answer)
+        by_model = spend_report(proxy, KEY)["day"]["by_model"]
+    assert by_model[MODEL] > 2 * 10.0 / 1000  # two searches, and the tokens
+
+
+def test_a_request_that_may_search_holds_its_searches_against_the_budget(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While it runs, a request holds its worst cost against the budget (what bounds how far parallel
+    requests can pass it): with searches allowed, their cost too (before: its tokens' alone)."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 5.0)  # still streaming when the hold is read
+    policy = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": 2000, "messages": QUESTION, "tools": [{**SEARCH, "max_uses": 3}]}
+    with running_proxy([policy]) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        with client.messages.stream(**body) as stream:
+            next(iter(stream))  # in flight: its hold is on the budget
+            held = spend_report(proxy, KEY)["budget"]["held"]
+    price = price_of(MODEL, {})
+    assert price is not None
+    request = LLMRequest(Endpoint.MESSAGES, body)
+    tokens_only = worst_cost_usd(input_tokens(request), 2000, price)
+    assert held == pytest.approx(tokens_only + 3 * 10.0 / 1000, rel=1e-3)
+
+
+def test_searches_allowed_and_counted_in_each_protocol() -> None:
+    """The counts the charge and the hold rest on, for the shapes the emulator does not serve."""
+    def limit(endpoint: Endpoint, body: dict[str, Any]) -> int:
+        return search_limit(LLMRequest(endpoint, body))
+
+    assert limit(Endpoint.MESSAGES, {"tools": [{"type": "function", "name": "web_search"}]}) == 0
+    assert limit(Endpoint.MESSAGES, {"tools": [{**SEARCH, "max_uses": 3}]}) == 3
+    assert limit(Endpoint.RESPONSES, {"tools": [{"type": "web_search"}], "max_tool_calls": 2}) == 2
+    assert limit(Endpoint.RESPONSES, {"tools": [{"type": "web_search_preview"}]}) == DEFAULT_SEARCHES
+    assert limit(Endpoint.CHAT_COMPLETIONS, {"web_search_options": {}}) == DEFAULT_SEARCHES
+    response = {"usage": {"input_tokens": 50, "output_tokens": 9},
+                "output": [{"type": "web_search_call", "id": "ws_1", "status": "completed"},
+                           {"type": "web_search_call", "id": "ws_2", "status": "completed"}, {"type": "message"}]}
+    assert responses_usage(response).web_searches == 2
+    assert usage_from_body(Endpoint.RESPONSES, orjson.dumps(response)).web_searches == 2
+    gpt = price_of("gpt-4o", {})
+    assert gpt is not None and cost_usd(Usage(web_searches=4), gpt) == pytest.approx(0.1)  # web_search_preview's $25 per 1,000
