@@ -10,6 +10,8 @@ faithfully (several choices, logprobs, server-side tool blocks) are simply not c
 from __future__ import annotations
 
 import copy
+import secrets
+import time
 from typing import Any
 
 import orjson
@@ -182,6 +184,28 @@ class StreamCapture:
             slot["function"]["arguments"] += function.get("arguments") or ""
         if choice.get("finish_reason"):
             target["finish_reason"] = choice["finish_reason"]
+
+
+def fresh_id(prefix: str) -> str:
+    """A new id in the provider's style (`chatcmpl-…`, `msg_…`, `call_…`, `toolu_…`): 24 hex digits, so a
+    tool call's stays within the 40 characters OpenAI takes back."""
+    return prefix + secrets.token_hex(12)
+
+
+def fresh(protocol: Protocol, message: Message) -> Message:
+    """The stored answer as a new one: its own id (and, for OpenAI, creation time), and its own id for
+    each tool call, as the providers give every answer; the tool calls keep their names and inputs."""
+    out = copy.deepcopy(message)
+    if protocol is Protocol.ANTHROPIC:
+        out["id"] = fresh_id("msg_")
+        for block in out["content"]:
+            if block.get("type") == "tool_use":
+                block["id"] = fresh_id("toolu_")
+        return out
+    out["id"], out["created"] = fresh_id("chatcmpl-"), int(time.time())
+    for call in out["choices"][0]["message"].get("tool_calls") or ():
+        call["id"] = fresh_id("call_")
+    return out
 
 
 def render_body(protocol: Protocol, message: Message) -> bytes:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from sdk.cache.answers import fresh_id
 from sdk.routing.translation.responses_answers import new_id
 from sdk.sse import event_data
 
@@ -56,12 +57,15 @@ class StreamCapture:
 
 
 def fresh(response: Message) -> Message:
-    """The cached response as a new one: its own id and creation time, output items re-identified."""
+    """The cached response as a new one: its own id and creation time, output items re-identified, and
+    each function call its own call_id (a client matches its output to the call by it)."""
     out = copy.deepcopy(response)
     out["id"], out["created_at"] = new_id("resp"), int(time.time())
     prefixes = {"message": "msg", "function_call": "fc", "reasoning": "rs"}
     for item in out["output"]:
         item["id"] = new_id(prefixes[item["type"]])
+        if item["type"] == "function_call":
+            item["call_id"] = fresh_id("call_")
     return out
 
 

@@ -200,17 +200,18 @@ class CacheStage:
         ctx.cache_status, ctx.route = found.status, route
         headers = {KEY_HEADER: entry.exact_key}
         protocol = ctx.request.protocol
+        message = answers.fresh(protocol, entry.response)
         if not ctx.request.stream:
-            return LLMResponse(status=200, body=answers.render_body(protocol, entry.response), headers=headers, usage=Usage(), route=route)
+            return LLMResponse(status=200, body=answers.render_body(protocol, message), headers=headers, usage=Usage(), route=route)
         options = ctx.request.body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        events = _replayed(answers.render_events(protocol, entry.response, include_usage), ctx)
+        events = _replayed(answers.render_events(protocol, message, include_usage), ctx)
 
         async def close() -> None:
             await events.aclose()
 
         return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close,
-                         finish_reasons=answers.finish_reasons(protocol, entry.response))
+                         finish_reasons=answers.finish_reasons(protocol, message))
 
 
     async def _replay_response(self, ctx: RequestContext, found: Lookup) -> Answer:

@@ -1,0 +1,110 @@
+"""A cache hit, as the official clients meet it through the proxy, is an answer the request would have
+gotten: partitioned by everything that changes the answer, and shaped like a fresh answer of the
+client's protocol (its own ids, its own request's echoes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from gateway.testing import RunningServer, running_proxy
+from tests.helpers import requires_extra
+
+pytestmark = requires_extra("semantic")
+
+KEY = "sk-cache-answers"
+CLAUDE = "claude-sonnet-4-6"
+GPT = "gpt-4.1-mini"
+
+
+def policy(emulator_url: str) -> str:
+    return f"""team: answers
+api_keys: [{{value: "{KEY}"}}]
+providers:
+  claude: {{kind: anthropic, base_url: "{emulator_url}", api_key: "up-anthropic"}}
+  gpt: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai", responses: chat}}
+  oai: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai", responses: native}}
+routes:
+  - match: {{model: "claude-*"}}
+    targets: [{{provider: claude}}]
+  - match: {{model: "gpt-*"}}
+    targets: [{{provider: gpt}}]
+  - match: {{model: "o4-*"}}
+    targets: [{{provider: oai}}]
+retry: {{max_attempts: 1}}
+semantic_cache: {{enabled: true, cache_sampled: true, cache_tool_calls: true}}
+"""
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, emulator) -> Iterator[RunningServer]:
+    directory = tmp_path_factory.mktemp("cache-answers")
+    (directory / "answers.yaml").write_text(policy(emulator.url))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path_factory.mktemp("cache-answers-data")))
+        with running_proxy([directory]) as running:
+            yield running
+
+
+@pytest.fixture
+def oa(proxy) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+
+
+@pytest.fixture
+def an(proxy) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+
+
+def _status(raw: Any) -> str:
+    return raw.headers["x-slipstream-cache"]
+
+
+WEATHER: Any = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+WEATHER_TOOL: Any = [{"name": "get_weather", "description": "The weather in a city",
+                      "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+
+
+def test_a_hit_carries_fresh_ids_as_every_provider_answer_does(oa, an, fresh_emulator):
+    """OpenAI and Anthropic give every answer, and every tool call in it, an id of its own; clients log,
+    deduplicate and match tool results by them. A hit re-served the stored answer's ids and its
+    `created` time, so two answers (and two tool calls) carried one id."""
+    ask: Any = dict(model=GPT, messages=[{"role": "user", "content": "Weather in Oslo?"}], temperature=0, tools=WEATHER,
+                    tool_choice="required")
+    first = oa.chat.completions.with_raw_response.create(**ask)
+    again = oa.chat.completions.with_raw_response.create(**ask)
+    assert (_status(first), _status(again)) == ("miss", "exact-hit")
+    stored, hit = first.parse(), again.parse()
+    assert hit.id != stored.id and hit.id.startswith("chatcmpl-") and hit.created >= stored.created
+    call, replayed = stored.choices[0].message.tool_calls[0], hit.choices[0].message.tool_calls[0]
+    assert replayed.id != call.id and replayed.id.startswith("call_") and replayed.function == call.function
+    streamed = list(oa.chat.completions.create(**ask, stream=True))
+    assert {c.id for c in streamed} != {stored.id} and len({c.id for c in streamed}) == 1
+    assert streamed[1].choices[0].delta.tool_calls[0].id not in (call.id, replayed.id)
+
+    message: Any = dict(model=CLAUDE, max_tokens=200, messages=[{"role": "user", "content": "Weather in Bergen?"}],
+                        tools=WEATHER_TOOL, tool_choice={"type": "any"}, extra_body={"temperature": 0})
+    first_m = an.messages.with_raw_response.create(**message)
+    again_m = an.messages.with_raw_response.create(**message)
+    assert (_status(first_m), _status(again_m)) == ("miss", "exact-hit")
+    stored_m, hit_m = first_m.parse(), again_m.parse()
+    assert hit_m.id != stored_m.id and hit_m.id.startswith("msg_")
+    use, replayed_use = stored_m.content[-1], hit_m.content[-1]
+    assert replayed_use.type == use.type == "tool_use" and replayed_use.id != use.id and replayed_use.id.startswith("toolu_")
+    assert replayed_use.input == use.input
+    with an.messages.stream(**message) as stream:
+        final = stream.get_final_message()
+    assert final.id not in (stored_m.id, hit_m.id) and final.content[-1].id not in (use.id, replayed_use.id)
+
+    function: Any = [{"type": "function", "name": "get_weather", "parameters": WEATHER[0]["function"]["parameters"]}]
+    turn: Any = dict(model="o4-mini", input="Weather in Tromsø?", tools=function, tool_choice="required")
+    first_r, again_r = (oa.responses.create(**turn) for _ in range(2))
+    called, recalled = first_r.output[-1], again_r.output[-1]
+    assert called.type == recalled.type == "function_call" and recalled.id != called.id
+    assert recalled.call_id != called.call_id and recalled.arguments == called.arguments
+    assert fresh_emulator.stats()["requests_total"] == 3
