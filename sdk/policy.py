@@ -302,6 +302,7 @@ class Price(_Strict):
     output: Annotated[float, Field(ge=0)]
     cache_read: Annotated[float, Field(ge=0)] | None = None  # None: the input price
     cache_write: Annotated[float, Field(ge=0)] | None = None  # None: the input price
+    cache_write_1h: Annotated[float, Field(ge=0)] | None = None  # Anthropic's 1-hour writes; None: the cache_write price
     web_search: Annotated[float, Field(ge=0)] = 10.0  # per 1,000 searches: both providers' base rate
 
     @model_validator(mode="after")
@@ -310,6 +311,8 @@ class Price(_Strict):
             object.__setattr__(self, "cache_read", self.input)
         if self.cache_write is None:
             object.__setattr__(self, "cache_write", self.input)
+        if self.cache_write_1h is None:
+            object.__setattr__(self, "cache_write_1h", self.cache_write)
         return self
 
 

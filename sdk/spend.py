@@ -1,9 +1,10 @@
 """What a request cost: the provider's reported usage times a price table, and where spend is kept.
 
 Prices are USD per million tokens, by model glob (first match wins; a team's `pricing:` map is
-searched before the built-in table). Cache writes are priced at the provider's 5-minute write rate
-(1.25× input on Anthropic) because usage does not say which TTL a write had; OpenAI charges no write
-fee before GPT-5.6. The built-in figures and their public sources are in docs/spend.md.
+searched before the built-in table). Anthropic's usage splits cache writes by TTL
+(`cache_creation.ephemeral_1h_input_tokens`): 5-minute writes are priced at `cache_write` (1.25× input),
+1-hour ones at `cache_write_1h` (2×); OpenAI charges no write fee before GPT-5.6. Web searches are priced
+per 1,000. The built-in figures and their public sources are in docs/spend.md.
 
 Spend is kept per team in one record per day and one per month (UTC), fields `total`, `key:ID`,
 `model:NAME` and `estimated` (the part of the total whose tokens the gateway counted because no usage
@@ -28,10 +29,11 @@ from sdk.types import Usage
 # are priced at the dearer rate (a budget must not be under-counted; a team pins its own in `pricing:`).
 PREVIEW_SEARCH = 25.0
 
-# USD per million tokens: input, output, cache read, cache write (5m); web searches per 1,000 are
-# Price's default ($10, both providers) but where a model's searches cost more (PREVIEW_SEARCH).
+# USD per million tokens: input, output, cache read, cache write (5m); Anthropic's 1-hour writes are 2x
+# input; web searches per 1,000 are Price's default ($10, both providers) but where a model's searches
+# cost more (PREVIEW_SEARCH).
 BUILT_IN: tuple[tuple[str, Price], ...] = tuple(
-    (glob, Price(input=i, output=o, cache_read=r, cache_write=w,
+    (glob, Price(input=i, output=o, cache_read=r, cache_write=w, cache_write_1h=2 * i if glob.startswith("claude-") else w,
                  web_search=PREVIEW_SEARCH if glob.startswith(("gpt-4o", "gpt-4.1")) else 10.0))
     for glob, (i, o, r, w) in {
         # Anthropic: platform.claude.com/docs/en/about-claude/pricing (reads 0.1×, 5m writes 1.25× input)
@@ -99,16 +101,18 @@ class PriceBook:
 
 
 def cost_usd(usage: Usage, price: Price) -> float:
-    return ((usage.input_tokens * price.input + usage.output_tokens * price.output
-             + usage.cache_read_tokens * (price.cache_read or 0.0) + usage.cache_write_tokens * (price.cache_write or 0.0)) / 1e6
+    written_5m = usage.cache_write_tokens - usage.cache_write_1h_tokens
+    return ((usage.input_tokens * price.input + usage.output_tokens * price.output + usage.cache_read_tokens * (price.cache_read or 0.0)
+             + written_5m * (price.cache_write or 0.0) + usage.cache_write_1h_tokens * (price.cache_write_1h or 0.0)) / 1e6
             + usage.web_searches * price.web_search / 1e3)
 
 
 def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches: int = 0) -> float:
-    """The most a request can cost: every input token at the dearer of the input and cache-write
+    """The most a request can cost: every input token at the dearest of the input and cache-write
     prices, every allowed output token at the output price, and the web searches it allows (a budget
     reservation)."""
-    return (input_tokens * max(price.input, price.cache_write or 0.0) + output_tokens * price.output) / 1e6 + searches * price.web_search / 1e3
+    dearest = max(price.input, price.cache_write or 0.0, price.cache_write_1h or 0.0)
+    return (input_tokens * dearest + output_tokens * price.output) / 1e6 + searches * price.web_search / 1e3
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens, those written for an hour (Anthropic bills them 2x input)
     # Searches the provider ran for the answer and bills per call besides the tokens (Anthropic's
     # server_tool_use.web_search_requests, the Responses API's web_search_call items).
     web_searches: int = 0

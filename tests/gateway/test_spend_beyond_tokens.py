@@ -1,11 +1,12 @@
-"""Web searches the provider runs are the team's spend (docs/spend.md, "How a request is priced").
+"""What an answer costs beyond its plain tokens is the team's spend (docs/spend.md, "How a request is priced").
 
 Anthropic's web search server tool and OpenAI's hosted web search bill each search ($10 per 1,000)
 besides the tokens. The spend counted only tokens, so a budgeted team could search on the shared
 account without limit: a search answered with 30 tokens cost $0.01 and was charged $0.0003. Each
 search is charged now (Anthropic's `usage.server_tool_use.web_search_requests`, the Responses API's
 `web_search_call` items), and a request that allows searches holds their worst cost against the
-budget while it runs.
+budget while it runs. Anthropic's 1-hour cache writes likewise cost more than its 5-minute ones (2x input
+against 1.25x) and were charged at the 5-minute rate.
 """
 
 from __future__ import annotations
@@ -86,6 +87,23 @@ def test_a_request_that_may_search_holds_its_searches_against_the_budget(tmp_pat
     request = LLMRequest(Endpoint.MESSAGES, body)
     tokens_only = worst_cost_usd(input_tokens(request), 2000, price)
     assert held == pytest.approx(tokens_only + 3 * 10.0 / 1000, rel=1e-3)
+
+
+def test_one_hour_cache_writes_are_charged_at_their_rate(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """Anthropic bills 1-hour cache writes at 2x input, 5-minute ones at 1.25x, and its usage says which
+    were which; every write was charged at the 5-minute rate (62.5% of a 1-hour write's cost)."""
+    system = [{"type": "text", "text": "Policy clause. " * 600, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        message = client.messages.create(model=MODEL, max_tokens=16, system=system, messages=QUESTION)  # type: ignore[arg-type]
+        spent = spend_report(proxy, KEY)["day"]["total"]
+    usage = message.usage
+    assert usage.cache_creation is not None and usage.cache_creation.ephemeral_1h_input_tokens == usage.cache_creation_input_tokens > 1024
+    price = price_of(MODEL, {})
+    assert price is not None
+    expected = (usage.input_tokens * price.input + usage.output_tokens * price.output
+                + usage.cache_creation_input_tokens * 2 * price.input) / 1e6
+    assert spent == pytest.approx(expected, abs=2e-6)  # before: the writes at 1.25x input
 
 
 def test_searches_allowed_and_counted_in_each_protocol() -> None:
