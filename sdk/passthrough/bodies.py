@@ -227,6 +227,7 @@ class Tally:
         total.output_tokens += usage.output_tokens
         total.cache_read_tokens += usage.cache_read_tokens
         total.cache_write_tokens += usage.cache_write_tokens
+        total.cache_write_1h_tokens += usage.cache_write_1h_tokens
         total.web_searches += usage.web_searches
 
 
