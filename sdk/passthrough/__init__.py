@@ -49,6 +49,7 @@ import orjson
 
 from sdk.errors import (
     NotFoundError,
+    RateLimitedError,
     RequestTooLargeError,
     SlipstreamError,
     UpstreamTimeoutError,
@@ -421,14 +422,26 @@ async def _own_pages(ex: _Exchange, data: dict[str, Any], query: str,
                      page: Callable[[str], Awaitable[dict[str, Any] | None]]) -> dict[str, Any]:
     """A list page with the team's own objects only. While it holds fewer than the provider's page did
     and the provider has more, the next pages are read (at most MAX_PAGES in all), so a team among
-    many on one key does not get empty pages (the official clients stop at an empty page)."""
+    many on one key does not get empty pages (the official clients stop at an empty page). Each page
+    after the first is a call on the account every team shares, admitted by the team's limits like a
+    request of its own: the page ends with what was found when they refuse one (their 429 when
+    nothing was), where one list call read up to MAX_PAGES pages for one request's admission."""
     params = dict(parse_qsl(query))
     cursor = "after" if ex.op.protocol is Protocol.OPENAI else "after_id"
     seen = _rows(data)
     wanted, rows = len(seen), await _owned_rows(ex, seen)
     pages = 1
     while data.get("has_more") is True and seen and len(rows) < wanted and pages < MAX_PAGES and "before_id" not in params:
-        following = await page(urlencode({**params, cursor: seen[-1]["id"]}))
+        try:
+            extra = await ex.limits.admit(ex.client.key_id, budget=False)
+        except RateLimitedError:
+            if rows:
+                break
+            raise
+        try:
+            following = await page(urlencode({**params, cursor: seen[-1]["id"]}))
+        finally:
+            ex.limits.settle(extra, ex.client.key_id, "", None)
         if following is None:
             break
         data, seen, pages = following, _rows(following), pages + 1

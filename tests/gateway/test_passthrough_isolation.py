@@ -404,3 +404,22 @@ def test_a_batch_input_file_is_checked_a_part_at_a_time(proxy, fresh_emulator, m
     batch = alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert batch.id and seen[0] == 1 and sum(seen[1:]) == 20_000  # the create request, then the file's lines
     assert max(seen[1:]) < 20_000  # before: every line in one part
+
+
+def test_each_list_page_read_upstream_counts_against_the_teams_limits(tmp_path, fresh_emulator):
+    """A list page shows only the team's own objects, so while the provider's pages hold other teams'
+    the gateway reads on, up to ten pages for one request: a team among many on one key made ten
+    calls on the account every team shares (and parsed ten pages) for each request its limits
+    admitted. Each page after the first is admitted like a request of its own now; here the team's
+    four requests a minute cover its upload, the list call and two more pages, then its 429."""
+    write_policy(tmp_path, "lister", "sk-lister", fresh_emulator.url, extra="limits: {requests_per_minute: 4}\n")
+    write_policy(tmp_path, "crowd", "sk-crowd", fresh_emulator.url)
+    with running_proxy([tmp_path]) as proxy:
+        lister, crowd = oai(proxy, "sk-lister"), oai(proxy, "sk-crowd")
+        lister.files.create(file=("mine.jsonl", line("mine") + b"\n"), purpose="batch")  # the oldest: last in the list
+        for i in range(12):
+            crowd.files.create(file=(f"theirs-{i}.jsonl", line(f"t{i}") + b"\n"), purpose="batch")
+        with pytest.raises(openai.RateLimitError):
+            lister.files.list(limit=1)
+    pages = [r for r in upstream(fresh_emulator, "/files") if r["method"] == "GET"]
+    assert len(pages) == 3  # before: 10, the team's limit of 4 requests a minute notwithstanding
