@@ -23,6 +23,11 @@ Message = dict[str, Any]
 _REPLAYABLE = frozenset({"message", "function_call", "reasoning"})
 
 
+# What a response echoes of its request without it changing the answer (so not in the key): a hit echoes
+# the asking request's, as its own answer would.
+_ECHOED: tuple[tuple[str, Any], ...] = (("metadata", {}), ("user", None), ("store", True))
+
+
 def from_body(body: bytes) -> Message | None:
     try:
         response = orjson.loads(body)
@@ -56,11 +61,17 @@ class StreamCapture:
         return self._response
 
 
-def fresh(response: Message) -> Message:
-    """The cached response as a new one: its own id and creation time, output items re-identified, and
-    each function call its own call_id (a client matches its output to the call by it)."""
+def fresh(response: Message, request: Message) -> Message:
+    """The cached response as `request`'s: its own id and creation and completion times, output items
+    re-identified, each function call its own call_id (a client matches its output to the call by it),
+    and the request's own metadata, user and store echoed."""
     out = copy.deepcopy(response)
     out["id"], out["created_at"] = new_id("resp"), int(time.time())
+    if out.get("completed_at") is not None:
+        out["completed_at"] = out["created_at"]
+    for name, default in _ECHOED:
+        value = request.get(name)
+        out[name] = copy.deepcopy(default if value is None else value)
     prefixes = {"message": "msg", "function_call": "fc", "reasoning": "rs"}
     for item in out["output"]:
         item["id"] = new_id(prefixes[item["type"]])

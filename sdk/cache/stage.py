@@ -222,7 +222,7 @@ class CacheStage:
         route = f"cache/{entry.route}"
         ctx.cache_status, ctx.route = found.status, route
         body = ctx.request.body
-        response = responses.fresh(entry.response)
+        response = responses.fresh(entry.response, body)
         if body.get("store") is not False:
             items = as_items(body.get("input"))
             await self.response_store().put(StoredResponse(response["id"], self.team, "cache", False, time.time(), items, response))

@@ -108,3 +108,25 @@ def test_a_hit_carries_fresh_ids_as_every_provider_answer_does(oa, an, fresh_emu
     assert called.type == recalled.type == "function_call" and recalled.id != called.id
     assert recalled.call_id != called.call_id and recalled.arguments == called.arguments
     assert fresh_emulator.stats()["requests_total"] == 3
+
+
+def test_a_responses_hit_echoes_its_own_request(oa, fresh_emulator):
+    """A response object echoes the request's settings; `metadata`, `user` and `store` do not change the
+    answer, so they are not in the key. A hit echoed the stored request's: another caller's metadata
+    tags and end-user id, and `store: true` on a response this request asked not to store."""
+    ask: Any = dict(model=GPT, input="Name a fjord in Norway.", temperature=0)
+    first = oa.responses.create(**ask, metadata={"ticket": "A-1"}, user="alice")
+    raw = oa.responses.with_raw_response.create(**ask, metadata={"ticket": "B-2"}, user="bob", store=False)
+    hit = raw.parse()
+    assert _status(raw) == "exact-hit" and hit.output_text == first.output_text
+    assert (hit.metadata, hit.user, hit.store) == ({"ticket": "B-2"}, "bob", False)
+    assert (first.metadata, first.user, first.store) == ({"ticket": "A-1"}, "alice", True)
+    assert hit.completed_at is not None and hit.completed_at >= hit.created_at
+    with oa.responses.stream(**ask) as stream:
+        events = list(stream)
+    created, completed = events[0].response, events[-1].response  # type: ignore[union-attr]
+    assert (created.metadata, completed.metadata, completed.user, completed.store) == ({}, {}, None, True)
+    assert fresh_emulator.stats()["requests_total"] == 1
+    with pytest.raises(openai.NotFoundError):
+        oa.responses.retrieve(hit.id)  # store: false — the replay was not kept either
+
