@@ -18,7 +18,7 @@ from sdk.types import LLMRequest
 
 # Fields that change neither the answer's meaning nor its content: transport, tracing, billing tier.
 # `slipstream` is this stage's own per-request metadata (stripped before the request goes upstream).
-_NOT_IN_KEY = frozenset({"stream", "stream_options", "metadata", "user", "store", "service_tier", "slipstream"})
+NOT_IN_KEY = frozenset({"stream", "stream_options", "metadata", "user", "store", "service_tier", "slipstream"})
 _CONTENT_FIELDS = frozenset({"model", "messages", "system", "tools"})
 
 
@@ -84,7 +84,7 @@ def is_sampled(body: dict[str, Any]) -> bool:
 def cache_keys(team: str, request: LLMRequest) -> CacheKeys:
     body = _strip(request.body)
     system_msgs, earlier, latest = _split_messages(body)
-    params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in _CONTENT_FIELDS}
+    params = {k: v for k, v in body.items() if k not in NOT_IN_KEY and k not in _CONTENT_FIELDS}
     prefix = (team, str(request.protocol), request.model, _digest(body.get("system"), system_msgs, body.get("tools")), _digest(params))
     partition = _digest(*prefix, _digest(earlier))
     exact = _digest(*prefix, _digest(earlier), latest)

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from sdk.cache.answers import fresh_id
+from sdk.cache.keys import NOT_IN_KEY
 from sdk.routing.translation.responses_answers import new_id
 from sdk.sse import event_data
 
@@ -26,6 +27,17 @@ _REPLAYABLE = frozenset({"message", "function_call", "reasoning"})
 # What a response echoes of its request without it changing the answer (so not in the key): a hit echoes
 # the asking request's, as its own answer would.
 _ECHOED: tuple[tuple[str, Any], ...] = (("metadata", {}), ("user", None), ("store", True))
+
+
+def key_body(request: Message, chat: Message) -> Message:
+    """What a Responses request is keyed by: its Chat form, so the semantic tier reads the latest user
+    turn as for Chat, marked so it never shares an entry with a Chat request, with every field of the
+    request itself (`include`, `reasoning.summary`, `truncation`, ...) and the reasoning items of its
+    input, which the Chat form leaves out and a native target answers by."""
+    items = request.get("input")
+    reasoning = [i for i in items if isinstance(i, dict) and i.get("type") == "reasoning"] if isinstance(items, list) else []
+    own = {k: v for k, v in request.items() if k not in ("model", "input") and k not in NOT_IN_KEY}
+    return {**chat, "api": "responses", "responses": own, "reasoning_items": reasoning}
 
 
 def from_body(body: bytes) -> Message | None:

@@ -155,14 +155,14 @@ class CacheStage:
 
     def _keys(self, request: LLMRequest) -> CacheKeys | None:
         """The request's keys; a Responses request is keyed by its Chat form (so the semantic tier reads
-        its latest user turn the same way), marked so it never shares an entry with a Chat request."""
+        its latest user turn the same way) with its own fields that form leaves out (responses.key_body)."""
         if request.endpoint is not Endpoint.RESPONSES:
             return cache_keys(self.team, request)
         try:
             chat = responses_to_chat(request.body)
         except (TranslationRefused, KeyError, TypeError, AttributeError, ValueError):
             return None  # what has no Chat form (built-in tools, ...) is answered upstream, uncached
-        return cache_keys(self.team, replace(request, body={**chat, "api": "responses"}))
+        return cache_keys(self.team, replace(request, body=responses.key_body(request.body, chat)))
 
     def _store(self, shape: Shape, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
         if shape is Endpoint.RESPONSES:

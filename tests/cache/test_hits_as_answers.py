@@ -130,3 +130,18 @@ def test_a_responses_hit_echoes_its_own_request(oa, fresh_emulator):
     with pytest.raises(openai.NotFoundError):
         oa.responses.retrieve(hit.id)  # store: false — the replay was not kept either
 
+
+def test_responses_fields_a_chat_form_drops_are_in_the_key(oa, fresh_emulator):
+    """A Responses request is keyed by its Chat form, which drops what a translated target cannot give
+    (`include`, `reasoning.summary`, reasoning items of the input, `truncation`); a native target gives
+    them. Codex asks for `include: ["reasoning.encrypted_content"]` with `store: false` to carry its
+    reasoning to the next turn: an exact hit on an answer stored without it had no encrypted_content."""
+    ask: Any = dict(model="o4-mini", input="Why is the sea salty?")
+    plain = oa.responses.create(**ask)
+    assert plain.output[0].type == "reasoning" and plain.output[0].encrypted_content is None
+    raw = oa.responses.with_raw_response.create(**ask, include=["reasoning.encrypted_content"], store=False)
+    assert _status(raw) == "miss" and raw.parse().output[0].encrypted_content
+    summarized = oa.responses.with_raw_response.create(**ask, reasoning={"summary": "auto"})
+    assert _status(summarized) == "miss" and summarized.parse().output[0].summary
+    assert _status(oa.responses.with_raw_response.create(**ask, include=["reasoning.encrypted_content"], store=False)) == "exact-hit"
+    assert fresh_emulator.stats()["requests_total"] == 3
