@@ -271,7 +271,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     if stream:
         opts = body.get("stream_options") or {}
         head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                "service_tier": "default", "system_fingerprint": "fp_emulator"}
+                "service_tier": wire.served_tier(body), "system_fingerprint": "fp_emulator"}
         usage = _usage(plan, out_tokens) if opts.get("include_usage") else None
         events, tokens = chunks(head, choices, usage, cfg.tokens_per_delta)
         err = wire.err_obj(wire.midstream_message(faults), "server_error")
@@ -282,7 +282,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
         return
     out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
            "choices": [c.message() for c in choices], "usage": _usage(plan, out_tokens),
-           "service_tier": "default", "system_fingerprint": "fp_emulator"}
+           "service_tier": wire.served_tier(body), "system_fingerprint": "fp_emulator"}
     headers = wire.headers(call)
     headers.append(JSON_CT)
     delay = ttft + cfg.per_output_token_ms * max(r.output_tokens for r in replies) / 1000.0

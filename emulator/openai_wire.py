@@ -294,3 +294,10 @@ async def admit(emu: Emulator, call: Call) -> str | None:
         return None
     handled, _ = await pre_faults(emu, call, None, False)
     return None if handled else key
+
+
+def served_tier(body: dict[str, Any]) -> str:
+    """The `service_tier` an answer reports it was served on: the one asked for when it is `priority` or
+    `flex` (the emulator always has the capacity), else `default` (`auto` included); OpenAI bills by it."""
+    tier = body.get("service_tier")
+    return tier if tier in ("priority", "flex") else "default"

@@ -202,7 +202,7 @@ class _Response:
             "prompt_cache_key": body.get("prompt_cache_key"),
             "prompt_cache_retention": body.get("prompt_cache_retention"),
             "reasoning": {"effort": effort, "summary": reasoning_cfg.get("summary")},
-            "safety_identifier": body.get("safety_identifier"), "service_tier": "default",
+            "safety_identifier": body.get("safety_identifier"), "service_tier": wire.served_tier(body),
             "store": body.get("store", True), "temperature": body.get("temperature", 1.0),
             "text": {"format": text_cfg.get("format") or {"type": "text"},
                      "verbosity": text_cfg.get("verbosity", "medium")},

@@ -304,6 +304,9 @@ class Price(_Strict):
     cache_write: Annotated[float, Field(ge=0)] | None = None  # None: the input price
     cache_write_1h: Annotated[float, Field(ge=0)] | None = None  # Anthropic's 1-hour writes; None: the cache_write price
     web_search: Annotated[float, Field(ge=0)] = 10.0  # per 1,000 searches: both providers' base rate
+    # Token prices times these where OpenAI says the answer was served on its priority or flex tier
+    priority: Annotated[float, Field(ge=0)] = 2.0
+    flex: Annotated[float, Field(ge=0)] = 0.5
 
     @model_validator(mode="after")
     def _cache_default_to_input(self) -> Price:

@@ -100,19 +100,27 @@ class PriceBook:
             return found
 
 
+def tier_rate(price: Price, tier: object) -> float:
+    """What OpenAI's service tier multiplies token prices by: `priority` and `flex` are billed at their
+    own rates (its pricing page), anything else at the standard one."""
+    return price.priority if tier == "priority" else price.flex if tier == "flex" else 1.0
+
+
 def cost_usd(usage: Usage, price: Price) -> float:
     written_5m = usage.cache_write_tokens - usage.cache_write_1h_tokens
-    return ((usage.input_tokens * price.input + usage.output_tokens * price.output + usage.cache_read_tokens * (price.cache_read or 0.0)
-             + written_5m * (price.cache_write or 0.0) + usage.cache_write_1h_tokens * (price.cache_write_1h or 0.0)) / 1e6
-            + usage.web_searches * price.web_search / 1e3)
+    tokens = (usage.input_tokens * price.input + usage.output_tokens * price.output + usage.cache_read_tokens * (price.cache_read or 0.0)
+              + written_5m * (price.cache_write or 0.0) + usage.cache_write_1h_tokens * (price.cache_write_1h or 0.0)) / 1e6
+    return tokens * tier_rate(price, usage.service_tier) + usage.web_searches * price.web_search / 1e3
 
 
-def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches: int = 0) -> float:
+def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches: int = 0, tier: object = None) -> float:
     """The most a request can cost: every input token at the dearest of the input and cache-write
-    prices, every allowed output token at the output price, and the web searches it allows (a budget
-    reservation)."""
+    prices, every allowed output token at the output price, on the service tier it asks for (never
+    below the standard rate: a provider may serve a flex request at it), and the web searches it
+    allows (a budget reservation)."""
     dearest = max(price.input, price.cache_write or 0.0, price.cache_write_1h or 0.0)
-    return (input_tokens * dearest + output_tokens * price.output) / 1e6 + searches * price.web_search / 1e3
+    tokens = (input_tokens * dearest + output_tokens * price.output) / 1e6
+    return tokens * max(1.0, tier_rate(price, tier)) + searches * price.web_search / 1e3
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import orjson
 
 from sdk.types import Endpoint, Protocol, Timings, Usage
-from sdk.usage import merge_anthropic_usage, openai_usage, responses_usage
+from sdk.usage import chat_usage, merge_anthropic_usage, responses_usage
 
 
 async def split_event_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
@@ -91,7 +91,7 @@ class StreamObserver:
             parsed = responses_usage(response)
             self.usage.input_tokens, self.usage.output_tokens = parsed.input_tokens, parsed.output_tokens
             self.usage.cache_read_tokens, self.usage.cache_write_tokens = parsed.cache_read_tokens, parsed.cache_write_tokens
-            self.usage.web_searches = parsed.web_searches
+            self.usage.web_searches, self.usage.service_tier = parsed.web_searches, parsed.service_tier
             self.usage.final = self.finished = True
         elif event.startswith((b"event: error", b'data: {"error"')):
             self.error = event
@@ -128,11 +128,12 @@ class StreamObserver:
                 if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
                     self.finish_reasons.append(choice["finish_reason"])
             if isinstance(chunk.get("usage"), dict):
-                parsed = openai_usage(chunk["usage"])
+                parsed = chat_usage(chunk)
                 self.usage.input_tokens = parsed.input_tokens
                 self.usage.output_tokens = parsed.output_tokens
                 self.usage.cache_read_tokens = parsed.cache_read_tokens
                 self.usage.cache_write_tokens = parsed.cache_write_tokens
+                self.usage.service_tier = parsed.service_tier
                 self.usage.final = True
         if (b'"content":"' in data and b'"content":""' not in data) or b'"tool_calls":[' in data:
             self.timings.mark_token(now)

@@ -55,6 +55,7 @@ class Usage:
     # Searches the provider ran for the answer and bills per call besides the tokens (Anthropic's
     # server_tool_use.web_search_requests, the Responses API's web_search_call items).
     web_searches: int = 0
+    service_tier: str = ""  # the OpenAI tier that served the answer (`priority`, `flex`, `default`), as it reports it
     # A stream's usage fills in as its events pass: True once the provider's final report arrived
     # (OpenAI's usage chunk, Anthropic's message_delta, the terminal response.* event).
     final: bool = field(default=False, compare=False)

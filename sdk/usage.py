@@ -56,6 +56,18 @@ def openai_usage(raw: Any) -> Usage:
     return _input_inclusive(raw, "prompt_tokens", "prompt_tokens_details", "completion_tokens")
 
 
+def chat_usage(answer: dict[str, Any]) -> Usage:
+    """A Chat Completions answer's (or usage chunk's) usage, with the tier that served it."""
+    usage = openai_usage(answer.get("usage"))
+    usage.service_tier = _tier(answer)
+    return usage
+
+
+def _tier(answer: dict[str, Any]) -> str:
+    tier = answer.get("service_tier")
+    return tier if isinstance(tier, str) else ""
+
+
 def responses_usage(response: Any) -> Usage:
     """A Responses API response's usage, with the web searches its output items record (each
     `web_search_call` is a billed search; its usage object does not count them)."""
@@ -65,6 +77,7 @@ def responses_usage(response: Any) -> Usage:
     output = response.get("output")
     if isinstance(output, list):
         usage.web_searches = sum(1 for item in output if isinstance(item, dict) and item.get("type") == "web_search_call")
+    usage.service_tier = _tier(response)
     return usage
 
 
@@ -82,4 +95,4 @@ def usage_from_body(endpoint: Endpoint, body: bytes) -> Usage:
         usage = Usage()
         merge_anthropic_usage(usage, data.get("usage"))
         return usage
-    return openai_usage(data.get("usage"))
+    return chat_usage(data)

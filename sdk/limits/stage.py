@@ -153,7 +153,8 @@ class LimitsStage:
         if not prices:
             return 0.0
         counted, allowed, searches = input_tokens(request, exact), output_limit(request), search_limit(request)
-        return max(worst_cost_usd(counted, allowed, price, searches) for price in prices)
+        tier = request.body.get("service_tier")
+        return max(worst_cost_usd(counted, allowed, price, searches, tier) for price in prices)
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a

@@ -106,6 +106,30 @@ def test_one_hour_cache_writes_are_charged_at_their_rate(tmp_path: Path, fresh_e
     assert spent == pytest.approx(expected, abs=2e-6)  # before: the writes at 1.25x input
 
 
+def test_an_answer_served_on_openais_priority_tier_is_charged_its_rate(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """OpenAI bills `service_tier: priority` at about twice the standard token prices and `flex` at half,
+    and says in the answer which tier served it; the spend priced every answer at the standard rate, so a
+    budgeted team asking for priority used the shared account at twice what its budget counted."""
+    with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        costs: dict[str, float] = {}
+        for tier in ("default", "priority", "flex"):
+            before = spend_report(proxy, KEY)["day"]["total"]
+            chat = client.chat.completions.create(model="gpt-4o", max_tokens=32, messages=QUESTION, service_tier=tier)  # type: ignore[arg-type]
+            assert chat.service_tier == tier
+            stream = client.chat.completions.create(model="gpt-4o", max_tokens=32, messages=QUESTION, service_tier=tier,  # type: ignore[arg-type]
+                                                    stream=True, stream_options={"include_usage": True})
+            chunks = list(stream)
+            answer = client.responses.create(model="gpt-4o", max_output_tokens=32, input="What happened in Lisbon?", service_tier=tier)  # type: ignore[arg-type]
+            price = price_of("gpt-4o", {})
+            assert price is not None and chunks[-1].usage is not None and answer.usage is not None
+            standard = sum(cost_usd(Usage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens), price)
+                           for u in (chat.usage, chunks[-1].usage) if u is not None)
+            standard += cost_usd(Usage(input_tokens=answer.usage.input_tokens, output_tokens=answer.usage.output_tokens), price)
+            costs[tier] = (spend_report(proxy, KEY)["day"]["total"] - before) / standard
+    assert costs == pytest.approx({"default": 1.0, "priority": 2.0, "flex": 0.5}, abs=0.01)  # before: 1.0 for each
+
+
 def test_searches_allowed_and_counted_in_each_protocol() -> None:
     """The counts the charge and the hold rest on, for the shapes the emulator does not serve."""
     def limit(endpoint: Endpoint, body: dict[str, Any]) -> int:
@@ -123,3 +147,6 @@ def test_searches_allowed_and_counted_in_each_protocol() -> None:
     assert usage_from_body(Endpoint.RESPONSES, orjson.dumps(response)).web_searches == 2
     gpt = price_of("gpt-4o", {})
     assert gpt is not None and cost_usd(Usage(web_searches=4), gpt) == pytest.approx(0.1)  # web_search_preview's $25 per 1,000
+    standard = worst_cost_usd(1000, 100, gpt)
+    assert worst_cost_usd(1000, 100, gpt, tier="priority") == pytest.approx(2 * standard)  # held at the tier's rate
+    assert worst_cost_usd(1000, 100, gpt, tier="flex") == standard  # a flex request may be served at the standard rate
