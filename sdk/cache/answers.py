@@ -23,6 +23,7 @@ Message = dict[str, Any]
 _ANTHROPIC_BLOCKS = frozenset({"text", "tool_use", "thinking"})
 _ANTHROPIC_STOPS = frozenset({"end_turn", "stop_sequence"})
 _OPENAI_STOPS = frozenset({"stop"})
+_OPENAI_DELTA_FIELDS = frozenset({"role", "content", "refusal", "tool_calls", "annotations"})  # what a capture folds
 
 
 def _data(event: bytes) -> bytes:
@@ -170,6 +171,11 @@ class StreamCapture:
         assert self._message is not None
         target = self._message["choices"][0]
         message, delta = target["message"], choice.get("delta") or {}
+        if any(value is not None for key, value in delta.items() if key not in _OPENAI_DELTA_FIELDS):
+            self._broken = True  # audio, a legacy function_call, ...: what the replay cannot give back
+            return
+        if delta.get("annotations"):  # web search citations, in the chunk after the text they cite
+            message.setdefault("annotations", []).extend(delta["annotations"])
         for field in ("content", "refusal"):
             if isinstance(delta.get(field), str):
                 message[field] = (message[field] or "") + delta[field]
@@ -266,6 +272,8 @@ def _openai_events(message: Message, include_usage: bool) -> list[bytes]:
     events = [chunk({"role": "assistant", "content": "" if answer.get("content") is not None or not calls else None, "refusal": None})]
     if answer.get("content"):
         events.append(chunk({"content": answer["content"]}))
+    if answer.get("annotations"):
+        events.append(chunk({"annotations": answer["annotations"]}))
     if answer.get("refusal"):
         events.append(chunk({"refusal": answer["refusal"]}))
     for index, call in enumerate(calls):

@@ -74,3 +74,13 @@ def test_capture_refuses_unfinished_or_errored_streams():
 def test_openai_body_replay_without_reported_usage_reports_zeros():
     body = render_body(Protocol.OPENAI, {**OPENAI_MESSAGE, "usage": None})
     assert openai.types.chat.ChatCompletion.model_validate_json(body).usage.total_tokens == 0
+
+
+def test_capture_refuses_a_stream_with_deltas_it_cannot_replay():
+    """Audio (or a legacy function_call) in a delta: stored without it, a hit would lack it; not stored."""
+    events = render_events(Protocol.OPENAI, OPENAI_MESSAGE, False)
+    audio = b'data: {"id":"chatcmpl-1","choices":[{"index":0,"delta":{"audio":{"id":"audio_1","data":"UklG"}},"logprobs":null,"finish_reason":null}]}\n\n'
+    capture = StreamCapture(Protocol.OPENAI)
+    for event in [events[0], audio, *events[1:]]:
+        capture.feed(event)
+    assert capture.message() is None

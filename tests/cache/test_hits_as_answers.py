@@ -145,3 +145,21 @@ def test_responses_fields_a_chat_form_drops_are_in_the_key(oa, fresh_emulator):
     assert _status(summarized) == "miss" and summarized.parse().output[0].summary
     assert _status(oa.responses.with_raw_response.create(**ask, include=["reasoning.encrypted_content"], store=False)) == "exact-hit"
     assert fresh_emulator.stats()["requests_total"] == 3
+
+
+def test_a_streamed_answer_is_stored_whole_or_not_at_all(oa, fresh_emulator):
+    """A Chat answer from Claude's web search carries url_citation annotations, streamed in a chunk's
+    `delta.annotations`. The stream capture folded content, refusal and tool calls only: the answer was
+    stored without its citations, and every later hit (body or stream) had none."""
+    ask: Any = dict(model=CLAUDE, messages=[{"role": "user", "content": "Weather news in Oslo?"}], temperature=0,
+                    web_search_options={})
+    chunks = list(oa.chat.completions.create(**ask, stream=True))
+    streamed = [a for c in chunks if c.choices for a in (c.choices[0].delta.model_extra or {}).get("annotations") or ()]
+    assert streamed and streamed[0]["url_citation"]["url"].startswith("https://")
+    raw = oa.chat.completions.with_raw_response.create(**ask)
+    assert _status(raw) == "exact-hit"
+    annotations = raw.parse().choices[0].message.annotations
+    assert [a.model_dump() for a in annotations or ()] == streamed
+    again = list(oa.chat.completions.create(**ask, stream=True))
+    assert [a for c in again if c.choices for a in (c.choices[0].delta.model_extra or {}).get("annotations") or ()] == streamed
+    assert fresh_emulator.stats()["requests_total"] == 1
