@@ -86,7 +86,10 @@ def cache_keys(team: str, request: LLMRequest) -> CacheKeys:
     system_msgs, earlier, latest = _split_messages(body)
     params = {k: v for k, v in body.items() if k not in NOT_IN_KEY and k not in _CONTENT_FIELDS}
     prefix = (team, str(request.protocol), request.model, _digest(body.get("system"), system_msgs, body.get("tools")), _digest(params))
-    partition = _digest(*prefix, _digest(earlier))
+    # The latest turn's fields besides its content (its role, Chat's participant `name`) must match too:
+    # the semantic tier compares the content's text only.
+    beside = {k: v for k, v in latest.items() if k != "content"} if isinstance(latest, dict) else None
+    partition = _digest(*prefix, _digest(earlier), beside)
     exact = _digest(*prefix, _digest(earlier), latest)
     query = None
     if isinstance(latest, dict) and latest.get("role") == "user":

@@ -163,3 +163,19 @@ def test_a_streamed_answer_is_stored_whole_or_not_at_all(oa, fresh_emulator):
     again = list(oa.chat.completions.create(**ask, stream=True))
     assert [a for c in again if c.choices for a in (c.choices[0].delta.model_extra or {}).get("annotations") or ()] == streamed
     assert fresh_emulator.stats()["requests_total"] == 1
+
+
+def test_a_paraphrase_by_another_named_participant_is_not_a_semantic_hit(oa, fresh_emulator):
+    """Chat's user message may carry a participant `name`, which the model reads (the emulator's answer
+    depends on it too). The semantic tier compared the latest turn's text only, and its partition left the
+    turn out: Bob's paraphrase was answered with the answer written for Alice."""
+    def ask(name: str, text: str) -> Any:
+        return oa.chat.completions.with_raw_response.create(
+            model=GPT, temperature=0, messages=[{"role": "user", "name": name, "content": text}])
+
+    alice = ask("alice", "How do I reset my password?")
+    assert _status(alice) == "miss"
+    assert _status(ask("alice", "How can I reset my password?")) == "semantic-hit"
+    bob = ask("bob", "How can I reset my password?")
+    assert _status(bob) == "miss" and bob.parse().choices[0].message.content != alice.parse().choices[0].message.content
+    assert fresh_emulator.stats()["requests_total"] == 2
