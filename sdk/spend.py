@@ -50,7 +50,10 @@ BUILT_IN: tuple[tuple[str, Price], ...] = tuple(
         # 75% on gpt-4.1, 50% on gpt-4o)
         "gpt-5-nano*": (0.05, 0.4, 0.005, 0),
         "gpt-5-mini*": (0.25, 2, 0.025, 0),
-        "gpt-5*": (1.25, 10, 0.125, 0),
+        # gpt-5 and gpt-5.1 by name: later gpt-5.x cost more (gpt-5.2 $1.75 / $14), so a glob would under-price them
+        "gpt-5": (1.25, 10, 0.125, 0), "gpt-5-2025-*": (1.25, 10, 0.125, 0), "gpt-5-chat-latest": (1.25, 10, 0.125, 0),
+        "gpt-5-codex": (1.25, 10, 0.125, 0), "gpt-5.1": (1.25, 10, 0.125, 0), "gpt-5.1-2025-*": (1.25, 10, 0.125, 0),
+        "gpt-5.1-chat-latest": (1.25, 10, 0.125, 0), "gpt-5.1-codex": (1.25, 10, 0.125, 0),
         "gpt-4.1-nano*": (0.1, 0.4, 0.025, 0),
         "gpt-4.1-mini*": (0.4, 1.6, 0.1, 0),
         "gpt-4.1*": (2, 8, 0.5, 0),
@@ -70,8 +73,19 @@ BUILT_IN: tuple[tuple[str, Price], ...] = tuple(
 )
 
 
+# Variants the built-in globs would match but that bill otherwise: audio and realtime tokens (8-16x the
+# text rates), search models (a fee per request), the -pro models (gpt-5-pro: 12x gpt-5). Only a team's
+# own `pricing:` prices them; a budgeted team is refused them otherwise, never under-charged.
+NOT_BUILT_IN = ("*audio*", "*realtime*", "*transcribe*", "*tts*", "*search*", "*-pro", "*-pro-*", "*deep-research*")
+
+
 def price_of(model: str, overrides: dict[str, Price]) -> Price | None:
-    for glob, price in (*overrides.items(), *BUILT_IN):
+    for glob, price in overrides.items():
+        if fnmatch.fnmatchcase(model, glob):
+            return price
+    if any(fnmatch.fnmatchcase(model, glob) for glob in NOT_BUILT_IN):
+        return None
+    for glob, price in BUILT_IN:
         if fnmatch.fnmatchcase(model, glob):
             return price
     return None

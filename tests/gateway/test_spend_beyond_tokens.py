@@ -46,9 +46,9 @@ def _tokens_cost(usage: Any) -> float:
 def test_a_web_search_is_charged_native_and_streamed(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
     with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
         client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
-        message = client.messages.create(model=MODEL, max_tokens=64, messages=QUESTION, tools=[SEARCH])  # type: ignore[list-item]
+        message = client.messages.create(model=MODEL, max_tokens=64, messages=QUESTION, tools=[SEARCH])
         assert message.usage.server_tool_use is not None and message.usage.server_tool_use.web_search_requests == 1
-        with client.messages.stream(model=MODEL, max_tokens=64, messages=QUESTION, tools=[SEARCH]) as stream:  # type: ignore[list-item]
+        with client.messages.stream(model=MODEL, max_tokens=64, messages=QUESTION, tools=[SEARCH]) as stream:
             streamed = stream.get_final_message()
         assert streamed.usage.server_tool_use is not None and streamed.usage.server_tool_use.web_search_requests == 1
         spent = spend_report(proxy, KEY)["day"]["total"]
@@ -61,7 +61,7 @@ def test_a_chat_clients_web_search_on_claude_is_charged(tmp_path: Path, fresh_em
     with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
         client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
         for stream in (False, True):
-            answer = client.chat.completions.create(model=MODEL, max_tokens=64, messages=QUESTION,  # type: ignore[call-overload]
+            answer = client.chat.completions.create(model=MODEL, max_tokens=64, messages=QUESTION,
                                                     web_search_options={}, stream=stream,
                                                     **({"stream_options": {"include_usage": True}} if stream else {}))
             if stream:
@@ -95,7 +95,7 @@ def test_one_hour_cache_writes_are_charged_at_their_rate(tmp_path: Path, fresh_e
     system = [{"type": "text", "text": "Policy clause. " * 600, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
     with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
         client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
-        message = client.messages.create(model=MODEL, max_tokens=16, system=system, messages=QUESTION)  # type: ignore[arg-type]
+        message = client.messages.create(model=MODEL, max_tokens=16, system=system, messages=QUESTION)
         spent = spend_report(proxy, KEY)["day"]["total"]
     usage = message.usage
     assert usage.cache_creation is not None and usage.cache_creation.ephemeral_1h_input_tokens == usage.cache_creation_input_tokens > 1024
@@ -115,12 +115,12 @@ def test_an_answer_served_on_openais_priority_tier_is_charged_its_rate(tmp_path:
         costs: dict[str, float] = {}
         for tier in ("default", "priority", "flex"):
             before = spend_report(proxy, KEY)["day"]["total"]
-            chat = client.chat.completions.create(model="gpt-4o", max_tokens=32, messages=QUESTION, service_tier=tier)  # type: ignore[arg-type]
+            chat = client.chat.completions.create(model="gpt-4o", max_tokens=32, messages=QUESTION, service_tier=tier)
             assert chat.service_tier == tier
-            stream = client.chat.completions.create(model="gpt-4o", max_tokens=32, messages=QUESTION, service_tier=tier,  # type: ignore[arg-type]
+            stream = client.chat.completions.create(model="gpt-4o", max_tokens=32, messages=QUESTION, service_tier=tier,
                                                     stream=True, stream_options={"include_usage": True})
             chunks = list(stream)
-            answer = client.responses.create(model="gpt-4o", max_output_tokens=32, input="What happened in Lisbon?", service_tier=tier)  # type: ignore[arg-type]
+            answer = client.responses.create(model="gpt-4o", max_output_tokens=32, input="What happened in Lisbon?", service_tier=tier)
             price = price_of("gpt-4o", {})
             assert price is not None and chunks[-1].usage is not None and answer.usage is not None
             standard = sum(cost_usd(Usage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens), price)
@@ -128,6 +128,22 @@ def test_an_answer_served_on_openais_priority_tier_is_charged_its_rate(tmp_path:
             standard += cost_usd(Usage(input_tokens=answer.usage.input_tokens, output_tokens=answer.usage.output_tokens), price)
             costs[tier] = (spend_report(proxy, KEY)["day"]["total"] - before) / standard
     assert costs == pytest.approx({"default": 1.0, "priority": 2.0, "flex": 0.5}, abs=0.01)  # before: 1.0 for each
+
+
+@pytest.mark.parametrize("model", ["gpt-5-pro", "gpt-5.2", "gpt-4o-audio-preview", "gpt-4o-mini-search-preview"])
+def test_a_variant_that_bills_more_is_not_priced_as_its_family(tmp_path: Path, fresh_emulator: RunningEmulator, model: str) -> None:
+    """The built-in globs priced gpt-5-pro (12x gpt-5) and gpt-5.2 as gpt-5, audio and search models as
+    gpt-4o: a budgeted team spent several times what its budget counted. They have no built-in price
+    now, so a budgeted team is refused them (the 403 naming the `pricing:` entry) until one is given."""
+    policy = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    with running_proxy([policy]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            client.chat.completions.create(model=model, max_tokens=16, messages=QUESTION)
+        assert f"'{model}' has no price" in refused.value.message
+    assert fresh_emulator.stats()["requests_total"] == 0
+    own = price_of("gpt-4o", {})
+    assert own is not None and price_of(model, {model: own}) is own  # a team's own price is used
 
 
 def test_searches_allowed_and_counted_in_each_protocol() -> None:
