@@ -288,7 +288,8 @@ def _pick_tool(body: dict[str, Any]) -> ToolPick | None:
     return ToolPick(name, by_name[name]["input_schema"], kind != "any") if name else None
 
 
-def _usage(plan: CachePlan, output_tokens: int) -> dict[str, Any]:
+def _usage(plan: CachePlan, output_tokens: int, body: dict[str, Any]) -> dict[str, Any]:
+    """The answer's usage; `inference_geo` says where it ran: `us` when the request asked (billed 1.1x), else `global`."""
     return {
         "input_tokens": plan.input_tokens,
         "cache_creation_input_tokens": plan.write,
@@ -297,6 +298,7 @@ def _usage(plan: CachePlan, output_tokens: int) -> dict[str, Any]:
                            "ephemeral_1h_input_tokens": plan.write_1h},
         "output_tokens": output_tokens,
         "service_tier": "standard",
+        "inference_geo": "us" if body.get("inference_geo") == "us" else "global",
     }
 
 
@@ -343,7 +345,7 @@ async def messages(emu: Emulator, call: Call) -> None:
         reply.text = f"```json\n{reply.text}\n```"  # as Claude 4.6+ often answers "JSON and nothing else"
     out_tokens = reply.output_tokens + spent
     tool_id = emu.new_id("toolu_") if reply.tool_name else ""
-    content, usage = content_blocks(reply, tool_id, thinking) if body["max_tokens"] else [], _usage(plan, out_tokens)
+    content, usage = content_blocks(reply, tool_id, thinking) if body["max_tokens"] else [], _usage(plan, out_tokens, body)
     search = web_search_tool(body) if body["max_tokens"] else None
     if search is not None:  # one search before the answer (web_search.py)
         content = searched(body, search, content, emu.new_id("srvtoolu_"))
@@ -352,7 +354,7 @@ async def messages(emu: Emulator, call: Call) -> None:
            "stop_reason": STOP_REASONS[reply.stop], "stop_sequence": reply.stop_sequence, "usage": usage}
     ttft = cfg.ttft_seconds(plan.uncached, plan.read)
     if stream:
-        events, tokens = stream_events(out, reply, thinking, _usage(plan, 1), cfg.tokens_per_delta)
+        events, tokens = stream_events(out, reply, thinking, _usage(plan, 1, body), cfg.tokens_per_delta)
         err_type = faults.midstream_type if faults else "overloaded_error"
         err_ev = sse("error", {"type": "error", "error": {
             "type": err_type, "message": ERROR_MESSAGES.get(err_type, err_type)}})

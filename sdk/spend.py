@@ -28,13 +28,17 @@ from sdk.types import Usage
 # the web_search tool $10 on every model; which tool ran is not in the answer, so those models' searches
 # are priced at the dearer rate (a budget must not be under-counted; a team pins its own in `pricing:`).
 PREVIEW_SEARCH = 25.0
+# Claude Sonnet 4.x and Opus 4.6 with the 1M-token context bill a request whose input passes 200,000 tokens
+# at long-context rates: input (and cache) 2x, output 1.5x (Sonnet: $6 / $22.50 against $3 / $15).
+LONG_CONTEXT = 200_000
 
 # USD per million tokens: input, output, cache read, cache write (5m); Anthropic's 1-hour writes are 2x
 # input; web searches per 1,000 are Price's default ($10, both providers) but where a model's searches
 # cost more (PREVIEW_SEARCH).
 BUILT_IN: tuple[tuple[str, Price], ...] = tuple(
     (glob, Price(input=i, output=o, cache_read=r, cache_write=w, cache_write_1h=2 * i if glob.startswith("claude-") else w,
-                 web_search=PREVIEW_SEARCH if glob.startswith(("gpt-4o", "gpt-4.1")) else 10.0))
+                 web_search=PREVIEW_SEARCH if glob.startswith(("gpt-4o", "gpt-4.1")) else 10.0,
+                 long_context_from=LONG_CONTEXT if glob.startswith(("claude-sonnet-4", "claude-opus-4-6")) else None))
     for glob, (i, o, r, w) in {
         # Anthropic: platform.claude.com/docs/en/about-claude/pricing (reads 0.1×, 5m writes 1.25× input)
         "claude-opus-4-5*": (5, 25, 0.5, 6.25),
@@ -120,21 +124,35 @@ def tier_rate(price: Price, tier: object) -> float:
     return price.priority if tier == "priority" else price.flex if tier == "flex" else 1.0
 
 
+def _long(price: Price, input_tokens: int) -> tuple[float, float]:
+    """The input-side and output multipliers for a request of `input_tokens`: the long-context rates past
+    the price's threshold, else 1."""
+    if price.long_context_from is not None and input_tokens > price.long_context_from:
+        return price.long_input, price.long_output
+    return 1.0, 1.0
+
+
 def cost_usd(usage: Usage, price: Price) -> float:
     written_5m = usage.cache_write_tokens - usage.cache_write_1h_tokens
-    tokens = (usage.input_tokens * price.input + usage.output_tokens * price.output + usage.cache_read_tokens * (price.cache_read or 0.0)
-              + written_5m * (price.cache_write or 0.0) + usage.cache_write_1h_tokens * (price.cache_write_1h or 0.0)) / 1e6
-    return tokens * tier_rate(price, usage.service_tier) + usage.web_searches * price.web_search / 1e3
+    inputs = (usage.input_tokens * price.input + usage.cache_read_tokens * (price.cache_read or 0.0)
+              + written_5m * (price.cache_write or 0.0) + usage.cache_write_1h_tokens * (price.cache_write_1h or 0.0))
+    long_input, long_output = _long(price, usage.total_input_tokens)
+    tokens = (inputs * long_input + usage.output_tokens * price.output * long_output) / 1e6
+    rate = tier_rate(price, usage.service_tier) * (price.us_only if usage.inference_geo == "us" else 1.0)
+    return tokens * rate + usage.web_searches * price.web_search / 1e3
 
 
-def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches: int = 0, tier: object = None) -> float:
+def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches: int = 0, tier: object = None,
+                   us_only: bool = False) -> float:
     """The most a request can cost: every input token at the dearest of the input and cache-write
-    prices, every allowed output token at the output price, on the service tier it asks for (never
-    below the standard rate: a provider may serve a flex request at it), and the web searches it
-    allows (a budget reservation)."""
+    prices, every allowed output token at the output price (at long-context rates past the price's
+    threshold), on the service tier it asks for (never below the standard rate: a provider may serve a
+    flex request at it) and where it asks to run, and the web searches it allows (a budget reservation)."""
     dearest = max(price.input, price.cache_write or 0.0, price.cache_write_1h or 0.0)
-    tokens = (input_tokens * dearest + output_tokens * price.output) / 1e6
-    return tokens * max(1.0, tier_rate(price, tier)) + searches * price.web_search / 1e3
+    long_input, long_output = _long(price, input_tokens)
+    tokens = (input_tokens * dearest * long_input + output_tokens * price.output * long_output) / 1e6
+    rate = max(1.0, tier_rate(price, tier)) * (price.us_only if us_only else 1.0)
+    return tokens * rate + searches * price.web_search / 1e3
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ class Usage:
     # server_tool_use.web_search_requests, the Responses API's web_search_call items).
     web_searches: int = 0
     service_tier: str = ""  # the OpenAI tier that served the answer (`priority`, `flex`, `default`), as it reports it
+    inference_geo: str = ""  # where Anthropic ran it (`us` is billed 1.1x)
     # A stream's usage fills in as its events pass: True once the provider's final report arrived
     # (OpenAI's usage chunk, Anthropic's message_delta, the terminal response.* event).
     final: bool = field(default=False, compare=False)

@@ -32,6 +32,8 @@ def merge_anthropic_usage(usage: Usage, raw: Any) -> None:
         usage.cache_write_tokens = _int(raw["cache_creation_input_tokens"])
     if isinstance(written := raw.get("cache_creation"), dict) and "ephemeral_1h_input_tokens" in written:
         usage.cache_write_1h_tokens = _int(written["ephemeral_1h_input_tokens"])
+    if isinstance(geo := raw.get("inference_geo"), str):
+        usage.inference_geo = geo
     if isinstance(tools := raw.get("server_tool_use"), dict) and "web_search_requests" in tools:
         usage.web_searches = _int(tools["web_search_requests"])
 

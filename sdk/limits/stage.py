@@ -153,8 +153,8 @@ class LimitsStage:
         if not prices:
             return 0.0
         counted, allowed, searches = input_tokens(request, exact), output_limit(request), search_limit(request)
-        tier = request.body.get("service_tier")
-        return max(worst_cost_usd(counted, allowed, price, searches, tier) for price in prices)
+        tier, us_only = request.body.get("service_tier"), request.body.get("inference_geo") == "us"
+        return max(worst_cost_usd(counted, allowed, price, searches, tier, us_only) for price in prices)
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a

@@ -130,6 +130,27 @@ def test_an_answer_served_on_openais_priority_tier_is_charged_its_rate(tmp_path:
     assert costs == pytest.approx({"default": 1.0, "priority": 2.0, "flex": 0.5}, abs=0.01)  # before: 1.0 for each
 
 
+def test_long_context_and_us_only_answers_are_charged_their_rates(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """Claude Sonnet 4.x bills a request past 200,000 input tokens at 2x input and 1.5x output, and one
+    run in the US only (`inference_geo: us`) at 1.1x; both were charged at the standard rates. The
+    threshold is the price's, so a team's own entry can set a low one (1,000 tokens here: no test
+    sends 200,000)."""
+    pricing = 'pricing: {"claude-sonnet-4*": {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75, long_context_from: 1000}}\n'
+    with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + pricing)]) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        rates = {}
+        for name, words, extra in (("short", 20, {}), ("long", 1500, {}), ("us", 20, {"inference_geo": "us"})):
+            before = spend_report(proxy, KEY)["day"]["total"]
+            message = client.messages.create(model=MODEL, max_tokens=32, extra_body=extra,
+                                             messages=[{"role": "user", "content": "Summarise: " + "clause " * words}])
+            usage = message.usage
+            assert (usage.input_tokens > 1000) == (name == "long")
+            standard = (usage.input_tokens * 3 + usage.output_tokens * 15) / 1e6
+            long_rate = (usage.input_tokens * 3 * 2 + usage.output_tokens * 15 * 1.5) / 1e6
+            rates[name] = (spend_report(proxy, KEY)["day"]["total"] - before) / (long_rate if name == "long" else standard)
+    assert rates == pytest.approx({"short": 1.0, "long": 1.0, "us": 1.1}, abs=0.01)  # before: long 0.6x its rate, us 1.0
+
+
 @pytest.mark.parametrize("model", ["gpt-5-pro", "gpt-5.2", "gpt-4o-audio-preview", "gpt-4o-mini-search-preview"])
 def test_a_variant_that_bills_more_is_not_priced_as_its_family(tmp_path: Path, fresh_emulator: RunningEmulator, model: str) -> None:
     """The built-in globs priced gpt-5-pro (12x gpt-5) and gpt-5.2 as gpt-5, audio and search models as
