@@ -1,7 +1,7 @@
 """Canonical request hashing: the exact key, the partition key, and the text the semantic tier embeds.
 
 The partition is everything that must be identical for two requests to share an answer: team,
-protocol, model, system prompt and tools, generation parameters, and every turn before the latest
+protocol, model and the route's targets that answer it, system prompt and tools, generation parameters, and every turn before the latest
 user message. Only that latest user message is compared by meaning. Hashes are over canonical JSON
 (sorted keys, `cache_control` markers removed) so byte-different but equivalent requests match.
 """
@@ -81,11 +81,14 @@ def is_sampled(body: dict[str, Any]) -> bool:
     return not isinstance(temperature, (int, float)) or temperature > 0
 
 
-def cache_keys(team: str, request: LLMRequest) -> CacheKeys:
+def cache_keys(team: str, request: LLMRequest, answered_by: Any = None) -> CacheKeys:
+    """`answered_by`: who the team's policy has answer the request's model (its route's targets), so an
+    entry of a name the policy has since moved to another target is not served."""
     body = _strip(request.body)
     system_msgs, earlier, latest = _split_messages(body)
     params = {k: v for k, v in body.items() if k not in NOT_IN_KEY and k not in _CONTENT_FIELDS}
-    prefix = (team, str(request.protocol), request.model, _digest(body.get("system"), system_msgs, body.get("tools")), _digest(params))
+    prefix = (team, str(request.protocol), request.model, _digest(answered_by),
+              _digest(body.get("system"), system_msgs, body.get("tools")), _digest(params))
     # The latest turn's fields besides its content (its role, Chat's participant `name`) must match too:
     # the semantic tier compares the content's text only.
     beside = {k: v for k, v in latest.items() if k != "content"} if isinstance(latest, dict) else None

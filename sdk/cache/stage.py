@@ -29,7 +29,7 @@ from sdk.errors import InvalidRequestError
 from sdk.observability import metrics
 from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, RequestContext
-from sdk.policy import Policy, SemanticCachePolicy
+from sdk.policy import Policy
 from sdk.readiness import WarmUp
 from sdk.responses.store import MAX_TURN_ITEMS, ResponseStore, StoredResponse, as_items
 from sdk.routing.backoff import TranslationRefused
@@ -85,10 +85,10 @@ def _strip_metadata(request: LLMRequest) -> tuple[LLMRequest, float | None]:
 class CacheStage:
     name = "cache"
 
-    def __init__(self, team: str, config: SemanticCachePolicy, cache: ResponseCache,
-                 response_store: Callable[[], ResponseStore]):
-        self.team = team
-        self.config = config
+    def __init__(self, policy: Policy, cache: ResponseCache, response_store: Callable[[], ResponseStore]):
+        self.team = policy.team
+        self.config = policy.semantic_cache
+        self.policy = policy
         self.cache = cache
         self.response_store = response_store  # where a replayed Responses answer is recorded
 
@@ -156,13 +156,26 @@ class CacheStage:
     def _keys(self, request: LLMRequest) -> CacheKeys | None:
         """The request's keys; a Responses request is keyed by its Chat form (so the semantic tier reads
         its latest user turn the same way) with its own fields that form leaves out (responses.key_body)."""
+        answered_by = self._answered_by(request.model)
         if request.endpoint is not Endpoint.RESPONSES:
-            return cache_keys(self.team, request)
+            return cache_keys(self.team, request, answered_by)
         try:
             chat = responses_to_chat(request.body)
         except (TranslationRefused, KeyError, TypeError, AttributeError, ValueError):
             return None  # what has no Chat form (built-in tools, ...) is answered upstream, uncached
-        return cache_keys(self.team, replace(request, body=responses.key_body(request.body, chat)))
+        return cache_keys(self.team, replace(request, body=responses.key_body(request.body, chat)), answered_by)
+
+    def _answered_by(self, model: str) -> list[tuple[str | None, ...]]:
+        """The targets of the route the policy gives `model`, in order, as what changes an answer: the
+        provider's kind, upstream and way of serving Responses, and the model it is asked for. The cache
+        outlives policy reloads; a name moved to another target must not be answered by the old one."""
+        route = next((r for r in self.policy.routes if r.match.matches(model)), None)
+        answerers: list[tuple[str | None, ...]] = []
+        for target in route.targets if route is not None else ():
+            provider = self.policy.providers.get(target.provider)
+            if provider is not None:
+                answerers.append((provider.kind, provider.base_url, provider.model, provider.responses, target.model or model))
+        return answerers
 
     def _store(self, shape: Shape, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
         if shape is Endpoint.RESPONSES:
@@ -256,4 +269,4 @@ def build_cache(policy: Policy, services: Services) -> CacheStage | None:
     cache = services.response_cache()
     if config.semantic:
         cache.embedder.start()  # load the model in the background now, not on the first request
-    return CacheStage(policy.team, config, cache, services.response_store)
+    return CacheStage(policy, cache, services.response_store)

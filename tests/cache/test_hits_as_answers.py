@@ -4,6 +4,7 @@ client's protocol (its own ids, its own request's echoes)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -179,3 +180,35 @@ def test_a_paraphrase_by_another_named_participant_is_not_a_semantic_hit(oa, fre
     bob = ask("bob", "How can I reset my password?")
     assert _status(bob) == "miss" and bob.parse().choices[0].message.content != alice.parse().choices[0].message.content
     assert fresh_emulator.stats()["requests_total"] == 2
+
+
+def test_a_route_changed_by_a_reload_does_not_serve_the_old_targets_answers(tmp_path, monkeypatch, fresh_emulator):
+    """Entries were keyed by the model the client named. An operator who moves the name to another target
+    (`fast`: gpt-4.1-mini, then gpt-4o; or Claude for a Chat client) reloads the policy, and the cache,
+    which outlives reloads, went on serving the old target's answers, for a day by default."""
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    path = directory / "answers.yaml"
+
+    def route(target: str, probe: str) -> None:
+        text = policy(fresh_emulator.url).replace("routes:\n", f"routes:\n  - match: {{model: fast}}\n    targets: [{target}]\n"
+                                                  f"  - match: {{model: {probe}}}\n    targets: [{{provider: gpt}}]\n")
+        path.write_text(text)
+
+    route("{provider: gpt, model: gpt-4.1-mini}", "probe-1")
+    with running_proxy([directory], watch_interval_s=0.05) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        ask: Any = dict(model="fast", messages=[{"role": "user", "content": "Name a fjord."}], temperature=0)
+        first = client.chat.completions.with_raw_response.create(**ask)
+        assert _status(first) == "miss" and first.parse().model == "gpt-4.1-mini"
+        assert _status(client.chat.completions.with_raw_response.create(**ask)) == "exact-hit"
+        for target, probe, model in (("{provider: gpt, model: gpt-4o}", "probe-2", "gpt-4o"),
+                                     (f"{{provider: claude, model: {CLAUDE}}}", "probe-3", CLAUDE)):
+            route(target, probe)
+            while probe not in {m.id for m in client.models.list()}:
+                time.sleep(0.05)  # the reload is in force once the new route's name is listed
+            moved = client.chat.completions.with_raw_response.create(**ask)
+            assert _status(moved) == "miss" and moved.parse().model == model
+            assert moved.headers["x-slipstream-route"].endswith(f"/{model}")
+            assert _status(client.chat.completions.with_raw_response.create(**ask)) == "exact-hit"
