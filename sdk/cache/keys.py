@@ -1,7 +1,7 @@
 """Canonical request hashing: the exact key, the partition key, and the text the semantic tier embeds.
 
 The partition is everything that must be identical for two requests to share an answer: team,
-protocol, model and the route's targets that answer it, system prompt and tools, generation parameters, and every turn before the latest
+protocol, model and the route's targets that answer it, Anthropic betas, system prompt and tools, generation parameters, and every turn before the latest
 user message. Only that latest user message is compared by meaning. Hashes are over canonical JSON
 (sorted keys, `cache_control` markers removed) so byte-different but equivalent requests match.
 """
@@ -87,7 +87,9 @@ def cache_keys(team: str, request: LLMRequest, answered_by: Any = None) -> Cache
     body = _strip(request.body)
     system_msgs, earlier, latest = _split_messages(body)
     params = {k: v for k, v in body.items() if k not in NOT_IN_KEY and k not in _CONTENT_FIELDS}
-    prefix = (team, str(request.protocol), request.model, _digest(answered_by),
+    # Betas turn on behaviour the body does not show (interleaved thinking, token-efficient tools): a set.
+    betas = sorted({b.strip() for b in request.forward_headers.get("anthropic-beta", "").split(",") if b.strip()})
+    prefix = (team, str(request.protocol), request.model, _digest(answered_by, betas),
               _digest(body.get("system"), system_msgs, body.get("tools")), _digest(params))
     # The latest turn's fields besides its content (its role, Chat's participant `name`) must match too:
     # the semantic tier compares the content's text only.

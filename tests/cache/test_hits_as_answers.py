@@ -212,3 +212,18 @@ def test_a_route_changed_by_a_reload_does_not_serve_the_old_targets_answers(tmp_
             assert _status(moved) == "miss" and moved.parse().model == model
             assert moved.headers["x-slipstream-route"].endswith(f"/{model}")
             assert _status(client.chat.completions.with_raw_response.create(**ask)) == "exact-hit"
+
+
+def test_anthropic_betas_are_in_the_key(an, fresh_emulator):
+    """`anthropic-beta` turns on behaviour the body does not show (interleaved thinking between tool calls,
+    token-efficient tool use, ...). The key was the body's alone: a request with a beta was an exact hit
+    on an answer given without it. The betas are a set: their order does not matter."""
+    ask: Any = dict(model=CLAUDE, max_tokens=200, messages=[{"role": "user", "content": "Name a glacier."}],
+                    extra_body={"temperature": 0})
+    assert _status(an.messages.with_raw_response.create(**ask)) == "miss"
+    both = "interleaved-thinking-2025-05-14, token-efficient-tools-2025-02-19"
+    assert _status(an.messages.with_raw_response.create(**ask, extra_headers={"anthropic-beta": both})) == "miss"
+    swapped = "token-efficient-tools-2025-02-19,interleaved-thinking-2025-05-14"
+    assert _status(an.messages.with_raw_response.create(**ask, extra_headers={"anthropic-beta": swapped})) == "exact-hit"
+    assert _status(an.messages.with_raw_response.create(**ask)) == "exact-hit"
+    assert fresh_emulator.stats()["requests_total"] == 2
