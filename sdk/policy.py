@@ -307,6 +307,8 @@ class Price(_Strict):
     # Token prices times these where OpenAI says the answer was served on its priority or flex tier
     priority: Annotated[float, Field(ge=0)] = 2.0
     flex: Annotated[float, Field(ge=0)] = 0.5
+    # Token prices times this for Anthropic's fast mode; None: not priced (a budgeted team is refused it)
+    fast: Annotated[float, Field(ge=0)] | None = None
     us_only: Annotated[float, Field(ge=0)] = 1.1  # token prices times this where Anthropic ran it in the US only (inference_geo)
     # Above this many input tokens (cached ones included) a request is billed at long-context rates:
     # input-side prices times long_input, output times long_output (Claude Sonnet 4.x, Opus 4.6 with 1M context)

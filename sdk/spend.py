@@ -139,11 +139,13 @@ def cost_usd(usage: Usage, price: Price) -> float:
     long_input, long_output = _long(price, usage.total_input_tokens)
     tokens = (inputs * long_input + usage.output_tokens * price.output * long_output) / 1e6
     rate = tier_rate(price, usage.service_tier) * (price.us_only if usage.inference_geo == "us" else 1.0)
+    if usage.fast:
+        rate *= price.fast or 1.0
     return tokens * rate + usage.web_searches * price.web_search / 1e3
 
 
 def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches: int = 0, tier: object = None,
-                   us_only: bool = False) -> float:
+                   us_only: bool = False, fast: bool = False) -> float:
     """The most a request can cost: every input token at the dearest of the input and cache-write
     prices, every allowed output token at the output price (at long-context rates past the price's
     threshold), on the service tier it asks for (never below the standard rate: a provider may serve a
@@ -151,7 +153,7 @@ def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches
     dearest = max(price.input, price.cache_write or 0.0, price.cache_write_1h or 0.0)
     long_input, long_output = _long(price, input_tokens)
     tokens = (input_tokens * dearest * long_input + output_tokens * price.output * long_output) / 1e6
-    rate = max(1.0, tier_rate(price, tier)) * (price.us_only if us_only else 1.0)
+    rate = max(1.0, tier_rate(price, tier)) * (price.us_only if us_only else 1.0) * ((price.fast or 1.0) if fast else 1.0)
     return tokens * rate + searches * price.web_search / 1e3
 
 

@@ -57,6 +57,7 @@ class Usage:
     web_searches: int = 0
     service_tier: str = ""  # the OpenAI tier that served the answer (`priority`, `flex`, `default`), as it reports it
     inference_geo: str = ""  # where Anthropic ran it (`us` is billed 1.1x)
+    fast: bool = False  # asked for Anthropic's fast mode (`speed: fast`), billed at its own rates
     # A stream's usage fills in as its events pass: True once the provider's final report arrived
     # (OpenAI's usage chunk, Anthropic's message_delta, the terminal response.* event).
     final: bool = field(default=False, compare=False)

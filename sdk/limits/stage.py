@@ -152,9 +152,15 @@ class LimitsStage:
             prices = self._priced_targets(request.model)
         if not prices:
             return 0.0
+        body = request.body
+        fast = body.get("speed") == "fast"
+        if fast and any(price.fast is None for price in prices):
+            raise SlipstreamError(f"pricing: team {self.team} has a budget and Anthropic's fast mode (speed: fast) has no price for "
+                                  f"model {request.model!r}, so its spend could not be counted; the gateway's operator must add "
+                                  "`fast: MULTIPLIER` (of the standard token prices) to the model's pricing: entry (docs/spend.md)", status=403)
         counted, allowed, searches = input_tokens(request, exact), output_limit(request), search_limit(request)
-        tier, us_only = request.body.get("service_tier"), request.body.get("inference_geo") == "us"
-        return max(worst_cost_usd(counted, allowed, price, searches, tier, us_only) for price in prices)
+        tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
+        return max(worst_cost_usd(counted, allowed, price, searches, tier, us_only, fast) for price in prices)
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a
@@ -230,7 +236,8 @@ class LimitsStage:
             return
         ctx.usage_estimated = True
         model = ctx.route.partition("/")[2] or self._first_target_model(ctx.request.model)
-        self.settle(admission, ctx.key_id, model, Usage(input_tokens=input_tokens(ctx.request)), estimated=True)
+        read = Usage(input_tokens=input_tokens(ctx.request), fast=ctx.request.body.get("speed") == "fast")
+        self.settle(admission, ctx.key_id, model, read, estimated=True)
 
     def _first_target_model(self, model: str) -> str:
         route = next((r for r in self.policy.routes if r.match.matches(model)), None)
@@ -245,6 +252,8 @@ class LimitsStage:
             counted = tally.estimate(ctx.request, usage)
             usage.input_tokens, usage.output_tokens = counted.input_tokens, counted.output_tokens
             ctx.usage_estimated = estimated = True
+        if usage is not None and ctx.request.body.get("speed") == "fast":
+            usage.fast = True  # billed at fast mode's rates; the usage does not say so
         # a cached answer cost nothing upstream: its tokens count against the buckets, not the budget
         self.settle(admission, ctx.key_id, route.partition("/")[2] or ctx.request.model, usage,
                     rate=1.0 if ctx.cache_status == "miss" else 0.0, estimated=estimated)

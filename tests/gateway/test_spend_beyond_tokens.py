@@ -151,6 +151,27 @@ def test_long_context_and_us_only_answers_are_charged_their_rates(tmp_path: Path
     assert rates == pytest.approx({"short": 1.0, "long": 1.0, "us": 1.1}, abs=0.01)  # before: long 0.6x its rate, us 1.0
 
 
+def test_fast_mode_is_refused_to_a_budgeted_team_until_priced(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """Anthropic's fast mode (`speed: fast`) bills a request at a multiple of the standard prices, which
+    its usage does not report and the built-in table does not hold: a budgeted team's fast requests were
+    charged at the standard rate. They are refused (the 403 naming the `pricing:` key) until the team's
+    price says what fast mode costs, then charged at it."""
+    ask = {"model": MODEL, "max_tokens": 32, "messages": QUESTION, "extra_body": {"speed": "fast"}}
+    unpriced = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    with running_proxy([unpriced]) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        with pytest.raises(anthropic.PermissionDeniedError) as refused:
+            client.messages.create(**ask)
+        assert "fast: MULTIPLIER" in refused.value.message
+        assert fresh_emulator.stats()["requests_total"] == 0
+    pricing = 'pricing: {"claude-sonnet-4*": {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75, fast: 6}}\n'
+    priced = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n" + pricing)
+    with running_proxy([priced]) as proxy:
+        usage = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0).messages.create(**ask).usage
+        spent = spend_report(proxy, KEY)["day"]["total"]
+    assert spent == pytest.approx(6 * (usage.input_tokens * 3 + usage.output_tokens * 15) / 1e6, abs=2e-6)
+
+
 @pytest.mark.parametrize("model", ["gpt-5-pro", "gpt-5.2", "gpt-4o-audio-preview", "gpt-4o-mini-search-preview"])
 def test_a_variant_that_bills_more_is_not_priced_as_its_family(tmp_path: Path, fresh_emulator: RunningEmulator, model: str) -> None:
     """The built-in globs priced gpt-5-pro (12x gpt-5) and gpt-5.2 as gpt-5, audio and search models as
