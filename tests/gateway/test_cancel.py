@@ -101,3 +101,23 @@ def test_repeated_cancels_leave_no_connections_tasks_or_gauges(slow_stack):
     assert _open_fds() <= before + 2  # the client's own pooled connection may be replaced
     metrics = httpx.get(f"{proxy.url}/metrics").text
     assert 'slipstream_in_flight_requests{team="cancel"} 0.0' in metrics
+
+
+@pytest.mark.parametrize("client_protocol", ["openai", "anthropic"])
+def test_leaving_a_translated_stream_cancels_upstream(slow_stack, client_protocol):
+    """A Chat client's stream from Claude, a Messages client's from gpt-4o: the protocol translation in
+    between passes the client's leaving on to the upstream, as a native stream does."""
+    upstream, proxy = slow_stack
+    httpx.post(f"{upstream.url}/_emulator/reset")
+    if client_protocol == "openai":
+        stream = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0).chat.completions.create(
+            model="claude-sonnet-4-6", messages=MESSAGES, stream=True)
+    else:
+        stream = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0).messages.create(
+            model="gpt-4o", max_tokens=400, messages=MESSAGES, stream=True)
+    for index, _ in enumerate(stream):
+        if index == 3:
+            break
+    stream.close()
+    stats = wait_until(lambda: (s := _stats(upstream))["cancelled_streams"] + s["completed_streams"] >= 1 and s, "the stream ended")
+    assert stats["cancelled_streams"] == 1 and stats["completed_streams"] == 0
