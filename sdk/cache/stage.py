@@ -29,7 +29,7 @@ from sdk.errors import InvalidRequestError
 from sdk.observability import metrics
 from sdk.offload import is_large, off_loop
 from sdk.pipeline import Handler, RequestContext
-from sdk.policy import Policy
+from sdk.policy import Policy, Route
 from sdk.readiness import WarmUp
 from sdk.responses.store import MAX_TURN_ITEMS, ResponseStore, StoredResponse, as_items
 from sdk.routing.backoff import TranslationRefused
@@ -131,7 +131,7 @@ class CacheStage:
                 return await self._replay_response(ctx, found)
             return self._replay(ctx, found)
         answer = await call_next(ctx)
-        if answer.status != 200:
+        if answer.status != 200 or not self._preferred(request.model, answer.route):
             return answer
         shape: Shape = Endpoint.RESPONSES if request.endpoint is Endpoint.RESPONSES else request.protocol
         if isinstance(answer, LLMResponse):
@@ -165,11 +165,24 @@ class CacheStage:
             return None  # what has no Chat form (built-in tools, ...) is answered upstream, uncached
         return cache_keys(self.team, replace(request, body=responses.key_body(request.body, chat)), answered_by)
 
+    def _route(self, model: str) -> Route | None:
+        return next((r for r in self.policy.routes if r.match.matches(model)), None)
+
+    def _preferred(self, model: str, answered: str) -> bool:
+        """Whether the target that answered (`PROVIDER/MODEL`) is one the policy means to answer `model`
+        with: any of the route's targets, or under `priority` the first only. A fallback answers while
+        the first is failing; stored, it would go on answering after the first is back."""
+        route = self._route(model)
+        if route is None or route.strategy != "priority":
+            return True
+        first = route.targets[0]
+        return answered == f"{first.provider}/{first.model or model}"
+
     def _answered_by(self, model: str) -> list[tuple[str | None, ...]]:
         """The targets of the route the policy gives `model`, in order, as what changes an answer: the
         provider's kind, upstream and way of serving Responses, and the model it is asked for. The cache
         outlives policy reloads; a name moved to another target must not be answered by the old one."""
-        route = next((r for r in self.policy.routes if r.match.matches(model)), None)
+        route = self._route(model)
         answerers: list[tuple[str | None, ...]] = []
         for target in route.targets if route is not None else ():
             provider = self.policy.providers.get(target.provider)

@@ -36,6 +36,8 @@ routes:
     targets: [{{provider: gpt}}]
   - match: {{model: "o4-*"}}
     targets: [{{provider: oai}}]
+  - match: {{model: "fall-*"}}
+    targets: [{{provider: claude, model: {CLAUDE}}}, {{provider: gpt, model: {GPT}}}]
 retry: {{max_attempts: 1}}
 semantic_cache: {{enabled: true, cache_sampled: true, cache_tool_calls: true}}
 """
@@ -227,3 +229,18 @@ def test_anthropic_betas_are_in_the_key(an, fresh_emulator):
     assert _status(an.messages.with_raw_response.create(**ask, extra_headers={"anthropic-beta": swapped})) == "exact-hit"
     assert _status(an.messages.with_raw_response.create(**ask)) == "exact-hit"
     assert fresh_emulator.stats()["requests_total"] == 2
+
+
+def test_a_fallback_targets_answer_is_not_stored(oa, fresh_emulator):
+    """A route's later targets answer only while the first is failing (strategy priority, the default).
+    Their answers were stored like any other: once Claude was back, a Chat client asking for it went on
+    getting the fallback gpt's answer from the cache, for a day by default."""
+    ask: Any = dict(model="fall-chat", messages=[{"role": "user", "content": "Name a fjord."}], temperature=0)
+    fresh_emulator.inject_fault("500", count=1, model=CLAUDE)
+    degraded = oa.chat.completions.with_raw_response.create(**ask)
+    assert _status(degraded) == "miss" and degraded.parse().model == GPT
+    assert "x-slipstream-cache-key" not in degraded.headers  # not stored
+    first = oa.chat.completions.with_raw_response.create(**ask)
+    assert _status(first) == "miss" and first.parse().model == CLAUDE
+    again = oa.chat.completions.with_raw_response.create(**ask)
+    assert _status(again) == "exact-hit" and again.parse().model == CLAUDE
