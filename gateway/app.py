@@ -32,6 +32,7 @@ from gateway.proxy import Scope as ASGIScope
 from gateway.refusals import auth_failure
 from gateway.ui import UI_HANDLERS
 from sdk.door import PIPELINE, Door, KeyedTeams, Reply, protocol_for, refusal
+from sdk.door.bodies import DEFAULT_BUDGET_BYTES, BodyBudget
 from sdk.errors import InvalidRequestError, SlipstreamError
 from sdk.observability import live_stats, tracing
 from sdk.observability.metrics import REGISTRY
@@ -188,12 +189,15 @@ def create_app(
     watch_interval_s: float | None = 1.0,
     state_url: str | None = None,
     admin_key: str | None = None,
+    body_bytes_in_flight: int | None = None,
 ) -> Litestar:
     """Build the proxy for the given policy files or directories (errors raise PolicyError).
 
     `state_url` names the state backend (sdk/state/); None reads $SLIPSTREAM_STATE_URL.
     `admin_key` (default: $SLIPSTREAM_ADMIN_KEY) guards /metrics when set (gateway/admin.py) and the
     status page at /ui (gateway/ui/), which stays closed without one.
+    `body_bytes_in_flight` (default: $SLIPSTREAM_BODY_BYTES_IN_FLIGHT, else 1 GiB) bounds the request
+    bodies the process holds at once, each team its share (sdk/door/bodies.py).
     """
     registry = TeamRegistry(list(policy_paths), Services(state_url=state_url))
     registry.services.state()  # opened now: a bad URL fails at start, not on the first request
@@ -215,13 +219,15 @@ def create_app(
         },
     )
     app.state.registry = registry
-    app.state.door = Door(KeyedTeams(registry, functools.partial(auth_failure, "team")))
+    bodies = BodyBudget(body_bytes_in_flight or int(os.environ.get(BODY_BUDGET_ENV) or DEFAULT_BUDGET_BYTES))
+    app.state.door = Door(KeyedTeams(registry, functools.partial(auth_failure, "team")), bodies)
     app.state.readiness = Readiness()
     app.state.admin_key = AdminKey.from_env(admin_key)
     app.state.watch_interval_s = watch_interval_s
     return app
 
 
+BODY_BUDGET_ENV = "SLIPSTREAM_BODY_BYTES_IN_FLIGHT"  # set by `slipstream serve --max-body-bytes-in-flight` for its workers
 SERVE_PATHS_ENV = "SLIPSTREAM_SERVE_POLICIES"  # os.pathsep-separated, set by `slipstream serve --workers N`
 
 

@@ -26,7 +26,7 @@ def _default_policy_dir() -> Path:
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.admin import ENV as ADMIN_KEY_ENV
-    from gateway.app import SERVE_PATHS_ENV, create_app
+    from gateway.app import BODY_BUDGET_ENV, SERVE_PATHS_ENV, create_app
     from gateway.serving import admin_key_from, file_limit_warning, fixed_key_warnings, port_problem, run_server, server_config
     from sdk.observability.access_log import ENV as ACCESS_LOG_ENV
     from sdk.observability.tracing.setup import EXPORT_VAR as TRACE_EXPORT_ENV
@@ -56,7 +56,8 @@ def _serve(args: argparse.Namespace) -> int:
             served = [policy for policy in load_policies(paths).values() if policy.resolved_keys()]
             kind = open_state(state_url or "").kind
         else:
-            app = create_app(paths, state_url=state_url or "", admin_key=admin_key)
+            app = create_app(paths, state_url=state_url or "", admin_key=admin_key,
+                             body_bytes_in_flight=args.max_body_bytes_in_flight)
             served, kind = [team.policy for team in app.state.registry.teams.values()], app.state.registry.services.state().kind
     except PolicyError as exc:
         print(f"slipstream: cannot serve these policies:\n{exc}", file=sys.stderr)
@@ -81,6 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ[STATE_URL_ENV] = state_url or ""
         if admin_key:
             os.environ[ADMIN_KEY_ENV] = admin_key  # each worker's app reads it (gateway/admin.py)
+        if args.max_body_bytes_in_flight:
+            os.environ[BODY_BUDGET_ENV] = str(args.max_body_bytes_in_flight)
         config = server_config("gateway.app:app_from_env", edge, factory=True, workers=args.workers, host=args.host, port=args.port)
     else:
         config = server_config(app, edge, host=args.host, port=args.port)
@@ -233,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a client has to send a request's line and headers (408 after)")
     serve.add_argument("--max-header-bytes", type=int, default=EdgeLimits.max_header_bytes,
                        help="size of a request's line and headers together (431 above)")
+    serve.add_argument("--max-body-bytes-in-flight", type=int, metavar="BYTES",
+                       help="request bodies a process holds at once (default: 1 GiB), all teams together; past half of it a team's request is "
+                       "taken only within its share (429 past it, 503 when the process is full); at least twice the largest "
+                       "limits.max_body_bytes")
     serve.set_defaults(run=_serve)
 
     emulate = commands.add_parser("emulate", help="run the Anthropic + OpenAI emulator", formatter_class=formatter)

@@ -43,12 +43,14 @@ class AsgiCall:
         self.headers: list[tuple[bytes, bytes]] = scope["headers"]
         self.caller: Parent | None = None  # the client's span travels in its traceparent header
 
-    async def read(self, limit: int) -> bytes:
+    async def read(self, limit: int, need: Callable[[int], None]) -> bytes:
         # Its own loop rather than joining `_received`: every pipeline request comes through here,
         # and a generator in between would add calls to each one.
         for name, value in self.headers:
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                raise too_large(int(value), limit)  # refused before a byte of it is read
+            if name == b"content-length" and value.isdigit():
+                if int(value) > limit:
+                    raise too_large(int(value), limit)  # refused before a byte of it is read
+                need(int(value))  # so is a body the process has no room for
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -59,6 +61,7 @@ class AsgiCall:
             size += len(chunk)
             if size > limit:
                 raise too_large(size, limit, declared=False)
+            need(size)
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
@@ -105,11 +108,13 @@ async def watch_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
 
 
 async def _stream(send: Send, reply: Reply) -> None:
-    """A body that arrives in pieces, after the response start. One that fails midway ends as
+    """A body that arrives in pieces, after its response start. One that fails midway ends as
     `Reply.broken` says: with the provider's error event, or left incomplete (the server then drops
-    the connection). The reply is closed however it ends: that is the upstream's cancel."""
+    the connection). The reply is closed however it ends, also when the client left before the
+    response start was sent: that is the upstream's cancel, and lets the request's body go."""
     assert reply.chunks is not None
     try:
+        await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
         async for chunk in reply.chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
@@ -146,7 +151,6 @@ def door_handler(endpoint: Endpoint | None) -> ASGIHandler:
             try:
                 reply = started if isinstance(started, Reply) else await door.run(*started, accounting_after_reply=True)
                 if reply.chunks is not None:
-                    await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
                     await _stream(send, reply)
                     return
             except asyncio.CancelledError:

@@ -20,7 +20,7 @@ import contextlib
 import os
 import queue
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx2
@@ -141,9 +141,10 @@ class _InProcess:
         self.query = request.url.query.decode("latin-1")
         self.headers = [(name.lower(), value) for name, value in request.headers.raw]
 
-    async def read(self, limit: int) -> bytes:
+    async def read(self, limit: int, need: Callable[[int], None]) -> bytes:
         if len(self._raw) > limit:
             raise too_large(len(self._raw), limit)
+        need(len(self._raw))
         return self._raw
 
     def upload(self) -> tuple[bytes, int]:

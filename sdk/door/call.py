@@ -7,7 +7,7 @@ only where it is needed, so the hot path pays for none of it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from typing import Protocol as TypingProtocol
 
 from sdk.errors import RequestTooLargeError
@@ -28,8 +28,11 @@ class Call(TypingProtocol):
     headers: Headers
     caller: Parent | None  # the application's current span, when the pipeline runs in its process
 
-    async def read(self, limit: int) -> bytes:
-        """The whole body; `too_large` past `limit` bytes, `ClientGone` if the client left."""
+    async def read(self, limit: int, need: Callable[[int], None]) -> bytes:
+        """The whole body; `too_large` past `limit` bytes, `ClientGone` if the client left. `need(size)`
+        is told the body's size before its bytes are held (its declared length first, where there is
+        one; else the bytes so far, as they arrive) and raises the refusal when the process's body
+        budget has no room for it (sdk/door/bodies.py)."""
         ...
 
     def upload(self) -> tuple[bytes | AsyncIterable[bytes], int | None]:

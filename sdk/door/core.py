@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import parse_qsl
 
+from sdk.door.bodies import BodyBudget, BodyHold
 from sdk.door.call import Call, ClientGone
 from sdk.door.keys import Teams
 from sdk.door.replies import JSON, SSE, Reply, encoded, named, refusal, stream_failure, whole
@@ -76,41 +77,48 @@ def protocol_for(path: str, headers: Iterable[tuple[bytes, bytes]]) -> Protocol:
 class Door:
     """One door's core: the same steps for the proxy's ASGI handlers and the drop-in SDK's transport."""
 
-    __slots__ = ("teams",)
+    __slots__ = ("bodies", "teams")
 
-    def __init__(self, teams: Teams):
+    def __init__(self, teams: Teams, bodies: BodyBudget | None = None):
         self.teams = teams
+        self.bodies = bodies or BodyBudget(None)  # the request bodies held at once (sdk/door/bodies.py)
 
     def team(self, call: Call) -> TeamRuntime:
         """The caller's team (for the gateway's own routes: spend, cache report); raises the 401."""
         return self.teams.authenticate(call)[0]
 
-    async def prepare(self, endpoint: Endpoint, call: Call) -> tuple[TeamRuntime, RequestContext] | Reply:
-        """Authenticate, check the method and the body limit, read and parse: the team and the
-        request's context, or the refusal to send. `ClientGone` when the client left meanwhile."""
+    async def prepare(self, endpoint: Endpoint, call: Call) -> tuple[TeamRuntime, RequestContext, BodyHold] | Reply:
+        """Authenticate, check the method and the body limit, read and parse: the team, the
+        request's context and its body's hold on the process's budget (`run` lets it go), or the
+        refusal to send. `ClientGone` when the client left meanwhile."""
         timings = Timings()  # the overhead header counts from here
         request_id = new_request_id()  # named by every answer, refusals before the pipeline included
         team_name: str | None = None
+        hold: BodyHold | None = None
         try:
             team, key_id = self.teams.authenticate(call)
             team_name = team.team
             TENANT.set(team_name)  # the heavy-work pool serves teams in turn (sdk/offload.py)
             if call.method != "POST":
                 raise SlipstreamError(f"{call.method} is not allowed on {call.path}: use POST", status=405)
-            raw = await call.read(team.policy.limits.max_body_bytes)
+            hold = BodyHold(self.bodies, team_name)
+            raw = await call.read(team.policy.limits.max_body_bytes, hold.need)
             forward = {name.decode(): value.decode("latin-1") for name, value in call.headers if name in _FORWARDED}
             request = await parse_off_loop(endpoint, raw, call.query, forward)
-        except ClientGone:
-            raise
-        except Exception as exc:
+        except BaseException as exc:  # the body is let go however reading it ended: a refusal, the client gone, a cancel
+            if hold is not None:
+                hold.release()
+            if isinstance(exc, ClientGone) or not isinstance(exc, Exception):
+                raise
             return refusal(endpoint.protocol, exc, team_name, request_id)
         return team, RequestContext(request=request, team=team.team, timings=timings, key_id=key_id,
-                                    request_id=request_id, parent=call.caller)
+                                    request_id=request_id, parent=call.caller), hold
 
-    async def run(self, team: TeamRuntime, ctx: RequestContext, accounting_after_reply: bool = False) -> Reply:
-        """The team's pipeline on a prepared request; its answer, or its failure, as a reply. With
-        `accounting_after_reply` (the HTTP door), a stream's end callbacks run after the response
-        has ended (sdk/streams.py:end_after_the_reply)."""
+    async def run(self, team: TeamRuntime, ctx: RequestContext, hold: BodyHold, accounting_after_reply: bool = False) -> Reply:
+        """The team's pipeline on a prepared request; its answer, or its failure, as a reply. The
+        body's `hold` is let go when the answer is in hand, or, for a stream, when the reply is
+        closed. With `accounting_after_reply` (the HTTP door), a stream's end callbacks run after
+        the response has ended (sdk/streams.py:end_after_the_reply)."""
         try:
             answer = await team.pipeline.run(ctx)
             # The provider's headers that pass (rate limits, its request id), then Slipstream's own.
@@ -122,10 +130,13 @@ class Door:
                 chunks = answer.events
                 if ctx.request.endpoint is Endpoint.RESPONSES:  # a failure mid-stream ends it as Responses streams end
                     chunks = ending_as_responses(chunks, ctx.request.body, lambda exc: _failure(exc, ctx))
-                return Reply(answer.status, [*SSE, *sent], chunks=chunks, close=answer.aclose, stream_of=ctx)
+                return Reply(answer.status, [*SSE, *sent], chunks=chunks, close=hold.until(answer.aclose), stream_of=ctx)
             return Reply(answer.status, [*JSON, (b"content-length", str(len(answer.body)).encode()), *sent], answer.body)
         except Exception as exc:
             return refusal(ctx.request.protocol, exc, ctx.team, ctx.request_id, ctx)
+        finally:
+            if not hold.streaming:
+                hold.release()
 
     async def answer(self, call: Call) -> Reply:
         """Any request: a pipeline endpoint's in one go (`prepare`, then `run`), and everything

@@ -82,6 +82,11 @@ STATE_ADMISSIONS = Counter(
 ACCESS_LOG_DROPPED = Counter(
     "slipstream_access_log_dropped_total", "Access log lines dropped: standard error was not drained fast enough", ("team",), registry=REGISTRY
 )
+BODY_REFUSALS = Counter(
+    "slipstream_body_budget_refusals_total",
+    "Requests refused because the process held its budget of request bodies (--max-body-bytes-in-flight): "
+    "reason share (429: the team held its share) or full (503)", ("team", "reason"), registry=REGISTRY,
+)
 SPEND = Counter("slipstream_spend_usd_total", "Spend in USD priced by Slipstream, as charged by this replica", ("team", "key", "model"), registry=REGISTRY)
 
 

@@ -1,0 +1,125 @@
+"""The request bodies a proxy process holds at once are bounded, each team its share (sdk/door/bodies.py).
+
+Each team's body limit bounds one request; nothing bounded them all together, so one team's many
+concurrent large requests could hold the memory of the process every team's requests share. Here the
+budget is 2 MiB (a team alone holds up to half of it), bodies are about 400 KB and the emulator's
+streams last minutes, so a request holds its body until its client closes the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from emulator.app import EmulatorConfig
+from emulator.testing import running_emulator
+from gateway.app import create_app
+from gateway.testing import RunningServer, serve_in_thread
+from sdk.door.bodies import BodyBudget
+from sdk.errors import RateLimitedError, SlipstreamError
+from tests.helpers import wait_until
+
+BUDGET = 2 << 20
+TEXT = "lorem ipsum " * 33_000  # about 400 KB: two fit in a team's half of the budget, not three
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Any]]:
+    slow = EmulatorConfig(per_output_token_ms=50.0, default_output_tokens=4000)  # each stream lasts minutes
+    with running_emulator(slow) as emulator:
+        directory: Path = tmp_path_factory.mktemp("bodies")
+        for team in ("alpha", "beta"):
+            (directory / f"{team}.yaml").write_text(f"""team: {team}
+api_keys: [{{value: "sk-{team}"}}]
+providers:
+  claude: {{kind: anthropic, base_url: "{emulator.url}", api_key: up-anthropic}}
+  gpt: {{kind: openai, base_url: "{emulator.url}/v1", api_key: up-openai}}
+routes:
+  - match: {{model: "claude-*"}}
+    targets: [{{provider: claude}}]
+  - targets: [{{provider: gpt}}]
+retry: {{max_attempts: 1}}
+prompt_cache: {{enabled: false}}
+""")
+        app = create_app([directory], watch_interval_s=None, body_bytes_in_flight=BUDGET)
+        with serve_in_thread(app) as proxy:
+            yield proxy, emulator
+
+
+def _openai(proxy: RunningServer, team: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key=f"sk-{team}", max_retries=0)
+
+
+def _claude(proxy: RunningServer, team: str) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=proxy.url, api_key=f"sk-{team}", max_retries=0)
+
+
+async def _chat_stream(proxy: RunningServer, team: str) -> Any:
+    return await _openai(proxy, team).chat.completions.create(
+        model="gpt-4.1", stream=True, messages=[{"role": "user", "content": TEXT}])
+
+
+async def _claude_stream(proxy: RunningServer, team: str) -> Any:
+    return await _claude(proxy, team).messages.create(
+        model="claude-sonnet-4-6", max_tokens=4000, stream=True, messages=[{"role": "user", "content": TEXT}])
+
+
+async def test_a_teams_large_requests_in_flight_hold_its_share_and_leave_another_team_room(stack):
+    proxy, emulator = stack
+    budget: BodyBudget = proxy.app.state.door.bodies
+    held = [await _chat_stream(proxy, "alpha"), await _claude_stream(proxy, "alpha")]  # alpha's half of the budget, nearly
+    assert budget.shares.held("alpha") > BUDGET // 4
+
+    # A third of alpha's would take it past half the budget: refused at once, in each provider's shape.
+    with pytest.raises(openai.RateLimitError) as chat_refused:
+        await _chat_stream(proxy, "alpha")
+    assert chat_refused.value.response.headers["retry-after"] == "1"
+    assert "share" in chat_refused.value.message
+    with pytest.raises(anthropic.RateLimitError) as claude_refused:
+        await _claude_stream(proxy, "alpha")
+    assert claude_refused.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert claude_refused.value.response.headers["retry-after"] == "1"
+    assert emulator.stats()["open_streams"] == 2  # neither went upstream
+
+    # Beta holds nothing: its own large request is taken beside alpha's.
+    held.append(await _chat_stream(proxy, "beta"))
+    assert budget.shares.held("beta") > 0
+
+    for stream in held:
+        await stream.close()
+    wait_until(lambda: budget.shares.total == 0, "every closed stream's body let go")
+    held = [await _chat_stream(proxy, "alpha")]  # alpha's room is back
+    await held[0].close()
+    wait_until(lambda: budget.shares.total == 0, "the body let go again")
+
+
+async def test_small_whole_answers_let_their_bodies_go(stack):
+    proxy, _ = stack
+    budget: BodyBudget = proxy.app.state.door.bodies
+    client = _openai(proxy, "alpha")
+    for _ in range(20):
+        answer = await client.chat.completions.create(model="gpt-4.1", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+        assert answer.choices[0].message.content
+    assert budget.shares.total == 0
+
+
+def test_past_the_whole_budget_even_a_team_below_its_share_gets_a_503():
+    budget = BodyBudget(100)  # half: 50
+    first, second, third = budget.hold("a"), budget.hold("b"), budget.hold("c")
+    first.need(50)  # a alone: up to half
+    second.need(25)  # b below its share (25)
+    with pytest.raises(RateLimitedError):
+        second.need(26)  # b past its share: 429
+    third.need(16)  # c below its share (16): 91 in all
+    fourth = budget.hold("d")
+    with pytest.raises(SlipstreamError) as full:
+        fourth.need(12)  # d below its share (12), but 103 is past the whole budget
+    assert full.value.status == 503 and full.value.headers["retry-after"] == "1"
+    for hold in (first, second, third, fourth):
+        hold.release()
+    assert budget.shares.total == 0
