@@ -22,11 +22,12 @@ class Choice:
     reply: Reply
     call_id: str  # "" when the reply is text
     logprobs: list[dict[str, Any]] | None  # `logprobs.content` entries, when asked for
+    refusal: str | None = None  # a structured-output refusal: in place of the content
 
     def message(self) -> dict[str, Any]:
         r = self.reply
-        msg: dict[str, Any] = {"role": "assistant", "content": r.text or None, "refusal": None,
-                               "annotations": []}
+        msg: dict[str, Any] = {"role": "assistant", "content": None if self.refusal else r.text or None,
+                               "refusal": self.refusal, "annotations": []}
         if r.tool_name:
             msg["tool_calls"] = [{"id": self.call_id, "type": "function", "function": {
                 "name": r.tool_name, "arguments": r.tool_json}}]
@@ -38,7 +39,10 @@ class Choice:
         """(delta, logprobs, finish_reason, output tokens) per chunk of this choice."""
         r = self.reply
         out: list[tuple[dict[str, Any], Any, str | None, int]] = []
-        if r.tool_name:
+        if self.refusal:
+            out.append(({"role": "assistant", "content": None, "refusal": ""}, None, None, 0))
+            out += [({"refusal": piece}, None, None, tokens_per_delta) for piece in split_deltas(self.refusal, tokens_per_delta)]
+        elif r.tool_name:
             out.append(({"role": "assistant", "content": None, "refusal": None, "tool_calls": [
                 {"index": 0, "id": self.call_id, "type": "function",
                  "function": {"name": r.tool_name, "arguments": ""}}]}, None, None, 0))

@@ -195,6 +195,21 @@ def _validate_tools(body: dict[str, Any]) -> wire.Problem | None:
     return wire.check_tool_choice(tc, names, fn.get("name") if isinstance(fn, dict) else None)
 
 
+# A structured-output request whose last user message says "refuse to answer" is refused, as OpenAI's
+# models refuse what they will not answer: `message.refusal` in place of the content, finish_reason stop.
+REFUSAL = "I'm sorry, but I can't help with that request."
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    msgs = body["messages"]
+    start = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=-1)
+    if start < 0:
+        return ""
+    c = msgs[start].get("content")
+    return c if isinstance(c, str) else " ".join(
+        p.get("text", "") for p in c or () if isinstance(p, dict) and p.get("type") == "text")
+
+
 def pick_tool(body: dict[str, Any]) -> ToolPick | None:
     """`none` never calls, a named function always does, otherwise reply.choose_tool decides."""
     fns = [t["function"] for t in body.get("tools") or ()
@@ -210,11 +225,7 @@ def pick_tool(body: dict[str, Any]) -> ToolPick | None:
         return ToolPick(name, by_name[name], False) if isinstance(name, str) and name in by_name else None
     msgs = body["messages"]
     start = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=-1)
-    text = ""
-    if start >= 0:
-        c = msgs[start].get("content")
-        text = c if isinstance(c, str) else " ".join(
-            p.get("text", "") for p in c or () if isinstance(p, dict) and p.get("type") == "text")
+    text = _last_user_text(body)
     called = {tc.get("function", {}).get("name") for m in msgs[start + 1:] if m.get("role") == "assistant"
               for tc in m.get("tool_calls") or () if isinstance(tc, dict)}
     name = choose_tool(list(by_name), tc == "required", text, msgs[-1].get("role") == "tool", called)
@@ -261,8 +272,9 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     replies = [make_reply(choice_seed(seed, i), natural, mt, stops, tool, schema, cut_calls=True)
                for i in range(body.get("n") or 1)]
     top = body.get("top_logprobs") or 0
+    refusal = REFUSAL if schema is not None and not tool and "refuse to answer" in _last_user_text(body).lower() else None
     choices = [Choice(i, r, emu.new_id("call_") if r.tool_name else "",
-                      chat_entries(r.text, top) if body.get("logprobs") else None)
+                      chat_entries(r.text, top) if body.get("logprobs") else None, refusal)
                for i, r in enumerate(replies)]
     cid = emu.new_id("chatcmpl-")
     created = int(time.time())

@@ -56,12 +56,14 @@ def replayable(protocol: Protocol, message: Message) -> bool:
 
 
 def completed_safely(protocol: Protocol, message: Message, allow_tool_calls: bool) -> bool:
-    """Finished on its own (not cut by max_tokens, filtered, or paused), and no tool call unless allowed."""
+    """Finished on its own (not cut by max_tokens, filtered, paused or refused), and no tool call unless allowed."""
     if protocol is Protocol.ANTHROPIC:
         stop = message.get("stop_reason")
         calls = any(block.get("type") == "tool_use" for block in message.get("content", []))
         return (stop in _ANTHROPIC_STOPS and not calls) or (allow_tool_calls and stop == "tool_use")
     choice = message["choices"][0]
+    if choice["message"].get("refusal"):
+        return False  # the model's call on one request (`stop` all the same), not the question's answer
     calls = bool(choice["message"].get("tool_calls"))
     stop = choice.get("finish_reason")
     return (stop in _OPENAI_STOPS and not calls) or (allow_tool_calls and stop == "tool_calls" and calls)

@@ -54,8 +54,11 @@ def _replayable(response: Any) -> bool:
 
 
 def completed_safely(response: Message, allow_tool_calls: bool) -> bool:
+    """Completed, with no refusal part (the model's call on one request), no function call unless allowed."""
     calls = any(item["type"] == "function_call" for item in response["output"])
-    return response.get("status") == "completed" and (allow_tool_calls or not calls)
+    refused = any(isinstance(part, dict) and part.get("type") == "refusal"
+                  for item in response["output"] if item["type"] == "message" for part in item.get("content") or ())
+    return response.get("status") == "completed" and not refused and (allow_tool_calls or not calls)
 
 
 class StreamCapture:

@@ -244,3 +244,27 @@ def test_a_fallback_targets_answer_is_not_stored(oa, fresh_emulator):
     assert _status(first) == "miss" and first.parse().model == CLAUDE
     again = oa.chat.completions.with_raw_response.create(**ask)
     assert _status(again) == "exact-hit" and again.parse().model == CLAUDE
+
+
+def test_a_refusal_is_not_stored(oa, fresh_emulator):
+    """A structured-output refusal ends with finish_reason stop, `refusal` in place of the content. It was
+    stored like an answer, and the semantic tier went on to refuse every paraphrase from the cache: a
+    refusal is the model's (or its safety system's) call on one request, not the question's answer."""
+    schema: Any = {"type": "json_schema", "json_schema": {"name": "steps", "strict": True, "schema": {
+        "type": "object", "properties": {"steps": {"type": "array", "items": {"type": "string"}}},
+        "required": ["steps"], "additionalProperties": False}}}
+    ask: Any = dict(model=GPT, temperature=0, response_format=schema,
+                    messages=[{"role": "user", "content": "Please refuse to answer: how do I pick a lock?"}])
+    first = oa.chat.completions.with_raw_response.create(**ask)
+    assert first.parse().choices[0].message.refusal and first.parse().choices[0].message.content is None
+    assert "x-slipstream-cache-key" not in first.headers
+    assert _status(oa.chat.completions.with_raw_response.create(**ask)) == "miss"
+    chunks = list(oa.chat.completions.create(**ask, stream=True))
+    assert "".join(c.choices[0].delta.refusal or "" for c in chunks if c.choices) == first.parse().choices[0].message.refusal
+    assert _status(oa.chat.completions.with_raw_response.create(**ask)) == "miss"
+    text: Any = {"format": {"type": "json_schema", "name": "steps", "strict": True, "schema": schema["json_schema"]["schema"]}}
+    turn: Any = dict(model=GPT, temperature=0, text=text, input=ask["messages"][0]["content"])
+    refused = oa.responses.with_raw_response.create(**turn)
+    assert refused.parse().output[0].content[0].type == "refusal"  # type: ignore[union-attr]
+    assert _status(oa.responses.with_raw_response.create(**turn)) == "miss"
+    assert fresh_emulator.stats()["requests_total"] == 6
