@@ -34,6 +34,7 @@ class Resolved:
     own: list[dict[str, Any]]  # the request's own input items, as the client sent them (what is recorded)
     context: list[dict[str, Any]]  # what this target needs in `input`
     expanded: bool  # `previous_response_id` is replaced by `context` (the target does not hold it)
+    size: int  # about the bytes of the request with `context` in it: the client's, the history's, the items referenced
 
 
 class Conversations:
@@ -54,7 +55,11 @@ class Conversations:
                 raise InvalidRequestError(f"{why}; start a new conversation, send store: false, or raise the quota")
         expanded = previous is not None and not _holds(holder, previous)
         context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
-        return Resolved(previous, own, await self._references(context), expanded)
+        # What the target is sent carries the stored history, however small the client's body: its size
+        # decides whether serializing and planning it runs in the heavy-work pool (sdk/offload.py:is_large).
+        size += previous.chain_bytes if previous is not None and expanded else 0
+        context, referenced = await self._references(context)
+        return Resolved(previous, own, context, expanded, size + referenced)
 
     def body(self, request_body: dict[str, Any], resolved: Resolved) -> dict[str, Any]:
         """The body a native target is sent: as it came, unless something had to be expanded."""
@@ -97,10 +102,12 @@ class Conversations:
             raise NotFoundError(f"Previous response with id '{previous.id}' continues response '{gone}', which is no longer stored.")
         return history(chain)
 
-    async def _references(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _references(self, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """`items` with each `item_reference` replaced by the item it names, and about how many bytes
+        that adds (the stored bytes of the conversations holding them: a bound, read without a copy)."""
         named = [item.get("id") for item in items if isinstance(item, dict) and item.get("type") == "item_reference"]
         if not named:
-            return items
+            return items, 0
         ids = [i for i in named if isinstance(i, str) and i]
         if len(ids) < len(named):
             raise InvalidRequestError("item_reference: an item id (string) is required")
@@ -108,8 +115,9 @@ class Conversations:
         missing = next((i for i in ids if i not in found), None)
         if missing is not None:
             raise NotFoundError(f"Item with id '{missing}' not found.")
+        holders = {record.id: record.chain_bytes for record, _ in found.values()}
         return [found[item["id"]][1] if isinstance(item, dict) and item.get("type") == "item_reference" else item
-                for item in items]
+                for item in items], sum(holders.values())
 
 
 def _holds(holder: str | None, record: StoredResponse) -> bool:

@@ -25,6 +25,7 @@ only (a translated target answers 404).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -33,6 +34,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
+from sdk.offload import is_large, off_loop
 from sdk.providers.base import HTTPProvider, Provider
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.openai import ResponsesMode as Mode
@@ -114,14 +116,14 @@ class ResponsesTarget:
         creates no response)."""
         resolved = await self.conversations.resolve(request.body, request.size, self.name, creates=False)
         body = self.conversations.body(request.body, resolved)
-        return request if body is request.body else replace(request, body=body)
+        return request if body is request.body else replace(request, body=body, size=resolved.size)
 
     async def _counted(self, request: LLMRequest, timings: Timings, upstream: Provider) -> LLMResponse:
         """/v1/responses/input_tokens on a translated target: its Chat form counted (counting.py)."""
         resolved = await self.conversations.resolve(request.body, request.size, None, creates=False)
         to_anthropic = self.inner.protocol is Protocol.ANTHROPIC
         protocol = "Anthropic Messages" if to_anthropic else "Chat Completions"
-        chat = translate(lambda b: responses_to_chat(b, protocol), {**request.body, "input": resolved.context}, protocol)
+        chat = await _as_chat(request.body, resolved, protocol)
         if to_anthropic:
             n = await anthropic_count(upstream, translate(openai_to_anthropic, chat, protocol), timings)
         else:
@@ -133,7 +135,7 @@ class ResponsesTarget:
     async def _native(self, request: LLMRequest, timings: Timings, upstream: Provider) -> Answer:
         resolved = await self.conversations.resolve(request.body, request.size, self.name)
         body = self.conversations.body(request.body, resolved)
-        answer = await upstream.send(request if body is request.body else replace(request, body=body), timings)
+        answer = await upstream.send(request if body is request.body else replace(request, body=body, size=resolved.size), timings)
         if isinstance(answer, LLMResponse):
             if answer.status == 200:
                 await self.conversations.record(orjson.loads(answer.body), request.body, resolved, self.name, True)
@@ -148,12 +150,12 @@ class ResponsesTarget:
         resolved = await self.conversations.resolve(body, request.size, None)
         # Refusals name the protocol the upstream speaks (Chat is only the way to it for Anthropic).
         protocol = "Anthropic Messages" if self.inner.protocol is Protocol.ANTHROPIC else "Chat Completions"
-        chat = translate(lambda b: responses_to_chat(b, protocol), {**body, "input": resolved.context}, protocol)
+        chat = await _as_chat(body, resolved, protocol)
         response_id = new_id("resp")
         # Chat reaches an Anthropic provider through the chat ↔ messages translation.
         via = upstream if upstream.protocol is Protocol.OPENAI else TranslatingProvider(upstream, Protocol.OPENAI)
         try:
-            answer = await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=request.size), timings)
+            answer = await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=resolved.size), timings)
         except UpstreamHTTPError as exc:
             if exc.status != 400:
                 raise
@@ -179,6 +181,13 @@ class ResponsesTarget:
                 yield item
         finally:
             await close_after(events)
+
+
+async def _as_chat(body: dict[str, Any], resolved: Resolved, protocol: str) -> dict[str, Any]:
+    """The request as Chat Completions, its input the resolved context: in the heavy-work pool when
+    that context is large (a continuation of a long stored conversation, however small its body)."""
+    to_chat = functools.partial(translate, lambda b: responses_to_chat(b, protocol), {**body, "input": resolved.context}, protocol)
+    return await off_loop(to_chat) if is_large(resolved.size) else to_chat()
 
 
 class _Via:
