@@ -31,11 +31,17 @@ class CacheKeys:
     sampled: bool  # temperature > 0, or left to the provider's default (1.0 on both providers)
 
 
+def _is_marker(key: str, value: Any) -> bool:
+    """An Anthropic breakpoint, `cache_control: {"type": "ephemeral", ...}`; not a key of that name in a
+    tool's schema or input (a web agent's tool may take a `cache_control` header)."""
+    return key == "cache_control" and (value is None or (isinstance(value, dict) and value.get("type") == "ephemeral"))
+
+
 def _strip(value: Any) -> Any:
     """Drop prompt-caching markers (they steer the provider's cache, not the answer), and write a
     content list of one plain text block as the string it is equivalent to on both providers."""
     if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
+        return {k: _strip(v) for k, v in value.items() if not _is_marker(k, v)}
     if isinstance(value, list):
         items = [_strip(v) for v in value]
         if len(items) == 1 and isinstance(items[0], dict) and items[0].keys() == {"type", "text"} and items[0]["type"] == "text":

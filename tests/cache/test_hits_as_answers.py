@@ -268,3 +268,22 @@ def test_a_refusal_is_not_stored(oa, fresh_emulator):
     assert refused.parse().output[0].content[0].type == "refusal"  # type: ignore[union-attr]
     assert _status(oa.responses.with_raw_response.create(**turn)) == "miss"
     assert fresh_emulator.stats()["requests_total"] == 6
+
+
+def test_a_tool_parameter_named_cache_control_is_part_of_the_key(an, fresh_emulator):
+    """Keys drop Anthropic's `cache_control` breakpoints, which do not change the answer; they dropped
+    every key of that name, so a tool taking a `cache_control` parameter (a header a web agent sets) was
+    the same tool as one without it, and an answer given with one served the other."""
+    def tool(properties: dict[str, Any]) -> Any:
+        return [{"name": "set_headers", "description": "Set the response headers",
+                 "input_schema": {"type": "object", "properties": properties}}]
+
+    ask: Any = dict(model=CLAUDE, max_tokens=200, messages=[{"role": "user", "content": "Cache it for an hour."}],
+                    extra_body={"temperature": 0})
+    plain = {"etag": {"type": "string"}}
+    assert _status(an.messages.with_raw_response.create(**ask, tools=tool(plain))) == "miss"
+    both = {**plain, "cache_control": {"type": "string"}}
+    assert _status(an.messages.with_raw_response.create(**ask, tools=tool(both))) == "miss"
+    marked = [{**tool(plain)[0], "cache_control": {"type": "ephemeral"}}]
+    assert _status(an.messages.with_raw_response.create(**ask, tools=marked)) == "exact-hit"  # a breakpoint is not
+    assert fresh_emulator.stats()["requests_total"] == 2
