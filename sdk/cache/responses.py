@@ -126,8 +126,14 @@ def render_events(response: Message) -> list[bytes]:
             ids = {"item_id": item["id"], "output_index": index}
             emit("response.function_call_arguments.delta", **ids, delta=item["arguments"])
             emit("response.function_call_arguments.done", **ids, name=item["name"], arguments=item["arguments"])
-        else:
-            emit("response.output_item.added", output_index=index, item=item)
+        else:  # reasoning: its summary parts stream as the model thinks
+            emit("response.output_item.added", output_index=index, item={**item, "summary": []})
+            for summary_index, part in enumerate(item.get("summary") or ()):
+                ids = {"item_id": item["id"], "output_index": index, "summary_index": summary_index}
+                emit("response.reasoning_summary_part.added", **ids, part={**part, "text": ""})
+                emit("response.reasoning_summary_text.delta", **ids, delta=part["text"])
+                emit("response.reasoning_summary_text.done", **ids, text=part["text"])
+                emit("response.reasoning_summary_part.done", **ids, part=part)
         emit("response.output_item.done", output_index=index, item=item)
     emit("response.completed", response=response)
     return events

@@ -287,3 +287,26 @@ def test_a_tool_parameter_named_cache_control_is_part_of_the_key(an, fresh_emula
     marked = [{**tool(plain)[0], "cache_control": {"type": "ephemeral"}}]
     assert _status(an.messages.with_raw_response.create(**ask, tools=marked)) == "exact-hit"  # a breakpoint is not
     assert fresh_emulator.stats()["requests_total"] == 2
+
+
+def test_a_replayed_responses_stream_streams_its_reasoning_summary(oa, fresh_emulator):
+    """A reasoning item's summary streams as reasoning_summary_part / reasoning_summary_text events, which
+    Codex and the Agents SDK show as the model thinks. A replayed stream sent the item whole in
+    output_item.added and no summary events: a client showing them showed nothing."""
+    ask: Any = dict(model="o4-mini", input="Why do fjords form?", reasoning={"summary": "auto"}, stream=True)
+
+    def summary_events(events: list[Any]) -> tuple[list[str], str]:
+        kinds = [e.type for e in events if "reasoning" in e.type or e.type.startswith("response.output_item")]
+        kinds = [kind for i, kind in enumerate(kinds) if i == 0 or kind != kinds[i - 1]]  # deltas: as many as it takes
+        text = "".join(e.delta for e in events if e.type == "response.reasoning_summary_text.delta")
+        return kinds, text
+
+    first = list(oa.responses.create(**ask))
+    raw = oa.responses.with_raw_response.create(**ask)
+    assert _status(raw) == "exact-hit"
+    replayed = list(raw.parse())
+    assert summary_events(replayed) == summary_events(first) and summary_events(first)[1]
+    added = next(e for e in replayed if e.type == "response.output_item.added")
+    assert added.item.type == "reasoning" and added.item.summary == []
+    assert [e.sequence_number for e in replayed] == list(range(len(replayed)))
+    assert fresh_emulator.stats()["requests_total"] == 1
