@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from sdk.types import Protocol
+from sdk.types import Protocol, Usage
 
 Message = dict[str, Any]
 
@@ -214,6 +214,18 @@ def fresh(protocol: Protocol, message: Message) -> Message:
     for call in out["choices"][0]["message"].get("tool_calls") or ():
         call["id"] = fresh_id("call_")
     return out
+
+
+def openai_usage_object(usage: Usage) -> dict[str, Any]:
+    """OpenAI's usage object for the counts the gateway read from a Chat stream's usage chunk, which it
+    asks for and takes out when the client did not (sdk/providers/base.py): prompt_tokens includes the
+    cached and cache-written tokens, as OpenAI counts them."""
+    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    details = {"cached_tokens": usage.cache_read_tokens}
+    if usage.cache_write_tokens:
+        details["cache_write_tokens"] = usage.cache_write_tokens
+    return {"prompt_tokens": prompt, "completion_tokens": usage.output_tokens, "total_tokens": prompt + usage.output_tokens,
+            "prompt_tokens_details": details}
 
 
 def render_body(protocol: Protocol, message: Message) -> bytes:

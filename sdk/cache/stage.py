@@ -217,6 +217,8 @@ class CacheStage:
         # Reached only when the stream ran to its end (a client that stops early closes us above).
         message = capture.message()
         if message is not None:
+            if shape is Protocol.OPENAI and message.get("usage") is None and stream.usage.final:
+                message["usage"] = answers.openai_usage_object(stream.usage)  # the client did not ask; we did
             self._store(shape, keys, stream.route, message, found)
 
     def _replay(self, ctx: RequestContext, found: Lookup) -> Answer:

@@ -310,3 +310,21 @@ def test_a_replayed_responses_stream_streams_its_reasoning_summary(oa, fresh_emu
     assert added.item.type == "reasoning" and added.item.summary == []
     assert [e.sequence_number for e in replayed] == list(range(len(replayed)))
     assert fresh_emulator.stats()["requests_total"] == 1
+
+
+def test_an_answer_stored_from_a_stream_without_usage_replays_its_usage(oa, fresh_emulator):
+    """The openai client streams without `stream_options.include_usage` by default. The gateway asks the
+    upstream for the usage chunk anyway (and takes it out of the client's stream), but the capture stored
+    the answer without it, so every later hit reported zero tokens where the real answer reports its own."""
+    ask: Any = dict(model=GPT, messages=[{"role": "user", "content": "Name three fjords."}], temperature=0)
+    streamed = list(oa.chat.completions.create(**ask, stream=True))
+    assert all(c.usage is None for c in streamed)
+    raw = oa.chat.completions.with_raw_response.create(**ask)
+    assert _status(raw) == "exact-hit"
+    upstream = openai.OpenAI(base_url=f"{fresh_emulator.url}/v1", api_key="up-openai", max_retries=0)
+    real = upstream.chat.completions.create(**ask).usage
+    hit = raw.parse().usage
+    assert real is not None and hit is not None and real.prompt_tokens > 0
+    assert (hit.prompt_tokens, hit.completion_tokens, hit.total_tokens) == (real.prompt_tokens, real.completion_tokens, real.total_tokens)
+    chunks = list(oa.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == real.total_tokens
