@@ -19,6 +19,7 @@ that names the path.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -27,6 +28,7 @@ from typing import Any
 import orjson
 
 from localengine.engine.async_engine import AsyncLLMEngine
+from localengine.fair_executor import FairExecutor
 from localengine.serving_chat import ChatRequest, chat_completion, chat_completion_events, parse_chat_request
 from localengine.serving_common import RequestError, error_body
 from localengine.serving_completion import CompletionRequest, completion, completion_events, parse_completion_request
@@ -36,6 +38,10 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_BODY_BYTES = 32 << 20
 LARGE_BODY_BYTES = 256 << 10  # read off the loop from here (sdk/offload.py's bound for the gateway)
+# Whose request it is, for the turns of the pool that reads large bodies: the gateway sends its team's
+# cache salt here when it calls its own engine (sdk/providers/local.py); otherwise the client's address.
+TENANT_HEADER = b"x-engine-tenant"
+_READER = FairExecutor(workers=2, name="localengine-read")
 
 
 class EngineApp:
@@ -79,8 +85,10 @@ class EngineApp:
             return
         try:
             # Reading a body of a few MiB (JSON, the chat template, the tokenizer) takes seconds: in a
-            # worker thread, so the loop goes on answering every other client meanwhile.
-            parsed = await asyncio.to_thread(self._parse, path, raw) if len(raw) >= LARGE_BODY_BYTES else self._parse(path, raw)
+            # worker thread, so the loop goes on answering every other client meanwhile, and the
+            # tenants' large bodies take turns there.
+            parsed = (await asyncio.wrap_future(_READER.submit(_tenant(scope), functools.partial(self._parse, path, raw)))
+                      if len(raw) >= LARGE_BODY_BYTES else self._parse(path, raw))
         except RequestError as exc:
             await _respond(send, exc.status, error_body(str(exc), exc.status, exc.param, exc.code))
             return
@@ -144,6 +152,14 @@ async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
         await asyncio.gather(task, watcher, return_exceptions=True)
     if task.done() and not task.cancelled() and task.exception() is not None:
         raise task.exception()  # type: ignore[misc]
+
+
+def _tenant(scope: Scope) -> str:
+    for name, value in scope["headers"]:
+        if name == TENANT_HEADER:
+            return "h:" + value.decode("latin-1")
+    client = scope.get("client")
+    return "a:" + (str(client[0]) if client else "")
 
 
 def _is_chat(path: str, body: Any) -> bool:

@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from localengine.serving_chat import ChatRequest
 
 
+# The engine server reads large bodies in turns by this header's value (localengine/server.py:TENANT_HEADER).
+ENGINE_TENANT_HEADER = "x-engine-tenant"
+
+
 def team_cache_salt(team: str) -> str:
     """A team's prefix-cache salt: fixed length and derived from the team's name, so no client's
     salt can equal another team's (clients' salts only ever follow it, after a ':')."""
@@ -111,7 +115,9 @@ class LocalProvider:
             return await self._embeddings.send(request, timings)
         request = replace(request, body=self._salted(request.body))
         if self._http is not None:
-            return await self._http.send(request, timings)
+            # The engine server reads large bodies in turns by tenant (localengine/server.py:TENANT_HEADER).
+            return await self._http.send(replace(request, forward_headers={**request.forward_headers,
+                                                                           ENGINE_TENANT_HEADER: self.cache_salt}), timings)
         from localengine.serving_chat import parse_chat_request
         from localengine.serving_common import RequestError
 
