@@ -177,16 +177,21 @@ def _media_type(scope: Scope) -> bytes:
 
 
 async def _read_body(receive: Receive) -> bytes | None:
-    body = b""
+    """The whole body (None past MAX_BODY_BYTES), joined once: adding each piece to the bytes so far
+    copied them all again, about 8 GiB copied on the loop for a 32 MiB body in 64 KiB pieces."""
+    pieces: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return b""
-        body += message.get("body", b"")
-        if len(body) > MAX_BODY_BYTES:
+        piece = message.get("body", b"")
+        size += len(piece)
+        if size > MAX_BODY_BYTES:
             return None
+        pieces.append(piece)
         if not message.get("more_body"):
-            return body
+            return b"".join(pieces)
 
 
 async def _respond(send: Send, status: int, body: bytes, content_type: str = "application/json") -> None:
