@@ -176,7 +176,13 @@ class CacheStage:
         if route is None or route.strategy != "priority":
             return True
         first = route.targets[0]
-        return answered == f"{first.provider}/{first.model or model}"
+        provider, _, answered_model = answered.partition("/")
+        if provider != first.provider:
+            return False
+        # The same provider again later in the route (gpt-5, then gpt-5-mini): the model tells them apart.
+        # Else the provider alone does: the local engine answers as its own model, whatever the name asked.
+        return (answered_model == (first.model or model)
+                or all(t.provider != provider for t in route.targets[1:]))
 
     def _answered_by(self, model: str) -> list[tuple[str | None, ...]]:
         """The targets of the route the policy gives `model`, in order, as what changes an answer: the

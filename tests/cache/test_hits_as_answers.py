@@ -29,6 +29,7 @@ providers:
   claude: {{kind: anthropic, base_url: "{emulator_url}", api_key: "up-anthropic"}}
   gpt: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai", responses: chat}}
   oai: {{kind: openai, base_url: "{emulator_url}/v1", api_key: "up-openai", responses: native}}
+  local: {{kind: local, model: demo}}
 routes:
   - match: {{model: "claude-*"}}
     targets: [{{provider: claude}}]
@@ -36,6 +37,10 @@ routes:
     targets: [{{provider: gpt}}]
   - match: {{model: "o4-*"}}
     targets: [{{provider: oai}}]
+  - match: {{model: "engine"}}
+    targets: [{{provider: local}}, {{provider: gpt, model: {GPT}}}]
+  - match: {{model: "step-*"}}
+    targets: [{{provider: gpt, model: {GPT}}}, {{provider: gpt, model: gpt-4o}}]
   - match: {{model: "fall-*"}}
     targets: [{{provider: claude, model: {CLAUDE}}}, {{provider: gpt, model: {GPT}}}]
 retry: {{max_attempts: 1}}
@@ -244,6 +249,19 @@ def test_a_fallback_targets_answer_is_not_stored(oa, fresh_emulator):
     assert _status(first) == "miss" and first.parse().model == CLAUDE
     again = oa.chat.completions.with_raw_response.create(**ask)
     assert _status(again) == "exact-hit" and again.parse().model == CLAUDE
+    # A fallback on the same provider (another model) is a fallback too.
+    step: Any = dict(ask, model="step-chat")
+    fresh_emulator.inject_fault("500", count=1, model=GPT)
+    assert oa.chat.completions.create(**step).model == "gpt-4o"
+    assert _status(oa.chat.completions.with_raw_response.create(**step)) == "miss"
+    assert _status(oa.chat.completions.with_raw_response.create(**step)) == "exact-hit"
+    # The local engine answers as its own model, whatever name the client asked for: still the first target.
+    local: Any = dict(model="engine", messages=[{"role": "user", "content": "Hello"}], temperature=0, max_tokens=64,
+                      stop=["e", "a", "o", " "])  # the demo model's text is noise: end it on a stop, not at max_tokens
+    first_local = oa.chat.completions.with_raw_response.create(**local)
+    assert _status(first_local) == "miss" and first_local.headers["x-slipstream-route"] == "local/demo"
+    assert first_local.parse().choices[0].finish_reason == "stop"
+    assert _status(oa.chat.completions.with_raw_response.create(**local)) == "exact-hit"
 
 
 def test_a_refusal_is_not_stored(oa, fresh_emulator):
