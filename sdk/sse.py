@@ -17,22 +17,28 @@ from sdk.usage import chat_usage, merge_anthropic_usage, responses_usage
 async def split_event_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
     """The complete events (each ending in a blank line) each chunk completes, as one list per chunk.
 
-    Events that arrive together leave together: the door writes one batch with one send.
+    Events that arrive together leave together: the door writes one batch with one send. An event's
+    start that arrives without its end waits in pieces, joined once the end comes: adding each chunk
+    to a buffer and searching it from its start made an event of megabytes (a Responses event echoes
+    the request's `instructions`) cost its size squared over the chunk size, on the loop.
     """
-    buffer = b""
+    pending: list[bytes] = []  # the start of an event whose end has not arrived, as it came
     async for chunk in chunks:
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
-        buffer += chunk
         batch = []
-        while True:
-            end = buffer.find(b"\n\n")
-            if end < 0:
-                break
-            batch.append(buffer[: end + 2])
-            buffer = buffer[end + 2 :]
+        start = 0
+        if pending and chunk.startswith(b"\n") and pending[-1].endswith(b"\n"):  # a blank line across two chunks
+            batch.append(b"".join(pending) + b"\n")
+            pending, start = [], 1
+        while (end := chunk.find(b"\n\n", start)) >= 0:
+            batch.append(b"".join((*pending, chunk[start:end + 2])) if pending else chunk[start:end + 2])
+            pending, start = [], end + 2
+        if start < len(chunk):
+            pending.append(chunk[start:] if start else chunk)
         if batch:
             yield batch
+    buffer = b"".join(pending)
     if buffer.strip():
         yield [buffer if buffer.endswith(b"\n\n") else buffer.rstrip(b"\n") + b"\n\n"]
 

@@ -23,6 +23,31 @@ async def test_events_that_arrive_together_leave_together():
     ]
 
 
+async def test_any_split_of_a_stream_gives_the_same_events():
+    stream = b"event: a\ndata: 1\n\nevent: b\ndata: 22\n\n\ndata: 333\n\nevent: c\ndata: x\n\n"
+    whole = [event for batch in [b async for b in split_event_batches(_chunks(stream))] for event in batch]
+    for size in range(1, len(stream) + 1):
+        parts = [stream[i:i + size] for i in range(0, len(stream), size)]
+        assert [event for batch in [b async for b in split_event_batches(_chunks(*parts))] for event in batch] == whole, size
+
+
+async def test_a_large_event_in_many_chunks_is_joined_once():
+    """A Responses event echoes the request's `instructions` (a team's megabytes) and arrives in many
+    chunks; each chunk was added to the buffer so far, copying it all again (and the buffer searched
+    from its start): its size squared over the chunk size, on the loop every team shares."""
+    copied = [0]
+
+    class Piece(bytes):
+        def __radd__(self, other: bytes) -> bytes:  # `buffer + chunk`: the copy of the buffer so far
+            copied[0] += len(other)
+            return bytes(other) + bytes(self)
+
+    event = b"event: response.created\ndata: " + b"x" * (64 * 65536) + b"\n\n"
+    pieces = [Piece(event[i:i + 65536]) for i in range(0, len(event), 65536)]
+    assert [batch async for batch in split_event_batches(_chunks(*pieces))] == [[event]]
+    assert copied[0] == 0  # about 130 MiB re-copied for this 4 MiB event before
+
+
 def test_events_of_splits_an_item_back_into_events():
     assert events_of(b"data: 1\n\n") == [b"data: 1\n\n"]
     assert events_of(b"event: a\ndata: 1\n\nevent: b\ndata: 2\n\n") == [b"event: a\ndata: 1\n\n", b"event: b\ndata: 2\n\n"]
