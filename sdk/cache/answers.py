@@ -56,7 +56,8 @@ def replayable(protocol: Protocol, message: Message) -> bool:
 
 
 def completed_safely(protocol: Protocol, message: Message, allow_tool_calls: bool) -> bool:
-    """Finished on its own (not cut by max_tokens, filtered, paused or refused), and no tool call unless allowed."""
+    """Finished on its own (not cut by max_tokens, filtered, paused or refused), not from a web search, and
+    no tool call unless allowed."""
     if protocol is Protocol.ANTHROPIC:
         stop = message.get("stop_reason")
         calls = any(block.get("type") == "tool_use" for block in message.get("content", []))
@@ -64,6 +65,8 @@ def completed_safely(protocol: Protocol, message: Message, allow_tool_calls: boo
     choice = message["choices"][0]
     if choice["message"].get("refusal"):
         return False  # the model's call on one request (`stop` all the same), not the question's answer
+    if choice["message"].get("annotations"):
+        return False  # url_citations: it searched the web, which answers as it is now, not when stored
     calls = bool(choice["message"].get("tool_calls"))
     stop = choice.get("finish_reason")
     return (stop in _OPENAI_STOPS and not calls) or (allow_tool_calls and stop == "tool_calls" and calls)

@@ -84,3 +84,17 @@ def test_capture_refuses_a_stream_with_deltas_it_cannot_replay():
     for event in [events[0], audio, *events[1:]]:
         capture.feed(event)
     assert capture.message() is None
+
+
+def test_a_streamed_answers_annotations_are_folded_and_replayed():
+    """url_citation annotations stream in a chunk's `delta.annotations`: the capture keeps them (a stored
+    answer without them would be served without its citations) and a replayed stream sends them again."""
+    cited = {"type": "url_citation", "url_citation": {"start_index": 0, "end_index": 8, "url": "https://yr.no/1", "title": "Yr"}}
+    choice = {**OPENAI_MESSAGE["choices"][0], "message": {**OPENAI_MESSAGE["choices"][0]["message"], "annotations": [cited]}}
+    message = {**OPENAI_MESSAGE, "choices": [choice]}
+    events = render_events(Protocol.OPENAI, message, include_usage=True)
+    assert any(b'"annotations"' in event for event in events)
+    capture = StreamCapture(Protocol.OPENAI)
+    for event in events:
+        capture.feed(event)
+    assert capture.message() == message
