@@ -52,6 +52,7 @@ def replayable(protocol: Protocol, message: Message) -> bool:
         and isinstance(choices[0], dict)
         and isinstance(choices[0].get("message"), dict)
         and choices[0].get("logprobs") is None
+        and choices[0]["message"].get("audio") is None  # its id expires: a later turn could not refer to it
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import anthropic
 import httpx2 as httpx  # the official SDKs (anthropic>=2, openai>=3) are built on httpx2
 import openai
+import orjson
 
-from sdk.cache.answers import StreamCapture, render_body, render_events
+from sdk.cache.answers import StreamCapture, from_body, render_body, render_events
 from sdk.types import Protocol
 
 ANTHROPIC_MESSAGE = {
@@ -98,3 +99,14 @@ def test_a_streamed_answers_annotations_are_folded_and_replayed():
     for event in events:
         capture.feed(event)
     assert capture.message() == message
+
+
+def test_an_answer_with_audio_is_not_replayable():
+    """An audio answer's `audio.id` is how the next turn refers to it, valid until its `expires_at` (OpenAI
+    keeps it for a while); replayed from a cache that keeps entries for a day, the id may be gone and the
+    client's next turn fails. (The emulator has no audio output, so this is checked on the body.)"""
+    audio = {"id": "audio_1", "expires_at": 1700003600, "data": "UklGRg==", "transcript": "Rayleigh scattering."}
+    choice = {**OPENAI_MESSAGE["choices"][0], "message": {**OPENAI_MESSAGE["choices"][0]["message"], "audio": audio}}
+    body = orjson.dumps({**OPENAI_MESSAGE, "choices": [choice]})
+    assert from_body(Protocol.OPENAI, body) is None
+    assert from_body(Protocol.OPENAI, orjson.dumps(OPENAI_MESSAGE)) is not None
