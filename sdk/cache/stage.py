@@ -122,6 +122,10 @@ class CacheStage:
             if trace is not None:
                 trace.stage("cache lookup", started, {"slipstream.cache.outcome": "error"})
             return await call_next(ctx)
+        shape: Shape = Endpoint.RESPONSES if request.endpoint is Endpoint.RESPONSES else request.protocol
+        if found.entry is not None and not self._safe(shape, found.entry.response):
+            # Stored under a policy since changed (cache_tool_calls turned off): served only what it stores now.
+            found = replace(found, entry=None, status="miss")
         outcome = found.status if found.entry is not None else "miss"
         metrics.RESPONSE_CACHE.labels(self.team, outcome).inc()
         if trace is not None:
@@ -133,7 +137,6 @@ class CacheStage:
         answer = await call_next(ctx)
         if answer.status != 200 or not self._preferred(request.model, answer.route):
             return answer
-        shape: Shape = Endpoint.RESPONSES if request.endpoint is Endpoint.RESPONSES else request.protocol
         if isinstance(answer, LLMResponse):
             message = responses.from_body(answer.body) if shape is Endpoint.RESPONSES else answers.from_body(request.protocol, answer.body)
             if message is not None and self._store(shape, keys, answer.route, message, found):
@@ -196,12 +199,14 @@ class CacheStage:
                 answerers.append((provider.kind, provider.base_url, provider.model, provider.responses, target.model or model))
         return answerers
 
-    def _store(self, shape: Shape, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
+    def _safe(self, shape: Shape, message: answers.Message) -> bool:
+        """Whether the team's policy as it is now lets `message` be stored, and so served."""
         if shape is Endpoint.RESPONSES:
-            safe = responses.completed_safely(message, self.config.cache_tool_calls)
-        else:
-            safe = answers.completed_safely(shape, message, self.config.cache_tool_calls)
-        if not safe:
+            return responses.completed_safely(message, self.config.cache_tool_calls)
+        return answers.completed_safely(shape, message, self.config.cache_tool_calls)
+
+    def _store(self, shape: Shape, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
+        if not self._safe(shape, message):
             return False
         try:
             self.cache.put(self.team, keys, route, message, found.vector, self.config)

@@ -344,3 +344,27 @@ def test_an_answer_stored_from_a_stream_without_usage_replays_its_usage(oa, fres
     assert (hit.prompt_tokens, hit.completion_tokens, hit.total_tokens) == (real.prompt_tokens, real.completion_tokens, real.total_tokens)
     chunks = list(oa.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == real.total_tokens
+
+
+def test_tool_calls_stored_while_allowed_are_not_served_once_the_policy_stops_caching_them(tmp_path, monkeypatch,
+                                                                                           fresh_emulator):
+    """`cache_tool_calls: false` (the default) means a tool-calling answer is not served from the cache: the
+    tool's world may have changed. A team that turns it off (its tools went live) reloads the policy, and
+    the cache, which outlives reloads, went on serving the tool calls it had stored, for a day by default."""
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    path = directory / "answers.yaml"
+    path.write_text(policy(fresh_emulator.url))
+    ask: Any = dict(model=GPT, messages=[{"role": "user", "content": "Weather in Oslo?"}], temperature=0, tools=WEATHER,
+                    tool_choice="required")
+    with running_proxy([directory], watch_interval_s=0.05) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        assert _status(client.chat.completions.with_raw_response.create(**ask)) == "miss"
+        assert _status(client.chat.completions.with_raw_response.create(**ask)) == "exact-hit"
+        text = policy(fresh_emulator.url).replace("cache_tool_calls: true", "cache_tool_calls: false")
+        path.write_text(text.replace("routes:\n", "routes:\n  - match: {model: probe}\n    targets: [{provider: gpt}]\n"))
+        while "probe" not in {m.id for m in client.models.list()}:
+            time.sleep(0.05)  # the reload is in force once the new route's name is listed
+        raw = client.chat.completions.with_raw_response.create(**ask)
+        assert _status(raw) == "miss" and raw.parse().choices[0].message.tool_calls
