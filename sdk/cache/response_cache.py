@@ -16,6 +16,7 @@ from sdk.cache.replication import CacheReplicator
 from sdk.cache.store import CacheStore, Entry, NewEntry, TeamLimits
 from sdk.cache.verifier import Verifier
 from sdk.embedding import Embedder
+from sdk.offload import is_large, off_loop
 from sdk.policy import SemanticCachePolicy
 from sdk.state.redis import RedisState
 
@@ -44,7 +45,7 @@ class ResponseCache:
         if self.replicator is not None:
             await self.replicator.caught_up(team)  # follow what the other replicas store for the team
         if exact and (entry := self.store.get_exact(team, keys.exact)) is not None:
-            return Lookup(entry, "exact-hit", None)
+            return Lookup(await _parsed(entry), "exact-hit", None)
         if not semantic or keys.query is None:
             return Lookup(None, "miss", None)
         vector = await self.embedder.embed(keys.query, team)
@@ -53,7 +54,7 @@ class ResponseCache:
         candidates = self.store.search(team, keys.partition, vector, CANDIDATES)
         chosen = self.verifier.best(keys.query, vector, [(c.query, c.vector) for c in candidates], min_precision)
         if chosen is not None and (entry := self.store.fetch(team, candidates[chosen].id)) is not None:
-            return Lookup(entry, "semantic-hit", vector)
+            return Lookup(await _parsed(entry), "semantic-hit", vector)
         return Lookup(None, "miss", vector)
 
     def put(self, team: str, keys: CacheKeys, route: str, response: dict, vector: np.ndarray | None, config: SemanticCachePolicy) -> int:
@@ -84,3 +85,11 @@ class ResponseCache:
 
     def close(self) -> None:
         self.store.close()
+
+
+async def _parsed(entry: Entry) -> Entry:
+    """`entry` with its response parsed: a large one (a long answer) in the heavy-work pool, as the
+    team's work, not on the loop every team's requests share."""
+    if is_large(len(entry.raw)):
+        await off_loop(entry.parse)
+    return entry

@@ -27,6 +27,10 @@ _REPLAYABLE = frozenset({"message", "function_call", "reasoning"})
 # What a response echoes of its request without it changing the answer (so not in the key): a hit echoes
 # the asking request's, as its own answer would.
 _ECHOED: tuple[tuple[str, Any], ...] = (("metadata", {}), ("user", None), ("store", True))
+# Echoed, and in the key (every hit's request has the same): not stored, so an entry holds the answer
+# only. A team's `instructions` may be megabytes, and every hit on an entry holding them read and
+# parsed them again on the loop, under the cache's one lock.
+_NOT_STORED: tuple[tuple[str, Any], ...] = (("instructions", None),)
 
 
 def key_body(request: Message, chat: Message) -> Message:
@@ -45,7 +49,16 @@ def from_body(body: bytes) -> Message | None:
         response = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    return response if _replayable(response) else None
+    return _stored(response)
+
+
+def _stored(response: Any) -> Message | None:
+    """What an entry keeps of a response just parsed: all but what a hit echoes from its own request."""
+    if not _replayable(response):
+        return None
+    for name, _ in _NOT_STORED:
+        response.pop(name, None)
+    return response
 
 
 def _replayable(response: Any) -> bool:
@@ -69,8 +82,7 @@ class StreamCapture:
 
     def feed(self, event: bytes) -> None:
         if event.startswith(b"event: response.completed"):
-            response = orjson.loads(event_data(event)).get("response")
-            self._response = response if _replayable(response) else None
+            self._response = _stored(orjson.loads(event_data(event)).get("response"))
 
     def message(self) -> Message | None:
         return self._response
@@ -79,19 +91,18 @@ class StreamCapture:
 def fresh(response: Message, request: Message) -> Message:
     """The cached response as `request`'s: its own id and creation and completion times, output items
     re-identified, each function call its own call_id (a client matches its output to the call by it),
-    and the request's own metadata, user and store echoed."""
-    out = copy.deepcopy(response)
-    out["id"], out["created_at"] = new_id("resp"), int(time.time())
+    and the request's own metadata, user, store and instructions echoed. Only what changes is copied:
+    the entry was read for this hit alone, and nothing it shares with the answer is changed."""
+    out = {**response, "id": new_id("resp"), "created_at": int(time.time())}
     if out.get("completed_at") is not None:
         out["completed_at"] = out["created_at"]
-    for name, default in _ECHOED:
+    for name, default in (*_ECHOED, *_NOT_STORED):
         value = request.get(name)
-        out[name] = copy.deepcopy(default if value is None else value)
+        out[name] = copy.copy(default) if value is None else value
     prefixes = {"message": "msg", "function_call": "fc", "reasoning": "rs"}
-    for item in out["output"]:
-        item["id"] = new_id(prefixes[item["type"]])
-        if item["type"] == "function_call":
-            item["call_id"] = fresh_id("call_")
+    out["output"] = [{**item, "id": new_id(prefixes[item["type"]]),
+                      **({"call_id": fresh_id("call_")} if item["type"] == "function_call" else {})}
+                     for item in response["output"]]
     return out
 
 

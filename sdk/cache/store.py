@@ -70,14 +70,26 @@ class NewEntry:
     response: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
+    """A stored answer as read: its response's bytes, parsed when first asked for (`response`), so a
+    large one can be parsed in the heavy-work pool rather than under the store's lock on the loop."""
+
     id: int
     team: str
     exact_key: str
     route: str
     query: str | None
-    response: dict[str, Any]
+    raw: bytes
+    _parsed: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return self._parsed if self._parsed is not None else self.parse()
+
+    def parse(self) -> dict[str, Any]:
+        self._parsed = orjson.loads(self.raw)
+        return self._parsed
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +166,7 @@ class CacheStore:
         if row is None:
             return None
         self._db.execute("UPDATE entries SET last_used_at = ? WHERE id = ?", (now, entry_id))  # LRU stamp
-        return Entry(row[0], row[1], row[2], row[3], row[4], orjson.loads(row[5]))
+        return Entry(row[0], row[1], row[2], row[3], row[4], row[5])
 
     # -- writes ----------------------------------------------------------------------------------
 

@@ -1,0 +1,87 @@
+"""A hit on a large entry does not hold the loop every team's requests share.
+
+Entries are read under the response cache's one lock, on the loop, and were parsed there too: a
+Responses entry kept the `instructions` its response echoed (a team's megabytes, up to its body
+limit), and every hit read and parsed them again; an entry holding a long answer was parsed on the
+loop on every hit. Instructions are no longer stored (a hit echoes its own request's, which its key
+makes the same), and a large entry is parsed in the heavy-work pool.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from emulator.app import EmulatorConfig
+from emulator.testing import running_emulator
+from gateway.testing import RunningServer, running_proxy
+from sdk import offload
+from tests.helpers import write_policy
+
+KEY, BRIEF = "sk-large-hits", "sk-brief-hits"  # long answers; the emulator's default (short) ones
+INSTRUCTIONS = "Answer as the style guide below says.\n" + "rule: be brief. " * 130_000  # about 2 MiB
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    long_answers = EmulatorConfig(default_output_tokens=80_000)  # about 400 KB of Chat answer
+    with running_emulator(long_answers) as emulator, running_emulator() as brief, pytest.MonkeyPatch.context() as patch:
+        data = tmp_path_factory.mktemp("large-hits-data")
+        patch.setenv("SLIPSTREAM_DATA_DIR", str(data))
+        directory = tmp_path_factory.mktemp("large-hits")
+        for team, key, upstream in (("large", KEY, emulator), ("brief", BRIEF, brief)):
+            write_policy(directory, team, key, upstream.url,
+                         extra="prompt_cache: {enabled: false}\nsemantic_cache: {enabled: true, semantic: false, cache_sampled: true}\n")
+        with running_proxy([directory], watch_interval_s=None) as running:
+            running.app.state.data_dir = data
+            yield running
+
+
+@pytest.fixture
+def pooled(monkeypatch: pytest.MonkeyPatch) -> list[Callable[..., Any]]:
+    """The functions the heavy-work pool runs from now on."""
+    ran: list[Callable[..., Any]] = []
+    submit = offload.HEAVY_POOL.submit
+
+    def recorded(fn: Callable[[], Any], tenant: str | None = None) -> Any:
+        ran.append(getattr(fn, "func", fn))
+        return submit(fn, tenant)
+
+    monkeypatch.setattr(offload.HEAVY_POOL, "submit", recorded)
+    return ran
+
+
+def _client(proxy: RunningServer, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def _largest_entry(proxy: RunningServer, team: str) -> int:
+    with sqlite3.connect(proxy.app.state.data_dir / "response-cache.sqlite3") as db:
+        return db.execute("SELECT MAX(length(response)) FROM entries WHERE team = ?", (team,)).fetchone()[0] or 0
+
+
+def test_a_responses_entry_does_not_keep_the_instructions_a_hit_echoes(proxy):
+    client = _client(proxy, BRIEF)
+    first = client.responses.create(model="gpt-4.1", instructions=INSTRUCTIONS, input="Is a short answer fine?")
+    assert first.instructions == INSTRUCTIONS
+    assert _largest_entry(proxy, "brief") < 64 * 1024  # the answer only (2 MiB and more, with the instructions, before)
+    hit = client.responses.with_raw_response.create(model="gpt-4.1", instructions=INSTRUCTIONS, input="Is a short answer fine?")
+    assert hit.headers["x-slipstream-cache"] == "exact-hit"
+    second = hit.parse()
+    assert second.instructions == INSTRUCTIONS and second.id != first.id
+    assert second.output_text == first.output_text
+
+
+def test_a_hit_on_a_long_answer_is_parsed_off_the_loop(proxy, pooled):
+    client = _client(proxy)
+    ask = {"model": "gpt-4.1", "max_tokens": 100_000, "messages": [{"role": "user", "content": "Tell me everything."}]}
+    first = client.chat.completions.create(**ask)
+    pooled.clear()
+    hit = client.chat.completions.with_raw_response.create(**ask)
+    assert hit.headers["x-slipstream-cache"] == "exact-hit"
+    assert hit.parse().choices[0].message.content == first.choices[0].message.content
+    assert [getattr(fn, "__qualname__", None) for fn in pooled] == ["Entry.parse"]  # nothing ran in the pool before
