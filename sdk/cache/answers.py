@@ -206,17 +206,18 @@ def fresh_id(prefix: str) -> str:
 
 def fresh(protocol: Protocol, message: Message) -> Message:
     """The stored answer as a new one: its own id (and, for OpenAI, creation time), and its own id for
-    each tool call, as the providers give every answer; the tool calls keep their names and inputs."""
-    out = copy.deepcopy(message)
+    each tool call, as the providers give every answer; the tool calls keep their names and inputs.
+    Only what changes is copied (a deep copy of a long answer was its size again on the loop, per hit)."""
     if protocol is Protocol.ANTHROPIC:
-        out["id"] = fresh_id("msg_")
-        for block in out["content"]:
-            if block.get("type") == "tool_use":
-                block["id"] = fresh_id("toolu_")
-        return out
-    out["id"], out["created"] = fresh_id("chatcmpl-"), int(time.time())
-    for call in out["choices"][0]["message"].get("tool_calls") or ():
-        call["id"] = fresh_id("call_")
+        content = [{**block, "id": fresh_id("toolu_")} if block.get("type") == "tool_use" else block
+                   for block in message["content"]]
+        return {**message, "id": fresh_id("msg_"), "content": content}
+    out = {**message, "id": fresh_id("chatcmpl-"), "created": int(time.time())}
+    first, *others = message["choices"]
+    calls = first["message"].get("tool_calls")
+    if calls:
+        answer = {**first["message"], "tool_calls": [{**call, "id": fresh_id("call_")} for call in calls]}
+        out["choices"] = [{**first, "message": answer}, *others]
     return out
 
 

@@ -85,3 +85,27 @@ def test_a_hit_on_a_long_answer_is_parsed_off_the_loop(proxy, pooled):
     assert hit.headers["x-slipstream-cache"] == "exact-hit"
     assert hit.parse().choices[0].message.content == first.choices[0].message.content
     assert [getattr(fn, "__qualname__", None) for fn in pooled] == ["Entry.parse"]  # nothing ran in the pool before
+
+
+def test_a_hit_copies_only_what_it_changes(proxy, monkeypatch):
+    """A Chat or Messages hit deep-copied the whole stored answer (400 KB here) on the loop to change
+    its ids: its size again, per hit. It copies the ids' containers only now."""
+    import copy
+
+    copied: list[int] = []
+    deepcopy = copy.deepcopy
+
+    def counted(thing: Any, *args: Any) -> Any:
+        if isinstance(thing, dict) and ("choices" in thing or "content" in thing):
+            copied.append(1)
+        return deepcopy(thing, *args)
+
+    monkeypatch.setattr(copy, "deepcopy", counted)
+    client = _client(proxy)
+    ask = {"model": "gpt-4.1", "max_tokens": 100_000, "messages": [{"role": "user", "content": "Tell me it all again."}]}
+    first = client.chat.completions.create(**ask)
+    hit = client.chat.completions.with_raw_response.create(**ask)
+    assert hit.headers["x-slipstream-cache"] == "exact-hit"
+    answer = hit.parse()
+    assert answer.choices[0].message.content == first.choices[0].message.content and answer.id != first.id
+    assert copied == []  # one deep copy of the answer per hit before
