@@ -82,6 +82,24 @@ def _split_messages(body: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
     return system, turns[:-1], turns[-1]
 
 
+def fetches_media(value: Any) -> bool:
+    """Whether `value` (a request's messages) gives an image or document by URL, which the provider
+    fetches when asked: the same URL may serve other bytes later (a webcam's latest.jpg), and a key
+    holds the URL, not what it served. Inline media (base64, a `data:` URL) is its own content."""
+    if isinstance(value, list):
+        return any(fetches_media(v) for v in value)
+    if not isinstance(value, dict):
+        return False
+    source = value.get("source")  # Anthropic's image and document blocks
+    if isinstance(source, dict) and source.get("type") == "url":
+        return True
+    image = value.get("image_url") if value.get("type") == "image_url" else None  # Chat's image part
+    url = image.get("url") if isinstance(image, dict) else image
+    if isinstance(url, str) and not url.startswith("data:"):
+        return True
+    return any(fetches_media(v) for v in value.values() if isinstance(v, (list, dict)))
+
+
 def is_sampled(body: dict[str, Any]) -> bool:
     temperature = body.get("temperature")
     return not isinstance(temperature, (int, float)) or temperature > 0

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal
 import orjson
 
 from sdk.cache import answers, responses
-from sdk.cache.keys import CacheKeys, cache_keys
+from sdk.cache.keys import CacheKeys, cache_keys, fetches_media
 from sdk.embedding import MAX_TEXT_CHARS
 from sdk.errors import InvalidRequestError
 from sdk.observability import metrics
@@ -161,12 +161,16 @@ class CacheStage:
         its latest user turn the same way) with its own fields that form leaves out (responses.key_body)."""
         answered_by = self._answered_by(request.model)
         if request.endpoint is not Endpoint.RESPONSES:
-            return cache_keys(self.team, request, answered_by)
-        try:
-            chat = responses_to_chat(request.body)
-        except (TranslationRefused, KeyError, TypeError, AttributeError, ValueError):
-            return None  # what has no Chat form (built-in tools, ...) is answered upstream, uncached
-        return cache_keys(self.team, replace(request, body=responses.key_body(request.body, chat)), answered_by)
+            keyed = request
+        else:
+            try:
+                chat = responses_to_chat(request.body)
+            except (TranslationRefused, KeyError, TypeError, AttributeError, ValueError):
+                return None  # what has no Chat form (built-in tools, ...) is answered upstream, uncached
+            keyed = replace(request, body=responses.key_body(request.body, chat))
+        if fetches_media(keyed.body.get("messages")):
+            return None  # what a URL serves may change: answered upstream, uncached
+        return cache_keys(self.team, keyed, answered_by)
 
     def _route(self, model: str) -> Route | None:
         return next((r for r in self.policy.routes if r.match.matches(model)), None)

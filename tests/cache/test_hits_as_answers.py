@@ -368,3 +368,25 @@ def test_tool_calls_stored_while_allowed_are_not_served_once_the_policy_stops_ca
             time.sleep(0.05)  # the reload is in force once the new route's name is listed
         raw = client.chat.completions.with_raw_response.create(**ask)
         assert _status(raw) == "miss" and raw.parse().choices[0].message.tool_calls
+
+
+def test_a_prompt_with_media_by_url_is_not_cached(oa, an, fresh_emulator):
+    """An image or document given by URL is fetched by the provider when asked, and the same URL may serve
+    other bytes later (a webcam's latest.jpg, a dashboard's chart). The key holds the URL, not what it
+    served: the second request was told what the first one's image showed. Media given inline (base64, a
+    data: URL) is its own content, and stays cacheable."""
+    webcam = "https://cam.example.org/latest.jpg"
+    ask: Any = dict(model=GPT, temperature=0, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "How many cars are in the street?"}, {"type": "image_url", "image_url": {"url": webcam}}]}])
+    assert [_status(oa.chat.completions.with_raw_response.create(**ask)) for _ in range(2)] == ["miss", "miss"]
+    document: Any = dict(model=CLAUDE, max_tokens=200, extra_body={"temperature": 0}, messages=[{"role": "user", "content": [
+        {"type": "document", "source": {"type": "url", "url": "https://example.org/report.pdf"}},
+        {"type": "text", "text": "Summarize today's report."}]}])
+    assert [_status(an.messages.with_raw_response.create(**document)) for _ in range(2)] == ["miss", "miss"]
+    turn: Any = dict(model=GPT, temperature=0, input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "How many cars are in the street?"}, {"type": "input_image", "image_url": webcam}]}])
+    assert [_status(oa.responses.with_raw_response.create(**turn)) for _ in range(2)] == ["miss", "miss"]
+    inline: Any = dict(ask, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "How many cars are in the street?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}])
+    assert [_status(oa.chat.completions.with_raw_response.create(**inline)) for _ in range(2)] == ["miss", "exact-hit"]
