@@ -7,8 +7,9 @@ import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -132,3 +133,20 @@ async def _close_upstream_pool():
     """Each async test has its own loop and the upstream pool is per loop: close it with the loop."""
     yield
     await close_upstream_for_running_loop()
+
+
+@pytest.fixture
+def pooled(monkeypatch: pytest.MonkeyPatch) -> list[Callable[..., Any]]:
+    """The functions the heavy-work pool (sdk/offload.py) runs from now on, in order: tests of what
+    runs off the event loop every team's requests share assert on it."""
+    from sdk import offload
+
+    ran: list[Callable[..., Any]] = []
+    submit = offload.HEAVY_POOL.submit
+
+    def recorded(fn: Callable[[], Any], tenant: str | None = None) -> Any:
+        ran.append(getattr(fn, "func", fn))
+        return submit(fn, tenant)
+
+    monkeypatch.setattr(offload.HEAVY_POOL, "submit", recorded)
+    return ran

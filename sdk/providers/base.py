@@ -151,7 +151,8 @@ class HTTPProvider:
                 status=response.status,
                 body=data,
                 headers=passthrough_headers(response.headers, self.shared_account),
-                usage=usage_from_body(request.endpoint, data),
+                # A Responses answer echoes the request's instructions (a team's megabytes): read off the loop when large.
+                usage=await off_loop(usage_from_body, request.endpoint, data) if is_large(len(data)) else usage_from_body(request.endpoint, data),
                 route=route,
             )
         usage = Usage()
@@ -258,7 +259,10 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
         async for batch in split_event_batches(response.iter_chunks()):
             now = time.perf_counter()
             for event in batch:
-                observer.observe(event, now)
+                if is_large(len(event)):  # a Responses event echoes the request's instructions: a team's megabytes
+                    await off_loop(observer.observe, event, now)
+                else:
+                    observer.observe(event, now)
             if usage_asked:
                 batch = _without_asked_usage(batch)
                 if not batch:

@@ -138,7 +138,7 @@ class ResponsesTarget:
         answer = await upstream.send(request if body is request.body else replace(request, body=body, size=resolved.size), timings)
         if isinstance(answer, LLMResponse):
             if answer.status == 200:
-                await self.conversations.record(orjson.loads(answer.body), request.body, resolved, self.name, True)
+                await self.conversations.record(await _parsed(answer.body), request.body, resolved, self.name, True)
             return answer
         answer.events = self._recorded(answer.events, request.body, resolved, True)
         return answer
@@ -162,8 +162,10 @@ class ResponsesTarget:
             raise UpstreamHTTPError(exc.status, responses_error(exc.body), exc.headers, exc.route) from exc
         mark_dropped(answer.headers, check(Shape.RESPONSES, body, protocol))  # x-slipstream-dropped-fields
         if isinstance(answer, LLMResponse):
-            answer.body = completion_c2r(body, response_id, answer.body)
-            await self.conversations.record(orjson.loads(answer.body), body, resolved, self.name, False)
+            # The answer echoes the request's instructions: written off the loop when the request is large.
+            answer.body = (await off_loop(completion_c2r, body, response_id, answer.body) if is_large(resolved.size)
+                           else completion_c2r(body, response_id, answer.body))
+            await self.conversations.record(await _parsed(answer.body), body, resolved, self.name, False)
             return answer
         answer.events = self._recorded(translated_events(answer.events, ChatToResponses(body, response_id)), body, resolved, False)
         return answer
@@ -176,11 +178,17 @@ class ResponsesTarget:
                 if _TERMINAL[0] in item or _TERMINAL[1] in item:
                     for event in events_of(item):
                         if event.startswith(_TERMINAL):
-                            response = orjson.loads(event_data(event)).get("response") or {}
+                            response = (await _parsed(event_data(event))).get("response") or {}
                             await self.conversations.record(response, body, resolved, self.name, native)
                 yield item
         finally:
             await close_after(events)
+
+
+async def _parsed(data: bytes) -> Any:
+    """A response's JSON, which echoes the request's instructions (a team's megabytes): in the
+    heavy-work pool when large, not on the loop every team's requests share."""
+    return await off_loop(orjson.loads, data) if is_large(len(data)) else orjson.loads(data)
 
 
 async def _as_chat(body: dict[str, Any], resolved: Resolved, protocol: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ makes the same), and a large entry is parsed in the heavy-work pool.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -19,7 +19,6 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import RunningServer, running_proxy
-from sdk import offload
 from tests.helpers import write_policy
 
 KEY, BRIEF = "sk-large-hits", "sk-brief-hits"  # long answers; the emulator's default (short) ones
@@ -40,19 +39,6 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             running.app.state.data_dir = data
             yield running
 
-
-@pytest.fixture
-def pooled(monkeypatch: pytest.MonkeyPatch) -> list[Callable[..., Any]]:
-    """The functions the heavy-work pool runs from now on."""
-    ran: list[Callable[..., Any]] = []
-    submit = offload.HEAVY_POOL.submit
-
-    def recorded(fn: Callable[[], Any], tenant: str | None = None) -> Any:
-        ran.append(getattr(fn, "func", fn))
-        return submit(fn, tenant)
-
-    monkeypatch.setattr(offload.HEAVY_POOL, "submit", recorded)
-    return ran
 
 
 def _client(proxy: RunningServer, key: str = KEY) -> openai.OpenAI:

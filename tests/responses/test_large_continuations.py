@@ -9,31 +9,16 @@ bytes of the chain and of the records holding the items it references.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
 import orjson
 import pytest
 
-from sdk import offload
 from tests.responses.conftest import KEY
 
 TEXT = "the history of a long conversation " * 12_000  # about 400 KB stored; the pool takes 256 KiB and more
 
-
-@pytest.fixture
-def pooled(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Callable[..., Any]]]:
-    """The functions the heavy-work pool runs from now on."""
-    ran: list[Callable[..., Any]] = []
-    submit = offload.HEAVY_POOL.submit
-
-    def recorded(fn: Callable[[], Any], tenant: str | None = None) -> Any:
-        ran.append(getattr(fn, "func", fn))
-        return submit(fn, tenant)
-
-    monkeypatch.setattr(offload.HEAVY_POOL, "submit", recorded)
-    yield ran
 
 
 def _client(proxy: Any) -> openai.OpenAI:
@@ -59,3 +44,27 @@ def test_a_small_turn_referencing_a_large_item_is_serialized_off_the_loop(proxy,
                                                              {"role": "user", "content": "and in short?"}])
     assert second.output_text
     assert orjson.dumps in pooled
+
+
+def test_a_native_streams_large_events_are_read_off_the_loop(proxy, fresh_emulator, pooled):
+    """A Responses stream's response.created and response.completed events echo the request's
+    instructions (a team's megabytes): the gateway parsed them on the loop, to watch the usage and to
+    record the response. They are read in the heavy-work pool when large."""
+    instructions = "Follow the house style. " + "rule " * 120_000  # about 600 KB
+    events = list(_client(proxy).responses.create(model="oai-x", instructions=instructions, input="hi", stream=True))
+    assert events[-1].type == "response.completed" and events[-1].response.instructions == instructions
+    names = [getattr(fn, "__qualname__", "") for fn in pooled]
+    assert "StreamObserver.observe" in names  # usage and finish, from the completed event (on the loop before)
+    assert orjson.loads in pooled  # the response recorded in the team's store
+
+
+@pytest.mark.parametrize("model", ["oai-x", "gpt-4.1"])  # native; translated to Chat Completions
+def test_a_large_answer_body_is_read_off_the_loop(proxy, fresh_emulator, pooled, model):
+    """The same for an answer read whole: its usage and the record were parsed on the loop (and a
+    translated answer written there, with the instructions it echoes)."""
+    instructions = "Follow the house style. " + "rule " * 120_000
+    answer = _client(proxy).responses.create(model=model, instructions=instructions, input="hi")
+    assert answer.instructions == instructions
+    names = [getattr(fn, "__name__", "") for fn in pooled]
+    assert ("usage_from_body" in names) if model == "oai-x" else ("completion_c2r" in names)
+    assert orjson.loads in pooled  # the record
