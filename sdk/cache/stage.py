@@ -14,6 +14,7 @@ a fresh id, recorded in the team's response store (sdk/cache/responses.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -138,7 +139,9 @@ class CacheStage:
         if answer.status != 200 or not self._preferred(request.model, answer.route):
             return answer
         if isinstance(answer, LLMResponse):
-            message = responses.from_body(answer.body) if shape is Endpoint.RESPONSES else answers.from_body(request.protocol, answer.body)
+            read = (functools.partial(responses.from_body, answer.body) if shape is Endpoint.RESPONSES
+                    else functools.partial(answers.from_body, request.protocol, answer.body))
+            message = await off_loop(read) if is_large(len(answer.body)) else read()  # a long answer, echoed instructions
             if message is not None and self._store(shape, keys, answer.route, message, found):
                 answer.headers[KEY_HEADER] = keys.exact
             return answer
@@ -225,7 +228,10 @@ class CacheStage:
         try:
             async for item in events:
                 for event in events_of(item):
-                    capture.feed(event)
+                    if is_large(len(event)):  # a Responses event echoes the request's instructions
+                        await off_loop(capture.feed, event)
+                    else:
+                        capture.feed(event)
                 yield item
         finally:
             await close_after(events)
@@ -253,7 +259,7 @@ class CacheStage:
         async def close() -> None:
             await events.aclose()
 
-        return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close,
+        return LLMStream(status=200, events=events, headers=headers, usage=_nothing_spent(), route=route, close=close,
                          finish_reasons=answers.finish_reasons(protocol, message))
 
 
@@ -278,8 +284,15 @@ class CacheStage:
             await events.aclose()
 
         reasons = [response["status"]] if isinstance(response.get("status"), str) else []
-        return LLMStream(status=200, events=events, headers=headers, usage=Usage(), route=route, close=close,
+        return LLMStream(status=200, events=events, headers=headers, usage=_nothing_spent(), route=route, close=close,
                          finish_reasons=reasons)
+
+
+def _nothing_spent() -> Usage:
+    """A hit's own usage: no provider tokens, and final — nothing for the limits stage to count in its
+    place, as for an upstream stream that ended without its usage event (the replay carries the stored
+    answer's usage only where the client asked for it)."""
+    return Usage(final=True)
 
 
 _TOKEN_EVENTS = (b"event: content_block_delta", b"event: response.output_text.delta")

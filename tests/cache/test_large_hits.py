@@ -95,3 +95,18 @@ def test_a_hit_copies_only_what_it_changes(proxy, monkeypatch):
     answer = hit.parse()
     assert answer.choices[0].message.content == first.choices[0].message.content and answer.id != first.id
     assert copied == []  # one deep copy of the answer per hit before
+
+
+def test_a_large_answer_is_read_for_the_cache_off_the_loop(proxy, pooled):
+    """Storing an answer parses it (the body, or a stream's last event, which echoes a Responses
+    request's instructions): on the loop before, in the heavy-work pool now when it is large."""
+    client = _client(proxy)
+    client.chat.completions.create(model="gpt-4.1", max_tokens=100_000, messages=[{"role": "user", "content": "Say it at length."}])
+    assert "from_body" in [getattr(fn, "__name__", "") for fn in pooled]
+    brief = _client(proxy, BRIEF)
+    ask = {"model": "gpt-4.1", "instructions": INSTRUCTIONS, "input": "And streamed?"}
+    streamed = list(brief.responses.create(**ask, stream=True))
+    assert "StreamCapture.feed" in [getattr(fn, "__qualname__", "") for fn in pooled]
+    hit = brief.responses.with_raw_response.create(**ask)
+    assert hit.headers["x-slipstream-cache"] == "exact-hit"  # stored whole from the stream
+    assert hit.parse().output_text == streamed[-1].response.output_text  # type: ignore[union-attr]
