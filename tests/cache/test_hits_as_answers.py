@@ -390,3 +390,19 @@ def test_a_prompt_with_media_by_url_is_not_cached(oa, an, fresh_emulator):
         {"type": "text", "text": "How many cars are in the street?"},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}])
     assert [_status(oa.chat.completions.with_raw_response.create(**inline)) for _ in range(2)] == ["miss", "exact-hit"]
+
+
+def test_a_streamed_hit_spends_no_tokens_of_the_teams_rate_limit(tmp_path, monkeypatch, fresh_emulator):
+    """A hit spends no provider tokens, and a body hit charged none; but a replayed Chat stream carries no
+    usage chunk unless the client asks, so the limits stage counted its tokens as for an upstream stream that
+    ended without one and charged them to the team's tokens_per_minute: a team streaming cached answers
+    (the openai client's default) was refused with 429s for tokens nobody spent."""
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "answers.yaml").write_text(policy(fresh_emulator.url) + "limits: {tokens_per_minute: 300}\n")
+    with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        ask: Any = dict(model=GPT, messages=[{"role": "user", "content": "Name three fjords."}], temperature=0)
+        assert client.chat.completions.with_raw_response.create(**ask).parse().usage.total_tokens < 100  # type: ignore[union-attr]
+        for _ in range(12):
+            raw = client.chat.completions.with_raw_response.create(**ask, stream=True)
+            assert _status(raw) == "exact-hit" and list(raw.parse())
