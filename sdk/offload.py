@@ -41,6 +41,17 @@ _T = TypeVar("_T")
 TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("slipstream_tenant", default="")
 
 
+def _unbounded(size: int) -> None:
+    """No body budget (a request from no door)."""
+
+
+# The current request's claim on the process's budget of request bytes (sdk/door/bodies.py: its
+# `BodyHold.need`, set by the door core): told the bytes the request holds in all, it takes what it
+# does not hold yet, or raises the refusal. Work that makes a request hold more than its body (a
+# Responses continuation's stored history) claims it before reading it.
+HOLDING: contextvars.ContextVar[Callable[[int], None]] = contextvars.ContextVar("slipstream_holding", default=_unbounded)
+
+
 class FairPool:
     """Worker threads that take work one tenant at a time, in turn."""
 

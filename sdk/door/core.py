@@ -21,7 +21,7 @@ from sdk.door.keys import Teams
 from sdk.door.replies import JSON, SSE, Reply, encoded, named, refusal, stream_failure, whole
 from sdk.errors import NotFoundError, SlipstreamError
 from sdk.models import model_body, models_body
-from sdk.offload import TENANT
+from sdk.offload import HOLDING, TENANT
 from sdk.passthrough import Client, family, forward
 from sdk.pipeline import RequestContext, new_request_id
 from sdk.requests import FORWARDED_HEADERS, parse_off_loop
@@ -102,6 +102,7 @@ class Door:
             if call.method != "POST":
                 raise SlipstreamError(f"{call.method} is not allowed on {call.path}: use POST", status=405)
             hold = BodyHold(self.bodies, team_name)
+            HOLDING.set(hold.need)  # a continuation's stored history counts too (sdk/responses/conversation.py)
             raw = await call.read(team.policy.limits.max_body_bytes, hold.need)
             forward = {name.decode(): value.decode("latin-1") for name, value in call.headers if name in _FORWARDED}
             request = await parse_off_loop(endpoint, raw, call.query, forward)

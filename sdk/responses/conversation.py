@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk.errors import InvalidRequestError, NotFoundError
+from sdk.offload import HOLDING
 from sdk.responses.store import ResponseStore, StoredResponse, StoreLimits, as_items, history, over_quota
 
 log = logging.getLogger("slipstream.responses")
@@ -54,11 +55,16 @@ class Conversations:
             if (why := over_quota(previous, size, limits, len(own))) is not None:
                 raise InvalidRequestError(f"{why}; start a new conversation, send store: false, or raise the quota")
         expanded = previous is not None and not _holds(holder, previous)
-        context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
         # What the target is sent carries the stored history, however small the client's body: its size
-        # decides whether serializing and planning it runs in the heavy-work pool (sdk/offload.py:is_large).
-        size += previous.chain_bytes if previous is not None and expanded else 0
+        # decides whether serializing and planning it runs in the heavy-work pool (sdk/offload.py:is_large),
+        # and the request holds it until it ends, within the process's budget (claimed before it is read).
+        if previous is not None and expanded:
+            size += previous.chain_bytes
+            HOLDING.get()(size)
+        context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
         context, referenced = await self._references(context)
+        if referenced:
+            HOLDING.get()(size + referenced)
         return Resolved(previous, own, context, expanded, size + referenced)
 
     def body(self, request_body: dict[str, Any], resolved: Resolved) -> dict[str, Any]:

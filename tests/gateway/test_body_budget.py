@@ -31,7 +31,8 @@ TEXT = "lorem ipsum " * 33_000  # about 400 KB: two fit in a team's half of the 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Any]]:
     slow = EmulatorConfig(per_output_token_ms=50.0, default_output_tokens=4000)  # each stream lasts minutes
-    with running_emulator(slow) as emulator:
+    with running_emulator(slow) as emulator, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path_factory.mktemp("bodies-data")))
         directory: Path = tmp_path_factory.mktemp("bodies")
         for team in ("alpha", "beta"):
             (directory / f"{team}.yaml").write_text(f"""team: {team}
@@ -39,9 +40,12 @@ api_keys: [{{value: "sk-{team}"}}]
 providers:
   claude: {{kind: anthropic, base_url: "{emulator.url}", api_key: up-anthropic}}
   gpt: {{kind: openai, base_url: "{emulator.url}/v1", api_key: up-openai}}
+  translated: {{kind: openai, base_url: "{emulator.url}/v1", api_key: up-openai, responses: chat}}
 routes:
   - match: {{model: "claude-*"}}
     targets: [{{provider: claude}}]
+  - match: {{model: "tr-*"}}
+    targets: [{{provider: translated, model: gpt-4.1}}]
   - targets: [{{provider: gpt}}]
 retry: {{max_attempts: 1}}
 prompt_cache: {{enabled: false}}
@@ -96,6 +100,25 @@ async def test_a_teams_large_requests_in_flight_hold_its_share_and_leave_another
     held = [await _chat_stream(proxy, "alpha")]  # alpha's room is back
     await held[0].close()
     wait_until(lambda: budget.shares.total == 0, "the body let go again")
+
+
+async def test_a_continuations_stored_history_counts_against_its_teams_share(stack):
+    """A translated continuation holds its whole stored conversation however small its body: it is
+    claimed from the budget before it is read, so a team cannot hold past its share that way."""
+    proxy, _ = stack
+    budget: BodyBudget = proxy.app.state.door.bodies
+    client = _openai(proxy, "alpha")
+    history = "an earlier turn " * 45_000  # about 700 KB stored
+    first = await client.responses.create(model="tr-x", input=history, max_output_tokens=8)
+    held = await _chat_stream(proxy, "alpha")  # 400 KB in flight: with the history, past alpha's share
+    with pytest.raises(openai.RateLimitError) as refused:
+        await client.responses.create(model="tr-x", previous_response_id=first.id, input="and then?", max_output_tokens=8)
+    assert "share" in refused.value.message
+    await held.close()
+    wait_until(lambda: budget.shares.total == 0, "the stream's body let go")
+    later = await client.responses.create(model="tr-x", previous_response_id=first.id, input="and then?", max_output_tokens=8)
+    assert later.previous_response_id == first.id
+    assert budget.shares.total == 0
 
 
 async def test_small_whole_answers_let_their_bodies_go(stack):
