@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sdk.lru import TeamMemo
+from sdk.offload import TENANT
+
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 
 _WORD = re.compile(r"[a-z0-9_]+")
 MAX_MEMO_WORD = 64  # characters of the longest word whose vector StaticVectors keeps
+MAX_MEMO_WORDS = 200_000  # word vectors StaticVectors keeps, every team's together
 _STOP = frozenset(
     "a an and are as at be been but by can do does for from has have how i if in into is it its may more "
     "must no not of on or our should so such than that the their them then there these they this those to "
@@ -58,26 +62,28 @@ class StaticVectors:
         self._tokenizer.no_truncation()
         with safe_open(str(folder / "model.safetensors"), framework="numpy") as weights:
             self._table: np.ndarray = weights.get_tensor("embeddings.word_embeddings.weight").astype(np.float32)
-        self._memo: dict[str, np.ndarray] = {}
+        # Each team's words apart, within one bound (sdk/lru.py:TeamMemo): one map cleared wholesale when
+        # full let one team's stream of new words clear every team's vectors.
+        self._memo: TeamMemo[str, np.ndarray] = TeamMemo(MAX_MEMO_WORDS)
         self._lock = threading.Lock()  # documents compress in worker threads
 
     def matrix(self, vocabulary: list[str]) -> np.ndarray:
-        """Unit-norm vectors for `vocabulary`, shape (len, 384)."""
+        """Unit-norm vectors for `vocabulary`, shape (len, 384), remembered for the current team (`TENANT`)."""
+        team = TENANT.get()
         with self._lock:
-            if len(self._memo) > 200_000:  # bounded: a pathological stream of unique words cannot grow it forever
-                self._memo.clear()
-            unknown = list(dict.fromkeys(w for w in vocabulary if w not in self._memo))
-            found: dict[str, np.ndarray] = {}
+            known = {w: v for w in vocabulary if (v := self._memo.get(team, w)) is not None}
+            unknown = list(dict.fromkeys(w for w in vocabulary if w not in known))
             for word, encoding in zip(unknown, self._tokenizer.encode_batch(unknown, add_special_tokens=False), strict=True):
                 vector = self._table[encoding.ids].mean(axis=0) if encoding.ids else np.zeros(self._table.shape[1], np.float32)
                 norm = float(np.linalg.norm(vector))
-                found[word] = vector / norm if norm else vector
-            # Only words of a usual length are kept: the memo is every team's, and a word may be a
-            # megabyte long (200,000 of those would be kept).
-            self._memo.update((word, vector) for word, vector in found.items() if len(word) <= MAX_MEMO_WORD)
+                known[word] = vector = vector / norm if norm else vector
+                # Only words of a usual length are kept: a word may be a megabyte long (200,000 of those
+                # would be kept).
+                if len(word) <= MAX_MEMO_WORD:
+                    self._memo.put(team, word, vector)
             if not vocabulary:
                 return np.zeros((0, self._table.shape[1]), np.float32)
-            return np.stack([found[w] if w in found else self._memo[w] for w in vocabulary])
+            return np.stack([known[w] for w in vocabulary])
 
 
 _LOAD_LOCK = threading.Lock()

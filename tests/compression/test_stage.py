@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import copy
 
 import numpy as np
@@ -200,6 +201,28 @@ async def test_token_counts_are_remembered_without_the_texts(make_runtime, fresh
 
 
 @requires_extra("semantic")  # the static scorer reads MiniLM's embedding table
+def test_one_teams_new_words_do_not_clear_another_teams_word_vectors(monkeypatch):
+    """The static scorer's word vectors were one memo for every team, cleared whole past its bound:
+    a team whose documents brought that many new words made every team's vectors be computed again.
+    Each team's words are held apart now, and a full memo drops the fullest team's."""
+    from sdk.compression import scoring
+    from sdk.offload import TENANT
+
+    monkeypatch.setattr(scoring, "MAX_MEMO_WORDS", 1_000, raising=False)
+    vectors = scoring.StaticVectors()
+
+    def as_team(team: str, words: list[str]) -> None:
+        TENANT.set(team)
+        vectors.matrix(words)
+
+    contextvars.Context().run(as_team, "beta", ["invoice", "refund", "ledger"])
+    for start in range(0, 3_000, 500):
+        contextvars.Context().run(as_team, "alpha", [f"token{i}" for i in range(start, start + 500)])
+    assert len(vectors._memo) <= 1_000
+    assert all(("beta", word) in vectors._memo for word in ("invoice", "refund", "ledger"))  # cleared with alpha's before
+
+
+@requires_extra("semantic")  # the static scorer reads MiniLM's embedding table
 def test_word_vectors_are_remembered_for_words_of_a_usual_length_only():
     """The static scorer remembers each word's vector, for every team in one memo of up to 200,000
     words, and kept words of any length: a team's documents of long 'words' (a base64 blob is one)
@@ -210,5 +233,5 @@ def test_word_vectors_are_remembered_for_words_of_a_usual_length_only():
     long_word = "q" * 100_000
     matrix = vectors.matrix(["python", long_word, "python"])
     assert matrix.shape == (3, 384) and float(np.linalg.norm(matrix[1])) > 0.99
-    assert long_word not in vectors._memo and "python" in vectors._memo  # before: the 100,000 characters kept
-    assert max(map(len, vectors._memo)) <= MAX_MEMO_WORD
+    assert ("", long_word) not in vectors._memo and ("", "python") in vectors._memo  # before: the 100,000 characters kept
+    assert max(len(word) for _, word in vectors._memo) <= MAX_MEMO_WORD
