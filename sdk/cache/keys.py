@@ -16,9 +16,10 @@ import orjson
 
 from sdk.types import LLMRequest
 
-# Fields that change neither the answer's meaning nor its content: transport, tracing, billing tier.
+# Fields that change neither the answer's meaning nor its content: transport, tracing, storage.
 # `slipstream` is this stage's own per-request metadata (stripped before the request goes upstream).
-NOT_IN_KEY = frozenset({"stream", "stream_options", "metadata", "user", "store", "service_tier", "slipstream"})
+# `service_tier` is in the key: the answer reports the tier that served it (and is billed by).
+NOT_IN_KEY = frozenset({"stream", "stream_options", "metadata", "user", "store", "slipstream"})
 _CONTENT_FIELDS = frozenset({"model", "messages", "system", "tools"})
 
 

@@ -406,3 +406,15 @@ def test_a_streamed_hit_spends_no_tokens_of_the_teams_rate_limit(tmp_path, monke
         for _ in range(12):
             raw = client.chat.completions.with_raw_response.create(**ask, stream=True)
             assert _status(raw) == "exact-hit" and list(raw.parse())
+
+
+def test_a_hit_reports_the_service_tier_its_request_asked_for(oa, fresh_emulator):
+    """An answer says which tier served it (`service_tier`: OpenAI bills priority at about 2x, flex at half).
+    The tier was left out of the key as not changing the answer, so a default-tier request was an exact hit
+    on an answer stored from a priority one and reported `priority`, and the reverse."""
+    ask: Any = dict(model=GPT, messages=[{"role": "user", "content": "Name a fjord in Norway."}], temperature=0)
+    assert oa.chat.completions.create(**ask, service_tier="priority").service_tier == "priority"
+    plain = oa.chat.completions.with_raw_response.create(**ask)
+    assert _status(plain) == "miss" and plain.parse().service_tier == "default"
+    again = oa.chat.completions.with_raw_response.create(**ask, service_tier="priority")
+    assert _status(again) == "exact-hit" and again.parse().service_tier == "priority"
