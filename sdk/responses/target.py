@@ -167,7 +167,9 @@ class ResponsesTarget:
                            else completion_c2r(body, response_id, answer.body))
             await self.conversations.record(await _parsed(answer.body), body, resolved, self.name, False)
             return answer
-        answer.events = self._recorded(translated_events(answer.events, ChatToResponses(body, response_id)), body, resolved, False)
+        translator = (await off_loop(ChatToResponses, body, response_id) if is_large(resolved.size)
+                      else ChatToResponses(body, response_id))
+        answer.events = self._recorded(translated_events(answer.events, translator), body, resolved, False)
         return answer
 
     async def _recorded(self, events: AsyncIterator[bytes], body: dict[str, Any], resolved: Resolved,

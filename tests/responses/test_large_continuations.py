@@ -68,3 +68,13 @@ def test_a_large_answer_body_is_read_off_the_loop(proxy, fresh_emulator, pooled,
     names = [getattr(fn, "__name__", "") for fn in pooled]
     assert ("usage_from_body" in names) if model == "oai-x" else ("completion_c2r" in names)
     assert orjson.loads in pooled  # the record
+
+
+def test_a_translated_stream_writes_large_instructions_once_off_the_loop(proxy, fresh_emulator, pooled):
+    """A translated stream's response.created, .in_progress and .completed each echo the instructions:
+    they were written three times on the loop. The translator writes them once, in the heavy-work pool."""
+    instructions = "Follow the house style. " + "rule " * 120_000
+    events = list(_client(proxy).responses.create(model="gpt-4.1", instructions=instructions, input="hi", stream=True))
+    echoed = [e.response.instructions for e in events if e.type in ("response.created", "response.in_progress", "response.completed")]
+    assert echoed == [instructions] * 3
+    assert "ChatToResponses" in [getattr(fn, "__qualname__", "") for fn in pooled]

@@ -54,10 +54,18 @@ def _framed(kind: str, sequence: int, fields: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
+_ECHO_ONCE_CHARS = 4096
+
+
 class ChatToResponses:
     """Feeds on an OpenAI chunk stream, yields Responses events for `request`'s response `response_id`."""
 
     def __init__(self, request: dict[str, Any], response_id: str) -> None:
+        instructions = request.get("instructions")
+        if isinstance(instructions, str) and len(instructions) > _ECHO_ONCE_CHARS:
+            # Echoed by response.created, .in_progress and .completed: written once here, not three times
+            # (a team's megabytes; the target builds this in the heavy-work pool for a large request).
+            request = {**request, "instructions": orjson.Fragment(orjson.dumps(instructions))}
         self.request = request
         self.id = response_id
         self.model = request.get("model") or ""
