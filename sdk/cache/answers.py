@@ -159,7 +159,7 @@ class StreamCapture:
                 "object": "chat.completion",
                 "created": data.get("created"),
                 "model": data.get("model"),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": None}, "logprobs": None, "finish_reason": None}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": None, "annotations": []}, "logprobs": None, "finish_reason": None}],
                 "usage": None,
             }
             for extra in ("system_fingerprint", "service_tier"):
@@ -181,7 +181,7 @@ class StreamCapture:
             self._broken = True  # audio, a legacy function_call, ...: what the replay cannot give back
             return
         if delta.get("annotations"):  # web search citations, in the chunk after the text they cite
-            message.setdefault("annotations", []).extend(delta["annotations"])
+            message["annotations"].extend(delta["annotations"])
         for field in ("content", "refusal"):
             if isinstance(delta.get(field), str):
                 message[field] = (message[field] or "") + delta[field]

@@ -18,7 +18,7 @@ ANTHROPIC_MESSAGE = {
 }  # fmt: skip
 OPENAI_MESSAGE = {
     "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "gpt-5-mini",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Rayleigh scattering.", "refusal": None}, "logprobs": None, "finish_reason": "stop"}],
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Rayleigh scattering.", "refusal": None, "annotations": []}, "logprobs": None, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}, "system_fingerprint": "fp_x",
 }  # fmt: skip
 

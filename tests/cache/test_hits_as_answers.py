@@ -418,3 +418,16 @@ def test_a_hit_reports_the_service_tier_its_request_asked_for(oa, fresh_emulator
     assert _status(plain) == "miss" and plain.parse().service_tier == "default"
     again = oa.chat.completions.with_raw_response.create(**ask, service_tier="priority")
     assert _status(again) == "exact-hit" and again.parse().service_tier == "priority"
+
+
+def test_a_body_hit_on_a_streamed_answer_has_the_fields_of_a_body(oa, fresh_emulator):
+    """OpenAI's Chat message carries `annotations: []` when it cites nothing; a body hit on an answer stored
+    from a stream lacked the field (`message.annotations` None: `for a in message.annotations` fails)."""
+    ask: Any = dict(model=GPT, messages=[{"role": "user", "content": "Name two glaciers."}], temperature=0)
+    list(oa.chat.completions.create(**ask, stream=True))
+    raw = oa.chat.completions.with_raw_response.create(**ask)
+    assert _status(raw) == "exact-hit"
+    upstream = openai.OpenAI(base_url=f"{fresh_emulator.url}/v1", api_key="up-openai", max_retries=0)
+    real = upstream.chat.completions.with_raw_response.create(**ask).http_response.json()["choices"][0]["message"]
+    hit = raw.http_response.json()["choices"][0]["message"]
+    assert set(hit) == set(real) and hit["annotations"] == real["annotations"] == []
