@@ -219,7 +219,10 @@ def create_app(
         },
     )
     app.state.registry = registry
-    bodies = BodyBudget(body_bytes_in_flight or int(os.environ.get(BODY_BUDGET_ENV) or DEFAULT_BUDGET_BYTES))
+    budget = body_bytes_in_flight if body_bytes_in_flight is not None else int(os.environ.get(BODY_BUDGET_ENV) or DEFAULT_BUDGET_BYTES)
+    if budget < 1:
+        raise ValueError(f"--max-body-bytes-in-flight must be a positive number of bytes, not {budget}")
+    bodies = BodyBudget(budget)
     app.state.door = Door(KeyedTeams(registry, functools.partial(auth_failure, "team")), bodies)
     app.state.readiness = Readiness()
     app.state.admin_key = AdminKey.from_env(admin_key)

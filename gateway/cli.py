@@ -33,6 +33,10 @@ def _serve(args: argparse.Namespace) -> int:
     from sdk.state import STATE_URL_ENV, open_state
 
     paths = args.policy or [args.policy_dir or _default_policy_dir()]
+    if args.max_body_bytes_in_flight is not None and args.max_body_bytes_in_flight < 1:
+        print(f"slipstream: --max-body-bytes-in-flight must be a positive number of bytes, not {args.max_body_bytes_in_flight}",
+              file=sys.stderr)
+        return 2
     state_url = args.state_url or os.environ.get(STATE_URL_ENV) or None
     if args.workers > 1 and state_url is None and not args.local_state:
         print(f"slipstream: --workers {args.workers} without shared state would split every limit, budget and breaker "
@@ -82,7 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ[STATE_URL_ENV] = state_url or ""
         if admin_key:
             os.environ[ADMIN_KEY_ENV] = admin_key  # each worker's app reads it (gateway/admin.py)
-        if args.max_body_bytes_in_flight:
+        if args.max_body_bytes_in_flight is not None:
             os.environ[BODY_BUDGET_ENV] = str(args.max_body_bytes_in_flight)
         config = server_config("gateway.app:app_from_env", edge, factory=True, workers=args.workers, host=args.host, port=args.port)
     else:

@@ -85,6 +85,13 @@ def test_serve_refuses_an_invalid_policy(tmp_path):
     assert "bad.yaml: providers:" in result.stderr
 
 
+
+def test_serve_refuses_a_body_budget_that_is_not_positive(tmp_path):
+    result = subprocess.run([*_command(), "serve", "--max-body-bytes-in-flight", "0"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--max-body-bytes-in-flight must be a positive number of bytes, not 0" in result.stderr
+
 @requires_extra("engine")  # the default policy's local model
 @pytest.mark.timeout(900)  # a real model's first load converts its GGUF file: minutes on a loaded 2-core machine
 def test_serve_with_no_provider_keys_answers_from_smollm2(run):
