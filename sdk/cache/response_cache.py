@@ -41,19 +41,22 @@ class ResponseCache:
         self.store = CacheStore(path, space=embedder.model_id, approximate_from=approximate_from)
         self.replicator = CacheReplicator(shared, self.store) if shared is not None else None
 
-    async def lookup(self, team: str, keys: CacheKeys, exact: bool, semantic: bool, min_precision: float) -> Lookup:
+    async def lookup(self, team: str, keys: CacheKeys, exact: bool, semantic: bool, min_precision: float,
+                     max_age_s: float | None = None) -> Lookup:
+        """The team's entry for `keys`: exact, else the verifier's choice among the nearest; entries older
+        than `max_age_s` (the team's ttl_s now) are not served."""
         if self.replicator is not None:
             await self.replicator.caught_up(team)  # follow what the other replicas store for the team
-        if exact and (entry := self.store.get_exact(team, keys.exact)) is not None:
+        if exact and (entry := self.store.get_exact(team, keys.exact, max_age_s)) is not None:
             return Lookup(await _parsed(entry), "exact-hit", None)
         if not semantic or keys.query is None:
             return Lookup(None, "miss", None)
         vector = await self.embedder.embed(keys.query, team)
         if self.verifier.threshold(min_precision) is None:
             return Lookup(None, "miss", vector)  # no calibrated threshold is that precise: exact tier only
-        candidates = self.store.search(team, keys.partition, vector, CANDIDATES)
+        candidates = self.store.search(team, keys.partition, vector, CANDIDATES, max_age_s)
         chosen = self.verifier.best(keys.query, vector, [(c.query, c.vector) for c in candidates], min_precision)
-        if chosen is not None and (entry := self.store.fetch(team, candidates[chosen].id)) is not None:
+        if chosen is not None and (entry := self.store.fetch(team, candidates[chosen].id, max_age_s)) is not None:
             return Lookup(await _parsed(entry), "semantic-hit", vector)
         return Lookup(None, "miss", vector)
 

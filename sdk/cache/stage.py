@@ -116,7 +116,7 @@ class CacheStage:
         trace = ctx.trace
         started = time.time_ns() if trace is not None else 0
         try:
-            found = await self.cache.lookup(self.team, keys, self.config.exact, semantic, min_precision)
+            found = await self.cache.lookup(self.team, keys, self.config.exact, semantic, min_precision, self.config.ttl_s)
         except Exception:  # the cache only ever saves work: a broken one must not fail the request
             log.exception("cache lookup failed for team %s; answering from upstream", self.team)
             metrics.RESPONSE_CACHE.labels(self.team, "error").inc()

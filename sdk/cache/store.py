@@ -125,12 +125,15 @@ class CacheStore:
 
     # -- lookups ---------------------------------------------------------------------------------
 
-    def get_exact(self, team: str, exact_key: str) -> Entry | None:
+    # `max_age_s` in lookups: the team's ttl_s as its policy is now. An entry expires at the ttl_s it was
+    # stored under; a policy reload that lowers ttl_s must not leave older answers served until then.
+
+    def get_exact(self, team: str, exact_key: str, max_age_s: float | None = None) -> Entry | None:
         with self._lock:
             entry_id = self._team(team).exact.get(exact_key)
-            return self._fetch(team, entry_id) if entry_id is not None else None
+            return self._fetch(team, entry_id, max_age_s) if entry_id is not None else None
 
-    def search(self, team: str, partition: str, vector: np.ndarray, k: int) -> list[Candidate]:
+    def search(self, team: str, partition: str, vector: np.ndarray, k: int, max_age_s: float | None = None) -> list[Candidate]:
         """Nearest entries of this team's partition (live ones only), most similar first."""
         with self._lock:
             index = self._team(team).partitions.get(partition)
@@ -142,9 +145,11 @@ class CacheStore:
             marks = ",".join("?" * len(hits))
             # NOT INDEXED: fetch the hits by row id; left to itself SQLite picks the (team, expires_at)
             # index and reads every live entry of the team (3 ms a lookup at 7,500 entries, measured).
+            now = self.clock()
             rows = self._db.execute(
-                f"SELECT id, query, embedding FROM entries NOT INDEXED WHERE team = ? AND partition = ? AND expires_at > ? AND id IN ({marks})",
-                (team, partition, self.clock(), *(i for i, _ in hits)),
+                "SELECT id, query, embedding FROM entries NOT INDEXED WHERE team = ? AND partition = ? AND expires_at > ? "
+                f"AND created_at > ? AND id IN ({marks})",
+                (team, partition, now, _born_after(now, max_age_s), *(i for i, _ in hits)),
             ).fetchall()
         found = {row[0]: row for row in rows}
         return [
@@ -153,15 +158,15 @@ class CacheStore:
             if i in found
         ]
 
-    def fetch(self, team: str, entry_id: int) -> Entry | None:
+    def fetch(self, team: str, entry_id: int, max_age_s: float | None = None) -> Entry | None:
         with self._lock:
-            return self._fetch(team, entry_id)
+            return self._fetch(team, entry_id, max_age_s)
 
-    def _fetch(self, team: str, entry_id: int) -> Entry | None:
+    def _fetch(self, team: str, entry_id: int, max_age_s: float | None) -> Entry | None:
         now = self.clock()
         row = self._db.execute(
-            "SELECT id, team, exact_key, route, query, response FROM entries WHERE id = ? AND team = ? AND expires_at > ?",
-            (entry_id, team, now),
+            "SELECT id, team, exact_key, route, query, response FROM entries WHERE id = ? AND team = ? AND expires_at > ? AND created_at > ?",
+            (entry_id, team, now, _born_after(now, max_age_s)),
         ).fetchone()
         if row is None:
             return None
@@ -294,3 +299,8 @@ class CacheStore:
         rows = self._db.execute("SELECT id, team, partition, exact_key, embedding, size FROM entries ORDER BY id").fetchall()
         for entry_id, team, partition, exact_key, blob, size in rows:
             self._remember(team, entry_id, exact_key, partition, blob, size)
+
+
+def _born_after(now: float, max_age_s: float | None) -> float:
+    """The oldest creation time a lookup takes (0: any, within its own expiry)."""
+    return now - max_age_s if max_age_s is not None else 0.0

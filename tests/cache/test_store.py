@@ -42,6 +42,20 @@ def test_ttl_expires_entries(tmp_path: Path):
     assert store.search("a", "p", vec(1), 4) == []
 
 
+def test_a_lowered_ttl_applies_to_entries_stored_before(tmp_path: Path):
+    """An entry expires at the ttl_s it was stored under; lookups take the team's ttl_s as its policy is
+    now (the cache stage passes it), so a reload from 60 s to 10 s stops serving a 30-second-old answer
+    (before: served until its own 60 s were up)."""
+    clock = Clock()
+    store = CacheStore(tmp_path / "c.db", clock=clock)
+    store.put(entry(1), LIMITS)
+    clock.now += 30
+    assert store.get_exact("a", "key-1", max_age_s=60) is not None
+    assert store.get_exact("a", "key-1", max_age_s=10) is None
+    assert store.search("a", "p", vec(1), 4, max_age_s=10) == []
+    assert store.fetch("a", store.search("a", "p", vec(1), 4)[0].id, max_age_s=10) is None
+
+
 def test_lru_eviction_keeps_recently_used_entries(tmp_path: Path):
     clock = Clock()
     store = CacheStore(tmp_path / "c.db", clock=clock)
