@@ -185,13 +185,14 @@ class StreamTally:
             n += math.ceil(self._extra_chars / CHARS_PER_TOKEN * (ANTHROPIC_FACTOR if protocol is Protocol.ANTHROPIC else 1))
         return n
 
-    def estimate(self, request: LLMRequest, usage: Usage) -> Usage:
+    def estimate(self, request: LLMRequest, usage: Usage, history: int = 0) -> Usage:
         """`usage` (what the provider reported before the stream ended) completed by the estimate:
-        input counted from the request when none was reported, output from what was streamed
-        (never below what was reported)."""
+        input counted from the request (and the `history` tokens of a stored conversation it
+        continues) when none was reported, output from what was streamed (never below what was
+        reported)."""
         protocol = Protocol.ANTHROPIC if self.endpoint.protocol is Protocol.ANTHROPIC else Protocol.OPENAI
         out = Usage(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
         if not out.total_input_tokens:
-            out.input_tokens = input_tokens(request)
+            out.input_tokens = input_tokens(request) + history
         out.output_tokens = max(out.output_tokens, self.output_tokens(protocol))
         return out

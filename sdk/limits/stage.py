@@ -26,15 +26,17 @@ import logging
 import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sdk.errors import RateLimitedError, SlipstreamError
-from sdk.estimate import StreamTally, input_tokens, output_limit, search_limit
+from sdk.estimate import CHARS_PER_TOKEN, StreamTally, input_tokens, output_limit, search_limit
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_key
+from sdk.responses.store import ResponseStore
 from sdk.services import Services
 from sdk.spend import PriceBook, budget_check, cost_usd, periods, spend_record, worst_cost_usd
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend, team_slot
@@ -72,8 +74,9 @@ class _Scope:
 class LimitsStage:
     name = "limits"
 
-    def __init__(self, policy: Policy, state: StateBackend):
+    def __init__(self, policy: Policy, state: StateBackend, responses: Callable[[], ResponseStore] | None = None):
         self.state = state
+        self.responses = responses  # the stored conversations a Responses continuation sends on
         self.team = policy.team
         self.policy = policy
         self.budget = policy.budget
@@ -120,11 +123,12 @@ class LimitsStage:
         # the team's own files only, and the account objects its policy lists.
         check_account_objects(self.provider_objects, (ctx.request.body,))
         await ownership_of(self.state).check_files(self.team, (ctx.request.body,), ctx.request.size)
-        admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request))
+        history = await self._history_tokens(ctx.request)
+        admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history))
         try:
             answer = await call_next(ctx)
         except asyncio.CancelledError:
-            self._settle_cancelled(ctx, admission)
+            self._settle_cancelled(ctx, admission, history)
             raise
         except BaseException:
             self._settle(ctx, admission, None, "")
@@ -137,13 +141,21 @@ class LimitsStage:
             # Each item is counted as it is handed on (a client that leaves at once after an item is
             # charged for it: the provider produced it). The slot is held until the stream ends; then
             # its usage is charged (counted if none came).
-            on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route, tally), tally.observe)
+            on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route, tally, history), tally.observe)
         return answer
 
-    def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS) -> float:
+    async def _history_tokens(self, request: LLMRequest) -> int:
+        """Input tokens a Responses continuation sends besides its own body: its stored conversation
+        (the provider reads it again, and bills it, on every turn), counted by length as a large body is."""
+        previous = request.body.get("previous_response_id") if request.endpoint is Endpoint.RESPONSES else None
+        if not isinstance(previous, str) or self.responses is None:
+            return 0
+        return math.ceil(await self.responses().chain_bytes(self.team, previous) / CHARS_PER_TOKEN)
+
+    def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0) -> float:
         """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`
-        characters of it tokenized, the output limit it asks for or a default) on the dearest hosted
-        target of its route. Raises a 403 naming the `pricing:` entry to add when a target's model
+        characters of it tokenized, with `history` tokens of a stored conversation it continues; the
+        output limit it asks for or a default) on the dearest hosted target of its route. Raises a 403 naming the `pricing:` entry to add when a target's model
         has no price: a budget cannot hold against spend nobody can count. 0 for a team without a budget."""
         if self.budget is None or request.endpoint in _FREE:
             return 0.0
@@ -158,7 +170,7 @@ class LimitsStage:
             raise SlipstreamError(f"pricing: team {self.team} has a budget and Anthropic's fast mode (speed: fast) has no price for "
                                   f"model {request.model!r}, so its spend could not be counted; the gateway's operator must add "
                                   "`fast: MULTIPLIER` (of the standard token prices) to the model's pricing: entry (docs/spend.md)", status=403)
-        counted, allowed, searches = input_tokens(request, exact), output_limit(request), search_limit(request)
+        counted, allowed, searches = input_tokens(request, exact) + history, output_limit(request), search_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
         return max(worst_cost_usd(counted, allowed, price, searches, tier, us_only, fast) for price in prices)
 
@@ -227,7 +239,7 @@ class LimitsStage:
         route = next((r for r in self.policy.routes if r.match.matches(model)), None)
         return route is None or any(self.policy.providers[t.provider].kind != "local" for t in route.targets)
 
-    def _settle_cancelled(self, ctx: RequestContext, admission: Admission) -> None:
+    def _settle_cancelled(self, ctx: RequestContext, admission: Admission, history: int) -> None:
         """The client left before the answer started. Once an attempt went upstream the provider was
         reading the prompt (and bills it), so its input is charged, counted here; cancelling before
         the first byte must not be a way around a budget."""
@@ -236,7 +248,7 @@ class LimitsStage:
             return
         ctx.usage_estimated = True
         model = ctx.route.partition("/")[2] or self._first_target_model(ctx.request.model)
-        read = Usage(input_tokens=input_tokens(ctx.request), fast=ctx.request.body.get("speed") == "fast")
+        read = Usage(input_tokens=input_tokens(ctx.request) + history, fast=ctx.request.body.get("speed") == "fast")
         self.settle(admission, ctx.key_id, model, read, estimated=True)
 
     def _first_target_model(self, model: str) -> str:
@@ -244,12 +256,12 @@ class LimitsStage:
         return (route.targets[0].model or model) if route is not None else model
 
     def _settle(self, ctx: RequestContext, admission: Admission, usage: Usage | None, route: str,
-                tally: StreamTally | None = None) -> None:
+                tally: StreamTally | None = None, history: int = 0) -> None:
         estimated = False
         if usage is not None and tally is not None and not (tally.final or usage.final):
             # No usage event came: charge what was sent and streamed, counted here
             # (in place, so the metrics and the access log report the same counts).
-            counted = tally.estimate(ctx.request, usage)
+            counted = tally.estimate(ctx.request, usage, history)
             usage.input_tokens, usage.output_tokens = counted.input_tokens, counted.output_tokens
             ctx.usage_estimated = estimated = True
         if usage is not None and ctx.request.body.get("speed") == "fast":
@@ -316,4 +328,4 @@ def _limited(message: str, wait_s: float) -> RateLimitedError:
 
 def build_limits(policy: Policy, services: Services) -> LimitsStage:
     """Always on: even a team without limits has its spend counted."""
-    return LimitsStage(policy, services.state())
+    return LimitsStage(policy, services.state(), services.response_store)

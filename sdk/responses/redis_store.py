@@ -248,6 +248,10 @@ class RedisResponseStore:
             return await self.fallback.get(team, response_id)
         return _record(*raw)
 
+    async def chain_bytes(self, team: str, response_id: str) -> int:
+        raw = await self._call("HGET", self._base(team) + "r:" + response_id, "chain")
+        return int(raw) if isinstance(raw, bytes) else await self.fallback.chain_bytes(team, response_id)
+
     async def chain(self, team: str, response_id: str) -> list[StoredResponse]:
         newest_first: list[StoredResponse] = []
         cursor: str | None = response_id

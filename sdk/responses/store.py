@@ -154,6 +154,10 @@ class ResponseStore(Protocol):
         """item id → (the team's record holding it, the item), for the ids the team's records hold."""
         ...
     async def delete(self, team: str, response_id: str) -> bool: ...
+    async def chain_bytes(self, team: str, response_id: str) -> int:
+        """Stored bytes of the conversation ending at `response_id` (0 when the id is unknown): what a
+        continuation sends the provider besides its own turn, read without reading the records."""
+        ...
 
 
 def _parts(ids: list[str], size: int = 500) -> Iterator[list[str]]:
@@ -299,6 +303,12 @@ class SQLiteResponseStore:
             return pending
         sized = await self._turn(team, self._sizes, team, [response_id])
         return next(iter([found async for _, records in self._read(team, sized) for found in records.values()]), None)
+
+    async def chain_bytes(self, team: str, response_id: str) -> int:
+        pending = self._pending.get((team, response_id))
+        if pending is not None:  # not written yet: its conversation before it
+            return await self.chain_bytes(team, pending.previous) if pending.previous else 0
+        return await self._turn(team, self._chain_bytes, team, response_id)
 
     async def chain(self, team: str, response_id: str) -> list[StoredResponse]:
         pending = self._pending.get((team, response_id))
@@ -462,6 +472,12 @@ class SQLiteResponseStore:
             rows += self._db.execute(f"SELECT {_COLUMNS} FROM stored_responses WHERE team = ? AND expires_at >= ? AND id IN ({marks})",
                                      (team, time.time(), *part)).fetchall()
         return rows
+
+    def _chain_bytes(self, team: str, response_id: str) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT chain_bytes FROM stored_responses WHERE team = ? AND id = ? AND expires_at >= ?",
+                                   (team, response_id, time.time())).fetchone()
+        return int(row[0]) if row else 0
 
     def _sizes(self, team: str, ids: list[str]) -> list[tuple[str, int]]:
         """(id, stored bytes) of the team's records among `ids`."""

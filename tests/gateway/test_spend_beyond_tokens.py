@@ -25,7 +25,7 @@ from sdk.estimate import DEFAULT_SEARCHES, input_tokens, search_limit
 from sdk.spend import cost_usd, price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest, Usage
 from sdk.usage import responses_usage, usage_from_body
-from tests.helpers import spend_report, write_policy
+from tests.helpers import spend_report, wait_until, write_policy
 
 KEY = "sk-team-search-spend"
 MODEL = "claude-sonnet-4-6"
@@ -170,6 +170,32 @@ def test_fast_mode_is_refused_to_a_budgeted_team_until_priced(tmp_path: Path, fr
         usage = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0).messages.create(**ask).usage
         spent = spend_report(proxy, KEY)["day"]["total"]
     assert spent == pytest.approx(6 * (usage.input_tokens * 3 + usage.output_tokens * 15) / 1e6, abs=2e-6)
+
+
+def test_a_continuation_is_held_and_charged_for_the_conversation_it_sends(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """A Responses continuation (`previous_response_id`) sends the provider its whole stored conversation,
+    which it bills as input on every turn; the limits stage counted only the new turn's body. So a
+    continuation held a fraction of its worst cost against the budget, and one the client left before
+    its first byte was charged only its new turn: a long conversation continued and abandoned turn
+    after turn was read by the provider at the account's cost and almost never counted."""
+    document = "The supplier shall deliver each lot within the agreed window. " * 800  # about 50,000 characters
+    policy = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    price = price_of("gpt-4o", {})
+    assert price is not None
+    with running_proxy([policy]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        first = client.responses.create(model="gpt-4o", input=document, max_output_tokens=16)
+        fresh_emulator.inject_fault("stall:ms=120000", model="gpt-*")  # the provider reads the prompt, then nothing comes
+        impatient = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0, timeout=1.0)
+        before = spend_report(proxy, KEY)["day"]["total"]
+        with pytest.raises(openai.APITimeoutError):
+            impatient.responses.create(model="gpt-4o", input="And the penalty?", previous_response_id=first.id,
+                                       max_output_tokens=16, stream=True)
+        fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
+        wait_until(lambda: spend_report(proxy, KEY)["day"]["total"] > before, "the abandoned continuation charged")
+        charged = spend_report(proxy, KEY)["day"]["total"] - before
+    # at least the conversation's text at 4 characters a token (the estimate leans high); before: its 4-word turn
+    assert charged >= len(document) / 4 * price.input / 1e6
 
 
 @pytest.mark.parametrize("model", ["gpt-5-pro", "gpt-5.2", "gpt-4o-audio-preview", "gpt-4o-mini-search-preview"])
