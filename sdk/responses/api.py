@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, quote
 import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError
+from sdk.offload import is_large, off_loop
 from sdk.providers.base import HTTPProvider, Provider
 from sdk.responses.store import ResponseStore, StoredResponse
 from sdk.types import LLMResponse, Timings, Usage
@@ -47,7 +48,9 @@ class StoredResponses:
         holder = self._holder(record)
         if holder is not None:
             return await holder.call("GET", f"/responses/{quote(response_id)}" + (f"?{query}" if query else ""), Timings())
-        return _json(record.response, record.provider)
+        # A large record (a response echoing long instructions) is written in the heavy-work pool, as the
+        # team's work, not on the loop every team's requests share; the chain's bytes bound the record's.
+        return await off_loop(_json, record.response, record.provider) if is_large(record.chain_bytes) else _json(record.response, record.provider)
 
     async def delete(self, response_id: str) -> LLMResponse:
         record = await self._record(response_id)
@@ -62,8 +65,12 @@ class StoredResponses:
         if holder is not None:
             path = f"/responses/{quote(response_id)}/input_items" + (f"?{query}" if query else "")
             return await holder.call("GET", path, Timings())
-        items = [_as_item(item) for item in record.listed_input()]
-        return _json(_page(items, parse_qs(query)), record.provider)
+        return await off_loop(_listed, record, query) if is_large(record.chain_bytes) else _listed(record, query)
+
+
+def _listed(record: StoredResponse, query: str) -> LLMResponse:
+    """A page of the record's input items, written."""
+    return _json(_page([_as_item(item) for item in record.listed_input()], parse_qs(query)), record.provider)
 
 
 def _json(data: dict[str, Any], provider: str) -> LLMResponse:

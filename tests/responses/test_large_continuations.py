@@ -78,3 +78,14 @@ def test_a_translated_stream_writes_large_instructions_once_off_the_loop(proxy, 
     echoed = [e.response.instructions for e in events if e.type in ("response.created", "response.in_progress", "response.completed")]
     assert echoed == [instructions] * 3
     assert "ChatToResponses" in [getattr(fn, "__qualname__", "") for fn in pooled]
+
+
+def test_a_large_records_input_items_are_written_off_the_loop(proxy, fresh_emulator, pooled):
+    """GET /v1/responses/{id}/input_items (and GET /v1/responses/{id}) of a large stored record wrote it on
+    the loop every team's requests share: a team's megabyte records held the others' requests."""
+    client = _client(proxy)
+    first = client.responses.create(model="gpt-4.1", input=TEXT)
+    pooled.clear()
+    items = client.responses.input_items.list(first.id)
+    assert items.data[0].content[0].text == TEXT
+    assert [fn.__name__ for fn in pooled if getattr(fn, "__name__", "") == "_listed"] == ["_listed"]  # on the loop before
