@@ -90,9 +90,9 @@ def test_unknown_mode_is_refused():
         access_log.configure("yaml")
 
 
-def test_a_stalled_standard_error_does_not_hold_the_request_that_logs(monkeypatch):
-    # A pipe to a log shipper that stops reading: the write blocks. It must block the logging thread,
-    # not the event loop that ends the request.
+def _stalled_stderr(monkeypatch) -> tuple[threading.Event, threading.Event, list[str]]:
+    """A standard error whose writes block (a pipe to a log shipper that stopped reading) until `release`
+    is set: (entered: a write began, release, what was written)."""
     entered, release, written = threading.Event(), threading.Event(), []
 
     class Stalled(io.StringIO):
@@ -103,6 +103,13 @@ def test_a_stalled_standard_error_does_not_hold_the_request_that_logs(monkeypatc
             return len(text)
 
     monkeypatch.setattr(sys, "stderr", Stalled())
+    return entered, release, written
+
+
+def test_a_stalled_standard_error_does_not_hold_the_request_that_logs(monkeypatch):
+    # A pipe to a log shipper that stops reading: the write blocks. It must block the logging thread,
+    # not the event loop that ends the request.
+    entered, release, written = _stalled_stderr(monkeypatch)
     access_log.configure("json")
     try:
         access_log.log.info({"request_id": "first"})
@@ -157,16 +164,7 @@ def test_one_teams_lines_do_not_fill_the_memory_or_take_another_teams_place(monk
     gets its line in: team b's one line is written, team a's beyond its places dropped and counted."""
     from sdk.observability.metrics import ACCESS_LOG_DROPPED
 
-    entered, release, written = threading.Event(), threading.Event(), []
-
-    class Stalled(io.StringIO):
-        def write(self, text: str) -> int:
-            entered.set()
-            release.wait(30)
-            written.append(text)
-            return len(text)
-
-    monkeypatch.setattr(sys, "stderr", Stalled())
+    entered, release, written = _stalled_stderr(monkeypatch)
     monkeypatch.setattr(access_log, "MAX_QUEUED", 10)
     access_log.configure("json")
     dropped_before = ACCESS_LOG_DROPPED.labels("a")._value.get()
