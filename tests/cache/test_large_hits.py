@@ -19,7 +19,9 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import RunningServer, running_proxy
-from tests.helpers import write_policy
+from tests.helpers import skip_without_extra, write_policy
+
+skip_without_extra("semantic")  # the teams' policies turn the semantic cache on
 
 KEY, BRIEF = "sk-large-hits", "sk-brief-hits"  # long answers; the emulator's default (short) ones
 INSTRUCTIONS = "Answer as the style guide below says.\n" + "rule: be brief. " * 130_000  # about 2 MiB

@@ -21,7 +21,7 @@ from emulator.app import EmulatorConfig
 from emulator.testing import RunningEmulator, running_emulator
 from gateway.testing import running_proxy
 from sdk.promptcache import keys
-from tests.helpers import wait_until, write_policy
+from tests.helpers import requires_extra, wait_until, write_policy
 
 SHARED_KEY = "org-key-shared-by-every-team"
 ALPHA, BETA = "sk-team-alpha-pc", "sk-team-beta-pc"
@@ -184,6 +184,7 @@ class _CountedEncoding:
         return getattr(self.encoding, name)
 
 
+@requires_extra("semantic")  # the teams' policy turns document pruning on
 def test_token_counts_are_not_shared_between_teams(tmp_path: Path, emu: RunningEmulator, monkeypatch):
     """The planner and compression memoise token counts by content, and a count found takes well
     under a millisecond where one made takes ~10 ms for 60 KB: team B read in its own
