@@ -124,6 +124,11 @@ def tier_rate(price: Price, tier: object) -> float:
     return price.priority if tier == "priority" else price.flex if tier == "flex" else 1.0
 
 
+def _surcharge(price: Price, us_only: bool, fast: bool) -> float:
+    """What Anthropic's US-only inference and fast mode multiply token prices by."""
+    return (price.us_only if us_only else 1.0) * ((price.fast or 1.0) if fast else 1.0)
+
+
 def _long(price: Price, input_tokens: int) -> tuple[float, float]:
     """The input-side and output multipliers for a request of `input_tokens`: the long-context rates past
     the price's threshold, else 1."""
@@ -138,9 +143,7 @@ def cost_usd(usage: Usage, price: Price) -> float:
               + written_5m * (price.cache_write or 0.0) + usage.cache_write_1h_tokens * (price.cache_write_1h or 0.0))
     long_input, long_output = _long(price, usage.total_input_tokens)
     tokens = (inputs * long_input + usage.output_tokens * price.output * long_output) / 1e6
-    rate = tier_rate(price, usage.service_tier) * (price.us_only if usage.inference_geo == "us" else 1.0)
-    if usage.fast:
-        rate *= price.fast or 1.0
+    rate = tier_rate(price, usage.service_tier) * _surcharge(price, usage.inference_geo == "us", usage.fast)
     return tokens * rate + usage.web_searches * price.web_search / 1e3
 
 
@@ -153,7 +156,7 @@ def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches
     dearest = max(price.input, price.cache_write or 0.0, price.cache_write_1h or 0.0)
     long_input, long_output = _long(price, input_tokens)
     tokens = (input_tokens * dearest * long_input + output_tokens * price.output * long_output) / 1e6
-    rate = max(1.0, tier_rate(price, tier)) * (price.us_only if us_only else 1.0) * ((price.fast or 1.0) if fast else 1.0)
+    rate = max(1.0, tier_rate(price, tier)) * _surcharge(price, us_only, fast)
     return tokens * rate + searches * price.web_search / 1e3
 
 

@@ -155,8 +155,10 @@ class LimitsStage:
     def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0) -> float:
         """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`
         characters of it tokenized, with `history` tokens of a stored conversation it continues; the
-        output limit it asks for or a default) on the dearest hosted target of its route. Raises a 403 naming the `pricing:` entry to add when a target's model
-        has no price: a budget cannot hold against spend nobody can count. 0 for a team without a budget."""
+        output limit it asks for or a default) on the dearest hosted target of its route. Raises a 403
+        naming the `pricing:` entry to add when a target's model has no price (or no fast-mode price,
+        for a fast request): a budget cannot hold against spend nobody can count. 0 for a team without
+        a budget."""
         if self.budget is None or request.endpoint in _FREE:
             return 0.0
         prices = self._targets.get(request.model)
@@ -165,7 +167,7 @@ class LimitsStage:
         if not prices:
             return 0.0
         body = request.body
-        fast = body.get("speed") == "fast"
+        fast = _fast(request)
         if fast and any(price.fast is None for price in prices):
             raise SlipstreamError(f"pricing: team {self.team} has a budget and Anthropic's fast mode (speed: fast) has no price for "
                                   f"model {request.model!r}, so its spend could not be counted; the gateway's operator must add "
@@ -248,7 +250,7 @@ class LimitsStage:
             return
         ctx.usage_estimated = True
         model = ctx.route.partition("/")[2] or self._first_target_model(ctx.request.model)
-        read = Usage(input_tokens=input_tokens(ctx.request) + history, fast=ctx.request.body.get("speed") == "fast")
+        read = Usage(input_tokens=input_tokens(ctx.request) + history, fast=_fast(ctx.request))
         self.settle(admission, ctx.key_id, model, read, estimated=True)
 
     def _first_target_model(self, model: str) -> str:
@@ -264,7 +266,7 @@ class LimitsStage:
             counted = tally.estimate(ctx.request, usage, history)
             usage.input_tokens, usage.output_tokens = counted.input_tokens, counted.output_tokens
             ctx.usage_estimated = estimated = True
-        if usage is not None and ctx.request.body.get("speed") == "fast":
+        if usage is not None and _fast(ctx.request):
             usage.fast = True  # billed at fast mode's rates; the usage does not say so
         # a cached answer cost nothing upstream: its tokens count against the buckets, not the budget
         self.settle(admission, ctx.key_id, route.partition("/")[2] or ctx.request.model, usage,
@@ -318,6 +320,11 @@ class LimitsStage:
         scope = next(s for s in scopes if rate in (s.requests, s.tokens))
         what = "requests" if rate is scope.requests else "tokens"
         return _limited(f"rate limit: {scope.name} is over its limit of {int(rate.per_minute)} {what} per minute", refusal.wait_s)
+
+
+def _fast(request: LLMRequest) -> bool:
+    """Whether the request asks for Anthropic's fast mode, which bills it at the price's `fast` rate."""
+    return request.body.get("speed") == "fast"
 
 
 def _limited(message: str, wait_s: float) -> RateLimitedError:
