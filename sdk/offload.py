@@ -107,6 +107,12 @@ async def off_loop(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) ->
     return await asyncio.wrap_future(HEAVY_POOL.submit(functools.partial(fn, *args, **kwargs)))
 
 
+async def off_loop_if_large(size: int, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """`fn(*args, **kwargs)`: in the heavy-work pool when `size` bytes are large, else here (small work
+    costs less than the hop to a thread)."""
+    return await off_loop(fn, *args, **kwargs) if is_large(size) else fn(*args, **kwargs)
+
+
 def share_the_gil() -> None:
     """For a serving process: the loop waits at most `SWITCH_INTERVAL_S` for the GIL a heavy-work
     thread holds (a library leaves the interpreter's settings to the application that imports it)."""

@@ -28,7 +28,7 @@ from sdk.cache.keys import CacheKeys, cache_keys, fetches_media
 from sdk.embedding import MAX_TEXT_CHARS
 from sdk.errors import InvalidRequestError
 from sdk.observability import metrics
-from sdk.offload import is_large, off_loop
+from sdk.offload import is_large, off_loop, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Route
 from sdk.readiness import WarmUp
@@ -102,7 +102,7 @@ class CacheStage:
         if not self._eligible(request):
             return await call_next(ctx)
         # Hashing a large body (canonical JSON, SHA-256) runs in the heavy-work pool, off the loop.
-        keys = await off_loop(self._keys, request) if is_large(request.size) else self._keys(request)
+        keys = await off_loop_if_large(request.size, self._keys, request)
         if keys is None:
             return await call_next(ctx)
         if keys.sampled and not self.config.cache_sampled:
@@ -141,7 +141,7 @@ class CacheStage:
         if isinstance(answer, LLMResponse):
             read = (functools.partial(responses.from_body, answer.body) if shape is Endpoint.RESPONSES
                     else functools.partial(answers.from_body, request.protocol, answer.body))
-            message = await off_loop(read) if is_large(len(answer.body)) else read()  # a long answer, echoed instructions
+            message = await off_loop_if_large(len(answer.body), read)  # a long answer, echoed instructions
             if message is not None and self._store(shape, keys, answer.route, message, found):
                 answer.headers[KEY_HEADER] = keys.exact
             return answer

@@ -31,7 +31,7 @@ from sdk.errors import (
     credentials_refused,
     naming_provider,
 )
-from sdk.offload import is_large, off_loop
+from sdk.offload import is_large, off_loop, off_loop_if_large
 from sdk.providers.keys import ROTATE_STATUSES, KeyRing
 from sdk.providers.upstream import (
     Timeouts,
@@ -129,7 +129,7 @@ class HTTPProvider:
         streamed = request.stream and request.endpoint not in _NEVER_STREAMED
         sent = _asking_usage(request) if streamed else None
         fields = request.body if sent is None else sent
-        body = await off_loop(orjson.dumps, fields) if is_large(request.size) else orjson.dumps(fields)
+        body = await off_loop_if_large(request.size, orjson.dumps, fields)
         try:
             with timings.upstream():
                 order = self.keys.order()
@@ -152,7 +152,7 @@ class HTTPProvider:
                 body=data,
                 headers=passthrough_headers(response.headers, self.shared_account),
                 # A Responses answer echoes the request's instructions (a team's megabytes): read off the loop when large.
-                usage=await off_loop(usage_from_body, request.endpoint, data) if is_large(len(data)) else usage_from_body(request.endpoint, data),
+                usage=await off_loop_if_large(len(data), usage_from_body, request.endpoint, data),
                 route=route,
             )
         usage = Usage()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sdk.errors import ProviderUnavailableError, SlipstreamError
-from sdk.offload import is_large, off_loop
+from sdk.offload import off_loop, off_loop_if_large
 from sdk.providers.base import HTTPProvider
 from sdk.providers.keys import KeyRing
 from sdk.providers.local_embeddings import MODEL_ID as EMBEDDING_MODEL
@@ -127,8 +127,7 @@ class LocalProvider:
             try:  # the engine's own model answers, whatever name the client asked for: say so
                 # Rendering the template and tokenizing take seconds for a few MiB (15 s for 16 MiB):
                 # a large prompt is read in the heavy-work pool, not on the loop every team shares.
-                chat = (await off_loop(parse_chat_request, body, engine, default_max_tokens=cap) if is_large(request.size)
-                        else parse_chat_request(body, engine, default_max_tokens=cap))
+                chat = await off_loop_if_large(request.size, parse_chat_request, body, engine, default_max_tokens=cap)
             except RequestError as exc:
                 raise SlipstreamError(str(exc), status=exc.status) from exc
             route = f"{self.name}/{self.model}"

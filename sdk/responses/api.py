@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, quote
 import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError
-from sdk.offload import is_large, off_loop
+from sdk.offload import off_loop_if_large
 from sdk.providers.base import HTTPProvider, Provider
 from sdk.responses.store import ResponseStore, StoredResponse
 from sdk.types import LLMResponse, Timings, Usage
@@ -50,7 +50,7 @@ class StoredResponses:
             return await holder.call("GET", f"/responses/{quote(response_id)}" + (f"?{query}" if query else ""), Timings())
         # A large record (a response echoing long instructions) is written in the heavy-work pool, as the
         # team's work, not on the loop every team's requests share; the chain's bytes bound the record's.
-        return await off_loop(_json, record.response, record.provider) if is_large(record.chain_bytes) else _json(record.response, record.provider)
+        return await off_loop_if_large(record.chain_bytes, _json, record.response, record.provider)
 
     async def delete(self, response_id: str) -> LLMResponse:
         record = await self._record(response_id)
@@ -65,7 +65,7 @@ class StoredResponses:
         if holder is not None:
             path = f"/responses/{quote(response_id)}/input_items" + (f"?{query}" if query else "")
             return await holder.call("GET", path, Timings())
-        return await off_loop(_listed, record, query) if is_large(record.chain_bytes) else _listed(record, query)
+        return await off_loop_if_large(record.chain_bytes, _listed, record, query)
 
 
 def _listed(record: StoredResponse, query: str) -> LLMResponse:

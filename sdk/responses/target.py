@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
-from sdk.offload import is_large, off_loop
+from sdk.offload import off_loop_if_large
 from sdk.providers.base import HTTPProvider, Provider
 from sdk.providers.openai import OpenAIDialect
 from sdk.providers.openai import ResponsesMode as Mode
@@ -163,12 +163,10 @@ class ResponsesTarget:
         mark_dropped(answer.headers, check(Shape.RESPONSES, body, protocol))  # x-slipstream-dropped-fields
         if isinstance(answer, LLMResponse):
             # The answer echoes the request's instructions: written off the loop when the request is large.
-            answer.body = (await off_loop(completion_c2r, body, response_id, answer.body) if is_large(resolved.size)
-                           else completion_c2r(body, response_id, answer.body))
+            answer.body = await off_loop_if_large(resolved.size, completion_c2r, body, response_id, answer.body)
             await self.conversations.record(await _parsed(answer.body), body, resolved, self.name, False)
             return answer
-        translator = (await off_loop(ChatToResponses, body, response_id) if is_large(resolved.size)
-                      else ChatToResponses(body, response_id))
+        translator = await off_loop_if_large(resolved.size, ChatToResponses, body, response_id)
         answer.events = self._recorded(translated_events(answer.events, translator), body, resolved, False)
         return answer
 
@@ -190,14 +188,14 @@ class ResponsesTarget:
 async def _parsed(data: bytes) -> Any:
     """A response's JSON, which echoes the request's instructions (a team's megabytes): in the
     heavy-work pool when large, not on the loop every team's requests share."""
-    return await off_loop(orjson.loads, data) if is_large(len(data)) else orjson.loads(data)
+    return await off_loop_if_large(len(data), orjson.loads, data)
 
 
 async def _as_chat(body: dict[str, Any], resolved: Resolved, protocol: str) -> dict[str, Any]:
     """The request as Chat Completions, its input the resolved context: in the heavy-work pool when
     that context is large (a continuation of a long stored conversation, however small its body)."""
     to_chat = functools.partial(translate, lambda b: responses_to_chat(b, protocol), {**body, "input": resolved.context}, protocol)
-    return await off_loop(to_chat) if is_large(resolved.size) else to_chat()
+    return await off_loop_if_large(resolved.size, to_chat)
 
 
 class _Via:

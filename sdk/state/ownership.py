@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError
-from sdk.offload import is_large, off_loop
+from sdk.offload import off_loop_if_large
 from sdk.policy import FINE_TUNED
 from sdk.state.backend import StateBackend
 
@@ -145,7 +145,7 @@ class Ownership:
         file the team does not own (`referenced_files`); `size` is their bytes, and large ones are
         read in the heavy-work pool. At most MAX_NAMED_FILES distinct files (a 400 beyond): each is
         a lookup in the store every team shares."""
-        named = await off_loop(_named_files, bodies) if is_large(size) else _named_files(bodies)
+        named = await off_loop_if_large(size, _named_files, bodies)
         if not named:
             return
         if len(named) > MAX_NAMED_FILES:
