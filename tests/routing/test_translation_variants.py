@@ -66,6 +66,37 @@ def test_chat_cache_control_parts_become_anthropic_breakpoints(oa, fresh_emulato
     assert usage.prompt_tokens_details.cached_tokens > 1000
 
 
+EXPLICIT = {"mode": "explicit"}
+
+
+def test_openai_explicit_cache_breakpoints_become_claudes(oa, fresh_emulator):
+    """openai 3.x marks the end of a prefix to cache with `prompt_cache_breakpoint` on a content part (gpt-5.6's
+    explicit breakpoints); it reached Claude as nothing, so the client's prefix was never cached. It is Claude's
+    `cache_control` on the block made from the part, the latest that fit Claude's four beside the request's own
+    markers (OpenAI writes the latest too), from a Chat client and a Responses client alike; the read comes
+    back as cached_tokens, and a `ttl`, which Claude has no counterpart for, is named dropped."""
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+            "cache_control": EPHEMERAL}
+    turns = [{"role": "user", "content": [{"type": "text", "text": f"Note {i}.", "prompt_cache_breakpoint": EXPLICIT}]}
+             for i in range(3)]
+    messages: Any = [{"role": "system", "content": [{"type": "text", "text": LONG, "prompt_cache_breakpoint": EXPLICIT}]},
+                     *turns, {"role": "user", "content": [{"type": "text", "text": "Which section?",
+                                                           "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "12h"}}]}]
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-x", max_tokens=8, messages=messages, tools=[tool])
+    assert "prompt_cache_breakpoint.ttl" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    body = sent(fresh_emulator)
+    assert body["tools"][0]["cache_control"] == EPHEMERAL
+    assert body["system"] == LONG  # the earliest of five breakpoints: beyond Claude's four with the tool's
+    assert [block.get("cache_control") for block in body["messages"][0]["content"]] == [None, EPHEMERAL, EPHEMERAL, EPHEMERAL]
+    assert "prompt_cache_breakpoint" not in json.dumps(body)
+    developer = {"role": "developer", "content": [{"type": "input_text", "text": LONG, "prompt_cache_breakpoint": EXPLICIT}]}
+    answers = [oa.responses.create(model="gpt-x", max_output_tokens=8, input=[developer, {"role": "user", "content": "Hi"}])
+               for _ in range(2)]
+    assert sent(fresh_emulator)["system"] == [{"type": "text", "text": LONG, "cache_control": EPHEMERAL}]
+    usage = answers[1].usage
+    assert usage is not None and usage.input_tokens_details.cached_tokens > 1000
+
+
 def test_thinking_blocks_in_messages_history_are_left_out_for_an_openai_target(an, fresh_emulator):
     """A conversation that carries Claude's thinking (and redacted thinking) in earlier assistant turns
     goes to an OpenAI target with the visible turns only, as Responses reasoning items do: another

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.breakpoints import BREAKPOINT, lifetimes
 
 DROPPED_HEADER = "x-slipstream-dropped-fields"
 
@@ -156,7 +157,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "Fable 5, Mythos 5), else a `<system-reminder>` block in the user turn, as Claude Code "
                                  "writes them; tool → tool_result blocks (call ids with characters Claude's ids do not take, such as "
                                  "Kimi's `functions.name:0`, have them replaced by `_`); images; inline PDF files → document blocks; "
-                                 "`cache_control` on a part or message → a breakpoint on the block made from it; an empty assistant "
+                                 "`cache_control` on a part or message, and OpenAI's explicit `prompt_cache_breakpoint` on a part (the latest "
+                                 "that fit Claude's four; its `ttl` dropped, named), → a breakpoint on the block made from it; an empty assistant "
                                  "turn, which Claude refuses, left out)"),
         "max_completion_tokens": Field(T, "max_tokens (at most the Claude model's own most, e.g. Sonnet 4.5's 64000: a larger one "
                                           "is Anthropic's 400, a ceiling to OpenAI)"),
@@ -265,7 +267,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                               "function_call_output (its images and files follow in a user "
                               "message: tool messages hold text), custom_tool_call and its output as a function call of "
                               "`input` and its result, inline input_file → file part; an input_file by file_url → a document from that URL "
-                              "for Claude (a Chat target takes files inline only: refused); reasoning items left out)"),
+                              "for Claude (a Chat target takes files inline only: refused); a part's `prompt_cache_breakpoint` → "
+                              "a breakpoint for Claude, as from Chat Completions; reasoning items left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "
@@ -399,13 +402,15 @@ def _openai_stops(stops: Any, model: Any) -> None:
 def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:
     """Fields inside the conversation that the other protocol has no place for and that are left out,
     named like top-level ones: Chat's participant `name` (a tool message's is its function's, which the
-    call id carries), and Claude's block-level `cache_control` (an OpenAI target caches by prefix)."""
+    call id carries), the `ttl` of an explicit prompt-cache breakpoint (breakpoints.py), and Claude's
+    block-level `cache_control` (an OpenAI target caches by prefix)."""
     messages = body.get("messages")
     messages = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
     if shape is Shape.CHAT:
         search = body.get("web_search_options")
         sized = ["web_search_options.search_context_size"] if isinstance(search, dict) and search.get("search_context_size") else []
-        return (["messages.name"] if any(m.get("name") and m.get("role") != "tool" for m in messages) else []) + sized
+        named = ["messages.name"] if any(m.get("name") and m.get("role") != "tool" for m in messages) else []
+        return named + sized + ([f"{BREAKPOINT}.ttl"] if lifetimes(messages) else [])
     if shape is Shape.MESSAGES:
         system, tools = body.get("system"), body.get("tools")
         items = [*(system if isinstance(system, list) else ()), *(tools if isinstance(tools, list) else ())]

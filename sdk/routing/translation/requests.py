@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError
+from sdk.routing.translation.breakpoints import with_claude_breakpoints
 from sdk.routing.translation.fields import (
     Fate,
     Shape,
@@ -286,7 +287,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     out["max_tokens"] = claude_output_limit(out["model"], asked) if asked else default_max_tokens(out["model"])
     if body.get("user"):
         out["metadata"] = {"user_id": body["user"]}
-    system, messages = _o2a_messages(body.get("messages") or [], in_place_system(out["model"]))
+    # OpenAI's explicit breakpoints (prompt_cache_breakpoint) become Claude's cache_control (breakpoints.py)
+    system, messages = _o2a_messages(with_claude_breakpoints(body), in_place_system(out["model"]))
     if body.get("verbosity") in VERBOSITY:
         system = instructed(system, VERBOSITY[body["verbosity"]])
     mode = json_mode(body)

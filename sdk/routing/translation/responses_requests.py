@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from sdk.routing.translation import web_search
+from sdk.routing.translation.breakpoints import BREAKPOINT
 from sdk.routing.translation.fields import Shape, check, effort_travels, reasons, refuse, retention_travels
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
 from sdk.routing.translation.tool_ids import openai_tool_id
@@ -193,7 +194,15 @@ def _message(item: dict[str, Any], where: str, target: str) -> dict[str, Any]:
 
 
 def _part(part: Any, where: str, target: str) -> dict[str, Any]:
-    """A message's (or a function output's) content part as a Chat content part."""
+    """A message's (or a function output's) content part as a Chat content part; toward Claude with its explicit
+    prompt-cache breakpoint, which the Chat step makes Claude's `cache_control` (breakpoints.py)."""
+    chat = _chat_part(part, where, target)
+    if target.startswith("Anthropic") and isinstance(part.get(BREAKPOINT), dict):
+        chat[BREAKPOINT] = part[BREAKPOINT]
+    return chat
+
+
+def _chat_part(part: Any, where: str, target: str) -> dict[str, Any]:
     kind = part.get("type") if isinstance(part, dict) else "non-object"
     if kind in ("input_text", "output_text"):
         return {"type": "text", "text": part.get("text", "")}

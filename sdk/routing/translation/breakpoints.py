@@ -1,0 +1,58 @@
+"""OpenAI's explicit prompt-cache breakpoints as Claude's.
+
+openai 3.x sends `prompt_cache_breakpoint: {"mode": "explicit", "ttl": ...}` on a Chat content part (text,
+image, file; a Responses input part the same), marking the exact end of a prefix to cache (gpt-5.6 and later).
+Claude's counterpart is a `cache_control` breakpoint on the block made from that part; without it a
+Claude target never caches the prefix the client chose. OpenAI writes at most the latest four explicit
+breakpoints of a request and reads earlier ones; Claude answers more than four `cache_control` markers with a
+400, so the latest that fit beside the request's own `cache_control` markers become Claude's. The `ttl` (a
+minimum lifetime, 30m or 12h) has no Claude counterpart: a Claude prefix lives 5 minutes or, by the team
+policy's `prompt_cache.ttl`, an hour (fields.py names it dropped, as `prompt_cache_retention`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BREAKPOINT = "prompt_cache_breakpoint"
+CLAUDE_MAX_BREAKPOINTS = 4  # Anthropic: "A maximum of 4 blocks with cache_control may be provided"
+
+
+def _parts(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, list) else []
+
+
+def marked(part: Any) -> bool:
+    """Whether a content part carries OpenAI's explicit breakpoint (and not already Claude's marker)."""
+    return isinstance(part, dict) and isinstance(part.get(BREAKPOINT), dict) and part.get("cache_control") is None
+
+
+def with_claude_breakpoints(body: dict[str, Any]) -> list[Any]:
+    """`body`'s messages with the latest explicit breakpoints that fit as `cache_control` on their parts. Only the
+    messages holding one are copied (shallowly): the rest are the client's own objects."""
+    messages = body.get("messages") or []
+    chosen = [id(part) for message in messages for part in _parts(message) if marked(part)]
+    if not chosen:
+        return messages
+    tools = body.get("tools")
+    markers = [body.get("cache_control"), *(t.get("cache_control") for t in tools or () if isinstance(t, dict))]
+    for message in messages:
+        if isinstance(message, dict):
+            markers += [message.get("cache_control"), *(p.get("cache_control") for p in _parts(message) if isinstance(p, dict))]
+    room = max(0, CLAUDE_MAX_BREAKPOINTS - sum(marker is not None for marker in markers))
+    kept = set(chosen[len(chosen) - room:]) if room else set()
+    out = []
+    for message in messages:
+        parts = _parts(message)
+        if any(id(part) in kept for part in parts):
+            content = [{**part, "cache_control": {"type": "ephemeral"}} if id(part) in kept else part for part in parts]
+            message = {**message, "content": content}
+        out.append(message)
+    return out
+
+
+def lifetimes(messages: Any) -> bool:
+    """Whether a Chat conversation's explicit breakpoints name a `ttl`, which a Claude target cannot keep."""
+    return any(marked(part) and part[BREAKPOINT].get("ttl") is not None
+               for message in (messages if isinstance(messages, list) else ()) for part in _parts(message))
