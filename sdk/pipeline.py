@@ -68,6 +68,9 @@ class RequestContext:
     key_id: str = ""  # which team key sent it (a hash prefix, never the key), for per-key limits
     compression: CompressionReport | None = None  # set by the compression stage when it ran
     attempts: int = 0  # upstream attempts the router started (retries, fallbacks and hedge legs)
+    # models of attempts dropped after they went upstream (a first-byte timeout, a hedge leg that lost, legs
+    # cancelled with their request): the provider read, and bills, their prompts (sdk/limits/stage.py charges them)
+    abandoned: list[str] = field(default_factory=list)
     usage_estimated: bool = False  # no usage came back: the gateway counted the tokens it charged (sdk/estimate.py)
     request_id: str = field(default_factory=new_request_id)  # x-slipstream-request-id, access log
     trace: RequestTrace | None = None  # the request's spans while it runs (sdk/observability/tracing/); None when tracing is off

@@ -131,10 +131,10 @@ class LimitsStage:
             self._settle_cancelled(ctx, admission, history)
             raise
         except BaseException:
-            self._settle(ctx, admission, None, "")
+            self._settle(ctx, admission, None, "", history=history)
             raise
         if isinstance(answer, LLMResponse):
-            self._settle(ctx, admission, answer.usage, answer.route)
+            self._settle(ctx, admission, answer.usage, answer.route, history=history)
         else:
             stream = answer
             tally = StreamTally(ctx.request.endpoint)
@@ -249,9 +249,21 @@ class LimitsStage:
             self._settle(ctx, admission, None, "")
             return
         ctx.usage_estimated = True
-        model = ctx.route.partition("/")[2] or self._first_target_model(ctx.request.model)
-        read = Usage(input_tokens=input_tokens(ctx.request) + history, fast=_fast(ctx.request))
-        self.settle(admission, ctx.key_id, model, read, estimated=True)
+        # Every leg the cancel dropped was recorded by the router; an answer it had already returned
+        # (the cancel came after the router) is one prompt read too. The last read settles the hold.
+        models = ctx.abandoned or [ctx.route.partition("/")[2] or self._first_target_model(ctx.request.model)]
+        self._charge_reads(ctx, admission, models[1:], history)
+        self.settle(admission, ctx.key_id, models[0], _read(ctx.request, history), estimated=True)
+
+    def _charge_reads(self, ctx: RequestContext, admission: Admission, models: list[str], history: int) -> None:
+        """Charge a prompt read for each of `models`, counted (estimated): attempts the provider was
+        sent and the gateway dropped before their answer (a first-byte timeout, a hedge leg that lost,
+        legs cancelled with their request). The provider bills what it read, so a team's retries and
+        hedges are its spend and its tokens, not the shared account's. Charged before the request's
+        own settlement lets its budget hold go."""
+        charge_only = Admission("", admission.rates)  # holds nothing: its token buckets and spend only
+        for model in models:
+            self.settle(charge_only, ctx.key_id, model, _read(ctx.request, history), estimated=True)
 
     def _first_target_model(self, model: str) -> str:
         route = next((r for r in self.policy.routes if r.match.matches(model)), None)
@@ -268,6 +280,7 @@ class LimitsStage:
             ctx.usage_estimated = estimated = True
         if usage is not None and _fast(ctx.request):
             usage.fast = True  # billed at fast mode's rates; the usage does not say so
+        self._charge_reads(ctx, admission, ctx.abandoned, history)
         # a cached answer cost nothing upstream: its tokens count against the buckets, not the budget
         self.settle(admission, ctx.key_id, route.partition("/")[2] or ctx.request.model, usage,
                     rate=1.0 if ctx.cache_status == "miss" else 0.0, estimated=estimated)
@@ -320,6 +333,11 @@ class LimitsStage:
         scope = next(s for s in scopes if rate in (s.requests, s.tokens))
         what = "requests" if rate is scope.requests else "tokens"
         return _limited(f"rate limit: {scope.name} is over its limit of {int(rate.per_minute)} {what} per minute", refusal.wait_s)
+
+
+def _read(request: LLMRequest, history: int) -> Usage:
+    """What the provider bills for reading the request's prompt (its stored `history` tokens too), counted."""
+    return Usage(input_tokens=input_tokens(request) + history, fast=_fast(request))
 
 
 def _fast(request: LLMRequest) -> bool:

@@ -14,12 +14,14 @@ import asyncio
 from sdk.types import Answer, LLMStream
 
 
-async def discard(task: asyncio.Future[Answer]) -> None:
-    """Cancel a leg that lost (or outlived its request) and wait for it; a finished answer is closed."""
+async def discard(task: asyncio.Future[Answer]) -> bool:
+    """Cancel a leg that lost (or outlived its request) and wait for it; a finished answer is closed.
+    True when the leg had answered: the provider ran it, and the router has it charged."""
     task.cancel()
     await asyncio.wait([task])  # unlike `await task`, never raises the leg's error (or swallows ours)
     if task.cancelled() or task.exception() is not None:
-        return  # exception() also marks it retrieved: no "never retrieved" warning
+        return False  # exception() also marks it retrieved: no "never retrieved" warning
     answer = task.result()
     if isinstance(answer, LLMStream):
         await answer.aclose()
+    return True

@@ -165,8 +165,8 @@ class Router:
             raise
         finally:
             for task in legs:
-                if task is not winner:
-                    await discard(task)
+                if task is not winner and await discard(task):  # it answered in the same instant: billed too
+                    ctx.abandoned.append(legs[task].slot.target.model or model)
 
     async def _claim(self, ready: list[TargetSlot], force: bool) -> TargetSlot | None:
         """The first ready target whose breaker admits an attempt now.
@@ -205,8 +205,10 @@ class Router:
                         answer = await _primed(answer, ctx)
             except TimeoutError:
                 assert limit is not None  # only a limit times out
+                ctx.abandoned.append(request.model)  # dropped while the provider read its prompt
                 raise FirstByteTimeout(f"{key} sent no first byte within {limit * 1000:.0f} ms") from None
         except asyncio.CancelledError:
+            ctx.abandoned.append(request.model)  # a hedge that lost, or its request gone: the prompt was read
             stats.in_flight -= 1
             tracing.end_attempt(span, "cancelled")
             await self.breakers.release(key)  # a cancelled attempt says nothing about the target

@@ -6,6 +6,7 @@
 - A team with a budget cannot spend on a model without a price: a 403 naming the `pricing:` entry,
   before anything leaves; `o3` and `gpt-4-turbo` have built-in prices.
 - 60 requests in parallel overshoot a budget by at most one request's reservation (counts, not time).
+- An attempt the router drops after sending it (a first-byte timeout, a lost hedge) is charged its input.
 """
 
 from __future__ import annotations
@@ -175,6 +176,34 @@ def test_a_request_cancelled_before_its_first_byte_is_charged_its_input(tmp_path
         emu.wait_for(lambda s: s["cancelled_streams"] == 1)  # the proxy dropped the upstream call
         day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "the cancelled request charged")
         assert day["estimated"] == day["total"] <= 50 * price_of("gpt-4o", {}).input / 1e6  # its input only
+        assert _spend(proxy, BETA)["day"]["total"] == 0
+
+
+@pytest.mark.parametrize("dropped_by", ["first_byte_timeout", "hedge"])
+def test_attempts_dropped_after_they_went_upstream_are_charged_their_input(tmp_path: Path, emu: RunningEmulator,
+                                                                           dropped_by: str) -> None:
+    """A retry after a first-byte timeout, and a hedge's second leg, send the prompt again: the
+    provider read (and bills) the attempt the gateway dropped, but only the answer was charged, so a
+    team whose requests stalled (a large prompt, a slow model) spent the shared account's tokens
+    uncounted. Each dropped attempt is charged its input now, counted (estimated)."""
+    emu.reset()
+    retry = ("retry: {max_attempts: 2, base_delay_ms: 1, max_delay_ms: 10, first_byte_timeout_ms: 1000}\n"
+             if dropped_by == "first_byte_timeout" else
+             "retry: {max_attempts: 2, first_byte_timeout_ms: 60000}\nhedging: {enabled: true, delay_ms: 50}\n")
+    for team, key in (("alpha", ALPHA), ("beta", BETA)):
+        write_policy(tmp_path, team, key, emu.url, extra="prompt_cache: {enabled: false}\n" + retry, upstream_key=SHARED_KEY)
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Summarise the tides. " * 200}], "max_tokens": 8}
+    with running_proxy([tmp_path]) as proxy:
+        emu.inject_fault("stall:ms=60000", model="gpt-*")  # the first attempt is read, then nothing comes
+        answer = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0).chat.completions.create(**body)
+        emu.wait_for(lambda s: s["cancelled_requests"] == 1 and s["requests_total"] == 2)  # one dropped, one answered
+        price = price_of("gpt-4o", {})
+        assert answer.usage is not None
+        answered = (answer.usage.prompt_tokens * price.input + answer.usage.completion_tokens * price.output) / 1e6
+        read = input_tokens(LLMRequest(Endpoint.CHAT_COMPLETIONS, body)) * price.input / 1e6
+        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > answered * 1.01 and d, "the dropped attempt charged")
+        assert day["estimated"] == pytest.approx(read, abs=1e-6)  # $0 before: only the answer was charged (the report rounds)
+        assert day["total"] == pytest.approx(answered + read, abs=1e-6)
         assert _spend(proxy, BETA)["day"]["total"] == 0
 
 
