@@ -97,6 +97,23 @@ def test_openai_explicit_cache_breakpoints_become_claudes(oa, fresh_emulator):
     assert usage is not None and usage.input_tokens_details.cached_tokens > 1000
 
 
+def test_a_messages_clients_cache_diagnostics_are_answered_unavailable_by_an_openai_target(an, fresh_emulator):
+    """anthropic 2.x's `diagnostics` (why the prompt cache missed the prefix of `previous_message_id`) was a 400 for
+    an OpenAI target, a field the gateway did not know. It is not sent; the answer says `cache_miss_reason:
+    unavailable` (no diagnosis, the request processed normally), streamed or not, never `null`, which says no
+    divergence was found; the first turn's opt-in (no id) is `null`, as Anthropic answers it."""
+    ask: Any = [{"role": "user", "content": "Hi"}]
+    first = an.messages.create(model="claude-x", max_tokens=16, messages=ask, diagnostics={"previous_message_id": None})
+    assert first.content and first.diagnostics is None and "diagnostics" not in sent(fresh_emulator)
+    second = an.messages.create(model="claude-x", max_tokens=16, messages=ask, diagnostics={"previous_message_id": first.id})
+    assert second.diagnostics is not None and second.diagnostics.cache_miss_reason is not None
+    assert second.diagnostics.cache_miss_reason.type == "unavailable"
+    with an.messages.stream(model="claude-x", max_tokens=16, messages=ask, diagnostics={"previous_message_id": second.id}) as stream:
+        streamed = stream.get_final_message()
+    assert streamed.content and streamed.diagnostics is not None and streamed.diagnostics.cache_miss_reason is not None
+    assert streamed.diagnostics.cache_miss_reason.type == "unavailable"
+
+
 def test_thinking_blocks_in_messages_history_are_left_out_for_an_openai_target(an, fresh_emulator):
     """A conversation that carries Claude's thinking (and redacted thinking) in earlier assistant turns
     goes to an OpenAI target with the visible turns only, as Responses reasoning items do: another

@@ -79,8 +79,20 @@ def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] 
     })
 
 
-def completion_o2a(body: bytes) -> bytes:
-    """An OpenAI chat.completion as an Anthropic message."""
+def diagnostics_o2a(request: dict[str, Any]) -> dict[str, Any]:
+    """What a translated Messages answer says to a request's `diagnostics` (Anthropic's prompt-cache divergence
+    report against `previous_message_id`): an OpenAI target cannot compare prompts, so a named previous message
+    gets `cache_miss_reason: unavailable` ("the API can't give a diagnosis; the request itself was processed
+    normally"), never the `null` that says no divergence was found; the first turn's opt-in (no id) gets `null`,
+    as from Anthropic. Nothing when the request asked for none."""
+    asked = request.get("diagnostics")
+    if not isinstance(asked, dict):
+        return {}
+    return {"diagnostics": {"cache_miss_reason": {"type": "unavailable"}} if asked.get("previous_message_id") else None}
+
+
+def completion_o2a(body: bytes, extra: dict[str, Any] | None = None) -> bytes:
+    """An OpenAI chat.completion as an Anthropic message (with `extra` fields: diagnostics_o2a)."""
     data = orjson.loads(body)
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
@@ -95,7 +107,7 @@ def completion_o2a(body: bytes) -> bytes:
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
         "content": content, **stop_o2a(choice, bool(message.get("refusal"))),
-        "usage": usage_o2a(data.get("usage")),
+        "usage": usage_o2a(data.get("usage")), **(extra or {}),
     })
 
 

@@ -248,6 +248,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "output_config": Field(T, "format → response_format json_schema (strict unless the schema has optional properties, which "
                                   "OpenAI's strict mode refuses); effort → reasoning_effort (max → xhigh) for a "
                                   "model that reasons, dropped (named output_config.effort) for others"),
+        "diagnostics": Field(T, "not sent: the answer's `diagnostics` says `cache_miss_reason: unavailable` for a named "
+                                "`previous_message_id` (an OpenAI target cannot compare prompts; Anthropic's `null` would "
+                                "say no divergence was found), `null` for the first turn's opt-in"),
         "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key, and a `ttl: \"1h\"` "
                                   "here or on a block `prompt_cache_retention: \"24h\"` where the model has extended "
                                   "retention (gpt-4.1, gpt-5, gpt-5.1 to 5.5; OpenAI's in-memory retention lasts minutes)"),

@@ -15,7 +15,7 @@ from typing import Protocol as TypingProtocol
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.bodies import completion_o2a, error_for, message_a2o
+from sdk.routing.translation.bodies import completion_o2a, diagnostics_o2a, error_for, message_a2o
 from sdk.routing.translation.counting import count_chat, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.output_modes import json_mode
@@ -91,10 +91,10 @@ class TranslatingProvider:
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
             _cancel(count)
-            answer.body = completion_o2a(answer.body) if to_openai else message_a2o(answer.body, prefill, stops)
+            answer.body = completion_o2a(answer.body, diagnostics_o2a(request.body)) if to_openai else message_a2o(answer.body, prefill, stops)
             return answer
         if count is not None:
-            to_anthropic = OpenAIToAnthropic()
+            to_anthropic = OpenAIToAnthropic(diagnostics_o2a(request.body))
             answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
             return answer
         options = request.body.get("stream_options")

@@ -86,7 +86,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
     check(Shape.MESSAGES, body, "OpenAI")
     for key, value in body.items():
-        if value is None or key in ("model", "messages", "system", "tools", "tool_choice", "thinking") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
+        if value is None or key in ("model", "messages", "system", "tools", "tool_choice", "thinking", "diagnostics") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
         if key == "max_tokens":
             out["max_completion_tokens"] = openai_output_limit(out["model"], value)

@@ -61,7 +61,8 @@ def read_chunk(event: bytes) -> dict[str, Any] | ChunkError | None:
 class OpenAIToAnthropic:
     """Feeds on an OpenAI chunk stream (from an OpenAI target), yields Anthropic events."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: dict[str, Any] | None = None) -> None:
+        self.extra = extra or {}  # fields message_start's message carries besides the usual (bodies.diagnostics_o2a)
         self.started = False
         self.block = -1  # index of the last Anthropic content block opened
         self.open = False  # that block is still open
@@ -88,7 +89,7 @@ class OpenAIToAnthropic:
                 "id": f"msg_{chunk.get('id', '')}", "type": "message", "role": "assistant", "model": chunk.get("model"),
                 "content": [], "stop_reason": None, "stop_sequence": None,
                 "usage": {"input_tokens": self.input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                          "output_tokens": 0}}}))
+                          "output_tokens": 0}, **self.extra}}))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             self.refused = self.refused or bool(delta.get("refusal"))
