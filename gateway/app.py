@@ -101,10 +101,12 @@ async def beside_the_pipeline(request: Request) -> Response[bytes]:
 # --- the gateway's own routes -------------------------------------------------------------------------
 
 
-def _team(request: Request) -> TeamRuntime:
-    """Dependency: the caller's team; a missing or unknown key is the door core's 401."""
+async def _team(request: Request) -> AsyncIterator[TeamRuntime]:
+    """Dependency: the caller's team; a missing or unknown key is the door core's 401, and the call
+    counts against the team's request limits until its handler has answered (the door core's 429)."""
     door: Door = request.app.state.door
-    return door.team(_call(request))
+    async with door.team(_call(request)) as team:
+        yield team
 
 
 @get("/healthz", sync_to_thread=False)
@@ -205,7 +207,7 @@ def create_app(
     app = Litestar(
         route_handlers=[healthz, readyz, metrics, cache_report, spend, invalidate_cache, beside_the_pipeline, *PIPELINE_ROUTES,
                         PASSTHROUGH_ROUTE, *UI_HANDLERS],
-        dependencies={"team": Provide(_team, sync_to_thread=False)},
+        dependencies={"team": Provide(_team)},
         lifespan=[_lifespan],
         after_request=_named,
         openapi_config=None,

@@ -11,8 +11,9 @@ pass-through (sdk/passthrough/), and the provider-shaped 404/405 for any other p
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from urllib.parse import parse_qsl
 
 from sdk.door.bodies import BodyBudget, BodyHold
@@ -83,9 +84,16 @@ class Door:
         self.teams = teams
         self.bodies = bodies or BodyBudget(None)  # the request bodies held at once (sdk/door/bodies.py)
 
-    def team(self, call: Call) -> TeamRuntime:
-        """The caller's team (for the gateway's own routes: spend, cache report); raises the 401."""
-        return self.teams.authenticate(call)[0]
+    @contextlib.asynccontextmanager
+    async def team(self, call: Call) -> AsyncIterator[TeamRuntime]:
+        """The caller's team, for the gateway's own routes (spend, cache report, cache invalidation):
+        raises the 401, and the 429 of its request limits, which the call counts against while it
+        runs. No provider sees these calls, but each reads the state every team shares (Redis with
+        replicas) or takes the response cache's one lock: unlimited, they were a way past the team's
+        limits onto what every team waits on."""
+        team, key_id = self.teams.authenticate(call)
+        async with _counted(team, key_id):
+            yield team
 
     async def prepare(self, endpoint: Endpoint, call: Call) -> tuple[TeamRuntime, RequestContext, BodyHold] | Reply:
         """Authenticate, check the method and the body limit, read and parse: the team, the
@@ -159,14 +167,11 @@ class Door:
                 raise _unserved(call, methods)
             # Stored responses and model lists may reach the provider under the key every team shares:
             # they count against the team's request limits like any other call.
-            admission = await team.limits.admit(key_id, budget=False)
-            try:
+            async with _counted(team, key_id):
                 stored = STORED.fullmatch(call.path)
                 if stored is not None:
                     return await _stored(team, call, stored, request_id)
                 return await _models(team, call, request_id)
-            finally:
-                team.limits.settle(admission, key_id, "", None)
         except ClientGone:
             raise
         except Exception as exc:
@@ -180,6 +185,17 @@ class Door:
             raise _unserved(call, allowed(call.path))
         except SlipstreamError as exc:
             return refusal(protocol_for(call.path, call.headers), exc, None, new_request_id())
+
+
+@contextlib.asynccontextmanager
+async def _counted(team: TeamRuntime, key_id: str) -> AsyncIterator[None]:
+    """A call beside the pipeline, admitted by the team's (and the key's) request and concurrency
+    limits, not its budget, and holding its slot until it ends: the 429 when they refuse."""
+    admission = await team.limits.admit(key_id, budget=False)
+    try:
+        yield
+    finally:
+        team.limits.settle(admission, key_id, "", None)
 
 
 def _failure(exc: Exception, ctx: RequestContext) -> ChunkError:

@@ -241,6 +241,28 @@ def test_empty_cache_key_does_not_wipe_the_team_cache(proxy):
     assert "key: empty" in _openai_error(response)
 
 
+def test_the_gateways_own_routes_count_against_the_teams_request_limits(tmp_path, emulator):
+    """`GET /v1/slipstream/spend`, `/cache-report` and `DELETE /v1/slipstream/cache` reach no provider,
+    but each reads the state every team shares (Redis, with replicas) or takes the response cache's
+    one lock: they passed no limit, so a team over its requests per minute could go on calling them
+    without end (200s before). They are counted like any request now: the team's 429, the same bucket."""
+    write_policy(tmp_path, "tight", "sk-tight", emulator.url, extra="limits: {requests_per_minute: 3}\n")
+    write_policy(tmp_path, "roomy", "sk-roomy", emulator.url)
+    calls = [("GET", "/v1/slipstream/spend"), ("GET", "/v1/slipstream/cache-report"), ("DELETE", "/v1/slipstream/cache")]
+    with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+        def call(method: str, path: str, key: str = "sk-tight") -> httpx.Response:
+            return httpx.request(method, proxy.url + path, headers={"authorization": f"Bearer {key}"}, timeout=30)
+
+        assert [call(method, path).status_code for method, path in calls] == [200, 200, 200]  # the minute's 3
+        for method, path in calls:
+            refused = call(method, path)
+            assert refused.status_code == 429 and "rate limit: team tight" in _openai_error(refused)
+            assert int(refused.headers["retry-after"]) >= 1
+        chat = _post(proxy, "/v1/chat/completions", {"model": "gpt-4o-mini", "messages": HELLO}, key="sk-tight")
+        assert chat.status_code == 429  # the same bucket as its requests
+        assert [call(method, path, "sk-roomy").status_code for method, path in calls] == [200, 200, 200]
+
+
 def test_metrics_need_the_admin_key_when_one_is_set(tmp_path, emulator, monkeypatch):
     write_policy(tmp_path, "secretive", "sk-secretive", emulator.url)
     monkeypatch.setenv("SLIPSTREAM_ADMIN_KEY", "admin-123")
