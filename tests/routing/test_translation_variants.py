@@ -377,8 +377,22 @@ def test_default_sampling_values_do_not_make_claude_refuse_the_request(oa, fresh
     assert raw.headers["x-slipstream-dropped-fields"] == "temperature,top_p"
     body = sent(fresh_emulator)
     assert "temperature" not in body and "top_p" not in body
-    with pytest.raises(openai.BadRequestError, match="cannot both be specified"):  # values that change the answer: Claude's own 400
-        oa.chat.completions.create(model="gpt-x", max_tokens=8, temperature=0.5, top_p=0.9, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_a_temperature_and_a_top_p_reach_a_claude_model_that_takes_one_as_the_temperature(oa, fresh_emulator):
+    """OpenAI takes temperature and top_p together; Claude Opus 4.1 and later take one of the two (both: Anthropic's 400
+    'cannot both be specified', which every such Chat or Responses request got). Both providers advise altering one:
+    the temperature goes, the top_p is left out and named; a top_p alone still goes."""
+    hi: Any = [{"role": "user", "content": "hi"}]
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-x", max_tokens=8, temperature=0.5, top_p=0.9, messages=hi)
+    assert raw.parse().choices[0].message.content and raw.headers["x-slipstream-dropped-fields"] == "top_p"
+    body = sent(fresh_emulator)
+    assert body["temperature"] == 0.5 and "top_p" not in body
+    raw_response = oa.responses.with_raw_response.create(model="gpt-x", input="hi", temperature=0.2, top_p=0.8)
+    assert raw_response.parse().output_text and "top_p" in raw_response.headers["x-slipstream-dropped-fields"].split(",")
+    assert sent(fresh_emulator)["temperature"] == 0.2 and "top_p" not in sent(fresh_emulator)
+    oa.chat.completions.create(model="gpt-x", max_tokens=8, top_p=0.9, messages=hi)
+    assert sent(fresh_emulator)["top_p"] == 0.9
 
 
 def test_a_chat_request_without_a_limit_gets_a_limit_the_claude_model_takes():

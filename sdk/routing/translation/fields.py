@@ -128,6 +128,20 @@ def fixed_sampling(model: Any) -> bool:
     return bool(_FIXED_SAMPLING.match(str(model or "")))
 
 
+# Claude models that take temperature and top_p together: those before Opus 4.1 (Claude 3, Opus 4, Sonnet 4). Every
+# later one answers both with a 400 ("`temperature` and `top_p` cannot both be specified for this model. Please use
+# only one."), where OpenAI takes both: a Chat request's top_p is then left out, and named, its temperature kept.
+_BOTH_SAMPLERS = re.compile(r"^claude-(instant|2|3)|^claude-(opus|sonnet)-4(-0|-2025|$)")
+
+
+def one_sampler(body: dict[str, Any]) -> bool:
+    """Whether a Chat `body` for a Claude model sends temperature and top_p (neither at its default) to a model
+    that takes one of the two: its top_p is left out."""
+    temperature, top_p = body.get("temperature"), body.get("top_p")
+    return (temperature is not None and top_p is not None and not _BOTH_SAMPLERS.match(str(body.get("model") or ""))
+            and fate(Shape.CHAT, "temperature", temperature) is Fate.TRANSLATED and fate(Shape.CHAT, "top_p", top_p) is Fate.TRANSLATED)
+
+
 # Claude models that take `role: "system"` inside `messages` (Anthropic's mid-conversation system messages:
 # Fable 5, Mythos 5, Opus 4.8 and Opus 5; not Sonnet 5; the others answer 400).
 _IN_PLACE_SYSTEM = re.compile(r"^claude-(opus-4-8|opus-5|fable|mythos)")
@@ -171,7 +185,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         # 1 is both protocols' default for each; Claude 4.1 and later refuse the two together, so a default is not sent.
         "temperature": Field(T, "temperature (above 1: refused, Anthropic's range is 0–1; dropped for Opus 4.7, 4.8 and "
                                 "Sonnet 5, which sample as they do and refuse it)", (1, 1.0)),
-        "top_p": Field(T, "top_p (dropped for Opus 4.7, 4.8 and Sonnet 5, as temperature)", (1, 1.0)),
+        "top_p": Field(T, "top_p (dropped for Opus 4.7, 4.8 and Sonnet 5, as temperature; beside a temperature, dropped for "
+                          "Opus 4.1 and later models, which take one of the two: the temperature is kept)", (1, 1.0)),
         "tools": Field(T, "tools (function tools, with their `cache_control`; a strict tool's schema brought within what "
                           "Claude's strict tools take, as for response_format; others refused)"),
         "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools and custom refused)"),
@@ -378,8 +393,11 @@ def _effortless(shape: Shape, body: dict[str, Any]) -> list[str]:
 
 def _unsampled(shape: Shape, body: dict[str, Any], dropped: list[str]) -> list[str]:
     """A request's temperature and top_p, which a model with its own sampling refuses (a Claude one for a Chat
-    request, a reasoning OpenAI one for a Messages request): left out, and named."""
+    request, a reasoning OpenAI one for a Messages request), and a Chat request's top_p beside a temperature for a
+    Claude model that takes one of the two: left out, and named."""
     model = body.get("model")
+    if shape is Shape.CHAT and not fixed_sampling(model) and one_sampler(body):
+        return ["top_p"]
     if not (fixed_sampling(model) if shape is Shape.CHAT else shape is Shape.MESSAGES and not takes_sampling(body)):
         return []
     return [key for key in ("temperature", "top_p") if body.get(key) is not None and key not in dropped]

@@ -24,6 +24,7 @@ from sdk.routing.translation.fields import (
     fixed_sampling,
     in_place_system,
     long_retention,
+    one_sampler,
     reasons,
     refuse,
     takes_sampling,
@@ -267,8 +268,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             sent = split_stops(value)[0]  # whitespace-only stops, which Claude refuses, are the gateway's (stops.py)
             if sent:
                 out["stop_sequences"] = sent
-        elif key in ("temperature", "top_p") and fixed_sampling(out["model"]):
-            continue  # the model samples as it does (fields.py names it dropped)
+        elif (key in ("temperature", "top_p") and fixed_sampling(out["model"])) or (key == "top_p" and one_sampler(body)):
+            continue  # the model samples as it does, or takes temperature or top_p, not both (fields.py names it dropped)
         elif key == "temperature":
             if value is not None and value > 1:
                 raise refuse("'temperature' above 1", "Anthropic")
