@@ -152,10 +152,11 @@ class LimitsStage:
             return 0
         return math.ceil(await self.responses().chain_bytes(self.team, previous) / CHARS_PER_TOKEN)
 
-    def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0) -> float:
+    def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0, token_rate: float = 1.0) -> float:
         """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`
         characters of it tokenized, with `history` tokens of a stored conversation it continues; the
-        output limit it asks for or a default) on the dearest hosted target of its route. Raises a 403
+        output limit it asks for or a default; its tokens times `token_rate`, 0.5 for a batch's request,
+        and the searches it allows in full) on the dearest hosted target of its route. Raises a 403
         naming the `pricing:` entry to add when a target's model has no price (or no fast-mode price,
         for a fast request): a budget cannot hold against spend nobody can count. 0 for a team without
         a budget."""
@@ -174,7 +175,7 @@ class LimitsStage:
                                   "`fast: MULTIPLIER` (of the standard token prices) to the model's pricing: entry (docs/spend.md)", status=403)
         counted, allowed, searches = input_tokens(request, exact) + history, output_limit(request), search_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
-        return max(worst_cost_usd(counted, allowed, price, searches, tier, us_only, fast) for price in prices)
+        return max(worst_cost_usd(counted, allowed, price, searches, tier, us_only, fast, token_rate) for price in prices)
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a
@@ -288,8 +289,9 @@ class LimitsStage:
     def settle(self, admission: Admission, key_id: str, model: str, usage: Usage | None, rate: float = 1.0,
                estimated: bool = False) -> None:
         """Release `admission`'s slots and budget hold, charge `usage` to its token buckets and,
-        priced for `model` times `rate` (1 for a call, 0.5 at batch rates, 0 when nothing was spent
-        upstream), to spend; `estimated` marks usage the gateway counted itself."""
+        priced for `model`, to spend: its tokens times `rate` (1 for a call, 0.5 at batch rates, which
+        discount tokens only, not per-call fees), nothing when `rate` is 0 (nothing was spent upstream);
+        `estimated` marks usage the gateway counted itself."""
         charges: tuple[tuple[Rate, float], ...] = ()
         spend = None
         if usage is not None:
@@ -300,7 +302,7 @@ class LimitsStage:
                 price = self.prices.price(model)
                 if price is None and not seen and self._hosted(model):
                     self._warn_unpriced(model)
-                usd = cost_usd(usage, price) * rate if price is not None else 0.0
+                usd = cost_usd(usage, price, token_rate=rate) if price is not None else 0.0
                 if usd:
                     label = self.model_labels(model)  # model names come from clients: bounded
                     spend = spend_record(self.team, key_id, label, usd, estimated)

@@ -93,7 +93,7 @@ __all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]
 
 _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "set-cookie", "trailer", "upgrade"})
 MAX_PAGES = 10  # upstream list pages read for one filtered page
-BATCH_RATE = 0.5  # both providers bill batch usage at half the price of a call
+BATCH_RATE = 0.5  # both providers bill a batch's tokens at half the price of a call (per-call tool fees in full)
 _LOGGED_MODELS = 8  # a batch's model names in its access-log line and span; more are counted
 BATCH_EXACT = 64  # a batch's first requests have their input tokenized for its worst cost; the rest counted by length
 _LINE_ENDPOINTS = {"/v1/responses": Endpoint.RESPONSES, "/v1/embeddings": Endpoint.EMBEDDINGS}  # else counted as chat
@@ -232,9 +232,8 @@ class _Exchange:
         completion counts like a chat request."""
         if self.op.action == "complete":
             return self.limits.reservation(requests[0])
-        worst = sum(self.limits.reservation(request, RESERVE_EXACT_CHARS if first + i < BATCH_EXACT else 0)
-                    for i, request in enumerate(requests))
-        return worst * BATCH_RATE
+        return sum(self.limits.reservation(request, RESERVE_EXACT_CHARS if first + i < BATCH_EXACT else 0, token_rate=BATCH_RATE)
+                   for i, request in enumerate(requests))
 
     async def check_batch_input(self, file_id: str, limit: int) -> float:
         """Check a batch's input file (the files and account objects its lines name, the models they

@@ -20,6 +20,7 @@ import pytest
 import sdk
 from gateway.testing import RedisServer, RunningServer, running_proxy, running_redis
 from sdk.observability import access_log
+from sdk.spend import price_of
 from tests.helpers import anth, oai, spend_report, wait_until, write_policy
 
 A, B = "sk-alpha-team", "sk-beta-team"
@@ -42,6 +43,7 @@ def policies(tmp_path_factory, emulator) -> Path:
     write_policy(directory, "limited", "sk-limited", emulator.url, extra="limits: {per_key: {requests_per_minute: 5}}\n")
     write_policy(directory, "gone", "sk-gone", "http://127.0.0.1:9")  # nothing listens on the discard port
     write_policy(directory, "careful", "sk-careful", emulator.url, extra=PRICED + "budget: {usd: 100, period: day}\n")
+    write_policy(directory, "frugal", "sk-frugal", emulator.url, extra="budget: {usd: 0.03, period: day}\n")
     return directory
 
 
@@ -136,6 +138,32 @@ def test_message_batches_belong_to_their_team_and_results_come_back_through_the_
     alpha.messages.batches.delete(batch.id)  # still alpha's to delete
     with pytest.raises(anthropic.NotFoundError):
         alpha.messages.batches.retrieve(batch.id)
+
+
+def test_batch_rates_halve_a_batchs_tokens_not_its_searches(proxy, fresh_emulator):
+    """Both providers bill a batch's tokens at half price; a web search it runs is billed in full ($10
+    per 1,000). The gateway halved the search fees with the tokens, when it charged the results and
+    when it checked a batch's worst case against the budget: a budgeted team's batch of searches was
+    admitted and charged at half what the shared account paid for them."""
+    params = {**MSG, "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 1}]}
+    sent = fresh_emulator.stats()["requests_total"]
+    # Five requests, a search each: $0.05 of searches and about $0.0007 of tokens at batch rates, past a
+    # $0.03 budget (admitted before, as $0.0257).
+    with pytest.raises(anthropic.RateLimitError, match=r"team frugal's batch at batch rates may cost up to \$0\.0506"):
+        anth(proxy, "sk-frugal").messages.batches.create(requests=[{"custom_id": f"s{i}", "params": params} for i in range(5)])
+    assert fresh_emulator.stats()["requests_total"] == sent  # refused before anything was sent
+    alpha = anth(proxy, A)
+    batch = alpha.messages.batches.create(requests=[{"custom_id": "s", "params": params}])
+    wait_until(lambda: alpha.messages.batches.retrieve(batch.id).processing_status == "ended", "ended")
+    before = spend(proxy, A).get(MSG["model"], 0.0)
+    usage = next(iter(alpha.messages.batches.results(batch.id))).result.message.usage  # type: ignore[union-attr]
+    assert usage.server_tool_use is not None and usage.server_tool_use.web_search_requests == 1
+    price = price_of(MSG["model"], {})
+    assert price is not None
+    tokens = (usage.input_tokens * price.input + usage.output_tokens * price.output) / 1e6
+    charged = wait_until(lambda: (now := spend(proxy, A).get(MSG["model"], 0.0)) > before and now, "the results charged")
+    assert charged - before == pytest.approx(tokens * 0.5 + price.web_search / 1000, abs=2e-6)  # the search in full
+    alpha.messages.batches.delete(batch.id)  # the module's later list pages hold alpha's own batches only
 
 
 def test_a_team_among_many_on_one_key_still_gets_full_list_pages(proxy):
