@@ -24,7 +24,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamHTTPError, UpstreamTimeoutError
@@ -126,8 +126,20 @@ class Router:
                             log.info("hedging %s on %s: %d leg(s) without a first byte", model, slot.key, slow)
                         kind = _attempt_kind(slot, legs, errors, self.retry.max_attempts)
                         plan.started(slot)
-                        hedge_at = now + self._hedge_delay_s(slot.key) if max_legs > 1 else math.inf
-                        legs[asyncio.ensure_future(self._attempt(ctx, slot, deadline, kind))] = Leg(slot, hedge_at)
+                        attempt = self._attempt(ctx, slot, deadline, kind)
+                        if max_legs == 1:
+                            # One leg at a time: awaited in this task, not a task of its own and a wait
+                            # on it (two event-loop turns and a task less per request). The attempt's
+                            # own first-byte limit already ends at the deadline.
+                            try:
+                                answer = await attempt
+                            except Exception as failure:
+                                if plan.failed(slot, failure, time.monotonic()).step is Step.FAIL:
+                                    raise
+                                errors.append(failure)
+                                continue
+                            return self._answered(ctx, plan, slot, answer, prefix, keys if not errors else ())
+                        legs[asyncio.ensure_future(attempt)] = Leg(slot, now + self._hedge_delay_s(slot.key))
                         continue
                     if later is None and not legs:
                         raise _final_error(errors)
@@ -148,15 +160,8 @@ class Router:
                     slot = legs.pop(task).slot
                     error = task.exception()
                     if error is None:
-                        plan.finished(slot)
-                        if prefix:  # the replica that answered now holds this prefix; a failed one hands it on
-                            keep = () if errors else keys
-                            self.stats.prefix_owners.remember(prefix, slot.key, keep)
                         winner = task
-                        answer = task.result()
-                        ctx.route = answer.route
-                        ctx.provider = tracing.provider_name(self.providers[slot.target.provider])
-                        return answer
+                        return self._answered(ctx, plan, slot, task.result(), prefix, keys if not errors else ())
                     if plan.failed(slot, error, time.monotonic()).step is Step.FAIL:
                         raise error
                     errors.append(error)
@@ -167,6 +172,16 @@ class Router:
             for task in legs:
                 if task is not winner and await discard(task):  # it answered in the same instant: billed too
                     ctx.abandoned.append(legs[task].slot.target.model or model)
+
+    def _answered(self, ctx: RequestContext, plan: AttemptPlan, slot: TargetSlot, answer: Answer,
+                  prefix: list[bytes], keep: Collection[str]) -> Answer:
+        """The request's answer from `slot`: recorded in the plan, the prefix owners and the context."""
+        plan.finished(slot)
+        if prefix:  # the replica that answered now holds this prefix; after a failure, `keep` is empty: it hands it on
+            self.stats.prefix_owners.remember(prefix, slot.key, keep)
+        ctx.route = answer.route
+        ctx.provider = tracing.provider_name(self.providers[slot.target.provider])
+        return answer
 
     async def _claim(self, ready: list[TargetSlot], force: bool) -> TargetSlot | None:
         """The first ready target whose breaker admits an attempt now.
