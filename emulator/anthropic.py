@@ -76,7 +76,7 @@ def _validate(body: dict[str, Any], count_only: bool) -> str | None:
                     "optional final assistant message")
         if isinstance(c, list):
             for j, b in enumerate(c):
-                err = _validate_block(b, f"messages.{i}.content.{j}")
+                err = _validate_block(b, f"messages.{i}.content.{j}") or _blank_text(b)
                 if err:
                     return err
     system = body.get("system")
@@ -111,6 +111,18 @@ def _validate(body: dict[str, Any], count_only: bool) -> str | None:
     if ss and not all(s.strip() for s in ss):  # "\n" as a stop, which OpenAI's APIs take (litellm#3286)
         return "stop_sequences: each stop sequence must contain non-whitespace"
     return _validate_tools(body, mt, count_only)
+
+
+def _blank_text(block: dict[str, Any]) -> str | None:
+    """Anthropic's 400 for a text block in a message, or in a tool result, that says nothing (one with a cache_control
+    marker gets the cache validation's own message: caching.py)."""
+    inner = block.get("content") if block.get("type") == "tool_result" else None
+    for b in [block, *(inner if isinstance(inner, list) else ())]:
+        if (isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) and not b["text"].strip()
+                and b.get("cache_control") is None):
+            return ("messages: text content blocks must be non-empty" if not b["text"]
+                    else "messages: text content blocks must contain non-whitespace text")
+    return None
 
 
 def _validate_block(b: Any, path: str) -> str | None:

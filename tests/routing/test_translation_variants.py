@@ -114,6 +114,33 @@ def test_a_messages_clients_cache_diagnostics_are_answered_unavailable_by_an_ope
     assert streamed.diagnostics.cache_miss_reason.type == "unavailable"
 
 
+def test_blank_text_which_claude_refuses_is_left_out_of_a_chat_conversation(oa, fresh_emulator):
+    """OpenAI takes empty and whitespace-only text (an empty text part beside an image or another part, a model's
+    "\n\n" before its tool calls, an empty user message after tool results); Claude answers such a text block with a
+    400 ('text content blocks must be non-empty', '... must contain non-whitespace text'), so every later turn of
+    the conversation failed. It says nothing and is left out; a user turn of nothing but that joins the turns around
+    it, and one that Claude would read as the assistant's turn to continue (the last, after the assistant's) is a 400
+    naming it, before anything is sent."""
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}
+    call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    messages: Any = [{"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "Look it up."}]},
+                     {"role": "assistant", "content": "\n\n", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": "call_1", "content": "42"}, {"role": "user", "content": " "}]
+    assert oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=messages, tools=[tool]).choices[0].message
+    body = sent(fresh_emulator)
+    assert body["messages"][0]["content"] == [{"type": "text", "text": "Look it up."}]
+    assert [block["type"] for block in body["messages"][1]["content"]] == ["tool_use"]
+    assert [block["type"] for block in body["messages"][2]["content"]] == ["tool_result"]
+    blank_first = {"role": "user", "content": [{"type": "input_text", "text": "  "}, {"type": "input_text", "text": "Hi"}]}
+    assert oa.responses.create(model="gpt-x", max_output_tokens=8, input=[blank_first]).output_text
+    assert sent(fresh_emulator)["messages"][0]["content"] == [{"type": "text", "text": "Hi"}]
+    before = len(fresh_emulator.state.recent)
+    with pytest.raises(openai.BadRequestError, match=r"messages\.2: a user message with no content"):
+        oa.chat.completions.create(model="gpt-x", max_tokens=8, messages=[
+            {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": ""}])
+    assert len(fresh_emulator.state.recent) == before
+
+
 def test_thinking_blocks_in_messages_history_are_left_out_for_an_openai_target(an, fresh_emulator):
     """A conversation that carries Claude's thinking (and redacted thinking) in earlier assistant turns
     goes to an OpenAI target with the visible turns only, as Responses reasoning items do: another

@@ -172,8 +172,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "writes them; tool → tool_result blocks (call ids with characters Claude's ids do not take, such as "
                                  "Kimi's `functions.name:0`, have them replaced by `_`); images; inline PDF files → document blocks; "
                                  "`cache_control` on a part or message, and OpenAI's explicit `prompt_cache_breakpoint` on a part (the latest "
-                                 "that fit Claude's four; its `ttl` dropped, named), → a breakpoint on the block made from it; an empty assistant "
-                                 "turn, which Claude refuses, left out)"),
+                                 "that fit Claude's four; its `ttl` dropped, named), → a breakpoint on the block made from it; empty or blank "
+                                 "text, which Claude refuses, left out: a turn of nothing else too, the turns around it joining (a "
+                                 "user turn last after the assistant's, which Claude would continue: refused))"),
         "max_completion_tokens": Field(T, "max_tokens (at most the Claude model's own most, e.g. Sonnet 4.5's 64000: a larger one "
                                           "is Anthropic's 400, a ceiling to OpenAI)"),
         "max_tokens": Field(T, "max_tokens (as max_completion_tokens; default when neither is sent: 8192; 4096 for Claude 3 "

@@ -364,6 +364,11 @@ def _o2a_messages(messages: list[dict[str, Any]], in_place: bool) -> tuple[str |
                 continue    # Claude refuses ("non-empty content"): it says nothing; the turns around it join
         elif role == "user":
             blocks = _o2a_user(message, where)
+            if not blocks:  # nothing but empty or blank text, which OpenAI takes and Claude refuses: it says nothing,
+                if out and (out[-1]["role"] == "user" or i < len(messages) - 1):  # so the turns around it join;
+                    continue
+                raise refuse(f"{where}: a user message with no content, first or after the assistant's last turn "  # else
+                             "(Claude takes no empty turn, and without it would continue the assistant's turn)", "Anthropic")
         else:
             raise refuse(f"{where}: role {role!r}", "Anthropic")
         if out and out[-1]["role"] == role:
@@ -426,7 +431,7 @@ def _cached(block: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
 
 def _o2a_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
     content = message.get("content") or message.get("refusal") or ""  # an echoed refusal is the turn's text
-    blocks = [block for block in _joined(_o2a_texts(content, f"{where}.content")) if block["text"]]
+    blocks = [block for block in _joined(_o2a_texts(content, f"{where}.content")) if block["text"].strip()]  # blank: says nothing
     for j, call in enumerate(message.get("tool_calls") or ()):
         function = call.get("function") or {}
         try:
@@ -440,13 +445,19 @@ def _o2a_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
 
 
 def _o2a_user(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A user turn's blocks. Empty or blank text, which OpenAI takes and Claude answers with a 400 ("text content
+    blocks must be non-empty", "... must contain non-whitespace text"), is left out: it says nothing (its
+    breakpoint, if any, goes on the block before it)."""
     content = message.get("content")
     if isinstance(content, str):
-        return [_cached({"type": "text", "text": content}, message)]
+        return [_cached({"type": "text", "text": content}, message)] if content.strip() else []
     blocks: list[dict[str, Any]] = []
     for j, part in enumerate(content or ()):
         kind = part.get("type")
-        if kind == "text":
+        if kind == "text" and not _text(part, f"{where}.content.{j}").strip():
+            if blocks:
+                _cached(blocks[-1], part)
+        elif kind == "text":
             blocks.append(_cached({"type": "text", "text": _text(part, f"{where}.content.{j}")}, part))
         elif kind == "image_url":
             blocks.append(_cached({"type": "image", "source": image_source((part.get("image_url") or {}).get("url", ""))}, part))
