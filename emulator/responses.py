@@ -138,6 +138,28 @@ async def create(emu: Emulator, call: Call) -> None:
     await respond_after(emu, call, delay, 200, orjson.dumps(resp.final), headers, plan.commit)
 
 
+# Hosted tools the emulator runs, once each, before the answer, when a request offers them (the provider
+# bills each call: the gateway's spend counts these items).
+_HOSTED = {"file_search": "file_search_call", "image_generation": "image_generation_call"}
+_PIXEL = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000b49444154789c63600002000005"
+    "00017a5eab3f0000000049454e44ae426082")).decode()  # a 1x1 transparent PNG
+
+
+def _hosted_calls(emu: Emulator, body: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    offered = [t.get("type") for t in body.get("tools") or () if isinstance(t, dict)]
+    calls: list[dict[str, Any]] = []
+    for tool, typ in _HOSTED.items():
+        if tool not in offered:
+            continue
+        if typ == "file_search_call":
+            calls.append({"id": emu.new_id("fs_"), "type": typ, "status": "completed",
+                          "queries": [reply_text(seed, 4)], "results": None})
+        else:
+            calls.append({"id": emu.new_id("ig_"), "type": typ, "status": "completed", "result": _PIXEL})
+    return calls
+
+
 def _usage(plan: CachePlan, out: int, reasoning: int) -> dict[str, Any]:
     return {"input_tokens": plan.total,
             "input_tokens_details": {"cached_tokens": plan.read, "cache_write_tokens": 0},
@@ -177,6 +199,7 @@ class _Response:
                 rs["encrypted_content"] = base64.b64encode(
                     f"emulator-reasoning:{seed}:{reasoning}".encode()).decode()
             self.items.append(rs)
+        self.items += _hosted_calls(emu, body, seed)
         # include: ["message.output_text.logprobs"] fills the parts' logprobs (top_logprobs 0-20)
         wants_lp = "message.output_text.logprobs" in (body.get("include") or ())
         lp = chat_entries(reply.text, body.get("top_logprobs") or 0) if wants_lp and reply.text else []
@@ -236,6 +259,8 @@ class _Response:
                 self._reasoning_events(emit, i, item)
             elif typ == "message":
                 self._message_events(emit, i, item)
+            elif typ in _HOSTED.values():
+                self._hosted_events(emit, i, item)
             else:
                 emit("response.output_item.added", output_index=i,
                      item=dict(item, status="in_progress", arguments=""))
@@ -262,6 +287,15 @@ class _Response:
             emit("response.reasoning_summary_part.done", item_id=item["id"], output_index=i,
                  summary_index=0, part=dict(part, text=self.summary))
         emit("response.output_item.done", self.reasoning, output_index=i, item=item)
+
+    def _hosted_events(self, emit: Any, i: int, item: dict[str, Any]) -> None:
+        """A hosted tool call: added, in progress, its own step, completed, done (as OpenAI streams them)."""
+        typ = item["type"]
+        emit("response.output_item.added", output_index=i, item=dict(item, status="in_progress"))
+        steps = ("in_progress", "searching", "completed") if typ == "file_search_call" else ("in_progress", "generating", "completed")
+        for step in steps:
+            emit(f"response.{typ}.{step}", item_id=item["id"], output_index=i)
+        emit("response.output_item.done", output_index=i, item=item)
 
     def _message_events(self, emit: Any, i: int, item: dict[str, Any]) -> None:
         emit("response.output_item.added", output_index=i,

@@ -28,7 +28,7 @@ EXACT_CHARS = 64 * 1024  # tokenized exactly (a few ms at most); beyond, counted
 PENDING_BYTES = 1024 * 1024  # of a stream held unparsed until an estimate needs them
 CHARS_PER_TOKEN = 3.0  # below cl100k's ~4 on English prose: a length-based count leans high
 DEFAULT_OUTPUT_TOKENS = 4096  # what a reservation assumes when the request sets no output limit
-DEFAULT_SEARCHES = 5  # web searches a reservation assumes when a request allows them without a cap
+DEFAULT_SEARCHES = 5  # calls of a hosted tool billed per call a reservation assumes when a request allows them without a cap
 
 # Keys whose string values are not text the model reads as tokens (ids, switches, names).
 _NOT_TEXT = frozenset({"model", "role", "type", "id", "tool_call_id", "tool_use_id", "cache_control", "stream_options",
@@ -103,6 +103,22 @@ def search_limit(request: LLMRequest) -> int:
         return DEFAULT_SEARCHES if isinstance(body.get("web_search_options"), dict) else 0
     limit = search.get("max_uses", body.get("max_tool_calls"))
     return limit if isinstance(limit, int) and limit >= 0 else DEFAULT_SEARCHES
+
+
+def tool_call_limits(request: LLMRequest) -> Usage:
+    """The most calls of each hosted tool billed per call the provider may run for the request: web
+    searches (`search_limit`), and on the Responses API file searches and images where it offers the
+    `file_search` or `image_generation` tool, each up to its `max_tool_calls`, else DEFAULT_SEARCHES."""
+    calls = Usage(web_searches=search_limit(request))
+    body = request.body
+    tools = body.get("tools")
+    if request.endpoint is Endpoint.RESPONSES and isinstance(tools, list):
+        offered = {t.get("type") for t in tools if isinstance(t, dict)}
+        limit = body.get("max_tool_calls")
+        limit = limit if isinstance(limit, int) and limit >= 0 else DEFAULT_SEARCHES
+        calls.file_searches = limit if "file_search" in offered else 0
+        calls.images = limit if "image_generation" in offered else 0
+    return calls
 
 
 # Events that carry generated text, by the start of their bytes.

@@ -296,7 +296,8 @@ class LimitsPolicy(RateLimits):
 
 
 class Price(_Strict):
-    """USD per million tokens, and per 1,000 web searches the provider runs (docs/spend.md)."""
+    """USD per million tokens, per 1,000 web and file searches the provider runs, and per image its
+    image generation tool makes (docs/spend.md)."""
 
     input: Annotated[float, Field(ge=0)]
     output: Annotated[float, Field(ge=0)]
@@ -304,6 +305,10 @@ class Price(_Strict):
     cache_write: Annotated[float, Field(ge=0)] | None = None  # None: the input price
     cache_write_1h: Annotated[float, Field(ge=0)] | None = None  # Anthropic's 1-hour writes; None: the cache_write price
     web_search: Annotated[float, Field(ge=0)] = 10.0  # per 1,000 searches: both providers' base rate
+    file_search: Annotated[float, Field(ge=0)] = 2.5  # per 1,000 calls of OpenAI's file search tool
+    # USD per image of the Responses API's image generation tool (billed at the image model's rates, by
+    # quality and size); None: not priced (a budgeted team is refused the tool)
+    image_generation: Annotated[float, Field(ge=0)] | None = None
     # Token prices times these where OpenAI says the answer was served on its priority or flex tier
     priority: Annotated[float, Field(ge=0)] = 2.0
     flex: Annotated[float, Field(ge=0)] = 0.5

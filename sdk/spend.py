@@ -139,28 +139,35 @@ def _long(price: Price, input_tokens: int) -> tuple[float, float]:
 
 def cost_usd(usage: Usage, price: Price, token_rate: float = 1.0) -> float:
     """What `usage` costs at `price`: its tokens times `token_rate` (0.5 at batch rates, which
-    discount tokens only) and the per-call fees of the tools the provider ran (web searches) in full."""
+    discount tokens only) and the per-call fees of the tools the provider ran in full."""
     written_5m = usage.cache_write_tokens - usage.cache_write_1h_tokens
     inputs = (usage.input_tokens * price.input + usage.cache_read_tokens * (price.cache_read or 0.0)
               + written_5m * (price.cache_write or 0.0) + usage.cache_write_1h_tokens * (price.cache_write_1h or 0.0))
     long_input, long_output = _long(price, usage.total_input_tokens)
     tokens = (inputs * long_input + usage.output_tokens * price.output * long_output) / 1e6
     rate = tier_rate(price, usage.service_tier) * _surcharge(price, usage.inference_geo == "us", usage.fast)
-    return tokens * rate * token_rate + usage.web_searches * price.web_search / 1e3
+    return tokens * rate * token_rate + tool_fees(usage, price)
 
 
-def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, searches: int = 0, tier: object = None,
+def tool_fees(calls: Usage, price: Price) -> float:
+    """USD for the hosted tool calls the provider bills per call besides the tokens: web searches and
+    file searches (per 1,000), images of the image generation tool (each; none where not priced)."""
+    return ((calls.web_searches * price.web_search + calls.file_searches * price.file_search) / 1e3
+            + calls.images * (price.image_generation or 0.0))
+
+
+def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, calls: Usage | None = None, tier: object = None,
                    us_only: bool = False, fast: bool = False, token_rate: float = 1.0) -> float:
     """The most a request can cost: every input token at the dearest of the input and cache-write
     prices, every allowed output token at the output price (at long-context rates past the price's
     threshold), on the service tier it asks for (never below the standard rate: a provider may serve a
     flex request at it) and where it asks to run, the tokens times `token_rate` (batch rates), and the
-    web searches it allows in full (a budget reservation)."""
+    hosted tool `calls` it allows in full (a budget reservation)."""
     dearest = max(price.input, price.cache_write or 0.0, price.cache_write_1h or 0.0)
     long_input, long_output = _long(price, input_tokens)
     tokens = (input_tokens * dearest * long_input + output_tokens * price.output * long_output) / 1e6
     rate = max(1.0, tier_rate(price, tier)) * _surcharge(price, us_only, fast)
-    return tokens * rate * token_rate + searches * price.web_search / 1e3
+    return tokens * rate * token_rate + (tool_fees(calls, price) if calls is not None else 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,10 @@ class Usage:
     # Searches the provider ran for the answer and bills per call besides the tokens (Anthropic's
     # server_tool_use.web_search_requests, the Responses API's web_search_call items).
     web_searches: int = 0
+    # The Responses API's other hosted tools billed per call: file_search_call items ($2.50 per 1,000),
+    # image_generation_call items (an image each, at the image model's rates)
+    file_searches: int = 0
+    images: int = 0
     service_tier: str = ""  # the OpenAI tier that served the answer (`priority`, `flex`, `default`), as it reports it
     inference_geo: str = ""  # where Anthropic ran it (`us` is billed 1.1x)
     fast: bool = False  # asked for Anthropic's fast mode (`speed: fast`), billed at its own rates

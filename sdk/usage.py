@@ -71,14 +71,18 @@ def _tier(answer: dict[str, Any]) -> str:
 
 
 def responses_usage(response: Any) -> Usage:
-    """A Responses API response's usage, with the web searches its output items record (each
-    `web_search_call` is a billed search; its usage object does not count them)."""
+    """A Responses API response's usage, with the hosted tool calls its output items record, which
+    the provider bills per call and its usage object does not count: each `web_search_call` a search,
+    each `file_search_call` a file search, each `image_generation_call` an image."""
     if not isinstance(response, dict):
         return Usage()
     usage = _input_inclusive(response.get("usage"), "input_tokens", "input_tokens_details", "output_tokens")
     output = response.get("output")
     if isinstance(output, list):
-        usage.web_searches = sum(1 for item in output if isinstance(item, dict) and item.get("type") == "web_search_call")
+        kinds = [item.get("type") for item in output if isinstance(item, dict)]
+        usage.web_searches = kinds.count("web_search_call")
+        usage.file_searches = kinds.count("file_search_call")
+        usage.images = kinds.count("image_generation_call")
     usage.service_tier = _tier(response)
     return usage
 

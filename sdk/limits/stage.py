@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sdk.errors import RateLimitedError, SlipstreamError
-from sdk.estimate import CHARS_PER_TOKEN, StreamTally, input_tokens, output_limit, search_limit
+from sdk.estimate import CHARS_PER_TOKEN, StreamTally, input_tokens, output_limit, tool_call_limits
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
 from sdk.pipeline import Handler, RequestContext
@@ -173,9 +173,14 @@ class LimitsStage:
             raise SlipstreamError(f"pricing: team {self.team} has a budget and Anthropic's fast mode (speed: fast) has no price for "
                                   f"model {request.model!r}, so its spend could not be counted; the gateway's operator must add "
                                   "`fast: MULTIPLIER` (of the standard token prices) to the model's pricing: entry (docs/spend.md)", status=403)
-        counted, allowed, searches = input_tokens(request, exact) + history, output_limit(request), search_limit(request)
+        calls = tool_call_limits(request)
+        if calls.images and any(price.image_generation is None for price in prices):
+            raise SlipstreamError(f"pricing: team {self.team} has a budget and the image generation tool has no price for model "
+                                  f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
+                                  "`image_generation: USD_PER_IMAGE` to the model's pricing: entry (docs/spend.md)", status=403)
+        counted, allowed = input_tokens(request, exact) + history, output_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
-        return max(worst_cost_usd(counted, allowed, price, searches, tier, us_only, fast, token_rate) for price in prices)
+        return max(worst_cost_usd(counted, allowed, price, calls, tier, us_only, fast, token_rate) for price in prices)
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a

@@ -229,6 +229,8 @@ class Tally:
         total.cache_write_tokens += usage.cache_write_tokens
         total.cache_write_1h_tokens += usage.cache_write_1h_tokens
         total.web_searches += usage.web_searches
+        total.file_searches += usage.file_searches
+        total.images += usage.images
 
 
 async def read_object(response: UpstreamResponse) -> dict[str, Any]:

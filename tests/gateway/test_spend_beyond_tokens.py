@@ -89,6 +89,38 @@ def test_a_request_that_may_search_holds_its_searches_against_the_budget(tmp_pat
     assert held == pytest.approx(tokens_only + 3 * 10.0 / 1000, rel=1e-3)
 
 
+def test_file_searches_and_generated_images_are_charged(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """OpenAI bills each call of its file search tool ($2.50 per 1,000) and each image its image
+    generation tool makes (at the image model's rates) besides the tokens. The spend counted the tokens
+    and web searches only, so a team searched its files and drew images on the account every team shares
+    uncounted (the images alone $0.40 in the test, $0 charged). Each `file_search_call` and
+    `image_generation_call` item is charged now, native and streamed; a budgeted team is refused the
+    image tool (403, nothing sent) until its price has `image_generation`."""
+    priced = 'provider_objects: ["vs_team"]\npricing: {"gpt-4.1*": {input: 2, output: 8, image_generation: 0.2}}\n'
+    tools: Any = [{"type": "file_search", "vector_store_ids": ["vs_team"]}, {"type": "image_generation"}]
+    write_policy(tmp_path, "drawer", KEY, fresh_emulator.url, extra=PLAIN + priced)
+    write_policy(tmp_path, "frugal", "sk-team-frugal-images", fresh_emulator.url,
+                 extra=PLAIN + 'provider_objects: ["vs_team"]\nbudget: {usd: 5, period: day}\n')
+    with running_proxy([tmp_path]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        answer = client.responses.create(model="gpt-4.1", input="Find our logo and draw it.", tools=tools, max_output_tokens=2000)
+        with client.responses.stream(model="gpt-4.1", input="Find our logo and draw it.", tools=tools, max_output_tokens=2000) as stream:
+            streamed = stream.get_final_response()
+        for response in (answer, streamed):
+            assert [item.type for item in response.output][:2] == ["file_search_call", "image_generation_call"]
+        tokens = sum((r.usage.input_tokens * 2 + r.usage.output_tokens * 8) / 1e6 for r in (answer, streamed) if r.usage)
+        spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > tokens and total, "the tools charged")
+        assert spent == pytest.approx(tokens + 2 * (2.5 / 1000 + 0.2), abs=2e-6)
+
+        frugal = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-team-frugal-images", max_retries=0)
+        sent = fresh_emulator.stats()["requests_total"]
+        with pytest.raises(openai.PermissionDeniedError, match="image_generation: USD_PER_IMAGE"):
+            frugal.responses.create(model="gpt-4.1", input="Draw a logo.", tools=tools[1:], max_output_tokens=32)
+        assert fresh_emulator.stats()["requests_total"] == sent  # refused before anything was sent
+        searched = frugal.responses.create(model="gpt-4.1", input="Find our logo.", tools=tools[:1], max_output_tokens=32)
+        assert searched.output[0].type == "file_search_call"  # a file search has a built-in price
+
+
 def test_one_hour_cache_writes_are_charged_at_their_rate(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
     """Anthropic bills 1-hour cache writes at 2x input, 5-minute ones at 1.25x, and its usage says which
     were which; every write was charged at the 5-minute rate (62.5% of a 1-hour write's cost)."""
