@@ -33,6 +33,8 @@ ROUTES = """  - match: {model: "gpt-s46-*"}
     targets: [{provider: gpt, model: o3}]
   - match: {model: "claude-51-*"}
     targets: [{provider: gpt, model: gpt-5.1}]
+  - match: {model: "claude-56-*"}
+    targets: [{provider: gpt, model: gpt-5.6}]
   - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]"""
 
@@ -169,6 +171,34 @@ def test_a_one_hour_cache_marker_reaches_an_openai_model_with_extended_retention
     assert "prompt_cache_retention" not in _sent(fresh_emulator)
     an.messages.create(model="claude-41-x", max_tokens=32, messages=ASK, cache_control={"type": "ephemeral"})
     assert "prompt_cache_retention" not in _sent(fresh_emulator)
+
+
+def test_claude_cache_markers_reach_gpt_5_6_as_its_explicit_breakpoints(an, fresh_emulator):
+    """gpt-5.6 and later read a cached prefix only where a breakpoint (`prompt_cache_breakpoint` on a content part) ends
+    it; a Messages client's markers were all dropped, so a new session of a coding agent wrote its system prompt again
+    instead of reading it. A marker on a system, user or tool-result block is now the breakpoint of the part made from
+    it (`ttl: "1h"` as OpenAI's `12h`), the system prompt's parts joining to the same text; one on a tool or an
+    assistant block, which OpenAI takes none on, is still dropped and named; gpt-4o gets none, as before."""
+    one_hour, five_minutes = {"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral"}
+    system: Any = [{"type": "text", "text": "You are a weather bot."}, {"type": "text", "text": "Be brief.", "cache_control": one_hour}]
+    tools: Any = [{"name": "lookup", "input_schema": {"type": "object", "properties": {}}, "cache_control": five_minutes}]
+    messages: Any = [{"role": "user", "content": [{"type": "text", "text": "Weather in Oslo?", "cache_control": five_minutes}]},
+                     {"role": "assistant", "content": [{"type": "text", "text": "Looking.", "cache_control": five_minutes},
+                                                       {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 C",
+                                                   "cache_control": five_minutes}]}]
+    raw = an.messages.with_raw_response.create(model="claude-56-x", max_tokens=32, system=system, tools=tools, messages=messages)
+    assert raw.parse().content and "cache_control" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    sent = _sent(fresh_emulator)
+    assert sent["model"] == "gpt-5.6"
+    assert sent["messages"][0] == {"role": "system", "content": [
+        {"type": "text", "text": "You are a weather bot."},
+        {"type": "text", "text": "\n\nBe brief.", "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "12h"}}]}
+    assert sent["messages"][1]["content"] == [{"type": "text", "text": "Weather in Oslo?", "prompt_cache_breakpoint": {"mode": "explicit"}}]
+    assert sent["messages"][2]["content"] == "Looking." and "prompt_cache_breakpoint" not in json.dumps(sent["tools"])
+    assert sent["messages"][3]["content"] == [{"type": "text", "text": "12 C", "prompt_cache_breakpoint": {"mode": "explicit"}}]
+    an.messages.create(model="claude-x", max_tokens=32, system=system, tools=tools, messages=messages)
+    assert "prompt_cache_breakpoint" not in json.dumps(_sent(fresh_emulator))
 
 
 def test_prompt_cache_options_reach_claude_left_out_and_named(oa, fresh_emulator):

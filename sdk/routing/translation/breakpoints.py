@@ -1,4 +1,4 @@
-"""OpenAI's explicit prompt-cache breakpoints as Claude's.
+"""OpenAI's explicit prompt-cache breakpoints as Claude's, and Claude's as OpenAI's.
 
 openai 3.x sends `prompt_cache_breakpoint: {"mode": "explicit", "ttl": ...}` on a Chat content part (text,
 image, file; a Responses input part the same), marking the exact end of a prefix to cache (gpt-5.6 and later).
@@ -12,6 +12,7 @@ policy's `prompt_cache.ttl`, an hour (fields.py names it dropped, as `prompt_cac
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 BREAKPOINT = "prompt_cache_breakpoint"
@@ -56,3 +57,40 @@ def lifetimes(messages: Any) -> bool:
     """Whether a Chat conversation's explicit breakpoints name a `ttl`, which a Claude target cannot keep."""
     return any(marked(part) and part[BREAKPOINT].get("ttl") is not None
                for message in (messages if isinstance(messages, list) else ()) for part in _parts(message))
+
+
+# OpenAI models that take explicit breakpoints (and prompt_cache_options): gpt-5.6 and later, also under a router's
+# vendor prefix. They read a cached prefix only where a breakpoint ends it ("match a cache entry exactly at a breakpoint
+# instead of falling back to a shorter unmarked prefix"): without one where the client's prefix ends (a coding agent's
+# system prompt, shared by its sessions and subagents), a new conversation writes that prefix again at 1.25x instead
+# of reading it. A Messages client's `cache_control` on a system, user or tool-result block is that marker; on a
+# tool or an assistant block it has no place (OpenAI takes breakpoints on input content parts only).
+_EXPLICIT = re.compile(r"^([\w.-]+/)?gpt-(5\.([6-9]|[1-9]\d)|([6-9]|[1-9]\d)(\.\d+)?)(?![\d.])")
+
+
+def takes_breakpoints(model: Any) -> bool:
+    """Whether the OpenAI model `model` takes `prompt_cache_breakpoint` on content parts."""
+    return bool(_EXPLICIT.match(str(model or "")))
+
+
+def openai_breakpoint(cache_control: Any) -> dict[str, Any] | None:
+    """Claude's `cache_control` as OpenAI's breakpoint. A 1-hour marker asks OpenAI's 12h, the one lifetime that
+    outlasts an hour; a 5-minute one takes the request's (30 minutes)."""
+    if not isinstance(cache_control, dict):
+        return None
+    return {"mode": "explicit", **({"ttl": "12h"} if cache_control.get("ttl") == "1h" else {})}
+
+
+def marked_part(part: dict[str, Any], *blocks: Any) -> dict[str, Any]:
+    """`part` with the breakpoint of the first of `blocks` (Claude blocks it was made from) that has a marker."""
+    marker = next((b.get("cache_control") for b in blocks if isinstance(b, dict) and b.get("cache_control") is not None), None)
+    breakpoint_ = openai_breakpoint(marker)
+    return {**part, BREAKPOINT: breakpoint_} if breakpoint_ else part
+
+
+def system_parts(blocks: list[Any], text: str) -> str | list[dict[str, Any]]:
+    """A Messages system prompt (`text`, its blocks joined by blank lines) as a Chat system message's content: the
+    text, or, where a block carries a marker, text parts that join to the same text, each marked as its block was."""
+    if not any(isinstance(b, dict) and b.get("cache_control") is not None for b in blocks):
+        return text
+    return [marked_part({"type": "text", "text": ("\n\n" if i else "") + b["text"]}, b) for i, b in enumerate(blocks)]

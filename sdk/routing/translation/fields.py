@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.breakpoints import BREAKPOINT, lifetimes
+from sdk.routing.translation.breakpoints import BREAKPOINT, lifetimes, takes_breakpoints
 
 DROPPED_HEADER = "x-slipstream-dropped-fields"
 
@@ -269,7 +269,10 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                 "say no divergence was found), `null` for the first turn's opt-in"),
         "cache_control": Field(D, "Anthropic's automatic caching; OpenAI targets get prompt_cache_key, and a `ttl: \"1h\"` "
                                   "here or on a block `prompt_cache_retention: \"24h\"` where the model has extended "
-                                  "retention (gpt-4.1, gpt-5, gpt-5.1 to 5.5; OpenAI's in-memory retention lasts minutes)"),
+                                  "retention (gpt-4.1, gpt-5, gpt-5.1 to 5.5; OpenAI's in-memory retention lasts minutes). "
+                                  "For gpt-5.6 and later, a block's marker on a system, user or tool-result block is the "
+                                  "`prompt_cache_breakpoint` of the part made from it (`ttl: \"1h\"` as `12h`); on a tool or "
+                                  "an assistant block, which OpenAI takes none on, dropped and named"),
         "service_tier": Field(D, "billing tier"),
         "inference_geo": Field(D, "where Anthropic runs it"),
         "speed": Field(D, "Anthropic's fast mode: how fast the answer comes, not what it says"),
@@ -435,8 +438,11 @@ def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:
         return named + sized + ([f"{BREAKPOINT}.ttl"] if lifetimes(messages) else [])
     if shape is Shape.MESSAGES:
         system, tools = body.get("system"), body.get("tools")
-        items = [*(system if isinstance(system, list) else ()), *(tools if isinstance(tools, list) else ())]
+        carried = takes_breakpoints(body.get("model"))  # markers on system, user and tool-result blocks travel (breakpoints.py)
+        items = [*(system if isinstance(system, list) and not carried else ()), *(tools if isinstance(tools, list) else ())]
         for message in messages:
+            if carried and message.get("role") != "assistant":
+                continue
             content = message.get("content")
             for block in content if isinstance(content, list) else ():
                 inner = block.get("content") if isinstance(block, dict) else None  # a tool_result's blocks

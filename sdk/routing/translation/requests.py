@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError
-from sdk.routing.translation.breakpoints import with_claude_breakpoints
+from sdk.routing.translation.breakpoints import BREAKPOINT, marked_part, system_parts, takes_breakpoints, with_claude_breakpoints
 from sdk.routing.translation.fields import (
     Fate,
     Shape,
@@ -115,10 +115,12 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     elif reasons(out["model"]) and ("temperature" in out or "top_p" in out):
         out["reasoning_effort"] = "none"  # gpt-5.1's family samples at effort none only: said, not left to a default
     system = body.get("system")
+    explicit = takes_breakpoints(out["model"])  # gpt-5.6 and later: the client's markers as OpenAI's breakpoints (breakpoints.py)
     if system:
-        out["messages"].append({"role": "system", "content": _text_of(system, "system", "OpenAI")})
+        text = _text_of(system, "system", "OpenAI")
+        out["messages"].append({"role": "system", "content": system_parts(system, text) if explicit and isinstance(system, list) else text})
     for i, message in enumerate(body.get("messages") or ()):
-        out["messages"].extend(_a2o_message(message, f"messages.{i}"))
+        out["messages"].extend(_a2o_message(message, f"messages.{i}", explicit))
     if body.get("tools"):
         out["tools"] = [_a2o_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"])]
     choice = body.get("tool_choice")
@@ -192,7 +194,7 @@ def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[dict[str, Any]]:
     role, content = message.get("role"), message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
@@ -222,7 +224,8 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(content or ()):
         if block.get("type") != "tool_result":
-            parts.append(_a2o_part(block, f"{where}.content.{j}"))
+            part = _a2o_part(block, f"{where}.content.{j}")
+            parts.append(marked_part(part, block) if explicit else part)
             continue
         result = block.get("content") or ""
         texts = [result] if isinstance(result, str) else []
@@ -231,11 +234,14 @@ def _a2o_message(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
             if part["type"] == "text":
                 texts.append(part["text"])
             else:
-                attached.append(part)
+                attached.append(marked_part(part, inner) if explicit else part)
         text = "\n\n".join(texts)
         if block.get("is_error"):
             text = f"Error: {text}"  # OpenAI has no error flag on tool results
-        tool_messages.append({"role": "tool", "tool_call_id": openai_tool_id(block["tool_use_id"]), "content": text})
+        inner_texts = [] if isinstance(result, str) else [b for b in result if b.get("type") == "text"]
+        marked = marked_part({"type": "text", "text": text}, block, *inner_texts) if explicit else {}
+        tool_content: Any = [marked] if BREAKPOINT in marked else text  # a marked result: one text part
+        tool_messages.append({"role": "tool", "tool_call_id": openai_tool_id(block["tool_use_id"]), "content": tool_content})
     if attached or parts:
         tool_messages.append({"role": role, "content": attached + parts})
     return tool_messages
