@@ -82,6 +82,7 @@ from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstre
 from sdk.providers.base import HTTPProvider, account_header
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.requests import check_model_name
+from sdk.responses.conversation import Conversations
 from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
 from sdk.state import in_background
@@ -245,6 +246,7 @@ class _Exchange:
                 bodies = [line for _, line in lines]
                 await self.owners.check_files(self.team.team, bodies, size)
                 check_account_objects(self.limits.provider_objects, bodies)
+                await self.check_conversations(bodies)
                 new = [model for model in dict.fromkeys(str(line.get("model") or "") for line in bodies) if model not in models]
                 self.check_models(new)  # as they come: a name is never held unchecked (a line may be 16 MiB)
                 models.update(dict.fromkeys(new))
@@ -253,6 +255,19 @@ class _Exchange:
                 count += len(lines)
         self.check_models(list(models))  # the names the access log and span show
         return worst
+
+    async def check_conversations(self, bodies: list[dict[str, Any]]) -> None:
+        """The stored responses and items batch lines name (`previous_response_id`, `item_reference`)
+        must be the team's own, as on /v1/responses (sdk/responses/conversation.py): the provider
+        resolves them itself, on the account every team shares, into an output file the team reads."""
+        previous = [body["previous_response_id"] for body in bodies if body.get("previous_response_id") is not None]
+        items = [item.get("id") for body in bodies if isinstance(inputs := body.get("input"), list)
+                 for item in inputs if isinstance(item, dict) and item.get("type") == "item_reference"]
+        if not previous and not items:
+            return
+        if self.limits.responses is None:
+            raise NotFoundError("this team has no stored responses for batch lines to continue or reference")
+        await Conversations(self.team.team, self.limits.responses).check_held(previous, items)
 
     def settle(self, model: str = "", usage: Usage | None = None, estimated: bool = False) -> None:
         admission, self.admission = self.admission, None

@@ -67,6 +67,20 @@ class Conversations:
             HOLDING.get()(size + referenced)
         return Resolved(previous, own, context, expanded, size + referenced)
 
+    async def check_held(self, previous_ids: list[Any], item_ids: list[Any]) -> None:
+        """Refuse, as `resolve` does (404; 400 for an id that is not a string), a `previous_response_id`
+        or `item_reference` id the team's store does not hold, in requests the provider resolves itself
+        (a batch's input lines): on an account teams share it would continue another team's conversation
+        or read its items, into an output the team reads."""
+        checked: set[str] = set()
+        for previous_id in previous_ids:
+            if not isinstance(previous_id, str) or previous_id not in checked:
+                await self._previous({"previous_response_id": previous_id})  # a 400 for anything but a string
+                checked.add(previous_id)
+        if item_ids:
+            named = dict.fromkeys(i if isinstance(i, str) else None for i in item_ids)  # None: the 400
+            await self._references([{"type": "item_reference", "id": item_id} for item_id in named])
+
     def body(self, request_body: dict[str, Any], resolved: Resolved) -> dict[str, Any]:
         """The body a native target is sent: as it came, unless something had to be expanded."""
         if not resolved.expanded and resolved.context == resolved.own:

@@ -182,6 +182,35 @@ def test_batches_name_no_unlisted_account_object(proxy, fresh_emulator):
     assert [r for r in fresh_emulator.app.state.recent if "batches" in r["path"] and r["method"] == "POST"] == []
 
 
+@pytest.mark.parametrize("door", ["proxy", "drop-in"])
+def test_a_batch_line_cannot_continue_or_reference_another_teams_response(proxy, policies, fresh_emulator, door):
+    """A batch's /v1/responses lines run at the provider, which resolves `previous_response_id` and
+    `item_reference` itself under the key every team shares. The gateway checked a line's files,
+    account objects and models, not those, so a team's batch continued another team's conversation (the
+    batch was created, and its output file, the team's own to read, held an answer in the other team's
+    context). Such a line is the 404 /v1/responses answers for an id the team's store does not hold,
+    and nothing is sent; the owner's own lines still go."""
+    alpha = oai(proxy, A)
+    secret = alpha.responses.create(model="gpt-4o-mini", input="My locker code is 4417. Remember it.", max_output_tokens=30)
+    item = secret.output[-1].id
+    beta = oai(proxy, B) if door == "proxy" else sdk.OpenAI(policy=policies / "beta.yaml", max_retries=0)
+
+    def batch_of(body: dict) -> bytes:
+        return orjson.dumps({"custom_id": "x", "method": "POST", "url": "/v1/responses", "body": {"model": "gpt-4o-mini", **body}}) + b"\n"
+
+    uses = [({"input": "What was the code?", "previous_response_id": secret.id}, f"Previous response with id '{secret.id}' not found."),
+            ({"input": [{"type": "item_reference", "id": item}]}, f"Item with id '{item}' not found.")]
+    for body, message in uses:
+        source = beta.files.create(file=("in.jsonl", batch_of(body)), purpose="batch")
+        fresh_emulator.app.state.recent.clear()
+        with pytest.raises(openai.NotFoundError) as refused:
+            beta.batches.create(input_file_id=source.id, endpoint="/v1/responses", completion_window="24h")
+        assert refused.value.body["message"] == message  # as for an id nobody made
+        assert [r for r in fresh_emulator.app.state.recent if "batches" in r["path"] and r["method"] == "POST"] == []
+    own = alpha.files.create(file=("in.jsonl", batch_of(uses[0][0])), purpose="batch")
+    assert alpha.batches.create(input_file_id=own.id, endpoint="/v1/responses", completion_window="24h").status
+
+
 def test_only_request_and_tool_fields_name_account_objects():
     from sdk.state.ownership import account_objects
 
