@@ -24,7 +24,7 @@ from litestar.enums import HttpMethod
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.handlers import asgi
 from litestar.params import QueryParameter
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.admin import AdminKey, admin_guard
 from gateway.proxy import AsgiCall, Receive, door_handler
@@ -35,7 +35,7 @@ from sdk.door import PIPELINE, Door, KeyedTeams, Reply, protocol_for, refusal
 from sdk.door.bodies import DEFAULT_BUDGET_BYTES, BodyBudget
 from sdk.errors import InvalidRequestError, SlipstreamError
 from sdk.observability import live_stats, tracing
-from sdk.observability.metrics import REGISTRY
+from sdk.observability.exposition import exposition
 from sdk.passthrough import PREFIXES as PASSTHROUGH_PREFIXES
 from sdk.pipeline import REQUEST_ID_HEADER, new_request_id
 from sdk.promptcache.stats import report as prompt_cache_report
@@ -129,7 +129,7 @@ def readyz(state: State) -> Response[dict[str, object]]:
 @get("/metrics", guards=[admin_guard])
 async def metrics() -> Response[bytes]:
     # Rendering walks every series: in a thread, so a scrape never holds the loop.
-    return Response(await asyncio.to_thread(generate_latest, REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(await asyncio.to_thread(exposition), media_type=CONTENT_TYPE_LATEST)
 
 
 @get("/v1/slipstream/cache-report", sync_to_thread=False)

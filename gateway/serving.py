@@ -15,6 +15,7 @@ import uvicorn
 from uvicorn.supervisors import Multiprocess
 
 from gateway.edge import EdgeConfig, EdgeLimits
+from sdk.observability.exposition import shared_metrics_dir
 from sdk.policy import Policy
 
 # What every server of the proxy runs with, `slipstream serve` and gateway/testing.py alike.
@@ -28,10 +29,12 @@ def server_config(app: Any, edge: EdgeLimits, **options: Any) -> EdgeConfig:
 
 def run_server(config: EdgeConfig) -> None:
     """`uvicorn.run`, with our config class: one process, or `config.workers` sharing one socket;
-    each serving process settles its garbage collector once its app is loaded (gateway/collector.py)."""
+    each serving process settles its garbage collector once its app is loaded (gateway/collector.py).
+    Workers write their metrics where every one of them can read all (sdk/observability/exposition.py)."""
     config.serving = True
     if config.workers > 1:
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        with shared_metrics_dir():  # one /metrics page for all of them (sdk/observability/exposition.py)
+            Multiprocess(config, sockets=[config.bind_socket()]).run()
     else:
         uvicorn.Server(config).run()
 

@@ -37,12 +37,17 @@ OVERHEAD = Histogram(
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
     registry=REGISTRY,
 )
-IN_FLIGHT = Gauge("slipstream_in_flight_requests", "Requests being served", ("team",), registry=REGISTRY)
+# With several workers (sdk/observability/exposition.py) a gauge's page value is its mode over the
+# live workers: requests in flight add up; a rolling percentile is the worst worker's; the state
+# backend is up only where every worker has it.
+IN_FLIGHT = Gauge("slipstream_in_flight_requests", "Requests being served", ("team",), registry=REGISTRY,
+                  multiprocess_mode="livesum")
 REQUESTS = Counter("slipstream_requests_total", "Answered requests", ("team", "route", "status"), registry=REGISTRY)
 ERRORS = Counter("slipstream_errors_total", "Failed requests by kind", ("team", "kind"), registry=REGISTRY)
 CANCELLED = Counter("slipstream_cancelled_total", "Requests whose client went away", ("team",), registry=REGISTRY)
 TOKENS = Counter("slipstream_tokens_total", "Tokens by kind (input, output, cache_read, cache_write)", ("team", "route", "kind"), registry=REGISTRY)
-PERCENTILE = Gauge("slipstream_latency_percentile_seconds", "Rolling percentiles", ("team", "metric", "quantile"), registry=REGISTRY)
+PERCENTILE = Gauge("slipstream_latency_percentile_seconds", "Rolling percentiles", ("team", "metric", "quantile"), registry=REGISTRY,
+                   multiprocess_mode="livemax")
 ALERTS = Counter("slipstream_latency_alerts_total", "Rolling percentile crossed a policy threshold", ("team", "metric", "quantile"), registry=REGISTRY)
 RESPONSE_CACHE = Counter(
     "slipstream_response_cache_lookups_total",
@@ -71,7 +76,8 @@ PASSTHROUGH_SECONDS = Histogram(
 )
 POLICY_RELOADS = Counter("slipstream_policy_reloads_total", "Policy reloads by outcome", ("outcome",), registry=REGISTRY)
 STATE_BACKEND_UP = Gauge(
-    "slipstream_state_backend_up", "1 while the configured state backend answers (in process: always); 0: degraded to local state", registry=REGISTRY
+    "slipstream_state_backend_up", "1 while the configured state backend answers (in process: always); 0: degraded to local state", registry=REGISTRY,
+    multiprocess_mode="livemin",
 )
 STATE_BACKEND_UP.set(1)  # in process, the backend is always there; a Redis guard sets it
 STATE_ADMISSIONS = Counter(

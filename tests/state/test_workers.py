@@ -8,6 +8,8 @@ import subprocess
 import time
 
 import anthropic
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.testing import free_port
 from tests.gateway.test_cli import ROOT, _command, _wait
@@ -45,6 +47,41 @@ def test_two_workers_share_one_limit(tmp_path, fresh_emulator, redis_url):
         # that, and each refill is one more the limit rightly lets through.
         refilled = int((time.monotonic() - started) * 5 / 60)
         assert 5 <= sum(outcomes) <= 5 + refilled, (outcomes, refilled)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def _scraped(port: int) -> dict[str, float]:
+    """One scrape of /metrics on a fresh connection (the kernel hands it to any worker): the team's
+    answered requests and requests in flight."""
+    page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10, headers={"connection": "close"}).text
+    values = {"requests": 0.0, "in_flight": 0.0}
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.labels.get("team") != "t":
+                continue
+            if sample.name == "slipstream_requests_total":
+                values["requests"] += sample.value
+            elif sample.name == "slipstream_in_flight_requests":
+                values["in_flight"] += sample.value
+    return values
+
+
+def test_every_scrape_counts_every_workers_requests(tmp_path, fresh_emulator):
+    """With two workers on one port a scrape reached one of them and showed its counters alone (a
+    fraction of the traffic, changing with the worker that answered); every page sums all workers."""
+    write_policy(tmp_path, "t", "sk-t", fresh_emulator.url)
+    port = free_port()
+    process = subprocess.Popen([*_command(), "serve", "--policy-dir", str(tmp_path), "--port", str(port), "--workers", "2",
+                                "--local-state"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait(f"http://127.0.0.1:{port}/healthz", process)
+        sent = 16
+        for _ in range(sent):  # a fresh connection each time: the kernel spreads them over the workers
+            with anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="sk-t", max_retries=0) as client:
+                client.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        assert [_scraped(port) for _ in range(6)] == [{"requests": sent, "in_flight": 0}] * 6
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
