@@ -8,6 +8,7 @@ Responses upstream (`oai-*`), a Chat-Completions-only upstream (`gpt-*`) and an 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -378,3 +379,29 @@ def test_prompt_cache_retention_reaches_a_chat_target(proxy, fresh_emulator):
         sent = json.loads(fresh_emulator.state.recent[-1]["body"])
         assert sent.get("prompt_cache_retention") == (retention if travels else None)
         assert ("prompt_cache_retention" in raw.headers.get("x-slipstream-dropped-fields", "").split(",")) is not travels
+
+
+def test_explicit_cache_breakpoints_and_options_reach_a_chat_target_that_takes_them(proxy, fresh_emulator):
+    """openai 3.x's `prompt_cache_options` and an input part's `prompt_cache_breakpoint` (gpt-5.6's explicit caching,
+    which reads a prefix only where a breakpoint ends it) were left out for a Chat Completions target, which takes the
+    same fields, the breakpoints without a word. They travel to a model that takes them, a tool output's as its one
+    text part; to an earlier model (gpt-4o) they are left out and named."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    explicit = {"mode": "explicit"}
+    tools: Any = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}, "strict": False}]
+    items: Any = [{"role": "developer", "content": [{"type": "input_text", "text": "Be brief.", "prompt_cache_breakpoint": explicit}]},
+                  {"role": "user", "content": "Tell me about fjords."},
+                  {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "call_1",
+                   "output": [{"type": "input_text", "text": "Geirangerfjord.", "prompt_cache_breakpoint": explicit}]}]
+    for model, travels in (("gpt-5.6", True), ("gpt-4o", False)):
+        raw = client.responses.with_raw_response.create(model=model, input=items, tools=tools, prompt_cache_options=explicit)
+        assert raw.parse().output is not None
+        sent = json.loads(fresh_emulator.state.recent[-1]["body"])
+        assert sent["model"] == model and sent.get("prompt_cache_options") == (explicit if travels else None)
+        marked = [part.get("prompt_cache_breakpoint") for message in sent["messages"] if isinstance(message["content"], list)
+                  for part in message["content"]]
+        assert marked == ([explicit, explicit] if travels else [None, None])
+        assert sent["messages"][-1]["role"] == "tool" and sent["messages"][-1]["content"][0]["text"] == "Geirangerfjord."
+        dropped = raw.headers.get("x-slipstream-dropped-fields", "").split(",")
+        assert ({"prompt_cache_options", "prompt_cache_breakpoint"} <= set(dropped)) is not travels

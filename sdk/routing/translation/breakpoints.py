@@ -73,6 +73,18 @@ def takes_breakpoints(model: Any) -> bool:
     return bool(_EXPLICIT.match(str(model or "")))
 
 
+def breakpoints_travel(target: str, model: Any) -> bool:
+    """Whether a Responses request's explicit breakpoints (on input parts) go on to `target`: to Claude as its
+    cache_control, to a Chat model that takes them as they are."""
+    return target.startswith("Anthropic") or takes_breakpoints(model)
+
+
+def options_travel(target: str, model: Any) -> bool:
+    """Whether a Responses request's prompt_cache_options go on to `target`: to a Chat model that takes them, as they
+    are; Claude has no cache mode (its breakpoints are the planner's and the client's)."""
+    return not target.startswith("Anthropic") and takes_breakpoints(model)
+
+
 def openai_breakpoint(cache_control: Any) -> dict[str, Any] | None:
     """Claude's `cache_control` as OpenAI's breakpoint. A 1-hour marker asks OpenAI's 12h, the one lifetime that
     outlasts an hour; a 5-minute one takes the request's (30 minutes)."""
@@ -94,3 +106,19 @@ def system_parts(blocks: list[Any], text: str) -> str | list[dict[str, Any]]:
     if not any(isinstance(b, dict) and b.get("cache_control") is not None for b in blocks):
         return text
     return [marked_part({"type": "text", "text": ("\n\n" if i else "") + b["text"]}, b) for i, b in enumerate(blocks)]
+
+
+def in_responses_input(items: Any) -> bool:
+    """Whether a Responses `input` carries an explicit breakpoint on a message's or a function output's part."""
+    for item in items if isinstance(items, list) else ():
+        parts = (item.get("content") or item.get("output")) if isinstance(item, dict) else None
+        if isinstance(parts, list) and any(isinstance(p, dict) and isinstance(p.get(BREAKPOINT), dict) for p in parts):
+            return True
+    return False
+
+
+def unmarked(messages: list[dict[str, Any]]) -> None:
+    """Takes the breakpoints off a translated Chat body's own parts (for a model that takes none)."""
+    for message in messages:
+        for part in _parts(message):
+            part.pop(BREAKPOINT, None)

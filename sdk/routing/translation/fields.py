@@ -29,7 +29,14 @@ from typing import Any
 import orjson
 
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation.breakpoints import BREAKPOINT, lifetimes, takes_breakpoints
+from sdk.routing.translation.breakpoints import (
+    BREAKPOINT,
+    breakpoints_travel,
+    in_responses_input,
+    lifetimes,
+    options_travel,
+    takes_breakpoints,
+)
 
 DROPPED_HEADER = "x-slipstream-dropped-fields"
 
@@ -290,7 +297,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                               "message: tool messages hold text), custom_tool_call and its output as a function call of "
                               "`input` and its result, inline input_file → file part; an input_file by file_url → a document from that URL "
                               "for Claude (a Chat target takes files inline only: refused); a part's `prompt_cache_breakpoint` → "
-                              "a breakpoint for Claude, as from Chat Completions; reasoning items left out)"),
+                              "a breakpoint for Claude, as from Chat Completions, and as it is for a Chat model that takes it "
+                              "(gpt-5.6 and later; elsewhere dropped, named); reasoning items left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "
@@ -319,8 +327,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "service_tier": Field(D, "billing tier"),
         "truncation": Field(D, "a Chat upstream has nothing to truncate"),
         "stream_options": Field(D, "obfuscation padding of stream events"),
-        "prompt_cache_options": Field(D, "OpenAI's cache mode and lifetime (gpt-5.6 and later), not carried to a "
-                                         "translated target"),
+        "prompt_cache_options": Field(T, "prompt_cache_options for a Chat target whose model takes it (gpt-5.6 and later); "
+                                         "elsewhere dropped, named (Claude has no cache mode)"),
         "prompt_cache_retention": Field(T, "prompt_cache_retention for a Chat target (`24h` where the model has extended "
                                            "retention: gpt-4.1, gpt-5, gpt-5.1 to 5.5; elsewhere dropped, named); dropped "
                                            "for an Anthropic target, as from Chat Completions"),
@@ -372,11 +380,20 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
                 dropped.append("reasoning.summary")
             if value.get("effort") is not None and not effort_travels(target, body.get("model")):
                 dropped.append("reasoning.effort")
-        elif shape is Shape.RESPONSES and key == "prompt_cache_retention" and not retention_travels(target, body.get("model"), value):
+        elif shape is Shape.RESPONSES and not _cache_setting_travels(key, value, target, body.get("model")):
             dropped.append(key)
+        elif shape is Shape.RESPONSES and key == "input" and not breakpoints_travel(target, body.get("model")) and in_responses_input(value):
+            dropped.append(BREAKPOINT)
     if shape is Shape.MESSAGES:
         _openai_stops(body.get("stop_sequences"), body.get("model"))
     return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body) + _unsampled(shape, body, dropped)
+
+
+def _cache_setting_travels(key: str, value: Any, target: str, model: Any) -> bool:
+    """Whether a Responses request's cache setting `key` goes on to `target` (other fields: not this rule's)."""
+    if key == "prompt_cache_retention":
+        return retention_travels(target, model, value)
+    return key != "prompt_cache_options" or options_travel(target, model)
 
 
 def _unreasoned(shape: Shape, body: dict[str, Any]) -> list[str]:

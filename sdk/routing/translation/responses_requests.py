@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from sdk.routing.translation import web_search
-from sdk.routing.translation.breakpoints import BREAKPOINT
+from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, options_travel, unmarked
 from sdk.routing.translation.fields import Shape, check, effort_travels, reasons, refuse, retention_travels
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
 from sdk.routing.translation.tool_ids import openai_tool_id
@@ -35,6 +35,8 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     retention = body.get("prompt_cache_retention")
     if retention is not None and retention_travels(target, body.get("model"), retention):
         out["prompt_cache_retention"] = retention
+    if body.get("prompt_cache_options") is not None and options_travel(target, body.get("model")):
+        out["prompt_cache_options"] = body["prompt_cache_options"]
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     if body.get("stream"):
@@ -58,6 +60,8 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     out["messages"] += _messages(items or [], target)
+    if not breakpoints_travel(target, body.get("model")):  # a Chat model before gpt-5.6 (fields.py names them dropped)
+        unmarked(out["messages"])
     tools = list(enumerate(body.get("tools") or ()))
     if target.startswith("Anthropic"):  # web search: Claude's server tool, by way of Chat's web_search_options
         searches = [tool for _, tool in tools if isinstance(tool, dict) and tool.get("type") in web_search.RESPONSES_TOOLS]
@@ -194,10 +198,11 @@ def _message(item: dict[str, Any], where: str, target: str) -> dict[str, Any]:
 
 
 def _part(part: Any, where: str, target: str) -> dict[str, Any]:
-    """A message's (or a function output's) content part as a Chat content part; toward Claude with its explicit
-    prompt-cache breakpoint, which the Chat step makes Claude's `cache_control` (breakpoints.py)."""
+    """A message's (or a function output's) content part as a Chat content part, with its explicit prompt-cache
+    breakpoint: Chat's own field (for gpt-5.6 and later), which the Chat step makes Claude's `cache_control`
+    (breakpoints.py)."""
     chat = _chat_part(part, where, target)
-    if target.startswith("Anthropic") and isinstance(part.get(BREAKPOINT), dict):
+    if isinstance(part.get(BREAKPOINT), dict):
         chat[BREAKPOINT] = part[BREAKPOINT]
     return chat
 
@@ -221,9 +226,13 @@ def _chat_part(part: Any, where: str, target: str) -> dict[str, Any]:
     raise refuse(f"{where}: a {kind!r} part" + (" given by file_id or URL" if kind in ("input_image", "input_file") else ""), target)
 
 
-def _output(output: Any, where: str, target: str) -> tuple[str, list[dict[str, Any]]]:
-    """A function call's output: its text (the tool message), and its images and files (which follow it)."""
+def _output(output: Any, where: str, target: str) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+    """A function call's output: its text (the tool message; one text part holding the last breakpoint of its text
+    parts, if they carry one), and its images and files (which follow it)."""
     if isinstance(output, str):
         return output, []
     parts = [_part(part, f"{where}.output.{j}", target) for j, part in enumerate(output or ())]
-    return "".join(p["text"] for p in parts if p["type"] == "text"), [p for p in parts if p["type"] != "text"]
+    texts = [p for p in parts if p["type"] == "text"]
+    text = "".join(p["text"] for p in texts)
+    marks = [p[BREAKPOINT] for p in texts if BREAKPOINT in p]
+    return [{"type": "text", "text": text, BREAKPOINT: marks[-1]}] if marks else text, [p for p in parts if p["type"] != "text"]
