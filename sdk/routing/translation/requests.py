@@ -15,21 +15,9 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.translation.breakpoints import BREAKPOINT, marked_part, system_parts, takes_breakpoints, with_claude_breakpoints
-from sdk.routing.translation.fields import (
-    Fate,
-    Shape,
-    check,
-    claude_efforts,
-    fate,
-    fixed_sampling,
-    in_place_system,
-    long_retention,
-    one_sampler,
-    reasons,
-    refuse,
-    takes_sampling,
-)
+from sdk.routing.translation.fields import Fate, Shape, check, fate, one_sampler, refuse
 from sdk.routing.translation.media import a2o_document, image_source, image_url, o2a_document
+from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops

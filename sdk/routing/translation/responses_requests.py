@@ -18,7 +18,8 @@ import orjson
 
 from sdk.routing.translation import web_search
 from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, options_travel, unmarked
-from sdk.routing.translation.fields import Shape, check, effort_travels, reasons, refuse, retention_travels
+from sdk.routing.translation.fields import Shape, check, effort_travels, refuse, retention_travels
+from sdk.routing.translation.models import reasons
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
 from sdk.routing.translation.tool_ids import openai_tool_id
 
