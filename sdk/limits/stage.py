@@ -47,6 +47,7 @@ from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
 log = logging.getLogger("slipstream.spend")
 UNPRICED_WARNINGS = 16  # unpriced models logged per team, then one line saying the rest are not
 _FREE = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # token counts cost nothing
+_CONTINUED = (Endpoint.RESPONSES, Endpoint.RESPONSES_COMPACT)  # billed for the stored conversation they name
 _PERIODLY = {"day": "daily", "month": "monthly"}  # a budget's period in a refusal's words
 RESERVE_EXACT_CHARS = 8 * 1024  # input text tokenized exactly for a reservation; beyond, counted by length
 
@@ -145,9 +146,10 @@ class LimitsStage:
         return answer
 
     async def _history_tokens(self, request: LLMRequest) -> int:
-        """Input tokens a Responses continuation sends besides its own body: its stored conversation
-        (the provider reads it again, and bills it, on every turn), counted by length as a large body is."""
-        previous = request.body.get("previous_response_id") if request.endpoint is Endpoint.RESPONSES else None
+        """Input tokens a Responses continuation or compaction sends besides its own body: its stored
+        conversation (the provider reads it again, and bills it, on every turn and to compact it),
+        counted by length as a large body is."""
+        previous = request.body.get("previous_response_id") if request.endpoint in _CONTINUED else None
         if not isinstance(previous, str) or self.responses is None:
             return 0
         return math.ceil(await self.responses().chain_bytes(self.team, previous) / CHARS_PER_TOKEN)

@@ -230,6 +230,30 @@ def test_a_continuation_is_held_and_charged_for_the_conversation_it_sends(tmp_pa
     assert charged >= len(document) / 4 * price.input / 1e6
 
 
+def test_a_compaction_is_held_and_charged_for_the_conversation_it_compacts(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """`/v1/responses/compact` with `previous_response_id` has the provider read the whole stored
+    conversation, and bill it as input, as a continuation does; the continuation's fix counted the
+    stored chain on /v1/responses only, so a compaction held and was charged for its few bytes of body:
+    a team compacting a long conversation and leaving before the answer had the conversation read at the
+    shared account's cost, charged about nothing ($0 in the test before)."""
+    document = "The supplier shall deliver each lot within the agreed window. " * 800  # about 50,000 characters
+    policy = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    price = price_of("gpt-4o", {})
+    assert price is not None
+    with running_proxy([policy]) as proxy:
+        first = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0).responses.create(
+            model="gpt-4o", input=document, max_output_tokens=16)
+        fresh_emulator.inject_fault("stall:ms=120000", model="gpt-*")  # the provider reads the conversation, then nothing comes
+        impatient = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0, timeout=1.0)
+        before = spend_report(proxy, KEY)["day"]["total"]
+        with pytest.raises(openai.APITimeoutError):
+            impatient.responses.compact(model="gpt-4o", previous_response_id=first.id)
+        fresh_emulator.wait_for(lambda s: s["cancelled_requests"] == 1)
+        wait_until(lambda: spend_report(proxy, KEY)["day"]["total"] > before, "the abandoned compaction charged")
+        charged = spend_report(proxy, KEY)["day"]["total"] - before
+    assert charged >= len(document) / 4 * price.input / 1e6  # the conversation's text at 4 characters a token
+
+
 @pytest.mark.parametrize("model", ["gpt-5-pro", "gpt-5.2", "gpt-4o-audio-preview", "gpt-4o-mini-search-preview"])
 def test_a_variant_that_bills_more_is_not_priced_as_its_family(tmp_path: Path, fresh_emulator: RunningEmulator, model: str) -> None:
     """The built-in globs priced gpt-5-pro (12x gpt-5) and gpt-5.2 as gpt-5, audio and search models as
