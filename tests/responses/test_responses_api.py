@@ -7,6 +7,7 @@ Responses upstream (`oai-*`), a Chat-Completions-only upstream (`gpt-*`) and an 
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -405,3 +406,27 @@ def test_explicit_cache_breakpoints_and_options_reach_a_chat_target_that_takes_t
         assert sent["messages"][-1]["role"] == "tool" and sent["messages"][-1]["content"][0]["text"] == "Geirangerfjord."
         dropped = raw.headers.get("x-slipstream-dropped-fields", "").split(",")
         assert ({"prompt_cache_options", "prompt_cache_breakpoint"} <= set(dropped)) is not travels
+
+
+def test_a_text_file_input_reaches_claude_as_a_text_document_and_a_chat_model_as_its_text(proxy, fresh_emulator):
+    """The Responses API takes text files (.txt, .md, .json, code) as input_file and gives the model their text; a
+    translated target refused every one but a PDF ("a 'text/markdown' file"), and a Chat target was sent a file part
+    Chat takes as a PDF only. Claude gets a document with a text source named by the file name, a Chat model the text;
+    a file that is not text (a .docx) is still a 400 naming it."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    notes = "# Fjords\nGeirangerfjord is 15 km long."
+    data = "data:text/markdown;base64," + base64.b64encode(notes.encode()).decode()
+
+    def ask(model: str, file: dict[str, Any]) -> Any:
+        return client.responses.create(model=model, input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Summarize the notes."}, {"type": "input_file", **file}]}])  # type: ignore[list-item]
+
+    assert ask("claude-sonnet-4-5", {"filename": "notes.md", "file_data": data}).output_text
+    content = json.loads(fresh_emulator.state.recent[-1]["body"])["messages"][0]["content"]
+    assert content[1] == {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": notes}, "title": "notes.md"}
+    assert ask("gpt-4o", {"filename": "notes.md", "file_data": data}).output_text
+    content = json.loads(fresh_emulator.state.recent[-1]["body"])["messages"][0]["content"]
+    assert content == [{"type": "text", "text": "Summarize the notes."}, {"type": "text", "text": notes}]
+    docx = "data:application/vnd.openxmlformats-officedocument.wordprocessingml.document;base64,UEsDBA=="
+    with pytest.raises(openai.BadRequestError, match=r"wordprocessingml\.document' file"):
+        ask("claude-sonnet-4-5", {"filename": "notes.docx", "file_data": docx})

@@ -218,7 +218,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "input": Field(T, "messages (message, function_call (a call_id over Chat's 40 characters shortened as for Messages), "
                               "function_call_output (its images and files follow in a user "
                               "message: tool messages hold text), custom_tool_call and its output as a function call of "
-                              "`input` and its result, inline input_file → file part; an input_file by file_url → a document from that URL "
+                              "`input` and its result, inline input_file → file part (a text file, .txt, .md, .json, code: a document with a "
+                              "text source for Claude, its text for a Chat model, which takes PDFs only); an input_file by file_url → a document from that URL "
                               "for Claude (a Chat target takes files inline only: refused); a part's `prompt_cache_breakpoint` → "
                               "a breakpoint for Claude, as from Chat Completions, and as it is for a Chat model that takes it "
                               "(gpt-5.6 and later; elsewhere dropped, named); reasoning items left out)"),

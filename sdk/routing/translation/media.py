@@ -3,9 +3,16 @@ sources) and Chat's image_url and file parts (data URLs, URLs)."""
 
 from __future__ import annotations
 
+import base64
+import re
 from typing import Any
 
 from sdk.routing.translation.fields import refuse
+
+# Files whose content is text (plain text, Markdown, CSV, JSON, XML, YAML, code): OpenAI's Responses API takes them
+# as input_file and gives the model their text ("Non-PDF document and text files: the API extracts text only");
+# Claude reads text as a document with a text source, and a Chat model as a text part (Chat takes files as PDFs only).
+_TEXTUAL = re.compile(r"^(text/[\w.+-]+|application/(json|xml|(x-)?yaml|toml|sql|(x-)?(java|type)script|x-(sh|python)|[\w.-]+\+(json|xml)))$")
 
 
 def image_url(source: dict[str, Any], where: str) -> str:
@@ -31,10 +38,32 @@ def data_url(url: Any) -> tuple[str, str] | None:
     return header[5:].split(";")[0], data
 
 
+def textual(file_data: Any) -> bool:
+    """Whether an inline file (a data URL) holds text."""
+    inline = data_url(file_data)
+    return inline is not None and bool(_TEXTUAL.match(inline[0].lower()))
+
+
+def file_text(file_data: Any, where: str, target: str) -> str | None:
+    """The text of an inline file whose content is text (UTF-8), or None for any other file."""
+    inline = data_url(file_data)
+    if inline is None or not textual(file_data):
+        return None
+    try:
+        return base64.b64decode(inline[1]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise refuse(f"{where}: a {inline[0]!r} file that is not UTF-8 text", target) from None
+
+
 def o2a_document(file: dict[str, Any], where: str) -> dict[str, Any]:
-    """A Chat `file` part given inline (a PDF, as OpenAI takes them) as a Claude document block."""
+    """A Chat `file` part given inline (a PDF, as OpenAI takes them; a text file, as a Responses input_file) as a
+    Claude document block: a PDF's, or a text source named by its file name."""
     if isinstance(file.get("file_url"), str):  # a Responses input_file by URL (responses_requests._part)
         return {"type": "document", "source": {"type": "url", "url": file["file_url"]}}
+    text = file_text(file.get("file_data"), where, "Anthropic")
+    if text is not None:
+        titled = {"title": file["filename"]} if isinstance(file.get("filename"), str) and file["filename"] else {}
+        return {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}, **titled}
     inline = data_url(file.get("file_data"))
     if inline is None:
         raise refuse(f"{where}: a file given by file_id", "Anthropic")

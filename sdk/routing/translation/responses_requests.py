@@ -19,6 +19,7 @@ import orjson
 from sdk.routing.translation import web_search
 from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, options_travel, unmarked
 from sdk.routing.translation.fields import Shape, check, effort_travels, refuse, retention_travels
+from sdk.routing.translation.media import file_text, textual
 from sdk.routing.translation.models import reasons
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
 from sdk.routing.translation.tool_ids import openai_tool_id
@@ -220,7 +221,11 @@ def _chat_part(part: Any, where: str, target: str) -> dict[str, Any]:
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
     if kind == "input_file" and part.get("file_data"):  # inline, as Chat takes it (file_id: refused)
-        return {"type": "file", "file": {"filename": part.get("filename") or "document.pdf", "file_data": part["file_data"]}}
+        text = None if target.startswith("Anthropic") else file_text(part["file_data"], where, target)
+        if text is not None:  # a text file, whose text OpenAI gives the model: a Chat model takes files as PDFs only
+            return {"type": "text", "text": text}
+        named = part.get("filename") or (None if textual(part["file_data"]) else "document.pdf")  # Chat names a PDF
+        return {"type": "file", "file": {**({"filename": named} if named else {}), "file_data": part["file_data"]}}
     if kind == "input_file" and part.get("file_url") and target.startswith("Anthropic"):
         # Claude reads a PDF by URL (a document's `url` source); Chat takes files inline only: refused there, below.
         return {"type": "file", "file": {"file_url": part["file_url"]}}
