@@ -34,7 +34,7 @@ from gateway.ui import UI_HANDLERS
 from sdk.door import PIPELINE, Door, KeyedTeams, Reply, protocol_for, refusal
 from sdk.door.bodies import DEFAULT_BUDGET_BYTES, BodyBudget
 from sdk.errors import InvalidRequestError, SlipstreamError
-from sdk.observability import live_stats, tracing
+from sdk.observability import live_stats, live_workers, tracing
 from sdk.observability.exposition import exposition
 from sdk.passthrough import PREFIXES as PASSTHROUGH_PREFIXES
 from sdk.pipeline import REQUEST_ID_HEADER, new_request_id
@@ -176,11 +176,15 @@ async def _lifespan(app: Litestar) -> AsyncIterator[None]:
     start = getattr(registry.services.state(), "start", None)
     if start is not None:
         start()  # check in with the shared store now: replica count and flags before the first request
+    shared = live_workers.shared_dir()  # under --workers: the status page adds up every worker's buckets
+    publisher = asyncio.create_task(live_workers.publish(live_stats.enable(), shared)) if shared else None
     try:
         yield
     finally:
         if watcher is not None:
             watcher.cancel()
+        if publisher is not None:
+            publisher.cancel()
         await registry.services.close()
         await close_upstream_for_running_loop()
 

@@ -1,4 +1,5 @@
-"""What the status page shows, gathered from the process: the live buckets (sdk/observability/live_stats.py), each
+"""What the status page shows, gathered from the process: the live buckets (sdk/observability/live_stats.py; every
+worker's under `--workers`, sdk/observability/live_workers.py), each
 team's breakers (its router's store) and spend against budget (the state backend, shared by replicas).
 
 Reads only; the buckets' arithmetic runs in a worker thread on a snapshot taken on the loop.
@@ -11,8 +12,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from sdk.observability import live_stats
-from sdk.observability.live_stats import RouteWindow, Window
+from sdk.observability import live_stats, live_workers
+from sdk.observability.live_stats import RouteWindow, Snapshot, Window
 from sdk.observability.metrics import RouteLabels
 from sdk.routing.router import Router
 from sdk.runtime import TeamRegistry, TeamRuntime
@@ -53,7 +54,8 @@ class TeamStatus:
 @dataclass(frozen=True)
 class Status:
     generated_at: float
-    pid: int
+    pid: int  # the process that answered
+    workers: int  # the processes whose numbers the page adds up (`--workers`; 1 otherwise)
     bucket_s: int
     times: list[float]
     teams: list[TeamStatus]
@@ -65,7 +67,7 @@ class Status:
 
 async def gather(registry: TeamRegistry, state: StateBackend) -> Status:
     recorder = live_stats.recorder() or live_stats.enable()
-    window: Window = await asyncio.to_thread(recorder.snapshot().window)
+    window, workers = await asyncio.to_thread(_window, recorder.snapshot())  # the snapshot on the loop that records
     runtimes = registry.teams
     teams = []
     for team in sorted(set(runtimes) | set(window.teams())):
@@ -85,7 +87,14 @@ async def gather(registry: TeamRegistry, state: StateBackend) -> Status:
             spend=await spend_report(state, team, runtime.policy.budget) if runtime is not None else None,
             charts=_charts(team, routes, series),
         ))
-    return Status(time.time(), os.getpid(), window.bucket_s, window.times, teams)
+    return Status(time.time(), os.getpid(), workers, window.bucket_s, window.times, teams)
+
+
+def _window(own: Snapshot) -> tuple[Window, int]:
+    """This process's buckets, with the other workers' added under `--workers`, and how many processes that is."""
+    shared = live_workers.shared_dir()
+    copies = live_workers.others(shared) if shared is not None else []
+    return live_workers.merged(own, copies).window(), 1 + len(copies)
 
 
 async def _breakers(runtime: TeamRuntime) -> dict[str, str]:

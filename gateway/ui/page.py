@@ -44,11 +44,18 @@ def status_page(status: Status) -> str:
     return (_head("Slipstream status") + '<body><header><h1>Slipstream status</h1>'
             f'<p class="note">The last {span} in {status.bucket_s}-second buckets, refreshed every '
             f'{REFRESH_S} s. Updated <span id="updated">{_clock(status.generated_at)}</span>. '
-            f'This is process {status.pid}: each worker and replica keeps its own numbers, so behind '
-            '<code>--workers N</code> or a load balancer a refresh shows whichever process answered.</p>'
+            f'{_processes(status)}</p>'
             '<form method="post" action="/ui/logout"><button type="submit">Sign out</button></form></header>'
             f'<main id="teams" data-refresh-ms="{REFRESH_S * 1000}">{sections or _nothing()}</main>'
             '<script src="/ui/static/uPlot.iife.min.js"></script><script src="/ui/static/ui.js"></script></body></html>')
+
+
+def _processes(status: Status) -> str:
+    if status.workers > 1:
+        return (f'The numbers of this host\'s {status.workers} worker processes (process {status.pid} answered; the '
+                'others\' as of a few seconds ago). Replicas on other hosts keep their own.')
+    return (f'This is process {status.pid}: replicas behind a load balancer keep their own numbers, so a refresh '
+            'shows whichever answered.')
 
 
 def _nothing() -> str:

@@ -50,6 +50,7 @@ def status_json(status: Status) -> dict[str, Any]:
     return {
         "generated_at": status.generated_at,
         "pid": status.pid,
+        "workers": status.workers,
         "bucket_s": status.bucket_s,
         "window_s": status.window_s,
         "times": status.times,

@@ -11,8 +11,8 @@ bucket is within ~5% of the exact one, and a bucket's size does not grow with tr
 costs a few list and array increments, and reading ten minutes of a route is a few numpy sums.
 
 Off until `enable()`: the proxy turns it on; the drop-in SDK leaves it off (an application has no
-page to show it on). Each process keeps its own: with `--workers N` or several replicas, a page
-shows the process that answered it. Route labels come from the policy (sdk/observability/metrics.py:RouteLabels),
+page to show it on). Each process keeps its own; the workers of `slipstream serve --workers N` add
+up theirs for a page (sdk/observability/live_workers.py), replicas on other hosts do not. Route labels come from the policy (sdk/observability/metrics.py:RouteLabels),
 so the number of series is bounded whatever clients send; miss causes are capped per bucket.
 """
 
@@ -57,7 +57,7 @@ def bin_of(seconds: float) -> int:
 
 
 @dataclass(frozen=True)
-class _Bucket:
+class Bucket:
     """A copy of one bucket, its histograms dense: what a snapshot holds."""
 
     counts: tuple[int, ...]
@@ -66,7 +66,7 @@ class _Bucket:
     causes: Counter[str]
 
 
-def _dense(sparse: dict[int, int]) -> np.ndarray:
+def dense(sparse: dict[int, int]) -> np.ndarray:
     dense = np.zeros(_BINS, np.int64)
     if sparse:
         dense[list(sparse)] = list(sparse.values())
@@ -86,10 +86,10 @@ class _Series:
         self.causes: list[Counter[str]] = [Counter() for _ in range(BUCKETS)]
         # Copies of buckets whose time has passed (nothing records into them any more): each is
         # copied once, so a snapshot copies only the bucket still filling.
-        self.closed: dict[int, _Bucket] = {}
+        self.closed: dict[int, Bucket] = {}
 
-    def copy(self, slot: int) -> _Bucket:
-        return _Bucket(tuple(self.counts[slot]), _dense(self.ttft[slot]), _dense(self.e2e[slot]), Counter(self.causes[slot]))
+    def copy(self, slot: int) -> Bucket:
+        return Bucket(tuple(self.counts[slot]), dense(self.ttft[slot]), dense(self.e2e[slot]), Counter(self.causes[slot]))
 
     def slot(self, epoch: int) -> int:
         slot = epoch % BUCKETS
@@ -135,6 +135,7 @@ class LiveStats:
         self.bucket_s = bucket_s  # 10 s on the proxy; shorter in the browser test, so a few seconds of traffic draw a line
         self._clock = clock
         self._series: dict[tuple[str, str], _Series] = {}
+        self.recorded = 0  # requests recorded so far (a worker publishes its buckets only when it moved)
 
     def record(
         self,
@@ -146,6 +147,7 @@ class LiveStats:
     ) -> None:
         """One ended request: `status` as in the access log (HTTP status, `stream_error`, `cancelled`),
         `route` its bounded label, `latency` (TTFT, e2e) in seconds for an answered request."""
+        self.recorded += 1
         key = (ctx.team, route)
         series = self._series.get(key)
         if series is None:
@@ -200,7 +202,7 @@ class LiveStats:
             for epoch in [epoch for epoch in series.closed if epoch < first]:
                 del series.closed[epoch]
             if rows:
-                copied.append(_SeriesCopy(team, route, rows))
+                copied.append(SeriesCopy(team, route, rows))
         return Snapshot(self.bucket_s, last, copied)
 
     def window(self) -> Window:
@@ -208,17 +210,17 @@ class LiveStats:
 
 
 @dataclass(frozen=True)
-class _SeriesCopy:
+class SeriesCopy:
     team: str
     route: str
-    rows: list[tuple[int, _Bucket]]  # (row in the window, its bucket)
+    rows: list[tuple[int, Bucket]]  # (row in the window, its bucket)
 
 
 @dataclass(frozen=True)
 class Snapshot:
     bucket_s: int
     last: int  # the current bucket's epoch
-    series: list[_SeriesCopy]
+    series: list[SeriesCopy]
 
     def window(self) -> Window:
         """The last BUCKETS buckets (the current one included) of every series with traffic in them."""

@@ -138,3 +138,25 @@ def test_off_until_enabled(monkeypatch):
     recorder = live_stats.enable(LiveStats())
     live_stats.record(ctx(), "gpt/a", 200)
     assert recorder.window().routes[0].totals["requests"] == 1
+
+
+def test_workers_buckets_add_up_through_their_published_copies():
+    """`--workers`: a page adds the other workers' published copies to its own buckets, aligned on
+    time, so its counters and percentiles are those of all the traffic."""
+    from sdk.observability.live_workers import decode, encode, merged
+
+    clock_a, clock_b, both = Clock(), Clock(), LiveStats(clock=Clock())
+    a, b = LiveStats(clock=clock_a), LiveStats(clock=clock_b)
+    rng = random.Random(3)
+    for step in range(30):
+        for stats, clock in ((a, clock_a), (b, clock_b))[:1 if step >= 20 else 2]:  # b stops earlier
+            clock.now = both._clock.now = 1_000_000.0 + step * BUCKET_S / 3  # type: ignore[attr-defined]
+            latency = (rng.uniform(0.01, 2), rng.uniform(2, 9))
+            team = rng.choice(["alpha", "beta"])
+            cause = rng.choice(["", "system@0", "tools@0"])
+            stats.record(ctx(team=team, expected=10, cause=cause), "gpt/a", 200, Usage(input_tokens=10), latency=latency)
+            both.record(ctx(team=team, expected=10, cause=cause), "gpt/a", 200, Usage(input_tokens=10), latency=latency)
+    # b's copy was taken three buckets before a's snapshot: the buckets still line up by time
+    copy = decode(encode(b.snapshot()))
+    assert merged(a.snapshot(), [copy]).window() == both.window()
+    assert merged(a.snapshot(), []).window() == a.window()

@@ -85,3 +85,34 @@ def test_every_scrape_counts_every_workers_requests(tmp_path, fresh_emulator):
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def test_the_status_page_adds_up_every_workers_traffic(tmp_path, fresh_emulator):
+    """With two workers on one port the page showed the worker that answered it, a share of the
+    traffic that changed at each refresh; now each worker publishes its buckets for the others."""
+    write_policy(tmp_path, "t", "sk-t", fresh_emulator.url)
+    port = free_port()
+    admin = {"authorization": "Bearer status-admin-key"}
+    process = subprocess.Popen([*_command(), "serve", "--policy-dir", str(tmp_path), "--port", str(port), "--workers", "2",
+                                "--local-state"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               env={**os.environ, "SLIPSTREAM_ADMIN_KEY": "status-admin-key"})
+    try:
+        _wait(f"http://127.0.0.1:{port}/healthz", process)
+        sent = 16
+        for _ in range(sent):  # a fresh connection each time: the kernel spreads them over the workers
+            with anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="sk-t", max_retries=0) as client:
+                client.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+
+        def page() -> tuple[int, int]:  # one page on a fresh connection: requests it counts, processes it adds up
+            data = httpx.get(f"http://127.0.0.1:{port}/ui/data", headers={**admin, "connection": "close"}, timeout=10).json()
+            (team,) = [t for t in data["teams"] if t["team"] == "t"]
+            traffic = [chart for chart in team["charts"] if chart["kind"] == "traffic"]
+            return int(sum(sum(v or 0 for v in chart["series"]["requests"]) for chart in traffic)), data.get("workers", 1)
+
+        deadline = time.monotonic() + 60  # until both workers have published (every 2 s)
+        while page() != (sent, 2) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert [page() for _ in range(6)] == [(sent, 2)] * 6
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
