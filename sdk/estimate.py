@@ -126,6 +126,11 @@ _ANTHROPIC_DELTA = b"event: content_block_delta"
 _RESPONSES_DELTA = (b"event: response.output_text.delta", b"event: response.function_call_arguments.delta",
                     b"event: response.refusal.delta", b"event: response.reasoning")
 _RESPONSES_END = (b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
+# Hosted tool calls billed per call, as a stream shows each one done before its final usage counts them:
+# a Responses output item by its type (the Usage field it adds to), Anthropic's server tool by its name.
+_RESPONSES_CALLS = {"web_search_call": "web_searches", "file_search_call": "file_searches", "image_generation_call": "images"}
+_RESPONSES_ITEM_DONE = b"event: response.output_item.done"
+_ANTHROPIC_BLOCK_START = b"event: content_block_start"
 
 
 class StreamTally:
@@ -143,6 +148,7 @@ class StreamTally:
         # parsed as they come, which bounds the memory a long stream holds.
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self.calls = Usage()  # the hosted tool calls billed per call that the stream showed done
         if endpoint is Endpoint.RESPONSES:
             self._final_markers: tuple[bytes, ...] = _RESPONSES_END
         elif endpoint.protocol is Protocol.ANTHROPIC:
@@ -170,11 +176,20 @@ class StreamTally:
         if self.endpoint is Endpoint.RESPONSES:
             if event.startswith(_RESPONSES_DELTA):
                 self._add(orjson.loads(event_data(event)).get("delta"))
+            elif event.startswith(_RESPONSES_ITEM_DONE):
+                kind = (orjson.loads(event_data(event)).get("item") or {}).get("type")
+                field = _RESPONSES_CALLS.get(kind) if isinstance(kind, str) else None
+                if field is not None:
+                    setattr(self.calls, field, getattr(self.calls, field) + 1)
         elif self.endpoint.protocol is Protocol.ANTHROPIC:
             if event.startswith(_ANTHROPIC_DELTA):
                 delta = orjson.loads(event_data(event)).get("delta") or {}
                 for key in ("text", "partial_json", "thinking"):
                     self._add(delta.get(key))
+            elif event.startswith(_ANTHROPIC_BLOCK_START):
+                block = orjson.loads(event_data(event)).get("content_block") or {}
+                if block.get("type") == "server_tool_use" and block.get("name") == "web_search":
+                    self.calls.web_searches += 1
         else:
             data = event_data(event)
             if b'"content":"' in data or b'"arguments":"' in data or b'"reasoning_content":"' in data:
@@ -205,10 +220,14 @@ class StreamTally:
         """`usage` (what the provider reported before the stream ended) completed by the estimate:
         input counted from the request (and the `history` tokens of a stored conversation it
         continues) when none was reported, output from what was streamed (never below what was
-        reported)."""
+        reported), and the hosted tool calls the stream showed done (a search, an image: billed
+        whether or not the client stayed for the final usage)."""
         protocol = Protocol.ANTHROPIC if self.endpoint.protocol is Protocol.ANTHROPIC else Protocol.OPENAI
         out = Usage(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
         if not out.total_input_tokens:
             out.input_tokens = input_tokens(request) + history
         out.output_tokens = max(out.output_tokens, self.output_tokens(protocol))
+        out.web_searches = max(usage.web_searches, self.calls.web_searches)
+        out.file_searches = max(usage.file_searches, self.calls.file_searches)
+        out.images = max(usage.images, self.calls.images)
         return out

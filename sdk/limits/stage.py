@@ -285,6 +285,7 @@ class LimitsStage:
             # (in place, so the metrics and the access log report the same counts).
             counted = tally.estimate(ctx.request, usage, history)
             usage.input_tokens, usage.output_tokens = counted.input_tokens, counted.output_tokens
+            usage.web_searches, usage.file_searches, usage.images = counted.web_searches, counted.file_searches, counted.images
             ctx.usage_estimated = estimated = True
         if usage is not None and _fast(ctx.request):
             usage.fast = True  # billed at fast mode's rates; the usage does not say so

@@ -121,6 +121,36 @@ def test_file_searches_and_generated_images_are_charged(tmp_path: Path, fresh_em
         assert searched.output[0].type == "file_search_call"  # a file search has a built-in price
 
 
+def test_tool_calls_a_stream_showed_are_charged_when_its_client_leaves_early(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """A search or an image is billed once the provider has run it, and a stream shows it done (a
+    Responses output item holding the image itself, Anthropic's `server_tool_use` block) long before
+    the final usage that counts it. A client that left after it was charged the tokens it was sent and
+    no call, so a team drew images and searched for the price of the text ($0 of the $0.20 image before).
+    The calls a stream showed done are in its estimate now."""
+    saved = fresh_emulator.config.per_output_token_ms, fresh_emulator.config.default_output_tokens
+    fresh_emulator.config.per_output_token_ms, fresh_emulator.config.default_output_tokens = 5.0, 2000  # still open when left
+    priced = 'pricing: {"gpt-4.1*": {input: 2, output: 8, image_generation: 0.2}}\n'
+    try:
+        with running_proxy([write_policy(tmp_path, "drawer", KEY, fresh_emulator.url, extra=PLAIN + priced)]) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+            with client.responses.create(model="gpt-4.1", input="Draw our logo.", tools=[{"type": "image_generation"}], stream=True) as stream:
+                for event in stream:
+                    if event.type == "response.output_item.done" and event.item.type == "image_generation_call":
+                        break  # the image is in hand
+            fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
+            drawn = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > 0 and total, "the left stream charged")
+            assert drawn >= 0.2  # the image, besides the tokens counted
+
+            claude = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+            with claude.messages.stream(model=MODEL, max_tokens=4000, messages=QUESTION, tools=[SEARCH]) as helper:
+                next(iter(helper.text_stream))  # the search ran, its results came, the answer has begun
+            fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 2)
+            spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > drawn and total, "the search charged")
+            assert spent - drawn >= 10.0 / 1000  # the search, besides the tokens counted
+    finally:
+        fresh_emulator.config.per_output_token_ms, fresh_emulator.config.default_output_tokens = saved
+
+
 def test_one_hour_cache_writes_are_charged_at_their_rate(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
     """Anthropic bills 1-hour cache writes at 2x input, 5-minute ones at 1.25x, and its usage says which
     were which; every write was charged at the 5-minute rate (62.5% of a 1-hour write's cost)."""
