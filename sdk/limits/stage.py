@@ -158,10 +158,10 @@ class LimitsStage:
         """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`
         characters of it tokenized, with `history` tokens of a stored conversation it continues; the
         output limit it asks for or a default; its tokens times `token_rate`, 0.5 for a batch's request,
-        and the searches it allows in full) on the dearest hosted target of its route. Raises a 403
+        and the hosted tool calls it allows in full) on the dearest hosted target of its route. Raises a 403
         naming the `pricing:` entry to add when a target's model has no price (or no fast-mode price,
-        for a fast request): a budget cannot hold against spend nobody can count. 0 for a team without
-        a budget."""
+        for a fast request; no image price, for one offering the image tool): a budget cannot hold
+        against spend nobody can count. 0 for a team without a budget."""
         if self.budget is None or request.endpoint in _FREE:
             return 0.0
         prices = self._targets.get(request.model)
@@ -269,9 +269,11 @@ class LimitsStage:
         legs cancelled with their request). The provider bills what it read, so a team's retries and
         hedges are its spend and its tokens, not the shared account's. Charged before the request's
         own settlement lets its budget hold go."""
-        charge_only = Admission("", admission.rates)  # holds nothing: its token buckets and spend only
+        if not models:
+            return
+        charge_only, read = Admission("", admission.rates), _read(ctx.request, history)  # holds nothing: buckets and spend only
         for model in models:
-            self.settle(charge_only, ctx.key_id, model, _read(ctx.request, history), estimated=True)
+            self.settle(charge_only, ctx.key_id, model, read, estimated=True)
 
     def _first_target_model(self, model: str) -> str:
         route = next((r for r in self.policy.routes if r.match.matches(model)), None)
