@@ -201,6 +201,18 @@ def test_claude_cache_markers_reach_gpt_5_6_as_its_explicit_breakpoints(an, fres
     assert "prompt_cache_breakpoint" not in json.dumps(_sent(fresh_emulator))
 
 
+def test_thinking_between_tools_reaches_an_openai_model_as_thinking_off(an, fresh_emulator):
+    """anthropic 2.x's `thinking: {"type": "between_tools"}` (thinking turned off; the short progress notes a model
+    writes between tool calls come back as thinking blocks) was a 400 for every OpenAI target, a thinking type the
+    translation did not know. It is thinking off, as `disabled`: left out and named, no reasoning_effort asked of a
+    model that reasons (o3) or of one that does not (gpt-4o)."""
+    for model, upstream in (("claude-o3-x", "o3"), ("claude-x", "gpt-4o")):
+        raw = an.messages.with_raw_response.create(model=model, max_tokens=64, messages=ASK, thinking={"type": "between_tools"})
+        assert raw.parse().content and "thinking" in raw.headers["x-slipstream-dropped-fields"].split(",")
+        sent = _sent(fresh_emulator)
+        assert sent["model"] == upstream and "reasoning_effort" not in sent
+
+
 def test_prompt_cache_options_reach_claude_left_out_and_named(oa, fresh_emulator):
     """openai 3.x sends `prompt_cache_options` (gpt-5.6's cache mode and 30-minute lifetime): it was not in
     the field table, so a Claude target refused it as unknown. It says how OpenAI caches, not what the

@@ -46,6 +46,9 @@ from sdk.routing.translation.models import (
 )
 
 DROPPED_HEADER = "x-slipstream-dropped-fields"
+# Messages thinking types that turn thinking off: `between_tools` too ("thinking turned off, and any short progress
+# updates the model writes between tool calls come back as thinking blocks", anthropic 2.x).
+THINKING_OFF = ("disabled", "between_tools")
 
 
 class Fate(StrEnum):
@@ -189,8 +192,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                              "its SHA-256 hex digest); nothing else in it changes the answer"),
         "thinking": Field(T, "reasoning_effort for a model that reasons (o-series, gpt-5): enabled by its budget_tokens "
                              "(up to 4096: low, up to 16384: medium, more: high), adaptive the model's own; dropped for "
-                             "other models, which have no reasoning to turn on (the answer has no thinking blocks)",
-                          ({"type": "disabled"},)),
+                             "other models, which have no reasoning to turn on (the answer has no thinking blocks); "
+                             "between_tools is thinking off (its progress notes between tool calls have no Chat place)",
+                          ({"type": "disabled"}, {"type": "between_tools"})),
         "output_config": Field(T, "format → response_format json_schema (strict unless the schema has optional properties, which "
                                   "OpenAI's strict mode refuses); effort → reasoning_effort (max → xhigh) for a "
                                   "model that reasons, dropped (named output_config.effort) for others"),
@@ -326,7 +330,7 @@ def _unreasoned(shape: Shape, body: dict[str, Any]) -> list[str]:
     if shape is not Shape.MESSAGES or reasons(body.get("model")):
         return []
     thinking, config = body.get("thinking"), body.get("output_config")
-    out = ["thinking"] if isinstance(thinking, dict) and thinking.get("type") != "disabled" else []
+    out = ["thinking"] if isinstance(thinking, dict) and thinking.get("type") not in THINKING_OFF else []
     return out + (["output_config.effort"] if isinstance(config, dict) and config.get("effort") is not None else [])
 
 

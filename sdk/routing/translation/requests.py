@@ -15,7 +15,7 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.translation.breakpoints import BREAKPOINT, marked_part, system_parts, takes_breakpoints, with_claude_breakpoints
-from sdk.routing.translation.fields import Fate, Shape, check, fate, one_sampler, refuse
+from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fate, one_sampler, refuse
 from sdk.routing.translation.media import a2o_document, image_source, image_url, o2a_document
 from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
@@ -161,7 +161,7 @@ def _a2o_effort(body: dict[str, Any]) -> str | None:
         return _A2O_EFFORT[effort]
     if thinking is None:
         return None
-    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "adaptive", "disabled"):
+    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "adaptive", *THINKING_OFF):
         raise refuse(f"thinking {thinking!r}", "OpenAI")
     if thinking["type"] != "enabled":
         return None
