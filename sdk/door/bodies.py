@@ -45,8 +45,10 @@ class BodyBudget:
         shares = self.shares
         if shares.held(team) + amount > shares.share(team):
             BODY_REFUSALS.labels(team, "share").inc()
+            # The team's own bytes, not its share: the share is the budget over the teams holding bodies
+            # now, so its figure told a team how many others had requests in flight.
             return RateLimitedError(
-                f"this team's requests in flight hold their share ({shares.share(team)} bytes) of the request bodies this "
+                f"this team's requests in flight hold {shares.held(team)} bytes of request bodies, its share of the bodies this "
                 "gateway process holds for every team at once; retry after the time the retry-after header gives",
                 headers={"retry-after": RETRY_AFTER_S})
         BODY_REFUSALS.labels(team, "full").inc()

@@ -102,6 +102,30 @@ async def test_a_teams_large_requests_in_flight_hold_its_share_and_leave_another
     wait_until(lambda: budget.shares.total == 0, "the body let go again")
 
 
+async def test_a_refusal_past_a_teams_share_says_nothing_of_the_other_teams(stack):
+    """A team's share is half the budget over the teams holding bodies now, and the 429 named it in
+    bytes: a team sending one request too many learned how many other teams had large requests in flight
+    (1,048,576 bytes alone, 524,288 beside one other). It names the team's own bytes now, the same
+    whoever else is busy."""
+    proxy, _ = stack
+    budget: BodyBudget = proxy.app.state.door.bodies
+    held = [await _chat_stream(proxy, "alpha"), await _chat_stream(proxy, "alpha")]
+
+    async def refused() -> str:
+        with pytest.raises(openai.RateLimitError) as caught:
+            await _chat_stream(proxy, "alpha")
+        return caught.value.message
+
+    alone = await refused()
+    held.append(await _chat_stream(proxy, "beta"))  # another team busy now
+    assert budget.shares.held("beta") > 0
+    assert await refused() == alone
+    assert "share" in alone and str(budget.shares.held("alpha")) in alone
+    for stream in held:
+        await stream.close()
+    wait_until(lambda: budget.shares.total == 0, "every closed stream's body let go")
+
+
 async def test_a_continuations_stored_history_counts_against_its_teams_share(stack):
     """A translated continuation holds its whole stored conversation however small its body: it is
     claimed from the budget before it is read, so a team cannot hold past its share that way."""
