@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 USER_MAX = 64  # characters of `user` (longer: OpenAI's 400 string_above_max_length)
+FUNCTION_NAME_MAX = 64  # characters of a function tool's name (longer: the same 400)
 TOOL_ID_MAX = 40  # characters of a tool call id (longer: the same 400)
 
 
@@ -181,6 +182,10 @@ def _validate_tools(body: dict[str, Any]) -> wire.Problem | None:
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     return (f"Missing required parameter: 'tools[{i}].function.name'.",
                             f"tools[{i}].function.name", "missing_required_parameter")
+                if len(fn["name"]) > FUNCTION_NAME_MAX:
+                    return (f"Invalid 'tools[{i}].function.name': string too long. Expected a string with maximum length "
+                            f"{FUNCTION_NAME_MAX}, but got a string with length {len(fn['name'])} instead.",
+                            f"tools[{i}].function.name", "string_above_max_length")
                 problem = _strict_problem(fn.get("parameters"), ()) if fn.get("strict") is True else None
                 if problem:
                     return f"Invalid schema for function '{fn['name']}': {problem}", f"tools[{i}].function.parameters", None

@@ -109,6 +109,10 @@ def test_errors(emu, oai):
     with pytest.raises(openai.BadRequestError) as ei:
         oai.chat.completions.create(model=MODEL, messages=[{"role": "robot", "content": "x"}])
     assert ei.value.param == "messages[0].role"
+    long_name = {"type": "function", "function": {"name": "f" * 65, "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError) as ei:  # OpenAI's function names: at most 64 characters
+        oai.chat.completions.create(model=MODEL, messages=MSGS, tools=[long_name])  # type: ignore[list-item]
+    assert ei.value.code == "string_above_max_length" and ei.value.param == "tools[0].function.name"
     for opts in ([1], "x", 3):  # a malformed body is a provider-shaped 400, never a 500
         r = post(emu.url, "/v1/chat/completions", {"model": MODEL, "messages": MSGS, "stream": True,
                                                    "stream_options": opts}, OPENAI_HEADERS)

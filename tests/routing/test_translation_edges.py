@@ -201,6 +201,30 @@ def test_claude_cache_markers_reach_gpt_5_6_as_its_explicit_breakpoints(an, fres
     assert "prompt_cache_breakpoint" not in json.dumps(_sent(fresh_emulator))
 
 
+def test_a_tool_name_over_openais_64_characters_is_shortened_and_given_back(an, fresh_emulator):
+    """Claude takes tool names of 128 characters (a coding agent's MCP tools, `mcp__server__tool`); OpenAI answers a
+    function name over 64 with a 400 ("string too long"), so every request carrying one failed. It goes as its first 55
+    characters, `_` and 8 hex digits of its SHA-256, in the tools, the history's calls and tool_choice alike, the same
+    every turn; the answer's calls of it carry the client's name again, streamed or not."""
+    name = "mcp__knowledge_base_server__search_the_internal_engineering_handbook_pages"
+    tools: Any = [{"name": name, "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}},
+                  {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}]
+    history: Any = [{"role": "user", "content": "Search the handbook."},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": name, "input": {"query": "x"}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "Nothing."}]}]
+    choice: Any = {"type": "tool", "name": name}
+    message = an.messages.create(model="claude-x", max_tokens=64, messages=history, tools=tools, tool_choice=choice)
+    assert [block.name for block in message.content if block.type == "tool_use"] == [name]
+    sent = _sent(fresh_emulator)
+    short = sent["tools"][0]["function"]["name"]
+    assert len(short) == 64 and short.startswith(name[:55]) and sent["tools"][1]["function"]["name"] == "get_weather"
+    assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == short == sent["tool_choice"]["function"]["name"]
+    with an.messages.stream(model="claude-x", max_tokens=64, messages=history, tools=tools, tool_choice=choice) as stream:
+        streamed = stream.get_final_message()
+    assert [block.name for block in streamed.content if block.type == "tool_use"] == [name]
+    assert _sent(fresh_emulator)["tools"][0]["function"]["name"] == short  # the same every turn
+
+
 def test_thinking_between_tools_reaches_an_openai_model_as_thinking_off(an, fresh_emulator):
     """anthropic 2.x's `thinking: {"type": "between_tools"}` (thinking turned off; the short progress notes a model
     writes between tool calls come back as thinking blocks) was a 400 for every OpenAI target, a thinking type the

@@ -91,8 +91,9 @@ def diagnostics_o2a(request: dict[str, Any]) -> dict[str, Any]:
     return {"diagnostics": {"cache_miss_reason": {"type": "unavailable"}} if asked.get("previous_message_id") else None}
 
 
-def completion_o2a(body: bytes, extra: dict[str, Any] | None = None) -> bytes:
-    """An OpenAI chat.completion as an Anthropic message (with `extra` fields: diagnostics_o2a)."""
+def completion_o2a(body: bytes, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> bytes:
+    """An OpenAI chat.completion as an Anthropic message (with `extra` fields: diagnostics_o2a); `names` are the
+    client's tool names the upstream knows by shorter ones (tool_ids.shortened_tool_names)."""
     data = orjson.loads(body)
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
@@ -103,7 +104,8 @@ def completion_o2a(body: bytes, extra: dict[str, Any] | None = None) -> bytes:
     cut = choice.get("finish_reason") == "length"
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
-        content.append({"type": "tool_use", "id": call["id"], "name": function.get("name"), "input": _arguments(call, cut)})
+        name = function.get("name")
+        content.append({"type": "tool_use", "id": call["id"], "name": (names or {}).get(str(name), name), "input": _arguments(call, cut)})
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
         "content": content, **stop_o2a(choice, bool(message.get("refusal"))),

@@ -22,6 +22,7 @@ from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic, refuse_prefill
 from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
+from sdk.routing.translation.tool_ids import shortened_tool_names
 from sdk.sse import events_of
 from sdk.streams import close_after
 from sdk.types import (
@@ -91,10 +92,11 @@ class TranslatingProvider:
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
             _cancel(count)
-            answer.body = completion_o2a(answer.body, diagnostics_o2a(request.body)) if to_openai else message_a2o(answer.body, prefill, stops)
+            answer.body = (completion_o2a(answer.body, diagnostics_o2a(request.body), shortened_tool_names(request.body)) if to_openai
+                           else message_a2o(answer.body, prefill, stops))
             return answer
         if count is not None:
-            to_anthropic = OpenAIToAnthropic(diagnostics_o2a(request.body))
+            to_anthropic = OpenAIToAnthropic(diagnostics_o2a(request.body), shortened_tool_names(request.body))
             answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
             return answer
         options = request.body.get("stream_options")

@@ -21,7 +21,7 @@ from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_pl
 from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
-from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_id
+from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_id, openai_tool_name
 from sdk.routing.translation.web_search import claude_tool
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
@@ -115,7 +115,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     # Claude takes `auto`/`none` with no tools (they choose among nothing); OpenAI refuses any tool_choice without tools.
     if isinstance(choice, dict) and (body.get("tools") or choice.get("type") not in ("auto", "none")):
         kind = choice.get("type")
-        out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}} if kind == "tool" else _A2O_TOOL_CHOICE[str(kind)]
+        out["tool_choice"] = {"type": "function", "function": {"name": openai_tool_name(choice.get("name"))}} if kind == "tool" else _A2O_TOOL_CHOICE[str(kind)]
         if choice.get("disable_parallel_tool_use") and body.get("tools"):
             out["parallel_tool_calls"] = False
     return out
@@ -174,7 +174,7 @@ def _a2o_effort(body: dict[str, Any]) -> str | None:
 def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") not in (None, "custom"):
         raise refuse(f"{where}: server tool {tool.get('type')!r}", "OpenAI")
-    function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
+    function = {"name": openai_tool_name(tool["name"]), "parameters": tool.get("input_schema") or {"type": "object"}}
     if tool.get("description"):
         function["description"] = tool["description"]
     if tool.get("strict") is not None:  # strict where OpenAI's strict mode takes the schema (output_modes.openai_strict)
@@ -194,7 +194,8 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
                 texts.append(_text(block, f"{where}.content.{j}"))
             elif kind == "tool_use":
                 arguments = orjson.dumps(block.get("input") or {}).decode()
-                calls.append({"id": openai_tool_id(block["id"]), "type": "function", "function": {"name": block["name"], "arguments": arguments}})
+                function = {"name": openai_tool_name(block["name"]), "arguments": arguments}
+                calls.append({"id": openai_tool_id(block["id"]), "type": "function", "function": function})
             elif kind in ("thinking", "redacted_thinking"):
                 # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
                 # earlier turn's thinking too); the visible turn carries the conversation.

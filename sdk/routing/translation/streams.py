@@ -61,8 +61,9 @@ def read_chunk(event: bytes) -> dict[str, Any] | ChunkError | None:
 class OpenAIToAnthropic:
     """Feeds on an OpenAI chunk stream (from an OpenAI target), yields Anthropic events."""
 
-    def __init__(self, extra: dict[str, Any] | None = None) -> None:
+    def __init__(self, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> None:
         self.extra = extra or {}  # fields message_start's message carries besides the usual (bodies.diagnostics_o2a)
+        self.names = names or {}  # the client's tool names the upstream knows by shorter ones (tool_ids.py)
         self.started = False
         self.block = -1  # index of the last Anthropic content block opened
         self.open = False  # that block is still open
@@ -104,7 +105,8 @@ class OpenAIToAnthropic:
                 index = call.get("index", 0)
                 function = call.get("function") or {}
                 if index not in self.tools:
-                    out += self._open_block({"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": {}})
+                    name = function.get("name")
+                    out += self._open_block({"type": "tool_use", "id": call.get("id"), "name": self.names.get(str(name), name), "input": {}})
                     self.tools[index] = self.block
                 if function.get("arguments"):
                     out.append(_anthropic_event({"type": "content_block_delta", "index": self.tools[index],

@@ -1,6 +1,6 @@
-"""Tool call ids as each protocol takes them. A call and its result carry one id, and a conversation is sent
-again every turn: each id is a pure function of the client's, so both stay paired and the prefix (and so
-the provider's prompt cache) stays the same turn to turn."""
+"""Tool call ids, and tool names, as each protocol takes them. A call and its result carry one id, and a
+conversation is sent again every turn: each id (and name) is a pure function of the client's, so both stay
+paired and the prefix (and so the provider's prompt cache) stays the same turn to turn."""
 
 from __future__ import annotations
 
@@ -30,3 +30,23 @@ def openai_tool_id(call_id: Any) -> str:
     tool calls carry the upstream's own new ids."""
     text = str(call_id)
     return text if len(text) <= OPENAI_TOOL_ID_MAX else "call_" + hashlib.sha256(text.encode()).hexdigest()[:35]
+
+
+# OpenAI takes function names of at most 64 characters ("Invalid 'tools[0].function.name': string too long. Expected
+# a string with maximum length 64"); Claude takes 128, and MCP tools of a coding agent (`mcp__server__tool`) use them.
+OPENAI_TOOL_NAME_MAX = 64
+
+
+def openai_tool_name(name: Any) -> str:
+    """A Claude tool name as an OpenAI function name: as it is up to 64 characters, else its first 55, `_` and 8 hex
+    digits of its SHA-256 (the same every turn, in the tools, the history's calls and tool_choice alike)."""
+    text = str(name)
+    if len(text) <= OPENAI_TOOL_NAME_MAX:
+        return text
+    return f"{text[:OPENAI_TOOL_NAME_MAX - 9]}_{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def shortened_tool_names(body: dict[str, Any]) -> dict[str, str]:
+    """The Messages request's tool names an OpenAI target knows by another name: that name → the client's."""
+    names = [tool.get("name") for tool in body.get("tools") or () if isinstance(tool, dict)]
+    return {openai_tool_name(name): name for name in names if isinstance(name, str) and len(name) > OPENAI_TOOL_NAME_MAX}
