@@ -18,24 +18,31 @@ request may name one (`account_objects`) only when the team's policy lists its i
 `provider_objects` (`check_account_objects`); `"*"` there is for a team whose provider account is
 its own.
 
-Where records live follows the state backend: in process for `LocalState` (one store per process,
-so every drop-in client and the proxy's workers-of-one agree), in Redis next to the limits for a
-shared backend, so every replica agrees. While Redis is away a replica writes and reads its own
-records locally (it still knows what it created meanwhile; the other replicas do not).
+Where records live follows the state backend: for `LocalState`, a SQLite file under the data
+directory (`owners.sqlite3`), so a restarted proxy and every worker of `--workers N --local-state`
+on the host know them (in process memory, a restart forgot every object created before it, a
+24-hour batch's results included, and each worker knew only what it had created); in Redis next to
+the limits for a shared backend, so every replica agrees. While Redis is away a replica writes and
+reads its own records in memory (it still knows what it created meanwhile; the other replicas do not).
 """
 
 from __future__ import annotations
 
 import functools
+import sqlite3
+import threading
+import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError
-from sdk.offload import off_loop_if_large
+from sdk.offload import off_loop, off_loop_if_large
 from sdk.policy import FINE_TUNED
+from sdk.services import default_data_dir
 from sdk.state.backend import StateBackend
 
 MISSING_FILE = "No such File object: {}"  # what the provider answers for a file it does not have
@@ -56,7 +63,7 @@ class Records(Protocol):
 
 
 class LocalRecords:
-    """Records in this process (no expiry: a process does not live `KEEP_S`)."""
+    """Records in this process (no expiry: a process does not live `KEEP_S`): a replica's while Redis is away."""
 
     def __init__(self) -> None:
         self._values: dict[str, str] = {}
@@ -70,6 +77,51 @@ class LocalRecords:
     async def delete(self, names: Sequence[str]) -> None:
         for name in names:
             self._values.pop(name, None)
+
+
+class SQLiteRecords:
+    """Records in a SQLite file (WAL: the workers of one host read it at once), each with its expiry.
+    Calls run in the heavy-work pool: a write of another process may hold the file for a moment."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS records (name TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL NOT NULL)")
+        self._db.execute("DELETE FROM records WHERE expires < ?", (time.time(),))
+
+    async def put(self, records: Mapping[str, str], keep_s: float) -> None:
+        rows = [(name, value, time.time() + keep_s) for name, value in records.items()]
+        await off_loop(self._write, "INSERT INTO records VALUES (?, ?, ?) "
+                                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires = excluded.expires", rows)
+
+    async def get(self, names: Sequence[str]) -> list[str | None]:
+        return await off_loop(self._get, list(names), time.time())
+
+    async def delete(self, names: Sequence[str]) -> None:
+        await off_loop(self._write, "DELETE FROM records WHERE name = ?", [(name,) for name in names])
+
+    def _write(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(statement, rows)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _get(self, names: list[str], now: float) -> list[str | None]:
+        found: dict[str, str] = {}
+        with self._lock:
+            for start in range(0, len(names), LOOKUP_CHUNK):
+                part = names[start:start + LOOKUP_CHUNK]
+                marks = ", ".join("?" * len(part))
+                found.update(self._db.execute(f"SELECT name, value FROM records WHERE expires > ? AND name IN ({marks})",
+                                              (now, *part)).fetchall())
+        return [found.get(name) for name in names]
 
 
 class SharedRecords:
@@ -269,7 +321,12 @@ def check_account_objects(listed: frozenset[str], bodies: Iterable[Any]) -> None
                                     "provider_objects")
 
 
-_LOCAL = LocalRecords()  # one per process: what every in-process backend's teams created
+_DURING_OUTAGES = LocalRecords()  # one per process: what its replicas created while Redis was away
+
+
+@functools.cache
+def _on_this_host(path: Path) -> SQLiteRecords:
+    return SQLiteRecords(path)
 _by_state: weakref.WeakKeyDictionary[StateBackend, Ownership] = weakref.WeakKeyDictionary()
 
 
@@ -277,6 +334,7 @@ def ownership_of(state: StateBackend) -> Ownership:
     """The ownership records that go with a state backend."""
     found = _by_state.get(state)
     if found is None:
-        records: Records = _LOCAL if state.kind == "local" else SharedRecords(state, _LOCAL)
+        records: Records = (_on_this_host(default_data_dir() / "owners.sqlite3") if state.kind == "local"
+                            else SharedRecords(state, _DURING_OUTAGES))
         found = _by_state[state] = Ownership(records)
     return found
