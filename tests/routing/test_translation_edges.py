@@ -225,6 +225,21 @@ def test_a_tool_name_over_openais_64_characters_is_shortened_and_given_back(an, 
     assert _sent(fresh_emulator)["tools"][0]["function"]["name"] == short  # the same every turn
 
 
+def test_a_safety_identifier_reaches_claude_as_its_user_id(oa, fresh_emulator):
+    """OpenAI asks clients to name their end user by `safety_identifier` (`user` is deprecated), for its abuse
+    detection; Claude's counterpart is metadata.user_id, but the field was dropped, so Claude could tell no end user
+    from another and held the whole key to account. It is metadata.user_id when no `user` is sent (Chat and
+    Responses alike); beside a `user`, which goes there, it is dropped and named."""
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-x", messages=ASK, safety_identifier="user-7f3a")
+    assert raw.parse().choices[0].message.content and "safety_identifier" not in raw.headers.get("x-slipstream-dropped-fields", "")
+    assert _sent(fresh_emulator)["metadata"] == {"user_id": "user-7f3a"}
+    assert oa.responses.create(model="gpt-x", input="Weather in Oslo?", safety_identifier="user-9c1d").output_text
+    assert _sent(fresh_emulator)["metadata"] == {"user_id": "user-9c1d"}
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-x", messages=ASK, user="alice", safety_identifier="user-7f3a")
+    assert raw.parse().choices[0].message.content and "safety_identifier" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    assert _sent(fresh_emulator)["metadata"] == {"user_id": "alice"}
+
+
 def test_thinking_between_tools_reaches_an_openai_model_as_thinking_off(an, fresh_emulator):
     """anthropic 2.x's `thinking: {"type": "between_tools"}` (thinking turned off; the short progress notes a model
     writes between tool calls come back as thinking blocks) was a 400 for every OpenAI target, a thinking type the

@@ -147,7 +147,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                            "`prompt_cache.ttl`: the gateway's planner orders TTLs as Anthropic requires"),
         "cache_control": Field(T, "cache_control: automatic caching, a breakpoint on the last cacheable block (the "
                                   "top-level marker OpenRouter's Chat API takes for Claude)"),
-        "safety_identifier": Field(D, "end-user id for OpenAI's abuse monitoring"),
+        "safety_identifier": Field(T, "metadata.user_id when `user` is absent: both name the end user to the provider's "
+                                      "abuse detection (beside a `user`, dropped)"),
         # OpenAI's own reference: "best effort to sample deterministically ... Determinism is not guaranteed".
         "seed": Field(D, "best-effort determinism on OpenAI's side, never guaranteed (eval harnesses send it on every "
                          "request); Anthropic has no seeded sampling"),
@@ -247,7 +248,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "temperature": Field(T, "temperature"),
         "top_p": Field(T, "top_p"),
         "user": Field(T, "user"),
-        "safety_identifier": Field(T, "safety_identifier (dropped again for an Anthropic target)"),
+        "safety_identifier": Field(T, "safety_identifier (for an Anthropic target, metadata.user_id as from Chat Completions)"),
         "prompt_cache_key": Field(T, "prompt_cache_key (an Anthropic target gets breakpoints instead)"),
         "include": Field(T, "entries that ask for something a translated answer has not (reasoning.encrypted_content) "
                             "are dropped and named as include.ENTRY; others refused", ([],)),
@@ -310,6 +311,8 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
                 dropped.append("reasoning.summary")
             if value.get("effort") is not None and not effort_travels(target, body.get("model")):
                 dropped.append("reasoning.effort")
+        elif shape is Shape.CHAT and key == "safety_identifier" and body.get("user"):
+            dropped.append(key)  # the end user Claude is told of is the `user`
         elif shape is Shape.RESPONSES and not _cache_setting_travels(key, value, target, body.get("model")):
             dropped.append(key)
         elif shape is Shape.RESPONSES and key == "input" and not breakpoints_travel(target, body.get("model")) and in_responses_input(value):

@@ -251,13 +251,17 @@ def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
 # --- OpenAI → Anthropic -----------------------------------------------------------------------------
 
 
+# Chat fields translated after the walk of the others (or with the messages).
+_O2A_ELSEWHERE = ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens", "max_completion_tokens",
+                  "user", "safety_identifier", "stream_options", "response_format", "web_search_options")
+
+
 def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model")}
     tool_choice: dict[str, Any] | None = None
     check(Shape.CHAT, body, "Anthropic")
     for key, value in body.items():
-        if value is None or key in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens", "max_completion_tokens",
-                                    "user", "stream_options", "response_format", "web_search_options") or fate(Shape.CHAT, key, value) is Fate.DROPPED:
+        if value is None or key in _O2A_ELSEWHERE or fate(Shape.CHAT, key, value) is Fate.DROPPED:
             continue
         if key == "stop":
             sent = split_stops(value)[0]  # whitespace-only stops, which Claude refuses, are the gateway's (stops.py)
@@ -281,8 +285,9 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             raise refuse(f"{key!r}", "Anthropic")
     asked = body.get("max_completion_tokens") or body.get("max_tokens")
     out["max_tokens"] = claude_output_limit(out["model"], asked) if asked else default_max_tokens(out["model"])
-    if body.get("user"):
-        out["metadata"] = {"user_id": body["user"]}
+    user = body.get("user") or body.get("safety_identifier")  # Claude's abuse detection reads metadata.user_id
+    if user:
+        out["metadata"] = {"user_id": user}
     # OpenAI's explicit breakpoints (prompt_cache_breakpoint) become Claude's cache_control (breakpoints.py)
     system, messages = _o2a_messages(with_claude_breakpoints(body), in_place_system(out["model"]))
     if body.get("verbosity") in VERBOSITY:
