@@ -30,7 +30,9 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.serving import admin_key_from, file_limit_warning, fixed_key_warnings, port_problem, run_server, server_config
     from sdk.observability.access_log import ENV as ACCESS_LOG_ENV
     from sdk.observability.tracing.setup import EXPORT_VAR as TRACE_EXPORT_ENV
+    from sdk.services import default_data_dir
     from sdk.state import STATE_URL_ENV, open_state
+    from sdk.state.spend_file import ENV as SPEND_FILE_ENV
 
     paths = args.policy or [args.policy_dir or _default_policy_dir()]
     if args.max_body_bytes_in_flight is not None and args.max_body_bytes_in_flight < 1:
@@ -52,6 +54,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"slipstream: warning: {argv_warning}", file=sys.stderr, flush=True)
     if args.access_log:
         os.environ[ACCESS_LOG_ENV] = args.access_log  # workers inherit it; sdk/observability/access_log.py reads it
+    if state_url is None:  # in-process state: spend outlives a restart (sdk/state/spend_file.py); workers inherit it
+        os.environ.setdefault(SPEND_FILE_ENV, str(default_data_dir() / "spend.sqlite3"))
     # With tracing on, the proxy encodes and sends spans in a child process, off the serving one's
     # interpreter lock (sdk/observability/tracing/export_process.py); SLIPSTREAM_TRACE_EXPORT=thread keeps it in process.
     os.environ.setdefault(TRACE_EXPORT_ENV, "process")

@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sdk.state.backend import StateBackend
 from sdk.state.local import LocalState
+from sdk.state.spend_file import SpendFile, spend_file_from_env
 
 STATE_URL_ENV = "SLIPSTREAM_STATE_URL"
 _SECRET_PARAMS = ("pass", "secret", "token", "key")  # query options whose values are credentials (ssl_keyfile: a path, masked too)
@@ -38,7 +39,8 @@ def open_state(url: str | None = None) -> StateBackend:
     """The backend a state URL names; None reads $SLIPSTREAM_STATE_URL (unset: in process)."""
     url = url if url is not None else os.environ.get(STATE_URL_ENV, "")
     if not url or url == "local":
-        return LocalState()
+        spend_file = spend_file_from_env()  # `slipstream serve` keeps spend across restarts (sdk/state/spend_file.py)
+        return LocalState(spend_file=SpendFile(spend_file) if spend_file is not None else None)
     if url.startswith(("redis://", "rediss://", "redis+", "rediss+")):
         from sdk.state.guard import GuardedState
         from sdk.state.redis import RedisState

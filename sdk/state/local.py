@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sdk.state.backend import Admission, Rate, Refusal, Settlement
+from sdk.state.spend_file import SpendFile
 
 _DUST = 1e-9  # a token bucket admits while any balance is left: usage is charged afterwards
 
@@ -35,12 +36,16 @@ class _Record:
 class LocalState:
     kind = "local"
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 spend_file: SpendFile | None = None) -> None:
         self._clock = clock
         self._wall = wall
         self._buckets: dict[str, _Bucket] = {}
         self._leases: dict[str, set[str]] = {}
         self._records: dict[str, _Record] = {}
+        self._spend_file = spend_file  # spend kept across restarts (sdk/state/spend_file.py); None: this process only
+        if spend_file is not None:
+            self._records = {key: _Record(expires, fields) for key, (expires, fields) in spend_file.load(wall()).items()}
         self._flags: dict[str, float] = {}
         self._claims: dict[str, float] = {}
         self._holds: dict[str, dict[str, float]] = {}  # budget record → lease → USD held while it runs
@@ -98,6 +103,8 @@ class LocalState:
                     record = self._records[key] = _Record(wall + keep_s)
                 for name in spend.fields:
                     record.fields[name] = record.fields.get(name, 0.0) + spend.usd
+                if self._spend_file is not None:
+                    self._spend_file.add(key, record.expires, spend.fields, spend.usd)
 
     def _live_record(self, key: str, wall: float) -> _Record | None:
         record = self._records.get(key)
@@ -140,4 +147,5 @@ class LocalState:
         return True
 
     async def close(self) -> None:
-        return None
+        if self._spend_file is not None:
+            self._spend_file.close()

@@ -1,20 +1,25 @@
-"""Without Redis, who owns a file or a batch is kept on disk (sdk/state/ownership.py:SQLiteRecords):
-a restarted proxy and every worker of `--workers N --local-state` know the objects a team created.
-Kept in process memory, a restart forgot them all (a team's own 24-hour batch answered 404) and
-each worker knew only its own."""
+"""Without Redis, what must outlive the process is kept on disk under the data directory: who owns a
+file or a batch (sdk/state/ownership.py:SQLiteRecords), and spend (sdk/state/spend_file.py). Kept
+in process memory, a restart forgot them (a team's own 24-hour batch answered 404; every team's
+month was back at $0), and each worker of `--workers N --local-state` knew only its own objects."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import openai
+import pytest
 
 from gateway.testing import free_port
+from sdk.state.backend import Settlement, SpendRecord
+from sdk.state.local import LocalState
+from sdk.state.spend_file import SpendFile
 from tests.gateway.test_cli import ROOT, _command, _wait
 from tests.helpers import write_policy
 
@@ -69,3 +74,43 @@ def test_every_worker_knows_what_another_worker_created(tmp_path, fresh_emulator
         created = [_created(client) for _ in range(3)]
         for file_id, batch_id in created * 2:
             _known(client, file_id, batch_id)
+
+
+def test_a_restart_does_not_give_a_team_its_spent_budget_again(tmp_path, fresh_emulator):
+    """Without Redis, spend lived in process memory: a restarted proxy had every team's month at $0."""
+    policies, data = tmp_path / "policies", tmp_path / "data"
+    policies.mkdir()
+    write_policy(policies, "t", "sk-t", fresh_emulator.url,
+                 extra='pricing: {"gpt-*": {input: 100000, output: 100000}}\nbudget: {usd: 0.01, period: month}\n')
+    ask = {"model": "gpt-4o-mini", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    with _serving(policies, data) as client:
+        with client() as one:
+            one.chat.completions.create(**ask)  # admitted at $0, charged well past the budget
+        with client() as one, pytest.raises(openai.RateLimitError, match="budget"):
+            one.chat.completions.create(**ask)
+    with _serving(policies, data) as client, client() as one, pytest.raises(openai.RateLimitError, match="budget"):
+        one.chat.completions.create(**ask)
+
+
+def test_the_spend_file_holds_the_sum_of_every_writer(tmp_path):
+    path, month = tmp_path / "spend.sqlite3", time.time() + 3600
+    first, second = SpendFile(path), SpendFile(path)  # two workers of one host
+    for _ in range(50):
+        first.add("spend:t:month", month, ("total", "model:m"), 0.01)
+        second.add("spend:t:month", month, ("total",), 0.02)
+    second.add("spend:t:gone", time.time() - 1, ("total",), 5.0)  # expired by the time it is read
+    first.close()
+    second.close()
+    (expires, fields), = SpendFile(path).load(time.time()).values()
+    assert expires == month and fields == pytest.approx({"total": 1.5, "model:m": 0.5})
+
+
+async def test_a_local_state_starts_from_the_spend_its_file_holds(tmp_path):
+    record = SpendRecord(usd=0.25, records=(("spend:t:day", 3600.0),), fields=("total",))
+    state = LocalState(spend_file=SpendFile(tmp_path / "spend.sqlite3"))
+    state.settle(Settlement(lease="a", spend=record))
+    state.settle(Settlement(lease="b", spend=record))
+    await state.close()
+    restarted = LocalState(spend_file=SpendFile(tmp_path / "spend.sqlite3"))
+    assert await restarted.spend("spend:t:day") == pytest.approx({"total": 0.5})
+    await restarted.close()
