@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -34,6 +36,20 @@ def _wait(url: str, process: subprocess.Popen, timeout_s: float = 60) -> httpx.R
         except httpx.TransportError:
             time.sleep(0.1)
     raise AssertionError(f"{url} never answered")
+
+
+@contextmanager
+def serving(policies: Path, *options: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`slipstream serve --policy-dir POLICIES OPTIONS` on a free port until the block ends; yields its URL."""
+    port = free_port()
+    process = subprocess.Popen([*_command(), "serve", "--policy-dir", str(policies), "--port", str(port), *options],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    try:
+        _wait(f"http://127.0.0.1:{port}/healthz", process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
 
 
 @pytest.fixture

@@ -5,9 +5,6 @@ month was back at $0), and each worker of `--workers N --local-state` knew only 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,27 +13,19 @@ from pathlib import Path
 import openai
 import pytest
 
-from gateway.testing import free_port
 from sdk.state.backend import Settlement, SpendRecord
 from sdk.state.local import LocalState
 from sdk.state.spend_file import SpendFile
-from tests.gateway.test_cli import ROOT, _command, _wait
+from tests.gateway.test_cli import serving
 from tests.helpers import write_policy
 
 
 @contextmanager
 def _serving(policies: Path, data: Path, *options: str) -> Iterator[Callable[[], openai.OpenAI]]:
-    port = free_port()
-    process = subprocess.Popen([*_command(), "serve", "--policy-dir", str(policies), "--port", str(port), *options],
-                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env={**os.environ, "SLIPSTREAM_DATA_DIR": str(data), "SLIPSTREAM_STATE_URL": ""})
-    try:
-        _wait(f"http://127.0.0.1:{port}/healthz", process)
-        # A client, and so a connection, for every request: under --workers the kernel spreads them over the workers.
-        yield lambda: openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-t", max_retries=0)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+    """The proxy on `data` as its data directory, and a new client (so a new connection: under
+    --workers the kernel spreads them over the workers) for each request."""
+    with serving(policies, *options, env={"SLIPSTREAM_DATA_DIR": str(data), "SLIPSTREAM_STATE_URL": ""}) as url:
+        yield lambda: openai.OpenAI(base_url=f"{url}/v1", api_key="sk-t", max_retries=0)
 
 
 def _created(client: Callable[[], openai.OpenAI]) -> tuple[str, str]:

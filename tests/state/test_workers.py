@@ -12,7 +12,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.testing import free_port
-from tests.gateway.test_cli import ROOT, _command, _wait
+from tests.gateway.test_cli import ROOT, _command, _wait, serving
 from tests.helpers import write_policy
 
 
@@ -52,10 +52,10 @@ def test_two_workers_share_one_limit(tmp_path, fresh_emulator, redis_url):
         process.wait(timeout=30)
 
 
-def _scraped(port: int) -> dict[str, float]:
+def _scraped(url: str) -> dict[str, float]:
     """One scrape of /metrics on a fresh connection (the kernel hands it to any worker): the team's
     answered requests and requests in flight."""
-    page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10, headers={"connection": "close"}).text
+    page = httpx.get(f"{url}/metrics", timeout=10, headers={"connection": "close"}).text
     values = {"requests": 0.0, "in_flight": 0.0}
     for family in text_string_to_metric_families(page):
         for sample in family.samples:
@@ -68,43 +68,32 @@ def _scraped(port: int) -> dict[str, float]:
     return values
 
 
+def _sent(url: str, requests: int) -> int:
+    for _ in range(requests):  # a fresh connection each time: the kernel spreads them over the workers
+        with anthropic.Anthropic(base_url=url, api_key="sk-t", max_retries=0) as client:
+            client.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    return requests
+
+
 def test_every_scrape_counts_every_workers_requests(tmp_path, fresh_emulator):
     """With two workers on one port a scrape reached one of them and showed its counters alone (a
     fraction of the traffic, changing with the worker that answered); every page sums all workers."""
     write_policy(tmp_path, "t", "sk-t", fresh_emulator.url)
-    port = free_port()
-    process = subprocess.Popen([*_command(), "serve", "--policy-dir", str(tmp_path), "--port", str(port), "--workers", "2",
-                                "--local-state"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        _wait(f"http://127.0.0.1:{port}/healthz", process)
-        sent = 16
-        for _ in range(sent):  # a fresh connection each time: the kernel spreads them over the workers
-            with anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="sk-t", max_retries=0) as client:
-                client.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
-        assert [_scraped(port) for _ in range(6)] == [{"requests": sent, "in_flight": 0}] * 6
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+    with serving(tmp_path, "--workers", "2", "--local-state") as url:
+        sent = _sent(url, 16)
+        assert [_scraped(url) for _ in range(6)] == [{"requests": sent, "in_flight": 0}] * 6
 
 
 def test_the_status_page_adds_up_every_workers_traffic(tmp_path, fresh_emulator):
     """With two workers on one port the page showed the worker that answered it, a share of the
     traffic that changed at each refresh; now each worker publishes its buckets for the others."""
     write_policy(tmp_path, "t", "sk-t", fresh_emulator.url)
-    port = free_port()
-    admin = {"authorization": "Bearer status-admin-key"}
-    process = subprocess.Popen([*_command(), "serve", "--policy-dir", str(tmp_path), "--port", str(port), "--workers", "2",
-                                "--local-state"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env={**os.environ, "SLIPSTREAM_ADMIN_KEY": "status-admin-key"})
-    try:
-        _wait(f"http://127.0.0.1:{port}/healthz", process)
-        sent = 16
-        for _ in range(sent):  # a fresh connection each time: the kernel spreads them over the workers
-            with anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="sk-t", max_retries=0) as client:
-                client.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    admin = {"authorization": "Bearer status-admin-key", "connection": "close"}
+    with serving(tmp_path, "--workers", "2", "--local-state", env={"SLIPSTREAM_ADMIN_KEY": "status-admin-key"}) as url:
+        sent = _sent(url, 16)
 
         def page() -> tuple[int, int]:  # one page on a fresh connection: requests it counts, processes it adds up
-            data = httpx.get(f"http://127.0.0.1:{port}/ui/data", headers={**admin, "connection": "close"}, timeout=10).json()
+            data = httpx.get(f"{url}/ui/data", headers=admin, timeout=10).json()
             (team,) = [t for t in data["teams"] if t["team"] == "t"]
             traffic = [chart for chart in team["charts"] if chart["kind"] == "traffic"]
             return int(sum(sum(v or 0 for v in chart["series"]["requests"]) for chart in traffic)), data.get("workers", 1)
@@ -113,6 +102,3 @@ def test_the_status_page_adds_up_every_workers_traffic(tmp_path, fresh_emulator)
         while page() != (sent, 2) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert [page() for _ in range(6)] == [(sent, 2)] * 6
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
