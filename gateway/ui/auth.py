@@ -6,9 +6,12 @@ and the answer sets `slipstream_ui`, an HttpOnly, SameSite=Strict cookie scoped 
 session token derived from the key (gateway/admin.py:AdminKey.session_token), valid for 12 hours.
 Without a configured admin key the page is closed: it names teams and their traffic.
 
-Logout revokes the token on the server, not only in the browser: a flag named after the token's
-digest, raised in the state backend until the token's expiry (so every worker and, over Redis,
-every replica refuses it; the others at their next state sync). A copied cookie stops working.
+Logout revokes the token on the server, not only in the browser: a record named after the token's
+digest, kept until the token's expiry where the state backend keeps records every process agrees on
+(sdk/state/ownership.py:records_of): without Redis the host's SQLite file under the data directory,
+so every worker of `--workers N --local-state` and a restarted proxy refuse it (a flag in process
+memory was seen by the worker that took the logout alone, and forgotten by a restart); over Redis a
+key, so every replica does. A copied cookie stops working.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from gateway.admin import AdminKey
 from gateway.refusals import client_address
 from sdk.errors import AuthenticationError, SlipstreamError
 from sdk.state.backend import StateBackend
+from sdk.state.ownership import Records, records_of
 
 COOKIE = "slipstream_ui"
 SESSION_TTL_S = 12 * 3600
@@ -36,7 +40,7 @@ class NoAdminKey(SlipstreamError):
     status = 403
 
 
-def authorize(connection: ASGIConnection) -> None:
+async def authorize(connection: ASGIConnection) -> None:
     """Raise NoAdminKey (none configured) or AuthenticationError unless the caller holds the key or a session."""
     admin: AdminKey = connection.app.state.admin_key
     if not admin.required:
@@ -44,37 +48,39 @@ def authorize(connection: ASGIConnection) -> None:
     authorization = connection.headers.get("authorization")
     if authorization is not None:  # a header, when sent, must be right: no falling back to the cookie
         admin.check(authorization, client_address(connection.scope), connection.scope["path"])
-    elif not _live_session(admin, _state(connection), connection.cookies.get(COOKIE)):
+    elif not await _live_session(admin, _records(connection), connection.cookies.get(COOKIE)):
         raise AuthenticationError("the status page needs the admin key: sign in at /ui, or send 'Authorization: Bearer ADMIN_KEY'")
 
 
-def _state(connection: ASGIConnection) -> StateBackend:
+def _records(connection: ASGIConnection) -> Records:
     state: StateBackend = connection.app.state.registry.services.state()
-    return state
+    return records_of(state)
 
 
-def _revocation_flag(token: str) -> str:
+def _revocation(token: str) -> str:
     return "ui-logout:" + hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
-def _live_session(admin: AdminKey, state: StateBackend, token: str | None) -> bool:
+async def _live_session(admin: AdminKey, records: Records, token: str | None) -> bool:
     if token is None or not admin.check_session(token):
         return False
-    return state.flags().get(_revocation_flag(token), 0.0) <= time.time()
+    return (await records.get([_revocation(token)]))[0] is None
 
 
 async def revoke_session(connection: ASGIConnection) -> None:
     """End the caller's session for every worker and replica (a no-op without a valid one: only the
-    holder of a session can raise its flag, so the flags cannot be flooded)."""
+    holder of a session can write its record, so the records cannot be flooded)."""
     admin: AdminKey = connection.app.state.admin_key
     token = connection.cookies.get(COOKIE)
     if token is not None and admin.check_session(token):
-        await _state(connection).set_flag(_revocation_flag(token), float(token.partition(".")[0]))
+        # kept until the token expires (at least a second: a Redis expiry is whole seconds)
+        keep_s = max(1.0, float(token.partition(".")[0]) - time.time())
+        await _records(connection).put({_revocation(token): "revoked"}, keep_s)
 
 
-def ui_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+async def ui_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """Litestar guard for the page's data and assets."""
-    authorize(connection)
+    await authorize(connection)
 
 
 def session_cookie(admin: AdminKey, secure: bool) -> Cookie:

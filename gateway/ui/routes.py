@@ -69,7 +69,7 @@ async def _status(request: Request) -> Status:
 @get("/ui")
 async def ui_page(request: Request) -> Response[str]:
     try:
-        authorize(request)
+        await authorize(request)
     except NoAdminKey:
         return _html(page.closed_page(NO_ADMIN_KEY), 403)
     except AuthenticationError:

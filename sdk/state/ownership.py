@@ -338,3 +338,9 @@ def ownership_of(state: StateBackend) -> Ownership:
                             else SharedRecords(state, _DURING_OUTAGES))
         found = _by_state[state] = Ownership(records)
     return found
+
+
+def records_of(state: StateBackend) -> Records:
+    """The records that go with a state backend, for anything else every worker and replica must
+    agree on beyond a restart (the status page's revoked sessions, gateway/ui/auth.py)."""
+    return ownership_of(state).records
