@@ -29,10 +29,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 from sdk.errors import RateLimitedError, SlipstreamError
 from sdk.estimate import CHARS_PER_TOKEN, StreamTally, input_tokens, output_limit, tool_call_limits
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
+from sdk.offload import off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_key
@@ -147,12 +150,30 @@ class LimitsStage:
 
     async def _history_tokens(self, request: LLMRequest) -> int:
         """Input tokens a Responses continuation or compaction sends besides its own body: its stored
-        conversation (the provider reads it again, and bills it, on every turn and to compact it),
-        counted by length as a large body is."""
-        previous = request.body.get("previous_response_id") if request.endpoint in _CONTINUED else None
-        if not isinstance(previous, str) or self.responses is None:
+        conversation (the provider reads it again, and bills it, on every turn and to compact it) and
+        the stored items its `item_reference`s name (each sent as the item itself), counted by length
+        as a large body is. An id the team does not hold counts nothing: resolving it is a 404."""
+        if request.endpoint not in _CONTINUED or self.responses is None:
             return 0
-        return math.ceil(await self.responses().chain_bytes(self.team, previous) / CHARS_PER_TOKEN)
+        previous = request.body.get("previous_response_id")
+        chars = await self.responses().chain_bytes(self.team, previous) if isinstance(previous, str) else 0
+        return math.ceil((chars + await self._referenced_chars(request)) / CHARS_PER_TOKEN)
+
+    async def _referenced_chars(self, request: LLMRequest) -> int:
+        """About the characters the items a request references add to what the provider is sent: the
+        stored item's JSON, once per reference (serialized in the heavy-work pool when its record is large)."""
+        items = request.body.get("input")
+        named: list[str] = []
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict) and item.get("type") == "item_reference" and isinstance(item_id := item.get("id"), str):
+                named.append(item_id)
+        if not named or self.responses is None:
+            return 0
+        found = await self.responses().find_items(self.team, list(dict.fromkeys(named)))
+        sizes: dict[str, int] = {}
+        for item_id, (record, item) in found.items():
+            sizes[item_id] = len(await off_loop_if_large(record.chain_bytes, orjson.dumps, item))
+        return sum(sizes.get(item_id, 0) for item_id in named)
 
     def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0, token_rate: float = 1.0) -> float:
         """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`

@@ -320,3 +320,31 @@ def test_searches_allowed_and_counted_in_each_protocol() -> None:
     standard = worst_cost_usd(1000, 100, gpt)
     assert worst_cost_usd(1000, 100, gpt, tier="priority") == pytest.approx(2 * standard)  # held at the tier's rate
     assert worst_cost_usd(1000, 100, gpt, tier="flex") == standard  # a flex request may be served at the standard rate
+
+
+def test_referenced_items_are_held_and_charged_when_the_client_leaves_early(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """An `item_reference` is sent to the provider as the stored item itself, which it bills as input,
+    but the limits stage counted only the request's body: a request referencing a stored document held
+    the cost of a few bytes, and one abandoned before its usage was charged them, so a team re-sent its
+    large stored items turn after turn, at the shared account's cost, for the price of their ids."""
+    document = "The supplier shall deliver each lot within the agreed window. " * 800  # about 50,000 characters
+    policy = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    price = price_of("gpt-4o", {})
+    assert price is not None
+    with running_proxy([policy]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        said = {"type": "message", "id": "msg_terms", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": document, "annotations": []}]}  # an item with its own id
+        client.responses.create(model="gpt-4o", input=[said, {"role": "user", "content": "Noted?"}], max_output_tokens=16)
+        fresh_emulator.inject_fault("stall:ms=120000", model="gpt-*")  # the provider reads the prompt, then nothing comes
+        impatient = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0, timeout=1.0)
+        before = spend_report(proxy, KEY)["day"]["total"]
+        with pytest.raises(openai.APITimeoutError):
+            impatient.responses.create(model="gpt-4o", max_output_tokens=16, stream=True, input=[
+                {"type": "item_reference", "id": "msg_terms"}, {"type": "item_reference", "id": "msg_terms"},
+                {"role": "user", "content": "And the penalty?"}])
+        fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
+        wait_until(lambda: spend_report(proxy, KEY)["day"]["total"] > before, "the abandoned request charged")
+        charged = spend_report(proxy, KEY)["day"]["total"] - before
+    # both copies of the document at 4 characters a token (the estimate leans high); before: the ids and 3 words
+    assert charged >= 2 * len(document) / 4 * price.input / 1e6
