@@ -25,6 +25,7 @@ not fit, or with more than MAX_TURN_ITEMS input items, is refused before it is s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -236,7 +237,7 @@ END;
 """
 # Run at open: a file written before the totals existed (or by an older version) starts right.
 _RECOUNT = """
-BEGIN;
+BEGIN IMMEDIATE;
 DELETE FROM stored_response_totals;
 INSERT INTO stored_response_totals SELECT team, COUNT(*), SUM(size) FROM stored_responses GROUP BY team;
 COMMIT;
@@ -367,20 +368,21 @@ class SQLiteResponseStore:
         """Records of the earlier format (table `responses`, each holding its whole conversation) become
         chains of one, so conversations in flight go on after an upgrade (input_items then lists the
         whole conversation); they keep their 30 days from creation."""
-        db = self._db
-        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'responses'").fetchone() is None:
+        old_format = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'responses'"
+        if self._db.execute(old_format).fetchone() is None:
             return
-        db.execute("BEGIN")
-        for team, rid, provider, native, created_at, context, response in db.execute(
-                "SELECT team, id, provider, native, created_at, context, response FROM responses").fetchall():
-            record = StoredResponse(rid, team, provider, bool(native), created_at, orjson.loads(context), orjson.loads(response))
-            size = len(context) + len(response)
-            db.execute("INSERT OR IGNORE INTO stored_responses VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
-                       (team, rid, provider, native, created_at, created_at, created_at + RETENTION_S, size, size, context, response))
-            db.executemany("INSERT OR IGNORE INTO stored_response_items VALUES (?, ?, ?)",
-                           [(team, item_id, rid) for item_id, _ in record.items()])
-        db.execute("DROP TABLE responses")
-        db.execute("COMMIT")
+        with self._transaction() as db:
+            if db.execute(old_format).fetchone() is None:
+                return  # another worker of `--workers N` migrated it meanwhile
+            for team, rid, provider, native, created_at, context, response in db.execute(
+                    "SELECT team, id, provider, native, created_at, context, response FROM responses").fetchall():
+                record = StoredResponse(rid, team, provider, bool(native), created_at, orjson.loads(context), orjson.loads(response))
+                size = len(context) + len(response)
+                db.execute("INSERT OR IGNORE INTO stored_responses VALUES (?, ?, NULL, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
+                           (team, rid, provider, native, created_at, created_at, created_at + RETENTION_S, size, size, context, response))
+                db.executemany("INSERT OR IGNORE INTO stored_response_items VALUES (?, ?, ?)",
+                               [(team, item_id, rid) for item_id, _ in record.items()])
+            db.execute("DROP TABLE responses")
 
     # --- in the worker thread --------------------------------------------------------------------
 
@@ -391,9 +393,7 @@ class SQLiteResponseStore:
         with self._lock:
             if self._pending.get((team, record.id)) is not record:
                 return  # deleted (or replaced) while waiting for this thread: writing it would resurrect it
-            db = self._db
-            db.execute("BEGIN")
-            try:
+            with self._transaction() as db:
                 self._expire(now)
                 parent = db.execute("SELECT depth, chain_bytes FROM stored_responses WHERE team = ? AND id = ?",
                                     (team, record.previous)).fetchone() if record.previous else None
@@ -405,10 +405,21 @@ class SQLiteResponseStore:
                 db.executemany("INSERT OR REPLACE INTO stored_response_items VALUES (?, ?, ?)",
                                [(team, item_id, record.id) for item_id, _ in record.items()])
                 self._evict(team, limits, now)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (hold `_lock`). IMMEDIATE: it takes the file's write lock before
+        reading, waiting out another process's (the workers of `--workers N` share the file). A
+        deferred one read first and failed at its first write with `database is locked`, without
+        waiting, whenever another process had committed since its read: SQLite cannot move a read
+        snapshot forward inside a transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def _expire(self, now: float) -> None:
         """Expired records, oldest expiry first, about EXPIRED_BYTES_PER_PUT of them (at least one)."""
@@ -427,17 +438,10 @@ class SQLiteResponseStore:
         """CHAIN_RECORDS_PER_HOLD records of the conversation a turn continues, from `response_id` back,
         renewed (its retention counts from its last turn): (where the next part starts, or None at the
         chain's start; the records renewed). A turn renews its chain in parts before its transaction."""
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN")
-            try:
-                rows = db.execute(_CHAIN_PREVIOUS, (response_id, team, now, CHAIN_RECORDS_PER_HOLD - 1, team, now)).fetchall()
-                db.executemany("UPDATE stored_responses SET touched_at = ?, expires_at = ? WHERE team = ? AND id = ?",
-                               [(now, now + limits.ttl_s, team, rid) for rid, _ in rows])
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._lock, self._transaction() as db:
+            rows = db.execute(_CHAIN_PREVIOUS, (response_id, team, now, CHAIN_RECORDS_PER_HOLD - 1, team, now)).fetchall()
+            db.executemany("UPDATE stored_responses SET touched_at = ?, expires_at = ? WHERE team = ? AND id = ?",
+                           [(now, now + limits.ttl_s, team, rid) for rid, _ in rows])
         return (rows[-1][1] if len(rows) == CHAIN_RECORDS_PER_HOLD else None), len(rows)
 
     def _evict(self, team: str, limits: StoreLimits, before: float) -> None:
@@ -504,7 +508,7 @@ class SQLiteResponseStore:
         return owners, self._sizes(team, list(owners.values()))
 
     def _delete(self, team: str, response_id: str) -> bool:
-        with self._lock:
+        with self._lock, self._transaction():  # the record and its items together
             return self._remove(team, response_id)
 
     def close(self) -> None:

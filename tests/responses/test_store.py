@@ -4,6 +4,7 @@ that stick, chains walked (never copied), item lookup, per-team quota and retent
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -46,6 +47,44 @@ async def test_a_delete_during_the_write_sticks(tmp_path):
     assert await store.delete("a", "resp_1")
     await put
     assert await store.get("a", "resp_1") is None
+
+
+def _write_a_conversation(path: Path, tag: str, turns: int, start: multiprocessing.synchronize.Barrier,
+                          failures: multiprocessing.Queue) -> None:
+    """One worker process of `slipstream serve --workers N`: `turns` turns of one conversation
+    stored, each continuing the last; the writes that failed, and why, put on `failures`."""
+    async def write() -> list[str]:
+        store, failed = SQLiteResponseStore(path), []
+        start.wait()  # both processes write at once
+        for turn in range(turns):
+            try:
+                await store.put(_record("t", f"resp_{tag}_{turn}", f"resp_{tag}_{turn - 1}" if turn else None))
+            except sqlite3.OperationalError as exc:
+                failed.append(str(exc))
+        return failed
+
+    failures.put(asyncio.run(write()))
+
+
+async def test_the_workers_of_one_host_write_one_file_at_once(tmp_path):
+    """Each write was a deferred transaction that read before it wrote: when another process had
+    written meanwhile SQLite refused it at once with `database is locked` (no waiting), so under
+    --workers N a Responses answer through a translated target failed, and a native one was never
+    recorded (its previous_response_id a 404 later). Writes now take the file's lock first."""
+    spawn = multiprocessing.get_context("spawn")
+    start, failures = spawn.Barrier(2), spawn.Queue()
+    path, turns = tmp_path / "r.sqlite3", 300
+    SQLiteResponseStore(path).close()  # the schema, before the writers race to make it
+    writers = [spawn.Process(target=_write_a_conversation, args=(path, tag, turns, start, failures)) for tag in "ab"]
+    for writer in writers:
+        writer.start()
+    failed = [failures.get(timeout=300) for _ in writers]
+    for writer in writers:
+        writer.join()
+    assert failed == [[], []]
+    reopened = SQLiteResponseStore(path)
+    for tag in "ab":
+        assert [record.id for record in await reopened.chain("t", f"resp_{tag}_{turns - 1}")] == [f"resp_{tag}_{n}" for n in range(turns)]
 
 
 async def test_records_expire_with_the_teams_retention(tmp_path):
