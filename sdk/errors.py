@@ -144,17 +144,24 @@ def lacks_scope(body: bytes) -> bool:
     return isinstance(error, dict) and "Missing scopes:" in str(error.get("message", ""))
 
 
+def account_limit_message(provider: str, too_large: bool = False, in_band: bool = False) -> str:
+    """What a team is told of a provider's rate or quota limit on an account other teams share, in
+    place of the provider's message (which names the account and how much of it every team used);
+    `in_band`: in a stream's error event, which has no retry-after header."""
+    if too_large:
+        return (f"the request asks provider {provider!r} for more tokens than its key may take in a minute; "
+                "reduce its input or output tokens (retrying does not help)")
+    retry = "retry later" if in_band else "retry after the time the retry-after header gives"
+    return f"provider {provider!r} is over a rate limit of the provider account that this gateway's teams share; {retry}"
+
+
 def account_rate_limited(protocol: Protocol, body: bytes, provider: str) -> bytes:
     """A provider's 429 on an account other teams share, as a team's client gets it. Its message
     names the account and how much of its limit every team has used ("Rate limit reached for gpt-4o
     in organization org-…: Limit 10000, Used 9990"; "the rate limit for your organization (…)"),
     which a team is not told; the rest of the body (the error's type and code, which clients read)
     is the provider's."""
-    message = (f"provider {provider!r} is over a rate limit of the provider account that this gateway's teams "
-               "share; retry after the time the retry-after header gives")
-    if too_large_for_a_minute(body):
-        message = (f"the request asks provider {provider!r} for more tokens than its key may take in a minute; "
-                   "reduce its input or output tokens (retrying does not help)")
+    message = account_limit_message(provider, too_large_for_a_minute(body))
     try:
         answer = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
+from sdk.errors import account_limit_message
 from sdk.types import Endpoint, Protocol, Timings, Usage
 from sdk.usage import chat_usage, merge_anthropic_usage, responses_usage
 
@@ -56,6 +57,41 @@ def event_data(event: bytes) -> bytes:
         if line.startswith(b"data:"):
             return line[5:].strip()
     return b""
+
+
+# The errors of a provider's rate or quota limits (Anthropic's type; OpenAI's code, its Responses events' too)
+_ACCOUNT_LIMITS = frozenset({"rate_limit_error", "rate_limit_exceeded", "insufficient_quota"})
+_ERROR_EVENTS = (b"event: error", b'data: {"error"', b"event: response.failed")
+
+
+def may_name_an_account_limit(event: bytes) -> bool:
+    """Whether `event` may be an in-band error about the provider account's limits (a cheap check
+    before `account_limit_event` parses it)."""
+    return event.startswith(_ERROR_EVENTS) and (b"rate_limit" in event or b"insufficient_quota" in event)
+
+
+def account_limit_event(event: bytes, provider: str) -> bytes:
+    """`event`, an in-band error of a stream on a provider account other teams share, as a team's
+    client gets it: a rate or quota limit's message (which names the account and how much of its limit
+    every team has used: "Rate limit reached for gpt-4o in organization org-…: Limit 30000, Used 29000")
+    is replaced by the one a 429 gets (sdk/errors.py:account_rate_limited); the rest is the provider's."""
+    try:
+        data = orjson.loads(event_data(event))
+    except orjson.JSONDecodeError:
+        return event
+    if not isinstance(data, dict):
+        return event
+    response = data.get("response")
+    # Anthropic's and Chat's {"error": {...}}, a Responses `error` event itself, a `response.failed`'s response
+    places = (data, data.get("error"), response.get("error") if isinstance(response, dict) else None)
+    limits = [error for error in places if isinstance(error, dict) and isinstance(error.get("message"), str)
+              and any(isinstance(kind, str) and kind in _ACCOUNT_LIMITS for kind in (error.get("type"), error.get("code")))]
+    if not limits:
+        return event
+    for error in limits:
+        error["message"] = account_limit_message(provider, error["message"].startswith("Request too large for "), in_band=True)
+    head = b"".join(line + b"\n" for line in event.split(b"\n") if line and not line.startswith(b"data:"))
+    return head + b"data: " + orjson.dumps(data) + b"\n\n"
 
 
 # Responses API events that carry output tokens, and the terminal ones that carry the full usage.

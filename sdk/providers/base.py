@@ -39,7 +39,7 @@ from sdk.providers.upstream import (
     UpstreamResponse,
     upstream_for_running_loop,
 )
-from sdk.sse import StreamObserver, split_event_batches
+from sdk.sse import StreamObserver, account_limit_event, may_name_an_account_limit, split_event_batches
 from sdk.types import (
     Answer,
     Endpoint,
@@ -157,7 +157,8 @@ class HTTPProvider:
             )
         usage = Usage()
         observer = StreamObserver(request.endpoint, usage, timings)
-        events = _observed_events(response, observer, route, usage_asked=sent is not None)
+        events = _observed_events(response, observer, route, usage_asked=sent is not None,
+                                  shared_account=self.name if self.shared_account else None)
 
         async def close() -> None:
             response.abort()
@@ -250,9 +251,11 @@ def _without_asked_usage(batch: list[bytes]) -> list[bytes]:
 
 
 async def _observed_events(response: UpstreamResponse, observer: StreamObserver, route: str,
-                           usage_asked: bool = False) -> AsyncGenerator[bytes, None]:
+                           usage_asked: bool = False, shared_account: str | None = None) -> AsyncGenerator[bytes, None]:
     """Forward events as they arrive; a failure mid-stream ends it with a provider-shaped error event.
-    `usage_asked`: the gateway, not the client, asked for the usage chunk, which is observed and dropped."""
+    `usage_asked`: the gateway, not the client, asked for the usage chunk, which is observed and dropped.
+    `shared_account`: the provider's name when other teams share its account, whose rate and quota
+    limits an in-band error must not tell a team about (as `_failed` does for a 429)."""
     protocol = observer.protocol
     drained = False  # read to the end: the connection can go back to the pool
     try:
@@ -267,6 +270,9 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
                 batch = _without_asked_usage(batch)
                 if not batch:
                     continue
+            if shared_account is not None and any(may_name_an_account_limit(event) for event in batch):
+                batch = [await off_loop_if_large(len(event), account_limit_event, event, shared_account)
+                         if may_name_an_account_limit(event) else event for event in batch]
             yield batch[0] if len(batch) == 1 else b"".join(batch)  # arrived together: one write onward
         drained = True
         if not observer.finished and observer.error is None:

@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import RunningServer, running_proxy
+from sdk.sse import account_limit_event, event_data, events_of
 from tests.helpers import write_policy
 
 A, B, C = "sk-alpha-account", "sk-beta-account", "sk-gamma-account"
@@ -105,3 +107,45 @@ def test_a_shared_accounts_rate_limit_error_names_neither_the_account_nor_its_us
     assert seen[A][0].json()["error"]["code"] == "rate_limit_exceeded"
     assert "org-emulator" in seen[C][0].json()["error"]["message"] and "org-emulator" in seen[C][2].json()["error"]["message"]
     assert "organization" in seen[C][1].json()["error"]["message"]
+
+
+def test_a_shared_accounts_rate_limit_in_a_stream_names_neither_the_account_nor_its_use(proxy, fresh_emulator):
+    """A limit the provider hits after a stream started comes as an in-band error event (Anthropic's
+    `event: error`, OpenAI's error chunk and Responses `error` / `response.failed`), whose message is the
+    429's: 'the rate limit for your organization (…)', 'in organization org-… Used 29000'. It passed to
+    the team as it came, though the 429 of the same limit was scrubbed. A team sharing the key gets the
+    gateway's message in the event (the provider's type kept), native and translated to a Chat
+    client; a team with an account of its own still reads the provider's."""
+    seen: dict[str, list[bytes]] = {}
+    for key in (A, C):
+        headers = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
+        seen[key] = []
+        with httpx.Client(base_url=proxy.url, headers=headers) as http:
+            for path, body in (("/v1/messages", MESSAGES), ("/v1/chat/completions", {**MESSAGES, "stream_options": {"include_usage": True}})):
+                fresh_emulator.inject_fault("midstream_error:events=2,type=rate_limit_error", count=1, path="/v1/messages")
+                with http.stream("POST", path, json={**body, "stream": True}) as streamed:
+                    seen[key].append(streamed.raise_for_status().read())
+    native, translated = ([event_data(e) for e in events_of(stream) if b"rate limit" in e] for stream in seen[A])
+    assert len(native) == len(translated) == 1
+    error = orjson.loads(native[0])["error"]
+    assert error["type"] == "rate_limit_error" and "over a rate limit of the provider account" in error["message"]
+    assert b"organization" not in seen[A][0] + seen[A][1] and b"emulator" not in seen[A][0] + seen[A][1]
+    assert b"rate limit for your organization (emulator)" in seen[C][0] and b"your organization (emulator)" in seen[C][1]
+
+
+@pytest.mark.parametrize("event", [
+    b'data: {"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, '
+    b'Used 29000","type":"tokens","param":null,"code":"rate_limit_exceeded"}}\n\n',
+    b'event: error\ndata: {"type":"error","code":"rate_limit_exceeded","message":"Rate limit reached for gpt-4o in '
+    b'organization org-x: Used 29000","param":null,"sequence_number":3}\n\n',
+    b'event: response.failed\ndata: {"type":"response.failed","sequence_number":4,"response":{"id":"resp_1","status":'
+    b'"failed","error":{"code":"insufficient_quota","message":"You exceeded your current quota (organization org-x)"}}}\n\n'])
+def test_openais_in_band_limit_errors_are_scrubbed_in_each_shape(event):
+    """The OpenAI shapes of an in-band limit error (a Chat error chunk, a Responses `error` event and
+    `response.failed`): the message is the gateway's, every other field and the event's name the provider's."""
+    scrubbed = account_limit_event(event, "openai")
+    assert b"org-x" not in scrubbed and b"29000" not in scrubbed and scrubbed.startswith(event.split(b"data:")[0])
+    before, after = orjson.loads(event_data(event)), orjson.loads(event_data(scrubbed))
+    assert after != before and {k for k in after if after[k] != before[k]} <= {"error", "message", "response"}
+    assert account_limit_event(event.replace(b"rate_limit_exceeded", b"server_error").replace(b"insufficient_quota", b"server_error"),
+                               "openai").count(b"org-x") == 1  # other errors pass as they came
