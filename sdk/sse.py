@@ -156,6 +156,13 @@ class StreamObserver:
             self.finished = True
         elif event.startswith(b"event: error"):
             self.error = event
+        elif event.startswith(b"event: content_block_start") and b'"server_tool_use"' in event and not self.usage.final:
+            # A search is billed once run, and a stream whose client left before message_delta has only
+            # this to say it ran; a translated stream's client never sees the block (its tally cannot count
+            # it), so the usage counts it here until message_delta gives the provider's own count.
+            block = orjson.loads(event_data(event)).get("content_block") or {}
+            if block.get("type") == "server_tool_use" and block.get("name") == "web_search":
+                self.usage.web_searches += 1
 
     def _observe_openai(self, event: bytes, now: float) -> None:
         data = event_data(event)

@@ -348,3 +348,24 @@ def test_referenced_items_are_held_and_charged_when_the_client_leaves_early(tmp_
         charged = spend_report(proxy, KEY)["day"]["total"] - before
     # both copies of the document at 4 characters a token (the estimate leans high); before: the ids and 3 words
     assert charged >= 2 * len(document) / 4 * price.input / 1e6
+
+
+def test_a_search_a_translated_stream_ran_is_charged_when_its_client_leaves_early(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """A Chat client's `web_search_options` run Claude's search tool, but the Chat stream it reads has no
+    place for Claude's `server_tool_use` block, so the tally of what the client was sent could not count
+    the search: a client that left after the answer began, before the final usage, was charged the
+    text and no search ($10 per 1,000 on the shared account, uncounted before). The upstream stream's own
+    usage counts a search block as it passes, until the final usage gives the provider's count."""
+    saved = fresh_emulator.config.per_output_token_ms, fresh_emulator.config.default_output_tokens
+    fresh_emulator.config.per_output_token_ms, fresh_emulator.config.default_output_tokens = 5.0, 2000  # still open when left
+    try:
+        with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+            with client.chat.completions.create(model=MODEL, max_tokens=4000, messages=QUESTION, web_search_options={},
+                                                stream=True, stream_options={"include_usage": True}) as stream:
+                next(chunk for chunk in stream if chunk.choices and chunk.choices[0].delta.content)  # the answer has begun
+            fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
+            spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > 0 and total, "the left stream charged")
+    finally:
+        fresh_emulator.config.per_output_token_ms, fresh_emulator.config.default_output_tokens = saved
+    assert spent >= 10.0 / 1000  # the search, besides the tokens counted
