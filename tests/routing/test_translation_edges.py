@@ -333,3 +333,23 @@ def test_web_search_reaches_claude_as_its_web_search_tool_and_its_citations_come
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)  # the search's query is not a call of f
     with pytest.raises(TranslationRefused, match=r"tools\.0: the built-in tool 'web_search'"):
         responses_to_chat({"model": "gpt-4.1", "input": "news?", "tools": tools}, "Chat Completions")
+
+
+def test_openai_3x_request_options_reach_claude_dropped_and_named_and_moderation_is_refused(oa, fresh_emulator):
+    """openai 3.x's Responses options that say how OpenAI runs a request (server-side compaction, image
+    compression, its Cyber access programs, a background run's options) are left out and named; they were 400s
+    as fields the gateway did not know. `moderation` (Chat and Responses), whose `block` withholds a flagged
+    answer, is a 400 naming it: dropping it would pass text the client asked to have moderated."""
+    raw = oa.responses.with_raw_response.create(
+        model="gpt-x", input="Weather in Oslo?", context_management=[{"type": "compaction", "compact_threshold": 200000}],
+        image={"context_compression": "auto"}, access_programs={"cyber": "standard"},
+        background_options={"completion_window": "soonest"})
+    assert raw.parse().output_text
+    named = raw.headers["x-slipstream-dropped-fields"].split(",")
+    assert {"context_management", "image", "access_programs", "background_options"} <= set(named)
+    assert not {"context_management", "image", "access_programs", "background_options"} & set(_sent(fresh_emulator))
+    moderation: Any = {"model": "omni-moderation-latest", "policy": {"output": {"mode": "block"}}}
+    with pytest.raises(openai.BadRequestError, match=r"'moderation' cannot be translated"):
+        oa.chat.completions.create(model="gpt-x", messages=ASK, moderation=moderation)
+    with pytest.raises(openai.BadRequestError, match=r"'moderation' cannot be translated"):
+        oa.responses.create(model="gpt-x", input="Weather in Oslo?", moderation=moderation)

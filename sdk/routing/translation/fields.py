@@ -165,6 +165,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "web_search_options": Field(T, "Claude's web search server tool, web_search_20250305 (user_location carried; "
                                        "search_context_size dropped, named: Claude has no such setting); its citations come "
                                        "back as url_citation annotations"),
+        # openai 3.x: `block` withholds a flagged answer, `score` returns moderation results with it.
+        "moderation": Field(R, "OpenAI's moderation of the input and output (`block` withholds a flagged answer, `score` "
+                               "adds its results): Claude runs none, and dropping it would pass unmoderated text"),
         "functions": Field(R, "deprecated; send tools"),
         "function_call": Field(R, "deprecated; send tool_choice"),
     },
@@ -263,6 +266,17 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "prompt_cache_retention": Field(T, "prompt_cache_retention for a Chat target (`24h` where the model has extended "
                                            "retention: gpt-4.1, gpt-5, gpt-5.1 to 5.5; elsewhere dropped, named); dropped "
                                            "for an Anthropic target, as from Chat Completions"),
+        "context_management": Field(D, "OpenAI's server-side compaction past a token threshold: the target is sent "
+                                       "the conversation as it is, and one past its window is the Responses API's "
+                                       "`context_length_exceeded`, on which clients compact"),
+        "image": Field(D, "how OpenAI compresses images held in context; the target reads them as it does"),
+        "access_programs": Field(D, "which of OpenAI's Cyber access programs (usage-policy tiers for security work) the "
+                                    "request falls under; the target answers under its own provider's policy"),
+        "background_options": Field(D, "a background run's completion window and priority hint: without `background: "
+                                       "true`, which is refused, they change nothing"),
+        "moderation": Field(R, "OpenAI's moderation of the input and output (`block` withholds a flagged answer, `score` "
+                               "adds its results): a translated target runs none, and dropping it would pass "
+                               "unmoderated text"),
         "background": Field(R, "background runs exist only on OpenAI", (False,)),
         "max_tool_calls": Field(R, "no counterpart"),
         "top_logprobs": Field(R, "no counterpart", (0,)),
