@@ -142,7 +142,7 @@ def _reasoning_problem(body: dict[str, Any]) -> wire.Problem | None:
         if body.get(key) not in (None, 1) and not unreasoned:
             return (f"Unsupported value: '{key}' does not support {body[key]} with this model. Only the default (1) "
                     "value is supported.", key, "unsupported_value")
-    if body.get("stop"):
+    if body.get("stop") is not None:  # the parameter itself, an empty list too: it is not one these models take
         return "Unsupported parameter: 'stop' is not supported with this model.", "stop", "unsupported_parameter"
     return None
 

@@ -174,3 +174,10 @@ def test_reasoning_models_take_sampling_only_at_effort_none(oai):
     for model, effort in (("gpt-5.1", None), ("gpt-5.2", "none"), ("gpt-5.4-mini", None)):
         assert oai.chat.completions.create(model=model, messages=MSGS, temperature=0.2, top_p=0.5,
                                            reasoning_effort=effort).choices  # type: ignore[arg-type]
+
+
+def test_a_reasoning_model_refuses_the_stop_parameter_even_empty(oai):
+    with pytest.raises(openai.BadRequestError) as ei:
+        oai.chat.completions.create(model="o3", messages=MSGS, stop=[])
+    assert ei.value.code == "unsupported_parameter" and ei.value.param == "stop"
+    assert oai.chat.completions.create(model="gpt-4o", messages=MSGS, stop=[]).choices

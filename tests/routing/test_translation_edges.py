@@ -353,3 +353,11 @@ def test_openai_3x_request_options_reach_claude_dropped_and_named_and_moderation
         oa.chat.completions.create(model="gpt-x", messages=ASK, moderation=moderation)
     with pytest.raises(openai.BadRequestError, match=r"'moderation' cannot be translated"):
         oa.responses.create(model="gpt-x", input="Weather in Oslo?", moderation=moderation)
+
+
+def test_an_empty_stop_sequences_list_reaches_a_reasoning_openai_model_left_out(an, fresh_emulator):
+    """`stop_sequences: []` stops nothing; it went on as `stop: []`, a parameter OpenAI's reasoning models answer
+    with a 400 ('Unsupported parameter: 'stop' is not supported with this model'), whatever its value."""
+    raw = an.messages.with_raw_response.create(model="claude-o3-x", max_tokens=64, messages=ASK, stop_sequences=[])
+    assert raw.parse().stop_reason == "end_turn" and "stop_sequences" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    assert "stop" not in _sent(fresh_emulator)

@@ -182,8 +182,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "system": Field(T, "a system message"),
         "max_tokens": Field(T, "max_completion_tokens (at most the OpenAI model's own most, e.g. gpt-4o's 16384: a larger "
                                "one is OpenAI's 400, a ceiling to Claude)"),
+        # an empty list stops nothing; sent as `stop: []`, a reasoning model answers the parameter with a 400
         "stop_sequences": Field(T, "stop (refused for a reasoning model, o-series and gpt-5, which takes none, and beyond "
-                                   "OpenAI's 4: a 400 before sending)"),
+                                   "OpenAI's 4: a 400 before sending)", ([],)),
         "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
         "temperature": Field(T, "temperature (dropped for a reasoning model, o-series and gpt-5, which samples as it does "
                                 "and refuses it; gpt-5.1 to 5.5 take it at reasoning effort none, which is then sent: dropped "
