@@ -2,7 +2,11 @@
 
 SQLite is the one source of truth: it holds each entry's response, its embedding, TTL and LRU
 stamps, so a restart (or a crash between two writes) can never leave an index pointing at a missing
-row. The exact-key map and the per-partition faiss indexes are derived from it when the store opens.
+row. The per-partition faiss indexes are derived from it when the store opens; every lookup reads
+the entry's row, so an entry deleted from the file is served by no process. The workers of
+`slipstream serve --workers N` share the file: an exact lookup, a replaced key and an invalidation
+go to the file by key (another worker's answers are exact hits at once, and an invalidation drops
+them too); the semantic tier finds another worker's entries after a restart.
 
 Isolation is structural: every in-memory map is keyed by team first, and every SQL statement
 filters by team, so no lookup can reach another team's entries whatever the similarity.
@@ -102,9 +106,8 @@ class Candidate:
 
 @dataclass(slots=True)
 class _Team:
-    exact: dict[str, int] = field(default_factory=dict)
     partitions: dict[str, PartitionIndex] = field(default_factory=dict)
-    located: dict[int, tuple[str, str]] = field(default_factory=dict)  # id -> (exact key, partition)
+    located: dict[int, str] = field(default_factory=dict)  # id -> partition, of the entries this process indexed
     bytes: int = 0
 
 
@@ -130,7 +133,7 @@ class CacheStore:
 
     def get_exact(self, team: str, exact_key: str, max_age_s: float | None = None) -> Entry | None:
         with self._lock:
-            entry_id = self._team(team).exact.get(exact_key)
+            entry_id = self._id_of(team, exact_key)
             return self._fetch(team, entry_id, max_age_s) if entry_id is not None else None
 
     def search(self, team: str, partition: str, vector: np.ndarray, k: int, max_age_s: float | None = None) -> list[Candidate]:
@@ -181,34 +184,34 @@ class CacheStore:
         size = len(response) + len(blob or b"") + len(entry.query or "")
         now = self.clock()
         with self._lock:
-            team = self._team(entry.team)
             self._purge_expired(entry.team, now)
-            if (old := team.exact.get(entry.exact_key)) is not None:
-                self._delete(entry.team, [old])  # a concurrent miss stored it first: the newer answer wins
+            if (old := self._id_of(entry.team, entry.exact_key)) is not None:
+                self._delete(entry.team, [old])  # a concurrent miss (of any worker) stored it first: the newer answer wins
             cursor = self._db.execute(
                 "INSERT INTO entries (team, partition, exact_key, route, query, embedding, response, size, created_at, expires_at, last_used_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (entry.team, entry.partition, entry.exact_key, entry.route, entry.query, blob, response, size, now, now + limits.ttl_s, now),
             )
             entry_id = int(cursor.lastrowid or 0)
-            self._remember(entry.team, entry_id, entry.exact_key, entry.partition, blob, size)
+            self._remember(entry.team, entry_id, entry.partition, blob, size)
             self._enforce_caps(entry.team, limits)
             return entry_id
 
     def invalidate(self, team: str | None = None, exact_key: str | None = None) -> int:
-        """Delete entries: one by key (within a team if given), a whole team, or everything. Returns the count."""
+        """Delete entries: one by key (within a team if given), a whole team, or everything. Returns the count.
+        The entries are the file's, not only those this process stored: another worker's go too."""
+        where = " AND ".join(["1", *(["team = ?"] if team is not None else []), *(["exact_key = ?"] if exact_key is not None else [])])
         with self._lock:
-            if exact_key is not None:
-                teams = [team] if team is not None else list(self._teams)
-                ids = {t: [i] for t in teams if (i := self._teams.get(t, _Team()).exact.get(exact_key)) is not None}
-            else:
-                teams = [team] if team is not None else list(self._teams)
-                ids = {t: list(self._teams[t].located) for t in teams if t in self._teams}
+            rows = self._db.execute(f"SELECT team, id FROM entries WHERE {where}",
+                                    [value for value in (team, exact_key) if value is not None]).fetchall()
+        ids: dict[str, list[int]] = {}
+        for t, entry_id in rows:
+            ids.setdefault(t, []).append(entry_id)
         for t, team_ids in ids.items():
             for start in range(0, len(team_ids), DELETES_PER_HOLD):  # the lock let go between: see DELETES_PER_HOLD
                 with self._lock:
                     self._delete(t, team_ids[start:start + DELETES_PER_HOLD])
-        return sum(len(v) for v in ids.values())
+        return len(rows)
 
     def count(self, team: str) -> int:
         with self._lock:
@@ -220,16 +223,19 @@ class CacheStore:
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _id_of(self, team: str, exact_key: str) -> int | None:
+        row = self._db.execute("SELECT id FROM entries WHERE team = ? AND exact_key = ?", (team, exact_key)).fetchone()
+        return int(row[0]) if row is not None else None
+
     def _team(self, team: str) -> _Team:
         state = self._teams.get(team)
         if state is None:
             state = self._teams[team] = _Team()
         return state
 
-    def _remember(self, team: str, entry_id: int, exact_key: str, partition: str, blob: bytes | None, size: int) -> None:
+    def _remember(self, team: str, entry_id: int, partition: str, blob: bytes | None, size: int) -> None:
         state = self._team(team)
-        state.exact[exact_key] = entry_id
-        state.located[entry_id] = (exact_key, partition)
+        state.located[entry_id] = partition
         state.bytes += size
         if blob is not None:
             index = state.partitions.get(partition)
@@ -246,15 +252,12 @@ class CacheStore:
             marks = ",".join("?" * len(chunk))
             rows = self._db.execute(f"SELECT id, size FROM entries WHERE team = ? AND id IN ({marks})", (team, *chunk)).fetchall()
             self._db.execute(f"DELETE FROM entries NOT INDEXED WHERE team = ? AND id IN ({marks})", (team, *chunk))  # by row id, as in search
-            state.bytes -= sum(size for _, size in rows)
+            state.bytes -= sum(size for entry_id, size in rows if entry_id in state.located)  # another worker's are not counted here
         by_partition: dict[str, list[int]] = {}
         for entry_id in ids:
-            located = state.located.pop(entry_id, None)
-            if located is None:
+            partition = state.located.pop(entry_id, None)
+            if partition is None:
                 continue
-            exact_key, partition = located
-            if state.exact.get(exact_key) == entry_id:
-                del state.exact[exact_key]
             by_partition.setdefault(partition, []).append(entry_id)
         for partition, partition_ids in by_partition.items():
             index = state.partitions.get(partition)
@@ -296,9 +299,9 @@ class CacheStore:
 
     def _load(self) -> None:
         self._db.execute("DELETE FROM entries WHERE expires_at <= ?", (self.clock(),))
-        rows = self._db.execute("SELECT id, team, partition, exact_key, embedding, size FROM entries ORDER BY id").fetchall()
-        for entry_id, team, partition, exact_key, blob, size in rows:
-            self._remember(team, entry_id, exact_key, partition, blob, size)
+        rows = self._db.execute("SELECT id, team, partition, embedding, size FROM entries ORDER BY id").fetchall()
+        for entry_id, team, partition, blob, size in rows:
+            self._remember(team, entry_id, partition, blob, size)
 
 
 def _born_after(now: float, max_age_s: float | None) -> float:

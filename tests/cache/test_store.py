@@ -107,6 +107,21 @@ def test_invalidation_by_key_team_and_all(tmp_path: Path):
     assert CacheStore(tmp_path / "c.db").count("b") == 0
 
 
+def test_the_workers_sharing_a_file_see_and_drop_each_others_entries(tmp_path: Path):
+    """Two stores on one file, as the workers of `--workers N` without Redis: each looked exact keys
+    up in its own map and invalidated only the entries it had stored."""
+    one, other = CacheStore(tmp_path / "c.db"), CacheStore(tmp_path / "c.db")
+    one.put(entry(1), LIMITS)
+    assert other.get_exact("a", "key-1").response["n"] == 1  # an exact hit at once
+    other.put(NewEntry("a", "p", "key-1", "emu/m", "question 1", vec(1), {"n": "again"}), LIMITS)  # the same key stored again
+    assert one.get_exact("a", "key-1").response["n"] == "again"
+    one.put(entry(2), LIMITS)
+    assert other.invalidate(team="a") == 2
+    assert (one.get_exact("a", "key-2"), one.search("a", "p", vec(2), 1)) == (None, [])
+    one.put(entry(3), LIMITS)
+    assert other.invalidate(exact_key="key-3") == 1 and one.get_exact("a", "key-3") is None
+
+
 def test_search_never_crosses_teams_or_partitions(tmp_path: Path):
     store = CacheStore(tmp_path / "c.db")
     store.put(entry(1, team="a"), LIMITS)
