@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from .asgi import Call
 
 OPENAI_CREATED = 1_700_000_000
+# Hidden reasoning per effort (output tokens billed as reasoning_tokens) for reasoning models: Responses and Chat.
+REASONING_TOKENS = {"minimal": 4, "low": 8, "medium": 16, "high": 32, "xhigh": 64}
 OPENAI_MODELS = ("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-4.1", "gpt-4.1-mini", "gpt-4o",
                  "gpt-4o-mini", "o3", "o4-mini", "gpt-3.5-turbo-instruct", "davinci-002",
                  "text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")

@@ -16,7 +16,7 @@ from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
 from .chat_stream import Choice, chunks
 from .logprobs import chat_entries
-from .models import context_window, openai_generates
+from .models import REASONING_TOKENS, context_window, openai_generates
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import choice_seed, seed_for
@@ -237,14 +237,22 @@ def pick_tool(body: dict[str, Any]) -> ToolPick | None:
     return ToolPick(name, by_name[name], False) if name else None
 
 
-def _usage(plan: CachePlan, out: int) -> dict[str, Any]:
+def _reasoning(body: dict[str, Any]) -> int:
+    """Hidden reasoning tokens, as the Responses endpoint bills them, for a reasoning model asked for an effort
+    (`reasoning_effort` sent: a request without one reasons for nothing here, so the many tests that route to
+    gpt-5 or o3 keep their counts)."""
+    return REASONING_TOKENS.get(body.get("reasoning_effort") or "", 0) if _REASONS.match(body["model"]) else 0
+
+
+def _usage(plan: CachePlan, out: int, reasoning: int = 0) -> dict[str, Any]:
+    """`out` includes the `reasoning` tokens, as OpenAI's completion_tokens do."""
     return {
         "prompt_tokens": plan.total,
         "completion_tokens": out,
         "total_tokens": plan.total + out,
         "prompt_tokens_details": {"cached_tokens": plan.read, "cache_write_tokens": 0,
                                   "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+        "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0,
                                       "accepted_prediction_tokens": 0,
                                       "rejected_prediction_tokens": 0},
     }
@@ -284,12 +292,13 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     cid = emu.new_id("chatcmpl-")
     created = int(time.time())
     ttft = cfg.ttft_seconds(plan.uncached, plan.read)
-    out_tokens = sum(r.output_tokens for r in replies)
+    reasoning = _reasoning(body) * len(replies)  # per choice, outside its reply's max_tokens budget (tests size replies by it)
+    out_tokens = sum(r.output_tokens for r in replies) + reasoning
     if stream:
         opts = body.get("stream_options") or {}
         head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                 "service_tier": wire.served_tier(body), "system_fingerprint": "fp_emulator"}
-        usage = _usage(plan, out_tokens) if opts.get("include_usage") else None
+        usage = _usage(plan, out_tokens, reasoning) if opts.get("include_usage") else None
         events, tokens = chunks(head, choices, usage, cfg.tokens_per_delta)
         err = wire.err_obj(wire.midstream_message(faults), "server_error")
         err_ev = b"data: " + orjson.dumps(err) + b"\n\n"
@@ -298,7 +307,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
         await run_stream(emu, call, headers, events, tokens, faults, err_ev, ttft, plan.commit)
         return
     out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
-           "choices": [c.message() for c in choices], "usage": _usage(plan, out_tokens),
+           "choices": [c.message() for c in choices], "usage": _usage(plan, out_tokens, reasoning),
            "service_tier": wire.served_tier(body), "system_fingerprint": "fp_emulator"}
     headers = wire.headers(call)
     headers.append(JSON_CT)

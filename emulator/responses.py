@@ -18,7 +18,7 @@ from . import openai_wire as wire
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
 from .logprobs import chat_entries, tokens_of
-from .models import openai_generates
+from .models import REASONING_TOKENS, openai_generates
 from .openai import pick_tool
 from .reply import Reply, make_reply, output_schema
 from .responses_input import chat_view, input_items, validate
@@ -29,8 +29,6 @@ from .text import reply_text, seed_for, split_chunks, split_deltas
 if TYPE_CHECKING:
     from .app import Emulator
 
-# Hidden reasoning per effort (output tokens billed as reasoning_tokens) for reasoning models.
-REASONING_TOKENS = {"minimal": 4, "low": 8, "medium": 16, "high": 32, "xhigh": 64}
 _REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4")
 
 

@@ -176,6 +176,20 @@ def test_reasoning_models_take_sampling_only_at_effort_none(oai):
                                            reasoning_effort=effort).choices  # type: ignore[arg-type]
 
 
+def test_a_reasoning_effort_is_billed_as_reasoning_tokens(oai):
+    """A reasoning model asked for an effort reports its hidden reasoning in completion_tokens_details, within
+    completion_tokens (as the Responses endpoint does); a model that does not reason, or no effort, reports none."""
+    plain = oai.chat.completions.create(model="o3", messages=MSGS)
+    low = oai.chat.completions.create(model="o3", messages=MSGS, reasoning_effort="low")
+    assert plain.usage.completion_tokens_details.reasoning_tokens == 0
+    assert low.usage.completion_tokens_details.reasoning_tokens == 8
+    assert low.usage.completion_tokens == plain.usage.completion_tokens + 8
+    chunks = list(oai.chat.completions.create(model="o3", messages=MSGS, reasoning_effort="high", stream=True,
+                                              stream_options={"include_usage": True}))
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == 32
+    assert oai.chat.completions.create(model="gpt-4o", messages=MSGS, reasoning_effort="low").usage.completion_tokens_details.reasoning_tokens == 0
+
+
 def test_a_reasoning_model_refuses_the_stop_parameter_even_empty(oai):
     with pytest.raises(openai.BadRequestError) as ei:
         oai.chat.completions.create(model="o3", messages=MSGS, stop=[])

@@ -335,6 +335,23 @@ def test_web_search_reaches_claude_as_its_web_search_tool_and_its_citations_come
         responses_to_chat({"model": "gpt-4.1", "input": "news?", "tools": tools}, "Chat Completions")
 
 
+def test_an_openai_models_reasoning_reaches_a_messages_client_as_thinking_tokens(an, fresh_emulator):
+    """A reasoning model's hidden reasoning (completion_tokens_details.reasoning_tokens) is Claude's
+    output_tokens_details.thinking_tokens, within output_tokens as it is within completion_tokens: it was left
+    out, so a Messages client (Claude Code asks for thinking on every turn) could not tell reasoning from answer."""
+    ask: dict[str, Any] = {"model": "claude-o3-x", "max_tokens": 4096, "messages": ASK,
+                           "thinking": {"type": "enabled", "budget_tokens": 2048}}  # low: 8 reasoning tokens
+    answer = an.messages.create(**ask)
+    assert _sent(fresh_emulator)["reasoning_effort"] == "low"
+    details = answer.usage.output_tokens_details
+    assert details is not None and details.thinking_tokens == 8 and answer.usage.output_tokens > 8
+    deltas = [e for e in an.messages.create(**ask, stream=True) if e.type == "message_delta"]
+    streamed = deltas[-1].usage.output_tokens_details
+    assert streamed is not None and streamed.thinking_tokens == 8
+    plain = an.messages.create(model="claude-41-x", max_tokens=64, messages=ASK)  # no reasoning: no breakdown
+    assert plain.usage.output_tokens_details is None
+
+
 def test_openai_3x_request_options_reach_claude_dropped_and_named_and_moderation_is_refused(oa, fresh_emulator):
     """openai 3.x's Responses options that say how OpenAI runs a request (server-side compaction, image
     compression, its Cyber access programs, a background run's options) are left out and named; they were 400s

@@ -45,9 +45,14 @@ def usage_o2a(usage: dict[str, Any] | None) -> dict[str, Any]:
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
     read, written = details.get("cached_tokens") or 0, details.get("cache_write_tokens") or 0
-    return {"input_tokens": max(0, (usage.get("prompt_tokens") or 0) - read - written),
-            "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
-            "output_tokens": usage.get("completion_tokens") or 0}
+    out = {"input_tokens": max(0, (usage.get("prompt_tokens") or 0) - read - written),
+           "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
+           "output_tokens": usage.get("completion_tokens") or 0}
+    # A reasoning model's hidden reasoning, within completion_tokens as Claude's thinking is within output_tokens.
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    if isinstance(reasoning, int) and reasoning > 0:
+        out["output_tokens_details"] = {"thinking_tokens": reasoning}
+    return out
 
 
 def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] = ()) -> bytes:
