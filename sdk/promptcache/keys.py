@@ -20,6 +20,7 @@ import hmac
 import logging
 import os
 import secrets
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,9 @@ def server_secret(data_dir: Path | None = None) -> bytes:
     path = (data_dir or default_data_dir()) / _FILE
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            _secret = path.read_bytes()
-        else:  # the first process on this host: every worker after it reads the same bytes
-            with os.fdopen(fd, "wb") as file:
-                file.write(secrets.token_bytes(32))
-            _secret = path.read_bytes()
+        if not path.exists():
+            _create(path)
+        _secret = path.read_bytes()
     except OSError as exc:  # a read-only data directory: keys stay unguessable, only not stable across restarts
         log.warning("cannot keep the server secret under %s (%s): using one for this process only; set %s",
                     path.parent, type(exc).__name__, SECRET_ENV)
@@ -64,6 +60,25 @@ def server_secret(data_dir: Path | None = None) -> bytes:
         log.warning("%s is not set: replicas on other hosts derive other prompt-cache keys (set the same %s on every replica)",
                     SECRET_ENV, SECRET_ENV)
     return _secret
+
+
+def _create(path: Path) -> None:
+    """Make `path` hold 32 random bytes unless another process made it first: the bytes are written to
+    a file of their own, then linked at `path` (atomic, and refused when it exists), so the workers of
+    `--workers N` starting together all read the same whole secret. Created in place (O_EXCL, then
+    written), the file could be read by another worker between the two, empty: that worker keyed its
+    digests with no secret, and so unlike the others."""
+    fd, spare = tempfile.mkstemp(dir=path.parent, prefix=f".{_FILE}-")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(secrets.token_bytes(32))
+            file.flush()
+            os.fsync(file.fileno())  # linked only once its bytes are on disk: a crash leaves no empty secret
+        os.link(spare, path)
+    except FileExistsError:
+        pass  # another process was first: its secret is every worker's
+    finally:
+        os.unlink(spare)
 
 
 def _digest(*parts: str, length: int = 32) -> str:

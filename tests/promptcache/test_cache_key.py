@@ -10,8 +10,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import openai
@@ -119,6 +121,29 @@ def test_isolate_keeps_identical_prompts_out_of_each_others_cache(tmp_path: Path
             assert again.usage.cache_read_input_tokens > 0  # each team still reads its own
         else:
             assert probe.usage.cache_read_input_tokens > 0  # the oracle docs/prompt-cache.md describes
+
+
+def _secret_of_a_worker(data_dir: Path, start: Any, secrets: Any) -> None:
+    keys._secret = None  # a fresh process: forked from one that may have read its own already
+    start.wait()  # every worker asks at once, as `slipstream serve --workers N` starting on a new data directory
+    secrets.put(keys.server_secret(data_dir))
+
+
+def test_workers_starting_together_share_one_whole_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first worker created the file and then wrote it: another could read it in between, empty,
+    and key its digests with no secret (in about one start in six of six workers)."""
+    monkeypatch.delenv(keys.SECRET_ENV, raising=False)
+    fork = multiprocessing.get_context("fork")
+    for start_number in range(60):
+        data_dir, start, secrets = tmp_path / str(start_number), fork.Barrier(6), fork.Queue()
+        workers = [fork.Process(target=_secret_of_a_worker, args=(data_dir, start, secrets)) for _ in range(6)]
+        for worker in workers:
+            worker.start()
+        read = [secrets.get(timeout=60) for _ in workers]
+        for worker in workers:
+            worker.join()
+        assert read == [(data_dir / "server-secret").read_bytes()] * 6 and len(read[0]) == 32, start_number
+        assert [path.name for path in data_dir.iterdir()] == ["server-secret"]  # no spare file left behind
 
 
 def test_an_unwritable_data_dir_still_gives_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
