@@ -26,8 +26,9 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -127,7 +128,7 @@ class LimitsStage:
         # the team's own files only, and the account objects its policy lists.
         check_account_objects(self.provider_objects, (ctx.request.body,))
         await ownership_of(self.state).check_files(self.team, (ctx.request.body,), ctx.request.size)
-        history = await self._history_tokens(ctx.request)
+        (history,) = await self.history_tokens([ctx.request])
         admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history))
         try:
             answer = await call_next(ctx)
@@ -148,32 +149,32 @@ class LimitsStage:
             on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route, tally, history), tally.observe)
         return answer
 
-    async def _history_tokens(self, request: LLMRequest) -> int:
-        """Input tokens a Responses continuation or compaction sends besides its own body: its stored
-        conversation (the provider reads it again, and bills it, on every turn and to compact it) and
-        the stored items its `item_reference`s name (each sent as the item itself), counted by length
-        as a large body is. An id the team does not hold counts nothing: resolving it is a 404."""
-        if request.endpoint not in _CONTINUED or self.responses is None:
-            return 0
-        previous = request.body.get("previous_response_id")
-        chars = await self.responses().chain_bytes(self.team, previous) if isinstance(previous, str) else 0
-        return math.ceil((chars + await self._referenced_chars(request)) / CHARS_PER_TOKEN)
-
-    async def _referenced_chars(self, request: LLMRequest) -> int:
-        """About the characters the items a request references add to what the provider is sent: the
-        stored item's JSON, once per reference (serialized in the heavy-work pool when its record is large)."""
-        items = request.body.get("input")
-        named: list[str] = []
-        for item in items if isinstance(items, list) else ():
-            if isinstance(item, dict) and item.get("type") == "item_reference" and isinstance(item_id := item.get("id"), str):
-                named.append(item_id)
-        if not named or self.responses is None:
-            return 0
-        found = await self.responses().find_items(self.team, list(dict.fromkeys(named)))
+    async def history_tokens(self, requests: Sequence[LLMRequest]) -> list[int]:
+        """For each request, the input tokens a Responses continuation or compaction sends besides its
+        own body: its stored conversation (the provider reads it again, and bills it, on every turn and
+        to compact it) and the stored items its `item_reference`s name (each sent as the item itself,
+        once per reference), counted by length as a large body is. Each conversation and item is read
+        once for all of them (a batch's lines); an id the team does not hold counts nothing (a 404)."""
+        continued = [request.body if request.endpoint in _CONTINUED else {} for request in requests]
+        if self.responses is None or not any(continued):
+            return [0] * len(requests)
+        store = self.responses()
+        chains: dict[str, int] = {}
+        for body in continued:
+            if isinstance(previous := body.get("previous_response_id"), str) and previous not in chains:
+                chains[previous] = await store.chain_bytes(self.team, previous)
+        references = [_referenced(body) for body in continued]
         sizes: dict[str, int] = {}
-        for item_id, (record, item) in found.items():
-            sizes[item_id] = len(await off_loop_if_large(record.chain_bytes, orjson.dumps, item))
-        return sum(sizes.get(item_id, 0) for item_id in named)
+        if named := list(dict.fromkeys(item_id for ids in references for item_id in ids)):
+            for item_id, (record, item) in (await store.find_items(self.team, named)).items():
+                # the item's JSON is what is sent (serialized in the heavy-work pool when its record is large)
+                sizes[item_id] = len(await off_loop_if_large(record.chain_bytes, orjson.dumps, item))
+        tokens = []
+        for body, ids in zip(continued, references, strict=True):
+            previous = body.get("previous_response_id")
+            chars = (chains.get(previous, 0) if isinstance(previous, str) else 0) + sum(sizes.get(item_id, 0) for item_id in ids)
+            tokens.append(math.ceil(chars / CHARS_PER_TOKEN))
+        return tokens
 
     def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0, token_rate: float = 1.0) -> float:
         """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`
@@ -387,3 +388,10 @@ def _limited(message: str, wait_s: float) -> RateLimitedError:
 def build_limits(policy: Policy, services: Services) -> LimitsStage:
     """Always on: even a team without limits has its spend counted."""
     return LimitsStage(policy, services.state(), services.response_store)
+
+
+def _referenced(body: dict[str, Any]) -> list[str]:
+    """The item ids a Responses body's `item_reference`s name, once per reference."""
+    items = body.get("input")
+    return [item["id"] for item in items if isinstance(item, dict) and item.get("type") == "item_reference"
+            and isinstance(item.get("id"), str)] if isinstance(items, list) else []

@@ -226,14 +226,16 @@ class _Exchange:
         shown = sorted(distinct)[:_LOGGED_MODELS]
         self.model = ",".join(shown + ([f"+{len(distinct) - len(shown)} more"] if len(distinct) > len(shown) else []))
 
-    def worst_cost(self, requests: list[LLMRequest], first: int = 0) -> float:
-        """What these requests may cost at most (each one's reservation: input counted, its output
-        limit, the dearest target's price), at batch rates for a batch (whose requests are counted from
-        its `first`). For a budgeted team, the limits stage's 403 when a model has no price. A
-        completion counts like a chat request."""
+    def worst_cost(self, requests: list[LLMRequest], first: int = 0, history: list[int] | None = None) -> float:
+        """What these requests may cost at most (each one's reservation: input counted, with its
+        `history` tokens of stored conversation and items, its output limit, the dearest target's
+        price), at batch rates for a batch (whose requests are counted from its `first`). For a budgeted
+        team, the limits stage's 403 when a model has no price. A completion counts like a chat request."""
         if self.op.action == "complete":
             return self.limits.reservation(requests[0])
-        return sum(self.limits.reservation(request, RESERVE_EXACT_CHARS if first + i < BATCH_EXACT else 0, token_rate=BATCH_RATE)
+        history = history or [0] * len(requests)
+        return sum(self.limits.reservation(request, RESERVE_EXACT_CHARS if first + i < BATCH_EXACT else 0, history=history[i],
+                                           token_rate=BATCH_RATE)
                    for i, request in enumerate(requests))
 
     async def check_batch_input(self, file_id: str, limit: int) -> float:
@@ -250,8 +252,10 @@ class _Exchange:
                 new = [model for model in dict.fromkeys(str(line.get("model") or "") for line in bodies) if model not in models]
                 self.check_models(new)  # as they come: a name is never held unchecked (a line may be 16 MiB)
                 models.update(dict.fromkeys(new))
-                worst += self.worst_cost([LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line)
-                                          for url, line in lines], count)
+                requests = [LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line) for url, line in lines]
+                # the provider reads (and bills) the stored conversation a line continues and the items it references
+                history = await self.limits.history_tokens(requests) if self.limits.budget is not None else None
+                worst += self.worst_cost(requests, count, history)
                 count += len(lines)
         self.check_models(list(models))  # the names the access log and span show
         return worst

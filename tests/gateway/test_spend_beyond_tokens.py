@@ -369,3 +369,33 @@ def test_a_search_a_translated_stream_ran_is_charged_when_its_client_leaves_earl
     finally:
         fresh_emulator.config.per_output_token_ms, fresh_emulator.config.default_output_tokens = saved
     assert spent >= 10.0 / 1000  # the search, besides the tokens counted
+
+
+def test_a_batch_continuing_a_stored_conversation_is_checked_for_what_it_sends(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """A batch is created only if its worst cost fits what is left of the budget, and that check is all
+    that bounds a batch whose results are never read through the gateway (docs/security.md). A
+    `/v1/responses` line with `previous_response_id` or `item_reference`s has the provider read, and
+    bill, the stored conversation and items, but the check counted each line's few bytes: a team with $1
+    left created a batch of 60 lines each re-reading a 50,000-character conversation (about $1.25 at
+    batch rates). Each line's stored input is counted now, and that batch is the budget's 429."""
+    document = "The supplier shall deliver each lot within the agreed window. " * 800  # about 50,000 characters
+    policy = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 1, period: day}\n")
+    with running_proxy([policy]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        said = {"type": "message", "id": "msg_terms", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": document, "annotations": []}]}
+        first = client.responses.create(model="gpt-4o", input=[said, {"role": "user", "content": "Noted?"}], max_output_tokens=16)
+
+        def batch_of(body: dict[str, Any], lines: int) -> bytes:
+            return b"".join(orjson.dumps({"custom_id": f"l{i}", "method": "POST", "url": "/v1/responses", "body": {
+                "model": "gpt-4o", "max_output_tokens": 16, **body}}) + b"\n" for i in range(lines))
+
+        for body in ({"input": "And the penalty?", "previous_response_id": first.id},
+                     {"input": [{"type": "item_reference", "id": "msg_terms"}, {"role": "user", "content": "And the penalty?"}]}):
+            source = client.files.create(file=("in.jsonl", batch_of(body, 60)), purpose="batch")
+            with pytest.raises(openai.RateLimitError, match="budget"):
+                client.batches.create(input_file_id=source.id, endpoint="/v1/responses", completion_window="24h")
+        assert fresh_emulator.app.state.batches.entries == {}  # neither reached the provider
+        small = client.files.create(file=("in.jsonl", batch_of({"input": "And the penalty?", "previous_response_id": first.id}, 2)),
+                                    purpose="batch")
+        assert client.batches.create(input_file_id=small.id, endpoint="/v1/responses", completion_window="24h").id  # what fits goes
