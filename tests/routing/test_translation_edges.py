@@ -378,3 +378,31 @@ def test_an_empty_stop_sequences_list_reaches_a_reasoning_openai_model_left_out(
     raw = an.messages.with_raw_response.create(model="claude-o3-x", max_tokens=64, messages=ASK, stop_sequences=[])
     assert raw.parse().stop_reason == "end_turn" and "stop_sequences" in raw.headers["x-slipstream-dropped-fields"].split(",")
     assert "stop" not in _sent(fresh_emulator)
+
+
+def test_codex_namespace_tools_reach_claude_and_their_calls_come_back_namespaced(oa, fresh_emulator):
+    """openai 3.x's namespace tools (Codex groups its collaboration tools and each MCP app's tools so) were a 400
+    for every translated target ('the built-in tool 'namespace''). Each tool of a namespace reaches Claude as a
+    tool of its own, NAMESPACE__NAME; Claude's call of it comes back as the tool's name and its namespace, in a
+    body and a stream, and the history's namespaced calls go back by the joined name."""
+    spawn = {"type": "function", "name": "spawn_agent", "description": "Spawns an agent.",
+             "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}}
+    tools: Any = [{"type": "namespace", "name": "collaboration", "description": "Work with other agents.", "tools": [spawn]}]
+    answer = oa.responses.create(model="gpt-x", input="Hand this to a helper.", tools=tools, tool_choice="required")
+    sent_tools = _sent(fresh_emulator)["tools"]
+    assert [t["name"] for t in sent_tools] == ["collaboration__spawn_agent"]
+    assert "Work with other agents." in sent_tools[0]["description"]
+    call = answer.output[-1]
+    assert call.type == "function_call" and (call.name, call.namespace) == ("spawn_agent", "collaboration")
+    with oa.responses.stream(model="gpt-x", input="Hand this to a helper.", tools=tools, tool_choice="required") as stream:
+        added = [e.item for e in stream if e.type == "response.output_item.added" and e.item.type == "function_call"]
+        final = stream.get_final_response()
+    assert (added[0].name, added[0].namespace) == ("spawn_agent", "collaboration")
+    assert (final.output[-1].name, final.output[-1].namespace) == ("spawn_agent", "collaboration")  # type: ignore[union-attr]
+    history: Any = [{"role": "user", "content": "Hand this to a helper."},
+                    {"type": "function_call", "call_id": call.call_id, "name": "spawn_agent", "namespace": "collaboration",
+                     "arguments": call.arguments},
+                    {"type": "function_call_output", "call_id": call.call_id, "output": "agent started"}]
+    assert oa.responses.create(model="gpt-x", input=history, tools=tools).output_text
+    used = [b for m in _sent(fresh_emulator)["messages"] for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+    assert [b["name"] for b in used] == ["collaboration__spawn_agent"]

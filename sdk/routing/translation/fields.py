@@ -237,7 +237,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "
-                              "in the description, not enforced), their calls answered as custom_tool_call items; web_search "
+                              "in the description, not enforced), their calls answered as custom_tool_call items; a namespace's "
+                              "tools (openai 3.x, Codex's collaboration and MCP app tools) as tools named `NAMESPACE__NAME`, "
+                              "the history's calls of them too, their calls answered with the tool's name and `namespace`; web_search "
                               "(and web_search_preview) to Claude as its web search server tool, as Chat's "
                               "web_search_options; other built-in tools, and web search to a Chat target, refused"),
         "tool_choice": Field(T, "tool_choice (a custom tool's as its function's)"),

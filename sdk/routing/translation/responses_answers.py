@@ -19,6 +19,7 @@ from typing import Any
 import jiter
 import orjson
 
+from sdk.routing.translation.namespaces import as_called, flattened, namespaced
 from sdk.routing.translation.responses_requests import CUSTOM_INPUT
 from sdk.routing.translation.web_search import annotations_c2r
 
@@ -97,7 +98,7 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, st
 
 def custom_tools(request: dict[str, Any]) -> set[str]:
     """The names of `request`'s custom tools, which a Chat upstream calls as functions of one string."""
-    return {str(tool.get("name")) for tool in request.get("tools") or () if isinstance(tool, dict) and tool.get("type") == "custom"}
+    return {str(tool.get("name")) for tool in flattened(request.get("tools")) if isinstance(tool, dict) and tool.get("type") == "custom"}
 
 
 def custom_input(arguments: str) -> str:
@@ -125,12 +126,12 @@ def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> by
         output.append(message_item(new_id("msg"), message["content"], annotations=annotations_c2r(message)))
     elif message.get("refusal"):
         output.append(message_item(new_id("msg"), message["refusal"], refusal=True))
-    custom = custom_tools(request)
+    custom, names = custom_tools(request), namespaced(request)
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         name, call_id, arguments = function.get("name") or "", call.get("id") or new_id("call"), function.get("arguments") or "{}"
-        output.append(custom_call_item(new_id("ctc"), call_id, name, custom_input(arguments)) if name in custom
-                      else function_call_item(new_id("fc"), call_id, name, arguments))
+        output.append(as_called(custom_call_item(new_id("ctc"), call_id, name, custom_input(arguments)) if name in custom
+                                else function_call_item(new_id("fc"), call_id, name, arguments), names))
     finish = choice.get("finish_reason")
     return orjson.dumps(response_object(request, response_id, data.get("model") or request.get("model") or "", "completed",
                                         output, usage_c2r(data.get("usage")), finish, data.get("created")))

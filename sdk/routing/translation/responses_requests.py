@@ -21,6 +21,7 @@ from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, 
 from sdk.routing.translation.fields import Shape, check, effort_travels, refuse, retention_travels
 from sdk.routing.translation.media import file_text, textual
 from sdk.routing.translation.models import reasons
+from sdk.routing.translation.namespaces import call_name, flattened
 from sdk.routing.translation.output_modes import VERBOSITY, instructed
 from sdk.routing.translation.tool_ids import openai_tool_id
 
@@ -64,7 +65,7 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     out["messages"] += _messages(items or [], target)
     if not breakpoints_travel(target, body.get("model")):  # a Chat model before gpt-5.6 (fields.py names them dropped)
         unmarked(out["messages"])
-    tools = list(enumerate(body.get("tools") or ()))
+    tools = list(enumerate(flattened(body.get("tools"))))  # a namespace's tools as tools of their own (namespaces.py)
     if target.startswith("Anthropic"):  # web search: Claude's server tool, by way of Chat's web_search_options
         searches = [tool for _, tool in tools if isinstance(tool, dict) and tool.get("type") in web_search.RESPONSES_TOOLS]
         if searches:
@@ -163,7 +164,7 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             out.append(_message(item, where, target))
         elif kind in ("function_call", "custom_tool_call"):
             arguments = (item.get("arguments") or "{}") if kind == "function_call" else orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
-            call = {"id": openai_tool_id(item["call_id"]), "type": "function", "function": {"name": item["name"], "arguments": arguments}}
+            call = {"id": openai_tool_id(item["call_id"]), "type": "function", "function": {"name": call_name(item), "arguments": arguments}}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from sdk.routing.translation.namespaces import as_called, namespaced
 from sdk.routing.translation.responses_answers import (
     custom_call_item,
     custom_input,
@@ -75,7 +76,7 @@ class ChatToResponses:
         self.output: list[dict[str, Any]] = []  # items in output order, completed as they close
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.calls: dict[int, int] = {}  # chat tool_call index → output index
-        self.custom = custom_tools(request)
+        self.custom, self.names = custom_tools(request), namespaced(request)
         self.raw = ""  # the open custom tool call's arguments: its input is sent once they are whole
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -168,8 +169,8 @@ class ChatToResponses:
             out += self._close()
             self.calls[index] = len(self.output)
             name, call_id = function.get("name") or "", call.get("id") or new_id("call")
-            self.open = (custom_call_item(new_id("ctc"), call_id, name, "", status="in_progress") if name in self.custom
-                         else function_call_item(new_id("fc"), call_id, name, "", status="in_progress"))
+            self.open = as_called(custom_call_item(new_id("ctc"), call_id, name, "", status="in_progress") if name in self.custom
+                                  else function_call_item(new_id("fc"), call_id, name, "", status="in_progress"), self.names)
             out.append(self._event("response.output_item.added", output_index=len(self.output), item=dict(self.open)))
         if function.get("arguments") and self.open is not None and self.open["type"] == "custom_tool_call":
             self.raw += function["arguments"]
