@@ -406,3 +406,25 @@ def test_codex_namespace_tools_reach_claude_and_their_calls_come_back_namespaced
     assert oa.responses.create(model="gpt-x", input=history, tools=tools).output_text
     used = [b for m in _sent(fresh_emulator)["messages"] for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
     assert [b["name"] for b in used] == ["collaboration__spawn_agent"]
+
+
+def test_claude_codes_tool_search_results_reach_an_openai_model(an, fresh_emulator):
+    """Claude Code defers its MCP and rarer tools (`defer_loading: true`) and loads them with its ToolSearch tool,
+    whose result holds `tool_reference` blocks; from then on every request of the session was a 400 for an OpenAI
+    target ('a 'tool_reference' block cannot be translated'). The tools go from the start, and the reference says
+    which was loaded, by the name the model knows it by."""
+    long_name = "mcp__" + "workspace_files_" * 4 + "grep"  # over OpenAI's 64 characters: shortened
+    tools: Any = [{"name": "ToolSearch", "description": "Load deferred tools", "input_schema": {
+                       "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}},
+                  {"name": long_name, "description": "Search files", "defer_loading": True, "input_schema": {
+                       "type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]}}]
+    turns: Any = [{"role": "user", "content": "Find the TODOs."},
+                  {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ToolSearch",
+                                                     "input": {"query": f"select:{long_name}"}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                "content": [{"type": "tool_reference", "tool_name": long_name}]}]}]
+    assert an.messages.create(model="claude-x", max_tokens=64, messages=turns, tools=tools).content
+    sent = _sent(fresh_emulator)
+    known = [t["function"]["name"] for t in sent["tools"]]
+    assert known[0] == "ToolSearch" and len(known[1]) == 64 and "defer_loading" not in sent["tools"][1]["function"]
+    assert sent["messages"][-1] == {"role": "tool", "tool_call_id": "toolu_1", "content": f"Tool loaded: {known[1]}"}

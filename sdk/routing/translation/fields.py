@@ -175,7 +175,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "model": Field(T, "model (the route's target model)"),
         "messages": Field(T, "messages (tool_use → tool_calls (an id over OpenAI's 40 characters as `call_` and 35 hex digits of "
                                  "its SHA-256, its result's too, the same every turn), tool_result → tool messages (a result's images and documents "
-                                 "follow in the user message: tool messages hold text), images, PDF documents → file "
+                                 "follow in the user message: tool messages hold text; its `tool_reference` blocks, a client-side tool "
+                                 "search's answer such as Claude Code's ToolSearch, as `Tool loaded: NAME`, the tools being "
+                                 "sent from the start whatever their `defer_loading`), images, PDF documents → file "
                                  "parts, text documents → text; thinking and "
                                  "redacted_thinking blocks of earlier turns left out; a final assistant turn, a prefill that "
                                  "Claude continues and a Chat model would answer after, refused)"),

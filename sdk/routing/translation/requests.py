@@ -219,6 +219,11 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
         result = block.get("content") or ""
         texts = [result] if isinstance(result, str) else []
         for k, inner in enumerate([] if isinstance(result, str) else result):
+            if inner.get("type") == "tool_reference":
+                # A client-side tool search's answer (Claude Code's ToolSearch): Claude loads the named deferred
+                # tool here; an OpenAI model has every tool from the start (defer_loading is not sent), so it is told which.
+                texts.append(f"Tool loaded: {openai_tool_name(inner.get('tool_name'))}")
+                continue
             part = _a2o_part(inner, f"{where}.content.{j}.content.{k}")
             if part["type"] == "text":
                 texts.append(part["text"])
