@@ -7,6 +7,7 @@ no lock. Same semantics as the Redis scripts (sdk/state/redis_scripts.py), one p
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -42,10 +43,12 @@ class LocalState:
         self._wall = wall
         self._buckets: dict[str, _Bucket] = {}
         self._leases: dict[str, set[str]] = {}
-        self._records: dict[str, _Record] = {}
-        self._spend_file = spend_file  # spend kept across restarts (sdk/state/spend_file.py); None: this process only
-        if spend_file is not None:
-            self._records = {key: _Record(expires, fields) for key, (expires, fields) in spend_file.load(wall()).items()}
+        self._records: dict[str, _Record] = {}  # spend, without a spend file
+        # With one, spend is the file's records as its writer last read them back (every worker's, across
+        # restarts: sdk/state/spend_file.py), and on top this process's charges those do not include yet:
+        # (charge number, key, expiry, fields, USD).
+        self._spend_file = spend_file
+        self._unsynced: deque[tuple[int, str, float, tuple[str, ...], float]] = deque()
         self._flags: dict[str, float] = {}
         self._claims: dict[str, float] = {}
         self._holds: dict[str, dict[str, float]] = {}  # budget record → lease → USD held while it runs
@@ -99,19 +102,38 @@ class LocalState:
             wall = self._wall()
             for key, keep_s in spend.records:
                 record = self._live_record(key, wall)
+                if self._spend_file is not None:
+                    expires = record.expires if record is not None else wall + keep_s
+                    number = self._spend_file.add(key, expires, spend.fields, spend.usd)
+                    self._unsynced.append((number, key, expires, spend.fields, spend.usd))
+                    continue
                 if record is None:
                     record = self._records[key] = _Record(wall + keep_s)
                 for name in spend.fields:
                     record.fields[name] = record.fields.get(name, 0.0) + spend.usd
-                if self._spend_file is not None:
-                    self._spend_file.add(key, record.expires, spend.fields, spend.usd)
 
     def _live_record(self, key: str, wall: float) -> _Record | None:
+        if self._spend_file is not None:
+            return self._filed_record(self._spend_file, key, wall)
         record = self._records.get(key)
         if record is not None and record.expires <= wall:
             del self._records[key]
             return None
         return record
+
+    def _filed_record(self, spend_file: SpendFile, key: str, wall: float) -> _Record | None:
+        """The record as the spend file's writer last read it, with this process's charges since on top."""
+        included, records = spend_file.view
+        while self._unsynced and self._unsynced[0][0] <= included:
+            self._unsynced.popleft()
+        found = records.get(key)
+        record = _Record(found[0], dict(found[1])) if found is not None and found[0] > wall else None
+        for _, charged, expires, fields, usd in self._unsynced:
+            if charged == key:
+                record = record if record is not None else _Record(expires)
+                for name in fields:
+                    record.fields[name] = record.fields.get(name, 0.0) + usd
+        return record if record is not None and record.expires > wall else None
 
     async def spend(self, key: str) -> dict[str, float]:
         """The record's fields, and `held`: what requests in flight hold against it (as in Redis)."""
@@ -123,7 +145,8 @@ class LocalState:
         return fields
 
     def spend_records(self) -> list[tuple[str, float, dict[str, float]]]:
-        """Every live spend record: (key, seconds left, fields) — what a healed shared store absorbs."""
+        """Every live spend record kept in memory (a replica's while Redis was away: it has no spend
+        file): (key, seconds left, fields) — what a healed shared store absorbs."""
         wall = self._wall()
         return [(key, record.expires - wall, dict(record.fields)) for key, record in self._records.items() if record.expires > wall]
 

@@ -3,10 +3,13 @@
 Budgets are per day or month, but in-process spend records lived as long as the process: a restart
 (a deploy, a crash) set every team's spend back to nothing, and a team that had used its month's
 budget had all of it again. `slipstream serve` without `--state-url` keeps them in a SQLite file
-(`$SLIPSTREAM_DATA_DIR/spend.sqlite3`, or `SLIPSTREAM_SPEND_FILE`): the backend reads the live
-records once when it opens, and every charge after that is added to the file by a writer thread
-(the event loop never waits on the disk). The file holds sums, so the workers of
-`--workers N --local-state` add theirs to the same records, and each starts from all of them.
+(`$SLIPSTREAM_DATA_DIR/spend.sqlite3`, or `SLIPSTREAM_SPEND_FILE`): every charge is added to the
+file by a writer thread (the event loop never waits on the disk), which reads the live records back
+after each write and every REFRESH_S when idle (`view`). The file holds sums, so the workers of
+`--workers N --local-state` add theirs to the same records and each sees all of them within about a
+second: a team's budget and its spend report are the host's, whichever worker answers. Read once
+at start, each worker saw its own charges alone after that, and a team could spend its budget once
+per worker.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,6 +27,9 @@ log = logging.getLogger("slipstream.state")
 
 ENV = "SLIPSTREAM_SPEND_FILE"  # set by `slipstream serve` for its workers; an embedding program may set it too
 _BATCH = 256  # charges written in one transaction at most
+REFRESH_S = 1.0  # an idle writer reads the other workers' charges back this often
+
+Records = dict[str, tuple[float, dict[str, float]]]  # key -> (expiry, {field: USD})
 
 
 def spend_file_from_env() -> Path | None:
@@ -40,20 +47,35 @@ class SpendFile:
         self._db.execute("CREATE TABLE IF NOT EXISTS spend (key TEXT NOT NULL, field TEXT NOT NULL, usd REAL NOT NULL, "
                          "expires REAL NOT NULL, PRIMARY KEY (key, field))")
         self._charges: queue.SimpleQueue[tuple[str, float, tuple[str, ...], float] | None] = queue.SimpleQueue()
+        self._queued = 0  # charges handed to the writer so far (by the event loop's thread)
+        self._unwritten: list[tuple[str, float, tuple[str, ...], float]] = []  # charges a write failed to add: this process still counts them
+        # (charges of this process the records include, every live record): replaced whole by the writer
+        self.view: tuple[int, Records] = (0, self.load(time.time()))
         self._writer = threading.Thread(target=self._write, name="slipstream-spend-file", daemon=True)
         self._writer.start()
 
-    def load(self, now: float) -> dict[str, tuple[float, dict[str, float]]]:
-        """The live records: key -> (expiry, {field: USD}); expired ones are deleted."""
+    def load(self, now: float) -> Records:
+        """The live records; expired ones are deleted."""
         self._db.execute("DELETE FROM spend WHERE expires <= ?", (now,))
-        records: dict[str, tuple[float, dict[str, float]]] = {}
-        for key, field, usd, expires in self._db.execute("SELECT key, field, usd, expires FROM spend"):
-            records.setdefault(key, (expires, {}))[1][field] = usd
-        return records
+        return self._read(now)
 
-    def add(self, key: str, expires: float, fields: Iterable[str], usd: float) -> None:
-        """Add `usd` to each of the record's `fields` (in the writer thread, soon)."""
+    def add(self, key: str, expires: float, fields: Iterable[str], usd: float) -> int:
+        """Add `usd` to each of the record's `fields` (in the writer thread, soon); returns the charge's
+        number, which `view` counts once the records it holds include it."""
         self._charges.put((key, expires, tuple(fields), usd))
+        self._queued += 1
+        return self._queued
+
+    def _read(self, now: float) -> Records:
+        records: Records = {}
+        for key, field, usd, expires in self._db.execute("SELECT key, field, usd, expires FROM spend WHERE expires > ?", (now,)):
+            records.setdefault(key, (expires, {}))[1][field] = usd
+        self._unwritten = [charge for charge in self._unwritten if charge[1] > now]
+        for key, expires, fields, usd in self._unwritten:
+            record = records.setdefault(key, (expires, {}))[1]
+            for field in fields:
+                record[field] = record.get(field, 0.0) + usd
+        return records
 
     def close(self) -> None:
         """Write what is queued and stop the writer."""
@@ -61,8 +83,13 @@ class SpendFile:
         self._writer.join(timeout=10)
 
     def _write(self) -> None:
+        written = 0
         while True:
-            charge = self._charges.get()
+            try:
+                charge = self._charges.get(timeout=REFRESH_S)
+            except queue.Empty:  # nothing of ours to write: read what the other workers wrote
+                self._read_back(written)
+                continue
             batch = []
             while charge is not None:
                 batch.append(charge)
@@ -76,10 +103,19 @@ class SpendFile:
                     self._db.executemany("INSERT INTO spend VALUES (?, ?, ?, ?) ON CONFLICT (key, field) DO UPDATE "
                                          "SET usd = usd + excluded.usd, expires = max(expires, excluded.expires)", rows)
                     self._db.execute("COMMIT")
-                except sqlite3.Error as exc:  # the process keeps counting in memory; only the restart copy misses these
+                except sqlite3.Error as exc:  # the process keeps counting them; the file (restarts, other workers) misses them
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
+                    self._unwritten += batch
                     log.error("could not add %d charges to %s: %s", len(rows), self.path, exc)
+                written += len(batch)
             if charge is None:
                 self._db.close()
                 return
+            self._read_back(written)
+
+    def _read_back(self, written: int) -> None:
+        try:
+            self.view = (written, self._read(time.time()))
+        except sqlite3.Error as exc:  # the last view stands; the next write or idle second tries again
+            log.error("could not read spend back from %s: %s", self.path, exc)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -79,6 +80,32 @@ def test_a_restart_does_not_give_a_team_its_spent_budget_again(tmp_path, fresh_e
             one.chat.completions.create(**ask)
     with _serving(policies, data) as client, client() as one, pytest.raises(openai.RateLimitError, match="budget"):
         one.chat.completions.create(**ask)
+
+
+def test_every_worker_holds_a_team_to_the_budget_another_worker_charged(tmp_path, fresh_emulator):
+    """Each worker read the spend file once, at start: a charge through one worker was never seen by
+    the other, which admitted the team again (its budget once per worker) and reported its own spend."""
+    policies, data = tmp_path / "policies", tmp_path / "data"
+    policies.mkdir()
+    write_policy(policies, "t", "sk-t", fresh_emulator.url,
+                 extra='pricing: {"gpt-*": {input: 100000, output: 100000}}\nbudget: {usd: 0.01, period: month}\n')
+    ask = {"model": "gpt-4o-mini", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    with _serving(policies, data, "--workers", "2", "--local-state") as client:
+        with client() as one:
+            one.chat.completions.create(**ask)  # admitted at $0, charged well past the budget
+            spend_url = f"{one.base_url}slipstream/spend"
+
+        def spent() -> float:  # the month's spend as the worker taking a fresh connection reports it
+            report = httpx.get(spend_url, headers={"authorization": "Bearer sk-t", "connection": "close"}, timeout=30).json()
+            return float(report["month"]["total"])
+
+        deadline = time.monotonic() + 60  # each worker reads the file back within about a second
+        while len(set(reports := [spent() for _ in range(6)])) > 1 or reports[0] <= 0.01:
+            assert time.monotonic() < deadline, f"the workers report {reports}"
+            time.sleep(0.2)
+        for _ in range(8):
+            with client() as one, pytest.raises(openai.RateLimitError, match="budget"):
+                one.chat.completions.create(**ask)
 
 
 def test_the_spend_file_holds_the_sum_of_every_writer(tmp_path):
