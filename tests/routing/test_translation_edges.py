@@ -428,3 +428,13 @@ def test_claude_codes_tool_search_results_reach_an_openai_model(an, fresh_emulat
     known = [t["function"]["name"] for t in sent["tools"]]
     assert known[0] == "ToolSearch" and len(known[1]) == 64 and "defer_loading" not in sent["tools"][1]["function"]
     assert sent["messages"][-1] == {"role": "tool", "tool_call_id": "toolu_1", "content": f"Tool loaded: {known[1]}"}
+
+
+def test_a_claude_tools_input_examples_reach_an_openai_model_in_its_description(an, fresh_emulator):
+    """Claude shows a tool's `input_examples` to the model (the Vercel AI SDK sends a tool's inputExamples so);
+    they were left out without a word for an OpenAI target. They end the function's description."""
+    tools: Any = [{"name": "get_weather", "description": "Weather for a city", "input_examples": [{"city": "Oslo"}, {"city": "Lima"}],
+                   "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    assert an.messages.create(model="claude-x", max_tokens=64, messages=ASK, tools=tools).content
+    described = _sent(fresh_emulator)["tools"][0]["function"]["description"]
+    assert described == 'Weather for a city\n\nExample inputs:\n{"city":"Oslo"}\n{"city":"Lima"}'

@@ -193,7 +193,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                 "only when thinking or output_config.effort asks for reasoning)"),
         "top_p": Field(T, "top_p (dropped for a reasoning model, as temperature)"),
         "tools": Field(T, "function tools (strict unless the schema has optional inputs, which OpenAI's strict mode "
-                          "refuses; a name over OpenAI's 64 characters, which Claude's 128 allow, as its first 55, `_` and 8 "
+                          "refuses; `input_examples` at the end of the description; a name over OpenAI's 64 characters, which Claude's 128 allow, as its first 55, `_` and 8 "
                           "hex digits of its SHA-256, in the history and tool_choice too, the answer's calls given the "
                           "client's name back; server tools refused)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),

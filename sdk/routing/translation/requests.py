@@ -175,8 +175,11 @@ def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") not in (None, "custom"):
         raise refuse(f"{where}: server tool {tool.get('type')!r}", "OpenAI")
     function = {"name": openai_tool_name(tool["name"]), "parameters": tool.get("input_schema") or {"type": "object"}}
-    if tool.get("description"):
-        function["description"] = tool["description"]
+    examples = tool.get("input_examples")
+    # Claude shows a tool's input examples to the model; an OpenAI function has no place for them but its description.
+    shown = "Example inputs:\n" + "\n".join(orjson.dumps(e).decode() for e in examples) if isinstance(examples, list) and examples else ""
+    if tool.get("description") or shown:
+        function["description"] = "\n\n".join(part for part in (tool.get("description"), shown) if part)
     if tool.get("strict") is not None:  # strict where OpenAI's strict mode takes the schema (output_modes.openai_strict)
         function["strict"] = bool(tool["strict"]) and openai_strict(function["parameters"])
     return {"type": "function", "function": function}
