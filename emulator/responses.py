@@ -138,14 +138,16 @@ async def create(emu: Emulator, call: Call) -> None:
 
 # Hosted tools the emulator runs, once each, before the answer, when a request offers them (the provider
 # bills each call: the gateway's spend counts these items).
-_HOSTED = {"file_search": "file_search_call", "image_generation": "image_generation_call"}
+_HOSTED = {"file_search": "file_search_call", "image_generation": "image_generation_call",
+           "code_interpreter": "code_interpreter_call"}
 _PIXEL = base64.b64encode(bytes.fromhex(
     "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000b49444154789c63600002000005"
     "00017a5eab3f0000000049454e44ae426082")).decode()  # a 1x1 transparent PNG
 
 
 def _hosted_calls(emu: Emulator, body: dict[str, Any], seed: int) -> list[dict[str, Any]]:
-    offered = [t.get("type") for t in body.get("tools") or () if isinstance(t, dict)]
+    tools = [t for t in body.get("tools") or () if isinstance(t, dict)]
+    offered = [t.get("type") for t in tools]
     calls: list[dict[str, Any]] = []
     for tool, typ in _HOSTED.items():
         if tool not in offered:
@@ -153,6 +155,10 @@ def _hosted_calls(emu: Emulator, body: dict[str, Any], seed: int) -> list[dict[s
         if typ == "file_search_call":
             calls.append({"id": emu.new_id("fs_"), "type": typ, "status": "completed",
                           "queries": [reply_text(seed, 4)], "results": None})
+        elif typ == "code_interpreter_call":  # in the container the tool names, else a new one (`auto`)
+            container = next(t.get("container") for t in tools if t.get("type") == tool)
+            calls.append({"id": emu.new_id("ci_"), "type": typ, "status": "completed", "code": "print(6 * 7)",
+                          "container_id": container if isinstance(container, str) else emu.new_id("cntr_"), "outputs": None})
         else:
             calls.append({"id": emu.new_id("ig_"), "type": typ, "status": "completed", "result": _PIXEL})
     return calls
@@ -290,7 +296,8 @@ class _Response:
         """A hosted tool call: added, in progress, its own step, completed, done (as OpenAI streams them)."""
         typ = item["type"]
         emit("response.output_item.added", output_index=i, item=dict(item, status="in_progress"))
-        steps = ("in_progress", "searching", "completed") if typ == "file_search_call" else ("in_progress", "generating", "completed")
+        step = {"file_search_call": "searching", "code_interpreter_call": "interpreting"}.get(typ, "generating")
+        steps = ("in_progress", step, "completed")
         for step in steps:
             emit(f"response.{typ}.{step}", item_id=item["id"], output_index=i)
         emit("response.output_item.done", output_index=i, item=item)

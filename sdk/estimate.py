@@ -108,7 +108,8 @@ def search_limit(request: LLMRequest) -> int:
 def tool_call_limits(request: LLMRequest) -> Usage:
     """The most calls of each hosted tool billed per call the provider may run for the request: web
     searches (`search_limit`), and on the Responses API file searches and images where it offers the
-    `file_search` or `image_generation` tool, each up to its `max_tool_calls`, else DEFAULT_SEARCHES."""
+    `file_search` or `image_generation` tool, each up to its `max_tool_calls`, else DEFAULT_SEARCHES,
+    and a container per `code_interpreter` tool."""
     calls = Usage(web_searches=search_limit(request))
     body = request.body
     tools = body.get("tools")
@@ -118,6 +119,8 @@ def tool_call_limits(request: LLMRequest) -> Usage:
         limit = limit if isinstance(limit, int) and limit >= 0 else DEFAULT_SEARCHES
         calls.file_searches = limit if "file_search" in offered else 0
         calls.images = limit if "image_generation" in offered else 0
+        # each code interpreter tool runs in one container (a new one for `auto`), whatever its calls
+        calls.containers = sum(1 for t in tools if isinstance(t, dict) and t.get("type") == "code_interpreter")
     return calls
 
 
@@ -149,6 +152,7 @@ class StreamTally:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self.calls = Usage()  # the hosted tool calls billed per call that the stream showed done
+        self._containers: set[str] = set()  # the code interpreter's containers among them
         if endpoint is Endpoint.RESPONSES:
             self._final_markers: tuple[bytes, ...] = _RESPONSES_END
         elif endpoint.protocol is Protocol.ANTHROPIC:
@@ -177,10 +181,14 @@ class StreamTally:
             if event.startswith(_RESPONSES_DELTA):
                 self._add(orjson.loads(event_data(event)).get("delta"))
             elif event.startswith(_RESPONSES_ITEM_DONE):
-                kind = (orjson.loads(event_data(event)).get("item") or {}).get("type")
+                item = orjson.loads(event_data(event)).get("item") or {}
+                kind = item.get("type")
                 field = _RESPONSES_CALLS.get(kind) if isinstance(kind, str) else None
                 if field is not None:
                     setattr(self.calls, field, getattr(self.calls, field) + 1)
+                elif kind == "code_interpreter_call":  # billed per container, however many calls ran in it
+                    self._containers.add(str(item.get("container_id")))
+                    self.calls.containers = len(self._containers)
         elif self.endpoint.protocol is Protocol.ANTHROPIC:
             if event.startswith(_ANTHROPIC_DELTA):
                 delta = orjson.loads(event_data(event)).get("delta") or {}
@@ -230,4 +238,5 @@ class StreamTally:
         out.web_searches = max(usage.web_searches, self.calls.web_searches)
         out.file_searches = max(usage.file_searches, self.calls.file_searches)
         out.images = max(usage.images, self.calls.images)
+        out.containers = max(usage.containers, self.calls.containers)
         return out

@@ -309,6 +309,9 @@ class Price(_Strict):
     # USD per image of the Responses API's image generation tool (billed at the image model's rates, by
     # quality and size); None: not priced (a budgeted team is refused the tool)
     image_generation: Annotated[float, Field(ge=0)] | None = None
+    # USD per container the Responses API's code interpreter runs code in (billed per container session,
+    # by its memory: $0.03 for 1 GB to $1.92 for 64 GB); None: not priced (a budgeted team is refused the tool)
+    code_interpreter: Annotated[float, Field(ge=0)] | None = None
     # Token prices times these where OpenAI says the answer was served on its priority or flex tier
     priority: Annotated[float, Field(ge=0)] = 2.0
     flex: Annotated[float, Field(ge=0)] = 0.5

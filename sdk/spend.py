@@ -151,9 +151,10 @@ def cost_usd(usage: Usage, price: Price, token_rate: float = 1.0) -> float:
 
 def tool_fees(calls: Usage, price: Price) -> float:
     """USD for the hosted tool calls the provider bills per call besides the tokens: web searches and
-    file searches (per 1,000), images of the image generation tool (each; none where not priced)."""
+    file searches (per 1,000), images of the image generation tool and the code interpreter's containers
+    (each; none where not priced)."""
     return ((calls.web_searches * price.web_search + calls.file_searches * price.file_search) / 1e3
-            + calls.images * (price.image_generation or 0.0))
+            + calls.images * (price.image_generation or 0.0) + calls.containers * (price.code_interpreter or 0.0))
 
 
 def worst_cost_usd(input_tokens: int, output_tokens: int, price: Price, calls: Usage | None = None, tier: object = None,

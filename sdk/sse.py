@@ -134,7 +134,7 @@ class StreamObserver:
             self.usage.input_tokens, self.usage.output_tokens = parsed.input_tokens, parsed.output_tokens
             self.usage.cache_read_tokens, self.usage.cache_write_tokens = parsed.cache_read_tokens, parsed.cache_write_tokens
             self.usage.web_searches, self.usage.service_tier = parsed.web_searches, parsed.service_tier
-            self.usage.file_searches, self.usage.images = parsed.file_searches, parsed.images
+            self.usage.file_searches, self.usage.images, self.usage.containers = parsed.file_searches, parsed.images, parsed.containers
             self.usage.final = self.finished = True
         elif event.startswith((b"event: error", b'data: {"error"')):
             self.error = event

@@ -59,6 +59,9 @@ class Usage:
     # image_generation_call items (an image each, at the image model's rates)
     file_searches: int = 0
     images: int = 0
+    # Code interpreter containers the answer ran code in (distinct container_ids of its
+    # code_interpreter_call items): OpenAI bills each container session besides the tokens
+    containers: int = 0
     service_tier: str = ""  # the OpenAI tier that served the answer (`priority`, `flex`, `default`), as it reports it
     inference_geo: str = ""  # where Anthropic ran it (`us` is billed 1.1x)
     fast: bool = False  # asked for Anthropic's fast mode (`speed: fast`), billed at its own rates

@@ -73,7 +73,8 @@ def _tier(answer: dict[str, Any]) -> str:
 def responses_usage(response: Any) -> Usage:
     """A Responses API response's usage, with the hosted tool calls its output items record, which
     the provider bills per call and its usage object does not count: each `web_search_call` a search,
-    each `file_search_call` a file search, each `image_generation_call` an image."""
+    each `file_search_call` a file search, each `image_generation_call` an image, each container its
+    `code_interpreter_call` items ran in a container (a session)."""
     if not isinstance(response, dict):
         return Usage()
     usage = _input_inclusive(response.get("usage"), "input_tokens", "input_tokens_details", "output_tokens")
@@ -83,6 +84,8 @@ def responses_usage(response: Any) -> Usage:
         usage.web_searches = kinds.count("web_search_call")
         usage.file_searches = kinds.count("file_search_call")
         usage.images = kinds.count("image_generation_call")
+        usage.containers = len({item.get("container_id") for item in output
+                                if isinstance(item, dict) and item.get("type") == "code_interpreter_call"})
     usage.service_tier = _tier(response)
     return usage
 

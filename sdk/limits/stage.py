@@ -182,7 +182,8 @@ class LimitsStage:
         output limit it asks for or a default; its tokens times `token_rate`, 0.5 for a batch's request,
         and the hosted tool calls it allows in full) on the dearest hosted target of its route. Raises a 403
         naming the `pricing:` entry to add when a target's model has no price (or no fast-mode price,
-        for a fast request; no image price, for one offering the image tool): a budget cannot hold
+        for a fast request; no image price, for one offering the image tool; no container price, for one
+        offering the code interpreter): a budget cannot hold
         against spend nobody can count. 0 for a team without a budget."""
         if self.budget is None or request.endpoint in _FREE:
             return 0.0
@@ -202,6 +203,10 @@ class LimitsStage:
             raise SlipstreamError(f"pricing: team {self.team} has a budget and the image generation tool has no price for model "
                                   f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
                                   "`image_generation: USD_PER_IMAGE` to the model's pricing: entry (docs/spend.md)", status=403)
+        if calls.containers and any(price.code_interpreter is None for price in prices):
+            raise SlipstreamError(f"pricing: team {self.team} has a budget and the code interpreter tool has no price for model "
+                                  f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
+                                  "`code_interpreter: USD_PER_CONTAINER` to the model's pricing: entry (docs/spend.md)", status=403)
         counted, allowed = input_tokens(request, exact) + history, output_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
         return max(worst_cost_usd(counted, allowed, price, calls, tier, us_only, fast, token_rate) for price in prices)
@@ -310,6 +315,7 @@ class LimitsStage:
             counted = tally.estimate(ctx.request, usage, history)
             usage.input_tokens, usage.output_tokens = counted.input_tokens, counted.output_tokens
             usage.web_searches, usage.file_searches, usage.images = counted.web_searches, counted.file_searches, counted.images
+            usage.containers = counted.containers
             ctx.usage_estimated = estimated = True
         if usage is not None and _fast(ctx.request):
             usage.fast = True  # billed at fast mode's rates; the usage does not say so

@@ -231,6 +231,7 @@ class Tally:
         total.web_searches += usage.web_searches
         total.file_searches += usage.file_searches
         total.images += usage.images
+        total.containers += usage.containers
 
 
 async def read_object(response: UpstreamResponse) -> dict[str, Any]:

@@ -399,3 +399,33 @@ def test_a_batch_continuing_a_stored_conversation_is_checked_for_what_it_sends(t
         small = client.files.create(file=("in.jsonl", batch_of({"input": "And the penalty?", "previous_response_id": first.id}, 2)),
                                     purpose="batch")
         assert client.batches.create(input_file_id=small.id, endpoint="/v1/responses", completion_window="24h").id  # what fits goes
+
+
+def test_code_interpreter_containers_are_charged_and_refused_unpriced_to_a_budgeted_team(tmp_path: Path,
+                                                                                         fresh_emulator: RunningEmulator) -> None:
+    """OpenAI bills each container its code interpreter runs code in ($0.03 a session for 1 GB, up to
+    $1.92 for 64 GB) besides the tokens, and no usage object counts it: a `{"type": "auto"}` container is
+    made for the request on the account every team shares. The spend counted the tokens only, so a
+    budgeted team ran code without limit. Each container an answer's `code_interpreter_call` items ran in
+    is charged at the price's `code_interpreter` now (native and streamed), and a budgeted team is
+    refused the tool (403, nothing sent) until its price has one; a request offering it holds a container."""
+    priced = 'pricing: {"gpt-4.1*": {input: 2, output: 8, code_interpreter: 0.12}}\n'
+    tools: Any = [{"type": "code_interpreter", "container": {"type": "auto"}}]
+    write_policy(tmp_path, "coder", KEY, fresh_emulator.url, extra=PLAIN + priced + "budget: {usd: 5, period: day}\n")
+    write_policy(tmp_path, "frugal", "sk-team-frugal-code", fresh_emulator.url, extra=PLAIN + "budget: {usd: 5, period: day}\n")
+    with running_proxy([tmp_path]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        answer = client.responses.create(model="gpt-4.1", input="What is six times seven?", tools=tools, max_output_tokens=64)
+        with client.responses.stream(model="gpt-4.1", input="What is six times seven?", tools=tools, max_output_tokens=64) as stream:
+            streamed = stream.get_final_response()
+        for response in (answer, streamed):
+            assert response.output[0].type == "code_interpreter_call"
+        tokens = sum((r.usage.input_tokens * 2 + r.usage.output_tokens * 8) / 1e6 for r in (answer, streamed) if r.usage)
+        spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > tokens and total, "the containers charged")
+        assert spent == pytest.approx(tokens + 2 * 0.12, abs=2e-6)  # before: the tokens alone
+
+        frugal = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-team-frugal-code", max_retries=0)
+        sent = fresh_emulator.stats()["requests_total"]
+        with pytest.raises(openai.PermissionDeniedError, match="code_interpreter: USD_PER_CONTAINER"):
+            frugal.responses.create(model="gpt-4.1", input="What is six times seven?", tools=tools, max_output_tokens=32)
+        assert fresh_emulator.stats()["requests_total"] == sent  # refused before anything was sent
