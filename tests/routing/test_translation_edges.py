@@ -438,3 +438,17 @@ def test_a_claude_tools_input_examples_reach_an_openai_model_in_its_description(
     assert an.messages.create(model="claude-x", max_tokens=64, messages=ASK, tools=tools).content
     described = _sent(fresh_emulator)["tools"][0]["function"]["description"]
     assert described == 'Weather for a city\n\nExample inputs:\n{"city":"Oslo"}\n{"city":"Lima"}'
+
+
+def test_search_results_reach_an_openai_model_as_their_text(an, fresh_emulator):
+    """Claude takes a RAG tool's (or the client's own) sources as search_result blocks; they were a 400 for an
+    OpenAI target. Without citations, which a Chat model cannot give, each is its text under its title and source."""
+    found: Any = {"type": "search_result", "source": "https://wiki.example/oslo", "title": "Oslo climate",
+                  "content": [{"type": "text", "text": "Mild summers."}, {"type": "text", "text": "Snowy winters."}]}
+    turns: Any = [{"role": "user", "content": [found, {"type": "text", "text": "Summarize."}]}]
+    assert an.messages.create(model="claude-x", max_tokens=64, messages=turns).content
+    expected = "Oslo climate\nSource: https://wiki.example/oslo\n\nMild summers.\n\nSnowy winters."
+    assert _sent(fresh_emulator)["messages"][-1]["content"][0] == {"type": "text", "text": expected}
+    cited = {**found, "citations": {"enabled": True}}
+    with pytest.raises(anthropic.BadRequestError, match="a search result with citations cannot be translated"):
+        an.messages.create(model="claude-x", max_tokens=64, messages=[{"role": "user", "content": [cited]}])

@@ -253,6 +253,11 @@ def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
         return {"type": "image_url", "image_url": {"url": image_url(block.get("source") or {}, where)}}
     if kind == "document":
         return a2o_document(block, where)
+    if kind == "search_result":  # a RAG tool's or the client's source: its text, under its title and source
+        if (block.get("citations") or {}).get("enabled"):
+            raise refuse(f"{where}: a search result with citations", "OpenAI")
+        body = "\n\n".join(_text(inner, where) for inner in block.get("content") or ())
+        return {"type": "text", "text": f"{block.get('title')}\nSource: {block.get('source')}\n\n{body}"}
     raise refuse(f"{where}: a {kind!r} block", "OpenAI")
 
 
