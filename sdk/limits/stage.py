@@ -156,14 +156,15 @@ class LimitsStage:
         once per reference), counted by length as a large body is. Each conversation and item is read
         once for all of them (a batch's lines); an id the team does not hold counts nothing (a 404)."""
         continued = [request.body if request.endpoint in _CONTINUED else {} for request in requests]
-        if self.responses is None or not any(continued):
+        references = [_referenced(body) for body in continued]
+        if self.responses is None or not any(body.get("previous_response_id") is not None or ids
+                                             for body, ids in zip(continued, references, strict=True)):
             return [0] * len(requests)
         store = self.responses()
         chains: dict[str, int] = {}
         for body in continued:
             if isinstance(previous := body.get("previous_response_id"), str) and previous not in chains:
                 chains[previous] = await store.chain_bytes(self.team, previous)
-        references = [_referenced(body) for body in continued]
         sizes: dict[str, int] = {}
         if named := list(dict.fromkeys(item_id for ids in references for item_id in ids)):
             for item_id, (record, item) in (await store.find_items(self.team, named)).items():
