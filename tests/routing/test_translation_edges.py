@@ -452,3 +452,24 @@ def test_search_results_reach_an_openai_model_as_their_text(an, fresh_emulator):
     cited = {**found, "citations": {"enabled": True}}
     with pytest.raises(anthropic.BadRequestError, match="a search result with citations cannot be translated"):
         an.messages.create(model="claude-x", max_tokens=64, messages=[{"role": "user", "content": [cited]}])
+
+
+def test_an_allowed_tools_choice_reaches_claude_as_only_those_tools(oa, fresh_emulator):
+    """OpenAI's allowed_tools choice (the model may call only these, `required`: one of them; GPT-5's guide keeps
+    the whole tool list for the cache and narrows it so) was a 400 for a Claude target, which has no such choice.
+    Claude is sent only the allowed tools, with auto or any; a Responses client's too."""
+    def function(name: str) -> Any:
+        return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+    choice: Any = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": "get_time"}}]}}
+    answer = oa.chat.completions.create(model="gpt-x", messages=ASK, tools=[function("get_weather"), function("get_time")],
+                                        tool_choice=choice)
+    sent = _sent(fresh_emulator)
+    assert [t["name"] for t in sent["tools"]] == ["get_time"] and sent["tool_choice"] == {"type": "any"}
+    assert [c.function.name for c in answer.choices[0].message.tool_calls or ()] == ["get_time"]  # type: ignore[union-attr]
+    tools: Any = [{"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+                  for name in ("get_weather", "get_time")]
+    oa.responses.create(model="gpt-x", input="Weather in Oslo?", tools=tools,
+                        tool_choice={"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_weather"}]})
+    sent = _sent(fresh_emulator)
+    assert [t["name"] for t in sent["tools"]] == ["get_weather"] and sent["tool_choice"] == {"type": "auto"}

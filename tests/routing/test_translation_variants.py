@@ -320,14 +320,15 @@ def test_nested_fields_a_target_has_no_use_for_are_named_when_dropped(oa, an, fr
 
 
 def test_a_chat_tool_choice_claude_cannot_follow_is_refused_by_name(oa, fresh_emulator):
-    """Chat's `allowed_tools` choice (a subset of the tools) has no Claude counterpart: a 400 naming it
-    before anything is sent, not a named choice with no name that Claude refuses."""
+    """Chat's `custom` choice (a custom tool, which Chat-to-Claude translation does not carry) has no Claude
+    counterpart: a 400 naming it before anything is sent, not a named choice with no name that Claude refuses.
+    (An `allowed_tools` choice is Claude's auto or any over only those tools: test_translation_edges.)"""
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
-    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "lookup"}}]}}
+    choice = {"type": "custom", "custom": {"name": "lookup"}}
     with pytest.raises(openai.BadRequestError) as refused:
         oa.chat.completions.create(model="gpt-x", max_tokens=8, tools=tools, tool_choice=choice,  # type: ignore[arg-type]
                                    messages=[{"role": "user", "content": "hi"}])
-    assert "tool_choice 'allowed_tools' cannot be translated for an Anthropic target" in refused.value.message
+    assert "tool_choice 'custom' cannot be translated for an Anthropic target" in refused.value.message
     assert fresh_emulator.stats()["requests_total"] == 0
 
 

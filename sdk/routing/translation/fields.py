@@ -123,7 +123,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                           "Opus 4.1 and later models, which take one of the two: the temperature is kept)", (1, 1.0)),
         "tools": Field(T, "tools (function tools, with their `cache_control`; a strict tool's schema brought within what "
                           "Claude's strict tools take, as for response_format; others refused)"),
-        "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools and custom refused)"),
+        "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools as only the allowed function tools, "
+                                "with auto or any (`required`): Claude has no such choice; custom refused)"),
         "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
         "response_format": Field(T, "json_schema → output_config.format (structured outputs; the schema within what they "
                                     "take: objects closed, constraints they cannot enforce moved into the description); "
@@ -244,7 +245,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                               "the history's calls of them too, their calls answered with the tool's name and `namespace`; web_search "
                               "(and web_search_preview) to Claude as its web search server tool, as Chat's "
                               "web_search_options; other built-in tools, and web search to a Chat target, refused"),
-        "tool_choice": Field(T, "tool_choice (a custom tool's as its function's)"),
+        "tool_choice": Field(T, "tool_choice (a custom tool's as its function's; allowed_tools as Chat's, which a Claude "
+                                "target gets as only the allowed tools)"),
         "parallel_tool_calls": Field(T, "parallel_tool_calls"),
         "text": Field(T, "format → response_format (json_object, json_schema); verbosity → verbosity (for a Chat model "
                          "without it, as for Claude, an instruction in the system prompt)"),

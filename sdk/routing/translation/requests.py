@@ -320,7 +320,9 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             tool_choice = {"type": "any"}
         elif isinstance(choice, dict) and choice.get("type") == "function":
             tool_choice = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
-        elif isinstance(choice, dict):  # allowed_tools, custom: no Claude counterpart
+        elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+            tool_choice, out["tools"] = _allowed(choice.get("allowed_tools"), out["tools"])
+        elif isinstance(choice, dict):  # custom: no Claude counterpart
             raise refuse(f"tool_choice {choice.get('type')!r}", "Anthropic")
         else:
             tool_choice = {"type": "auto"}
@@ -330,6 +332,19 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("web_search_options") is not None:  # Claude's web search server tool (web_search.py)
         out.setdefault("tools", []).append(claude_tool(body["web_search_options"]))
     return out
+
+
+def _allowed(allowed: Any, tools: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An allowed_tools choice (the model may call only these; `required`: one of them): Claude has no such choice,
+    so it is sent only the allowed tools, with auto or any."""
+    listed = allowed.get("tools") if isinstance(allowed, dict) else None
+    if not isinstance(listed, list) or any(not isinstance(t, dict) or t.get("type") != "function" for t in listed):
+        raise refuse("tool_choice 'allowed_tools' of other than function tools", "Anthropic")
+    names = {(t.get("function") or {}).get("name") for t in listed}
+    kept = [t for t in tools if t["name"] in names]
+    if not kept:
+        raise InvalidRequestError("tool_choice.allowed_tools.tools: none of them is a tool of the request")
+    return {"type": "any" if allowed.get("mode") == "required" else "auto"}, kept
 
 
 def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:

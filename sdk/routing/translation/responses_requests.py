@@ -144,6 +144,12 @@ def _tool_choice(choice: Any, target: str) -> Any:
         return choice
     if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         return {"type": "function", "function": {"name": choice.get("name")}}
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":  # Chat's own; Claude is sent only these tools
+        listed = [t for t in choice.get("tools") or () if isinstance(t, dict)]
+        if any(t.get("type") not in ("function", "custom") for t in listed):
+            raise refuse("tool_choice 'allowed_tools' of other than function and custom tools", target)
+        tools = [{"type": "function", "function": {"name": call_name(t)}} for t in listed]
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode", "auto"), "tools": tools}}
     kind = choice.get("type") if isinstance(choice, dict) else choice
     raise refuse(f"tool_choice {kind!r}", target)
 
