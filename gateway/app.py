@@ -86,6 +86,7 @@ def _named(response: Response[Any]) -> Response[Any]:
 # --- the door core's routes ---------------------------------------------------------------------------
 
 # One ASGI handler per pipeline endpoint of the door core's table, and one for the pass-through mounts.
+SHUTDOWN_SETTLE_S = 10.0  # a bound on the wait for cancelled requests to end at shutdown (they take a few loop turns)
 PIPELINE_ROUTES = [asgi(path, is_mount=False, copy_scope=False)(door_handler(endpoint)) for path, endpoint in PIPELINE.items()]
 PASSTHROUGH_ROUTE = asgi(list(PASSTHROUGH_PREFIXES), is_mount=True, copy_scope=True)(door_handler(None))
 
@@ -185,6 +186,13 @@ async def _lifespan(app: Litestar) -> AsyncIterator[None]:
             watcher.cancel()
         if publisher is not None:
             publisher.cancel()
+        # uvicorn waits for the requests in flight, but past --shutdown-timeout it cancels them and goes
+        # on without waiting: their ends (a stream's charge from what was sent) would reach a closed
+        # state backend, and a team's spend be lost at every deploy. They end within a few loop turns.
+        requests: set[asyncio.Task[Any]] = app.state.requests
+        if requests:
+            await asyncio.wait(requests, timeout=SHUTDOWN_SETTLE_S)
+        await asyncio.sleep(0)  # an ended request's accounting runs on the next loop turn (sdk/streams.py:end_after_the_reply)
         await registry.services.close()
         await close_upstream_for_running_loop()
 
@@ -229,6 +237,7 @@ def create_app(
     if budget < 1:
         raise ValueError(f"--max-body-bytes-in-flight must be a positive number of bytes, not {budget}")
     bodies = BodyBudget(budget)
+    app.state.requests = set()  # pipeline and pass-through requests in flight (gateway/proxy.py:door_handler)
     app.state.door = Door(KeyedTeams(registry, functools.partial(auth_failure, "team")), bodies)
     app.state.readiness = Readiness()
     app.state.admin_key = AdminKey.from_env(admin_key)

@@ -92,9 +92,10 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ[ADMIN_KEY_ENV] = admin_key  # each worker's app reads it (gateway/admin.py)
         if args.max_body_bytes_in_flight is not None:
             os.environ[BODY_BUDGET_ENV] = str(args.max_body_bytes_in_flight)
-        config = server_config("gateway.app:app_from_env", edge, factory=True, workers=args.workers, host=args.host, port=args.port)
+        config = server_config("gateway.app:app_from_env", edge, factory=True, workers=args.workers, host=args.host, port=args.port,
+                               timeout_graceful_shutdown=args.shutdown_timeout)
     else:
-        config = server_config(app, edge, host=args.host, port=args.port)
+        config = server_config(app, edge, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout)
     run_server(config)
     return 0
 
@@ -231,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "or rediss://… (default: $SLIPSTREAM_STATE_URL, else in process)")
     serve.add_argument("--workers", type=int, default=1, help="processes sharing the port (needs --state-url or --local-state)")
     serve.add_argument("--local-state", action="store_true", help="with --workers: let each worker keep its own state")
+    serve.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
+                       help="on SIGTERM, how long requests in flight may go on before they are ended (their spend charged "
+                            "from what was sent, before the process exits); default: as long as they take. Give less than "
+                            "the time your orchestrator waits before it kills the process")
     serve.add_argument("--access-log", choices=("off", "text", "json"),
                        help="one line per request on stderr (default: $SLIPSTREAM_ACCESS_LOG, else off)")
     admin = serve.add_mutually_exclusive_group()

@@ -165,4 +165,16 @@ def door_handler(endpoint: Endpoint | None) -> ASGIHandler:
         await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
         await send({"type": "http.response.body", "body": reply.body})
 
-    return handle
+    async def tracked(scope: Scope, receive: Receive, send: Send) -> None:
+        # Held in the app's state while it runs: at shutdown the app waits for these before it closes
+        # the state backend, so what they charge is settled (gateway/app.py:_lifespan).
+        requests: set[asyncio.Task[Any]] = scope["litestar_app"].state.requests
+        task = asyncio.current_task()
+        assert task is not None
+        requests.add(task)
+        try:
+            await handle(scope, receive, send)
+        finally:
+            requests.discard(task)
+
+    return tracked
