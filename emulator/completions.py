@@ -99,7 +99,7 @@ async def completions(emu: Emulator, call: Call) -> None:
     if req.stream:
         events, tokens = _events(emu, base_obj, choices, usage,
                                  bool((body.get("stream_options") or {}).get("include_usage")))
-        err = wire.err_obj(wire.midstream_message(req.faults), "server_error")
+        err = wire.midstream_error(req.faults, model)
         headers = wire.headers(call)
         headers.extend(SSE_HEADERS)
         await run_stream(emu, call, headers, events, tokens, req.faults,

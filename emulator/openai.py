@@ -300,8 +300,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
                 "service_tier": wire.served_tier(body), "system_fingerprint": "fp_emulator"}
         usage = _usage(plan, out_tokens, reasoning) if opts.get("include_usage") else None
         events, tokens = chunks(head, choices, usage, cfg.tokens_per_delta)
-        err = wire.err_obj(wire.midstream_message(faults), "server_error")
-        err_ev = b"data: " + orjson.dumps(err) + b"\n\n"
+        err_ev = b"data: " + orjson.dumps(wire.midstream_error(faults, model)) + b"\n\n"
         headers = wire.headers(call)
         headers.extend(SSE_HEADERS)
         await run_stream(emu, call, headers, events, tokens, faults, err_ev, ttft, plan.commit)

@@ -286,6 +286,14 @@ def midstream_message(faults: FaultSet | None) -> str:
     return OVERLOADED if otype == "overloaded_error" else SERVER_ERROR
 
 
+def midstream_error(faults: FaultSet | None, model: str | None) -> dict[str, Any]:
+    """The error a `midstream_error` fault sends in band: a rate limit's (type rate_limit_error or
+    rate_limit_exceeded: the 429's body, naming the organization), else a server error."""
+    if faults is not None and faults.midstream_type in ("rate_limit_error", "rate_limit_exceeded"):
+        return fault_body(429, model)
+    return err_obj(midstream_message(faults), "server_error")
+
+
 async def admit(emu: Emulator, call: Call) -> str | None:
     """Authentication and pre-response faults for a request without a JSON body to read first:
     the API key, or None once an answer has been sent."""

@@ -127,7 +127,7 @@ async def create(emu: Emulator, call: Call) -> None:
         headers.extend(SSE_HEADERS)
         events, tokens = resp.events()
         await run_stream(emu, call, headers, events, tokens, faults,
-                         lambda seq: resp.failed_event(seq, wire.midstream_message(faults)),
+                         lambda seq: resp.failed_event(seq, wire.midstream_error(faults, model)["error"]),
                          ttft, plan.commit)
         return
     headers = wire.headers(call)
@@ -319,9 +319,10 @@ class _Response:
         emit("response.content_part.done", **ids, part=part)
         emit("response.output_item.done", output_index=i, item=item)
 
-    def failed_event(self, seq: int, message: str) -> bytes:
-        """The terminal `response.failed` a mid-stream fault sends instead of the rest."""
+    def failed_event(self, seq: int, error: dict[str, Any]) -> bytes:
+        """The terminal `response.failed` a mid-stream fault sends instead of the rest (`error` as
+        `midstream_error` makes it: its code, else its type, and its message)."""
         resp = dict(self.base, status="failed",
-                    error={"code": "server_error", "message": message})
+                    error={"code": error.get("code") or error.get("type"), "message": error.get("message")})
         payload = {"type": "response.failed", "sequence_number": seq, "response": resp}
         return b"event: response.failed\ndata: " + orjson.dumps(payload) + b"\n\n"

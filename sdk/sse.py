@@ -94,6 +94,13 @@ def account_limit_event(event: bytes, provider: str) -> bytes:
     return head + b"data: " + orjson.dumps(data) + b"\n\n"
 
 
+async def without_account_limits(chunks: AsyncIterator[bytes], provider: str) -> AsyncIterator[bytes]:
+    """A stream passed on as it comes (whole events, as they complete), each in-band account-limit error
+    as `account_limit_event` makes it: for a pass-through stream from an account other teams share."""
+    async for batch in split_event_batches(chunks):
+        yield b"".join([account_limit_event(event, provider) if may_name_an_account_limit(event) else event for event in batch])
+
+
 # Responses API events that carry output tokens, and the terminal ones that carry the full usage.
 _RESPONSES_TOKENS = (b"event: response.output_text.delta", b"event: response.function_call_arguments.delta",
                      b"event: response.refusal.delta", b"event: response.reasoning")

@@ -85,6 +85,7 @@ from sdk.requests import check_model_name
 from sdk.responses.conversation import Conversations
 from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
+from sdk.sse import without_account_limits
 from sdk.state import in_background
 from sdk.state.backend import Admission
 from sdk.state.ownership import KEEP_S, MISSING_FILE, Ownership, check_account_objects, ownership_of
@@ -402,9 +403,13 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     if 200 <= status < 300 and op.action == "delete":
         await ex.owners.disown(op.kind, op.object_id)
     tally = None
+    streamed = "event-stream" in response.headers.get("content-type", "")
     if 200 <= status < 300 and (op.action in ("complete", "results") or output_of):
-        tally = Tally(whole=op.action == "complete" and "event-stream" not in response.headers.get("content-type", ""))
-    return _answer(ex, status, ex.headers(response), tallied(response, tally), tally, output_of or op.object_id, response)
+        tally = Tally(whole=op.action == "complete" and not streamed)
+    chunks = tallied(response, tally)
+    if op.action == "complete" and streamed and provider.shared_account:  # a limit's in-band error names the account
+        chunks = without_account_limits(chunks, provider.name)
+    return _answer(ex, status, ex.headers(response), chunks, tally, output_of or op.object_id, response)
 
 
 def _answer(ex: _Exchange, status: int, headers: list[tuple[str, str]], chunks: AsyncIterator[bytes],

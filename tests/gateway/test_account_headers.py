@@ -149,3 +149,25 @@ def test_openais_in_band_limit_errors_are_scrubbed_in_each_shape(event):
     assert after != before and {k for k in after if after[k] != before[k]} <= {"error", "message", "response"}
     assert account_limit_event(event.replace(b"rate_limit_exceeded", b"server_error").replace(b"insufficient_quota", b"server_error"),
                                "openai").count(b"org-x") == 1  # other errors pass as they came
+
+
+def test_openais_in_band_rate_limits_name_neither_the_account_nor_its_use(proxy, fresh_emulator):
+    """OpenAI's shapes of the same limit after a stream started: a Chat error chunk, a Responses
+    `response.failed`, and a completion's error chunk, which the pass-through streams on. Each named
+    'organization org-emulator … Used 10000' to a team sharing the key; the gateway's message now, the
+    code kept. A team with an account of its own reads the provider's."""
+    asks = (("/v1/chat/completions", {**CHAT, "stream_options": {"include_usage": True}}),
+            ("/v1/responses", {"model": "gpt-4o-mini", "input": "Hi", "max_output_tokens": 16}),
+            ("/v1/completions", {"model": "gpt-3.5-turbo-instruct", "prompt": "Hi", "max_tokens": 8}))
+    seen: dict[str, list[bytes]] = {}
+    for key in (A, C):
+        seen[key] = []
+        with httpx.Client(base_url=proxy.url, headers={"authorization": f"Bearer {key}"}) as http:
+            for path, body in asks:
+                fresh_emulator.inject_fault("midstream_error:events=2,type=rate_limit_exceeded", count=1, path=path)
+                with http.stream("POST", path, json={**body, "stream": True}) as streamed:
+                    seen[key].append(streamed.raise_for_status().read())
+    for stream in seen[A]:
+        assert b"rate_limit_exceeded" in stream and b"over a rate limit of the provider account" in stream
+        assert b"organization" not in stream and b"Used 10000" not in stream
+    assert all(b"in organization org-emulator" in stream for stream in seen[C])
