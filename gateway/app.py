@@ -153,10 +153,10 @@ def invalidate_cache(team: NamedDependency[TeamRuntime], state: State, key: Anno
     if key is not None and not key.strip():
         raise InvalidRequestError("key: empty; give an entry's x-slipstream-cache-key, or leave 'key' out to drop every entry")
     services: Services = state.registry.services
-    cache = services.response_cache()
+    cache = services.installed_response_cache()
     if key:
-        return {"removed": cache.invalidate_key(key, team=team.team)}
-    return {"removed": cache.invalidate_team(team.team) + services.embedding_cache().invalidate_team(team.team)}
+        return {"removed": cache.invalidate_key(key, team=team.team) if cache is not None else 0}
+    return {"removed": (cache.invalidate_team(team.team) if cache is not None else 0) + services.embedding_cache().invalidate_team(team.team)}
 
 
 # --- the app ------------------------------------------------------------------------------------------

@@ -91,6 +91,13 @@ class Services:
                 self._response_cache = ResponseCache(self.data_dir, embedder, shared=redis)
             return self._response_cache
 
+    def installed_response_cache(self) -> ResponseCache | None:
+        """The response cache, or None where the `semantic` extra is missing: no answer can have
+        been cached by this install, and building the cache would fail on its imports."""
+        from sdk.extras import missing_modules
+
+        return None if missing_modules("semantic") else self.response_cache()
+
     def embedding_cache(self) -> EmbeddingCache:
         """The exact `/v1/embeddings` cache (in memory, partitioned by team)."""
         with self._lock:
