@@ -54,16 +54,18 @@ def _forget_dead_workers(directory: str) -> None:
 
 @contextlib.contextmanager
 def shared_metrics_dir() -> Iterator[Path]:
-    """For the life of a multi-worker server: the directory every worker writes its metrics to,
-    set in the environment the workers inherit. A directory the operator named is emptied first
-    (values from an earlier run would be added to this one's); otherwise a temporary one is made
-    and removed afterwards."""
+    """For the life of a multi-worker server: the directory every worker writes its metrics (and
+    its status-page buckets) to, set in the environment the workers inherit. In a directory the
+    operator named, an earlier run's files are deleted first (its values would be added to this
+    run's, and a new process given a dead worker's pid would pass for it); otherwise a temporary
+    one is made and removed afterwards."""
     given = os.environ.get(MULTIPROC_ENV)
     if given:
         directory = Path(given)
         directory.mkdir(parents=True, exist_ok=True)
-        for stale in directory.glob("*.db"):
-            stale.unlink()
+        for pattern in ("*.db", "live-stats-*.json"):  # the metrics' files, the status page's (live_workers.py)
+            for stale in directory.glob(pattern):
+                stale.unlink()
         yield directory
         return
     directory = Path(tempfile.mkdtemp(prefix="slipstream-metrics-"))

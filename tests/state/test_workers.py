@@ -102,3 +102,20 @@ def test_the_status_page_adds_up_every_workers_traffic(tmp_path, fresh_emulator)
         while page() != (sent, 2) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert [page() for _ in range(6)] == [(sent, 2)] * 6
+
+
+def test_a_metrics_directory_the_operator_names_starts_empty(tmp_path, monkeypatch):
+    """An earlier run's files in PROMETHEUS_MULTIPROC_DIR would add its counters to this run's, and a
+    dead worker's status-page copy would pass for a new process given its pid: both are deleted."""
+    from sdk.observability.exposition import MULTIPROC_ENV, shared_metrics_dir
+
+    (tmp_path / "counter_123.db").write_bytes(b"old")
+    (tmp_path / "live-stats-123.json").write_bytes(b"{}")
+    (tmp_path / "notes.txt").write_text("the operator's")
+    monkeypatch.setenv(MULTIPROC_ENV, str(tmp_path))
+    with shared_metrics_dir() as directory:
+        assert directory == tmp_path and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    monkeypatch.delenv(MULTIPROC_ENV)
+    with shared_metrics_dir() as directory:  # none named: a temporary one, gone afterwards
+        assert os.environ[MULTIPROC_ENV] == str(directory) and directory.is_dir()
+    assert not directory.exists() and MULTIPROC_ENV not in os.environ
