@@ -36,7 +36,7 @@ from sdk.errors import RateLimitedError, SlipstreamError
 from sdk.estimate import CHARS_PER_TOKEN, StreamTally, input_tokens, output_limit, tool_call_limits
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
-from sdk.offload import off_loop_if_large
+from sdk.offload import HOLDING, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_key
@@ -167,6 +167,8 @@ class LimitsStage:
                 chains[previous] = await store.chain_bytes(self.team, previous)
         sizes: dict[str, int] = {}
         if named := list(dict.fromkeys(item_id for ids in references for item_id in ids)):
+            # the records holding them are held in the process's body budget before they are read
+            HOLDING.get()(sum(request.size for request in requests) + await store.item_bytes(self.team, named))
             for item_id, (record, item) in (await store.find_items(self.team, named)).items():
                 # the item's JSON is what is sent (serialized in the heavy-work pool when its record is large)
                 sizes[item_id] = len(await off_loop_if_large(record.chain_bytes, orjson.dumps, item))

@@ -62,9 +62,7 @@ class Conversations:
             size += previous.chain_bytes
             HOLDING.get()(size)
         context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
-        context, referenced = await self._references(context)
-        if referenced:
-            HOLDING.get()(size + referenced)
+        context, referenced = await self._references(context, size)
         return Resolved(previous, own, context, expanded, size + referenced)
 
     async def check_held(self, previous_ids: list[Any], item_ids: list[Any]) -> None:
@@ -122,15 +120,19 @@ class Conversations:
             raise NotFoundError(f"Previous response with id '{previous.id}' continues response '{gone}', which is no longer stored.")
         return history(chain)
 
-    async def _references(self, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    async def _references(self, items: list[dict[str, Any]], held: int | None = None) -> tuple[list[dict[str, Any]], int]:
         """`items` with each `item_reference` replaced by the item it names, and about how many bytes
-        that adds (the stored bytes of the conversations holding them: a bound, read without a copy)."""
+        that adds (the stored bytes of the records holding them: a bound). With `held` (the bytes the
+        request holds so far) that bound is claimed from the process's body budget before the records
+        are read: read first, a request refused by the budget had still read up to its team's quota."""
         named = [item.get("id") for item in items if isinstance(item, dict) and item.get("type") == "item_reference"]
         if not named:
             return items, 0
         ids = [i for i in named if isinstance(i, str) and i]
         if len(ids) < len(named):
             raise InvalidRequestError("item_reference: an item id (string) is required")
+        if held is not None:
+            HOLDING.get()(held + await self.store().item_bytes(self.team, ids))
         found = await self.store().find_items(self.team, ids)
         missing = next((i for i in ids if i not in found), None)
         if missing is not None:

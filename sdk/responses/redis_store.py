@@ -267,16 +267,31 @@ class RedisResponseStore:
             found = [*(await self.fallback.chain(team, rest)), *found]
         return found
 
-    async def find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
-        if not item_ids:
-            return {}
+    async def _owners(self, team: str, item_ids: list[str]) -> dict[str, str]:
+        """item id → the id of the team's record holding it, for the ids Redis holds."""
         owners: dict[str, str] = {}
-        records: dict[str, StoredResponse] = {}
         for start in range(0, len(item_ids), ITEMS_PER_SCRIPT):
             raw = await self._eval(_ITEMS, self._base(team), *item_ids[start:start + ITEMS_PER_SCRIPT])
             if not isinstance(raw, list):
                 break
             owners |= {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
+        return owners
+
+    async def item_bytes(self, team: str, item_ids: list[str]) -> int:
+        if not item_ids:
+            return 0
+        owners = await self._owners(team, item_ids)
+        holders = list(dict.fromkeys(owners.values()))
+        sizes = await self._call("HMGET", self._base(team) + "sizes", *holders) if holders else []
+        held = sum(int(size) for size in sizes if isinstance(size, bytes)) if isinstance(sizes, list) else 0
+        missing = [i for i in item_ids if i not in owners]
+        return held + (await self.fallback.item_bytes(team, missing) if missing else 0)
+
+    async def find_items(self, team: str, item_ids: list[str]) -> dict[str, tuple[StoredResponse, dict[str, Any]]]:
+        if not item_ids:
+            return {}
+        records: dict[str, StoredResponse] = {}
+        owners = await self._owners(team, item_ids)
         wanted = list(dict.fromkeys(owners.values()))
         while wanted:  # a script at a time, each about a budget's bytes
             raw = await self._eval(_RECORDS, self._base(team), CHAIN_BYTES_PER_SCRIPT, *wanted[:ITEMS_PER_SCRIPT])

@@ -159,6 +159,10 @@ class ResponseStore(Protocol):
         """Stored bytes of the conversation ending at `response_id` (0 when the id is unknown): what a
         continuation sends the provider besides its own turn, read without reading the records."""
         ...
+    async def item_bytes(self, team: str, item_ids: list[str]) -> int:
+        """Stored bytes of the team's records holding these items, each record once: a bound on what
+        `find_items` reads, known without reading the records (so it can be held first)."""
+        ...
 
 
 def _parts(ids: list[str], size: int = 500) -> Iterator[list[str]]:
@@ -325,6 +329,12 @@ class SQLiteResponseStore:
         async for _, found in self._read(team, sized):
             records |= found
         return pick_items(records, owners)
+
+    async def item_bytes(self, team: str, item_ids: list[str]) -> int:
+        if not item_ids:
+            return 0
+        _, sized = await self._turn(team, self._owners, team, item_ids)
+        return sum(size for _, size in sized)
 
     async def delete(self, team: str, response_id: str) -> bool:
         pending = self._pending.pop((team, response_id), None)

@@ -145,6 +145,36 @@ async def test_a_continuations_stored_history_counts_against_its_teams_share(sta
     assert budget.shares.total == 0
 
 
+async def test_referenced_items_are_held_before_their_records_are_read(stack, monkeypatch):
+    """An `item_reference` sends a stored item: the records holding the items a request names are
+    claimed from the budget before they are read. They were read first, so a request the budget then
+    refused had still read up to its team's storage quota, and many small concurrent requests could
+    each pull that much into the process."""
+    proxy, _ = stack
+    budget: BodyBudget = proxy.app.state.door.bodies
+    client = _openai(proxy, "alpha")
+    stored = await client.responses.create(model="tr-x", input="a stored document " * 40_000, max_output_tokens=8)  # ~700 KB
+    (item,) = [item async for item in client.responses.input_items.list(stored.id)]
+    store = proxy.app.state.registry.services.response_store()
+    reads: list[list[str]] = []
+    find_items = store.find_items
+
+    async def counted(team: str, item_ids: list[str]) -> Any:
+        reads.append(item_ids)
+        return await find_items(team, item_ids)
+
+    monkeypatch.setattr(store, "find_items", counted)
+    held = await _chat_stream(proxy, "alpha")  # 400 KB in flight: with the item's record, past alpha's share
+    with pytest.raises(openai.RateLimitError) as refused:
+        await client.responses.create(model="tr-x", input=[{"type": "item_reference", "id": item.id}], max_output_tokens=8)
+    assert "share" in refused.value.message and reads == []  # refused before anything was read
+    await held.close()
+    wait_until(lambda: budget.shares.total == 0, "the stream's body let go")
+    answered = await client.responses.create(model="tr-x", input=[{"type": "item_reference", "id": item.id}], max_output_tokens=8)
+    assert answered.output_text and reads  # with room, the item is read and sent
+    assert budget.shares.total == 0
+
+
 async def test_small_whole_answers_let_their_bodies_go(stack):
     proxy, _ = stack
     budget: BodyBudget = proxy.app.state.door.bodies

@@ -142,8 +142,13 @@ async def test_items_are_found_for_their_team_only(store):
     found = await store.find_items("a", ["msg_resp_1", "msg_nothing"])
     assert list(found) == ["msg_resp_1"] and found["msg_resp_1"][0].id == "resp_1"
     assert await store.find_items("b", ["msg_resp_1"]) == {}
+    # what reading them holds, known before they are read: the holding record once, however often named
+    held = await store.item_bytes("a", ["msg_resp_1", "msg_nothing", "msg_resp_1"])
+    assert held == await store.chain_bytes("a", "resp_1") > 0
+    assert await store.item_bytes("b", ["msg_resp_1"]) == 0
     await store.delete("a", "resp_1")
     assert await store.find_items("a", ["msg_resp_1"]) == {}
+    assert await store.item_bytes("a", ["msg_resp_1"]) == 0
 
 
 async def test_over_quota_the_least_recently_used_go_first(store):
