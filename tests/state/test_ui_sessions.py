@@ -6,17 +6,13 @@ the copied cookie, and a restart accepted it again until it expired (12 hours)."
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
-from gateway.testing import free_port
-from tests.gateway.test_cli import ROOT, _command, _wait
+from tests.gateway.test_cli import serving
 from tests.helpers import write_policy
 
 ADMIN = "sessions-admin-key"
@@ -28,17 +24,9 @@ def _proxy(tmp_path: Path, upstream: str, *options: str) -> Iterator[str]:
     policies = tmp_path / "policies"
     policies.mkdir(exist_ok=True)
     write_policy(policies, "t", "sk-t", upstream)
-    port = free_port()
-    process = subprocess.Popen([*_command(), "serve", "--policy-dir", str(policies), "--port", str(port), *options],
-                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env={**os.environ, "SLIPSTREAM_DATA_DIR": str(tmp_path / "data"), "SLIPSTREAM_STATE_URL": "",
-                                    "SLIPSTREAM_ADMIN_KEY": ADMIN})
-    try:
-        _wait(f"http://127.0.0.1:{port}/healthz", process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+    env = {"SLIPSTREAM_DATA_DIR": str(tmp_path / "data"), "SLIPSTREAM_STATE_URL": "", "SLIPSTREAM_ADMIN_KEY": ADMIN}
+    with serving(policies, *options, env=env) as url:
+        yield url
 
 
 def _signed_in(url: str) -> str:
