@@ -46,9 +46,10 @@ class LocalState:
         self._records: dict[str, _Record] = {}  # spend, without a spend file
         # With one, spend is the file's records as its writer last read them back (every worker's, across
         # restarts: sdk/state/spend_file.py), and on top this process's charges those do not include yet:
-        # (charge number, key, expiry, fields, USD).
+        # each (charge number, key, fields, USD), and their sums per record (a read costs one record's fields).
         self._spend_file = spend_file
-        self._unsynced: deque[tuple[int, str, float, tuple[str, ...], float]] = deque()
+        self._unsynced: deque[tuple[int, str, tuple[str, ...], float]] = deque()
+        self._pending: dict[str, _Record] = {}
         self._flags: dict[str, float] = {}
         self._claims: dict[str, float] = {}
         self._holds: dict[str, dict[str, float]] = {}  # budget record → lease → USD held while it runs
@@ -105,7 +106,10 @@ class LocalState:
                 if self._spend_file is not None:
                     expires = record.expires if record is not None else wall + keep_s
                     number = self._spend_file.add(key, expires, spend.fields, spend.usd)
-                    self._unsynced.append((number, key, expires, spend.fields, spend.usd))
+                    self._unsynced.append((number, key, spend.fields, spend.usd))
+                    pending = self._pending.setdefault(key, _Record(expires))
+                    for name in spend.fields:
+                        pending.fields[name] = pending.fields.get(name, 0.0) + spend.usd
                     continue
                 if record is None:
                     record = self._records[key] = _Record(wall + keep_s)
@@ -125,14 +129,17 @@ class LocalState:
         """The record as the spend file's writer last read it, with this process's charges since on top."""
         included, records = spend_file.view
         while self._unsynced and self._unsynced[0][0] <= included:
-            self._unsynced.popleft()
-        found = records.get(key)
-        record = _Record(found[0], dict(found[1])) if found is not None and found[0] > wall else None
-        for _, charged, expires, fields, usd in self._unsynced:
-            if charged == key:
-                record = record if record is not None else _Record(expires)
-                for name in fields:
-                    record.fields[name] = record.fields.get(name, 0.0) + usd
+            _, charged, fields, usd = self._unsynced.popleft()
+            for name in fields:
+                self._pending[charged].fields[name] -= usd
+        if not self._unsynced:
+            self._pending.clear()  # all included: no sums left to carry (nor their rounding)
+        found, pending = records.get(key), self._pending.get(key)
+        record = _Record(found[0], dict(found[1])) if found is not None else None
+        if pending is not None:
+            record = record if record is not None else _Record(pending.expires)
+            for name, usd in pending.fields.items():
+                record.fields[name] = record.fields.get(name, 0.0) + usd
         return record if record is not None and record.expires > wall else None
 
     async def spend(self, key: str) -> dict[str, float]:

@@ -5,7 +5,7 @@ Budgets are per day or month, but in-process spend records lived as long as the 
 budget had all of it again. `slipstream serve` without `--state-url` keeps them in a SQLite file
 (`$SLIPSTREAM_DATA_DIR/spend.sqlite3`, or `SLIPSTREAM_SPEND_FILE`): every charge is added to the
 file by a writer thread (the event loop never waits on the disk), which reads the live records back
-after each write and every REFRESH_S when idle (`view`). The file holds sums, so the workers of
+once every REFRESH_S (`view`). The file holds sums, so the workers of
 `--workers N --local-state` add theirs to the same records and each sees all of them within about a
 second: a team's budget and its spend report are the host's, whichever worker answers. Read once
 at start, each worker saw its own charges alone after that, and a team could spend its budget once
@@ -83,12 +83,16 @@ class SpendFile:
         self._writer.join(timeout=10)
 
     def _write(self) -> None:
-        written = 0
+        written, read_at = 0, time.monotonic()
         while True:
+            # At most one read back every REFRESH_S, busy or idle: it reads every live record, and this
+            # thread holds the GIL the event loop needs. Charges written since count in `_unsynced`.
+            if time.monotonic() - read_at >= REFRESH_S:
+                self._read_back(written)
+                read_at = time.monotonic()
             try:
                 charge = self._charges.get(timeout=REFRESH_S)
-            except queue.Empty:  # nothing of ours to write: read what the other workers wrote
-                self._read_back(written)
+            except queue.Empty:  # nothing of ours to write: the loop's next turn reads the other workers' back
                 continue
             batch = []
             while charge is not None:
@@ -112,10 +116,9 @@ class SpendFile:
             if charge is None:
                 self._db.close()
                 return
-            self._read_back(written)
 
     def _read_back(self, written: int) -> None:
         try:
-            self.view = (written, self._read(time.time()))
+            self.view = (written, self.load(time.time()))  # expired records deleted on the way: the file stays small
         except sqlite3.Error as exc:  # the last view stands; the next write or idle second tries again
             log.error("could not read spend back from %s: %s", self.path, exc)
