@@ -198,7 +198,8 @@ class TeamRegistry:
         return stamp
 
     def reload_if_changed(self) -> bool:
-        if self._current_stamp() == self._stamp:
+        stamp = self._current_stamp()
+        if stamp == self._stamp:
             return False
         try:
             self.load()
@@ -208,7 +209,11 @@ class TeamRegistry:
                 log.error("policy reload failed; keeping the policies in force:\n%s", exc)
             else:
                 log.error("policy reload failed (%s); keeping the policies in force", type(exc).__name__, exc_info=exc)
-            self._stamp = self._current_stamp()  # report once per change, not every poll
+            # Report once per change, not every poll; stamped as before the read, so a write that landed
+            # during it (an editor's save in two writes, the first read half-done) is read next poll.
+            # Stamped after, that write was never read: this process (one worker of several) kept the
+            # old policy while the others served the new one.
+            self._stamp = stamp
             return False
         metrics.POLICY_RELOADS.labels("ok").inc()
         log.info("policies reloaded: %s", ", ".join(sorted(self.teams)))

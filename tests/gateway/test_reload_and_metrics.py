@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import httpx
 import openai
+import pytest
 
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
+from sdk import runtime
 from tests.helpers import wait_until, write_policy
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -65,6 +68,31 @@ def test_unreadable_policy_does_not_end_the_watcher(tmp_path, emulator, caplog):
         client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-second", max_retries=0)
         wait_until(lambda: _accepted(client), "the valid edit after the unreadable one was loaded")
         assert 'slipstream_policy_reloads_total{outcome="error"}' in httpx.get(f"{proxy.url}/metrics").text
+
+
+def test_a_write_that_lands_during_a_failed_reload_is_read_next(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """An editor's save in two writes, the reload reading the first half: the files' stamps were taken
+    after the failed read, when the second write had landed, so the whole file was never read, and
+    that process (one worker of `--workers N`) kept the old policy while the others served the new."""
+    policy = write_policy(tmp_path, "team", "sk-first", "http://127.0.0.1:9")
+    good = policy.read_text()
+    registry = runtime.TeamRegistry([tmp_path])
+    policy.write_text(good + "nonsense_key: 1\n")  # the first write: not a policy yet
+    os.utime(policy, ns=(10**18, 10**18))
+    read = runtime.load_policies
+
+    def while_the_second_write_lands(paths):
+        try:
+            return read(paths)
+        finally:
+            policy.write_text(good.replace("sk-first", "sk-second"))
+            os.utime(policy, ns=(10**18 + 10**6, 10**18 + 10**6))
+
+    monkeypatch.setattr(runtime, "load_policies", while_the_second_write_lands)
+    assert not registry.reload_if_changed()  # the half-written file: refused, the old policy in force
+    monkeypatch.setattr(runtime, "load_policies", read)
+    assert registry.reload_if_changed()
+    assert registry.authenticate("sk-second")[0].policy.team == "team"
 
 
 def test_latency_histograms_and_alerts(tmp_path, emulator):
