@@ -127,54 +127,55 @@ async def _stream(send: Send, reply: Reply) -> None:
             await reply.close()
 
 
+async def _answer(door: Door, endpoint: Endpoint | None, task: asyncio.Task[Any], scope: Scope, receive: Receive,
+                  send: Send) -> None:
+    """One request through the door; `task` is the one running it (a client that leaves cancels it)."""
+    try:
+        if endpoint is not None:
+            started = await door.prepare(endpoint, AsgiCall(scope, receive))
+        else:  # a mount sees its sub-path in scope["path"]: the core reads the whole one
+            started = await door.answer(AsgiCall(scope, receive, unquote(AsgiCall.raw(scope))))
+    except ClientGone:
+        return
+    if isinstance(started, Reply) and started.chunks is None:
+        reply = started  # a refusal, sent as it is: nothing upstream to cancel
+    else:
+        # The request is read (a pass-through upload too), so `receive` now only says "gone": a
+        # watcher then cancels this task, which closes the upstream call, or its stream, at once.
+        watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, task))
+        try:
+            reply = started if isinstance(started, Reply) else await door.run(*started, accounting_after_reply=True)
+            if reply.chunks is not None:
+                await _stream(send, reply)
+                return
+        except asyncio.CancelledError:
+            if watcher.done() and not watcher.cancelled():
+                task.uncancel()  # the client left: a normal end, not an error of ours
+                log.debug("client disconnected; upstream call cancelled")
+                return
+            raise
+        finally:
+            watcher.cancel()
+    # A whole body, in hand: sending it has nothing left to cancel.
+    await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
+    await send({"type": "http.response.body", "body": reply.body})
+
+
 def door_handler(endpoint: Endpoint | None) -> ASGIHandler:
     """The ASGI handler of one pipeline endpoint, or (None) of the pass-through mounts; the app's
     state holds the `Door`."""
 
     async def handle(scope: Scope, receive: Receive, send: Send) -> None:
-        door: Door = scope["litestar_app"].state.door
-        try:
-            if endpoint is not None:
-                started = await door.prepare(endpoint, AsgiCall(scope, receive))
-            else:  # a mount sees its sub-path in scope["path"]: the core reads the whole one
-                started = await door.answer(AsgiCall(scope, receive, unquote(AsgiCall.raw(scope))))
-        except ClientGone:
-            return
-        if isinstance(started, Reply) and started.chunks is None:
-            reply = started  # a refusal, sent as it is: nothing upstream to cancel
-        else:
-            # The request is read (a pass-through upload too), so `receive` now only says "gone": a
-            # watcher then cancels this task, which closes the upstream call, or its stream, at once.
-            task = asyncio.current_task()
-            assert task is not None
-            watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, task))
-            try:
-                reply = started if isinstance(started, Reply) else await door.run(*started, accounting_after_reply=True)
-                if reply.chunks is not None:
-                    await _stream(send, reply)
-                    return
-            except asyncio.CancelledError:
-                if watcher.done() and not watcher.cancelled():
-                    task.uncancel()  # the client left: a normal end, not an error of ours
-                    log.debug("client disconnected; upstream call cancelled")
-                    return
-                raise
-            finally:
-                watcher.cancel()
-        # A whole body, in hand: sending it has nothing left to cancel.
-        await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
-        await send({"type": "http.response.body", "body": reply.body})
-
-    async def tracked(scope: Scope, receive: Receive, send: Send) -> None:
+        state = scope["litestar_app"].state
         # Held in the app's state while it runs: at shutdown the app waits for these before it closes
         # the state backend, so what they charge is settled (gateway/app.py:_lifespan).
-        requests: set[asyncio.Task[Any]] = scope["litestar_app"].state.requests
+        requests: set[asyncio.Task[Any]] = state.requests
         task = asyncio.current_task()
         assert task is not None
         requests.add(task)
         try:
-            await handle(scope, receive, send)
+            await _answer(state.door, endpoint, task, scope, receive, send)
         finally:
             requests.discard(task)
 
-    return tracked
+    return handle

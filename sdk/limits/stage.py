@@ -155,6 +155,8 @@ class LimitsStage:
         to compact it) and the stored items its `item_reference`s name (each sent as the item itself,
         once per reference), counted by length as a large body is. Each conversation and item is read
         once for all of them (a batch's lines); an id the team does not hold counts nothing (a 404)."""
+        if self.responses is None or all(request.endpoint not in _CONTINUED for request in requests):
+            return [0] * len(requests)  # the common case, on every request: nothing stored to count
         continued = [request.body if request.endpoint in _CONTINUED else {} for request in requests]
         references = [_referenced(body) for body in continued]
         if self.responses is None or not any(body.get("previous_response_id") is not None or ids

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sdk.state.backend import Admission, Rate, Refusal, Settlement
-from sdk.state.spend_file import SpendFile
+from sdk.state.spend_file import Records, SpendFile
 
 _DUST = 1e-9  # a token bucket admits while any balance is left: usage is charged afterwards
 
@@ -101,16 +101,17 @@ class LocalState:
         spend = settlement.spend
         if spend is not None and spend.usd:
             wall = self._wall()
+            filed = self._synced(self._spend_file) if self._spend_file is not None else {}
             for key, keep_s in spend.records:
-                record = self._live_record(key, wall)
                 if self._spend_file is not None:
-                    expires = record.expires if record is not None else wall + keep_s
+                    expires = self._filed_expiry(filed, key, wall) or wall + keep_s
                     number = self._spend_file.add(key, expires, spend.fields, spend.usd)
                     self._unsynced.append((number, key, spend.fields, spend.usd))
                     pending = self._pending.setdefault(key, _Record(expires))
                     for name in spend.fields:
                         pending.fields[name] = pending.fields.get(name, 0.0) + spend.usd
                     continue
+                record = self._live_record(key, wall)
                 if record is None:
                     record = self._records[key] = _Record(wall + keep_s)
                 for name in spend.fields:
@@ -125,8 +126,9 @@ class LocalState:
             return None
         return record
 
-    def _filed_record(self, spend_file: SpendFile, key: str, wall: float) -> _Record | None:
-        """The record as the spend file's writer last read it, with this process's charges since on top."""
+    def _synced(self, spend_file: SpendFile) -> Records:
+        """The records as the spend file's writer last read them; this process's charges they include
+        are no longer carried on top."""
         included, records = spend_file.view
         while self._unsynced and self._unsynced[0][0] <= included:
             _, charged, fields, usd = self._unsynced.popleft()
@@ -134,7 +136,20 @@ class LocalState:
                 self._pending[charged].fields[name] -= usd
         if not self._unsynced:
             self._pending.clear()  # all included: no sums left to carry (nor their rounding)
-        found, pending = records.get(key), self._pending.get(key)
+        return records
+
+    def _filed_expiry(self, filed: Records, key: str, wall: float) -> float | None:
+        """When the live record `key` ends, as `filed` (`_synced`) or as this process started it; None:
+        no live record. (What a charge needs, without copying the record's fields as `_filed_record` does.)"""
+        found, pending = filed.get(key), self._pending.get(key)
+        for expires in (found[0] if found is not None else None, pending.expires if pending is not None else None):
+            if expires is not None and expires > wall:
+                return expires
+        return None
+
+    def _filed_record(self, spend_file: SpendFile, key: str, wall: float) -> _Record | None:
+        """The record as the spend file's writer last read it, with this process's charges since on top."""
+        found, pending = self._synced(spend_file).get(key), self._pending.get(key)
         record = _Record(found[0], dict(found[1])) if found is not None else None
         if pending is not None:
             record = record if record is not None else _Record(pending.expires)

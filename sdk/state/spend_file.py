@@ -3,31 +3,30 @@
 Budgets are per day or month, but in-process spend records lived as long as the process: a restart
 (a deploy, a crash) set every team's spend back to nothing, and a team that had used its month's
 budget had all of it again. `slipstream serve` without `--state-url` keeps them in a SQLite file
-(`$SLIPSTREAM_DATA_DIR/spend.sqlite3`, or `SLIPSTREAM_SPEND_FILE`): every charge is added to the
-file by a writer thread (the event loop never waits on the disk), which reads the live records back
-once every REFRESH_S (`view`). The file holds sums, so the workers of
-`--workers N --local-state` add theirs to the same records and each sees all of them within about a
-second: a team's budget and its spend report are the host's, whichever worker answers. Read once
-at start, each worker saw its own charges alone after that, and a team could spend its budget once
-per worker.
+(`$SLIPSTREAM_DATA_DIR/spend.sqlite3`, or `SLIPSTREAM_SPEND_FILE`): a writer thread adds the charges,
+summed per record, once every REFRESH_S (the event loop never waits on the disk) and then reads the
+live records back (`view`); a crash loses at most that second's charges. The file holds sums, so the
+workers of `--workers N --local-state` add theirs to the same records and each sees all of them
+within a second or two: a team's budget and its spend report are the host's, whichever worker
+answers. Read once at start, each worker saw its own charges alone after that, and a team could
+spend its budget once per worker.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
 log = logging.getLogger("slipstream.state")
 
 ENV = "SLIPSTREAM_SPEND_FILE"  # set by `slipstream serve` for its workers; an embedding program may set it too
-_BATCH = 256  # charges written in one transaction at most
-REFRESH_S = 1.0  # an idle writer reads the other workers' charges back this often
+REFRESH_S = 1.0  # the writer writes this process's charges, and reads every worker's back, this often
 
 Records = dict[str, tuple[float, dict[str, float]]]  # key -> (expiry, {field: USD})
 
@@ -46,11 +45,14 @@ class SpendFile:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS spend (key TEXT NOT NULL, field TEXT NOT NULL, usd REAL NOT NULL, "
                          "expires REAL NOT NULL, PRIMARY KEY (key, field))")
-        self._charges: queue.SimpleQueue[tuple[str, float, tuple[str, ...], float] | None] = queue.SimpleQueue()
+        # Charges not written yet, in the order they came: a request costs one deque append on the event
+        # loop (thread-safe: no lock), and the writer one row per record and field a second, however many came.
+        self._charges: deque[tuple[str, float, tuple[str, ...], float]] = deque()
         self._queued = 0  # charges handed to the writer so far (by the event loop's thread)
-        self._unwritten: list[tuple[str, float, tuple[str, ...], float]] = []  # charges a write failed to add: this process still counts them
+        self._unwritten: list[tuple[str, str, float, float]] = []  # rows a write failed to add: this process still counts them
         # (charges of this process the records include, every live record): replaced whole by the writer
         self.view: tuple[int, Records] = (0, self.load(time.time()))
+        self._stop = threading.Event()
         self._writer = threading.Thread(target=self._write, name="slipstream-spend-file", daemon=True)
         self._writer.start()
 
@@ -60,9 +62,9 @@ class SpendFile:
         return self._read(now)
 
     def add(self, key: str, expires: float, fields: Iterable[str], usd: float) -> int:
-        """Add `usd` to each of the record's `fields` (in the writer thread, soon); returns the charge's
-        number, which `view` counts once the records it holds include it."""
-        self._charges.put((key, expires, tuple(fields), usd))
+        """Add `usd` to each of the record's `fields` (by the writer, within REFRESH_S); returns the
+        charge's number, which `view` counts once the records it holds include it."""
+        self._charges.append((key, expires, tuple(fields), usd))
         self._queued += 1
         return self._queued
 
@@ -70,55 +72,50 @@ class SpendFile:
         records: Records = {}
         for key, field, usd, expires in self._db.execute("SELECT key, field, usd, expires FROM spend WHERE expires > ?", (now,)):
             records.setdefault(key, (expires, {}))[1][field] = usd
-        self._unwritten = [charge for charge in self._unwritten if charge[1] > now]
-        for key, expires, fields, usd in self._unwritten:
+        self._unwritten = [row for row in self._unwritten if row[3] > now]
+        for key, field, usd, expires in self._unwritten:
             record = records.setdefault(key, (expires, {}))[1]
-            for field in fields:
-                record[field] = record.get(field, 0.0) + usd
+            record[field] = record.get(field, 0.0) + usd
         return records
 
     def close(self) -> None:
-        """Write what is queued and stop the writer."""
-        self._charges.put(None)
+        """Write what is pending and stop the writer."""
+        self._stop.set()
         self._writer.join(timeout=10)
 
     def _write(self) -> None:
-        written, read_at = 0, time.monotonic()
-        while True:
-            # At most one read back every REFRESH_S, busy or idle: it reads every live record, and this
-            # thread holds the GIL the event loop needs. Charges written since count in `_unsynced`.
-            if time.monotonic() - read_at >= REFRESH_S:
-                self._read_back(written)
-                read_at = time.monotonic()
-            try:
-                charge = self._charges.get(timeout=REFRESH_S)
-            except queue.Empty:  # nothing of ours to write: the loop's next turn reads the other workers' back
-                continue
-            batch = []
-            while charge is not None:
-                batch.append(charge)
-                if len(batch) >= _BATCH or self._charges.empty():
-                    break
-                charge = self._charges.get()
-            if batch:
-                rows = [(key, field, usd, expires) for key, expires, fields, usd in batch for field in fields]
+        # Once every REFRESH_S: the charges summed since, in one transaction, then every live record
+        # read back (the other workers' charges with them). The thread holds the GIL the event loop
+        # needs while it works, so it works once a second, not once a request.
+        stopping, taken = False, 0
+        while not stopping:
+            stopping = self._stop.wait(REFRESH_S)
+            count = len(self._charges)  # those appended by now (the first `count`, numbered in order); later ones wait
+            taken += count
+            summed: dict[tuple[str, str], tuple[float, float]] = {}  # (key, field) -> (USD, expiry)
+            for _ in range(count):
+                key, expires, fields, usd = self._charges.popleft()
+                for field in fields:
+                    total, until = summed.get((key, field), (0.0, expires))
+                    summed[(key, field)] = (total + usd, max(until, expires))
+            if summed:
+                rows = [(key, field, usd, expires) for (key, field), (usd, expires) in summed.items()]
                 try:
-                    self._db.execute("BEGIN IMMEDIATE")  # one transaction: all of the batch or none of it
+                    self._db.execute("BEGIN IMMEDIATE")  # one transaction: all of them or none
                     self._db.executemany("INSERT INTO spend VALUES (?, ?, ?, ?) ON CONFLICT (key, field) DO UPDATE "
                                          "SET usd = usd + excluded.usd, expires = max(expires, excluded.expires)", rows)
                     self._db.execute("COMMIT")
                 except sqlite3.Error as exc:  # the process keeps counting them; the file (restarts, other workers) misses them
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
-                    self._unwritten += batch
+                    self._unwritten += rows
                     log.error("could not add %d charges to %s: %s", len(rows), self.path, exc)
-                written += len(batch)
-            if charge is None:
-                self._db.close()
-                return
+            if not stopping:
+                self._read_back(taken)
+        self._db.close()
 
     def _read_back(self, written: int) -> None:
         try:
             self.view = (written, self.load(time.time()))  # expired records deleted on the way: the file stays small
-        except sqlite3.Error as exc:  # the last view stands; the next write or idle second tries again
+        except sqlite3.Error as exc:  # the last view stands; the next second tries again
             log.error("could not read spend back from %s: %s", self.path, exc)
