@@ -473,3 +473,15 @@ def test_an_allowed_tools_choice_reaches_claude_as_only_those_tools(oa, fresh_em
                         tool_choice={"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_weather"}]})
     sent = _sent(fresh_emulator)
     assert [t["name"] for t in sent["tools"]] == ["get_weather"] and sent["tool_choice"] == {"type": "auto"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("tools", [True, "search", {"type": "function"}])
+def test_tools_that_are_not_an_array_are_the_clients_400(oa, fresh_emulator, tools, stream):
+    """A Responses `tools` that is not an array reached a translated target as no tools at all (the
+    namespace flattening skipped it) and the answer's echo of it then failed: a 500 (found by the
+    fuzz test). It is the client's 400 again, naming `tools`, before anything is sent."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        oa.responses.create(model="gpt-x", input="hi", tools=tools, stream=stream)
+    assert "tools" in refused.value.message
+    assert not fresh_emulator.app.state.recent

@@ -16,9 +16,14 @@ SEPARATOR = "__"
 
 
 def flattened(tools: Any) -> list[Any]:
-    """`tools` with each namespace tool replaced by its tools, named and described as above (others as they are)."""
+    """`tools` with each namespace tool replaced by its tools, named and described as above (others as they are).
+    Anything but an array (or nothing) is the client's error: a TypeError, which the translator answers with a 400."""
+    if not tools:
+        return []
+    if not isinstance(tools, list):
+        raise TypeError(f"tools: expected an array of tools, not {type(tools).__name__}")
     out: list[Any] = []
-    for tool in tools if isinstance(tools, list) else ():
+    for tool in tools:
         if not (isinstance(tool, dict) and tool.get("type") == "namespace"):
             out.append(tool)
             continue
