@@ -44,12 +44,19 @@ def _forget_dead_workers(directory: str) -> None:
     count forever); their counters stay, so totals never go back."""
     pids = {int(match.group(1)) for name in os.listdir(directory) if (match := _LIVE_GAUGE_FILE.fullmatch(name))}
     for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not alive(pid):
             mark_process_dead(pid, directory)
-        except PermissionError:
-            pass  # alive, another user's
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a worker's files outlive it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
 
 
 @contextlib.contextmanager

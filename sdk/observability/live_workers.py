@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from sdk.observability.exposition import MULTIPROC_ENV
+from sdk.observability.exposition import MULTIPROC_ENV, alive
 from sdk.observability.live_stats import BUCKETS, COUNTERS, Bucket, LiveStats, SeriesCopy, Snapshot, dense
 
 PUBLISH_S = 2.0
@@ -69,21 +69,11 @@ def others(directory: Path) -> list[Snapshot]:
     copies = []
     for name in os.listdir(directory):
         match = _FILE.fullmatch(name)
-        if match is None or int(match.group(1)) == os.getpid() or not _alive(int(match.group(1))):
+        if match is None or int(match.group(1)) == os.getpid() or not alive(int(match.group(1))):
             continue
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, IndexError):  # gone, or not a copy we wrote
             copies.append(decode((directory / name).read_bytes()))
     return copies
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def merged(own: Snapshot, copies: list[Snapshot]) -> Snapshot:
