@@ -39,7 +39,7 @@ from sdk.observability.tracing.records import RequestTrace
 from sdk.offload import HOLDING, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
-from sdk.promptcache.keys import with_team_key
+from sdk.promptcache.keys import with_team_ids
 from sdk.responses.store import ResponseStore
 from sdk.services import Services
 from sdk.spend import PriceBook, budget_check, cost_usd, periods, spend_record, worst_cost_usd
@@ -122,8 +122,8 @@ class LimitsStage:
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
         # Every pipeline request passes here once its team is known: a client's own provider
-        # prompt_cache_key is namespaced to the team before anything else reads the body.
-        ctx.request = with_team_key(ctx.request, self.team)
+        # prompt_cache_key and end-user ids are namespaced to the team before anything else reads the body.
+        ctx.request = with_team_ids(ctx.request, self.team)
         # A file or account object the request names is read by the provider under the shared key:
         # the team's own files only, and the account objects its policy lists.
         check_account_objects(self.provider_objects, (ctx.request.body,))

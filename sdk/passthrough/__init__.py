@@ -20,8 +20,9 @@ provider's key in place of the client's team key. Both doors reach `forward` thr
    batch's `input_file_id` and a list's cursor (`after`, `after_id`, `before_id`) must be the
    team's own, and so must every file a completion, a message batch's request or a batch input
    line names (sdk/state/ownership.py:referenced_files). `results_url` is pointed at the gateway.
-   A client `prompt_cache_key` (a completion's, an uploaded file's lines', a message batch's
-   params') is namespaced to the team, as the pipeline does for a call (sdk/promptcache/keys.py).
+   A client `prompt_cache_key` and end-user ids (`user`, `safety_identifier`, `metadata.user_id`)
+   are namespaced to the team (a completion's, an uploaded file's lines', a message batch's
+   params'), as the pipeline does for a call (sdk/promptcache/keys.py).
 5. Spend: a completion's usage at the model's price; batch results at batch rates (half price)
    when they are read (docs/spend.md). One access log line and the pass-through metrics per request.
 6. A provider's 401/403 (it refused the gateway's key, and may echo it) is replaced by the
@@ -363,7 +364,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         output_of = await ex.check_owner(op.kind, op.object_id)
     elif op.action == "list":
         await ex.check_cursors(query)
-    elif op.kind == "file" and op.action == "create":  # a batch input file's client prompt_cache_keys are keyed on the way
+    elif op.kind == "file" and op.action == "create":  # a batch input file's client ids are keyed on the way
         body = keyed_upload(bounded(once(body) if isinstance(body, bytes) else body, limit), team.team)
         length = None
     elif not isinstance(body, bytes):

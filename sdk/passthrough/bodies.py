@@ -1,6 +1,6 @@
 """What the pass-through reads in the bodies it forwards: the models a request names, the ids an
-answer lists, the provider URLs it carries, the usage to charge, and the client `prompt_cache_key`s
-it namespaces to the team (as the pipeline does, sdk/promptcache/keys.py).
+answer lists, the provider URLs it carries, the usage to charge, and the client `prompt_cache_key`s and
+end-user ids it namespaces to the team (as the pipeline does, sdk/promptcache/keys.py).
 
 Only small JSON objects are parsed whole (a create's request, an object or a list page, at most
 MAX_OBJECT); content downloads, batch results and completions stream through and are scanned line by
@@ -18,11 +18,11 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError
-from sdk.promptcache.keys import team_key
+from sdk.promptcache.keys import scope_ids
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.state.ownership import MISSING_FILE
-from sdk.types import Usage
+from sdk.types import Protocol, Usage
 from sdk.usage import merge_anthropic_usage, openai_usage, responses_usage
 
 MAX_LINE = 16 << 20  # a results line or an SSE event longer than this is passed on but not read
@@ -66,26 +66,28 @@ def input_file_lines(lines: Iterator[bytes]) -> list[tuple[str, dict[str, Any]]]
 
 
 def keyed_params(body: dict[str, Any], team: str) -> bool:
-    """Namespace to `team` the client `prompt_cache_key` of each request of a message batch create
-    (`requests[].params`), in place; whether any was."""
+    """Namespace to `team` the client ids (`scope_ids`: a prompt_cache_key, the end user's
+    metadata.user_id) of each request of a message batch create (`requests[].params`), in place;
+    whether any changed."""
     requests = body.get("requests")
     params = [r.get("params") for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
-    return sum(keyed_body(p, team) for p in params) > 0
+    return sum(scope_ids(p, team, Protocol.ANTHROPIC) for p in params if isinstance(p, dict)) > 0
 
 
 def keyed_body(body: Any, team: str) -> bool:
-    """Namespace to `team` a request body's client `prompt_cache_key`, in place; whether there was one."""
-    key = body.get("prompt_cache_key") if isinstance(body, dict) else None
-    if not isinstance(key, str) or not key:
-        return False
-    body["prompt_cache_key"] = team_key(team, key)
-    return True
+    """Namespace to `team` an OpenAI request body's client ids (`scope_ids`: a prompt_cache_key, the
+    end user's `user` and `safety_identifier`), in place; whether any changed."""
+    return isinstance(body, dict) and scope_ids(body, team, Protocol.OPENAI)
+
+
+# Names whose presence makes a batch input line worth parsing (a JSON escape could spell any of them).
+_SCOPED_NAMES = (b"prompt_cache_key", b'"user"', b"safety_identifier", b"\\u")
 
 
 def keyed_line(line: bytes, team: str) -> bytes:
-    """A batch input line (`{custom_id, method, url, body}`, with its line ending) with its client
-    `body.prompt_cache_key` namespaced to `team`; any other line unchanged."""
-    if b"prompt_cache_key" not in line and b"\\u" not in line:  # a JSON escape could spell the name
+    """A batch input line (`{custom_id, method, url, body}`, with its line ending) with its body's
+    client ids namespaced to `team` (`keyed_body`); any other line unchanged."""
+    if not any(name in line for name in _SCOPED_NAMES):
         return line
     try:
         parsed = orjson.loads(line)

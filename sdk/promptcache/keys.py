@@ -4,8 +4,10 @@ One organisation key serves every team, so the provider's prompt cache is shared
 OpenAI routes cached prefixes by `prompt_cache_key`: the gateway's own key is a keyed digest (HMAC-
 SHA-256 with a server secret) of the team and its stable prefix, and a key the client sends is
 replaced by a digest of (team, that key), so a team can neither guess another team's key nor send
-it. `isolate` goes further: a per-team salt line leads the cached prefix, so identical prompts from
-two teams never share a provider cache entry (docs/prompt-cache.md, "Teams and the provider's cache").
+it. End-user ids (`user`, `safety_identifier`, Anthropic's `metadata.user_id`) are namespaced the
+same way: the provider's abuse detection reads them, and one account serves every team. `isolate`
+goes further: a per-team salt line leads the cached prefix, so identical prompts from two teams
+never share a provider cache entry (docs/prompt-cache.md, "Teams and the provider's cache").
 
 The secret is `SLIPSTREAM_SECRET` when set (replicas on several hosts set the same value), else 32
 random bytes created once under the data directory (`server-secret`, mode 0600), which every worker
@@ -25,11 +27,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sdk.types import Endpoint, LLMRequest, Protocol
+from sdk.types import LLMRequest, Protocol
 
 SECRET_ENV = "SLIPSTREAM_SECRET"
 _FILE = "server-secret"
-_KEYED = (Endpoint.CHAT_COMPLETIONS, Endpoint.RESPONSES, Endpoint.RESPONSES_COMPACT)  # bodies that carry prompt_cache_key
+_END_USER_FIELDS = ("user", "safety_identifier")  # OpenAI's names for the end user, read by its abuse detection
 log = logging.getLogger("slipstream.prompt_cache")
 _secret: bytes | None = None
 
@@ -100,14 +102,42 @@ def team_salt(team: str) -> str:
     return f"[cache scope {_digest('salt', team, length=16)}]"
 
 
-def with_team_key(request: LLMRequest, team: str) -> LLMRequest:
-    """`request` with a client-sent `prompt_cache_key` namespaced to `team` (others unchanged)."""
-    if request.endpoint not in _KEYED:
-        return request
-    key = request.body.get("prompt_cache_key")
-    if not isinstance(key, str) or not key:
-        return request
-    return replace(request, body={**request.body, "prompt_cache_key": team_key(team, key)})
+def team_user(team: str, user_id: str) -> str:
+    """An end user's id as the provider sees it (37 characters, within OpenAI's 64): namespaced to
+    `team`, so one team's "alice" is not another's to the provider's abuse detection, and no team can
+    send another's user id to have that user flagged; and a digest, so no email or name a client
+    uses as its id leaves the gateway."""
+    return f"user-{_digest('user', team, user_id)}"
+
+
+def scope_ids(body: dict[str, Any], team: str, protocol: Protocol) -> bool:
+    """Namespace to `team`, in place, what a body tells the shared provider account about who sent
+    it: a client `prompt_cache_key`, and the end user (OpenAI's `user` and `safety_identifier`,
+    Anthropic's `metadata.user_id`). Whether anything changed."""
+    changed = False
+    key = body.get("prompt_cache_key")
+    if isinstance(key, str) and key:
+        body["prompt_cache_key"] = team_key(team, key)
+        changed = True
+    if protocol is Protocol.OPENAI:
+        for name in _END_USER_FIELDS:
+            value = body.get(name)
+            if isinstance(value, str) and value:
+                body[name] = team_user(team, value)
+                changed = True
+        return changed
+    metadata = body.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if isinstance(metadata, dict) and isinstance(user_id, str) and user_id:
+        body["metadata"] = {**metadata, "user_id": team_user(team, user_id)}  # the client's own dict stays as it was
+        changed = True
+    return changed
+
+
+def with_team_ids(request: LLMRequest, team: str) -> LLMRequest:
+    """`request` with its client `prompt_cache_key` and end-user ids namespaced to `team` (`scope_ids`)."""
+    body = dict(request.body)
+    return replace(request, body=body) if scope_ids(body, team, request.endpoint.protocol) else request
 
 
 def salted(protocol: Protocol, body: dict[str, Any], team: str) -> dict[str, Any]:

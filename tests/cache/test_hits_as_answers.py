@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from gateway.testing import RunningServer, running_proxy
+from sdk.promptcache.keys import team_user
 from tests.helpers import requires_extra
 
 pytestmark = requires_extra("semantic")
@@ -121,14 +122,15 @@ def test_a_hit_carries_fresh_ids_as_every_provider_answer_does(oa, an, fresh_emu
 def test_a_responses_hit_echoes_its_own_request(oa, fresh_emulator):
     """A response object echoes the request's settings; `metadata`, `user` and `store` do not change the
     answer, so they are not in the key. A hit echoed the stored request's: another caller's metadata
-    tags and end-user id, and `store: true` on a response this request asked not to store."""
+    tags and end-user id, and `store: true` on a response this request asked not to store. (The end
+    user is echoed as the provider received it: the team's digest of the id, sdk/promptcache/keys.py.)"""
     ask: Any = dict(model=GPT, input="Name a fjord in Norway.", temperature=0)
     first = oa.responses.create(**ask, metadata={"ticket": "A-1"}, user="alice")
     raw = oa.responses.with_raw_response.create(**ask, metadata={"ticket": "B-2"}, user="bob", store=False)
     hit = raw.parse()
     assert _status(raw) == "exact-hit" and hit.output_text == first.output_text
-    assert (hit.metadata, hit.user, hit.store) == ({"ticket": "B-2"}, "bob", False)
-    assert (first.metadata, first.user, first.store) == ({"ticket": "A-1"}, "alice", True)
+    assert (hit.metadata, hit.user, hit.store) == ({"ticket": "B-2"}, team_user("answers", "bob"), False)
+    assert (first.metadata, first.user, first.store) == ({"ticket": "A-1"}, team_user("answers", "alice"), True)
     assert hit.completed_at is not None and hit.completed_at >= hit.created_at
     with oa.responses.stream(**ask) as stream:
         events = list(stream)

@@ -20,6 +20,7 @@ import pytest
 
 from gateway.testing import running_proxy
 from sdk.errors import SlipstreamError
+from sdk.promptcache.keys import team_user
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import message_a2o
 from sdk.routing.translation.fields import DROPPED_HEADER, FIELDS, Fate, Shape, check, table_markdown
@@ -128,7 +129,7 @@ def test_fields_that_change_nothing_are_dropped_and_named(oa, fresh_emulator):
     assert {"store", "metadata", "service_tier", "client_metadata", "safety_identifier", "include.reasoning.encrypted_content",
             "reasoning.summary", "verbosity"} <= set(dropped)
     sent = _sent(fresh_emulator)
-    assert sent["metadata"] == {"user_id": "u-1"} and sent["output_config"] == {"effort": "low"}  # translated, not dropped
+    assert sent["metadata"] == {"user_id": team_user("fields", "u-1")} and sent["output_config"] == {"effort": "low"}  # translated, not dropped
     assert not {"client_metadata", "store", "service_tier", "safety_identifier"} & set(sent)
     plain = oa.chat.completions.with_raw_response.create(model="claude-x", messages=ASK, n=1, presence_penalty=0)
     assert plain.headers[DROPPED_HEADER] == "n,presence_penalty"

@@ -219,16 +219,17 @@ def test_a_chat_requests_top_level_cache_control_is_claudes_automatic_caching(oa
 
 def test_claude_codes_long_user_id_reaches_openai_as_a_stable_digest(an, fresh_emulator):
     """Claude Code's metadata.user_id is ~150 characters; OpenAI takes a `user` of at most 64 and
-    answered every such request with a 400. It goes as its SHA-256 hex digest (the same for the same
-    user); a short id goes as it is."""
+    answered every such request with a 400. Every end-user id now goes as the team's digest of it
+    (sdk/promptcache/keys.py:team_user, 37 characters): the same for the same user, another for
+    another."""
     long_id = "user_" + "a1" * 32 + "_account_3f1c2d4e-0000-4000-8000-000000000000_session_9b8a7c6d-0000-4000-8000-000000000000"
     users = []
     for _ in range(2):
         an.messages.create(model="claude-x", max_tokens=16, messages=AGENT_TURNS, metadata={"user_id": long_id})
         users.append(sent(fresh_emulator)["user"])
-    assert len(users[0]) == 64 and users[0] == users[1] != long_id[:64]
+    assert len(users[0]) <= 64 and users[0] == users[1] and users[0].startswith("user-")
     an.messages.create(model="claude-x", max_tokens=16, messages=AGENT_TURNS, metadata={"user_id": "u-42"})
-    assert sent(fresh_emulator)["user"] == "u-42"
+    assert sent(fresh_emulator)["user"] not in ("u-42", users[0])
 
 
 def test_tool_call_ids_of_other_servers_reach_claude_as_ids_it_takes(oa, fresh_emulator):

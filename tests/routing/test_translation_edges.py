@@ -18,6 +18,7 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
+from sdk.promptcache.keys import team_user
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.responses_requests import responses_to_chat
 from tests.routing.conftest import inject, policy_text, routed_proxy
@@ -232,12 +233,12 @@ def test_a_safety_identifier_reaches_claude_as_its_user_id(oa, fresh_emulator):
     Responses alike); beside a `user`, which goes there, it is dropped and named."""
     raw = oa.chat.completions.with_raw_response.create(model="gpt-x", messages=ASK, safety_identifier="user-7f3a")
     assert raw.parse().choices[0].message.content and "safety_identifier" not in raw.headers.get("x-slipstream-dropped-fields", "")
-    assert _sent(fresh_emulator)["metadata"] == {"user_id": "user-7f3a"}
+    assert _sent(fresh_emulator)["metadata"] == {"user_id": team_user("routing", "user-7f3a")}
     assert oa.responses.create(model="gpt-x", input="Weather in Oslo?", safety_identifier="user-9c1d").output_text
-    assert _sent(fresh_emulator)["metadata"] == {"user_id": "user-9c1d"}
+    assert _sent(fresh_emulator)["metadata"] == {"user_id": team_user("routing", "user-9c1d")}
     raw = oa.chat.completions.with_raw_response.create(model="gpt-x", messages=ASK, user="alice", safety_identifier="user-7f3a")
     assert raw.parse().choices[0].message.content and "safety_identifier" in raw.headers["x-slipstream-dropped-fields"].split(",")
-    assert _sent(fresh_emulator)["metadata"] == {"user_id": "alice"}
+    assert _sent(fresh_emulator)["metadata"] == {"user_id": team_user("routing", "alice")}
 
 
 def test_thinking_between_tools_reaches_an_openai_model_as_thinking_off(an, fresh_emulator):

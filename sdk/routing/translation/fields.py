@@ -198,8 +198,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                           "hex digits of its SHA-256, in the history and tool_choice too, the answer's calls given the "
                           "client's name back; server tools refused)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),
-        "metadata": Field(T, "metadata.user_id → user (one longer than OpenAI's 64 characters, as Claude Code's is, as "
-                             "its SHA-256 hex digest); nothing else in it changes the answer"),
+        "metadata": Field(T, "metadata.user_id → user (as every end-user id, the team's 37-character digest of it, "
+                             "so Claude Code's ~150-character ids fit OpenAI's 64); nothing else in it changes the answer"),
         "thinking": Field(T, "reasoning_effort for a model that reasons (o-series, gpt-5): enabled by its budget_tokens "
                              "(up to 4096: low, up to 16384: medium, more: high), adaptive the model's own; dropped for "
                              "other models, which have no reasoning to turn on (the answer has no thinking blocks); "

@@ -8,7 +8,6 @@ have no faithful counterpart are refused here, naming where they are.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import orjson
@@ -90,7 +89,9 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
                 out["stream_options"] = {"include_usage": True}  # usage must stay exact
         elif key == "metadata":
             if isinstance(value, dict) and value.get("user_id"):
-                out["user"] = _openai_user(str(value["user_id"]))
+                # Already the team's digest of the id (sdk/promptcache/keys.py:team_user, applied by the
+                # limits stage): 37 characters, within OpenAI's 64 (Claude Code's own ids are ~150).
+                out["user"] = str(value["user_id"])
         elif key == "output_config" and isinstance(value, dict) and set(value) <= {"format", "effort"}:
             _a2o_output_config(value, out)
         else:
@@ -129,16 +130,6 @@ def refuse_prefill(body: dict[str, Any]) -> None:
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
         raise refuse(f"messages.{len(messages) - 1}: a final assistant turn (a prefill, which Claude continues and a Chat "
                      "model answers after)", "OpenAI")
-
-
-# OpenAI takes a `user` of at most 64 characters (longer: a 400); Claude Code's user_id is ~150 characters.
-_USER_MAX = 64
-
-
-def _openai_user(user_id: str) -> str:
-    """A Messages metadata.user_id as OpenAI's `user`: as it is, or, longer than OpenAI takes, its
-    SHA-256 hex digest (64 characters, the same for the same user: OpenAI advises hashed user ids)."""
-    return user_id if len(user_id) <= _USER_MAX else hashlib.sha256(user_id.encode()).hexdigest()
 
 
 def _a2o_output_config(config: dict[str, Any], out: dict[str, Any]) -> None:
