@@ -103,9 +103,13 @@ def child(workload_path: Path, out: Path, concurrency: int) -> None:
         embedder = cache.embedder
         config = SemanticCachePolicy(enabled=True, max_entries=10**6)
         started = time.perf_counter()
-        for team, stored in ((TEAM, work["stored"]), ("adversarial", work["adversarial_stored"]), ("adversarial-reversed", work["adversarial_asked"])):
-            for question, vector in zip(stored, embedder.embed_many(stored), strict=True):
-                cache.put(team, cache_keys(team, _request(question)), "bench/model", _answer(question), vector, config)
+
+        async def store_all() -> None:
+            for team, stored in ((TEAM, work["stored"]), ("adversarial", work["adversarial_stored"]), ("adversarial-reversed", work["adversarial_asked"])):
+                for question, vector in zip(stored, embedder.embed_many(stored), strict=True):
+                    await cache.put(team, cache_keys(team, _request(question)), "bench/model", _answer(question), vector, config)
+
+        asyncio.run(store_all())
         stored_s = time.perf_counter() - started
         asyncio.run(_lookups(cache, "warm-up", work["lookups"][:32], 1, 0.95))  # start the worker thread, load the model
         started = time.perf_counter()

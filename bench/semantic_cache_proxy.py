@@ -127,7 +127,7 @@ def through_library(pairs: list[qqp.Pair], min_precision: float | None, folder: 
         if found.entry is not None:
             return Reply(found.status, found.entry.exact_key)
         answer = {"type": "message", "role": "assistant", "content": [{"type": "text", "text": question}], "stop_reason": "end_turn", "usage": {}}
-        cache.put("bench", keys, "bench/model", answer, found.vector, config)
+        loop.run_until_complete(cache.put("bench", keys, "bench/model", answer, found.vector, config))
         return Reply("miss", keys.exact)
 
     try:

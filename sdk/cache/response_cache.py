@@ -6,6 +6,7 @@ pass in. The invalidation methods are the admin surface (the gateway exposes the
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,10 +61,12 @@ class ResponseCache:
             return Lookup(await _parsed(entry), "semantic-hit", vector)
         return Lookup(None, "miss", vector)
 
-    def put(self, team: str, keys: CacheKeys, route: str, response: dict, vector: np.ndarray | None, config: SemanticCachePolicy) -> int:
+    async def put(self, team: str, keys: CacheKeys, route: str, response: dict, vector: np.ndarray | None, config: SemanticCachePolicy) -> int:
+        """Store an answer in a thread: a store can wait for another worker's write to the shared file
+        (SQLite's busy timeout), which on the loop would hold every team's requests."""
         limits = TeamLimits(ttl_s=config.ttl_s, max_entries=config.max_entries, max_bytes=config.max_bytes)
         entry = NewEntry(team, keys.partition, keys.exact, route, keys.query if vector is not None else None, vector, response)
-        entry_id = self.store.put(entry, limits)
+        entry_id = await asyncio.to_thread(self.store.put, entry, limits)
         if self.replicator is not None:
             self.replicator.added(entry, limits)
         return entry_id

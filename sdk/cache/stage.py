@@ -142,7 +142,7 @@ class CacheStage:
             read = (functools.partial(responses.from_body, answer.body) if shape is Endpoint.RESPONSES
                     else functools.partial(answers.from_body, request.protocol, answer.body))
             message = await off_loop_if_large(len(answer.body), read)  # a long answer, echoed instructions
-            if message is not None and self._store(shape, keys, answer.route, message, found):
+            if message is not None and await self._store(shape, keys, answer.route, message, found):
                 answer.headers[KEY_HEADER] = keys.exact
             return answer
         answer.events = self._capture(shape, keys, answer, found, answer.events)
@@ -212,11 +212,11 @@ class CacheStage:
             return responses.completed_safely(message, self.config.cache_tool_calls)
         return answers.completed_safely(shape, message, self.config.cache_tool_calls)
 
-    def _store(self, shape: Shape, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
+    async def _store(self, shape: Shape, keys: CacheKeys, route: str, message: answers.Message, found: Lookup) -> bool:
         if not self._safe(shape, message):
             return False
         try:
-            self.cache.put(self.team, keys, route, message, found.vector, self.config)
+            await self.cache.put(self.team, keys, route, message, found.vector, self.config)
         except Exception:  # the client already has its answer; a failed store is only a future miss
             log.exception("cache store failed for team %s", self.team)
             return False
@@ -240,7 +240,7 @@ class CacheStage:
         if message is not None:
             if shape is Protocol.OPENAI and message.get("usage") is None and stream.usage.final:
                 message["usage"] = answers.openai_usage_object(stream.usage)  # the client did not ask; we did
-            self._store(shape, keys, stream.route, message, found)
+            await self._store(shape, keys, stream.route, message, found)
 
     def _replay(self, ctx: RequestContext, found: Lookup) -> Answer:
         entry = found.entry

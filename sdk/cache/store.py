@@ -8,6 +8,12 @@ the entry's row, so an entry deleted from the file is served by no process. The 
 go to the file by key (another worker's answers are exact hits at once, and an invalidation drops
 them too); the semantic tier finds another worker's entries after a restart.
 
+Writes wait for each other, and with several workers on one file a write waits for another
+process's (SQLite's busy timeout): they have a connection and a lock of their own, and the pipeline
+stores off the event loop (`ResponseCache.put`). Lookups, on the loop, only read (in WAL mode a
+reader never waits for a writer); the LRU stamp a hit earns is kept in memory and written with the
+next store, when the least recently used entries are chosen.
+
 Isolation is structural: every in-memory map is keyed by team first, and every SQL statement
 filters by team, so no lookup can reach another team's entries whatever the similarity.
 """
@@ -29,9 +35,9 @@ from sdk.cache.index import PartitionIndex
 from sdk.embedding import DIMENSION
 
 # Entries deleted in one hold of the store's lock (an invalidation's part, a store's expired or evicted
-# entries). The lock is every team's, and lookups and stores take it on the event loop every team's
-# requests share: a team's whole cache (10,000 entries by default) deleted in one hold held them all
-# for about 0.1 s.
+# entries). The lock is every team's, and lookups take it on the event loop every team's requests
+# share: a team's whole cache (10,000 entries by default) deleted in one hold held them all for
+# about 0.1 s.
 DELETES_PER_HOLD = 500
 
 _SCHEMA = """
@@ -117,11 +123,16 @@ class CacheStore:
         self.path = path
         self.clock = clock
         self.approximate_from = approximate_from
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the in-memory structures and the reading connection
+        self._write_lock = threading.Lock()  # the writing connection: one write at a time
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # a crash may lose the last entries, never corrupt
         self._db.executescript(_SCHEMA)
+        # A second connection to ":memory:" would be a second database: an in-memory store reads and
+        # writes on one (no other process can make its writes wait).
+        self._writer = self._db if str(path) == ":memory:" else sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._stamps: dict[int, float] = {}  # entry id -> its last hit, not yet written
         self._teams: dict[str, _Team] = {}
         self._forget_other_space(space)
         self._load()
@@ -173,27 +184,31 @@ class CacheStore:
         ).fetchone()
         if row is None:
             return None
-        self._db.execute("UPDATE entries SET last_used_at = ? WHERE id = ?", (now, entry_id))  # LRU stamp
+        self._stamps[entry_id] = now  # the LRU stamp, written with the next store (a write here could wait)
         return Entry(row[0], row[1], row[2], row[3], row[4], row[5])
 
     # -- writes ----------------------------------------------------------------------------------
 
     def put(self, entry: NewEntry, limits: TeamLimits) -> int:
+        """Store an answer; may wait for other writers (another worker's): call it off the event loop."""
         response = orjson.dumps(entry.response)
         blob = None if entry.vector is None else np.asarray(entry.vector, dtype=np.float32).reshape(DIMENSION).tobytes()
         size = len(response) + len(blob or b"") + len(entry.query or "")
         now = self.clock()
-        with self._lock:
+        with self._write_lock:
             self._purge_expired(entry.team, now)
-            if (old := self._id_of(entry.team, entry.exact_key)) is not None:
-                self._delete(entry.team, [old])  # a concurrent miss (of any worker) stored it first: the newer answer wins
-            cursor = self._db.execute(
+            old = self._writer.execute("SELECT id FROM entries WHERE team = ? AND exact_key = ?", (entry.team, entry.exact_key)).fetchone()
+            if old is not None:
+                self._delete(entry.team, [old[0]])  # a concurrent miss (of any worker) stored it first: the newer answer wins
+            cursor = self._writer.execute(
                 "INSERT INTO entries (team, partition, exact_key, route, query, embedding, response, size, created_at, expires_at, last_used_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (entry.team, entry.partition, entry.exact_key, entry.route, entry.query, blob, response, size, now, now + limits.ttl_s, now),
             )
             entry_id = int(cursor.lastrowid or 0)
-            self._remember(entry.team, entry_id, entry.partition, blob, size)
+            with self._lock:
+                self._remember(entry.team, entry_id, entry.partition, blob, size)
+            self._write_stamps()
             self._enforce_caps(entry.team, limits)
             return entry_id
 
@@ -201,15 +216,14 @@ class CacheStore:
         """Delete entries: one by key (within a team if given), a whole team, or everything. Returns the count.
         The entries are the file's, not only those this process stored: another worker's go too."""
         where = " AND ".join(["1", *(["team = ?"] if team is not None else []), *(["exact_key = ?"] if exact_key is not None else [])])
-        with self._lock:
-            rows = self._db.execute(f"SELECT team, id FROM entries WHERE {where}",
-                                    [value for value in (team, exact_key) if value is not None]).fetchall()
-        ids: dict[str, list[int]] = {}
-        for t, entry_id in rows:
-            ids.setdefault(t, []).append(entry_id)
-        for t, team_ids in ids.items():
-            for start in range(0, len(team_ids), DELETES_PER_HOLD):  # the lock let go between: see DELETES_PER_HOLD
-                with self._lock:
+        with self._write_lock:
+            rows = self._writer.execute(f"SELECT team, id FROM entries WHERE {where}",
+                                        [value for value in (team, exact_key) if value is not None]).fetchall()
+            ids: dict[str, list[int]] = {}
+            for t, entry_id in rows:
+                ids.setdefault(t, []).append(entry_id)
+            for t, team_ids in ids.items():
+                for start in range(0, len(team_ids), DELETES_PER_HOLD):  # the lock let go between: see DELETES_PER_HOLD
                     self._delete(t, team_ids[start:start + DELETES_PER_HOLD])
         return len(rows)
 
@@ -218,14 +232,23 @@ class CacheStore:
             return len(self._team(team).located)
 
     def close(self) -> None:
-        with self._lock:
+        with self._write_lock, self._lock:
+            self._write_stamps()
             self._db.close()
+            self._writer.close()
 
     # -- internals -------------------------------------------------------------------------------
 
     def _id_of(self, team: str, exact_key: str) -> int | None:
         row = self._db.execute("SELECT id FROM entries WHERE team = ? AND exact_key = ?", (team, exact_key)).fetchone()
         return int(row[0]) if row is not None else None
+
+    def _write_stamps(self) -> None:
+        """Write the LRU stamps of the hits since the last store (with the write lock held)."""
+        with self._lock:
+            stamps, self._stamps = self._stamps, {}
+        if stamps:
+            self._writer.executemany("UPDATE entries SET last_used_at = ? WHERE id = ?", [(at, i) for i, at in stamps.items()])
 
     def _team(self, team: str) -> _Team:
         state = self._teams.get(team)
@@ -244,15 +267,23 @@ class CacheStore:
             index.add([entry_id], np.frombuffer(blob, dtype=np.float32))
 
     def _delete(self, team: str, ids: list[int]) -> None:
+        """Delete entries from the file (with the write lock held), then from this process's structures."""
         if not ids:
             return
-        state = self._team(team)
+        rows: list[tuple[int, int]] = []
         for start in range(0, len(ids), 500):  # SQLite caps the number of bound parameters
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(f"SELECT id, size FROM entries WHERE team = ? AND id IN ({marks})", (team, *chunk)).fetchall()
-            self._db.execute(f"DELETE FROM entries NOT INDEXED WHERE team = ? AND id IN ({marks})", (team, *chunk))  # by row id, as in search
-            state.bytes -= sum(size for entry_id, size in rows if entry_id in state.located)  # another worker's are not counted here
+            rows += self._writer.execute(f"SELECT id, size FROM entries WHERE team = ? AND id IN ({marks})", (team, *chunk)).fetchall()
+            self._writer.execute(f"DELETE FROM entries NOT INDEXED WHERE team = ? AND id IN ({marks})", (team, *chunk))  # by row id, as in search
+        with self._lock:
+            self._forget(team, ids, rows)
+
+    def _forget(self, team: str, ids: list[int], rows: list[tuple[int, int]]) -> None:
+        state = self._team(team)
+        state.bytes -= sum(size for entry_id, size in rows if entry_id in state.located)  # another worker's are not counted here
+        for entry_id in ids:
+            self._stamps.pop(entry_id, None)
         by_partition: dict[str, list[int]] = {}
         for entry_id in ids:
             partition = state.located.pop(entry_id, None)
@@ -269,8 +300,8 @@ class CacheStore:
     def _purge_expired(self, team: str, now: float) -> None:
         """At most DELETES_PER_HOLD of the team's expired entries; later stores take the rest (lookups
         never return an expired entry)."""
-        rows = self._db.execute("SELECT id FROM entries WHERE team = ? AND expires_at <= ? LIMIT ?",
-                                (team, now, DELETES_PER_HOLD)).fetchall()
+        rows = self._writer.execute("SELECT id FROM entries WHERE team = ? AND expires_at <= ? LIMIT ?",
+                                    (team, now, DELETES_PER_HOLD)).fetchall()
         self._delete(team, [row[0] for row in rows])
 
     def _enforce_caps(self, team: str, limits: TeamLimits) -> None:
@@ -278,11 +309,12 @@ class CacheStore:
         at most DELETES_PER_HOLD a store, chosen by one read: later stores evict the rest. One entry
         went per statement while the team's bytes were over, and every entry over a lowered
         `max_entries` in one hold, on the loop every team's requests share."""
-        state = self._team(team)
-        count, size = len(state.located), state.bytes
+        with self._lock:
+            state = self._team(team)
+            count, size = len(state.located), state.bytes
         victims: list[int] = []
         if count > limits.max_entries or size > limits.max_bytes:
-            for entry_id, entry_size in self._db.execute("SELECT id, size FROM entries WHERE team = ? ORDER BY last_used_at, id LIMIT ?",
+            for entry_id, entry_size in self._writer.execute("SELECT id, size FROM entries WHERE team = ? ORDER BY last_used_at, id LIMIT ?",
                                                          (team, DELETES_PER_HOLD)).fetchall():
                 if count <= 1 or (count <= limits.max_entries and size <= limits.max_bytes):
                     break

@@ -31,7 +31,7 @@ async def test_no_adversarial_pair_is_served_either_way_at_the_loosest_precision
     for team, stored in (("forward", "a"), ("reversed", "b")):
         for pair in PAIRS:
             text = pair[stored]
-            cache.put(team, cache_keys(team, claude(text)), "test/model", {"content": [{"type": "text", "text": text}]}, vectors[text], config)
+            await cache.put(team, cache_keys(team, claude(text)), "test/model", {"content": [{"type": "text", "text": text}]}, vectors[text], config)
 
     async def ask(team: str, stored: str, asked: str, pair: dict) -> tuple[dict, str, bool]:
         keys = cache_keys(team, claude(pair[asked]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -158,17 +160,17 @@ def test_entries_from_another_embedding_space_keep_only_their_exact_tier(tmp_pat
 
 
 class _Holds:
-    """The store's lock, counting the entries each hold of it deletes."""
+    """The store's lock, counting the entries each hold of it drops from the in-memory structures."""
 
     def __init__(self, store: CacheStore) -> None:
         self.lock, self.deleted, self.current = store._lock, [0], 0
-        delete = store._delete
+        forget = store._forget
 
-        def counted(team: str, ids: list[int]) -> None:
+        def counted(team: str, ids: list[int], rows: list[tuple[int, int]]) -> None:
             self.current += len(ids)
-            delete(team, ids)
+            forget(team, ids, rows)
 
-        store._delete = counted  # type: ignore[method-assign]
+        store._forget = counted  # type: ignore[method-assign]
 
     def __enter__(self) -> None:
         self.lock.acquire()
@@ -224,7 +226,7 @@ def test_eviction_holds_the_lock_a_few_hundred_entries_at_a_time(tmp_path: Path)
     holds = _Holds(store)
     store._lock = holds  # type: ignore[assignment]
     reads = []
-    store._db.set_trace_callback(lambda sql: reads.append(sql) if "ORDER BY last_used_at" in sql else None)
+    store._writer.set_trace_callback(lambda sql: reads.append(sql) if "ORDER BY last_used_at" in sql else None)
     big = TeamLimits(ttl_s=600, max_entries=10_000, max_bytes=2_000 * 1_500)
     store.put(entry(5_000, size=1_500 * 1_500), big)  # room for about 500 of the small ones beside it
     assert max(holds.deleted) <= cache_store.DELETES_PER_HOLD and len(reads) == 1  # before: 1,709 evicted in one hold, one read each
@@ -240,3 +242,49 @@ def test_eviction_holds_the_lock_a_few_hundred_entries_at_a_time(tmp_path: Path)
     while store.count("a") > 10:
         store.put(entry(len(holds.deleted) + 9_000), fewer)
     assert store.get_exact("a", "key-9000") is not None
+
+
+def test_a_hit_reads_while_another_worker_writes(tmp_path: Path):
+    """The workers of `--workers N` share the file, and a lookup runs on the event loop every team's
+    requests share: a hit wrote its LRU stamp there, and so waited (up to SQLite's busy timeout,
+    5 s, then failed) while another worker wrote. A lookup only reads now; the stamp is written
+    with the next store, in time for its eviction."""
+    store = CacheStore(tmp_path / "c.db", clock=(clock := Clock()))
+    roomy = TeamLimits(ttl_s=60, max_entries=2, max_bytes=10**9)
+    store.put(entry(1), roomy)
+    clock.now += 1
+    store.put(entry(2), roomy)
+    other = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another worker in the middle of a write
+    store._db.execute("PRAGMA busy_timeout = 0")  # a wait on the reading connection fails at once
+    try:
+        clock.now += 1
+        hit = store.get_exact("a", "key-1")  # before: sqlite3.OperationalError: database is locked
+        assert hit is not None and [c.id for c in store.search("a", "p", vec(1), 1)] == [hit.id]
+    finally:
+        other.execute("ROLLBACK")
+    clock.now += 1
+    store.put(entry(3), roomy)  # over max_entries: the least recently used goes, key-2, not the hit key-1
+    assert store.get_exact("a", "key-1") is not None and store.get_exact("a", "key-2") is None
+
+
+async def test_the_loop_goes_on_while_a_store_waits_for_another_worker(services):
+    """`ResponseCache.put` stores in a thread: on the loop, a store that waited for another worker's
+    write held every team's requests until it got the file or failed."""
+    from sdk.cache.keys import cache_keys
+    from sdk.policy import SemanticCachePolicy
+    from sdk.types import Endpoint, LLMRequest
+
+    cache = services.response_cache()
+    keys = cache_keys("a", LLMRequest(Endpoint.MESSAGES, {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}))
+    other = sqlite3.connect(cache.store.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another worker in the middle of a write
+    try:
+        stored = asyncio.create_task(cache.put("a", keys, "emu/m", {"content": []}, None, SemanticCachePolicy(enabled=True)))
+        for _ in range(5):
+            await asyncio.sleep(0.02)  # the loop turns while the store waits
+        assert not stored.done()
+    finally:
+        other.execute("ROLLBACK")
+    assert await stored > 0
+    assert cache.store.get_exact("a", keys.exact) is not None
