@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import subprocess
@@ -67,8 +68,8 @@ class _KnownVectors:
     def __init__(self, vectors: dict[str, np.ndarray], embedder):
         self.vectors, self.embedder = vectors, embedder
 
-    async def embed(self, text: str) -> np.ndarray:
-        return self.vectors[text] if text in self.vectors else await self.embedder.embed(text)
+    async def embed(self, text: str, *tenant: str) -> np.ndarray:  # the team: since 82af9ae, not in the baseline's
+        return self.vectors[text] if text in self.vectors else await self.embedder.embed(text, *tenant)
 
 
 async def _lookups(cache, team: str, questions: list[str], concurrency: int, min_precision: float) -> list[dict]:
@@ -107,7 +108,9 @@ def child(workload_path: Path, out: Path, concurrency: int) -> None:
         async def store_all() -> None:
             for team, stored in ((TEAM, work["stored"]), ("adversarial", work["adversarial_stored"]), ("adversarial-reversed", work["adversarial_asked"])):
                 for question, vector in zip(stored, embedder.embed_many(stored), strict=True):
-                    await cache.put(team, cache_keys(team, _request(question)), "bench/model", _answer(question), vector, config)
+                    stored_id = cache.put(team, cache_keys(team, _request(question)), "bench/model", _answer(question), vector, config)
+                    if inspect.isawaitable(stored_id):  # async since 2026-11-27; the baseline tree's may be sync
+                        await stored_id
 
         asyncio.run(store_all())
         stored_s = time.perf_counter() - started
