@@ -17,6 +17,7 @@ prefix under different keys, so the provider caches it once per replica.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import logging
@@ -30,6 +31,7 @@ from typing import Any
 from sdk.types import LLMRequest, Protocol
 
 SECRET_ENV = "SLIPSTREAM_SECRET"
+SECRET_BYTES = 32
 _FILE = "server-secret"
 _END_USER_FIELDS = ("user", "safety_identifier")  # OpenAI's names for the end user, read by its abuse detection
 log = logging.getLogger("slipstream.prompt_cache")
@@ -53,10 +55,12 @@ def server_secret(data_dir: Path | None = None) -> bytes:
         if not path.exists():
             _create(path)
         _secret = path.read_bytes()
+        if len(_secret) < SECRET_BYTES:
+            _secret = _repair(path)
     except OSError as exc:  # a read-only data directory: keys stay unguessable, only not stable across restarts
         log.warning("cannot keep the server secret under %s (%s): using one for this process only; set %s",
                     path.parent, type(exc).__name__, SECRET_ENV)
-        _secret = secrets.token_bytes(32)
+        _secret = secrets.token_bytes(SECRET_BYTES)
         return _secret
     if os.environ.get("SLIPSTREAM_STATE_URL"):
         log.warning("%s is not set: replicas on other hosts derive other prompt-cache keys (set the same %s on every replica)",
@@ -70,17 +74,38 @@ def _create(path: Path) -> None:
     `--workers N` starting together all read the same whole secret. Created in place (O_EXCL, then
     written), the file could be read by another worker between the two, empty: that worker keyed its
     digests with no secret, and so unlike the others."""
-    fd, spare = tempfile.mkstemp(dir=path.parent, prefix=f".{_FILE}-")  # mode 0600
+    spare = _spare_secret(path)
     try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(secrets.token_bytes(32))
-            file.flush()
-            os.fsync(file.fileno())  # linked only once its bytes are on disk: a crash leaves no empty secret
         os.link(spare, path)
     except FileExistsError:
         pass  # another process was first: its secret is every worker's
     finally:
         os.unlink(spare)
+
+
+def _spare_secret(path: Path) -> str:
+    """A new secret in a file of its own beside `path` (mode 0600), on disk before it is linked or
+    moved into place: a crash leaves no empty secret."""
+    fd, spare = tempfile.mkstemp(dir=path.parent, prefix=f".{_FILE}-")
+    with os.fdopen(fd, "wb") as file:
+        file.write(secrets.token_bytes(SECRET_BYTES))
+        file.flush()
+        os.fsync(file.fileno())
+    return spare
+
+
+def _repair(path: Path) -> bytes:
+    """A secret file shorter than a secret (empty: left by a process that crashed between creating it
+    and writing it, or by an older release's race) would key every digest with next to nothing, so
+    every team's keys and user ids could be computed by anyone. It is replaced by a new secret once,
+    under a lock every worker takes, and re-read: workers repairing together all read the same one."""
+    with open(path.with_name(f".{_FILE}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if len(path.read_bytes()) < SECRET_BYTES:
+            log.warning("the server secret under %s was %d bytes: replaced by a new one (provider prompt-cache keys "
+                        "and end-user ids change once)", path.parent, len(path.read_bytes()))
+            os.replace(_spare_secret(path), path)
+        return path.read_bytes()
 
 
 def _digest(*parts: str, length: int = 32) -> str:

@@ -146,6 +146,27 @@ def test_workers_starting_together_share_one_whole_secret(tmp_path: Path, monkey
         assert [path.name for path in data_dir.iterdir()] == ["server-secret"]  # no spare file left behind
 
 
+def test_workers_replace_an_empty_secret_file_with_one_whole_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zero-byte secret file (a process that crashed between creating and writing it; the race
+    above in an older release) was read as the secret: every digest keyed with nothing, so anyone
+    could compute every team's prompt-cache keys and end-user ids. Workers starting on it now replace
+    it once, all with the same new secret."""
+    monkeypatch.delenv(keys.SECRET_ENV, raising=False)
+    fork = multiprocessing.get_context("fork")
+    for start_number in range(10):
+        data_dir, start, secrets = tmp_path / str(start_number), fork.Barrier(6), fork.Queue()
+        data_dir.mkdir()
+        (data_dir / "server-secret").write_bytes(b"")
+        workers = [fork.Process(target=_secret_of_a_worker, args=(data_dir, start, secrets)) for _ in range(6)]
+        for worker in workers:
+            worker.start()
+        read = [secrets.get(timeout=60) for _ in workers]
+        for worker in workers:
+            worker.join()
+        assert read == [(data_dir / "server-secret").read_bytes()] * 6 and len(read[0]) == 32, start_number
+        assert (data_dir / "server-secret").stat().st_mode & 0o077 == 0
+
+
 def test_an_unwritable_data_dir_still_gives_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(keys.SECRET_ENV, raising=False)
     monkeypatch.setattr(keys, "_secret", None)
