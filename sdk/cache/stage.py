@@ -225,6 +225,7 @@ class CacheStage:
     async def _capture(self, shape: Shape, keys: CacheKeys, stream: LLMStream, found: Lookup,
                        events: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
         capture = responses.StreamCapture() if shape is Endpoint.RESPONSES else answers.StreamCapture(shape)
+        stored = False
         try:
             async for item in events:
                 for event in events_of(item):
@@ -232,15 +233,17 @@ class CacheStage:
                         await off_loop(capture.feed, event)
                     else:
                         capture.feed(event)
+                if not stored and (message := capture.message()) is not None:
+                    # The answer is whole at its terminal event, and is stored before that event goes
+                    # out: the official clients stop reading there, and a client asking again at once
+                    # finds it (the store runs in a thread, so after the event it could come too late).
+                    stored = True
+                    if shape is Protocol.OPENAI and message.get("usage") is None and stream.usage.final:
+                        message["usage"] = answers.openai_usage_object(stream.usage)  # the client did not ask; we did
+                    await self._store(shape, keys, stream.route, message, found)
                 yield item
         finally:
             await close_after(events)
-        # Reached only when the stream ran to its end (a client that stops early closes us above).
-        message = capture.message()
-        if message is not None:
-            if shape is Protocol.OPENAI and message.get("usage") is None and stream.usage.final:
-                message["usage"] = answers.openai_usage_object(stream.usage)  # the client did not ask; we did
-            await self._store(shape, keys, stream.route, message, found)
 
     def _replay(self, ctx: RequestContext, found: Lookup) -> Answer:
         entry = found.entry
