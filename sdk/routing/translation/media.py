@@ -73,12 +73,21 @@ def o2a_document(file: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def a2o_document(block: dict[str, Any], where: str) -> dict[str, Any]:
-    """A Claude document block as a Chat part: a PDF as a `file` part (named by its title), plain text as text."""
+    """A Claude document block as a Chat part: a PDF as a `file` part (named by its title), plain text
+    as text, and a custom-content document (`source.type: content`, the client's own chunks) as its
+    text blocks' text, one after another."""
     source = block.get("source") or {}
     if (block.get("citations") or {}).get("enabled"):
         raise refuse(f"{where}: a document with citations", "OpenAI")
     if source.get("type") == "text":
         return {"type": "text", "text": source["data"]}
+    if source.get("type") == "content":
+        chunks = source.get("content")
+        if isinstance(chunks, str):
+            return {"type": "text", "text": chunks}
+        if isinstance(chunks, list) and all(isinstance(c, dict) and c.get("type") == "text" for c in chunks):
+            return {"type": "text", "text": "\n\n".join(str(c.get("text", "")) for c in chunks)}
+        raise refuse(f"{where}: a custom-content document with blocks other than text", "OpenAI")
     if source.get("type") == "base64" and source.get("media_type") == "application/pdf":
         return {"type": "file", "file": {"filename": block.get("title") or "document.pdf",
                                          "file_data": f"data:application/pdf;base64,{source['data']}"}}
