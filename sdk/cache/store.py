@@ -144,7 +144,7 @@ class CacheStore:
 
     def get_exact(self, team: str, exact_key: str, max_age_s: float | None = None) -> Entry | None:
         with self._lock:
-            entry_id = self._id_of(team, exact_key)
+            entry_id = self._id_of(self._db, team, exact_key)
             return self._fetch(team, entry_id, max_age_s) if entry_id is not None else None
 
     def search(self, team: str, partition: str, vector: np.ndarray, k: int, max_age_s: float | None = None) -> list[Candidate]:
@@ -197,9 +197,8 @@ class CacheStore:
         now = self.clock()
         with self._write_lock:
             self._purge_expired(entry.team, now)
-            old = self._writer.execute("SELECT id FROM entries WHERE team = ? AND exact_key = ?", (entry.team, entry.exact_key)).fetchone()
-            if old is not None:
-                self._delete(entry.team, [old[0]])  # a concurrent miss (of any worker) stored it first: the newer answer wins
+            if (old := self._id_of(self._writer, entry.team, entry.exact_key)) is not None:
+                self._delete(entry.team, [old])  # a concurrent miss (of any worker) stored it first: the newer answer wins
             cursor = self._writer.execute(
                 "INSERT INTO entries (team, partition, exact_key, route, query, embedding, response, size, created_at, expires_at, last_used_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -239,8 +238,9 @@ class CacheStore:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _id_of(self, team: str, exact_key: str) -> int | None:
-        row = self._db.execute("SELECT id FROM entries WHERE team = ? AND exact_key = ?", (team, exact_key)).fetchone()
+    @staticmethod
+    def _id_of(db: sqlite3.Connection, team: str, exact_key: str) -> int | None:
+        row = db.execute("SELECT id FROM entries WHERE team = ? AND exact_key = ?", (team, exact_key)).fetchone()
         return int(row[0]) if row is not None else None
 
     def _write_stamps(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError
-from sdk.promptcache.keys import scope_ids
+from sdk.promptcache.keys import scoped_ids
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.state.ownership import MISSING_FILE
@@ -66,18 +66,25 @@ def input_file_lines(lines: Iterator[bytes]) -> list[tuple[str, dict[str, Any]]]
 
 
 def keyed_params(body: dict[str, Any], team: str) -> bool:
-    """Namespace to `team` the client ids (`scope_ids`: a prompt_cache_key, the end user's
+    """Namespace to `team` the client ids (`scoped_ids`: a prompt_cache_key, the end user's
     metadata.user_id) of each request of a message batch create (`requests[].params`), in place;
     whether any changed."""
     requests = body.get("requests")
     params = [r.get("params") for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
-    return sum(scope_ids(p, team, Protocol.ANTHROPIC) for p in params if isinstance(p, dict)) > 0
+    return sum(_keyed(p, team, Protocol.ANTHROPIC) for p in params) > 0
 
 
 def keyed_body(body: Any, team: str) -> bool:
-    """Namespace to `team` an OpenAI request body's client ids (`scope_ids`: a prompt_cache_key, the
+    """Namespace to `team` an OpenAI request body's client ids (`scoped_ids`: a prompt_cache_key, the
     end user's `user` and `safety_identifier`), in place; whether any changed."""
-    return isinstance(body, dict) and scope_ids(body, team, Protocol.OPENAI)
+    return _keyed(body, team, Protocol.OPENAI)
+
+
+def _keyed(body: Any, team: str, protocol: Protocol) -> bool:
+    changes = scoped_ids(body, team, protocol) if isinstance(body, dict) else {}
+    if changes:
+        body.update(changes)
+    return bool(changes)
 
 
 # Names whose presence makes a batch input line worth parsing (a JSON escape could spell any of them).

@@ -101,9 +101,9 @@ def _repair(path: Path) -> bytes:
     under a lock every worker takes, and re-read: workers repairing together all read the same one."""
     with open(path.with_name(f".{_FILE}.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if len(path.read_bytes()) < SECRET_BYTES:
+        if (size := len(path.read_bytes())) < SECRET_BYTES:
             log.warning("the server secret under %s was %d bytes: replaced by a new one (provider prompt-cache keys "
-                        "and end-user ids change once)", path.parent, len(path.read_bytes()))
+                        "and end-user ids change once)", path.parent, size)
             os.replace(_spare_secret(path), path)
         return path.read_bytes()
 
@@ -135,34 +135,32 @@ def team_user(team: str, user_id: str) -> str:
     return f"user-{_digest('user', team, user_id)}"
 
 
-def scope_ids(body: dict[str, Any], team: str, protocol: Protocol) -> bool:
-    """Namespace to `team`, in place, what a body tells the shared provider account about who sent
-    it: a client `prompt_cache_key`, and the end user (OpenAI's `user` and `safety_identifier`,
-    Anthropic's `metadata.user_id`). Whether anything changed."""
-    changed = False
+def scoped_ids(body: dict[str, Any], team: str, protocol: Protocol) -> dict[str, Any]:
+    """What a body tells the shared provider account about who sent it, namespaced to `team`: the
+    fields to replace (none: an empty dict), for a client `prompt_cache_key` and the end user
+    (OpenAI's `user` and `safety_identifier`, Anthropic's `metadata.user_id`)."""
+    changes: dict[str, Any] = {}
     key = body.get("prompt_cache_key")
     if isinstance(key, str) and key:
-        body["prompt_cache_key"] = team_key(team, key)
-        changed = True
+        changes["prompt_cache_key"] = team_key(team, key)
     if protocol is Protocol.OPENAI:
         for name in _END_USER_FIELDS:
             value = body.get(name)
             if isinstance(value, str) and value:
-                body[name] = team_user(team, value)
-                changed = True
-        return changed
+                changes[name] = team_user(team, value)
+        return changes
     metadata = body.get("metadata")
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
     if isinstance(metadata, dict) and isinstance(user_id, str) and user_id:
-        body["metadata"] = {**metadata, "user_id": team_user(team, user_id)}  # the client's own dict stays as it was
-        changed = True
-    return changed
+        changes["metadata"] = {**metadata, "user_id": team_user(team, user_id)}  # the client's own dict stays as it was
+    return changes
 
 
 def with_team_ids(request: LLMRequest, team: str) -> LLMRequest:
-    """`request` with its client `prompt_cache_key` and end-user ids namespaced to `team` (`scope_ids`)."""
-    body = dict(request.body)
-    return replace(request, body=body) if scope_ids(body, team, request.endpoint.protocol) else request
+    """`request` with its client `prompt_cache_key` and end-user ids namespaced to `team` (`scoped_ids`);
+    the request itself when it names none, as most do."""
+    changes = scoped_ids(request.body, team, request.endpoint.protocol)
+    return replace(request, body={**request.body, **changes}) if changes else request
 
 
 def salted(protocol: Protocol, body: dict[str, Any], team: str) -> dict[str, Any]:

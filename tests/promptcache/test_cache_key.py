@@ -129,19 +129,26 @@ def _secret_of_a_worker(data_dir: Path, start: Any, secrets: Any) -> None:
     secrets.put(keys.server_secret(data_dir))
 
 
+def _secrets_of_six_workers(data_dir: Path) -> list[bytes]:
+    """The secret each of six forked workers read, all asking at once."""
+    fork = multiprocessing.get_context("fork")
+    start, secrets = fork.Barrier(6), fork.Queue()
+    workers = [fork.Process(target=_secret_of_a_worker, args=(data_dir, start, secrets)) for _ in range(6)]
+    for worker in workers:
+        worker.start()
+    read = [secrets.get(timeout=60) for _ in workers]
+    for worker in workers:
+        worker.join()
+    return read
+
+
 def test_workers_starting_together_share_one_whole_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first worker created the file and then wrote it: another could read it in between, empty,
     and key its digests with no secret (in about one start in six of six workers)."""
     monkeypatch.delenv(keys.SECRET_ENV, raising=False)
-    fork = multiprocessing.get_context("fork")
     for start_number in range(60):
-        data_dir, start, secrets = tmp_path / str(start_number), fork.Barrier(6), fork.Queue()
-        workers = [fork.Process(target=_secret_of_a_worker, args=(data_dir, start, secrets)) for _ in range(6)]
-        for worker in workers:
-            worker.start()
-        read = [secrets.get(timeout=60) for _ in workers]
-        for worker in workers:
-            worker.join()
+        data_dir = tmp_path / str(start_number)
+        read = _secrets_of_six_workers(data_dir)
         assert read == [(data_dir / "server-secret").read_bytes()] * 6 and len(read[0]) == 32, start_number
         assert [path.name for path in data_dir.iterdir()] == ["server-secret"]  # no spare file left behind
 
@@ -152,17 +159,11 @@ def test_workers_replace_an_empty_secret_file_with_one_whole_secret(tmp_path: Pa
     could compute every team's prompt-cache keys and end-user ids. Workers starting on it now replace
     it once, all with the same new secret."""
     monkeypatch.delenv(keys.SECRET_ENV, raising=False)
-    fork = multiprocessing.get_context("fork")
     for start_number in range(10):
-        data_dir, start, secrets = tmp_path / str(start_number), fork.Barrier(6), fork.Queue()
+        data_dir = tmp_path / str(start_number)
         data_dir.mkdir()
         (data_dir / "server-secret").write_bytes(b"")
-        workers = [fork.Process(target=_secret_of_a_worker, args=(data_dir, start, secrets)) for _ in range(6)]
-        for worker in workers:
-            worker.start()
-        read = [secrets.get(timeout=60) for _ in workers]
-        for worker in workers:
-            worker.join()
+        read = _secrets_of_six_workers(data_dir)
         assert read == [(data_dir / "server-secret").read_bytes()] * 6 and len(read[0]) == 32, start_number
         assert (data_dir / "server-secret").stat().st_mode & 0o077 == 0
 
