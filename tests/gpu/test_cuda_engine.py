@@ -140,16 +140,38 @@ def hf_greedy(path, prompt: list[int], new_tokens: int, dtype: torch.dtype) -> l
     return out[0, len(prompt):].tolist()
 
 
-def test_greedy_matches_hf_in_fp32_and_mostly_in_bf16(tiny_llama):
+# How far below fp32's best logit a bf16 greedy token may be, in units of the logits' spread. bf16
+# flips greedy tokens wherever fp32's top two are this close, and one flip changes everything after
+# it, so counting equal tokens measures the model's ties, not the engine: on the tiny model HF's own
+# bf16 `generate` agrees with its fp32 on 74 of 120 tokens, and the engine's on 64 (H100, 2026-11-27).
+# Judged by fp32 given each token's own prefix, the engine's bf16 tokens were within 0.06 of the best
+# (logit spread 1.2); a broken bf16 path (rotary, cache, norms) picks tokens whole logits below it.
+BF16_NEAR_TIE = 0.1
+
+
+def assert_near_fp32_choices(path, prompts: list[list[int]], outputs: list[list[int]]) -> None:
+    """Each generated token is fp32's greedy choice, or within BF16_NEAR_TIE of it, given the same prefix."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(CUDA).eval()
+    for prompt, tokens in zip(prompts, outputs, strict=True):
+        with torch.inference_mode():
+            logits = model(torch.tensor([prompt + tokens], device=CUDA)).logits[0, len(prompt) - 1 : -1]
+        chosen = logits.gather(1, torch.tensor(tokens, device=CUDA)[:, None])[:, 0]
+        gap = (logits.max(-1).values - chosen).max().item()
+        spread = logits.std(-1).mean().item()
+        print(f"\nbf16 tokens judged by fp32: furthest {gap:.3f} below its best (spread {spread:.2f})")
+        assert gap <= BF16_NEAR_TIE * spread, f"a token {gap:.3f} below fp32's best (spread {spread:.2f}): {tokens}"
+
+
+def test_greedy_matches_hf_in_fp32_and_is_near_fp32_in_bf16(tiny_llama):
     prompts = [[5, 17, 42, 99, 3, 250, 7], list(range(30, 90))]
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     fp32 = LLM(str(tiny_llama), dtype="float32", device="cuda", max_model_len=256).generate(prompts, params)
     for prompt, out in zip(prompts, fp32, strict=True):
         assert out.outputs[0].token_ids == hf_greedy(tiny_llama, prompt, 16, torch.float32)
     bf16 = LLM(str(tiny_llama), dtype="bfloat16", device="cuda", max_model_len=256).generate(prompts, params)
-    agree = sum(a == b for o, r in zip(bf16, fp32, strict=True)
-                for a, b in zip(o.outputs[0].token_ids, r.outputs[0].token_ids, strict=True))
-    assert agree >= 0.75 * 32
+    assert_near_fp32_choices(tiny_llama, prompts, [o.outputs[0].token_ids for o in bf16])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -170,8 +192,8 @@ def test_decode_cuda_graphs_match_eager(tiny_llama, dtype):
         # The same kernels; only the split-KV count may differ (chosen at capture for max_model_len),
         # which reorders an fp32 sum: far below what flips a greedy token here (HF parity holds too).
         assert got == want
-    else:
-        assert sum(a == b for g, w in zip(got, want, strict=True) for a, b in zip(g, w, strict=True)) >= 0.9 * 72
+    else:  # the split count reorders a bf16 sum too, which flips near-ties (108 of 120 equal, H100)
+        assert_near_fp32_choices(tiny_llama, prompts, got)
     assert [len(g) for g in got] == [40, 24, 8]
 
 
