@@ -7,8 +7,9 @@ searched before the built-in table). Anthropic's usage splits cache writes by TT
 per 1,000. The built-in figures and their public sources are in docs/spend.md.
 
 Spend is kept per team in one record per day and one per month (UTC), fields `total`, `key:ID`,
-`model:NAME` and `estimated` (the part of the total whose tokens the gateway counted because no usage
-came back: sdk/estimate.py); a team `budget` is checked against its period's `total` plus what
+`model:NAME`, `estimated` (the part of the total whose tokens the gateway counted because no usage
+came back: sdk/estimate.py) and `batch:ID` (a budgeted team's batch, charged its worst cost when
+created, until its results are read and charged instead); a team `budget` is checked against its period's `total` plus what
 requests in flight hold (each holds its worst cost, `worst_cost_usd`, until it settles) before each call.
 """
 
@@ -216,6 +217,17 @@ def spend_record(team: str, key_id: str | None, model: str, usd: float, estimate
     return SpendRecord(usd, tuple((record_key(team, p), p.keep_s) for p in periods()), fields)
 
 
+def batch_field(batch_id: str) -> str:
+    """The spend field holding what a budgeted team's batch was charged when created (its worst cost)
+    until its results are charged (`LimitsStage.charge_created_batch`, `true_up_batch`)."""
+    return f"batch:{batch_id}"
+
+
+def created_batch_record(team: str, batch_id: str, usd: float) -> SpendRecord:
+    """A created batch's worst cost, charged to `total` and its own field until its results are read."""
+    return SpendRecord(usd, tuple((record_key(team, p), p.keep_s) for p in periods()), ("total", batch_field(batch_id)))
+
+
 async def spend_report(state: StateBackend, team: str, budget: BudgetPolicy | None) -> dict[str, object]:
     """A team's spend this UTC day and month, by key and by model (GET /v1/slipstream/spend)."""
     report: dict[str, object] = {"team": team, "currency": "USD"}
@@ -227,6 +239,8 @@ async def spend_report(state: StateBackend, team: str, budget: BudgetPolicy | No
             "estimated": round(fields.get("estimated", 0.0), 6),  # part of the total counted by the gateway
             "by_key": {name[4:]: round(usd, 6) for name, usd in sorted(fields.items()) if name.startswith("key:")},
             "by_model": {name[6:]: round(usd, 6) for name, usd in sorted(fields.items()) if name.startswith("model:")},
+            # part of the total: batches charged their worst cost when created, whose results are not read yet
+            "unread_batches": round(sum(usd for name, usd in fields.items() if name.startswith("batch:")), 6),
         }
     if budget is not None:
         spent = report[budget.period]["total"]  # type: ignore[index]

@@ -53,6 +53,7 @@ SLOW_PATHS = {
     "tests/responses/test_quota.py": "mebibyte stores, turn after turn",
     "tests/responses/test_ownership.py::test_ownership_holds_across_replicas_over_redis": "a redis-server and two proxies",
     "tests/gateway/test_spend_isolation.py::test_two_replicas_over_redis": "a redis-server and two proxies",
+    "tests/gateway/test_passthrough_budget.py::test_two_replicas_count_each_others_batches": "a redis-server and two proxies",
     "tests/gateway/test_tenant_references.py::test_two_replicas": "a redis-server and two proxies",
     "tests/gateway/test_tenant_references.py::test_a_long_list_page": "a redis-server and 20,000 listed files",
     "tests/gateway/test_tenant_references.py::test_naming_many_files": "a redis-server and a 200,000-part body",

@@ -27,7 +27,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -42,8 +42,18 @@ from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_ids
 from sdk.responses.store import ResponseStore
 from sdk.services import Services
-from sdk.spend import PriceBook, budget_check, cost_usd, periods, spend_record, worst_cost_usd
-from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, StateBackend, team_slot
+from sdk.spend import (
+    PriceBook,
+    batch_field,
+    budget_check,
+    cost_usd,
+    created_batch_record,
+    periods,
+    record_key,
+    spend_record,
+    worst_cost_usd,
+)
+from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, SpendRecord, StateBackend, team_slot
 from sdk.state.ownership import check_account_objects, ownership_of
 from sdk.streams import on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
@@ -227,23 +237,50 @@ class LimitsStage:
             raise self._unpriced([model])
         return worst_cost_usd(input_tokens(request, RESERVE_EXACT_CHARS), output_limit(request), price)
 
-    async def check_fits(self, worst: float, what: str) -> None:
-        """Refuse with the budget's 429 work whose worst cost (`worst` USD) is more than what is left
-        of the budget, the period's spend and what requests in flight hold taken off. For a batch:
-        it runs after the call that creates it has answered, so no hold can cover it while it runs,
-        and it is admitted only if its worst case fits (docs/spend.md)."""
+    async def hold_batch(self, worst: float) -> Admission | None:
+        """Hold a batch's worst cost (`worst` USD, at batch rates) against the budget while the call
+        creating it runs, or refuse it with the budget's 429 unless all of it fits what is left (the
+        period's spend and what requests in flight hold taken off). Checked and held in one step, so
+        batches created together cannot each fit the same remainder. None without a budget. Once the
+        batch exists its hold becomes spend (`charge_created_batch`); otherwise `release_hold`."""
         budget = self.budget
         if budget is None or not worst:
-            return
-        check = budget_check(self.team, budget)
+            return None
+        check = budget_check(self.team, budget, worst)
         assert check is not None
-        fields = await self.state.spend(check.key)
-        left = budget.usd - fields.get("total", 0.0) - max(0.0, fields.get("held", 0.0))
-        if worst > left:
+        # A check admits while spend and holds stay under its `usd`: this one, only if `worst` fits whole.
+        hold = Admission(secrets.token_hex(16), budget=replace(check, usd=budget.usd - worst))
+        refusal = await self.state.admit(hold)
+        if refusal is not None:
             period = next(p for p in periods() if p.name == budget.period)
-            raise _limited(f"budget: team {self.team}'s {what} may cost up to ${worst:.6f}, more than the "
+            left = budget.usd - refusal.value
+            raise _limited(f"budget: team {self.team}'s batch at batch rates may cost up to ${worst:.6f}, more than the "
                            f"${max(0.0, left):.6f} left of its {_PERIODLY[budget.period]} budget of ${budget.usd:.2f} "
                            "(counting what requests in flight may still cost)", period.keep_s - 86_400)
+        return hold
+
+    def charge_created_batch(self, hold: Admission, batch_id: str) -> None:
+        """A created batch runs after the call that made it has answered, so no hold can cover it: its
+        worst cost is charged now (to `total` and `batch:ID`), where calls made while it runs and later
+        batches count it, and where it stays if its results are never read through the gateway (the
+        provider bills them all the same). `true_up_batch` replaces it with what the results say."""
+        assert hold.budget is not None
+        self.state.settle(Settlement(hold.lease, budget=hold.budget,
+                                     spend=created_batch_record(self.team, batch_id, hold.budget.reserve)))
+
+    def release_hold(self, hold: Admission) -> None:
+        """Let go of a batch's hold: the call that would have created it failed."""
+        self.state.settle(Settlement(hold.lease, budget=hold.budget))
+
+    async def true_up_batch(self, batch_id: str) -> None:
+        """Take back a batch's creation charge from each spend record that holds it, once its results
+        have been charged (at most once: the caller's claim)."""
+        field = batch_field(batch_id)
+        for period in periods():
+            key = record_key(self.team, period)
+            charged = (await self.state.spend(key)).get(field, 0.0)
+            if charged > 0:
+                self.state.settle(Settlement("", spend=SpendRecord(-charged, ((key, period.keep_s),), ("total", field))))
 
     def _priced_targets(self, model: str) -> tuple[Price, ...]:
         route = next((r for r in self.policy.routes if r.match.matches(model)), None)

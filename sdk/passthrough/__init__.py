@@ -9,8 +9,9 @@ provider's key in place of the client's team key. Both doors reach `forward` thr
    percent-encoding are refused before anything leaves.
 2. The team's rate and concurrency limits, and its budget for what runs a model (a completion, a
    batch), are admitted by the pipeline's own limits stage (sdk/limits/stage.py): a completion
-   holds its worst cost until its answer ends, a batch is created only if its worst cost at batch
-   rates fits in what is left of the budget.
+   holds its worst cost until its answer ends; a batch is created only if its worst cost at batch
+   rates fits in what is left of the budget (checked and held in one step), and is then charged it
+   until its results are read.
 3. Every model a completion or batch names (the completion's `model`, each line of a batch's input
    file, each request of a message batch) must be a name the pipeline's door takes (a 400
    otherwise) and match one of the team's routes (the router's 404), and that route must have a
@@ -24,7 +25,7 @@ provider's key in place of the client's team key. Both doors reach `forward` thr
    are namespaced to the team (a completion's, an uploaded file's lines', a message batch's
    params'), as the pipeline does for a call (sdk/promptcache/keys.py).
 5. Spend: a completion's usage at the model's price; batch results at batch rates (half price)
-   when they are read (docs/spend.md). One access log line and the pass-through metrics per request.
+   when they are read, replacing what a budgeted team's batch was charged when created (docs/spend.md). One access log line and the pass-through metrics per request.
 6. A provider's 401/403 (it refused the gateway's key, and may echo it) is replaced by the
    gateway's own answer.
 
@@ -183,6 +184,7 @@ class _Exchange:
     model: str = ""
     completion: LLMRequest | None = None  # a completion's request, counted when its answer carries no usage
     admission: Admission | None = None
+    batch_hold: Admission | None = None  # a batch's worst cost, held while the call creating it runs
     trace: RequestTrace | None = None
 
     @property
@@ -279,6 +281,9 @@ class _Exchange:
         admission, self.admission = self.admission, None
         if admission is not None:
             self.limits.settle(admission, self.client.key_id, model or self.model, usage, estimated=estimated)
+        hold, self.batch_hold = self.batch_hold, None
+        if hold is not None:  # still held: no batch was created
+            self.limits.release_hold(hold)
 
     def charge_batch(self, tally: Tally) -> None:
         for model, usage in tally.by_model.items():
@@ -359,7 +364,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
             raise ex.not_found("file", str(file_id))
         batch_worst = await ex.check_batch_input(file_id, limit)
     if batch_worst:  # it runs after this call answers: only a batch whose worst case fits is created
-        await ex.limits.check_fits(batch_worst, "batch at batch rates")
+        ex.batch_hold = await ex.limits.hold_batch(batch_worst)
     if op.object_id:
         output_of = await ex.check_owner(op.kind, op.object_id)
     elif op.action == "list":
@@ -400,6 +405,9 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
 
             data = await _own_pages(ex, data, query, page)
         rewritten = await _checked_object(ex, data)
+        if ex.batch_hold is not None and isinstance(batch_id := data.get("id"), str):
+            hold, ex.batch_hold = ex.batch_hold, None
+            ex.limits.charge_created_batch(hold, batch_id)
         return _answer(ex, status, ex.headers(response, len(rewritten)), once(rewritten), None)
     if 200 <= status < 300 and op.action == "delete":
         await ex.owners.disown(op.kind, op.object_id)
@@ -438,8 +446,11 @@ def _answer(ex: _Exchange, status: int, headers: list[tuple[str, str]], chunks: 
 
 
 async def _charge_once(ex: _Exchange, tally: Tally, batch_id: str) -> None:
+    """The first complete read of a batch's results (with usage in them) is charged, and the worst
+    cost its team was charged when it was created is taken back."""
     if await ex.limits.state.claim(f"batch-charged:{ex.team.team}:{batch_id}:{ex.op.object_id}", KEEP_S):
         ex.charge_batch(tally)
+        await ex.limits.true_up_batch(batch_id)
 
 
 async def _own_pages(ex: _Exchange, data: dict[str, Any], query: str,

@@ -7,6 +7,8 @@ provider key (the emulator's `up-openai` / `up-anthropic`):
 - a batch (OpenAI `/v1/batches`, Anthropic `/v1/messages/batches`) is created only if its worst
   cost at batch rates fits in what is left of the team's budget: one that does not is refused with
   the budget's 429 and never reaches the provider; the same batch from a team without a budget runs;
+  a created batch is charged its worst cost until its results are read, so batches created together
+  or one after another cannot each fit the same remainder;
 - a client `prompt_cache_key` in a batch (an uploaded input file's lines, a message batch's params)
   reaches the provider namespaced to the team: two teams sending the same key send different ones;
   an upload is keyed line by line as it streams, wherever its chunks are cut.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anthropic
@@ -31,10 +34,10 @@ from sdk.policy import Price
 from sdk.promptcache.keys import team_key
 from sdk.spend import worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
-from tests.helpers import anth, oai, write_policy
+from tests.helpers import anth, oai, skip_without_redis, wait_until, write_policy
 from tests.helpers import spend_report as spend
 
-ALPHA, BETA, THRIFTY = "sk-alpha-budget", "sk-beta-budget", "sk-thrifty-budget"
+ALPHA, BETA, THRIFTY, SAVER = "sk-alpha-budget", "sk-beta-budget", "sk-thrifty-budget", "sk-saver-budget"
 PRICED = 'pricing: {"gpt-3.5-*": {input: 1000, output: 1000}, "gpt-4o-mini": {input: 1000, output: 2000}}\n'
 COMPLETION = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once upon a time", "max_tokens": 16}
 MSG = {"model": "claude-sonnet-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
@@ -48,6 +51,7 @@ def policies(tmp_path_factory, emulator) -> Path:
     write_policy(directory, "alpha", ALPHA, emulator.url, extra=PRICED + f"budget: {{usd: {COMPLETIONS_BUDGET}, period: day}}\n")
     write_policy(directory, "beta", BETA, emulator.url, extra=PRICED)  # same provider key, no budget
     write_policy(directory, "thrifty", THRIFTY, emulator.url, extra=PRICED + "budget: {usd: 1, period: day}\n")
+    write_policy(directory, "saver", SAVER, emulator.url, extra=PRICED + "budget: {usd: 1, period: day}\n")
     return directory
 
 
@@ -110,7 +114,74 @@ def test_a_batch_is_created_only_if_its_worst_case_fits_the_budget(proxy, fresh_
     theirs = beta.files.create(file=("big.jsonl", big), purpose="batch")
     assert beta.batches.create(input_file_id=theirs.id, endpoint="/v1/chat/completions", completion_window="24h").id
     assert len(fresh_emulator.app.state.batches.entries) == 3
-    assert spend(proxy, THRIFTY)["budget"]["held"] == 0  # a batch holds nothing once created: it is charged when read
+    report = spend(proxy, THRIFTY)
+    assert report["budget"]["held"] == 0  # a created batch holds nothing: it is charged its worst cost
+    assert report["day"]["total"] == report["day"]["unread_batches"] > 0
+
+
+def test_a_created_batch_is_charged_its_worst_cost_until_its_results_are_read(proxy, fresh_emulator):
+    """A batch runs after the call creating it has answered, and was charged only when its results
+    were read: a team with $1 left created batch after batch worth $0.60 each (each checked against
+    the same remainder, with nothing held), and a batch whose results it never read was never charged.
+    Now creating one is checked and held in one step and charges its worst cost, replaced by what its
+    results say when they are read."""
+    saver = oai(proxy, SAVER)
+    # one line of up to 600 output tokens at $2,000 per million, at batch rates: ≈ $0.60 of a $1 budget
+    big = saver.files.create(file=("big.jsonl", batch_line("big", max_tokens=600) + b"\n"), purpose="batch")
+    worst = spend_worst_of(proxy)
+    assert 0.5 < worst < 1
+
+    def create() -> str | None:
+        try:
+            return saver.batches.create(input_file_id=big.id, endpoint="/v1/chat/completions", completion_window="24h").id
+        except openai.RateLimitError as exc:
+            assert "batch at batch rates may cost up to" in exc.body["message"]
+            return None
+
+    with ThreadPoolExecutor(2) as pool:  # two at once: one fits, not both
+        created = [batch for batch in pool.map(lambda _: create(), range(2)) if batch is not None]
+    assert len(created) == 1
+    assert create() is None  # nor one after it: the first is charged its worst cost while it runs
+    assert len(upstream(fresh_emulator, "/v1/batches")) == 1
+    report = spend(proxy, SAVER)["day"]
+    assert report["total"] == report["unread_batches"] == pytest.approx(worst, abs=2e-6)
+    assert spend(proxy, SAVER)["budget"]["held"] == 0
+    # Its results read through the gateway: charged what they say instead, and the budget is free again.
+    done = wait_until(lambda: (b := saver.batches.retrieve(created[0])).status == "completed" and b, "the batch completes")
+    assert done.output_file_id is not None
+    saver.files.content(done.output_file_id).read()
+    report = wait_until(lambda: (r := spend(proxy, SAVER)["day"])["unread_batches"] == 0 and r, "the batch trued up")
+    assert 0 < report["total"] < worst / 2 and report["total"] == pytest.approx(report["by_model"]["gpt-4o-mini"], abs=2e-6)
+    saver.files.content(done.output_file_id).read()  # read again: charged once, taken back once
+    assert spend(proxy, SAVER)["day"]["total"] == pytest.approx(report["total"])
+    assert create() is not None
+
+
+def test_two_replicas_count_each_others_batches(policies, fresh_emulator):
+    """Over Redis, a message batch created through one replica is charged where the other admits:
+    the second is refused there, and the results read through it take the charge back."""
+    skip_without_redis()
+    from gateway.testing import running_redis
+
+    params = {**MSG, "max_tokens": 100_000}  # Claude Sonnet 4.6 output at $15 per million, halved: ≈ $0.75 of $1
+    with running_redis() as server:
+        url = f"{server.url}?prefix=batch-holds&timeout_ms=500"
+        with running_proxy([policies], state_url=url) as one, running_proxy([policies], state_url=url) as two:
+            made = anth(one, SAVER).messages.batches.create(requests=[{"custom_id": "a", "params": params}])
+            with pytest.raises(anthropic.RateLimitError, match="batch at batch rates may cost up to"):
+                anth(two, SAVER).messages.batches.create(requests=[{"custom_id": "b", "params": params}])
+            assert spend(two, SAVER)["day"]["unread_batches"] == pytest.approx(0.75, abs=0.01)
+            later = anth(two, SAVER)
+            wait_until(lambda: later.messages.batches.retrieve(made.id).processing_status == "ended", "the batch ends")
+            assert [entry.custom_id for entry in later.messages.batches.results(made.id)] == ["a"]
+            wait_until(lambda: spend(one, SAVER)["day"]["unread_batches"] == 0, "the batch trued up on the other replica")
+            assert later.messages.batches.create(requests=[{"custom_id": "c", "params": params}]).id
+
+
+def spend_worst_of(proxy: RunningServer) -> float:
+    """What the 600-token line of `test_a_created_batch_is_charged…` may cost at batch rates."""
+    request = LLMRequest(Endpoint.CHAT_COMPLETIONS, orjson.loads(batch_line("big", max_tokens=600))["body"])
+    return worst_cost_usd(input_tokens(request), output_limit(request), Price(input=1000, output=2000), token_rate=0.5)
 
 
 def test_batch_prompt_cache_keys_are_namespaced_to_the_team(proxy, policies, fresh_emulator):
