@@ -20,6 +20,7 @@ from emulator.testing import running_emulator
 from gateway.testing import running_proxy
 from sdk.promptcache.keys import team_user
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.responses_answers import completion_c2r
 from sdk.routing.translation.responses_requests import responses_to_chat
 from tests.routing.conftest import inject, policy_text, routed_proxy
 from tests.routing.conftest import sent as _sent
@@ -486,3 +487,70 @@ def test_tools_that_are_not_an_array_are_the_clients_400(oa, fresh_emulator, too
         oa.responses.create(model="gpt-x", input="hi", tools=tools, stream=stream)
     assert "tools" in refused.value.message
     assert not fresh_emulator.app.state.recent
+
+
+SEARCH: Any = {"type": "tool_search", "execution": "client", "description": "Search the MCP tools.",
+               "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}
+SHELL: Any = {"type": "function", "name": "shell", "description": "Run a command.",
+              "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+
+
+def test_codexs_client_run_tool_search_reaches_claude_and_its_calls_come_back_as_searches(oa, fresh_emulator):
+    """Codex (0.144 and later) offers its MCP tools behind a tool search it runs itself (`{"type": "tool_search",
+    "execution": "client"}`), on every request: every Codex request was a 400 for a translated target ('the
+    built-in tool 'tool_search''). The search goes as a function `tool_search`; Claude's call of it comes back as
+    a `tool_search_call` item (body and stream), and the history's search and its output go as that function's
+    call and result, the tools it loaded offered from then on."""
+    answer = oa.responses.create(model="gpt-x", input="List the open issues.", tools=[SEARCH, SHELL], tool_choice="required")
+    sent = _sent(fresh_emulator)
+    assert [t["name"] for t in sent["tools"]] == ["tool_search", "shell"]
+    assert sent["tools"][0]["description"] == "Search the MCP tools." and sent["tools"][0]["input_schema"]["required"] == ["query"]
+    call: Any = answer.output[-1]
+    assert (call.type, call.execution, call.status) == ("tool_search_call", "client", "completed")
+    assert isinstance(call.arguments, dict) and "query" in call.arguments and call.call_id
+    with oa.responses.stream(model="gpt-x", input="List the open issues.", tools=[SEARCH, SHELL], tool_choice="required") as stream:
+        added = [e.item.type for e in stream if e.type == "response.output_item.added"]
+        final: Any = stream.get_final_response()
+    assert added == ["tool_search_call"] and final.output[-1].type == "tool_search_call"
+    assert isinstance(final.output[-1].arguments, dict) and "query" in final.output[-1].arguments
+    # The next turn: the search and what it loaded (an MCP app's namespace, as Codex loads them) in the history.
+    tracker = {"type": "namespace", "name": "mcp__tracker", "description": "The issue tracker.", "tools": [
+        {"type": "function", "name": "list_issues", "defer_loading": True,
+         "parameters": {"type": "object", "properties": {"state": {"type": "string"}}, "required": ["state"]}}]}
+    history: Any = [{"role": "user", "content": "List the open issues."},
+                    {"type": "tool_search_call", "call_id": "call_s1", "execution": "client", "status": "completed",
+                     "arguments": {"query": "issues"}},
+                    {"type": "tool_search_output", "call_id": "call_s1", "execution": "client", "status": "completed",
+                     "tools": [tracker]}]
+    assert oa.responses.create(model="gpt-x", input=history, tools=[SEARCH, SHELL]).output
+    sent = _sent(fresh_emulator)
+    assert [t["name"] for t in sent["tools"]] == ["tool_search", "shell", "mcp__tracker__list_issues"]
+    assert "defer_loading" not in sent["tools"][2]
+    used = sent["messages"][1]["content"][0]
+    assert (used["type"], used["name"], used["input"]) == ("tool_use", "tool_search", {"query": "issues"})
+    result = sent["messages"][2]["content"][0]
+    assert result["tool_use_id"] == used["id"] and "Tools loaded: mcp__tracker__list_issues" in json.dumps(result["content"])
+    # Claude's call of a loaded namespace tool comes back by the tool's name and its namespace.
+    chat = {"choices": [{"message": {"tool_calls": [{"id": "call_2", "type": "function", "function": {
+        "name": "mcp__tracker__list_issues", "arguments": '{"state": "open"}'}}]}, "finish_reason": "tool_calls"}]}
+    item = json.loads(completion_c2r({"model": "gpt-x", "input": history, "tools": [SEARCH]}, "resp_1", json.dumps(chat).encode()))
+    assert [(o["type"], o["name"], o["namespace"]) for o in item["output"]] == [("function_call", "list_issues", "mcp__tracker")]
+
+
+def test_a_provider_run_tool_search_reaches_claude_with_its_deferred_tools_from_the_start(oa, fresh_emulator):
+    """OpenAI's hosted tool search (execution server, its default) has no counterpart on Claude through Chat: it
+    was a 400. It is left out and named, and the tools it would have searched are offered from the start; the
+    history's searches run by the provider hold nothing another model reads. A function named `tool_search` beside
+    a client-run search is refused: its calls could not be told apart."""
+    deferred = {**SHELL, "defer_loading": True}
+    history: Any = [{"role": "user", "content": "Run ls."},
+                    {"type": "tool_search_call", "id": "tsc_1", "execution": "server", "status": "completed", "arguments": {"q": "sh"}},
+                    {"type": "tool_search_output", "id": "tso_1", "execution": "server", "status": "completed", "tools": [deferred]}]
+    raw = oa.responses.with_raw_response.create(model="gpt-x", input=history, tools=[{"type": "tool_search"}, deferred])
+    assert raw.parse().output and "tools.tool_search" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    sent = _sent(fresh_emulator)
+    assert [t["name"] for t in sent["tools"]] == ["shell"] and "defer_loading" not in sent["tools"][0]
+    assert [m["role"] for m in sent["messages"]] == ["user"]
+    clash = {**SHELL, "name": "tool_search"}
+    with pytest.raises(openai.BadRequestError, match="a tool named 'tool_search' beside a client-run tool search"):
+        oa.responses.create(model="gpt-x", input="Run ls.", tools=[SEARCH, clash])

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation import tool_search
 from sdk.routing.translation.breakpoints import (
     BREAKPOINT,
     breakpoints_travel,
@@ -237,7 +238,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                               "text source for Claude, its text for a Chat model, which takes PDFs only); an input_file by file_url → a document from that URL "
                               "for Claude (a Chat target takes files inline only: refused); a part's `prompt_cache_breakpoint` → "
                               "a breakpoint for Claude, as from Chat Completions, and as it is for a Chat model that takes it "
-                              "(gpt-5.6 and later; elsewhere dropped, named); reasoning items left out)"),
+                              "(gpt-5.6 and later; elsewhere dropped, named); a client-run tool search's tool_search_call and tool_search_output as "
+                              "a call of the function `tool_search` and its result naming the tools it loaded, which are offered "
+                              "from then on; a provider-run search's, and reasoning items, left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "
@@ -245,7 +248,10 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                               "tools (openai 3.x, Codex's collaboration and MCP app tools) as tools named `NAMESPACE__NAME`, "
                               "the history's calls of them too, their calls answered with the tool's name and `namespace`; web_search "
                               "(and web_search_preview) to Claude as its web search server tool, as Chat's "
-                              "web_search_options; other built-in tools, and web search to a Chat target, refused"),
+                              "web_search_options; tool_search run by the client (Codex's, for its MCP tools) as a function `tool_search`, its "
+                              "calls answered as tool_search_call items; tool_search run by the provider left out, named as "
+                              "tools.tool_search, its deferred tools offered from the start; other built-in tools, and web "
+                              "search to a Chat target, refused"),
         "tool_choice": Field(T, "tool_choice (a custom tool's as its function's; allowed_tools as Chat's, which a Claude "
                                 "target gets as only the allowed tools)"),
         "parallel_tool_calls": Field(T, "parallel_tool_calls"),
@@ -333,6 +339,8 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
                 dropped.append("reasoning.summary")
             if value.get("effort") is not None and not effort_travels(target, body.get("model")):
                 dropped.append("reasoning.effort")
+        elif shape is Shape.RESPONSES and key == "tools":
+            dropped += tool_search.dropped(value)  # a search the provider would run: the deferred tools go from the start
         elif shape is Shape.CHAT and key == "safety_identifier" and body.get("user"):
             dropped.append(key)  # the end user Claude is told of is the `user`
         elif shape is Shape.RESPONSES and not _cache_setting_travels(key, value, target, body.get("model")):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sdk.routing.translation.tool_search import offered
+
 SEPARATOR = "__"
 
 
@@ -47,10 +49,14 @@ def call_name(item: dict[str, Any]) -> Any:
 
 
 def namespaced(request: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """Joined name → (namespace, name) for every tool of `request`'s namespaces."""
+    """Joined name → (namespace, name) for every tool of `request`'s namespaces (a client-run tool search's too)."""
     return {joined(tool.get("name"), inner.get("name")): (str(tool.get("name")), str(inner.get("name")))
-            for tool in request.get("tools") or () if isinstance(tool, dict) and tool.get("type") == "namespace"
+            for tool in _listed(offered(request)) if isinstance(tool, dict) and tool.get("type") == "namespace"
             for inner in tool.get("tools") or () if isinstance(inner, dict)}
+
+
+def _listed(tools: Any) -> list[Any]:
+    return tools if isinstance(tools, list) else []
 
 
 def as_called(item: dict[str, Any], names: dict[str, tuple[str, str]]) -> dict[str, Any]:

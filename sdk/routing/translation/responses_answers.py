@@ -21,6 +21,8 @@ import orjson
 
 from sdk.routing.translation.namespaces import as_called, flattened, namespaced
 from sdk.routing.translation.responses_requests import CUSTOM_INPUT
+from sdk.routing.translation.tool_search import TOOL_SEARCH, answered_arguments, offered, searched
+from sdk.routing.translation.tool_search import call_item as search_call_item
 from sdk.routing.translation.web_search import annotations_c2r
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -97,8 +99,9 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, st
 
 
 def custom_tools(request: dict[str, Any]) -> set[str]:
-    """The names of `request`'s custom tools, which a Chat upstream calls as functions of one string."""
-    return {str(tool.get("name")) for tool in flattened(request.get("tools")) if isinstance(tool, dict) and tool.get("type") == "custom"}
+    """The names of `request`'s custom tools (a client-run tool search's too), which a Chat upstream calls as
+    functions of one string."""
+    return {str(tool.get("name")) for tool in flattened(offered(request)) if isinstance(tool, dict) and tool.get("type") == "custom"}
 
 
 def custom_input(arguments: str) -> str:
@@ -126,10 +129,13 @@ def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> by
         output.append(message_item(new_id("msg"), message["content"], annotations=annotations_c2r(message)))
     elif message.get("refusal"):
         output.append(message_item(new_id("msg"), message["refusal"], refusal=True))
-    custom, names = custom_tools(request), namespaced(request)
+    custom, names, searches = custom_tools(request), namespaced(request), searched(request)
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         name, call_id, arguments = function.get("name") or "", call.get("id") or new_id("call"), function.get("arguments") or "{}"
+        if searches and name == TOOL_SEARCH:
+            output.append(search_call_item(new_id("tsc"), call_id, answered_arguments(arguments)))
+            continue
         output.append(as_called(custom_call_item(new_id("ctc"), call_id, name, custom_input(arguments)) if name in custom
                                 else function_call_item(new_id("fc"), call_id, name, arguments), names))
     finish = choice.get("finish_reason")

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from sdk.routing.translation import web_search
+from sdk.routing.translation import tool_search, web_search
 from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, options_travel, unmarked
 from sdk.routing.translation.fields import Shape, check, effort_travels, refuse, retention_travels
 from sdk.routing.translation.media import file_text, textual
@@ -65,7 +65,10 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     out["messages"] += _messages(items or [], target)
     if not breakpoints_travel(target, body.get("model")):  # a Chat model before gpt-5.6 (fields.py names them dropped)
         unmarked(out["messages"])
-    tools = list(enumerate(flattened(body.get("tools"))))  # a namespace's tools as tools of their own (namespaces.py)
+    # a namespace's tools as tools of their own (namespaces.py); those a client-run tool search loaded too (tool_search.py)
+    tools = list(enumerate(flattened(tool_search.offered(body))))
+    if tool_search.searched(body) and any(tool.get("name") == tool_search.TOOL_SEARCH for _, tool in tools if isinstance(tool, dict)):
+        raise refuse(f"a tool named {tool_search.TOOL_SEARCH!r} beside a client-run tool search", target)
     if target.startswith("Anthropic"):  # web search: Claude's server tool, by way of Chat's web_search_options
         searches = [tool for _, tool in tools if isinstance(tool, dict) and tool.get("type") in web_search.RESPONSES_TOOLS]
         if searches:
@@ -129,6 +132,8 @@ def _custom(tool: dict[str, Any], target: str) -> dict[str, Any]:
 def _tool(tool: dict[str, Any], where: str, target: str) -> dict[str, Any]:
     if tool.get("type") == "custom":
         return _custom(tool, target)
+    if tool_search.is_search(tool):  # run by the client: offered() left out one run by the provider
+        return tool_search.search_function(tool)
     if tool.get("type") != "function":
         raise refuse(f"{where}: the built-in tool {tool.get('type')!r}", target)
     function: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
@@ -154,6 +159,9 @@ def _tool_choice(choice: Any, target: str) -> Any:
     raise refuse(f"tool_choice {kind!r}", target)
 
 
+_OUTPUTS = ("function_call_output", "custom_tool_call_output", "tool_search_output")  # one turn's results, in a row
+
+
 def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
     """Input items in order; function calls join the assistant turn they follow, as Chat requires."""
     out: list[dict[str, Any]] = []
@@ -163,19 +171,25 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise refuse(f"{where}: an item that is not an object", target)
         kind = item.get("type", "message")
-        if attached and kind not in ("function_call_output", "custom_tool_call_output"):  # after the outputs of one turn, all of them
+        if attached and kind not in _OUTPUTS:  # after the outputs of one turn, all of them
             out.append({"role": "user", "content": attached})
             attached = []
         if kind == "message":
             out.append(_message(item, where, target))
-        elif kind in ("function_call", "custom_tool_call"):
-            arguments = (item.get("arguments") or "{}") if kind == "function_call" else orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
-            call = {"id": openai_tool_id(item["call_id"]), "type": "function", "function": {"name": call_name(item), "arguments": arguments}}
+        elif kind in ("tool_search_call", "tool_search_output") and item.get("execution") != "client":
+            continue  # run by the provider: its deferred tools are offered from the start (tool_search.py)
+        elif kind in ("function_call", "custom_tool_call", "tool_search_call"):
+            name = tool_search.TOOL_SEARCH if kind == "tool_search_call" else call_name(item)
+            call = {"id": openai_tool_id(item.get("call_id") or ""), "type": "function",
+                    "function": {"name": name, "arguments": _arguments(kind, item)}}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "tool_search_output":
+            out.append({"role": "tool", "tool_call_id": openai_tool_id(item.get("call_id") or ""), "content": tool_search.output_text(
+                [str(tool.get("name")) for tool in flattened(item.get("tools")) if isinstance(tool, dict) and tool.get("name")])})
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, parts = _output(item.get("output"), where, target)
             out.append({"role": "tool", "tool_call_id": openai_tool_id(item["call_id"]), "content": text})
@@ -190,6 +204,15 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
     if attached:
         out.append({"role": "user", "content": attached})
     return out
+
+
+def _arguments(kind: str, item: dict[str, Any]) -> str:
+    """A history call's arguments as Chat's JSON string: a custom tool's string as `input`, a tool search's object."""
+    if kind == "function_call":
+        return item.get("arguments") or "{}"
+    if kind == "tool_search_call":
+        return tool_search.call_arguments(item)
+    return orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
 
 
 def _message(item: dict[str, Any], where: str, target: str) -> dict[str, Any]:

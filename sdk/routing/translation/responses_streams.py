@@ -35,6 +35,8 @@ from sdk.routing.translation.responses_answers import (
     usage_c2r,
 )
 from sdk.routing.translation.streams import DONE, ChunkError, read_chunk
+from sdk.routing.translation.tool_search import TOOL_SEARCH, answered_arguments, searched
+from sdk.routing.translation.tool_search import call_item as search_call_item
 from sdk.routing.translation.web_search import annotations_c2r
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
@@ -58,6 +60,9 @@ def _framed(kind: str, sequence: int, fields: dict[str, Any]) -> bytes:
 _ECHO_ONCE_CHARS = 4096
 
 
+_WHOLE = ("custom_tool_call", "tool_search_call")  # items whose arguments are sent once they are whole
+
+
 class ChatToResponses:
     """Feeds on an OpenAI chunk stream, yields Responses events for `request`'s response `response_id`."""
 
@@ -76,8 +81,8 @@ class ChatToResponses:
         self.output: list[dict[str, Any]] = []  # items in output order, completed as they close
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.calls: dict[int, int] = {}  # chat tool_call index → output index
-        self.custom, self.names = custom_tools(request), namespaced(request)
-        self.raw = ""  # the open custom tool call's arguments: its input is sent once they are whole
+        self.custom, self.names, self.searches = custom_tools(request), namespaced(request), searched(request)
+        self.raw = ""  # the open custom tool call's (or tool search call's) arguments: sent once they are whole
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
 
@@ -169,10 +174,13 @@ class ChatToResponses:
             out += self._close()
             self.calls[index] = len(self.output)
             name, call_id = function.get("name") or "", call.get("id") or new_id("call")
-            self.open = as_called(custom_call_item(new_id("ctc"), call_id, name, "", status="in_progress") if name in self.custom
-                                  else function_call_item(new_id("fc"), call_id, name, "", status="in_progress"), self.names)
+            if self.searches and name == TOOL_SEARCH:
+                self.open = search_call_item(new_id("tsc"), call_id, {}, status="in_progress")
+            else:
+                self.open = as_called(custom_call_item(new_id("ctc"), call_id, name, "", status="in_progress") if name in self.custom
+                                      else function_call_item(new_id("fc"), call_id, name, "", status="in_progress"), self.names)
             out.append(self._event("response.output_item.added", output_index=len(self.output), item=dict(self.open)))
-        if function.get("arguments") and self.open is not None and self.open["type"] == "custom_tool_call":
+        if function.get("arguments") and self.open is not None and self.open["type"] in _WHOLE:
             self.raw += function["arguments"]
         elif function.get("arguments") and self.open is not None and self.calls[index] == len(self.output):
             self.open["arguments"] += function["arguments"]
@@ -195,6 +203,8 @@ class ChatToResponses:
                                 text=part["text"], logprobs=[]))
             out = [done,
                    self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)]
+        elif item["type"] == "tool_search_call":  # OpenAI streams its items whole: no argument events
+            item["arguments"], self.raw, out = answered_arguments(self.raw), "", []
         elif item["type"] == "custom_tool_call":
             item["input"], self.raw = custom_input(self.raw), ""
             out = [self._event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=item["input"]),

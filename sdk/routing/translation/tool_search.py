@@ -1,0 +1,101 @@
+"""Responses tool search across a translation.
+
+A Responses request may defer tools and offer `{"type": "tool_search"}` to load them as needed. Codex
+(0.144 and later) always does so for its MCP tools, with the search run by the client
+(`"execution": "client"`): the model calls the tool search with arguments the client's `parameters`
+describe (a `tool_search_call` item), the client searches its own catalogue and answers with a
+`tool_search_output` item whose `tools` are offered from then on. A Chat or Claude target has no such
+tool, so:
+
+- a client-run tool search goes as a function tool named `tool_search` (its description and
+  parameters as the client wrote them); the upstream's calls of it come back as `tool_search_call`
+  items, and the history's calls and outputs go as that function's calls and results, the result
+  naming the tools it loaded, which are sent as tools of their own;
+- a search run by the provider (`"execution": "server"`, OpenAI's default) has no counterpart: it is
+  left out (named `tools.tool_search`) and the deferred tools go from the start, as they are in the
+  request's tools; the history's server-run searches hold nothing another model reads, and are left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jiter
+import orjson
+
+TOOL_SEARCH = "tool_search"  # the function a client-run search goes as
+_LOADED_ANSWER = "Tools loaded: "
+
+
+def _by_client(entry: Any) -> bool:
+    return isinstance(entry, dict) and entry.get("execution") == "client"
+
+
+def is_search(tool: Any) -> bool:
+    return isinstance(tool, dict) and tool.get("type") == TOOL_SEARCH
+
+
+def dropped(tools: Any) -> list[str]:
+    """`tools.tool_search` when the request offers a search run by the provider: left out, and named."""
+    return [f"tools.{TOOL_SEARCH}"] if isinstance(tools, list) and any(is_search(t) and not _by_client(t) for t in tools) else []
+
+
+def offered(body: dict[str, Any]) -> Any:
+    """The tools a translated request offers: its own (less a provider-run search), then those its client-run
+    searches loaded (`tool_search_output` items), each name once."""
+    tools, items = body.get("tools"), body.get("input")
+    if tools is not None and not isinstance(tools, list):
+        return tools  # the client's error, which namespaces.flattened names
+    loaded = [tool for item in items if isinstance(item, dict) and item.get("type") == "tool_search_output" and _by_client(item)
+              and isinstance(item.get("tools"), list) for tool in item["tools"]] if isinstance(items, list) else []
+    out, names = [], set()
+    for tool in [*(tools or ()), *loaded]:
+        if is_search(tool) and not _by_client(tool):
+            continue
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if name is None or name not in names:
+            out.append(tool)
+            names.add(name)
+    return out
+
+
+def search_function(tool: dict[str, Any]) -> dict[str, Any]:
+    """A client-run tool search as the Chat function tool the upstream calls."""
+    function: dict[str, Any] = {"name": TOOL_SEARCH, "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+    function["description"] = tool.get("description") or "Search for tools to load, and load those found."
+    return {"type": "function", "function": function}
+
+
+def searched(request: dict[str, Any]) -> bool:
+    """Whether an upstream call of the function named `tool_search` is `request`'s client-run tool search (it
+    offered one: a function of its own of that name beside it is refused)."""
+    tools = request.get("tools")
+    return isinstance(tools, list) and any(is_search(tool) and _by_client(tool) for tool in tools)
+
+
+def answered_arguments(raw: str) -> Any:
+    """The upstream's arguments of a search call as the item's object (what was written of them, for a call cut
+    by the output limit; {} if they hold no object)."""
+    try:
+        value = jiter.from_json(raw.encode(), partial_mode="trailing-strings")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def call_arguments(item: dict[str, Any]) -> str:
+    """A history `tool_search_call`'s arguments as the function call's JSON."""
+    arguments = item.get("arguments")
+    return arguments if isinstance(arguments, str) else orjson.dumps(arguments if arguments is not None else {}).decode()
+
+
+def output_text(names: list[str]) -> str:
+    """A history `tool_search_output` as its call's result: the names (as the upstream knows them) of the tools
+    it loaded, which are sent as tools."""
+    return _LOADED_ANSWER + ", ".join(names) if names else "No tools found."
+
+
+def call_item(item_id: str, call_id: str, arguments: Any, status: str = "completed") -> dict[str, Any]:
+    """The upstream's call of the search function as the Responses item the client runs its search for."""
+    return {"id": item_id, "type": "tool_search_call", "status": status, "call_id": call_id, "execution": "client",
+            "arguments": arguments}
