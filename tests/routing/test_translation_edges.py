@@ -554,3 +554,25 @@ def test_a_provider_run_tool_search_reaches_claude_with_its_deferred_tools_from_
     clash = {**SHELL, "name": "tool_search"}
     with pytest.raises(openai.BadRequestError, match="a tool named 'tool_search' beside a client-run tool search"):
         oa.responses.create(model="gpt-x", input="Run ls.", tools=[SEARCH, clash])
+
+
+def test_anthropics_tool_search_reaches_an_openai_model_with_its_deferred_tools_from_the_start(an, fresh_emulator):
+    """Anthropic's tool search server tool loads `defer_loading` tools as Claude asks for them; a Messages request
+    offering it was a 400 for an OpenAI target ('server tool 'tool_search_tool_regex_20251119''). It is left out
+    and named, the deferred tools are offered from the start, and the history's searches are left out."""
+    weather = {"name": "get_weather", "description": "Weather for a city", "defer_loading": True,
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+    tools: Any = [{"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}, weather]
+    turns: Any = [{"role": "user", "content": "Weather in Oslo?"},
+                  {"role": "assistant", "content": [
+                      {"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_regex", "input": {"query": "weather"}},
+                      {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {
+                          "type": "tool_search_tool_search_result", "tool_references": [{"type": "tool_reference", "tool_name": "get_weather"}]}},
+                      {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "Mild."}]}]
+    raw = an.messages.with_raw_response.create(model="claude-x", max_tokens=64, messages=turns, tools=tools)
+    assert raw.parse().content and "tools.tool_search_tool_regex_20251119" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    sent = _sent(fresh_emulator)
+    assert [t["function"]["name"] for t in sent["tools"]] == ["get_weather"] and "defer_loading" not in sent["tools"][0]["function"]
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
+    assert [c["function"]["name"] for c in sent["messages"][1]["tool_calls"]] == ["get_weather"]

@@ -198,7 +198,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "tools": Field(T, "function tools (strict unless the schema has optional inputs, which OpenAI's strict mode "
                           "refuses; `input_examples` at the end of the description; a name over OpenAI's 64 characters, which Claude's 128 allow, as its first 55, `_` and 8 "
                           "hex digits of its SHA-256, in the history and tool_choice too, the answer's calls given the "
-                          "client's name back; server tools refused)"),
+                          "client's name back; Anthropic's tool search (regex, BM25) left out, named as tools.TYPE, its deferred "
+                          "tools offered from the start and the history's searches left out; other server tools refused)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),
         "metadata": Field(T, "metadata.user_id → user (as every end-user id, the team's 37-character digest of it, "
                              "so Claude Code's ~150-character ids fit OpenAI's 64); nothing else in it changes the answer"),
@@ -339,7 +340,7 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
                 dropped.append("reasoning.summary")
             if value.get("effort") is not None and not effort_travels(target, body.get("model")):
                 dropped.append("reasoning.effort")
-        elif shape is Shape.RESPONSES and key == "tools":
+        elif shape in (Shape.RESPONSES, Shape.MESSAGES) and key == "tools":
             dropped += tool_search.dropped(value)  # a search the provider would run: the deferred tools go from the start
         elif shape is Shape.CHAT and key == "safety_identifier" and body.get("user"):
             dropped.append(key)  # the end user Claude is told of is the `user`

@@ -21,6 +21,7 @@ from sdk.routing.translation.output_limits import claude_output_limit, default_m
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_id, openai_tool_name
+from sdk.routing.translation.tool_search import claude_tool_search
 from sdk.routing.translation.web_search import claude_tool
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
@@ -110,8 +111,8 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
         out["messages"].append({"role": "system", "content": system_parts(system, text) if explicit and isinstance(system, list) else text})
     for i, message in enumerate(body.get("messages") or ()):
         out["messages"].extend(_a2o_message(message, f"messages.{i}", explicit))
-    if body.get("tools"):
-        out["tools"] = [_a2o_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"])]
+    if body.get("tools"):  # less a tool search Anthropic runs: an OpenAI model is offered the deferred tools from the start
+        out["tools"] = [_a2o_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"]) if not claude_tool_search(tool)]
     choice = body.get("tool_choice")
     # Claude takes `auto`/`none` with no tools (they choose among nothing); OpenAI refuses any tool_choice without tools.
     if isinstance(choice, dict) and (body.get("tools") or choice.get("type") not in ("auto", "none")):
@@ -190,6 +191,8 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
                 arguments = orjson.dumps(block.get("input") or {}).decode()
                 function = {"name": openai_tool_name(block["name"]), "arguments": arguments}
                 calls.append({"id": openai_tool_id(block["id"]), "type": "function", "function": function})
+            elif kind == "tool_search_tool_result" or (kind == "server_tool_use" and str(block.get("name")).startswith("tool_search_tool_")):
+                continue  # a search Anthropic ran holds nothing an OpenAI model reads: it has every tool from the start
             elif kind in ("thinking", "redacted_thinking"):
                 # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
                 # earlier turn's thinking too); the visible turn carries the conversation.

@@ -14,6 +14,11 @@ tool, so:
 - a search run by the provider (`"execution": "server"`, OpenAI's default) has no counterpart: it is
   left out (named `tools.tool_search`) and the deferred tools go from the start, as they are in the
   request's tools; the history's server-run searches hold nothing another model reads, and are left out.
+
+The same holds the other way: a Messages request's Anthropic tool search server tool
+(`tool_search_tool_regex_*`, `tool_search_tool_bm25_*`) reaches an OpenAI target left out and named, its
+deferred tools offered from the start, and the history's searches (`server_tool_use` of it and its
+`tool_search_tool_result`) left out.
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ TOOL_SEARCH = "tool_search"  # the function a client-run search goes as
 _LOADED_ANSWER = "Tools loaded: "
 
 
+def claude_tool_search(tool: Any) -> bool:
+    """Whether `tool` is Anthropic's tool search server tool (regex or BM25), which loads `defer_loading` tools.
+    An OpenAI target has no such tool: it is left out (named), and the deferred tools are offered from the start."""
+    return isinstance(tool, dict) and str(tool.get("type")).startswith("tool_search_tool_")
+
+
 def _by_client(entry: Any) -> bool:
     return isinstance(entry, dict) and entry.get("execution") == "client"
 
@@ -36,8 +47,12 @@ def is_search(tool: Any) -> bool:
 
 
 def dropped(tools: Any) -> list[str]:
-    """`tools.tool_search` when the request offers a search run by the provider: left out, and named."""
-    return [f"tools.{TOOL_SEARCH}"] if isinstance(tools, list) and any(is_search(t) and not _by_client(t) for t in tools) else []
+    """`tools.tool_search` when a Responses request offers a search run by the provider, `tools.TYPE` for a
+    Messages request's Anthropic tool search: left out, and named."""
+    if not isinstance(tools, list):
+        return []
+    return ([f"tools.{TOOL_SEARCH}"] if any(is_search(t) and not _by_client(t) for t in tools) else []) + \
+        [f"tools.{t['type']}" for t in tools if claude_tool_search(t)]
 
 
 def offered(body: dict[str, Any]) -> Any:
