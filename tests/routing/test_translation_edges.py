@@ -540,8 +540,9 @@ def test_codexs_client_run_tool_search_reaches_claude_and_its_calls_come_back_as
 def test_a_provider_run_tool_search_reaches_claude_with_its_deferred_tools_from_the_start(oa, fresh_emulator):
     """OpenAI's hosted tool search (execution server, its default) has no counterpart on Claude through Chat: it
     was a 400. It is left out and named, and the tools it would have searched are offered from the start; the
-    history's searches run by the provider hold nothing another model reads. A function named `tool_search` beside
-    a client-run search is refused: its calls could not be told apart."""
+    history's searches run by the provider hold nothing another model reads. Tools an `additional_tools` item adds
+    mid-conversation (a 400 too) are offered from the start. A function named `tool_search` beside a client-run
+    search is refused: its calls could not be told apart."""
     deferred = {**SHELL, "defer_loading": True}
     history: Any = [{"role": "user", "content": "Run ls."},
                     {"type": "tool_search_call", "id": "tsc_1", "execution": "server", "status": "completed", "arguments": {"q": "sh"}},
@@ -551,6 +552,9 @@ def test_a_provider_run_tool_search_reaches_claude_with_its_deferred_tools_from_
     sent = _sent(fresh_emulator)
     assert [t["name"] for t in sent["tools"]] == ["shell"] and "defer_loading" not in sent["tools"][0]
     assert [m["role"] for m in sent["messages"]] == ["user"]
+    added: Any = [{"role": "user", "content": "Run ls."}, {"type": "additional_tools", "role": "developer", "tools": [SHELL]}]
+    assert oa.responses.create(model="gpt-x", input=added).output  # tools added mid-conversation: offered from the start
+    assert [t["name"] for t in _sent(fresh_emulator)["tools"]] == ["shell"]
     clash = {**SHELL, "name": "tool_search"}
     with pytest.raises(openai.BadRequestError, match="a tool named 'tool_search' beside a client-run tool search"):
         oa.responses.create(model="gpt-x", input="Run ls.", tools=[SEARCH, clash])

@@ -176,8 +176,8 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             attached = []
         if kind == "message":
             out.append(_message(item, where, target))
-        elif kind in ("tool_search_call", "tool_search_output") and item.get("execution") != "client":
-            continue  # run by the provider: its deferred tools are offered from the start (tool_search.py)
+        elif (kind in ("tool_search_call", "tool_search_output") and item.get("execution") != "client") or kind == "additional_tools":
+            continue  # the tools they add (or a provider-run search would) are offered from the start (tool_search.py)
         elif kind in ("function_call", "custom_tool_call", "tool_search_call"):
             name = tool_search.TOOL_SEARCH if kind == "tool_search_call" else call_name(item)
             call = {"id": openai_tool_id(item.get("call_id") or ""), "type": "function",

@@ -55,14 +55,20 @@ def dropped(tools: Any) -> list[str]:
         [f"tools.{t['type']}" for t in tools if claude_tool_search(t)]
 
 
+def _adds_tools(item: dict[str, Any]) -> bool:
+    """An input item that offers tools from its place on: a client-run search's output, or `additional_tools`."""
+    return (item.get("type") == "tool_search_output" and _by_client(item)) or item.get("type") == "additional_tools"
+
+
 def offered(body: dict[str, Any]) -> Any:
     """The tools a translated request offers: its own (less a provider-run search), then those its client-run
-    searches loaded (`tool_search_output` items), each name once."""
+    searches loaded (`tool_search_output` items) and its `additional_tools` items add, each name once: a Chat or
+    Claude request offers its tools from the start."""
     tools, items = body.get("tools"), body.get("input")
     if tools is not None and not isinstance(tools, list):
         return tools  # the client's error, which namespaces.flattened names
-    loaded = [tool for item in items if isinstance(item, dict) and item.get("type") == "tool_search_output" and _by_client(item)
-              and isinstance(item.get("tools"), list) for tool in item["tools"]] if isinstance(items, list) else []
+    loaded = [tool for item in items if isinstance(item, dict) and _adds_tools(item) and isinstance(item.get("tools"), list)
+              for tool in item["tools"]] if isinstance(items, list) else []
     out, names = [], set()
     for tool in [*(tools or ()), *loaded]:
         if is_search(tool) and not _by_client(tool):
