@@ -42,6 +42,7 @@ from sdk.responses.conversation import Conversations, Resolved
 from sdk.responses.store import ResponseStore
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.bodies import responses_error
+from sdk.routing.translation.compaction import readable_by_openai
 from sdk.routing.translation.counting import anthropic_count, count_chat, counted
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
@@ -115,7 +116,7 @@ class ResponsesTarget:
         """A request bound for the native upstream with what it names resolved (not recorded: it
         creates no response)."""
         resolved = await self.conversations.resolve(request.body, request.size, self.name, creates=False)
-        body = self.conversations.body(request.body, resolved)
+        body = readable_by_openai(self.conversations.body(request.body, resolved))
         return request if body is request.body else replace(request, body=body, size=resolved.size)
 
     async def _counted(self, request: LLMRequest, timings: Timings, upstream: Provider) -> LLMResponse:
@@ -134,7 +135,7 @@ class ResponsesTarget:
 
     async def _native(self, request: LLMRequest, timings: Timings, upstream: Provider) -> Answer:
         resolved = await self.conversations.resolve(request.body, request.size, self.name)
-        body = self.conversations.body(request.body, resolved)
+        body = readable_by_openai(self.conversations.body(request.body, resolved))  # a translated turn's compaction too
         answer = await upstream.send(request if body is request.body else replace(request, body=body, size=resolved.size), timings)
         if isinstance(answer, LLMResponse):
             if answer.status == 200:

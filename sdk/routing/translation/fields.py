@@ -241,8 +241,10 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                               "a breakpoint for Claude, as from Chat Completions, and as it is for a Chat model that takes it "
                               "(gpt-5.6 and later; elsewhere dropped, named); a client-run tool search's tool_search_call and tool_search_output as "
                               "a call of the function `tool_search` and its result naming the tools it loaded, which are offered "
-                              "from then on; additional_tools items' tools offered from the start; a provider-run search's items, and "
-                              "reasoning items, left out)"),
+                              "from then on; additional_tools items' tools offered from the start; a compaction_trigger (Codex's compaction: "
+                              "last, as OpenAI requires) as a last user message asking for a summary, tool_choice none, the "
+                              "answer one compaction item holding it; such a compaction item later as a user message with the "
+                              "summary (one OpenAI encrypted: refused); a provider-run search's items, and reasoning items, left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "

@@ -19,6 +19,8 @@ from typing import Any
 import jiter
 import orjson
 
+from sdk.routing.translation.compaction import compacting
+from sdk.routing.translation.compaction import item as compaction_item
 from sdk.routing.translation.namespaces import as_called, flattened, namespaced
 from sdk.routing.translation.responses_requests import CUSTOM_INPUT
 from sdk.routing.translation.tool_search import TOOL_SEARCH, answered_arguments, offered, searched
@@ -125,12 +127,14 @@ def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> by
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     output: list[dict[str, Any]] = []
-    if message.get("content"):  # with the url_citation annotations of a web search (web_search.py)
+    if compacting(request):  # the summary is the one compaction item (compaction.py)
+        output.append(compaction_item(new_id("cmp"), message.get("content") or ""))
+    elif message.get("content"):  # with the url_citation annotations of a web search (web_search.py)
         output.append(message_item(new_id("msg"), message["content"], annotations=annotations_c2r(message)))
     elif message.get("refusal"):
         output.append(message_item(new_id("msg"), message["refusal"], refusal=True))
     custom, names, searches = custom_tools(request), namespaced(request), searched(request)
-    for call in message.get("tool_calls") or ():
+    for call in () if compacting(request) else message.get("tool_calls") or ():
         function = call.get("function") or {}
         name, call_id, arguments = function.get("name") or "", call.get("id") or new_id("call"), function.get("arguments") or "{}"
         if searches and name == TOOL_SEARCH:

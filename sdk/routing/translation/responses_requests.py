@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from sdk.routing.translation import tool_search, web_search
+from sdk.errors import InvalidRequestError
+from sdk.routing.translation import compaction, tool_search, web_search
 from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, options_travel, unmarked
 from sdk.routing.translation.fields import Shape, check, effort_travels, refuse, retention_travels
 from sdk.routing.translation.media import file_text, textual
@@ -78,6 +79,8 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
         out["tools"] = [_tool(tool, f"tools.{i}", target) for i, tool in tools]
     if body.get("tool_choice") is not None:
         out["tool_choice"] = _tool_choice(body["tool_choice"], target)
+    if compaction.compacting(body) and out.get("tools"):  # a summary, not a call; the tools stay in the cached prefix
+        out["tool_choice"] = "none"
     return out
 
 
@@ -176,6 +179,15 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             attached = []
         if kind == "message":
             out.append(_message(item, where, target))
+        elif kind == compaction.TRIGGER:
+            if i != len(items) - 1:
+                raise InvalidRequestError(f"{where}: a compaction_trigger must be the last input item")
+            out.append({"role": "user", "content": compaction.INSTRUCTION})
+        elif kind == "compaction":
+            summary = compaction.as_message(item)
+            if summary is None:
+                raise refuse(f"{where}: a 'compaction' item made by OpenAI (its content is encrypted for OpenAI's models)", target)
+            out.append(summary)
         elif (kind in ("tool_search_call", "tool_search_output") and item.get("execution") != "client") or kind == "additional_tools":
             continue  # the tools they add (or a provider-run search would) are offered from the start (tool_search.py)
         elif kind in ("function_call", "custom_tool_call", "tool_search_call"):

@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from sdk.routing.translation.compaction import compacting
+from sdk.routing.translation.compaction import item as compaction_item
 from sdk.routing.translation.namespaces import as_called, namespaced
 from sdk.routing.translation.responses_answers import (
     custom_call_item,
@@ -82,6 +84,7 @@ class ChatToResponses:
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.calls: dict[int, int] = {}  # chat tool_call index → output index
         self.custom, self.names, self.searches = custom_tools(request), namespaced(request), searched(request)
+        self.compacting = compacting(request)  # the text is a summary: one compaction item (compaction.py)
         self.raw = ""  # the open custom tool call's (or tool search call's) arguments: sent once they are whole
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -111,7 +114,7 @@ class ChatToResponses:
                 out += self._text(delta["refusal"], refusal=True)
             if delta.get("annotations"):
                 out += self._annotated(annotations_c2r(delta))
-            for call in delta.get("tool_calls") or ():
+            for call in () if self.compacting else delta.get("tool_calls") or ():
                 out += self._call(call)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
@@ -137,6 +140,8 @@ class ChatToResponses:
 
     def _text(self, text: str, refusal: bool = False) -> list[bytes]:
         """Text of the answer, or of its refusal (a message with a `refusal` part, streamed with refusal events)."""
+        if self.compacting:
+            return self._summary(text)
         out: list[bytes] = []
         kind = "refusal" if refusal else "output_text"
         if self.open is None or self.open["type"] != "message" or self.open["content"][0]["type"] != kind:
@@ -153,6 +158,17 @@ class ChatToResponses:
         extra: dict[str, Any] = {} if refusal else {"logprobs": []}
         out.append(self._event("response.refusal.delta" if refusal else "response.output_text.delta", item_id=self.open["id"],
                                output_index=len(self.output), content_index=0, delta=text, **extra))
+        return out
+
+    def _summary(self, text: str) -> list[bytes]:
+        """A compaction's summary: the item opens with the first text and is whole when it closes."""
+        out: list[bytes] = []
+        if self.open is None or self.open["type"] != "compaction":
+            out += self._close()
+            self.open = compaction_item(new_id("cmp"), "")
+            out.append(self._event("response.output_item.added", output_index=len(self.output), item=dict(self.open)))
+            out.append(self._event("response.compaction.compacting", item_id=self.open["id"], output_index=len(self.output)))
+        self.raw += text
         return out
 
     def _annotated(self, annotations: list[dict[str, Any]]) -> list[bytes]:
@@ -203,6 +219,8 @@ class ChatToResponses:
                                 text=part["text"], logprobs=[]))
             out = [done,
                    self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)]
+        elif item["type"] == "compaction":
+            item, self.raw, out = compaction_item(item["id"], self.raw), "", []
         elif item["type"] == "tool_search_call":  # OpenAI streams its items whole: no argument events
             item["arguments"], self.raw, out = answered_arguments(self.raw), "", []
         elif item["type"] == "custom_tool_call":
