@@ -48,7 +48,7 @@ from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
 from sdk.routing.translation.requests import openai_to_anthropic
 from sdk.routing.translation.responses_answers import completion_c2r, new_id
-from sdk.routing.translation.responses_requests import responses_to_chat
+from sdk.routing.translation.responses_requests import configured, responses_to_chat
 from sdk.routing.translation.responses_streams import ChatToResponses
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
@@ -161,7 +161,7 @@ class ResponsesTarget:
             if exc.status != 400:
                 raise
             raise UpstreamHTTPError(exc.status, responses_error(exc.body), exc.headers, exc.route) from exc
-        mark_dropped(answer.headers, check(Shape.RESPONSES, body, protocol))  # x-slipstream-dropped-fields
+        mark_dropped(answer.headers, check(Shape.RESPONSES, configured(body), protocol))  # x-slipstream-dropped-fields
         if isinstance(answer, LLMResponse):
             # The answer echoes the request's instructions: written off the loop when the request is large.
             answer.body = await off_loop_if_large(resolved.size, completion_c2r, body, response_id, answer.body)

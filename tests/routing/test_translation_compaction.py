@@ -1,7 +1,7 @@
 """Codex's compaction (a `compaction_trigger` last in the input, one `compaction` item back) through a
 translated target: it was a 400 ('a 'compaction_trigger' item cannot be translated'), so a long Codex
-session routed to Claude could not compact and ended. The official OpenAI client through the proxy, the
-emulator as Claude."""
+session routed to Claude could not compact and ended. And openai 3.x's other conversation-state item,
+`configuration_update`. The official OpenAI client through the proxy, the emulator as Claude."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from sdk.routing.translation import compaction
 from tests.routing.conftest import routed_proxy
 from tests.routing.conftest import sent as _sent
 
-ROUTES = """  - match: {model: "gpt-*"}
+ROUTES = """  - match: {model: "gpt-s46-*"}
+    targets: [{provider: claude, model: claude-sonnet-4-6}]
+  - match: {model: "gpt-*"}
     targets: [{provider: claude, model: claude-sonnet-4-5}]"""
 
 SHELL: Any = {"type": "function", "name": "shell", "description": "Run a command.",
@@ -81,3 +83,17 @@ def test_a_translated_compaction_reaches_a_native_openai_target_as_its_summary(p
         assert native.responses.create(model="gpt-4o", input=later).output_text
     got = _sent(fresh_emulator)["input"]
     assert got[0] == {"role": "user", "content": compaction.SUMMARY_INTRO + summary} and got[1]["content"] == "Go on."
+
+
+def test_a_configuration_update_reaches_claude_as_the_requests_settings(oa, fresh_emulator):
+    """openai 3.x's `configuration_update` item changes the reasoning effort or the text format for the responses
+    after it, keeping the conversation's prefix (and its cache) as it was: it was a 400 for a translated target.
+    The last update of each setting is the request's; the item itself is left out."""
+    schema: Any = {"type": "json_schema", "name": "answer", "schema": {
+        "type": "object", "properties": {"done": {"type": "boolean"}}, "required": ["done"], "additionalProperties": False}}
+    updated: Any = [*CONVERSATION, {"type": "configuration_update", "reasoning": {"effort": "low"}},
+                    {"type": "configuration_update", "text": {"format": schema}}]
+    assert oa.responses.create(model="gpt-s46-x", input=updated, reasoning={"effort": "high"}).output_text
+    sent = _sent(fresh_emulator)
+    assert sent["output_config"]["effort"] == "low" and sent["output_config"]["format"]["type"] == "json_schema"
+    assert all(isinstance(m["content"], (str, list)) for m in sent["messages"]) and len(sent["messages"]) == 3

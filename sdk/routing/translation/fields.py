@@ -244,7 +244,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                               "from then on; additional_tools items' tools offered from the start; a compaction_trigger (Codex's compaction: "
                               "last, as OpenAI requires) as a last user message asking for a summary, tool_choice none, the "
                               "answer one compaction item holding it; such a compaction item later as a user message with the "
-                              "summary (one OpenAI encrypted: refused); a provider-run search's items, and reasoning items, left out)"),
+                              "summary (one OpenAI encrypted: refused); configuration_update items' reasoning effort and text format as the "
+                              "request's (the last of each); a provider-run search's items, and reasoning items, left out)"),
         "instructions": Field(T, "a system message"),
         "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
         "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "

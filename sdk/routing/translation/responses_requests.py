@@ -31,6 +31,7 @@ _CHAT_TARGET = "Chat Completions"  # what refusals name; a Responses target pass
 
 
 def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[str, Any]:
+    body = configured(body)
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
     check(Shape.RESPONSES, body, target)  # every field by its meaning: sdk/routing/translation/fields.py
     for key in _PASSED:
@@ -82,6 +83,25 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     if compaction.compacting(body) and out.get("tools"):  # a summary, not a call; the tools stay in the cached prefix
         out["tool_choice"] = "none"
     return out
+
+
+def configured(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with the settings its `configuration_update` items leave in effect (the last update of each wins, as
+    OpenAI applies them to the responses after it): reasoning effort and text format. A Chat or Claude request has
+    one configuration, so they apply to the whole of it; the items themselves are left out of the messages."""
+    items = body.get("input")
+    updates = [item for item in items if isinstance(item, dict) and item.get("type") == "configuration_update"] \
+        if isinstance(items, list) else []
+    if not updates:
+        return body
+    body = dict(body)
+    for update in updates:
+        reasoning, text = update.get("reasoning"), update.get("text")
+        if isinstance(reasoning, dict) and "effort" in reasoning:
+            body["reasoning"] = {**(body.get("reasoning") or {}), "effort": reasoning["effort"]}
+        if isinstance(text, dict) and "format" in text:
+            body["text"] = {**(body.get("text") or {}), "format": text["format"]}
+    return body
 
 
 def _reasoning(reasoning: Any, out: dict[str, Any], effort: bool) -> None:
@@ -190,6 +210,8 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             out.append(summary)
         elif (kind in ("tool_search_call", "tool_search_output") and item.get("execution") != "client") or kind == "additional_tools":
             continue  # the tools they add (or a provider-run search would) are offered from the start (tool_search.py)
+        elif kind == "configuration_update":
+            continue  # its settings are the request's (configured)
         elif kind in ("function_call", "custom_tool_call", "tool_search_call"):
             name = tool_search.TOOL_SEARCH if kind == "tool_search_call" else call_name(item)
             call = {"id": openai_tool_id(item.get("call_id") or ""), "type": "function",
