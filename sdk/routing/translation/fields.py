@@ -170,8 +170,11 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         # openai 3.x: `block` withholds a flagged answer, `score` returns moderation results with it.
         "moderation": Field(R, "OpenAI's moderation of the input and output (`block` withholds a flagged answer, `score` "
                                "adds its results): Claude runs none, and dropping it would pass unmoderated text"),
-        "functions": Field(R, "deprecated; send tools"),
-        "function_call": Field(R, "deprecated; send tool_choice"),
+        "functions": Field(T, "tools (deprecated functions: each a tool; the answer's first tool call back as the "
+                              "message's function_call, finish_reason function_call, in a body and a stream; an "
+                              "assistant's function_call and a `function` message in the history as a tool call and its "
+                              "result)"),
+        "function_call": Field(T, "tool_choice (auto, none, or {name} as the named tool)"),
     },
     Shape.MESSAGES: {
         "model": Field(T, "model (the route's target model)"),

@@ -15,6 +15,7 @@ from typing import Protocol as TypingProtocol
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation import legacy_functions
 from sdk.routing.translation.bodies import completion_o2a, diagnostics_o2a, error_for, message_a2o
 from sdk.routing.translation.counting import count_chat, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
@@ -69,10 +70,12 @@ class TranslatingProvider:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
         shape, target = (Shape.MESSAGES, "OpenAI") if to_openai else (Shape.CHAT, "Anthropic")
-        dropped = check(shape, request.body, target)  # a refused field is a 400 here, before anything is sent
+        legacy = not to_openai and legacy_functions.used(request.body)  # functions, not tools: as tools (legacy_functions.py)
+        client_body = translate(legacy_functions.as_tools, request.body, target) if legacy else request.body
+        dropped = check(shape, client_body, target)  # a refused field is a 400 here, before anything is sent
         if to_openai:
             refuse_prefill(request.body)
-        body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, request.body, str(self.inner.protocol))
+        body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, client_body, str(self.inner.protocol))
         mode = None if to_openai else json_mode(request.body)
         prefill = mode.prefill if mode is not None and not mode.native else None  # an answer by instruction: validated
         stops = () if to_openai else split_stops(request.body.get("stop"))[1]  # those Claude refuses: cut here
@@ -94,6 +97,8 @@ class TranslatingProvider:
             _cancel(count)
             answer.body = (completion_o2a(answer.body, diagnostics_o2a(request.body), shortened_tool_names(request.body)) if to_openai
                            else message_a2o(answer.body, prefill, stops))
+            if legacy:
+                answer.body = legacy_functions.answered(answer.body)
             return answer
         if count is not None:
             to_anthropic = OpenAIToAnthropic(diagnostics_o2a(request.body), shortened_tool_names(request.body))
@@ -101,7 +106,8 @@ class TranslatingProvider:
             return answer
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        answer.events = translated_events(answer.events, AnthropicToOpenAI(include_usage, prefill, stops))
+        chunks: Translator = AnthropicToOpenAI(include_usage, prefill, stops)
+        answer.events = translated_events(answer.events, legacy_functions.LegacyChunks(chunks) if legacy else chunks)
         return answer
 
 
