@@ -556,7 +556,7 @@ def test_a_provider_run_tool_search_reaches_claude_with_its_deferred_tools_from_
     assert oa.responses.create(model="gpt-x", input=added).output  # tools added mid-conversation: offered from the start
     assert [t["name"] for t in _sent(fresh_emulator)["tools"]] == ["shell"]
     clash = {**SHELL, "name": "tool_search"}
-    with pytest.raises(openai.BadRequestError, match="a tool named 'tool_search' beside a client-run tool search"):
+    with pytest.raises(openai.BadRequestError, match="a tool named 'tool_search' beside the built-in tool_search tool"):
         oa.responses.create(model="gpt-x", input="Run ls.", tools=[SEARCH, clash])
 
 

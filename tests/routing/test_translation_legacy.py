@@ -1,6 +1,8 @@
-"""Chat Completions' deprecated function calling (`functions`, `function_call`, `role: "function"`) through a
-Claude target: it was a 400 ('functions' cannot be translated), though OpenAI still serves it and older
-clients send it. The official OpenAI client through the proxy, the emulator as Claude."""
+"""Tool calling that a Claude target has no counterpart for, as real clients send it: Chat Completions'
+deprecated function calling (`functions`, `function_call`, `role: "function"`: a 400, though OpenAI still
+serves it and older clients send it), and OpenAI's built-in `shell` and `apply_patch` tools, which the client
+runs (the OpenAI Agents SDK's ShellTool and ApplyPatchTool: a 400). The official OpenAI client through the
+proxy, the emulator as Claude."""
 
 from __future__ import annotations
 
@@ -63,3 +65,42 @@ def test_a_function_result_without_its_call_or_beside_tools_is_the_clients_400(o
     with pytest.raises(openai.BadRequestError, match="either tools or the deprecated functions"):
         oa.chat.completions.create(model="gpt-x", messages=ASK, functions=[WEATHER], tools=[{"type": "function", "function": WEATHER}])
     assert not fresh_emulator.app.state.recent
+
+
+def test_the_agents_sdks_shell_and_apply_patch_tools_reach_claude_and_come_back_as_their_calls(oa, fresh_emulator):
+    """The OpenAI Agents SDK's ShellTool and ApplyPatchTool offer OpenAI's built-in `shell` and `apply_patch`
+    tools, which the client runs: both were a 400 for a translated target ('the built-in tool 'shell''). Each goes
+    as a function of its name taking what its call item holds; Claude's calls come back as `shell_call` and
+    `apply_patch_call` items (body and stream), and the history's calls and outputs go as calls and results."""
+    tools: Any = [{"type": "shell", "environment": {"type": "local"}}, {"type": "apply_patch"}]
+    answer = oa.responses.create(model="gpt-x", input="List the files.", tools=tools, tool_choice="required")
+    sent = _sent(fresh_emulator)
+    assert [t["name"] for t in sent["tools"]] == ["shell", "apply_patch"]
+    assert sent["tools"][1]["input_schema"]["properties"]["type"]["enum"] == ["create_file", "update_file", "delete_file"]
+    call: Any = answer.output[-1]
+    assert call.type == "shell_call" and call.call_id and isinstance(call.action.commands, list)
+    with oa.responses.stream(model="gpt-x", input="List the files.", tools=tools, tool_choice="required") as stream:
+        added = [event.item.type for event in stream if event.type == "response.output_item.added"]
+        final: Any = stream.get_final_response()
+    assert added == ["shell_call"] and final.output[-1].type == "shell_call"
+    patch = oa.responses.create(model="gpt-x", input="Fix the typo.", tools=[{"type": "apply_patch"}], tool_choice="required")
+    edit: Any = patch.output[-1]
+    assert edit.type == "apply_patch_call" and edit.operation.type in ("create_file", "update_file", "delete_file")
+    history: Any = [{"role": "user", "content": "List, then fix."},
+                    {"type": "shell_call", "call_id": "call_sh", "status": "completed", "action": {"commands": ["ls"]}},
+                    {"type": "shell_call_output", "call_id": "call_sh", "output": [
+                        {"stdout": "README.md\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
+                    {"type": "apply_patch_call", "call_id": "call_ap", "status": "completed",
+                     "operation": {"type": "update_file", "path": "README.md", "diff": "@@\n-teh\n+the\n"}},
+                    {"type": "apply_patch_call_output", "call_id": "call_ap", "status": "completed", "output": "patched"}]
+    assert oa.responses.create(model="gpt-x", input=history, tools=tools).output
+    messages = _sent(fresh_emulator)["messages"]
+    used = [block for m in messages if m["role"] == "assistant" for block in m["content"] if block["type"] == "tool_use"]
+    assert [(b["name"], b["input"]) for b in used] == [("shell", {"commands": ["ls"]}),
+                                                        ("apply_patch", {"type": "update_file", "path": "README.md", "diff": "@@\n-teh\n+the\n"})]
+    results = [block for m in messages if m["role"] == "user" for block in m["content"] if block["type"] == "tool_result"]
+    assert "README.md" in json.dumps(results[0]["content"]) and "exit code 0" in json.dumps(results[0]["content"])
+    assert "completed: patched" in json.dumps(results[1]["content"])
+    container: Any = [{"type": "shell", "environment": {"type": "container_auto"}}]
+    with pytest.raises(openai.BadRequestError, match="the built-in tool 'shell'"):  # OpenAI's to run
+        oa.responses.create(model="gpt-x", input="List the files.", tools=container)

@@ -19,12 +19,12 @@ from typing import Any
 import jiter
 import orjson
 
+from sdk.routing.translation import client_tools
 from sdk.routing.translation.compaction import compacting
 from sdk.routing.translation.compaction import item as compaction_item
 from sdk.routing.translation.namespaces import as_called, flattened, namespaced
 from sdk.routing.translation.responses_requests import CUSTOM_INPUT
-from sdk.routing.translation.tool_search import TOOL_SEARCH, answered_arguments, offered, searched
-from sdk.routing.translation.tool_search import call_item as search_call_item
+from sdk.routing.translation.tool_search import offered
 from sdk.routing.translation.web_search import annotations_c2r
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -133,12 +133,12 @@ def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> by
         output.append(message_item(new_id("msg"), message["content"], annotations=annotations_c2r(message)))
     elif message.get("refusal"):
         output.append(message_item(new_id("msg"), message["refusal"], refusal=True))
-    custom, names, searches = custom_tools(request), namespaced(request), searched(request)
+    custom, names, builtin = custom_tools(request), namespaced(request), client_tools.offered(request)
     for call in () if compacting(request) else message.get("tool_calls") or ():
         function = call.get("function") or {}
         name, call_id, arguments = function.get("name") or "", call.get("id") or new_id("call"), function.get("arguments") or "{}"
-        if searches and name == TOOL_SEARCH:
-            output.append(search_call_item(new_id("tsc"), call_id, answered_arguments(arguments)))
+        if name in builtin:  # a built-in tool the client runs: its own call item (client_tools.py)
+            output.append(client_tools.call_item(builtin[name], new_id("ctc"), call_id, client_tools.arguments_of(arguments)))
             continue
         output.append(as_called(custom_call_item(new_id("ctc"), call_id, name, custom_input(arguments)) if name in custom
                                 else function_call_item(new_id("fc"), call_id, name, arguments), names))

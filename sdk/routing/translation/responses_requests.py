@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError
-from sdk.routing.translation import compaction, tool_search, web_search
+from sdk.routing.translation import client_tools, compaction, tool_search, web_search
 from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, options_travel, unmarked
 from sdk.routing.translation.fields import Shape, check, effort_travels, refuse, retention_travels
 from sdk.routing.translation.media import file_text, textual
@@ -69,8 +69,9 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
         unmarked(out["messages"])
     # a namespace's tools as tools of their own (namespaces.py); those a client-run tool search loaded too (tool_search.py)
     tools = list(enumerate(flattened(tool_search.offered(body))))
-    if tool_search.searched(body) and any(tool.get("name") == tool_search.TOOL_SEARCH for _, tool in tools if isinstance(tool, dict)):
-        raise refuse(f"a tool named {tool_search.TOOL_SEARCH!r} beside a client-run tool search", target)
+    for name in client_tools.offered(body):  # the upstream's calls of a built-in client tool go by its name
+        if any(isinstance(tool, dict) and tool.get("name") == name for _, tool in tools):
+            raise refuse(f"a tool named {name!r} beside the built-in {name} tool", target)
     if target.startswith("Anthropic"):  # web search: Claude's server tool, by way of Chat's web_search_options
         searches = [tool for _, tool in tools if isinstance(tool, dict) and tool.get("type") in web_search.RESPONSES_TOOLS]
         if searches:
@@ -155,8 +156,9 @@ def _custom(tool: dict[str, Any], target: str) -> dict[str, Any]:
 def _tool(tool: dict[str, Any], where: str, target: str) -> dict[str, Any]:
     if tool.get("type") == "custom":
         return _custom(tool, target)
-    if tool_search.is_search(tool):  # run by the client: offered() left out one run by the provider
-        return tool_search.search_function(tool)
+    found = client_tools.of(tool)  # a built-in tool the client runs (a search the provider runs was left out)
+    if found is not None:
+        return client_tools.function(tool, found)
     if tool.get("type") != "function":
         raise refuse(f"{where}: the built-in tool {tool.get('type')!r}", target)
     function: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
@@ -182,7 +184,7 @@ def _tool_choice(choice: Any, target: str) -> Any:
     raise refuse(f"tool_choice {kind!r}", target)
 
 
-_OUTPUTS = ("function_call_output", "custom_tool_call_output", "tool_search_output")  # one turn's results, in a row
+_OUTPUTS = ("function_call_output", "custom_tool_call_output", *client_tools.OUTPUTS)  # one turn's results, in a row
 
 
 def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
@@ -212,8 +214,8 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             continue  # the tools they add (or a provider-run search would) are offered from the start (tool_search.py)
         elif kind == "configuration_update":
             continue  # its settings are the request's (configured)
-        elif kind in ("function_call", "custom_tool_call", "tool_search_call"):
-            name = tool_search.TOOL_SEARCH if kind == "tool_search_call" else call_name(item)
+        elif kind in ("function_call", "custom_tool_call", *client_tools.CALLS):
+            name = client_tools.CALLS[kind].kind if kind in client_tools.CALLS else call_name(item)
             call = {"id": openai_tool_id(item.get("call_id") or ""), "type": "function",
                     "function": {"name": name, "arguments": _arguments(kind, item)}}
             last = out[-1] if out else None
@@ -224,6 +226,9 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
         elif kind == "tool_search_output":
             out.append({"role": "tool", "tool_call_id": openai_tool_id(item.get("call_id") or ""), "content": tool_search.output_text(
                 [str(tool.get("name")) for tool in flattened(item.get("tools")) if isinstance(tool, dict) and tool.get("name")])})
+        elif kind in client_tools.OUTPUTS:
+            result = client_tools.result_text(client_tools.OUTPUTS[kind], item)
+            out.append({"role": "tool", "tool_call_id": openai_tool_id(item.get("call_id") or ""), "content": result})
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, parts = _output(item.get("output"), where, target)
             out.append({"role": "tool", "tool_call_id": openai_tool_id(item["call_id"]), "content": text})
@@ -244,8 +249,8 @@ def _arguments(kind: str, item: dict[str, Any]) -> str:
     """A history call's arguments as Chat's JSON string: a custom tool's string as `input`, a tool search's object."""
     if kind == "function_call":
         return item.get("arguments") or "{}"
-    if kind == "tool_search_call":
-        return tool_search.call_arguments(item)
+    if kind in client_tools.CALLS:
+        return client_tools.history_arguments(client_tools.CALLS[kind], item)
     return orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from sdk.routing.translation import client_tools
 from sdk.routing.translation.compaction import compacting
 from sdk.routing.translation.compaction import item as compaction_item
 from sdk.routing.translation.namespaces import as_called, namespaced
@@ -37,8 +38,6 @@ from sdk.routing.translation.responses_answers import (
     usage_c2r,
 )
 from sdk.routing.translation.streams import DONE, ChunkError, read_chunk
-from sdk.routing.translation.tool_search import TOOL_SEARCH, answered_arguments, searched
-from sdk.routing.translation.tool_search import call_item as search_call_item
 from sdk.routing.translation.web_search import annotations_c2r
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
@@ -62,7 +61,7 @@ def _framed(kind: str, sequence: int, fields: dict[str, Any]) -> bytes:
 _ECHO_ONCE_CHARS = 4096
 
 
-_WHOLE = ("custom_tool_call", "tool_search_call")  # items whose arguments are sent once they are whole
+_WHOLE = ("custom_tool_call", *client_tools.CALLS)  # items whose arguments are sent once they are whole
 
 
 class ChatToResponses:
@@ -83,7 +82,7 @@ class ChatToResponses:
         self.output: list[dict[str, Any]] = []  # items in output order, completed as they close
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.calls: dict[int, int] = {}  # chat tool_call index → output index
-        self.custom, self.names, self.searches = custom_tools(request), namespaced(request), searched(request)
+        self.custom, self.names, self.builtin = custom_tools(request), namespaced(request), client_tools.offered(request)
         self.compacting = compacting(request)  # the text is a summary: one compaction item (compaction.py)
         self.raw = ""  # the open custom tool call's (or tool search call's) arguments: sent once they are whole
         self.finish_reason: str | None = None
@@ -190,8 +189,8 @@ class ChatToResponses:
             out += self._close()
             self.calls[index] = len(self.output)
             name, call_id = function.get("name") or "", call.get("id") or new_id("call")
-            if self.searches and name == TOOL_SEARCH:
-                self.open = search_call_item(new_id("tsc"), call_id, {}, status="in_progress")
+            if name in self.builtin:  # a built-in tool the client runs (client_tools.py)
+                self.open = client_tools.call_item(self.builtin[name], new_id("ctc"), call_id, {}, status="in_progress")
             else:
                 self.open = as_called(custom_call_item(new_id("ctc"), call_id, name, "", status="in_progress") if name in self.custom
                                       else function_call_item(new_id("fc"), call_id, name, "", status="in_progress"), self.names)
@@ -221,8 +220,8 @@ class ChatToResponses:
                    self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)]
         elif item["type"] == "compaction":
             item, self.raw, out = compaction_item(item["id"], self.raw), "", []
-        elif item["type"] == "tool_search_call":  # OpenAI streams its items whole: no argument events
-            item["arguments"], self.raw, out = answered_arguments(self.raw), "", []
+        elif item["type"] in client_tools.CALLS:  # OpenAI streams them whole: no argument events
+            item[client_tools.CALLS[item["type"]].field], self.raw, out = client_tools.arguments_of(self.raw), "", []
         elif item["type"] == "custom_tool_call":
             item["input"], self.raw = custom_input(self.raw), ""
             out = [self._event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=item["input"]),

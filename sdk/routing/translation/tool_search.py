@@ -8,9 +8,9 @@ describe (a `tool_search_call` item), the client searches its own catalogue and 
 tool, so:
 
 - a client-run tool search goes as a function tool named `tool_search` (its description and
-  parameters as the client wrote them); the upstream's calls of it come back as `tool_search_call`
-  items, and the history's calls and outputs go as that function's calls and results, the result
-  naming the tools it loaded, which are sent as tools of their own;
+  parameters as the client wrote them, client_tools.py); the upstream's calls of it come back as
+  `tool_search_call` items, and the history's calls and outputs go as that function's calls and
+  results, the result naming the tools it loaded, which are sent as tools of their own (here);
 - a search run by the provider (`"execution": "server"`, OpenAI's default) has no counterpart: it is
   left out (named `tools.tool_search`) and the deferred tools go from the start, as they are in the
   request's tools; the history's server-run searches hold nothing another model reads, and are left out.
@@ -25,9 +25,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jiter
-import orjson
-
 TOOL_SEARCH = "tool_search"  # the function a client-run search goes as
 _LOADED_ANSWER = "Tools loaded: "
 
@@ -38,7 +35,7 @@ def claude_tool_search(tool: Any) -> bool:
     return isinstance(tool, dict) and str(tool.get("type")).startswith("tool_search_tool_")
 
 
-def _by_client(entry: Any) -> bool:
+def by_client(entry: Any) -> bool:
     return isinstance(entry, dict) and entry.get("execution") == "client"
 
 
@@ -51,13 +48,13 @@ def dropped(tools: Any) -> list[str]:
     Messages request's Anthropic tool search: left out, and named."""
     if not isinstance(tools, list):
         return []
-    return ([f"tools.{TOOL_SEARCH}"] if any(is_search(t) and not _by_client(t) for t in tools) else []) + \
+    return ([f"tools.{TOOL_SEARCH}"] if any(is_search(t) and not by_client(t) for t in tools) else []) + \
         [f"tools.{t['type']}" for t in tools if claude_tool_search(t)]
 
 
 def _adds_tools(item: dict[str, Any]) -> bool:
     """An input item that offers tools from its place on: a client-run search's output, or `additional_tools`."""
-    return (item.get("type") == "tool_search_output" and _by_client(item)) or item.get("type") == "additional_tools"
+    return (item.get("type") == "tool_search_output" and by_client(item)) or item.get("type") == "additional_tools"
 
 
 def offered(body: dict[str, Any]) -> Any:
@@ -71,7 +68,7 @@ def offered(body: dict[str, Any]) -> Any:
               for tool in item["tools"]] if isinstance(items, list) else []
     out, names = [], set()
     for tool in [*(tools or ()), *loaded]:
-        if is_search(tool) and not _by_client(tool):
+        if is_search(tool) and not by_client(tool):
             continue
         name = tool.get("name") if isinstance(tool, dict) else None
         if name is None or name not in names:
@@ -80,43 +77,7 @@ def offered(body: dict[str, Any]) -> Any:
     return out
 
 
-def search_function(tool: dict[str, Any]) -> dict[str, Any]:
-    """A client-run tool search as the Chat function tool the upstream calls."""
-    function: dict[str, Any] = {"name": TOOL_SEARCH, "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
-    function["description"] = tool.get("description") or "Search for tools to load, and load those found."
-    return {"type": "function", "function": function}
-
-
-def searched(request: dict[str, Any]) -> bool:
-    """Whether an upstream call of the function named `tool_search` is `request`'s client-run tool search (it
-    offered one: a function of its own of that name beside it is refused)."""
-    tools = request.get("tools")
-    return isinstance(tools, list) and any(is_search(tool) and _by_client(tool) for tool in tools)
-
-
-def answered_arguments(raw: str) -> Any:
-    """The upstream's arguments of a search call as the item's object (what was written of them, for a call cut
-    by the output limit; {} if they hold no object)."""
-    try:
-        value = jiter.from_json(raw.encode(), partial_mode="trailing-strings")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def call_arguments(item: dict[str, Any]) -> str:
-    """A history `tool_search_call`'s arguments as the function call's JSON."""
-    arguments = item.get("arguments")
-    return arguments if isinstance(arguments, str) else orjson.dumps(arguments if arguments is not None else {}).decode()
-
-
 def output_text(names: list[str]) -> str:
     """A history `tool_search_output` as its call's result: the names (as the upstream knows them) of the tools
     it loaded, which are sent as tools."""
     return _LOADED_ANSWER + ", ".join(names) if names else "No tools found."
-
-
-def call_item(item_id: str, call_id: str, arguments: Any, status: str = "completed") -> dict[str, Any]:
-    """The upstream's call of the search function as the Responses item the client runs its search for."""
-    return {"id": item_id, "type": "tool_search_call", "status": status, "call_id": call_id, "execution": "client",
-            "arguments": arguments}
