@@ -104,3 +104,41 @@ def test_the_agents_sdks_shell_and_apply_patch_tools_reach_claude_and_come_back_
     container: Any = [{"type": "shell", "environment": {"type": "container_auto"}}]
     with pytest.raises(openai.BadRequestError, match="the built-in tool 'shell'"):  # OpenAI's to run
         oa.responses.create(model="gpt-x", input="List the files.", tools=container)
+
+
+def test_an_agents_sdk_runner_with_shell_and_apply_patch_tools_runs_on_claude(proxy, fresh_emulator):
+    """The real OpenAI Agents SDK: a Runner whose agent has a ShellTool and an ApplyPatchTool, its model
+    routed to Claude, runs the shell command Claude asks for and the patch Claude writes, and ends with an
+    answer (each was a 400 at the first call)."""
+    from agents import Agent, ApplyPatchTool, OpenAIResponsesModel, Runner, ShellTool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    ran: list[list[str]] = []
+    edits: list[tuple[str, str]] = []
+
+    def shell(request: Any) -> str:
+        ran.append(list(request.data.action.commands))
+        return "README.md\n"
+
+    class Editor:
+        def create_file(self, operation: Any) -> str:
+            edits.append(("create_file", operation.path))
+            return "created"
+
+        def update_file(self, operation: Any) -> str:
+            edits.append(("update_file", operation.path))
+            return "updated"
+
+        def delete_file(self, operation: Any) -> str:
+            edits.append(("delete_file", operation.path))
+            return "deleted"
+
+    client = openai.AsyncOpenAI(base_url=f"{proxy}/v1", api_key="sk-routing", max_retries=0)
+    model = OpenAIResponsesModel(model="gpt-x", openai_client=client)
+    agent = Agent(name="fixer", instructions="Be brief.", model=model,
+                  tools=[ShellTool(executor=shell, environment={"type": "local"}), ApplyPatchTool(editor=Editor())])
+    result = Runner.run_sync(agent, "Use the shell tool to list the files.")
+    assert ran and isinstance(ran[0], list) and result.final_output
+    result = Runner.run_sync(agent, "Use the apply_patch tool to fix the README.")
+    assert edits and edits[0][0] in ("create_file", "update_file", "delete_file") and result.final_output
+    assert all(r["path"].endswith("/messages") for r in fresh_emulator.app.state.recent)  # Claude answered each call

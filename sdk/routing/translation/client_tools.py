@@ -51,12 +51,12 @@ _APPLY_PATCH = ClientTool(
     "Create, update or delete one file. For create_file, `diff` is the new file's content, each line prefixed with "
     "'+'. For update_file, `diff` is a V4A diff of the file: one or more hunks, each starting with a line '@@' (or "
     "'@@ ' and a line of the file that locates it), then the hunk's lines, each prefixed with ' ' (context, about "
-    "three lines around each change), '-' (removed) or '+' (added). For delete_file, no diff.",
+    "three lines around each change), '-' (removed) or '+' (added). For delete_file, an empty diff.",
     {"type": "object", "properties": {
         "type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
         "path": {"type": "string", "description": "The file's path, relative to the workspace."},
-        "diff": {"type": "string", "description": "The diff, as described (not for delete_file)."}},
-     "required": ["type", "path"]})
+        "diff": {"type": "string", "description": "The diff, as described (empty for delete_file)."}},
+     "required": ["type", "path", "diff"]})
 _SEARCH = ClientTool(TOOL_SEARCH, "tool_search_call", "tool_search_output", "arguments",
                      "Search for tools to load, and load those found.", {"type": "object", "properties": {}})
 _TOOLS = {tool.kind: tool for tool in (_SHELL, _APPLY_PATCH, _SEARCH)}
@@ -92,6 +92,8 @@ def function(tool: dict[str, Any], found: ClientTool) -> dict[str, Any]:
 
 def call_item(found: ClientTool, item_id: str, call_id: str, arguments: Any, status: str = "completed") -> dict[str, Any]:
     """The upstream's call of the tool's function as the tool's call item."""
+    if found is _APPLY_PATCH and isinstance(arguments, dict) and arguments.get("type") == "delete_file":
+        arguments = {k: v for k, v in arguments.items() if k != "diff"}  # a deletion has none (the function's is required)
     item = {"id": item_id, "type": found.call, "status": status, "call_id": call_id, found.field: arguments}
     return {**item, "execution": "client"} if found is _SEARCH else item
 
