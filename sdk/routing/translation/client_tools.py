@@ -78,7 +78,7 @@ def of(tool: Any) -> ClientTool | None:
     return found
 
 
-def offered(request: dict[str, Any]) -> dict[str, ClientTool]:
+def run_by_client(request: dict[str, Any]) -> dict[str, ClientTool]:
     """The client tools `request` offers, by the name their functions go by."""
     tools = request.get("tools")
     return {found.kind: found for tool in tools if (found := of(tool)) is not None} if isinstance(tools, list) else {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdk.routing.translation.tool_search import offered
+from sdk.routing.translation.tool_search import offered_tools
 
 SEPARATOR = "__"
 
@@ -51,7 +51,7 @@ def call_name(item: dict[str, Any]) -> Any:
 def namespaced(request: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """Joined name → (namespace, name) for every tool of `request`'s namespaces (a client-run tool search's too)."""
     return {joined(tool.get("name"), inner.get("name")): (str(tool.get("name")), str(inner.get("name")))
-            for tool in _listed(offered(request)) if isinstance(tool, dict) and tool.get("type") == "namespace"
+            for tool in _listed(offered_tools(request)) if isinstance(tool, dict) and tool.get("type") == "namespace"
             for inner in tool.get("tools") or () if isinstance(inner, dict)}
 
 

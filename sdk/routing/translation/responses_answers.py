@@ -24,7 +24,7 @@ from sdk.routing.translation.compaction import compacting
 from sdk.routing.translation.compaction import item as compaction_item
 from sdk.routing.translation.namespaces import as_called, flattened, namespaced
 from sdk.routing.translation.responses_requests import CUSTOM_INPUT
-from sdk.routing.translation.tool_search import offered
+from sdk.routing.translation.tool_search import offered_tools
 from sdk.routing.translation.web_search import annotations_c2r
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -103,7 +103,7 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, st
 def custom_tools(request: dict[str, Any]) -> set[str]:
     """The names of `request`'s custom tools (a client-run tool search's too), which a Chat upstream calls as
     functions of one string."""
-    return {str(tool.get("name")) for tool in flattened(offered(request)) if isinstance(tool, dict) and tool.get("type") == "custom"}
+    return {str(tool.get("name")) for tool in flattened(offered_tools(request)) if isinstance(tool, dict) and tool.get("type") == "custom"}
 
 
 def custom_input(arguments: str) -> str:
@@ -133,7 +133,7 @@ def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> by
         output.append(message_item(new_id("msg"), message["content"], annotations=annotations_c2r(message)))
     elif message.get("refusal"):
         output.append(message_item(new_id("msg"), message["refusal"], refusal=True))
-    custom, names, builtin = custom_tools(request), namespaced(request), client_tools.offered(request)
+    custom, names, builtin = custom_tools(request), namespaced(request), client_tools.run_by_client(request)
     for call in () if compacting(request) else message.get("tool_calls") or ():
         function = call.get("function") or {}
         name, call_id, arguments = function.get("name") or "", call.get("id") or new_id("call"), function.get("arguments") or "{}"

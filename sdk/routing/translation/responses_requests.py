@@ -68,8 +68,8 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     if not breakpoints_travel(target, body.get("model")):  # a Chat model before gpt-5.6 (fields.py names them dropped)
         unmarked(out["messages"])
     # a namespace's tools as tools of their own (namespaces.py); those a client-run tool search loaded too (tool_search.py)
-    tools = list(enumerate(flattened(tool_search.offered(body))))
-    for name in client_tools.offered(body):  # the upstream's calls of a built-in client tool go by its name
+    tools = list(enumerate(flattened(tool_search.offered_tools(body))))
+    for name in client_tools.run_by_client(body):  # the upstream's calls of a built-in client tool go by its name
         if any(isinstance(tool, dict) and tool.get("name") == name for _, tool in tools):
             raise refuse(f"a tool named {name!r} beside the built-in {name} tool", target)
     if target.startswith("Anthropic"):  # web search: Claude's server tool, by way of Chat's web_search_options

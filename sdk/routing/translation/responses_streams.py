@@ -82,7 +82,7 @@ class ChatToResponses:
         self.output: list[dict[str, Any]] = []  # items in output order, completed as they close
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.calls: dict[int, int] = {}  # chat tool_call index → output index
-        self.custom, self.names, self.builtin = custom_tools(request), namespaced(request), client_tools.offered(request)
+        self.custom, self.names, self.builtin = custom_tools(request), namespaced(request), client_tools.run_by_client(request)
         self.compacting = compacting(request)  # the text is a summary: one compaction item (compaction.py)
         self.raw = ""  # the open custom tool call's (or tool search call's) arguments: sent once they are whole
         self.finish_reason: str | None = None

@@ -57,7 +57,7 @@ def _adds_tools(item: dict[str, Any]) -> bool:
     return (item.get("type") == "tool_search_output" and by_client(item)) or item.get("type") == "additional_tools"
 
 
-def offered(body: dict[str, Any]) -> Any:
+def offered_tools(body: dict[str, Any]) -> Any:
     """The tools a translated request offers: its own (less a provider-run search), then those its client-run
     searches loaded (`tool_search_output` items) and its `additional_tools` items add, each name once: a Chat or
     Claude request offers its tools from the start."""
