@@ -13,6 +13,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.helpers import skip_without_test_package
 from tests.routing.conftest import routed_proxy
 from tests.routing.conftest import sent as _sent
 
@@ -110,6 +111,7 @@ def test_an_agents_sdk_runner_with_shell_and_apply_patch_tools_runs_on_claude(pr
     """The real OpenAI Agents SDK: a Runner whose agent has a ShellTool and an ApplyPatchTool, its model
     routed to Claude, runs the shell command Claude asks for and the patch Claude writes, and ends with an
     answer (each was a 400 at the first call)."""
+    skip_without_test_package("agents")
     from agents import Agent, ApplyPatchTool, OpenAIResponsesModel, Runner, ShellTool, set_tracing_disabled
 
     set_tracing_disabled(True)
