@@ -25,7 +25,8 @@ from typing import Any
 import jiter
 import orjson
 
-from sdk.routing.translation.tool_search import TOOL_SEARCH, by_client
+from sdk.routing.translation.namespaces import flattened
+from sdk.routing.translation.tool_search import TOOL_SEARCH, by_client, output_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +116,11 @@ def history_arguments(found: ClientTool, item: dict[str, Any]) -> str:
 
 
 def result_text(found: ClientTool, item: dict[str, Any]) -> str:
-    """A shell's or a patch's output item as its function's result (a search's names the tools it loaded:
-    responses_requests)."""
+    """A client tool's output item as its function's result: a search's names the tools it loaded (as the
+    upstream knows them: they are offered as tools, tool_search.py), a patch's its status and output, a shell's
+    each command's output and exit."""
+    if found is _SEARCH:
+        return output_text([str(tool.get("name")) for tool in flattened(item.get("tools")) if isinstance(tool, dict) and tool.get("name")])
     if found is _APPLY_PATCH:
         return f"{item.get('status') or 'completed'}" + (f": {item['output']}" if item.get("output") else "")
     parts = []

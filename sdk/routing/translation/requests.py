@@ -21,7 +21,7 @@ from sdk.routing.translation.output_limits import claude_output_limit, default_m
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_id, openai_tool_name
-from sdk.routing.translation.tool_search import claude_tool_search
+from sdk.routing.translation.tool_search import claude_search_block, claude_tool_search
 from sdk.routing.translation.web_search import claude_tool
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
@@ -191,8 +191,8 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
                 arguments = orjson.dumps(block.get("input") or {}).decode()
                 function = {"name": openai_tool_name(block["name"]), "arguments": arguments}
                 calls.append({"id": openai_tool_id(block["id"]), "type": "function", "function": function})
-            elif kind == "tool_search_tool_result" or (kind == "server_tool_use" and str(block.get("name")).startswith("tool_search_tool_")):
-                continue  # a search Anthropic ran holds nothing an OpenAI model reads: it has every tool from the start
+            elif claude_search_block(block):
+                continue
             elif kind in ("thinking", "redacted_thinking"):
                 # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
                 # earlier turn's thinking too); the visible turn carries the conversation.

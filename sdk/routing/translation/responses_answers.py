@@ -16,7 +16,6 @@ import secrets
 import time
 from typing import Any
 
-import jiter
 import orjson
 
 from sdk.routing.translation import client_tools
@@ -109,11 +108,7 @@ def custom_tools(request: dict[str, Any]) -> set[str]:
 def custom_input(arguments: str) -> str:
     """A custom tool call's input: the string of a Chat upstream's call (what was written of it, for a call
     cut by the output limit); the arguments as they are if they hold no such string."""
-    try:
-        value = jiter.from_json(arguments.encode(), partial_mode="trailing-strings")
-    except ValueError:
-        return arguments
-    text = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
+    text = client_tools.arguments_of(arguments).get(CUSTOM_INPUT)
     return text if isinstance(text, str) else arguments
 
 

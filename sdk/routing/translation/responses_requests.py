@@ -223,9 +223,6 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
                 last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "tool_search_output":
-            out.append({"role": "tool", "tool_call_id": openai_tool_id(item.get("call_id") or ""), "content": tool_search.output_text(
-                [str(tool.get("name")) for tool in flattened(item.get("tools")) if isinstance(tool, dict) and tool.get("name")])})
         elif kind in client_tools.OUTPUTS:
             result = client_tools.result_text(client_tools.OUTPUTS[kind], item)
             out.append({"role": "tool", "tool_call_id": openai_tool_id(item.get("call_id") or ""), "content": result})

@@ -29,10 +29,20 @@ TOOL_SEARCH = "tool_search"  # the function a client-run search goes as
 _LOADED_ANSWER = "Tools loaded: "
 
 
+_CLAUDE_SEARCH = "tool_search_tool_"  # Anthropic's tool search: its tools' types, its server_tool_use names
+
+
 def claude_tool_search(tool: Any) -> bool:
     """Whether `tool` is Anthropic's tool search server tool (regex or BM25), which loads `defer_loading` tools.
     An OpenAI target has no such tool: it is left out (named), and the deferred tools are offered from the start."""
-    return isinstance(tool, dict) and str(tool.get("type")).startswith("tool_search_tool_")
+    return isinstance(tool, dict) and str(tool.get("type")).startswith(_CLAUDE_SEARCH)
+
+
+def claude_search_block(block: dict[str, Any]) -> bool:
+    """Whether an assistant block is one of Anthropic's tool searches (its call or its result), which holds
+    nothing an OpenAI model reads: that model has every tool from the start."""
+    return block.get("type") == "tool_search_tool_result" or (
+        block.get("type") == "server_tool_use" and str(block.get("name")).startswith(_CLAUDE_SEARCH))
 
 
 def by_client(entry: Any) -> bool:
