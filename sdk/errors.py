@@ -63,6 +63,19 @@ class InvalidRequestError(SlipstreamError):
     status = 400
 
 
+class InvalidParameterError(InvalidRequestError):
+    """A 400 about one parameter, named as OpenAI names it (`param`, `code`) in an OpenAI-shaped body."""
+
+    def __init__(self, message: str, param: str, code: str):
+        super().__init__(message)
+        self.param, self.code = param, code
+
+    def body(self, protocol: Protocol) -> bytes:
+        if protocol is Protocol.ANTHROPIC:
+            return super().body(protocol)
+        return orjson.dumps({"error": {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.code}})
+
+
 class AuthenticationError(SlipstreamError):
     status = 401
 

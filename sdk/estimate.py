@@ -82,13 +82,18 @@ def output_limit(request: LLMRequest) -> int:
     """The most output tokens the request allows: its own limit (else DEFAULT_OUTPUT_TOKENS) for
     every choice it is billed for (`n`, or a legacy completion's `best_of`, generated and billed
     though only `n` come back)."""
+    body = request.body
+    choices = max([1, *(value for key in ("n", "best_of") if isinstance(value := body.get(key), int))])
+    return choice_limit(request) * choices
+
+
+def choice_limit(request: LLMRequest) -> int:
+    """The most output tokens one choice of the request may have: its limit, else DEFAULT_OUTPUT_TOKENS."""
     if request.endpoint in (Endpoint.EMBEDDINGS, Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS):
         return 0
     body = request.body
-    limit = next((value for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")
-                  if isinstance(value := body.get(key), int) and value > 0), DEFAULT_OUTPUT_TOKENS)
-    choices = max([1, *(value for key in ("n", "best_of") if isinstance(value := body.get(key), int))])
-    return limit * choices
+    return next((value for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")
+                 if isinstance(value := body.get(key), int) and value > 0), DEFAULT_OUTPUT_TOKENS)
 
 
 def search_limit(request: LLMRequest) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol as TypingProtocol
 
 from sdk.observability.tracing.records import Parent, RequestTrace
-from sdk.types import Answer, LLMRequest, Timings
+from sdk.types import Answer, LLMRequest, Timings, Usage
 
 Handler = Callable[["RequestContext"], Awaitable[Answer]]
 REQUEST_ID_HEADER = "x-slipstream-request-id"  # on every answer, the gateway's own errors included
@@ -71,6 +71,9 @@ class RequestContext:
     # models of attempts dropped after they went upstream (a first-byte timeout, a hedge leg that lost, legs
     # cancelled with their request): the provider read, and bills, their prompts (sdk/limits/stage.py charges them)
     abandoned: list[str] = field(default_factory=list)
+    # answers the provider gave (and bills) that the request dropped, by model: a failed fan-out's other choices
+    # (sdk/routing/translation/choices.py); charged with their usage
+    discarded: list[tuple[str, Usage]] = field(default_factory=list)
     usage_estimated: bool = False  # no usage came back: the gateway counted the tokens it charged (sdk/estimate.py)
     request_id: str = field(default_factory=new_request_id)  # x-slipstream-request-id, access log
     trace: RequestTrace | None = None  # the request's spans while it runs (sdk/observability/tracing/); None when tracing is off

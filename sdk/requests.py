@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from sdk.errors import InvalidRequestError
+from sdk.errors import InvalidParameterError, InvalidRequestError
 from sdk.offload import is_large, off_loop
 from sdk.types import Endpoint, LLMRequest
 
@@ -31,6 +31,7 @@ def upstream_headers(request: LLMRequest) -> dict[str, str]:
 # or twice per level, so a deeper body would fail inside the pipeline, after work was paid for.
 MAX_JSON_DEPTH = 64
 MAX_MODEL_CHARS = 256
+MAX_CHOICES = 128  # Chat Completions `n`, OpenAI's range 1..128: a Claude target answers it with n requests (fanout.py)
 
 
 def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str, str]) -> LLMRequest:
@@ -52,6 +53,8 @@ def parse_request(endpoint: Endpoint, raw: bytes, query: str, forward: dict[str,
             raise InvalidRequestError("input: a string or a list of input items is required")
     elif not isinstance(body.get("messages"), list):
         raise InvalidRequestError("messages: a list of messages is required")
+    if endpoint is Endpoint.CHAT_COMPLETIONS:
+        check_choices(body.get("n"))
     return LLMRequest(endpoint, body, forward, query, size=len(raw))
 
 
@@ -68,6 +71,21 @@ def check_model_name(model: str) -> None:
         raise InvalidRequestError(f"model: at most {MAX_MODEL_CHARS} characters")
     if not model.isascii() or not model.isprintable():
         raise InvalidRequestError("model: only printable ASCII characters (no control characters)")
+
+
+def check_choices(n: object) -> None:
+    """Chat Completions `n` within OpenAI's range, refused in OpenAI's words: the limits stage admits
+    and holds a request by its choices, and a Claude target is sent one request per choice."""
+    if n is None:
+        return
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise InvalidParameterError(f"Invalid type for 'n': expected an integer, but got {type(n).__name__} instead.", "n", "invalid_type")
+    if n < 1:
+        raise InvalidParameterError(f"Invalid 'n': integer below minimum value. Expected a value >= 1, but got {n} instead.",
+                                    "n", "integer_below_min_value")
+    if n > MAX_CHOICES:
+        raise InvalidParameterError(f"Invalid 'n': integer above maximum value. Expected a value <= {MAX_CHOICES}, but got {n} "
+                                    "instead.", "n", "integer_above_max_value")
 
 
 def check_depth(raw: bytes, body: Any) -> None:

@@ -38,6 +38,20 @@ def merge_anthropic_usage(usage: Usage, raw: Any) -> None:
         usage.web_searches = _int(tools["web_search_requests"])
 
 
+_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens",
+           "web_searches", "file_searches", "images", "containers")
+
+
+def summed(usages: list[Usage], into: Usage) -> Usage:
+    """`into`, set to the sum of `usages` (several answers billed as one: Chat's `n` on Claude); final once all are."""
+    for name in _COUNTS:
+        setattr(into, name, sum(getattr(usage, name) for usage in usages))
+    into.service_tier, into.inference_geo = usages[0].service_tier, usages[0].inference_geo
+    into.fast = any(usage.fast for usage in usages)
+    into.final = all(usage.final for usage in usages)
+    return into
+
+
 def _input_inclusive(raw: Any, input_key: str, details_key: str, output_key: str) -> Usage:
     """OpenAI's usage shapes: the input count includes cached and cache-written tokens."""
     if not isinstance(raw, dict):

@@ -33,12 +33,12 @@ from typing import Any
 import orjson
 
 from sdk.errors import RateLimitedError, SlipstreamError
-from sdk.estimate import CHARS_PER_TOKEN, StreamTally, input_tokens, output_limit, tool_call_limits
+from sdk.estimate import CHARS_PER_TOKEN, StreamTally, choice_limit, input_tokens, output_limit, tool_call_limits
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
 from sdk.offload import HOLDING, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
-from sdk.policy import Policy, Price, RateLimits
+from sdk.policy import Policy, Price, RateLimits, Route
 from sdk.promptcache.keys import with_team_ids
 from sdk.responses.store import ResponseStore
 from sdk.services import Services
@@ -110,12 +110,16 @@ class LimitsStage:
             scopes.append(_Scope.of(f"key {key_id}", f"limit:{team_slot(self.team)}:key:{key_id}", self.per_key))
         return scopes
 
-    async def admit(self, key_id: str, budget: bool = True, trace: RequestTrace | None = None, reserve: float = 0.0) -> Admission:
+    async def admit(self, key_id: str, budget: bool = True, trace: RequestTrace | None = None, reserve: float = 0.0,
+                    requests: int = 1) -> Admission:
         """Check and charge the team's (and the key's) limits and, with `budget`, its budget, holding
-        `reserve` USD against it until `settle` (`reservation(request)` computes it); a refusal raises
-        the provider-shaped 429. The pipeline and the pass-through (sdk/passthrough/) both admit here."""
+        `reserve` USD against it until `settle` (`reservation(request)` computes it), counting `requests`
+        against the request buckets (`legs`); a refusal raises the provider-shaped 429. The pipeline and
+        the pass-through (sdk/passthrough/) both admit here."""
         scopes = self._scopes(key_id)
         rates = tuple(rate for scope in scopes for rate in (scope.requests, scope.tokens) if rate is not None)
+        if requests > 1:
+            rates = self._counted(rates, scopes, requests)
         caps = tuple(scope.cap for scope in scopes if scope.cap is not None)
         check = budget_check(self.team, self.budget, reserve) if budget else None
         admission = Admission("", rates, caps, check)
@@ -139,7 +143,8 @@ class LimitsStage:
         check_account_objects(self.provider_objects, (ctx.request.body,))
         await ownership_of(self.state).check_files(self.team, (ctx.request.body,), ctx.request.size)
         (history,) = await self.history_tokens([ctx.request])
-        admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history))
+        admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history),
+                                     requests=self.legs(ctx.request))
         try:
             answer = await call_next(ctx)
         except asyncio.CancelledError:
@@ -222,9 +227,32 @@ class LimitsStage:
             raise SlipstreamError(f"pricing: team {self.team} has a budget and the code interpreter tool has no price for model "
                                   f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
                                   "`code_interpreter: USD_PER_CONTAINER` to the model's pricing: entry (docs/spend.md)", status=403)
-        counted, allowed = input_tokens(request, exact) + history, output_limit(request)
+        legs = self.legs(request)  # each of them the request's worst cost (Claude bills each its prompt and tool calls)
+        counted, allowed = input_tokens(request, exact) + history, output_limit(request) if legs == 1 else choice_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
-        return max(worst_cost_usd(counted, allowed, price, calls, tier, us_only, fast, token_rate) for price in prices)
+        return legs * max(worst_cost_usd(counted, allowed, price, calls, tier, us_only, fast, token_rate) for price in prices)
+
+    def legs(self, request: LLMRequest) -> int:
+        """The upstream requests `request` makes: a Chat request for `n` choices on a route that can reach a
+        Claude target, which takes one request per choice (sdk/routing/translation/choices.py), makes n."""
+        n = request.body.get("n")
+        if request.endpoint is not Endpoint.CHAT_COMPLETIONS or not isinstance(n, int) or n <= 1:
+            return 1
+        route = self._route(request.model)
+        claude = route is not None and any(self.policy.providers[t.provider].kind == "anthropic" for t in route.targets)
+        return n if claude else 1
+
+    def _counted(self, rates: tuple[Rate, ...], scopes: list[_Scope], requests: int) -> tuple[Rate, ...]:
+        """`rates` with each request bucket charged `requests`; more than a bucket holds is refused now: no wait makes it fit."""
+        for scope in scopes:
+            if scope.requests is not None and requests > scope.requests.per_minute:
+                raise RateLimitedError(f"rate limit: request too large: it makes {requests} upstream requests (one per choice "
+                                       f"on a Claude target), more than {scope.name}'s limit of {int(scope.requests.per_minute)} "
+                                       "requests per minute; ask for fewer choices (n)")
+        return tuple(replace(rate, cost=rate.cost * requests) for rate in rates)
+
+    def _route(self, model: str) -> Route | None:
+        return next((r for r in self.policy.routes if r.match.matches(model)), None)
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a
@@ -283,7 +311,7 @@ class LimitsStage:
                 self.state.settle(Settlement("", spend=SpendRecord(-charged, ((key, period.keep_s),), ("total", field))))
 
     def _priced_targets(self, model: str) -> tuple[Price, ...]:
-        route = next((r for r in self.policy.routes if r.match.matches(model)), None)
+        route = self._route(model)
         if route is None:
             return ()  # the router answers 404
         prices: list[Price] = []
@@ -315,7 +343,7 @@ class LimitsStage:
 
     def _hosted(self, model: str) -> bool:
         """Whether `model` may be served by a hosted provider (the bundled engine's cost nothing)."""
-        route = next((r for r in self.policy.routes if r.match.matches(model)), None)
+        route = self._route(model)
         return route is None or any(self.policy.providers[t.provider].kind != "local" for t in route.targets)
 
     def _settle_cancelled(self, ctx: RequestContext, admission: Admission, history: int) -> None:
@@ -337,15 +365,16 @@ class LimitsStage:
         sent and the gateway dropped before their answer (a first-byte timeout, a hedge leg that lost,
         legs cancelled with their request). The provider bills what it read, so a team's retries and
         hedges are its spend and its tokens, not the shared account's. Charged before the request's
-        own settlement lets its budget hold go."""
-        if not models:
-            return
+        own settlement lets its budget hold go. Answers dropped whole (`ctx.discarded`: a failed fan-out's
+        other choices) are charged with the usage the provider reported."""
         charge_only, read = Admission("", admission.rates), _read(ctx.request, history)  # holds nothing: buckets and spend only
+        for model, usage in ctx.discarded:
+            self.settle(charge_only, ctx.key_id, model, usage)
         for model in models:
             self.settle(charge_only, ctx.key_id, model, read, estimated=True)
 
     def _first_target_model(self, model: str) -> str:
-        route = next((r for r in self.policy.routes if r.match.matches(model)), None)
+        route = self._route(model)
         return (route.targets[0].model or model) if route is not None else model
 
     def _settle(self, ctx: RequestContext, admission: Admission, usage: Usage | None, route: str,

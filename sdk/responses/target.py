@@ -45,11 +45,12 @@ from sdk.routing.translation.bodies import responses_error
 from sdk.routing.translation.compaction import readable_by_openai
 from sdk.routing.translation.counting import anthropic_count, count_chat, counted
 from sdk.routing.translation.fields import Shape, check, mark_dropped
-from sdk.routing.translation.provider import TranslatingProvider, translate, translated_events
+from sdk.routing.translation.provider import TranslatingProvider, translate
 from sdk.routing.translation.requests import openai_to_anthropic
 from sdk.routing.translation.responses_answers import completion_c2r, new_id
 from sdk.routing.translation.responses_requests import configured, responses_to_chat
 from sdk.routing.translation.responses_streams import ChatToResponses
+from sdk.routing.translation.streams import translated_events
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Protocol, Timings

@@ -10,7 +10,7 @@ either cap or ignore long hints; waiting 30 s for a 429 while another target is 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -22,6 +22,8 @@ from sdk.errors import (
     UpstreamUnreachableError,
 )
 from sdk.policy import RetryPolicy
+from sdk.streams import close_after
+from sdk.types import LLMStream, Timings
 
 # 401/403 from a provider mean *our* upstream key is wrong there: try the next target, never retry.
 NEXT_TARGET_STATUSES = frozenset({401, 403})
@@ -36,6 +38,33 @@ class StreamFailedBeforeFirstByte(SlipstreamError):
     def __init__(self, event: bytes, route: str):
         super().__init__(f"{route} failed before its first event")
         self.event = event
+
+
+async def primed(stream: LLMStream, timings: Timings) -> LLMStream:
+    """`stream` once its first event has arrived, so a stream that fails at once can still be retried
+    (raises StreamFailedBeforeFirstByte, the stream closed)."""
+    try:
+        with timings.upstream():
+            first = await anext(stream.events)
+    except StopAsyncIteration:
+        first = b""
+    except BaseException:
+        await stream.aclose()
+        raise
+    if not first or first.startswith((b"event: error", b'data: {"error"')):
+        await stream.aclose()
+        raise StreamFailedBeforeFirstByte(first, stream.route)
+    stream.events = _prepend(first, stream.events)
+    return stream
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        async for event in rest:
+            yield event
+    finally:
+        await close_after(rest)
 
 
 class TranslationRefused(SlipstreamError):

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamHTTPError, UpstreamTimeoutError
@@ -42,12 +42,13 @@ from sdk.routing.backoff import (
     StreamFailedBeforeFirstByte,
     TranslationRefused,
     blame,
+    primed,
 )
 from sdk.routing.breaker import BreakerStore, InMemoryBreakerStore
 from sdk.routing.hedging import discard
 from sdk.routing.strategies import StatsBook, TargetStats, ordered_targets, target_key
 from sdk.routing.translation import TranslatingProvider
-from sdk.streams import close_after, on_end
+from sdk.streams import on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMStream
 
 if TYPE_CHECKING:
@@ -208,7 +209,7 @@ class Router:
                 async with asyncio.timeout(limit):
                     answer = await provider.send(request, ctx.timings)
                     if isinstance(answer, LLMStream):
-                        answer = await _primed(answer, ctx)
+                        answer = await primed(answer, ctx.timings)
             except TimeoutError:
                 assert limit is not None  # only a limit times out
                 ctx.abandoned.append(request.model)  # dropped while the provider read its prompt
@@ -253,7 +254,7 @@ class Router:
             return self._responses_target(name, provider).via(upstream)
         if provider.protocol is request.protocol:
             return upstream
-        return TranslatingProvider(upstream, request.protocol, provider)
+        return TranslatingProvider(upstream, request.protocol, provider, ctx)
 
     def _responses_target(self, name: str, provider: Provider) -> ResponsesTarget:
         """The provider behind its Responses adapter (native or translated), kept for the policy's life:
@@ -294,29 +295,3 @@ def _final_error(errors: list[BaseException]) -> BaseException:
     if isinstance(last, StreamFailedBeforeFirstByte):
         return SlipstreamError("every target failed before streaming; the last one sent an error event", status=502)
     return last
-
-
-async def _primed(stream: LLMStream, ctx: RequestContext) -> LLMStream:
-    """Wait for the first event, so a stream that fails at once can still be retried."""
-    try:
-        with ctx.timings.upstream():
-            first = await anext(stream.events)
-    except StopAsyncIteration:
-        first = b""
-    except BaseException:
-        await stream.aclose()
-        raise
-    if not first or first.startswith((b"event: error", b'data: {"error"')):
-        await stream.aclose()
-        raise StreamFailedBeforeFirstByte(first, stream.route)
-    stream.events = _prepend(first, stream.events)
-    return stream
-
-
-async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    try:
-        yield first
-        async for event in rest:
-            yield event
-    finally:
-        await close_after(rest)

@@ -106,8 +106,8 @@ def test_untranslatable_is_refused_before_sending(an, oa, fresh_emulator):
         an.messages.create(model="claude-x", max_tokens=10, messages=ASK, extra_body={"top_k": 5})
     assert "'top_k' cannot be translated for an OpenAI target" in error.value.message
     with pytest.raises(openai.BadRequestError) as oa_error:
-        oa.chat.completions.create(model="gpt-x", messages=ASK, n=3)
-    assert "'n' cannot be translated" in oa_error.value.message
+        oa.chat.completions.create(model="gpt-x", messages=ASK, presence_penalty=0.5)
+    assert "'presence_penalty' cannot be translated" in oa_error.value.message
     assert fresh_emulator.stats()["requests_total"] == 0
 
 

@@ -17,7 +17,7 @@ from sdk.errors import SlipstreamError, error_body
 from sdk.routing.translation.output_modes import validated
 from sdk.routing.translation.stops import cut
 from sdk.routing.translation.web_search import annotations_a2o
-from sdk.types import Protocol
+from sdk.types import Protocol, Usage
 
 # stop_reason ↔ finish_reason (Anthropic's Messages and OpenAI's Chat Completions references).
 A2O_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
@@ -39,6 +39,12 @@ def usage_a2o(usage: dict[str, Any]) -> dict[str, Any]:
     completion = usage.get("output_tokens") or 0
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
+
+
+def chat_usage(usage: Usage) -> dict[str, Any]:
+    """Chat's usage object for usage the gateway holds (a stream's, the sum of several answers')."""
+    return usage_a2o({"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                      "cache_read_input_tokens": usage.cache_read_tokens, "cache_creation_input_tokens": usage.cache_write_tokens})
 
 
 def usage_o2a(usage: dict[str, Any] | None) -> dict[str, Any]:

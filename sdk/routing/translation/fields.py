@@ -138,7 +138,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                      "least Claude has); dropped for the others (Sonnet 4.5, Haiku 4.5, Opus 4.1), which "
                                      "refuse it", ("none",)),
         "user": Field(T, "metadata.user_id"),
-        "n": Field(R, "one choice per request only", (1,)),
+        "n": Field(T, "one Messages request per choice (up to 128), the others started once the first has begun answering "
+                      "so they read the prompt it cached; one answer, choices indexed 0..n-1; its usage the requests' summed, as "
+                      "Claude bills them (the prompt n times, mostly cache reads; OpenAI bills it once)", (1,)),
         "metadata": Field(D, "OpenAI's stored-completion tags"),
         "store": Field(D, "OpenAI's stored completions"),
         "service_tier": Field(D, "billing tier"),

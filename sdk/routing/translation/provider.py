@@ -10,21 +10,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from typing import Protocol as TypingProtocol
 
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation import legacy_functions
-from sdk.routing.translation.bodies import completion_o2a, diagnostics_o2a, error_for, message_a2o
+from sdk.routing.translation.bodies import completion_o2a, diagnostics_o2a, error_for
+from sdk.routing.translation.choices import ChatAnswers, Spent, fan_out
 from sdk.routing.translation.counting import count_chat, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic, refuse_prefill
 from sdk.routing.translation.stops import split_stops
-from sdk.routing.translation.streams import AnthropicToOpenAI, OpenAIToAnthropic
+from sdk.routing.translation.streams import OpenAIToAnthropic, translated_events
 from sdk.routing.translation.tool_ids import shortened_tool_names
-from sdk.sse import events_of
 from sdk.streams import close_after
 from sdk.types import (
     Answer,
@@ -53,9 +52,10 @@ class TranslatingProvider:
     """Serves `client`-protocol requests through `inner`, which speaks the other protocol; `source` is
     the policy's provider behind `inner` (an attempt's wrapper), which token counts are asked of."""
 
-    def __init__(self, inner: Provider, client: Protocol, source: Provider | None = None):
+    def __init__(self, inner: Provider, client: Protocol, source: Provider | None = None, spent: Spent | None = None):
         self.inner = inner
         self.source = source or inner
+        self.spent = spent  # the request's record of dropped upstream work (a failed fan-out's legs: choices.py)
         self.name = inner.name
         self.protocol = client
 
@@ -76,39 +76,51 @@ class TranslatingProvider:
         if to_openai:
             refuse_prefill(request.body)
         body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, client_body, str(self.inner.protocol))
-        mode = None if to_openai else json_mode(request.body)
-        prefill = mode.prefill if mode is not None and not mode.native else None  # an answer by instruction: validated
-        stops = () if to_openai else split_stops(request.body.get("stop"))[1]  # those Claude refuses: cut here
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
+        if not to_openai:
+            answers = _chat_answers(request.body, legacy)
+            choices = request.body.get("n")  # 1..128 (sdk/requests.py): above 1, one request per choice (choices.py)
+            if isinstance(choices, int) and choices > 1:
+                answer = await fan_out(choices, lambda: self._sent(upstream, timings), answers, timings, self.spent, upstream.model)
+            else:
+                answer = await self._sent(upstream, timings)
+                answers.translated(answer)
+            mark_dropped(answer.headers, dropped)
+            return answer
         # An Anthropic stream opens with the input count, which an OpenAI upstream reports only at its
         # end: counted beside the upstream call (off the loop for a long prompt).
-        count = asyncio.ensure_future(start_count(self.source, body)) if to_openai and request.stream else None
+        count = asyncio.ensure_future(start_count(self.source, body)) if request.stream else None
         try:
-            answer = await self.inner.send(upstream, timings)
-        except UpstreamHTTPError as exc:
-            _cancel(count)
-            raise UpstreamHTTPError(exc.status, error_for(self.protocol, exc.status, exc.body), exc.headers, exc.route) from exc
+            answer = await self._sent(upstream, timings)
         except BaseException:
             _cancel(count)
             raise
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
             _cancel(count)
-            answer.body = (completion_o2a(answer.body, diagnostics_o2a(request.body), shortened_tool_names(request.body)) if to_openai
-                           else message_a2o(answer.body, prefill, stops))
-            if legacy:
-                answer.body = legacy_functions.answered(answer.body)
+            answer.body = completion_o2a(answer.body, diagnostics_o2a(request.body), shortened_tool_names(request.body))
             return answer
-        if count is not None:
-            to_anthropic = OpenAIToAnthropic(diagnostics_o2a(request.body), shortened_tool_names(request.body))
-            answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
-            return answer
-        options = request.body.get("stream_options")
-        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        chunks: Translator = AnthropicToOpenAI(include_usage, prefill, stops)
-        answer.events = translated_events(answer.events, legacy_functions.LegacyChunks(chunks) if legacy else chunks)
+        assert count is not None
+        to_anthropic = OpenAIToAnthropic(diagnostics_o2a(request.body), shortened_tool_names(request.body))
+        answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
         return answer
+
+    async def _sent(self, upstream: LLMRequest, timings: Timings) -> Answer:
+        """`upstream` sent to the inner provider; its error answer reshaped for the client's protocol."""
+        try:
+            return await self.inner.send(upstream, timings)
+        except UpstreamHTTPError as exc:
+            raise UpstreamHTTPError(exc.status, error_for(self.protocol, exc.status, exc.body), exc.headers, exc.route) from exc
+
+
+def _chat_answers(body: dict[str, Any], legacy: bool) -> ChatAnswers:
+    """How a Chat request's Claude answers become Chat ones (choices.py)."""
+    mode = json_mode(body)
+    prefill = mode.prefill if mode is not None and not mode.native else None  # an answer by instruction: validated
+    stops = split_stops(body.get("stop"))[1]  # those Claude refuses: cut here
+    options = body.get("stream_options")
+    return ChatAnswers(prefill, stops, legacy, isinstance(options, dict) and bool(options.get("include_usage")))
 
 
 def _cancel(task: asyncio.Future[int] | None) -> None:
@@ -122,20 +134,5 @@ async def _counted_first(count: Awaitable[int], translator: OpenAIToAnthropic, e
         translator.input_tokens = await count
         async for item in events:
             yield item
-    finally:
-        await close_after(events)
-
-
-class Translator(TypingProtocol):
-    def feed(self, event: bytes) -> list[bytes]: ...
-
-
-async def translated_events(events: AsyncIterator[bytes], translator: Translator) -> AsyncIterator[bytes]:
-    """Each item's events fed through `translator`; what one item yields leaves as one item."""
-    try:
-        async for item in events:
-            out = [translated for event in events_of(item) for translated in translator.feed(event)]
-            if out:
-                yield b"".join(out)
     finally:
         await close_after(events)

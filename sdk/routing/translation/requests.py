@@ -258,9 +258,9 @@ def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
 # --- OpenAI → Anthropic -----------------------------------------------------------------------------
 
 
-# Chat fields translated after the walk of the others (or with the messages).
+# Chat fields translated after the walk of the others (or with the messages; `n`: one request per choice, choices.py).
 _O2A_ELSEWHERE = ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens", "max_completion_tokens",
-                  "user", "safety_identifier", "stream_options", "response_format", "web_search_options")
+                  "user", "safety_identifier", "stream_options", "response_format", "web_search_options", "n")
 
 
 def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:

@@ -10,17 +10,20 @@ upstream's full usage (the SDKs overwrite message_start's numbers with it), and 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from typing import Protocol as TypingProtocol
 
 import orjson
 
 from sdk.errors import error_event
-from sdk.routing.translation.bodies import A2O_STOP, stop_o2a, usage_a2o, usage_o2a
+from sdk.routing.translation.bodies import A2O_STOP, chat_usage, stop_o2a, usage_o2a
 from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
 from sdk.routing.translation.web_search import url_citations
-from sdk.sse import event_data
+from sdk.sse import event_data, events_of
+from sdk.streams import close_after
 from sdk.types import Protocol, Usage
 from sdk.usage import merge_anthropic_usage
 
@@ -140,8 +143,12 @@ class OpenAIToAnthropic:
 class AnthropicToOpenAI:
     """Feeds on an Anthropic event stream (from an Anthropic target), yields OpenAI chunks."""
 
-    def __init__(self, include_usage: bool, prefill: str | None = None, stops: tuple[str, ...] = ()) -> None:
+    def __init__(self, include_usage: bool, prefill: str | None = None, stops: tuple[str, ...] = (), index: int = 0,
+                 ending: bool = True) -> None:
         self.include_usage = include_usage
+        # The choice this answer is (Chat's `n` > 1, one Claude request per choice: choices.py); with `ending` False
+        # the stream's end (the usage chunk, `[DONE]`) is left to the merge of the choices.
+        self.index, self.ending, self.finished = index, ending, False
         # A JSON-mode request Claude answers by instruction (output_modes.py): its assistant prefill ("" for none)
         # is the answer's start, and a code fence around the answer is taken off.
         self.prefill = prefill or ""
@@ -159,7 +166,7 @@ class AnthropicToOpenAI:
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         payload: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+                                   "choices": [{"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
         if self.include_usage:
             payload["usage"] = None
         return b"data: " + orjson.dumps(payload) + b"\n\n"
@@ -178,7 +185,8 @@ class AnthropicToOpenAI:
         kind = payload.get("type")
         if kind == "message_start":
             message = payload.get("message") or {}
-            self.id, self.model = f"chatcmpl-{message.get('id', '')}", message.get("model") or ""
+            # (a later choice keeps the first choice's id and model: choices.py sets them)
+            self.id, self.model = self.id or f"chatcmpl-{message.get('id', '')}", self.model or message.get("model") or ""
             merge_anthropic_usage(self.usage, message.get("usage"))
             return [self._chunk({"role": "assistant", "content": self.prefill, "refusal": None})]
         if kind in ("content_block_start", "content_block_delta", "content_block_stop") and self.cutter.hit:
@@ -227,16 +235,33 @@ class AnthropicToOpenAI:
                 self.finish_reason = "stop" if self.cutter.hit else A2O_STOP.get(reason, "stop")
             return []
         if kind == "message_stop":
-            out = [self._chunk({}, self.finish_reason)]
-            if self.include_usage:
-                usage = usage_a2o({"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens,
-                                   "cache_read_input_tokens": self.usage.cache_read_tokens,
-                                   "cache_creation_input_tokens": self.usage.cache_write_tokens})
-                out.append(b"data: " + orjson.dumps({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                                                     "model": self.model, "choices": [], "usage": usage}) + b"\n\n")
-            return out + [b"data: [DONE]\n\n"]
+            self.finished = True
+            return [self._chunk({}, self.finish_reason), *(self.end(self.usage) if self.ending else ())]
         if kind == "error":
             error = payload.get("error") or {}
             status = _ANTHROPIC_ERROR_STATUS.get(str(error.get("type")), 500)
             return [error_event(Protocol.OPENAI, status, error.get("message") or "upstream error")]
         return []  # ping, and event types this translation does not carry (tolerated, as the protocol asks)
+
+    def end(self, usage: Usage) -> list[bytes]:
+        """The stream's end: the usage chunk (`usage`, when the client asked for it), then `[DONE]`."""
+        if not self.include_usage:
+            return [b"data: [DONE]\n\n"]
+        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                 "choices": [], "usage": chat_usage(usage)}
+        return [b"data: " + orjson.dumps(chunk) + b"\n\n", b"data: [DONE]\n\n"]
+
+
+class Translator(TypingProtocol):
+    def feed(self, event: bytes) -> list[bytes]: ...
+
+
+async def translated_events(events: AsyncIterator[bytes], translator: Translator) -> AsyncIterator[bytes]:
+    """Each item's events fed through `translator`; what one item yields leaves as one item."""
+    try:
+        async for item in events:
+            out = [translated for event in events_of(item) for translated in translator.feed(event)]
+            if out:
+                yield b"".join(out)
+    finally:
+        await close_after(events)
