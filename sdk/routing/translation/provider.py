@@ -2,7 +2,8 @@
 
 The request is translated (or refused) before anything is sent; the answer comes back in the
 client's dialect: bodies, error bodies and stream events alike. Usage is the inner provider's own
-`Usage` object, filled from the upstream's exact numbers, so metrics and headers stay true.
+`Usage` object, filled from the upstream's exact numbers, so metrics and headers stay true (a Chat
+request for several choices on Claude: one request per choice, their usage summed, choices.py).
 """
 
 from __future__ import annotations
