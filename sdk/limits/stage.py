@@ -44,12 +44,10 @@ from sdk.responses.store import ResponseStore
 from sdk.services import Services
 from sdk.spend import (
     PriceBook,
-    batch_field,
     budget_check,
     cost_usd,
     created_batch_record,
     periods,
-    record_key,
     spend_record,
     worst_cost_usd,
 )
@@ -287,28 +285,28 @@ class LimitsStage:
                            "(counting what requests in flight may still cost)", period.keep_s - 86_400)
         return hold
 
-    def charge_created_batch(self, hold: Admission, batch_id: str) -> None:
+    def charge_created_batch(self, hold: Admission, batch_id: str) -> SpendRecord:
         """A created batch runs after the call that made it has answered, so no hold can cover it: its
         worst cost is charged now (to `total` and `batch:ID`), where calls made while it runs and later
         batches count it, and where it stays if its results are never read through the gateway (the
-        provider bills them all the same). `true_up_batch` replaces it with what the results say."""
+        provider bills them all the same). Returns the charge, which `true_up_batch` takes back once
+        its results are charged instead (the caller keeps it where every worker and replica finds it)."""
         assert hold.budget is not None
-        self.state.settle(Settlement(hold.lease, budget=hold.budget,
-                                     spend=created_batch_record(self.team, batch_id, hold.budget.reserve)))
+        charged = created_batch_record(self.team, batch_id, hold.budget.reserve)
+        self.state.settle(Settlement(hold.lease, budget=hold.budget, spend=charged))
+        return charged
 
     def release_hold(self, hold: Admission) -> None:
         """Let go of a batch's hold: the call that would have created it failed."""
         self.state.settle(Settlement(hold.lease, budget=hold.budget))
 
-    async def true_up_batch(self, batch_id: str) -> None:
-        """Take back a batch's creation charge from each spend record that holds it, once its results
-        have been charged (at most once: the caller's claim)."""
-        field = batch_field(batch_id)
-        for period in periods():
-            key = record_key(self.team, period)
-            charged = (await self.state.spend(key)).get(field, 0.0)
-            if charged > 0:
-                self.state.settle(Settlement("", spend=SpendRecord(-charged, ((key, period.keep_s),), ("total", field))))
+    def true_up_batch(self, charged: SpendRecord) -> None:
+        """Take back a batch's creation charge (`charged`, as `charge_created_batch` made it: the same
+        amount from the same records and fields), once its results have been charged (at most once:
+        the caller's claim). The amount is the one charged, not read back from the spend records: a
+        worker of `--workers N` reads them up to a second late (sdk/state/spend_file.py), so one
+        reading them soon after another worker created the batch found nothing to take back."""
+        self.state.settle(Settlement("", spend=SpendRecord(-charged.usd, charged.records, charged.fields)))
 
     def _priced_targets(self, model: str) -> tuple[Price, ...]:
         route = self._route(model)

@@ -407,7 +407,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         rewritten = await _checked_object(ex, data)
         if ex.batch_hold is not None and isinstance(batch_id := data.get("id"), str):
             hold, ex.batch_hold = ex.batch_hold, None
-            ex.limits.charge_created_batch(hold, batch_id)
+            await ex.owners.note_batch_charge(team.team, batch_id, ex.limits.charge_created_batch(hold, batch_id))
         return _answer(ex, status, ex.headers(response, len(rewritten)), once(rewritten), None)
     if 200 <= status < 300 and op.action == "delete":
         await ex.owners.disown(op.kind, op.object_id)
@@ -447,10 +447,17 @@ def _answer(ex: _Exchange, status: int, headers: list[tuple[str, str]], chunks: 
 
 async def _charge_once(ex: _Exchange, tally: Tally, batch_id: str) -> None:
     """The first complete read of a batch's results (with usage in them) is charged, and the worst
-    cost its team was charged when it was created is taken back."""
-    if await ex.limits.state.claim(f"batch-charged:{ex.team.team}:{batch_id}:{ex.op.object_id}", KEEP_S):
+    cost its team was charged when it was created is taken back, once for the batch (an OpenAI batch
+    has two result files). Both claimed where the ownership records are, with the creation charge:
+    claimed in one process's memory, each worker (and the proxy after a restart) charged the results
+    again, and each took the creation charge back again, read from spend records a worker sees up to a
+    second late (a team's spend went below what it had been before the batch)."""
+    team = ex.team.team
+    if await ex.owners.claim(f"batch-charged:{team}:{batch_id}:{ex.op.object_id}", KEEP_S):
         ex.charge_batch(tally)
-        await ex.limits.true_up_batch(batch_id)
+        charged = await ex.owners.batch_charge(team, batch_id)
+        if charged is not None and await ex.owners.claim(f"batch-trued-up:{team}:{batch_id}", KEEP_S):
+            ex.limits.true_up_batch(charged)
 
 
 async def _own_pages(ex: _Exchange, data: dict[str, Any], query: str,

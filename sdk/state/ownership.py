@@ -43,7 +43,7 @@ from sdk.errors import InvalidRequestError, NotFoundError
 from sdk.offload import off_loop, off_loop_if_large
 from sdk.policy import FINE_TUNED
 from sdk.services import default_data_dir
-from sdk.state.backend import StateBackend
+from sdk.state.backend import SpendRecord, StateBackend
 
 MISSING_FILE = "No such File object: {}"  # what the provider answers for a file it does not have
 # Names looked up in one pipelined call. A list page can hold 10,000 rows (OpenAI's files list): asked
@@ -61,6 +61,11 @@ class Records(Protocol):
 
     async def delete(self, names: Sequence[str]) -> None: ...
 
+    async def claim(self, name: str, keep_s: float) -> bool:
+        """Take `name` for `keep_s` if no one holds it: True for exactly one caller (per host without
+        Redis, across replicas with it), however many ask at once."""
+        ...
+
 
 class LocalRecords:
     """Records in this process (no expiry: a process does not live `KEEP_S`): a replica's while Redis is away."""
@@ -77,6 +82,12 @@ class LocalRecords:
     async def delete(self, names: Sequence[str]) -> None:
         for name in names:
             self._values.pop(name, None)
+
+    async def claim(self, name: str, keep_s: float) -> bool:
+        if name in self._values:
+            return False
+        self._values[name] = "claimed"
+        return True
 
 
 class SQLiteRecords:
@@ -102,6 +113,16 @@ class SQLiteRecords:
 
     async def delete(self, names: Sequence[str]) -> None:
         await off_loop(self._write, "DELETE FROM records WHERE name = ?", [(name,) for name in names])
+
+    async def claim(self, name: str, keep_s: float) -> bool:
+        return await off_loop(self._claim, name, time.time(), keep_s)
+
+    def _claim(self, name: str, now: float, keep_s: float) -> bool:
+        with self._lock:  # one statement: the file's write lock decides between the workers
+            taken = self._db.execute("INSERT INTO records VALUES (?, 'claimed', ?) ON CONFLICT (name) DO UPDATE "
+                                     "SET value = excluded.value, expires = excluded.expires WHERE records.expires <= ?",
+                                     (name, now + keep_s, now))
+            return taken.rowcount == 1
 
     def _write(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
         with self._lock:
@@ -161,6 +182,9 @@ class SharedRecords:
         client = self._guard.shared.client
         await self._guard.try_shared(lambda: client.pipeline([("DEL", self._key(n)) for n in names]))
 
+    async def claim(self, name: str, keep_s: float) -> bool:
+        return await self._guard.claim(name, keep_s)  # SET NX; while Redis is away, this replica's own
+
 
 class Ownership:
     """Teams' objects by kind: `file`, `batch`, `message_batch`; and which batch made an output file."""
@@ -182,6 +206,12 @@ class Ownership:
             return set()
         values = await self.records.get([f"{kind}:{object_id}" for object_id in ids])
         return {object_id for object_id, value in zip(ids, values, strict=True) if value == team}
+
+    async def claim(self, name: str, keep_s: float = KEEP_S) -> bool:
+        """Whether this caller is the one to do what `name` stands for (a batch's results charged once):
+        decided where the records are, so every worker of a host, every replica and a restarted
+        proxy agree (a state backend without Redis keeps its claims in its process's memory)."""
+        return await self.records.claim(name, keep_s)
 
     async def disown(self, kind: str, object_id: str) -> None:
         await self.records.delete([f"{kind}:{object_id}"])
@@ -207,6 +237,22 @@ class Ownership:
         missing = next((fid for fid in named if fid not in owned), None)
         if missing is not None:
             raise NotFoundError(MISSING_FILE.format(missing))
+
+    async def note_batch_charge(self, team: str, batch_id: str, charged: SpendRecord) -> None:
+        """What a budgeted team's batch was charged when created (LimitsStage.charge_created_batch),
+        kept beside its owner for whichever worker or replica later reads its results."""
+        record = {"usd": charged.usd, "records": charged.records, "fields": charged.fields}
+        await self.records.put({f"batch-charge:{team}:{batch_id}": orjson.dumps(record).decode()}, KEEP_S)
+
+    async def batch_charge(self, team: str, batch_id: str) -> SpendRecord | None:
+        """The creation charge `note_batch_charge` kept for the team's batch, if any (a team without a
+        budget is charged nothing when it creates one)."""
+        found = (await self.records.get([f"batch-charge:{team}:{batch_id}"]))[0]
+        if found is None:
+            return None
+        record = orjson.loads(found)
+        return SpendRecord(float(record["usd"]), tuple((str(key), float(keep)) for key, keep in record["records"]),
+                           tuple(str(name) for name in record["fields"]))
 
     async def file(self, team: str, file_id: str) -> tuple[bool, str | None]:
         """(whether the team owns the file, the batch it is an output of, if any) in one round trip."""

@@ -18,7 +18,7 @@ from sdk.state.backend import Settlement, SpendRecord
 from sdk.state.local import LocalState
 from sdk.state.spend_file import SpendFile
 from tests.gateway.test_cli import serving
-from tests.helpers import write_policy
+from tests.helpers import wait_until, write_policy
 
 ADMIN = "persistence-admin-key"  # opens /ui/data, which names the worker that answered (its pid)
 
@@ -140,3 +140,60 @@ async def test_a_local_state_starts_from_the_spend_its_file_holds(tmp_path):
     restarted = LocalState(spend_file=SpendFile(tmp_path / "spend.sqlite3"))
     assert await restarted.spend("spend:t:day") == pytest.approx({"total": 0.5})
     await restarted.close()
+
+
+def test_a_batchs_results_are_charged_once_whichever_worker_reads_them_and_after_a_restart(tmp_path, fresh_emulator):
+    """The first complete read of a batch's results is charged, and takes back the worst cost the
+    batch was charged when created, once: the claim that said so was kept in each process's memory,
+    so every worker of `--workers N --local-state`, and the proxy again after a restart, charged the
+    results anew, and each worker that read them before the spend file carried the first take-back
+    took the worst cost back again (a team's spend could go below what it had spent before the batch)."""
+    policies, data = tmp_path / "policies", tmp_path / "data"
+    policies.mkdir()
+    write_policy(policies, "t", "sk-t", fresh_emulator.url,
+                 extra='pricing: {"gpt-*": {input: 1000, output: 2000}}\nbudget: {usd: 1, period: month}\n')
+    line = (b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "gpt-4o-mini", '
+            b'"max_tokens": 400, "messages": [{"role": "user", "content": "hello"}]}}\n')
+    with _serving(policies, data, "--workers", "2", "--local-state") as client:
+        with client() as one:
+            uploaded = one.files.create(file=("input.jsonl", line), purpose="batch")
+            batch = one.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+            done = wait_until(lambda: (b := one.batches.retrieve(batch.id)).status == "completed" and b, "the batch completes")
+            base = str(one.base_url).removesuffix("/v1/")
+        assert done.output_file_id is not None
+
+        def read_on(worker: int | None, base: str = base) -> tuple[int, float]:
+            """Read the results on a fresh connection (on `worker`'s, if given and it took it); then
+            (that worker, the month's spend it reports on the same connection)."""
+            with httpx.Client(base_url=base, timeout=30) as connection:
+                pid = connection.get("/ui/data", headers={"authorization": f"Bearer {ADMIN}"}).json()["pid"]
+                if worker is None or pid == worker:
+                    connection.get(f"/v1/files/{done.output_file_id}/content", headers={"authorization": "Bearer sk-t"}).read()
+                report = connection.get("/v1/slipstream/spend", headers={"authorization": "Bearer sk-t"}).json()
+            return pid, float(report["month"]["total"])
+
+        first, _ = read_on(None)
+        deadline = time.monotonic() + 60
+        reports: dict[int, float] = {}
+        while len(reports) < 2 or len(set(reports.values())) > 1:  # the first read's charge and take-back, on both workers
+            assert time.monotonic() < deadline, f"the workers report {reports}"
+            pid, total = read_on(-1)
+            reports[pid] = total
+        charged = reports[first]
+        assert 0 < charged < 0.2  # the results' cost, not the batch's worst (0.4 output tokens' worth at most)
+        other = next(pid for pid in reports if pid != first)
+        while True:  # now read on the other worker
+            assert time.monotonic() < deadline, "no connection reached the other worker"
+            pid, total = read_on(other)
+            if pid == other:
+                break
+        assert total == pytest.approx(charged)
+        reports = {}
+        while len(reports) < 2 or len(set(reports.values())) > 1:
+            assert time.monotonic() < deadline, f"the workers report {reports}"
+            pid, total = read_on(-1)
+            reports[pid] = total
+        assert all(total == pytest.approx(charged) for total in reports.values())
+    with _serving(policies, data) as client, client() as one:  # a restarted proxy: read again, not charged again
+        _, total = read_on(None, str(one.base_url).removesuffix("/v1/"))
+        assert total == pytest.approx(charged)
