@@ -57,8 +57,11 @@ def _texts(value: Any, media: list[int]) -> Iterator[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
+        # Anthropic's plain-text document source ({"type": "text", "media_type": "text/plain", "data": TEXT}) is
+        # billed as its text: its `data` is text, not media (a fixed 1,000 tokens let a team send documents uncounted)
+        text_source = value.get("type") == "text"
         for key, item in value.items():
-            if key in _MEDIA and not isinstance(item, list):
+            if key in _MEDIA and not isinstance(item, list) and not (text_source and key == "data"):
                 media[0] += 1
             elif key not in _NOT_TEXT:
                 yield from _texts(item, media)

@@ -350,6 +350,35 @@ def test_referenced_items_are_held_and_charged_when_the_client_leaves_early(tmp_
     assert charged >= 2 * len(document) / 4 * price.input / 1e6
 
 
+def test_a_plain_text_documents_text_is_held_and_charged_when_the_client_leaves_early(tmp_path: Path,
+                                                                                      fresh_emulator: RunningEmulator) -> None:
+    """An Anthropic document whose source is plain text (`{"type": "text", "media_type": "text/plain",
+    "data": TEXT}`) is billed as its text, but the limits stage counted every `data` as one image's
+    fixed 1,000 tokens: a request carrying a 50,000-character contract held and, abandoned before its
+    first byte, was charged about 1,200 tokens for the 10,000 the provider read, so a team sent
+    its documents again and again on the shared account for a tenth of their price (and parallel such
+    requests each held a tenth of their worst cost against the budget)."""
+    document = "The supplier shall deliver each lot within the agreed window. " * 800  # about 50,000 characters
+    policy = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    price = price_of(MODEL, {})
+    assert price is not None
+    source = {"type": "text", "media_type": "text/plain", "data": document}
+    ask = [{"role": "user", "content": [{"type": "document", "source": source}, {"type": "text", "text": "The penalty?"}]}]
+    with running_proxy([policy]) as proxy:
+        fresh_emulator.inject_fault("stall:ms=120000", model="claude-*")  # the provider reads the prompt, then nothing comes
+        impatient = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0, timeout=1.0)
+        before = spend_report(proxy, KEY)["day"]["total"]
+        with pytest.raises(anthropic.APITimeoutError):
+            impatient.messages.create(model=MODEL, max_tokens=16, messages=ask, stream=True)
+        fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
+        wait_until(lambda: spend_report(proxy, KEY)["day"]["total"] > before, "the abandoned request charged")
+        charged = spend_report(proxy, KEY)["day"]["total"] - before
+    # at least the document counted as text (as the same words in a text block are); before: 1,000 tokens for it
+    as_text = input_tokens(LLMRequest(Endpoint.MESSAGES, {"messages": [{"role": "user", "content": document}]}))
+    assert as_text > 5_000
+    assert charged >= as_text * price.input / 1e6
+
+
 def test_a_search_a_translated_stream_ran_is_charged_when_its_client_leaves_early(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
     """A Chat client's `web_search_options` run Claude's search tool, but the Chat stream it reads has no
     place for Claude's `server_tool_use` block, so the tally of what the client was sent could not count
