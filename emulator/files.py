@@ -4,6 +4,7 @@ input and output files live here."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from email.parser import BytesParser
@@ -17,6 +18,7 @@ from .paging import limit_of, page
 if TYPE_CHECKING:
     from .app import Emulator
 
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 
 
@@ -127,10 +129,29 @@ async def retrieve(emu: Emulator, call: Call) -> None:
 async def content(emu: Emulator, call: Call) -> None:
     f = await _stored(emu, call)
     if f is not None:
-        emu.count_status(200)
+        status, body = 200, f.content
         h = wire.headers(call)
         h.append((b"content-type", b"application/octet-stream"))
-        await call.respond(200, f.content, h)
+        span = byte_range(call.headers.get("range"), len(body))
+        if span is not None:  # part of the file, as a client resuming a download asks for it
+            start, end = span
+            status, body = 206, body[start:end + 1]
+            h.append((b"content-range", f"bytes {start}-{end}/{len(f.content)}".encode()))
+        emu.count_status(status)
+        await call.respond(status, body, h)
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The first and last byte of a single `Range: bytes=…` (RFC 9110 §14.1.2: `a-b`, `a-`, `-suffix`)
+    within a body of `size` bytes; None where there is none to honour (the whole body is sent)."""
+    match = _RANGE.fullmatch(header.strip()) if header else None
+    if match is None or size == 0:
+        return None
+    first, last = match.groups()
+    if not first:
+        return (max(0, size - int(last)), size - 1) if last else None
+    start, end = int(first), min(int(last), size - 1) if last else size - 1
+    return (start, end) if start <= end else None
 
 
 async def delete(emu: Emulator, call: Call) -> None:

@@ -435,9 +435,9 @@ def _answer(ex: _Exchange, status: int, headers: list[tuple[str, str]], chunks: 
         else:
             ex.settle()
         if tally is not None and ex.op.action != "complete" and tally.by_model:
-            if outcome == "ok":  # the first complete read of a batch's results is charged, once
+            if outcome == "ok" and status != 206:  # the first complete read of a batch's results is charged, once
                 in_background(_charge_once(ex, tally, batch_id))
-            else:  # a read cut short is charged for what passed (a later complete read is charged in full)
+            else:  # a read cut short, or a part (a client's Range), is charged for what passed (a later complete read in full)
                 ex.charge_batch(tally)
         ex.log(status if outcome == "ok" else outcome, usage, estimated)
         tracing.end_passthrough(ex.trace, outcome, status, error)

@@ -38,6 +38,7 @@ from tests.helpers import anth, oai, skip_without_redis, wait_until, write_polic
 from tests.helpers import spend_report as spend
 
 ALPHA, BETA, THRIFTY, SAVER = "sk-alpha-budget", "sk-beta-budget", "sk-thrifty-budget", "sk-saver-budget"
+READER = "sk-reader-budget"
 PRICED = 'pricing: {"gpt-3.5-*": {input: 1000, output: 1000}, "gpt-4o-mini": {input: 1000, output: 2000}}\n'
 COMPLETION = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once upon a time", "max_tokens": 16}
 MSG = {"model": "claude-sonnet-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
@@ -52,6 +53,7 @@ def policies(tmp_path_factory, emulator) -> Path:
     write_policy(directory, "beta", BETA, emulator.url, extra=PRICED)  # same provider key, no budget
     write_policy(directory, "thrifty", THRIFTY, emulator.url, extra=PRICED + "budget: {usd: 1, period: day}\n")
     write_policy(directory, "saver", SAVER, emulator.url, extra=PRICED + "budget: {usd: 1, period: day}\n")
+    write_policy(directory, "reader", READER, emulator.url, extra=PRICED + "budget: {usd: 1, period: day}\n")
     return directory
 
 
@@ -155,6 +157,31 @@ def test_a_created_batch_is_charged_its_worst_cost_until_its_results_are_read(pr
     saver.files.content(done.output_file_id).read()  # read again: charged once, taken back once
     assert spend(proxy, SAVER)["day"]["total"] == pytest.approx(report["total"])
     assert create() is not None
+
+
+def test_a_partial_read_of_batch_results_is_not_their_complete_read(proxy, fresh_emulator):
+    """A client's `Range` header reaches the provider, which answers 206 with part of the file. That
+    read was taken as the first complete one: the lines in it were charged, the batch's worst-cost
+    charge taken back, and the claim spent, so a team read one line of a batch of many and never paid
+    for the rest. A 206 is a read cut short now: charged for the lines in it, the charge kept until a
+    whole read."""
+    reader = oai(proxy, READER)
+    lines = b"".join(batch_line(f"line-{i}", max_tokens=200) + b"\n" for i in range(2))
+    made = reader.files.create(file=("two.jsonl", lines), purpose="batch")
+    batch = reader.batches.create(input_file_id=made.id, endpoint="/v1/chat/completions", completion_window="24h")
+    worst = spend(proxy, READER)["day"]["unread_batches"]
+    assert worst > 0
+    done = wait_until(lambda: (b := reader.batches.retrieve(batch.id)).status == "completed" and b, "the batch completes")
+    assert done.output_file_id is not None
+    size = reader.files.retrieve(done.output_file_id).bytes
+    part = reader.files.with_raw_response.content(done.output_file_id, extra_headers={"Range": f"bytes=0-{size * 3 // 4}"})
+    assert part.status_code == 206 and part.content.count(b"\n") == 1  # the first line whole, the second cut
+    report = wait_until(lambda: (r := spend(proxy, READER)["day"])["total"] > worst and r, "the line read is charged")
+    assert report["unread_batches"] == pytest.approx(worst)  # still charged its worst cost, and the line read
+    one_line = report["total"] - worst
+    reader.files.content(done.output_file_id).read()
+    report = wait_until(lambda: (r := spend(proxy, READER)["day"])["unread_batches"] == 0 and r, "the batch trued up")
+    assert report["total"] >= one_line * 2.5  # the whole file is charged: two lines, the first again
 
 
 def test_two_replicas_count_each_others_batches(policies, fresh_emulator):
