@@ -163,7 +163,10 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "top_logprobs": Field(R, "no counterpart", (0,)),
         "modalities": Field(R, "text output only", (["text"],)),
         "audio": Field(R, "no audio output"),
-        "prediction": Field(R, "no predicted outputs"),
+        # OpenAI's guide files it under "Reduce latency for model responses where much of the response is known ahead
+        # of time": the model checks the prediction against what it writes; tokens it rejects are billed, not written.
+        "prediction": Field(D, "a predicted output (the Vercel AI SDK's, editors' rewrite of a file): it only speeds up "
+                               "an answer the model writes the same without it; Claude has no such speed-up"),
         "verbosity": Field(T, "an instruction at the end of the system prompt (low: be concise; high: be thorough); Claude "
                               "has no such setting", ("medium",)),
         "web_search_options": Field(T, "Claude's web search server tool, web_search_20250305 (user_location carried; "
@@ -187,11 +190,15 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "sent from the start whatever their `defer_loading`), images, PDF documents → file "
                                  "parts, text and custom-content (text blocks) documents and search results (without citations, which Chat "
                                  "cannot give) → text; thinking and "
-                                 "redacted_thinking blocks of earlier turns left out; a final assistant turn, a prefill that "
-                                 "Claude continues and a Chat model would answer after, refused)"),
+                                 "redacted_thinking blocks of earlier turns left out, and `fallback` blocks (where a "
+                                 "server-side fallback handed over, which Anthropic does not render into the prompt); a "
+                                 "final assistant turn, a prefill that Claude continues and a Chat model would answer after, refused)"),
         "system": Field(T, "a system message"),
         "max_tokens": Field(T, "max_completion_tokens (at most the OpenAI model's own most, e.g. gpt-4o's 16384: a larger "
-                               "one is OpenAI's 400, a ceiling to Claude)"),
+                               "one is OpenAI's 400, a ceiling to Claude); 0, Anthropic's cache warming (the prompt cached, "
+                               "nothing written), as 1, OpenAI's least: the answer empty with stop_reason max_tokens as "
+                               "Claude's, the one token billed in its usage; with a stream, extended thinking, a forced tool or "
+                               "a format, Anthropic's 400"),
         # an empty list stops nothing; sent as `stop: []`, a reasoning model answers the parameter with a 400
         "stop_sequences": Field(T, "stop (refused for a reasoning model, o-series and gpt-5, which takes none, and beyond "
                                    "OpenAI's 4: a 400 before sending)", ([],)),
@@ -215,7 +222,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                           ({"type": "disabled"}, {"type": "between_tools"})),
         "output_config": Field(T, "format → response_format json_schema (strict unless the schema has optional properties, which "
                                   "OpenAI's strict mode refuses); effort → reasoning_effort (max → xhigh) for a "
-                                  "model that reasons, dropped (named output_config.effort) for others"),
+                                  "model that reasons, dropped (named output_config.effort) for others; task_budget (a whole task's token "
+                                  "budget, which Claude is told of as it goes) refused"),
         "diagnostics": Field(T, "not sent: the answer's `diagnostics` says `cache_miss_reason: unavailable` for a named "
                                 "`previous_message_id` (an OpenAI target cannot compare prompts; Anthropic's `null` would "
                                 "say no divergence was found), `null` for the first turn's opt-in"),
@@ -228,6 +236,13 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "service_tier": Field(D, "billing tier"),
         "inference_geo": Field(D, "where Anthropic runs it"),
         "speed": Field(D, "Anthropic's fast mode: how fast the answer comes, not what it says"),
+        # Zed, pi and OpenClaw send it with every Fable 5 request (server-side-fallback beta), pi with Opus 5's too.
+        "fallbacks": Field(D, "Anthropic's retry on other Claude models when the requested one's safety classifiers "
+                              "decline (`stop_reason: refusal`): an OpenAI target answers under its own provider's "
+                              "policy, and the route's later targets are the gateway's fallbacks"),
+        "fallback_credit_token": Field(D, "the cache-write credit of a retry after a Claude refusal: billing only (a retry "
+                                          "that appends the refused partial answer ends in an assistant turn, refused as a "
+                                          "prefill)"),
         "top_k": Field(R, "no counterpart"),
         "container": Field(R, "Anthropic's code-execution container"),
         "mcp_servers": Field(R, "Anthropic's MCP connector"),

@@ -12,6 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
+
+from sdk.errors import InvalidRequestError
+
 # OpenAI requests without a limit must still give Anthropic one: 8192, which every Claude model from
 # 3.5 on takes; Claude 3 (and older) models take at most 4096 (more is Anthropic's 400).
 DEFAULT_MAX_TOKENS = 8192
@@ -52,3 +56,29 @@ def claude_output_limit(model: Any, asked: Any) -> Any:
 def _limited(table: tuple[tuple[re.Pattern[str], int], ...], model: Any, asked: Any) -> Any:
     most = next((n for pattern, n in table if pattern.match(str(model or ""))), None)
     return most if most is not None and isinstance(asked, int) and asked > most else asked
+
+
+# Anthropic's cache pre-warming: `max_tokens: 0` reads the prompt into the cache and writes nothing (content [],
+# stop_reason max_tokens). OpenAI caches every prompt it reads but takes no limit under 1, so the warming goes with
+# OpenAI's least limit and the one token it lets the model write is billed (in usage), and left out of the answer.
+WARMING_LIMIT = 1
+
+
+def warming(body: dict[str, Any]) -> bool:
+    """Whether a Messages `body` only warms the prompt cache (`max_tokens: 0`). What Anthropic refuses beside it (a
+    stream, extended thinking, a forced tool, a JSON format) is its 400, word for word, before anything is sent."""
+    limit, thinking, choice, config = body.get("max_tokens"), body.get("thinking"), body.get("tool_choice"), body.get("output_config")
+    if type(limit) is not int or limit != 0:
+        return False
+    refused = ("stream=true" if body.get("stream") else
+               "extended thinking" if isinstance(thinking, dict) and thinking.get("type") == "enabled" else
+               "tool_choice of type 'any' or 'tool'" if isinstance(choice, dict) and choice.get("type") in ("any", "tool") else
+               "output_config.format" if isinstance(config, dict) and config.get("format") is not None else None)
+    if refused:
+        raise InvalidRequestError(f"max_tokens: 0 is not supported with {refused}")
+    return True
+
+
+def warmed(message: bytes) -> bytes:
+    """A translated Anthropic message as a warming's answer: nothing written, stopped by its limit (usage as billed)."""
+    return orjson.dumps({**orjson.loads(message), "content": [], "stop_reason": "max_tokens", "stop_sequence": None})

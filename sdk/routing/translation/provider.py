@@ -20,6 +20,7 @@ from sdk.routing.translation.bodies import completion_o2a, diagnostics_o2a, erro
 from sdk.routing.translation.choices import ChatAnswers, Spent, fan_out
 from sdk.routing.translation.counting import count_chat, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
+from sdk.routing.translation.output_limits import warmed, warming
 from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic, refuse_prefill
 from sdk.routing.translation.stops import split_stops
@@ -76,6 +77,7 @@ class TranslatingProvider:
         dropped = check(shape, client_body, target)  # a refused field is a 400 here, before anything is sent
         if to_openai:
             refuse_prefill(request.body)
+        warm = to_openai and warming(request.body)  # max_tokens 0: the prompt cached, nothing written (output_limits.py)
         body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, client_body, str(self.inner.protocol))
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
@@ -101,6 +103,8 @@ class TranslatingProvider:
         if isinstance(answer, LLMResponse):
             _cancel(count)
             answer.body = completion_o2a(answer.body, diagnostics_o2a(request.body), shortened_tool_names(request.body))
+            if warm:
+                answer.body = warmed(answer.body)
             return answer
         assert count is not None
         to_anthropic = OpenAIToAnthropic(diagnostics_o2a(request.body), shortened_tool_names(request.body))

@@ -17,7 +17,7 @@ from sdk.routing.translation.breakpoints import BREAKPOINT, marked_part, system_
 from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fate, one_sampler, refuse
 from sdk.routing.translation.media import a2o_document, image_source, image_url, o2a_document
 from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
-from sdk.routing.translation.output_limits import claude_output_limit, default_max_tokens, openai_output_limit
+from sdk.routing.translation.output_limits import WARMING_LIMIT, claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_id, openai_tool_name
@@ -77,8 +77,8 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     for key, value in body.items():
         if value is None or key in ("model", "messages", "system", "tools", "tool_choice", "thinking", "diagnostics") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
-        if key == "max_tokens":
-            out["max_completion_tokens"] = openai_output_limit(out["model"], value)
+        if key == "max_tokens":  # 0, Anthropic's cache warming, as OpenAI's least (output_limits.warming)
+            out["max_completion_tokens"] = WARMING_LIMIT if value == 0 else openai_output_limit(out["model"], value)
         elif key == "stop_sequences":
             out["stop"] = value
         elif key in ("temperature", "top_p"):
@@ -93,7 +93,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
                 # Already the team's digest of the id (sdk/promptcache/keys.py:team_user, applied by the
                 # limits stage): 37 characters, within OpenAI's 64 (Claude Code's own ids are ~150).
                 out["user"] = str(value["user_id"])
-        elif key == "output_config" and isinstance(value, dict) and set(value) <= {"format", "effort"}:
+        elif key == "output_config" and isinstance(value, dict):
             _a2o_output_config(value, out)
         else:
             raise refuse(f"{key!r}", "OpenAI")
@@ -134,6 +134,12 @@ def refuse_prefill(body: dict[str, Any]) -> None:
 
 
 def _a2o_output_config(config: dict[str, Any], out: dict[str, Any]) -> None:
+    if config.get("task_budget") is not None:  # Opus 4.7 and later: a countdown Claude is shown and paces a task by
+        raise refuse("output_config.task_budget (a token budget for a whole task, which Claude is told of as it "
+                     "goes and an OpenAI model is not)", "OpenAI")
+    unknown = sorted(set(config) - {"format", "effort", "task_budget"})
+    if unknown:
+        raise refuse(f"output_config.{unknown[0]}", "OpenAI")
     fmt = config.get("format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         schema = fmt.get("schema") or {}
@@ -193,9 +199,10 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
                 calls.append({"id": openai_tool_id(block["id"]), "type": "function", "function": function})
             elif claude_search_block(block):
                 continue
-            elif kind in ("thinking", "redacted_thinking"):
+            elif kind in ("thinking", "redacted_thinking", "fallback"):
                 # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
-                # earlier turn's thinking too); the visible turn carries the conversation.
+                # earlier turn's thinking too); the visible turn carries the conversation. A `fallback` block
+                # marks where a server-side fallback model took over; Anthropic renders it into no prompt.
                 continue
             else:
                 raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
