@@ -365,9 +365,12 @@ class LimitsStage:
         hedges are its spend and its tokens, not the shared account's. Charged before the request's
         own settlement lets its budget hold go. Answers dropped whole (`ctx.discarded`: a failed fan-out's
         other choices) are charged with the usage the provider reported."""
-        charge_only, read = Admission("", admission.rates), _read(ctx.request, history)  # holds nothing: buckets and spend only
+        if not models and not ctx.discarded:
+            return  # as nearly every request: counting its prompt (tokenizing it) would be spent on nothing
+        charge_only = Admission("", admission.rates)  # holds nothing: buckets and spend only
         for model, usage in ctx.discarded:
             self.settle(charge_only, ctx.key_id, model, usage)
+        read = _read(ctx.request, history) if models else Usage()
         for model in models:
             self.settle(charge_only, ctx.key_id, model, read, estimated=True)
 
