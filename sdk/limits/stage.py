@@ -267,7 +267,9 @@ class LimitsStage:
         """Hold a batch's worst cost (`worst` USD, at batch rates) against the budget while the call
         creating it runs, or refuse it with the budget's 429 unless all of it fits what is left (the
         period's spend and what requests in flight hold taken off). Checked and held in one step, so
-        batches created together cannot each fit the same remainder. None without a budget. Once the
+        batches created together cannot each fit the same remainder: one for the host where workers share
+        only their files (`--workers N --local-state`: a transaction of the spend file, sdk/state/spend_file.py),
+        one script in Redis. None without a budget. Once the
         batch exists its hold becomes spend (`charge_created_batch`); otherwise `release_hold`."""
         budget = self.budget
         if budget is None or not worst:
@@ -275,7 +277,7 @@ class LimitsStage:
         check = budget_check(self.team, budget, worst)
         assert check is not None
         # A check admits while spend and holds stay under its `usd`: this one, only if `worst` fits whole.
-        hold = Admission(secrets.token_hex(16), budget=replace(check, usd=budget.usd - worst))
+        hold = Admission(secrets.token_hex(16), budget=replace(check, usd=budget.usd - worst), batch=True)
         refusal = await self.state.admit(hold)
         if refusal is not None:
             period = next(p for p in periods() if p.name == budget.period)

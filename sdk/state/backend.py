@@ -63,6 +63,9 @@ class Admission:
     rates: tuple[Rate, ...] = ()
     caps: tuple[Cap, ...] = ()
     budget: BudgetCheck | None = None
+    # A batch's worst cost (budget only): where replicas share no store but files (`--workers N --local-state`),
+    # checked and held host-wide, and replaced by the batch's creation charge host-wide (sdk/state/spend_file.py)
+    batch: bool = False
 
     @property
     def holds(self) -> bool:

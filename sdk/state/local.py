@@ -6,12 +6,13 @@ no lock. Same semantics as the Redis scripts (sdk/state/redis_scripts.py), one p
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sdk.state.backend import Admission, Rate, Refusal, Settlement
+from sdk.state.backend import Admission, BudgetCheck, Rate, Refusal, Settlement
 from sdk.state.spend_file import Records, SpendFile
 
 _DUST = 1e-9  # a token bucket admits while any balance is left: usage is charged afterwards
@@ -53,6 +54,7 @@ class LocalState:
         self._flags: dict[str, float] = {}
         self._claims: dict[str, float] = {}
         self._holds: dict[str, dict[str, float]] = {}  # budget record → lease → USD held while it runs
+        self._batch_holds: set[str] = set()  # leases among them held host-wide too, in the spend file
 
     def _bucket(self, rate: Rate, now: float) -> _Bucket:
         bucket = self._buckets.get(rate.key)
@@ -62,6 +64,8 @@ class LocalState:
         return bucket
 
     async def admit(self, admission: Admission) -> Refusal | None:
+        if admission.batch and admission.budget is not None and self._spend_file is not None:
+            return await self._hold_batch(admission.lease, admission.budget, self._spend_file)
         now = self._clock()
         for i, cap in enumerate(admission.caps):
             held = len(self._leases.get(cap.key, ()))
@@ -86,15 +90,31 @@ class LocalState:
             self._leases.setdefault(cap.key, set()).add(admission.lease)
         return None
 
+    async def _hold_batch(self, lease: str, budget: BudgetCheck, spend_file: SpendFile) -> Refusal | None:
+        """A batch's worst cost, checked and held host-wide: the workers of `--workers N --local-state`
+        share the spend file, not their memory, and a batch's hold can be the whole remainder of a
+        budget, so holding it in one worker's memory let every worker admit one against the same
+        remainder. Also held here, where this worker's requests count it."""
+        wall = self._wall()
+        found = self._synced(spend_file).get(budget.key)
+        seen = found[1].get("total", 0.0) if found is not None and found[0] > wall else 0.0
+        pending = self._pending.get(budget.key)
+        extra = pending.fields.get("total", 0.0) if pending is not None else 0.0
+        extra += sum(usd for held, usd in self._holds.get(budget.key, {}).items() if held not in self._batch_holds)
+        value = await asyncio.to_thread(spend_file.hold_batch, budget.key, lease, budget.reserve, budget.usd, seen, extra, wall)
+        if value is not None:
+            return Refusal("budget", 0, 0.0, value)
+        self._holds.setdefault(budget.key, {})[lease] = budget.reserve
+        self._batch_holds.add(lease)
+        return None
+
     def settle(self, settlement: Settlement) -> None:
+        if settlement.lease in self._batch_holds and self._spend_file is not None:
+            self._end_batch_hold(settlement, self._spend_file)
+            return
         for key in settlement.caps:
             self._leases.get(key, set()).discard(settlement.lease)
-        if settlement.budget is not None:
-            held = self._holds.get(settlement.budget.key)
-            if held is not None:
-                held.pop(settlement.lease, None)
-                if not held:
-                    del self._holds[settlement.budget.key]
+        self._release(settlement)
         now = self._clock()
         for rate, amount in settlement.charges:
             self._bucket(rate, now).level -= amount
@@ -116,6 +136,37 @@ class LocalState:
                     record = self._records[key] = _Record(wall + keep_s)
                 for name in spend.fields:
                     record.fields[name] = record.fields.get(name, 0.0) + spend.usd
+
+    def _release(self, settlement: Settlement) -> None:
+        """Let go of what the settled request held against its budget."""
+        if settlement.budget is not None:
+            held = self._holds.get(settlement.budget.key)
+            if held is not None:
+                held.pop(settlement.lease, None)
+                if not held:
+                    del self._holds[settlement.budget.key]
+
+    def _end_batch_hold(self, settlement: Settlement, spend_file: SpendFile) -> None:
+        """End a host-wide batch hold, its creation charge (if any) written in its place in one
+        transaction, then carried here until the file's writer reads it back (a no-op charge numbers
+        that moment), as this worker's other charges are."""
+        self._batch_holds.discard(settlement.lease)
+        self._release(settlement)
+        spend, wall = settlement.spend, self._wall()
+        charges: list[tuple[str, float, tuple[str, ...], float]] = []
+        if spend is not None and spend.usd:
+            filed = self._synced(spend_file)
+            charges = [(key, self._filed_expiry(filed, key, wall) or wall + keep_s, spend.fields, spend.usd)
+                       for key, keep_s in spend.records]
+        if not spend_file.end_batch_hold(settlement.lease, charges):
+            if spend is not None:
+                self.settle(Settlement("", spend=spend))  # through the writer, as any charge
+            return
+        for key, expires, fields, usd in charges:
+            self._unsynced.append((spend_file.add(key, expires, (), 0.0), key, fields, usd))
+            pending = self._pending.setdefault(key, _Record(expires))
+            for name in fields:
+                pending.fields[name] = pending.fields.get(name, 0.0) + usd
 
     def _live_record(self, key: str, wall: float) -> _Record | None:
         if self._spend_file is not None:

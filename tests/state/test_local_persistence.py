@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -47,6 +48,18 @@ def _known(client: Callable[[], openai.OpenAI], file_id: str, batch_id: str) -> 
         assert one.files.retrieve(file_id).id == file_id
     with client() as one:
         assert one.batches.retrieve(batch_id).id == batch_id
+
+
+def _budgeted_batches(tmp_path: Path, upstream: str, max_tokens: int) -> tuple[Path, Path, bytes]:
+    """Policies giving team t a $1 monthly budget and gpt-* at $1,000 / $2,000 per million tokens, the
+    data directory, and a batch input line asking for up to `max_tokens` output tokens."""
+    policies, data = tmp_path / "policies", tmp_path / "data"
+    policies.mkdir()
+    write_policy(policies, "t", "sk-t", upstream,
+                 extra='pricing: {"gpt-*": {input: 1000, output: 2000}}\nbudget: {usd: 1, period: month}\n')
+    line = (b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "gpt-4o-mini", '
+            b'"max_tokens": %d, "messages": [{"role": "user", "content": "hello"}]}}\n' % max_tokens)
+    return policies, data, line
 
 
 def test_a_restarted_proxy_still_knows_the_teams_files_and_batches(tmp_path, fresh_emulator):
@@ -148,12 +161,7 @@ def test_a_batchs_results_are_charged_once_whichever_worker_reads_them_and_after
     so every worker of `--workers N --local-state`, and the proxy again after a restart, charged the
     results anew, and each worker that read them before the spend file carried the first take-back
     took the worst cost back again (a team's spend could go below what it had spent before the batch)."""
-    policies, data = tmp_path / "policies", tmp_path / "data"
-    policies.mkdir()
-    write_policy(policies, "t", "sk-t", fresh_emulator.url,
-                 extra='pricing: {"gpt-*": {input: 1000, output: 2000}}\nbudget: {usd: 1, period: month}\n')
-    line = (b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "gpt-4o-mini", '
-            b'"max_tokens": 400, "messages": [{"role": "user", "content": "hello"}]}}\n')
+    policies, data, line = _budgeted_batches(tmp_path, fresh_emulator.url, max_tokens=400)
     with _serving(policies, data, "--workers", "2", "--local-state") as client:
         with client() as one:
             uploaded = one.files.create(file=("input.jsonl", line), purpose="batch")
@@ -197,3 +205,38 @@ def test_a_batchs_results_are_charged_once_whichever_worker_reads_them_and_after
     with _serving(policies, data) as client, client() as one:  # a restarted proxy: read again, not charged again
         _, total = read_on(None, str(one.base_url).removesuffix("/v1/"))
         assert total == pytest.approx(charged)
+
+
+def test_batches_created_on_two_workers_at_once_cannot_each_fit_the_same_remainder(tmp_path, fresh_emulator):
+    """A batch's worst cost was checked and held in the memory of the worker creating it: with
+    `--workers N --local-state` another worker, which sees no hold of the first and its charge only once
+    the spend file carries it, admitted a second batch against the same remainder of the budget while the
+    first was being created (two batches worth $0.60 each on a $1 budget). The check and the hold are one
+    transaction of the spend file now: the second worker refuses it with the budget's 429."""
+    # up to 600 output tokens at $2,000 per million, at batch rates: a worst cost of about $0.60
+    policies, data, line = _budgeted_batches(tmp_path, fresh_emulator.url, max_tokens=600)
+    team = {"authorization": "Bearer sk-t"}
+    with _serving(policies, data, "--workers", "2", "--local-state") as client, ExitStack() as stack:
+        with client() as one:
+            uploaded = one.files.create(file=("input.jsonl", line), purpose="batch")
+            base = str(one.base_url).removesuffix("/v1/")
+        workers: dict[int, httpx.Client] = {}  # one kept connection on each worker
+        deadline = time.monotonic() + 60
+        while len(workers) < 2:
+            assert time.monotonic() < deadline, "no connection reached the second worker"
+            connection = stack.enter_context(httpx.Client(base_url=base, timeout=60))
+            workers.setdefault(connection.get("/ui/data", headers={"authorization": f"Bearer {ADMIN}"}).json()["pid"], connection)
+        first, second = workers.values()
+        create = {"input_file_id": uploaded.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+        fresh_emulator.inject_fault("stall:ms=5000", path="/v1/batches")  # the first creation is still running upstream
+        with ThreadPoolExecutor(1) as pool:
+            created = pool.submit(first.post, "/v1/batches", json=create, headers=team)
+            wait_until(lambda: any(r["method"] == "POST" and r["path"] == "/v1/batches" for r in fresh_emulator.app.state.recent),
+                       "the first creation reaches the provider")
+            refused = second.post("/v1/batches", json=create, headers=team)
+            assert created.result().status_code == 200
+        assert refused.status_code == 429 and "batch at batch rates may cost up to" in refused.json()["error"]["message"]
+        assert sum(r["method"] == "POST" and r["path"] == "/v1/batches" for r in fresh_emulator.app.state.recent) == 1
+        # the hold became the creation charge: neither worker admits another batch
+        for connection in (first, second):
+            assert connection.post("/v1/batches", json=create, headers=team).status_code == 429
