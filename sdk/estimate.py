@@ -8,6 +8,10 @@ tokenizer is not public; Anthropic counts are cl100k × `ANTHROPIC_FACTOR` (1.2)
 English prose Claude's tokenizer yields more tokens than cl100k, so the estimate leans high
 (docs/spend.md). Only so much text is tokenized on the event loop (`EXACT_CHARS`); past it, text is
 counted at `CHARS_PER_TOKEN`, again leaning high.
+
+Media are not text: a base64 PDF counts its pages (sdk/pdf_pages.py), at `PDF_PAGE_WORST` tokens a page
+in a budget's hold and `PDF_PAGE_TOKENS` in an estimate; any other image or file `IMAGE_WORST` in a hold
+(the most either provider bills an image) and `IMAGE_TOKENS` in an estimate.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from sdk.pdf_pages import is_pdf, pdf_pages
 from sdk.promptcache.tokens import IMAGE_TOKENS, load_encoding
 from sdk.sse import event_data, events_of
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
@@ -29,6 +35,17 @@ PENDING_BYTES = 1024 * 1024  # of a stream held unparsed until an estimate needs
 CHARS_PER_TOKEN = 3.0  # below cl100k's ~4 on English prose: a length-based count leans high
 DEFAULT_OUTPUT_TOKENS = 4096  # what a reservation assumes when the request sets no output limit
 DEFAULT_SEARCHES = 5  # calls of a hosted tool billed per call a reservation assumes when a request allows them without a cap
+
+# A PDF page: its text and its image (Anthropic's PDF support guide: 1,500 to 3,000 tokens a page, by how
+# dense it is; OpenAI sends each page's text and an image of it too).
+PDF_PAGE_TOKENS = 2_000  # a typical page: what an estimate charges
+PDF_PAGE_WORST = 3_000  # a dense one: what a budget's hold counts
+# The most an image may cost, what a budget's hold counts: Claude resizes an image to at most about 1,600
+# tokens (1,568 px on the long edge), Opus 4.7 to 2,576 px (about 4,800 tokens, ⌈w/28⌉ × ⌈h/28⌉); OpenAI's
+# gpt-4o tiles cost up to 1,445 (high detail: 8 tiles of 512 px, 170 each, plus 85), its patch-billed
+# models up to 1,536 patches × 2.46 (gpt-4.1-nano's multiplier), 3,779. (gpt-4o-mini bills an image at 33×
+# as many tokens at a 16th of the price: not bounded here, docs/spend.md.)
+IMAGE_WORST = {Protocol.ANTHROPIC: 4_800, Protocol.OPENAI: 3_800}
 
 # Keys whose string values are not text the model reads as tokens (ids, switches, names).
 _NOT_TEXT = frozenset({"model", "role", "type", "id", "tool_call_id", "tool_use_id", "cache_control", "stream_options",
@@ -53,7 +70,28 @@ def count_texts(texts: list[str], protocol: Protocol, exact: int = EXACT_CHARS) 
     return math.ceil(n * ANTHROPIC_FACTOR) if protocol is Protocol.ANTHROPIC else n
 
 
-def _texts(value: Any, media: list[int]) -> Iterator[str]:
+@dataclass(slots=True)
+class Media:
+    """A request's media: PDFs (base64) by their pages, and every other image or file."""
+
+    images: int = 0  # images, and files that are not a base64 PDF (a file id, a URL)
+    pages: int = 0  # the pages of its base64 PDFs
+    pdf_chars: int = 0  # the length of their base64
+
+    def add(self, item: object, media_type: object) -> None:
+        if isinstance(item, str) and is_pdf(item, media_type):
+            self.pages += pdf_pages(item)  # decoded only here: a request without a PDF decodes nothing
+            self.pdf_chars += len(item)
+        else:
+            self.images += 1
+
+    def tokens(self, protocol: Protocol, worst: bool) -> int:
+        if worst:
+            return self.images * IMAGE_WORST[protocol] + self.pages * PDF_PAGE_WORST
+        return self.images * IMAGE_TOKENS + self.pages * PDF_PAGE_TOKENS
+
+
+def _texts(value: Any, media: Media) -> Iterator[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
@@ -62,7 +100,7 @@ def _texts(value: Any, media: list[int]) -> Iterator[str]:
         text_source = value.get("type") == "text"
         for key, item in value.items():
             if key in _MEDIA and not isinstance(item, list) and not (text_source and key == "data"):
-                media[0] += 1
+                media.add(item, value.get("media_type"))
             elif key not in _NOT_TEXT:
                 yield from _texts(item, media)
     elif isinstance(value, list):
@@ -70,15 +108,32 @@ def _texts(value: Any, media: list[int]) -> Iterator[str]:
             yield from _texts(item, media)
 
 
-def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS) -> int:
+def media_of(request: LLMRequest) -> Media:
+    """The request's media, its body walked (for a large body, off the loop: the limits stage keeps it in
+    `request.media` for `input_tokens`)."""
+    media = Media()
+    for _ in _texts(request.body, media):
+        pass
+    return media
+
+
+def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS, worst: bool = False) -> int:
     """What the request's input costs in tokens, estimated: its text (messages, system, tools,
-    instructions, input) counted (exactly up to `exact` characters), each media item at
-    IMAGE_TOKENS. A body over EXACT_CHARS × 4 bytes is counted by its size without walking it
-    (bounded work on the loop)."""
+    instructions, input) counted (exactly up to `exact` characters), and its media (`Media`): a base64
+    PDF's pages and every other image or file, at their worst cost for a budget's hold (`worst`), else
+    at a typical one. A body over EXACT_CHARS × 4 bytes is counted by its size without walking it
+    (bounded work on the loop), its PDFs' pages instead of their base64 where the limits stage counted
+    them off the loop (`request.media`)."""
+    protocol = request.protocol
     if request.size > EXACT_CHARS * 4:
-        return math.ceil(request.size / CHARS_PER_TOKEN)
-    media = [0]
-    return count_texts(list(_texts(request.body, media)), request.protocol, exact) + media[0] * IMAGE_TOKENS
+        by_size = math.ceil(request.size / CHARS_PER_TOKEN)
+        media = request.media
+        if not isinstance(media, Media) or not media.pages:
+            return by_size
+        pages = Media(pages=media.pages).tokens(protocol, worst)
+        return max(by_size, math.ceil(max(0, request.size - media.pdf_chars) / CHARS_PER_TOKEN) + pages)
+    media = Media()
+    return count_texts(list(_texts(request.body, media)), protocol, exact) + media.tokens(protocol, worst)
 
 
 def output_limit(request: LLMRequest) -> int:

@@ -82,6 +82,8 @@ class LLMRequest:
     forward_headers: dict[str, str] = field(default_factory=dict)
     query: str = ""
     size: int = 0  # bytes of the client's body (0: not from a door); large bodies are handled off the loop
+    # a large body's images and PDF pages (sdk/estimate.py:Media), counted off the loop by the limits stage
+    media: Any = field(default=None, compare=False, repr=False)
 
     @property
     def protocol(self) -> Protocol:
@@ -100,7 +102,7 @@ class LLMRequest:
         """A copy addressed to another model; the body is copied shallowly, never mutated."""
         if model == self.model:
             return self
-        return LLMRequest(self.endpoint, {**self.body, "model": model}, self.forward_headers, self.query, self.size)
+        return LLMRequest(self.endpoint, {**self.body, "model": model}, self.forward_headers, self.query, self.size, self.media)
 
 
 class _UpstreamWait:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -147,3 +148,31 @@ def spend_report(proxy: RunningServer, key: str) -> dict[str, Any]:
     answer = httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"})
     answer.raise_for_status()
     return answer.json()
+
+
+# --- PDFs ---------------------------------------------------------------------------------------------
+
+
+def blank_pdf(pages: int, object_stream: bool = False, filter_: bytes = b"/FlateDecode",
+              encode: Callable[[bytes], bytes] = zlib.compress) -> bytes:
+    """A PDF of `pages` blank pages: the page tree written out, or (`object_stream`) in a compressed
+    object stream as PDF 1.5+ writers put it (`filter_` its filter, `encode` what applies it)."""
+    kids = b" ".join(b"%d 0 R" % (3 + i) for i in range(pages))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>"] * pages
+    out = b"%PDF-1.7\n"
+    if not object_stream:
+        for number, body in enumerate(objects, 1):
+            out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+        return out + b"trailer << /Root 1 0 R /Size %d >>\n%%%%EOF\n" % (len(objects) + 1)
+    offsets, data = [], b""
+    for number, body in enumerate(objects[1:], 2):  # the catalog stays outside, as it must
+        offsets.append(b"%d %d" % (number, len(data)))
+        data += body + b"\n"
+    header = b" ".join(offsets) + b"\n"
+    packed = encode(header + data)
+    stream = len(objects) + 1
+    out += b"1 0 obj\n" + objects[0] + b"\nendobj\n"
+    out += (b"%d 0 obj\n<< /Type /ObjStm /N %d /First %d /Filter %s /Length %d >>\nstream\n"
+            % (stream, len(objects) - 1, len(header), filter_, len(packed)) + packed + b"\nendstream\nendobj\n")
+    return out + b"trailer << /Root 1 0 R /Size %d >>\n%%%%EOF\n" % (stream + 1)

@@ -33,10 +33,10 @@ from typing import Any
 import orjson
 
 from sdk.errors import RateLimitedError, SlipstreamError
-from sdk.estimate import CHARS_PER_TOKEN, StreamTally, choice_limit, input_tokens, output_limit, tool_call_limits
+from sdk.estimate import CHARS_PER_TOKEN, StreamTally, choice_limit, input_tokens, media_of, output_limit, tool_call_limits
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
-from sdk.offload import HOLDING, off_loop_if_large
+from sdk.offload import HOLDING, is_large, off_loop, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits, Route
 from sdk.promptcache.keys import with_team_ids
@@ -140,6 +140,8 @@ class LimitsStage:
         # the team's own files only, and the account objects its policy lists.
         check_account_objects(self.provider_objects, (ctx.request.body,))
         await ownership_of(self.state).check_files(self.team, (ctx.request.body,), ctx.request.size)
+        if is_large(ctx.request.size):  # its PDFs' pages, for the hold and any estimate (a walk: off the loop)
+            ctx.request.media = await off_loop(media_of, ctx.request)
         (history,) = await self.history_tokens([ctx.request])
         admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history),
                                      requests=self.legs(ctx.request))
@@ -226,7 +228,7 @@ class LimitsStage:
                                   f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
                                   "`code_interpreter: USD_PER_CONTAINER` to the model's pricing: entry (docs/spend.md)", status=403)
         legs = self.legs(request)  # each of them the request's worst cost (Claude bills each its prompt and tool calls)
-        counted, allowed = input_tokens(request, exact) + history, output_limit(request) if legs == 1 else choice_limit(request)
+        counted, allowed = input_tokens(request, exact, worst=True) + history, output_limit(request) if legs == 1 else choice_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
         return legs * max(worst_cost_usd(counted, allowed, price, calls, tier, us_only, fast, token_rate) for price in prices)
 
@@ -261,7 +263,7 @@ class LimitsStage:
         price = self.prices.price(model)
         if price is None:
             raise self._unpriced([model])
-        return worst_cost_usd(input_tokens(request, RESERVE_EXACT_CHARS), output_limit(request), price)
+        return worst_cost_usd(input_tokens(request, RESERVE_EXACT_CHARS, worst=True), output_limit(request), price)
 
     async def hold_batch(self, worst: float) -> Admission | None:
         """Hold a batch's worst cost (`worst` USD, at batch rates) against the budget while the call

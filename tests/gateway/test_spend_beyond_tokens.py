@@ -11,6 +11,8 @@ against 1.25x) and were charged at the 5-minute rate.
 
 from __future__ import annotations
 
+import base64
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,11 @@ import pytest
 
 from emulator.testing import RunningEmulator
 from gateway.testing import running_proxy
-from sdk.estimate import DEFAULT_SEARCHES, input_tokens, search_limit
+from sdk.estimate import DEFAULT_SEARCHES, PDF_PAGE_TOKENS, input_tokens, search_limit
 from sdk.spend import cost_usd, price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest, Usage
 from sdk.usage import responses_usage, usage_from_body
-from tests.helpers import spend_report, wait_until, write_policy
+from tests.helpers import blank_pdf, spend_report, wait_until, write_policy
 
 KEY = "sk-team-search-spend"
 MODEL = "claude-sonnet-4-6"
@@ -377,6 +379,36 @@ def test_a_plain_text_documents_text_is_held_and_charged_when_the_client_leaves_
     as_text = input_tokens(LLMRequest(Endpoint.MESSAGES, {"messages": [{"role": "user", "content": document}]}))
     assert as_text > 5_000
     assert charged >= as_text * price.input / 1e6
+
+
+def test_a_pdfs_pages_are_held_and_charged_when_the_client_leaves_early(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """Anthropic bills a PDF page by page (each page's text and its image, 1,500 to 3,000 tokens a page),
+    but the limits stage counted a PDF as one image's flat 1,000 tokens: a 100-page document held about
+    1% of its worst cost, so a second such request was admitted beside it (parallel requests overshot a
+    budget by far more than one reservation), and one abandoned before its first byte was charged about
+    1% of what the provider read. The hold counts its pages at a dense page's cost now, and the charge
+    at a typical page's."""
+    pdf = base64.b64encode(blank_pdf(100, object_stream=True)).decode()  # the page tree in an object stream
+    source = {"type": "base64", "media_type": "application/pdf", "data": pdf}
+    ask = [{"role": "user", "content": [{"type": "document", "source": source}, {"type": "text", "text": "Summarise."}]}]
+    # 100 pages at 3,000 tokens, at the dearer of input and cache writes ($3.75 per million): about $1.13 held
+    policy = write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 1, period: day}\n")
+    price = price_of(MODEL, {})
+    assert price is not None
+    with running_proxy([policy]) as proxy:
+        fresh_emulator.inject_fault("stall:ms=120000", model="claude-*")  # the provider reads the prompt, then nothing comes
+        impatient = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0, timeout=5.0)
+        other = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(impatient.messages.create, model=MODEL, max_tokens=16, messages=ask, stream=True)
+            fresh_emulator.wait_for(lambda s: s["open_requests"] == 1)  # the first is held while the provider reads it
+            with pytest.raises(anthropic.RateLimitError, match="budget"):
+                other.messages.create(model=MODEL, max_tokens=16, messages=ask)
+            with pytest.raises(anthropic.APITimeoutError):
+                first.result()
+        fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
+        charged = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > 0 and total, "the abandoned request charged")
+    assert charged >= 100 * PDF_PAGE_TOKENS * price.input / 1e6  # before: 1,000 tokens for the document
 
 
 def test_a_search_a_translated_stream_ran_is_charged_when_its_client_leaves_early(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:

@@ -83,6 +83,30 @@ def test_a_cache_warming_reaches_an_openai_model_and_answers_as_claudes(an, fres
     assert len(fresh_emulator.state.recent) == requests  # refused before anything was sent
 
 
+def test_anthropics_memory_tool_reaches_an_openai_model_as_a_function_the_client_runs(an, fresh_emulator):
+    """The memory tool (`{"type": "memory_20250818", "name": "memory"}`: the anthropic SDK's BetaAbstractMemoryTool and
+    tool runner, the Vercel AI SDK's memory tool) is run by the client; Claude knows its schema by its type. It was a
+    400 for an OpenAI target ('server tool 'memory_20250818''). It goes as a function `memory` of the commands the
+    client takes, the memory protocol in its description; the call comes back as the tool_use the client dispatches,
+    and the history's calls and results go as the function's."""
+    tools: Any = [{"type": "memory_20250818", "name": "memory"}]
+    answer = an.beta.messages.create(model="claude-x", max_tokens=256, tools=tools,
+                                     messages=[{"role": "user", "content": "Check your memory first."}])
+    function = _sent(fresh_emulator)["tools"][0]["function"]
+    assert function["name"] == "memory" and "/memories" in function["description"]
+    assert function["parameters"]["properties"]["command"]["enum"] == ["view", "create", "str_replace", "insert", "delete", "rename"]
+    call = next(block for block in answer.content if block.type == "tool_use")
+    assert call.name == "memory" and call.input["command"] in function["parameters"]["properties"]["command"]["enum"]
+    turns: Any = [{"role": "user", "content": "Check your memory first."},
+                  {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "memory",
+                                                     "input": {"command": "view", "path": "/memories"}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "progress.md"}]}]
+    assert an.beta.messages.create(model="claude-x", max_tokens=256, tools=tools, messages=turns).content
+    sent = _sent(fresh_emulator)
+    assert sent["messages"][1]["tool_calls"][0]["function"] == {"name": "memory", "arguments": '{"command":"view","path":"/memories"}'}
+    assert sent["messages"][2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "progress.md"}
+
+
 def test_a_predicted_output_reaches_claude_left_out_and_named(oa, fresh_emulator):
     """A predicted output (`prediction: {type: content}`, which the Vercel AI SDK and editors send when rewriting
     a file) only speeds up an answer the model writes the same without it: it was a 400 for every Claude target."""

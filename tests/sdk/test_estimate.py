@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import base64
 import math
 
 import orjson
 
-from sdk.estimate import ANTHROPIC_FACTOR, DEFAULT_OUTPUT_TOKENS, StreamTally, count_texts, input_tokens, output_limit
+from sdk.estimate import (
+    ANTHROPIC_FACTOR,
+    DEFAULT_OUTPUT_TOKENS,
+    IMAGE_WORST,
+    PDF_PAGE_TOKENS,
+    PDF_PAGE_WORST,
+    StreamTally,
+    count_texts,
+    input_tokens,
+    media_of,
+    output_limit,
+)
 from sdk.promptcache.tokens import IMAGE_TOKENS
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
+from tests.helpers import blank_pdf
 
 
 def _chunk(content: str) -> bytes:
@@ -44,6 +57,27 @@ def test_input_counts_text_and_media_not_ids() -> None:
     request = LLMRequest(Endpoint.CHAT_COMPLETIONS, body)
     assert input_tokens(request) == count_texts(["describe this"], Protocol.OPENAI) + IMAGE_TOKENS
     assert input_tokens(LLMRequest(Endpoint.CHAT_COMPLETIONS, body, size=10_000_000)) == math.ceil(10_000_000 / 3)
+    # a budget's hold counts the most an image may cost, not a typical one
+    assert input_tokens(request, worst=True) == count_texts(["describe this"], Protocol.OPENAI) + IMAGE_WORST[Protocol.OPENAI]
+
+
+def test_a_pdf_counts_its_pages() -> None:
+    """A PDF was one image's flat 1,000 tokens, in a hold and in an estimate: the providers bill it page
+    by page (each page's text and image), so a 100-page document held and was charged about 1% of it."""
+    pdf = base64.b64encode(blank_pdf(100, object_stream=True)).decode()
+    source = {"type": "base64", "media_type": "application/pdf", "data": pdf}
+    claude = LLMRequest(Endpoint.MESSAGES, {"model": "claude-x", "messages": [
+        {"role": "user", "content": [{"type": "document", "source": source}]}]})
+    assert input_tokens(claude) == 100 * PDF_PAGE_TOKENS
+    assert input_tokens(claude, worst=True) == 100 * PDF_PAGE_WORST
+    for part in ({"type": "file", "file": {"file_data": "data:application/pdf;base64," + pdf}},  # Chat
+                 {"type": "input_file", "file_data": "data:application/pdf;base64," + pdf}):  # Responses
+        chat = LLMRequest(Endpoint.CHAT_COMPLETIONS, {"model": "gpt-4o", "messages": [{"role": "user", "content": [part]}]})
+        assert input_tokens(chat) == 100 * PDF_PAGE_TOKENS and input_tokens(chat, worst=True) == 100 * PDF_PAGE_WORST
+    # a large body is counted by its size, its PDFs by their pages once counted off the loop (the limits stage)
+    large = LLMRequest(Endpoint.MESSAGES, claude.body, size=300_000)
+    large.media = media_of(large)
+    assert input_tokens(large, worst=True) == math.ceil((300_000 - len(pdf)) / 3) + 100 * PDF_PAGE_WORST
 
 
 def test_output_limits() -> None:

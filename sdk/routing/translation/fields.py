@@ -211,7 +211,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                           "refuses; `input_examples` at the end of the description; a name over OpenAI's 64 characters, which Claude's 128 allow, as its first 55, `_` and 8 "
                           "hex digits of its SHA-256, in the history and tool_choice too, the answer's calls given the "
                           "client's name back; Anthropic's tool search (regex, BM25) left out, named as tools.TYPE, its deferred "
-                          "tools offered from the start and the history's searches left out; other server tools refused)"),
+                          "tools offered from the start and the history's searches left out; the memory tool (memory_20250818, which the "
+                          "client runs: the anthropic SDK's BetaAbstractMemoryTool) as a function `memory` of its commands, the "
+                          "memory protocol Anthropic adds to the system prompt in its description; other Anthropic-defined tools refused)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),
         "metadata": Field(T, "metadata.user_id → user (as every end-user id, the team's 37-character digest of it, "
                              "so Claude Code's ~150-character ids fit OpenAI's 64); nothing else in it changes the answer"),

@@ -14,6 +14,7 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.translation.breakpoints import BREAKPOINT, marked_part, system_parts, takes_breakpoints, with_claude_breakpoints
+from sdk.routing.translation.claude_tools import as_custom
 from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fate, one_sampler, refuse
 from sdk.routing.translation.media import a2o_document, image_source, image_url, o2a_document
 from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
@@ -171,7 +172,10 @@ def _a2o_effort(body: dict[str, Any]) -> str | None:
 
 def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") not in (None, "custom"):
-        raise refuse(f"{where}: server tool {tool.get('type')!r}", "OpenAI")
+        defined = as_custom(tool)  # an Anthropic-defined tool the client runs (the memory tool): its function
+        if defined is None:
+            raise refuse(f"{where}: server tool {tool.get('type')!r}", "OpenAI")
+        tool = defined
     function = {"name": openai_tool_name(tool["name"]), "parameters": tool.get("input_schema") or {"type": "object"}}
     examples = tool.get("input_examples")
     # Claude shows a tool's input examples to the model; an OpenAI function has no place for them but its description.
