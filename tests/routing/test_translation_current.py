@@ -1,7 +1,7 @@
 """Cross-protocol requests as current clients send them (a sixth audit of the translation): Anthropic's
 server-side fallback fields (Zed, pi and OpenClaw send `fallbacks` with every Fable 5 request, and a client
-echoes the `fallback` blocks of an answer in the history), Anthropic's cache warming (`max_tokens: 0`) and
-Chat's predicted outputs were 400s for a target of the other protocol; a task budget, which has no OpenAI
+echoes the `fallback` blocks of an answer in the history), Anthropic's cache warming (`max_tokens: 0`), its memory
+tool (which the client runs) and Chat's predicted outputs were 400s for a target of the other protocol; a task budget, which has no OpenAI
 counterpart, was refused without being named.
 
 The official clients through the proxy (team key "sk-routing"), the emulator upstream.
