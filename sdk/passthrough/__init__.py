@@ -84,7 +84,7 @@ from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstre
 from sdk.providers.base import HTTPProvider, account_header
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.requests import check_model_name
-from sdk.responses.conversation import Conversations
+from sdk.responses.conversation import Conversations, read_by_id
 from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
 from sdk.sse import without_account_limits
@@ -271,6 +271,7 @@ class _Exchange:
         previous = [body["previous_response_id"] for body in bodies if body.get("previous_response_id") is not None]
         items = [item.get("id") for body in bodies if isinstance(inputs := body.get("input"), list)
                  for item in inputs if isinstance(item, dict) and item.get("type") == "item_reference"]
+        items += [item_id for body in bodies for item_id in read_by_id(body.get("input"))]  # read by id too
         if not previous and not items:
             return
         if self.limits.responses is None:

@@ -6,6 +6,13 @@ An id the team's store does not hold is a 404 answered here, so another team's i
 made answer the same, and neither reaches a provider that shares one account between teams (a native
 Responses upstream would otherwise continue another team's conversation, or tell its ids apart).
 
+A reasoning item sent by its id alone (`{"type": "reasoning", "id": "rs_…"}` without its
+`encrypted_content`) names an object too: OpenAI reads it from the responses stored on the account
+("just include their IDs in subsequent messages to give future responses access to the same reasoning
+items", its reasoning-items cookbook), so on a native target it is the team's only if the team's
+store holds it, as an `item_reference` is (a 404 otherwise). One carrying its encrypted content is
+self-contained (`store: false`, zero data retention) and passes as sent.
+
 Resolved ids are then served where they can be: a native provider that holds the previous response
 itself gets `previous_response_id` as sent; any other target gets the stored conversation in its
 place. A referenced item is always sent as the stored item itself (a translated target has no other
@@ -61,6 +68,8 @@ class Conversations:
         if previous is not None and expanded:
             size += previous.chain_bytes
             HOLDING.get()(size)
+        if holder is not None and (by_id := read_by_id(own)):
+            await self._references([{"type": "item_reference", "id": item_id} for item_id in by_id])  # held, or the 404
         context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
         context, referenced = await self._references(context, size)
         return Resolved(previous, own, context, expanded, size + referenced)
@@ -140,6 +149,13 @@ class Conversations:
         holders = {record.id: record.chain_bytes for record, _ in found.values()}
         return [found[item["id"]][1] if isinstance(item, dict) and item.get("type") == "item_reference" else item
                 for item in items], sum(holders.values())
+
+
+def read_by_id(items: Any) -> list[str]:
+    """The ids of the input items a native provider reads from its own store by id: reasoning items
+    without their `encrypted_content`."""
+    return [item["id"] for item in items if isinstance(item, dict) and item.get("type") == "reasoning"
+            and isinstance(item.get("id"), str) and not item.get("encrypted_content")] if isinstance(items, list) else []
 
 
 def _holds(holder: str | None, record: StoredResponse) -> bool:

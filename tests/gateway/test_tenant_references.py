@@ -199,7 +199,10 @@ def test_a_batch_line_cannot_continue_or_reference_another_teams_response(proxy,
         return orjson.dumps({"custom_id": "x", "method": "POST", "url": "/v1/responses", "body": {"model": "gpt-4o-mini", **body}}) + b"\n"
 
     uses = [({"input": "What was the code?", "previous_response_id": secret.id}, f"Previous response with id '{secret.id}' not found."),
-            ({"input": [{"type": "item_reference", "id": item}]}, f"Item with id '{item}' not found.")]
+            ({"input": [{"type": "item_reference", "id": item}]}, f"Item with id '{item}' not found."),
+            # an item the provider reads by its id (a reasoning item without its encrypted content)
+            ({"input": [{"type": "reasoning", "id": item, "summary": []}, {"role": "user", "content": "Go on."}]},
+             f"Item with id '{item}' not found.")]
     for body, message in uses:
         source = beta.files.create(file=("in.jsonl", batch_of(body)), purpose="batch")
         fresh_emulator.app.state.recent.clear()

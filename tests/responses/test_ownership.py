@@ -7,6 +7,8 @@ Slipstream, and nothing reaches the provider. With one replica and with two over
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 import pytest
 
@@ -149,3 +151,28 @@ def test_stored_response_calls_and_model_lists_count_against_the_teams_rate_limi
             with pytest.raises(openai.RateLimitError, match="rate limit"):
                 call()
         assert fresh_emulator.stats()["requests_total"] == sent  # none reached the provider
+
+
+def test_another_teams_reasoning_items_cannot_be_named_by_id(proxy, fresh_emulator):
+    """OpenAI reads a reasoning item sent by its id alone (no `encrypted_content`) from the responses
+    stored on the account every team shares ("just include their IDs in subsequent messages", its
+    reasoning-items cookbook), as it reads an `item_reference`: another team's `rs_` id went upstream
+    as sent, so a team could have the provider continue from another team's reasoning. It is checked
+    against the team's store as an `item_reference` is now; the owner's, and a self-contained item
+    (its encrypted content sent, as with `store: false`), pass."""
+    mine, theirs = _client(proxy.url, KEY), _client(proxy.url, OTHER_KEY)
+    first = mine.responses.create(model="o4-mini", input="My locker code is 4417.", max_output_tokens=30,
+                                  reasoning={"effort": "low"})
+    reasoning = next(item for item in first.output if item.type == "reasoning")
+    sent = fresh_emulator.stats()["requests_total"]
+
+    def use(client: openai.OpenAI, item: dict) -> Any:
+        return client.responses.create(model="o4-mini", input=[item, {"role": "user", "content": "Go on."}], max_output_tokens=30)
+
+    by_id = {"type": "reasoning", "id": reasoning.id, "summary": []}
+    status, body = _not_found(lambda rid: use(theirs, {**by_id, "id": rid}), reasoning.id)
+    assert (status, body) == _not_found(lambda rid: use(theirs, {**by_id, "id": rid}), "rs_0123456789abcdef")
+    assert fresh_emulator.stats()["requests_total"] == sent  # nothing named the id upstream
+    assert use(mine, by_id).object == "response"  # the owner's own reasoning reaches the provider
+    assert use(theirs, {**by_id, "id": "rs_theirs_own", "encrypted_content": "ZW11bGF0b3I="}).object == "response"
+    assert fresh_emulator.stats()["requests_total"] == sent + 2
