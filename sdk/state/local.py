@@ -149,18 +149,31 @@ class LocalState:
     def _end_batch_hold(self, settlement: Settlement, spend_file: SpendFile) -> None:
         """End a host-wide batch hold, its creation charge (if any) written in its place in one
         transaction, then carried here until the file's writer reads it back (a no-op charge numbers
-        that moment), as this worker's other charges are."""
+        that moment), as this worker's other charges are. The transaction waits for the file's lock
+        (another worker's batch admission), so on an event loop it runs in a thread; the hold counts
+        here until it has ended."""
         self._batch_holds.discard(settlement.lease)
-        self._release(settlement)
         spend, wall = settlement.spend, self._wall()
         charges: list[tuple[str, float, tuple[str, ...], float]] = []
         if spend is not None and spend.usd:
             filed = self._synced(spend_file)
             charges = [(key, self._filed_expiry(filed, key, wall) or wall + keep_s, spend.fields, spend.usd)
                        for key, keep_s in spend.records]
-        if not spend_file.end_batch_hold(settlement.lease, charges):
-            if spend is not None:
-                self.settle(Settlement("", spend=spend))  # through the writer, as any charge
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to keep free
+            self._batch_hold_ended(settlement, spend_file, charges, spend_file.end_batch_hold(settlement.lease, charges))
+            return
+        ending = loop.run_in_executor(None, spend_file.end_batch_hold, settlement.lease, charges)
+        ending.add_done_callback(lambda done: self._batch_hold_ended(
+            settlement, spend_file, charges, not done.cancelled() and done.exception() is None and done.result()))
+
+    def _batch_hold_ended(self, settlement: Settlement, spend_file: SpendFile,
+                          charges: list[tuple[str, float, tuple[str, ...], float]], written: bool) -> None:
+        self._release(settlement)
+        if not written:
+            if settlement.spend is not None:
+                self.settle(Settlement("", spend=settlement.spend))  # through the writer, as any charge
             return
         for key, expires, fields, usd in charges:
             self._unsynced.append((spend_file.add(key, expires, (), 0.0), key, fields, usd))
