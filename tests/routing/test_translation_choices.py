@@ -12,6 +12,7 @@ import contextlib
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ ROUTES = """  - match: {model: "gpt-*"}
     targets: [{provider: claude, model: claude-sonnet-4-5}]"""
 ONCE = "retry: {max_attempts: 1}"
 ASK = [{"role": "user", "content": "Tell me about fjords."}]
+RULES = "\n".join(f"Rule {i}: answer in one short sentence." for i in range(300))
+LONG_ASK = [{"role": "system", "content": RULES}, *ASK]  # cacheable (over 1,024 tokens): the choices are staggered
 
 
 @contextlib.contextmanager
@@ -102,8 +105,7 @@ def test_n_choices_stream_as_one_stream_with_their_indexes_and_one_usage_chunk(d
 def test_the_later_choices_read_the_prompt_the_first_one_cached(stream: bool, tmp_path: Path, fresh_emulator) -> None:
     """The first request writes the cache; the others start once it has begun answering, when the
     emulator (as Anthropic) makes its entries readable, and read them instead of writing them again."""
-    rules = "\n".join(f"Rule {i}: answer in one short sentence." for i in range(300))
-    messages = [{"role": "system", "content": rules}, *ASK]
+    messages = LONG_ASK
     with _client("proxy", tmp_path, fresh_emulator) as client:
         if stream:
             chunks = list(client.chat.completions.create(model="gpt-x", messages=messages, max_completion_tokens=20, n=3,
@@ -117,13 +119,26 @@ def test_the_later_choices_read_the_prompt_the_first_one_cached(stream: bool, tm
     assert usage.prompt_tokens_details.cached_tokens == 2 * written  # and the two others read it
 
 
+def test_choices_of_a_prompt_too_short_to_cache_start_together(tmp_path: Path, slow: RunningEmulator) -> None:
+    """Nothing below the model's least cacheable prefix is cached, so a later choice has nothing to
+    wait for: the n requests are in flight at once. Staggered, the later ones waited for the first
+    whole answer (a body: nothing of it is seen before), and at most n - 1 were in flight."""
+    httpx.post(f"{slow.url}/_emulator/reset").raise_for_status()
+    with _client("proxy", tmp_path, slow) as client, ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(client.chat.completions.create, model="gpt-x", messages=ASK, max_completion_tokens=40, n=3)
+        in_flight: list[int] = []
+        slow.wait_for(lambda s: in_flight.append(s["open_requests"]) or s["open_requests"] == 3 or asked.done())
+        assert len(asked.result().choices) == 3
+    assert max(in_flight) == 3
+
+
 def test_a_failed_choice_fails_the_request_and_cancels_the_others(tmp_path: Path, slow: RunningEmulator) -> None:
     httpx.post(f"{slow.url}/_emulator/reset").raise_for_status()
     slow.inject_fault("stall:ms=1")  # the first request: answered
     slow.inject_fault("500")  # the second and third start together: one fails,
     slow.inject_fault(f"stall:ms={STALL_MS}")  # the other is held until the gateway drops it
     with _client("proxy", tmp_path, slow) as client, pytest.raises(openai.InternalServerError) as failed:
-        client.chat.completions.create(model="gpt-x", messages=ASK, max_completion_tokens=5, n=3)
+        client.chat.completions.create(model="gpt-x", messages=LONG_ASK, max_completion_tokens=5, n=3)
     assert failed.value.status_code == 500 and failed.value.body["type"] == "server_error"  # type: ignore[index]
     stats = slow.wait_for(lambda s: s["cancelled_requests"] == 1)
     assert stats["endpoints"]["POST /v1/messages"] == 3  # no retry, no fourth request

@@ -8,7 +8,8 @@ what the provider billed: the n answers' usage summed (Claude bills the prompt n
 
 The first request goes alone and the others start once it has begun answering (a stream's first
 event, a body's arrival): Anthropic makes a cache entry readable only once the response writing it
-has begun, so they read the prefix the first one wrote instead of each writing it again. The
+has begun, so they read the prefix the first one wrote instead of each writing it again. A prompt
+shorter than the model's least cacheable prefix caches nothing, so its requests start together. The
 fan-out starts or fails as one: the router is answered once every leg has begun (a stream: its first
 event), so a failure before that is retried or falls back like any attempt's. A leg's failure fails
 the request with that leg's error, mapped as any, and the other legs are cancelled (their
@@ -19,6 +20,8 @@ that leaves closes the merged stream, which closes every leg.
 from __future__ import annotations
 
 import asyncio
+import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -69,13 +72,20 @@ class _Leg:
 
 
 async def fan_out(n: int, send: Callable[[], Awaitable[Answer]], answers: ChatAnswers, timings: Timings,
-                  spent: Spent | None, model: str) -> Answer:
-    """The answer to a Chat request for `n` choices, each choice one `send()` of the translated request."""
+                  spent: Spent | None, model: str, staggered: bool = True) -> Answer:
+    """The answer to a Chat request for `n` choices, each choice one `send()` of the translated request:
+    the first alone and the others once it has begun (`staggered`, so they read what it cached), else
+    all at once."""
     started: list[_Leg] = []
     rest: list[asyncio.Future[_Leg]] = []
     try:
-        started.append(await _leg(send, answers, 0, timings, None))
-        rest = [asyncio.ensure_future(_leg(send, answers, index, timings, started[0])) for index in range(1, n)]
+        if staggered:
+            started.append(await _leg(send, answers, 0, timings, None))
+            first = started[0].chunks
+            same: _Identity | None = _Identity(first.id, first.model, first.created) if first is not None else None
+        else:
+            same = _Identity(f"chatcmpl-{secrets.token_hex(12)}", "", int(time.time()))
+        rest = [asyncio.ensure_future(_leg(send, answers, index, timings, same)) for index in range(len(started), n)]
         started += await _all(rest)
     except BaseException as exc:
         await _dropped(started[:1], rest, spent, model, cancelled=isinstance(exc, asyncio.CancelledError))
@@ -85,13 +95,23 @@ async def fan_out(n: int, send: Callable[[], Awaitable[Answer]], answers: ChatAn
     return _Merge(started).stream()
 
 
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What every chunk of one merged stream shares: its id, model (empty: each leg's own) and creation time."""
+
+    id: str
+    model: str
+    created: int
+
+
 async def _leg(send: Callable[[], Awaitable[Answer]], answers: ChatAnswers, index: int, timings: Timings,
-               first: _Leg | None) -> _Leg:
+               same: _Identity | None) -> _Leg:
     answer = await send()
     chunks = answers.translated(answer, index, ending=False)
     if isinstance(answer, LLMStream):
-        if chunks is not None and first is not None and first.chunks is not None:  # one completion: the first's id
-            chunks.id, chunks.model, chunks.created = first.chunks.id, first.chunks.model, first.chunks.created
+        if chunks is not None and same is not None:  # one completion: one id
+            chunks.id, chunks.created = same.id, same.created
+            chunks.model = same.model or chunks.model
         answer = await primed(answer, timings)  # begun: its cache entries are readable (and it did not fail at once)
     return _Leg(answer, chunks)
 

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
+from sdk.estimate import input_tokens
+from sdk.promptcache.placement import min_cacheable_tokens
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation import legacy_functions
@@ -85,7 +87,8 @@ class TranslatingProvider:
             answers = _chat_answers(request.body, legacy)
             choices = request.body.get("n")  # 1..128 (sdk/requests.py): above 1, one request per choice (choices.py)
             if isinstance(choices, int) and choices > 1:
-                answer = await fan_out(choices, lambda: self._sent(upstream, timings), answers, timings, self.spent, upstream.model)
+                answer = await fan_out(choices, lambda: self._sent(upstream, timings), answers, timings, self.spent, upstream.model,
+                                       staggered=input_tokens(upstream) >= min_cacheable_tokens(upstream.model))
             else:
                 answer = await self._sent(upstream, timings)
                 answers.translated(answer)
