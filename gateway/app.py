@@ -31,6 +31,7 @@ from gateway.proxy import AsgiCall, Receive, door_handler
 from gateway.proxy import Scope as ASGIScope
 from gateway.refusals import auth_failure
 from gateway.ui import UI_HANDLERS
+from sdk.cache.keys import is_entry_key
 from sdk.door import PIPELINE, Door, KeyedTeams, Reply, protocol_for, refusal
 from sdk.door.bodies import DEFAULT_BUDGET_BYTES, BodyBudget
 from sdk.errors import InvalidRequestError, SlipstreamError
@@ -152,6 +153,9 @@ def invalidate_cache(team: NamedDependency[TeamRuntime], state: State, key: Anno
     (the `x-slipstream-cache-key` header of the answer it produced)."""
     if key is not None and not key.strip():
         raise InvalidRequestError("key: empty; give an entry's x-slipstream-cache-key, or leave 'key' out to drop every entry")
+    if key is not None and not is_entry_key(key):  # shared with every replica through Redis: only a key an entry can have
+        raise InvalidRequestError("key: not an entry's key; give the x-slipstream-cache-key header of the answer "
+                                  "(64 lowercase hex digits), or leave 'key' out to drop every entry")
     services: Services = state.registry.services
     cache = services.installed_response_cache()
     if key:

@@ -9,6 +9,7 @@ user message. Only that latest user message is compared by meaning. Hashes are o
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from sdk.types import LLMRequest
 # `service_tier` is in the key: the answer reports the tier that served it (and is billed by).
 NOT_IN_KEY = frozenset({"stream", "stream_options", "metadata", "user", "store", "slipstream"})
 _CONTENT_FIELDS = frozenset({"model", "messages", "system", "tools"})
+_ENTRY_KEY = re.compile(r"[0-9a-f]{64}")  # an exact key: a SHA-256 in lowercase hex (`_digest`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,12 @@ class CacheKeys:
     query: str | None  # the latest user turn's text; None when it is not plain text (tool results, images)
     user_turns: int
     sampled: bool  # temperature > 0, or left to the provider's default (1.0 on both providers)
+
+
+def is_entry_key(key: str) -> bool:
+    """Whether `key` can name an entry at all (an answer's `x-slipstream-cache-key`). Anything else names
+    none: an invalidation by it is refused, not shared with the other replicas through Redis."""
+    return _ENTRY_KEY.fullmatch(key) is not None
 
 
 def _is_marker(key: str, value: Any) -> bool:

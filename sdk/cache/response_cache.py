@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sdk.cache.keys import CacheKeys
+from sdk.cache.keys import CacheKeys, is_entry_key
 from sdk.cache.replication import CacheReplicator
 from sdk.cache.store import CacheStore, Entry, NewEntry, TeamLimits
 from sdk.cache.verifier import Verifier
@@ -77,7 +77,11 @@ class ResponseCache:
         return self._invalidate(team, None)
 
     def invalidate_key(self, key: str, team: str | None = None) -> int:
-        """Drop the entry with this key (the `x-slipstream-cache-key` header of the answer it produced)."""
+        """Drop the entry with this key (the `x-slipstream-cache-key` header of the answer it produced).
+        A key no entry can have drops nothing, and goes to no other replica: the events share the Redis
+        every team's limits use, and a client-written key of kilobytes, 100,000 times, was gigabytes."""
+        if not is_entry_key(key):
+            return 0
         return self._invalidate(team, key)
 
     def invalidate_all(self) -> int:

@@ -92,11 +92,41 @@ def test_one_teams_cache_events_do_not_push_another_teams_out_of_redis(tmp_path,
     with running_proxy([tmp_path], state_url=redis_url) as a:
         assert chat(a, PARAPHRASE[0]).headers["x-slipstream-cache"] == "miss"
         for i in range(300):  # Redis trims whole nodes of 100 entries: well past the bound
-            dropped = httpx.delete(f"{a.url}/v1/slipstream/cache", params={"key": f"k{i}"}, headers={"authorization": "Bearer sk-busy"})
+            dropped = httpx.delete(f"{a.url}/v1/slipstream/cache", params={"key": f"{i:064x}"}, headers={"authorization": "Bearer sk-busy"})
             assert dropped.status_code == 200
     with running_proxy([tmp_path], state_url=redis_url) as late:
         assert chat(late, PARAPHRASE[0]).headers["x-slipstream-cache"] == "exact-hit"
     assert fresh_emulator.stats()["requests_total"] == 1
+
+
+def test_an_invalidation_by_a_key_no_entry_can_have_is_refused_and_not_shared(tmp_path, monkeypatch, fresh_emulator, redis_url):
+    """An invalidation goes to every replica through the team's stream, in the Redis every team's limits
+    and spend use, and `DELETE /v1/slipstream/cache?key=` appended the key as the client wrote it: a key
+    of up to the 64 KiB head limit, kept 100,000 events deep, let a team key hold gigabytes of that
+    Redis for free (no provider call, no answer stored). A key is an entry's SHA-256 in hex: anything
+    else names no entry and is refused with a 400 before anything is shared; an entry's key still works."""
+    import redis
+
+    from sdk.state.redis import split_url
+
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
+    write_policy(tmp_path, "c", "sk-c", fresh_emulator.url, extra="semantic_cache: {enabled: true, semantic: false}\n")
+    with running_proxy([tmp_path], state_url=redis_url) as a:
+        first = chat(a, PARAPHRASE[0])
+        key = first.headers["x-slipstream-cache-key"]
+        shared(a, 1, redis_url)
+        for bad in ["x" * 32_768, key + "0", key.upper(), "k1", f"{key[:-1]}g"]:
+            refused = httpx.delete(f"{a.url}/v1/slipstream/cache", params={"key": bad}, headers={"authorization": "Bearer sk-c"})
+            assert refused.status_code == 400, (bad[:70], refused.text)
+            assert "not an entry's key" in refused.json()["error"]["message"]
+        stream = a.app.state.registry.services.response_cache().replicator.stream("c")
+        with redis.Redis.from_url(split_url(redis_url)[0]) as client:
+            assert client.xlen(stream) == 1  # the stored answer's event only
+        assert chat(a, PARAPHRASE[0]).headers["x-slipstream-cache"] == "exact-hit"
+        removed = httpx.delete(f"{a.url}/v1/slipstream/cache", params={"key": key}, headers={"authorization": "Bearer sk-c"})
+        assert removed.json() == {"removed": 1}
+        shared(a, 2, redis_url)  # an entry's key goes to the other replicas as before
+        assert chat(a, PARAPHRASE[0]).headers["x-slipstream-cache"] == "miss"
 
 
 def test_a_read_of_the_shared_streams_is_bounded_in_events_and_bytes(tmp_path, monkeypatch, fresh_emulator, redis_url):
