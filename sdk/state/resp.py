@@ -38,6 +38,10 @@ class StateUnavailable(ConnectionError):
 _TEXTS: dict[str | bytes, bytes] = {}
 _NUMBERS: dict[tuple[type, int | float], bytes] = {}
 _MAX_PIECES = 4096  # per table; leases and amounts are unique: start over rather than grow
+# Only short texts are remembered: what repeats is short (keys, field names, script digests). Every
+# argument was, so each stored response's record and each cached answer (a team's megabytes) stayed
+# in the memory every team's requests share, twice, until 4,096 other texts had passed.
+_MEMO_LENGTH = 256
 
 
 def _piece(data: bytes) -> bytes:
@@ -51,6 +55,9 @@ def encode(*args: Any) -> bytes:
     for arg in args:
         kind = type(arg)
         if kind is str or kind is bytes:
+            if len(arg) > _MEMO_LENGTH:
+                out.append(_piece(arg.encode() if kind is str else arg))
+                continue
             piece = texts.get(arg)
             if piece is None:
                 if len(texts) >= _MAX_PIECES:
