@@ -326,8 +326,9 @@ def test_nested_fields_a_target_has_no_use_for_are_named_when_dropped(oa, an, fr
 
 
 def test_a_chat_tool_choice_claude_cannot_follow_is_refused_by_name(oa, fresh_emulator):
-    """Chat's `custom` choice (a custom tool, which Chat-to-Claude translation does not carry) has no Claude
-    counterpart: a 400 naming it before anything is sent, not a named choice with no name that Claude refuses.
+    """Chat's `custom` choice naming no custom tool of the request (custom tools reach Claude as tools of one string:
+    test_translation_agents) has no Claude counterpart: a 400 naming it before anything is sent, not a named choice
+    with no name that Claude refuses.
     (An `allowed_tools` choice is Claude's auto or any over only those tools: test_translation_edges.)"""
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
     choice = {"type": "custom", "custom": {"name": "lookup"}}

@@ -14,6 +14,7 @@ import jiter
 import orjson
 
 from sdk.errors import SlipstreamError, error_body
+from sdk.routing.translation import context_edits
 from sdk.routing.translation.output_modes import validated
 from sdk.routing.translation.stops import cut
 from sdk.routing.translation.web_search import annotations_a2o
@@ -102,8 +103,14 @@ def diagnostics_o2a(request: dict[str, Any]) -> dict[str, Any]:
     return {"diagnostics": {"cache_miss_reason": {"type": "unavailable"}} if asked.get("previous_message_id") else None}
 
 
+def extra_o2a(request: dict[str, Any]) -> dict[str, Any]:
+    """The fields a translated Messages answer carries besides the usual: what it says to the request's
+    `diagnostics` and `context_management` (context_edits.answered)."""
+    return {**diagnostics_o2a(request), **context_edits.answered(request)}
+
+
 def completion_o2a(body: bytes, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> bytes:
-    """An OpenAI chat.completion as an Anthropic message (with `extra` fields: diagnostics_o2a); `names` are the
+    """An OpenAI chat.completion as an Anthropic message (with `extra` fields: extra_o2a); `names` are the
     client's tool names the upstream knows by shorter ones (tool_ids.shortened_tool_names)."""
     data = orjson.loads(body)
     choice = (data.get("choices") or [{}])[0]

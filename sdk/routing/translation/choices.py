@@ -29,9 +29,9 @@ from typing import Protocol
 import orjson
 
 from sdk.routing.backoff import primed
-from sdk.routing.translation import legacy_functions
+from sdk.routing.translation import chat_custom, legacy_functions
 from sdk.routing.translation.bodies import chat_usage, message_a2o
-from sdk.routing.translation.streams import AnthropicToOpenAI, translated_events
+from sdk.routing.translation.streams import AnthropicToOpenAI, Translator, translated_events
 from sdk.types import Answer, LLMResponse, LLMStream, Timings, Usage
 from sdk.usage import summed
 
@@ -39,22 +39,26 @@ from sdk.usage import summed
 @dataclass(frozen=True, slots=True)
 class ChatAnswers:
     """How one Chat request's Claude answers become Chat ones: JSON mode's prefill (None: none), the
-    stops the gateway applies, the legacy functions shape, whether the stream ends with usage."""
+    stops the gateway applies, the legacy functions shape, whether the stream ends with usage, the custom
+    tools whose calls are custom tool calls (chat_custom.py)."""
 
     prefill: str | None
     stops: tuple[str, ...]
     legacy: bool
     include_usage: bool
+    custom: frozenset[str] = frozenset()
 
     def translated(self, answer: Answer, index: int = 0, ending: bool = True) -> AnthropicToOpenAI | None:
         """`answer` made a Chat one in place (choice `index`); a stream's translator, whose end (`ending`
         False) the merge of several choices writes."""
         if isinstance(answer, LLMResponse):
             body = message_a2o(answer.body, self.prefill, self.stops)
+            body = chat_custom.answered(body, self.custom) if self.custom else body
             answer.body = legacy_functions.answered(body) if self.legacy else body
             return None
         chunks = AnthropicToOpenAI(self.include_usage, self.prefill, self.stops, index, ending)
-        answer.events = translated_events(answer.events, legacy_functions.LegacyChunks(chunks) if self.legacy else chunks)
+        custom: Translator = chat_custom.CustomChunks(chunks, self.custom) if self.custom else chunks
+        answer.events = translated_events(answer.events, legacy_functions.LegacyChunks(custom) if self.legacy else custom)
         return chunks
 
 

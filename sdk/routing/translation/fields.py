@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation import tool_search
+from sdk.routing.translation import context_edits, tool_search
 from sdk.routing.translation.breakpoints import (
     BREAKPOINT,
     breakpoints_travel,
@@ -123,9 +123,12 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "top_p": Field(T, "top_p (dropped for Opus 4.7, 4.8 and Sonnet 5, as temperature; beside a temperature, dropped for "
                           "Opus 4.1 and later models, which take one of the two: the temperature is kept)", (1, 1.0)),
         "tools": Field(T, "tools (function tools, with their `cache_control`; a strict tool's schema brought within what "
-                          "Claude's strict tools take, as for response_format; others refused)"),
-        "tool_choice": Field(T, "tool_choice (auto/none/required/named; allowed_tools as only the allowed function tools, "
-                                "with auto or any (`required`): Claude has no such choice; custom refused)"),
+                          "Claude's strict tools take, as for response_format; custom tools (freeform text, Codex-style "
+                          "agents') as tools of one string, `input` (a grammar in the description, not enforced), as from "
+                          "Responses, their calls answered as custom tool calls (`custom.input` the string; a stream sends "
+                          "it whole, once written) and the history's custom calls sent as calls of them; others refused)"),
+        "tool_choice": Field(T, "tool_choice (auto/none/required/named, a custom tool's as its tool's; allowed_tools as only "
+                                "the allowed tools, with auto or any (`required`): Claude has no such choice)"),
         "parallel_tool_calls": Field(T, "tool_choice.disable_parallel_tool_use"),
         "response_format": Field(T, "json_schema → output_config.format (structured outputs; the schema within what they "
                                     "take: objects closed, constraints they cannot enforce moved into the description); "
@@ -248,9 +251,19 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "top_k": Field(R, "no counterpart"),
         "container": Field(R, "Anthropic's code-execution container"),
         "mcp_servers": Field(R, "Anthropic's MCP connector"),
-        "context_management": Field(R, "Anthropic's context editing; edits that only clear thinking (clear_thinking_*, which "
-                                       "Claude Code sends on every turn) are dropped: a Chat target never gets earlier "
-                                       "turns' thinking"),
+        "context_management": Field(R, "Anthropic's context editing; dropped where no edit would act on the request: "
+                                       "clear_thinking_* (Claude Code sends it on every turn; a Chat target never gets "
+                                       "earlier turns' thinking), clear_tool_uses_20250919 and compact_20260112 below their "
+                                       "trigger (100,000 and 150,000 input tokens by default, counted leaning high) or with "
+                                       "no tool use to clear beyond `keep` and `exclude_tools`; the answer's "
+                                       "`context_management.applied_edits` is `[]`. An edit that would act is refused, "
+                                       "naming it"),
+        # The anthropic SDK's beta `billing_policy`: bill_to "self" is the default; "user_profile" bills the customer
+        # behind the anthropic-user-profile-id header, and Anthropic refuses the request rather than bill the caller.
+        "billing_policy": Field(R, "which organization Anthropic bills: `bill_to: \"user_profile\"` (the customer behind "
+                                   "the `anthropic-user-profile-id` header, whose Anthropic organization an OpenAI target "
+                                   "cannot bill) refused, as Anthropic refuses what it cannot bill to that customer",
+                                ({"type": "billing_policy", "bill_to": "self"}, {"type": "billing_policy"}, {"bill_to": "self"})),
     },
     Shape.RESPONSES: {
         "model": Field(T, "model (the route's target model)"),
@@ -335,18 +348,9 @@ def fate(shape: Shape, key: str, value: Any) -> Fate:
     field = FIELDS[shape].get(key)
     if field is None:
         return Fate.REFUSED
-    if shape is Shape.MESSAGES and key == "context_management" and _clears_thinking_only(value):
-        return Fate.DROPPED
     if field.fate is not Fate.DROPPED and any(value == n and type(value) is type(n) for n in field.neutral):
         return Fate.DROPPED
     return field.fate
-
-
-def _clears_thinking_only(value: Any) -> bool:
-    """Context editing that clears only thinking blocks, which translation leaves out of a Chat body anyway."""
-    edits = value.get("edits") if isinstance(value, dict) and set(value) == {"edits"} else None
-    return isinstance(edits, list) and all(isinstance(e, dict) and str(e.get("type", "")).startswith("clear_thinking_")
-                                           for e in edits)
 
 
 def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
@@ -354,6 +358,12 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
     dropped = []
     for key, value in body.items():
         if value is None:  # null is absent, in OpenAI's APIs and Anthropic's alike: nothing to translate or drop
+            continue
+        if shape is Shape.MESSAGES and key == "context_management":  # dropped where no edit would act (context_edits.py)
+            acting = context_edits.acting(value, body)
+            if acting:
+                raise refuse(acting, target)
+            dropped.append(key)
             continue
         kind = fate(shape, key, value)
         if kind is Fate.REFUSED:

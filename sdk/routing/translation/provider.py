@@ -17,8 +17,8 @@ from sdk.estimate import input_tokens
 from sdk.promptcache.placement import min_cacheable_tokens
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation import legacy_functions
-from sdk.routing.translation.bodies import completion_o2a, diagnostics_o2a, error_for
+from sdk.routing.translation import chat_custom, legacy_functions
+from sdk.routing.translation.bodies import completion_o2a, error_for, extra_o2a
 from sdk.routing.translation.choices import ChatAnswers, Spent, fan_out
 from sdk.routing.translation.counting import count_chat, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
@@ -105,12 +105,12 @@ class TranslatingProvider:
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
             _cancel(count)
-            answer.body = completion_o2a(answer.body, diagnostics_o2a(request.body), shortened_tool_names(request.body))
+            answer.body = completion_o2a(answer.body, extra_o2a(request.body), shortened_tool_names(request.body))
             if warm:
                 answer.body = warmed(answer.body)
             return answer
         assert count is not None
-        to_anthropic = OpenAIToAnthropic(diagnostics_o2a(request.body), shortened_tool_names(request.body))
+        to_anthropic = OpenAIToAnthropic(extra_o2a(request.body), shortened_tool_names(request.body))
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
         return answer
 
@@ -128,7 +128,7 @@ def _chat_answers(body: dict[str, Any], legacy: bool) -> ChatAnswers:
     prefill = mode.prefill if mode is not None and not mode.native else None  # an answer by instruction: validated
     stops = split_stops(body.get("stop"))[1]  # those Claude refuses: cut here
     options = body.get("stream_options")
-    return ChatAnswers(prefill, stops, legacy, isinstance(options, dict) and bool(options.get("include_usage")))
+    return ChatAnswers(prefill, stops, legacy, isinstance(options, dict) and bool(options.get("include_usage")), chat_custom.names(body))
 
 
 def _cancel(task: asyncio.Future[int] | None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError
+from sdk.routing.translation import chat_custom
 from sdk.routing.translation.breakpoints import BREAKPOINT, marked_part, system_parts, takes_breakpoints, with_claude_breakpoints
 from sdk.routing.translation.claude_tools import as_custom
 from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fate, one_sampler, refuse
@@ -56,6 +57,9 @@ def _text_of(blocks: Any, where: str, target: str) -> str:
 # --- Anthropic → OpenAI -----------------------------------------------------------------------------
 
 _A2O_TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+# Messages fields translated apart from the walk of the others, or answered (diagnostics; context_management, which
+# fields.check has dropped where no edit would act and refused elsewhere: context_edits.py).
+_A2O_ELSEWHERE = ("model", "messages", "system", "tools", "tool_choice", "thinking", "diagnostics", "context_management")
 
 
 def _one_hour(body: dict[str, Any]) -> bool:
@@ -76,7 +80,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
     check(Shape.MESSAGES, body, "OpenAI")
     for key, value in body.items():
-        if value is None or key in ("model", "messages", "system", "tools", "tool_choice", "thinking", "diagnostics") or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
+        if value is None or key in _A2O_ELSEWHERE or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
         if key == "max_tokens":  # 0, Anthropic's cache warming, as OpenAI's least (output_limits.warming)
             out["max_completion_tokens"] = WARMING_LIMIT if value == 0 else openai_output_limit(out["model"], value)
@@ -278,6 +282,8 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model")}
     tool_choice: dict[str, Any] | None = None
     check(Shape.CHAT, body, "Anthropic")
+    if chat_custom.used(body):  # custom tools as functions of one string (chat_custom.py)
+        body = chat_custom.as_functions(body)
     for key, value in body.items():
         if value is None or key in _O2A_ELSEWHERE or fate(Shape.CHAT, key, value) is Fate.DROPPED:
             continue
@@ -327,7 +333,7 @@ def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             tool_choice = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
         elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
             tool_choice, out["tools"] = _allowed(choice.get("allowed_tools"), out["tools"])
-        elif isinstance(choice, dict):  # custom: no Claude counterpart
+        elif isinstance(choice, dict):
             raise refuse(f"tool_choice {choice.get('type')!r}", "Anthropic")
         else:
             tool_choice = {"type": "auto"}

@@ -138,7 +138,7 @@ def _text_format(text: Any, out: dict[str, Any], target: str) -> None:
 CUSTOM_INPUT = "input"
 
 
-def _custom(tool: dict[str, Any], target: str) -> dict[str, Any]:
+def custom_function(tool: dict[str, Any], target: str) -> dict[str, Any]:
     """A custom tool as a function tool taking its string as `input`; a grammar it names goes in the
     description (the upstream cannot enforce it)."""
     description = tool.get("description") or ""
@@ -155,7 +155,7 @@ def _custom(tool: dict[str, Any], target: str) -> dict[str, Any]:
 
 def _tool(tool: dict[str, Any], where: str, target: str) -> dict[str, Any]:
     if tool.get("type") == "custom":
-        return _custom(tool, target)
+        return custom_function(tool, target)
     found = client_tools.of(tool)  # a built-in tool the client runs (a search the provider runs was left out)
     if found is not None:
         return client_tools.function(tool, found)

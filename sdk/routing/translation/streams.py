@@ -65,7 +65,7 @@ class OpenAIToAnthropic:
     """Feeds on an OpenAI chunk stream (from an OpenAI target), yields Anthropic events."""
 
     def __init__(self, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> None:
-        self.extra = extra or {}  # fields message_start's message carries besides the usual (bodies.diagnostics_o2a)
+        self.extra = extra or {}  # fields message_start's message carries besides the usual (bodies.extra_o2a)
         self.names = names or {}  # the client's tool names the upstream knows by shorter ones (tool_ids.py)
         self.started = False
         self.block = -1  # index of the last Anthropic content block opened
@@ -134,10 +134,10 @@ class OpenAIToAnthropic:
         return [_anthropic_event({"type": "content_block_stop", "index": self.block})]
 
     def _finish(self) -> list[bytes]:
-        return self._close_block() + [
-            _anthropic_event({"type": "message_delta", "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}, "usage": self.usage}),
-            _anthropic_event({"type": "message_stop"}),
-        ]
+        delta = {"type": "message_delta", "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}, "usage": self.usage}
+        if "context_management" in self.extra:  # where Anthropic's stream says what context editing applied
+            delta["context_management"] = self.extra["context_management"]
+        return self._close_block() + [_anthropic_event(delta), _anthropic_event({"type": "message_stop"})]
 
 
 class AnthropicToOpenAI:
