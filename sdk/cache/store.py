@@ -132,7 +132,9 @@ class CacheStore:
         # A second connection to ":memory:" would be a second database: an in-memory store reads and
         # writes on one (no other process can make its writes wait).
         self._writer = self._db if str(path) == ":memory:" else sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._stamps: dict[int, float] = {}  # entry id -> its last hit, not yet written
+        # entry id -> (its team, its key, its last hit), not yet written. Written to that entry only: under
+        # --workers N another worker may have deleted it meanwhile, and its id come back as another team's row.
+        self._stamps: dict[int, tuple[str, str, float]] = {}
         self._teams: dict[str, _Team] = {}
         self._forget_other_space(space)
         self._load()
@@ -184,7 +186,7 @@ class CacheStore:
         ).fetchone()
         if row is None:
             return None
-        self._stamps[entry_id] = now  # the LRU stamp, written with the next store (a write here could wait)
+        self._stamps[entry_id] = (team, row[2], now)  # the LRU stamp, written with the next store (a write here could wait)
         return Entry(row[0], row[1], row[2], row[3], row[4], row[5])
 
     # -- writes ----------------------------------------------------------------------------------
@@ -248,7 +250,8 @@ class CacheStore:
         with self._lock:
             stamps, self._stamps = self._stamps, {}
         if stamps:
-            self._writer.executemany("UPDATE entries SET last_used_at = ? WHERE id = ?", [(at, i) for i, at in stamps.items()])
+            self._writer.executemany("UPDATE entries SET last_used_at = ? WHERE id = ? AND team = ? AND exact_key = ?",
+                                     [(at, i, team, key) for i, (team, key, at) in stamps.items()])
 
     def _team(self, team: str) -> _Team:
         state = self._teams.get(team)

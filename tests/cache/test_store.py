@@ -288,3 +288,26 @@ async def test_the_loop_goes_on_while_a_store_waits_for_another_worker(services)
         other.execute("ROLLBACK")
     assert await stored > 0
     assert cache.store.get_exact("a", keys.exact) is not None
+
+
+def test_a_hit_on_another_workers_deleted_entry_does_not_stamp_another_teams(tmp_path: Path):
+    """The workers of `--workers N` share the file, and SQLite gives a new row the largest row id plus one,
+    so a deleted entry's id can come back as another team's. A hit's LRU stamp waits in its worker
+    until that worker's next store, and was written by id alone: team a's hit on an entry another
+    worker deleted aged team b's new entry that took the id, which b's own eviction then took first."""
+    clock = Clock()
+    one, two = CacheStore(tmp_path / "c.db", clock=clock), CacheStore(tmp_path / "c.db", clock=clock)
+    two.put(entry(1, team="b"), LIMITS)
+    reused = two.put(entry(2, team="a"), LIMITS)
+    clock.now += 2
+    assert one.get_exact("a", "key-2") is not None  # a's hit: its stamp waits in worker one
+    clock.now += 1
+    assert two.invalidate(team="a") == 1  # taken by worker two
+    assert two.get_exact("b", "key-1") is not None  # b uses its older entry
+    clock.now += 5
+    assert two.put(entry(3, team="b"), LIMITS) == reused  # b's newest entry has a's old id
+    clock.now += 1
+    one.put(entry(4, team="a"), LIMITS)  # worker one writes the stamps it holds
+    two.put(entry(5, team="b"), TeamLimits(ttl_s=60, max_entries=2, max_bytes=10**9))  # b over its cap: its least recently used goes
+    assert two.get_exact("b", "key-3") is not None  # b's newest stays
+    assert two.get_exact("b", "key-1") is None
