@@ -28,6 +28,9 @@ from tests.routing.conftest import policy_text
 KEY = "sk-routing"  # policy_text's team
 CLAUDE = "claude-sonnet-4-5"  # a built-in price
 ASK = [{"role": "user", "content": "Tell me about fjords."}]
+# Over Claude's least cacheable prefix, so the choices are staggered (the first alone): a prompt
+# below it starts them together (choices.py), and the order of the faults below would be a race.
+CACHEABLE = [{"role": "system", "content": "\n".join(f"Rule {i}: answer in one short sentence." for i in range(300))}, *ASK]
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +93,13 @@ def test_every_choice_holds_its_worst_cost_and_is_charged(proxy: Any, emu: Runni
 @pytest.mark.parametrize("proxy", ["budget: {usd: 1000, period: day}"], indirect=True)
 def test_the_choices_answered_before_one_failed_are_charged(proxy: Any, emu: RunningEmulator) -> None:
     client = _client(proxy)
-    client.chat.completions.create(model="gpt-x", messages=ASK, max_completion_tokens=5)
+    client.chat.completions.create(model="gpt-x", messages=CACHEABLE, max_completion_tokens=5)
     single = _total_after(proxy, 0.0)
     emu.inject_fault("stall:ms=1")  # the first choice is answered,
     emu.inject_fault("500")  # the second fails,
     emu.inject_fault(f"stall:ms={STALL_MS}")  # and the third is dropped on its way
     with pytest.raises(openai.InternalServerError):
-        client.chat.completions.create(model="gpt-x", messages=ASK, max_completion_tokens=5, n=3)
+        client.chat.completions.create(model="gpt-x", messages=CACHEABLE, max_completion_tokens=5, n=3)
     emu.wait_for(lambda s: s["cancelled_requests"] == 1)
     # the first choice's answer (as billed: one more `single`) and the third's prompt read (counted)
     _total_after(proxy, 2 * single)
