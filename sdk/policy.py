@@ -408,6 +408,10 @@ class Policy(_Strict):
                 raise ValueError("compression.summarizer.model: a hosted provider needs a model name")
         return self
 
+    def route_for(self, model: str) -> Route | None:
+        """The first route whose match takes `model` (the router's order); None where none does."""
+        return next((route for route in self.routes if route.match.matches(model)), None)
+
     def usable_objects(self) -> frozenset[str]:
         """The provider-account objects this team may name: `provider_objects`, and the fine-tuned
         models (`ft:…`) a route or target spells out."""

@@ -30,7 +30,7 @@ from sdk.errors import InvalidRequestError
 from sdk.observability import metrics
 from sdk.offload import is_large, off_loop, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
-from sdk.policy import Policy, Route
+from sdk.policy import Policy
 from sdk.readiness import WarmUp
 from sdk.responses.store import MAX_TURN_ITEMS, ResponseStore, StoredResponse, as_items
 from sdk.routing.backoff import TranslationRefused
@@ -175,14 +175,11 @@ class CacheStage:
             return None  # what a URL serves may change: answered upstream, uncached
         return cache_keys(self.team, keyed, answered_by)
 
-    def _route(self, model: str) -> Route | None:
-        return next((r for r in self.policy.routes if r.match.matches(model)), None)
-
     def _preferred(self, model: str, answered: str) -> bool:
         """Whether the target that answered (`PROVIDER/MODEL`) is one the policy means to answer `model`
         with: any of the route's targets, or under `priority` the first only. A fallback answers while
         the first is failing; stored, it would go on answering after the first is back."""
-        route = self._route(model)
+        route = self.policy.route_for(model)
         if route is None or route.strategy != "priority":
             return True
         first = route.targets[0]
@@ -198,7 +195,7 @@ class CacheStage:
         """The targets of the route the policy gives `model`, in order, as what changes an answer: the
         provider's kind, upstream and way of serving Responses, and the model it is asked for. The cache
         outlives policy reloads; a name moved to another target must not be answered by the old one."""
-        route = self._route(model)
+        route = self.policy.route_for(model)
         answerers: list[tuple[str | None, ...]] = []
         for target in route.targets if route is not None else ():
             provider = self.policy.providers.get(target.provider)

@@ -38,7 +38,7 @@ from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
 from sdk.offload import HOLDING, is_large, off_loop, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
-from sdk.policy import Policy, Price, RateLimits, Route
+from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_ids
 from sdk.responses.store import ResponseStore
 from sdk.services import Services
@@ -238,7 +238,7 @@ class LimitsStage:
         n = request.body.get("n")
         if request.endpoint is not Endpoint.CHAT_COMPLETIONS or not isinstance(n, int) or n <= 1:
             return 1
-        route = self._route(request.model)
+        route = self.policy.route_for(request.model)
         claude = route is not None and any(self.policy.providers[t.provider].kind == "anthropic" for t in route.targets)
         return n if claude else 1
 
@@ -250,9 +250,6 @@ class LimitsStage:
                                        f"on a Claude target), more than {scope.name}'s limit of {int(scope.requests.per_minute)} "
                                        "requests per minute; ask for fewer choices (n)")
         return tuple(replace(rate, cost=rate.cost * requests) for rate in rates)
-
-    def _route(self, model: str) -> Route | None:
-        return next((r for r in self.policy.routes if r.match.matches(model)), None)
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a
@@ -313,7 +310,7 @@ class LimitsStage:
         self.state.settle(Settlement("", spend=SpendRecord(-charged.usd, charged.records, charged.fields)))
 
     def _priced_targets(self, model: str) -> tuple[Price, ...]:
-        route = self._route(model)
+        route = self.policy.route_for(model)
         if route is None:
             return ()  # the router answers 404
         prices: list[Price] = []
@@ -345,7 +342,7 @@ class LimitsStage:
 
     def _hosted(self, model: str) -> bool:
         """Whether `model` may be served by a hosted provider (the bundled engine's cost nothing)."""
-        route = self._route(model)
+        route = self.policy.route_for(model)
         return route is None or any(self.policy.providers[t.provider].kind != "local" for t in route.targets)
 
     def _settle_cancelled(self, ctx: RequestContext, admission: Admission, history: int) -> None:
@@ -379,7 +376,7 @@ class LimitsStage:
             self.settle(charge_only, ctx.key_id, model, read, estimated=True)
 
     def _first_target_model(self, model: str) -> str:
-        route = self._route(model)
+        route = self.policy.route_for(model)
         return (route.targets[0].model or model) if route is not None else model
 
     def _settle(self, ctx: RequestContext, admission: Admission, usage: Usage | None, route: str,
