@@ -112,13 +112,13 @@ class LimitsStage:
                     requests: int = 1) -> Admission:
         """Check and charge the team's (and the key's) limits and, with `budget`, its budget, holding
         `reserve` USD against it until `settle` (`reservation(request)` computes it), counting `requests`
-        against the request buckets (`legs`); a refusal raises the provider-shaped 429. The pipeline and
+        against the request buckets and concurrency caps (`legs`); a refusal raises the provider-shaped 429. The pipeline and
         the pass-through (sdk/passthrough/) both admit here."""
         scopes = self._scopes(key_id)
         rates = tuple(rate for scope in scopes for rate in (scope.requests, scope.tokens) if rate is not None)
-        if requests > 1:
-            rates = self._counted(rates, scopes, requests)
         caps = tuple(scope.cap for scope in scopes if scope.cap is not None)
+        if requests > 1:
+            rates, caps = self._counted(rates, caps, scopes, requests)
         check = budget_check(self.team, self.budget, reserve) if budget else None
         admission = Admission("", rates, caps, check)
         if admission.holds:  # a lease names its slots and its hold
@@ -129,7 +129,7 @@ class LimitsStage:
             if trace is not None:
                 trace.stage("limits admit", started, {"slipstream.limits.outcome": "refused" if refusal else "admitted"})
             if refusal is not None:
-                raise self._refused(refusal, scopes)
+                raise self._refused(refusal, scopes, requests)
         return admission
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
@@ -242,14 +242,20 @@ class LimitsStage:
         claude = route is not None and any(self.policy.providers[t.provider].kind == "anthropic" for t in route.targets)
         return n if claude else 1
 
-    def _counted(self, rates: tuple[Rate, ...], scopes: list[_Scope], requests: int) -> tuple[Rate, ...]:
-        """`rates` with each request bucket charged `requests`; more than a bucket holds is refused now: no wait makes it fit."""
+    def _counted(self, rates: tuple[Rate, ...], caps: tuple[Cap, ...], scopes: list[_Scope],
+                 requests: int) -> tuple[tuple[Rate, ...], tuple[Cap, ...]]:
+        """`rates` with each request bucket charged `requests`, and `caps` with each lease taking `requests`
+        slots (each upstream request is in flight on the account); more than a bucket or cap holds is refused
+        now, a 429 as for any limit but saying no wait makes it fit (as OpenAI's "Request too large" 429 does)."""
         for scope in scopes:
-            if scope.requests is not None and requests > scope.requests.per_minute:
-                raise RateLimitedError(f"rate limit: request too large: it makes {requests} upstream requests (one per choice "
-                                       f"on a Claude target), more than {scope.name}'s limit of {int(scope.requests.per_minute)} "
-                                       "requests per minute; ask for fewer choices (n)")
-        return tuple(replace(rate, cost=rate.cost * requests) for rate in rates)
+            for limit, what in ((scope.limits.requests_per_minute, "requests per minute"),
+                                (scope.limits.max_concurrent, "requests in flight")):
+                if limit and requests > limit:
+                    raise RateLimitedError(f"rate limit: request too large: it makes {requests} upstream requests (one per "
+                                           f"choice on a Claude target), more than {scope.name}'s limit of {int(limit)} {what}; "
+                                           "ask for fewer choices (n)")
+        return (tuple(replace(rate, cost=rate.cost * requests) for rate in rates),
+                tuple(replace(cap, weight=requests) for cap in caps))
 
     def own_call_reservation(self, request: LLMRequest, model: str) -> float:
         """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a
@@ -431,7 +437,7 @@ class LimitsStage:
                         "(docs/spend.md)%s", self.team, model,
                         "; further unpriced models of this team are not logged" if self._unpriced_warnings == UNPRICED_WARNINGS else "")
 
-    def _refused(self, refusal: Refusal, scopes: list[_Scope]) -> RateLimitedError:
+    def _refused(self, refusal: Refusal, scopes: list[_Scope], requests: int = 1) -> RateLimitedError:
         budget = self.budget
         if refusal.kind == "budget" and budget is not None:
             period = next(p for p in periods() if p.name == budget.period)
@@ -440,7 +446,8 @@ class LimitsStage:
                             f"of ${budget.usd:.2f} (counting what requests in flight may still cost)", period.keep_s - 86_400)
         if refusal.kind == "cap":
             scope = [s for s in scopes if s.cap is not None][refusal.index]
-            return _limited(f"rate limit: {scope.name} has {int(refusal.value)} requests in flight, its limit of "
+            more = f" and this request makes {requests} (one per choice on a Claude target)" if requests > 1 else ""
+            return _limited(f"rate limit: {scope.name} has {int(refusal.value)} requests in flight{more}, its limit of "
                             f"{scope.limits.max_concurrent}", refusal.wait_s)
         rate = [r for s in scopes for r in (s.requests, s.tokens) if r is not None][refusal.index]
         scope = next(s for s in scopes if rate in (s.requests, s.tokens))

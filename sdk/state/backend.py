@@ -35,10 +35,11 @@ class Rate:
 
 @dataclass(frozen=True, slots=True)
 class Cap:
-    """At most `limit` leases at once; a lease expires unless its holder renews it (a dead replica's slots come back)."""
+    """At most `limit` slots held at once; a lease expires unless its holder renews it (a dead replica's slots come back)."""
 
     key: str
     limit: int
+    weight: int = 1  # the slots one lease takes: the upstream requests it makes (Chat's n on Claude, docs/routing.md)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 
 from sdk.observability.metrics import STATE_ADMISSIONS, STATE_BACKEND_UP
 from sdk.state import masked_url
-from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement
+from sdk.state.backend import Admission, Rate, Refusal, Settlement
 from sdk.state.local import LocalState
 from sdk.state.redis import Entries, RedisState
 from sdk.state.resp import RespError
@@ -255,7 +255,7 @@ class GuardedState:
         return replace(
             admission,
             rates=tuple(Rate(r.key, r.per_minute / n, r.cost) for r in admission.rates),
-            caps=tuple(Cap(c.key, max(1, math.ceil(c.limit / n))) for c in admission.caps),
+            caps=tuple(replace(c, limit=max(1, math.ceil(c.limit / n))) for c in admission.caps),
             budget=budget,
         )
 

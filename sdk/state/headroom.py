@@ -7,8 +7,8 @@ mode: charged, not checked). The bound that keeps limits exact: a replica admits
 
     (its admissions not yet answered + 1) × replicas × cost ≤ room it last heard of / 2
 
-for every request bucket and concurrency cap (cost 1), so even if every replica did the same at the
-same moment, together they would use at most half the room. The room a replica heard may be up to
+for every request bucket and concurrency cap (cost: the requests or slots one admission takes), so
+even if every replica did the same at the same moment, together they would use at most half the room. The room a replica heard may be up to
 `MAX_AGE_S` old, and what other replicas admitted *after checking* in that time is not in it: with
 two workers at 5 requests/minute, one worker drained the bucket while the other still held the room
 it heard a moment before and let a sixth request through. So a bucket or cap also needs
@@ -50,7 +50,7 @@ class Headroom:
                 return False
         for cap in admission.caps:
             left = self._left(cap.key, now)
-            if left is None or left < AHEAD_MIN_ROOM or share > left / 2:
+            if left is None or left < AHEAD_MIN_ROOM * cap.weight or share * cap.weight > left / 2:
                 return False
         budget = admission.budget
         if budget is not None:

@@ -43,7 +43,7 @@ class LocalState:
         self._clock = clock
         self._wall = wall
         self._buckets: dict[str, _Bucket] = {}
-        self._leases: dict[str, set[str]] = {}
+        self._leases: dict[str, dict[str, int]] = {}  # cap → lease → the slots it takes
         self._records: dict[str, _Record] = {}  # spend, without a spend file
         # With one, spend is the file's records as its writer last read them back (every worker's, across
         # restarts: sdk/state/spend_file.py), and on top this process's charges those do not include yet:
@@ -68,8 +68,8 @@ class LocalState:
             return await self._hold_batch(admission.lease, admission.budget, self._spend_file)
         now = self._clock()
         for i, cap in enumerate(admission.caps):
-            held = len(self._leases.get(cap.key, ()))
-            if held >= cap.limit:
+            held = sum(self._leases.get(cap.key, {}).values())
+            if held + cap.weight > cap.limit:
                 return Refusal("cap", i, 1.0, held)
         buckets = [self._bucket(rate, now) for rate in admission.rates]
         for i, (rate, bucket) in enumerate(zip(admission.rates, buckets, strict=True)):
@@ -87,7 +87,7 @@ class LocalState:
         for rate, bucket in zip(admission.rates, buckets, strict=True):
             bucket.level -= rate.cost
         for cap in admission.caps:
-            self._leases.setdefault(cap.key, set()).add(admission.lease)
+            self._leases.setdefault(cap.key, {})[admission.lease] = cap.weight
         return None
 
     async def _hold_batch(self, lease: str, budget: BudgetCheck, spend_file: SpendFile) -> Refusal | None:
@@ -113,7 +113,7 @@ class LocalState:
             self._end_batch_hold(settlement, self._spend_file)
             return
         for key in settlement.caps:
-            self._leases.get(key, set()).discard(settlement.lease)
+            self._leases.get(key, {}).pop(settlement.lease, None)
         self._release(settlement)
         now = self._clock()
         for rate, amount in settlement.charges:

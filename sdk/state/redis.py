@@ -126,7 +126,7 @@ class RedisState:
         args: list[Any] = [nr, nc, int(admission.budget is not None), LEASE_TTL_S, int(force)]
         for rate in admission.rates:
             args += [float(rate.per_minute), float(rate.cost)]
-        args += [cap.limit for cap in admission.caps]
+        args += [n for cap in admission.caps for n in (cap.limit, cap.weight)]
         budget = admission.budget
         if budget is not None:
             keys += [self.key(budget.key), self.key(budget.holds)]
@@ -137,8 +137,10 @@ class RedisState:
         return keys, [*args, *(each.lease for each in admissions)]
 
     def _holding(self, admission: Admission) -> tuple[tuple[str, str], ...]:
-        """The sorted-set members an admitted lease holds: its slot in each cap, its budget hold."""
-        held = tuple((self.key(cap.key), admission.lease) for cap in admission.caps)
+        """The sorted-set members an admitted lease holds: its slots in each cap (a weighted lease's
+        named as ADMIT names them), its budget hold."""
+        held = tuple((self.key(cap.key), admission.lease if w == 1 else f"{admission.lease}#{w}")
+                     for cap in admission.caps for w in range(1, cap.weight + 1))
         budget = admission.budget
         if budget is not None and budget.reserve > 0:
             held += ((self.key(budget.holds), f"{admission.lease}|{_usd(budget.reserve)}"),)

@@ -20,26 +20,31 @@ end
 """
 
 # KEYS: rate buckets (nr), cap lease sets (nc), budget record and its holds (2 × nb: 0|1)
-# ARGV: nr, nc, nb, lease_ttl_s, force, then per rate (per_minute, cost), per cap (limit), budget usd,
+# ARGV: nr, nc, nb, lease_ttl_s, force, then per rate (per_minute, cost), per cap (limit, weight), budget usd,
 # reserve (USD each lease holds while in flight) and keep_s (the record's life),
 # then the leases: one for a checked admission; with force (charge without checking: admissions the
 # replica granted ahead, sdk/state/headroom.py), every lease of a batch whose limits are the same,
 # each charged. Admitted: {'ok', '0', '0', spent, each bucket's level after, each cap's leases after},
 # where spent counts what requests in flight hold.
+# A lease of weight w takes w slots: its members LEASE, LEASE#2 .. LEASE#w, added, renewed and so
+# expiring together (SETTLE removes the #-members until one is missing).
 # Holds: a sorted set of "LEASE|USD" by expiry (renewed with the leases) and their sum in the record's
 # `held` field; a dead replica's holds expire like its leases, found in O(expired) at the next admission.
 ADMIT = _NOW + _REFILL + """
 local nr, nc, nb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ttl, force = tonumber(ARGV[4]), ARGV[5] == '1'
 local a = 6
-local first = a + 2 * nr + nc + 3 * nb
+local first = a + 2 * nr + 2 * nc + 3 * nb
 local k = #ARGV - first + 1
-local held = {}
+local held, weights = {}, {}
 for i = 1, nc do
   local key = KEYS[nr + i]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   held[i] = redis.call('ZCARD', key)
-  if not force and held[i] >= tonumber(ARGV[a + 2 * nr + i - 1]) then return {'cap', tostring(i - 1), '1', tostring(held[i])} end
+  weights[i] = tonumber(ARGV[a + 2 * nr + 2 * i - 1])
+  if not force and held[i] + weights[i] > tonumber(ARGV[a + 2 * nr + 2 * i - 2]) then
+    return {'cap', tostring(i - 1), '1', tostring(held[i])}
+  end
 end
 local levels = {}
 for i = 1, nr do
@@ -61,7 +66,7 @@ if nb == 1 then
   if redis.call('ZCARD', holds) == 0 then redis.call('HDEL', record, 'held') end  -- no float residue
   local s = redis.call('HMGET', record, 'total', 'held')
   spent = tonumber(s[1] or '0') + tonumber(s[2] or '0')
-  local b = a + 2 * nr + nc
+  local b = a + 2 * nr + 2 * nc
   if not force and spent >= tonumber(ARGV[b]) then return {'budget', '0', '0', tostring(spent)} end
   local reserve = tonumber(ARGV[b + 1])
   if reserve > 0 then
@@ -80,9 +85,12 @@ for i = 1, nr do
   out[#out + 1] = tostring(levels[i])
 end
 for i = 1, nc do
-  for j = first, #ARGV do redis.call('ZADD', KEYS[nr + i], now + ttl, ARGV[j]) end
+  for j = first, #ARGV do
+    redis.call('ZADD', KEYS[nr + i], now + ttl, ARGV[j])
+    for w = 2, weights[i] do redis.call('ZADD', KEYS[nr + i], now + ttl, ARGV[j] .. '#' .. w) end
+  end
   redis.call('EXPIRE', KEYS[nr + i], math.ceil(ttl) * 2)
-  out[#out + 1] = tostring(held[i] + k)
+  out[#out + 1] = tostring(held[i] + k * weights[i])
 end
 return out
 """
@@ -115,7 +123,11 @@ if ns > 0 then
 end
 local m = (#ARGV - a + 1) / (1 + nh)
 for i = 1, nc do
-  for j = a, a + m - 1 do redis.call('ZREM', KEYS[i], ARGV[j]) end
+  for j = a, a + m - 1 do
+    redis.call('ZREM', KEYS[i], ARGV[j])
+    local w = 2  -- a weighted lease's other slots (ADMIT)
+    while redis.call('ZREM', KEYS[i], ARGV[j] .. '#' .. w) == 1 do w = w + 1 end
+  end
 end
 if nh == 1 then
   local record, holds = KEYS[nc + nr + ns + 1], KEYS[nc + nr + ns + 2]

@@ -1,7 +1,7 @@
 """Chat's `n` > 1 on a Claude target is n upstream requests (sdk/routing/translation/choices.py), and
-the team pays for all of them: n requests against its requests-per-minute limit, n times the worst
-cost held against its budget while it runs, every answer's usage charged, also when one choice
-failed and took the request down. Through the proxy with the official `openai` client, the emulator
+the team pays for all of them: n requests against its requests-per-minute limit, n slots of its
+concurrency cap while they run, n times the worst cost held against its budget while it runs, every
+answer's usage charged, also when one choice failed and took the request down. Through the proxy with the official `openai` client, the emulator
 as Claude; counts and spend records, never time. Each test was a 400 before (`n` was refused).
 """
 
@@ -44,7 +44,9 @@ def emu() -> Iterator[RunningEmulator]:
 def proxy(tmp_path: Path, emu: RunningEmulator, request: pytest.FixtureRequest) -> Iterator[Any]:
     httpx.post(f"{emu.url}/_emulator/reset").raise_for_status()
     routes = f"""  - match: {{model: "gpt-*"}}
-    targets: [{{provider: claude, model: {CLAUDE}}}]"""
+    targets: [{{provider: claude, model: {CLAUDE}}}]
+  - match: {{model: "native-*"}}
+    targets: [{{provider: gpt, model: gpt-4o-mini}}]"""
     extra = f"retry: {{max_attempts: 1}}\nprompt_cache: {{enabled: false}}\n{getattr(request, 'param', '')}"
     (tmp_path / "routing.yaml").write_text(policy_text(emu.url, routes, extra))
     with running_proxy([tmp_path], watch_interval_s=None) as running:
@@ -69,6 +71,21 @@ def test_each_choice_is_a_request_against_the_teams_limit(proxy: Any, emu: Runni
     with pytest.raises(openai.RateLimitError, match="makes 5 upstream requests"):  # never fits: said so, not "retry in"
         client.chat.completions.create(model="gpt-x", messages=ASK, max_completion_tokens=5, n=5)
     assert emu.stats()["endpoints"]["POST /v1/messages"] == 3
+
+
+@pytest.mark.parametrize("proxy", ["limits: {max_concurrent: 4}"], indirect=True)
+def test_each_choice_takes_a_slot_of_the_teams_concurrency(proxy: Any, emu: RunningEmulator) -> None:
+    client = _client(proxy)
+    with client.chat.completions.create(model="gpt-x", messages=ASK, max_completion_tokens=500, n=3, stream=True) as stream:
+        next(iter(stream))  # its three requests are in flight upstream: three of the team's four slots
+        with pytest.raises(openai.RateLimitError, match="has 3 requests in flight and this request makes 2"):
+            client.chat.completions.create(model="gpt-x", messages=ASK, max_completion_tokens=5, n=2)
+        # OpenAI answers n choices natively, in one request: one slot, the fourth
+        assert len(client.chat.completions.create(model="native-x", messages=ASK, max_completion_tokens=5, n=3).choices) == 3
+    with pytest.raises(openai.RateLimitError, match=r"makes 5 upstream requests.*limit of 4 requests in flight"):  # never fits: said so
+        client.chat.completions.create(model="gpt-x", messages=ASK, max_completion_tokens=5, n=5)
+    assert emu.stats()["endpoints"]["POST /v1/messages"] == 3
+    assert emu.stats()["endpoints"]["POST /v1/chat/completions"] == 1
 
 
 @pytest.mark.parametrize("proxy", ["budget: {usd: 1000, period: day}"], indirect=True)

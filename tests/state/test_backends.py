@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -51,6 +52,21 @@ async def test_concurrency_leases_are_released_on_settle(state):
     state.settle(Settlement("a", caps=(cap.key,)))
     await _settled(state)
     assert await state.admit(Admission("c", caps=(cap,))) is None
+
+
+async def test_a_weighted_lease_takes_its_slots_until_settled(state):
+    """A lease of weight n (Chat's n choices on Claude: n upstream requests) takes n slots of the cap."""
+    cap = Cap("conc", 4)
+    assert await state.admit(Admission("three", caps=(replace(cap, weight=3),))) is None
+    refusal = await state.admit(Admission("two", caps=(replace(cap, weight=2),)))
+    assert refusal is not None and refusal.kind == "cap" and refusal.value == 3  # 3 + 2 > 4
+    assert await state.admit(Admission("one", caps=(cap,))) is None  # 3 + 1 fits
+    assert (await state.admit(Admission("another", caps=(cap,)))).value == 4
+    state.settle(Settlement("three", caps=(cap.key,)))  # every slot of it comes back
+    await _settled(state)
+    assert await state.admit(Admission("two", caps=(replace(cap, weight=2),))) is None
+    assert await state.admit(Admission("another", caps=(cap,))) is None
+    assert (await state.admit(Admission("more", caps=(cap,)))).value == 4
 
 
 async def test_budget_refuses_once_the_period_total_is_spent(state):
@@ -101,6 +117,24 @@ async def test_a_live_replica_keeps_its_lease_past_the_ttl(redis_url, monkeypatc
     assert await holder.admit(Admission("long-stream", caps=(cap,))) is None
     await _sleep(1.0)  # twice the TTL: the check-in loop renewed it
     assert (await other.admit(Admission("x", caps=(cap,)))).kind == "cap"
+    await holder.close()
+    await other.close()
+
+
+async def test_a_live_replica_keeps_every_slot_of_a_weighted_lease(redis_url, monkeypatch):
+    from sdk.state import redis as redis_state
+
+    monkeypatch.setattr(redis_state, "LEASE_TTL_S", 0.5)
+    holder, other = open_state(redis_url), open_state(redis_url)
+    holder.sync_interval_s = 0.1
+    cap = Cap("conc", 3)
+    assert await holder.admit(Admission("three-choices", caps=(replace(cap, weight=3),))) is None
+    await _sleep(1.0)  # twice the TTL: the check-in renewed all three slots, not only the first
+    refusal = await other.admit(Admission("x", caps=(cap,)))
+    assert refusal is not None and refusal.kind == "cap" and refusal.value == 3
+    holder.settle(Settlement("three-choices", caps=(cap.key,)))
+    await _settled(holder)
+    assert await other.admit(Admission("x", caps=(replace(cap, weight=3),))) is None
     await holder.close()
     await other.close()
 
