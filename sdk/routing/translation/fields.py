@@ -214,9 +214,13 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                           "refuses; `input_examples` at the end of the description; a name over OpenAI's 64 characters, which Claude's 128 allow, as its first 55, `_` and 8 "
                           "hex digits of its SHA-256, in the history and tool_choice too, the answer's calls given the "
                           "client's name back; Anthropic's tool search (regex, BM25) left out, named as tools.TYPE, its deferred "
-                          "tools offered from the start and the history's searches left out; the memory tool (memory_20250818, which the "
-                          "client runs: the anthropic SDK's BetaAbstractMemoryTool) as a function `memory` of its commands, the "
-                          "memory protocol Anthropic adds to the system prompt in its description; other Anthropic-defined tools refused)"),
+                          "tools offered from the start and the history's searches left out; the Anthropic-defined tools the client runs "
+                          "as functions of the name it declares, with Anthropic's published input schema: the memory tool "
+                          "(memory_20250818, the anthropic SDK's BetaAbstractMemoryTool), its commands, the memory protocol Anthropic "
+                          "adds to the system prompt in its description; bash (bash_20250124: command, restart); the text editor "
+                          "(text_editor_20250728 and _20250429: view, create, str_replace, insert; text_editor_20250124: undo_edit too; "
+                          "20250728's max_characters in the description); other Anthropic-defined tools refused: server tools, "
+                          "computer use, whose screenshots only a model trained for it acts on, and other versions)"),
         "tool_choice": Field(T, "tool_choice and parallel_tool_calls (auto/none with no tools: left out, OpenAI refuses them)"),
         "metadata": Field(T, "metadata.user_id → user (as every end-user id, the team's 37-character digest of it, "
                              "so Claude Code's ~150-character ids fit OpenAI's 64); nothing else in it changes the answer"),

@@ -176,7 +176,7 @@ def _a2o_effort(body: dict[str, Any]) -> str | None:
 
 def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") not in (None, "custom"):
-        defined = as_custom(tool)  # an Anthropic-defined tool the client runs (the memory tool): its function
+        defined = as_custom(tool)  # an Anthropic-defined tool the client runs (memory, bash, text editor): its function
         if defined is None:
             raise refuse(f"{where}: server tool {tool.get('type')!r}", "OpenAI")
         tool = defined
