@@ -142,6 +142,44 @@ void rotary_embedding(at::Tensor& qk, const at::Tensor& cos, const at::Tensor& s
   }
 }
 
+// Eight keys' dot products with one query head, one per lane. Each key's products are summed in the
+// same order whichever keys share its chunk, so a row's scores do not depend on where its length ends
+// (a verification row scores as its own decode step would). One reduction serves the eight keys,
+// where a horizontal sum per key cost as much as its products (d = 32: attention was 40% of a
+// verification step of the demo model).
+inline __m256 dot8(const float* qh, const float* const* keys, int64_t d) {
+  __m256 acc[8];
+  const __m256 q = _mm256_loadu_ps(qh);
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q, _mm256_loadu_ps(keys[j]));
+  for (int64_t i = 8; i < d; i += 8) {
+    const __m256 qi = _mm256_loadu_ps(qh + i);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(keys[j] + i), acc[j]);
+  }
+  // hadd pairs lanes within 128-bit halves: after two rounds u0 holds keys 0-3's low-half and high-half sums,
+  // u1 keys 4-7's; the halves' sums give one key a lane.
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// o[0 : 8R] = sum_t p[t] v_t[offset : offset + 8R] over a paged cache, the sums in registers and the
+// values in token order (the order a plain loop adds them).
+template <int R>
+inline void weighted_values(const float* p, const float* vp, const int32_t* table, int64_t block_size,
+                            int64_t token_stride, int64_t offset, int64_t len, float* o) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t start = 0; start < len; start += block_size) {
+    const float* value = vp + static_cast<int64_t>(table[start / block_size]) * block_size * token_stride + offset;
+    const int64_t n = std::min(block_size, len - start);
+    for (int64_t j = 0; j < n; ++j, value += token_stride) {
+      const __m256 w = _mm256_set1_ps(p[start + j]);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * r), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(o + 8 * r, acc[r]);
+}
+
 // Decode attention straight over the paged cache (vLLM's paged_attention), fp32, one query token
 // per row: q [S, H, D]; caches [blocks, block_size, KVH, D]; block_tables [>=S, max_blocks] and
 // seq_lens [>=S] int32, row s's table and the number of keys it sees (a decode: its sequence's; a
@@ -163,7 +201,7 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
   const float *qp = q.data_ptr<float>(), *kp = k_cache.data_ptr<float>(), *vp = v_cache.data_ptr<float>();
   const int32_t *tables = block_tables.data_ptr<int32_t>(), *lens = seq_lens.data_ptr<int32_t>();
   float* op = out.data_ptr<float>();
-  const float fscale = static_cast<float>(scale);
+  const __m256 vscale = _mm256_set1_ps(static_cast<float>(scale));
   // Short contexts at batch 1 take a few microseconds: waking a second thread costs more.
   int64_t work = 0;
   for (int64_t s = 0; s < seqs; ++s) work += lens[s] * kv_heads;
@@ -175,21 +213,29 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
       const int32_t* table = tables + s * table_stride;
       const float* q0 = qp + (s * heads + kvh * group) * d;
       scores.resize(group * len);
-      // Block by block through the table (no division per token): scores[g][t] = q_g . k_t * scale.
-      for (int64_t start = 0; start < len; start += block_size) {
-        const float* key = kp + static_cast<int64_t>(table[start / block_size]) * block_size * token_stride + kvh * d;
-        const int64_t n = std::min(block_size, len - start);
-        for (int64_t j = 0; j < n; ++j, key += token_stride) {
-          for (int64_t g = 0; g < group; ++g) {
-            const float* qh = q0 + g * d;
-            __m256 dot0 = _mm256_setzero_ps(), dot1 = _mm256_setzero_ps();
-            int64_t i = 0;
-            for (; i + 16 <= d; i += 16) {
-              dot0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(key + i), dot0);
-              dot1 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i + 8), _mm256_loadu_ps(key + i + 8), dot1);
-            }
-            if (i < d) dot0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(key + i), dot0);
-            scores[g * len + start + j] = hsum(_mm256_add_ps(dot0, dot1)) * fscale;
+      // scores[g][t] = q_g . k_t * scale, eight keys at a time, walking the table (no division per key);
+      // a chunk past the length repeats its last key and drops those lanes.
+      const float* keys[8];
+      int64_t block = 0, slot = 0;
+      for (int64_t t = 0; t < len; t += 8) {
+        const int64_t n = std::min<int64_t>(8, len - t);
+        for (int64_t j = 0; j < 8; ++j) {
+          if (j < n) {
+            keys[j] = kp + (static_cast<int64_t>(table[block]) * block_size + slot) * token_stride + kvh * d;
+            if (++slot == block_size) slot = 0, ++block;
+          } else {
+            keys[j] = keys[n - 1];
+          }
+        }
+        for (int64_t g = 0; g < group; ++g) {
+          const __m256 dots = _mm256_mul_ps(dot8(q0 + g * d, keys, d), vscale);
+          float* out = scores.data() + g * len + t;
+          if (n == 8) {
+            _mm256_storeu_ps(out, dots);
+          } else {
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, dots);
+            std::copy_n(lanes, n, out);
           }
         }
       }
@@ -211,21 +257,19 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
         const float inv = 1.f / sum;
         for (t = 0; t < len; ++t) row[t] *= inv;
       }
-      // out_g = sum_t p[g][t] v_t, each value read once for the group.
+      // out_g = sum_t p[g][t] v_t, up to 32 of a head's outputs held in registers over every value.
       float* o0 = op + (s * heads + kvh * group) * d;
-      std::fill_n(o0, group * d, 0.f);
-      for (int64_t start = 0; start < len; start += block_size) {
-        const float* value = vp + static_cast<int64_t>(table[start / block_size]) * block_size * token_stride + kvh * d;
-        const int64_t n = std::min(block_size, len - start);
-        for (int64_t j = 0; j < n; ++j, value += token_stride) {
-          for (int64_t g = 0; g < group; ++g) {
-            const __m256 w = _mm256_set1_ps(scores[g * len + start + j]);
-            float* o = o0 + g * d;
-            for (int64_t i = 0; i < d; i += 8)
-              _mm256_storeu_ps(o + i, _mm256_fmadd_ps(w, _mm256_loadu_ps(value + i), _mm256_loadu_ps(o + i)));
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t i = 0; i < d; i += 32) {
+          const float* p = scores.data() + g * len;
+          float* o = o0 + g * d + i;
+          switch (std::min<int64_t>(d - i, 32) / 8) {
+            case 1: weighted_values<1>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
+            case 2: weighted_values<2>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
+            case 3: weighted_values<3>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
+            default: weighted_values<4>(p, vp, table, block_size, token_stride, kvh * d + i, len, o);
           }
         }
-      }
     }
   });
   return out;
