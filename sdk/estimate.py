@@ -10,13 +10,15 @@ English prose Claude's tokenizer yields more tokens than cl100k, so the estimate
 counted at `CHARS_PER_TOKEN`, again leaning high.
 
 Media are not text: a base64 PDF counts its pages (sdk/pdf_pages.py), at `PDF_PAGE_WORST` tokens a page
-in a budget's hold and `PDF_PAGE_TOKENS` in an estimate; any other image or file `IMAGE_WORST` in a hold
-(the most either provider bills an image) and `IMAGE_TOKENS` in an estimate.
+in a budget's hold and `PDF_PAGE_TOKENS` in an estimate; any other image or file `image_worst` in a hold
+(the most the model reading it bills an image: `WorstInput` keeps them apart from the text, so the hold
+prices them per target) and `IMAGE_TOKENS` in an estimate.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,12 +42,16 @@ DEFAULT_SEARCHES = 5  # calls of a hosted tool billed per call a reservation ass
 # dense it is; OpenAI sends each page's text and an image of it too).
 PDF_PAGE_TOKENS = 2_000  # a typical page: what an estimate charges
 PDF_PAGE_WORST = 3_000  # a dense one: what a budget's hold counts
-# The most an image may cost, what a budget's hold counts: Claude resizes an image to at most about 1,600
-# tokens (1,568 px on the long edge), Opus 4.7 to 2,576 px (about 4,800 tokens, ⌈w/28⌉ × ⌈h/28⌉); OpenAI's
-# gpt-4o tiles cost up to 1,445 (high detail: 8 tiles of 512 px, 170 each, plus 85), its patch-billed
-# models up to 1,536 patches × 2.46 (gpt-4.1-nano's multiplier), 3,779. (gpt-4o-mini bills an image at 33×
-# as many tokens at a 16th of the price: not bounded here, docs/spend.md.)
+# The most an image may cost, what a budget's hold counts, by the provider reading it: Claude resizes an
+# image to at most about 1,600 tokens (1,568 px on the long edge), Opus 4.7 to 2,576 px (about 4,800
+# tokens, ⌈w/28⌉ × ⌈h/28⌉); OpenAI's gpt-4o tiles cost up to 1,445 (high detail: 8 tiles of 512 px, 170
+# each, plus 85), its patch-billed models up to 1,536 patches × 2.46 (gpt-4.1-nano's multiplier), 3,779.
 IMAGE_WORST = {Protocol.ANTHROPIC: 4_800, Protocol.OPENAI: 3_800}
+# Models whose image costs more than their provider's IMAGE_WORST (first glob that matches). OpenAI's
+# vision guide, "Calculating costs" (platform.openai.com/docs/guides/images-vision#calculating-costs):
+# gpt-4o-mini bills 2,833 tokens an image plus 5,667 a tile, so 8 tiles at high detail are 48,169 tokens,
+# at its $0.15 per million about twice gpt-4o's image in USD (held as 3,800 tokens, it was a 13th of it).
+IMAGE_WORST_BY_MODEL: tuple[tuple[str, int], ...] = (("gpt-4o-mini*", 2_833 + 8 * 5_667),)
 
 # Keys whose string values are not text the model reads as tokens (ids, switches, names).
 _NOT_TEXT = frozenset({"model", "role", "type", "id", "tool_call_id", "tool_use_id", "cache_control", "stream_options",
@@ -85,11 +91,6 @@ class Media:
         else:
             self.images += 1
 
-    def tokens(self, protocol: Protocol, worst: bool) -> int:
-        if worst:
-            return self.images * IMAGE_WORST[protocol] + self.pages * PDF_PAGE_WORST
-        return self.images * IMAGE_TOKENS + self.pages * PDF_PAGE_TOKENS
-
 
 def _texts(value: Any, media: Media) -> Iterator[str]:
     if isinstance(value, str):
@@ -117,23 +118,54 @@ def media_of(request: LLMRequest) -> Media:
     return media
 
 
+def image_worst(model: str, protocol: Protocol) -> int:
+    """The most one image costs `model`, read over `protocol` (its provider's), in tokens."""
+    return next((tokens for glob, tokens in IMAGE_WORST_BY_MODEL if fnmatch.fnmatchcase(model, glob)), IMAGE_WORST[protocol])
+
+
+@dataclass(frozen=True, slots=True)
+class WorstInput:
+    """A request's input at its worst, for a budget's hold: its tokens but for its images, whose worst
+    cost depends on the model reading them (`on`)."""
+
+    tokens: int
+    images: int = 0
+
+    def on(self, model: str, protocol: Protocol) -> int:
+        return self.tokens + self.images * image_worst(model, protocol)
+
+
+def worst_input(request: LLMRequest, exact: int = EXACT_CHARS) -> WorstInput:
+    """`input_tokens` at its worst, its images apart (counted once for every target of a route)."""
+    tokens, media = _counted(request, exact, worst=True)
+    return WorstInput(tokens, media.images if media is not None else 0)
+
+
 def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS, worst: bool = False) -> int:
     """What the request's input costs in tokens, estimated: its text (messages, system, tools,
     instructions, input) counted (exactly up to `exact` characters), and its media (`Media`): a base64
-    PDF's pages and every other image or file, at their worst cost for a budget's hold (`worst`), else
-    at a typical one. A body over EXACT_CHARS × 4 bytes is counted by its size without walking it
-    (bounded work on the loop), its PDFs' pages instead of their base64 where the limits stage counted
-    them off the loop (`request.media`)."""
-    protocol = request.protocol
+    PDF's pages and every other image or file, at their worst cost for a budget's hold (`worst`: on the
+    model it names), else at a typical one. A body over EXACT_CHARS × 4 bytes is counted by its size
+    without walking it (bounded work on the loop), its PDFs' pages instead of their base64 and its other
+    media on top where the limits stage counted them off the loop (`request.media`)."""
+    if worst:
+        return worst_input(request, exact).on(request.model, request.protocol)
+    tokens, media = _counted(request, exact, worst=False)
+    return tokens + (media.images * IMAGE_TOKENS if media is not None else 0)
+
+
+def _counted(request: LLMRequest, exact: int, worst: bool) -> tuple[int, Media | None]:
+    """The request's text and base64 PDF pages in tokens, and its media (None: a large body whose media
+    were not counted, its size counting them)."""
+    page = PDF_PAGE_WORST if worst else PDF_PAGE_TOKENS
     if request.size > EXACT_CHARS * 4:
         by_size = math.ceil(request.size / CHARS_PER_TOKEN)
         media = request.media
-        if not isinstance(media, Media) or not media.pages:
-            return by_size
-        pages = Media(pages=media.pages).tokens(protocol, worst)
-        return max(by_size, math.ceil(max(0, request.size - media.pdf_chars) / CHARS_PER_TOKEN) + pages)
+        if not isinstance(media, Media):
+            return by_size, None
+        return max(by_size, math.ceil(max(0, request.size - media.pdf_chars) / CHARS_PER_TOKEN) + media.pages * page), media
     media = Media()
-    return count_texts(list(_texts(request.body, media)), protocol, exact) + media.tokens(protocol, worst)
+    return count_texts(list(_texts(request.body, media)), request.protocol, exact) + media.pages * page, media
 
 
 def output_limit(request: LLMRequest) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import RateLimitedError, SlipstreamError
-from sdk.estimate import CHARS_PER_TOKEN, StreamTally, choice_limit, input_tokens, media_of, output_limit, tool_call_limits
+from sdk.estimate import CHARS_PER_TOKEN, StreamTally, choice_limit, input_tokens, media_of, output_limit, tool_call_limits, worst_input
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
 from sdk.offload import HOLDING, is_large, off_loop, off_loop_if_large
@@ -54,7 +54,7 @@ from sdk.spend import (
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, SpendRecord, StateBackend, team_slot
 from sdk.state.ownership import check_account_objects, ownership_of
 from sdk.streams import on_end
-from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
+from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Protocol, Usage
 
 log = logging.getLogger("slipstream.spend")
 UNPRICED_WARNINGS = 16  # unpriced models logged per team, then one line saying the rest are not
@@ -84,6 +84,15 @@ class _Scope:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Priced:
+    """A hosted target of a route, as a budget's hold prices it: its model, its provider's protocol, its price."""
+
+    model: str
+    protocol: Protocol
+    price: Price
+
+
 class LimitsStage:
     name = "limits"
 
@@ -97,7 +106,7 @@ class LimitsStage:
         self.model_labels = metrics.ModelLabels(policy)
         self.provider_objects = policy.usable_objects()
         self._unpriced_warnings = 0
-        self._targets: dict[str, tuple[Price, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
+        self._targets: dict[str, tuple[_Priced, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
         limits = policy.limits
         self.team_scope = _Scope.of(f"team {policy.team}", f"limit:{team_slot(policy.team)}", limits) if limits.active else None
         self.per_key = limits.per_key if limits.per_key.active else None
@@ -207,11 +216,12 @@ class LimitsStage:
         against spend nobody can count. 0 for a team without a budget."""
         if self.budget is None or request.endpoint in _FREE:
             return 0.0
-        prices = self._targets.get(request.model)
-        if prices is None:
-            prices = self._priced_targets(request.model)
-        if not prices:
+        targets = self._targets.get(request.model)
+        if targets is None:
+            targets = self._priced_targets(request.model)
+        if not targets:
             return 0.0
+        prices = [target.price for target in targets]
         body = request.body
         fast = _fast(request)
         if fast and any(price.fast is None for price in prices):
@@ -228,9 +238,11 @@ class LimitsStage:
                                   f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
                                   "`code_interpreter: USD_PER_CONTAINER` to the model's pricing: entry (docs/spend.md)", status=403)
         legs = self.legs(request)  # each of them the request's worst cost (Claude bills each its prompt and tool calls)
-        counted, allowed = input_tokens(request, exact, worst=True) + history, output_limit(request) if legs == 1 else choice_limit(request)
+        counted, allowed = worst_input(request, exact), output_limit(request) if legs == 1 else choice_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
-        return legs * max(worst_cost_usd(counted, allowed, price, calls, tier, us_only, fast, token_rate) for price in prices)
+        # its images at the worst the target's model bills one (OpenAI's differ by model)
+        return legs * max(worst_cost_usd(counted.on(t.model, t.protocol) + history, allowed, t.price, calls, tier, us_only, fast,
+                                         token_rate) for t in targets)
 
     def legs(self, request: LLMRequest) -> int:
         """The upstream requests `request` makes: a Chat request for `n` choices on a route that can reach a
@@ -315,21 +327,22 @@ class LimitsStage:
         reading them soon after another worker created the batch found nothing to take back."""
         self.state.settle(Settlement("", spend=SpendRecord(-charged.usd, charged.records, charged.fields)))
 
-    def _priced_targets(self, model: str) -> tuple[Price, ...]:
+    def _priced_targets(self, model: str) -> tuple[_Priced, ...]:
         route = self.policy.route_for(model)
         if route is None:
             return ()  # the router answers 404
-        prices: list[Price] = []
+        prices: list[_Priced] = []
         missing: list[str] = []
         for target in route.targets:
-            if self.policy.providers[target.provider].kind == "local":
+            kind = self.policy.providers[target.provider].kind
+            if kind == "local":
                 continue  # the bundled engine costs nothing per token
             name = target.model or model
             price = self.prices.price(name)
             if price is None:
                 missing.append(name)
             else:
-                prices.append(price)
+                prices.append(_Priced(name, Protocol.ANTHROPIC if kind == "anthropic" else Protocol.OPENAI, price))
         if missing:
             raise self._unpriced(missing)
         if len(self._targets) >= 1024:  # model names come from clients: keep the memo bounded
