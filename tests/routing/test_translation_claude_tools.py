@@ -72,16 +72,18 @@ def test_the_bash_tool_reaches_an_openai_model_as_a_function_the_client_runs(an,
     assert len(fresh_emulator.state.recent) == requests
 
 
-EDITORS = [("text_editor_20250728", "str_replace_based_edit_tool", ["view", "create", "str_replace", "insert"]),
-           ("text_editor_20250429", "str_replace_based_edit_tool", ["view", "create", "str_replace", "insert"]),
-           ("text_editor_20250124", "str_replace_editor", ["view", "create", "str_replace", "insert", "undo_edit"])]
+EDITORS = [("text_editor_20250728", "str_replace_based_edit_tool", ["view", "create", "str_replace", "insert"], "insert_text"),
+           ("text_editor_20250429", "str_replace_based_edit_tool", ["view", "create", "str_replace", "insert"], "insert_text"),
+           ("text_editor_20250124", "str_replace_editor", ["view", "create", "str_replace", "insert", "undo_edit"], "new_str")]
 
 
-@pytest.mark.parametrize(("kind", "name", "commands"), EDITORS)
-def test_the_text_editor_reaches_an_openai_model_as_a_function_the_client_runs(an, fresh_emulator, kind, name, commands):
+@pytest.mark.parametrize(("kind", "name", "commands", "inserted"), EDITORS)
+def test_the_text_editor_reaches_an_openai_model_as_a_function_the_client_runs(an, fresh_emulator, kind, name, commands,
+                                                                                inserted):
     """The text editor goes as a function of its name (str_replace_based_edit_tool for Claude 4's versions,
-    str_replace_editor for Claude 3.7's, which has undo_edit as well) with its commands and the path they act on; the
-    call comes back as its tool_use, streamed or not, and the file's lines go back as the call's result."""
+    str_replace_editor for Claude 3.7's, which has undo_edit as well) with its commands and the path they act on, and
+    insert's text named as Claude sends it (insert_text from Claude 4); the call comes back as its tool_use,
+    streamed or not, and the file's lines go back as the call's result."""
     tools: Any = [{"type": kind, "name": name, "cache_control": {"type": "ephemeral"}}]
     ask: Any = [{"role": "user", "content": f"Fix the bug in primes.py with {name}."}]
     answer = an.messages.create(model="claude-x", max_tokens=256, tools=tools, messages=ask)
@@ -89,7 +91,8 @@ def test_the_text_editor_reaches_an_openai_model_as_a_function_the_client_runs(a
     assert function["name"] == name and "str_replace" in function["description"]
     parameters = function["parameters"]
     assert parameters["properties"]["command"]["enum"] == commands and parameters["required"] == ["command", "path"]
-    assert {"path", "file_text", "old_str", "new_str", "insert_line", "view_range"} <= set(parameters["properties"])
+    assert {"path", "file_text", "old_str", "new_str", "insert_line", "view_range", inserted} <= set(parameters["properties"])
+    assert f"insert (path, {inserted} put after line insert_line" in function["description"]
     calls = _calls(answer.content)
     assert [called for called, _ in calls] == [name] and calls[0][1]["command"] in commands and "path" in calls[0][1]
     with an.messages.stream(model="claude-x", max_tokens=256, tools=tools, messages=ask) as stream:

@@ -14,10 +14,12 @@ the history's calls and tool_result blocks go as the function's, as any custom t
 - text_editor_20250728 and text_editor_20250429 (`str_replace_based_edit_tool`, Claude 4): view / create /
   str_replace / insert; text_editor_20250124 (`str_replace_editor`, Claude 3.7) has undo_edit as well (Anthropic's
   text editor documentation, the editor of its computer-use demo, anthropics/anthropic-quickstarts, and the Vercel
-  AI SDK's input schemas). Insert's text is `new_str`, as the documentation and that demo have it; Claude 4 has been
-  seen sending `insert_text` instead (anthropics/anthropic-sdk-python#1155), which the Vercel AI SDK's 20250728
-  schema takes too, but an OpenAI model sends what its schema names. 20250728's `max_characters` (how much of a
-  file view shows) goes in the description.
+  AI SDK's input schemas). Insert's text: the documentation names it `new_str`, but Claude 4 sends `insert_text`
+  with both of its editors (anthropics/anthropic-sdk-python#1155; vercel/ai#12111 checked 20250429 as well), and
+  the clients that run them read that (the Vercel AI SDK's 20250728 schema, inspect_ai's text_editor): the model
+  is asked for what Claude sends, `insert_text` for Claude 4's editors and `new_str` for 3.7's (what the demo's
+  editor, written for it, reads). 20250728's `max_characters` (how much of a file view shows) goes in the
+  description.
 
 Stay refused: server tools (Anthropic runs them), the computer-use tools (computer_*: the client answers with
 screenshots of a display, which only a model trained to act on them can use), and versions whose input this
@@ -53,7 +55,7 @@ _EDITOR_DESCRIPTION = (
     "View, create and edit text files; paths are absolute. Commands: view (a file's numbered lines, view_range "
     "[first, last] for some of them, -1 as last for the rest of the file; a directory's listing), create (path, "
     "file_text: a new file), str_replace (path, old_str, which must match exactly one place in the file, whitespace "
-    "included, replaced by new_str), insert (path, new_str put after line insert_line, 0 for the file's start){undo}.")
+    "included, replaced by new_str), insert (path, {insert} put after line insert_line, 0 for the file's start){undo}.")
 
 # Inputs the memory tool and the text editors share, with what each command takes them for.
 _EDITS: dict[str, Any] = {
@@ -76,25 +78,28 @@ _BASH_SCHEMA: dict[str, Any] = {"type": "object", "properties": {
     "restart": {"type": "boolean", "description": "true restarts the shell; leave it out otherwise."}}}
 
 
-def _editor(name: str, commands: list[str], limits_view: bool = False) -> _Defined:
-    """A text editor of these commands (view, create, str_replace, insert, and Claude 3.7's undo_edit)."""
+def _editor(name: str, commands: list[str], insert: str, limits_view: bool = False) -> _Defined:
+    """A text editor of these commands (view, create, str_replace, insert, and Claude 3.7's undo_edit) whose insert
+    takes its text as `insert` (new_str or insert_text)."""
+    texts = {"new_str": {"type": "string", "description": "str_replace: the text to put in its place."}}
+    texts[insert] = {"type": "string", "description": "str_replace: the text to put in its place; insert: the text."
+                     if insert == "new_str" else "insert: the text."}
     schema = {"type": "object", "properties": {
         "command": {"type": "string", "enum": commands},
         "path": {"type": "string", "description": "The file or directory, an absolute path."},
-        **_EDITS,
-        "new_str": {"type": "string", "description": "str_replace: the text to put in its place; insert: the text."}},
+        **_EDITS, **texts},
         "required": ["command", "path"]}
     undo = ", undo_edit (path: the file's last edit undone)" if "undo_edit" in commands else ""
-    return _Defined(name, _EDITOR_DESCRIPTION.format(undo=undo), schema, limits_view)
+    return _Defined(name, _EDITOR_DESCRIPTION.format(insert=insert, undo=undo), schema, limits_view)
 
 
 _CLAUDE_4_EDITS = ["view", "create", "str_replace", "insert"]
 _TOOLS: dict[str, _Defined] = {
     "memory_20250818": _Defined("memory", _MEMORY_DESCRIPTION, _MEMORY_SCHEMA),
     "bash_20250124": _Defined("bash", _BASH_DESCRIPTION, _BASH_SCHEMA),
-    "text_editor_20250124": _editor("str_replace_editor", [*_CLAUDE_4_EDITS, "undo_edit"]),
-    "text_editor_20250429": _editor("str_replace_based_edit_tool", _CLAUDE_4_EDITS),
-    "text_editor_20250728": _editor("str_replace_based_edit_tool", _CLAUDE_4_EDITS, limits_view=True),
+    "text_editor_20250124": _editor("str_replace_editor", [*_CLAUDE_4_EDITS, "undo_edit"], "new_str"),
+    "text_editor_20250429": _editor("str_replace_based_edit_tool", _CLAUDE_4_EDITS, "insert_text"),
+    "text_editor_20250728": _editor("str_replace_based_edit_tool", _CLAUDE_4_EDITS, "insert_text", limits_view=True),
 }
 # What the client may set on the tool that a function tool made of it keeps (input_examples go in the description).
 _KEPT = ("cache_control", "strict", "input_examples")
