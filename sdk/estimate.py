@@ -12,7 +12,9 @@ counted at `CHARS_PER_TOKEN`, again leaning high.
 Media are not text: a base64 PDF counts its pages (sdk/pdf_pages.py), at `PDF_PAGE_WORST` tokens a page
 in a budget's hold and `PDF_PAGE_TOKENS` in an estimate; any other image or file `image_worst` in a hold
 (the most the model reading it bills an image: `WorstInput` keeps them apart from the text, so the hold
-prices them per target) and `IMAGE_TOKENS` in an estimate.
+prices them per target) and `IMAGE_TOKENS` in an estimate; a PDF named by file id or URL, whose pages are
+not in the request, the provider's page limit a request in a hold (`PDF_PAGES_PER_REQUEST`) and
+`IMAGE_TOKENS` in an estimate.
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ IMAGE_WORST = {Protocol.ANTHROPIC: 4_800, Protocol.OPENAI: 3_800}
 # gpt-4o-mini bills 2,833 tokens an image plus 5,667 a tile, so 8 tiles at high detail are 48,169 tokens,
 # at its $0.15 per million about twice gpt-4o's image in USD (held as 3,800 tokens, it was a 13th of it).
 IMAGE_WORST_BY_MODEL: tuple[tuple[str, int], ...] = (("gpt-4o-mini*", 2_833 + 8 * 5_667),)
+# A PDF named by file id or URL: its pages are not in the request, so a hold counts the most pages the
+# provider reads in one request, less those of its base64 PDFs, at PDF_PAGE_WORST: Anthropic's PDF support
+# guide (platform.claude.com/docs/en/build-with-claude/pdf-support), 600 pages a request (100 on models
+# with a 200k-token context window); OpenAI's file inputs guide (platform.openai.com/docs/guides/pdf-files),
+# 100 pages and 32 MB a request across its files. Never more than the largest context window reads.
+PDF_PAGES_PER_REQUEST = {Protocol.ANTHROPIC: 600, Protocol.OPENAI: 100}
+MAX_INPUT_TOKENS = 1_000_000  # Claude's 1M-token context window, the largest either provider's models read
 
 # Keys whose string values are not text the model reads as tokens (ids, switches, names).
 _NOT_TEXT = frozenset({"model", "role", "type", "id", "tool_call_id", "tool_use_id", "cache_control", "stream_options",
@@ -60,6 +69,10 @@ _NOT_TEXT = frozenset({"model", "role", "type", "id", "tool_call_id", "tool_use_
                        "reasoning_effort", "truncation", "tool_choice", "status", "signature"})
 # Keys whose values are media (base64 or URLs): a fixed cost each, not their length.
 _MEDIA = frozenset({"data", "file_data", "image_url", "url", "file_id", "file_url"})
+_REFERENCES = frozenset({"url", "file_id", "file_url"})  # media named, not sent
+# Blocks holding a document: Anthropic's `document`, the Responses API's `input_file` (and Chat's `file`
+# part's `file`; an Anthropic source of type `file` may be an image's)
+_DOCUMENTS = frozenset({"document", "input_file"})
 
 
 def count_texts(texts: list[str], protocol: Protocol, exact: int = EXACT_CHARS) -> int:
@@ -80,33 +93,38 @@ def count_texts(texts: list[str], protocol: Protocol, exact: int = EXACT_CHARS) 
 class Media:
     """A request's media: PDFs (base64) by their pages, and every other image or file."""
 
-    images: int = 0  # images, and files that are not a base64 PDF (a file id, a URL)
+    images: int = 0  # images, and files that are neither a base64 PDF nor a document named by reference
     pages: int = 0  # the pages of its base64 PDFs
     pdf_chars: int = 0  # the length of their base64
+    documents: int = 0  # documents (PDFs) named by file id or URL: their pages are not in the request
 
-    def add(self, item: object, media_type: object) -> None:
+    def add(self, key: str, item: object, media_type: object, document: bool) -> None:
         if isinstance(item, str) and is_pdf(item, media_type):
             self.pages += pdf_pages(item)  # decoded only here: a request without a PDF decodes nothing
             self.pdf_chars += len(item)
+        elif document and key in _REFERENCES:
+            self.documents += 1
         else:
             self.images += 1
 
 
-def _texts(value: Any, media: Media) -> Iterator[str]:
+def _texts(value: Any, media: Media, document: bool = False) -> Iterator[str]:
+    """The text in `value`, its media counted in `media`; `document`: inside a document's block."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
+        document = document or value.get("type") in _DOCUMENTS
         # Anthropic's plain-text document source ({"type": "text", "media_type": "text/plain", "data": TEXT}) is
         # billed as its text: its `data` is text, not media (a fixed 1,000 tokens let a team send documents uncounted)
         text_source = value.get("type") == "text"
         for key, item in value.items():
             if key in _MEDIA and not isinstance(item, list) and not (text_source and key == "data"):
-                media.add(item, value.get("media_type"))
+                media.add(key, item, value.get("media_type"), document)
             elif key not in _NOT_TEXT:
-                yield from _texts(item, media)
+                yield from _texts(item, media, document or key == "file")
     elif isinstance(value, list):
         for item in value:
-            yield from _texts(item, media)
+            yield from _texts(item, media, document)
 
 
 def media_of(request: LLMRequest) -> Media:
@@ -130,15 +148,22 @@ class WorstInput:
 
     tokens: int
     images: int = 0
+    documents: int = 0  # PDFs named by file id or URL
+    pages: int = 0  # of its base64 PDFs (in `tokens`): a request's page limit counts them too
 
     def on(self, model: str, protocol: Protocol) -> int:
-        return self.tokens + self.images * image_worst(model, protocol)
+        documents = 0
+        if self.documents:
+            pages = max(self.documents, PDF_PAGES_PER_REQUEST[protocol] - self.pages)
+            documents = min(pages * PDF_PAGE_WORST, MAX_INPUT_TOKENS)
+        return self.tokens + self.images * image_worst(model, protocol) + documents
 
 
 def worst_input(request: LLMRequest, exact: int = EXACT_CHARS) -> WorstInput:
-    """`input_tokens` at its worst, its images apart (counted once for every target of a route)."""
+    """`input_tokens` at its worst, its images and documents named by reference apart (counted once for
+    every target of a route, their worst by the target)."""
     tokens, media = _counted(request, exact, worst=True)
-    return WorstInput(tokens, media.images if media is not None else 0)
+    return WorstInput(tokens, media.images, media.documents, media.pages) if media is not None else WorstInput(tokens)
 
 
 def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS, worst: bool = False) -> int:
@@ -151,7 +176,7 @@ def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS, worst: bool = Fa
     if worst:
         return worst_input(request, exact).on(request.model, request.protocol)
     tokens, media = _counted(request, exact, worst=False)
-    return tokens + (media.images * IMAGE_TOKENS if media is not None else 0)
+    return tokens + ((media.images + media.documents) * IMAGE_TOKENS if media is not None else 0)
 
 
 def _counted(request: LLMRequest, exact: int, worst: bool) -> tuple[int, Media | None]:

@@ -8,13 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
 from emulator.testing import RunningEmulator
 from gateway.testing import running_proxy
-from sdk.spend import price_of
-from tests.helpers import spend_report, write_policy
+from sdk.estimate import input_tokens
+from sdk.spend import price_of, worst_cost_usd
+from sdk.types import Endpoint, LLMRequest
+from tests.helpers import spend_report, wait_until, write_policy
 
 KEY = "sk-team-media-holds"
 PLAIN = "retry: {max_attempts: 1}\nprompt_cache: {enabled: false}\nbudget: {usd: 100, period: day}\n"
@@ -45,3 +48,34 @@ def test_an_image_is_held_at_what_the_model_reading_it_bills(tmp_path: Path, fre
     assert mini_price is not None and full_price is not None
     assert mini == pytest.approx(48_169 * mini_price.input / 1e6, rel=1e-3)  # before: 3,800 tokens
     assert full == pytest.approx(3_800 * full_price.input / 1e6, rel=1e-3)  # unchanged: OpenAI's worst but gpt-4o-mini's
+
+
+def test_a_pdf_named_by_url_holds_the_providers_page_limit_and_settles_on_usage(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PDF named by file id or URL is not in the request, so its pages cannot be counted; it was held
+    as one image (4,800 tokens) whatever its pages, so requests beside it were admitted against a
+    budget it could take by itself. It holds the most pages Claude reads in one request now (600 at
+    3,000 tokens, within a 1M-token context window): alone it is admitted however little is left (a
+    request is admitted while spend and holds are under the budget), a request beside it is not, and
+    once it ends its usage is charged and its hold let go."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 5.0)  # still streaming when the hold is read
+    model = "claude-haiku-4-5"  # no long-context rates: the hold is linear in its tokens
+    document = {"type": "document", "source": {"type": "url", "url": "https://example.com/annual-report.pdf"}}
+    text = [{"type": "text", "text": "Summarise."}]
+    body = {"model": model, "max_tokens": 500, "messages": [{"role": "user", "content": [document, *text]}]}
+    policy = write_policy(tmp_path, "media", KEY, fresh_emulator.url, extra=PLAIN.replace("usd: 100", "usd: 1"))
+    price = price_of(model, {})
+    assert price is not None
+    with running_proxy([policy]) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        with client.messages.stream(**body) as stream:  # admitted: nothing spent or held yet
+            next(iter(stream))
+            held = spend_report(proxy, KEY)["budget"]["held"]
+            with pytest.raises(anthropic.RateLimitError, match="budget"):  # before: admitted beside it
+                client.messages.create(**body)
+        wait_until(lambda: spend_report(proxy, KEY)["budget"]["held"] == 0, "its hold let go")
+        assert spend_report(proxy, KEY)["day"]["total"] < 0.01  # charged what the provider read, not the hold
+        assert client.messages.create(**body).content  # the budget is open again
+    plain = input_tokens(LLMRequest(Endpoint.MESSAGES, {**body, "messages": [{"role": "user", "content": text}]}))
+    # 600 pages at 3,000 tokens are 1.8M: the most a context window reads, 1M tokens (before: 4,800)
+    assert held == pytest.approx(worst_cost_usd(plain + 1_000_000, 500, price), rel=1e-3)
