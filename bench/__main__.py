@@ -88,10 +88,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("engine_throughput_smollm2", "Local engine: mixed traffic against HF on the bundled real model (fp32)",
               "bench/localengine/throughput.py", ("--model", "smollm2-135m-instruct", "--requests", "16"),
               ("--model", "smollm2-135m-instruct", "--requests", "32"), quick_timeout_s=400),
-    Benchmark("smollm2", "The bundled real model at batch 1 (fp32, int8, int4 and the GGUF file's own blocks against "
-              "transformers and llama.cpp on the file and an F16 copy; --full adds bf16)", "bench/localengine/smollm2.py",
+    Benchmark("smollm2", "The bundled real model at batch 1 (fp32, int8, int4 and the GGUF file's own blocks, and over "
+              "an int8 KV cache, against transformers and llama.cpp on the file and an F16 copy; --full adds bf16)",
+              "bench/localengine/smollm2.py",
               ("--runs", "2", "--decode-tokens", "32", "--only", "engine fp32", "engine int8 weights",
-               "engine gguf (Q4_1 kept)", "HF transformers fp32", "llama.cpp Q4_1 (file)", "llama.cpp F16 (copy)"), (),
+               "engine gguf (Q4_1 kept)", "engine gguf, int8 KV", "HF transformers fp32", "llama.cpp Q4_1 (file)", "llama.cpp F16 (copy)"), (),
               quick_timeout_s=500),
     Benchmark("serve_streams", "Local engine: concurrent streams through `engine serve` against llama-cpp-python's server",
               "bench/localengine/serve_streams.py", ("--streams", "8", "--max-tokens", "64", "--quantization", "gguf"), (),

@@ -1,6 +1,7 @@
 """The bundled real model (smollm2-135m-instruct, SmolLM2-135M-Instruct from its Q4_1 GGUF) at batch 1:
 the engine with the file dequantized (fp32, bf16; bf16 weights multiplied in fp32), requantized (int8, int4 weights) and with the
-file's own blocks kept (gguf: Q4_1 linears as int4, the Q8_0 embedding as int8), against Hugging
+file's own blocks kept (gguf: Q4_1 linears as int4, the Q8_0 embedding as int8), fp32 and gguf again
+over an int8 KV cache (kv_cache_dtype="int8"), against Hugging
 Face transformers (fp32, the same file dequantized) and llama.cpp on the file as shipped and on an
 F16 copy of it (the Q4_1 and Q8_0 blocks dequantized once into the data directory, with the same
 metadata: what llama.cpp's own F16 conversion of these weights holds); the llama.cpp rows are skipped
@@ -41,11 +42,11 @@ def load() -> str:
 
 
 def engine(dtype: str, runs: int, prompts: list[list[int]], chat: list[int], decode_tokens: int,
-           quantization: str | None = "none") -> tuple[list[float], float]:
+           quantization: str | None = "none", kv_cache_dtype: str = "auto") -> tuple[list[float], float]:
     from localengine import LLM, SamplingParams
 
-    llm = LLM(MODEL, dtype=dtype, quantization=quantization, max_model_len=1024, max_num_seqs=4,
-              enable_prefix_caching=False, num_kvcache_blocks=256)
+    llm = LLM(MODEL, dtype=dtype, quantization=quantization, kv_cache_dtype=kv_cache_dtype, max_model_len=1024,
+              max_num_seqs=4, enable_prefix_caching=False, num_kvcache_blocks=256)
     one = SamplingParams(temperature=0, max_tokens=1)
     many = SamplingParams(temperature=0, max_tokens=decode_tokens, ignore_eos=True)
     llm.generate([prompts[0]], one)  # warm-up: first-call setup is not what is measured
@@ -217,20 +218,22 @@ def main() -> None:
         "engine int8 weights": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "int8"),
         "engine int4 weights": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "int4"),
         "engine gguf (Q4_1 kept)": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "gguf"),
+        "engine fp32, int8 KV": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "none", "int8"),
+        "engine gguf, int8 KV": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "gguf", "int8"),
         "HF transformers fp32": lambda: hf(args.runs, prompts, chat, args.decode_tokens),
         "llama.cpp Q4_1 (file)": lambda: llama_cpp(args.runs, prompts, chat, args.decode_tokens, args.threads),
         "llama.cpp F16 (copy)": lambda: llama_cpp(args.runs, prompts, chat, args.decode_tokens, args.threads, f16_copy()),
     }
-    print(f"{'':26}" + "".join(f"{f'TTFT ms {len(p)}':>14}" for p in prompts) + f"{'decode tok/s':>14}   load (1/5/15 min)")
+    print(f"{'':27}" + "".join(f"{f'TTFT ms {len(p)}':>14}" for p in prompts) + f"{'decode tok/s':>14}   load (1/5/15 min)")
     for name, measure in rows.items():
         if args.only and name not in args.only:
             continue
         if name.startswith("llama.cpp") and importlib.util.find_spec("llama_cpp") is None:
-            print(f"{name:26}  skipped: llama-cpp-python is not installed (pip install llama-cpp-python: a source build)")
+            print(f"{name:27}  skipped: llama-cpp-python is not installed (pip install llama-cpp-python: a source build)")
             continue
         before = load()
         ttft, rate = measure()
-        print(f"{name:26}" + "".join(f"{t * 1000:>14.0f}" for t in ttft) + f"{rate:>14.1f}   {before} -> {load()}", flush=True)
+        print(f"{name:27}" + "".join(f"{t * 1000:>14.0f}" for t in ttft) + f"{rate:>14.1f}   {before} -> {load()}", flush=True)
 
 
 if __name__ == "__main__":

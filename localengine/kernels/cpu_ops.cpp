@@ -142,18 +142,26 @@ void rotary_embedding(at::Tensor& qk, const at::Tensor& cos, const at::Tensor& s
   }
 }
 
+// Eight cache elements as fp32 lanes: an fp32 cache's as they are, an int8 cache's widened exactly (its
+// scales are folded into the query and the output by the caller, kernels/kv_quant.py).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 // Eight keys' dot products with one query head, one per lane. Each key's products are summed in the
 // same order whichever keys share its chunk, so a row's scores do not depend on where its length ends
 // (a verification row scores as its own decode step would). One reduction serves the eight keys,
 // where a horizontal sum per key cost as much as its products (d = 32: attention was 40% of a
 // verification step of the demo model).
-inline __m256 dot8(const float* qh, const float* const* keys, int64_t d) {
+template <typename T>
+inline __m256 dot8(const float* qh, const T* const* keys, int64_t d) {
   __m256 acc[8];
   const __m256 q = _mm256_loadu_ps(qh);
-  for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q, _mm256_loadu_ps(keys[j]));
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q, load8(keys[j]));
   for (int64_t i = 8; i < d; i += 8) {
     const __m256 qi = _mm256_loadu_ps(qh + i);
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(keys[j] + i), acc[j]);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qi, load8(keys[j] + i), acc[j]);
   }
   // hadd pairs lanes within 128-bit halves: after two rounds u0 holds keys 0-3's low-half and high-half sums,
   // u1 keys 4-7's; the halves' sums give one key a lane.
@@ -164,43 +172,33 @@ inline __m256 dot8(const float* qh, const float* const* keys, int64_t d) {
 
 // o[0 : 8R] = sum_t p[t] v_t[offset : offset + 8R] over a paged cache, the sums in registers and the
 // values in token order (the order a plain loop adds them).
-template <int R>
-inline void weighted_values(const float* p, const float* vp, const int32_t* table, int64_t block_size,
+template <int R, typename T>
+inline void weighted_values(const float* p, const T* vp, const int32_t* table, int64_t block_size,
                             int64_t token_stride, int64_t offset, int64_t len, float* o) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t start = 0; start < len; start += block_size) {
-    const float* value = vp + static_cast<int64_t>(table[start / block_size]) * block_size * token_stride + offset;
+    const T* value = vp + static_cast<int64_t>(table[start / block_size]) * block_size * token_stride + offset;
     const int64_t n = std::min(block_size, len - start);
     for (int64_t j = 0; j < n; ++j, value += token_stride) {
       const __m256 w = _mm256_set1_ps(p[start + j]);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * r), acc[r]);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, load8(value + 8 * r), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(o + 8 * r, acc[r]);
 }
 
-// Decode attention straight over the paged cache (vLLM's paged_attention), fp32, one query token
-// per row: q [S, H, D]; caches [blocks, block_size, KVH, D]; block_tables [>=S, max_blocks] and
-// seq_lens [>=S] int32, row s's table and the number of keys it sees (a decode: its sequence's; a
-// token of a verification step: its own position + 1, so it is computed as its decode would be).
+// Decode attention straight over the paged cache (vLLM's paged_attention), fp32 queries over an fp32
+// or int8 cache, one query token per row: q [S, H, D]; caches [blocks, block_size, KVH, D];
+// block_tables [>=S, max_blocks] and seq_lens [>=S] int32, row s's table and the number of keys it
+// sees (a decode: its sequence's; a token of a verification step: its own position + 1, so it is
+// computed as its decode would be). An int8 cache holds K/V divided by static per-channel scales: the
+// caller multiplies q by the keys' and the output by the values' (reference.paged_attention).
 // One task per (row, KV head) serves that head's group of query heads: each key and value read once.
-at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                  const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale) {
-  check_fp32(q, "q");
-  check_fp32(k_cache, "k_cache");
-  check_fp32(v_cache, "v_cache");
-  TORCH_CHECK(block_tables.scalar_type() == at::kInt && block_tables.dim() == 2 && block_tables.stride(1) == 1 &&
-              seq_lens.scalar_type() == at::kInt && seq_lens.is_contiguous(), "block tables and lengths must be int32");
-  const int64_t seqs = q.size(0), heads = q.size(1), d = q.size(2);
-  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2), table_stride = block_tables.stride(0);
-  TORCH_CHECK(d % 8 == 0 && k_cache.size(3) == d && heads % kv_heads == 0, "head sizes do not match");
-  TORCH_CHECK(block_tables.size(0) >= seqs && seq_lens.size(0) >= seqs, "fewer block tables than sequences");
+template <typename T>
+void attend(const float* qp, const T* kp, const T* vp, const int32_t* tables, int64_t table_stride, const int32_t* lens,
+            int64_t seqs, int64_t heads, int64_t kv_heads, int64_t d, int64_t block_size, double scale, float* op) {
   const int64_t group = heads / kv_heads, token_stride = kv_heads * d;
-  at::Tensor out = at::empty_like(q);
-  const float *qp = q.data_ptr<float>(), *kp = k_cache.data_ptr<float>(), *vp = v_cache.data_ptr<float>();
-  const int32_t *tables = block_tables.data_ptr<int32_t>(), *lens = seq_lens.data_ptr<int32_t>();
-  float* op = out.data_ptr<float>();
   const __m256 vscale = _mm256_set1_ps(static_cast<float>(scale));
   // Short contexts at batch 1 take a few microseconds: waking a second thread costs more.
   int64_t work = 0;
@@ -215,7 +213,7 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
       scores.resize(group * len);
       // scores[g][t] = q_g . k_t * scale, eight keys at a time, walking the table (no division per key);
       // a chunk past the length repeats its last key and drops those lanes.
-      const float* keys[8];
+      const T* keys[8];
       int64_t block = 0, slot = 0;
       for (int64_t t = 0; t < len; t += 8) {
         const int64_t n = std::min<int64_t>(8, len - t);
@@ -272,7 +270,51 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
         }
     }
   });
+}
+
+at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale) {
+  check_fp32(q, "q");
+  TORCH_CHECK((k_cache.scalar_type() == at::kFloat || k_cache.scalar_type() == at::kChar) &&
+              v_cache.scalar_type() == k_cache.scalar_type() && k_cache.is_contiguous() && v_cache.is_contiguous(),
+              "caches must be contiguous, both fp32 or both int8");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && block_tables.dim() == 2 && block_tables.stride(1) == 1 &&
+              seq_lens.scalar_type() == at::kInt && seq_lens.is_contiguous(), "block tables and lengths must be int32");
+  const int64_t seqs = q.size(0), heads = q.size(1), d = q.size(2);
+  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
+  TORCH_CHECK(d % 8 == 0 && k_cache.size(3) == d && heads % kv_heads == 0, "head sizes do not match");
+  TORCH_CHECK(block_tables.size(0) >= seqs && seq_lens.size(0) >= seqs, "fewer block tables than sequences");
+  at::Tensor out = at::empty_like(q);
+  const int32_t *tables = block_tables.data_ptr<int32_t>(), *lens = seq_lens.data_ptr<int32_t>();
+  if (k_cache.scalar_type() == at::kChar)
+    attend(q.data_ptr<float>(), k_cache.data_ptr<int8_t>(), v_cache.data_ptr<int8_t>(), tables, block_tables.stride(0),
+           lens, seqs, heads, kv_heads, d, block_size, scale, out.data_ptr<float>());
+  else
+    attend(q.data_ptr<float>(), k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), tables, block_tables.stride(0),
+           lens, seqs, heads, kv_heads, d, block_size, scale, out.data_ptr<float>());
   return out;
+}
+
+// x * inv rounded to int8 as kv_quant.quantize does it: clamped to +-127, then floor(y + 0.5).
+void quantize_int8(const float* x, const float* inv, int64_t n, int8_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float y = std::min(std::max(x[i] * inv[i], -127.f), 127.f);
+    out[i] = static_cast<int8_t>(std::floor(y + 0.5f));
+  }
+}
+
+// x [rows, heads, d] *= scale [kv_heads, d] in place, query head h taking KV head h / group's row
+// (reference._per_query_head).
+void scale_heads(at::Tensor& x, const at::Tensor& scale, int64_t kv_heads) {
+  const int64_t rows = x.size(0), heads = x.size(1), d = x.size(2), group = heads / kv_heads;
+  float* xp = x.data_ptr<float>();
+  const float* sp = scale.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      float* row = xp + (r * heads + h) * d;
+      const float* s = sp + (h / group) * d;
+      for (int64_t i = 0; i < d; ++i) row[i] *= s[i];
+    }
 }
 
 // One linear of a decoder layer as the Python side lists it (LinearBase.kernel_args): kind 0, an
@@ -291,18 +333,27 @@ at::Tensor layer_linear(const at::Tensor& x, at::TensorList weights, size_t& nex
 // call: at batch 1 the Python and dispatch around each op cost as much as the layer's arithmetic).
 // x: the previous layer's MLP output, overwritten; residual: the residual stream, updated in place;
 // returns this layer's MLP output. Linears in order qkv, o, gate_up, down; no biases, no q/k norm,
-// no tensor parallelism, an fp32 cache (the Python side checks).
+// no tensor parallelism; an fp32 cache, or an int8 one with its static scales (kv_scales: k, v, k_inv,
+// v_inv, each [kv_heads, head_dim]; none for fp32) (the Python side checks).
 at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weights, at::IntArrayRef kinds,
                         at::IntArrayRef groups, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
                         const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache, at::Tensor& v_cache,
                         const at::Tensor& slot_mapping, const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                        int64_t num_heads, int64_t num_kv_heads, double scale) {
+                        int64_t num_heads, int64_t num_kv_heads, double scale, at::TensorList kv_scales) {
   TORCH_CHECK(kinds.size() == 4 && groups.size() == 4, "four linears: qkv, o, gate_up, down");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous(), "slot_mapping must be int64");
-  check_fp32(k_cache, "k_cache");
-  check_fp32(v_cache, "v_cache");
+  const bool int8_cache = !kv_scales.empty();
+  if (int8_cache) {
+    TORCH_CHECK(kv_scales.size() == 4 && k_cache.scalar_type() == at::kChar && v_cache.scalar_type() == at::kChar &&
+                k_cache.is_contiguous() && v_cache.is_contiguous(), "an int8 cache and its scales: k, v, k_inv, v_inv");
+    for (const at::Tensor& t : kv_scales) check_fp32(t, "kv scales");
+  } else {
+    check_fp32(k_cache, "k_cache");
+    check_fp32(v_cache, "v_cache");
+  }
   const int64_t rows = x.size(0), d = k_cache.size(3), q_size = num_heads * d, kv_size = num_kv_heads * d;
   TORCH_CHECK(slot_mapping.numel() == rows && k_cache.size(2) == num_kv_heads, "cache and rows do not match");
+  TORCH_CHECK(!int8_cache || kv_scales[0].numel() == kv_size, "kv scales are [kv_heads, head_dim]");
   size_t next = 0;
   fused_add_rms_norm(x, residual, input_norm, eps);
   at::Tensor qkv = layer_linear(x, weights, next, kinds[0], groups[0]);
@@ -312,14 +363,27 @@ at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weig
   // This step's keys and values into their cache slots (reference.store_kv_cache).
   const float* src = qkv.data_ptr<float>();
   const int64_t* slots = slot_mapping.data_ptr<int64_t>();
-  float *kc = k_cache.data_ptr<float>(), *vc = v_cache.data_ptr<float>();
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* row = src + t * qkv.size(1);
-    std::copy_n(row + q_size, kv_size, kc + slots[t] * kv_size);
-    std::copy_n(row + q_size + kv_size, kv_size, vc + slots[t] * kv_size);
-  }
   at::Tensor q = qkv.narrow(1, 0, q_size).contiguous().view({rows, num_heads, d});
-  at::Tensor attn = paged_attention_decode(q, k_cache, v_cache, block_tables, seq_lens, scale).view({rows, q_size});
+  if (int8_cache) {
+    int8_t *kc = k_cache.data_ptr<int8_t>(), *vc = v_cache.data_ptr<int8_t>();
+    const float *k_inv = kv_scales[2].data_ptr<float>(), *v_inv = kv_scales[3].data_ptr<float>();
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* row = src + t * qkv.size(1);
+      quantize_int8(row + q_size, k_inv, kv_size, kc + slots[t] * kv_size);
+      quantize_int8(row + q_size + kv_size, v_inv, kv_size, vc + slots[t] * kv_size);
+    }
+    scale_heads(q, kv_scales[0], num_kv_heads);  // the keys' scales, folded into the queries
+  } else {
+    float *kc = k_cache.data_ptr<float>(), *vc = v_cache.data_ptr<float>();
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* row = src + t * qkv.size(1);
+      std::copy_n(row + q_size, kv_size, kc + slots[t] * kv_size);
+      std::copy_n(row + q_size + kv_size, kv_size, vc + slots[t] * kv_size);
+    }
+  }
+  at::Tensor attn = paged_attention_decode(q, k_cache, v_cache, block_tables, seq_lens, scale);
+  if (int8_cache) scale_heads(attn, kv_scales[1], num_kv_heads);  // the values' scales
+  attn = attn.view({rows, q_size});
   at::Tensor o = layer_linear(attn, weights, next, kinds[1], groups[1]);
   fused_add_rms_norm(o, residual, post_norm, eps);
   at::Tensor h = silu_and_mul(layer_linear(o, weights, next, kinds[2], groups[2]));
@@ -342,7 +406,7 @@ TORCH_LIBRARY(slipstream_cpu, lib) {
   lib.def("decode_layer(Tensor(a!) x, Tensor(b!) residual, Tensor[] weights, int[] kinds, int[] groups, "
           "Tensor input_norm, Tensor post_norm, float eps, Tensor cos, Tensor sin, Tensor(c!) k_cache, "
           "Tensor(d!) v_cache, Tensor slot_mapping, Tensor block_tables, Tensor seq_lens, int num_heads, "
-          "int num_kv_heads, float scale) -> Tensor");
+          "int num_kv_heads, float scale, Tensor[] kv_scales) -> Tensor");
   lib.def("paged_attention_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, Tensor seq_lens, float scale) -> Tensor");
 }
 

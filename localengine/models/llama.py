@@ -176,7 +176,8 @@ class LlamaDecoderLayer(nn.Module):
             residual, x = x.clone(), torch.zeros_like(x)
         out = ops.decode_layer(x, residual, fused.weights, fused.kinds, fused.groups, fused.input_norm,
                                fused.post_norm, fused.eps, *rope, attn.k_cache, attn.v_cache, meta.slot_mapping,
-                               block_tables, context_lens, attn.num_heads, attn.num_kv_heads, attn.scale)
+                               block_tables, context_lens, attn.num_heads, attn.num_kv_heads, attn.scale,
+                               fused.kv_scales())
         return out, residual
 
 
@@ -197,6 +198,12 @@ class FusedDecode:
         self.kinds = [kind for kind, _, _ in args]
         self.groups = [group for _, group, _ in args]
         self.weights = [t for _, _, tensors in args for t in tensors] if attn.q_norm is None and len(args) == 4 else None
+
+    def kv_scales(self) -> list[torch.Tensor]:
+        """An int8 cache's static scales as the op takes them (k, v, k_inv, v_inv); none for an fp32 cache.
+        Read each step: the model runner sets them with the cache, after the layer is built."""
+        s = self.attn.kv_scales
+        return [] if s is None else [s.k, s.v, s.k_inv, s.v_inv]
 
 
 class LlamaModel(nn.Module):

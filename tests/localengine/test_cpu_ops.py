@@ -149,32 +149,41 @@ def test_bf16_weights_multiply_as_their_fp32_copy(width, rows, features, inputs)
 
 
 @needs_ops
+@pytest.mark.parametrize("cache", ["fp32", "int8"])
 @pytest.mark.parametrize("lens", [[1], [17, 33, 5], [64]])
-def test_decode_attention_reads_the_paged_cache_in_place(lens):
+def test_decode_attention_reads_the_paged_cache_in_place(lens, cache):
     """Against SDPA over the gathered blocks (the reference path), for GQA groups of 3, contexts
-    shorter than a block, ending mid-block and spanning scattered blocks of a shared pool."""
+    shorter than a block, ending mid-block and spanning scattered blocks of a shared pool; an int8
+    cache's stored values read as they are (its scales are the caller's)."""
     import torch.nn.functional as F
 
     torch.manual_seed(0)
     block_size, kv_heads, heads, d = 4, 3, 9, 64
-    k_cache, v_cache = torch.randn(40, block_size, kv_heads, d), torch.randn(40, block_size, kv_heads, d)
+    shape = (40, block_size, kv_heads, d)
+    if cache == "int8":
+        k_cache, v_cache = torch.randint(-127, 128, shape, dtype=torch.int8), torch.randint(-127, 128, shape, dtype=torch.int8)
+        q, tolerance = torch.randn(len(lens), heads, d) / 64, 1e-4  # scores of the size real scales give
+    else:
+        k_cache, v_cache = torch.randn(shape), torch.randn(shape)
+        q, tolerance = torch.randn(len(lens), heads, d), 1e-5
     tables = torch.stack([torch.randperm(40)[:16] for _ in lens]).to(torch.int32)
-    q = torch.randn(len(lens), heads, d)
     got = cpu_ops.ops().paged_attention_decode(q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32), d**-0.5)
     for s, n in enumerate(lens):
         ids = tables[s, : -(-n // block_size)].long()
-        keys = k_cache[ids].reshape(-1, kv_heads, d)[:n].transpose(0, 1)
-        values = v_cache[ids].reshape(-1, kv_heads, d)[:n].transpose(0, 1)
+        keys = k_cache[ids].reshape(-1, kv_heads, d)[:n].transpose(0, 1).float()
+        values = v_cache[ids].reshape(-1, kv_heads, d)[:n].transpose(0, 1).float()
         expected = F.scaled_dot_product_attention(q[s].unsqueeze(1), keys, values, scale=d**-0.5, enable_gqa=True)
-        torch.testing.assert_close(got[s], expected.squeeze(1), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got[s], expected.squeeze(1), rtol=tolerance, atol=tolerance)
 
 
 @needs_ops
-@pytest.mark.parametrize("quantization", ["none", "int8", "int4"])
-def test_fused_decode_layer_is_the_layer(llama_dir, monkeypatch, quantization):
+@pytest.mark.parametrize(("quantization", "kv_cache_dtype"), [("none", "auto"), ("int8", "auto"), ("int4", "auto"),
+                                                              ("none", "int8")])
+def test_fused_decode_layer_is_the_layer(llama_dir, monkeypatch, quantization, kv_cache_dtype):
     """A decode step's layers as one op each (`decode_layer`) give the tokens and log-probabilities of
-    the layer-by-layer path, for float, int8 and int4 weights, batched decodes of different lengths;
-    the op ran (counted), and a prefill never takes it."""
+    the layer-by-layer path, for float, int8 and int4 weights and an int8 KV cache (stored through its
+    scales as the layer stores it), batched decodes of different lengths; the op ran (counted), and a
+    prefill never takes it."""
     from localengine import SamplingParams
     from localengine.models.llama import LlamaDecoderLayer
     from tests.localengine.conftest import make_llm
@@ -191,7 +200,7 @@ def test_fused_decode_layer_is_the_layer(llama_dir, monkeypatch, quantization):
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=0)
 
     def run():
-        llm = make_llm(llama_dir, quantization=quantization)
+        llm = make_llm(llama_dir, quantization=quantization, kv_cache_dtype=kv_cache_dtype)
         return [(o.outputs[0].token_ids, [next(iter(lp.values())).logprob for lp in o.outputs[0].logprobs or []])
                 for o in llm.generate(prompts, params)]
 

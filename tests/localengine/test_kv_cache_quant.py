@@ -144,7 +144,9 @@ def test_triton_attention_over_quantized_cache_matches_reference(fmt, num_splits
     (q, k, v, _, _, meta), (qk, qv), scales = quantized_batch(specs, fmt, num_blocks=48, heads=6, kv_heads=2)
     expected = reference.paged_attention(q, k, v, qk, qv, meta, HEAD_DIM**-0.5, kv_scales=scales)
     got = triton_attention.paged_attention(q, qk, qv, meta, HEAD_DIM**-0.5, num_splits=num_splits, kv_scales=scales)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    # On CPU the reference's int8 decode rows are the engine's op, which sums the stored values (up to 127)
+    # before the scales: fp32 rounding a few times 1e-5 relative, in another order than Triton's.
+    torch.testing.assert_close(got, expected, atol=5e-5, rtol=5e-5)
 
 
 def test_kv_cache_dtype_names():
