@@ -85,8 +85,7 @@ def count_texts(texts: list[str], protocol: Protocol, exact: int = EXACT_CHARS) 
             n += len(encode(text)) if text else 0
         else:
             rest += len(text)
-    n += math.ceil(rest / CHARS_PER_TOKEN)
-    return math.ceil(n * ANTHROPIC_FACTOR) if protocol is Protocol.ANTHROPIC else n
+    return scaled(n + math.ceil(rest / CHARS_PER_TOKEN), protocol)
 
 
 @dataclass(slots=True)
@@ -143,27 +142,36 @@ def image_worst(model: str, protocol: Protocol) -> int:
 
 @dataclass(frozen=True, slots=True)
 class WorstInput:
-    """A request's input at its worst, for a budget's hold: its tokens but for its images, whose worst
-    cost depends on the model reading them (`on`)."""
+    """A request's input at its worst, for a budget's hold: what depends on the target apart (`on`): its
+    text as cl100k counts it (Claude's tokenizer yields more: `ANTHROPIC_FACTOR`), its images (OpenAI's
+    models bill them differently) and its documents named by reference (each provider's page limit)."""
 
-    tokens: int
+    text: int  # cl100k's count (exact up to a point, by length beyond)
+    fixed: int = 0  # tokens no tokenizer changes: base64 PDF pages, a large body counted by its size
     images: int = 0
     documents: int = 0  # PDFs named by file id or URL
-    pages: int = 0  # of its base64 PDFs (in `tokens`): a request's page limit counts them too
+    pages: int = 0  # of its base64 PDFs (in `fixed`): a request's page limit counts them too
 
     def on(self, model: str, protocol: Protocol) -> int:
         documents = 0
         if self.documents:
             pages = max(self.documents, PDF_PAGES_PER_REQUEST[protocol] - self.pages)
             documents = min(pages * PDF_PAGE_WORST, MAX_INPUT_TOKENS)
-        return self.tokens + self.images * image_worst(model, protocol) + documents
+        return scaled(self.text, protocol) + self.fixed + self.images * image_worst(model, protocol) + documents
+
+
+def scaled(tokens: int, protocol: Protocol) -> int:
+    """cl100k's count of a text as the provider's tokenizer is estimated to count it."""
+    return math.ceil(tokens * ANTHROPIC_FACTOR) if protocol is Protocol.ANTHROPIC else tokens
 
 
 def worst_input(request: LLMRequest, exact: int = EXACT_CHARS) -> WorstInput:
-    """`input_tokens` at its worst, its images and documents named by reference apart (counted once for
-    every target of a route, their worst by the target)."""
-    tokens, media = _counted(request, exact, worst=True)
-    return WorstInput(tokens, media.images, media.documents, media.pages) if media is not None else WorstInput(tokens)
+    """`input_tokens` at its worst, what depends on the target apart (its tokenizer, what its model bills an
+    image, its page limit): a route's targets each price it as they would bill it."""
+    text, fixed, media = _counted(request, exact, worst=True)
+    if media is None:
+        return WorstInput(text, fixed)
+    return WorstInput(text, fixed, media.images, media.documents, media.pages)
 
 
 def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS, worst: bool = False) -> int:
@@ -175,22 +183,22 @@ def input_tokens(request: LLMRequest, exact: int = EXACT_CHARS, worst: bool = Fa
     media on top where the limits stage counted them off the loop (`request.media`)."""
     if worst:
         return worst_input(request, exact).on(request.model, request.protocol)
-    tokens, media = _counted(request, exact, worst=False)
-    return tokens + ((media.images + media.documents) * IMAGE_TOKENS if media is not None else 0)
+    text, fixed, media = _counted(request, exact, worst=False)
+    return scaled(text, request.protocol) + fixed + ((media.images + media.documents) * IMAGE_TOKENS if media is not None else 0)
 
 
-def _counted(request: LLMRequest, exact: int, worst: bool) -> tuple[int, Media | None]:
-    """The request's text and base64 PDF pages in tokens, and its media (None: a large body whose media
-    were not counted, its size counting them)."""
+def _counted(request: LLMRequest, exact: int, worst: bool) -> tuple[int, int, Media | None]:
+    """The request's text in cl100k tokens, its tokens no tokenizer changes (base64 PDF pages; a large
+    body's size), and its media (None: a large body whose media were not counted, its size counting them)."""
     page = PDF_PAGE_WORST if worst else PDF_PAGE_TOKENS
     if request.size > EXACT_CHARS * 4:
         by_size = math.ceil(request.size / CHARS_PER_TOKEN)
         media = request.media
         if not isinstance(media, Media):
-            return by_size, None
-        return max(by_size, math.ceil(max(0, request.size - media.pdf_chars) / CHARS_PER_TOKEN) + media.pages * page), media
+            return 0, by_size, None
+        return 0, max(by_size, math.ceil(max(0, request.size - media.pdf_chars) / CHARS_PER_TOKEN) + media.pages * page), media
     media = Media()
-    return count_texts(list(_texts(request.body, media)), request.protocol, exact) + media.pages * page, media
+    return count_texts(list(_texts(request.body, media)), Protocol.OPENAI, exact), media.pages * page, media
 
 
 def output_limit(request: LLMRequest) -> int:

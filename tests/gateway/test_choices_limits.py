@@ -18,9 +18,9 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import RunningEmulator, running_emulator
 from gateway.testing import running_proxy
-from sdk.estimate import choice_limit, input_tokens
+from sdk.estimate import choice_limit, worst_input
 from sdk.spend import price_of, worst_cost_usd
-from sdk.types import Endpoint, LLMRequest
+from sdk.types import Endpoint, LLMRequest, Protocol
 from tests.helpers import STALL_MS, wait_until
 from tests.helpers import spend_report as _spend
 from tests.routing.conftest import policy_text
@@ -96,7 +96,8 @@ def test_every_choice_holds_its_worst_cost_and_is_charged(proxy: Any, emu: Runni
         next(iter(stream))  # every choice has begun: the request holds its worst cost
         held = _spend(proxy, KEY)["budget"]["held"]
     request = LLMRequest(Endpoint.CHAT_COMPLETIONS, body)
-    one = worst_cost_usd(input_tokens(request), choice_limit(request), price_of(CLAUDE, {}))  # type: ignore[arg-type]
+    prompt = worst_input(request).on(CLAUDE, Protocol.ANTHROPIC)  # counted as Claude's tokenizer would count it
+    one = worst_cost_usd(prompt, choice_limit(request), price_of(CLAUDE, {}))  # type: ignore[arg-type]
     assert held == pytest.approx(4 * one, rel=1e-3)  # each choice: a prompt and up to 500 tokens, at Claude's prices
     emu.wait_for(lambda s: s["cancelled_streams"] == 4)
     spent = _total_after(proxy, 0.0)

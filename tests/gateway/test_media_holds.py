@@ -14,9 +14,9 @@ import pytest
 
 from emulator.testing import RunningEmulator
 from gateway.testing import running_proxy
-from sdk.estimate import input_tokens
+from sdk.estimate import ANTHROPIC_FACTOR, count_texts, input_tokens
 from sdk.spend import price_of, worst_cost_usd
-from sdk.types import Endpoint, LLMRequest
+from sdk.types import Endpoint, LLMRequest, Protocol
 from tests.helpers import spend_report, wait_until, write_policy
 
 KEY = "sk-team-media-holds"
@@ -79,3 +79,25 @@ def test_a_pdf_named_by_url_holds_the_providers_page_limit_and_settles_on_usage(
     plain = input_tokens(LLMRequest(Endpoint.MESSAGES, {**body, "messages": [{"role": "user", "content": text}]}))
     # 600 pages at 3,000 tokens are 1.8M: the most a context window reads, 1M tokens (before: 4,800)
     assert held == pytest.approx(worst_cost_usd(plain + 1_000_000, 500, price), rel=1e-3)
+
+
+def test_a_chat_request_answered_by_claude_holds_its_text_as_claude_counts_it(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's text was held at the count of the request's own dialect: a Chat request that a route
+    sends to Claude was held at cl100k's count, a sixth below the 1.2x of it that the gateway estimates
+    Claude's tokenizer makes of English prose (sdk/estimate.py). The hold counts it by the target's."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 5.0)
+    text = "The lighthouse keeper climbed the steps, trimmed the wick and wrote the weather in his book. " * 40
+    model = "claude-sonnet-4-5"
+
+    def ask(words: str) -> dict[str, Any]:
+        return {"model": model, "max_completion_tokens": 500, "messages": [{"role": "user", "content": words}]}
+
+    with running_proxy([write_policy(tmp_path, "media", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        longer = _held(proxy, client, ask(text)) - _held(proxy, client, ask("Hi."))
+    price = price_of(model, {})
+    assert price is not None
+    tokens = count_texts([text], Protocol.OPENAI) - count_texts(["Hi."], Protocol.OPENAI)
+    per_token = worst_cost_usd(1_000, 0, price) / 1_000  # the dearest input price (a cache write's), below long-context rates
+    assert longer == pytest.approx(tokens * ANTHROPIC_FACTOR * per_token, rel=2e-3)  # before: tokens x 1.0
