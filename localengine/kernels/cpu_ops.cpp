@@ -142,11 +142,29 @@ void rotary_embedding(at::Tensor& qk, const at::Tensor& cos, const at::Tensor& s
   }
 }
 
-// Eight cache elements as fp32 lanes: an fp32 cache's as they are, an int8 cache's widened exactly (its
-// scales are folded into the query and the output by the caller, kernels/kv_quant.py).
+// An fp8 (e4m3fn) cache element: its bits, to tell it from an int8 one.
+struct E4M3 {
+  uint8_t bits;
+};
+
+// Eight cache elements as fp32 lanes: an fp32 cache's as they are, an int8 or e4m3 cache's widened exactly
+// (their scales are folded into the query and the output by the caller, kernels/kv_quant.py).
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+// e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits. A normal value's exponent and mantissa bits,
+// moved to fp32's places, need only the bias difference (120) added to the exponent; a subnormal one
+// (exponent 0) is its mantissa times 2^-9. The cache holds no NaN (stores saturate at 448).
+inline __m256 load8(const E4M3* p) {
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i magnitude = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
+  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(magnitude, 20), _mm256_set1_epi32(120 << 23));
+  const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(7))),
+                                         _mm256_set1_ps(1.f / 512));
+  const __m256i is_subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), magnitude);
+  const __m256 value = _mm256_blendv_ps(_mm256_castsi256_ps(normal), subnormal, _mm256_castsi256_ps(is_subnormal));
+  return _mm256_or_ps(value, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24)));
 }
 
 // Eight keys' dot products with one query head, one per lane. Each key's products are summed in the
@@ -188,11 +206,11 @@ inline void weighted_values(const float* p, const T* vp, const int32_t* table, i
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(o + 8 * r, acc[r]);
 }
 
-// Decode attention straight over the paged cache (vLLM's paged_attention), fp32 queries over an fp32
-// or int8 cache, one query token per row: q [S, H, D]; caches [blocks, block_size, KVH, D];
+// Decode attention straight over the paged cache (vLLM's paged_attention), fp32 queries over an fp32,
+// int8 or fp8 e4m3fn cache, one query token per row: q [S, H, D]; caches [blocks, block_size, KVH, D];
 // block_tables [>=S, max_blocks] and seq_lens [>=S] int32, row s's table and the number of keys it
 // sees (a decode: its sequence's; a token of a verification step: its own position + 1, so it is
-// computed as its decode would be). An int8 cache holds K/V divided by static per-channel scales: the
+// computed as its decode would be). A quantized cache holds K/V divided by static per-channel scales: the
 // caller multiplies q by the keys' and the output by the values' (reference.paged_attention).
 // One task per (row, KV head) serves that head's group of query heads: each key and value read once.
 template <typename T>
@@ -275,9 +293,9 @@ void attend(const float* qp, const T* kp, const T* vp, const int32_t* tables, in
 at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale) {
   check_fp32(q, "q");
-  TORCH_CHECK((k_cache.scalar_type() == at::kFloat || k_cache.scalar_type() == at::kChar) &&
-              v_cache.scalar_type() == k_cache.scalar_type() && k_cache.is_contiguous() && v_cache.is_contiguous(),
-              "caches must be contiguous, both fp32 or both int8");
+  const at::ScalarType cache = k_cache.scalar_type();
+  TORCH_CHECK((cache == at::kFloat || cache == at::kChar || cache == at::kFloat8_e4m3fn) && v_cache.scalar_type() == cache &&
+              k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous, both fp32, int8 or fp8 e4m3fn");
   TORCH_CHECK(block_tables.scalar_type() == at::kInt && block_tables.dim() == 2 && block_tables.stride(1) == 1 &&
               seq_lens.scalar_type() == at::kInt && seq_lens.is_contiguous(), "block tables and lengths must be int32");
   const int64_t seqs = q.size(0), heads = q.size(1), d = q.size(2);
@@ -286,9 +304,12 @@ at::Tensor paged_attention_decode(const at::Tensor& q, const at::Tensor& k_cache
   TORCH_CHECK(block_tables.size(0) >= seqs && seq_lens.size(0) >= seqs, "fewer block tables than sequences");
   at::Tensor out = at::empty_like(q);
   const int32_t *tables = block_tables.data_ptr<int32_t>(), *lens = seq_lens.data_ptr<int32_t>();
-  if (k_cache.scalar_type() == at::kChar)
+  if (cache == at::kChar)
     attend(q.data_ptr<float>(), k_cache.data_ptr<int8_t>(), v_cache.data_ptr<int8_t>(), tables, block_tables.stride(0),
            lens, seqs, heads, kv_heads, d, block_size, scale, out.data_ptr<float>());
+  else if (cache == at::kFloat8_e4m3fn)
+    attend(q.data_ptr<float>(), static_cast<const E4M3*>(k_cache.data_ptr()), static_cast<const E4M3*>(v_cache.data_ptr()),
+           tables, block_tables.stride(0), lens, seqs, heads, kv_heads, d, block_size, scale, out.data_ptr<float>());
   else
     attend(q.data_ptr<float>(), k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), tables, block_tables.stride(0),
            lens, seqs, heads, kv_heads, d, block_size, scale, out.data_ptr<float>());
@@ -301,6 +322,11 @@ void quantize_int8(const float* x, const float* inv, int64_t n, int8_t* out) {
     const float y = std::min(std::max(x[i] * inv[i], -127.f), 127.f);
     out[i] = static_cast<int8_t>(std::floor(y + 0.5f));
   }
+}
+
+// The same for e4m3fn: clamped to +-448, then PyTorch's own conversion (round to nearest even).
+void quantize_e4m3(const float* x, const float* inv, int64_t n, c10::Float8_e4m3fn* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = c10::Float8_e4m3fn(std::min(std::max(x[i] * inv[i], -448.f), 448.f));
 }
 
 // x [rows, heads, d] *= scale [kv_heads, d] in place, query head h taking KV head h / group's row
@@ -333,8 +359,8 @@ at::Tensor layer_linear(const at::Tensor& x, at::TensorList weights, size_t& nex
 // call: at batch 1 the Python and dispatch around each op cost as much as the layer's arithmetic).
 // x: the previous layer's MLP output, overwritten; residual: the residual stream, updated in place;
 // returns this layer's MLP output. Linears in order qkv, o, gate_up, down; no biases, no q/k norm,
-// no tensor parallelism; an fp32 cache, or an int8 one with its static scales (kv_scales: k, v, k_inv,
-// v_inv, each [kv_heads, head_dim]; none for fp32) (the Python side checks).
+// no tensor parallelism; an fp32 cache, or an int8 or fp8 e4m3fn one with its static scales (kv_scales: k,
+// v, k_inv, v_inv, each [kv_heads, head_dim]; none for fp32) (the Python side checks).
 at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weights, at::IntArrayRef kinds,
                         at::IntArrayRef groups, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
                         const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache, at::Tensor& v_cache,
@@ -342,10 +368,12 @@ at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weig
                         int64_t num_heads, int64_t num_kv_heads, double scale, at::TensorList kv_scales) {
   TORCH_CHECK(kinds.size() == 4 && groups.size() == 4, "four linears: qkv, o, gate_up, down");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous(), "slot_mapping must be int64");
-  const bool int8_cache = !kv_scales.empty();
-  if (int8_cache) {
-    TORCH_CHECK(kv_scales.size() == 4 && k_cache.scalar_type() == at::kChar && v_cache.scalar_type() == at::kChar &&
-                k_cache.is_contiguous() && v_cache.is_contiguous(), "an int8 cache and its scales: k, v, k_inv, v_inv");
+  const bool quantized = !kv_scales.empty();
+  const at::ScalarType cache = k_cache.scalar_type();
+  if (quantized) {
+    TORCH_CHECK(kv_scales.size() == 4 && (cache == at::kChar || cache == at::kFloat8_e4m3fn) &&
+                v_cache.scalar_type() == cache && k_cache.is_contiguous() && v_cache.is_contiguous(),
+                "an int8 or fp8 e4m3fn cache and its scales: k, v, k_inv, v_inv");
     for (const at::Tensor& t : kv_scales) check_fp32(t, "kv scales");
   } else {
     check_fp32(k_cache, "k_cache");
@@ -353,7 +381,7 @@ at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weig
   }
   const int64_t rows = x.size(0), d = k_cache.size(3), q_size = num_heads * d, kv_size = num_kv_heads * d;
   TORCH_CHECK(slot_mapping.numel() == rows && k_cache.size(2) == num_kv_heads, "cache and rows do not match");
-  TORCH_CHECK(!int8_cache || kv_scales[0].numel() == kv_size, "kv scales are [kv_heads, head_dim]");
+  TORCH_CHECK(!quantized || kv_scales[0].numel() == kv_size, "kv scales are [kv_heads, head_dim]");
   size_t next = 0;
   fused_add_rms_norm(x, residual, input_norm, eps);
   at::Tensor qkv = layer_linear(x, weights, next, kinds[0], groups[0]);
@@ -364,13 +392,17 @@ at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weig
   const float* src = qkv.data_ptr<float>();
   const int64_t* slots = slot_mapping.data_ptr<int64_t>();
   at::Tensor q = qkv.narrow(1, 0, q_size).contiguous().view({rows, num_heads, d});
-  if (int8_cache) {
-    int8_t *kc = k_cache.data_ptr<int8_t>(), *vc = v_cache.data_ptr<int8_t>();
+  if (quantized) {
     const float *k_inv = kv_scales[2].data_ptr<float>(), *v_inv = kv_scales[3].data_ptr<float>();
     for (int64_t t = 0; t < rows; ++t) {
       const float* row = src + t * qkv.size(1);
-      quantize_int8(row + q_size, k_inv, kv_size, kc + slots[t] * kv_size);
-      quantize_int8(row + q_size + kv_size, v_inv, kv_size, vc + slots[t] * kv_size);
+      if (cache == at::kChar) {
+        quantize_int8(row + q_size, k_inv, kv_size, k_cache.data_ptr<int8_t>() + slots[t] * kv_size);
+        quantize_int8(row + q_size + kv_size, v_inv, kv_size, v_cache.data_ptr<int8_t>() + slots[t] * kv_size);
+      } else {
+        quantize_e4m3(row + q_size, k_inv, kv_size, k_cache.data_ptr<c10::Float8_e4m3fn>() + slots[t] * kv_size);
+        quantize_e4m3(row + q_size + kv_size, v_inv, kv_size, v_cache.data_ptr<c10::Float8_e4m3fn>() + slots[t] * kv_size);
+      }
     }
     scale_heads(q, kv_scales[0], num_kv_heads);  // the keys' scales, folded into the queries
   } else {
@@ -382,7 +414,7 @@ at::Tensor decode_layer(at::Tensor& x, at::Tensor& residual, at::TensorList weig
     }
   }
   at::Tensor attn = paged_attention_decode(q, k_cache, v_cache, block_tables, seq_lens, scale);
-  if (int8_cache) scale_heads(attn, kv_scales[1], num_kv_heads);  // the values' scales
+  if (quantized) scale_heads(attn, kv_scales[1], num_kv_heads);  // the values' scales
   attn = attn.view({rows, q_size});
   at::Tensor o = layer_linear(attn, weights, next, kinds[1], groups[1]);
   fused_add_rms_norm(o, residual, post_norm, eps);

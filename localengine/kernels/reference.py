@@ -97,11 +97,11 @@ def _decode_plan(meta: AttentionMetadata, rows: slice, block_size: int) -> tuple
 def decode_attention_ops(x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                          kv_scales: KVScales | None) -> Any:
     """The engine's CPU ops where their decode attention serves this layer (fp32 activations on CPU, an
-    fp32 cache, or an int8 one with its scales, read in place, heads a multiple of 8 wide), else None.
-    An fp8 cache stays on PyTorch's path: AVX2 has no instruction that widens e4m3."""
+    fp32 cache, or an int8 or fp8 e4m3fn one with its scales, read in place, heads a multiple of 8 wide),
+    else None."""
     ops = cpu_ops.for_fp32(x)
-    cache = torch.int8 if kv_scales is not None else torch.float32
-    if (ops is None or k_cache.dtype != cache or k_cache.shape[-1] % 8
+    caches = (torch.int8, torch.float8_e4m3fn) if kv_scales is not None else (torch.float32,)
+    if (ops is None or k_cache.dtype not in caches or k_cache.shape[-1] % 8
             or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
         return None
     return ops

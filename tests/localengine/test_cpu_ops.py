@@ -149,12 +149,13 @@ def test_bf16_weights_multiply_as_their_fp32_copy(width, rows, features, inputs)
 
 
 @needs_ops
-@pytest.mark.parametrize("cache", ["fp32", "int8"])
+@pytest.mark.parametrize("cache", ["fp32", "int8", "fp8"])
 @pytest.mark.parametrize("lens", [[1], [17, 33, 5], [64]])
 def test_decode_attention_reads_the_paged_cache_in_place(lens, cache):
     """Against SDPA over the gathered blocks (the reference path), for GQA groups of 3, contexts
     shorter than a block, ending mid-block and spanning scattered blocks of a shared pool; an int8
-    cache's stored values read as they are (its scales are the caller's)."""
+    or fp8 (e4m3fn: subnormals, zeros of both signs and the saturation value included) cache's stored
+    values read as they are (its scales are the caller's)."""
     import torch.nn.functional as F
 
     torch.manual_seed(0)
@@ -163,6 +164,11 @@ def test_decode_attention_reads_the_paged_cache_in_place(lens, cache):
     if cache == "int8":
         k_cache, v_cache = torch.randint(-127, 128, shape, dtype=torch.int8), torch.randint(-127, 128, shape, dtype=torch.int8)
         q, tolerance = torch.randn(len(lens), heads, d) / 64, 1e-4  # scores of the size real scales give
+    elif cache == "fp8":
+        every = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
+        finite = every[~every.float().isnan()]  # all 254 e4m3fn values but NaN (a store saturates before it)
+        k_cache, v_cache = (finite[torch.randint(0, finite.numel(), shape)] for _ in range(2))
+        q, tolerance = torch.randn(len(lens), heads, d) / 448, 1e-4
     else:
         k_cache, v_cache = torch.randn(shape), torch.randn(shape)
         q, tolerance = torch.randn(len(lens), heads, d), 1e-5
@@ -178,11 +184,11 @@ def test_decode_attention_reads_the_paged_cache_in_place(lens, cache):
 
 @needs_ops
 @pytest.mark.parametrize(("quantization", "kv_cache_dtype"), [("none", "auto"), ("int8", "auto"), ("int4", "auto"),
-                                                              ("none", "int8")])
+                                                              ("none", "int8"), ("none", "fp8")])
 def test_fused_decode_layer_is_the_layer(llama_dir, monkeypatch, quantization, kv_cache_dtype):
     """A decode step's layers as one op each (`decode_layer`) give the tokens and log-probabilities of
-    the layer-by-layer path, for float, int8 and int4 weights and an int8 KV cache (stored through its
-    scales as the layer stores it), batched decodes of different lengths; the op ran (counted), and a
+    the layer-by-layer path, for float, int8 and int4 weights and an int8 or fp8 KV cache (stored through
+    its scales as the layer stores it), batched decodes of different lengths; the op ran (counted), and a
     prefill never takes it."""
     from localengine import SamplingParams
     from localengine.models.llama import LlamaDecoderLayer
