@@ -7,6 +7,11 @@ F.linear, what a prefill does), for 1 to 64 rows (5 and 9: verification steps of
 CPU whose PyTorch capability is AVX512 the fp32 and int8 ops run in their AVX-512 forms, and two more
 columns show the same ops narrowed to their AVX2 forms.
 
+Then decode attention with SmolLM2's heads (9 query, 3 KV, 64 wide), 16-token blocks scattered over a
+pool: the engine's `paged_attention_decode` over an fp32, int8 and fp8 cache against SDPA over the
+gathered blocks (the PyTorch path: gather, mask, SDPA), per layer call, for 1, 5 and 9 rows (a decode,
+verification steps of 4 and 8 proposals) at contexts of 500 and 1,000 tokens.
+
     python bench/localengine/cpu_ops.py --threads 2
 """
 
@@ -19,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from localengine.kernels import cpu_ops
 from localengine.layers.quantization import Int4BlockWeight, Int4Values, Int8Weight, float_linear
@@ -55,6 +61,36 @@ def timed(weights: Sequence[FloatWeight | Int8Weight | Int4BlockWeight], rows: i
     return (time.perf_counter() - start) / repeats * 1000
 
 
+def attention_us(rows: int, context: int, cache: str, kernel: bool, repeats: int) -> float:
+    """Microseconds for one layer's decode attention over `rows` query tokens of one sequence (row j sees
+    context + j keys), SmolLM2's heads."""
+    heads, kv_heads, d, block = 9, 3, 64, 16
+    blocks = -(-(context + rows) // block)
+    pool = torch.randn(4 * blocks, block, kv_heads, d)
+    k_cache, v_cache = (pool.to(torch.int8) if cache == "int8" else pool.to(torch.float8_e4m3fn) if cache == "fp8" else pool
+                        for _ in range(2))
+    table = torch.randperm(4 * blocks)[:blocks].to(torch.int32)
+    tables, lens = table.repeat(rows, 1), torch.arange(context + 1, context + rows + 1, dtype=torch.int32)
+    q = torch.randn(rows, heads, d)
+    ids = table.long()
+
+    def run() -> None:
+        if kernel:
+            cpu_ops.ops().paged_attention_decode(q, k_cache, v_cache, tables, lens, d**-0.5)
+            return
+        keys = k_cache[ids].float().reshape(-1, kv_heads, d).transpose(0, 1)[None].expand(rows, -1, -1, -1)
+        values = v_cache[ids].float().reshape(-1, kv_heads, d).transpose(0, 1)[None].expand(rows, -1, -1, -1)
+        mask = torch.arange(blocks * block)[None, :] < lens[:, None]
+        F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask[:, None, None, :], scale=d**-0.5,
+                                       enable_gqa=True)
+
+    run()
+    start = time.perf_counter()
+    for _ in range(repeats * 20):
+        run()
+    return (time.perf_counter() - start) / (repeats * 20) * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -79,6 +115,14 @@ def main() -> None:
             cells += [timed(fp32, rows, True, args.repeats, avx512=False), timed(int8, rows, True, args.repeats, avx512=False)]
         print(f"| {rows} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
     cpu_ops.ops().use_avx512(WIDE)
+    print(f"\ndecode attention, SmolLM2's heads (9, 3 KV, 64 wide), us per layer call  (load {os.getloadavg()[0]:.2f})")
+    print("| rows | context | op, fp32 cache | op, int8 cache | op, fp8 cache | SDPA over gathered blocks (fp32) |\n"
+          "|---:|---:|---:|---:|---:|---:|")
+    for rows in (1, 5, 9):
+        for context in (500, 1000):
+            cells = [attention_us(rows, context, cache, True, args.repeats) for cache in ("fp32", "int8", "fp8")]
+            cells.append(attention_us(rows, context, "fp32", False, args.repeats))
+            print(f"| {rows} | {context} | " + " | ".join(f"{c:.0f}" for c in cells) + " |", flush=True)
     print(f"load {os.getloadavg()[0]:.2f}")
 
 

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace slipstream_cpu {
@@ -153,18 +154,15 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-// e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits. A normal value's exponent and mantissa bits,
-// moved to fp32's places, need only the bias difference (120) added to the exponent; a subnormal one
-// (exponent 0) is its mantissa times 2^-9. The cache holds no NaN (stores saturate at 448).
+// e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits. Its bits moved to fp16's places (sign to bit 15,
+// exponent and mantissa to bits 13..7) make an fp16 value 2^-8 times the e4m3 one, subnormals included (fp16's
+// reach below e4m3's), which F16C widens exactly; times 256 gives it back. The cache holds no NaN (stores
+// saturate at 448).
 inline __m256 load8(const E4M3* p) {
-  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m256i magnitude = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
-  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(magnitude, 20), _mm256_set1_epi32(120 << 23));
-  const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(7))),
-                                         _mm256_set1_ps(1.f / 512));
-  const __m256i is_subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), magnitude);
-  const __m256 value = _mm256_blendv_ps(_mm256_castsi256_ps(normal), subnormal, _mm256_castsi256_ps(is_subnormal));
-  return _mm256_or_ps(value, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24)));
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
+                                    _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7));
+  return _mm256_mul_ps(_mm256_cvtph_ps(half), _mm256_set1_ps(256.f));
 }
 
 // Eight keys' dot products with one query head, one per lane. Each key's products are summed in the
@@ -223,7 +221,10 @@ void attend(const float* qp, const T* kp, const T* vp, const int32_t* tables, in
   for (int64_t s = 0; s < seqs; ++s) work += lens[s] * kv_heads;
   const int64_t grain = work < 16384 ? seqs * kv_heads : 1;
   at::parallel_for(0, seqs * kv_heads, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    // An e4m3 cache's rows are widened once for the group's heads (eight keys, or one value): widening
+    // costs more than their products, where an int8 row's (two instructions) is read as it is.
+    constexpr bool widen_once = std::is_same_v<T, E4M3>;
+    std::vector<float> scores, widened;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t s = task / kv_heads, kvh = task % kv_heads, len = lens[s];
       const int32_t* table = tables + s * table_stride;
@@ -243,8 +244,18 @@ void attend(const float* qp, const T* kp, const T* vp, const int32_t* tables, in
             keys[j] = keys[n - 1];
           }
         }
+        const float* wide[8];
+        if constexpr (widen_once) {
+          widened.resize(8 * d);
+          for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t i = 0; i < d; i += 8) _mm256_storeu_ps(widened.data() + j * d + i, load8(keys[j] + i));
+            wide[j] = widened.data() + j * d;
+          }
+        }
         for (int64_t g = 0; g < group; ++g) {
-          const __m256 dots = _mm256_mul_ps(dot8(q0 + g * d, keys, d), vscale);
+          __m256 dots;
+          if constexpr (widen_once) dots = _mm256_mul_ps(dot8(q0 + g * d, wide, d), vscale);
+          else dots = _mm256_mul_ps(dot8(q0 + g * d, keys, d), vscale);
           float* out = scores.data() + g * len + t;
           if (n == 8) {
             _mm256_storeu_ps(out, dots);
@@ -273,19 +284,39 @@ void attend(const float* qp, const T* kp, const T* vp, const int32_t* tables, in
         const float inv = 1.f / sum;
         for (t = 0; t < len; ++t) row[t] *= inv;
       }
-      // out_g = sum_t p[g][t] v_t, up to 32 of a head's outputs held in registers over every value.
+      // out_g = sum_t p[g][t] v_t, each output summed in token order.
       float* o0 = op + (s * heads + kvh * group) * d;
-      for (int64_t g = 0; g < group; ++g)
-        for (int64_t i = 0; i < d; i += 32) {
-          const float* p = scores.data() + g * len;
-          float* o = o0 + g * d + i;
-          switch (std::min<int64_t>(d - i, 32) / 8) {
-            case 1: weighted_values<1>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
-            case 2: weighted_values<2>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
-            case 3: weighted_values<3>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
-            default: weighted_values<4>(p, vp, table, block_size, token_stride, kvh * d + i, len, o);
+      if constexpr (!widen_once) {
+        // Up to 32 of a head's outputs held in registers over every value.
+        for (int64_t g = 0; g < group; ++g)
+          for (int64_t i = 0; i < d; i += 32) {
+            const float* p = scores.data() + g * len;
+            float* o = o0 + g * d + i;
+            switch (std::min<int64_t>(d - i, 32) / 8) {
+              case 1: weighted_values<1>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
+              case 2: weighted_values<2>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
+              case 3: weighted_values<3>(p, vp, table, block_size, token_stride, kvh * d + i, len, o); break;
+              default: weighted_values<4>(p, vp, table, block_size, token_stride, kvh * d + i, len, o);
+            }
+          }
+      } else {
+        // Each value widened once for the group's heads, their sums in the output (in L1).
+        std::fill_n(o0, group * d, 0.f);
+        widened.resize(d);
+        for (int64_t start = 0; start < len; start += block_size) {
+          const T* value = vp + static_cast<int64_t>(table[start / block_size]) * block_size * token_stride + kvh * d;
+          const int64_t n = std::min(block_size, len - start);
+          for (int64_t j = 0; j < n; ++j, value += token_stride) {
+            for (int64_t i = 0; i < d; i += 8) _mm256_storeu_ps(widened.data() + i, load8(value + i));
+            for (int64_t g = 0; g < group; ++g) {
+              const __m256 w = _mm256_set1_ps(scores[g * len + start + j]);
+              float* o = o0 + g * d;
+              for (int64_t i = 0; i < d; i += 8)
+                _mm256_storeu_ps(o + i, _mm256_fmadd_ps(w, _mm256_loadu_ps(widened.data() + i), _mm256_loadu_ps(o + i)));
+            }
           }
         }
+      }
     }
   });
 }

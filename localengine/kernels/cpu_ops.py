@@ -73,7 +73,7 @@ def ops() -> Any:
         build.mkdir(parents=True, exist_ok=True)
         _clear_stale_lock(build)
         cpp_extension.load(name="slipstream_cpu_ops", sources=[str(f) for f in SOURCES], build_directory=str(build),
-                           extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"], extra_ldflags=["-fopenmp"],
+                           extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-ffp-contract=off"], extra_ldflags=["-fopenmp"],
                            is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the engine still runs
         log.warning("CPU kernels could not be built (%s); PyTorch's ops are used", exc)
