@@ -50,7 +50,12 @@ def requested_models(action_kind: str, body: dict[str, Any]) -> list[str]:
 
 
 def input_file_lines(lines: Iterator[bytes]) -> list[tuple[str, dict[str, Any]]]:
-    """The requests an OpenAI batch input file's lines run: (`url`, `body`) of each JSON line."""
+    """The requests an OpenAI batch input file's lines run: (`url`, `body`) of each JSON line. A line
+    that is not JSON is refused (400), not skipped as one the provider would fail the batch on: the
+    provider's reader may cut or parse lines otherwise (a bare CR ends a line for Python's
+    `splitlines` and universal newlines, and the emulator's; Python's `json` takes `NaN`), and would
+    run requests the gateway never saw: another team's files and responses, models outside the
+    team's routes, a cost outside its budget."""
     found = []
     for raw in lines:
         if not raw.strip():
@@ -58,7 +63,8 @@ def input_file_lines(lines: Iterator[bytes]) -> list[tuple[str, dict[str, Any]]]
         try:
             line = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            continue  # the provider fails the batch on it (invalid_json_line); nothing runs
+            raise InvalidRequestError("a line of the batch input file is not valid JSON (one JSON object a line, each ended "
+                                      "by \\n): the gateway checks what every line runs before it creates the batch") from None
         body = line.get("body") if isinstance(line, dict) else None
         url = line.get("url") if isinstance(line, dict) else None
         found.append((url if isinstance(url, str) else "", body if isinstance(body, dict) else {}))

@@ -8,8 +8,9 @@ on every later read, download, list, delete, cancel and use (sdk/passthrough/). 
 
 A file is also used by naming it inside a request that runs a model (a chat `file` part, a
 Responses `input_file` or `input_image`, an Anthropic `source` of type `file`, a code interpreter's
-`file_ids`): the provider reads it with the shared key, so `referenced_files` finds those ids in a
-body and each must be the team's (`Ownership.check_files`) before the request is sent.
+`file_ids`, the image generation tool's `input_image_mask`): the provider reads it with the shared
+key, so `referenced_files` finds those ids in a body and each must be the team's
+(`Ownership.check_files`) before the request is sent.
 
 Other objects on the provider account are named the same way but never created through the gateway
 (it serves no vector store, conversation, container, stored prompt or skill endpoint): whoever made
@@ -283,7 +284,8 @@ def referenced_files(body: Any) -> list[str]:
     """The provider file ids a request body makes the provider read, wherever the wire formats put
     them: a Chat Completions `{"type": "file", "file": {"file_id"}}` part, a Responses `input_file` /
     `input_image` part, an Anthropic `{"type": "file", "file_id"}` source or `container_upload`
-    block, and a tool's `container.file_ids` (code interpreter). Tool schemas, tool-call inputs and
+    block, a tool's `container.file_ids` (code interpreter) and the image generation tool's
+    `input_image_mask.file_id` (the mask it edits through). Tool schemas, tool-call inputs and
     metadata are the client's own JSON and are not read."""
     found: list[str] = []
     stack = [body]
@@ -304,6 +306,9 @@ def referenced_files(body: Any) -> list[str]:
         ids = value.get("file_ids")
         if isinstance(ids, list):
             found += [fid for fid in ids if isinstance(fid, str)]
+        mask = value.get("input_image_mask")  # a typeless object: the provider reads the file as the edit's mask
+        if isinstance(mask, dict) and isinstance(mask_id := mask.get("file_id"), str):
+            found.append(mask_id)
         tool_call = kind.endswith("tool_use")  # its `input` is the model's arguments
         stack.extend(v for k, v in value.items() if isinstance(v, (dict, list)) and k not in _FREE_FORM
                      and not (tool_call and k == "input"))
@@ -314,7 +319,8 @@ def account_objects(body: Any) -> list[tuple[str, str]]:
     """(kind, id) of each provider-account object a model request names and the gateway does not
     create: a Responses `conversation` (an id, or `{"id"}`) and stored `prompt` (`{"id"}`), a
     file_search tool's `vector_store_ids`, a code interpreter's or Anthropic's `container` (an id, or
-    `{"id"}`), an Anthropic container's custom `skills`, and a fine-tuned `model` (`ft:…`). They are
+    `{"id"}`), an Anthropic container's custom `skills`, the hosted shell tool's `environment` (an
+    existing container it reuses, the skills it mounts), and a fine-tuned `model` (`ft:…`). They are
     request fields and tool fields, never message content, so only those places are read."""
     if not isinstance(body, dict):
         return []
@@ -336,6 +342,22 @@ def account_objects(body: Any) -> list[tuple[str, str]]:
             stores = tool.get("vector_store_ids")
             found += [("vector store", store) for store in stores if isinstance(store, str)] if isinstance(stores, list) else []
             found += _containers(tool.get("container"))
+            found += _environment(tool.get("environment"))
+    return found
+
+
+def _environment(environment: Any) -> list[tuple[str, str]]:
+    """The hosted shell tool's environment (OpenAI's `shell` tool): an existing container it runs in
+    (`{"type": "container_reference", "container_id"}`: its files and state are whoever made it), and
+    the skills it mounts by id (`{"type": "skill_reference", "skill_id"}`; an inline bundle is the
+    request's own). A new container's `file_ids` are files, checked as files."""
+    if not isinstance(environment, dict):
+        return []
+    found = [("container", environment["container_id"])] if isinstance(environment.get("container_id"), str) else []
+    skills = environment.get("skills")
+    for skill in skills if isinstance(skills, list) else ():
+        if isinstance(skill, dict) and skill.get("type") == "skill_reference" and isinstance(skill_id := skill.get("skill_id"), str):
+            found.append(("skill", skill_id))
     return found
 
 

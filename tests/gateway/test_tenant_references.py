@@ -51,7 +51,10 @@ def _uses(file_id: str) -> list[tuple[str, object]]:
         {"type": "input_text", "text": "Summarize the file."}, {"type": "input_file", "file_id": file_id}]}]}
     image = {"model": "gpt-4o-mini", "input": [{"role": "user", "content": [
         {"type": "input_image", "file_id": file_id}]}]}
-    return [("/chat/completions", chat), ("/responses", responses), ("/responses", image)]
+    # the image generation tool edits through a mask it reads by id (a tool field, not a typed part)
+    mask = {"model": "gpt-4o-mini", "input": "Repaint the sky.",
+            "tools": [{"type": "image_generation", "input_image_mask": {"file_id": file_id}}]}
+    return [("/chat/completions", chat), ("/responses", responses), ("/responses", image), ("/responses", mask)]
 
 
 @pytest.mark.parametrize("door", ["proxy", "drop-in"])
@@ -106,6 +109,29 @@ def test_a_batch_line_cannot_read_another_teams_file(proxy, fresh_emulator):
     assert [r for r in _sent(fresh_emulator, "/batches") if r["method"] == "POST"] == []
 
 
+def test_a_batch_line_the_gateway_cannot_read_is_refused_not_skipped(proxy, fresh_emulator):
+    """A line the gateway could not parse was skipped, as one the provider fails the batch on; but the
+    provider's reader may cut lines where the gateway's does not (the emulator, as Python's
+    `splitlines` and universal newlines do, ends a line at a bare CR). Two lines joined by a CR were one
+    unreadable line to the gateway and two requests to the provider: alpha's batch was created with a
+    line reading beta's file under the shared key. Such a file is refused now, and nothing is created."""
+    alpha, beta = oai(proxy, A), oai(proxy, B)
+    secret = beta.files.create(file=("secret.txt", b"BETA CONFIDENTIAL"), purpose="user_data")
+    _, reads = _uses(secret.id)[0]
+    harmless = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]}
+    lines = [orjson.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body})
+             for custom_id, body in (("a", harmless), ("b", reads))]
+    source = alpha.files.create(file=("in.jsonl", b"\r".join(lines) + b"\n"), purpose="batch")
+    fresh_emulator.app.state.recent.clear()
+    with pytest.raises(openai.BadRequestError, match="not valid JSON"):
+        alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert [r for r in _sent(fresh_emulator, "/batches") if r["method"] == "POST"] == []
+    # each line ended by a line feed, as the format asks, the same file is checked line by line
+    again = alpha.files.create(file=("in.jsonl", b"\n".join(lines) + b"\n"), purpose="batch")
+    with pytest.raises(openai.NotFoundError, match=f"No such File object: {secret.id}"):
+        alpha.batches.create(input_file_id=again.id, endpoint="/v1/chat/completions", completion_window="24h")
+
+
 def test_only_the_places_a_provider_reads_a_file_from_are_read():
     from sdk.state.ownership import referenced_files
 
@@ -117,11 +143,12 @@ def test_only_the_places_a_provider_reads_a_file_from_are_read():
                                                "input": {"type": "file", "file_id": "the model's argument"}}]},
         ],
         "tools": [{"name": "read", "input_schema": {"type": "object", "properties": {"file_id": {"type": "string"}}}},
-                  {"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_ci"]}}],
+                  {"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_ci"]}},
+                  {"type": "image_generation", "input_image_mask": {"file_id": "file_mask"}}],
         "metadata": {"type": "file", "file_id": "client metadata"},
         "system": [{"type": ["not", "a", "string"], "text": "any JSON may stand where a type goes"}],
     }
-    assert sorted(referenced_files(body)) == ["file_anthropic", "file_ci", "file_upload"]
+    assert sorted(referenced_files(body)) == ["file_anthropic", "file_ci", "file_mask", "file_upload"]
 
 
 def _naming_account_objects() -> list[tuple[str, dict]]:
@@ -135,6 +162,11 @@ def _naming_account_objects() -> list[tuple[str, dict]]:
         ("/responses", {**responses, "tools": [{"type": "code_interpreter", "container": "cntr_beta"}]}),
         ("/messages", {**MSG, "container": "container_beta"}),
         ("/messages", {**MSG, "container": {"skills": [{"type": "custom", "skill_id": "skill_beta", "version": "latest"}]}}),
+        # the hosted shell tool runs in an existing container, and mounts skills, named in its environment
+        ("/responses", {**responses, "tools": [{"type": "shell", "environment": {"type": "container_reference",
+                                                                                "container_id": "cntr_beta"}}]}),
+        ("/responses", {**responses, "tools": [{"type": "shell", "environment": {"type": "container_auto", "skills": [
+            {"type": "skill_reference", "skill_id": "skill_beta", "version": "1"}]}}]}),
     ]
 
 
@@ -222,10 +254,15 @@ def test_only_request_and_tool_fields_name_account_objects():
         "input": [{"role": "user", "content": [{"type": "input_text", "text": "vector_store_ids"}]}],
         "tools": [{"type": "file_search", "vector_store_ids": ["vs_1", 7]}, "not a tool",
                   {"type": "function", "name": "f", "parameters": {"properties": {"conversation": {"type": "string"}}}},
-                  {"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_1"]}}],
+                  {"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_1"]}},
+                  {"type": "shell", "environment": {"type": "container_reference", "container_id": "cntr_2"}},
+                  {"type": "shell", "environment": {"type": "container_auto", "skills": [
+                      {"type": "skill_reference", "skill_id": "skill_2"}, {"type": "inline", "name": "own", "source": {}}]}},
+                  {"type": "shell", "environment": {"type": "local"}}],
         "container": {"id": "cntr_1", "skills": [{"type": "anthropic", "skill_id": "pptx"}, {"type": "custom", "skill_id": "skill_1"}]},
     }
-    assert account_objects(body) == [("conversation", "conv_1"), ("container", "cntr_1"), ("skill", "skill_1"), ("vector store", "vs_1")]
+    assert account_objects(body) == [("conversation", "conv_1"), ("container", "cntr_1"), ("skill", "skill_1"), ("vector store", "vs_1"),
+                                     ("container", "cntr_2"), ("skill", "skill_2")]
     assert account_objects({"tools": "not a list", "conversation": ["x"]}) == []
 
 
