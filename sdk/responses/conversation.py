@@ -7,11 +7,14 @@ made answer the same, and neither reaches a provider that shares one account bet
 Responses upstream would otherwise continue another team's conversation, or tell its ids apart).
 
 A reasoning item sent by its id alone (`{"type": "reasoning", "id": "rs_…"}` without its
-`encrypted_content`) names an object too: OpenAI reads it from the responses stored on the account
+`encrypted_content`), and an image generation call without its `result` (the image it made, which
+the next call edits), name objects too: OpenAI reads them from the responses stored on the account
 ("just include their IDs in subsequent messages to give future responses access to the same reasoning
-items", its reasoning-items cookbook), so on a native target it is the team's only if the team's
-store holds it, as an `item_reference` is (a 404 otherwise). One carrying its encrypted content is
-self-contained (`store: false`, zero data retention) and passes as sent.
+items", its reasoning-items cookbook; "using image ID", its image generation guide), so on a native
+target each is the team's only if the team's store holds it, as an `item_reference` is (a 404
+otherwise); and on a translated turn too, whose items the team's store then holds (else another
+team's id entered it through such a turn, and went on to the provider from there). One carrying its
+encrypted content or its image is self-contained (`store: false`, zero data retention) and passes as sent.
 
 Resolved ids are then served where they can be: a native provider that holds the previous response
 itself gets `previous_response_id` as sent; any other target gets the stored conversation in its
@@ -68,8 +71,13 @@ class Conversations:
         if previous is not None and expanded:
             size += previous.chain_bytes
             HOLDING.get()(size)
-        if holder is not None and (by_id := read_by_id(own)):
-            await self._references([{"type": "item_reference", "id": item_id} for item_id in by_id])  # held, or the 404
+        # Items read by id (reasoning, a generated image): held, or the 404. On a native target the
+        # provider reads them; on any turn answered too, because what a turn sends becomes the team's items (its record, the cache
+        # entry a stored turn may then replay), which a later turn's `item_reference`, reasoning by
+        # id or expanded history sends natively: an id checked only there passed through a translated
+        # turn into the team's store unchecked, and on to the provider from there.
+        if (holder is not None or creates) and (by_id := read_by_id(own)):
+            await self._references([{"type": "item_reference", "id": item_id} for item_id in by_id])
         context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
         context, referenced = await self._references(context, size)
         return Resolved(previous, own, context, expanded, size + referenced)
@@ -151,11 +159,18 @@ class Conversations:
                 for item in items], sum(holders.values())
 
 
+# Input items a native provider reads from its own store when sent by id alone: type → the field that
+# makes one self-contained. A reasoning item without its `encrypted_content`; an image generation call
+# without its `result`, the image (OpenAI's image generation guide, multi-turn editing "using image ID":
+# `{"type": "image_generation_call", "id": "ig_…"}` edits the image that call made).
+_READ_BY_ID = {"reasoning": "encrypted_content", "image_generation_call": "result"}
+
+
 def read_by_id(items: Any) -> list[str]:
-    """The ids of the input items a native provider reads from its own store by id: reasoning items
-    without their `encrypted_content`."""
-    return [item["id"] for item in items if isinstance(item, dict) and item.get("type") == "reasoning"
-            and isinstance(item.get("id"), str) and not item.get("encrypted_content")] if isinstance(items, list) else []
+    """The ids of the input items a native provider reads from its own store by id (`_READ_BY_ID`)."""
+    return [item["id"] for item in items if isinstance(item, dict) and isinstance(kind := item.get("type"), str)
+            and kind in _READ_BY_ID and isinstance(item.get("id"), str) and not item.get(_READ_BY_ID[kind])] \
+        if isinstance(items, list) else []
 
 
 def _holds(holder: str | None, record: StoredResponse) -> bool:

@@ -7,6 +7,7 @@ Slipstream, and nothing reaches the provider. With one replica and with two over
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import openai
@@ -175,4 +176,57 @@ def test_another_teams_reasoning_items_cannot_be_named_by_id(proxy, fresh_emulat
     assert fresh_emulator.stats()["requests_total"] == sent  # nothing named the id upstream
     assert use(mine, by_id).object == "response"  # the owner's own reasoning reaches the provider
     assert use(theirs, {**by_id, "id": "rs_theirs_own", "encrypted_content": "ZW11bGF0b3I="}).object == "response"
+    assert fresh_emulator.stats()["requests_total"] == sent + 2
+
+
+def test_another_teams_reasoning_id_does_not_enter_the_teams_store_through_a_translated_turn(proxy, fresh_emulator):
+    """The check above was made on native targets only. A translated turn (`gpt-*`: Chat Completions)
+    naming another team's reasoning item by id was answered and recorded with that item, which was
+    then an item of the team's own store: an `item_reference` to it, or the item by id again, went to
+    the native target as the item by id, and OpenAI read it from the other team's response. A turn
+    that is answered names only reasoning its team's store holds, whatever its target."""
+    mine, theirs = _client(proxy.url, KEY), _client(proxy.url, OTHER_KEY)
+    first = mine.responses.create(model="o4-mini", input="My locker code is 4417.", max_output_tokens=30,
+                                  reasoning={"effort": "low"})
+    rs = next(item for item in first.output if item.type == "reasoning").id
+    by_id, go_on = {"type": "reasoning", "id": rs, "summary": []}, {"role": "user", "content": "Go on."}
+    fresh_emulator.app.state.recent.clear()
+    with contextlib.suppress(openai.NotFoundError):  # refused now; answered and recorded on the old code
+        theirs.responses.create(model="gpt-4o", input=[by_id, go_on], max_output_tokens=30)
+    for item in ({"type": "item_reference", "id": rs}, by_id):
+        with pytest.raises(openai.NotFoundError):
+            theirs.responses.create(model="o4-mini", input=[item, go_on], max_output_tokens=30)
+    assert [r["path"] for r in fresh_emulator.app.state.recent if rs.encode() in (r["body"] or b"")] == []  # never named upstream
+
+    def translated(rid: str) -> Any:
+        return theirs.responses.create(model="gpt-4o", input=[{**by_id, "id": rid}, go_on], max_output_tokens=30)
+
+    assert _not_found(translated, rs) == _not_found(translated, "rs_0123456789abcdef")  # no oracle for ids
+    assert mine.responses.create(model="gpt-4o", input=[by_id, go_on], max_output_tokens=30).object == "response"  # the owner's
+
+
+def test_another_teams_generated_image_cannot_be_named_by_id(proxy, fresh_emulator):
+    """OpenAI edits the image an earlier image generation call made when the call is sent by its id
+    alone (`{"type": "image_generation_call", "id": "ig_…"}`, its image generation guide's "using image
+    ID"), read from the responses stored on the account every team shares. Such an item went upstream
+    as sent, so a team could have the provider edit, and show it, another team's generated image. It
+    is held to the team's store as a reasoning item by id is; the owner's, and a call carrying its
+    image (`result`), pass."""
+    mine, theirs = _client(proxy.url, KEY), _client(proxy.url, OTHER_KEY)
+    first = mine.responses.create(model="oai-4o", input="Draw the floor plan of my house.", tools=[{"type": "image_generation"}],
+                                  max_output_tokens=30)
+    image = next(item for item in first.output if item.type == "image_generation_call")
+    sent = fresh_emulator.stats()["requests_total"]
+
+    def use(client: openai.OpenAI, item: dict) -> Any:
+        return client.responses.create(model="oai-4o", input=[{"role": "user", "content": "Now make it realistic."}, item],
+                                       tools=[{"type": "image_generation"}], max_output_tokens=30)
+
+    by_id = {"type": "image_generation_call", "id": image.id}
+    assert _not_found(lambda rid: use(theirs, {**by_id, "id": rid}), image.id) == \
+        _not_found(lambda rid: use(theirs, {**by_id, "id": rid}), "ig_0123456789abcdef")  # no oracle for ids
+    assert fresh_emulator.stats()["requests_total"] == sent  # nothing named the id upstream
+    assert use(mine, by_id).object == "response"  # the owner edits its own image
+    own = {**by_id, "id": "ig_theirs_own", "status": "completed", "result": image.result}
+    assert use(theirs, own).object == "response"  # self-contained: the image travels with it
     assert fresh_emulator.stats()["requests_total"] == sent + 2
