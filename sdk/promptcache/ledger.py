@@ -8,7 +8,10 @@ tokens in 128-token steps. An entry becomes readable only once its writer's resp
 (`publish`), and TTL clocks run from the start of the request that wrote or read the entry.
 
 The history keeps the last requests' block chains, so a request that reads less than a similar
-earlier one did can be explained by the first block that differs.
+earlier one did can be explained by the first block that differs: their blocks' text, so bounded in
+characters for the team as well as in requests (`HISTORY_CHARS`). By count alone (32 requests in each
+of 256 scopes) a team's history held the text of 8,192 whole requests, images' base64 too, in the
+process every team shares, long after they had left the in-flight body budget.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ LOOKBACK = 20
 OPENAI_MIN, OPENAI_STEP = 1024, 128
 OPENAI_TTL_S = 300.0  # in-memory retention is "5-10 min idle": predict the short end
 TTL_S = {"5m": 300.0, "1h": 3600.0}
+HISTORY_PER_SCOPE = 32  # requests a scope's history keeps
+HISTORY_CHARS = 16 << 20  # block text a team's history keeps, every scope together (the oldest goes first)
+_BLOCK_CHARS = 64  # a block's own share of what a snapshot holds, beside its text
 
 
 @dataclass(slots=True)
@@ -56,6 +62,7 @@ class Snapshot:
     reach: int  # last block whose prefix was cached, or could have been had nothing busted it
     reach_pos: int
     conversation: int
+    chars: int = 0  # what it holds, counted against HISTORY_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +120,7 @@ def diff_excerpt(old: str, new: str, width: int = 40) -> str:
 @dataclass
 class Scope:
     entries: dict[int, Entry] = field(default_factory=dict)
-    history: deque[Snapshot] = field(default_factory=lambda: deque(maxlen=32))
+    history: deque[Snapshot] = field(default_factory=deque)  # oldest first; trimmed by its Ledger
     _writes: int = 0
 
     def live(self, key: int, now: float) -> Entry | None:
@@ -134,13 +141,19 @@ class Ledger:
 
     def __init__(self) -> None:
         self.scopes: dict[tuple[str, str, str], Scope] = {}
+        self.history_chars = 0  # what every scope's history holds (Snapshot.chars)
+        # Every snapshot remembered, oldest first, with its scope: the history is trimmed from here. One a
+        # scope has let go already (past HISTORY_PER_SCOPE, or its scope dropped) is skipped when reached.
+        self._remembered: deque[tuple[Scope, Snapshot]] = deque()
 
     def scope(self, protocol: str, model: str, cache_key: str = "") -> Scope:
         key = (protocol, model, cache_key)
         found = self.scopes.get(key)
         if found is None:
             if len(self.scopes) >= self.MAX_SCOPES:
-                self.scopes.pop(next(iter(self.scopes)))
+                dropped = self.scopes.pop(next(iter(self.scopes)))
+                self.history_chars -= sum(snapshot.chars for snapshot in dropped.history)
+                dropped.history.clear()
             found = self.scopes[key] = Scope()
         return found
 
@@ -219,9 +232,22 @@ class Ledger:
                 write.entry.ready.set()
 
     # --- history and causes ----------------------------------------------------------------
-    @staticmethod
-    def remember(scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: int) -> None:
-        scope.history.append(Snapshot(layout.chain, layout.blocks, reach, reach_pos, conversation))
+    def remember(self, scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: int) -> None:
+        """Keep the request's chain for later diagnoses: the newest HISTORY_PER_SCOPE of its scope, and
+        the team's newest within HISTORY_CHARS (one larger than that alone is not kept)."""
+        chars = sum(len(block.text) + _BLOCK_CHARS for block in layout.blocks)
+        snapshot = Snapshot(layout.chain, layout.blocks, reach, reach_pos, conversation, chars)
+        scope.history.append(snapshot)
+        self._remembered.append((scope, snapshot))
+        self.history_chars += chars
+        if len(scope.history) > HISTORY_PER_SCOPE:
+            self.history_chars -= scope.history.popleft().chars
+        most = self.MAX_SCOPES * HISTORY_PER_SCOPE  # a bound on the snapshots kept, so on those let go here too
+        while self._remembered and (self.history_chars > HISTORY_CHARS or len(self._remembered) > most):
+            owner, oldest = self._remembered.popleft()
+            if owner.history and owner.history[0] is oldest:  # still kept: its scope's oldest
+                owner.history.popleft()
+                self.history_chars -= oldest.chars
 
     @staticmethod
     def diagnose(scope: Scope, layout: Layout, conversation: int, ratio: float) -> Cause | None:

@@ -7,7 +7,11 @@ Two detectors, both line-based over the system prompt (and tool descriptions, re
   a line that does is remembered by its label (first words, digits masked) and treated as volatile
   for the team from then on, e.g. "The user's name is Alice" / "... Bob".
 
-Analysis of a text is memoised by digest, so an unchanged system prompt costs one dict lookup.
+Analysis of a text is memoised by digest, so an unchanged system prompt costs one dict lookup. The
+memo, and the lines each conversation last sent, are the team's but live in the process every team
+shares: bounded in what they hold (`MEMO_COST`, `LEARN_LINES`), not only in entries, and an analysis
+keeps no unscanned tail (it kept a copy of every large text's rest, up to the team's body limit, for
+4,096 texts).
 
 Every pattern here runs on client text on the event loop, so each is linear in its input and the
 input is bounded: lines are searched in their first `MAX_LINE_CHARS`, and a text only in its first
@@ -26,6 +30,9 @@ from sdk.lru import LRU
 MAX_LINE_CHARS = 1024
 MAX_SCAN_CHARS = 32 * 1024
 SCAN_BUDGET_CHARS = 64 * 1024  # per request, over every text scanned (sdk/promptcache/optimizer.py)
+MEMO_COST = 16 << 20  # what a team's memo of analyses may hold: characters kept, and LINE_COST a line
+LINE_COST = 128  # a line's label, digest, kind and places in the analysis' tuples, about
+LEARN_LINES = 256  # lines of a text compared within a conversation (volatile lines sit near the top)
 
 
 class _RequestId:
@@ -84,10 +91,14 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class _Analysis:
-    lines: tuple[str, ...]
+    lines: tuple[str, ...]  # the scanned lines (an unscanned tail is not kept: `VolatilityDetector.lines` splits again)
     labels: tuple[str, ...]
     kinds: tuple[str | None, ...]  # pattern kind per scanned line (all but an unscanned tail)
     digests: tuple[int, ...]
+
+    @property
+    def cost(self) -> int:
+        return sum(map(len, self.lines)) + LINE_COST * len(self.digests)
 
 
 def _label(line: str) -> str:
@@ -122,12 +133,16 @@ class VolatilityDetector:
 
     MAX_ANALYSES = 4096
     MAX_CONVERSATIONS = 4096
+    MAX_LEARNED = 4096  # labels learned, every path together
     MAX_CHANGED_SHARE = 0.25  # more lines than this changed: a different prompt, not a volatile line
 
     def __init__(self) -> None:
         self._analyses: dict[int, _Analysis] = {}
-        self._previous: LRU[tuple[str, int], tuple[int, ...]] = LRU(self.MAX_CONVERSATIONS)
+        self._memo_cost = 0  # what the memo holds (`_Analysis.cost`), within MEMO_COST
+        # (path, conversation) -> its text's line count, its first LEARN_LINES lines' digests, the rest's digest
+        self._previous: LRU[tuple[str, int], tuple[int, tuple[int, ...], int]] = LRU(self.MAX_CONVERSATIONS)
         self.learned: dict[str, set[str]] = {}  # path -> labels seen to vary within a conversation
+        self._learned_count = 0  # labels in `learned`, within MAX_LEARNED
 
     def _analyse(self, text: str) -> _Analysis:
         key = hash(text)  # cached on the string object
@@ -136,25 +151,38 @@ class VolatilityDetector:
             lines, has_tail = _split(text)
             scanned = lines[:-1] if has_tail else lines
             found = _Analysis(
-                lines,
+                scanned,
                 tuple(_label(line) for line in lines),
                 tuple(_pattern_kind(line) for line in scanned),
                 tuple(hash(line) for line in lines),
             )
-            if len(self._analyses) >= self.MAX_ANALYSES:
+            cost = found.cost
+            if len(self._analyses) >= self.MAX_ANALYSES or self._memo_cost + cost > MEMO_COST:
                 self._analyses.clear()
-            self._analyses[key] = found
+                self._memo_cost = 0
+            if cost <= MEMO_COST:
+                self._analyses[key] = found
+                self._memo_cost += cost
         return found
 
     def _learn(self, path: str, conversation: int, analysis: _Analysis) -> None:
         key = (path, conversation)
+        digests = analysis.digests
+        now = (len(digests), digests[:LEARN_LINES], hash(digests[LEARN_LINES:]))
         before = self._previous.get(key)
-        self._previous.put(key, analysis.digests)
-        if before is None or before == analysis.digests or len(before) != len(analysis.digests):
+        self._previous.put(key, now)
+        # the same line count, and below the first LEARN_LINES the same lines: else nothing to learn from
+        if before is None or before == now or before[0] != now[0] or before[2] != now[2]:
             return
-        changed = [i for i, (a, b) in enumerate(zip(before, analysis.digests, strict=True)) if a != b]
-        if len(changed) <= max(2, int(len(before) * self.MAX_CHANGED_SHARE)):
-            self.learned.setdefault(path, set()).update(analysis.labels[i] for i in changed)
+        changed = [i for i, (a, b) in enumerate(zip(before[1], now[1], strict=True)) if a != b]
+        if len(changed) <= max(2, int(now[0] * self.MAX_CHANGED_SHARE)):
+            new = {analysis.labels[i] for i in changed} - self.learned.get(path, set())
+            if self._learned_count + len(new) > self.MAX_LEARNED:  # a team's labels, bounded as its memo is
+                self.learned.clear()
+                self._learned_count = 0
+            if new:
+                self.learned.setdefault(path, set()).update(new)
+                self._learned_count += len(new)
 
     def scan(self, path: str, text: str, conversation: int | None, movable_section: bool = True) -> list[Finding]:
         """Volatile lines of one text; `conversation` (None: do not learn) identifies its thread."""
@@ -172,4 +200,5 @@ class VolatilityDetector:
         return findings
 
     def lines(self, text: str) -> tuple[str, ...]:
-        return self._analyse(text).lines
+        """Every line of `text`, as `scan` numbered them (an unscanned tail the last): for moving some."""
+        return _split(text)[0]

@@ -63,3 +63,32 @@ def test_openai_prompt_cache_key_and_streamed_usage(proxy, fresh_emulator):
     assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= 1024
     report = httpx.get(f"{proxy.url}/v1/slipstream/cache-report", headers={"authorization": f"Bearer {KEY}"}).json()
     assert report["requests"] == 2 and report["expected_misses"] == 0 and report["cache_read_tokens"] >= 1024
+
+
+def test_a_teams_planner_keeps_a_bounded_share_of_its_prompts(tmp_path, fresh_emulator, monkeypatch):
+    """The planner remembers a team's recent prompts, to explain its cache misses (the ledger's
+    history), and memoises its system prompts' analysis (the volatility detector), in the process every
+    team shares. Both were bounded in entries only: 32 requests in each of 256 scopes, the text of every
+    block kept (images' base64 too), and 4,096 analyses, each with a copy of its text's rest past 32 KiB.
+    So a team's large prompts stayed in memory long after their requests, and the in-flight body budget,
+    had let them go: here every one of eight 512 KiB prompts, twice; in all, thousands of requests' worth.
+    The history keeps at most HISTORY_CHARS of text for a team now (2 MiB for this test), and an
+    analysis no unscanned rest."""
+    from sdk.promptcache import ledger
+
+    monkeypatch.setattr(ledger, "HISTORY_CHARS", 2 << 20, raising=False)  # absent on the old code: it kept all
+    write_policy(tmp_path, "hoarder", KEY, fresh_emulator.url)
+    size = 512 << 10
+    with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        for i in range(8):
+            system = f"You answer from manual {i}.\n" + f"Chapter {i}: the device resets when held. " * (size // 44)
+            client.messages.create(model="claude-sonnet-5", max_tokens=4, system=system,
+                                   messages=[{"role": "user", "content": f"Question {i}: how do I reset it?"}])
+        optimizer = proxy.app.state.registry.teams["hoarder"].pipeline.terminal.planner.optimizer
+        history = [sum(len(block.text) for block in snapshot.blocks)
+                   for scope in optimizer.ledger.scopes.values() for snapshot in scope.history]
+        analysed = sum(len(line) for analysis in optimizer.detector._analyses.values() for line in analysis.lines)
+    assert 0 < sum(history) <= 2 << 20  # before: all eight, 4 MiB
+    assert len(history) >= 3  # the newest that fit
+    assert analysed <= 8 * 32 * 1024  # the scanned head of each prompt only; before, every prompt whole
