@@ -161,7 +161,7 @@ class Door:
             team_name = team.team
             TENANT.set(team_name)
             if family(call.path) is not None:
-                return await _passed(team, key_id, call, request_id)
+                return await _passed(team, key_id, call, request_id, BodyHold(self.bodies, team.team))
             methods = allowed(call.path)
             if methods is None or call.method not in methods:
                 raise _unserved(call, methods)
@@ -232,11 +232,18 @@ async def _stored(team: TeamRuntime, call: Call, stored: re.Match[str], request_
     return whole(answer.status, named(encoded(answer.headers), request_id), answer.body)
 
 
-async def _passed(team: TeamRuntime, key_id: str, call: Call, request_id: str) -> Reply:
-    """A pass-through request (sdk/passthrough/): every check is `forward`'s; the body streams both ways."""
+async def _passed(team: TeamRuntime, key_id: str, call: Call, request_id: str, hold: BodyHold) -> Reply:
+    """A pass-through request (sdk/passthrough/): every check is `forward`'s; the body streams both ways.
+    A body `forward` reads whole (a completion's, a batch create's) is held in the process's budget
+    (`hold`) until the answer has ended, as a pipeline request's is: outside it, a team past its share
+    had as many more taken as it sent, each up to its body or upload limit."""
     body, length = call.upload()
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in call.headers}
-    passed = await forward(team, call.method, call.raw_path(), call.query, headers, body, length,
-                           Client(call.origin(), key_id, call.caller, request_id))
+    try:
+        passed = await forward(team, call.method, call.raw_path(), call.query, headers, body, length,
+                               Client(call.origin(), key_id, call.caller, request_id), hold.need)
+    except BaseException:
+        hold.release()
+        raise
     sent = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in passed.headers]
-    return Reply(passed.status, sent, chunks=passed.body(), close=passed.aclose)
+    return Reply(passed.status, sent, chunks=passed.body(), close=hold.until(passed.aclose))

@@ -64,6 +64,7 @@ from sdk.estimate import input_tokens, output_limit
 from sdk.limits.stage import RESERVE_EXACT_CHARS, LimitsStage
 from sdk.observability import access_log, metrics, tracing
 from sdk.observability.tracing import Parent, RequestTrace
+from sdk.offload import off_loop_if_large
 from sdk.passthrough.bodies import (
     Tally,
     batch_params,
@@ -311,15 +312,18 @@ class _Exchange:
 
 
 async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, headers: Mapping[str, str],
-                  body: bytes | AsyncIterable[bytes], length: int | None, client: Client) -> Passed:
+                  body: bytes | AsyncIterable[bytes], length: int | None, client: Client,
+                  need: Callable[[int], None] | None = None) -> Passed:
     """Check, send upstream and start answering one pass-through request; `raw_path` as the client
-    wrote it (still percent-encoded). A refusal raises the provider-shaped SlipstreamError."""
+    wrote it (still percent-encoded). A refusal raises the provider-shaped SlipstreamError. A body read
+    whole (what runs a model) is held in the process's body budget through `need` (sdk/door/bodies.py),
+    as a pipeline request's is, until the caller lets it go when the answer has ended."""
     op = operation(method, raw_path)
     provider = provider_for(team, op.protocol)
     limits = team.limits
     ex = _Exchange(team, client, op, provider, limits, ownership_of(limits.state), request_id=client.request_id or secrets.token_hex(8))
     try:
-        return await _forward(ex, method, query, headers, body, length)
+        return await _forward(ex, method, query, headers, body, length, need)
     except (UpstreamUnreachableError, UpstreamTimeoutError) as exc:
         named = naming_provider(exc, provider.name)  # the client learns the provider's name, not its URL
         ex.refused(named)
@@ -335,7 +339,7 @@ async def forward(team: TeamRuntime, method: str, raw_path: str, query: str, hea
 
 
 async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str, str],
-                   body: bytes | AsyncIterable[bytes], length: int | None) -> Passed:
+                   body: bytes | AsyncIterable[bytes], length: int | None, need: Callable[[int], None] | None) -> Passed:
     op, team, provider = ex.op, ex.team, ex.provider
     limit = team.policy.limits.max_body_bytes if op.action == "complete" else team.policy.limits.max_upload_bytes
     if length is not None and length > limit:
@@ -344,8 +348,10 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     reserve = batch_worst = 0.0
     request: dict[str, Any] = {}
     if op.spends:  # read whole: what it runs is checked before anything leaves
-        raw = await whole(body, limit)
-        request = json_object(raw, f"{method} {op.upstream_path}")
+        if need is not None and length is not None:
+            need(length)  # held from its declared length, before a byte of it is read
+        raw = await whole(body, limit, need)
+        request = await off_loop_if_large(len(raw), json_object, raw, f"{method} {op.upstream_path}")
         await ex.owners.check_files(team.team, (request,), len(raw))  # a message batch's requests may name files
         check_account_objects(ex.limits.provider_objects, batch_params(request) if op.kind == "message_batch" else (request,))
         if keyed_params(request, team.team) if op.kind == "message_batch" else keyed_body(request, team.team):

@@ -11,7 +11,7 @@ and cost a part at a time). Bodies are bounded by the team's limit as they are r
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,12 +318,22 @@ async def once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def whole(body: bytes | AsyncIterable[bytes], limit: int) -> bytes:
+async def whole(body: bytes | AsyncIterable[bytes], limit: int, need: Callable[[int], None] | None = None) -> bytes:
+    """The body read whole, within `limit`; `need(size)` is told its size as its bytes arrive, before
+    they are held (the process's body budget, sdk/door/bodies.py: it raises the refusal)."""
     if isinstance(body, bytes):
         if len(body) > limit:
             raise RequestTooLargeError(f"request body of {len(body)} bytes is over this team's limit of {limit} bytes")
+        if need is not None:
+            need(len(body))
         return body
-    return b"".join([piece async for piece in bounded(body, limit)])
+    pieces, size = [], 0
+    async for piece in bounded(body, limit):
+        size += len(piece)
+        if need is not None:
+            need(size)
+        pieces.append(piece)
+    return b"".join(pieces)
 
 
 async def bounded(body: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:

@@ -175,6 +175,30 @@ async def test_referenced_items_are_held_before_their_records_are_read(stack, mo
     assert budget.shares.total == 0
 
 
+async def test_a_pass_through_body_counts_against_its_teams_share(stack):
+    """The pass-through reads a legacy completion's body, and a batch create's, whole (up to the team's
+    body or upload limit) and keeps it until the answer has ended, outside the budget: a team already
+    at its share had every such request taken beside its others, as many as it sent. It is held in the
+    budget now, from its declared length until the answer ends: refused past the team's share before
+    anything is sent, and let go when the stream closes."""
+    proxy, emulator = stack
+    budget: BodyBudget = proxy.app.state.door.bodies
+
+    async def completion(team: str) -> Any:
+        return await _openai(proxy, team).completions.create(model="gpt-3.5-turbo-instruct", prompt=TEXT, stream=True)
+
+    held = [await _chat_stream(proxy, "alpha"), await _claude_stream(proxy, "alpha")]  # alpha's half, nearly
+    with pytest.raises(openai.RateLimitError) as refused:
+        await completion("alpha")
+    assert "share" in refused.value.message
+    assert emulator.stats()["open_streams"] == 2  # not sent
+    held.append(await completion("beta"))  # beta holds nothing: taken, and held while it streams
+    assert budget.shares.held("beta") > len(TEXT)
+    for stream in held:
+        await stream.close()
+    wait_until(lambda: budget.shares.total == 0, "every closed stream's body let go")
+
+
 async def test_small_whole_answers_let_their_bodies_go(stack):
     proxy, _ = stack
     budget: BodyBudget = proxy.app.state.door.bodies
