@@ -1,4 +1,5 @@
-"""A map bounded by its number of entries, the least recently used dropped first.
+"""A map bounded by its number of entries (and, where asked, by what its values hold), the least
+recently used dropped first.
 
 The per-team memories (compressed pieces, conversation summaries, a conversation's last system
 prompt) hold keys that come from clients, so each must stay bounded; this is the one bounded map
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -25,11 +26,18 @@ V = TypeVar("V")
 
 
 class LRU(Generic[K, V]):
-    def __init__(self, max_entries: int) -> None:
+    """`max_entries` at most; with `cost` (what a value holds, in characters say) also at most `max_cost`
+    of it in all, and a value costing more than that alone is not kept."""
+
+    def __init__(self, max_entries: int, max_cost: int | None = None, cost: Callable[[V], int] | None = None) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self.max_entries = max_entries
+        self.max_cost = max_cost if cost is not None else None
+        self._cost = cost
+        self.held = 0  # the values' cost in all
         self._entries: OrderedDict[K, V] = OrderedDict()
+        self._costs: dict[K, int] = {}
 
     def get(self, key: K) -> V | None:
         """The value, now the most recently used; None when absent."""
@@ -39,13 +47,21 @@ class LRU(Generic[K, V]):
         return value
 
     def put(self, key: K, value: V) -> None:
-        """Store as the most recently used, dropping the least recently used past `max_entries`."""
+        """Store as the most recently used, dropping the least recently used past `max_entries` (and `max_cost`)."""
+        self.pop(key)
+        cost = self._cost(value) if self._cost is not None else 0
+        if self.max_cost is not None and cost > self.max_cost:
+            return
         self._entries[key] = value
-        self._entries.move_to_end(key)
-        if len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        if cost:
+            self._costs[key] = cost
+            self.held += cost
+        while len(self._entries) > self.max_entries or (self.max_cost is not None and self.held > self.max_cost):
+            oldest, _ = self._entries.popitem(last=False)
+            self.held -= self._costs.pop(oldest, 0)
 
     def pop(self, key: K) -> V | None:
+        self.held -= self._costs.pop(key, 0)
         return self._entries.pop(key, None)
 
     def __len__(self) -> int:

@@ -35,6 +35,9 @@ log = logging.getLogger("slipstream.compression")
 # team's entries go (sdk/lru.py:TeamMemo), not every team's.
 _COUNTS: TeamMemo[bytes, int] = TeamMemo(16_384)
 _MAX_OUTCOMES = 1024  # compressed pieces remembered per team
+# ... within what their texts hold (the piece as sent, what was dropped): by count alone a team's 1,024
+# distinct documents, each up to its body limit, stayed in the process every team shares.
+OUTCOME_CHARS = 16 << 20
 _MIN_CHARS_PER_TOKEN = 2  # cheap pre-filter: text shorter than this many characters per token cannot reach min_tokens
 _KNOWN = extractive.Prepared("", [], [], [], [], [], [], 0)  # placeholder for a piece whose outcome is remembered
 
@@ -70,7 +73,7 @@ class Compressor:
         self.pruner = pruner
         # Outcomes keyed by a digest of the content (material, question, instructions): an earlier
         # turn resent on every request is compressed once, and always to the same bytes.
-        self._outcomes: LRU[bytes, extractive.Outcome] = LRU(_MAX_OUTCOMES)
+        self._outcomes: LRU[bytes, extractive.Outcome] = LRU(_MAX_OUTCOMES, OUTCOME_CHARS, _outcome_chars)
         self._outcomes_lock = threading.Lock()  # pieces compress in worker threads
 
     async def run(self, body: dict[str, Any], key_id: str = "") -> Result:
@@ -172,6 +175,11 @@ class Compressor:
     def _remembered(self, key: bytes) -> extractive.Outcome | None:
         with self._outcomes_lock:
             return self._outcomes.get(key)
+
+
+def _outcome_chars(outcome: extractive.Outcome) -> int:
+    """What a remembered outcome holds: its text, and the units it dropped and could not keep."""
+    return len(outcome.text) + sum(map(len, outcome.removed)) + sum(map(len, outcome.refused))
 
 
 def _content_key(found: Found) -> bytes:

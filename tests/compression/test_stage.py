@@ -235,3 +235,24 @@ def test_word_vectors_are_remembered_for_words_of_a_usual_length_only():
     assert matrix.shape == (3, 384) and float(np.linalg.norm(matrix[1])) > 0.99
     assert ("", long_word) not in vectors._memo and ("", "python") in vectors._memo  # before: the 100,000 characters kept
     assert max(len(word) for _, word in vectors._memo) <= MAX_MEMO_WORD
+
+
+async def test_the_pieces_remembered_are_bounded_in_what_they_hold(make_runtime, fresh_emulator, monkeypatch):
+    """Compression remembers each piece's outcome (its compressed text and the units it dropped), so a
+    piece resent on later turns is compressed once: 1,024 per team, whatever their size, so a team's
+    distinct large documents, each up to its body limit, stayed in the process every team shares long
+    after their requests. They are kept within OUTCOME_CHARS of text now (64 KiB for this test, 16 MiB
+    by default), the least recently used going first."""
+    from sdk.compression import compressor
+
+    monkeypatch.setattr(compressor, "OUTCOME_CHARS", 64 << 10, raising=False)  # absent on the old code: it kept every piece
+    runtime = make_runtime("{enabled: true, protect: []}")
+    for i in range(8):
+        text = f"Manual {i}.\n\n{FILLER}"
+        answer, ctx = await runtime.handle(LLMRequest(Endpoint.MESSAGES, anthropic_body([{"type": "text", "text": text},
+                                                                                      {"type": "text", "text": QUESTION}])))
+        assert answer.status == 200 and ctx.compression.after < ctx.compression.before
+    remembered = next(s for s in runtime.pipeline.stages if s.name == "compression").compressor._outcomes
+    held = sum(len(outcome.text) + sum(map(len, outcome.removed)) for outcome in remembered._entries.values())
+    assert 0 < held <= 64 << 10  # before: all eight, about 120,000 characters
+    assert len(remembered) >= 2
