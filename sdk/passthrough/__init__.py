@@ -67,21 +67,18 @@ from sdk.observability.tracing import Parent, RequestTrace
 from sdk.offload import off_loop_if_large
 from sdk.passthrough.bodies import (
     Tally,
-    batch_params,
     bounded,
     input_file_parts,
     json_object,
-    keyed_body,
-    keyed_params,
     keyed_upload,
     once,
     read_object,
-    requested_models,
     rewrite_results_url,
     tallied,
     whole,
 )
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
+from sdk.passthrough.spends import spend_checks
 from sdk.providers.base import HTTPProvider, account_header
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.requests import check_model_name
@@ -353,17 +350,8 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         raw = await whole(body, limit, need)
         request = await off_loop_if_large(len(raw), json_object, raw, f"{method} {op.upstream_path}")
         await ex.owners.check_files(team.team, (request,), len(raw))  # a message batch's requests may name files
-        check_account_objects(ex.limits.provider_objects, batch_params(request) if op.kind == "message_batch" else (request,))
-        if keyed_params(request, team.team) if op.kind == "message_batch" else keyed_body(request, team.team):
-            raw = orjson.dumps(request)
+        raw, reserve, batch_worst = await off_loop_if_large(len(raw), spend_checks, ex, request, raw)
         body, length = raw, len(raw)
-        if op.action == "complete":  # held against the budget until its answer ends
-            ex.completion = LLMRequest(Endpoint.CHAT_COMPLETIONS, request, size=len(raw))
-            ex.check_models(requested_models("", request))
-            reserve = ex.worst_cost([ex.completion])
-        elif op.kind == "message_batch":
-            ex.check_models(requested_models(op.kind, request))
-            batch_worst = ex.worst_cost([LLMRequest(Endpoint.MESSAGES, params) for params in batch_params(request)])
     ex.admission = await ex.limits.admit(ex.client.key_id, budget=op.spends, reserve=reserve)
     if op.spends and op.kind == "batch":  # its models are in its input file, which must be the team's
         file_id = request.get("input_file_id")

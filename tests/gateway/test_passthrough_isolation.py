@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -427,11 +428,35 @@ def test_a_batch_input_file_is_checked_a_part_at_a_time(proxy, fresh_emulator, m
         return check(objects, bodies)
 
     monkeypatch.setattr(passthrough, "check_account_objects", counted)
+    monkeypatch.setattr(passthrough.spends, "check_account_objects", counted)  # the create request's own check
     alpha = oai(proxy, A)
     source = alpha.files.create(file=("in.jsonl", b"\n".join(line(f"r{i}") for i in range(20_000)) + b"\n"), purpose="batch")
     batch = alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert batch.id and seen[0] == 1 and sum(seen[1:]) == 20_000  # the create request, then the file's lines
     assert max(seen[1:]) < 20_000  # before: every line in one part
+
+
+def test_a_large_message_batch_is_checked_off_the_loop(proxy, fresh_emulator, monkeypatch):
+    """A message batch create is read whole (up to the team's upload limit, 512 MiB by default) and
+    every request in it walked before anything is sent: the account objects it names, its client ids
+    keyed, its models, its worst cost (each request's prompt counted). That ran on the event loop every
+    team's requests share, seconds of it for a large batch; a large create is checked in the heavy-work
+    pool now, as its team's turn, as a large pipeline request is."""
+    from sdk.limits.stage import LimitsStage
+    from sdk.offload import TENANT
+
+    ran: set[tuple[str, str]] = set()
+    reservation = LimitsStage.reservation
+
+    def recorded(self: LimitsStage, *args: object, **kwargs: object) -> float:
+        ran.add((threading.current_thread().name.rsplit("-", 1)[0], TENANT.get()))
+        return reservation(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LimitsStage, "reservation", recorded)
+    prompt = [{"role": "user", "content": "Summarize the attached minutes. " * 40}]
+    requests = [{"custom_id": f"r{i}", "params": {**MSG, "messages": prompt}} for i in range(250)]  # about 330 KB
+    assert anth(proxy, A).messages.batches.create(requests=requests).id  # type: ignore[arg-type]
+    assert ran == {("slipstream-heavy", "alpha")}  # before: the event loop's thread
 
 
 def test_each_list_page_read_upstream_counts_against_the_teams_limits(tmp_path, fresh_emulator):

@@ -1,0 +1,34 @@
+"""What a pass-through request that runs a model is checked for before it leaves (sdk/passthrough/)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from sdk.passthrough.bodies import batch_params, keyed_body, keyed_params, requested_models
+from sdk.state.ownership import check_account_objects
+from sdk.types import Endpoint, LLMRequest
+
+if TYPE_CHECKING:
+    from sdk.passthrough import _Exchange
+
+
+def spend_checks(ex: _Exchange, request: dict[str, Any], raw: bytes) -> tuple[bytes, float, float]:
+    """A request that runs a model, checked before it leaves: the account objects it names, its client
+    ids keyed to the team (the body rewritten if any was), its models, its worst cost (a completion's
+    hold, a message batch's). A message batch's every request is walked: in the heavy-work pool for a
+    large body (up to the team's upload limit), not on the loop every team's requests share."""
+    op, team = ex.op, ex.team.team
+    batch = op.kind == "message_batch"
+    check_account_objects(ex.limits.provider_objects, batch_params(request) if batch else (request,))
+    if keyed_params(request, team) if batch else keyed_body(request, team):
+        raw = orjson.dumps(request)
+    if op.action == "complete":  # held against the budget until its answer ends
+        ex.completion = LLMRequest(Endpoint.CHAT_COMPLETIONS, request, size=len(raw))
+        ex.check_models(requested_models("", request))
+        return raw, ex.worst_cost([ex.completion]), 0.0
+    if batch:
+        ex.check_models(requested_models(op.kind, request))
+        return raw, 0.0, ex.worst_cost([LLMRequest(Endpoint.MESSAGES, params) for params in batch_params(request)])
+    return raw, 0.0, 0.0
