@@ -89,7 +89,8 @@ def test_context_editing_that_would_not_act_reaches_an_openai_target_and_says_no
     and with tool uses to clear beyond `keep`; Anthropic applies them before the prompt reaches Claude. For an OpenAI
     target they were a 400 on every request: below the trigger they change nothing Claude is sent, so they are
     dropped and named, and the answer's `context_management.applied_edits` is `[]`, as Claude's would be (a body;
-    a stream's message_delta). An edit whose trigger the request reaches is refused, naming it and why."""
+    a stream's message_delta). Compaction whose trigger the request reaches is refused, naming it and why (tool-result
+    clearing past its trigger is applied: tests/routing/test_translation_context_edits.py)."""
     edits: Any = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}, {"type": "clear_tool_uses_20250919"},
                             {"type": "compact_20260112"}]}
     raw = an.beta.messages.with_raw_response.create(model="claude-x", max_tokens=64, messages=TURNS, tools=TOOLS,
@@ -108,14 +109,10 @@ def test_context_editing_that_would_not_act_reaches_an_openai_target_and_says_no
     assert an.beta.messages.create(model="claude-x", max_tokens=64, messages=TURNS, tools=TOOLS, context_management=keep_all,
                                    betas=CONTEXT_BETA).content
     requests = len(fresh_emulator.state.recent)
-    for edit, why in [({"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 1},
-                        "trigger": {"type": "input_tokens", "value": 10}}, "reaches its trigger of 10"),
-                      ({"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 1},
-                        "trigger": {"type": "tool_uses", "value": 2}}, "2 tool uses reach its trigger of 2"),
-                      ({"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 10}}, "reaches its trigger of 10")]:
-        with pytest.raises(anthropic.BadRequestError, match=rf"context_management\.edits\.0: {edit['type']} \(.*{why}"):
-            an.beta.messages.create(model="claude-x", max_tokens=64, messages=TURNS, tools=TOOLS,
-                                    context_management={"edits": [edit]}, betas=CONTEXT_BETA)
+    compact = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 10}}
+    with pytest.raises(anthropic.BadRequestError, match=r"context_management\.edits\.0: compact_20260112 \(.*reaches its trigger of 10"):
+        an.beta.messages.create(model="claude-x", max_tokens=64, messages=TURNS, tools=TOOLS,
+                                context_management={"edits": [compact]}, betas=CONTEXT_BETA)
     assert len(fresh_emulator.state.recent) == requests  # nothing sent
 
 

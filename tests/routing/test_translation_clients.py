@@ -185,16 +185,16 @@ def test_cached_tokens_survive_streamed_translation_both_ways(oa, fresh_emulator
 def test_claude_codes_context_editing_of_thinking_reaches_an_openai_target(an, fresh_emulator):
     """Claude Code sends `context_management` with a clear_thinking edit on every turn (it cannot be
     turned off); a Chat target never gets earlier turns' thinking, so it is dropped and named
-    instead of a 400. An edit that would clear tool results on this request (its trigger reached) is refused
-    (tests/routing/test_translation_context_edits.py: one that would not is dropped too)."""
+    instead of a 400. Compaction past its trigger, which needs a summary a model writes, is refused (tool-result
+    clearing is applied: tests/routing/test_translation_context_edits.py)."""
     clear = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
     raw = an.messages.with_raw_response.create(model="claude-think-x", max_tokens=64, system=SYSTEM, messages=AGENT_TURNS,
                                                thinking={"type": "adaptive"}, extra_body={"context_management": clear})
     assert "context_management" in _dropped(raw.headers) and "context_management" not in sent(fresh_emulator)
     with pytest.raises(anthropic.BadRequestError, match="context_management"):
         an.messages.create(model="claude-x", max_tokens=64, messages=AGENT_TURNS,
-                           extra_body={"context_management": {"edits": [{"type": "clear_tool_uses_20250919", "keep": {
-                               "type": "tool_uses", "value": 1}, "trigger": {"type": "tool_uses", "value": 2}}]}})
+                           extra_body={"context_management": {"edits": [{"type": "compact_20260112", "trigger": {
+                               "type": "input_tokens", "value": 10}}]}})
 
 
 def test_a_claude_sized_output_limit_is_the_openai_models_own_most(an, fresh_emulator):

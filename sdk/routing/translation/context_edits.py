@@ -11,82 +11,222 @@ reaches the edit's trigger (Anthropic's context-editing guide; the anthropic SDK
 - `compact_20260112`: past `trigger` (150,000 input tokens by default) the conversation is summarized
   into a `compaction` block.
 
-An edit that would not act on this request changes nothing Claude would have been sent, so it is left
-out and the request goes on, `context_management` named dropped. Whether it would act is decided on the
-side of acting: the input is counted as sdk/estimate.py counts a Messages request for a budget (cl100k
-× 1.2, leaning above Claude's own count), and `clear_at_least`, which only holds an edit back, is not
-read. An edit that would act is refused, naming it: an OpenAI target would be sent the whole
-conversation where Claude is sent a shorter one, and the client would be told nothing was cleared.
+The gateway applies `clear_tool_uses_20250919` as Claude does (`edited`), before the conversation is
+translated: past its trigger, every tool use older than the `keep` most recent ones (of any tool) and not
+of an `exclude_tools` tool has its tool_result's content replaced by `PLACEHOLDER` (the block's other keys
+kept: its id, `is_error`, `cache_control`), and with `clear_tool_inputs` (true, or a list naming the tool)
+its tool_use's input becomes `{}`. Only client tool uses (tool_use / tool_result blocks) are counted and
+cleared. The input is counted as sdk/estimate.py counts a Messages request for a budget (cl100k × 1.2,
+leaning above Claude's own count), the trigger reached at its value (`>=`); what a use's clearing saves
+is its result's (and cleared input's) tokens less the placeholder's, counted the same way, and that sum
+is `cleared_input_tokens`. `clear_at_least` holds the edit back: where clearing every eligible use would
+save fewer tokens than it asks, nothing is cleared. Several edits apply in order, each to what the one
+before left, its trigger counted on that.
 
-The answer says what was applied, as Anthropic's does: `context_management: {"applied_edits": []}`
-(the body; a stream's `message_start` and `message_delta`), so a client reading `applied_edits` reads
-that nothing was cleared.
+Anthropic does not publish its placeholder's wording; ours is short and says what happened. Claude Code
+and the Agent SDK keep the full history client-side, as Anthropic's guide asks, so the client's next
+request carries the results again and is cleared again.
+
+An edit that would not act changes nothing Claude would have been sent: `context_management` is named
+dropped and the request goes on. `compact_20260112` that would act is refused, naming it (its summary is
+written by a model, which the gateway does not do behind the client's back), as is an edit this module
+does not know; whether compaction would act is decided on the side of acting (its trigger counted on
+the conversation before any clearing).
+
+The answer says what was applied, as Anthropic's does: `context_management: {"applied_edits": [...]}`
+(the body; a stream's `message_start` and `message_delta`), each applied clearing as
+`{"type": "clear_tool_uses_20250919", "cleared_tool_uses": N, "cleared_input_tokens": M}`, and `[]`
+where nothing was cleared. A token count (`/v1/messages/count_tokens`) counts the cleared conversation and
+says the whole one's count as `context_management.original_input_tokens` (provider.py), as Anthropic's does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from sdk.estimate import input_tokens
-from sdk.types import Endpoint, LLMRequest
+import orjson
+
+from sdk.estimate import EXACT_CHARS, count_texts, input_tokens
+from sdk.types import Endpoint, LLMRequest, Protocol
 
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 COMPACT = "compact_20260112"
 # Anthropic's defaults: clearing past 100,000 input tokens keeping 3 tool uses; compaction past 150,000.
 _TRIGGER = {CLEAR_TOOL_USES: 100_000, COMPACT: 150_000}
 _KEEP = 3
+# What a cleared tool result says instead (Anthropic's own wording is not published).
+PLACEHOLDER = "[Tool result cleared from context]"
+_CLEAR_KEYS = {"type", "trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs"}
 
 
-def acting(value: Any, body: dict[str, Any]) -> str | None:
-    """None when no edit of `value` (a Messages request's `context_management`) would act on `body`; otherwise
-    what the refusal names: the first edit that would (or that this module does not know)."""
+@dataclass(slots=True)
+class Edited:
+    """A Messages body as Claude would be sent it after its context edits, and what was applied."""
+
+    body: dict[str, Any]
+    applied: list[dict[str, Any]] = field(default_factory=list)
+
+
+def refused(value: Any, body: dict[str, Any]) -> str | None:
+    """None when every edit of `value` (a Messages request's `context_management`) can be applied or would not
+    act on `body`; otherwise what the refusal names: the first edit the gateway cannot apply."""
     edits = value.get("edits") if isinstance(value, dict) and set(value) <= {"edits"} else None
     if not isinstance(edits, list) or not all(isinstance(edit, dict) for edit in edits):
         return "a 'context_management' other than a list of edits"
-    tokens: list[int] = []  # the input, counted once, when an edit's trigger is in input tokens
     for i, edit in enumerate(edits):
         kind = str(edit.get("type", ""))
         if kind.startswith("clear_thinking_"):
             continue
         if kind not in _TRIGGER:
             return f"context_management.edits.{i}: the edit {kind!r}"
-        why = _acts(kind, edit, body, tokens)
+        why = _malformed(edit) if kind == CLEAR_TOOL_USES else _compacts(edit, body)
         if why:
-            return (f"context_management.edits.{i}: {kind} ({why}, where Claude would edit the conversation an OpenAI "
-                    "model would be sent whole)")
+            return f"context_management.edits.{i}: {kind} ({why})"
     return None
 
 
-def _acts(kind: str, edit: dict[str, Any], body: dict[str, Any], tokens: list[int]) -> str | None:
-    """Why `edit` would act on `body` (its trigger reached, something to clear), or None when it would not."""
-    uses = _tool_uses(body)
-    if kind == CLEAR_TOOL_USES:
-        keep = edit.get("keep") or {}
-        kept = keep.get("value", _KEEP) if isinstance(keep, dict) else _KEEP
-        excluded = set(edit.get("exclude_tools") or ())
-        if len(uses) <= kept or all(name in excluded for name in uses):
-            return None  # nothing it may clear: every tool use is among the kept or excluded
-    trigger = edit.get("trigger") or {"type": "input_tokens", "value": _TRIGGER[kind]}
+def _malformed(edit: dict[str, Any]) -> str | None:
+    """What in a clear_tool_uses edit the gateway cannot read as Anthropic's beta params define it, or None."""
+    unknown = sorted(set(edit) - _CLEAR_KEYS)
+    if unknown:
+        return f"the setting {unknown[0]!r}"
+    for key, kinds in (("trigger", ("input_tokens", "tool_uses")), ("keep", ("tool_uses",)), ("clear_at_least", ("input_tokens",))):
+        setting = edit.get(key)
+        if setting is not None and not (isinstance(setting, dict) and setting.get("type") in kinds and _count(setting.get("value"))):
+            return f"a {key} of {setting!r}"
+    excluded, inputs = edit.get("exclude_tools"), edit.get("clear_tool_inputs")
+    if excluded is not None and not _names(excluded):
+        return f"an exclude_tools of {excluded!r}"
+    if inputs is not None and not isinstance(inputs, bool) and not _names(inputs):
+        return f"a clear_tool_inputs of {inputs!r}"
+    return None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(name, str) for name in value)
+
+
+def _compacts(edit: dict[str, Any], body: dict[str, Any]) -> str | None:
+    """Why a compaction edit would act on `body` (its trigger reached), or None when it would not."""
+    trigger = edit.get("trigger") or {"type": "input_tokens", "value": _TRIGGER[COMPACT]}
     limit = trigger.get("value") if isinstance(trigger, dict) else None
-    if not isinstance(limit, int):
+    if not isinstance(limit, int) or trigger.get("type") != "input_tokens":
         return f"a trigger of {trigger!r}"
-    if trigger.get("type") == "tool_uses":
-        return f"{len(uses)} tool uses reach its trigger of {limit}" if len(uses) >= limit else None
-    if trigger.get("type") != "input_tokens":
-        return f"a trigger of {trigger.get('type')!r}"
-    if not tokens:
-        tokens.append(input_tokens(LLMRequest(Endpoint.MESSAGES, body)))
-    return f"an input of about {tokens[0]} tokens reaches its trigger of {limit}" if tokens[0] >= limit else None
+    tokens = input_tokens(LLMRequest(Endpoint.MESSAGES, body))
+    if tokens < limit:
+        return None
+    return (f"an input of about {tokens} tokens reaches its trigger of {limit}, where Claude would summarize the "
+            "conversation an OpenAI model would be sent whole")
 
 
-def _tool_uses(body: dict[str, Any]) -> list[str]:
-    """The names of the conversation's tool calls (tool_use blocks), oldest first."""
-    contents = [message.get("content") for message in body.get("messages") or () if isinstance(message, dict)]
-    return [str(block.get("name")) for content in contents if isinstance(content, list)
-            for block in content if isinstance(block, dict) and block.get("type") == "tool_use"]
+# The last body edited and its edits: the translation asks for one request's several times (the field check, the
+# translation, the answer); the body is held so that its id is not reused, and a client's body is never mutated.
+_last: tuple[dict[str, Any], Edited] | None = None
+
+
+def edited(body: dict[str, Any]) -> Edited:
+    """`body` with its clear_tool_uses edits applied as Claude applies them, and the applied edits (a body whose
+    `context_management` `refused` passed)."""
+    global _last
+    if _last is not None and _last[0] is body:
+        return _last[1]
+    value = body.get("context_management")
+    out = Edited(body)
+    for edit in value.get("edits") or () if isinstance(value, dict) else ():
+        if isinstance(edit, dict) and edit.get("type") == CLEAR_TOOL_USES and not _malformed(edit):
+            out.body, applied = _cleared(edit, out.body)
+            out.applied += [applied] if applied else []
+    _last = (body, out)
+    return out
+
+
+def _cleared(edit: dict[str, Any], body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """`body` with `edit` (clear_tool_uses) applied, and what the answer says of it; `body` itself and None
+    where the edit would not act."""
+    uses = _tool_uses(body)
+    trigger = edit.get("trigger") or {"type": "input_tokens", "value": _TRIGGER[CLEAR_TOOL_USES]}
+    keep = (edit.get("keep") or {}).get("value", _KEEP)
+    excluded = set(edit.get("exclude_tools") or ())
+    eligible = [use for use in uses[:max(0, len(uses) - keep)] if use[2].get("name") not in excluded]
+    if not eligible:
+        return body, None  # nothing it may clear: every tool use is among the kept or excluded
+    reached = len(uses) if trigger["type"] == "tool_uses" else input_tokens(LLMRequest(Endpoint.MESSAGES, body))
+    if reached < trigger["value"]:
+        return body, None
+    inputs = edit.get("clear_tool_inputs")
+    results = _results(body)
+    counter = _Counter()
+    placeholder = count_texts([PLACEHOLDER], Protocol.ANTHROPIC)
+    cleared: list[tuple[tuple[int, int], tuple[int, int] | None, bool]] = []
+    saved = 0
+    for where, id_, use in eligible:
+        result = results.get(id_)
+        clear_input = (inputs is True or (isinstance(inputs, list) and use.get("name") in inputs)) and bool(use.get("input"))
+        if result is None and not clear_input:
+            continue  # no result in this conversation, and its input kept: nothing of it to clear
+        tokens = max(0, counter.tokens(result[1].get("content")) - placeholder) if result else 0
+        saved += tokens + (counter.tokens(use.get("input")) if clear_input else 0)
+        cleared.append((where, result[0] if result else None, clear_input))
+    at_least = (edit.get("clear_at_least") or {}).get("value", 0)
+    if not cleared or saved < at_least:
+        return body, None
+    return _rewritten(body, cleared), {"type": CLEAR_TOOL_USES, "cleared_tool_uses": len(cleared), "cleared_input_tokens": saved}
+
+
+class _Counter:
+    """Tokens of a few values of one request, counted as sdk/estimate.py counts a Messages request: exactly up to
+    EXACT_CHARS characters among them all (its bound on the work done on the event loop), by length beyond."""
+
+    def __init__(self) -> None:
+        self.left = EXACT_CHARS
+
+    def tokens(self, value: Any) -> int:
+        n = input_tokens(LLMRequest(Endpoint.MESSAGES, {"content": value}), exact=self.left)
+        self.left = max(0, self.left - len(orjson.dumps(value)))  # its JSON: at least the text in it
+        return n
+
+
+def _blocks(body: dict[str, Any]) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+    """Every content block of the conversation, oldest first, with where it is (message, block)."""
+    return [((i, j), block) for i, message in enumerate(body.get("messages") or ()) if isinstance(message, dict)
+            and isinstance(message.get("content"), list) for j, block in enumerate(message["content"]) if isinstance(block, dict)]
+
+
+def _tool_uses(body: dict[str, Any]) -> list[tuple[tuple[int, int], Any, dict[str, Any]]]:
+    """The conversation's tool calls (tool_use blocks), oldest first: where each is, its id, the block."""
+    return [(where, block.get("id"), block) for where, block in _blocks(body) if block.get("type") == "tool_use"]
+
+
+def _results(body: dict[str, Any]) -> dict[Any, tuple[tuple[int, int], dict[str, Any]]]:
+    """The conversation's tool results by the id of the call they answer: where each is, the block."""
+    return {block.get("tool_use_id"): (where, block) for where, block in _blocks(body) if block.get("type") == "tool_result"}
+
+
+def _rewritten(body: dict[str, Any], cleared: list[tuple[tuple[int, int], tuple[int, int] | None, bool]]) -> dict[str, Any]:
+    """`body` with the results at the given places replaced by the placeholder and, where asked, their calls'
+    inputs by `{}`; the messages and blocks touched are copies (the client's body is left as it is)."""
+    messages = list(body["messages"])
+    changes: dict[tuple[int, int], dict[str, Any]] = {}
+    for use, result, clear_input in cleared:
+        if result is not None:
+            changes[result] = {"content": PLACEHOLDER}
+        if clear_input:
+            changes[use] = {"input": {}}
+    for (i, j), change in changes.items():
+        content = list(messages[i]["content"])
+        content[j] = {**content[j], **change}
+        messages[i] = {**messages[i], "content": content}
+    return {**body, "messages": messages}
 
 
 def answered(request: dict[str, Any]) -> dict[str, Any]:
-    """What a translated Messages answer says of the request's context editing: that nothing was applied
-    (an edit that would have acted was refused); nothing when the request asked for none."""
-    return {"context_management": {"applied_edits": []}} if request.get("context_management") is not None else {}
+    """What a translated Messages answer says of the request's context editing: the clearings applied (none:
+    `[]`); nothing when the request asked for none."""
+    if request.get("context_management") is None:
+        return {}
+    return {"context_management": {"applied_edits": edited(request).applied}}

@@ -255,13 +255,13 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "top_k": Field(R, "no counterpart"),
         "container": Field(R, "Anthropic's code-execution container"),
         "mcp_servers": Field(R, "Anthropic's MCP connector"),
-        "context_management": Field(R, "Anthropic's context editing; dropped where no edit would act on the request: "
-                                       "clear_thinking_* (Claude Code sends it on every turn; a Chat target never gets "
-                                       "earlier turns' thinking), clear_tool_uses_20250919 and compact_20260112 below their "
-                                       "trigger (100,000 and 150,000 input tokens by default, counted leaning high) or with "
-                                       "no tool use to clear beyond `keep` and `exclude_tools`; the answer's "
-                                       "`context_management.applied_edits` is `[]`. An edit that would act is refused, "
-                                       "naming it"),
+        "context_management": Field(R, "Anthropic's context editing: clear_tool_uses_20250919 applied as Claude applies it "
+                                       "(past its `trigger`, 100,000 input tokens by default counted leaning high, or tool "
+                                       "uses: results older than the `keep` most recent tool uses, not of `exclude_tools`, sent "
+                                       "as `[Tool result cleared from context]`, with `clear_tool_inputs` their inputs as "
+                                       "`{}`, unless fewer tokens than `clear_at_least`), the answer's `applied_edits` counting "
+                                       "it; dropped where no edit acts (clear_thinking_*: a Chat target never gets earlier "
+                                       "turns' thinking). compact_20260112 past its trigger, and other edits, refused"),
         # The anthropic SDK's beta `billing_policy`: bill_to "self" is the default; "user_profile" bills the customer
         # behind the anthropic-user-profile-id header, and Anthropic refuses the request rather than bill the caller.
         "billing_policy": Field(R, "which organization Anthropic bills: `bill_to: \"user_profile\"` (the customer behind "
@@ -363,11 +363,12 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
     for key, value in body.items():
         if value is None:  # null is absent, in OpenAI's APIs and Anthropic's alike: nothing to translate or drop
             continue
-        if shape is Shape.MESSAGES and key == "context_management":  # dropped where no edit would act (context_edits.py)
-            acting = context_edits.acting(value, body)
-            if acting:
-                raise refuse(acting, target)
-            dropped.append(key)
+        if shape is Shape.MESSAGES and key == "context_management":  # applied, or dropped where no edit acts (context_edits.py)
+            why = context_edits.refused(value, body)
+            if why:
+                raise refuse(why, target)
+            if not context_edits.edited(body).applied:
+                dropped.append(key)
             continue
         kind = fate(shape, key, value)
         if kind is Fate.REFUSED:

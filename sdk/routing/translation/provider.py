@@ -17,7 +17,7 @@ from sdk.estimate import input_tokens
 from sdk.promptcache.placement import min_cacheable_tokens
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation import chat_custom, legacy_functions
+from sdk.routing.translation import chat_custom, context_edits, legacy_functions
 from sdk.routing.translation.bodies import completion_o2a, error_for, extra_o2a
 from sdk.routing.translation.choices import ChatAnswers, Spent, fan_out
 from sdk.routing.translation.counting import count_chat, counted, start_count
@@ -69,7 +69,8 @@ class TranslatingProvider:
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         if request.endpoint is Endpoint.COUNT_TOKENS:  # OpenAI has no count endpoint: the gateway counts
             chat = translate(anthropic_to_openai, request.body, str(self.inner.protocol))
-            return counted({"input_tokens": await count_chat(self.source, chat)}, f"{self.name}/{request.model}")
+            tokens = await count_chat(self.source, chat)
+            return counted({"input_tokens": tokens, **await self._uncleared(request.body, tokens)}, f"{self.name}/{request.model}")
         if request.endpoint is Endpoint.EMBEDDINGS:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
@@ -113,6 +114,16 @@ class TranslatingProvider:
         to_anthropic = OpenAIToAnthropic(extra_o2a(request.body), shortened_tool_names(request.body))
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
         return answer
+
+    async def _uncleared(self, body: dict[str, Any], tokens: int) -> dict[str, Any]:
+        """What a count of a Messages request with context editing says besides the count after its edits, as
+        Anthropic's does: the count before them (`tokens` where no edit acted); nothing without context editing."""
+        if body.get("context_management") is None:
+            return {}
+        if context_edits.edited(body).applied:
+            whole = {key: value for key, value in body.items() if key != "context_management"}
+            tokens = await count_chat(self.source, translate(anthropic_to_openai, whole, str(self.inner.protocol)))
+        return {"context_management": {"original_input_tokens": tokens}}
 
     async def _sent(self, upstream: LLMRequest, timings: Timings) -> Answer:
         """`upstream` sent to the inner provider; its error answer reshaped for the client's protocol."""

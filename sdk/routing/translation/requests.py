@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError
-from sdk.routing.translation import chat_custom
+from sdk.routing.translation import chat_custom, context_edits
 from sdk.routing.translation.breakpoints import BREAKPOINT, marked_part, system_parts, takes_breakpoints, with_claude_breakpoints
 from sdk.routing.translation.claude_tools import as_custom
 from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fate, one_sampler, refuse
@@ -57,8 +57,8 @@ def _text_of(blocks: Any, where: str, target: str) -> str:
 # --- Anthropic → OpenAI -----------------------------------------------------------------------------
 
 _A2O_TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
-# Messages fields translated apart from the walk of the others, or answered (diagnostics; context_management, which
-# fields.check has dropped where no edit would act and refused elsewhere: context_edits.py).
+# Messages fields translated apart from the walk of the others, or answered (diagnostics; context_management, whose
+# tool-result clearing is applied to the conversation here, and which fields.check refuses where it cannot be: context_edits.py).
 _A2O_ELSEWHERE = ("model", "messages", "system", "tools", "tool_choice", "thinking", "diagnostics", "context_management")
 
 
@@ -79,6 +79,7 @@ def _one_hour(body: dict[str, Any]) -> bool:
 def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
     check(Shape.MESSAGES, body, "OpenAI")
+    body = context_edits.edited(body).body  # the conversation as Claude would be sent it, its old tool results cleared
     for key, value in body.items():
         if value is None or key in _A2O_ELSEWHERE or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
