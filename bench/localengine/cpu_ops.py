@@ -66,9 +66,9 @@ def attention_us(rows: int, context: int, cache: str, kernel: bool, repeats: int
     context + j keys), SmolLM2's heads."""
     heads, kv_heads, d, block = 9, 3, 64, 16
     blocks = -(-(context + rows) // block)
-    pool = torch.randn(4 * blocks, block, kv_heads, d)
-    k_cache, v_cache = (pool.to(torch.int8) if cache == "int8" else pool.to(torch.float8_e4m3fn) if cache == "fp8" else pool
-                        for _ in range(2))
+    dtype = {"fp32": torch.float32, "int8": torch.int8, "fp8": torch.float8_e4m3fn}[cache]
+    # Two pools, as the engine has: one pool read as both would find the values in cache after the keys.
+    k_cache, v_cache = (torch.randn(4 * blocks, block, kv_heads, d).to(dtype) for _ in range(2))
     table = torch.randperm(4 * blocks)[:blocks].to(torch.int32)
     tables, lens = table.repeat(rows, 1), torch.arange(context + 1, context + rows + 1, dtype=torch.int32)
     q = torch.randn(rows, heads, d)

@@ -200,7 +200,7 @@ class FusedDecode:
         self.weights = [t for _, _, tensors in args for t in tensors] if attn.q_norm is None and len(args) == 4 else None
 
     def kv_scales(self) -> list[torch.Tensor]:
-        """An int8 cache's static scales as the op takes them (k, v, k_inv, v_inv); none for an fp32 cache.
+        """A quantized (int8, fp8) cache's static scales as the op takes them (k, v, k_inv, v_inv); none for an fp32 cache.
         Read each step: the model runner sets them with the cache, after the layer is built."""
         s = self.attn.kv_scales
         return [] if s is None else [s.k, s.v, s.k_inv, s.v_inv]
