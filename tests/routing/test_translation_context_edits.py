@@ -19,8 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import tiktoken.core
 
 from sdk.estimate import count_texts
+from sdk.routing.translation import context_edits
 from sdk.types import Protocol
 from tests.routing.conftest import routed_proxy
 from tests.routing.conftest import sent as _sent
@@ -180,3 +182,52 @@ def test_a_token_count_counts_the_cleared_conversation_and_the_whole_one(an, fre
         "edits": [{**edit, "trigger": {"type": "tool_uses", "value": 6}}]})
     assert held.input_tokens == whole.input_tokens and held.context_management is not None
     assert held.context_management.original_input_tokens == whole.input_tokens
+
+
+def _encodes(monkeypatch, text: str) -> list[str]:
+    """Every time the gateway tokenizes `text` from now on (tiktoken's encoding; the proxy runs in this process)."""
+    seen: list[str] = []
+    encode = tiktoken.core.Encoding.encode_ordinary
+
+    def spied(self: tiktoken.core.Encoding, given: str) -> list[int]:
+        if text in given:
+            seen.append(given)
+        return encode(self, given)
+
+    monkeypatch.setattr(tiktoken.core.Encoding, "encode_ordinary", spied)
+    return seen
+
+
+def test_a_token_count_with_clearing_counts_the_conversation_once(an, fresh_emulator, monkeypatch):
+    """A count whose clearing acts answers two counts (the cleared conversation's and the whole one's), which share
+    all but the cleared results: the conversation is tokenized no more often than for a count where nothing is cleared
+    (once for the trigger's estimate of Claude's count, once counted), where it was counted a second time whole."""
+    edit = {"type": "clear_tool_uses_20250919", "trigger": LOW, "keep": KEEP_2, "exclude_tools": ["Memory"]}
+    held = {**edit, "trigger": {"type": "input_tokens", "value": 10**6}}  # estimated, not reached: nothing cleared
+    seen = _encodes(monkeypatch, "Run the tests of src/app.py.")  # the first turn, never cleared
+    counts = []
+    for each in (held, edit):
+        seen.clear()
+        counts.append(an.beta.messages.count_tokens(model="claude-count-x", messages=TURNS, tools=TOOLS, betas=BETA,
+                                                    context_management={"edits": [each]}))
+        counts.append(len(seen))
+    assert counts[2].input_tokens < counts[0].input_tokens  # cleared
+    assert counts[2].context_management.original_input_tokens == counts[0].input_tokens  # the whole one's, as counted
+    assert counts[3] == counts[1] == 2
+
+
+def test_a_requests_edits_are_its_own_worked_out_once_and_not_kept_after_it(an, fresh_emulator, monkeypatch):
+    """The clearing is worked out once per request (the field check, the translation and the answer ask for it), and
+    nothing of a request stays in the module once it is answered: no memo shared by the teams a server serves."""
+    worked: list[int] = []
+    cleared = context_edits._cleared
+
+    def spied(edit: dict[str, Any], body: dict[str, Any]) -> Any:
+        worked.append(1)
+        return cleared(edit, body)
+
+    monkeypatch.setattr(context_edits, "_cleared", spied)
+    edit = {"type": "clear_tool_uses_20250919", "trigger": LOW, "keep": KEEP_2, "exclude_tools": ["Memory"]}
+    answer = _create(an, edit).parse()
+    assert len(worked) == 1 and _applied(answer)[0]["cleared_tool_uses"] == 2
+    assert "src/app.py" not in repr(vars(context_edits))

@@ -103,10 +103,10 @@ def diagnostics_o2a(request: dict[str, Any]) -> dict[str, Any]:
     return {"diagnostics": {"cache_miss_reason": {"type": "unavailable"}} if asked.get("previous_message_id") else None}
 
 
-def extra_o2a(request: dict[str, Any]) -> dict[str, Any]:
+def extra_o2a(request: dict[str, Any], edits: context_edits.Edits = context_edits.edited) -> dict[str, Any]:
     """The fields a translated Messages answer carries besides the usual: what it says to the request's
-    `diagnostics` and `context_management` (context_edits.answered)."""
-    return {**diagnostics_o2a(request), **context_edits.answered(request)}
+    `diagnostics` and `context_management` (context_edits.answered, its edits had by `edits`)."""
+    return {**diagnostics_o2a(request), **context_edits.answered(request, edits)}
 
 
 def completion_o2a(body: bytes, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> bytes:

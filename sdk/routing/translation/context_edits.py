@@ -42,6 +42,7 @@ says the whole one's count as `context_management.original_input_tokens` (provid
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,25 +125,36 @@ def _compacts(edit: dict[str, Any], body: dict[str, Any]) -> str | None:
             "conversation an OpenAI model would be sent whole")
 
 
-# The last body edited and its edits: the translation asks for one request's several times (the field check, the
-# translation, the answer); the body is held so that its id is not reused, and a client's body is never mutated.
-_last: tuple[dict[str, Any], Edited] | None = None
-
-
 def edited(body: dict[str, Any]) -> Edited:
     """`body` with its clear_tool_uses edits applied as Claude applies them, and the applied edits (a body whose
-    `context_management` `refused` passed)."""
-    global _last
-    if _last is not None and _last[0] is body:
-        return _last[1]
+    `context_management` `refused` passed). Worked out anew on each call: `Memo` keeps one request's."""
     value = body.get("context_management")
     out = Edited(body)
     for edit in value.get("edits") or () if isinstance(value, dict) else ():
         if isinstance(edit, dict) and edit.get("type") == CLEAR_TOOL_USES and not _malformed(edit):
             out.body, applied = _cleared(edit, out.body)
             out.applied += [applied] if applied else []
-    _last = (body, out)
     return out
+
+
+# How a translation step has a request's edits: `edited` itself, or a request's `Memo.edited`.
+Edits = Callable[[dict[str, Any]], Edited]
+
+
+class Memo:
+    """One request's edits, worked out once: its translation asks for them several times (the field check, the
+    conversation, the answer, a count's two counts). One is made for each attempt (TranslatingProvider), so nothing
+    of a request outlives it or is seen by another; the body is held so that its id is not reused."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[dict[str, Any], Edited] | None = None
+
+    def edited(self, body: dict[str, Any]) -> Edited:
+        if self._last is None or self._last[0] is not body:
+            self._last = (body, edited(body))
+        return self._last[1]
 
 
 def _cleared(edit: dict[str, Any], body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -224,9 +236,9 @@ def _rewritten(body: dict[str, Any], cleared: list[tuple[tuple[int, int], tuple[
     return {**body, "messages": messages}
 
 
-def answered(request: dict[str, Any]) -> dict[str, Any]:
+def answered(request: dict[str, Any], edits: Edits = edited) -> dict[str, Any]:
     """What a translated Messages answer says of the request's context editing: the clearings applied (none:
     `[]`); nothing when the request asked for none."""
     if request.get("context_management") is None:
         return {}
-    return {"context_management": {"applied_edits": edited(request).applied}}
+    return {"context_management": {"applied_edits": edits(request).applied}}

@@ -18,7 +18,6 @@ cl100k count as an estimate, which `message_delta`'s exact usage then overwrites
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
@@ -74,34 +73,45 @@ def _tokenizer_of(model: Any) -> str | None:
         return None
 
 
-async def _bundled_count(chat: dict[str, Any]) -> int:
-    """A Chat body's input tokens by OpenAI's rule with cl100k_base. The encoding runs in the heavy-work
-    pool past ON_LOOP_CHARS of text: tiktoken reads ~5-25 MB/s, so a 256 KiB prompt (sdk/offload.py's
-    large body) would hold the event loop for tens of milliseconds. The text is measured, not the
+def _each(texts: list[str]) -> dict[str, int]:
+    return {text: count_texts([text], Protocol.OPENAI, exact=sys.maxsize) for text in texts}  # every text tokenized
+
+
+async def _bundled_counts(chats: list[dict[str, Any]]) -> list[int]:
+    """Chat bodies' input tokens by OpenAI's rule with cl100k_base, each distinct text among them encoded once (a
+    count with context editing counts a conversation and its cleared form, which share all but a few texts). The
+    encoding runs in the heavy-work pool past ON_LOOP_CHARS of text: tiktoken reads ~5-25 MB/s, so a 256 KiB prompt
+    (sdk/offload.py's large body) would hold the event loop for tens of milliseconds. The text is measured, not the
     request body: a Responses conversation is expanded from the store, and tool definitions count too."""
-    texts, fixed = _chat_texts(chat)
-    large = sum(len(text) for text in texts) > ON_LOOP_CHARS
-    encoded = functools.partial(count_texts, protocol=Protocol.OPENAI, exact=sys.maxsize)  # every text tokenized
-    return fixed + (await off_loop(encoded, texts) if large else encoded(texts))
+    shapes = [_chat_texts(chat) for chat in chats]
+    distinct = list(dict.fromkeys(text for texts, _ in shapes for text in texts))
+    tokens = await off_loop(_each, distinct) if sum(len(text) for text in distinct) > ON_LOOP_CHARS else _each(distinct)
+    return [fixed + sum(tokens[text] for text in texts) for texts, fixed in shapes]
 
 
 async def count_chat(provider: Provider, chat: dict[str, Any]) -> int:
     """`chat`'s input tokens on OpenAI-protocol `provider` (the policy's provider itself, not an
     attempt's wrapper), by its model's own tokenizer; refused, saying why, where the gateway has none."""
+    return (await count_chats(provider, [chat]))[0]
+
+
+async def count_chats(provider: Provider, chats: list[dict[str, Any]]) -> list[int]:
+    """`count_chat` of each of `chats` (bodies for one model), the texts they share counted once where the gateway
+    counts (the local engine counts each by its own chat template)."""
     count_input = getattr(provider, "count_input", None)  # the local engine's
     if count_input is not None:
-        counted = await count_input(chat)
-        if counted is None:
+        counts = [await count_input(chat) for chat in chats]
+        if None in counts:
             raise TranslationRefused(f"provider {provider.name!r} reaches its engine over HTTP, which has no "
                                      "token-counting endpoint; route token counts to an in-process local engine")
-        return int(counted)
-    model = chat.get("model")
+        return [int(counted) for counted in counts]
+    model = chats[0].get("model")
     tokenizer = _tokenizer_of(model)
     if tokenizer != BUNDLED:
         why = f"its tokenizer ({tokenizer}) is not bundled (only {BUNDLED} is)" if tokenizer else "its tokenizer is unknown"
         raise TranslationRefused(f"the gateway cannot count tokens for {model!r} on provider {provider.name!r}: {why}; "
                                  "route token counts to a target that counts")
-    return await _bundled_count(chat)
+    return await _bundled_counts(chats)
 
 
 async def start_count(provider: Provider, chat: dict[str, Any]) -> int:
@@ -110,7 +120,7 @@ async def start_count(provider: Provider, chat: dict[str, Any]) -> int:
     try:
         return await count_chat(provider, chat)
     except SlipstreamError:  # no tokenizer of its own (TranslationRefused), or the engine's refusal, which the send repeats
-        return await _bundled_count(chat)
+        return (await _bundled_counts([chat]))[0]
 
 
 async def anthropic_count(upstream: Provider, messages_body: dict[str, Any], timings: Timings) -> int:

@@ -357,8 +357,8 @@ def fate(shape: Shape, key: str, value: Any) -> Fate:
     return field.fate
 
 
-def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
-    """The fields of `body` that are dropped, in order; raises the 400 for the first refused one."""
+def check(shape: Shape, body: dict[str, Any], target: str, edits: context_edits.Edits = context_edits.edited) -> list[str]:
+    """The fields of `body` that are dropped, in order; raises the 400 for the first refused one (`edits`: Memo's)."""
     dropped = []
     for key, value in body.items():
         if value is None:  # null is absent, in OpenAI's APIs and Anthropic's alike: nothing to translate or drop
@@ -367,7 +367,7 @@ def check(shape: Shape, body: dict[str, Any], target: str) -> list[str]:
             why = context_edits.refused(value, body)
             if why:
                 raise refuse(why, target)
-            if not context_edits.edited(body).applied:
+            if not edits(body).applied:
                 dropped.append(key)
             continue
         kind = fate(shape, key, value)

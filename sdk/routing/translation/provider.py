@@ -20,7 +20,7 @@ from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation import chat_custom, context_edits, legacy_functions
 from sdk.routing.translation.bodies import completion_o2a, error_for, extra_o2a
 from sdk.routing.translation.choices import ChatAnswers, Spent, fan_out
-from sdk.routing.translation.counting import count_chat, counted, start_count
+from sdk.routing.translation.counting import count_chats, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.output_limits import warmed, warming
 from sdk.routing.translation.output_modes import json_mode
@@ -60,6 +60,7 @@ class TranslatingProvider:
         self.inner = inner
         self.source = source or inner
         self.spent = spent  # the request's record of dropped upstream work (a failed fan-out's legs: choices.py)
+        self.edits = context_edits.Memo()  # this attempt's context edits, worked out once (context_edits.py)
         self.name = inner.name
         self.protocol = client
 
@@ -68,20 +69,18 @@ class TranslatingProvider:
 
     async def send(self, request: LLMRequest, timings: Timings) -> Answer:
         if request.endpoint is Endpoint.COUNT_TOKENS:  # OpenAI has no count endpoint: the gateway counts
-            chat = translate(anthropic_to_openai, request.body, str(self.inner.protocol))
-            tokens = await count_chat(self.source, chat)
-            return counted({"input_tokens": tokens, **await self._uncleared(request.body, tokens)}, f"{self.name}/{request.model}")
+            return await self._counted(request)
         if request.endpoint is Endpoint.EMBEDDINGS:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
         shape, target = (Shape.MESSAGES, "OpenAI") if to_openai else (Shape.CHAT, "Anthropic")
         legacy = not to_openai and legacy_functions.used(request.body)  # functions, not tools: as tools (legacy_functions.py)
         client_body = translate(legacy_functions.as_tools, request.body, target) if legacy else request.body
-        dropped = check(shape, client_body, target)  # a refused field is a 400 here, before anything is sent
+        dropped = check(shape, client_body, target, self.edits.edited)  # a refused field is a 400 here, before anything is sent
         if to_openai:
             refuse_prefill(request.body)
         warm = to_openai and warming(request.body)  # max_tokens 0: the prompt cached, nothing written (output_limits.py)
-        body = translate(anthropic_to_openai if to_openai else openai_to_anthropic, client_body, str(self.inner.protocol))
+        body = translate(self._to_openai if to_openai else openai_to_anthropic, client_body, str(self.inner.protocol))
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
         if not to_openai:
@@ -106,24 +105,30 @@ class TranslatingProvider:
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
             _cancel(count)
-            answer.body = completion_o2a(answer.body, extra_o2a(request.body), shortened_tool_names(request.body))
+            answer.body = completion_o2a(answer.body, extra_o2a(request.body, self.edits.edited), shortened_tool_names(request.body))
             if warm:
                 answer.body = warmed(answer.body)
             return answer
         assert count is not None
-        to_anthropic = OpenAIToAnthropic(extra_o2a(request.body), shortened_tool_names(request.body))
+        to_anthropic = OpenAIToAnthropic(extra_o2a(request.body, self.edits.edited), shortened_tool_names(request.body))
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
         return answer
 
-    async def _uncleared(self, body: dict[str, Any], tokens: int) -> dict[str, Any]:
-        """What a count of a Messages request with context editing says besides the count after its edits, as
-        Anthropic's does: the count before them (`tokens` where no edit acted); nothing without context editing."""
-        if body.get("context_management") is None:
-            return {}
-        if context_edits.edited(body).applied:
+    def _to_openai(self, body: dict[str, Any]) -> dict[str, Any]:
+        return anthropic_to_openai(body, self.edits.edited)
+
+    async def _counted(self, request: LLMRequest) -> LLMResponse:
+        """A Messages request's input tokens, counted by the gateway. With context editing, as Anthropic's count says:
+        the count after its edits, and the whole conversation's (`original_input_tokens`: the same where no edit
+        acted). The two are counted together, the texts they share once (counting.count_chats)."""
+        body = request.body
+        chats = [translate(self._to_openai, body, str(self.inner.protocol))]
+        if self.edits.edited(body).applied:
             whole = {key: value for key, value in body.items() if key != "context_management"}
-            tokens = await count_chat(self.source, translate(anthropic_to_openai, whole, str(self.inner.protocol)))
-        return {"context_management": {"original_input_tokens": tokens}}
+            chats.append(translate(anthropic_to_openai, whole, str(self.inner.protocol)))
+        tokens = await count_chats(self.source, chats)
+        edited = {} if body.get("context_management") is None else {"context_management": {"original_input_tokens": tokens[-1]}}
+        return counted({"input_tokens": tokens[0], **edited}, f"{self.name}/{request.model}")
 
     async def _sent(self, upstream: LLMRequest, timings: Timings) -> Answer:
         """`upstream` sent to the inner provider; its error answer reshaped for the client's protocol."""

@@ -76,10 +76,11 @@ def _one_hour(body: dict[str, Any]) -> bool:
     return any(isinstance(marker, dict) and marker.get("ttl") == "1h" for marker in markers)
 
 
-def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
+def anthropic_to_openai(body: dict[str, Any], edits: context_edits.Edits = context_edits.edited) -> dict[str, Any]:
+    """A Messages body as a Chat one; `edits`: how the request's context edits are had (context_edits.Memo)."""
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
-    check(Shape.MESSAGES, body, "OpenAI")
-    body = context_edits.edited(body).body  # the conversation as Claude would be sent it, its old tool results cleared
+    check(Shape.MESSAGES, body, "OpenAI", edits)
+    body = edits(body).body  # the conversation as Claude would be sent it, its old tool results cleared
     for key, value in body.items():
         if value is None or key in _A2O_ELSEWHERE or fate(Shape.MESSAGES, key, value) is Fate.DROPPED:
             continue
