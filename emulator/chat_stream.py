@@ -13,6 +13,8 @@ from .logprobs import tokens_of
 from .reply import Reply
 from .text import split_chunks, split_deltas
 
+AUDIO_DATA = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="  # an empty 8 kHz WAV
+AUDIO_EXPIRES_AT = 4102444800  # 2100-01-01: the emulator keeps no clock for audio
 FINISH = {"end": "stop", "max": "length", "stop_sequence": "stop", "tool": "tool_calls"}
 
 
@@ -23,6 +25,7 @@ class Choice:
     call_id: str  # "" when the reply is text
     logprobs: list[dict[str, Any]] | None  # `logprobs.content` entries, when asked for
     refusal: str | None = None  # a structured-output refusal: in place of the content
+    audio_id: str = ""  # audio output (`modalities: ["text", "audio"]`): the id a later turn names it by
 
     def message(self) -> dict[str, Any]:
         r = self.reply
@@ -31,15 +34,23 @@ class Choice:
         if r.tool_name:
             msg["tool_calls"] = [{"id": self.call_id, "type": "function", "function": {
                 "name": r.tool_name, "arguments": r.tool_json}}]
+        if self.audio_id:  # the spoken answer: its text is the transcript, not the content
+            msg["content"], msg["audio"] = None, self.audio()
         lp = None if self.logprobs is None else {"content": self.logprobs, "refusal": None}
         return {"index": self.index, "message": msg, "logprobs": lp,
                 "finish_reason": FINISH[r.stop]}
+
+    def audio(self) -> dict[str, Any]:
+        return {"id": self.audio_id, "data": AUDIO_DATA, "expires_at": AUDIO_EXPIRES_AT, "transcript": self.reply.text}
 
     def deltas(self, tokens_per_delta: int) -> list[tuple[dict[str, Any], Any, str | None, int]]:
         """(delta, logprobs, finish_reason, output tokens) per chunk of this choice."""
         r = self.reply
         out: list[tuple[dict[str, Any], Any, str | None, int]] = []
-        if self.refusal:
+        if self.audio_id:  # one audio delta (OpenAI sends the id first, then data and transcript pieces)
+            out.append(({"role": "assistant", "content": None, "refusal": None, "audio": self.audio()}, None, None,
+                        max(1, r.output_tokens)))
+        elif self.refusal:
             out.append(({"role": "assistant", "content": None, "refusal": ""}, None, None, 0))
             out += [({"refusal": piece}, None, None, tokens_per_delta) for piece in split_deltas(self.refusal, tokens_per_delta)]
         elif r.tool_name:

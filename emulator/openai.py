@@ -54,7 +54,7 @@ def _validate(body: dict[str, Any]) -> wire.Problem | None:
             return (f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', "
                     "'function', 'tool', and 'developer'.", f"{p}.role", "invalid_value")
         c = m.get("content")
-        if c is None and not (role == "assistant" and (m.get("tool_calls") or "content" in m)):
+        if c is None and not (role == "assistant" and (m.get("tool_calls") or m.get("audio") or "content" in m)):
             return (f"Missing required parameter: '{p}.content'.", f"{p}.content",
                     "missing_required_parameter")
         if c is not None and not isinstance(c, (str, list)):
@@ -286,8 +286,10 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
                for i in range(body.get("n") or 1)]
     top = body.get("top_logprobs") or 0
     refusal = REFUSAL if schema is not None and not tool and "refuse to answer" in _last_user_text(body).lower() else None
+    spoken = isinstance(body.get("audio"), dict) and "audio" in (body.get("modalities") or ())
     choices = [Choice(i, r, emu.new_id("call_") if r.tool_name else "",
-                      chat_entries(r.text, top) if body.get("logprobs") else None, refusal)
+                      chat_entries(r.text, top) if body.get("logprobs") else None, refusal,
+                      emu.new_id("audio_") if spoken and not r.tool_name else "")
                for i, r in enumerate(replies)]
     cid = emu.new_id("chatcmpl-")
     created = int(time.time())

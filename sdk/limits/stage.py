@@ -51,6 +51,7 @@ from sdk.spend import (
     spend_record,
     worst_cost_usd,
 )
+from sdk.state.answer_ids import check_audio, may_answer_audio, recorded
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, SpendRecord, StateBackend, team_slot
 from sdk.state.ownership import check_account_objects, ownership_of
 from sdk.streams import on_end
@@ -148,7 +149,9 @@ class LimitsStage:
         # A file or account object the request names is read by the provider under the shared key:
         # the team's own files only, and the account objects its policy lists.
         check_account_objects(self.provider_objects, (ctx.request.body,))
-        await ownership_of(self.state).check_files(self.team, (ctx.request.body,), ctx.request.size)
+        owners = ownership_of(self.state)
+        await owners.check_files(self.team, (ctx.request.body,), ctx.request.size)
+        await check_audio(owners, self.team, [ctx.request.body])  # an earlier answer's audio, read by id
         if is_large(ctx.request.size):  # its PDFs' pages, for the hold and any estimate (a walk: off the loop)
             ctx.request.media = await off_loop(media_of, ctx.request)
         (history,) = await self.history_tokens([ctx.request])
@@ -156,6 +159,8 @@ class LimitsStage:
                                      requests=self.legs(ctx.request))
         try:
             answer = await call_next(ctx)
+            if may_answer_audio(ctx.request):  # its audio ids are the team's before the client has them
+                answer = await recorded(owners, self.team, answer)
         except asyncio.CancelledError:
             self._settle_cancelled(ctx, admission, history)
             raise

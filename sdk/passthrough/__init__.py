@@ -87,6 +87,7 @@ from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
 from sdk.sse import without_account_limits
 from sdk.state import in_background
+from sdk.state.answer_ids import check_audio
 from sdk.state.backend import Admission
 from sdk.state.ownership import KEEP_S, MISSING_FILE, Ownership, check_account_objects, ownership_of
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
@@ -249,6 +250,7 @@ class _Exchange:
             async for lines, size in parts:
                 bodies = [line for _, line in lines]
                 await self.owners.check_files(self.team.team, bodies, size)
+                await check_audio(self.owners, self.team.team, bodies)
                 check_account_objects(self.limits.provider_objects, bodies)
                 await self.check_conversations(bodies)
                 new = [model for model in dict.fromkeys(str(line.get("model") or "") for line in bodies) if model not in models]
