@@ -161,7 +161,21 @@ def _hosted_calls(emu: Emulator, body: dict[str, Any], seed: int) -> list[dict[s
                           "container_id": container if isinstance(container, str) else emu.new_id("cntr_"), "outputs": None})
         else:
             calls.append({"id": emu.new_id("ig_"), "type": typ, "status": "completed", "result": _PIXEL})
-    return calls
+    return calls + [_mcp_item(emu, body, tool) for tool in tools if tool.get("type") == "mcp"]
+
+
+def _mcp_item(emu: Emulator, body: dict[str, Any], tool: dict[str, Any]) -> dict[str, Any]:
+    """A remote MCP server's one tool (`echo`): an `mcp_approval_request` for it unless the tool says
+    `require_approval: "never"` or the input approves a request (`mcp_approval_response`), then the `mcp_call`."""
+    label = tool.get("server_label") or "mcp"
+    inputs = body["input"] if isinstance(body.get("input"), list) else []
+    approved = next((item.get("approval_request_id") for item in inputs if isinstance(item, dict)
+                     and item.get("type") == "mcp_approval_response" and item.get("approve") is True), None)
+    if approved is None and tool.get("require_approval", "always") != "never":
+        return {"id": emu.new_id("mcpr_"), "type": "mcp_approval_request", "server_label": label, "name": "echo",
+                "arguments": '{"text": "hello"}'}
+    return {"id": emu.new_id("mcp_"), "type": "mcp_call", "server_label": label, "name": "echo",
+            "arguments": '{"text": "hello"}', "output": "hello", "error": None, "approval_request_id": approved}
 
 
 def _usage(plan: CachePlan, out: int, reasoning: int) -> dict[str, Any]:
@@ -265,6 +279,9 @@ class _Response:
                 self._message_events(emit, i, item)
             elif typ in _HOSTED.values():
                 self._hosted_events(emit, i, item)
+            elif typ.startswith("mcp_"):  # an approval request or a call: whole, as added and done
+                emit("response.output_item.added", output_index=i, item=item)
+                emit("response.output_item.done", output_index=i, item=item)
             else:
                 emit("response.output_item.added", output_index=i,
                      item=dict(item, status="in_progress", arguments=""))

@@ -15,6 +15,8 @@ target each is the team's only if the team's store holds it, as an `item_referen
 otherwise); and on a translated turn too, whose items the team's store then holds (else another
 team's id entered it through such a turn, and went on to the provider from there). One carrying its
 encrypted content or its image is self-contained (`store: false`, zero data retention) and passes as sent.
+So is an MCP approval (`mcp_approval_response`): the `approval_request_id` it answers is read the same
+way, unless the request it answers travels in the same input.
 
 Resolved ids are then served where they can be: a native provider that holds the previous response
 itself gets `previous_response_id` as sent; any other target gets the stored conversation in its
@@ -167,10 +169,23 @@ _READ_BY_ID = {"reasoning": "encrypted_content", "image_generation_call": "resul
 
 
 def read_by_id(items: Any) -> list[str]:
-    """The ids of the input items a native provider reads from its own store by id (`_READ_BY_ID`)."""
+    """The ids of the input items a native provider reads from its own store by id (`_READ_BY_ID`), and
+    of the MCP approval requests the input's approvals answer without sending them (`_approved`)."""
+    if not isinstance(items, list):
+        return []
     return [item["id"] for item in items if isinstance(item, dict) and isinstance(kind := item.get("type"), str)
-            and kind in _READ_BY_ID and isinstance(item.get("id"), str) and not item.get(_READ_BY_ID[kind])] \
-        if isinstance(items, list) else []
+            and kind in _READ_BY_ID and isinstance(item.get("id"), str) and not item.get(_READ_BY_ID[kind])] + _approved(items)
+
+
+def _approved(items: list[Any]) -> list[str]:
+    """An `mcp_approval_response` lets the MCP call its `approval_request_id` names run: OpenAI reads that
+    `mcp_approval_request` (server, tool, arguments) from the responses stored on the account (its remote
+    MCP guide: the approval is sent with `previous_response_id`, the request left where it is), so another
+    team's id approved another team's call. One whose request travels in the same input (a `store: false`
+    conversation sends it back) is self-contained, as a reasoning item with its encrypted content is."""
+    sent = {item.get("id") for item in items if isinstance(item, dict) and item.get("type") == "mcp_approval_request"}
+    return [approval for item in items if isinstance(item, dict) and item.get("type") == "mcp_approval_response"
+            and isinstance(approval := item.get("approval_request_id"), str) and approval not in sent]
 
 
 def _holds(holder: str | None, record: StoredResponse) -> bool:

@@ -230,3 +230,33 @@ def test_another_teams_generated_image_cannot_be_named_by_id(proxy, fresh_emulat
     own = {**by_id, "id": "ig_theirs_own", "status": "completed", "result": image.result}
     assert use(theirs, own).object == "response"  # self-contained: the image travels with it
     assert fresh_emulator.stats()["requests_total"] == sent + 2
+
+
+def test_another_teams_mcp_call_cannot_be_approved_by_id(proxy, fresh_emulator):
+    """An `mcp_approval_response` lets the MCP call its `approval_request_id` names run, and OpenAI reads
+    that request (server, tool, arguments) from the responses stored on the account every team shares:
+    another team's id went upstream as sent, so a team could approve, and read the output of, another
+    team's pending MCP call. The id is held to the team's store as a reasoning item by id is; the
+    owner's approval, and one whose request travels in the same input (`store: false`), pass."""
+    mine, theirs = _client(proxy.url, KEY), _client(proxy.url, OTHER_KEY)
+    tool = {"type": "mcp", "server_label": "deploy", "server_url": "https://mcp.example.com/sse", "require_approval": "always"}
+    first = mine.responses.create(model="oai-4o", input="Deploy the release.", tools=[tool], max_output_tokens=30)
+    pending = next(item for item in first.output if item.type == "mcp_approval_request")
+    sent = fresh_emulator.stats()["requests_total"]
+
+    def approve(client: openai.OpenAI, request_id: str, model: str = "oai-4o", **extra: Any) -> Any:
+        approval = {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": True}
+        return client.responses.create(model=model, input=[*extra.pop("before", []), approval], tools=[tool],
+                                       max_output_tokens=30, **extra)
+
+    for model in ("oai-4o", "gpt-4o"):  # native, and a translated turn (whose items the team's store would hold)
+        assert _not_found(lambda rid, m=model: approve(theirs, rid, m), pending.id) == \
+            _not_found(lambda rid, m=model: approve(theirs, rid, m), "mcpr_0123456789abcdef")  # no oracle for ids
+    assert fresh_emulator.stats()["requests_total"] == sent  # nothing named the id upstream
+
+    done = approve(mine, pending.id, previous_response_id=first.id)  # the owner approves its own call
+    assert [item.type for item in done.output if item.type.startswith("mcp")] == ["mcp_call"]
+    carried = {"type": "mcp_approval_request", "id": "mcpr_theirs_own", "server_label": "deploy", "name": "echo",
+               "arguments": "{}"}
+    assert approve(theirs, "mcpr_theirs_own", before=[carried], store=False).object == "response"  # self-contained
+    assert fresh_emulator.stats()["requests_total"] == sent + 2
