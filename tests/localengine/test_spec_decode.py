@@ -74,11 +74,13 @@ def test_ngram_proposer_matches_vllm_example():
     assert propose_ngram([1, 2, 3], 2, 3, 4) == []
 
 
-def test_ngram_proposer_prefers_the_longest_then_the_earliest_match():
+def test_ngram_proposer_prefers_the_longest_then_the_latest_match():
     # "7 8 9" ends the context: the 3-gram at 4..6 wins over the earlier 2-gram "8 9" at 1..2.
     assert propose_ngram([8, 9, 1, 0, 7, 8, 9, 5, 6, 7, 8, 9], 2, 4, 2) == [5, 6]
-    # Two equally long matches: the earliest one's continuation.
-    assert propose_ngram([4, 5, 1, 4, 5, 2, 4, 5], 2, 4, 1) == [1]
+    # Two equally long matches: the latest one's continuation.
+    assert propose_ngram([4, 5, 1, 4, 5, 2, 4, 5], 2, 4, 1) == [2]
+    # A repeating context follows its latest turn: "1 2" was followed by 3, now by 4.
+    assert propose_ngram([1, 2, 3, 1, 2, 4, 1, 2], 2, 2, 2) == [4, 1]
     # A match may start at the first token; the suffix itself is never its own match.
     assert propose_ngram([3, 4, 3, 4], 2, 2, 3) == [3, 4]
     assert propose_ngram([3, 3, 3], 2, 4, 3) == [3]
@@ -89,11 +91,11 @@ def test_ngram_proposer_prefers_the_longest_then_the_earliest_match():
 
 def _lookup_by_scanning(token_ids: list[int], min_n: int, max_n: int, k: int) -> list[int]:
     """The definition, written as plainly as possible: the longest suffix n-gram that occurs earlier
-    (followed by at least one token), its earliest occurrence's continuation."""
+    (followed by at least one token), its latest occurrence's continuation."""
     n_tokens = len(token_ids)
     for n in range(min(max_n, n_tokens - 1), min_n - 1, -1):
         suffix = token_ids[n_tokens - n :]
-        for start in range(n_tokens - n):
+        for start in reversed(range(n_tokens - n)):
             if token_ids[start : start + n] == suffix:
                 return token_ids[start + n : start + n + k]
     return []
@@ -151,7 +153,9 @@ def test_greedy_output_unchanged_in_batch(base_llm, reference, spec):
     short = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     again = llm.generate(longer, short)
     assert [o.outputs[0].token_ids for o in again] == [o.outputs[0].token_ids for o in base_llm.generate(longer, short)]
-    assert all(o.num_cached_tokens >= 48 for o in again)
+    # At least the two blocks every request filled while speculating (each prompt is under one
+    # block); a third needs the K/V of token 47, which a last step that accepted past it never computes.
+    assert all(o.num_cached_tokens >= 32 for o in again)
 
 
 @pytest.mark.parametrize("spec", [DRAFT, MLP], ids=["draft_model", "mlp_speculator"])
