@@ -258,8 +258,8 @@ def test_pdf_documents_cross_protocols_both_ways(oa, an, fresh_emulator):
     chunks = [{"type": "text", "text": "Section 4: pressure."}, {"type": "text", "text": "Section 5: flow."}]
     an.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": [
         {"type": "document", "source": {"type": "content", "content": chunks}, "title": "Pump manual"}, question]}])
-    assert sent(fresh_emulator)["messages"][0]["content"] == [{"type": "text", "text": "Section 4: pressure.\n\nSection 5: flow."},
-                                                              question]
+    assert sent(fresh_emulator)["messages"][0]["content"] == [  # under its title, which Claude is given too
+        {"type": "text", "text": "Pump manual\n\nSection 4: pressure.\n\nSection 5: flow."}, question]
 
 
 def test_a_tool_choice_without_tools_is_not_sent_to_an_openai_target(an, fresh_emulator):

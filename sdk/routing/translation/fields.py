@@ -191,8 +191,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "follow in the user message: tool messages hold text; its `tool_reference` blocks, a client-side tool "
                                  "search's answer such as Claude Code's ToolSearch, as `Tool loaded: NAME`, the tools being "
                                  "sent from the start whatever their `defer_loading`), images, PDF documents → file "
-                                 "parts, text and custom-content (text blocks) documents and search results (without citations, which Chat "
-                                 "cannot give) → text; thinking and "
+                                 "parts (a `context` before them as text), text and custom-content (text blocks) documents (under their "
+                                 "`title` and `context`) and search results (without citations, which Chat cannot give) → text; thinking and "
                                  "redacted_thinking blocks of earlier turns left out, and `fallback` blocks (where a "
                                  "server-side fallback handed over, which Anthropic does not render into the prompt); a "
                                  "final assistant turn, a prefill that Claude continues and a Chat model would answer after, refused)"),

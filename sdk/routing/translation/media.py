@@ -72,23 +72,34 @@ def o2a_document(file: dict[str, Any], where: str) -> dict[str, Any]:
     return {"type": "document", "source": {"type": "base64", "media_type": inline[0], "data": inline[1]}}
 
 
-def a2o_document(block: dict[str, Any], where: str) -> dict[str, Any]:
-    """A Claude document block as a Chat part: a PDF as a `file` part (named by its title), plain text
+def a2o_document(block: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A Claude document block as Chat parts: a PDF as a `file` part (named by its title), plain text
     as text, and a custom-content document (`source.type: content`, the client's own chunks) as its
-    text blocks' text, one after another."""
+    text blocks' text, one after another. Its `title` and `context` are given to Claude with the document
+    (Anthropic's citations guide, platform.claude.com/docs/en/build-with-claude/citations; the Vercel AI SDK's
+    anthropic provider sends a file's name as the title): they lead a text document's text, as a search
+    result's title leads its own, and a PDF's context is a text part before the file (its title, the file's name)."""
     source = block.get("source") or {}
     if (block.get("citations") or {}).get("enabled"):
         raise refuse(f"{where}: a document with citations", "OpenAI")
+    context = block.get("context") if isinstance(block.get("context"), str) and block["context"] else None
     if source.get("type") == "text":
-        return {"type": "text", "text": source["data"]}
+        return [_headed(block, context, source["data"])]
     if source.get("type") == "content":
         chunks = source.get("content")
         if isinstance(chunks, str):
-            return {"type": "text", "text": chunks}
+            return [_headed(block, context, chunks)]
         if isinstance(chunks, list) and all(isinstance(c, dict) and c.get("type") == "text" for c in chunks):
-            return {"type": "text", "text": "\n\n".join(str(c.get("text", "")) for c in chunks)}
+            return [_headed(block, context, "\n\n".join(str(c.get("text", "")) for c in chunks))]
         raise refuse(f"{where}: a custom-content document with blocks other than text", "OpenAI")
     if source.get("type") == "base64" and source.get("media_type") == "application/pdf":
-        return {"type": "file", "file": {"filename": block.get("title") or "document.pdf",
+        file = {"type": "file", "file": {"filename": block.get("title") or "document.pdf",
                                          "file_data": f"data:application/pdf;base64,{source['data']}"}}
+        return [{"type": "text", "text": context}, file] if context else [file]
     raise refuse(f"{where}: a document from a {source.get('type')!r} source", "OpenAI")
+
+
+def _headed(block: dict[str, Any], context: str | None, text: Any) -> dict[str, Any]:
+    """A text document's text as a text part, under its title and context where it has them."""
+    header = "\n".join(value for value in (block.get("title"), context) if isinstance(value, str) and value)
+    return {"type": "text", "text": f"{header}\n\n{text}" if header else text}

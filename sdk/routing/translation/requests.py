@@ -227,8 +227,8 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(content or ()):
         if block.get("type") != "tool_result":
-            part = _a2o_part(block, f"{where}.content.{j}")
-            parts.append(marked_part(part, block) if explicit else part)
+            made = _a2o_parts(block, f"{where}.content.{j}")  # the block's end, where its marker goes, is its last part's
+            parts += [*made[:-1], marked_part(made[-1], block) if explicit else made[-1]]
             continue
         result = block.get("content") or ""
         texts = [result] if isinstance(result, str) else []
@@ -238,11 +238,11 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
                 # tool here; an OpenAI model has every tool from the start (defer_loading is not sent), so it is told which.
                 texts.append(f"Tool loaded: {openai_tool_name(inner.get('tool_name'))}")
                 continue
-            part = _a2o_part(inner, f"{where}.content.{j}.content.{k}")
-            if part["type"] == "text":
-                texts.append(part["text"])
-            else:
-                attached.append(marked_part(part, inner) if explicit else part)
+            for part in _a2o_parts(inner, f"{where}.content.{j}.content.{k}"):
+                if part["type"] == "text":
+                    texts.append(part["text"])
+                else:
+                    attached.append(marked_part(part, inner) if explicit else part)
         text = "\n\n".join(texts)
         if block.get("is_error"):
             text = f"Error: {text}"  # OpenAI has no error flag on tool results
@@ -255,15 +255,20 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
     return tool_messages
 
 
+def _a2o_parts(block: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A user turn's text, image or document block as Chat content parts (a document's may be two: media.py)."""
+    kind = block.get("type")
+    if kind == "document":
+        return a2o_document(block, where)
+    return [_a2o_part(block, where)]
+
+
 def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
-    """A user turn's text, image or document block as a Chat content part."""
     kind = block.get("type")
     if kind == "text":
         return {"type": "text", "text": _text(block, where)}
     if kind == "image":
         return {"type": "image_url", "image_url": {"url": image_url(block.get("source") or {}, where)}}
-    if kind == "document":
-        return a2o_document(block, where)
     if kind == "search_result":  # a RAG tool's or the client's source: its text, under its title and source
         if (block.get("citations") or {}).get("enabled"):
             raise refuse(f"{where}: a search result with citations", "OpenAI")

@@ -1,0 +1,59 @@
+"""What real clients send across protocols reaches the other side whole (a third audit of the translation).
+
+Each test is a request shaped as an official client or a common framework sends it, through the proxy (team key
+"sk-routing") with the official client, the emulator as the upstream of the other protocol; each failed on the code
+before its fix, where part of the request was left out without a word or refused.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.routing.conftest import routed_proxy, sent
+
+ROUTES = """  - match: {model: "claude-56-*"}
+    targets: [{provider: gpt, model: gpt-5.6}]
+  - match: {model: "claude-*"}
+    targets: [{provider: gpt, model: gpt-4o}]
+  - match: {model: "gpt-*"}
+    targets: [{provider: claude, model: claude-sonnet-4-5}]"""
+EPHEMERAL = {"type": "ephemeral"}
+PDF = base64.b64encode(b"%PDF-1.4\n%%EOF\n").decode()
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, emulator) -> Iterator[str]:
+    yield from routed_proxy(tmp_path_factory.mktemp("fidelity"), emulator.url, ROUTES)
+
+
+def _user_parts(emulator) -> list[dict[str, Any]]:
+    """The content parts of the last user message the upstream was sent."""
+    return [m for m in sent(emulator)["messages"] if m["role"] == "user"][-1]["content"]
+
+
+def test_a_documents_title_and_context_reach_an_openai_model(an, fresh_emulator):
+    """The Vercel AI SDK's anthropic provider sends a file as a document titled by its name, with the provider options'
+    `context`; Claude is given both with the document. An OpenAI model is given them too: they lead a text document's
+    text, and a PDF's context is a text part before the file (named by its title), where both were left out silently.
+    For a model that takes explicit breakpoints, the PDF's marker is on the file, where the block ends."""
+    notes = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Ship on Friday."},
+             "title": "notes.txt", "context": "Minutes of the planning meeting."}
+    report = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF},
+              "title": "report.pdf", "context": "The quarterly report."}
+    question = {"type": "text", "text": "When do we ship?"}
+    an.messages.create(model="claude-x", max_tokens=32, messages=[{"role": "user", "content": [notes, report, question]}])
+    assert _user_parts(fresh_emulator) == [
+        {"type": "text", "text": "notes.txt\nMinutes of the planning meeting.\n\nShip on Friday."},
+        {"type": "text", "text": "The quarterly report."},
+        {"type": "file", "file": {"filename": "report.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}},
+        question]
+
+    an.messages.create(model="claude-56-x", max_tokens=32, messages=[{"role": "user", "content": [
+        {**report, "cache_control": EPHEMERAL}, question]}])
+    parts = _user_parts(fresh_emulator)
+    assert parts[0] == {"type": "text", "text": "The quarterly report."}
+    assert parts[1]["type"] == "file" and parts[1]["prompt_cache_breakpoint"] == {"mode": "explicit"}
