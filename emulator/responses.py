@@ -161,7 +161,23 @@ def _hosted_calls(emu: Emulator, body: dict[str, Any], seed: int) -> list[dict[s
                           "container_id": container if isinstance(container, str) else emu.new_id("cntr_"), "outputs": None})
         else:
             calls.append({"id": emu.new_id("ig_"), "type": typ, "status": "completed", "result": _PIXEL})
-    return calls + [_mcp_item(emu, body, tool) for tool in tools if tool.get("type") == "mcp"]
+    calls += [_mcp_item(emu, body, tool) for tool in tools if tool.get("type") == "mcp"]
+    return calls + [item for tool in tools if tool.get("type") == "shell" for item in _shell_items(emu, tool)]
+
+
+def _shell_items(emu: Emulator, tool: dict[str, Any]) -> list[dict[str, Any]]:
+    """A hosted shell (`environment` `container_auto`: a new container, or `container_reference`) runs one
+    command, a `shell_call` naming its container and its `shell_call_output`; a local shell's calls are the client's."""
+    environment: dict[str, Any] = tool["environment"] if isinstance(tool.get("environment"), dict) else {}
+    if environment.get("type") not in ("container_auto", "container_reference"):
+        return []
+    container = environment.get("container_id") or emu.new_id("cntr_")
+    call_id = emu.new_id("call_")
+    return [{"id": emu.new_id("sh_"), "type": "shell_call", "call_id": call_id, "status": "completed",
+             "action": {"commands": ["echo 42"], "timeout_ms": None, "max_output_length": None},
+             "environment": {"type": "container_reference", "container_id": container}},
+            {"id": emu.new_id("sho_"), "type": "shell_call_output", "call_id": call_id, "status": "completed",
+             "output": [{"stdout": "42\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}], "max_output_length": None}]
 
 
 def _mcp_item(emu: Emulator, body: dict[str, Any], tool: dict[str, Any]) -> dict[str, Any]:
@@ -279,7 +295,7 @@ class _Response:
                 self._message_events(emit, i, item)
             elif typ in _HOSTED.values():
                 self._hosted_events(emit, i, item)
-            elif typ.startswith("mcp_"):  # an approval request or a call: whole, as added and done
+            elif typ.startswith(("mcp_", "shell_")):  # an MCP approval request or call, a hosted shell's: whole
                 emit("response.output_item.added", output_index=i, item=item)
                 emit("response.output_item.done", output_index=i, item=item)
             else:

@@ -32,6 +32,7 @@ from sdk.pdf_pages import is_pdf, pdf_pages
 from sdk.promptcache.tokens import IMAGE_TOKENS, load_encoding
 from sdk.sse import event_data, events_of
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
+from sdk.usage import container_of
 
 ANTHROPIC_FACTOR = 1.2
 EXACT_CHARS = 64 * 1024  # tokenized exactly (a few ms at most); beyond, counted by length
@@ -237,7 +238,7 @@ def tool_call_limits(request: LLMRequest) -> Usage:
     """The most calls of each hosted tool billed per call the provider may run for the request: web
     searches (`search_limit`), and on the Responses API file searches and images where it offers the
     `file_search` or `image_generation` tool, each up to its `max_tool_calls`, else DEFAULT_SEARCHES,
-    and a container per `code_interpreter` tool."""
+    and a container per `code_interpreter` tool and hosted `shell` tool."""
     calls = Usage(web_searches=search_limit(request))
     body = request.body
     tools = body.get("tools")
@@ -247,9 +248,17 @@ def tool_call_limits(request: LLMRequest) -> Usage:
         limit = limit if isinstance(limit, int) and limit >= 0 else DEFAULT_SEARCHES
         calls.file_searches = limit if "file_search" in offered else 0
         calls.images = limit if "image_generation" in offered else 0
-        # each code interpreter tool runs in one container (a new one for `auto`), whatever its calls
-        calls.containers = sum(1 for t in tools if isinstance(t, dict) and t.get("type") == "code_interpreter")
+        # each code interpreter tool runs in one container (a new one for `auto`), whatever its calls, and so
+        # does a hosted shell (`container_auto` makes one for the request, as OpenAI bills it; a local one runs nowhere)
+        calls.containers = sum(1 for t in tools if isinstance(t, dict) and (t.get("type") == "code_interpreter" or _hosted_shell(t)))
     return calls
+
+
+def _hosted_shell(tool: dict[str, Any]) -> bool:
+    """The shell tool run in a container on the provider (`container_auto`, `container_reference`), not the client's."""
+    environment = tool.get("environment")
+    return tool.get("type") == "shell" and isinstance(environment, dict) and \
+        environment.get("type") in ("container_auto", "container_reference")
 
 
 # Events that carry generated text, by the start of their bytes.
@@ -314,8 +323,8 @@ class StreamTally:
                 field = _RESPONSES_CALLS.get(kind) if isinstance(kind, str) else None
                 if field is not None:
                     setattr(self.calls, field, getattr(self.calls, field) + 1)
-                elif kind == "code_interpreter_call":  # billed per container, however many calls ran in it
-                    self._containers.add(str(item.get("container_id")))
+                elif (container := container_of(item)) is not None:  # billed per container, however many calls ran in it
+                    self._containers.add(container)
                     self.calls.containers = len(self._containers)
         elif self.endpoint.protocol is Protocol.ANTHROPIC:
             if event.startswith(_ANTHROPIC_DELTA):

@@ -84,11 +84,27 @@ def _tier(answer: dict[str, Any]) -> str:
     return tier if isinstance(tier, str) else ""
 
 
+def container_of(item: Any) -> str | None:
+    """The container a Responses output item ran in, which OpenAI bills per session however many calls
+    ran there: a code interpreter call's `container_id`, a hosted shell call's `environment.container_id`
+    (the container `container_auto` made for the request, or the one it referenced); None for any other
+    item, a local shell's call included."""
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")
+    if kind == "code_interpreter_call":
+        return str(item.get("container_id"))
+    environment = item.get("environment")
+    if kind == "shell_call" and isinstance(environment, dict) and environment.get("container_id") is not None:
+        return str(environment["container_id"])
+    return None
+
+
 def responses_usage(response: Any) -> Usage:
     """A Responses API response's usage, with the hosted tool calls its output items record, which
     the provider bills per call and its usage object does not count: each `web_search_call` a search,
     each `file_search_call` a file search, each `image_generation_call` an image, each container its
-    `code_interpreter_call` items ran in a container (a session)."""
+    `code_interpreter_call` and hosted `shell_call` items ran in a container (a session)."""
     if not isinstance(response, dict):
         return Usage()
     usage = _input_inclusive(response.get("usage"), "input_tokens", "input_tokens_details", "output_tokens")
@@ -98,8 +114,7 @@ def responses_usage(response: Any) -> Usage:
         usage.web_searches = kinds.count("web_search_call")
         usage.file_searches = kinds.count("file_search_call")
         usage.images = kinds.count("image_generation_call")
-        usage.containers = len({item.get("container_id") for item in output
-                                if isinstance(item, dict) and item.get("type") == "code_interpreter_call"})
+        usage.containers = len({container for item in output if (container := container_of(item)) is not None})
     usage.service_tier = _tier(response)
     return usage
 

@@ -217,7 +217,7 @@ class LimitsStage:
         and the hosted tool calls it allows in full) on the dearest hosted target of its route. Raises a 403
         naming the `pricing:` entry to add when a target's model has no price (or no fast-mode price,
         for a fast request; no image price, for one offering the image tool; no container price, for one
-        offering the code interpreter): a budget cannot hold
+        offering the code interpreter or a hosted shell): a budget cannot hold
         against spend nobody can count. 0 for a team without a budget."""
         if self.budget is None or request.endpoint in _FREE:
             return 0.0
@@ -239,7 +239,8 @@ class LimitsStage:
                                   f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
                                   "`image_generation: USD_PER_IMAGE` to the model's pricing: entry (docs/spend.md)", status=403)
         if calls.containers and any(price.code_interpreter is None for price in prices):
-            raise SlipstreamError(f"pricing: team {self.team} has a budget and the code interpreter tool has no price for model "
+            raise SlipstreamError(f"pricing: team {self.team} has a budget and containers (the code interpreter's, the hosted "
+                                  f"shell's) have no price for model "
                                   f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
                                   "`code_interpreter: USD_PER_CONTAINER` to the model's pricing: entry (docs/spend.md)", status=403)
         legs = self.legs(request)  # each of them the request's worst cost (Claude bills each its prompt and tool calls)
