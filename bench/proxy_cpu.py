@@ -18,8 +18,15 @@ charged to whichever function allocated last) and the top functions by cumulativ
 printed per request with their calls per request: calls per request do not move with the load, the
 steadiest signal for bisecting. Profiles stay under `--out`.
 
+`--endpoint` picks what is sent (bench/endpoint_overhead.py's bodies): `chat` (the default), `responses`
+(the Responses API native to the emulator's OpenAI side, recorded in the proxy's response store) or
+`responses-translated` (the Responses API translated to the emulator's Anthropic side); the policy
+then has a `claude-*` route to the emulator's Messages API besides the OpenAI one. `--latency` and
+`--include-usage` are chat's only.
+
     .venv/bin/python bench/proxy_cpu.py --tree /tmp/wt-b1ad7fc --tree . [--requests 1500] [--rounds 4]
-        [--mode json|stream|both] [--include-usage] [--profile --out /tmp/prof] [--latency ROUNDS]
+        [--mode json|stream|both] [--endpoint chat|responses|responses-translated] [--include-usage]
+        [--profile --out /tmp/prof] [--latency ROUNDS]
     .venv/bin/python bench/proxy_cpu.py --ref b1ad7fc --tree .    # a commit, checked out for the run
 
 Run from the main checkout with its venv; `git worktree add /tmp/wt-SHA SHA` gives a tree to compare,
@@ -52,6 +59,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `bench.proxy_overhead` when run as a script
 
+from bench.endpoint_overhead import ENDPOINTS  # noqa: E402
 from bench.proxy_overhead import (  # noqa: E402  (after the path insert above)
     BODY,
     KEY,
@@ -122,6 +130,7 @@ class Proxy:
     added_p50_ms: dict[str, list[float]] = field(default_factory=dict)  # --latency: p50 at concurrency 1 less direct's
     rps: dict[str, list[float]] = field(default_factory=dict)  # --latency: requests a second at concurrency 64
     failed: int = 0  # requests answered other than 200 or not at all
+    endpoint: str = "chat"  # what is sent (--endpoint)
 
 
 def label_of(tree: Path) -> str:
@@ -171,8 +180,23 @@ async def window(proxy: Proxy, tag: str, profile: bool = False) -> AsyncIterator
         await asyncio.sleep(0.05)
 
 
-def request_body(stream: bool, include_usage: bool = False) -> bytes:
-    return json.dumps({**BODY, "stream": stream, **({"stream_options": {"include_usage": True}} if stream and include_usage else {})}).encode()
+def request_body(stream: bool, include_usage: bool = False, endpoint: str = "chat") -> bytes:
+    body = BODY if endpoint == "chat" else ENDPOINTS[endpoint][2]
+    return json.dumps({**body, "stream": stream, **({"stream_options": {"include_usage": True}} if stream and include_usage else {})}).encode()
+
+
+def endpoint_policy(workdir: Path, emu_port: int, endpoint: str) -> Path:
+    """proxy_overhead's policy; for a Responses endpoint with `claude-*` to the emulator's Messages API too."""
+    policy = write_policy(workdir, emu_port)
+    if endpoint != "chat":
+        policy.write_text(
+            f"team: bench\napi_keys: [{{value: {KEY}}}]\n"
+            f"providers:\n  gpt: {{kind: openai, base_url: 'http://127.0.0.1:{emu_port}/v1', api_key: up}}\n"
+            f"  claude: {{kind: anthropic, base_url: 'http://127.0.0.1:{emu_port}', api_key: up}}\n"
+            "routes:\n  - match: {model: 'claude-*'}\n    targets: [{provider: claude}]\n"
+            "  - match: {model: '*'}\n    targets: [{provider: gpt}]\nretry: {max_attempts: 1}\n"
+        )
+    return policy
 
 
 async def answered(proxy: Proxy, session: aiohttp.ClientSession, body: bytes, stream: bool) -> bool:
@@ -190,7 +214,7 @@ async def answered(proxy: Proxy, session: aiohttp.ClientSession, body: bytes, st
 
 async def load(proxy: Proxy, session: aiohttp.ClientSession, n: int, concurrency: int, stream: bool, include_usage: bool) -> int:
     """Send `n` requests at `concurrency` over the session's kept-alive connections; how many were sent."""
-    body = request_body(stream, include_usage)
+    body = request_body(stream, include_usage, proxy.endpoint)
     left = n
 
     async def worker() -> None:
@@ -329,6 +353,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="after the rounds, one more per mode under cProfile; print the top functions")
     parser.add_argument("--out", type=Path, help="directory for the proxies' window files and profiles (default: a temporary one)")
     parser.add_argument("--top", type=int, default=40, help="with --profile: functions printed per profile")
+    parser.add_argument("--endpoint", choices=["chat", "responses", "responses-translated"], default="chat",
+                        help="what is sent: chat completions, or the Responses API native or translated to Messages")
     parser.add_argument("--include-usage", action="store_true", help="streamed requests ask for usage (no estimate needed at the end)")
     parser.add_argument("--json", dest="json_out", type=Path, help="also write the results here as JSON")
     parser.add_argument("--latency", type=int, default=0, metavar="ROUNDS",
@@ -336,6 +362,8 @@ def main() -> None:
     parser.add_argument("--latency-requests", type=int, default=200, help="with --latency: requests for each p50")
     parser.add_argument("--seconds", type=float, default=3.0, help="with --latency: seconds for each req/s")
     args = parser.parse_args()
+    if args.endpoint != "chat" and (args.latency or args.include_usage):
+        parser.error("--latency and --include-usage measure chat only")
     uvloop.install()
     modes = [False, True] if args.mode == "both" else [args.mode == "stream"]
     procs: list[subprocess.Popen] = []
@@ -350,7 +378,7 @@ def main() -> None:
         emu_port = free_port()
         procs.append(emulator_process(emu_port, 5.0))
         wait_ready(f"http://127.0.0.1:{emu_port}/_emulator/stats")
-        policy = write_policy(workdir, emu_port)
+        policy = endpoint_policy(workdir, emu_port, args.endpoint)
         proxies: list[Proxy] = []
         for index, tree in enumerate(trees):
             label = f"{index}-{label_of(tree)}"
@@ -360,8 +388,9 @@ def main() -> None:
                 print(f"skipped: {exc}", file=sys.stderr)
                 continue
             procs.append(proc)
-            proxies.append(Proxy(label, tree, proc, Target(label, f"http://127.0.0.1:{port}/v1/chat/completions", KEY), workdir / label))
-        print(f"commit {label_of(ROOT)}, {os.cpu_count()} cores; {args.requests} requests per round at concurrency {args.concurrency}")
+            path = ENDPOINTS[args.endpoint][0]
+            proxies.append(Proxy(label, tree, proc, Target(label, f"http://127.0.0.1:{port}{path}", KEY), workdir / label, endpoint=args.endpoint))
+        print(f"commit {label_of(ROOT)}, {os.cpu_count()} cores; {args.requests} {args.endpoint} requests per round at concurrency {args.concurrency}")
         asyncio.run(rounds(args, proxies, modes))
         if args.latency:
             direct = Target("direct", f"http://127.0.0.1:{emu_port}/v1/chat/completions", "up")
