@@ -269,9 +269,7 @@ class LimitsStage:
             for limit, what in ((scope.limits.requests_per_minute, "requests per minute"),
                                 (scope.limits.max_concurrent, "requests in flight")):
                 if limit and requests > limit:
-                    raise RateLimitedError(f"rate limit: request too large: it makes {requests} upstream requests (one per "
-                                           f"choice on a Claude target), more than {scope.name}'s limit of {int(limit)} {what}; "
-                                           "ask for fewer choices (n)")
+                    raise _too_large(requests, f"{scope.name}'s limit of {int(limit)} {what}")
         return (tuple(replace(rate, cost=rate.cost * requests) for rate in rates),
                 tuple(replace(cap, weight=requests) for cap in caps))
 
@@ -465,6 +463,9 @@ class LimitsStage:
                             f"of ${budget.usd:.2f} (counting what requests in flight may still cost)", period.keep_s - 86_400)
         if refusal.kind == "cap":
             scope = [s for s in scopes if s.cap is not None][refusal.index]
+            if refusal.too_large:  # above this replica's share of the cap while the shared store is away
+                return _too_large(requests, f"the {int(refusal.value)} of {scope.name}'s limit of {scope.limits.max_concurrent} "
+                                            "requests in flight this replica may admit while the shared state store is unreachable")
             more = f" and this request makes {requests} (one per choice on a Claude target)" if requests > 1 else ""
             return _limited(f"rate limit: {scope.name} has {int(refusal.value)} requests in flight{more}, its limit of "
                             f"{scope.limits.max_concurrent}", refusal.wait_s)
@@ -482,6 +483,12 @@ def _read(request: LLMRequest, history: int) -> Usage:
 def _fast(request: LLMRequest) -> bool:
     """Whether the request asks for Anthropic's fast mode, which bills it at the price's `fast` rate."""
     return request.body.get("speed") == "fast"
+
+
+def _too_large(requests: int, limit: str) -> RateLimitedError:
+    """A 429 that says no wait makes the request fit (no retry-after), as OpenAI's "Request too large" does."""
+    return RateLimitedError(f"rate limit: request too large: it makes {requests} upstream requests (one per choice on a "
+                            f"Claude target), more than {limit}; ask for fewer choices (n)")
 
 
 def _limited(message: str, wait_s: float) -> RateLimitedError:

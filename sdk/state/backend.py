@@ -80,6 +80,9 @@ class Refusal:
     index: int  # into the admission's rates or caps
     wait_s: float  # until a rate bucket has room again
     value: float  # leases held (cap) or USD spent and held by requests in flight (budget)
+    # The request never fits what may be admitted now (a replica's share of a limit while the shared
+    # store is down): `value` is that share, and no wait helps
+    too_large: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,7 +75,11 @@ class GuardedState:
             if shared is None and admission.holds:
                 self._where[admission.lease] = self.shared
             return shared
-        refusal = await self.local.admit(self._local_share(admission))
+        share = self._local_share(admission)
+        too_large = _beyond(share)
+        if too_large is not None:
+            return too_large
+        refusal = await self.local.admit(share)
         if refusal is None and admission.holds:
             self._where[admission.lease] = self.local
         return refusal
@@ -258,6 +262,14 @@ class GuardedState:
             caps=tuple(replace(c, limit=max(1, math.ceil(c.limit / n))) for c in admission.caps),
             budget=budget,
         )
+
+
+def _beyond(share: Admission) -> Refusal | None:
+    """A lease weighted above this replica's share of a cap (Chat's n choices on Claude, each a slot)
+    never fits while Redis is away: refused as too large at once, as the limits stage refuses one above
+    the cap itself, where the local state answered "retry in 1 s" for as long as Redis stayed away."""
+    return next((Refusal("cap", i, 0.0, cap.limit, too_large=True) for i, cap in enumerate(share.caps)
+                 if cap.weight > cap.limit), None)
 
 
 class Down(enum.Enum):

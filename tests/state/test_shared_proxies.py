@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anthropic
 import httpx
+import openai
 import pytest
 
 from gateway.testing import RunningServer, running_proxy
@@ -190,3 +191,31 @@ def test_the_drop_in_sdk_and_a_proxy_share_one_limit(tmp_path, fresh_emulator, r
         ask(proxy, "sk-t")
         with pytest.raises(anthropic.RateLimitError):
             app.messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_a_lease_above_a_replicas_share_is_too_large_while_redis_is_away(tmp_path, fresh_emulator, own_redis, own_redis_url):
+    """Chat's n choices on Claude are n upstream requests, n slots of `max_concurrent`: more than the cap
+    is refused at once as too large (no retry-after). While Redis is away each of two replicas admits its
+    share, 2 of the team's 4, and a lease of 3 was answered "retry in 1s" (saying 0 of 4 were in flight),
+    which no wait made fit for as long as Redis stayed away; it is too large there now, as it is above the cap."""
+    write_policy(tmp_path, "choices", "sk-choices", fresh_emulator.url, extra="limits: {max_concurrent: 4}\nretry: {max_attempts: 1}\n")
+    with two_proxies(tmp_path, own_redis_url) as proxies:
+        client = openai.OpenAI(base_url=f"{proxies[0].url}/v1", api_key="sk-choices", max_retries=0)
+
+        def choices(n: int) -> int:
+            asked = client.chat.completions.create(model="claude-sonnet-4-5", messages=[{"role": "user", "content": "hi"}],
+                                                   max_completion_tokens=5, n=n)
+            return len(asked.choices)
+
+        wait_until(lambda: _state(proxies[0]).shared.replicas == 2, "both replicas checked in")
+        assert choices(3) == 3  # within the team's cap while Redis counts every replica's leases
+        own_redis.stop()
+        assert choices(1) == 1  # served from local state
+        assert _state(proxies[0]).up is False
+        with pytest.raises(openai.RateLimitError) as refused:
+            choices(3)
+        assert "request too large" in refused.value.message and "2 of team choices's limit of 4" in refused.value.message
+        assert "retry-after" not in refused.value.response.headers  # no wait makes it fit
+        assert choices(2) == 2  # the replica's share
+        with pytest.raises(openai.RateLimitError, match="request too large"):
+            choices(5)  # above the cap itself: the same answer
