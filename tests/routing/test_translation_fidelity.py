@@ -11,6 +11,7 @@ import base64
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import pytest
 
 from tests.routing.conftest import routed_proxy, sent
@@ -57,3 +58,19 @@ def test_a_documents_title_and_context_reach_an_openai_model(an, fresh_emulator)
     parts = _user_parts(fresh_emulator)
     assert parts[0] == {"type": "text", "text": "The quarterly report."}
     assert parts[1]["type"] == "file" and parts[1]["prompt_cache_breakpoint"] == {"mode": "explicit"}
+
+
+def test_an_image_that_must_not_be_scaled_down_is_refused_for_an_openai_model(an, fresh_emulator):
+    """anthropic 2.x's `transformations: {oversized_image: "error"}` asks for a 400 rather than an image scaled down
+    without a word, which is what an OpenAI model does with a large one: refused, naming it, where it was dropped and the
+    request sent. `downsize`, Claude's default and OpenAI's way, reaches the upstream."""
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/plan.png"}}
+    question = {"type": "text", "text": "What does the plan show?"}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        an.messages.create(model="claude-x", max_tokens=32, messages=[{"role": "user", "content": [
+            {**image, "transformations": {"oversized_image": "error"}}, question]}])
+    assert refused.value.body["error"]["message"].startswith("messages.0.content.0.transformations.oversized_image: 'error'")
+    assert not fresh_emulator.state.recent
+    an.messages.create(model="claude-x", max_tokens=32, messages=[{"role": "user", "content": [
+        {**image, "transformations": {"oversized_image": "downsize"}}, question]}])
+    assert _user_parts(fresh_emulator) == [{"type": "image_url", "image_url": {"url": "https://example.com/plan.png"}}, question]

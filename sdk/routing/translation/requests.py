@@ -268,6 +268,7 @@ def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
     if kind == "text":
         return {"type": "text", "text": _text(block, where)}
     if kind == "image":
+        _oversized(block.get("transformations"), where)
         return {"type": "image_url", "image_url": {"url": image_url(block.get("source") or {}, where)}}
     if kind == "search_result":  # a RAG tool's or the client's source: its text, under its title and source
         if (block.get("citations") or {}).get("enabled"):
@@ -275,6 +276,15 @@ def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
         body = "\n\n".join(_text(inner, where) for inner in block.get("content") or ())
         return {"type": "text", "text": f"{block.get('title')}\nSource: {block.get('source')}\n\n{body}"}
     raise refuse(f"{where}: a {kind!r} block", "OpenAI")
+
+
+def _oversized(transformations: Any, where: str) -> None:
+    """anthropic 2.x's image `transformations.oversized_image: "error"` asks that an image past the model's largest size be
+    a 400 naming its dimensions, never scaled down without a word; an OpenAI model scales a large image down to what it
+    reads (OpenAI's images and vision guide, developers.openai.com/docs/guides/vision), as `downsize`, the default,
+    does: that one travels, and `error` is refused, naming it, rather than dropped."""
+    if isinstance(transformations, dict) and transformations.get("oversized_image") == "error":
+        raise refuse(f"{where}.transformations.oversized_image: 'error' (an OpenAI model scales a large image down to fit)", "OpenAI")
 
 
 # --- OpenAI → Anthropic -----------------------------------------------------------------------------
