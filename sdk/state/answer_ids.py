@@ -79,15 +79,18 @@ async def recorded(ownership: Ownership, team: str, answer: Answer) -> Answer:
 
 
 async def _recorded_events(ownership: Ownership, team: str, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    recorded: set[str] = set()  # a choice's audio deltas may each repeat its id: one write per id
     try:
         async for item in events:
-            if _MARK in item:  # an audio delta: its first carries the id
+            if _MARK in item:  # an audio delta
                 for event in events_of(item):
                     try:
-                        ids = answered_audio(orjson.loads(event_data(event)))
+                        ids = [i for i in answered_audio(orjson.loads(event_data(event))) if i not in recorded]
                     except orjson.JSONDecodeError:  # [DONE], an error event: no audio in it
                         continue
-                    await ownership.own(team, AUDIO, ids)
+                    if ids:
+                        await ownership.own(team, AUDIO, ids)
+                        recorded.update(ids)
             yield item
     finally:
         await close_after(events)
