@@ -45,6 +45,7 @@ from sdk.routing.translation.models import (
     reasons,
     takes_sampling,
 )
+from sdk.routing.translation.stops import refuse_openai_stops
 
 DROPPED_HEADER = "x-slipstream-dropped-fields"
 # Messages thinking types that turn thinking off: `between_tools` too ("thinking turned off, and any short progress
@@ -393,7 +394,7 @@ def check(shape: Shape, body: dict[str, Any], target: str, edits: context_edits.
         elif shape is Shape.RESPONSES and key == "input" and not breakpoints_travel(target, body.get("model")) and in_responses_input(value):
             dropped.append(BREAKPOINT)
     if shape is Shape.MESSAGES:
-        _openai_stops(body.get("stop_sequences"), body.get("model"))
+        refuse_openai_stops(body.get("stop_sequences"), body.get("model"))
     return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body) + _unsampled(shape, body, dropped)
 
 
@@ -430,23 +431,6 @@ def _unsampled(shape: Shape, body: dict[str, Any], dropped: list[str]) -> list[s
     if not (fixed_sampling(model) if shape is Shape.CHAT else shape is Shape.MESSAGES and not takes_sampling(body)):
         return []
     return [key for key in ("temperature", "top_p") if body.get(key) is not None and key not in dropped]
-
-
-# OpenAI's Chat Completions take at most 4 stop sequences (Claude takes more), and its reasoning models none
-# ("Unsupported parameter: 'stop' is not supported with this model.").
-OPENAI_MAX_STOPS = 4
-
-
-def _openai_stops(stops: Any, model: Any) -> None:
-    """Refuses, before anything is sent, the stop sequences an OpenAI model would answer with a 400."""
-    if not stops:
-        return
-    if reasons(model):
-        raise TranslationRefused(f"'stop_sequences' cannot be translated for an OpenAI target ({model} is a reasoning "
-                                 "model, which takes no stop sequences); send it to a target of its own protocol")
-    if isinstance(stops, list) and len(stops) > OPENAI_MAX_STOPS:
-        raise TranslationRefused(f"'stop_sequences' cannot be translated for an OpenAI target (OpenAI takes at most "
-                                 f"{OPENAI_MAX_STOPS} stop sequences, {len(stops)} were sent); send it to a target of its own protocol")
 
 
 def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:

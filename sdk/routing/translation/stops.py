@@ -5,11 +5,16 @@ get one line) with a 400 ("each stop sequence must contain non-whitespace"), whe
 it. Such a stop is not sent: the gateway cuts the answer where one first appears, as OpenAI would have
 stopped there (`finish_reason: "stop"`, nothing after it: neither text nor tool calls). An empty stop
 string stops nothing and is left out. The usage stays the upstream's: what Claude wrote and billed.
+A Messages request's stop sequences an OpenAI model would refuse are refused before anything is sent
+(`refuse_openai_stops`, which fields.check runs).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation.models import reasons
 
 
 def split_stops(stop: Any) -> tuple[list[str], tuple[str, ...]]:
@@ -55,3 +60,20 @@ def cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     """`text` up to the first of `stops`, and whether one appeared."""
     at = _first(text, stops) if stops else -1
     return (text[:at], True) if at >= 0 else (text, False)
+
+
+# OpenAI's Chat Completions take at most 4 stop sequences (Claude takes more), and its reasoning models none
+# ("Unsupported parameter: 'stop' is not supported with this model.").
+OPENAI_MAX_STOPS = 4
+
+
+def refuse_openai_stops(stops: Any, model: Any) -> None:
+    """Refuses, before anything is sent, the stop sequences an OpenAI model would answer with a 400."""
+    if not stops:
+        return
+    if reasons(model):
+        raise TranslationRefused(f"'stop_sequences' cannot be translated for an OpenAI target ({model} is a reasoning "
+                                 "model, which takes no stop sequences); send it to a target of its own protocol")
+    if isinstance(stops, list) and len(stops) > OPENAI_MAX_STOPS:
+        raise TranslationRefused(f"'stop_sequences' cannot be translated for an OpenAI target (OpenAI takes at most "
+                                 f"{OPENAI_MAX_STOPS} stop sequences, {len(stops)} were sent); send it to a target of its own protocol")
