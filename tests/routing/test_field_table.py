@@ -41,7 +41,7 @@ def test_every_field_of_every_shape_has_its_fate(shape):
             with pytest.raises(TranslationRefused) as refused:
                 check(shape, {key: SAMPLE}, TARGET[shape])
             assert repr(key) in str(refused.value) and TARGET[shape] in str(refused.value)
-        elif key not in ("include", "prompt_cache_retention", "prompt_cache_options"):  # a list; translated for a Chat target only: below
+        elif key not in ("include", "prompt_cache_retention", "prompt_cache_options", "max_tool_calls"):  # a list; by target, tools: below
             assert check(shape, {key: SAMPLE}, TARGET[shape]) == ([key] if field.fate is Fate.DROPPED else [])
         for neutral in field.neutral:  # a default value changes nothing: dropped whatever the fate
             assert check(shape, {key: neutral}, TARGET[shape]) == [key]
@@ -59,6 +59,9 @@ def test_include_entries_and_a_reasoning_summary_that_ask_for_nothing_a_translat
     assert check(Shape.RESPONSES, {"model": "gpt-5.1", "prompt_cache_retention": "24h"}, "Chat Completions") == []
     assert check(Shape.RESPONSES, {"model": "gpt-5.6", "prompt_cache_options": {"mode": "explicit"}}, "Anthropic Messages") == ["prompt_cache_options"]
     assert check(Shape.RESPONSES, {"model": "gpt-5.6", "prompt_cache_options": {"mode": "explicit"}}, "Chat Completions") == []
+    assert check(Shape.RESPONSES, {"max_tool_calls": 2, "tools": [{"type": "function", "name": "f"}]}, "Anthropic Messages") == ["max_tool_calls"]
+    with pytest.raises(TranslationRefused, match=r"'max_tool_calls' beside the built-in tool 'web_search'"):
+        check(Shape.RESPONSES, {"max_tool_calls": 2, "tools": [{"type": "web_search"}]}, "Anthropic Messages")
     with pytest.raises(TranslationRefused, match=r"include 'file_search_call.results' cannot be translated for an Anthropic"):
         check(Shape.RESPONSES, {"include": ["file_search_call.results"]}, "Anthropic Messages")
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from tests.routing.conftest import routed_proxy, sent
@@ -74,3 +75,17 @@ def test_an_image_that_must_not_be_scaled_down_is_refused_for_an_openai_model(an
     an.messages.create(model="claude-x", max_tokens=32, messages=[{"role": "user", "content": [
         {**image, "transformations": {"oversized_image": "downsize"}}, question]}])
     assert _user_parts(fresh_emulator) == [{"type": "image_url", "image_url": {"url": "https://example.com/plan.png"}}, question]
+
+
+def test_a_limit_on_built_in_tool_calls_reaches_claude_where_it_limits_nothing(oa, fresh_emulator):
+    """openai-agents (ModelSettings.max_tool_calls) and the Vercel AI SDK (maxToolCalls) send `max_tool_calls`, which
+    limits built-in tools' calls only. With function tools alone it changes nothing: the request reaches Claude, the
+    field named dropped and echoed by the response, where it was refused. Beside a built-in tool that the target would
+    not limit (here a client-run shell), still refused, naming both."""
+    function = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}, "strict": False}
+    raw = oa.responses.with_raw_response.create(model="gpt-x", input="Weather in Oslo?", tools=[function], max_tool_calls=2)
+    assert "max_tool_calls" in raw.headers["x-slipstream-dropped-fields"].split(",")
+    assert raw.parse().max_tool_calls == 2 and "max_tool_calls" not in sent(fresh_emulator)
+    with pytest.raises(openai.BadRequestError, match="'max_tool_calls' beside the built-in tool 'shell'"):
+        oa.responses.create(model="gpt-x", input="List the files.", max_tool_calls=2,
+                            tools=[function, {"type": "shell", "environment": {"type": "local"}}])

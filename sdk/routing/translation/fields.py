@@ -340,7 +340,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                "adds its results): a translated target runs none, and dropping it would pass "
                                "unmoderated text"),
         "background": Field(R, "background runs exist only on OpenAI", (False,)),
-        "max_tool_calls": Field(R, "no counterpart"),
+        "max_tool_calls": Field(T, "a limit on built-in tools' calls only: with none but function, custom and namespace "
+                                   "tools (whose calls it does not limit) it changes nothing, and is dropped, named; beside "
+                                   "a built-in tool, which the target runs or has the client run without it, refused"),
         "top_logprobs": Field(R, "no counterpart", (0,)),
         "prompt": Field(R, "OpenAI's stored prompt templates"),
         "conversation": Field(R, "OpenAI's conversation objects"),
@@ -380,6 +382,8 @@ def check(shape: Shape, body: dict[str, Any], target: str, edits: context_edits.
             dropped.append(key)
         elif shape is Shape.RESPONSES and key == "include":
             dropped += _include(value, target)
+        elif shape is Shape.RESPONSES and key == "max_tool_calls":
+            dropped += _built_in_limit(body, target)
         elif shape is Shape.RESPONSES and key == "reasoning" and isinstance(value, dict):
             if value.get("summary") or value.get("generate_summary"):
                 dropped.append("reasoning.summary")
@@ -459,6 +463,17 @@ def _nested(shape: Shape, body: dict[str, Any]) -> list[str]:
         if any(isinstance(item, dict) and item.get("cache_control") for item in items):
             return ["cache_control"]
     return []
+
+
+def _built_in_limit(body: dict[str, Any], target: str) -> list[str]:
+    """A Responses request's `max_tool_calls` ("the maximum number of total calls to built-in tools", openai 3.x), named
+    dropped where it offers none but function, custom and namespace tools (less a provider-run tool search, left out:
+    tool_search.py); refused beside a built-in tool, whose calls the target would not limit."""
+    tools = tool_search.offered_tools(body)
+    built_in = [t.get("type") for t in tools if isinstance(t, dict) and t.get("type") not in ("function", "custom", "namespace")] if isinstance(tools, list) else []
+    if built_in:
+        raise refuse(f"'max_tool_calls' beside the built-in tool {built_in[0]!r} (the target would not limit its calls)", target)
+    return ["max_tool_calls"]
 
 
 def _include(entries: Any, target: str) -> list[str]:

@@ -63,7 +63,7 @@ def response_object(request: dict[str, Any], response_id: str, model: str, statu
         "background": False, "error": None,
         "incomplete_details": {"reason": incomplete} if incomplete else None,
         "instructions": request.get("instructions"), "max_output_tokens": request.get("max_output_tokens"),
-        "max_tool_calls": None, "model": model, "output": output,
+        "max_tool_calls": request.get("max_tool_calls"), "model": model, "output": output,
         "parallel_tool_calls": request.get("parallel_tool_calls", True),
         "previous_response_id": request.get("previous_response_id"),
         "prompt_cache_key": request.get("prompt_cache_key"),
