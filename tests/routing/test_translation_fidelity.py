@@ -89,3 +89,27 @@ def test_a_limit_on_built_in_tool_calls_reaches_claude_where_it_limits_nothing(o
     with pytest.raises(openai.BadRequestError, match="'max_tool_calls' beside the built-in tool 'shell'"):
         oa.responses.create(model="gpt-x", input="List the files.", max_tool_calls=2,
                             tools=[function, {"type": "shell", "environment": {"type": "local"}}])
+
+
+def _markers(body: Any) -> int:
+    """The `cache_control` markers anywhere in `body`."""
+    if isinstance(body, dict):
+        return ("cache_control" in body) + sum(_markers(value) for value in body.values())
+    return sum(_markers(value) for value in body) if isinstance(body, list) else 0
+
+
+def test_a_breakpoint_inside_a_chat_tools_function_reaches_claude(oa, fresh_emulator):
+    """Clients reaching Claude through OpenAI's format mark the last tool's `function` with `cache_control` (others the
+    tool itself, as OpenRouter takes it): Claude's tool gets the marker, so the tool definitions are cached as asked,
+    where it was left out without a word. It counts toward Claude's four: beside four explicit breakpoints, the
+    latest three of them become Claude's."""
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}},
+             {"type": "function", "function": {"name": "grep", "parameters": {"type": "object", "properties": {}},
+                                               "cache_control": EPHEMERAL}}]
+    oa.chat.completions.create(model="gpt-x", tools=tools, messages=[{"role": "user", "content": "Find the bug."}])
+    assert [tool.get("cache_control") for tool in sent(fresh_emulator)["tools"]] == [None, EPHEMERAL]
+
+    marked = [{"type": "text", "text": f"Part {i}.", "prompt_cache_breakpoint": {"mode": "explicit"}} for i in range(4)]
+    oa.chat.completions.create(model="gpt-x", tools=tools, messages=[{"role": "user", "content": marked}])
+    body = sent(fresh_emulator)
+    assert _markers(body) == 4 and [part.get("cache_control") for part in body["messages"][0]["content"]] == [None, *[EPHEMERAL] * 3]

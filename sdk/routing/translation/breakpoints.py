@@ -37,7 +37,7 @@ def with_claude_breakpoints(body: dict[str, Any]) -> list[Any]:
     if not chosen:
         return messages
     tools = body.get("tools")
-    markers = [body.get("cache_control"), *(t.get("cache_control") for t in tools or () if isinstance(t, dict))]
+    markers = [body.get("cache_control"), *(tool_marker(t) for t in tools or () if isinstance(t, dict))]
     for message in messages:
         if isinstance(message, dict):
             markers += [message.get("cache_control"), *(p.get("cache_control") for p in _parts(message) if isinstance(p, dict))]
@@ -51,6 +51,13 @@ def with_claude_breakpoints(body: dict[str, Any]) -> list[Any]:
             message = {**message, "content": content}
         out.append(message)
     return out
+
+
+def tool_marker(tool: dict[str, Any]) -> Any:
+    """A Chat tool's `cache_control`: on the tool, as OpenRouter's Chat API takes it for Claude, or inside its `function`,
+    where other clients write it (agent frameworks' Claude-through-OpenAI-format paths mark the last tool's function)."""
+    function = tool.get("function")
+    return tool.get("cache_control") if tool.get("cache_control") is not None or not isinstance(function, dict) else function.get("cache_control")
 
 
 def lifetimes(messages: Any) -> bool:

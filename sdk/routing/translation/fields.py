@@ -123,7 +123,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                 "Sonnet 5, which sample as they do and refuse it)", (1, 1.0)),
         "top_p": Field(T, "top_p (dropped for Opus 4.7, 4.8 and Sonnet 5, as temperature; beside a temperature, dropped for "
                           "Opus 4.1 and later models, which take one of the two: the temperature is kept)", (1, 1.0)),
-        "tools": Field(T, "tools (function tools, with their `cache_control`; a strict tool's schema brought within what "
+        "tools": Field(T, "tools (function tools, with their `cache_control`, on the tool or its function; a strict tool's schema brought within what "
                           "Claude's strict tools take, as for response_format; custom tools (freeform text, Codex-style "
                           "agents') as tools of one string, `input` (a grammar in the description, not enforced), as from "
                           "Responses, their calls answered as custom tool calls (`custom.input` the string; a stream sends "

@@ -14,7 +14,14 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.translation import chat_custom, context_edits
-from sdk.routing.translation.breakpoints import BREAKPOINT, marked_part, system_parts, takes_breakpoints, with_claude_breakpoints
+from sdk.routing.translation.breakpoints import (
+    BREAKPOINT,
+    marked_part,
+    system_parts,
+    takes_breakpoints,
+    tool_marker,
+    with_claude_breakpoints,
+)
 from sdk.routing.translation.claude_tools import as_custom
 from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fate, one_sampler, refuse
 from sdk.routing.translation.media import a2o_document, image_source, image_url, o2a_document
@@ -386,7 +393,8 @@ def _o2a_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
         out["strict"] = function["strict"]
     if function.get("strict") is True:  # Claude's strict tools take structured outputs' subset of JSON Schema
         out["input_schema"] = claude_schema(out["input_schema"])
-    return _cached(out, tool)
+    marker = tool_marker(tool)
+    return {**out, "cache_control": marker} if marker is not None else out
 
 
 def _o2a_messages(messages: list[dict[str, Any]], in_place: bool) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
