@@ -14,7 +14,8 @@ in a budget's hold and `PDF_PAGE_TOKENS` in an estimate; any other image or file
 (the most the model reading it bills an image: `WorstInput` keeps them apart from the text, so the hold
 prices them per target) and `IMAGE_TOKENS` in an estimate; a PDF named by file id or URL, whose pages are
 not in the request, the provider's page limit a request in a hold (`PDF_PAGES_PER_REQUEST`) and
-`IMAGE_TOKENS` in an estimate.
+`IMAGE_TOKENS` in an estimate; another document sent inline (a Responses `input_file`'s `file_data`: text,
+code, Office files) the text the provider extracts from it, by length (sdk/file_text.py), in both.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from sdk.file_text import extracted_chars
 from sdk.pdf_pages import is_pdf, pdf_pages
 from sdk.promptcache.tokens import IMAGE_TOKENS, load_encoding
 from sdk.sse import event_data, events_of
@@ -97,6 +99,8 @@ class Media:
     pages: int = 0  # the pages of its base64 PDFs
     pdf_chars: int = 0  # the length of their base64
     documents: int = 0  # documents (PDFs) named by file id or URL: their pages are not in the request
+    file_text: int = 0  # characters of text extracted from inline documents that are not PDFs (sdk/file_text.py)
+    file_chars: int = 0  # the length of their base64
 
     def add(self, key: str, item: object, media_type: object, document: bool) -> None:
         if isinstance(item, str) and is_pdf(item, media_type):
@@ -104,8 +108,17 @@ class Media:
             self.pdf_chars += len(item)
         elif document and key in _REFERENCES:
             self.documents += 1
+        elif document and key == "file_data" and isinstance(item, str):
+            # Another document sent inline (a Responses input_file: text, code, Office files): its text is
+            # extracted and billed as tokens, so it counts as that text does, not as one image
+            self.file_text += extracted_chars(item)
+            self.file_chars += len(item)
         else:
             self.images += 1
+
+    def text_tokens(self) -> int:
+        """The tokens of the text extracted from its inline non-PDF documents, counted by length."""
+        return math.ceil(self.file_text / CHARS_PER_TOKEN)
 
 
 def _texts(value: Any, media: Media, document: bool = False) -> Iterator[str]:
@@ -197,9 +210,10 @@ def _counted(request: LLMRequest, exact: int, worst: bool) -> tuple[int, int, Me
         media = request.media
         if not isinstance(media, Media):
             return 0, by_size, None
-        return 0, max(by_size, math.ceil(max(0, request.size - media.pdf_chars) / CHARS_PER_TOKEN) + media.pages * page), media
+        rest = max(0, request.size - media.pdf_chars - media.file_chars)
+        return 0, max(by_size, math.ceil(rest / CHARS_PER_TOKEN) + media.pages * page + media.text_tokens()), media
     media = Media()
-    return count_texts(list(_texts(request.body, media)), Protocol.OPENAI, exact), media.pages * page, media
+    return count_texts(list(_texts(request.body, media)), Protocol.OPENAI, exact), media.pages * page + media.text_tokens(), media
 
 
 def output_limit(request: LLMRequest) -> int:

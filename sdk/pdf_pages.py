@@ -16,11 +16,11 @@ broken, past the inflate bound).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
 import re
 import zlib
+
+from sdk.file_text import decoded
 
 FALLBACK_PAGE_BYTES = 16  # less than the smallest a page object can be written in: the bound when no page is found
 MAX_EXPANSION = 1_500  # the most a compressed stream may expand (Flate 1,032:1, LZW about 1,300:1): an unread object stream's bound
@@ -55,12 +55,7 @@ def is_pdf(value: str, media_type: object = None) -> bool:
 
 def pdf_pages(value: str) -> int:
     """The pages of the PDF in `value` (base64, or a data URL), as the module says: at least 1."""
-    if value.startswith("data:"):
-        value = value.partition(",")[2]
-    try:
-        pdf = base64.b64decode(value)  # characters outside the alphabet are skipped, as lenient decoders do
-    except (binascii.Error, ValueError):
-        pdf = b""
+    value, pdf = decoded(value)
     size = max(len(pdf), len(value) * 3 // 4)
     bound = max(1, math.ceil(size / FALLBACK_PAGE_BYTES))
     unread = math.ceil(size * MAX_EXPANSION / FALLBACK_PAGE_BYTES)  # an object stream not read may hold this many

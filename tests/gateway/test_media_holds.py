@@ -5,6 +5,9 @@ emulator upstream; the hold read from `GET /v1/slipstream/spend` while a stream 
 
 from __future__ import annotations
 
+import base64
+import io
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +104,45 @@ def test_a_chat_request_answered_by_claude_holds_its_text_as_claude_counts_it(tm
     tokens = count_texts([text], Protocol.OPENAI) - count_texts(["Hi."], Protocol.OPENAI)
     per_token = worst_cost_usd(1_000, 0, price) / 1_000  # the dearest input price (a cache write's), below long-context rates
     assert longer == pytest.approx(tokens * ANTHROPIC_FACTOR * per_token, rel=2e-3)  # before: tokens x 1.0
+
+
+def test_a_document_sent_inline_that_is_not_a_pdf_is_held_and_charged_as_its_text(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Responses API takes any document as an `input_file`'s base64 `file_data` and bills the text it
+    extracts from one that is not a PDF (a text or code file, a Word document) as input tokens. Such a
+    file was held as one image (3,800 tokens) and, its client gone before the usage, charged 1,000: a
+    150,000-character text file (50,000 tokens at its length) and a Word file of 300,000 characters that
+    compress to a few kilobytes alike. Its text counts by its length now (an Office file's by its
+    archive's uncompressed size), in the hold and in the estimate."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 5.0)  # still streaming when the hold is read
+    text = ("The tenant shall keep the premises in good repair and return them as found. " * 4_000)[:300_000]
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as docx:
+        docx.writestr("word/document.xml", text)
+    plain_file = "data:text/plain;base64," + base64.b64encode(text[:150_000].encode()).decode()  # a body under 256 KiB
+    word_file = ("data:application/vnd.openxmlformats-officedocument.wordprocessingml.document;base64,"
+                 + base64.b64encode(packed.getvalue()).decode())
+    assert len(word_file) < 10_000  # a few kilobytes on the wire
+
+    def body(*files: str) -> dict[str, Any]:
+        parts = [{"type": "input_file", "filename": "lease", "file_data": data} for data in files]
+        return {"model": "gpt-4.1", "max_output_tokens": 500,
+                "input": [{"role": "user", "content": [{"type": "input_text", "text": "Summarise."}, *parts]}]}
+
+    def held(client: openai.OpenAI, request: dict[str, Any]) -> float:
+        with client.responses.create(**request, stream=True) as stream:
+            next(iter(stream))
+            return float(spend_report(proxy, KEY)["budget"]["held"])
+
+    price = price_of("gpt-4.1", {})
+    assert price is not None
+    with running_proxy([write_policy(tmp_path, "media", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        bare = held(client, body())
+        for data, tokens in ((plain_file, 50_000), (word_file, 100_000)):  # before: 3,800 tokens each
+            assert held(client, body(data)) - bare == pytest.approx(tokens * price.input / 1e6, rel=0.01)
+        before = spend_report(proxy, KEY)["day"]["total"]
+        with client.responses.create(**body(word_file), stream=True) as stream:
+            next(iter(stream))  # the client leaves before the usage: the file's text is charged as estimated
+        spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > before and total, "charged")
+        assert spent - before > 100_000 * price.input / 1e6  # before: 1,000 tokens for the file
