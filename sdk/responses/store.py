@@ -259,6 +259,7 @@ DELETE FROM stored_response_totals;
 INSERT INTO stored_response_totals SELECT team, COUNT(*), SUM(size) FROM stored_responses GROUP BY team;
 COMMIT;
 """
+_INSERT = "INSERT INTO stored_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _COLUMNS = "id, team, provider, native, created_at, input, response, previous, depth, chain_bytes"
 _CHAIN = """
 WITH RECURSIVE chain(id, n) AS (
@@ -489,36 +490,63 @@ class SQLiteResponseStore:
                 loop.call_soon_threadsafe(_answer, settled)
 
     def _write_all(self, serialized: list[tuple[_Write, bytes, bytes]], failed: dict[_Write, BaseException]) -> None:
-        """The records in one transaction, each in a savepoint: one that fails is rolled back alone."""
+        """The records in one transaction. Should one fail, that transaction is rolled back and they are
+        written again each in a savepoint, so that it fails alone (a savepoint apiece costs two more
+        statements a record, each a hand-over of the GIL with the event loop's thread)."""
         if not serialized:
             return
-        with self._lock, self._transaction() as db:
-            self._expire(min(write.now for write, _, _ in serialized))
-            for write, input_, response in serialized:
-                if self._pending.get((write.record.team, write.record.id)) is not write.record:
-                    continue  # deleted (or replaced) while waiting for this thread: writing it would resurrect it
-                db.execute("SAVEPOINT put")
-                try:
-                    self._put(write, input_, response)
-                except Exception as exc:  # this put's caller's to handle; the others commit
-                    db.execute("ROLLBACK TO put")
-                    failed[write] = exc
-                db.execute("RELEASE put")
+        with self._lock:
+            try:
+                with self._transaction():
+                    self._write_records(serialized, failed, alone=False)
+            except Exception:
+                with self._transaction():
+                    self._write_records(serialized, failed, alone=True)
 
-    def _put(self, write: _Write, input_: bytes, response: bytes) -> None:
-        """One record written in the open transaction (`_write_turn`)."""
+    def _write_records(self, serialized: list[tuple[_Write, bytes, bytes]], failed: dict[_Write, BaseException],
+                       alone: bool) -> None:
+        db, team = self._db, serialized[0][0].record.team  # a turn writes one team's records
+        self._expire(min(write.now for write, _, _ in serialized))
+        totals = self._totals(team)
+        for write, input_, response in serialized:
+            if self._pending.get((team, write.record.id)) is not write.record:
+                continue  # deleted (or replaced) while waiting for this thread: writing it would resurrect it
+            if not alone:
+                totals = self._put(write, input_, response, totals)
+                continue
+            db.execute("SAVEPOINT put")
+            try:
+                totals = self._put(write, input_, response, totals)
+            except Exception as exc:  # this put's caller's to handle; the others commit
+                db.execute("ROLLBACK TO put")
+                failed[write] = exc
+                totals = self._totals(team)
+            db.execute("RELEASE put")
+
+    def _totals(self, team: str) -> tuple[int, int]:
+        """The team's stored responses and bytes (kept by the database's triggers)."""
+        row = self._db.execute("SELECT count, size FROM stored_response_totals WHERE team = ?", (team,)).fetchone()
+        return (row[0], row[1]) if row else (0, 0)
+
+    def _put(self, write: _Write, input_: bytes, response: bytes, totals: tuple[int, int]) -> tuple[int, int]:
+        """One record written in the open transaction (`_write_turn`); the team's totals before it, and
+        after it and its eviction."""
         record, limits, now, db = write.record, write.limits, write.now, self._db
         team, size = record.team, len(input_) + len(response)
         parent = db.execute("SELECT depth, chain_bytes FROM stored_responses WHERE team = ? AND id = ?",
                             (team, record.previous)).fetchone() if record.previous else None
         record.depth, record.chain_bytes = (parent[0] + 1, parent[1] + size) if parent else (1, size)
-        self._remove(team, record.id)  # a replaced record's items go with it
-        db.execute("INSERT INTO stored_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   (team, record.id, record.previous, record.provider, int(record.native), record.created_at, now,
-                    now + limits.ttl_s, record.depth, size, record.chain_bytes, input_, response))
+        row = (team, record.id, record.previous, record.provider, int(record.native), record.created_at, now,
+               now + limits.ttl_s, record.depth, size, record.chain_bytes, input_, response)
+        if db.execute(_INSERT + " ON CONFLICT (team, id) DO NOTHING", row).rowcount == 1:
+            count, total = totals[0] + 1, totals[1] + size  # as the insert's trigger counted it
+        else:  # a replaced record (its id written again): it goes, with its items
+            self._remove(team, record.id)
+            db.execute(_INSERT, row)
+            count, total = self._totals(team)
         db.executemany("INSERT OR REPLACE INTO stored_response_items VALUES (?, ?, ?)",
                        [(team, item_id, record.id) for item_id, _ in record.items()])
-        self._evict(team, limits, now)
+        return self._evict(team, limits, now, count, total)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -558,21 +586,21 @@ class SQLiteResponseStore:
                            [(now, now + limits.ttl_s, team, rid) for rid, _ in rows])
         return (rows[-1][1] if len(rows) == CHAIN_RECORDS_PER_HOLD else None), len(rows)
 
-    def _evict(self, team: str, limits: StoreLimits, before: float) -> None:
+    def _evict(self, team: str, limits: StoreLimits, before: float, count: int, total: int) -> tuple[int, int]:
         """Least recently used first, and within a conversation touched at once its latest turn first;
-        only responses last used before the turn being written (its conversation was renewed at `before`)."""
-        count, total = self._db.execute("SELECT count, size FROM stored_response_totals WHERE team = ?",
-                                        (team,)).fetchone() or (0, 0)
+        only responses last used before the turn being written (its conversation was renewed at `before`).
+        Takes and returns the team's totals (responses, bytes)."""
         while count > limits.max_entries or total > limits.max_bytes:
             victims = self._db.execute("SELECT id, size FROM stored_responses WHERE team = ? AND touched_at < ? "
                                        "ORDER BY touched_at, depth DESC LIMIT 64", (team, before)).fetchall()
             if not victims:
-                return  # only the conversation being written is left: `over_quota` bounds it
+                break  # only the conversation being written is left: `over_quota` bounds it
             for rid, size in victims:
                 if count <= limits.max_entries and total <= limits.max_bytes:
-                    return
+                    break
                 self._remove(team, rid)
                 count, total = count - 1, total - size
+        return count, total
 
     def _remove(self, team: str, response_id: str) -> bool:
         self._db.execute("DELETE FROM stored_response_items WHERE team = ? AND response_id = ?", (team, response_id))

@@ -64,6 +64,20 @@ async def test_puts_waiting_together_are_written_in_one_transaction_and_fail_alo
     assert len(commits) < 5  # before: 20
     reopened = SQLiteResponseStore(tmp_path / "r.sqlite3")
     assert all([await reopened.get("a", f"resp_{i}") for i in range(20)]) and await reopened.get("a", "resp_broken") is None
+    written = store._put
+
+    def refused(write, *args):  # a record the database refuses, after its neighbours were written in the transaction
+        if write.record.id == "resp_refused":
+            raise sqlite3.IntegrityError("refused")
+        return written(write, *args)
+
+    store._put = refused  # type: ignore[method-assign]
+    results = await asyncio.gather(store.put(_record("a", "resp_x")), store.put(_record("a", "resp_refused")),
+                                   store.put(_record("a", "resp_y")), return_exceptions=True)
+    assert results[0] is None and isinstance(results[1], sqlite3.IntegrityError) and results[2] is None
+    assert await reopened.get("a", "resp_x") and await reopened.get("a", "resp_y") and not await reopened.get("a", "resp_refused")
+    with sqlite3.connect(store.path) as db:  # the totals count what is stored, the rolled-back attempt not
+        assert db.execute("SELECT count FROM stored_response_totals WHERE team = 'a'").fetchone() == (22,)
 
 
 def _write_a_conversation(path: Path, tag: str, turns: int, start: multiprocessing.synchronize.Barrier,
