@@ -113,3 +113,20 @@ def test_a_breakpoint_inside_a_chat_tools_function_reaches_claude(oa, fresh_emul
     oa.chat.completions.create(model="gpt-x", tools=tools, messages=[{"role": "user", "content": marked}])
     body = sent(fresh_emulator)
     assert _markers(body) == 4 and [part.get("cache_control") for part in body["messages"][0]["content"]] == [None, *[EPHEMERAL] * 3]
+
+
+def test_a_breakpoint_on_a_document_or_tool_reference_in_a_tool_result_reaches_an_openai_model(an, fresh_emulator):
+    """A tool result's text document (a RAG tool's page, under its title) and a tool_reference (a client-side tool
+    search's answer) become its tool message's text: for a model that takes explicit breakpoints, their `cache_control`
+    marks that text as a text block's does, where it was left out and the prefix the client marked was not cached."""
+    page = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Pumps run at 4 bar."},
+            "title": "manual.txt", "cache_control": EPHEMERAL}
+    found = {"type": "tool_reference", "tool_name": "Grep", "cache_control": EPHEMERAL}
+    tools = [{"name": name, "description": name, "input_schema": {"type": "object", "properties": {}}} for name in ("Search", "Grep")]
+    for result, text in (([page], "manual.txt\n\nPumps run at 4 bar."), ([found], "Tool loaded: Grep")):
+        an.messages.create(model="claude-56-x", max_tokens=32, tools=tools, messages=[
+            {"role": "user", "content": "What pressure?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Search", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": result}]}])
+        tool = next(m for m in sent(fresh_emulator)["messages"] if m["role"] == "tool")
+        assert tool["content"] == [{"type": "text", "text": text, "prompt_cache_breakpoint": {"mode": "explicit"}}]

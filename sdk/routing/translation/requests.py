@@ -239,22 +239,25 @@ def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[di
             continue
         result = block.get("content") or ""
         texts = [result] if isinstance(result, str) else []
+        texted: list[dict[str, Any]] = []  # the inner blocks wholly in the tool message's text, whose markers it takes
         for k, inner in enumerate([] if isinstance(result, str) else result):
             if inner.get("type") == "tool_reference":
                 # A client-side tool search's answer (Claude Code's ToolSearch): Claude loads the named deferred
                 # tool here; an OpenAI model has every tool from the start (defer_loading is not sent), so it is told which.
                 texts.append(f"Tool loaded: {openai_tool_name(inner.get('tool_name'))}")
+                texted.append(inner)
                 continue
-            for part in _a2o_parts(inner, f"{where}.content.{j}.content.{k}"):
+            made = _a2o_parts(inner, f"{where}.content.{j}.content.{k}")
+            for part in made:
                 if part["type"] == "text":
                     texts.append(part["text"])
                 else:
                     attached.append(marked_part(part, inner) if explicit else part)
+            texted += [inner] if all(part["type"] == "text" for part in made) else []
         text = "\n\n".join(texts)
         if block.get("is_error"):
             text = f"Error: {text}"  # OpenAI has no error flag on tool results
-        inner_texts = [] if isinstance(result, str) else [b for b in result if b.get("type") == "text"]
-        marked = marked_part({"type": "text", "text": text}, block, *inner_texts) if explicit else {}
+        marked = marked_part({"type": "text", "text": text}, block, *texted) if explicit else {}
         tool_content: Any = [marked] if BREAKPOINT in marked else text  # a marked result: one text part
         tool_messages.append({"role": "tool", "tool_call_id": openai_tool_id(block["tool_use_id"]), "content": tool_content})
     if attached or parts:
