@@ -62,7 +62,8 @@ class Conversations:
         conversation would not fit the team's storage quota, or that has too many items to store."""
         previous = await self._previous(request_body)
         own = as_items(request_body.get("input"))
-        if creates and request_body.get("store") is not False:
+        stored = creates and request_body.get("store") is not False
+        if stored:
             limits = self.store().limits.get(self.team, StoreLimits())
             if (why := over_quota(previous, size, limits, len(own))) is not None:
                 raise InvalidRequestError(f"{why}; start a new conversation, send store: false, or raise the quota")
@@ -78,8 +79,8 @@ class Conversations:
         # entry a stored turn may then replay), which a later turn's `item_reference`, reasoning by
         # id or expanded history sends natively: an id checked only there passed through a translated
         # turn into the team's store unchecked, and on to the provider from there.
-        if (holder is not None or creates) and (by_id := read_by_id(own)):
-            await self._references([{"type": "item_reference", "id": item_id} for item_id in by_id])
+        if (holder is not None or creates) and (by_id := read_by_id(own, stored)):
+            await self._references([{"type": "item_reference", "id": item_id} for item_id in dict.fromkeys(by_id)])
         context = [*(await self._history(previous) if previous is not None and expanded else ()), *own]
         context, referenced = await self._references(context, size)
         return Resolved(previous, own, context, expanded, size + referenced)
@@ -165,25 +166,32 @@ class Conversations:
 # makes one self-contained. A reasoning item without its `encrypted_content`; an image generation call
 # without its `result`, the image (OpenAI's image generation guide, multi-turn editing "using image ID":
 # `{"type": "image_generation_call", "id": "ig_…"}` edits the image that call made).
-_READ_BY_ID = {"reasoning": "encrypted_content", "image_generation_call": "result"}
+_READ_BY_ID = {"reasoning": "encrypted_content", "image_generation_call": "result", "mcp_approval_request": "arguments"}
 
 
-def read_by_id(items: Any) -> list[str]:
+def read_by_id(items: Any, stored: bool = False) -> list[str]:
     """The ids of the input items a native provider reads from its own store by id (`_READ_BY_ID`), and
-    of the MCP approval requests the input's approvals answer without sending them (`_approved`)."""
+    of the MCP approval requests the input's approvals answer without sending them (`_approved`).
+
+    With `stored` (a turn the team's store will record) the ids of such items sent whole too: the record
+    indexes its input items by the ids they came with, so a self-contained item carrying another team's id
+    (a reasoning item with any encrypted content) made that id the team's, and a later turn naming it
+    by id alone passed the check and had the provider read the other team's item. A turn not recorded
+    (`store: false`, the zero-data-retention flow those items are for) still sends them as they are."""
     if not isinstance(items, list):
         return []
     return [item["id"] for item in items if isinstance(item, dict) and isinstance(kind := item.get("type"), str)
-            and kind in _READ_BY_ID and isinstance(item.get("id"), str) and not item.get(_READ_BY_ID[kind])] + _approved(items)
+            and kind in _READ_BY_ID and isinstance(item.get("id"), str) and (stored or not item.get(_READ_BY_ID[kind]))] \
+        + _approved(items, stored)
 
 
-def _approved(items: list[Any]) -> list[str]:
+def _approved(items: list[Any], stored: bool) -> list[str]:
     """An `mcp_approval_response` lets the MCP call its `approval_request_id` names run: OpenAI reads that
     `mcp_approval_request` (server, tool, arguments) from the responses stored on the account (its remote
     MCP guide: the approval is sent with `previous_response_id`, the request left where it is), so another
     team's id approved another team's call. One whose request travels in the same input (a `store: false`
     conversation sends it back) is self-contained, as a reasoning item with its encrypted content is."""
-    sent = {item.get("id") for item in items if isinstance(item, dict) and item.get("type") == "mcp_approval_request"}
+    sent = set() if stored else {item.get("id") for item in items if isinstance(item, dict) and item.get("type") == "mcp_approval_request"}
     return [approval for item in items if isinstance(item, dict) and item.get("type") == "mcp_approval_response"
             and isinstance(approval := item.get("approval_request_id"), str) and approval not in sent]
 

@@ -167,15 +167,17 @@ def test_another_teams_reasoning_items_cannot_be_named_by_id(proxy, fresh_emulat
     reasoning = next(item for item in first.output if item.type == "reasoning")
     sent = fresh_emulator.stats()["requests_total"]
 
-    def use(client: openai.OpenAI, item: dict) -> Any:
-        return client.responses.create(model="o4-mini", input=[item, {"role": "user", "content": "Go on."}], max_output_tokens=30)
+    def use(client: openai.OpenAI, item: dict, **extra: Any) -> Any:
+        return client.responses.create(model="o4-mini", input=[item, {"role": "user", "content": "Go on."}], max_output_tokens=30,
+                                       **extra)
 
     by_id = {"type": "reasoning", "id": reasoning.id, "summary": []}
     status, body = _not_found(lambda rid: use(theirs, {**by_id, "id": rid}), reasoning.id)
     assert (status, body) == _not_found(lambda rid: use(theirs, {**by_id, "id": rid}), "rs_0123456789abcdef")
     assert fresh_emulator.stats()["requests_total"] == sent  # nothing named the id upstream
     assert use(mine, by_id).object == "response"  # the owner's own reasoning reaches the provider
-    assert use(theirs, {**by_id, "id": "rs_theirs_own", "encrypted_content": "ZW11bGF0b3I="}).object == "response"
+    whole = {**by_id, "id": "rs_theirs_own", "encrypted_content": "ZW11bGF0b3I="}  # self-contained, in a turn not recorded
+    assert use(theirs, whole, store=False).object == "response"
     assert fresh_emulator.stats()["requests_total"] == sent + 2
 
 
@@ -218,9 +220,9 @@ def test_another_teams_generated_image_cannot_be_named_by_id(proxy, fresh_emulat
     image = next(item for item in first.output if item.type == "image_generation_call")
     sent = fresh_emulator.stats()["requests_total"]
 
-    def use(client: openai.OpenAI, item: dict) -> Any:
+    def use(client: openai.OpenAI, item: dict, **extra: Any) -> Any:
         return client.responses.create(model="oai-4o", input=[{"role": "user", "content": "Now make it realistic."}, item],
-                                       tools=[{"type": "image_generation"}], max_output_tokens=30)
+                                       tools=[{"type": "image_generation"}], max_output_tokens=30, **extra)
 
     by_id = {"type": "image_generation_call", "id": image.id}
     assert _not_found(lambda rid: use(theirs, {**by_id, "id": rid}), image.id) == \
@@ -228,7 +230,7 @@ def test_another_teams_generated_image_cannot_be_named_by_id(proxy, fresh_emulat
     assert fresh_emulator.stats()["requests_total"] == sent  # nothing named the id upstream
     assert use(mine, by_id).object == "response"  # the owner edits its own image
     own = {**by_id, "id": "ig_theirs_own", "status": "completed", "result": image.result}
-    assert use(theirs, own).object == "response"  # self-contained: the image travels with it
+    assert use(theirs, own, store=False).object == "response"  # self-contained: the image travels with it
     assert fresh_emulator.stats()["requests_total"] == sent + 2
 
 
@@ -259,4 +261,30 @@ def test_another_teams_mcp_call_cannot_be_approved_by_id(proxy, fresh_emulator):
     carried = {"type": "mcp_approval_request", "id": "mcpr_theirs_own", "server_label": "deploy", "name": "echo",
                "arguments": "{}"}
     assert approve(theirs, "mcpr_theirs_own", before=[carried], store=False).object == "response"  # self-contained
+    with pytest.raises(openai.NotFoundError):  # recorded, the whole item would make the other team's id the team's
+        approve(theirs, pending.id, before=[{**carried, "id": pending.id}])
     assert fresh_emulator.stats()["requests_total"] == sent + 2
+
+
+def test_an_item_sent_whole_does_not_make_another_teams_id_the_teams(proxy, fresh_emulator):
+    """A reasoning item carrying encrypted content (an image call its image, an MCP approval request its
+    arguments) is self-contained and passed whatever its id; a turn to be stored recorded it under that
+    id, so a team sent another team's reasoning id with any encrypted content once, and then by id alone:
+    its store held the id, and the provider read the other team's reasoning. A turn the team's store
+    records names only ids the store holds, whole or not; one not recorded (`store: false`) is as before."""
+    mine, theirs = _client(proxy.url, KEY), _client(proxy.url, OTHER_KEY)
+    first = mine.responses.create(model="o4-mini", input="My locker code is 4417.", max_output_tokens=30,
+                                  reasoning={"effort": "low"})
+    rs = next(item for item in first.output if item.type == "reasoning").id
+    whole, by_id = {"type": "reasoning", "id": rs, "summary": [], "encrypted_content": "ZW11bGF0b3I="}, {"type": "reasoning", "id": rs, "summary": []}
+    go_on = {"role": "user", "content": "Go on."}
+    fresh_emulator.app.state.recent.clear()
+    for model in ("o4-mini", "gpt-4o"):  # native, and translated
+        with pytest.raises(openai.NotFoundError):  # answered and recorded on the old code
+            theirs.responses.create(model=model, input=[whole, go_on], max_output_tokens=30)
+    assert theirs.responses.create(model="o4-mini", input=[whole, go_on], max_output_tokens=30, store=False).object == "response"
+    for item in (by_id, {"type": "item_reference", "id": rs}):
+        with pytest.raises(openai.NotFoundError):  # sent upstream by id on the old code
+            theirs.responses.create(model="o4-mini", input=[item, go_on], max_output_tokens=30)
+    assert len([r for r in fresh_emulator.app.state.recent if rs.encode() in (r["body"] or b"")]) == 1  # the store: false turn
+    assert mine.responses.create(model="o4-mini", input=[whole, go_on], max_output_tokens=30).object == "response"  # the owner's
