@@ -40,5 +40,5 @@ def extracted_chars(value: str) -> int:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             return min(sum(member.file_size for member in archive.infolist()), MAX_CHARS)
-    except (zipfile.BadZipFile, ValueError, OSError):
+    except Exception:  # any archive its reader cannot walk (a bad directory, an unknown version) counts the most
         return MAX_CHARS
