@@ -7,7 +7,8 @@ text files (for example, .docx, .pptx, .txt, and code files): the API extracts t
 hold and an estimate count that text by its length, as they count any text past what they tokenize:
 a plain file's decoded bytes, and an Office file (a zip archive: .docx, .pptx, .xlsx, OpenDocument) its
 members' uncompressed sizes, read from the archive's directory without inflating anything (markup
-included: a bound, never below the text). A zip that cannot be read, or that says more than
+included: a bound, never below the text). A zip that cannot be read, that lists more than `MAX_MEMBERS`
+members (not read: each would be an object in the process every team shares), or that says more than
 `MAX_CHARS`, counts `MAX_CHARS`: a crafted archive cannot undercut it.
 """
 
@@ -20,6 +21,8 @@ import zipfile
 
 MAX_CHARS = 3_000_000  # the text of the largest context window read (1M tokens) at 3 characters a token
 _ZIP = b"PK\x03\x04"
+_MEMBER = b"PK\x01\x02"  # a central directory entry's signature
+MAX_MEMBERS = 10_000  # an Office file has tens to hundreds; a 32 MiB archive could list 700,000 (about 300 MB read)
 
 
 def decoded(value: str) -> tuple[str, bytes]:
@@ -37,6 +40,8 @@ def extracted_chars(value: str) -> int:
     value, data = decoded(value)
     if not data.startswith(_ZIP):
         return min(max(len(data), len(value) * 3 // 4), MAX_CHARS)
+    if data.count(_MEMBER) > MAX_MEMBERS:  # not read: each member is an object of its own in the process every team shares
+        return MAX_CHARS
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             return min(sum(member.file_size for member in archive.infolist()), MAX_CHARS)
