@@ -590,11 +590,17 @@ class SQLiteResponseStore:
         """Least recently used first, and within a conversation touched at once its latest turn first;
         only responses last used before the turn being written (its conversation was renewed at `before`).
         Takes and returns the team's totals (responses, bytes)."""
+        wanted = 1
         while count > limits.max_entries or total > limits.max_bytes:
+            # As many as the count says must go, doubling while the bytes say more (at most 64 a read): a
+            # team at its quota evicts one response a put, and reading 64 (each a lookup of its row) for
+            # it was the most of the put.
+            wanted = min(64, max(wanted, count - limits.max_entries))
             victims = self._db.execute("SELECT id, size FROM stored_responses WHERE team = ? AND touched_at < ? "
-                                       "ORDER BY touched_at, depth DESC LIMIT 64", (team, before)).fetchall()
+                                       "ORDER BY touched_at, depth DESC LIMIT ?", (team, before, wanted)).fetchall()
             if not victims:
                 break  # only the conversation being written is left: `over_quota` bounds it
+            wanted *= 2
             for rid, size in victims:
                 if count <= limits.max_entries and total <= limits.max_bytes:
                     break
