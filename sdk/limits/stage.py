@@ -472,6 +472,9 @@ class LimitsStage:
         rate = [r for s in scopes for r in (s.requests, s.tokens) if r is not None][refusal.index]
         scope = next(s for s in scopes if rate in (s.requests, s.tokens))
         what = "requests" if rate is scope.requests else "tokens"
+        if refusal.too_large:  # above this replica's share of the bucket while the shared store is away
+            return _too_large(requests, f"the {refusal.value:g} of {scope.name}'s limit of {int(rate.per_minute)} {what} per "
+                                        "minute this replica may admit while the shared state store is unreachable")
         return _limited(f"rate limit: {scope.name} is over its limit of {int(rate.per_minute)} {what} per minute", refusal.wait_s)
 
 

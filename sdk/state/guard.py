@@ -258,18 +258,23 @@ class GuardedState:
             budget = replace(budget, usd=max(0.0, left) / n)
         return replace(
             admission,
-            rates=tuple(Rate(r.key, r.per_minute / n, r.cost) for r in admission.rates),
+            # at least one request a minute, as a cap keeps at least one slot: below it a request bucket never
+            # filled to one request's cost, and a team whose limit was under the replicas' count got none through
+            rates=tuple(Rate(r.key, max(r.per_minute / n, 1.0), r.cost) for r in admission.rates),
             caps=tuple(replace(c, limit=max(1, math.ceil(c.limit / n))) for c in admission.caps),
             budget=budget,
         )
 
 
 def _beyond(share: Admission) -> Refusal | None:
-    """A lease weighted above this replica's share of a cap (Chat's n choices on Claude, each a slot)
-    never fits while Redis is away: refused as too large at once, as the limits stage refuses one above
-    the cap itself, where the local state answered "retry in 1 s" for as long as Redis stayed away."""
-    return next((Refusal("cap", i, 0.0, cap.limit, too_large=True) for i, cap in enumerate(share.caps)
-                 if cap.weight > cap.limit), None)
+    """A lease weighted above this replica's share of a cap, or costing more requests than its share of a
+    request bucket holds (Chat's n choices on Claude: n slots, n requests), never fits while Redis is away:
+    refused as too large at once, as the limits stage refuses one above the limit itself, where the local
+    state answered "retry in 1 s" (or in a minute) for as long as Redis stayed away."""
+    too_large = [Refusal("cap", i, 0.0, cap.limit, too_large=True) for i, cap in enumerate(share.caps) if cap.weight > cap.limit]
+    too_large += [Refusal("rate", i, 0.0, rate.per_minute, too_large=True) for i, rate in enumerate(share.rates)
+                  if rate.cost > rate.per_minute]
+    return too_large[0] if too_large else None
 
 
 class Down(enum.Enum):

@@ -219,3 +219,27 @@ def test_a_lease_above_a_replicas_share_is_too_large_while_redis_is_away(tmp_pat
         assert choices(2) == 2  # the replica's share
         with pytest.raises(openai.RateLimitError, match="request too large"):
             choices(5)  # above the cap itself: the same answer
+
+
+def test_a_request_limit_under_the_replicas_count_still_admits_while_redis_is_away(tmp_path, fresh_emulator, own_redis,
+                                                                                  own_redis_url):
+    """While Redis is away each replica admits its share of a request bucket: 1 request a minute over two
+    replicas was half a request, a bucket that never filled to one request's cost, so the team had none
+    through ("retry in 60s", then again, for as long as Redis stayed away). A replica admits at least one
+    request a minute, as it keeps at least one slot of a cap; a request of more than its share (n choices
+    on Claude) is too large there at once."""
+    write_policy(tmp_path, "slow", "sk-slow", fresh_emulator.url, extra="limits: {requests_per_minute: 1}\nretry: {max_attempts: 1}\n")
+    write_policy(tmp_path, "three", "sk-three", fresh_emulator.url, extra="limits: {requests_per_minute: 3}\nretry: {max_attempts: 1}\n")
+    with two_proxies(tmp_path, own_redis_url) as proxies:
+        wait_until(lambda: _state(proxies[0]).shared.replicas == 2, "both replicas checked in")
+        own_redis.stop()
+        assert ask(proxies[0], "sk-three").content  # the guard opens; served from local state
+        assert _state(proxies[0]).up is False
+        assert ask(proxies[0], "sk-slow").content  # refused on the old code, and every minute after
+        with pytest.raises(anthropic.RateLimitError, match="over its limit of 1 requests per minute"):
+            ask(proxies[0], "sk-slow")  # its one request this minute
+        client = openai.OpenAI(base_url=f"{proxies[0].url}/v1", api_key="sk-three", max_retries=0)
+        with pytest.raises(openai.RateLimitError) as refused:  # 2 requests, more than this replica's 1.5 a minute
+            client.chat.completions.create(model="claude-sonnet-4-5", messages=[{"role": "user", "content": "hi"}],
+                                           max_completion_tokens=5, n=2)
+        assert "request too large" in refused.value.message and "retry-after" not in refused.value.response.headers
