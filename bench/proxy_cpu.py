@@ -22,7 +22,8 @@ steadiest signal for bisecting. Profiles stay under `--out`.
 (the Responses API native to the emulator's OpenAI side, recorded in the proxy's response store) or
 `responses-translated` (the Responses API translated to the emulator's Anthropic side); the policy
 then has a `claude-*` route to the emulator's Messages API besides the OpenAI one. `--latency` and
-`--include-usage` are chat's only.
+`--include-usage` are chat's only. Each proxy has a data directory of its own under `--out` (a
+response store that starts empty).
 
     .venv/bin/python bench/proxy_cpu.py --tree /tmp/wt-b1ad7fc --tree . [--requests 1500] [--rounds 4]
         [--mode json|stream|both] [--endpoint chat|responses|responses-translated] [--include-usage]
@@ -145,7 +146,11 @@ def label_of(tree: Path) -> str:
 def start_proxy(tree: Path, policy: Path, prefix: Path, label: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     cmd = [PY, "-c", _SERVE, str(prefix), "serve", "--policy", str(policy), "--port", str(port)]
-    env = {"PYTHONPATH": str(tree)}
+    # A data directory of its own (the response store, spend records, ownership): shared with the other
+    # trees' proxies and earlier runs (~/.cache/slipstream), a run measured whatever those had left, a
+    # Responses run a store grown to the team's quota (every put then evicts) and both proxies' writes
+    # taking turns on one SQLite file.
+    env = {"PYTHONPATH": str(tree), "SLIPSTREAM_DATA_DIR": f"{prefix}-data"}
     # The log in a temporary file, not a pipe nobody reads (full after 64 KiB, then the proxy blocks);
     # the child holds its own descriptor, so this one closes when startup is settled.
     with tempfile.TemporaryFile() as log:
