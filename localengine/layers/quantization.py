@@ -7,7 +7,12 @@ A decode step at batch 1 reads every weight once per token, so bytes per weight 
   int4 format). GGUF's Q4_0, Q4_1 and Q4_K blocks are this format at group 32 (see
   models/gguf_quants.py), so they load without a float copy.
 
-Two kernels serve them. The engine's own (kernels/cpu_matmul.cpp, built on first use) takes up to
+On CUDA, `Int4BlockWeight` and `Int8Weight` go to the engine's Triton kernels (kernels/triton_quantized.py):
+decode rows read the quantized bytes in place, longer chunks dequantize once and take cuBLAS. PyTorch's
+`_weight_int8pack_mm` on CUDA streamed 100 GB/s for a 4096 x 4096 weight at one row (bf16's F.linear:
+1.8 TB/s) and took 18.8 ms at 512 rows (H200, bench/localengine/cuda_weights.py).
+
+On CPU two kernels serve them. The engine's own (kernels/cpu_matmul.cpp, built on first use) takes up to
 `cpu_ops.MAX_ROWS` rows of fp32 activations: int8 at memory speed, int4 as `Int4BlockWeight` with
 activations quantized to int8 per 32 (llama.cpp's way). Longer chunks (prefill) dequantize the
 layer's weight and run PyTorch's GEMM: bf16 on CPUs that multiply bf16 in hardware, else fp32.
@@ -127,7 +132,11 @@ class Int8Weight:
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         flat = _rows(x)
-        if self.qweight.shape[1] % 16 == 0 and _kernel_rows(flat):
+        if flat.device.type == "cuda":
+            from localengine.kernels.triton_quantized import int8_matmul  # triton only where there is a GPU
+
+            out = int8_matmul(flat, self.qweight, self.scales_f32)
+        elif self.qweight.shape[1] % 16 == 0 and _kernel_rows(flat):
             out = cpu_ops.ops().int8_matmul(_fp32_rows(flat), self.qweight, self.scales_f32)
         elif flat.shape[0] > cpu_ops.MAX_ROWS and x.device.type == "cpu":
             out = dequantized_linear(flat, self.dequantize)
@@ -240,20 +249,34 @@ class Int4BlockWeight:
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         flat = _rows(x)
-        if _kernel_rows(flat):
+        if flat.device.type == "cuda":
+            from localengine.kernels.triton_quantized import int4_matmul  # triton only where there is a GPU
+
+            out = int4_matmul(flat, self.packed, self.scale, self.offset, self.group_size)
+        elif _kernel_rows(flat):
             out = cpu_ops.ops().int4_matmul(_fp32_rows(flat), self.packed, self.scale, self.offset, self.group_size)
         else:
             out = dequantized_linear(flat, self.dequantize)
         return _as_input(out, x)
 
     def dequantize(self) -> torch.Tensor:
-        return cpu_ops.ops().int4_dequantize(self.packed, self.scale, self.offset, self.group_size)
+        """W as fp32 [out, in]: the CPU op where it is built, else the same unpacking in PyTorch ops."""
+        if self.packed.device.type == "cpu" and cpu_ops.ops() is not None:
+            return cpu_ops.ops().int4_dequantize(self.packed, self.scale, self.offset, self.group_size)
+        rows, half = self.packed.shape
+        blocks = self.packed.reshape(rows, half // 16, 1, 16)
+        q = torch.cat([blocks & 15, blocks >> 4], dim=2).reshape(rows, -1, self.group_size).float()
+        return (q * self.scale[..., None] + self.offset[..., None]).reshape(rows, half * 2)
 
 
 def int4_weight(v: Int4Values) -> Int4BlockWeight | Int4Weight:
-    """The engine's layout where its kernels are built (CPU with AVX2), else PyTorch's."""
-    if v.q.device.type == "cpu" and v.group_size in INT4_GROUP_SIZES and cpu_ops.ops() is not None:
+    """The engine's layout where its kernels run (CUDA through Triton; CPU with AVX2), else PyTorch's
+    (CPU only)."""
+    if v.group_size in INT4_GROUP_SIZES and (v.q.device.type == "cuda" or cpu_ops.ops() is not None):
         return Int4BlockWeight.from_values(v)
+    if v.q.device.type != "cpu":
+        raise NotImplementedError(f"4-bit weights on {v.q.device.type} need groups of {INT4_GROUP_SIZES}, "
+                                  f"not {v.group_size}")
     return Int4Weight.from_values(v)
 
 

@@ -123,8 +123,6 @@ def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device
     with torch.device("meta"):
         model = LlamaForCausalLM(ModelArgs.from_hf(hf_config, tp_rank, tp_size))
     plan = quantization_plan(model, path, quantization, hf_config=hf_config)
-    if device.type != "cpu" and (plan.int4_modules or any(method == "int4" for _, method in plan.after)):
-        raise NotImplementedError("int4 weights run on CPU only (PyTorch's CPU int4 kernel): GPU kernels are not done")
     for name in plan.int4_modules:  # packed straight from the file's blocks: no float storage at all
         del cast(LinearBase, model.get_submodule(name)).weight
     model = model.to_empty(device=device).to(dtype)
@@ -136,7 +134,8 @@ def load_model(path: Path, hf_config: dict[str, Any], dtype: torch.dtype, device
     for name, tensor in checkpoint_tensors(path, dtype, plan.int4_tensors, plan.int4_checkpoint):
         if isinstance(tensor, Int4Values):
             module_name, shard = _module_of(model, name)
-            if cast(LinearBase, model.get_submodule(module_name)).load_int4(tensor, shard):
+            values = tensor.map_rows(lambda t: t.to(device))  # read on the host; packed where it runs
+            if cast(LinearBase, model.get_submodule(module_name)).load_int4(values, shard):
                 loaded.add(module_name)
         else:
             _load_tensor(model, params, name, tensor, loaded)
