@@ -101,6 +101,7 @@ class Media:
     documents: int = 0  # documents (PDFs) named by file id or URL: their pages are not in the request
     file_text: int = 0  # characters of text extracted from inline documents that are not PDFs (sdk/file_text.py)
     file_chars: int = 0  # the length of their base64
+    token_ids: int = 0  # integers in lists: a prompt or input sent as token ids, each a token
 
     def add(self, key: str, item: object, media_type: object, document: bool) -> None:
         if isinstance(item, str) and is_pdf(item, media_type):
@@ -117,8 +118,9 @@ class Media:
             self.images += 1
 
     def text_tokens(self) -> int:
-        """The tokens of the text extracted from its inline non-PDF documents, counted by length."""
-        return math.ceil(self.file_text / CHARS_PER_TOKEN)
+        """The tokens of the text extracted from its inline non-PDF documents, counted by length, and of
+        the prompts it sends as token ids."""
+        return math.ceil(self.file_text / CHARS_PER_TOKEN) + self.token_ids
 
 
 def _texts(value: Any, media: Media, document: bool = False) -> Iterator[str]:
@@ -137,7 +139,10 @@ def _texts(value: Any, media: Media, document: bool = False) -> Iterator[str]:
                 yield from _texts(item, media, document or key == "file")
     elif isinstance(value, list):
         for item in value:
-            yield from _texts(item, media, document)
+            if isinstance(item, int) and not isinstance(item, bool):
+                media.token_ids += 1  # a prompt or input given as token ids (a completion's, embeddings'): one token each
+            else:
+                yield from _texts(item, media, document)
 
 
 def media_of(request: LLMRequest) -> Media:

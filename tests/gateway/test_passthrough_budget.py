@@ -266,3 +266,19 @@ def test_bytes_that_open_no_json_line_are_not_held():
         return await anext(keyed_upload(endless(), "beta"))
 
     assert asyncio.run(first()) == b"y" * 1024
+
+
+def test_a_prompt_of_token_ids_is_held_and_charged_as_its_tokens(tmp_path, fresh_emulator, monkeypatch):
+    """A completion's prompt (and embeddings' input) may be token ids, billed as those tokens; the count
+    read only strings, so a prompt of 2,000 ids held and, its stream cut short, was charged no input at all."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 20.0)  # still streaming when the hold is read
+    write_policy(tmp_path, "ids", "sk-token-ids", fresh_emulator.url, extra=PRICED + "budget: {usd: 100, period: day}\n")
+    body = {"model": "gpt-3.5-turbo-instruct", "prompt": [1734 + i % 50 for i in range(2_000)], "max_tokens": 200}
+    with running_proxy([tmp_path]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-token-ids", max_retries=0)
+        with client.completions.create(**body, stream=True) as stream:
+            next(iter(stream))
+            held = spend(proxy, "sk-token-ids")["budget"]["held"]
+        assert held == pytest.approx((2_000 + 200) * 1000 / 1e6, rel=1e-3)  # before: the 200 output tokens alone
+        charged = wait_until(lambda: spend(proxy, "sk-token-ids")["day"]["total"], "the cut stream charged")
+        assert charged == pytest.approx((2_000 + 200) * 1000 / 1e6, rel=1e-3)  # its worst case, the prompt counted
