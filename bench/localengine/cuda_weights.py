@@ -64,14 +64,14 @@ def matmul_figures() -> dict[str, dict[str, float]]:
 
 
 def sweep_figures() -> dict[str, object]:
-    """The int4 decode kernel's step (32-input blocks a program takes at once), output tile and pipeline
-    stages, us; the best (least summed over the shapes and row counts) is set for the rest of the run."""
+    """The int4 decode kernel's output tile and pipeline stages, us; the best (least summed over the
+    shapes and row counts) is set for the rest of the run."""
     import triton.testing
 
     from localengine.kernels import triton_quantized
     from localengine.layers.quantization import Int4BlockWeight, Int4Values
 
-    times: dict[tuple[int, int, int], list[float]] = {}
+    times: dict[tuple[int, int], list[float]] = {}
     out: dict[str, object] = {}
     for n, k in ((4096, 4096), (3072, 576), (576, 1536)):
         w = Int4BlockWeight.from_values(Int4Values.from_float(torch.randn(n, k, device="cuda"), 32))
@@ -79,19 +79,18 @@ def sweep_figures() -> dict[str, object]:
             x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
             for stages in (1, 3):
                 triton_quantized.NUM_STAGES = stages
-                for steps in (1, 2, 4, 8):
-                    for block_n in (32, 64, 128):
-                        def call(x=x, w=w, s=steps, b=block_n) -> None:
-                            triton_quantized.int4_matmul(x, w.packed, w.scale, w.offset, 32, block_n=b, step_blocks=s)
-                        try:
-                            us = 1000 * triton.testing.do_bench(call, warmup=10, rep=30)
-                        except triton.runtime.errors.OutOfResources:
-                            us = float("inf")
-                        times.setdefault((stages, steps, block_n), []).append(us)
-                        out[f"{n}x{k} rows {rows} stages {stages} step {steps} block_n {block_n}"] = us
-    stages, steps, block_n = min(times, key=lambda key: sum(times[key]))
-    triton_quantized.NUM_STAGES, triton_quantized.INT4_STEP_BLOCKS, triton_quantized.BLOCK_N = stages, steps, block_n
-    out["best"] = {"num_stages": stages, "step_blocks": steps, "block_n": block_n, "summed_us": sum(times[stages, steps, block_n])}
+                for block_n in (32, 64, 128):
+                    def call(x=x, w=w, b=block_n) -> None:
+                        triton_quantized.int4_matmul(x, w.packed, w.scale, w.offset, 32, block_n=b)
+                    try:
+                        us = 1000 * triton.testing.do_bench(call, warmup=10, rep=30)
+                    except triton.runtime.errors.OutOfResources:
+                        us = float("inf")
+                    times.setdefault((stages, block_n), []).append(us)
+                    out[f"{n}x{k} rows {rows} stages {stages} block_n {block_n}"] = us
+    stages, block_n = min(times, key=lambda key: sum(times[key]))
+    triton_quantized.NUM_STAGES, triton_quantized.BLOCK_N = stages, block_n
+    out["best"] = {"num_stages": stages, "block_n": block_n, "summed_us": sum(times[stages, block_n])}
     return out
 
 

@@ -26,47 +26,45 @@ import triton
 import triton.language as tl
 
 DECODE_ROWS = 16  # the smallest tl.dot tile; more rows: dequantize once and take cuBLAS
-BLOCK_N = 64
+# Output features a decode program takes, and Triton's software pipelining of its loop: the best of
+# 32 / 64 / 128 x 1 / 3 summed over SmolLM2's and a 4096 x 4096 layer at 1 and 16 rows (H200,
+# `bench/localengine/cuda_weights.py --sweep`; single timings of these microsecond kernels moved by 2x).
+BLOCK_N = 128
+NUM_STAGES = 1
 # Programs to aim for: a few per SM, so that memory requests overlap (H100 / H200: 132 SMs).
 TARGET_PROGRAMS = 512
 MIN_BLOCKS_PER_PROGRAM = 4  # 32-input blocks: fewer and the partial sums cost more than they spread
-INT4_STEP_BLOCKS = 4  # 32-input blocks an int4 program takes a step: 64 bytes of each weight row
-NUM_STAGES = 3  # Triton's software pipelining of the decode kernels' loops
 
 
 @triton.jit
 def _int4_gemv_kernel(x_ptr, packed_ptr, scale_ptr, offset_ptr, part_ptr, M, N, K, stride_xm,
                       blocks_per_split, GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCKS: tl.constexpr, IEEE: tl.constexpr):
-    """BLOCKS 32-input blocks a step: byte t of the step's BLOCKS * 16 per row holds input
-    (t // 16) * 32 + t % 16 of the step in its low nibble and that + 16 in its high one; each nibble
-    is scaled by its block's group in registers, then multiplied with the inputs it holds."""
+                      IEEE: tl.constexpr):
     pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    t = tl.arange(0, BLOCKS * 16)
-    lo_input = (t // 16) * 32 + t % 16
+    half = tl.arange(0, 16)
     row_ok, col_ok = rm < M, rn < N
     groups = K // GROUP_SIZE
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     first = split * blocks_per_split
-    for blk in range(first, tl.minimum(first + blocks_per_split, K // 32), BLOCKS):
-        t_ok = blk + t // 16 < K // 32
-        x_at = x_ptr + rm[:, None] * stride_xm + blk * 32 + lo_input[None, :]
-        x_ok = row_ok[:, None] & t_ok[None, :]
-        x_lo = tl.load(x_at, mask=x_ok, other=0.0)
-        x_hi = tl.load(x_at + 16, mask=x_ok, other=0.0)
-        w_ok = t_ok[:, None] & col_ok[None, :]
-        b = tl.load(packed_ptr + rn[None, :] * (K // 2) + blk * 16 + t[:, None], mask=w_ok, other=0).to(tl.int32)
-        at = rn[None, :] * groups + ((blk * 32 + lo_input) // GROUP_SIZE)[:, None]
-        scale = tl.load(scale_ptr + at, mask=w_ok, other=0.0)
-        offset = tl.load(offset_ptr + at, mask=w_ok, other=0.0)
-        w_lo = ((b & 15).to(tl.float32) * scale + offset).to(x_lo.dtype)  # [BLOCKS * 16, BLOCK_N]
-        w_hi = ((b >> 4).to(tl.float32) * scale + offset).to(x_lo.dtype)
+    for blk in range(first, tl.minimum(first + blocks_per_split, K // 32)):
+        x_lo = tl.load(x_ptr + rm[:, None] * stride_xm + blk * 32 + half[None, :], mask=row_ok[:, None], other=0.0)
+        x_hi = tl.load(x_ptr + rm[:, None] * stride_xm + blk * 32 + 16 + half[None, :], mask=row_ok[:, None], other=0.0)
+        b = tl.load(packed_ptr + rn[None, :] * (K // 2) + blk * 16 + half[:, None], mask=col_ok[None, :], other=0)
+        b = b.to(tl.int32)
+        q_lo = (b & 15).to(x_lo.dtype)  # [16, BLOCK_N], exact in every float type
+        q_hi = (b >> 4).to(x_lo.dtype)
         if IEEE:
-            acc += tl.dot(x_lo, w_lo, input_precision="ieee") + tl.dot(x_hi, w_hi, input_precision="ieee")
+            dots = tl.dot(x_lo, q_lo, input_precision="ieee") + tl.dot(x_hi, q_hi, input_precision="ieee")
         else:
-            acc += tl.dot(x_lo, w_lo) + tl.dot(x_hi, w_hi)
+            dots = tl.dot(x_lo, q_lo) + tl.dot(x_hi, q_hi)
+        # The block's group: one scale and offset per output, applied to the block's sums.
+        at = rn * groups + (blk * 32) // GROUP_SIZE
+        scale = tl.load(scale_ptr + at, mask=col_ok, other=0.0)
+        offset = tl.load(offset_ptr + at, mask=col_ok, other=0.0)
+        x_sum = tl.sum(x_lo.to(tl.float32), axis=1) + tl.sum(x_hi.to(tl.float32), axis=1)
+        acc += dots * scale[None, :] + x_sum[:, None] * offset[None, :]
     part = part_ptr + split * M * N + rm[:, None] * N + rn[None, :]
     tl.store(part, acc, mask=row_ok[:, None] & col_ok[None, :])
 
@@ -112,20 +110,18 @@ def _int4_dequantize_kernel(packed_ptr, scale_ptr, offset_ptr, out_ptr, N, K, GR
     tl.store(out_ptr + rn[:, None] * K + blk * 32 + j[None, :], w.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def _splits(row_tiles: int, n: int, blocks: int, block_n: int, step_blocks: int) -> tuple[int, int]:
+def _splits(row_tiles: int, n: int, blocks: int, block_n: int) -> tuple[int, int]:
     """(segments K is cut into, 32-input blocks per segment) for a grid of row_tiles x column tiles."""
     tiles = row_tiles * triton.cdiv(n, block_n)
-    splits = max(1, min(TARGET_PROGRAMS // tiles, blocks // max(MIN_BLOCKS_PER_PROGRAM, step_blocks)))
-    per_split = triton.cdiv(triton.cdiv(blocks, splits), step_blocks) * step_blocks
+    splits = max(1, min(TARGET_PROGRAMS // tiles, blocks // MIN_BLOCKS_PER_PROGRAM))
+    per_split = triton.cdiv(blocks, splits)
     return triton.cdiv(blocks, per_split), per_split
 
 
-def _gemv(kernel, x: torch.Tensor, n: int, blocks: int, *weight: object, block_n: int, step_blocks: int = 1,
-          **constants: object) -> torch.Tensor:
-    """`step_blocks`: 32-input blocks a program takes a step (segments stay a multiple of it)."""
+def _gemv(kernel, x: torch.Tensor, n: int, blocks: int, *weight: object, block_n: int, **constants: object) -> torch.Tensor:
     m = x.shape[0]
     block_m = 16
-    splits, per_split = _splits(triton.cdiv(m, block_m), n, blocks, block_n, step_blocks)
+    splits, per_split = _splits(triton.cdiv(m, block_m), n, blocks, block_n)
     parts = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), splits)
     kernel[grid](x, *weight, parts, m, n, x.shape[1], x.stride(0), per_split, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -143,7 +139,7 @@ def int4_dequantize(packed: torch.Tensor, scale: torch.Tensor, offset: torch.Ten
 
 
 def int4_matmul(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
-                group_size: int, block_n: int | None = None, step_blocks: int | None = None) -> torch.Tensor:
+                group_size: int, block_n: int | None = None) -> torch.Tensor:
     """x [M, K] (fp32, fp16 or bf16) @ W^T for W in `Int4BlockWeight`'s layout: packed uint8 [N, K / 2],
     scale and offset fp32 [N, K / group_size]. Returns [M, N] in x's dtype."""
     m, k = x.shape
@@ -153,9 +149,8 @@ def int4_matmul(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, offs
     x = x.contiguous()
     if m > DECODE_ROWS:
         return torch.nn.functional.linear(x, int4_dequantize(packed, scale, offset, group_size, x.dtype))
-    steps = step_blocks or INT4_STEP_BLOCKS
     return _gemv(_int4_gemv_kernel, x, packed.shape[0], k // 32, packed, scale, offset, block_n=block_n or BLOCK_N,
-                 step_blocks=steps, GROUP_SIZE=group_size, BLOCKS=steps)
+                 GROUP_SIZE=group_size)
 
 
 def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
