@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
@@ -87,7 +88,7 @@ from sdk.routing.router import Router
 from sdk.runtime import TeamRuntime
 from sdk.sse import without_account_limits
 from sdk.state import in_background
-from sdk.state.answer_ids import check_audio
+from sdk.state.answer_ids import AUDIO, check_audio
 from sdk.state.backend import Admission
 from sdk.state.ownership import KEEP_S, MISSING_FILE, Ownership, check_account_objects, ownership_of
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
@@ -412,7 +413,9 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     streamed = "event-stream" in response.headers.get("content-type", "")
     if 200 <= status < 300 and (op.action in ("complete", "results") or output_of):
         tally = Tally(whole=op.action == "complete" and not streamed)
-    chunks = tallied(response, tally)
+    # the audio ids in a batch's output are the team's, as those the pipeline answers it with (sdk/state/answer_ids.py)
+    record = functools.partial(ex.owners.own, team.team, AUDIO) if output_of else None
+    chunks = tallied(response, tally, record)
     if op.action == "complete" and streamed and provider.shared_account:  # a limit's in-band error names the account
         chunks = without_account_limits(chunks, provider.name)
     return _answer(ex, status, ex.headers(response), chunks, tally, output_of or op.object_id, response)

@@ -11,7 +11,7 @@ and cost a part at a time). Bodies are bounded by the team's limit as they are r
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError,
 from sdk.promptcache.keys import scoped_ids
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
+from sdk.state.answer_ids import answered_audio
 from sdk.state.ownership import MISSING_FILE
 from sdk.types import Protocol, Usage
 from sdk.usage import merge_anthropic_usage, openai_usage, responses_usage
@@ -185,6 +186,7 @@ class Tally:
 
     whole: bool  # one JSON body (read at the end, up to MAX_LINE) rather than lines
     by_model: dict[str, Usage] = field(default_factory=dict)
+    audio: list[str] = field(default_factory=list)  # audio ids in OpenAI batch output lines, not yet recorded
     lines: Lines = field(default_factory=Lines)
     _body: list[bytes] = field(default_factory=list)
     _size: int = 0
@@ -230,6 +232,8 @@ class Tally:
                 self._add(_model(message), usage)
         elif isinstance(response, dict):  # OpenAI batch output line: {custom_id, response: {status_code, body}}
             body = response.get("body")
+            if isinstance(body, dict):
+                self.audio.extend(answered_audio(body))  # a spoken answer's id, named by a later turn
             if isinstance(body, dict) and isinstance(body.get("usage"), dict):
                 raw = body["usage"]
                 self._add(_model(body), responses_usage(body) if "input_tokens" in raw else openai_usage(raw))
@@ -305,13 +309,24 @@ async def input_file_parts(provider: HTTPProvider, file_id: str, limit: int) -> 
     yield input_file_lines(iter(lines.end())), 0
 
 
-async def tallied(response: UpstreamResponse, tally: Tally | None) -> AsyncIterator[bytes]:
+async def tallied(response: UpstreamResponse, tally: Tally | None,
+                  record: Callable[[list[str]], Awaitable[None]] | None = None) -> AsyncIterator[bytes]:
+    """The answer's chunks, tallied as they pass; the audio ids its lines carry are handed to `record`
+    (the team's ownership records) before the chunk that completed them goes on, so a client can name
+    them in a later turn (the last line, without a newline, is read once the body has ended: recorded
+    before the answer completes)."""
     async for chunk in response.iter_chunks():
         if tally is not None:
             tally.feed(chunk)
+            if tally.audio and record is not None:
+                await record(tally.audio)
+                tally.audio = []
         yield chunk
     if tally is not None:
         tally.end()
+        if tally.audio and record is not None:
+            await record(tally.audio)
+            tally.audio = []
 
 
 async def once(data: bytes) -> AsyncIterator[bytes]:

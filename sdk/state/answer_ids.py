@@ -7,7 +7,8 @@ turn's context) from what it keeps for the account (its audio guide, multi-turn 
 every team sharing the provider key shares that account: the id went upstream as sent, so a team
 that had another team's audio id continued from the other team's spoken answer. Each audio id the
 gateway answers a team with is recorded as the team's (sdk/state/ownership.py, kind `audio`) before
-the client can see it, and a request naming one the team was not answered with gets the 404 the other
+the client can see it (a batch's output file as it passes through the gateway too:
+sdk/passthrough/bodies.py:tallied), and a request naming one the team was not answered with gets the 404 the other
 id checks give, another team's and a made-up id alike, and nothing is sent.
 """
 

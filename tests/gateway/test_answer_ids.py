@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from gateway.testing import RunningServer, running_proxy
-from tests.helpers import oai, write_policy
+from tests.helpers import oai, wait_until, write_policy
 
 A, B = "sk-alpha-answer-ids", "sk-beta-answer-ids"
 SPOKEN = {"model": "gpt-4o-mini", "modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}
@@ -79,3 +79,24 @@ def test_a_batch_line_cannot_name_another_teams_audio(proxy, fresh_emulator):
     with pytest.raises(openai.NotFoundError, match="Audio with id"):
         beta.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert [r for r in fresh_emulator.app.state.recent if r["path"] == "/v1/batches"] == []  # no batch created
+
+
+def test_audio_in_a_batchs_output_is_the_teams_once_read_through_the_gateway(proxy, fresh_emulator):
+    """A batch line asking for a spoken answer gets an audio id in the batch's output file, which the
+    team reads through the gateway. It was not recorded, so the team naming its own audio in a later
+    turn got the 404 of someone else's; it is recorded as the output passes, and another team still
+    gets the 404."""
+    alpha, beta = oai(proxy, A), oai(proxy, B)
+    line = orjson.dumps({"custom_id": "spoken", "method": "POST", "url": "/v1/chat/completions",
+                         "body": {**SPOKEN, "messages": _naming("x")[:1]}})
+    source = alpha.files.create(file=("in.jsonl", line + b"\n"), purpose="batch")
+    batch = alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = wait_until(lambda: (b := alpha.batches.retrieve(batch.id)).status == "completed" and b, "the batch completes")
+    assert done.output_file_id is not None
+    output = orjson.loads(alpha.files.content(done.output_file_id).read().splitlines()[0])
+    audio_id = output["response"]["body"]["choices"][0]["message"]["audio"]["id"]
+    again = alpha.chat.completions.create(**SPOKEN, messages=_naming(audio_id))  # before: a 404
+    assert again.choices[0].message.audio.id != audio_id
+    assert _sent(fresh_emulator, audio_id) == ["/v1/chat/completions"]
+    with pytest.raises(openai.NotFoundError, match="Audio with id"):
+        beta.chat.completions.create(**SPOKEN, messages=_naming(audio_id))
