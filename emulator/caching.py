@@ -460,9 +460,11 @@ def openai_prompt_blob(body: dict[str, Any]) -> bytes:
 
 
 def plan_openai(
-    store: PrefixStore, blob: bytes, scope: str, start: float, ttl: float
+    store: PrefixStore, blob: bytes, scope: str, start: float, ttl: float, bills_writes: bool = False
 ) -> CachePlan:
-    """Longest live 128-token-boundary prefix (>= 1024 tokens) is the cached count."""
+    """Longest live 128-token-boundary prefix (>= 1024 tokens) is the cached count. With `bills_writes` (gpt-5.6 and
+    later, which bill writes at 1.25x and report them as `cache_write_tokens`, reference C.2) the tokens newly written,
+    the longest boundary written less the cached count, are the plan's `write_5m`."""
     n = len(blob) // 4
     plan = CachePlan(n, n)
     if n < OPENAI_MIN:
@@ -486,4 +488,6 @@ def plan_openai(
     for k, key in keys:
         if k > cached:
             plan.pending.append(store.write(key, start, ttl))
+    if bills_writes and keys and keys[-1][0] > cached:
+        plan.write_5m = keys[-1][0] - cached
     return plan

@@ -52,6 +52,14 @@ _CONTEXT_WINDOWS = (("claude-*", 200_000), ("gpt-4.1*", 1_047_576), ("gpt-4o*", 
                     ("o[134]*", 200_000), ("gpt-3.5-turbo*", 16_385))
 
 
+# OpenAI models that bill prompt-cache writes and report them (gpt-5.6 and later, reference C.2).
+_BILLS_WRITES = re.compile(r"^gpt-(5\.([6-9]|[1-9]\d)|([6-9]|[1-9]\d)(\.\d+)?)(?![\d.])")
+
+
+def bills_cache_writes(model: str) -> bool:
+    return bool(_BILLS_WRITES.match(model))
+
+
 def context_window(model: str, overrides: dict[str, int]) -> int | None:
     """The most input tokens `model` takes (None: not limited here)."""
     rows = (*overrides.items(), *_CONTEXT_WINDOWS)

@@ -16,7 +16,7 @@ from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
 from .chat_stream import Choice, chunks
 from .logprobs import chat_entries
-from .models import REASONING_TOKENS, context_window, openai_generates
+from .models import REASONING_TOKENS, bills_cache_writes, context_window, openai_generates
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import choice_seed, seed_for
@@ -250,7 +250,7 @@ def _usage(plan: CachePlan, out: int, reasoning: int = 0) -> dict[str, Any]:
         "prompt_tokens": plan.total,
         "completion_tokens": out,
         "total_tokens": plan.total + out,
-        "prompt_tokens_details": {"cached_tokens": plan.read, "cache_write_tokens": 0,
+        "prompt_tokens_details": {"cached_tokens": plan.read, "cache_write_tokens": plan.write,
                                   "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0,
                                       "accepted_prediction_tokens": 0,
@@ -275,7 +275,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
                        "context_length_exceeded")
         return
     scope = f"{key}\x00{model}\x00{body.get('prompt_cache_key') or ''}"
-    plan = plan_openai(emu.state.openai_cache, blob, scope, call.start, cfg.openai_cache_ttl_s)
+    plan = plan_openai(emu.state.openai_cache, blob, scope, call.start, cfg.openai_cache_ttl_s, bills_cache_writes(model))
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else (stop or [])
     natural = emu.natural_length(call)

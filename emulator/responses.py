@@ -18,7 +18,7 @@ from . import openai_wire as wire
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
 from .logprobs import chat_entries, tokens_of
-from .models import REASONING_TOKENS, openai_generates
+from .models import REASONING_TOKENS, bills_cache_writes, openai_generates
 from .openai import pick_tool
 from .reply import Reply, make_reply, output_schema
 from .responses_input import chat_view, input_items, validate
@@ -109,7 +109,7 @@ async def create(emu: Emulator, call: Call) -> None:
     cfg = emu.config
     scope = f"{key}\x00{model}\x00{body.get('prompt_cache_key') or ''}"
     plan = plan_openai(emu.state.openai_cache, openai_prompt_blob(turn.view), scope, call.start,
-                       cfg.openai_cache_ttl_s)
+                       cfg.openai_cache_ttl_s, bills_cache_writes(model))
     effort = _effort(model, body)
     reasoning = REASONING_TOKENS.get(effort or "", 0)
     mt = body.get("max_output_tokens")
@@ -196,7 +196,7 @@ def _mcp_item(emu: Emulator, body: dict[str, Any], tool: dict[str, Any]) -> dict
 
 def _usage(plan: CachePlan, out: int, reasoning: int) -> dict[str, Any]:
     return {"input_tokens": plan.total,
-            "input_tokens_details": {"cached_tokens": plan.read, "cache_write_tokens": 0},
+            "input_tokens_details": {"cached_tokens": plan.read, "cache_write_tokens": plan.write},
             "output_tokens": out, "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": plan.total + out}
 

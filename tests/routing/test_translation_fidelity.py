@@ -130,3 +130,29 @@ def test_a_breakpoint_on_a_document_or_tool_reference_in_a_tool_result_reaches_a
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": result}]}])
         tool = next(m for m in sent(fresh_emulator)["messages"] if m["role"] == "tool")
         assert tool["content"] == [{"type": "text", "text": text, "prompt_cache_breakpoint": {"mode": "explicit"}}]
+
+
+def test_a_translated_messages_answer_reports_the_caching_and_tier_the_openai_upstream_did(an, fresh_emulator):
+    """anthropic 2.x reads `usage.cache_creation` (the 5-minute / 1-hour split of the cache writes, which clients price
+    at 1.25x and 2x) and `usage.service_tier`. From gpt-5.6, which bills its writes at 1.25x and keeps them 30 minutes
+    or more, the writes are 5-minute ones (they were not split at all), the tier OpenAI's default, Anthropic's
+    standard (it was not said); a stream's message_delta carries the split with the rest of the upstream's usage."""
+    system = "You review pull requests for the payments team. " * 120  # over OpenAI's 1,024 cacheable tokens
+    ask = [{"role": "user", "content": "Review this diff."}]
+    first = an.messages.create(model="claude-56-x", max_tokens=32, system=system, messages=ask).usage
+    assert first.cache_creation_input_tokens and first.cache_creation is not None
+    assert first.cache_creation.ephemeral_5m_input_tokens == first.cache_creation_input_tokens
+    assert first.cache_creation.ephemeral_1h_input_tokens == 0 and first.service_tier == "standard"
+    second = an.messages.create(model="claude-56-x", max_tokens=32, system=system, messages=ask).usage
+    assert second.cache_read_input_tokens and second.cache_creation is not None
+    assert second.cache_creation.ephemeral_5m_input_tokens == second.cache_creation_input_tokens == 0
+
+    longer = [{"role": "user", "content": "Review this diff. " + "It moves the refund path. " * 60}]
+    with an.messages.stream(model="claude-56-x", max_tokens=32, system=system, messages=longer) as stream:
+        events = list(stream)
+        final = stream.get_final_message().usage
+    delta = next(event for event in events if event.type == "message_delta").usage
+    written = (delta.model_extra or {}).get("cache_creation")
+    assert final.cache_read_input_tokens and final.cache_creation_input_tokens and final.service_tier == "standard"
+    assert written == {"ephemeral_5m_input_tokens": final.cache_creation_input_tokens, "ephemeral_1h_input_tokens": 0}
+

@@ -48,18 +48,35 @@ def chat_usage(usage: Usage) -> dict[str, Any]:
                       "cache_read_input_tokens": usage.cache_read_tokens, "cache_creation_input_tokens": usage.cache_write_tokens})
 
 
-def usage_o2a(usage: dict[str, Any] | None) -> dict[str, Any]:
+# OpenAI's service tiers as Anthropic's usage.service_tier ("standard", "priority", "batch"): the default tier is
+# Anthropic's standard, priority is priority; flex and scale have no Anthropic tier and are not said.
+_TIERS = {"default": "standard", "auto": "standard", "priority": "priority"}
+
+
+def usage_o2a(usage: dict[str, Any] | None, tier: Any = None) -> dict[str, Any]:
+    """An OpenAI usage object (and the answer's `service_tier`) as Anthropic's. OpenAI's cache writes (gpt-5.6 and
+    later: `cache_write_tokens`, billed at 1.25x input, kept at least 30 minutes) are Anthropic's 5-minute writes in
+    `cache_creation`, the TTL split Anthropic's clients price by: the same 1.25x, and a prefix that outlives five
+    minutes (an hour is not promised); `ephemeral_1h_input_tokens` is 0."""
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
     read, written = details.get("cached_tokens") or 0, details.get("cache_write_tokens") or 0
-    out = {"input_tokens": max(0, (usage.get("prompt_tokens") or 0) - read - written),
-           "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
-           "output_tokens": usage.get("completion_tokens") or 0}
+    out: dict[str, Any] = {"input_tokens": max(0, (usage.get("prompt_tokens") or 0) - read - written),
+                           "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
+                           "cache_creation": {"ephemeral_5m_input_tokens": written, "ephemeral_1h_input_tokens": 0},
+                           "output_tokens": usage.get("completion_tokens") or 0}
     # A reasoning model's hidden reasoning, within completion_tokens as Claude's thinking is within output_tokens.
     reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
     if isinstance(reasoning, int) and reasoning > 0:
         out["output_tokens_details"] = {"thinking_tokens": reasoning}
+    if (served := service_tier_o2a(tier)) is not None:
+        out["service_tier"] = served
     return out
+
+
+def service_tier_o2a(tier: Any) -> str | None:
+    """Anthropic's usage.service_tier for the tier an OpenAI answer says it was served on (None: no counterpart)."""
+    return _TIERS.get(tier) if isinstance(tier, str) else None
 
 
 def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] = ()) -> bytes:
@@ -127,7 +144,7 @@ def completion_o2a(body: bytes, extra: dict[str, Any] | None = None, names: dict
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
         "content": content, **stop_o2a(choice, bool(message.get("refusal"))),
-        "usage": usage_o2a(data.get("usage")), **(extra or {}),
+        "usage": usage_o2a(data.get("usage"), data.get("service_tier")), **(extra or {}),
     })
 
 

@@ -18,7 +18,7 @@ from typing import Protocol as TypingProtocol
 import orjson
 
 from sdk.errors import error_event
-from sdk.routing.translation.bodies import A2O_STOP, chat_usage, stop_o2a, usage_o2a
+from sdk.routing.translation.bodies import A2O_STOP, chat_usage, service_tier_o2a, stop_o2a, usage_o2a
 from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
 from sdk.routing.translation.web_search import url_citations
@@ -89,11 +89,16 @@ class OpenAIToAnthropic:
         out: list[bytes] = []
         if not self.started:
             self.started = True
+            # The cache's numbers come with the upstream's usage, at the end (message_delta's, which the SDKs take over
+            # these); its TTL split (`cache_creation`), which anthropic 2.x takes from message_start only, is left out
+            # here rather than said to be none. The tier an answer is served on is in every chunk, the first too.
+            usage: dict[str, Any] = {"input_tokens": self.input_tokens, "cache_creation_input_tokens": 0,
+                                     "cache_read_input_tokens": 0, "output_tokens": 0}
+            if (tier := service_tier_o2a(chunk.get("service_tier"))) is not None:
+                usage["service_tier"] = tier
             out.append(_anthropic_event({"type": "message_start", "message": {
                 "id": f"msg_{chunk.get('id', '')}", "type": "message", "role": "assistant", "model": chunk.get("model"),
-                "content": [], "stop_reason": None, "stop_sequence": None,
-                "usage": {"input_tokens": self.input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                          "output_tokens": 0}, **self.extra}}))
+                "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage, **self.extra}}))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             self.refused = self.refused or bool(delta.get("refusal"))
@@ -118,7 +123,7 @@ class OpenAIToAnthropic:
                 stop = stop_o2a(choice, self.refused)
                 self.stop_reason, self.stop_sequence = stop["stop_reason"], stop["stop_sequence"]
         if isinstance(chunk.get("usage"), dict):
-            self.usage = usage_o2a(chunk["usage"])
+            self.usage = usage_o2a(chunk["usage"], chunk.get("service_tier"))
         return out
 
     def _open_block(self, block: dict[str, Any]) -> list[bytes]:
