@@ -42,6 +42,17 @@ PENDING_BYTES = 1024 * 1024  # of a stream held unparsed until an estimate needs
 CHARS_PER_TOKEN = 3.0  # below cl100k's ~4 on English prose: a length-based count leans high
 DEFAULT_OUTPUT_TOKENS = 4096  # what a reservation assumes when the request sets no output limit
 DEFAULT_SEARCHES = 5  # calls of a hosted tool billed per call a reservation assumes when a request allows them without a cap
+# A hosted tool loop (docs/spend.md, "Hosted tool loops"): the provider samples the model once per server tool
+# call and once more after the last, each step reading the prompt, what the model wrote so far and every
+# result so far, and bills the sum (Anthropic's usage adds up its `iterations`). A result's size is not known
+# before it runs: a hold counts each at TOOL_RESULT_TOKENS (a web search's results, a fetched page cut to its
+# tool's `max_content_tokens`), a documented assumption as the 4,096-token output default is.
+TOOL_RESULT_TOKENS = 10_000
+# Server tools the provider runs in a loop: Anthropic's by type (each up to its `max_uses`), the Responses
+# API's built-in tools (all together up to the request's `max_tool_calls`)
+_ANTHROPIC_LOOPED = ("web_search", "web_fetch", "code_execution", "tool_search_tool")
+_RESPONSES_LOOPED = frozenset({"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
+                               "mcp", "tool_search"})
 
 # A PDF page: its text and its image (Anthropic's PDF support guide: 1,500 to 3,000 tokens a page, by how
 # dense it is; OpenAI sends each page's text and an image of it too).
@@ -251,6 +262,34 @@ def search_limit(request: LLMRequest) -> int:
         return DEFAULT_SEARCHES if isinstance(body.get("web_search_options"), dict) else 0
     limit = search.get("max_uses", body.get("max_tool_calls"))
     return limit if isinstance(limit, int) and limit >= 0 else DEFAULT_SEARCHES
+
+
+def hosted_steps(request: LLMRequest) -> int:
+    """The most server tool calls the provider may run in a loop for the request (each followed by another
+    sampling step): on the Responses API its built-in tools' `max_tool_calls`, else DEFAULT_SEARCHES a tool
+    offered; on Messages each server tool's `max_uses`, else DEFAULT_SEARCHES; a Chat request's web search
+    (`search_limit`, Claude's loop where the route translates it). 0 without such tools."""
+    body = request.body
+    listed = body.get("tools")
+    tools: list[dict[str, Any]] = [t for t in listed if isinstance(t, dict)] if isinstance(listed, list) else []
+    if request.endpoint is Endpoint.RESPONSES:
+        hosted = sum(1 for t in tools if t.get("type") in _RESPONSES_LOOPED or _hosted_shell(t))
+        limit = body.get("max_tool_calls")
+        return (limit if isinstance(limit, int) and limit >= 0 else DEFAULT_SEARCHES * hosted) if hosted else 0
+    if request.endpoint.protocol is Protocol.ANTHROPIC:
+        uses = [t.get("max_uses") for t in tools if str(t.get("type", "")).startswith(_ANTHROPIC_LOOPED)]
+        return sum(n if isinstance(n, int) and n >= 0 else DEFAULT_SEARCHES for n in uses)
+    return search_limit(request)
+
+
+def looped_input(prompt: int, steps: int, output: int) -> int:
+    """The input tokens a request of `prompt` tokens is billed over a hosted tool loop of `steps` calls: each
+    of the steps + 1 samplings reads the prompt, the `output` written so far (at most the request's output
+    limit) and the results so far (TOOL_RESULT_TOKENS each), and no step more than the largest context window."""
+    if steps <= 0:
+        return prompt
+    total = (steps + 1) * prompt + steps * output + TOOL_RESULT_TOKENS * steps * (steps + 1) // 2
+    return min(total, (steps + 1) * max(prompt, MAX_INPUT_TOKENS))
 
 
 def tool_call_limits(request: LLMRequest) -> Usage:

@@ -150,6 +150,19 @@ def spend_report(proxy: RunningServer, key: str) -> dict[str, Any]:
     return answer.json()
 
 
+def held_while_streaming(proxy: RunningServer, key: str, body: dict[str, Any], beside: dict[str, Any]) -> float:
+    """What a Messages stream of `body` holds against team `key`'s budget while it runs, checking that a
+    request `beside` it is refused for the budget meanwhile (the emulator must still be streaming)."""
+    client = anth(proxy, key)
+    with client.messages.stream(**body) as stream:  # admitted: nothing spent or held yet
+        next(iter(stream))
+        held = float(spend_report(proxy, key)["budget"]["held"])
+        with pytest.raises(anthropic.RateLimitError, match="budget"):
+            client.messages.create(**beside)
+    return held
+
+
+
 # --- PDFs ---------------------------------------------------------------------------------------------
 
 

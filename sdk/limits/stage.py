@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from sdk import estimate
 from sdk.errors import RateLimitedError, SlipstreamError
 from sdk.estimate import CHARS_PER_TOKEN, StreamTally, choice_limit, input_tokens, media_of, output_limit, tool_call_limits, worst_input
 from sdk.observability import metrics
@@ -246,9 +247,10 @@ class LimitsStage:
         legs = self.legs(request)  # each of them the request's worst cost (Claude bills each its prompt and tool calls)
         counted, allowed = worst_input(request, exact), output_limit(request) if legs == 1 else choice_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
+        steps = estimate.hosted_steps(request)  # a hosted tool loop reads the prompt again at each step (docs/spend.md)
         # its images at the worst the target's model bills one (OpenAI's differ by model)
-        return legs * max(worst_cost_usd(counted.on(t.model, t.protocol) + history, allowed, t.price, calls, tier, us_only, fast,
-                                         token_rate) for t in targets)
+        return legs * max(worst_cost_usd(estimate.looped_input(counted.on(t.model, t.protocol) + history, steps, allowed), allowed, t.price,
+                                         calls, tier, us_only, fast, token_rate) for t in targets)
 
     def legs(self, request: LLMRequest) -> int:
         """The upstream requests `request` makes: a Chat request for `n` choices on a route that can reach a

@@ -11,7 +11,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import openai
 import pytest
 
@@ -20,7 +19,7 @@ from gateway.testing import running_proxy
 from sdk.estimate import ANTHROPIC_FACTOR, count_texts, input_tokens
 from sdk.spend import price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest, Protocol
-from tests.helpers import spend_report, wait_until, write_policy
+from tests.helpers import anth, held_while_streaming, spend_report, wait_until, write_policy
 
 KEY = "sk-team-media-holds"
 PLAIN = "retry: {max_attempts: 1}\nprompt_cache: {enabled: false}\nbudget: {usd: 100, period: day}\n"
@@ -70,15 +69,10 @@ def test_a_pdf_named_by_url_holds_the_providers_page_limit_and_settles_on_usage(
     price = price_of(model, {})
     assert price is not None
     with running_proxy([policy]) as proxy:
-        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
-        with client.messages.stream(**body) as stream:  # admitted: nothing spent or held yet
-            next(iter(stream))
-            held = spend_report(proxy, KEY)["budget"]["held"]
-            with pytest.raises(anthropic.RateLimitError, match="budget"):  # before: admitted beside it
-                client.messages.create(**body)
+        held = held_while_streaming(proxy, KEY, body, beside=body)  # before: admitted beside it
         wait_until(lambda: spend_report(proxy, KEY)["budget"]["held"] == 0, "its hold let go")
         assert spend_report(proxy, KEY)["day"]["total"] < 0.01  # charged what the provider read, not the hold
-        assert client.messages.create(**body).content  # the budget is open again
+        assert anth(proxy, KEY).messages.create(**body).content  # the budget is open again
     plain = input_tokens(LLMRequest(Endpoint.MESSAGES, {**body, "messages": [{"role": "user", "content": text}]}))
     # 600 pages at 3,000 tokens are 1.8M: the most a context window reads, 1M tokens (before: 4,800)
     assert held == pytest.approx(worst_cost_usd(plain + 1_000_000, 500, price), rel=1e-3)

@@ -23,7 +23,7 @@ import pytest
 
 from emulator.testing import RunningEmulator
 from gateway.testing import running_proxy
-from sdk.estimate import DEFAULT_SEARCHES, PDF_PAGE_TOKENS, input_tokens, search_limit
+from sdk.estimate import DEFAULT_SEARCHES, PDF_PAGE_TOKENS, hosted_steps, input_tokens, looped_input, search_limit
 from sdk.spend import cost_usd, price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest, Usage
 from sdk.usage import responses_usage, usage_from_body
@@ -87,7 +87,9 @@ def test_a_request_that_may_search_holds_its_searches_against_the_budget(tmp_pat
     price = price_of(MODEL, {})
     assert price is not None
     request = LLMRequest(Endpoint.MESSAGES, body)
-    tokens_only = worst_cost_usd(input_tokens(request), 2000, price)
+    # its tokens over the search loop (the prompt read at each of 4 steps: test_tool_loop_holds.py), and the searches
+    tokens_only = worst_cost_usd(looped_input(input_tokens(request), hosted_steps(request), 2000), 2000, price)
+    assert hosted_steps(request) == 3
     assert held == pytest.approx(tokens_only + 3 * 10.0 / 1000, rel=1e-3)
 
 

@@ -1,0 +1,67 @@
+"""A hosted tool loop is held as what the provider bills for it (docs/spend.md, "Hosted tool loops"): the
+model samples once per server tool call and once after the last, each step reading the prompt, what it
+wrote so far and every result so far, and the usage adds them up. The hold counted the prompt once.
+Through the proxy with the official clients, the emulator upstream; the hold read while a stream runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from emulator.testing import RunningEmulator
+from gateway.testing import running_proxy
+from sdk.estimate import input_tokens
+from sdk.limits.stage import RESERVE_EXACT_CHARS
+from sdk.spend import price_of, worst_cost_usd
+from sdk.types import Endpoint, LLMRequest, Usage
+from tests.helpers import held_while_streaming, spend_report, write_policy
+
+KEY = "sk-team-tool-loops"
+RESULT = 10_000  # tokens a result is held at: sdk/estimate.py:RESULT, docs/spend.md
+PLAIN = "retry: {max_attempts: 1}\nprompt_cache: {enabled: false}\n"
+PROMPT = "Summarise this week's news from Lisbon, with sources. " + "Context: the reader follows city politics. " * 400
+
+
+def test_a_messages_search_loop_holds_the_prompt_read_at_every_step(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude's web search with max_uses 4 may sample five times, each reading the prompt again, the text
+    written so far and the results so far: the hold counted the prompt once (with the searches' fees), so a
+    request beside it was admitted where the budget had room for one loop only."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 20.0)  # still streaming when the hold is read
+    model = "claude-haiku-4-5"  # no long-context rates: the hold is linear in its tokens
+    body: dict[str, Any] = {"model": model, "max_tokens": 300, "messages": [{"role": "user", "content": PROMPT}],
+                            "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 4}]}
+    price = price_of(model, {})
+    assert price is not None
+    prompt = input_tokens(LLMRequest(Endpoint.MESSAGES, body), RESERVE_EXACT_CHARS, worst=True)
+    once = worst_cost_usd(prompt, 300, price, Usage(web_searches=4))  # what it held before
+    looped = worst_cost_usd(5 * prompt + 4 * 300 + RESULT * 10, 300, price, Usage(web_searches=4))
+    budget = (once + looped) / 2  # room for the old hold twice over, not for the loop beside anything
+    assert 2 * once < budget < looped
+    policy = write_policy(tmp_path, "loops", KEY, fresh_emulator.url, extra=PLAIN + f"budget: {{usd: {budget:.6f}, period: day}}\n")
+    with running_proxy([policy]) as proxy:  # before: a request beside it was admitted
+        held = held_while_streaming(proxy, KEY, body, beside={**body, "tools": [], "max_tokens": 10})
+    assert held == pytest.approx(looped, rel=1e-3)  # before: `once`
+
+
+def test_a_responses_hosted_tool_loop_holds_up_to_its_max_tool_calls(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Responses API's built-in tools loop the same way, up to the request's max_tool_calls (all its tools together)."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 20.0)
+    model = "gpt-4.1"
+    body: dict[str, Any] = {"model": model, "input": PROMPT, "max_output_tokens": 300, "max_tool_calls": 3,
+                            "tools": [{"type": "web_search"}]}
+    price = price_of(model, {})
+    assert price is not None
+    prompt = input_tokens(LLMRequest(Endpoint.RESPONSES, body), RESERVE_EXACT_CHARS, worst=True)
+    policy = write_policy(tmp_path, "loops", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    with running_proxy([policy]) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+        with client.responses.create(**body, stream=True) as stream:
+            next(iter(stream))
+            held = spend_report(proxy, KEY)["budget"]["held"]
+    assert held == pytest.approx(worst_cost_usd(4 * prompt + 3 * 300 + RESULT * 6, 300, price,
+                                                Usage(web_searches=3)), rel=1e-3)  # before: the prompt once
