@@ -156,3 +156,20 @@ def test_a_translated_messages_answer_reports_the_caching_and_tier_the_openai_up
     assert final.cache_read_input_tokens and final.cache_creation_input_tokens and final.service_tier == "standard"
     assert written == {"ephemeral_5m_input_tokens": final.cache_creation_input_tokens, "ephemeral_1h_input_tokens": 0}
 
+
+def test_a_breakpoint_on_a_tool_result_with_an_image_ends_after_the_image_for_an_openai_model(an, fresh_emulator):
+    """A screenshot tool's result (text and an image) marked with `cache_control` caches all of it on Claude. A Chat tool
+    message holds text only, so the image follows it in a user message: for gpt-5.6 the breakpoint goes on that image,
+    where the result ends, not on the tool text before it (the prefix cached was shorter than the one marked)."""
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/screen.png"}}
+    tools = [{"name": "screenshot", "description": "Takes a screenshot.", "input_schema": {"type": "object", "properties": {}}}]
+    an.messages.create(model="claude-56-x", max_tokens=32, tools=tools, messages=[
+        {"role": "user", "content": "What is on the screen?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "cache_control": EPHEMERAL,
+                                      "content": [{"type": "text", "text": "Captured."}, image]}]}])
+    messages = sent(fresh_emulator)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user"]
+    assert messages[2]["content"] == "Captured."
+    assert messages[3]["content"] == [{"type": "image_url", "image_url": {"url": "https://example.com/screen.png"},
+                                       "prompt_cache_breakpoint": {"mode": "explicit"}}]

@@ -14,9 +14,8 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.translation import chat_custom, context_edits
+from sdk.routing.translation.a2o_messages import a2o_message, block_text
 from sdk.routing.translation.breakpoints import (
-    BREAKPOINT,
-    marked_part,
     system_parts,
     takes_breakpoints,
     tool_marker,
@@ -24,13 +23,13 @@ from sdk.routing.translation.breakpoints import (
 )
 from sdk.routing.translation.claude_tools import as_custom
 from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fate, one_sampler, refuse
-from sdk.routing.translation.media import a2o_document, image_source, image_url, o2a_document
+from sdk.routing.translation.media import image_source, o2a_document
 from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
 from sdk.routing.translation.output_limits import WARMING_LIMIT, claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
-from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_id, openai_tool_name
-from sdk.routing.translation.tool_search import claude_search_block, claude_tool_search
+from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_name
+from sdk.routing.translation.tool_search import claude_tool_search
 from sdk.routing.translation.web_search import claude_tool
 
 # reasoning_effort values Anthropic's output_config.effort shares; "minimal" is its "low" (the least it has).
@@ -41,14 +40,6 @@ _A2O_EFFORT = {**{e: e for e in _EFFORTS}, "max": "xhigh"}  # OpenAI's most is x
 _BUDGETS = ((4096, "low"), (16384, "medium"))
 
 
-def _text(block: dict[str, Any], where: str) -> str:
-    """A text block's text: translation joins and re-nests it, so it must be a string."""
-    text = block.get("text")
-    if not isinstance(text, str):
-        raise InvalidRequestError(f"{where}.text: a string is required")
-    return text
-
-
 def _text_of(blocks: Any, where: str, target: str) -> str:
     """A string, or a list of text blocks/parts, as one string."""
     if isinstance(blocks, str):
@@ -57,7 +48,7 @@ def _text_of(blocks: Any, where: str, target: str) -> str:
     for block in blocks or ():
         if not isinstance(block, dict) or block.get("type") != "text":
             raise refuse(f"{where}: a {block.get('type') if isinstance(block, dict) else type(block).__name__!r} part", target)
-        parts.append(_text(block, where))
+        parts.append(block_text(block, where))
     return "\n\n".join(parts)
 
 
@@ -124,7 +115,7 @@ def anthropic_to_openai(body: dict[str, Any], edits: context_edits.Edits = conte
         text = _text_of(system, "system", "OpenAI")
         out["messages"].append({"role": "system", "content": system_parts(system, text) if explicit and isinstance(system, list) else text})
     for i, message in enumerate(body.get("messages") or ()):
-        out["messages"].extend(_a2o_message(message, f"messages.{i}", explicit))
+        out["messages"].extend(a2o_message(message, f"messages.{i}", explicit))
     if body.get("tools"):  # less a tool search Anthropic runs: an OpenAI model is offered the deferred tools from the start
         out["tools"] = [_a2o_tool(tool, f"tools.{i}") for i, tool in enumerate(body["tools"]) if not claude_tool_search(tool)]
     choice = body.get("tool_choice")
@@ -198,103 +189,6 @@ def _a2o_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("strict") is not None:  # strict where OpenAI's strict mode takes the schema (output_modes.openai_strict)
         function["strict"] = bool(tool["strict"]) and openai_strict(function["parameters"])
     return {"type": "function", "function": function}
-
-
-def _a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[dict[str, Any]]:
-    role, content = message.get("role"), message.get("content")
-    if isinstance(content, str):
-        return [{"role": role, "content": content}]
-    if role == "assistant":
-        texts, calls = [], []
-        for j, block in enumerate(content or ()):
-            kind = block.get("type")
-            if kind == "text":
-                texts.append(_text(block, f"{where}.content.{j}"))
-            elif kind == "tool_use":
-                arguments = orjson.dumps(block.get("input") or {}).decode()
-                function = {"name": openai_tool_name(block["name"]), "arguments": arguments}
-                calls.append({"id": openai_tool_id(block["id"]), "type": "function", "function": function})
-            elif claude_search_block(block):
-                continue
-            elif kind in ("thinking", "redacted_thinking", "fallback"):
-                # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
-                # earlier turn's thinking too); the visible turn carries the conversation. A `fallback` block
-                # marks where a server-side fallback model took over; Anthropic renders it into no prompt.
-                continue
-            else:
-                raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
-        out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-        if calls:
-            out["tool_calls"] = calls
-        return [out]
-    # A user turn: tool results become `tool` messages, which must directly follow the assistant's calls.
-    # Chat's tool messages hold text only: a result's images and documents follow them in the user message.
-    tool_messages: list[dict[str, Any]] = []
-    attached: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for j, block in enumerate(content or ()):
-        if block.get("type") != "tool_result":
-            made = _a2o_parts(block, f"{where}.content.{j}")  # the block's end, where its marker goes, is its last part's
-            parts += [*made[:-1], marked_part(made[-1], block) if explicit else made[-1]]
-            continue
-        result = block.get("content") or ""
-        texts = [result] if isinstance(result, str) else []
-        texted: list[dict[str, Any]] = []  # the inner blocks wholly in the tool message's text, whose markers it takes
-        for k, inner in enumerate([] if isinstance(result, str) else result):
-            if inner.get("type") == "tool_reference":
-                # A client-side tool search's answer (Claude Code's ToolSearch): Claude loads the named deferred
-                # tool here; an OpenAI model has every tool from the start (defer_loading is not sent), so it is told which.
-                texts.append(f"Tool loaded: {openai_tool_name(inner.get('tool_name'))}")
-                texted.append(inner)
-                continue
-            made = _a2o_parts(inner, f"{where}.content.{j}.content.{k}")
-            for part in made:
-                if part["type"] == "text":
-                    texts.append(part["text"])
-                else:
-                    attached.append(marked_part(part, inner) if explicit else part)
-            texted += [inner] if all(part["type"] == "text" for part in made) else []
-        text = "\n\n".join(texts)
-        if block.get("is_error"):
-            text = f"Error: {text}"  # OpenAI has no error flag on tool results
-        marked = marked_part({"type": "text", "text": text}, block, *texted) if explicit else {}
-        tool_content: Any = [marked] if BREAKPOINT in marked else text  # a marked result: one text part
-        tool_messages.append({"role": "tool", "tool_call_id": openai_tool_id(block["tool_use_id"]), "content": tool_content})
-    if attached or parts:
-        tool_messages.append({"role": role, "content": attached + parts})
-    return tool_messages
-
-
-def _a2o_parts(block: dict[str, Any], where: str) -> list[dict[str, Any]]:
-    """A user turn's text, image or document block as Chat content parts (a document's may be two: media.py)."""
-    kind = block.get("type")
-    if kind == "document":
-        return a2o_document(block, where)
-    return [_a2o_part(block, where)]
-
-
-def _a2o_part(block: dict[str, Any], where: str) -> dict[str, Any]:
-    kind = block.get("type")
-    if kind == "text":
-        return {"type": "text", "text": _text(block, where)}
-    if kind == "image":
-        _oversized(block.get("transformations"), where)
-        return {"type": "image_url", "image_url": {"url": image_url(block.get("source") or {}, where)}}
-    if kind == "search_result":  # a RAG tool's or the client's source: its text, under its title and source
-        if (block.get("citations") or {}).get("enabled"):
-            raise refuse(f"{where}: a search result with citations", "OpenAI")
-        body = "\n\n".join(_text(inner, where) for inner in block.get("content") or ())
-        return {"type": "text", "text": f"{block.get('title')}\nSource: {block.get('source')}\n\n{body}"}
-    raise refuse(f"{where}: a {kind!r} block", "OpenAI")
-
-
-def _oversized(transformations: Any, where: str) -> None:
-    """anthropic 2.x's image `transformations.oversized_image: "error"` asks that an image past the model's largest size be
-    a 400 naming its dimensions, never scaled down without a word; an OpenAI model scales a large image down to what it
-    reads (OpenAI's images and vision guide, developers.openai.com/docs/guides/vision), as `downsize`, the default,
-    does: that one travels, and `error` is refused, naming it, rather than dropped."""
-    if isinstance(transformations, dict) and transformations.get("oversized_image") == "error":
-        raise refuse(f"{where}.transformations.oversized_image: 'error' (an OpenAI model scales a large image down to fit)", "OpenAI")
 
 
 # --- OpenAI → Anthropic -----------------------------------------------------------------------------
@@ -463,7 +357,7 @@ def _o2a_texts(content: Any, where: str) -> list[tuple[str, Any]]:
             continue
         if not isinstance(part, dict) or part.get("type") != "text":
             raise refuse(f"{where}: a {part.get('type') if isinstance(part, dict) else type(part).__name__!r} part", "Anthropic")
-        texts.append((_text(part, f"{where}.content.{j}"), part.get("cache_control")))
+        texts.append((block_text(part, f"{where}.content.{j}"), part.get("cache_control")))
     return texts
 
 
@@ -521,11 +415,11 @@ def _o2a_user(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for j, part in enumerate(content or ()):
         kind = part.get("type")
-        if kind == "text" and not _text(part, f"{where}.content.{j}").strip():
+        if kind == "text" and not block_text(part, f"{where}.content.{j}").strip():
             if blocks:
                 _cached(blocks[-1], part)
         elif kind == "text":
-            blocks.append(_cached({"type": "text", "text": _text(part, f"{where}.content.{j}")}, part))
+            blocks.append(_cached({"type": "text", "text": block_text(part, f"{where}.content.{j}")}, part))
         elif kind == "image_url":
             blocks.append(_cached({"type": "image", "source": image_source((part.get("image_url") or {}).get("url", ""))}, part))
         elif kind == "file":
