@@ -75,6 +75,11 @@ IMAGE_WORST_BY_MODEL: tuple[tuple[str, int], ...] = (("gpt-4o-mini*", 2_833 + 8 
 # 100 pages and 32 MB a request across its files. Never more than the largest context window reads.
 PDF_PAGES_PER_REQUEST = {Protocol.ANTHROPIC: 600, Protocol.OPENAI: 100}
 MAX_INPUT_TOKENS = 1_000_000  # Claude's 1M-token context window, the largest either provider's models read
+# A document named by file id or URL need not be a PDF: the Responses API reads a text, code or Office file as
+# its extracted text, billed as tokens, which a page limit does not bound. Where the model's context window is
+# known and larger than what the page limit holds, it is held at the window (first glob that matches):
+# gpt-4.1's 1,047,576 tokens (OpenAI's model pages), gpt-5.4's 1,050,000 (its model page: a 1M+ window).
+CONTEXT_WINDOW_BY_MODEL: tuple[tuple[str, int], ...] = (("gpt-4.1*", 1_047_576), ("gpt-5.4*", 1_050_000))
 
 # Keys whose string values are not text the model reads as tokens (ids, switches, names).
 _NOT_TEXT = frozenset({"model", "role", "type", "id", "tool_call_id", "tool_use_id", "cache_control", "stream_options",
@@ -170,6 +175,11 @@ def image_worst(model: str, protocol: Protocol) -> int:
     return next((tokens for glob, tokens in IMAGE_WORST_BY_MODEL if fnmatch.fnmatchcase(model, glob)), IMAGE_WORST[protocol])
 
 
+def context_window(model: str) -> int:
+    """`model`'s context window in tokens where CONTEXT_WINDOW_BY_MODEL knows it (above a page limit's hold), else 0."""
+    return next((tokens for glob, tokens in CONTEXT_WINDOW_BY_MODEL if fnmatch.fnmatchcase(model, glob)), 0)
+
+
 @dataclass(frozen=True, slots=True)
 class WorstInput:
     """A request's input at its worst, for a budget's hold: what depends on the target apart (`on`): its
@@ -186,7 +196,8 @@ class WorstInput:
         documents = 0
         if self.documents:
             pages = max(self.documents, PDF_PAGES_PER_REQUEST[protocol] - self.pages)
-            documents = min(pages * PDF_PAGE_WORST, MAX_INPUT_TOKENS)
+            # a PDF's pages, or another file's text up to the model's context window where that is known and larger
+            documents = max(min(pages * PDF_PAGE_WORST, MAX_INPUT_TOKENS), context_window(model))
         return scaled(self.text, protocol) + self.fixed + self.images * image_worst(model, protocol) + documents
 
 
