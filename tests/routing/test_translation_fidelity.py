@@ -173,3 +173,36 @@ def test_a_breakpoint_on_a_tool_result_with_an_image_ends_after_the_image_for_an
     assert messages[2]["content"] == "Captured."
     assert messages[3]["content"] == [{"type": "image_url", "image_url": {"url": "https://example.com/screen.png"},
                                        "prompt_cache_breakpoint": {"mode": "explicit"}}]
+
+
+def test_an_earlier_web_search_reaches_a_model_of_the_other_provider_as_text(an, oa, fresh_emulator):
+    """A conversation that used Claude's web search, sent on to an OpenAI model (a model switch, a fallback), was refused
+    ('a server_tool_use block'); one that used OpenAI's, sent on to Claude, had its search left out. Either way the model
+    should see what was searched and what was found: the query and the results (titles, URLs, ages; the pages'
+    content is encrypted for their own provider) are text in the assistant turn where the search happened."""
+    found = [{"type": "web_search_result", "url": "https://yr.no/oslo", "title": "Oslo forecast", "encrypted_content": "EqQ",
+              "page_age": "2 hours ago"}]
+    an.messages.create(model="claude-x", max_tokens=32, messages=[
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "Oslo weather"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": found},
+            {"type": "text", "text": "Rain all day.", "citations": [
+                {"type": "web_search_result_location", "url": "https://yr.no/oslo", "title": "Oslo forecast",
+                 "encrypted_index": "Eo8", "cited_text": "Rain"}]}]},
+        {"role": "user", "content": "And tomorrow?"}])
+    assistant = sent(fresh_emulator)["messages"][1]
+    assert assistant == {"role": "assistant", "content": "Let me look.\n\n[Searched the web for: Oslo weather]\n\n[Results:]\n"
+                                                         "- Oslo forecast: https://yr.no/oslo (2 hours ago)\n\nRain all day."}
+
+    oa.responses.create(model="gpt-x", input=[
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed",
+         "action": {"type": "search", "query": "Oslo weather", "sources": [{"type": "url", "url": "https://yr.no/oslo"}]}},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Rain all day.", "annotations": []}]},
+        {"role": "user", "content": "And tomorrow?"}])
+    turn = sent(fresh_emulator)["messages"][1]
+    assert turn["role"] == "assistant"
+    assert [block["text"] for block in turn["content"]] == ["[Searched the web for: Oslo weather]\n[Results:]\n- https://yr.no/oslo",
+                                                            "Rain all day."]

@@ -18,6 +18,7 @@ from sdk.routing.translation.fields import refuse
 from sdk.routing.translation.media import a2o_document, image_url
 from sdk.routing.translation.tool_ids import openai_tool_id, openai_tool_name
 from sdk.routing.translation.tool_search import claude_search_block
+from sdk.routing.translation.web_search import claude_search_history, history_text
 
 
 def block_text(block: dict[str, Any], where: str) -> str:
@@ -33,17 +34,20 @@ def a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[dic
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if role == "assistant":
-        texts, calls = [], []
+        said: list[tuple[str, bool]] = []  # the turn's texts, each with whether it is a search's
+        calls = []
         for j, block in enumerate(content or ()):
             kind = block.get("type")
             if kind == "text":
-                texts.append(block_text(block, f"{where}.content.{j}"))
+                said.append((block_text(block, f"{where}.content.{j}"), False))
             elif kind == "tool_use":
                 arguments = orjson.dumps(block.get("input") or {}).decode()
                 function = {"name": openai_tool_name(block["name"]), "arguments": arguments}
                 calls.append({"id": openai_tool_id(block["id"]), "type": "function", "function": function})
             elif claude_search_block(block):
                 continue
+            elif claude_search_history(block):  # a web search's query and what it found, as text (web_search.py)
+                said.append((history_text(block), True))
             elif kind in ("thinking", "redacted_thinking", "fallback"):
                 # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
                 # earlier turn's thinking too); the visible turn carries the conversation. A `fallback` block
@@ -51,7 +55,7 @@ def a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[dic
                 continue
             else:
                 raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")
-        out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+        out: dict[str, Any] = {"role": "assistant", "content": _joined(said) if said else None}
         if calls:
             out["tool_calls"] = calls
         return [out]
@@ -98,6 +102,15 @@ def a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[dic
     if attached or parts:
         tool_messages.append({"role": role, "content": attached + parts})
     return tool_messages
+
+
+def _joined(said: list[tuple[str, bool]]) -> str:
+    """An assistant turn's texts as one: its text blocks joined as they are, a search's text a paragraph of its own."""
+    out = ""
+    for i, (text, search) in enumerate(said):
+        apart = search or (i > 0 and said[i - 1][1])
+        out += ("\n\n" if apart and out else "") + text
+    return out
 
 
 def _a2o_parts(block: dict[str, Any], where: str) -> list[dict[str, Any]]:

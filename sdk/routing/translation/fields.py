@@ -180,7 +180,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "answer such as Claude Code's ToolSearch, as `Tool loaded: NAME`, the tools being sent from the start whatever "
                                  "their `defer_loading`), images (`transformations.oversized_image: \"error\"` refused: an OpenAI model scales a "
                                  "large image down), PDF documents → file parts (a `context` before them as text), text and custom-content (text blocks) documents (under their "
-                                 "`title` and `context`) and search results (without citations, which Chat cannot give) → text; thinking and "
+                                 "`title` and `context`) and search results (without citations, which Chat cannot give) → text; Claude's web search "
+                                 "and web fetch in an assistant turn (server_tool_use, web_search_tool_result, web_fetch_tool_result) → "
+                                 "text there: the query, the results' titles, URLs and ages, a fetched text page's text; thinking and "
                                  "redacted_thinking blocks of earlier turns left out, and `fallback` blocks (where a "
                                  "server-side fallback handed over, which Anthropic does not render into the prompt); a "
                                  "final assistant turn, a prefill that Claude continues and a Chat model would answer after, refused)"),

@@ -22,7 +22,8 @@ RESPONSES_FIELDS: dict[str, Field] = {
                           "last, as OpenAI requires) as a last user message asking for a summary, tool_choice none, the "
                           "answer one compaction item holding it; such a compaction item later as a user message with the "
                           "summary (one OpenAI encrypted: refused); configuration_update items' reasoning effort and text format as the "
-                          "request's (the last of each); a provider-run search's items, and reasoning items, left out)"),
+                          "request's (the last of each); a web_search_call as assistant text (its query, the sources listed); a "
+                          "provider-run tool search's items, and reasoning items, left out)"),
     "instructions": Field(T, "a system message"),
     "previous_response_id": Field(T, "the stored conversation, expanded into messages"),
     "tools": Field(T, "function tools; custom tools (Codex's apply_patch) as functions of one string, `input` (a grammar "

@@ -230,11 +230,12 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             text, parts = _output(item.get("output"), where, target)
             out.append({"role": "tool", "tool_call_id": openai_tool_id(item["call_id"]), "content": text})
             attached += parts
-        elif kind in ("reasoning", "web_search_call"):
+        elif kind == "reasoning":
             # Reasoning from another model cannot be replayed (OpenAI drops it too on a model mismatch:
-            # `input_transformations` reason "model_mismatch"); a search done holds nothing another model
-            # could read (web_search.py). The visible turns carry the conversation.
+            # `input_transformations` reason "model_mismatch"). The visible turns carry the conversation.
             continue
+        elif kind == "web_search_call":  # what was searched and found, as text in the assistant's turn (web_search.py)
+            out.append({"role": "assistant", "content": web_search.responses_history_text(item)})
         else:
             raise refuse(f"{where}: a {kind!r} item", target)
     if attached:

@@ -12,9 +12,14 @@ cites the pages it used. So
   client as the message's `url_citation` annotations (start and end index over the text; streamed, in a
   chunk's `delta.annotations` when the cited block ends), a Responses client as its output_text's
   `url_citation` annotations (streamed, `response.output_text.annotation.added`). The search's own blocks (`server_tool_use`,
-  `web_search_tool_result`) carry encrypted results only Claude can read: they are left out, and a Responses
-  client's `web_search_call` items sent back in a later turn are left out too (the answer's text and
-  citations carry what was found).
+  `web_search_tool_result`) of a Claude answer are not sent to the Chat client (its answer is the text and citations).
+- a conversation's earlier searches, sent to a model of the other provider (after a model switch, or on a fallback),
+  are context that model should still see: what was searched and which pages were found. Each is carried as text in
+  the assistant turn where it happened (`history_text`), for either provider: Claude's `server_tool_use` of
+  web_search / web_fetch and their `web_search_tool_result` / `web_fetch_tool_result` (a result's page content is
+  encrypted for Claude: its title, URL and age are sent; a fetched text document's text too) to an OpenAI model; a
+  Responses `web_search_call` item (its query and the sources OpenAI lists) to a Chat or Claude model. Left out, the
+  model would read an answer built on sources it was never shown, and could not say where a claim came from.
 A Chat Completions target keeps refusing the Responses tool: only OpenAI's search models take
 web_search_options, and a Chat upstream's model is not known to be one.
 """
@@ -88,3 +93,61 @@ def annotations_c2r(message: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"type": "url_citation", "start_index": cited.get("start_index"), "end_index": cited.get("end_index"),
                         "url": cited.get("url"), "title": cited.get("title")})
     return out
+
+
+# --- earlier searches, as text for a model of the other provider ----------------------------------------------------
+
+_CLAUDE_SEARCHES = ("web_search", "web_fetch")  # the server tools whose use is carried as text
+_CLAUDE_RESULTS = ("web_search_tool_result", "web_fetch_tool_result")
+
+
+def claude_search_history(block: dict[str, Any]) -> bool:
+    """Whether an assistant block is Claude's web search or fetch: its call or its result."""
+    kind = block.get("type")
+    return kind in _CLAUDE_RESULTS or (kind == "server_tool_use" and block.get("name") in _CLAUDE_SEARCHES)
+
+
+def history_text(block: dict[str, Any]) -> str:
+    """Claude's web search or fetch block as the text a model of the other provider reads in its place."""
+    kind, given = block.get("type"), _obj(block.get("input"))
+    if kind == "server_tool_use":
+        if block.get("name") == "web_fetch":
+            return f"[Fetched {given.get('url')}]"
+        return f"[Searched the web for: {given.get('query')}]"
+    content = block.get("content")
+    if isinstance(content, dict) and str(content.get("type")).endswith("_error"):
+        return f"[The {'fetch' if kind == 'web_fetch_tool_result' else 'search'} failed: {content.get('error_code')}]"
+    if kind == "web_fetch_tool_result" and isinstance(content, dict):
+        document = _obj(content.get("content"))
+        source = _obj(document.get("source"))
+        title = f" ({document['title']})" if document.get("title") else ""
+        text = f"\n{source['data']}" if source.get("type") == "text" and isinstance(source.get("data"), str) else ""
+        return f"[Page {content.get('url')}{title}]{text}"
+    found = [r for r in content if isinstance(r, dict) and r.get("url")] if isinstance(content, list) else []
+    return _found([(r.get("title"), r["url"], r.get("page_age")) for r in found])
+
+
+def responses_history_text(item: dict[str, Any]) -> str:
+    """A Responses `web_search_call` item as the text a Chat or Claude model reads in its place: its query (or the page
+    it opened or searched in) and the sources OpenAI lists with it (with `include: web_search_call.action.sources`)."""
+    action = _obj(item.get("action"))
+    if action.get("type") == "open_page":
+        return f"[Opened {action.get('url')}]"
+    if action.get("type") == "find_in_page":
+        return f"[Searched {action.get('url')} for: {action.get('pattern')}]"
+    listed = action.get("queries")
+    queries: list[Any] = listed if isinstance(listed, list) else [action.get("query")]
+    asked = "; ".join(str(q) for q in queries if q)
+    sources = [s["url"] for s in action.get("sources") or () if isinstance(s, dict) and s.get("url")]
+    searched = f"[Searched the web for: {asked}]" if asked else "[Searched the web]"
+    return searched + ("\n" + _found([(None, url, None) for url in sources]) if sources else "")
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _found(results: list[tuple[Any, str, Any]]) -> str:
+    lines = [f"- {f'{title}: ' if title else ''}{url}{f' ({age})' if age else ''}" for title, url, age in results]
+    return "[Results:]\n" + "\n".join(lines) if lines else "[No results]"
+
