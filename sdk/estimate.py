@@ -15,7 +15,8 @@ in a budget's hold and `PDF_PAGE_TOKENS` in an estimate; any other image or file
 prices them per target) and `IMAGE_TOKENS` in an estimate; a PDF named by file id or URL, whose pages are
 not in the request, the provider's page limit a request in a hold (`PDF_PAGES_PER_REQUEST`) and
 `IMAGE_TOKENS` in an estimate; another document sent inline (a Responses `input_file`'s `file_data`: text,
-code, Office files) the text the provider extracts from it, by length (sdk/file_text.py), in both.
+code, Office files) the text the provider extracts from it, by length (sdk/file_text.py), in both; audio (an
+`input_audio` clip, an earlier answer's audio named by id) by its length (sdk/audio_tokens.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from sdk.audio_tokens import ANSWER_TYPICAL, ANSWER_WORST, clip_tokens
 from sdk.file_text import extracted_chars
 from sdk.pdf_pages import is_pdf, pdf_pages
 from sdk.promptcache.tokens import IMAGE_TOKENS, load_encoding
@@ -118,6 +120,10 @@ class Media:
     file_text: int = 0  # characters of text extracted from inline documents that are not PDFs (sdk/file_text.py)
     file_chars: int = 0  # the length of their base64
     token_ids: int = 0  # integers in lists: a prompt or input sent as token ids, each a token
+    audio: int = 0  # the tokens of its input_audio clips, at their worst (sdk/audio_tokens.py)
+    audio_typical: int = 0  # the same at a typical bitrate, for an estimate
+    audio_chars: int = 0  # the length of their base64
+    audio_ids: int = 0  # earlier spoken answers it names by audio id, read again as input
 
     def add(self, key: str, item: object, media_type: object, document: bool) -> None:
         if isinstance(item, str) and is_pdf(item, media_type):
@@ -133,10 +139,19 @@ class Media:
         else:
             self.images += 1
 
-    def text_tokens(self) -> int:
-        """The tokens of the text extracted from its inline non-PDF documents, counted by length, and of
-        the prompts it sends as token ids."""
-        return math.ceil(self.file_text / CHARS_PER_TOKEN) + self.token_ids
+    def add_audio(self, part: dict[str, Any]) -> None:
+        """An input_audio part's clip (`{"data", "format"}`), billed by its duration, not as an image."""
+        data = part.get("data")
+        if isinstance(data, str):
+            self.audio += clip_tokens(data, worst=True)
+            self.audio_typical += clip_tokens(data, worst=False)
+            self.audio_chars += len(data)
+
+    def text_tokens(self, worst: bool = True) -> int:
+        """The tokens of the text extracted from its inline non-PDF documents, counted by length, of the
+        prompts it sends as token ids, and of its audio (at the worst, for a hold; else typical)."""
+        audio = self.audio + self.audio_ids * ANSWER_WORST if worst else self.audio_typical + self.audio_ids * ANSWER_TYPICAL
+        return math.ceil(self.file_text / CHARS_PER_TOKEN) + self.token_ids + audio
 
 
 def _texts(value: Any, media: Media, document: bool = False) -> Iterator[str]:
@@ -149,7 +164,15 @@ def _texts(value: Any, media: Media, document: bool = False) -> Iterator[str]:
         # billed as its text: its `data` is text, not media (a fixed 1,000 tokens let a team send documents uncounted)
         text_source = value.get("type") == "text"
         for key, item in value.items():
-            if key in _MEDIA and not isinstance(item, list) and not (text_source and key == "data"):
+            if key in ("input_audio", "audio") and isinstance(item, dict):
+                # a clip by its duration, an earlier spoken answer named by id read again (sdk/audio_tokens.py)
+                if key == "input_audio":
+                    media.add_audio(item)
+                elif isinstance(item.get("id"), str):
+                    media.audio_ids += 1
+                else:  # a request's audio output settings
+                    yield from _texts(item, media, document)
+            elif key in _MEDIA and not isinstance(item, list) and not (text_source and key == "data"):
                 media.add(key, item, value.get("media_type"), document)
             elif key not in _NOT_TEXT:
                 yield from _texts(item, media, document or key == "file")
@@ -237,10 +260,10 @@ def _counted(request: LLMRequest, exact: int, worst: bool) -> tuple[int, int, Me
         media = request.media
         if not isinstance(media, Media):
             return 0, by_size, None
-        rest = max(0, request.size - media.pdf_chars - media.file_chars)
-        return 0, max(by_size, math.ceil(rest / CHARS_PER_TOKEN) + media.pages * page + media.text_tokens()), media
+        rest = max(0, request.size - media.pdf_chars - media.file_chars - media.audio_chars)
+        return 0, max(by_size, math.ceil(rest / CHARS_PER_TOKEN) + media.pages * page + media.text_tokens(worst)), media
     media = Media()
-    return count_texts(list(_texts(request.body, media)), Protocol.OPENAI, exact), media.pages * page + media.text_tokens(), media
+    return count_texts(list(_texts(request.body, media)), Protocol.OPENAI, exact), media.pages * page + media.text_tokens(worst), media
 
 
 def output_limit(request: LLMRequest) -> int:
