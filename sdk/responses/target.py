@@ -41,6 +41,7 @@ from sdk.providers.openai import ResponsesMode as Mode
 from sdk.responses.conversation import Conversations, Resolved
 from sdk.responses.store import ResponseStore
 from sdk.routing.backoff import TranslationRefused
+from sdk.routing.translation import truncation
 from sdk.routing.translation.bodies import responses_error
 from sdk.routing.translation.compaction import readable_by_openai
 from sdk.routing.translation.counting import anthropic_count, count_chat, counted
@@ -152,16 +153,10 @@ class ResponsesTarget:
         resolved = await self.conversations.resolve(body, request.size, None)
         # Refusals name the protocol the upstream speaks (Chat is only the way to it for Anthropic).
         protocol = "Anthropic Messages" if self.inner.protocol is Protocol.ANTHROPIC else "Chat Completions"
-        chat = await _as_chat(body, resolved, protocol)
         response_id = new_id("resp")
         # Chat reaches an Anthropic provider through the chat ↔ messages translation.
         via = upstream if upstream.protocol is Protocol.OPENAI else TranslatingProvider(upstream, Protocol.OPENAI)
-        try:
-            answer = await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=resolved.size), timings)
-        except UpstreamHTTPError as exc:
-            if exc.status != 400:
-                raise
-            raise UpstreamHTTPError(exc.status, responses_error(exc.body), exc.headers, exc.route) from exc
+        answer = await _fitting(via, body, resolved, protocol, timings)
         mark_dropped(answer.headers, check(Shape.RESPONSES, configured(body), protocol))  # x-slipstream-dropped-fields
         if isinstance(answer, LLMResponse):
             # The answer echoes the request's instructions: written off the loop when the request is large.
@@ -193,11 +188,30 @@ async def _parsed(data: bytes) -> Any:
     return await off_loop_if_large(len(data), orjson.loads, data)
 
 
-async def _as_chat(body: dict[str, Any], resolved: Resolved, protocol: str) -> dict[str, Any]:
-    """The request as Chat Completions, its input the resolved context: in the heavy-work pool when
-    that context is large (a continuation of a long stored conversation, however small its body)."""
-    to_chat = functools.partial(translate, lambda b: responses_to_chat(b, protocol), {**body, "input": resolved.context}, protocol)
+async def _as_chat(body: dict[str, Any], resolved: Resolved, protocol: str, context: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The request as Chat Completions, its input the resolved context (or `context`, what of it is kept): in the
+    heavy-work pool when that context is large (a continuation of a long stored conversation, however small its body)."""
+    items = resolved.context if context is None else context
+    to_chat = functools.partial(translate, lambda b: responses_to_chat(b, protocol), {**body, "input": items}, protocol)
     return await off_loop_if_large(resolved.size, to_chat)
+
+
+async def _fitting(via: Provider, body: dict[str, Any], resolved: Resolved, protocol: str, timings: Timings) -> Answer:
+    """The request sent through `via` as Chat; with `truncation: "auto"`, while the target answers that the prompt is
+    over its context window, sent again with its oldest turns dropped (truncation.py). A 400 in the Responses API's words."""
+    context, tries = resolved.context, 0
+    while True:
+        chat = await _as_chat(body, resolved, protocol, context)
+        try:
+            return await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=resolved.size), timings)
+        except UpstreamHTTPError as exc:
+            if exc.status != 400:
+                raise
+            told = truncation.overflow(exc.body) if body.get("truncation") == truncation.AUTO and tries < truncation.TRIES else None
+            kept = None if told is None else await off_loop_if_large(resolved.size, truncation.fitted, body, context, *told)
+            if kept is None:
+                raise UpstreamHTTPError(exc.status, responses_error(exc.body), exc.headers, exc.route) from exc
+            context, tries = kept, tries + 1
 
 
 class _Via:

@@ -8,14 +8,19 @@ before its fix, where part of the request was left out without a word or refused
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from tests.routing.conftest import routed_proxy, sent
+from emulator.app import EmulatorConfig
+from emulator.testing import running_emulator
+from gateway.testing import running_proxy
+from tests.routing.conftest import policy_text, routed_proxy, sent
 
 ROUTES = """  - match: {model: "claude-56-*"}
     targets: [{provider: gpt, model: gpt-5.6}]
@@ -206,3 +211,35 @@ def test_an_earlier_web_search_reaches_a_model_of_the_other_provider_as_text(an,
     assert turn["role"] == "assistant"
     assert [block["text"] for block in turn["content"]] == ["[Searched the web for: Oslo weather]\n[Results:]\n- https://yr.no/oslo",
                                                             "Rain all day."]
+
+
+def test_truncation_auto_drops_the_oldest_turns_until_the_conversation_fits_claude(tmp_path: Path):
+    """openai-agents and the Vercel AI SDK send `truncation: "auto"`: over the model's context window, OpenAI drops items
+    from the start of the conversation. To Claude it was dropped (named), and an overlong conversation was Claude's 400.
+    Now the gateway, told the window and the prompt's size by Claude's own 400, sends it again without its oldest turns
+    (the developer message kept, the input kept beginning at a user turn), streamed or not; disabled, still the 400."""
+    turns: list[Any] = [{"role": "developer", "content": "Answer briefly."}]
+    for i in range(6):
+        turns += [{"role": "user", "content": f"Part {i}: " + "fjord " * 400},
+                  {"type": "function_call", "call_id": f"call_{i}", "name": "lookup", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": f"call_{i}", "output": "fjell " * 100},
+                  {"role": "assistant", "content": [{"type": "output_text", "text": "Noted.", "annotations": []}]}]
+    turns.append({"role": "user", "content": "Summarise the last part."})
+    tools: Any = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}]
+    with running_emulator(EmulatorConfig(context_windows={"claude-*": 3000})) as emulator:
+        (tmp_path / "routing.yaml").write_text(policy_text(emulator.url, ROUTES))
+        with running_proxy([tmp_path], watch_interval_s=None) as proxy:
+            oa = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-routing", max_retries=0)
+            with pytest.raises(openai.BadRequestError) as refused:
+                oa.responses.create(model="gpt-x", input=turns, tools=tools)
+            assert refused.value.code == "context_length_exceeded"
+            raw = oa.responses.with_raw_response.create(model="gpt-x", input=turns, tools=tools, truncation="auto")
+            assert raw.parse().output_text and raw.parse().truncation == "auto"
+            assert "truncation" not in raw.headers.get("x-slipstream-dropped-fields", "")
+            messages = json.loads(emulator.state.recent[-1]["body"])["messages"]
+            parts = [m["content"][0]["text"][:6] for m in messages if m["role"] == "user" and m["content"][0]["type"] == "text"]
+            assert messages[0]["role"] == "user" and 1 < len(parts) - 1 < 6  # some of the oldest turns went, not all
+            assert parts == [f"Part {i}" for i in range(7 - len(parts), 6)] + ["Summar"]
+            assert json.loads(emulator.state.recent[-1]["body"])["system"][0]["text"].startswith("Answer briefly.")
+            events = list(oa.responses.create(model="gpt-x", input=turns, tools=tools, truncation="auto", stream=True))
+            assert events[-1].type == "response.completed"

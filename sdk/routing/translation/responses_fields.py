@@ -58,7 +58,10 @@ RESPONSES_FIELDS: dict[str, Field] = {
     "metadata": Field(D, "tags stored with the response"),
     "client_metadata": Field(D, "information about the client"),
     "service_tier": Field(D, "billing tier"),
-    "truncation": Field(D, "a Chat upstream has nothing to truncate"),
+    "truncation": Field(T, "`auto` applied by the gateway: where the target answers that the prompt is over its context "
+                           "window (its 400 names the window and the prompt's tokens), the oldest items are dropped, in whole "
+                           "turns (the opening system and developer messages kept), and the request sent again, at most 3 "
+                           "times; a last turn that does not fit alone is the target's overflow", ("disabled",)),
     "stream_options": Field(D, "obfuscation padding of stream events"),
     "prompt_cache_options": Field(T, "prompt_cache_options for a Chat target whose model takes it (gpt-5.6 and later); "
                                      "elsewhere dropped, named (Claude has no cache mode)"),
