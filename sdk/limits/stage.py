@@ -35,6 +35,7 @@ import orjson
 from sdk import estimate
 from sdk.errors import RateLimitedError, SlipstreamError
 from sdk.estimate import CHARS_PER_TOKEN, StreamTally, choice_limit, input_tokens, media_of, output_limit, tool_call_limits, worst_input
+from sdk.limits.attempts import dropped_reads, upstream_requests
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
 from sdk.offload import HOLDING, is_large, off_loop, off_loop_if_large
@@ -211,11 +212,13 @@ class LimitsStage:
             tokens.append(math.ceil(chars / CHARS_PER_TOKEN))
         return tokens
 
-    def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0, token_rate: float = 1.0) -> float:
+    def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0, token_rate: float = 1.0,
+                    routed: bool = True) -> float:
         """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`
         characters of it tokenized, with `history` tokens of a stored conversation it continues; the
         output limit it asks for or a default; its tokens times `token_rate`, 0.5 for a batch's request,
-        and the hosted tool calls it allows in full) on the dearest hosted target of its route. Raises a 403
+        and the hosted tool calls it allows in full; `routed`: through the router, whose retries and hedges may
+        each read the prompt, `dropped_reads`) on the dearest hosted target of its route. Raises a 403
         naming the `pricing:` entry to add when a target's model has no price (or no fast-mode price,
         for a fast request; no image price, for one offering the image tool; no container price, for one
         offering the code interpreter or a hosted shell): a budget cannot hold
@@ -248,19 +251,17 @@ class LimitsStage:
         counted, allowed = worst_input(request, exact), output_limit(request) if legs == 1 else choice_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
         steps = estimate.hosted_steps(request)  # a hosted tool loop reads the prompt again at each step (docs/spend.md)
-        # its images at the worst the target's model bills one (OpenAI's differ by model)
-        return legs * max(worst_cost_usd(estimate.looped_input(counted.on(t.model, t.protocol) + history, steps, allowed), allowed, t.price,
-                                         calls, tier, us_only, fast, token_rate) for t in targets)
+        reads = dropped_reads(self.policy, request.model, len(targets)) if routed else 0  # the pass-through sends once
+
+        def worst(t: _Priced) -> float:  # its images at the worst the target's model bills one (OpenAI's differ by model)
+            prompt = counted.on(t.model, t.protocol) + history
+            looped = worst_cost_usd(estimate.looped_input(prompt, steps, allowed), allowed, t.price, calls, tier, us_only, fast, token_rate)
+            return looped + reads * worst_cost_usd(prompt, 0, t.price, None, tier, us_only, fast, token_rate)
+
+        return legs * max(worst(t) for t in targets)
 
     def legs(self, request: LLMRequest) -> int:
-        """The upstream requests `request` makes: a Chat request for `n` choices on a route that can reach a
-        Claude target, which takes one request per choice (sdk/routing/translation/choices.py), makes n."""
-        n = request.body.get("n")
-        if request.endpoint is not Endpoint.CHAT_COMPLETIONS or not isinstance(n, int) or n <= 1:
-            return 1
-        route = self.policy.route_for(request.model)
-        claude = route is not None and any(self.policy.providers[t.provider].kind == "anthropic" for t in route.targets)
-        return n if claude else 1
+        return upstream_requests(self.policy, request)
 
     def _counted(self, rates: tuple[Rate, ...], caps: tuple[Cap, ...], scopes: list[_Scope],
                  requests: int) -> tuple[tuple[Rate, ...], tuple[Cap, ...]]:

@@ -236,10 +236,10 @@ class _Exchange:
         price), at batch rates for a batch (whose requests are counted from its `first`). For a budgeted
         team, the limits stage's 403 when a model has no price. A completion counts like a chat request."""
         if self.op.action == "complete":
-            return self.limits.reservation(requests[0])
+            return self.limits.reservation(requests[0], routed=False)
         history = history or [0] * len(requests)
         return sum(self.limits.reservation(request, RESERVE_EXACT_CHARS if first + i < BATCH_EXACT else 0, history=history[i],
-                                           token_rate=BATCH_RATE)
+                                           token_rate=BATCH_RATE, routed=False)
                    for i, request in enumerate(requests))
 
     async def check_batch_input(self, file_id: str, limit: int) -> float:
