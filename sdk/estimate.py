@@ -362,6 +362,9 @@ _RESPONSES_END = (b"event: response.completed", b"event: response.incomplete", b
 # a Responses output item by its type (the Usage field it adds to), Anthropic's server tool by its name.
 _RESPONSES_CALLS = {"web_search_call": "web_searches", "file_search_call": "file_searches", "image_generation_call": "images"}
 _RESPONSES_ITEM_DONE = b"event: response.output_item.done"
+# Output items of the built-in tools the provider runs in its loop: each is followed by another sampling step
+_RESPONSES_STEPS = frozenset({"web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call", "mcp_call",
+                              "shell_call", "tool_search_call"})
 _ANTHROPIC_BLOCK_START = b"event: content_block_start"
 
 
@@ -381,6 +384,7 @@ class StreamTally:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self.calls = Usage()  # the hosted tool calls billed per call that the stream showed done
+        self.steps = 0  # the server tool calls it showed: each has the provider read the prompt again (looped_input)
         self._containers: set[str] = set()  # the code interpreter's containers among them
         if endpoint is Endpoint.RESPONSES:
             self._final_markers: tuple[bytes, ...] = _RESPONSES_END
@@ -412,6 +416,7 @@ class StreamTally:
             elif event.startswith(_RESPONSES_ITEM_DONE):
                 item = orjson.loads(event_data(event)).get("item") or {}
                 kind = item.get("type")
+                self.steps += int(kind in _RESPONSES_STEPS)
                 field = _RESPONSES_CALLS.get(kind) if isinstance(kind, str) else None
                 if field is not None:
                     setattr(self.calls, field, getattr(self.calls, field) + 1)
@@ -425,8 +430,9 @@ class StreamTally:
                     self._add(delta.get(key))
             elif event.startswith(_ANTHROPIC_BLOCK_START):
                 block = orjson.loads(event_data(event)).get("content_block") or {}
-                if block.get("type") == "server_tool_use" and block.get("name") == "web_search":
-                    self.calls.web_searches += 1
+                if block.get("type") == "server_tool_use":
+                    self.steps += 1
+                    self.calls.web_searches += int(block.get("name") == "web_search")
         else:
             data = event_data(event)
             if b'"content":"' in data or b'"arguments":"' in data or b'"reasoning_content":"' in data:
@@ -464,6 +470,9 @@ class StreamTally:
         if not out.total_input_tokens:
             out.input_tokens = input_tokens(request) + history
         out.output_tokens = max(out.output_tokens, self.output_tokens(protocol))
+        if self.steps:  # a hosted tool loop the client left: the input reported or counted is its first step's
+            read = out.total_input_tokens
+            out.input_tokens += looped_input(read, self.steps, out.output_tokens) - read
         out.web_searches = max(usage.web_searches, self.calls.web_searches)
         out.file_searches = max(usage.file_searches, self.calls.file_searches)
         out.images = max(usage.images, self.calls.images)

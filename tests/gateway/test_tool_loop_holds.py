@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -17,7 +18,7 @@ from sdk.estimate import input_tokens
 from sdk.limits.stage import RESERVE_EXACT_CHARS
 from sdk.spend import price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest, Usage
-from tests.helpers import held_while_streaming, spend_report, write_policy
+from tests.helpers import held_while_streaming, spend_report, wait_until, write_policy
 
 KEY = "sk-team-tool-loops"
 RESULT = 10_000  # tokens a result is held at: sdk/estimate.py:RESULT, docs/spend.md
@@ -65,3 +66,24 @@ def test_a_responses_hosted_tool_loop_holds_up_to_its_max_tool_calls(tmp_path: P
             held = spend_report(proxy, KEY)["budget"]["held"]
     assert held == pytest.approx(worst_cost_usd(4 * prompt + 3 * 300 + RESULT * 6, 300, price,
                                                 Usage(web_searches=3)), rel=1e-3)  # before: the prompt once
+
+
+def test_a_search_loop_its_client_left_is_charged_each_step_it_showed(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that leaves a stream before its final usage is charged an estimate; for a search loop it
+    counted the input once (Anthropic's message_start reports the first step's), so leaving after the
+    search and before the usage was a way to pay one prompt read for two. Each server tool call the stream
+    showed counts a step now: the prompt again, the text so far and the result (RESULT tokens)."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 5.0)  # still open when left
+    monkeypatch.setattr(fresh_emulator.config, "default_output_tokens", 2000)
+    model = "claude-haiku-4-5"
+    price = price_of(model, {})
+    assert price is not None
+    with running_proxy([write_policy(tmp_path, "loops", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        with client.messages.stream(model=model, max_tokens=4000, messages=[{"role": "user", "content": "Lisbon news?"}],
+                                    tools=[{"type": "web_search_20250305", "name": "web_search"}]) as helper:
+            next(iter(helper.text_stream))  # the search ran, its results came, the answer has begun
+        fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
+        spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > 0 and total, "the left stream charged")
+    assert spent - price.web_search / 1000 >= RESULT * price.input / 1e6  # before: the prompt once, a few tokens
