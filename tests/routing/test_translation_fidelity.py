@@ -243,3 +243,26 @@ def test_truncation_auto_drops_the_oldest_turns_until_the_conversation_fits_clau
             assert json.loads(emulator.state.recent[-1]["body"])["system"][0]["text"].startswith("Answer briefly.")
             events = list(oa.responses.create(model="gpt-x", input=turns, tools=tools, truncation="auto", stream=True))
             assert events[-1].type == "response.completed"
+
+
+def test_a_conversation_claude_compacted_reaches_an_openai_model_from_its_summary(an, fresh_emulator):
+    """The Claude Agent SDK compacts with context_management's compact_20260112: Claude's answer holds a `compaction`
+    block with the summary in the clear, sent back in the history, and Claude reads the conversation on from it. To an
+    OpenAI model (a fallback, a model switch) such a history was a 400 ('a compaction block'); it goes as Claude reads
+    it: the summary as a user message, what followed the block, and nothing before it. A failed compaction (no summary)
+    is left out, as Claude ignores it."""
+    messages: Any = [
+        {"role": "user", "content": "Fix the flaky payment test."},
+        {"role": "assistant", "content": [{"type": "compaction", "content": None}, {"type": "text", "text": "Looking."}]},
+        {"role": "user", "content": "Any luck?"},
+        {"role": "assistant", "content": [{"type": "compaction", "content": "The test races the clock; mock it next."},
+                                          {"type": "text", "text": "Mocking the clock now."}]},
+        {"role": "user", "content": "Go on."}]
+    an.messages.create(model="claude-x", max_tokens=32, messages=messages)
+    assert sent(fresh_emulator)["messages"] == [
+        {"role": "user", "content": "The conversation so far was compacted into this summary:\n\n"
+                                    "The test races the clock; mock it next."},
+        {"role": "assistant", "content": "Mocking the clock now."},
+        {"role": "user", "content": "Go on."}]
+    an.messages.create(model="claude-x", max_tokens=32, messages=messages[:3])
+    assert [m["content"] for m in sent(fresh_emulator)["messages"]] == ["Fix the flaky payment test.", "Looking.", "Any luck?"]

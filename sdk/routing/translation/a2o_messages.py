@@ -48,10 +48,11 @@ def a2o_message(message: dict[str, Any], where: str, explicit: bool) -> list[dic
                 continue
             elif claude_search_history(block):  # a web search's query and what it found, as text (web_search.py)
                 said.append((history_text(block), True))
-            elif kind in ("thinking", "redacted_thinking", "fallback"):
+            elif kind in ("thinking", "redacted_thinking", "fallback", "compaction"):
                 # Claude's reasoning, signed for Claude: another model cannot use it (Anthropic ignores an
                 # earlier turn's thinking too); the visible turn carries the conversation. A `fallback` block
-                # marks where a server-side fallback model took over; Anthropic renders it into no prompt.
+                # marks where a server-side fallback model took over; Anthropic renders it into no prompt. A
+                # `compaction` block left here failed (no summary): a no-op to Claude (compaction.claude_compacted).
                 continue
             else:
                 raise refuse(f"{where}.content.{j}: a {kind!r} block", "OpenAI")

@@ -14,6 +14,14 @@ writes a summary instead:
   conversation it stands for;
 - so does one sent to a native OpenAI target (the route's fallback, or a route changed mid-session), which
   would refuse the gateway's content as `invalid_encrypted_content` (`readable_by_openai`).
+
+Claude compacts the same way (context_management's `compact_20260112`): its answer holds a `compaction` block whose
+`content` is the summary in the clear, the client sends the block back in its history, and Claude drops every block
+before it, reading the conversation on from the summary. A Messages conversation holding one reaches an OpenAI model
+the same way (`claude_compacted`): the summary as a user message (SUMMARY_INTRO, as the Responses door gives one), then
+what followed the block; what came before it is not sent, as Claude does not read it. A compaction that failed
+(`content` null) is a no-op to Claude and is left out; one with `tool_changes` (the tools in effect after it, which the
+request's `tools` do not show) is refused, naming it.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from __future__ import annotations
 import base64
 import binascii
 from typing import Any
+
+from sdk.routing.translation.fields import refuse
 
 TRIGGER = "compaction_trigger"
 _MARK = "slipstream-summary.v1."  # what no OpenAI-encrypted content starts with
@@ -67,3 +77,26 @@ def readable_by_openai(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(items, list) or all(as_message(entry) is None for entry in items):
         return body
     return {**body, "input": [as_message(entry) or entry for entry in items]}
+
+
+def claude_compacted(body: dict[str, Any]) -> dict[str, Any]:
+    """A Messages body as Claude reads it after its last `compaction` block that holds a summary: the summary a user
+    message, then what followed the block (the messages before it left out); `body` itself where there is none."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        content = message.get("content") if isinstance(message, dict) else None
+        blocks: list[Any] = content if isinstance(content, list) else []
+        for j in range(len(blocks) - 1, -1, -1):
+            block = blocks[j]
+            if not (isinstance(block, dict) and block.get("type") == "compaction" and isinstance(block.get("content"), str)
+                    and block["content"]):
+                continue
+            if block.get("tool_changes"):
+                raise refuse(f"messages.{i}.content.{j}.tool_changes (the tools in effect after a compaction)", "OpenAI")
+            rest = blocks[j + 1:]
+            head = [{"role": "user", "content": SUMMARY_INTRO + block["content"]}, *([{**message, "content": rest}] if rest else [])]
+            return {**body, "messages": head + messages[i + 1:]}
+    return body

@@ -185,6 +185,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "text there: the query, the results' titles, URLs and ages, a fetched text page's text; thinking and "
                                  "redacted_thinking blocks of earlier turns left out, and `fallback` blocks (where a "
                                  "server-side fallback handed over, which Anthropic does not render into the prompt); a "
+                                 "`compaction` block with its summary (compact_20260112) as Claude reads it: the summary a user "
+                                 "message, the turns before it left out (one with `tool_changes` refused; a failed one left out); a "
                                  "final assistant turn, a prefill that Claude continues and a Chat model would answer after, refused)"),
         "system": Field(T, "a system message"),
         "max_tokens": Field(T, "max_completion_tokens (at most the OpenAI model's own most, e.g. gpt-4o's 16384: a larger "

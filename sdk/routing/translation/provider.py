@@ -17,7 +17,7 @@ from sdk.estimate import input_tokens
 from sdk.promptcache.placement import min_cacheable_tokens
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation import chat_custom, context_edits, legacy_functions
+from sdk.routing.translation import chat_custom, compaction, context_edits, legacy_functions
 from sdk.routing.translation.bodies import completion_o2a, error_for, extra_o2a
 from sdk.routing.translation.choices import ChatAnswers, Spent, fan_out
 from sdk.routing.translation.counting import count_chats, counted, start_count
@@ -76,6 +76,8 @@ class TranslatingProvider:
         shape, target = (Shape.MESSAGES, "OpenAI") if to_openai else (Shape.CHAT, "Anthropic")
         legacy = not to_openai and legacy_functions.used(request.body)  # functions, not tools: as tools (legacy_functions.py)
         client_body = translate(legacy_functions.as_tools, request.body, target) if legacy else request.body
+        if to_openai:  # a conversation Claude compacted, from its summary on, as Claude reads it (compaction.py)
+            client_body = compaction.claude_compacted(client_body)
         dropped = check(shape, client_body, target, self.edits.edited)  # a refused field is a 400 here, before anything is sent
         if to_openai:
             refuse_prefill(request.body)
@@ -105,12 +107,12 @@ class TranslatingProvider:
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
             _cancel(count)
-            answer.body = completion_o2a(answer.body, extra_o2a(request.body, self.edits.edited), shortened_tool_names(request.body))
+            answer.body = completion_o2a(answer.body, extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body))
             if warm:
                 answer.body = warmed(answer.body)
             return answer
         assert count is not None
-        to_anthropic = OpenAIToAnthropic(extra_o2a(request.body, self.edits.edited), shortened_tool_names(request.body))
+        to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body))
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
         return answer
 
@@ -121,7 +123,7 @@ class TranslatingProvider:
         """A Messages request's input tokens, counted by the gateway. With context editing, as Anthropic's count says:
         the count after its edits, and the whole conversation's (`original_input_tokens`: the same where no edit
         acted). The two are counted together, the texts they share once (counting.count_chats)."""
-        body = request.body
+        body = compaction.claude_compacted(request.body)
         chats = [translate(self._to_openai, body, str(self.inner.protocol))]
         if self.edits.edited(body).applied:
             whole = {key: value for key, value in body.items() if key != "context_management"}
