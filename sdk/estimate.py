@@ -316,13 +316,22 @@ def hosted_steps(request: LLMRequest) -> int:
     return search_limit(request)
 
 
-def looped_input(prompt: int, steps: int, output: int) -> int:
+def result_tokens(request: LLMRequest) -> int:
+    """What a hold counts each server tool result at: TOOL_RESULT_TOKENS, or the most a web fetch tool is
+    allowed to bring back (Anthropic's `max_content_tokens`) where that is more."""
+    tools = request.body.get("tools")
+    fetches = [t.get("max_content_tokens") for t in tools if isinstance(t, dict) and str(t.get("type", "")).startswith("web_fetch")] \
+        if isinstance(tools, list) else []
+    return max([TOOL_RESULT_TOKENS, *(n for n in fetches if isinstance(n, int))])
+
+
+def looped_input(prompt: int, steps: int, output: int, result: int = TOOL_RESULT_TOKENS) -> int:
     """The input tokens a request of `prompt` tokens is billed over a hosted tool loop of `steps` calls: each
     of the steps + 1 samplings reads the prompt, the `output` written so far (at most the request's output
-    limit) and the results so far (TOOL_RESULT_TOKENS each), and no step more than the largest context window."""
+    limit) and the results so far (`result` tokens each), and no step more than the largest context window."""
     if steps <= 0:
         return prompt
-    total = (steps + 1) * prompt + steps * output + TOOL_RESULT_TOKENS * steps * (steps + 1) // 2
+    total = (steps + 1) * prompt + steps * output + result * steps * (steps + 1) // 2
     return min(total, (steps + 1) * max(prompt, MAX_INPUT_TOKENS))
 
 

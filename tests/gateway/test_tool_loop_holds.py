@@ -87,3 +87,21 @@ def test_a_search_loop_its_client_left_is_charged_each_step_it_showed(tmp_path: 
         fresh_emulator.wait_for(lambda s: s["cancelled_streams"] == 1)
         spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > 0 and total, "the left stream charged")
     assert spent - price.web_search / 1000 >= RESULT * price.input / 1e6  # before: the prompt once, a few tokens
+
+
+def test_a_web_fetch_holds_the_results_its_max_content_tokens_allows(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude's web fetch tool may bring back up to its `max_content_tokens` a fetch: each result is held at
+    that where it is more than RESULT, read again at every later step."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 20.0)
+    model = "claude-haiku-4-5"
+    body: dict[str, Any] = {"model": model, "max_tokens": 300, "messages": [{"role": "user", "content": PROMPT}],
+                            "tools": [{"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 2, "max_content_tokens": 50_000}]}
+    price = price_of(model, {})
+    assert price is not None
+    prompt = input_tokens(LLMRequest(Endpoint.MESSAGES, body), RESERVE_EXACT_CHARS, worst=True)
+    policy = write_policy(tmp_path, "loops", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    with running_proxy([policy]) as proxy, anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0).messages.stream(**body) as stream:
+        next(iter(stream))
+        held = spend_report(proxy, KEY)["budget"]["held"]
+    assert held == pytest.approx(worst_cost_usd(3 * prompt + 2 * 300 + 50_000 * 3, 300, price), rel=1e-3)  # before: the prompt once
