@@ -20,6 +20,7 @@ import pytest
 from emulator.app import EmulatorConfig
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
+from sdk.routing.translation import truncation
 from tests.routing.conftest import policy_text, routed_proxy, sent
 
 ROUTES = """  - match: {model: "claude-56-*"}
@@ -266,3 +267,17 @@ def test_a_conversation_claude_compacted_reaches_an_openai_model_from_its_summar
         {"role": "user", "content": "Go on."}]
     an.messages.create(model="claude-x", max_tokens=32, messages=messages[:3])
     assert [m["content"] for m in sent(fresh_emulator)["messages"]] == ["Fix the flaky payment test.", "Looking.", "Any luck?"]
+
+
+@pytest.mark.parametrize(("message", "told"), [
+    ("prompt is too long: 208310 tokens > 200000 maximum", (208310, 200000)),
+    ("input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000", (188059, 180000)),
+    ("This model's maximum context length is 300 tokens. However, your messages resulted in 1200 tokens.", (1200, 300)),
+    ("This model's maximum context length is 4096 tokens. However, your prompt has 5000 tokens.", (5000, 4096)),
+    ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the prompt, "
+     "1000 in the completion). Please reduce the length of the prompt or 'max_tokens'.", (4000, 3096)),
+    ("Invalid value for 'model'.", None)])
+def test_truncation_reads_each_targets_overflow(message: str, told: tuple[int, int] | None):
+    """What `truncation: "auto"` reads from an overflow 400, in the words of Claude, OpenAI, vLLM and the bundled engine
+    (a Chat upstream): the prompt's tokens and the most it may be (the window less the completion asked for)."""
+    assert truncation.overflow(json.dumps({"error": {"message": message}}).encode()) == told

@@ -8,8 +8,8 @@ tokens. It has neither ahead of time: the spend hold's table (sdk/estimate.py:CO
 OpenAI windows larger than a page limit, Claude's window depends on the model and on beta headers (1M tokens for
 some), and Claude's tokenizer is not public (the gateway's count, cl100k × 1.2, leans high). The target's own overflow
 400 says both exactly (Anthropic's "prompt is too long: 208310 tokens > 200000 maximum", OpenAI's "maximum context
-length is 128000 tokens. However, your messages resulted in 130000 tokens", vLLM's "... you requested N tokens (M in
-the messages, C in the completion)"). So the request is sent as it is; only when the target answers that it is too
+length is 128000 tokens. However, your messages resulted in 130000 tokens", vLLM's and the bundled engine's "your
+prompt has N tokens" or "you requested N tokens (M in the prompt, C in the completion)"). So the request is sent as it is; only when the target answers that it is too
 long are the oldest items dropped (`fitted`) and the request sent again (a 400 is not billed, and a conversation
 that fits pays nothing). What is dropped is sized by the gateway's estimate of each item, scaled to the target's
 exact count, with a margin; a second overflow (the estimate was low) is answered the same way, a few times at most.
@@ -36,8 +36,12 @@ _MARGIN = 1.1  # drop a tenth more than the estimate says is over: one more roun
 _SLACK = 256  # tokens, on top: the estimate is by length, item by item
 
 # (prompt tokens, the most the prompt may be) in each provider's words; the groups' meaning is each pattern's own.
-_RESULTED = re.compile(r"maximum context length is (\d+) tokens\. However, your messages resulted in (\d+) tokens")
-_REQUESTED = re.compile(r"maximum context length is (\d+) tokens\. However, you requested \d+ tokens \((\d+) in the messages, (\d+) in the completion\)")
+# OpenAI's "your messages resulted in N tokens"; vLLM's (and the bundled engine's) "your prompt has N tokens", "your
+# request has N input tokens", and "you requested N tokens (P in the messages|prompt, C in the completion)".
+_RESULTED = re.compile(r"maximum context length is (\d+) tokens\. However, (?:your messages resulted in|your prompt has|"
+                       r"your request has) (\d+) (?:input )?tokens")
+_REQUESTED = re.compile(r"maximum context length is (\d+) tokens\. However, you requested \d+ tokens \((\d+) in the "
+                        r"(?:messages|prompt), (\d+) in the completion\)")
 _TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
 _WITH_OUTPUT = re.compile(r"exceed context limit: (\d+) \+ (\d+) > (\d+)")
 
