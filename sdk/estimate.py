@@ -312,8 +312,23 @@ def hosted_steps(request: LLMRequest) -> int:
         return (limit if isinstance(limit, int) and limit >= 0 else DEFAULT_SEARCHES * hosted) if hosted else 0
     if request.endpoint.protocol is Protocol.ANTHROPIC:
         uses = [t.get("max_uses") for t in tools if str(t.get("type", "")).startswith(_ANTHROPIC_LOOPED)]
-        return sum(n if isinstance(n, int) and n >= 0 else DEFAULT_SEARCHES for n in uses)
+        # the MCP connector calls a listed server's tools in the loop too, without a cap of its own
+        return sum(n if isinstance(n, int) and n >= 0 else DEFAULT_SEARCHES for n in uses) + DEFAULT_SEARCHES * len(_mcp_servers(body))
     return search_limit(request)
+
+
+def _mcp_servers(body: dict[str, Any]) -> list[Any]:
+    servers = body.get("mcp_servers")
+    return servers if isinstance(servers, list) else []
+
+
+def listed_tools(request: LLMRequest) -> int:
+    """The input tokens of the tool definitions the provider imports from remote MCP servers (a Responses
+    `mcp` tool, an Anthropic request's `mcp_servers`), which every step reads and the request does not carry:
+    TOOL_RESULT_TOKENS a server."""
+    tools = request.body.get("tools")
+    servers = sum(1 for t in tools if isinstance(t, dict) and t.get("type") == "mcp") if isinstance(tools, list) else 0
+    return TOOL_RESULT_TOKENS * (servers + len(_mcp_servers(request.body)))
 
 
 def result_tokens(request: LLMRequest) -> int:
@@ -439,7 +454,7 @@ class StreamTally:
                     self._add(delta.get(key))
             elif event.startswith(_ANTHROPIC_BLOCK_START):
                 block = orjson.loads(event_data(event)).get("content_block") or {}
-                if block.get("type") == "server_tool_use":
+                if block.get("type") in ("server_tool_use", "mcp_tool_use"):
                     self.steps += 1
                     self.calls.web_searches += int(block.get("name") == "web_search")
         else:

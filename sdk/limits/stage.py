@@ -251,11 +251,11 @@ class LimitsStage:
         counted, allowed = worst_input(request, exact), output_limit(request) if legs == 1 else choice_limit(request)
         tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
         steps = estimate.hosted_steps(request)  # a hosted tool loop reads the prompt again at each step (docs/spend.md)
-        result = estimate.result_tokens(request) if steps else 0
+        result, listed = (estimate.result_tokens(request), estimate.listed_tools(request)) if steps else (0, 0)
         reads = dropped_reads(self.policy, request.model, len(targets)) if routed else 0  # the pass-through sends once
 
         def worst(t: _Priced) -> float:  # its images at the worst the target's model bills one (OpenAI's differ by model)
-            prompt = counted.on(t.model, t.protocol) + history
+            prompt = counted.on(t.model, t.protocol) + history + listed
             read = estimate.looped_input(prompt, steps, allowed, result)
             looped = worst_cost_usd(read, allowed, t.price, calls, tier, us_only, fast, token_rate)
             return looped + reads * worst_cost_usd(prompt, 0, t.price, None, tier, us_only, fast, token_rate)

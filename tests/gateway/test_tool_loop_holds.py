@@ -18,7 +18,7 @@ from sdk.estimate import input_tokens
 from sdk.limits.stage import RESERVE_EXACT_CHARS
 from sdk.spend import price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest, Usage
-from tests.helpers import held_while_streaming, spend_report, wait_until, write_policy
+from tests.helpers import held_while_streaming, oai, spend_report, wait_until, write_policy
 
 KEY = "sk-team-tool-loops"
 RESULT = 10_000  # tokens a result is held at: sdk/estimate.py:RESULT, docs/spend.md
@@ -105,3 +105,33 @@ def test_a_web_fetch_holds_the_results_its_max_content_tokens_allows(tmp_path: P
         next(iter(stream))
         held = spend_report(proxy, KEY)["budget"]["held"]
     assert held == pytest.approx(worst_cost_usd(3 * prompt + 2 * 300 + 50_000 * 3, 300, price), rel=1e-3)  # before: the prompt once
+
+
+def test_an_mcp_servers_tools_and_calls_are_held(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote MCP server's tool definitions are imported into the prompt every step reads, and its tools
+    are called in the provider's loop (a Responses `mcp` tool; Anthropic's MCP connector, `mcp_servers`):
+    the hold counted neither. The listing is held as a result in the prompt, the calls as 5 steps."""
+    monkeypatch.setattr(fresh_emulator.config, "per_output_token_ms", 20.0)
+    model = "gpt-4.1"
+    server = {"type": "mcp", "server_label": "deepwiki", "server_url": "https://mcp.deepwiki.com/mcp", "require_approval": "never"}
+    body: dict[str, Any] = {"model": model, "input": PROMPT, "max_output_tokens": 300, "tools": [server]}
+    price = price_of(model, {})
+    assert price is not None
+    prompt = input_tokens(LLMRequest(Endpoint.RESPONSES, body), RESERVE_EXACT_CHARS, worst=True) + RESULT
+    policy = write_policy(tmp_path, "loops", KEY, fresh_emulator.url, extra=PLAIN + "budget: {usd: 100, period: day}\n")
+    claude = {"model": "claude-haiku-4-5", "max_tokens": 300, "messages": [{"role": "user", "content": PROMPT}],
+              "mcp_servers": [{"type": "url", "url": "https://mcp.deepwiki.com/mcp", "name": "deepwiki"}]}
+    haiku = price_of("claude-haiku-4-5", {})
+    assert haiku is not None
+    prompted = input_tokens(LLMRequest(Endpoint.MESSAGES, claude), RESERVE_EXACT_CHARS, worst=True) + RESULT
+    with running_proxy([policy]) as proxy:
+        with oai(proxy, KEY).responses.create(**body, stream=True) as stream:
+            next(iter(stream))
+            held = spend_report(proxy, KEY)["budget"]["held"]
+        connector = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0).beta.messages
+        with connector.stream(**claude, betas=["mcp-client-2025-04-04"]) as beta_stream:
+            next(iter(beta_stream))
+            held_by_claude = spend_report(proxy, KEY)["budget"]["held"]
+    assert held == pytest.approx(worst_cost_usd(6 * prompt + 5 * 300 + RESULT * 15, 300, price), rel=1e-3)  # before: the prompt once
+    assert held_by_claude == pytest.approx(worst_cost_usd(6 * prompted + 5 * 300 + RESULT * 15, 300, haiku), rel=1e-3)  # before: once
