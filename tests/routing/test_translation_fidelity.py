@@ -281,3 +281,13 @@ def test_truncation_reads_each_targets_overflow(message: str, told: tuple[int, i
     """What `truncation: "auto"` reads from an overflow 400, in the words of Claude, OpenAI, vLLM and the bundled engine
     (a Chat upstream): the prompt's tokens and the most it may be (the window less the completion asked for)."""
     assert truncation.overflow(json.dumps({"error": {"message": message}}).encode()) == told
+
+
+def test_a_translated_chat_answer_names_the_tier_claude_served_it_on(oa, fresh_emulator):
+    """openai 3.x reads `service_tier` on a completion and on each chunk (LangChain splits priority and flex usage by
+    it); OpenAI always says it. A Claude answer's `usage.service_tier` (standard) is OpenAI's `default`, where a
+    translated answer said nothing."""
+    ask: Any = [{"role": "user", "content": "Hello"}]
+    assert oa.chat.completions.create(model="gpt-x", messages=ask).service_tier == "default"
+    chunks = list(oa.chat.completions.create(model="gpt-x", messages=ask, stream=True, stream_options={"include_usage": True}))
+    assert {chunk.service_tier for chunk in chunks} == {"default"}

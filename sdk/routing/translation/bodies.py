@@ -74,6 +74,17 @@ def usage_o2a(usage: dict[str, Any] | None, tier: Any = None) -> dict[str, Any]:
     return out
 
 
+# Anthropic's usage.service_tier as the `service_tier` an OpenAI answer names (standard is OpenAI's default tier;
+# batch, the Message Batches API's, has no Chat counterpart and is not said).
+_A2O_TIERS = {"standard": "default", "priority": "priority"}
+
+
+def service_tier_a2o(usage: Any) -> dict[str, str]:
+    """`{"service_tier": TIER}` for a Claude answer's usage, as a Chat answer (each chunk of a stream) carries it."""
+    tier = _A2O_TIERS.get(str(usage.get("service_tier"))) if isinstance(usage, dict) else None
+    return {"service_tier": tier} if tier else {}
+
+
 def service_tier_o2a(tier: Any) -> str | None:
     """Anthropic's usage.service_tier for the tier an OpenAI answer says it was served on (None: no counterpart)."""
     return _TIERS.get(tier) if isinstance(tier, str) else None
@@ -104,7 +115,7 @@ def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] 
         "id": f"chatcmpl-{data.get('id', '')}", "object": "chat.completion", "created": int(time.time()),
         "model": data.get("model"),
         "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": usage_a2o(data.get("usage") or {}),
+        "usage": usage_a2o(data.get("usage") or {}), **service_tier_a2o(data.get("usage")),
     })
 
 

@@ -18,7 +18,7 @@ from typing import Protocol as TypingProtocol
 import orjson
 
 from sdk.errors import error_event
-from sdk.routing.translation.bodies import A2O_STOP, chat_usage, service_tier_o2a, stop_o2a, usage_o2a
+from sdk.routing.translation.bodies import A2O_STOP, chat_usage, service_tier_a2o, service_tier_o2a, stop_o2a, usage_o2a
 from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
 from sdk.routing.translation.web_search import url_citations
@@ -168,9 +168,11 @@ class AnthropicToOpenAI:
         self.usage = Usage()
         self.sent = len(self.prefill)  # characters of the answer sent so far
         self.cited: tuple[int, list[Any]] = (0, [])  # the open text block's start and its web search citations
+        self.tier: dict[str, str] = {}  # `service_tier`, from message_start's usage (bodies.service_tier_a2o)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         payload: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                                   **self.tier,
                                    "choices": [{"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
         if self.include_usage:
             payload["usage"] = None
@@ -192,6 +194,7 @@ class AnthropicToOpenAI:
             message = payload.get("message") or {}
             # (a later choice keeps the first choice's id and model: choices.py sets them)
             self.id, self.model = self.id or f"chatcmpl-{message.get('id', '')}", self.model or message.get("model") or ""
+            self.tier = service_tier_a2o(message.get("usage"))  # the tier it is served on, which every chunk names
             merge_anthropic_usage(self.usage, message.get("usage"))
             return [self._chunk({"role": "assistant", "content": self.prefill, "refusal": None})]
         if kind in ("content_block_start", "content_block_delta", "content_block_stop") and self.cutter.hit:
@@ -252,7 +255,7 @@ class AnthropicToOpenAI:
         """The stream's end: the usage chunk (`usage`, when the client asked for it), then `[DONE]`."""
         if not self.include_usage:
             return [b"data: [DONE]\n\n"]
-        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model, **self.tier,
                  "choices": [], "usage": chat_usage(usage)}
         return [b"data: " + orjson.dumps(chunk) + b"\n\n", b"data: [DONE]\n\n"]
 
