@@ -27,6 +27,7 @@ from litestar.params import QueryParameter
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.admin import AdminKey, admin_guard
+from gateway.edge import EdgeLimits
 from gateway.proxy import AsgiCall, Receive, door_handler
 from gateway.proxy import Scope as ASGIScope
 from gateway.refusals import auth_failure
@@ -208,6 +209,7 @@ def create_app(
     state_url: str | None = None,
     admin_key: str | None = None,
     body_bytes_in_flight: int | None = None,
+    max_connections: int | None = None,
 ) -> Litestar:
     """Build the proxy for the given policy files or directories (errors raise PolicyError).
 
@@ -240,7 +242,8 @@ def create_app(
     budget = body_bytes_in_flight if body_bytes_in_flight is not None else int(os.environ.get(BODY_BUDGET_ENV) or DEFAULT_BUDGET_BYTES)
     if budget < 1:
         raise ValueError(f"--max-body-bytes-in-flight must be a positive number of bytes, not {budget}")
-    bodies = BodyBudget(budget)
+    connections = max_connections or int(os.environ.get(CONNECTIONS_ENV) or EdgeLimits.max_connections)
+    bodies = BodyBudget(budget, requests=connections)  # each request holds at least its part: a connection's
     app.state.requests = set()  # pipeline and pass-through requests in flight (gateway/proxy.py:door_handler)
     app.state.door = Door(KeyedTeams(registry, functools.partial(auth_failure, "team")), bodies)
     app.state.readiness = Readiness()
@@ -250,6 +253,7 @@ def create_app(
 
 
 BODY_BUDGET_ENV = "SLIPSTREAM_BODY_BYTES_IN_FLIGHT"  # set by `slipstream serve --max-body-bytes-in-flight` for its workers
+CONNECTIONS_ENV = "SLIPSTREAM_MAX_CONNECTIONS"  # set by `slipstream serve --max-connections` for its workers
 SERVE_PATHS_ENV = "SLIPSTREAM_SERVE_POLICIES"  # os.pathsep-separated, set by `slipstream serve --workers N`
 
 

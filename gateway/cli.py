@@ -26,7 +26,7 @@ def _default_policy_dir() -> Path:
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.admin import ENV as ADMIN_KEY_ENV
-    from gateway.app import BODY_BUDGET_ENV, SERVE_PATHS_ENV, create_app
+    from gateway.app import BODY_BUDGET_ENV, CONNECTIONS_ENV, SERVE_PATHS_ENV, create_app
     from gateway.serving import admin_key_from, file_limit_warning, fixed_key_warnings, port_problem, run_server, server_config
     from sdk.observability.access_log import ENV as ACCESS_LOG_ENV
     from sdk.observability.tracing.setup import EXPORT_VAR as TRACE_EXPORT_ENV
@@ -65,7 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
             kind = open_state(state_url or "").kind
         else:
             app = create_app(paths, state_url=state_url or "", admin_key=admin_key,
-                             body_bytes_in_flight=args.max_body_bytes_in_flight)
+                             body_bytes_in_flight=args.max_body_bytes_in_flight, max_connections=args.max_connections)
             served, kind = [team.policy for team in app.state.registry.teams.values()], app.state.registry.services.state().kind
     except PolicyError as exc:
         print(f"slipstream: cannot serve these policies:\n{exc}", file=sys.stderr)
@@ -92,6 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ[ADMIN_KEY_ENV] = admin_key  # each worker's app reads it (gateway/admin.py)
         if args.max_body_bytes_in_flight is not None:
             os.environ[BODY_BUDGET_ENV] = str(args.max_body_bytes_in_flight)
+        os.environ[CONNECTIONS_ENV] = str(args.max_connections)  # each request's part of the body budget (sdk/door/bodies.py)
         config = server_config("gateway.app:app_from_env", edge, factory=True, workers=args.workers, host=args.host, port=args.port,
                                timeout_graceful_shutdown=args.shutdown_timeout)
     else:

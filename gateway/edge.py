@@ -15,7 +15,8 @@ keeps httptools and adds, in this subclass, what the head needs:
   its head; then 408 and close (a connection that sent nothing is closed without an answer). Idle
   kept-alive connections stay under uvicorn's keep-alive timeout.
 - `max_connections` open connections. A new connection past the cap closes the oldest one still
-  reading its head (a slow client holds no place an authenticated request could use); when none is,
+  reading its head, or idle between requests (a slow client holds no place an authenticated request
+  could use; a team's places past its share of requests in flight are refused, sdk/door/bodies.py); when none is,
   the new connection is answered 503 and closed. uvicorn's `limit_concurrency` answers 503 only after
   a head is read, so it would not stop slow heads from holding the connections.
 - after the app has answered without reading the whole body (401 for a bad key, 413 over a limit),
@@ -149,6 +150,15 @@ class EdgeProtocol(HttpToolsProtocol):
         else:
             self._refuse(503, "connection_cap", f"the proxy is at its cap of {self.limits.max_connections} connections",
                          answer_idle=True)  # a new connection: its client is about to send, and reads this
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None and not self.transport.is_closing():
+            # Idle until its next head, as one that has sent nothing yet: at the cap it is closed for a new
+            # connection (without an answer, as its keep-alive timeout would close it). Not evictable, a
+            # team's answered connections its client kept held their places until that timeout, and with
+            # its requests in flight took every place from another team's new connection.
+            self.heads[self] = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

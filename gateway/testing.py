@@ -74,7 +74,8 @@ def running_proxy(
     """The Slipstream proxy for the given policies, on a free loopback port (or `port`)."""
     from gateway.app import create_app
 
-    app = create_app(policy_paths, watch_interval_s=watch_interval_s, state_url=state_url)
+    app = create_app(policy_paths, watch_interval_s=watch_interval_s, state_url=state_url,
+                     max_connections=edge.max_connections if edge is not None else None)
     with serve_in_thread(app, port=port, edge=edge) as running:
         yield running
 

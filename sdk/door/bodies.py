@@ -12,7 +12,9 @@ byte): up to half the budget, any team's request is taken; past it, a team is ta
 holds less than its share of that half (the half over the teams holding bodies), and never past the
 whole budget. A request that cannot be taken is refused at once with its provider's 429 (its team
 holds its share) or 503 (the process is full), with `retry-after`, never queued: a queue of waiting
-bodies would be the unbounded memory again. Counting only: no lock (the door runs on one event loop)
+bodies would be the unbounded memory again. Each request counts at least its part of the budget by the
+process's connection cap (`per_request`: 256 KiB of the default 1 GiB over 4,096 connections), so the same
+rule keeps one team's many small requests from taking every connection. Counting only: no lock (the door runs on one event loop)
 and no await, so a small request pays a few additions.
 """
 
@@ -32,24 +34,31 @@ class BodyBudget:
     """The process's budget of body bytes (None: counted, never refused, as in the drop-in SDK,
     whose bodies are its application's own memory already)."""
 
-    __slots__ = ("budget_bytes", "shares")
+    __slots__ = ("budget_bytes", "per_request", "shares")
 
-    def __init__(self, budget_bytes: int | None = DEFAULT_BUDGET_BYTES):
+    def __init__(self, budget_bytes: int | None = DEFAULT_BUDGET_BYTES, requests: int | None = None):
         self.budget_bytes = budget_bytes
         self.shares = FairShares(budget_bytes // 2 if budget_bytes is not None else 1 << 62)
+        # Each request in flight also holds one of the process's `requests` connections (--max-connections),
+        # whatever its body: it counts at least its part of the budget, so a team's share of the budget is
+        # its share of the connections too. Counted by bytes alone, a team's many small slow requests took
+        # every connection, and another team's were answered 503 at the connection cap.
+        self.per_request = budget_bytes // requests if budget_bytes is not None and requests else 0
 
     def hold(self, team: str) -> BodyHold:
         return BodyHold(self, team)
 
-    def _refusal(self, team: str, amount: int) -> SlipstreamError:
+    def _refusal(self, team: str, amount: int, own: int = 0) -> SlipstreamError:
+        """The refusal of `amount` more for `team`, whose request being refused holds `own` already (its place)."""
         shares = self.shares
         if shares.held(team) + amount > shares.share(team):
             BODY_REFUSALS.labels(team, "share").inc()
             # The team's own bytes, not its share: the share is the budget over the teams holding bodies
             # now, so its figure told a team how many others had requests in flight.
+            each = f" (each request counts at least {self.per_request}, its part of the process's connections)" if self.per_request else ""
             return RateLimitedError(
-                f"this team's requests in flight hold {shares.held(team)} bytes of request bodies, its share of the bodies this "
-                "gateway process holds for every team at once; retry after the time the retry-after header gives",
+                f"this team's requests in flight hold {shares.held(team) - own} bytes of request bodies{each}, its share of the bodies "
+                "this gateway process holds for every team at once; retry after the time the retry-after header gives",
                 headers={"retry-after": RETRY_AFTER_S})
         BODY_REFUSALS.labels(team, "full").inc()
         return SlipstreamError(
@@ -68,11 +77,13 @@ class BodyHold:
         self.streaming = False  # let go by the stream's close (`until`), not when the answer is in hand
 
     def need(self, size: int) -> None:
-        """The body is `size` bytes so far (or declared): take what is not held yet, or raise the refusal."""
+        """The body is `size` bytes so far (or declared): take what is not held yet (at least the request's
+        part of the budget, `per_request`), or raise the refusal."""
+        size = max(size, self._budget.per_request)
         more = size - self.held
         if more > 0:
             if not self._budget.shares.take(self._team, more):
-                raise self._budget._refusal(self._team, more)
+                raise self._budget._refusal(self._team, more, self.held)
             self.held = size
 
     def until(self, close: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:

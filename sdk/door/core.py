@@ -110,6 +110,7 @@ class Door:
             if call.method != "POST":
                 raise SlipstreamError(f"{call.method} is not allowed on {call.path}: use POST", status=405)
             hold = BodyHold(self.bodies, team_name)
+            hold.need(0)  # the request's place, whatever its body (a connection of the process's)
             HOLDING.set(hold.need)  # a continuation's stored history counts too (sdk/responses/conversation.py)
             raw = await call.read(team.policy.limits.max_body_bytes, hold.need)
             forward = {name.decode(): value.decode("latin-1") for name, value in call.headers if name in _FORWARDED}
@@ -240,6 +241,7 @@ async def _passed(team: TeamRuntime, key_id: str, call: Call, request_id: str, h
     body, length = call.upload()
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in call.headers}
     try:
+        hold.need(0)  # the request's place, whatever its body (a connection of the process's)
         passed = await forward(team, call.method, call.raw_path(), call.query, headers, body, length,
                                Client(call.origin(), key_id, call.caller, request_id), hold.need)
     except BaseException:

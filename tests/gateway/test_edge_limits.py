@@ -19,9 +19,10 @@ import httpx
 import pytest
 
 from gateway import refusals
+from gateway.app import create_app
 from gateway.edge import EdgeLimits
 from gateway.refusals import AUTH_FAILURES, EDGE_REFUSALS, RateLimitedLog
-from gateway.testing import RunningServer, free_port, running_proxy, running_redis
+from gateway.testing import RunningServer, free_port, running_proxy, running_redis, serve_in_thread
 from tests.gateway.test_cli import ROOT, _command
 from tests.helpers import PATIENCE_S, requires_extra, skip_without_redis, write_policy
 
@@ -199,7 +200,10 @@ def test_at_the_connection_cap_a_slow_head_makes_room_then_503(policies):
     """Past the cap, a new connection closes the oldest one still reading its head; when every
     connection has sent its head (here: requests waiting for their body), the new one gets 503."""
     cap = 4
-    with running_proxy([policies], watch_interval_s=None, edge=EdgeLimits(max_connections=cap, header_timeout_s=600)) as proxy:
+    # the door is not told the cap (each request's part of the body budget is the default's, 1/4096): one
+    # team's requests may then hold every place, as the edge must handle (test_connection_shares.py: told)
+    app = create_app([policies], watch_interval_s=None)
+    with serve_in_thread(app, edge=EdgeLimits(max_connections=cap, header_timeout_s=600)) as proxy:
         evicted, refused = _edge("evicted"), _edge("connection_cap")
         idle = [_connect(proxy) for _ in range(cap)]
         try:
