@@ -440,7 +440,7 @@ class StreamTally:
             elif event.startswith(_RESPONSES_ITEM_DONE):
                 item = orjson.loads(event_data(event)).get("item") or {}
                 kind = item.get("type")
-                self.steps += int(kind in _RESPONSES_STEPS)
+                self.steps += int(isinstance(kind, str) and kind in _RESPONSES_STEPS)
                 field = _RESPONSES_CALLS.get(kind) if isinstance(kind, str) else None
                 if field is not None:
                     setattr(self.calls, field, getattr(self.calls, field) + 1)
