@@ -1,10 +1,11 @@
 """The tokens audio in a request is billed as: a Chat Completions `input_audio` part's clip by its
 duration, and an earlier spoken answer named by its audio id.
 
-OpenAI bills audio by its length: its Realtime cost guide (developers.openai.com/api/docs/guides/realtime-costs)
-counts user audio at 1 token per 100 ms and assistant audio at 1 per 50 ms, the rates OpenAI's staff give for
-the gpt-4o audio models (community.openai.com/t/971012: 10 tokens a second of input, 20 of output). A budget's
-hold counts the higher, `TOKENS_PER_SECOND` (20): the rates are not in the API reference, so the hold leans high.
+OpenAI bills audio as tokens by its length (its Realtime cost guide, developers.openai.com/api/docs/guides/realtime-costs,
+and the audio models' pages price audio tokens apart). The rate commonly given for the gpt-4o audio models is
+10 tokens a second of user audio and 20 of assistant audio (1 per 100 ms and 1 per 50 ms; OpenAI's developer
+forum, community.openai.com/t/971012); the API reference does not state it, so a budget's hold counts the
+higher, `TOKENS_PER_SECOND` (20), leaning high.
 
 A clip's duration is read from a WAV header (its sample rate and frame size, the data being the bytes after the
 header at most), a few hundred bytes decoded; anything else (MP3, whose frames may each change bitrate; a header
