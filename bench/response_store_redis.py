@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packa
 
 from gateway.testing import running_redis
 from sdk.responses.redis_store import RedisResponseStore
-from sdk.responses.store import SQLiteResponseStore, StoredResponse
+from sdk.responses.sqlite_store import SQLiteResponseStore
+from sdk.responses.store import StoredResponse
 from sdk.state import open_state
 from sdk.state.guard import GuardedState
 

@@ -113,7 +113,7 @@ class Services:
         shared = self.shared_state()
         with self._lock:
             if self._response_store is None:
-                from sdk.responses.store import SQLiteResponseStore
+                from sdk.responses.sqlite_store import SQLiteResponseStore
                 from sdk.state.guard import GuardedState
 
                 local = SQLiteResponseStore(self.data_dir / "responses.sqlite3", self.response_limits)

@@ -31,7 +31,8 @@ from typing import Any
 
 import orjson
 
-from sdk.responses.store import MAX_CHAIN, SQLiteResponseStore, StoredResponse, StoreLimits, pick_items
+from sdk.responses.sqlite_store import SQLiteResponseStore
+from sdk.responses.store import MAX_CHAIN, StoredResponse, StoreLimits, pick_items
 from sdk.state.backend import team_slot
 from sdk.state.guard import GuardedState
 from sdk.state.redis_client import RedisClient

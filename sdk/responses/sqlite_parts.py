@@ -1,6 +1,6 @@
 """One stored response larger than a read's budget, read from the SQLite store a part at a time.
 
-The store's calls take turns per team in one thread (sdk/responses/store.py): a record of tens of
+The store's calls take turns per team in one thread (sdk/responses/sqlite_store.py): a record of tens of
 mebibytes (a team's request body may be as large as its `limits.max_body_bytes`) read in one turn
 held every other team's store calls for all of it. `LargeRead` reads it `part_bytes` a turn
 through SQLite's incremental blob I/O, on a read-only connection of its own held in one read

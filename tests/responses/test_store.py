@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from sdk.responses.redis_store import RedisResponseStore
-from sdk.responses.store import ResponseStore, SQLiteResponseStore, StoredResponse, StoreLimits, history
+from sdk.responses.sqlite_store import SQLiteResponseStore
+from sdk.responses.store import ResponseStore, StoredResponse, StoreLimits, history
 from sdk.state import open_state
 from sdk.state.guard import GuardedState
 from tests.state.conftest import redis_server, redis_url  # noqa: F401  (fixtures)
@@ -334,7 +335,7 @@ async def test_a_long_chain_is_read_from_sqlite_a_few_mebibytes_at_a_time(tmp_pa
     team's read and write (a Responses answer is stored before the client sees it) waited for it.
     The chain's ids come first; its records are read about CHAIN_BYTES_PER_READ at a time, the lock
     let go between, and the chain is still whole."""
-    from sdk.responses import store as sqlite_store
+    from sdk.responses import sqlite_store
 
     store = SQLiteResponseStore(tmp_path / "r.sqlite3")
     previous = None
@@ -355,7 +356,7 @@ async def test_a_turn_renews_a_deep_sqlite_chain_a_part_at_a_time_and_keeps_it_w
     turn hold it for every record of the chain. The chain is renewed CHAIN_RECORDS_PER_HOLD records
     a hold now (4 here), before the turn's transaction, whose eviction takes only responses last used
     before the turn: the conversation stays whole."""
-    from sdk.responses import store as sqlite_store
+    from sdk.responses import sqlite_store
 
     monkeypatch.setattr(sqlite_store, "CHAIN_RECORDS_PER_HOLD", 4, raising=False)
     store = SQLiteResponseStore(tmp_path / "r.sqlite3", {"a": StoreLimits(max_entries=13, ttl_s=1000)})
@@ -378,7 +379,7 @@ async def test_records_expiring_together_are_deleted_a_few_mebibytes_per_write(t
     store calls take: a team's burst of records expiring together (here 40 of 256 KiB) was deleted by
     whichever team wrote next, every other call waiting. A write deletes about EXPIRED_BYTES_PER_PUT
     of them now, oldest first; reads never see the rest, and later writes delete them."""
-    from sdk.responses import store as sqlite_store
+    from sdk.responses import sqlite_store
 
     store = SQLiteResponseStore(tmp_path / "r.sqlite3")
     for i in range(40):
@@ -402,7 +403,7 @@ async def test_the_records_an_item_lookup_needs_are_read_a_few_mebibytes_at_a_ti
     """An item_reference lookup read every record holding a referenced item in one hold of the lock
     every team's store calls take (a turn may name 10,000 items, across a team's 1 GiB of records).
     They are read about CHAIN_BYTES_PER_READ at a time now."""
-    from sdk.responses import store as sqlite_store
+    from sdk.responses import sqlite_store
 
     store = SQLiteResponseStore(tmp_path / "r.sqlite3")
     for turn in range(24):
@@ -418,7 +419,7 @@ async def test_the_records_an_item_lookup_needs_are_read_a_few_mebibytes_at_a_ti
 async def test_a_chain_cut_while_it_is_read_ends_at_the_cut(tmp_path):
     """A record removed between two reads of a chain (deleted, evicted, expired) ends the chain there,
     as one statement would have found it: the newer part is returned, never a chain with a hole."""
-    from sdk.responses import store as sqlite_store
+    from sdk.responses import sqlite_store
 
     store = SQLiteResponseStore(tmp_path / "r.sqlite3")
     previous = None
@@ -583,7 +584,7 @@ async def test_a_large_record_is_read_a_part_a_turn(tmp_path, monkeypatch):
     large as its body limit, 32 MiB by default): another team's read queued behind it waited for all
     of it. A record over CHAIN_BYTES_PER_READ is read that much a turn now, on a connection of its own
     in one read transaction, so a record deleted while it is read still comes back whole."""
-    from sdk.responses import store as sqlite_store
+    from sdk.responses import sqlite_store
 
     store = SQLiteResponseStore(tmp_path / "r.sqlite3")
     text = "x" * (24 * MIB)

@@ -15,7 +15,8 @@ import pytest
 
 from gateway.testing import RedisClusterServers, RedisSentinelServers
 from sdk.responses.redis_store import RedisResponseStore
-from sdk.responses.store import SQLiteResponseStore, StoredResponse
+from sdk.responses.sqlite_store import SQLiteResponseStore
+from sdk.responses.store import StoredResponse
 from sdk.spend import periods, record_key, spend_record
 from sdk.state import open_state
 from sdk.state.backend import Admission, BudgetCheck, Cap, Rate, Settlement, team_slot
