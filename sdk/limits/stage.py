@@ -34,7 +34,7 @@ import orjson
 
 from sdk import estimate
 from sdk.errors import RateLimitedError, SlipstreamError
-from sdk.estimate import CHARS_PER_TOKEN, StreamTally, choice_limit, input_tokens, media_of, output_limit, tool_call_limits, worst_input
+from sdk.estimate import CHARS_PER_TOKEN, choice_limit, input_tokens, media_of, output_limit, tool_call_limits, worst_input
 from sdk.limits.attempts import dropped_reads, upstream_requests
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
@@ -56,6 +56,7 @@ from sdk.spend import (
 from sdk.state.answer_ids import check_audio, may_answer_audio, recorded
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, SpendRecord, StateBackend, team_slot
 from sdk.state.ownership import check_account_objects, ownership_of
+from sdk.stream_tally import StreamTally
 from sdk.streams import on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Protocol, Usage
 

@@ -43,16 +43,13 @@ import contextlib
 import functools
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
-
-import orjson
+from urllib.parse import parse_qsl
 
 from sdk.errors import (
     NotFoundError,
-    RateLimitedError,
     RequestTooLargeError,
     SlipstreamError,
     UpstreamTimeoutError,
@@ -74,10 +71,10 @@ from sdk.passthrough.bodies import (
     keyed_upload,
     once,
     read_object,
-    rewrite_results_url,
     tallied,
     whole,
 )
+from sdk.passthrough.listing import checked_object, own_pages
 from sdk.passthrough.paths import PREFIXES, Operation, family, operation, upstream_headers
 from sdk.passthrough.spends import spend_checks
 from sdk.providers.base import HTTPProvider, account_header
@@ -96,7 +93,6 @@ from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 __all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]
 
 _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "set-cookie", "trailer", "upgrade"})
-MAX_PAGES = 10  # upstream list pages read for one filtered page
 BATCH_RATE = 0.5  # both providers bill a batch's tokens at half the price of a call (per-call tool fees in full)
 _LOGGED_MODELS = 8  # a batch's model names in its access-log line and span; more are counted
 BATCH_EXACT = 64  # a batch's first requests have their input tokenized for its worst cost; the rest counted by length
@@ -401,8 +397,8 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
                     return None
                 return await read_object(more)
 
-            data = await _own_pages(ex, data, query, page)
-        rewritten = await _checked_object(ex, data)
+            data = await own_pages(ex, data, query, page)
+        rewritten = await checked_object(ex, data)
         if ex.batch_hold is not None and isinstance(batch_id := data.get("id"), str):
             hold, ex.batch_hold = ex.batch_hold, None
             await ex.owners.note_batch_charge(team.team, batch_id, ex.limits.charge_created_batch(hold, batch_id))
@@ -458,64 +454,3 @@ async def _charge_once(ex: _Exchange, tally: Tally, batch_id: str) -> None:
         charged = await ex.owners.batch_charge(team, batch_id)
         if charged is not None and await ex.owners.claim(f"batch-trued-up:{team}:{batch_id}", KEEP_S):
             ex.limits.true_up_batch(charged)
-
-
-async def _own_pages(ex: _Exchange, data: dict[str, Any], query: str,
-                     page: Callable[[str], Awaitable[dict[str, Any] | None]]) -> dict[str, Any]:
-    """A list page with the team's own objects only. While it holds fewer than the provider's page did
-    and the provider has more, the next pages are read (at most MAX_PAGES in all), so a team among
-    many on one key does not get empty pages (the official clients stop at an empty page). Each page
-    after the first is a call on the account every team shares, admitted by the team's limits like a
-    request of its own: the page ends with what was found when they refuse one (their 429 when
-    nothing was), where one list call read up to MAX_PAGES pages for one request's admission."""
-    params = dict(parse_qsl(query))
-    cursor = "after" if ex.op.protocol is Protocol.OPENAI else "after_id"
-    seen = _rows(data)
-    wanted, rows = len(seen), await _owned_rows(ex, seen)
-    pages = 1
-    while data.get("has_more") is True and seen and len(rows) < wanted and pages < MAX_PAGES and "before_id" not in params:
-        try:
-            extra = await ex.limits.admit(ex.client.key_id, budget=False)
-        except RateLimitedError:
-            if rows:
-                break
-            raise
-        try:
-            following = await page(urlencode({**params, cursor: seen[-1]["id"]}))
-        finally:
-            ex.limits.settle(extra, ex.client.key_id, "", None)
-        if following is None:
-            break
-        data, seen, pages = following, _rows(following), pages + 1
-        rows += await _owned_rows(ex, seen)
-    data["data"] = rows[:wanted]
-    data["has_more"] = len(rows) > wanted or data.get("has_more") is True
-    for end, at in (("first_id", 0), ("last_id", -1)):
-        if end in data:
-            data[end] = data["data"][at]["id"] if data["data"] else None
-    return data
-
-
-def _rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = data.get("data")
-    return [row for row in rows if isinstance(row, dict) and isinstance(row.get("id"), str)] if isinstance(rows, list) else []
-
-
-async def _owned_rows(ex: _Exchange, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    owned = await ex.owners.owned(ex.team.team, ex.op.kind, [row["id"] for row in rows])
-    return [row for row in rows if row["id"] in owned]
-
-
-async def _checked_object(ex: _Exchange, data: dict[str, Any]) -> bytes:
-    """An object or a list page (already the team's own rows) as the team may see it: recorded as
-    its own when created, its batches' output files noted, `results_url` pointed at the gateway."""
-    op, team = ex.op, ex.team.team
-    rows = _rows(data) if op.action == "list" else [data] if isinstance(data.get("id"), str) else []
-    if op.action == "create":
-        await ex.owners.own(team, op.kind, [row["id"] for row in rows])
-    for row in rows if op.kind == "batch" else ():
-        outputs = [fid for name in ("output_file_id", "error_file_id") if isinstance(fid := row.get(name), str)]
-        await ex.owners.note_outputs(team, row["id"], outputs)
-    for row in rows if op.kind == "message_batch" else ():
-        rewrite_results_url(row, ex.client.origin)
-    return orjson.dumps(data)

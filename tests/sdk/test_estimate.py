@@ -13,13 +13,13 @@ from sdk.estimate import (
     IMAGE_WORST,
     PDF_PAGE_TOKENS,
     PDF_PAGE_WORST,
-    StreamTally,
     count_texts,
     input_tokens,
     media_of,
     output_limit,
 )
 from sdk.promptcache.tokens import IMAGE_TOKENS
+from sdk.stream_tally import StreamTally
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 from tests.helpers import blank_pdf
 
