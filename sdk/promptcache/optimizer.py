@@ -321,8 +321,7 @@ class Optimizer:
             label = plan.cause.kind
             stats.MISSES.labels(self.team, label).inc()
             stats.MISSED_TOKENS.labels(self.team, label).inc(max(0, plan.cause.lost_tokens))
-            self.stats.causes[plan.cause.label] += 1
-            self.stats.examples[plan.cause.label] = plan.cause.excerpt
+            self.stats.count_miss(plan.cause.label, plan.cause.kind, plan.cause.excerpt)
             log.info("team %s: prompt cache miss, %s (%d cached tokens lost)", self.team, plan.cause.label, plan.cause.lost_tokens)
             log.debug("team %s: prompt cache miss at %s: %s", self.team, plan.cause.label, plan.cause.excerpt)
         return moved, advice
@@ -351,8 +350,7 @@ class Optimizer:
         if expected and read < expected * MISS_TOLERANCE:
             team.expected_misses += 1
             label = "expired_or_evicted"
-            team.causes[label] += 1
-            team.examples[label] = f"expected {expected} cached tokens, provider read {read}"
+            team.count_miss(label, label, f"expected {expected} cached tokens, provider read {read}")
             stats.EXPECTED_MISSES.labels(self.team).inc()
             stats.MISSES.labels(self.team, label).inc()
             stats.MISSED_TOKENS.labels(self.team, label).inc(expected - read)

@@ -34,6 +34,11 @@ CANONICALIZED = Counter("slipstream_prompt_cache_canonicalized_total", "Requests
 REPAIRS = Counter("slipstream_prompt_cache_repairs_total", "Requests whose cache_control markers were repaired", ("team",), registry=REGISTRY)
 FANOUT_WAITS = Counter("slipstream_prompt_cache_fanout_waits_total", "Requests held until a sibling warmed the cache", ("team", "outcome"), registry=REGISTRY)
 
+# Distinct miss causes (`KIND@PATH`) kept for a team's report. A path is wherever the team's prompts
+# changed (`system.7`, `messages.412.content.3`, `tools.90`), so their number is the client's to choose,
+# and this memory is process-wide and never let go: past the bound a new place counts under its kind.
+MAX_CAUSES = 64
+
 def saved_usd(price: Price | None, read: int, write: int) -> float:
     """Money saved against sending the same tokens uncached: reads at the cache-read price instead
     of the input price, less the premium paid for writes. Prices are spend's (the policy's
@@ -62,6 +67,14 @@ class TeamStats:
     canonicalized: int = 0
     causes: Tally[str] = field(default_factory=Tally)
     examples: dict[str, str] = field(default_factory=dict)  # cause label -> latest excerpt
+
+    def count_miss(self, label: str, kind: str, example: str) -> None:
+        """Count a miss under its label, or under its kind once MAX_CAUSES labels are kept (the kinds are
+        a handful, so the tally stays bounded however many places a team's prompts change at)."""
+        if label not in self.causes and len(self.causes) >= MAX_CAUSES:
+            label = kind
+        self.causes[label] += 1
+        self.examples[label] = example
 
     def summary(self, top: int = 5) -> dict[str, Any]:
         return {
