@@ -7,6 +7,7 @@ pass in. The invalidation methods are the admin surface (the gateway exposes the
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +18,17 @@ from sdk.cache.replication import CacheReplicator
 from sdk.cache.store import CacheStore, Entry, NewEntry, TeamLimits
 from sdk.cache.verifier import Verifier
 from sdk.embedding import Embedder
-from sdk.offload import is_large, off_loop
+from sdk.offload import FairPool, is_large, off_loop
 from sdk.policy import SemanticCachePolicy
 from sdk.state.redis import RedisState
 
 CANDIDATES = 4  # neighbours the verifier sees: the nearest is often a near-miss, the right one close behind
+
+# Stores take turns by team. One thread: every store holds the store's one writer lock anyway. Not
+# asyncio's default pool, first come, first served and shared with every `to_thread` caller (budget
+# holds without Redis, policy reloads, /metrics): a team's many stores, each perhaps waiting on SQLite
+# for another worker's write, held another team's answer (stored before its client gets it) behind them.
+_STORES = FairPool(workers=1, name="slipstream-response-cache")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +73,7 @@ class ResponseCache:
         (SQLite's busy timeout), which on the loop would hold every team's requests."""
         limits = TeamLimits(ttl_s=config.ttl_s, max_entries=config.max_entries, max_bytes=config.max_bytes)
         entry = NewEntry(team, keys.partition, keys.exact, route, keys.query if vector is not None else None, vector, response)
-        entry_id = await asyncio.to_thread(self.store.put, entry, limits)
+        entry_id = await asyncio.wrap_future(_STORES.submit(functools.partial(self.store.put, entry, limits), tenant=team))
         if self.replicator is not None:
             self.replicator.added(entry, limits)
         return entry_id
