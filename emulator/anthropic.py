@@ -197,6 +197,10 @@ def _validate_tools(body: dict[str, Any], mt: Any, count_only: bool) -> str | No
             return "thinking.display: Input should be 'summarized' or 'omitted'"
         if th["type"] != "disabled" and isinstance(tc, dict) and tc.get("type") in ("any", "tool"):
             return "Thinking may not be enabled when tool_choice forces tool use."
+        if th["type"] == "enabled" and not count_only:
+            err = _unthought_turn(body["messages"])
+            if err:
+                return err
     oc = body.get("output_config")
     if oc is not None:
         err = _validate_output_config(oc, str(body.get("model")))
@@ -280,6 +284,34 @@ def _turn(messages: list[dict[str, Any]]) -> tuple[str, bool, set[str]]:
             text = c if isinstance(c, str) else "\n".join(b.get("text", "") for b in bs if b.get("type") == "text")
             return text, after_result, called
     return "", after_result, called
+
+
+def _unthought_turn(messages: list[dict[str, Any]]) -> str | None:
+    """With thinking enabled, a conversation in a tool loop (ending with tool results) must send back the
+    thinking block that opened the assistant's turn: the first assistant message after the user's last own
+    message starts with it (Anthropic's extended-thinking docs, "Preserving thinking blocks"; the message is the API's)."""
+    last = messages[-1]
+    content = last.get("content")
+    if last.get("role") != "user" or not isinstance(content, list) or not any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        return None
+    first: int | None = None
+    for i in range(len(messages) - 2, -1, -1):
+        m, c = messages[i], messages[i].get("content")
+        if m.get("role") == "assistant":
+            first = i
+        elif isinstance(c, str) or any(isinstance(b, dict) and b.get("type") != "tool_result" for b in c or ()):
+            break  # the user's last own message: the turn began after it
+    opening = messages[first].get("content") if first is not None else None
+    kind = (opening[0].get("type") if isinstance(opening, list) and opening and isinstance(opening[0], dict)
+            else "text")
+    if first is None or kind in ("thinking", "redacted_thinking"):
+        return None
+    return (f"messages.{first}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{kind}`. "
+            "When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding "
+            "the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks "
+            "from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation "
+            "at https://docs.claude.com/en/docs/build-with-claude/extended-thinking")
 
 
 def _pick_tool(body: dict[str, Any]) -> ToolPick | None:

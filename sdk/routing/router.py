@@ -48,6 +48,7 @@ from sdk.routing.breaker import BreakerStore, InMemoryBreakerStore
 from sdk.routing.hedging import discard
 from sdk.routing.strategies import StatsBook, TargetStats, ordered_targets, target_key
 from sdk.routing.translation import TranslatingProvider
+from sdk.routing.translation.thinking_turns import WithoutThinking, foreign_tool_turn
 from sdk.streams import on_end
 from sdk.types import Answer, Endpoint, LLMRequest, LLMStream
 
@@ -253,7 +254,8 @@ class Router:
         if request.endpoint in (Endpoint.RESPONSES, Endpoint.RESPONSES_INPUT_TOKENS, Endpoint.RESPONSES_COMPACT):
             return self._responses_target(name, provider).via(upstream)
         if provider.protocol is request.protocol:
-            return upstream
+            # a Claude tool loop with thinking whose turn another provider opened: without thinking (thinking_turns.py)
+            return WithoutThinking(upstream) if foreign_tool_turn(request) else upstream
         return TranslatingProvider(upstream, request.protocol, provider, ctx)
 
     def _responses_target(self, name: str, provider: Provider) -> ResponsesTarget:

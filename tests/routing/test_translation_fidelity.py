@@ -23,7 +23,9 @@ from gateway.testing import running_proxy
 from sdk.routing.translation import truncation
 from tests.routing.conftest import policy_text, routed_proxy, sent
 
-ROUTES = """  - match: {model: "claude-56-*"}
+ROUTES = """  - match: {model: "claude-sonnet-*"}
+    targets: [{provider: claude}]
+  - match: {model: "claude-56-*"}
     targets: [{provider: gpt, model: gpt-5.6}]
   - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
@@ -291,3 +293,40 @@ def test_a_translated_chat_answer_names_the_tier_claude_served_it_on(oa, fresh_e
     assert oa.chat.completions.create(model="gpt-x", messages=ask).service_tier == "default"
     chunks = list(oa.chat.completions.create(model="gpt-x", messages=ask, stream=True, stream_options={"include_usage": True}))
     assert {chunk.service_tier for chunk in chunks} == {"default"}
+
+
+def test_a_thinking_claude_loop_whose_tool_turn_an_openai_model_answered_goes_on_at_claude(an, fresh_emulator):
+    """A Messages agent with extended thinking whose turn was answered by an OpenAI model (a fallback, a switch of model)
+    gets calls with no thinking block, which only Claude can sign; sending their results to Claude was Anthropic's 400
+    ('a final assistant message must start with a thinking block'), so the loop stopped. Claude now answers them with
+    thinking left out for that request, as the 400 itself advises, and named; a Claude turn whose thinking the client
+    left out stays Claude's 400."""
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    tools = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    question = {"role": "user", "content": "What is the weather in Paris? Use get_weather."}
+    turn = an.messages.create(model="claude-x", max_tokens=2048, thinking=thinking, tools=tools, messages=[question])
+    call = next(block for block in turn.content if block.type == "tool_use")
+    assert turn.stop_reason == "tool_use" and turn.content[0].type != "thinking"
+    history = [question, {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in turn.content]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "18C"}]}]
+
+    answer = an.messages.with_raw_response.create(model="claude-sonnet-4-6", max_tokens=2048, thinking=thinking,
+                                                  tools=tools, messages=history)
+    assert answer.parse().stop_reason == "end_turn"
+    assert "thinking" not in sent(fresh_emulator) and answer.headers["x-slipstream-dropped-fields"] == "thinking"
+    with an.messages.stream(model="claude-sonnet-4-6", max_tokens=2048, thinking=thinking, tools=tools, messages=history) as stream:
+        assert stream.get_final_message().content[0].type == "text"
+
+    # Claude's own turn, its thinking block left out by the client: Claude's 400, as without the gateway.
+    own = an.messages.create(model="claude-sonnet-4-6", max_tokens=2048, thinking=thinking, tools=tools, messages=[question])
+    assert own.content[0].type == "thinking"
+    claude_call = next(block for block in own.content if block.type == "tool_use")
+    stripped = [question, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in own.content[1:]]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": claude_call.id, "content": "18C"}]}]
+    with pytest.raises(anthropic.BadRequestError, match="must start with a thinking block"):
+        an.messages.create(model="claude-sonnet-4-6", max_tokens=2048, thinking=thinking, tools=tools, messages=stripped)
+    # and sent whole, the loop goes on with thinking
+    whole = [*stripped[:1], {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in own.content]}, stripped[2]]
+    assert an.messages.create(model="claude-sonnet-4-6", max_tokens=2048, thinking=thinking, tools=tools,
+                              messages=whole).content[0].type == "thinking"
+    assert sent(fresh_emulator)["thinking"] == thinking
