@@ -22,6 +22,11 @@ from sdk.state.redis_url import Target
 from sdk.state.resp import Link, Reply, RespError, StateUnavailable
 
 SLOTS = 16384
+# A call whose arguments add up to this many bytes or more (a team's stored response, a cached answer)
+# goes on connections of its own. Redis answers a connection's commands in order and every command
+# of the process shares one, so one team's megabytes, written at the network's pace, held every other
+# command queued behind them (admissions, every team's stored-response reads) past their timeouts.
+BULK_BYTES = 256 * 1024
 
 
 def _crc16_table() -> list[int]:
@@ -73,6 +78,9 @@ class RedisClient:
         # the one server, or the master Sentinel names (asked anew at each connection); a Cluster's nodes are in _links
         self._link = Link(self._master if self._sentinels else self.target.nodes[0], self.target.auth, connect_timeout_s,
                           master=bool(self._sentinels))
+        self._url = url
+        self._bulk: RedisClient | None = None  # the same servers on connections of their own, for large calls
+        self.is_bulk = False
 
     async def execute(self, *args: Any) -> Reply:
         reply = (await self.pipeline([args], raise_errors=False))[0]
@@ -83,6 +91,8 @@ class RedisClient:
     async def pipeline(self, commands: list[tuple[Any, ...]], raise_errors: bool = True) -> list[Reply]:
         """Send the commands pipelined (on a Cluster, one write per node, all at once); their replies in
         order. An error reply raises RespError (with `raise_errors=False`, it is returned in its place)."""
+        if not self.is_bulk and _bulky(commands):
+            return await self._bulk_client().pipeline(commands, raise_errors)
         if self.target.mode != "cluster":
             return await self._link.pipeline(commands, raise_errors)
         replies = await self._cluster(commands)
@@ -95,6 +105,14 @@ class RedisClient:
     async def close(self) -> None:
         for link in (self._link, *self._sentinels, *self._links.values()):
             await link.close()
+        if self._bulk is not None:
+            await self._bulk.close()
+
+    def _bulk_client(self) -> RedisClient:
+        if self._bulk is None:
+            self._bulk = RedisClient(self._url, self.connect_timeout_s)
+            self._bulk.is_bulk = True
+        return self._bulk
 
     # --- Sentinel ------------------------------------------------------------------------------
 
@@ -168,3 +186,15 @@ class RedisClient:
             else:
                 replies[i] = (await self._node(address).pipeline([("ASKING",), commands[i]], raise_errors=False))[1]
         return replies
+
+
+def _bulky(commands: list[tuple[Any, ...]]) -> bool:
+    """Whether the commands' arguments add up to BULK_BYTES or more (a string's length in characters)."""
+    size = 0
+    for command in commands:
+        for arg in command:
+            if isinstance(arg, (bytes, bytearray, memoryview, str)):
+                size += len(arg)
+        if size >= BULK_BYTES:
+            return True
+    return False
