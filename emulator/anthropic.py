@@ -19,8 +19,8 @@ from .models import anthropic_generates, anthropic_max_output, context_window
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import seed_for
+from .web_search import PAUSED_OUTPUT_TOKENS, pauses, resumes_paused_turn, searched, tool_problem, web_search_tool
 from .web_search import VERSIONS as WEB_SEARCH_VERSIONS
-from .web_search import searched, tool_problem, web_search_tool
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -391,11 +391,15 @@ async def messages(emu: Emulator, call: Call) -> None:
     tool_id = emu.new_id("toolu_") if reply.tool_name else ""
     content, usage = content_blocks(reply, tool_id, thinking) if body["max_tokens"] else [], _usage(plan, out_tokens, body)
     search = web_search_tool(body) if body["max_tokens"] else None
-    if search is not None:  # one search before the answer (web_search.py)
+    stop = STOP_REASONS[reply.stop]
+    if search is not None and not resumes_paused_turn(body):  # one search before the answer (web_search.py)
         content = searched(body, search, content, emu.new_id("srvtoolu_"))
         usage["server_tool_use"] = {"web_search_requests": 1}
+        if pauses(body):  # the turn paused after its search, to be sent back as it is (web_search.py)
+            content, stop = content[:2], "pause_turn"
+            usage["output_tokens"] = out_tokens = spent + PAUSED_OUTPUT_TOKENS
     out = {"id": emu.new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": content,
-           "stop_reason": STOP_REASONS[reply.stop], "stop_sequence": reply.stop_sequence, "usage": usage}
+           "stop_reason": stop, "stop_sequence": reply.stop_sequence, "usage": usage}
     ttft = cfg.ttft_seconds(plan.uncached, plan.read)
     if stream:
         events, tokens = stream_events(out, reply, thinking, _usage(plan, 1, body), cfg.tokens_per_delta)

@@ -37,15 +37,34 @@ def tool_problem(tool: dict[str, Any], where: str) -> str | None:
     return None
 
 
-def _query(body: dict[str, Any]) -> str:
-    """What the model looks up: the start of the user's last text."""
+def _query(body: dict[str, Any], most: int = 60) -> str:
+    """What the model looks up: the start of the user's last text (its first `most` characters)."""
     for message in reversed(body.get("messages") or ()):
         content = message.get("content") if isinstance(message, dict) and message.get("role") == "user" else None
         texts = [content] if isinstance(content, str) else [b.get("text", "") for b in content or () if isinstance(b, dict) and b.get("type") == "text"]
         text = " ".join(t for t in texts if t).strip()
         if text:
-            return text[:60]
+            return text[:most]
     return "latest news"
+
+
+PAUSED_OUTPUT_TOKENS = 8  # a paused turn's output: the search's call
+_PAUSING = "search at length"
+
+
+def pauses(body: dict[str, Any]) -> bool:
+    """A turn whose user asks to "search at length" pauses after its search (stop_reason `pause_turn`, the server
+    tool loop's long-running turn), for the caller to send it back as it is."""
+    return _PAUSING in _query(body, 10_000).lower()
+
+
+def resumes_paused_turn(body: dict[str, Any]) -> bool:
+    """The request sends a paused turn back (its last message the assistant's, ending with a search's result): the
+    turn goes on from there, to its answer, without searching again."""
+    last = (body.get("messages") or [{}])[-1]
+    content = last.get("content") if isinstance(last, dict) and last.get("role") == "assistant" else None
+    return isinstance(content, list) and bool(content) and isinstance(content[-1], dict) and \
+        str(content[-1].get("type", "")).endswith("_tool_result")
 
 
 def _opaque(label: str) -> str:

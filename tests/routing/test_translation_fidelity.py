@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from emulator.app import EmulatorConfig
+from emulator.caching import count_input_tokens
 from emulator.testing import running_emulator
 from gateway.testing import running_proxy
 from sdk.routing.translation import truncation
@@ -330,3 +331,29 @@ def test_a_thinking_claude_loop_whose_tool_turn_an_openai_model_answered_goes_on
     assert an.messages.create(model="claude-sonnet-4-6", max_tokens=2048, thinking=thinking, tools=tools,
                               messages=whole).content[0].type == "thinking"
     assert sent(fresh_emulator)["thinking"] == thinking
+
+
+def test_a_turn_claude_paused_is_resumed_for_an_openai_client(oa, fresh_emulator):
+    """Claude pauses a long-running turn of its server tools (stop_reason `pause_turn`: here after its web search) for
+    the caller to send it back; OpenAI's models do not pause, and a Chat or Responses client got `stop` with no answer
+    yet (the content null). The gateway sends the paused turn back as Anthropic's docs ask, and the client gets the
+    whole turn: its answer, `stop`, the two requests' usage summed; in a body, a stream, and through Responses."""
+    question = [{"role": "user", "content": "Please search at length for the Rust release notes."}]
+    answer = oa.chat.completions.create(model="gpt-x", web_search_options={}, messages=question)
+    first, resumed = [json.loads(call["body"]) for call in list(fresh_emulator.state.recent)[-2:]]
+    assert resumed["messages"][:-1] == first["messages"]
+    assert [block["type"] for block in resumed["messages"][-1]["content"]] == ["server_tool_use", "web_search_tool_result"]
+    assert answer.choices[0].finish_reason == "stop" and answer.choices[0].message.content
+    # each request's prompt billed (the second's holds the first's and the search), each one's output: 8 + 48
+    assert answer.usage.prompt_tokens > 2 * count_input_tokens(first) and answer.usage.completion_tokens == 8 + 48
+
+    with oa.chat.completions.stream(model="gpt-x", web_search_options={}, messages=question,
+                                    stream_options={"include_usage": True}) as stream:
+        streamed = stream.get_final_completion()
+    assert streamed.choices[0].finish_reason == "stop" and streamed.choices[0].message.content
+    assert streamed.usage == answer.usage
+
+    with oa.responses.stream(model="gpt-x", tools=[{"type": "web_search"}], input=question) as stream:
+        response = stream.get_final_response()
+    assert response.status == "completed" and response.output_text and "search at length" not in response.output_text
+    assert response.usage.input_tokens == answer.usage.prompt_tokens and response.usage.output_tokens == 56

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
@@ -24,6 +25,7 @@ from sdk.routing.translation.counting import count_chats, counted, start_count
 from sdk.routing.translation.fields import Shape, check, mark_dropped
 from sdk.routing.translation.output_limits import warmed, warming
 from sdk.routing.translation.output_modes import json_mode
+from sdk.routing.translation.paused_turns import resumed
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic, refuse_prefill
 from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.streams import OpenAIToAnthropic, translated_events
@@ -88,11 +90,13 @@ class TranslatingProvider:
         if not to_openai:
             answers = _chat_answers(request.body, legacy)
             choices = request.body.get("n")  # 1..128 (sdk/requests.py): above 1, one request per choice (choices.py)
+            # a turn Claude paused is sent back until it ends: OpenAI's answers do not pause (paused_turns.py)
+            send = partial(resumed, lambda sent: self._sent(sent, timings))
             if isinstance(choices, int) and choices > 1:
-                answer = await fan_out(choices, lambda: self._sent(upstream, timings), answers, timings, self.spent, upstream.model,
+                answer = await fan_out(choices, lambda: send(upstream), answers, timings, self.spent, upstream.model,
                                        staggered=input_tokens(upstream) >= min_cacheable_tokens(upstream.model))
             else:
-                answer = await self._sent(upstream, timings)
+                answer = await send(upstream)
                 answers.translated(answer)
             mark_dropped(answer.headers, dropped)
             return answer
