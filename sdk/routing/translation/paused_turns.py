@@ -174,6 +174,7 @@ async def _resumed_events(send: Send, request: LLMRequest, first: LLMStream,
             usages.append(more.usage)
     finally:
         if stream is not None:
+            first.finish_reasons[:] = stream.finish_reasons  # how the turn ended: the last continuation's
             await stream.aclose()
         await close_after(events)
         if len(usages) > 1:
