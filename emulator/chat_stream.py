@@ -26,6 +26,12 @@ class Choice:
     logprobs: list[dict[str, Any]] | None  # `logprobs.content` entries, when asked for
     refusal: str | None = None  # a structured-output refusal: in place of the content
     audio_id: str = ""  # audio output (`modalities: ["text", "audio"]`): the id a later turn names it by
+    named: bool = False  # the request named the function to call (tool_choice {type: function})
+
+    def finish(self) -> str:
+        """The choice's finish_reason. A call of the function the request named ends `stop`, as OpenAI's do
+        (`tool_calls` for a call the model chose or `required` forced: vllm-project/vllm#25054's captures)."""
+        return "stop" if self.named and self.reply.stop == "tool" else FINISH[self.reply.stop]
 
     def message(self) -> dict[str, Any]:
         r = self.reply
@@ -38,7 +44,7 @@ class Choice:
             msg["content"], msg["audio"] = None, self.audio()
         lp = None if self.logprobs is None else {"content": self.logprobs, "refusal": None}
         return {"index": self.index, "message": msg, "logprobs": lp,
-                "finish_reason": FINISH[r.stop]}
+                "finish_reason": self.finish()}
 
     def audio(self) -> dict[str, Any]:
         return {"id": self.audio_id, "data": AUDIO_DATA, "expires_at": AUDIO_EXPIRES_AT, "transcript": self.reply.text}
@@ -70,7 +76,7 @@ class Choice:
                     lp = {"content": self.logprobs[pos: pos + n], "refusal": None}
                     pos += n
                 out.append(({"content": piece}, lp, None, tokens_per_delta))
-        out.append(({}, None, FINISH[r.stop], 0))
+        out.append(({}, None, self.finish(), 0))
         return out
 
 

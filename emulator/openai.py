@@ -287,9 +287,10 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     top = body.get("top_logprobs") or 0
     refusal = REFUSAL if schema is not None and not tool and "refuse to answer" in _last_user_text(body).lower() else None
     spoken = isinstance(body.get("audio"), dict) and "audio" in (body.get("modalities") or ())
+    named = isinstance(body.get("tool_choice"), dict) and body["tool_choice"].get("type") == "function"
     choices = [Choice(i, r, emu.new_id("call_") if r.tool_name else "",
                       chat_entries(r.text, top) if body.get("logprobs") else None, refusal,
-                      emu.new_id("audio_") if spoken and not r.tool_name else "")
+                      emu.new_id("audio_") if spoken and not r.tool_name else "", named)
                for i, r in enumerate(replies)]
     cid = emu.new_id("chatcmpl-")
     created = int(time.time())

@@ -89,7 +89,7 @@ def test_tool_calls(oai):
     args = "".join(c.choices[0].delta.tool_calls[0].function.arguments
                    for c in chunks if c.choices[0].delta.tool_calls)
     assert json.loads(args) == {"city": "example_city"}
-    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert chunks[-1].choices[0].finish_reason == "stop"  # a named function's call ends `stop`, as OpenAI's do
 
 
 def test_models_list(oai):

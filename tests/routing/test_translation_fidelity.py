@@ -357,3 +357,23 @@ def test_a_turn_claude_paused_is_resumed_for_an_openai_client(oa, fresh_emulator
         response = stream.get_final_response()
     assert response.status == "completed" and response.output_text and "search at length" not in response.output_text
     assert response.usage.input_tokens == answer.usage.prompt_tokens and response.usage.output_tokens == 56
+
+
+def test_a_forced_tool_call_from_an_openai_model_ends_tool_use(an, fresh_emulator):
+    """Claude's tool forcing (`tool_choice: {type: tool}`, how clients get structured output from Claude) reaches
+    OpenAI as the named function, and OpenAI ends a call of a named function `stop`, not `tool_calls`; the answer said
+    `end_turn` with a tool_use in it, where Claude says `tool_use`, which agents loop on. Body and stream."""
+    tools = [{"name": "record", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    asked = {"model": "claude-x", "max_tokens": 256, "tools": tools, "tool_choice": {"type": "tool", "name": "record"},
+             "messages": [{"role": "user", "content": "Paris, please."}]}
+    answer = an.messages.create(**asked)
+    assert [block.type for block in answer.content] == ["tool_use"] and answer.stop_reason == "tool_use"
+    with an.messages.stream(**asked) as stream:
+        assert stream.get_final_message().stop_reason == "tool_use"
+    # the emulator ends it as OpenAI does: the named function's call `stop`, a call `required` forced `tool_calls`
+    upstream = openai.OpenAI(base_url=f"{fresh_emulator.url}/v1", api_key="up-openai", max_retries=0)
+    functions = [{"type": "function", "function": {"name": "record", "parameters": tools[0]["input_schema"]}}]
+    for choice, finish in (({"type": "function", "function": {"name": "record"}}, "stop"), ("required", "tool_calls")):
+        called = upstream.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Paris"}],
+                                                  tools=functions, tool_choice=choice).choices[0]  # type: ignore[arg-type]
+        assert called.message.tool_calls and called.finish_reason == finish

@@ -27,9 +27,13 @@ O2A_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"
             "content_filter": "refusal"}
 
 
-def stop_reason_o2a(finish_reason: Any, refused: bool) -> str:
+def stop_reason_o2a(finish_reason: Any, refused: bool, called: bool = False) -> str:
     """Anthropic's stop_reason for an OpenAI finish_reason; a refusal (`message.refusal`, which OpenAI
-    ends with `stop`) is Anthropic's `refusal`."""
+    ends with `stop`) is Anthropic's `refusal`. An answer that `called` tools and ended `stop` is `tool_use`:
+    OpenAI ends a call of the function the request named (Claude's tool_choice `tool`) with `stop`
+    (vllm-project/vllm#25054's captures of OpenAI), where Claude says `tool_use`, which agents loop on."""
+    if called and finish_reason == "stop" and not refused:
+        return "tool_use"
     return "refusal" if refused else O2A_STOP.get(finish_reason or "", "end_turn")
 
 
@@ -154,19 +158,19 @@ def completion_o2a(body: bytes, extra: dict[str, Any] | None = None, names: dict
         content.append({"type": "tool_use", "id": call["id"], "name": (names or {}).get(str(name), name), "input": _arguments(call, cut)})
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
-        "content": content, **stop_o2a(choice, bool(message.get("refusal"))),
+        "content": content, **stop_o2a(choice, bool(message.get("refusal")), bool(message.get("tool_calls"))),
         "usage": usage_o2a(data.get("usage"), data.get("service_tier")), **(extra or {}),
     })
 
 
-def stop_o2a(choice: dict[str, Any], refused: bool) -> dict[str, Any]:
-    """An OpenAI choice's end as Anthropic's `stop_reason` and `stop_sequence`. OpenAI's `stop` covers
-    both a natural end and a stop string; vLLM-style servers (the bundled engine too) name the string
-    in `stop_reason` (a token id there is not a sequence the client sent)."""
+def stop_o2a(choice: dict[str, Any], refused: bool, called: bool = False) -> dict[str, Any]:
+    """An OpenAI choice's end as Anthropic's `stop_reason` and `stop_sequence` (`called`: it called tools).
+    OpenAI's `stop` covers both a natural end and a stop string; vLLM-style servers (the bundled engine too)
+    name the string in `stop_reason` (a token id there is not a sequence the client sent)."""
     matched = choice.get("stop_reason")
-    if choice.get("finish_reason") == "stop" and not refused and isinstance(matched, str):
+    if choice.get("finish_reason") == "stop" and not refused and not called and isinstance(matched, str):
         return {"stop_reason": "stop_sequence", "stop_sequence": matched}
-    return {"stop_reason": stop_reason_o2a(choice.get("finish_reason"), refused), "stop_sequence": None}
+    return {"stop_reason": stop_reason_o2a(choice.get("finish_reason"), refused, called), "stop_sequence": None}
 
 
 def _arguments(call: dict[str, Any], cut: bool) -> Any:

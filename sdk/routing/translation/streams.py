@@ -120,7 +120,7 @@ class OpenAIToAnthropic:
                     out.append(_anthropic_event({"type": "content_block_delta", "index": self.tools[index],
                                                  "delta": {"type": "input_json_delta", "partial_json": function["arguments"]}}))
             if choice.get("finish_reason"):
-                stop = stop_o2a(choice, self.refused)
+                stop = stop_o2a(choice, self.refused, bool(self.tools))
                 self.stop_reason, self.stop_sequence = stop["stop_reason"], stop["stop_sequence"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = usage_o2a(chunk["usage"], chunk.get("service_tier"))
