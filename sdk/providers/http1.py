@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sdk.errors import UpstreamTimeoutError, UpstreamUnreachableError
+from sdk.providers.dns import open_connection
 from sdk.providers.egress import Egress, choose_proxy, open_tunnel, tls_context
 from sdk.providers.http1_wire import (
     NO_BODY,
@@ -312,7 +313,8 @@ class Http1Upstream:
         proxy = destination.proxy
         if proxy is None or tls is None:
             host, port = (destination.host, destination.port) if proxy is None else (proxy.host, proxy.port)
-            _, conn = await loop.create_connection(lambda: Connection(destination, self._forget), host, port, ssl=tls)
+            # The name looked up by sdk/providers/dns.py, not in asyncio's default pool (see there).
+            conn: Connection = await open_connection(loop, lambda: Connection(destination, self._forget), host, port, tls)
             return conn
         raw = await open_tunnel(proxy, destination.host, destination.port)
         conn = Connection(destination, self._forget)
