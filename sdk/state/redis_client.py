@@ -23,9 +23,9 @@ from sdk.state.resp import Link, Reply, RespError, StateUnavailable
 
 SLOTS = 16384
 # A call whose arguments add up to this many bytes or more (a team's stored response, a cached answer)
-# goes on connections of its own. Redis answers a connection's commands in order and every command
-# of the process shares one, so one team's megabytes, written at the network's pace, held every other
-# command queued behind them (admissions, every team's stored-response reads) past their timeouts.
+# goes on connections of its own. Redis answers a connection's commands in order and every team's
+# calls of one client share its connection: one team's megabytes, written at the network's pace, held
+# every other team's calls queued behind them (their stored-response puts and reads) past their timeouts.
 BULK_BYTES = 256 * 1024
 
 
