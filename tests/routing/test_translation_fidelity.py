@@ -377,3 +377,23 @@ def test_a_forced_tool_call_from_an_openai_model_ends_tool_use(an, fresh_emulato
         called = upstream.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Paris"}],
                                                   tools=functions, tool_choice=choice).choices[0]  # type: ignore[arg-type]
         assert called.message.tool_calls and called.finish_reason == finish
+
+
+def test_a_tool_messages_image_reaches_claude_in_its_tool_result(oa, fresh_emulator):
+    """Coding agents on OpenAI's format return a tool's screenshot as an `image_url` part of the `tool` message; Claude
+    takes images in a tool_result, and the request was a 400 ('a 'image_url' part'). The image now reaches Claude in
+    the tool's result, after its text, where the agent put it."""
+    image = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    tools = [{"type": "function", "function": {"name": "screenshot", "parameters": {"type": "object", "properties": {}}}}]
+    messages: list[Any] = [
+        {"role": "user", "content": "What is on the screen?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": [
+            {"type": "text", "text": "The screen:"}, {"type": "image_url", "image_url": {"url": image}}]}]
+    answer = oa.chat.completions.create(model="gpt-x", tools=tools, messages=messages)
+    assert answer.choices[0].message.content
+    result = sent(fresh_emulator)["messages"][-1]["content"]
+    assert result == [{"type": "tool_result", "tool_use_id": "call_1", "content": [
+        {"type": "text", "text": "The screen:"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": image.split(",", 1)[1]}}]}]

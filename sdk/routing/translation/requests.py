@@ -315,9 +315,11 @@ def _o2a_messages(messages: list[dict[str, Any]], in_place: bool) -> tuple[str |
                 blocks[0]["text"] = f"<system-reminder>\n{blocks[0]['text']}"
                 blocks[-1]["text"] += "\n</system-reminder>"
         elif role == "tool":
-            texts = _marked(_o2a_texts(message.get("content"), where), message)
-            blocks = _joined(texts)
-            content: Any = blocks[0]["text"] if len(blocks) == 1 and "cache_control" not in blocks[0] else blocks
+            if any(isinstance(part, dict) and part.get("type") in ("image_url", "file") for part in _parts(message)):
+                content: Any = _o2a_user(message, where)  # a screenshot, a file a tool returned: Claude's tool_result holds them
+            else:
+                blocks = _joined(_marked(_o2a_texts(message.get("content"), where), message))
+                content = blocks[0]["text"] if len(blocks) == 1 and "cache_control" not in blocks[0] else blocks
             blocks = [{"type": "tool_result", "tool_use_id": claude_tool_id(message["tool_call_id"]), "content": content}]
             role = "user"
         elif role == "assistant":
@@ -360,6 +362,11 @@ def _o2a_texts(content: Any, where: str) -> list[tuple[str, Any]]:
             raise refuse(f"{where}: a {part.get('type') if isinstance(part, dict) else type(part).__name__!r} part", "Anthropic")
         texts.append((block_text(part, f"{where}.content.{j}"), part.get("cache_control")))
     return texts
+
+
+def _parts(message: dict[str, Any]) -> list[Any]:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
 
 
 def _marked(texts: list[tuple[str, Any]], message: dict[str, Any]) -> list[tuple[str, Any]]:
