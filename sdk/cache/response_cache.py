@@ -25,8 +25,8 @@ from sdk.state.redis import RedisState
 CANDIDATES = 4  # neighbours the verifier sees: the nearest is often a near-miss, the right one close behind
 
 # Stores take turns by team. One thread: every store holds the store's one writer lock anyway. Not
-# asyncio's default pool, first come, first served and shared with every `to_thread` caller (budget
-# holds without Redis, policy reloads, /metrics): a team's many stores, each perhaps waiting on SQLite
+# asyncio's default pool, first come, first served and shared with every `to_thread` caller (a batch's
+# budget hold without Redis, policy reloads, /metrics): a team's many stores, each perhaps waiting on SQLite
 # for another worker's write, held another team's answer (stored before its client gets it) behind them.
 _STORES = FairPool(workers=1, name="slipstream-response-cache")
 

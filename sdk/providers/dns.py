@@ -1,7 +1,7 @@
 """Name lookups for upstream connections: one at a time per name, in threads of their own.
 
 `loop.create_connection(host, ...)` looks a name up with `getaddrinfo` in asyncio's default thread
-pool, first come, first served, and shared with every `to_thread` caller (budget holds without Redis,
+pool, first come, first served, and shared with every `to_thread` caller (a batch's budget hold without Redis,
 policy reloads, /metrics, model loads). A lookup cannot be cancelled and a slow resolver holds a
 thread for seconds (5 s a try by default): one team's burst of new connections to a provider whose
 name resolved slowly took every thread, and every other team's new connections, to any provider,

@@ -24,7 +24,7 @@ def _until(condition, what: str) -> None:
 def test_one_teams_many_cache_stores_do_not_hold_another_teams_answer(tmp_path, monkeypatch, fresh_emulator):
     """A whole answer is stored in the response cache before its client gets it, and the store ran in
     asyncio's default thread pool, first come, first served (the pool every `to_thread` caller shares:
-    budget holds without Redis, policy reloads, /metrics). The cache has one writer lock and a store may
+    a batch's budget hold without Redis, policy reloads, /metrics). The cache has one writer lock and a store may
     wait on SQLite for another worker's write: a team whose many answers were being stored made another
     team's answer wait until every one of them had been. Here alpha's 20 stores are held (a slow disk)
     until beta's is queued: beta's was stored after 14 or more of alpha's on the old code. Each store is
