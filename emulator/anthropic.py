@@ -16,6 +16,7 @@ from .anthropic_wire import ERROR_MESSAGES
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CacheError, CachePlan, count_input_tokens, plan_anthropic
 from .models import anthropic_generates, anthropic_max_output, context_window
+from .parallel import extra_calls, parallel_names
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import seed_for
@@ -329,7 +330,13 @@ def _pick_tool(body: dict[str, Any]) -> ToolPick | None:
         return ToolPick(tc["name"], by_name[tc["name"]]["input_schema"], False)
     text, after_result, called = _turn(body["messages"])
     name = choose_tool(list(by_name), kind == "any", text, after_result, called)
-    return ToolPick(name, by_name[name]["input_schema"], kind != "any") if name else None
+    if not name:
+        return None
+    schemas = {n: t["input_schema"] for n, t in by_name.items()}
+    both = [] if after_result else parallel_names(text, list(by_name), tc.get("disable_parallel_tool_use") is True)
+    if both:  # a parallel turn: every tool the text names, in the tools' order
+        name = both[0]
+    return ToolPick(name, schemas[name], kind != "any", extra_calls(both, schemas))
 
 
 def _usage(plan: CachePlan, output_tokens: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -388,8 +395,8 @@ async def messages(emu: Emulator, call: Call) -> None:
     elif not fmt and schema is not None and reply.stop == "end" and _FENCES_JSON.match(model):
         reply.text = f"```json\n{reply.text}\n```"  # as Claude 4.6+ often answers "JSON and nothing else"
     out_tokens = reply.output_tokens + spent
-    tool_id = emu.new_id("toolu_") if reply.tool_name else ""
-    content, usage = content_blocks(reply, tool_id, thinking) if body["max_tokens"] else [], _usage(plan, out_tokens, body)
+    tool_ids = [emu.new_id("toolu_") for _ in reply.calls()]
+    content, usage = content_blocks(reply, tool_ids, thinking) if body["max_tokens"] else [], _usage(plan, out_tokens, body)
     search = web_search_tool(body) if body["max_tokens"] else None
     stop = STOP_REASONS[reply.stop]
     if search is not None and not resumes_paused_turn(body):  # one search before the answer (web_search.py)

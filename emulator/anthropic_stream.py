@@ -38,15 +38,15 @@ def plan_thinking(body: dict[str, Any], seed: int) -> Thinking | None:
     return Thinking(shown, base64.b64encode(digest).decode(), n)
 
 
-def content_blocks(reply: Reply, tool_id: str, thinking: Thinking | None) -> list[dict[str, Any]]:
+def content_blocks(reply: Reply, tool_ids: list[str], thinking: Thinking | None) -> list[dict[str, Any]]:
+    """The message's blocks; `tool_ids` holds one id per call of the reply (Reply.calls)."""
     blocks: list[dict[str, Any]] = []
     if thinking is not None:
         blocks.append({"type": "thinking", "thinking": thinking.text, "signature": thinking.signature})
     if reply.text:
         blocks.append({"type": "text", "text": reply.text})
-    if reply.tool_name:
-        blocks.append({"type": "tool_use", "id": tool_id, "name": reply.tool_name,
-                       "input": reply.tool_input})
+    blocks += [{"type": "tool_use", "id": tool_id, "name": c.name, "input": c.input}
+               for tool_id, c in zip(tool_ids, reply.calls(), strict=True)]
     return blocks
 
 
@@ -71,6 +71,7 @@ def stream_events(message: dict[str, Any], reply: Reply, thinking: Thinking | No
         ev.append(sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d}))
         toks.append(tokens)
 
+    calls = iter(reply.calls())  # the tool_use blocks' inputs as serialised, in order
     for i, block in enumerate(message["content"]):
         typ = block["type"]
         start = {"thinking": {"type": "thinking", "thinking": "", "signature": ""},
@@ -99,7 +100,8 @@ def stream_events(message: dict[str, Any], reply: Reply, thinking: Thinking | No
         elif typ == "server_tool_use":  # web_search.py: its input streams as the client tools' does
             delta(i, {"type": "input_json_delta", "partial_json": orjson.dumps(block["input"]).decode()}, 0)
         elif typ == "tool_use":
-            for frag in [""] + split_chunks(reply.tool_json, 3):
+            # one block at a time, as Anthropic streams parallel calls: each block's input ends before the next starts
+            for frag in [""] + split_chunks(next(calls).json, 3):
                 delta(i, {"type": "input_json_delta", "partial_json": frag}, max(0, len(frag) // 4))
         ev.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
         toks.append(0)

@@ -22,7 +22,7 @@ FINISH = {"end": "stop", "max": "length", "stop_sequence": "stop", "tool": "tool
 class Choice:
     index: int
     reply: Reply
-    call_id: str  # "" when the reply is text
+    call_ids: list[str]  # one per tool call of the reply (Reply.calls); empty when the reply is text
     logprobs: list[dict[str, Any]] | None  # `logprobs.content` entries, when asked for
     refusal: str | None = None  # a structured-output refusal: in place of the content
     audio_id: str = ""  # audio output (`modalities: ["text", "audio"]`): the id a later turn names it by
@@ -38,8 +38,8 @@ class Choice:
         msg: dict[str, Any] = {"role": "assistant", "content": None if self.refusal else r.text or None,
                                "refusal": self.refusal, "annotations": []}
         if r.tool_name:
-            msg["tool_calls"] = [{"id": self.call_id, "type": "function", "function": {
-                "name": r.tool_name, "arguments": r.tool_json}}]
+            msg["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.json}}
+                                 for cid, c in zip(self.call_ids, r.calls(), strict=True)]
         if self.audio_id:  # the spoken answer: its text is the transcript, not the content
             msg["content"], msg["audio"] = None, self.audio()
         lp = None if self.logprobs is None else {"content": self.logprobs, "refusal": None}
@@ -60,12 +60,15 @@ class Choice:
             out.append(({"role": "assistant", "content": None, "refusal": ""}, None, None, 0))
             out += [({"refusal": piece}, None, None, tokens_per_delta) for piece in split_deltas(self.refusal, tokens_per_delta)]
         elif r.tool_name:
-            out.append(({"role": "assistant", "content": None, "refusal": None, "tool_calls": [
-                {"index": 0, "id": self.call_id, "type": "function",
-                 "function": {"name": r.tool_name, "arguments": ""}}]}, None, None, 0))
-            for frag in split_chunks(r.tool_json, 3):
-                out.append(({"tool_calls": [{"index": 0, "function": {"arguments": frag}}]},
-                            None, None, max(1, len(frag) // 4)))
+            # OpenAI streams parallel calls one after another: a call's first delta has its index, id and name
+            # (the first also the role), later ones only the index and argument fragments
+            for j, (cid, c) in enumerate(zip(self.call_ids, r.calls(), strict=True)):
+                head = {"role": "assistant", "content": None, "refusal": None} if j == 0 else {}
+                out.append((dict(head, tool_calls=[{"index": j, "id": cid, "type": "function",
+                                                    "function": {"name": c.name, "arguments": ""}}]), None, None, 0))
+                for frag in split_chunks(c.json, 3):
+                    out.append(({"tool_calls": [{"index": j, "function": {"arguments": frag}}]},
+                                None, None, max(1, len(frag) // 4)))
         else:
             out.append(({"role": "assistant", "content": "", "refusal": None}, None, None, 0))
             pos = 0

@@ -17,6 +17,7 @@ from .caching import CachePlan, openai_prompt_blob, plan_openai
 from .chat_stream import Choice, chunks
 from .logprobs import chat_entries
 from .models import REASONING_TOKENS, bills_cache_writes, context_window, openai_generates
+from .parallel import extra_calls, parallel_names
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import choice_seed, seed_for
@@ -233,8 +234,14 @@ def pick_tool(body: dict[str, Any]) -> ToolPick | None:
     text = _last_user_text(body)
     called = {tc.get("function", {}).get("name") for m in msgs[start + 1:] if m.get("role") == "assistant"
               for tc in m.get("tool_calls") or () if isinstance(tc, dict)}
-    name = choose_tool(list(by_name), tc == "required", text, msgs[-1].get("role") == "tool", called)
-    return ToolPick(name, by_name[name], False) if name else None
+    after_result = msgs[-1].get("role") == "tool"
+    name = choose_tool(list(by_name), tc == "required", text, after_result, called)
+    if not name:
+        return None
+    both = [] if after_result else parallel_names(text, list(by_name), body.get("parallel_tool_calls") is False)
+    if both:  # a parallel turn: every function the text names, in the tools' order
+        name = both[0]
+    return ToolPick(name, by_name[name], False, extra_calls(both, by_name))
 
 
 def _reasoning(body: dict[str, Any]) -> int:
@@ -288,7 +295,7 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     refusal = REFUSAL if schema is not None and not tool and "refuse to answer" in _last_user_text(body).lower() else None
     spoken = isinstance(body.get("audio"), dict) and "audio" in (body.get("modalities") or ())
     named = isinstance(body.get("tool_choice"), dict) and body["tool_choice"].get("type") == "function"
-    choices = [Choice(i, r, emu.new_id("call_") if r.tool_name else "",
+    choices = [Choice(i, r, [emu.new_id("call_") for _ in r.calls()],
                       chat_entries(r.text, top) if body.get("logprobs") else None, refusal,
                       emu.new_id("audio_") if spoken and not r.tool_name else "", named)
                for i, r in enumerate(replies)]

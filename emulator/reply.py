@@ -19,6 +19,19 @@ class Reply:
     stop: str  # "end" | "max" | "stop_sequence" | "tool"
     stop_sequence: str | None
     output_tokens: int
+    more: tuple[ToolCall, ...] = ()  # calls after the first in a parallel turn (parallel.py)
+
+    def calls(self) -> list[ToolCall]:
+        """Every tool call of the reply, in order (none for a text reply)."""
+        first = [ToolCall(self.tool_name, self.tool_input, self.tool_json)] if self.tool_name else []
+        return first + list(self.more)
+
+
+@dataclass(slots=True)
+class ToolCall:
+    name: str
+    input: Any
+    json: str  # `input` serialised as streamed / sent as OpenAI arguments
 
 
 @dataclass(slots=True)
@@ -26,6 +39,7 @@ class ToolPick:
     name: str
     schema: Any
     preface: bool  # emit a short text before the call (auto mode, like real models do)
+    more: tuple[tuple[str, Any], ...] = ()  # (name, schema) of further calls in a parallel turn (parallel.py)
 
 
 def choose_tool(names: list[str], forced: bool, text: str, after_result: bool,
@@ -69,9 +83,12 @@ def make_reply(
         args = example_from_schema(tool.schema)
         args_json = orjson.dumps(args).decode()
         pre = f"I'll use the {tool.name} tool." if tool.preface else ""
+        more = tuple(ToolCall(name, a, orjson.dumps(a).decode())
+                     for name, a in ((name, example_from_schema(schema)) for name, schema in tool.more))
         n = count_tokens(pre) + count_tokens(tool.name) + count_tokens(args_json)
+        n += sum(count_tokens(c.name) + count_tokens(c.json) for c in more)
         if max_tokens is None or n <= max_tokens:
-            return Reply(pre, tool.name, args, args_json, "tool", None, n)
+            return Reply(pre, tool.name, args, args_json, "tool", None, n, more)
         if cut_calls:
             cut = truncate_tokens(args_json, max(1, max_tokens - count_tokens(tool.name)))
             return Reply("", tool.name, None, cut, "max", None, max_tokens)

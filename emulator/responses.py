@@ -243,10 +243,10 @@ class _Response:
                 "status": "incomplete" if incomplete else "completed", "role": "assistant",
                 "content": [{"type": "output_text", "text": reply.text, "annotations": [],
                              "logprobs": lp}]})
-        if reply.tool_name:
+        for c in reply.calls():  # one function_call item per call (several in a parallel turn)
             self.items.append({"id": emu.new_id("fc_"), "type": "function_call",
-                               "status": "completed", "arguments": reply.tool_json,
-                               "call_id": emu.new_id("call_"), "name": reply.tool_name})
+                               "status": "completed", "arguments": c.json,
+                               "call_id": emu.new_id("call_"), "name": c.name})
         reasoning_cfg = body.get("reasoning") or {}
         text_cfg = body.get("text") or {}
         self.base: dict[str, Any] = {

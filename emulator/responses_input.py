@@ -268,6 +268,8 @@ def chat_view(body: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, An
               if tc.get("type") == "function" else "auto")
     if tc is not None and tools:
         view["tool_choice"] = tc
+    if body.get("parallel_tool_calls") is False:  # one call a turn (parallel.py)
+        view["parallel_tool_calls"] = False
     fmt = (body.get("text") or {}).get("format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         view["response_format"] = {"type": "json_schema", "json_schema": {
