@@ -27,6 +27,7 @@ class Choice:
     refusal: str | None = None  # a structured-output refusal: in place of the content
     audio_id: str = ""  # audio output (`modalities: ["text", "audio"]`): the id a later turn names it by
     named: bool = False  # the request named the function to call (tool_choice {type: function})
+    interleave: bool = False  # stream a parallel turn's calls interleaved, fragment by fragment (parallel.py)
 
     def finish(self) -> str:
         """The choice's finish_reason. A call of the function the request named ends `stop`, as OpenAI's do
@@ -62,13 +63,18 @@ class Choice:
         elif r.tool_name:
             # OpenAI streams parallel calls one after another: a call's first delta has its index, id and name
             # (the first also the role), later ones only the index and argument fragments
+            per_call: list[list[tuple[dict[str, Any], Any, str | None, int]]] = []
             for j, (cid, c) in enumerate(zip(self.call_ids, r.calls(), strict=True)):
-                head = {"role": "assistant", "content": None, "refusal": None} if j == 0 else {}
-                out.append((dict(head, tool_calls=[{"index": j, "id": cid, "type": "function",
-                                                    "function": {"name": c.name, "arguments": ""}}]), None, None, 0))
-                for frag in split_chunks(c.json, 3):
-                    out.append(({"tool_calls": [{"index": j, "function": {"arguments": frag}}]},
-                                None, None, max(1, len(frag) // 4)))
+                head: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None} if j == 0 else {}
+                rows: list[tuple[dict[str, Any], Any, str | None, int]] = [(dict(head, tool_calls=[{"index": j, "id": cid, "type": "function",
+                                                 "function": {"name": c.name, "arguments": ""}}]), None, None, 0)]
+                rows += [({"tool_calls": [{"index": j, "function": {"arguments": frag}}]}, None, None, max(1, len(frag) // 4))
+                         for frag in split_chunks(c.json, 3)]
+                per_call.append(rows)
+            if self.interleave:  # round-robin: every call's head, then the calls' fragments in turn
+                out += [row for step in zip_longest(*per_call) for row in step if row is not None]
+            else:
+                out += [row for rows in per_call for row in rows]
         else:
             out.append(({"role": "assistant", "content": "", "refusal": None}, None, None, 0))
             pos = 0

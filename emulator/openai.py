@@ -17,7 +17,7 @@ from .caching import CachePlan, openai_prompt_blob, plan_openai
 from .chat_stream import Choice, chunks
 from .logprobs import chat_entries
 from .models import REASONING_TOKENS, bills_cache_writes, context_window, openai_generates
-from .parallel import extra_calls, parallel_names
+from .parallel import extra_calls, interleaves, parallel_names
 from .reply import ToolPick, choose_tool, make_reply, output_schema
 from .streaming import respond_after, run_stream
 from .text import choice_seed, seed_for
@@ -297,7 +297,8 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
     named = isinstance(body.get("tool_choice"), dict) and body["tool_choice"].get("type") == "function"
     choices = [Choice(i, r, [emu.new_id("call_") for _ in r.calls()],
                       chat_entries(r.text, top) if body.get("logprobs") else None, refusal,
-                      emu.new_id("audio_") if spoken and not r.tool_name else "", named)
+                      emu.new_id("audio_") if spoken and not r.tool_name else "", named,
+                      interleaves(_last_user_text(body)))
                for i, r in enumerate(replies)]
     cid = emu.new_id("chatcmpl-")
     created = int(time.time())

@@ -25,6 +25,13 @@ def parallel_names(text: str, names: list[str], disabled: bool) -> list[str]:
     return named if len(named) > 1 else []
 
 
+def interleaves(text: str) -> bool:
+    """Whether a Chat Completions stream of a parallel turn interleaves its calls' argument fragments (the user's
+    last own message says "interleave"). OpenAI's own API streams one call after another; the Chat format keys every
+    delta by its call's `index`, so an OpenAI-compatible server may interleave them, and a translator must cope."""
+    return "interleave" in text.lower()
+
+
 def extra_calls(names: list[str], schemas: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """(name, schema) of the calls after the first, for ToolPick.more."""
     return tuple((n, schemas[n]) for n in names[1:])

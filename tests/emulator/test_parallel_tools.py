@@ -115,3 +115,17 @@ def test_no_parallel_turn_right_after_tool_results(oai: openai.OpenAI) -> None:
                        {"role": "tool", "tool_call_id": "call_a", "content": "sunny"}]
     done = oai.chat.completions.create(model="gpt-4.1", tools=CHAT_TOOLS, messages=msgs)
     assert done.choices[0].message.tool_calls is None and done.choices[0].finish_reason == "stop"
+
+
+def test_chat_stream_interleaves_the_calls_on_request(oai: openai.OpenAI, emu: RunningEmulator) -> None:
+    ask = ASK + " Interleave them."
+    body = {"model": "gpt-4.1", "tools": CHAT_TOOLS, "stream": True, "messages": [{"role": "user", "content": ask}]}
+    r = httpx.post(emu.openai_url + "/chat/completions", headers=OPENAI_HEADERS, content=orjson.dumps(body))
+    deltas = [orjson.loads(d)["choices"][0]["delta"] for _, d in sse_events(r.text) if d != "[DONE]"]
+    order = [tc["index"] for d in deltas for tc in d.get("tool_calls") or ()]
+    assert order[:4] == [0, 1, 0, 1]
+    with oai.chat.completions.stream(model="gpt-4.1", tools=CHAT_TOOLS, messages=[{"role": "user", "content": ask}]) as s:
+        final = s.get_final_completion()
+    calls = final.choices[0].message.tool_calls or []
+    assert [(c.function.name, orjson.loads(c.function.arguments)) for c in calls] == \
+        [("get_weather", {"city": "example_city"}), ("get_time", {"city": "example_city"})]

@@ -180,3 +180,25 @@ def test_disable_parallel_tool_use_reaches_openai_as_parallel_tool_calls_false(a
         assert _claude_calls(one) == [(NAMES[0], ARGS)]
     an.messages.create(model="claude-x", max_tokens=256, tools=CLAUDE_TOOLS, messages=[{"role": "user", "content": ASK}])
     assert sent(fresh_emulator).get("parallel_tool_calls") is not False
+
+
+def test_an_openai_stream_interleaving_two_calls_reaches_claude_clients_one_block_at_a_time(an, fresh_emulator):
+    """An OpenAI-compatible upstream may interleave two calls' argument deltas (each keyed by its index; the emulator
+    does on "interleave"). Claude streams one block at a time and clients act on a tool_use block's stop (an agent runs
+    the tool then): each block's input must be whole at its stop, with no delta after it. The second call, whose deltas
+    arrive while the first is unfinished, is held and sent once the first's arguments are whole JSON. On the old code the
+    first block was closed when the second began, its later deltas sent after its stop: its input at the stop was `{}`."""
+    ask = ASK + " Interleave them."
+    with an.messages.stream(model="claude-x", max_tokens=256, tools=CLAUDE_TOOLS,
+                            messages=[{"role": "user", "content": ask}]) as s:
+        events = list(s)
+        final = s.get_final_message()
+    assert _claude_calls(final) == [(n, ARGS) for n in NAMES]
+    stopped: set[int] = set()
+    for e in events:
+        if e.type == "content_block_delta":
+            assert e.index not in stopped
+        if e.type == "content_block_stop":
+            stopped.add(e.index)
+            assert e.content_block.type != "tool_use" or e.content_block.input == ARGS
+    assert [e.index for e in events if e.type == "content_block_start"] == [0, 1]
