@@ -339,9 +339,11 @@ def test_a_chat_tool_choice_claude_cannot_follow_is_refused_by_name(oa, fresh_em
     assert fresh_emulator.stats()["requests_total"] == 0
 
 
-def test_a_function_call_output_with_an_image_reaches_a_translated_target(oa, fresh_emulator):
-    """A Responses function_call_output may hold images (an MCP tool's screenshot): its text is the
-    tool result, its images follow it in the user turn, instead of a 400."""
+def test_a_function_call_output_with_an_image_reaches_claude_in_its_tool_result(oa, fresh_emulator):
+    """A Responses function_call_output may hold images (an MCP tool's screenshot, Codex's view_image): Claude takes a
+    tool's images in its tool_result, where they reach it, after the text as the output has them. They followed the
+    tool_result in the user turn, as an image the user sent rather than the tool's (a Chat model's tool messages hold
+    text: there they still follow, test_a_function_call_outputs_image_follows_it_for_a_chat_model)."""
     tool = {"type": "function", "name": "screenshot", "parameters": {"type": "object", "properties": {}}}
     oa.responses.create(model="gpt-x", max_output_tokens=8, tools=[tool], input=[  # type: ignore[arg-type,list-item]
         {"role": "user", "content": "Take a screenshot."},
@@ -349,9 +351,30 @@ def test_a_function_call_output_with_an_image_reaches_a_translated_target(oa, fr
         {"type": "function_call_output", "call_id": "call_1", "output": [
             {"type": "input_text", "text": "Captured."}, {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}]}])
     messages = sent(fresh_emulator)["messages"]
-    assert messages[2] == {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "call_1", "content": "Captured."},
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]}
+    assert messages[2] == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": [
+        {"type": "text", "text": "Captured."},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]}]}
+
+
+def test_a_function_call_outputs_image_follows_it_for_a_chat_model(tmp_path, fresh_emulator):
+    """A Chat-only upstream (`responses: chat`): OpenAI's Chat tool messages hold text, so the output's text is the
+    tool message and its image follows in a user message, as before."""
+    policy = policy_text(fresh_emulator.url, """  - match: {model: "*"}
+    targets: [{provider: chat, model: gpt-4o}]""").replace(
+        "routes:", f'  chat: {{kind: openai, base_url: "{fresh_emulator.url}/v1", api_key: "up-openai", responses: chat}}\nroutes:')
+    (tmp_path / "routing.yaml").write_text(policy)
+    tool = {"type": "function", "name": "screenshot", "parameters": {"type": "object", "properties": {}}}
+    with running_proxy([tmp_path], watch_interval_s=None) as running:
+        client = openai.OpenAI(base_url=f"{running.url}/v1", api_key="sk-routing", max_retries=0)
+        client.responses.create(model="gpt-4o", max_output_tokens=8, tools=[tool], input=[  # type: ignore[arg-type,list-item]
+            {"role": "user", "content": "Take a screenshot."},
+            {"type": "function_call", "call_id": "call_1", "name": "screenshot", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": [
+                {"type": "input_text", "text": "Captured."}, {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}]}])
+    assert fresh_emulator.state.recent[-1]["path"].endswith("/chat/completions")
+    messages = sent(fresh_emulator)["messages"]
+    assert messages[2:] == [{"role": "tool", "tool_call_id": "call_1", "content": "Captured."},
+                            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]}]
 
 
 def test_tool_arguments_that_are_not_json_are_a_clear_502_not_an_internal_error():

@@ -9,8 +9,8 @@ from sdk.routing.translation.field_types import D, Field, R, T
 RESPONSES_FIELDS: dict[str, Field] = {
     "model": Field(T, "model (the route's target model)"),
     "input": Field(T, "messages (message, function_call (a call_id over Chat's 40 characters shortened as for Messages), "
-                          "function_call_output (its images and files follow in a user "
-                          "message: tool messages hold text), custom_tool_call and its output as a function call of "
+                          "function_call_output (its images and files in Claude's tool_result, in the output's order; "
+                          "for a Chat model they follow in a user message: tool messages hold text), custom_tool_call and its output as a function call of "
                           "`input` and its result, inline input_file → file part (a text file, .txt, .md, .json, code: a document with a "
                           "text source for Claude, its text for a Chat model, which takes PDFs only); an input_file by file_url → a document from that URL "
                           "for Claude (a Chat target takes files inline only: refused); a part's `prompt_cache_breakpoint` → "

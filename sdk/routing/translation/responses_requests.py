@@ -190,7 +190,7 @@ _OUTPUTS = ("function_call_output", "custom_tool_call_output", *client_tools.OUT
 def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
     """Input items in order; function calls join the assistant turn they follow, as Chat requires."""
     out: list[dict[str, Any]] = []
-    attached: list[dict[str, Any]] = []  # function outputs' images and files: Chat's tool messages hold text
+    attached: list[dict[str, Any]] = []  # function outputs' images and files for a Chat model: its tool messages hold text
     for i, item in enumerate(items):
         where = f"input.{i}"
         if not isinstance(item, dict):
@@ -228,8 +228,12 @@ def _messages(items: list[Any], target: str) -> list[dict[str, Any]]:
             out.append({"role": "tool", "tool_call_id": openai_tool_id(item.get("call_id") or ""), "content": result})
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, parts = _output(item.get("output"), where, target)
+            if parts and target.startswith("Anthropic"):
+                # Claude's tool_result holds a tool's images and documents: the output's parts, in order, go in the
+                # tool message, which the Chat step makes that tool_result (requests._o2a_messages)
+                text, parts = [_part(part, f"{where}.output.{j}", target) for j, part in enumerate(item["output"])], []
             out.append({"role": "tool", "tool_call_id": openai_tool_id(item["call_id"]), "content": text})
-            attached += parts
+            attached += parts  # a Chat model's tool messages hold text: its images and files follow in a user turn
         elif kind == "reasoning":
             # Reasoning from another model cannot be replayed (OpenAI drops it too on a model mismatch:
             # `input_transformations` reason "model_mismatch"). The visible turns carry the conversation.
