@@ -14,7 +14,9 @@ import anthropic
 import openai
 import pytest
 
-from tests.routing.conftest import routed_proxy, sent
+from gateway.testing import running_proxy
+from sdk.routing.translation.call_order import CallOrder
+from tests.routing.conftest import policy_text, routed_proxy, sent
 
 ROUTES = """  - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
@@ -202,3 +204,39 @@ def test_an_openai_stream_interleaving_two_calls_reaches_claude_clients_one_bloc
             stopped.add(e.index)
             assert e.content_block.type != "tool_use" or e.content_block.input == ARGS
     assert [e.index for e in events if e.type == "content_block_start"] == [0, 1]
+
+
+def test_a_chat_only_upstream_interleaving_two_calls_reaches_a_responses_client_whole(tmp_path, fresh_emulator):
+    """A Responses request to a Chat-only upstream (`responses: chat`: vLLM, the local engine) that interleaves two
+    calls' argument deltas: each function_call item is whole at its `output_item.done` and in the final response, as
+    in the non-stream answer. On the old code the first item was closed when the second call began and its later
+    fragments dropped: its arguments were ''. Calls one after another (OpenAI's way) stream as before."""
+    policy = policy_text(fresh_emulator.url, """  - match: {model: "*"}
+    targets: [{provider: chat, model: gpt-4o}]""").replace(
+        "routes:", f'  chat: {{kind: openai, base_url: "{fresh_emulator.url}/v1", api_key: "up-openai", responses: chat}}\nroutes:')
+    (tmp_path / "routing.yaml").write_text(policy)
+    with running_proxy([tmp_path], watch_interval_s=None) as running:
+        client = openai.OpenAI(base_url=f"{running.url}/v1", api_key="sk-routing", max_retries=0)
+        for ask in (ASK, ASK + " Interleave them."):
+            done = client.responses.create(model="gpt-4o", tools=RESPONSES_TOOLS, input=ask)
+            with client.responses.stream(model="gpt-4o", tools=RESPONSES_TOOLS, input=ask) as s:
+                events = list(s)
+                final = s.get_final_response()
+            assert _responses_calls(final) == _responses_calls(done) == [(n, ARGS) for n in NAMES]
+            items = [e.item for e in events if e.type == "response.output_item.done"]
+            assert [json.loads(i.arguments) for i in items if i.type == "function_call"] == [ARGS, ARGS]
+
+
+def test_call_order_holds_an_interleaved_call_until_the_open_ones_arguments_are_whole():
+    """CallOrder alone: the second call waits for the first's whole JSON; one never whole is let go at the end."""
+    order = CallOrder()
+    assert order.feed({"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x":'}}) == [
+        {"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x":'}}]
+    assert order.feed({"index": 1, "id": "b", "function": {"name": "g", "arguments": '{"y"'}}) == []
+    assert order.feed({"index": 1, "function": {"arguments": ":2}"}}) == []
+    assert order.feed({"index": 0, "function": {"arguments": "1}"}}) == [
+        {"index": 0, "function": {"arguments": "1}"}}, {"index": 1, "id": "b", "function": {"name": "g", "arguments": '{"y":2}'}}]
+    unfinished = CallOrder()
+    unfinished.feed({"index": 0, "id": "a", "function": {"name": "f", "arguments": "{"}})
+    assert unfinished.feed({"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}) == []
+    assert unfinished.flush() == [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]

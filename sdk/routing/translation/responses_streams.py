@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from sdk.routing.translation import client_tools
+from sdk.routing.translation.call_order import CallOrder
 from sdk.routing.translation.compaction import compacting
 from sdk.routing.translation.compaction import item as compaction_item
 from sdk.routing.translation.namespaces import as_called, namespaced
@@ -82,6 +83,7 @@ class ChatToResponses:
         self.output: list[dict[str, Any]] = []  # items in output order, completed as they close
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.calls: dict[int, int] = {}  # chat tool_call index → output index
+        self.order = CallOrder()  # the tool calls one after another, as items are streamed (call_order.py)
         self.custom, self.names, self.builtin = custom_tools(request), namespaced(request), client_tools.run_by_client(request)
         self.compacting = compacting(request)  # the text is a summary: one compaction item (compaction.py)
         self.raw = ""  # the open custom tool call's (or tool search call's) arguments: sent once they are whole
@@ -114,7 +116,7 @@ class ChatToResponses:
             if delta.get("annotations"):
                 out += self._annotated(annotations_c2r(delta))
             for call in () if self.compacting else delta.get("tool_calls") or ():
-                out += self._call(call)
+                out += [event for ordered in self.order.feed(call) for event in self._call(ordered)]
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
         if isinstance(chunk.get("usage"), dict):
@@ -233,7 +235,7 @@ class ChatToResponses:
         return out + [self._event("response.output_item.done", output_index=index, item=item)]
 
     def _finish(self) -> list[bytes]:
-        out = self._close()
+        out = [event for call in self.order.flush() for event in self._call(call)] + self._close()
         response = self._response("completed")
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return out + [self._event(kind, response=response)]

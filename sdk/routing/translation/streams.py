@@ -19,6 +19,7 @@ import orjson
 
 from sdk.errors import error_event
 from sdk.routing.translation.bodies import A2O_STOP, chat_usage, service_tier_a2o, service_tier_o2a, stop_o2a, usage_o2a
+from sdk.routing.translation.call_order import CallOrder
 from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
 from sdk.routing.translation.web_search import url_citations
@@ -72,9 +73,7 @@ class OpenAIToAnthropic:
         self.open = False  # that block is still open
         self.text_block: int | None = None  # index of the open text block, if the open one is text
         self.tools: dict[int, int] = {}  # OpenAI tool_call index → Anthropic block index
-        self.current: int | None = None  # OpenAI index of the call whose block is open
-        self.arguments = ""  # that call's arguments so far
-        self.held: dict[int, dict[str, Any]] = {}  # calls not yet opened (id, name, arguments so far), in arrival order
+        self.order = CallOrder()  # the tool calls one after another, as Claude streams blocks (call_order.py)
         self.stop_reason = "end_turn"
         self.stop_sequence: str | None = None  # the stop string that ended it (vLLM's `stop_reason`)
         self.refused = False  # the answer is a refusal (`delta.refusal`): its text, and stop_reason `refusal`
@@ -113,51 +112,27 @@ class OpenAIToAnthropic:
                 out.append(_anthropic_event({"type": "content_block_delta", "index": self.block,
                                              "delta": {"type": "text_delta", "text": text}}))
             for call in delta.get("tool_calls") or ():
-                out += self._call(call)
+                out += [event for ordered in self.order.feed(call) for event in self._call(ordered)]
             if choice.get("finish_reason"):
-                stop = stop_o2a(choice, self.refused, bool(self.tools or self.held))
+                stop = stop_o2a(choice, self.refused, bool(self.tools or self.order.held))
                 self.stop_reason, self.stop_sequence = stop["stop_reason"], stop["stop_sequence"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = usage_o2a(chunk["usage"], chunk.get("service_tier"))
         return out
 
     def _call(self, call: dict[str, Any]) -> list[bytes]:
-        """One `tool_calls[]` delta. Claude streams one block at a time and clients act on a tool_use block's stop, so
-        a call whose deltas come while another call's arguments are unfinished (an upstream interleaving them by index)
-        is held, and opened once those arguments are whole JSON (or at the end); OpenAI's own calls, one after another,
-        open as they come."""
+        """One `tool_calls[]` delta, in the order CallOrder gives them (one call after another, as Claude streams)."""
         index = call.get("index", 0)
         function = call.get("function") or {}
-        fragment = function.get("arguments") or ""
-        if index in self.tools:  # the open call (or, past its whole JSON, one closed: its delta is sent as it was)
-            if index == self.current:
-                self.arguments += fragment
-            out = [self._arguments(self.tools[index], fragment)] if fragment else []
-            return out + self._release() if self.held else out
-        held = self.held.setdefault(index, {"id": None, "name": None, "arguments": ""})
-        held["id"], held["name"] = held["id"] or call.get("id"), held["name"] or function.get("name")
-        held["arguments"] += fragment
-        return self._release()
-
-    def _release(self) -> list[bytes]:
-        """Open the held calls, in the order they came, while the open call's arguments are whole (or none is open)."""
         out: list[bytes] = []
-        while self.held and (self.current is None or _whole(self.arguments)):
-            index, call = next(iter(self.held.items()))
-            out += self._open_call(index, call)
+        if index not in self.tools:
+            name = function.get("name")
+            out += self._open_block({"type": "tool_use", "id": call.get("id"), "name": self.names.get(str(name), name), "input": {}})
+            self.tools[index] = self.block
+        if function.get("arguments"):
+            out.append(_anthropic_event({"type": "content_block_delta", "index": self.tools[index],
+                                         "delta": {"type": "input_json_delta", "partial_json": function["arguments"]}}))
         return out
-
-    def _open_call(self, index: int, held: dict[str, Any]) -> list[bytes]:
-        del self.held[index]
-        name = held["name"]
-        out = self._open_block({"type": "tool_use", "id": held["id"], "name": self.names.get(str(name), name), "input": {}})
-        self.tools[index], self.current, self.arguments = self.block, index, held["arguments"]
-        return out + ([self._arguments(self.block, held["arguments"])] if held["arguments"] else [])
-
-    @staticmethod
-    def _arguments(block: int, fragment: str) -> bytes:
-        return _anthropic_event({"type": "content_block_delta", "index": block,
-                                 "delta": {"type": "input_json_delta", "partial_json": fragment}})
 
     def _open_block(self, block: dict[str, Any]) -> list[bytes]:
         out = self._close_block()
@@ -168,24 +143,15 @@ class OpenAIToAnthropic:
     def _close_block(self) -> list[bytes]:
         if not self.open:
             return []
-        self.open, self.text_block, self.current = False, None, None
+        self.open, self.text_block = False, None
         return [_anthropic_event({"type": "content_block_stop", "index": self.block})]
 
     def _finish(self) -> list[bytes]:
         delta = {"type": "message_delta", "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}, "usage": self.usage}
         if "context_management" in self.extra:  # where Anthropic's stream says what context editing applied
             delta["context_management"] = self.extra["context_management"]
-        held = [event for index, call in list(self.held.items()) for event in self._open_call(index, call)]
+        held = [event for call in self.order.flush() for event in self._call(call)]
         return held + self._close_block() + [_anthropic_event(delta), _anthropic_event({"type": "message_stop"})]
-
-
-def _whole(arguments: str) -> bool:
-    """Whether a call's arguments so far are a whole JSON value (nothing more can follow)."""
-    try:
-        orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return False
-    return True
 
 
 class AnthropicToOpenAI:
