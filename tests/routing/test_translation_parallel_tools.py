@@ -168,14 +168,18 @@ def test_parallel_tool_calls_false_reaches_claude_as_disable_parallel_tool_use(o
     assert _chat_calls(forced) == [(NAMES[0], ARGS)]
     single = oa.responses.create(model="gpt-x", tools=RESPONSES_TOOLS, input=ASK, parallel_tool_calls=False)
     assert sent(fresh_emulator)["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
-    assert _responses_calls(single) == [(NAMES[0], ARGS)]
+    assert _responses_calls(single) == [(NAMES[0], ARGS)] and single.parallel_tool_calls is False
+    named = oa.chat.completions.create(model="gpt-x", tools=CHAT_TOOLS, parallel_tool_calls=False, messages=[
+        {"role": "user", "content": ASK}], tool_choice={"type": "function", "function": {"name": NAMES[1]}})
+    assert sent(fresh_emulator)["tool_choice"] == {"type": "tool", "name": NAMES[1], "disable_parallel_tool_use": True}
+    assert _chat_calls(named) == [(NAMES[1], ARGS)]
     oa.chat.completions.create(model="gpt-x", tools=CHAT_TOOLS, messages=[{"role": "user", "content": ASK}])
     assert not sent(fresh_emulator).get("tool_choice", {}).get("disable_parallel_tool_use")
 
 
 def test_disable_parallel_tool_use_reaches_openai_as_parallel_tool_calls_false(an, fresh_emulator):
-    for choice in ({"type": "auto", "disable_parallel_tool_use": True},
-                   {"type": "any", "disable_parallel_tool_use": True}):
+    for choice in ({"type": "auto", "disable_parallel_tool_use": True}, {"type": "any", "disable_parallel_tool_use": True},
+                   {"type": "tool", "name": NAMES[0], "disable_parallel_tool_use": True}):
         one = an.messages.create(model="claude-x", max_tokens=256, tools=CLAUDE_TOOLS, tool_choice=choice,  # type: ignore[arg-type]
                                  messages=[{"role": "user", "content": ASK}])
         assert sent(fresh_emulator)["parallel_tool_calls"] is False
