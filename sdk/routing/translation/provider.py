@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from sdk.errors import InvalidRequestError, UpstreamHTTPError
 from sdk.estimate import input_tokens
+from sdk.offload import off_loop_if_large
 from sdk.promptcache.placement import min_cacheable_tokens
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
@@ -54,6 +56,18 @@ def translate(convert: Callable[[dict[str, Any]], dict[str, Any]], body: dict[st
                                   f"({type(exc).__name__}: {exc})") from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A request made ready for the other protocol: the client's body as translated (`client_body`: legacy
+    functions as tools, a compacted conversation from its summary on), the upstream's, and what it dropped."""
+
+    client_body: dict[str, Any]
+    body: dict[str, Any]
+    dropped: list[str]
+    legacy: bool
+    warm: bool
+
+
 class TranslatingProvider:
     """Serves `client`-protocol requests through `inner`, which speaks the other protocol; `source` is
     the policy's provider behind `inner` (an attempt's wrapper), which token counts are asked of."""
@@ -75,20 +89,15 @@ class TranslatingProvider:
         if request.endpoint is Endpoint.EMBEDDINGS:
             raise TranslationRefused(f"provider {self.name!r} speaks {self.inner.protocol}, which has no embeddings endpoint")
         to_openai = self.protocol is Protocol.ANTHROPIC
-        shape, target = (Shape.MESSAGES, "OpenAI") if to_openai else (Shape.CHAT, "Anthropic")
-        legacy = not to_openai and legacy_functions.used(request.body)  # functions, not tools: as tools (legacy_functions.py)
-        client_body = translate(legacy_functions.as_tools, request.body, target) if legacy else request.body
-        if to_openai:  # a conversation Claude compacted, from its summary on, as Claude reads it (compaction.py)
-            client_body = compaction.claude_compacted(client_body)
-        dropped = check(shape, client_body, target, self.edits.edited)  # a refused field is a 400 here, before anything is sent
-        if to_openai:
-            refuse_prefill(request.body)
-        warm = to_openai and warming(request.body)  # max_tokens 0: the prompt cached, nothing written (output_limits.py)
-        body = translate(self._to_openai if to_openai else openai_to_anthropic, client_body, str(self.inner.protocol))
+        # Reading and rebuilding the client's body is Python work in proportion to its parts (about a
+        # second for 200,000 short messages): a large request's runs in the heavy-work pool, as its team's
+        # turn, not on the loop every team's requests share.
+        prepared = await off_loop_if_large(request.size, self._prepared, request)
+        client_body, body, dropped = prepared.client_body, prepared.body, prepared.dropped
         # Client headers are for the client's provider (anthropic-version, -beta): they do not travel across.
         upstream = LLMRequest(_ENDPOINT[self.inner.protocol], body, size=request.size)
         if not to_openai:
-            answers = _chat_answers(request.body, legacy)
+            answers = _chat_answers(request.body, prepared.legacy)
             choices = request.body.get("n")  # 1..128 (sdk/requests.py): above 1, one request per choice (choices.py)
             # a turn Claude paused is sent back until it ends: OpenAI's answers do not pause (paused_turns.py)
             send = partial(resumed, lambda sent: self._sent(sent, timings))
@@ -111,14 +120,30 @@ class TranslatingProvider:
         mark_dropped(answer.headers, dropped)
         if isinstance(answer, LLMResponse):
             _cancel(count)
-            answer.body = completion_o2a(answer.body, extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body))
-            if warm:
+            answer.body = await off_loop_if_large(len(answer.body), completion_o2a, answer.body,
+                                                  extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body))
+            if prepared.warm:
                 answer.body = warmed(answer.body)
             return answer
         assert count is not None
         to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body))
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
         return answer
+
+    def _prepared(self, request: LLMRequest) -> _Prepared:
+        """The client's request checked (a refused field is a 400 here, before anything is sent) and translated."""
+        to_openai = self.protocol is Protocol.ANTHROPIC
+        target = "OpenAI" if to_openai else "Anthropic"
+        legacy = not to_openai and legacy_functions.used(request.body)  # functions, not tools: as tools (legacy_functions.py)
+        client_body = translate(legacy_functions.as_tools, request.body, target) if legacy else request.body
+        if to_openai:  # a conversation Claude compacted, from its summary on, as Claude reads it (compaction.py)
+            client_body = compaction.claude_compacted(client_body)
+        dropped = check(Shape.MESSAGES if to_openai else Shape.CHAT, client_body, target, self.edits.edited)
+        if to_openai:
+            refuse_prefill(request.body)
+        warm = to_openai and warming(request.body)  # max_tokens 0: the prompt cached, nothing written (output_limits.py)
+        body = translate(self._to_openai if to_openai else openai_to_anthropic, client_body, str(self.inner.protocol))
+        return _Prepared(client_body, body, dropped, legacy, warm)
 
     def _to_openai(self, body: dict[str, Any]) -> dict[str, Any]:
         return anthropic_to_openai(body, self.edits.edited)
@@ -127,14 +152,19 @@ class TranslatingProvider:
         """A Messages request's input tokens, counted by the gateway. With context editing, as Anthropic's count says:
         the count after its edits, and the whole conversation's (`original_input_tokens`: the same where no edit
         acted). The two are counted together, the texts they share once (counting.count_chats)."""
-        body = compaction.claude_compacted(request.body)
+        body, chats = await off_loop_if_large(request.size, self._chats, request.body)  # as _prepared: a large one off the loop
+        tokens = await count_chats(self.source, chats)
+        edited = {} if body.get("context_management") is None else {"context_management": {"original_input_tokens": tokens[-1]}}
+        return counted({"input_tokens": tokens[0], **edited}, f"{self.name}/{request.model}")
+
+    def _chats(self, messages: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A Messages body as Claude reads it, and the Chat bodies whose tokens make its count."""
+        body = compaction.claude_compacted(messages)
         chats = [translate(self._to_openai, body, str(self.inner.protocol))]
         if self.edits.edited(body).applied:
             whole = {key: value for key, value in body.items() if key != "context_management"}
             chats.append(translate(anthropic_to_openai, whole, str(self.inner.protocol)))
-        tokens = await count_chats(self.source, chats)
-        edited = {} if body.get("context_management") is None else {"context_management": {"original_input_tokens": tokens[-1]}}
-        return counted({"input_tokens": tokens[0], **edited}, f"{self.name}/{request.model}")
+        return body, chats
 
     async def _sent(self, upstream: LLMRequest, timings: Timings) -> Answer:
         """`upstream` sent to the inner provider; its error answer reshaped for the client's protocol."""
