@@ -15,12 +15,14 @@ says `hits=H;misses=M` (items) whenever the cache was consulted.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from sdk.cache.embeddings import EmbeddingCache, EmbeddingCacheLimits, StoredVector, item_key
 from sdk.observability import metrics
+from sdk.offload import off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy
 from sdk.services import Services
@@ -54,7 +56,10 @@ class EmbeddingCacheStage:
         body = request.body
         items, listed = input_items(body["input"])
         encoding = body.get("encoding_format") or "float"
-        keys = [item_key(request.model, item, body.get("dimensions"), encoding) for item in items]
+        # Hashing a large request's items, and reading and writing a large answer's vectors (2,048 inputs of
+        # one word ask for 2,048 vectors of up to 3,072 floats: about 67 MB of JSON, a second to read), run
+        # in the heavy-work pool as the team's work, not on the loop every team's requests share.
+        keys = await off_loop_if_large(request.size, _keys, request.model, items, body.get("dimensions"), encoding)
         found = self.cache.get_many(self.team, keys)
         missing: dict[bytes, Any] = {}  # key -> item, each distinct missing item once, in order
         for key, item, entry in zip(keys, items, found, strict=True):
@@ -70,7 +75,8 @@ class EmbeddingCacheStage:
         if not missing:
             ctx.cache_status = "exact-hit"
             ctx.route = f"cache/{found[0].route}"  # type: ignore[union-attr]
-            return LLMResponse(200, _body(found, "", 0), header, Usage(), ctx.route)  # type: ignore[arg-type]
+            hit = await off_loop_if_large(_size(found), _body, found, "", 0)  # type: ignore[arg-type]
+            return LLMResponse(200, hit, header, Usage(), ctx.route)
         narrowed = len(missing) < len(items)  # some items cached, or repeated within the batch
         if narrowed:
             ctx.request = LLMRequest(request.endpoint, {**body, "input": list(missing.values()) if listed else items[0]},
@@ -80,7 +86,7 @@ class EmbeddingCacheStage:
             return answer
         answer.headers.update(header)
         same_model = answer.route.partition("/")[2] == request.model
-        computed = _vectors(answer.body, len(missing))
+        computed = await off_loop_if_large(len(answer.body), _vectors, answer.body, len(missing))
         if computed is None:
             return answer  # not the shape we know: the client gets it as it is, nothing is stored
         model, vectors, tokens = computed
@@ -93,8 +99,17 @@ class EmbeddingCacheStage:
             return await call_next(ctx)
         fresh = dict(zip(missing, vectors, strict=True))
         merged = [entry or StoredVector(fresh[key], model, answer.route, 0.0) for key, entry in zip(keys, found, strict=True)]
-        answer.body = _body(merged, model, tokens)
+        answer.body = await off_loop_if_large(_size(merged), _body, merged, model, tokens)
         return answer
+
+
+def _keys(model: str, items: list[Any], dimensions: Any, encoding: str) -> list[bytes]:
+    return [item_key(model, item, dimensions, encoding) for item in items]
+
+
+def _size(entries: Sequence[StoredVector | None]) -> int:
+    """The bytes of the vectors an answer is written from."""
+    return sum(len(entry.embedding) for entry in entries if entry is not None)
 
 
 def _vectors(raw: bytes, expected: int) -> tuple[str, list[bytes], int] | None:
