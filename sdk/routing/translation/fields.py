@@ -226,6 +226,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                   "OpenAI's strict mode refuses); effort → reasoning_effort (max → xhigh) for a "
                                   "model that reasons, dropped (named output_config.effort) for others; task_budget (a whole task's token "
                                   "budget, which Claude is told of as it goes) refused"),
+        # anthropic 2.x sends it as output_config.format, calling it deprecated; clients written for the beta send it.
+        "output_format": Field(T, "output_config.format's name in the structured-outputs beta (structured-outputs-2025-11-13): "
+                                  "as output_config.format (beside one, the client's 400, as the anthropic SDK's)"),
         "diagnostics": Field(T, "not sent: the answer's `diagnostics` says `cache_miss_reason: unavailable` for a named "
                                 "`previous_message_id` (an OpenAI target cannot compare prompts; Anthropic's `null` would "
                                 "say no divergence was found), `null` for the first turn's opt-in"),

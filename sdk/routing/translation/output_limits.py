@@ -73,7 +73,8 @@ def warming(body: dict[str, Any]) -> bool:
     refused = ("stream=true" if body.get("stream") else
                "extended thinking" if isinstance(thinking, dict) and thinking.get("type") == "enabled" else
                "tool_choice of type 'any' or 'tool'" if isinstance(choice, dict) and choice.get("type") in ("any", "tool") else
-               "output_config.format" if isinstance(config, dict) and config.get("format") is not None else None)
+               "output_config.format" if (isinstance(config, dict) and config.get("format") is not None)
+               or body.get("output_format") is not None else None)  # (the beta's name of it: output_modes.beta_format)
     if refused:
         raise InvalidRequestError(f"max_tokens: 0 is not supported with {refused}")
     return True

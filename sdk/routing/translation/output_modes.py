@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from sdk.errors import SlipstreamError
+from sdk.errors import InvalidRequestError, SlipstreamError
 from sdk.routing.backoff import TranslationRefused
 
 PREFILL = "{"
@@ -48,6 +48,21 @@ class JsonMode:
         if self.schema is not None:
             instruction += " It must validate against this JSON Schema: " + orjson.dumps(self.schema).decode()
         return instructed(system, instruction), [*messages, {"role": "assistant", "content": [{"type": "text", "text": self.prefill}]}] if self.prefill else messages
+
+
+def beta_format(body: dict[str, Any]) -> dict[str, Any]:
+    """A Messages `body` with `output_format`, the structured-outputs beta's name of `output_config.format` (beta header
+    structured-outputs-2025-11-13, which clients written for the beta still send; the anthropic SDK calls it deprecated
+    and sends it as output_config.format), as output_config.format. Both at once is the client's error, in the SDK's words."""
+    fmt = body.get("output_format")
+    if fmt is None:
+        return body
+    config = body.get("output_config")
+    if isinstance(config, dict) and config.get("format") is not None:
+        raise InvalidRequestError("Both output_format and output_config.format were provided. "
+                                  "Please use only output_config.format (output_format is deprecated).")
+    rest = {key: value for key, value in body.items() if key != "output_format"}
+    return {**rest, "output_config": {**(config if isinstance(config, dict) else {}), "format": fmt}}
 
 
 def instructed(system: str | list[dict[str, Any]], instruction: str) -> str | list[dict[str, Any]]:

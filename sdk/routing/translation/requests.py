@@ -26,7 +26,7 @@ from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fat
 from sdk.routing.translation.media import image_source, o2a_document
 from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
 from sdk.routing.translation.output_limits import WARMING_LIMIT, claude_output_limit, default_max_tokens, openai_output_limit
-from sdk.routing.translation.output_modes import VERBOSITY, claude_schema, instructed, json_mode, openai_strict
+from sdk.routing.translation.output_modes import VERBOSITY, beta_format, claude_schema, instructed, json_mode, openai_strict
 from sdk.routing.translation.stops import split_stops
 from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_name
 from sdk.routing.translation.tool_search import claude_tool_search
@@ -77,7 +77,7 @@ def _one_hour(body: dict[str, Any]) -> bool:
 def anthropic_to_openai(body: dict[str, Any], edits: context_edits.Edits = context_edits.edited) -> dict[str, Any]:
     """A Messages body as a Chat one; `edits`: how the request's context edits are had (context_edits.Memo)."""
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
-    body = compaction.claude_compacted(body)  # (the body itself where TranslatingProvider has done so)
+    body = beta_format(compaction.claude_compacted(body))  # (the body itself where TranslatingProvider has done so)
     check(Shape.MESSAGES, body, "OpenAI", edits)
     body = edits(body).body  # the conversation as Claude would be sent it, its old tool results cleared
     for key, value in body.items():
