@@ -18,6 +18,7 @@ import orjson
 from .asgi import Call, Receive, Scope, Send
 from .batch_runner import BatchStore
 from .caching import PrefixStore
+from .conversations import ConversationStore
 from .faults import FaultQueue, FaultSet, FaultSpecError, parse_fault
 from .files import FileStore
 from .responses_store import ResponseStore
@@ -116,6 +117,7 @@ class EmulatorState:
     openai_cache: PrefixStore = field(default_factory=PrefixStore)
     faults: FaultQueue = field(default_factory=FaultQueue)
     responses: ResponseStore = field(default_factory=ResponseStore)
+    conversations: ConversationStore = field(default_factory=ConversationStore)
     files: FileStore = field(default_factory=FileStore)
     batches: BatchStore = field(default_factory=BatchStore)
     clock_offset: float = 0.0  # added by POST /_emulator/clock to test TTL expiry
@@ -331,6 +333,7 @@ class Emulator:
         st.openai_cache.clear()
         st.faults.clear()
         st.responses.clear()
+        st.conversations.clear()
         st.files.clear()
         st.batches.clear()
         st.recent.clear()

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import conversations
 from . import openai_wire as wire
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CachePlan, openai_prompt_blob, plan_openai
+from .conversations import Conversation
 from .logprobs import chat_entries, tokens_of
 from .models import REASONING_TOKENS, bills_cache_writes, openai_generates
 from .openai import pick_tool
@@ -44,18 +46,35 @@ class _Turn:
     """Everything one request resolves to before the reply is planned."""
 
     def __init__(self, body: dict[str, Any], items: list[dict[str, Any]],
-                 context: list[dict[str, Any]]) -> None:
+                 context: list[dict[str, Any]], conversation: Conversation | None = None) -> None:
         self.body = body
         self.items = items  # this request's input items
         self.context = context  # earlier turns + items
+        self.conversation = conversation  # the one it belongs to (conversations.py), which it is appended to
         self.view = chat_view(body, context)
 
 
 async def _resolve(emu: Emulator, call: Call, body: dict[str, Any], key: str) -> _Turn | None:
-    """Input items plus the `previous_response_id` chain; None once a 400 has been answered."""
+    """Input items plus the `previous_response_id` chain or the `conversation`'s items; None once a 400
+    or 404 has been answered."""
     items = input_items(body.get("input"), emu.new_id)
     prev_id = body.get("previous_response_id")
     earlier: list[dict[str, Any]] = []
+    cid = conversations.named(body)
+    if body.get("conversation") is not None and cid is None:
+        await wire.bad(emu, call, "Invalid type for 'conversation': expected a string or an object with an 'id'.",
+                       "conversation", "invalid_type")
+        return None
+    if cid is not None:
+        if prev_id:
+            await wire.bad(emu, call, "Mutually exclusive parameters: Ensure you are only providing one of: "
+                           "'previous_response_id' or 'conversation'.", "conversation", "mutually_exclusive_parameters")
+            return None
+        conversation = emu.state.conversations.get(cid, key)
+        if conversation is None:
+            await wire.not_found(emu, call, conversations.missing(cid), "conversation")
+            return None
+        return _Turn(body, items, [*conversation.items, *items], conversation)
     if prev_id:
         got = emu.state.responses.continuation(prev_id, key)
         if got is None:
@@ -121,6 +140,8 @@ async def create(emu: Emulator, call: Call) -> None:
     resp = _Response(emu, body, model, plan, reply, effort, reasoning, seed)
     if body.get("store", True):
         emu.state.responses.put(resp.id, StoredResponse(key, resp.final, turn.items, turn.context))
+    if turn.conversation is not None:  # the turn's input and output join the conversation
+        turn.conversation.items += [*turn.items, *resp.final["output"]]
     ttft = cfg.ttft_seconds(plan.uncached, plan.read)
     if stream:
         headers = wire.headers(call)
@@ -249,6 +270,7 @@ class _Response:
                                "call_id": emu.new_id("call_"), "name": c.name})
         reasoning_cfg = body.get("reasoning") or {}
         text_cfg = body.get("text") or {}
+        cid = conversations.named(body)
         self.base: dict[str, Any] = {
             "id": self.id, "object": "response", "created_at": self.created,
             "status": "in_progress", "background": False, "completed_at": None, "error": None,
@@ -256,6 +278,7 @@ class _Response:
             "max_output_tokens": body.get("max_output_tokens"), "max_tool_calls": None,
             "model": model, "output": [], "parallel_tool_calls": body.get("parallel_tool_calls", True),
             "previous_response_id": body.get("previous_response_id"),
+            "conversation": {"id": cid} if cid is not None else None,
             "prompt_cache_key": body.get("prompt_cache_key"),
             "prompt_cache_retention": body.get("prompt_cache_retention"),
             "reasoning": {"effort": effort, "summary": reasoning_cfg.get("summary")},

@@ -66,9 +66,6 @@ def validate(body: dict[str, Any], count_only: bool = False) -> Problem | None:
     if body.get("background"):
         return ("The emulator does not run background responses; send background=false.",
                 "background", "unsupported_value")
-    if body.get("conversation") is not None:
-        return ("The emulator does not keep conversations; chain turns with previous_response_id.",
-                "conversation", "unsupported_value")
     r = check_ranges(body, *SAMPLING) or check_int(body, "max_output_tokens", 16) \
         or check_int(body, "top_logprobs", 0)
     if r is None and (body.get("top_logprobs") or 0) > 20:

@@ -7,7 +7,19 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from . import anthropic, anthropic_batches, batches, completions, embeddings, files, models, openai, responses, responses_store
+from . import (
+    anthropic,
+    anthropic_batches,
+    batches,
+    completions,
+    conversations,
+    embeddings,
+    files,
+    models,
+    openai,
+    responses,
+    responses_store,
+)
 from .asgi import Call
 
 if TYPE_CHECKING:
@@ -23,6 +35,7 @@ _ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/responses"): responses.create,
     ("POST", "/v1/responses/input_tokens"): responses.input_tokens,
     ("POST", "/v1/responses/compact"): responses.compact,
+    ("POST", "/v1/conversations"): conversations.create,
     ("POST", "/v1/embeddings"): embeddings.embeddings,
     ("POST", "/v1/completions"): completions.completions,
     ("POST", "/v1/files"): files.upload,
@@ -42,6 +55,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str], str, Handler]] = [
      responses_store.input_items),
     ("POST", re.compile(r"/v1/responses/([^/]+)/cancel"), "/v1/responses/{id}/cancel",
      responses_store.cancel),
+    ("GET", re.compile(r"/v1/conversations/([^/]+)"), "/v1/conversations/{id}", conversations.retrieve),
+    ("GET", re.compile(r"/v1/conversations/([^/]+)/items"), "/v1/conversations/{id}/items", conversations.items),
     ("GET", re.compile(r"/v1/files/([^/]+)"), "/v1/files/{id}", files.retrieve),
     ("DELETE", re.compile(r"/v1/files/([^/]+)"), "/v1/files/{id}", files.delete),
     ("GET", re.compile(r"/v1/files/([^/]+)/content"), "/v1/files/{id}/content", files.content),

@@ -151,10 +151,13 @@ class CacheStage:
     def _eligible(self, request: LLMRequest) -> bool:
         body = request.body
         if request.endpoint is Endpoint.RESPONSES:
-            # A continued conversation lives in the response store (or at the provider), not in the body.
+            # A continued conversation lives in the response store (or at the provider), not in the body:
+            # `previous_response_id`, or a provider-side `conversation` (OpenAI's Conversations API), whose
+            # earlier turns the provider prepends and to which it appends this turn's items (a hit would
+            # answer from another point of the conversation, and leave the turn out of it).
             # A turn with more items than a stored turn may hold goes on to be refused (a hit would store it).
             items = body.get("input")
-            return (not body.get("previous_response_id") and not body.get("background")
+            return (not body.get("previous_response_id") and body.get("conversation") is None and not body.get("background")
                     and not (isinstance(items, list) and len(items) > MAX_TURN_ITEMS))
         n = body.get("n", 1)
         return request.endpoint in (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS) and (n is None or n == 1)
