@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
-from tests.routing.conftest import routed_proxy, sent
+from gateway.testing import running_proxy
+from tests.routing.conftest import policy_text, routed_proxy, sent
 
 ROUTES = """  - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
@@ -59,3 +61,37 @@ def test_output_format_beside_output_config_format_is_the_clients_400(an, fresh_
     with pytest.raises(anthropic.BadRequestError, match=r"max_tokens: 0 is not supported with output_config\.format"):
         an.messages.create(model="claude-x", max_tokens=0, messages=ASK, extra_body=BETA_FORMAT)
     assert not fresh_emulator.state.recent
+
+
+def test_prompt_cache_diagnostics_a_responses_client_asks_a_claude_model_for_are_unavailable(oa, fresh_emulator):
+    """`prompt_cache_options.comparison_response_id` asks OpenAI why the cache was or was not reused against an earlier
+    response (openai 3.x, gpt-5.6: the response's `prompt_cache_diagnostics`, whose `unavailable` says "no diagnosis").
+    A Claude model answered with no diagnostics at all, as if none had been asked for; now `unavailable`, as a
+    Messages client's `diagnostics` answered by an OpenAI model is. Not asked, none is given."""
+    first = oa.responses.create(model="gpt-x", input="Hi")
+    assert first.prompt_cache_diagnostics is None
+    asked = {"comparison_response_id": first.id}
+    answer = oa.responses.create(model="gpt-x", input="Hi again", prompt_cache_options=asked)
+    assert answer.prompt_cache_diagnostics is not None and answer.prompt_cache_diagnostics.type == "unavailable"
+    assert "prompt_cache_options" not in sent(fresh_emulator)
+    with oa.responses.stream(model="gpt-x", input="Hi again", prompt_cache_options=asked) as stream:
+        final = stream.get_final_response()
+    assert final.prompt_cache_diagnostics is not None and final.prompt_cache_diagnostics.type == "unavailable"
+    assert oa.responses.retrieve(answer.id).prompt_cache_diagnostics.type == "unavailable"  # type: ignore[union-attr]
+
+
+def test_a_chat_model_behind_a_chat_only_upstream_is_sent_the_cache_options_chat_takes(tmp_path, fresh_emulator):
+    """For gpt-5.6 behind a Chat-only upstream (`responses: chat`) the options go on as Chat's, which has no
+    comparison_response_id (Chat's prompt_cache_options: mode and ttl): it is not sent, and the diagnostics are
+    `unavailable`, as for Claude."""
+    policy = policy_text(fresh_emulator.url, """  - match: {model: "*"}
+    targets: [{provider: chat, model: gpt-5.6}]""").replace(
+        "routes:", f'  chat: {{kind: openai, base_url: "{fresh_emulator.url}/v1", api_key: "up-openai", responses: chat}}\nroutes:')
+    (tmp_path / "routing.yaml").write_text(policy)
+    with running_proxy([tmp_path], watch_interval_s=None) as running:
+        client = openai.OpenAI(base_url=f"{running.url}/v1", api_key="sk-routing", max_retries=0)
+        answer = client.responses.create(model="gpt-5.6", input="Hi", max_output_tokens=16,
+                                         prompt_cache_options={"mode": "explicit", "comparison_response_id": "resp_1"})
+    assert fresh_emulator.state.recent[-1]["path"].endswith("/chat/completions")
+    assert sent(fresh_emulator)["prompt_cache_options"] == {"mode": "explicit"}
+    assert answer.prompt_cache_diagnostics is not None and answer.prompt_cache_diagnostics.type == "unavailable"

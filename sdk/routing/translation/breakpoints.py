@@ -92,6 +92,24 @@ def options_travel(target: str, model: Any) -> bool:
     return not target.startswith("Anthropic") and takes_breakpoints(model)
 
 
+# A Responses request's `prompt_cache_options.comparison_response_id` (openai 3.x) asks OpenAI why the prompt cache was or
+# was not reused against an earlier response: the response's `prompt_cache_diagnostics`, whose `unavailable` says "no
+# diagnosis". Chat's prompt_cache_options has no such field, and a translated target has no earlier response to compare
+# with: it is not sent, and the answer says `unavailable`, as a Messages client's `diagnostics` is answered (bodies.py).
+COMPARED = "comparison_response_id"
+
+
+def chat_options(options: Any) -> Any:
+    """A Responses request's prompt_cache_options as Chat's (mode, ttl): without comparison_response_id."""
+    return {key: value for key, value in options.items() if key != COMPARED} if isinstance(options, dict) else options
+
+
+def diagnostics(request: dict[str, Any]) -> dict[str, Any]:
+    """The `prompt_cache_diagnostics` a translated Responses answer gives `request`: `unavailable` where it asked."""
+    options = request.get("prompt_cache_options")
+    return {"prompt_cache_diagnostics": {"type": "unavailable"}} if isinstance(options, dict) and options.get(COMPARED) else {}
+
+
 def openai_breakpoint(cache_control: Any) -> dict[str, Any] | None:
     """Claude's `cache_control` as OpenAI's breakpoint. A 1-hour marker asks OpenAI's 12h, the one lifetime that
     outlasts an hour; a 5-minute one takes the request's (30 minutes)."""

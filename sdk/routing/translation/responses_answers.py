@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from sdk.routing.translation import client_tools
+from sdk.routing.translation.breakpoints import diagnostics
 from sdk.routing.translation.compaction import compacting
 from sdk.routing.translation.compaction import item as compaction_item
 from sdk.routing.translation.namespaces import as_called, flattened, namespaced
@@ -78,7 +79,7 @@ def response_object(request: dict[str, Any], response_id: str, model: str, statu
         "text": {"format": text.get("format") or {"type": "text"}, "verbosity": text.get("verbosity", "medium")},
         "tool_choice": request.get("tool_choice", "auto"), "tools": [_echoed(tool) for tool in request.get("tools") or ()],
         "top_logprobs": 0, "top_p": request.get("top_p", 1.0), "truncation": request.get("truncation", "disabled"),
-        "usage": usage, "user": request.get("user"), "metadata": request.get("metadata") or {},
+        "usage": usage, "user": request.get("user"), "metadata": request.get("metadata") or {}, **diagnostics(request),
     }
 
 

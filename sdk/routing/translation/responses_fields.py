@@ -64,7 +64,9 @@ RESPONSES_FIELDS: dict[str, Field] = {
                            "times; a last turn that does not fit alone is the target's overflow", ("disabled",)),
     "stream_options": Field(D, "obfuscation padding of stream events"),
     "prompt_cache_options": Field(T, "prompt_cache_options for a Chat target whose model takes it (gpt-5.6 and later); "
-                                     "elsewhere dropped, named (Claude has no cache mode)"),
+                                     "elsewhere dropped, named (Claude has no cache mode); its comparison_response_id, which "
+                                     "Chat's has not, never sent: the response's `prompt_cache_diagnostics` is `unavailable` "
+                                     "(a translated target has no earlier response to compare with)"),
     "prompt_cache_retention": Field(T, "prompt_cache_retention for a Chat target (`24h` where the model has extended "
                                        "retention: gpt-4.1, gpt-5, gpt-5.1 to 5.5; elsewhere dropped, named); dropped "
                                        "for an Anthropic target, as from Chat Completions"),

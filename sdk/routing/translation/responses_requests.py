@@ -18,7 +18,7 @@ import orjson
 
 from sdk.errors import InvalidRequestError
 from sdk.routing.translation import client_tools, compaction, tool_search, web_search
-from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, options_travel, unmarked
+from sdk.routing.translation.breakpoints import BREAKPOINT, breakpoints_travel, chat_options, options_travel, unmarked
 from sdk.routing.translation.fields import Shape, check, effort_travels, refuse, retention_travels
 from sdk.routing.translation.media import file_text, textual
 from sdk.routing.translation.models import reasons
@@ -40,8 +40,9 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[
     retention = body.get("prompt_cache_retention")
     if retention is not None and retention_travels(target, body.get("model"), retention):
         out["prompt_cache_retention"] = retention
-    if body.get("prompt_cache_options") is not None and options_travel(target, body.get("model")):
-        out["prompt_cache_options"] = body["prompt_cache_options"]
+    options = chat_options(body.get("prompt_cache_options"))  # (its diagnostics are the answer's: breakpoints.diagnostics)
+    if options and options_travel(target, body.get("model")):
+        out["prompt_cache_options"] = options
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     if body.get("stream"):
