@@ -248,7 +248,8 @@ class _Exchange:
                 bodies = [line for _, line in lines]
                 await self.owners.check_files(self.team.team, bodies, size)
                 await check_audio(self.owners, self.team.team, bodies)
-                check_account_objects(self.limits.provider_objects, bodies)
+                # a part of 256 KiB or more (a line may be 16 MiB) is walked in the heavy-work pool, as the team's work
+                await off_loop_if_large(size, check_account_objects, self.limits.provider_objects, bodies)
                 await self.check_conversations(bodies)
                 new = [model for model in dict.fromkeys(str(line.get("model") or "") for line in bodies) if model not in models]
                 self.check_models(new)  # as they come: a name is never held unchecked (a line may be 16 MiB)
@@ -256,7 +257,7 @@ class _Exchange:
                 requests = [LLMRequest(_LINE_ENDPOINTS.get(url, Endpoint.CHAT_COMPLETIONS), line) for url, line in lines]
                 # the provider reads (and bills) the stored conversation a line continues and the items it references
                 history = await self.limits.history_tokens(requests) if self.limits.budget is not None else None
-                worst += self.worst_cost(requests, count, history)
+                worst += await off_loop_if_large(size, self.worst_cost, requests, count, history)
                 count += len(lines)
         self.check_models(list(models))  # the names the access log and span show
         return worst

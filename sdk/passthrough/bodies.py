@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError
+from sdk.offload import off_loop_if_large
 from sdk.promptcache.keys import scoped_ids
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
@@ -123,17 +124,19 @@ async def keyed_upload(chunks: AsyncIterable[bytes], team: str) -> AsyncIterator
     passing = False  # inside a line that is not held: its bytes go on as they come
     async for chunk in chunks:
         out: list[bytes] = []
-        while chunk:
-            cut = chunk.find(b"\n") + 1
-            piece, chunk = (chunk[:cut], chunk[cut:]) if cut else (chunk, b"")
+        start, end = 0, len(chunk)
+        while start < end:  # a piece at a time, by position: the rest of the chunk is never copied
+            cut = chunk.find(b"\n", start) + 1
+            piece, start = chunk[start:cut or end], cut or end
             if passing or (not pending and piece.lstrip()[:1] not in (b"{", b"")):
                 out.append(piece)
                 passing = not cut
                 continue
             pending.append(piece)
             size += len(piece)
-            if cut:
-                out.append(keyed_line(b"".join(pending), team))
+            if cut:  # a line of 256 KiB or more (up to MAX_LINE) is read in the heavy-work pool, as the team's work
+                whole = b"".join(pending)
+                out.append(await off_loop_if_large(len(whole), keyed_line, whole, team))
                 pending, size = [], 0
             elif size > MAX_LINE:
                 out.append(b"".join(pending))
@@ -141,7 +144,8 @@ async def keyed_upload(chunks: AsyncIterable[bytes], team: str) -> AsyncIterator
         if out:
             yield b"".join(out)
     if pending:
-        yield keyed_line(b"".join(pending), team)
+        whole = b"".join(pending)
+        yield await off_loop_if_large(len(whole), keyed_line, whole, team)
 
 
 def _model(body: Any) -> str:
@@ -157,25 +161,42 @@ def rewrite_results_url(obj: dict[str, Any], origin: str) -> None:
 
 
 class Lines:
-    """Complete lines out of a byte stream cut anywhere; an over-long line is skipped, not held."""
+    """Complete lines out of a byte stream cut anywhere; an over-long line is skipped, not held. The
+    pieces of an unfinished line wait as they came and are joined once its end arrives; only each new
+    piece is searched. (Added to the line so far, a 16 MiB line in 64 KiB pieces was about 2 GiB
+    copied and searched again on the loop every team shares.)"""
 
     def __init__(self) -> None:
-        self._tail = b""
-        self._skipping = False
+        self._pieces: list[bytes] = []  # the unfinished line
+        self._size = 0
+        self._skipping = False  # inside a line too long to read: its pieces are let go
         self.skipped = 0  # lines too long to read
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        parts = (self._tail + chunk).split(b"\n")
-        self._tail = parts.pop()
-        if self._skipping and parts:
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            self._hold(chunk)
+            return []
+        parts = chunk[:cut].split(b"\n")
+        if self._skipping:
             parts, self._skipping = parts[1:], False  # the rest of a line too long to read
-        if len(self._tail) > MAX_LINE:
-            self._tail, self._skipping = b"", True
-            self.skipped += 1
+        elif self._pieces:
+            parts[0] = b"".join([*self._pieces, parts[0]])
+        self._pieces, self._size = [], 0
+        self._hold(chunk[cut + 1:])
         return parts
 
+    def _hold(self, piece: bytes) -> None:
+        if self._skipping or not piece:
+            return
+        self._pieces.append(piece)
+        self._size += len(piece)
+        if self._size > MAX_LINE:
+            self._pieces, self._size, self._skipping = [], 0, True
+            self.skipped += 1
+
     def end(self) -> list[bytes]:
-        tail, self._tail = self._tail, b""
+        tail, self._pieces, self._size = b"".join(self._pieces), [], 0
         return [tail] if tail and not self._skipping else []
 
 
@@ -298,15 +319,22 @@ async def input_file_parts(provider: HTTPProvider, file_id: str, limit: int) -> 
             size += len(chunk)
             if size > limit:
                 raise RequestTooLargeError(f"the batch input file is over this team's limit of {limit} bytes")
-            found = input_file_lines(iter(lines.feed(chunk)))
+            whole = lines.feed(chunk)
             if lines.skipped:
                 raise InvalidRequestError(f"a line of batch input file {file_id} is over {MAX_LINE} bytes, too long for the "
                                           "gateway to check the model and cost it runs")
-            yield found, len(chunk)
+            yield await _parsed_lines(whole)
     except BaseException:
         response.abort()
         raise
-    yield input_file_lines(iter(lines.end())), 0
+    yield await _parsed_lines(lines.end())
+
+
+async def _parsed_lines(lines: list[bytes]) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    """`input_file_lines` of `lines`, and their bytes: lines of 256 KiB or more (one may be 16 MiB) parsed
+    in the heavy-work pool as the team's work, not on the loop every team's requests share."""
+    size = sum(len(line) for line in lines)
+    return await off_loop_if_large(size, input_file_lines, iter(lines)), size
 
 
 async def tallied(response: UpstreamResponse, tally: Tally | None,
