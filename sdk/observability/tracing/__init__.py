@@ -22,9 +22,11 @@ stage cheap enough (docs/observability.md, "Cost").
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from sdk.observability.tracing.genai import (
@@ -37,7 +39,8 @@ from sdk.observability.tracing.genai import (
 )
 from sdk.observability.tracing.records import Parent, RequestTrace, SpanRecord, new_span_id, new_trace_id, parse_traceparent
 from sdk.observability.tracing.setup import ENDPOINT_VARS, otlp_wanted, resource
-from sdk.types import Answer, LLMRequest
+from sdk.offload import HEAVY_POOL, is_large
+from sdk.types import Answer, LLMRequest, LLMResponse
 
 if TYPE_CHECKING:
     from sdk.observability.tracing.emit import Sink
@@ -156,13 +159,22 @@ def end(ctx: RequestContext, status: int | str, answer: Answer | None = None, er
     if first is not None:  # the first token's wall-clock time, from its monotonic stamp
         trace.root.events.append(("gen_ai.first_token", now_ns - int((time.perf_counter() - first) * 1e9),
                                   {"slipstream.ttft_ms": round((first - ctx.timings.start) * 1000, 3)}))
+    loop = _running_loop()
+    if loop is not None and isinstance(answer, LLMResponse) and is_large(len(answer.body)):
+        # What a large answer says (an embeddings answer of megabytes for a few words, a long answer with
+        # capture on: its finish reasons scanned for, its output parsed) is read in the heavy-work pool as
+        # the team's work, not on the loop every team's requests share; the spans go on from the loop.
+        sink = _sink
+        read = HEAVY_POOL.submit(functools.partial(result_attributes, ctx, status, answer, _capture), tenant=ctx.team)
+        read.add_done_callback(lambda done: loop.call_soon_threadsafe(_finish, sink, trace, ctx, status, answer, error, done))
+        return
     _hand_over(_finish, _sink, trace, ctx, status, answer, error)
 
 
 def _finish(sink: Sink | ProcessSink, trace: RequestTrace, ctx: RequestContext, status: int | str, answer: Answer | None,
-            error: BaseException | None) -> None:
+            error: BaseException | None, read: Future[dict[str, Any]] | None = None) -> None:
     root = trace.root
-    root.attributes.update(result_attributes(ctx, status, answer, _capture))
+    root.attributes.update(read.result() if read is not None else result_attributes(ctx, status, answer, _capture))
     if error is not None:
         root.attributes["error.type"] = error_type(error)
         root.error = str(error)[:200] or type(error).__name__
@@ -243,14 +255,20 @@ def end_passthrough(trace: RequestTrace | None, outcome: str, status: int | None
     _hand_over(_sink.emit, trace)
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _hand_over(work: Callable[..., None], *args: Any) -> None:
     """Run the rest of a finished trace's work (its result attributes, building the spans, the hand-over
     to the processor) once the event loop is next free: the answer's last bytes go out first (a
     complete answer is returned, a stream's last event sent, before the spans are built), so this
     adds nothing to the request's own latency, only CPU between requests. Outside a loop: now."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
+    loop = _running_loop()
+    if loop is None:
         work(*args)
         return
     loop.call_soon(work, *args)
