@@ -42,7 +42,8 @@ from sdk.offload import HOLDING, is_large, off_loop, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
 from sdk.policy import Policy, Price, RateLimits
 from sdk.promptcache.keys import with_team_ids
-from sdk.responses.store import ResponseStore
+from sdk.responses.conversation import READ
+from sdk.responses.store import ResponseStore, StoredResponse
 from sdk.services import Services
 from sdk.spend import (
     PriceBook,
@@ -157,9 +158,11 @@ class LimitsStage:
         await check_audio(owners, self.team, [ctx.request.body])  # an earlier answer's audio, read by id
         if is_large(ctx.request.size):  # its PDFs' pages, for the hold and any estimate (a walk: off the loop)
             ctx.request.media = await off_loop(media_of, ctx.request)
-        (history,) = await self.history_tokens([ctx.request])
+        read: dict[tuple[str, str], StoredResponse] = {}  # what it continues, read once for its targets too (conversation.READ)
+        (history,) = await self.history_tokens([ctx.request], read)
         admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history),
                                      requests=self.legs(ctx.request))
+        reading = READ.set(read) if read else None
         try:
             answer = await call_next(ctx)
             if may_answer_audio(ctx.request):  # its audio ids are the team's before the client has them
@@ -170,6 +173,9 @@ class LimitsStage:
         except BaseException:
             self._settle(ctx, admission, None, "", history=history)
             raise
+        finally:
+            if reading is not None:
+                READ.reset(reading)
         if isinstance(answer, LLMResponse):
             self._settle(ctx, admission, answer.usage, answer.route, history=history)
         else:
@@ -181,12 +187,14 @@ class LimitsStage:
             on_end(stream, lambda _completed: self._settle(ctx, admission, stream.usage, stream.route, tally, history), tally.observe)
         return answer
 
-    async def history_tokens(self, requests: Sequence[LLMRequest]) -> list[int]:
+    async def history_tokens(self, requests: Sequence[LLMRequest], read: dict[tuple[str, str], StoredResponse] | None = None) -> list[int]:
         """For each request, the input tokens a Responses continuation or compaction sends besides its
         own body: its stored conversation (the provider reads it again, and bills it, on every turn and
         to compact it) and the stored items its `item_reference`s name (each sent as the item itself,
         once per reference), counted by length as a large body is. Each conversation and item is read
-        once for all of them (a batch's lines); an id the team does not hold counts nothing (a 404)."""
+        once for all of them (a batch's lines); an id the team does not hold counts nothing (a 404).
+        With `read` (a pipeline request, whose target reads the previous response next), that response is
+        read whole, its record kept there, rather than only its conversation's size."""
         if self.responses is None or all(request.endpoint not in _CONTINUED for request in requests):
             return [0] * len(requests)  # the common case, on every request: nothing stored to count
         continued = [request.body if request.endpoint in _CONTINUED else {} for request in requests]
@@ -198,7 +206,10 @@ class LimitsStage:
         chains: dict[str, int] = {}
         for body in continued:
             if isinstance(previous := body.get("previous_response_id"), str) and previous not in chains:
-                chains[previous] = await store.chain_bytes(self.team, previous)
+                if read is None:
+                    chains[previous] = await store.chain_bytes(self.team, previous)
+                elif (record := await store.get(self.team, previous)) is not None:
+                    chains[previous], read[(self.team, previous)] = record.chain_bytes, record
         sizes: dict[str, int] = {}
         if named := list(dict.fromkeys(item_id for ids in references for item_id in ids)):
             # the records holding them are held in the process's body budget before they are read

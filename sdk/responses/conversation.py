@@ -26,6 +26,7 @@ way to receive it, and a native one then needs no state of its own to read it).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -37,6 +38,11 @@ from sdk.offload import HOLDING
 from sdk.responses.store import ResponseStore, StoredResponse, StoreLimits, as_items, history, over_quota
 
 log = logging.getLogger("slipstream.responses")
+# The stored responses a pipeline request continues, as the limits stage read them from the team's store to count
+# what they send ((team, id) → record; sdk/limits/stage.py sets it around the rest of the pipeline): `resolve` takes
+# the record from there instead of asking the store for it again, on every attempt. Only what the team's own store
+# answered is in it, so an id the team does not hold is still asked for, and still the 404.
+READ: contextvars.ContextVar[dict[tuple[str, str], StoredResponse] | None] = contextvars.ContextVar("slipstream_read", default=None)
 
 
 @dataclass(slots=True)
@@ -128,17 +134,21 @@ class Conversations:
             return None
         if not isinstance(previous_id, str) or not previous_id:
             raise InvalidRequestError("previous_response_id: a response id (string) is required")
-        record = await self.store().get(self.team, previous_id)
+        read = READ.get()
+        record = read.get((self.team, previous_id)) if read is not None else None
+        if record is None:
+            record = await self.store().get(self.team, previous_id)
         if record is None:
             raise NotFoundError(f"Previous response with id '{previous_id}' not found.")
         return record
 
     async def _history(self, previous: StoredResponse) -> list[dict[str, Any]]:
-        chain = await self.store().chain(self.team, previous.id)
-        if not chain or chain[0].previous is not None:
-            gone = chain[0].previous if chain else previous.id
+        """The conversation `previous` ends, whose own record is already read: only the turns before it are asked for."""
+        earlier = await self.store().chain(self.team, previous.previous) if previous.previous is not None else []
+        if previous.previous is not None and (not earlier or earlier[0].previous is not None):
+            gone = earlier[0].previous if earlier else previous.previous
             raise NotFoundError(f"Previous response with id '{previous.id}' continues response '{gone}', which is no longer stored.")
-        return history(chain)
+        return history([*earlier, previous])
 
     async def _references(self, items: list[dict[str, Any]], held: int | None = None) -> tuple[list[dict[str, Any]], int]:
         """`items` with each `item_reference` replaced by the item it names, and about how many bytes

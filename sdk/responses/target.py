@@ -8,7 +8,7 @@ answer comes back the same way.
 
 A provider says how it serves /responses with the policy key `responses: auto | native | chat`
 (policies/README.md); `auto` (the default for `kind: openai`) sends natively until the upstream
-answers a POST /responses with 404/405 that is not about the model, then translates for the rest of
+answers a POST /responses with 404/405 that is not about the model or an object the request names, then translates for the rest of
 the policy's life.
 
 `previous_response_id` and `item_reference` are resolved from the team's store first
@@ -68,8 +68,12 @@ def responses_mode(provider: Provider) -> Mode:
 
 
 def _lacks_endpoint(exc: UpstreamHTTPError) -> bool:
-    """A 404/405 from POST /responses that is about the path, not the model (vLLM says "model ... does not exist")."""
-    return exc.status in (404, 405) and b"model" not in exc.body.lower()
+    """A 404/405 from POST /responses that is about the path, not the model (vLLM says "model ... does not exist"),
+    nor an object the request names, which OpenAI answers with a 404 of its own ("Conversation with id 'conv_…' not
+    found.", "Item with id 'rs_…' not found."): a team naming a conversation gone at the provider turned its `auto`
+    provider to translation for the policy's life, every later turn refused or sent without the provider's state."""
+    body = exc.body.lower()
+    return exc.status in (404, 405) and b"model" not in body and b"with id '" not in body
 
 
 class ResponsesTarget:
@@ -156,8 +160,13 @@ class ResponsesTarget:
         response_id = new_id("resp")
         # Chat reaches an Anthropic provider through the chat ↔ messages translation.
         via = upstream if upstream.protocol is Protocol.OPENAI else TranslatingProvider(upstream, Protocol.OPENAI)
-        answer = await _fitting(via, body, resolved, protocol, timings)
-        mark_dropped(answer.headers, check(Shape.RESPONSES, configured(body), protocol))  # x-slipstream-dropped-fields
+        # x-slipstream-dropped-fields names what the client's own body loses. Where the target is sent the client's input
+        # as it came (no stored history, no item replaced), translating it checked that very body: its fields are named
+        # from there; otherwise the client's body is checked apart from the expanded one the translation checked.
+        own = resolved.context == resolved.own
+        dropped: list[str] = []
+        answer = await _fitting(via, body, resolved, protocol, timings, dropped if own else None)
+        mark_dropped(answer.headers, dropped if own else check(Shape.RESPONSES, configured(body), protocol))
         if isinstance(answer, LLMResponse):
             # The answer echoes the request's instructions: written off the loop when the request is large.
             answer.body = await off_loop_if_large(resolved.size, completion_c2r, body, response_id, answer.body)
@@ -188,20 +197,26 @@ async def _parsed(data: bytes) -> Any:
     return await off_loop_if_large(len(data), orjson.loads, data)
 
 
-async def _as_chat(body: dict[str, Any], resolved: Resolved, protocol: str, context: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+async def _as_chat(body: dict[str, Any], resolved: Resolved, protocol: str, context: list[dict[str, Any]] | None = None,
+                   dropped: list[str] | None = None) -> dict[str, Any]:
     """The request as Chat Completions, its input the resolved context (or `context`, what of it is kept): in the
-    heavy-work pool when that context is large (a continuation of a long stored conversation, however small its body)."""
+    heavy-work pool when that context is large (a continuation of a long stored conversation, however small its body).
+    With `dropped` (the context is the client's own input), the client's body itself is translated, and the fields
+    its check drops are added to `dropped`."""
     items = resolved.context if context is None else context
-    to_chat = functools.partial(translate, lambda b: responses_to_chat(b, protocol), {**body, "input": items}, protocol)
+    sent = body if dropped is not None else {**body, "input": items}
+    to_chat = functools.partial(translate, lambda b: responses_to_chat(b, protocol, dropped), sent, protocol)
     return await off_loop_if_large(resolved.size, to_chat)
 
 
-async def _fitting(via: Provider, body: dict[str, Any], resolved: Resolved, protocol: str, timings: Timings) -> Answer:
+async def _fitting(via: Provider, body: dict[str, Any], resolved: Resolved, protocol: str, timings: Timings,
+                   dropped: list[str] | None = None) -> Answer:
     """The request sent through `via` as Chat; with `truncation: "auto"`, while the target answers that the prompt is
-    over its context window, sent again with its oldest turns dropped (truncation.py). A 400 in the Responses API's words."""
+    over its context window, sent again with its oldest turns dropped (truncation.py). A 400 in the Responses API's words.
+    `dropped`: as `_as_chat`'s, filled by the first translation (the client's own input, whole)."""
     context, tries = resolved.context, 0
     while True:
-        chat = await _as_chat(body, resolved, protocol, context)
+        chat = await _as_chat(body, resolved, protocol, context, dropped if tries == 0 else None)
         try:
             return await via.send(LLMRequest(Endpoint.CHAT_COMPLETIONS, chat, size=resolved.size), timings)
         except UpstreamHTTPError as exc:

@@ -108,3 +108,18 @@ def test_a_cached_answer_still_answers_the_same_turn_outside_a_conversation(prox
     again = client.responses.with_raw_response.create(**ask)
     assert again.headers.get("x-slipstream-cache") == "exact-hit"
     assert again.parse().output_text == first.parse().output_text and _answered(fresh_emulator) == 1
+
+
+def test_a_conversation_gone_at_the_provider_leaves_an_auto_provider_native(proxy: RunningServer, fresh_emulator: Any) -> None:
+    """OpenAI answers a turn naming a conversation it does not have (deleted, or never made on this account)
+    with a 404, as it does an item gone ("... with id '...' not found."). A provider left to discover whether
+    its upstream has /responses (`responses: auto`) took that for a missing path and served every later
+    request translated, for the policy's life: this turn came back as the translation's 400 for
+    `conversation`, and the team's next turns lost what only the native API does. The 404 is the client's now,
+    and the provider stays native."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.NotFoundError) as gone:
+        client.responses.create(model="auto-conv", input="Hi", conversation="conv_gone", temperature=0)
+    assert "conv_gone" in str(gone.value)
+    assert client.responses.create(model="auto-conv", input="Hi", temperature=0).output_text
+    assert [r["path"] for r in fresh_emulator.app.state.recent] == ["/v1/responses", "/v1/responses"]  # both native

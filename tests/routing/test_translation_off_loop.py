@@ -41,9 +41,9 @@ def test_a_large_request_is_translated_in_the_heavy_work_pool(tmp_path: Path, fr
     ran: dict[str, list[tuple[str, str]]] = {"to_claude": [], "to_openai": []}
     to_claude, to_openai = provider.openai_to_anthropic, provider.anthropic_to_openai
 
-    def recorded_to_claude(body: dict[str, Any]) -> dict[str, Any]:
+    def recorded_to_claude(body: dict[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         ran["to_claude"].append(_where())
-        return to_claude(body)
+        return to_claude(body, *args, **kwargs)
 
     def recorded_to_openai(body: dict[str, Any], *args: Any) -> dict[str, Any]:
         ran["to_openai"].append(_where())

@@ -142,7 +142,8 @@ class TranslatingProvider:
         if to_openai:
             refuse_prefill(request.body)
         warm = to_openai and warming(request.body)  # max_tokens 0: the prompt cached, nothing written (output_limits.py)
-        body = translate(self._to_openai if to_openai else openai_to_anthropic, client_body, str(self.inner.protocol))
+        # the body just checked, as it is: Chat → Messages does not check it again
+        body = translate(self._to_openai if to_openai else _to_anthropic, client_body, str(self.inner.protocol))
         return _Prepared(client_body, body, dropped, legacy, warm)
 
     def _to_openai(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -172,6 +173,10 @@ class TranslatingProvider:
             return await self.inner.send(upstream, timings)
         except UpstreamHTTPError as exc:
             raise UpstreamHTTPError(exc.status, error_for(self.protocol, exc.status, exc.body), exc.headers, exc.route) from exc
+
+
+def _to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
+    return openai_to_anthropic(body, checked=True)
 
 
 def _chat_answers(body: dict[str, Any], legacy: bool) -> ChatAnswers:

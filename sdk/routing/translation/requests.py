@@ -200,10 +200,13 @@ _O2A_ELSEWHERE = ("model", "messages", "tools", "tool_choice", "parallel_tool_ca
                   "user", "safety_identifier", "stream_options", "response_format", "web_search_options", "n")
 
 
-def openai_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
+def openai_to_anthropic(body: dict[str, Any], checked: bool = False) -> dict[str, Any]:
+    """A Chat body as a Messages one; `checked`: `fields.check` has already passed this very body for Anthropic
+    (TranslatingProvider, which reports what it drops), so it is not walked again."""
     out: dict[str, Any] = {"model": body.get("model")}
     tool_choice: dict[str, Any] | None = None
-    check(Shape.CHAT, body, "Anthropic")
+    if not checked:
+        check(Shape.CHAT, body, "Anthropic")
     if chat_custom.used(body):  # custom tools as functions of one string (chat_custom.py)
         body = chat_custom.as_functions(body)
     for key, value in body.items():

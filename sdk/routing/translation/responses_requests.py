@@ -30,10 +30,13 @@ _PASSED = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "s
 _CHAT_TARGET = "Chat Completions"  # what refusals name; a Responses target passes the protocol its upstream speaks
 
 
-def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET) -> dict[str, Any]:
+def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET, dropped: list[str] | None = None) -> dict[str, Any]:
+    """A Responses body as a Chat one for `target`; the fields its check drops are added to `dropped` when given."""
     body = configured(body)
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
-    check(Shape.RESPONSES, body, target)  # every field by its meaning: sdk/routing/translation/fields.py
+    named = check(Shape.RESPONSES, body, target)  # every field by its meaning: sdk/routing/translation/fields.py
+    if dropped is not None:
+        dropped += named
     for key in _PASSED:
         if body.get(key) is not None:
             out[key] = body[key]
