@@ -7,14 +7,21 @@ no lock. Same semantics as the Redis scripts (sdk/state/redis_scripts.py), one p
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from sdk.offload import FairPool
 from sdk.state.backend import Admission, BudgetCheck, Rate, Refusal, Settlement
 from sdk.state.spend_file import Records, SpendFile
 
+# A batch's hold and its end are spend-file transactions, which may wait for the file's lock (another
+# worker's) and its disk: they take turns by team in a thread of their own (one: the file's holds lock
+# admits one at a time). In asyncio's default pool, first come, first served and shared with every
+# `to_thread` caller (policy reloads, /metrics), a team's many batch creates held another team's.
+_SPEND_FILE = FairPool(workers=1, name="slipstream-spend-file")
 _DUST = 1e-9  # a token bucket admits while any balance is left: usage is charged afterwards
 
 
@@ -101,7 +108,8 @@ class LocalState:
         pending = self._pending.get(budget.key)
         extra = pending.fields.get("total", 0.0) if pending is not None else 0.0
         extra += sum(usd for held, usd in self._holds.get(budget.key, {}).items() if held not in self._batch_holds)
-        value = await asyncio.to_thread(spend_file.hold_batch, budget.key, lease, budget.reserve, budget.usd, seen, extra, wall)
+        hold = functools.partial(spend_file.hold_batch, budget.key, lease, budget.reserve, budget.usd, seen, extra, wall)
+        value = await asyncio.wrap_future(_SPEND_FILE.submit(hold))
         if value is not None:
             return Refusal("budget", 0, 0.0, value)
         self._holds.setdefault(budget.key, {})[lease] = budget.reserve
@@ -164,7 +172,8 @@ class LocalState:
         except RuntimeError:  # no loop to keep free
             self._batch_hold_ended(settlement, spend_file, charges, spend_file.end_batch_hold(settlement.lease, charges))
             return
-        ending = loop.run_in_executor(None, spend_file.end_batch_hold, settlement.lease, charges)
+        ending = asyncio.wrap_future(_SPEND_FILE.submit(functools.partial(spend_file.end_batch_hold, settlement.lease, charges)),
+                                     loop=loop)
         ending.add_done_callback(lambda done: self._batch_hold_ended(
             settlement, spend_file, charges, not done.cancelled() and done.exception() is None and done.result()))
 
