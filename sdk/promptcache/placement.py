@@ -11,8 +11,9 @@ reported against it; docs/prompt-cache.md):
   ours bend around them (1h before a client's 1h marker, 5m after a client's 5m marker);
 - a prefix shorter than the model's minimum is never cached, so no slot is spent on it;
 - the rolling breakpoint goes on the last block that will be the same next turn, i.e. never on
-  content Slipstream moved to the tail, and never after unmoved volatile content, since such a
-  prefix is written every time and read never;
+  content Slipstream moved to the tail, never on a final assistant turn (a prefill, which the next
+  turn holds whole), and never after unmoved volatile content, since such a prefix is written every
+  time and read never;
 - reads look back 20 positions: when the longest prefix the ledger knows is live lies further back
   than that, a breakpoint goes exactly on it so the read is found.
 Breakpoints cost nothing by themselves (billing is by tokens), so every useful boundary is marked
@@ -78,6 +79,17 @@ def _last_eligible(layout: Layout, start: int, end: int) -> int:
     return -1
 
 
+def _prefill(layout: Layout) -> int:
+    """The first block of a final assistant turn (a prefill, which the answer continues: a translated JSON mode's `{`, a
+    paused turn sent back), or the number of blocks where there is none. The next turn holds the whole answer there, so a
+    prefix through the prefill is written and never read."""
+    blocks = layout.blocks
+    start = len(blocks)
+    while start > layout.first_message and blocks[start - 1].role == "assistant" and blocks[start - 1].message == blocks[-1].message:
+        start -= 1
+    return start
+
+
 def _repair(client: list[Mark], budget: int, layout: Layout, placement: Placement) -> list[Mark]:
     if len(client) <= budget:
         return client
@@ -129,6 +141,7 @@ def place(layout: Layout, *, auto: bool, ttl: str, tail_ttl: str, minimum: int, 
         placement.marks = client
         return placement
     limit = len(blocks) - 1 - (1 if tail_moved else 0)  # last block that stays the same next turn
+    limit = min(limit, _prefill(layout) - 1)  # a final assistant turn is continued: the next turn holds the whole answer
     if volatile_from is not None:
         limit = min(limit, volatile_from - 1)
     taken = {m.index for m in client}

@@ -102,7 +102,12 @@ def _place(body, **kw):
 def test_auto_places_rolling_system_and_skips_prefixes_below_the_minimum():
     layout, placement = _place(_body())
     reasons = {m.reason: layout.blocks[m.index].path for m in placement.add}
-    assert reasons == {"rolling": "messages.5.content.0", "system": "system.0"}  # tools end is under 1024 tokens
+    # messages.5, the assistant's, is a final assistant turn: a prefill, which the next turn holds whole
+    assert reasons == {"rolling": "messages.4.content.0", "system": "system.0"}  # tools end is under 1024 tokens
+    body = _body()
+    body["messages"].append({"role": "user", "content": "and now?"})
+    layout, placement = _place(body)
+    assert {m.reason: layout.blocks[m.index].path for m in placement.add}["rolling"] == "messages.6.content"  # a string: one block
 
 
 def test_more_than_four_client_markers_are_repaired():

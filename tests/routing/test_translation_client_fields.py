@@ -95,3 +95,26 @@ def test_a_chat_model_behind_a_chat_only_upstream_is_sent_the_cache_options_chat
     assert fresh_emulator.state.recent[-1]["path"].endswith("/chat/completions")
     assert sent(fresh_emulator)["prompt_cache_options"] == {"mode": "explicit"}
     assert answer.prompt_cache_diagnostics is not None and answer.prompt_cache_diagnostics.type == "unavailable"
+
+
+LONG = " ".join(f"Rule {i}: answer about item {i} precisely." for i in range(600))  # over Claude's least cacheable prefix
+
+
+def test_a_json_mode_conversation_on_claude_reads_its_earlier_turns_from_the_cache(oa, fresh_emulator):
+    """A Chat JSON-mode request (json_object; json_schema to a model without structured outputs) reaches a Claude model
+    that takes a prefill as an instruction and an assistant turn opening the object, `{`. The conversation's rolling
+    breakpoint went on that prefill, a prefix the next turn never has (it holds the whole answer there): each turn
+    wrote the whole conversation again and read only the system prompt. It goes on the turn before it now, so each
+    turn reads the one before, as a conversation without JSON mode does."""
+    messages: list[Any] = [{"role": "system", "content": LONG}]
+    read = []
+    for turn in range(3):
+        messages.append({"role": "user", "content": f"Turn {turn}: describe item {turn} as JSON. " + "More detail. " * 200})
+        answer = oa.chat.completions.create(model="gpt-x", messages=messages, response_format={"type": "json_object"})
+        body = sent(fresh_emulator)
+        assert body["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "{"}]}  # the prefill
+        assert "cache_control" in body["messages"][-2]["content"][-1]  # the user's turn ends the prefix cached
+        assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+        read.append(answer.usage.prompt_tokens_details.cached_tokens or 0)
+        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+    assert read[2] > read[1] > read[0] + 1000  # each turn reads the one before (the old code: the system prompt only)
