@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
 import os
 import queue
 import threading
@@ -84,11 +85,16 @@ def _passthrough(protocol: Protocol, base_url: str | None, api_key: str | None) 
     """No policy: one provider of the client's kind with its base_url and key, routing every model.
 
     One attempt per call, so retries stay the official client's own (its `max_retries`), as before
-    the migration.
+    the migration. Its team is its upstream and key (`default-` and a digest of them, never the key):
+    what a team leaves in the data directory every client of the process, and every program of the
+    host's user, shares (stored conversations, the ownership of files and batches, spend) is kept by
+    team, and a client given another key must not reach what this one stored, as the official client
+    with that key could not.
     """
     name = protocol.value
+    account = hashlib.sha256("\0".join((name, base_url or "", api_key or "")).encode()).hexdigest()[:16]
     return Policy(
-        team="default",
+        team=f"default-{account}",
         providers={name: ProviderConfig(kind="anthropic" if protocol is Protocol.ANTHROPIC else "openai", base_url=base_url, api_key=api_key or None)},
         routes=[Route(targets=[Target(provider=name)])],
         retry=RetryPolicy(max_attempts=1),
