@@ -17,7 +17,9 @@ import pytest
 from gateway.testing import running_proxy
 from tests.routing.conftest import policy_text, routed_proxy, sent
 
-ROUTES = """  - match: {model: "claude-*"}
+ROUTES = """  - match: {model: "claude-o3-*"}
+    targets: [{provider: gpt, model: o3}]
+  - match: {model: "claude-*"}
     targets: [{provider: gpt, model: gpt-4o}]
   - match: {model: "gpt-*"}
     targets: [{provider: claude, model: claude-sonnet-4-5}]"""
@@ -118,3 +120,27 @@ def test_a_json_mode_conversation_on_claude_reads_its_earlier_turns_from_the_cac
         read.append(answer.usage.prompt_tokens_details.cached_tokens or 0)
         messages.append({"role": "assistant", "content": answer.choices[0].message.content})
     assert read[2] > read[1] > read[0] + 1000  # each turn reads the one before (the old code: the system prompt only)
+
+
+@pytest.mark.parametrize(("model", "stops"), [("claude-o3-x", 1), ("claude-x", 5)])
+def test_stop_sequences_an_openai_model_would_refuse_are_applied_by_the_gateway(an, fresh_emulator, model, stops):
+    """A Messages request's stop sequences to an OpenAI reasoning model (o3, gpt-5: "Unsupported parameter: 'stop'"),
+    or more than OpenAI's 4 to any model, were a 400 before sending. They are the gateway's now, all of them (OpenAI
+    would not say which of its own ended the answer): none is sent, and the answer is cut where one first appears,
+    ending stop_sequence and naming it, as Claude's, in a body and a stream."""
+    whole = an.messages.create(model=model, max_tokens=64, messages=ASK).content[0]
+    assert whole.type == "text"
+    words = whole.text.split(" ")
+    stop = " " + words[len(words) // 2]  # a word the answer holds, the same answer each time
+    expected = whole.text[:whole.text.index(stop)]
+    listed = [stop, *(f"<never {i}>" for i in range(stops - 1))]
+    answer = an.messages.create(model=model, max_tokens=64, messages=ASK, stop_sequences=listed)
+    assert "stop" not in sent(fresh_emulator)
+    assert answer.stop_reason == "stop_sequence" and answer.stop_sequence == stop
+    assert answer.content[0].type == "text" and answer.content[0].text == expected
+    with an.messages.stream(model=model, max_tokens=64, messages=ASK, stop_sequences=listed) as stream:
+        texts = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert "".join(texts) == expected and final.stop_reason == "stop_sequence" and final.stop_sequence == stop
+    unmatched = an.messages.create(model=model, max_tokens=64, messages=ASK, stop_sequences=["<never>"] * stops)
+    assert unmatched.stop_reason == "end_turn" and unmatched.content[0].type == "text" and unmatched.content[0].text == whole.text

@@ -16,7 +16,7 @@ import orjson
 from sdk.errors import SlipstreamError, error_body
 from sdk.routing.translation import context_edits
 from sdk.routing.translation.output_modes import validated
-from sdk.routing.translation.stops import cut
+from sdk.routing.translation.stops import cut, stopped
 from sdk.routing.translation.web_search import annotations_a2o
 from sdk.types import Protocol, Usage
 
@@ -141,24 +141,27 @@ def extra_o2a(request: dict[str, Any], edits: context_edits.Edits = context_edit
     return {**diagnostics_o2a(request), **context_edits.answered(request, edits)}
 
 
-def completion_o2a(body: bytes, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> bytes:
+def completion_o2a(body: bytes, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None,
+                   stops: tuple[str, ...] = ()) -> bytes:
     """An OpenAI chat.completion as an Anthropic message (with `extra` fields: extra_o2a); `names` are the
-    client's tool names the upstream knows by shorter ones (tool_ids.shortened_tool_names)."""
+    client's tool names the upstream knows by shorter ones (tool_ids.shortened_tool_names). The text is cut at the first
+    of `stops` (the stop sequences the model would refuse, stops.openai_stops), which ends the answer there."""
     data = orjson.loads(body)
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
-    text = message.get("content") or message.get("refusal")  # a refusal is the answer's text, ending it `refusal`
+    text, matched = stopped(message.get("content") or message.get("refusal") or "", stops)  # a refusal is the text, ending it `refusal`
     if text:
         content.append({"type": "text", "text": text})
     cut = choice.get("finish_reason") == "length"
-    for call in message.get("tool_calls") or ():
+    for call in () if matched else message.get("tool_calls") or ():
         function = call.get("function") or {}
         name = function.get("name")
         content.append({"type": "tool_use", "id": call["id"], "name": (names or {}).get(str(name), name), "input": _arguments(call, cut)})
     return orjson.dumps({
         "id": f"msg_{data.get('id', '')}", "type": "message", "role": "assistant", "model": data.get("model"),
-        "content": content, **stop_o2a(choice, bool(message.get("refusal")), bool(message.get("tool_calls"))),
+        "content": content, **({"stop_reason": "stop_sequence", "stop_sequence": matched} if matched else
+                               stop_o2a(choice, bool(message.get("refusal")), bool(message.get("tool_calls")))),
         "usage": usage_o2a(data.get("usage"), data.get("service_tier")), **(extra or {}),
     })
 

@@ -46,7 +46,6 @@ from sdk.routing.translation.models import (
     takes_sampling,
 )
 from sdk.routing.translation.responses_fields import RESPONSES_FIELDS
-from sdk.routing.translation.stops import refuse_openai_stops
 
 DROPPED_HEADER = "x-slipstream-dropped-fields"
 # Messages thinking types that turn thinking off: `between_tools` too ("thinking turned off, and any short progress
@@ -196,8 +195,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                "Claude's, the one token billed in its usage; with a stream, extended thinking, a forced tool or "
                                "a format, Anthropic's 400"),
         # an empty list stops nothing; sent as `stop: []`, a reasoning model answers the parameter with a 400
-        "stop_sequences": Field(T, "stop (refused for a reasoning model, o-series and gpt-5, which takes none, and beyond "
-                                   "OpenAI's 4: a 400 before sending)", ([],)),
+        "stop_sequences": Field(T, "stop; for a reasoning model (o-series, gpt-5), which takes none, and beyond OpenAI's 4, "
+                                   "applied by the gateway: the answer is cut where one first appears, stop_reason "
+                                   "stop_sequence naming it, as Claude's (the model writes on past it, billed)", ([],)),
         "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
         "temperature": Field(T, "temperature (dropped for a reasoning model, o-series and gpt-5, which samples as it does "
                                 "and refuses it; gpt-5.1 to 5.5 take it at reasoning effort none, which is then sent: dropped "
@@ -317,8 +317,6 @@ def check(shape: Shape, body: dict[str, Any], target: str, edits: context_edits.
             dropped.append(key)
         elif shape is Shape.RESPONSES and key == "input" and not breakpoints_travel(target, body.get("model")) and in_responses_input(value):
             dropped.append(BREAKPOINT)
-    if shape is Shape.MESSAGES:
-        refuse_openai_stops(body.get("stop_sequences"), body.get("model"))
     return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body) + _unsampled(shape, body, dropped)
 
 

@@ -29,7 +29,7 @@ from sdk.routing.translation.output_limits import warmed, warming
 from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.paused_turns import resumed
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic, refuse_prefill
-from sdk.routing.translation.stops import split_stops
+from sdk.routing.translation.stops import openai_stops, split_stops
 from sdk.routing.translation.streams import OpenAIToAnthropic, translated_events
 from sdk.routing.translation.tool_ids import shortened_tool_names
 from sdk.streams import close_after
@@ -118,15 +118,16 @@ class TranslatingProvider:
             _cancel(count)
             raise
         mark_dropped(answer.headers, dropped)
+        stops = openai_stops(client_body.get("stop_sequences"), client_body.get("model"))[1]  # those the gateway applies
         if isinstance(answer, LLMResponse):
             _cancel(count)
             answer.body = await off_loop_if_large(len(answer.body), completion_o2a, answer.body,
-                                                  extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body))
+                                                  extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops)
             if prepared.warm:
                 answer.body = warmed(answer.body)
             return answer
         assert count is not None
-        to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body))
+        to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops)
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
         return answer
 

@@ -27,7 +27,7 @@ from sdk.routing.translation.media import image_source, o2a_document
 from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
 from sdk.routing.translation.output_limits import WARMING_LIMIT, claude_output_limit, default_max_tokens, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, beta_format, claude_schema, instructed, json_mode, openai_strict
-from sdk.routing.translation.stops import split_stops
+from sdk.routing.translation.stops import openai_stops, split_stops
 from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_name
 from sdk.routing.translation.tool_search import claude_tool_search
 from sdk.routing.translation.web_search import claude_tool
@@ -86,7 +86,9 @@ def anthropic_to_openai(body: dict[str, Any], edits: context_edits.Edits = conte
         if key == "max_tokens":  # 0, Anthropic's cache warming, as OpenAI's least (output_limits.warming)
             out["max_completion_tokens"] = WARMING_LIMIT if value == 0 else openai_output_limit(out["model"], value)
         elif key == "stop_sequences":
-            out["stop"] = value
+            sent = openai_stops(value, out["model"])[0]  # those the model would refuse are the gateway's (stops.py)
+            if sent is not None:
+                out["stop"] = sent
         elif key in ("temperature", "top_p"):
             if takes_sampling(body):  # a reasoning model samples as it does (fields.py names them dropped)
                 out[key] = value

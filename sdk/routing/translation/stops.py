@@ -5,15 +5,16 @@ get one line) with a 400 ("each stop sequence must contain non-whitespace"), whe
 it. Such a stop is not sent: the gateway cuts the answer where one first appears, as OpenAI would have
 stopped there (`finish_reason: "stop"`, nothing after it: neither text nor tool calls). An empty stop
 string stops nothing and is left out. The usage stays the upstream's: what Claude wrote and billed.
-A Messages request's stop sequences an OpenAI model would refuse are refused before anything is sent
-(`refuse_openai_stops`, which fields.check runs).
+The other way, a Messages request's stop sequences an OpenAI model would refuse (any, to a reasoning model, which
+takes none; more than OpenAI's 4) are the gateway's too, all of them (OpenAI does not say which of its own ended an
+answer): the answer is cut where one first appears and ends `stop_reason: "stop_sequence"`, naming it, as Claude's
+(`openai_stops`). The model writes on past the stop, billed as it is written.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.models import reasons
 
 
@@ -29,6 +30,11 @@ def _first(text: str, stops: tuple[str, ...]) -> int:
     return min(found, default=-1)
 
 
+def _which(text: str, at: int, stops: tuple[str, ...]) -> str:
+    """The stop that starts at `at` in `text` (the longest, where several do)."""
+    return max((s for s in stops if text.startswith(s, at)), key=len)
+
+
 class StopCutter:
     """Cuts streamed text at the first of `stops`, holding back a tail that may be the start of one."""
 
@@ -36,6 +42,7 @@ class StopCutter:
         self.stops = stops
         self.held = ""
         self.hit = False  # a stop appeared: nothing after it is sent
+        self.matched: str | None = None  # the stop that appeared
 
     def feed(self, text: str) -> str:
         """What of `text` can be sent now."""
@@ -44,7 +51,7 @@ class StopCutter:
         text, self.held = self.held + text, ""
         at = _first(text, self.stops)
         if at >= 0:
-            self.hit = True
+            self.hit, self.matched = True, _which(text, at, self.stops)
             return text[:at]
         tail = max((n for s in self.stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
         self.held = text[len(text) - tail:] if tail else ""
@@ -56,10 +63,16 @@ class StopCutter:
         return held
 
 
+def stopped(text: str, stops: tuple[str, ...]) -> tuple[str, str | None]:
+    """`text` up to the first of `stops`, and the stop that appeared there (None: none did)."""
+    at = _first(text, stops) if stops else -1
+    return (text[:at], _which(text, at, stops)) if at >= 0 else (text, None)
+
+
 def cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     """`text` up to the first of `stops`, and whether one appeared."""
-    at = _first(text, stops) if stops else -1
-    return (text[:at], True) if at >= 0 else (text, False)
+    text, matched = stopped(text, stops)
+    return text, matched is not None
 
 
 # OpenAI's Chat Completions take at most 4 stop sequences (Claude takes more), and its reasoning models none
@@ -67,13 +80,11 @@ def cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
 OPENAI_MAX_STOPS = 4
 
 
-def refuse_openai_stops(stops: Any, model: Any) -> None:
-    """Refuses, before anything is sent, the stop sequences an OpenAI model would answer with a 400."""
-    if not stops:
-        return
-    if reasons(model):
-        raise TranslationRefused(f"'stop_sequences' cannot be translated for an OpenAI target ({model} is a reasoning "
-                                 "model, which takes no stop sequences); send it to a target of its own protocol")
-    if isinstance(stops, list) and len(stops) > OPENAI_MAX_STOPS:
-        raise TranslationRefused(f"'stop_sequences' cannot be translated for an OpenAI target (OpenAI takes at most "
-                                 f"{OPENAI_MAX_STOPS} stop sequences, {len(stops)} were sent); send it to a target of its own protocol")
+def openai_stops(stops: Any, model: Any) -> tuple[Any, tuple[str, ...]]:
+    """A Messages request's stop_sequences for the OpenAI model `model`: (the `stop` it is sent, None for none; the stops
+    the gateway applies). Those the model would refuse are all the gateway's."""
+    if not isinstance(stops, list) or not stops:
+        return stops or None, ()
+    if reasons(model) or len(stops) > OPENAI_MAX_STOPS:
+        return None, tuple(s for s in stops if isinstance(s, str) and s)
+    return stops, ()

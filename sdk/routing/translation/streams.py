@@ -65,9 +65,10 @@ def read_chunk(event: bytes) -> dict[str, Any] | ChunkError | None:
 class OpenAIToAnthropic:
     """Feeds on an OpenAI chunk stream (from an OpenAI target), yields Anthropic events."""
 
-    def __init__(self, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> None:
+    def __init__(self, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None, stops: tuple[str, ...] = ()) -> None:
         self.extra = extra or {}  # fields message_start's message carries besides the usual (bodies.extra_o2a)
         self.names = names or {}  # the client's tool names the upstream knows by shorter ones (tool_ids.py)
+        self.cutter = StopCutter(stops)  # the stop sequences the model would refuse: the gateway's (stops.openai_stops)
         self.started = False
         self.block = -1  # index of the last Anthropic content block opened
         self.open = False  # that block is still open
@@ -104,21 +105,30 @@ class OpenAIToAnthropic:
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             self.refused = self.refused or bool(delta.get("refusal"))
-            text = delta.get("content") or delta.get("refusal")
-            if text:
-                if self.text_block is None:
-                    out += self._open_block({"type": "text", "text": ""})
-                    self.text_block = self.block
-                out.append(_anthropic_event({"type": "content_block_delta", "index": self.block,
-                                             "delta": {"type": "text_delta", "text": text}}))
-            for call in delta.get("tool_calls") or ():
+            out += self._text(self.cutter.feed(delta.get("content") or delta.get("refusal") or ""))
+            calls = [] if self.cutter.hit else delta.get("tool_calls") or []  # after a stop the answer has ended
+            if calls:
+                out += self._text(self.cutter.flush())  # the text is over: what was held for a stop goes before the calls
+            for call in calls:
                 out += [event for ordered in self.order.feed(call) for event in self._call(ordered)]
             if choice.get("finish_reason"):
                 stop = stop_o2a(choice, self.refused, bool(self.tools or self.order.held))
                 self.stop_reason, self.stop_sequence = stop["stop_reason"], stop["stop_sequence"]
+            if self.cutter.hit:
+                self.stop_reason, self.stop_sequence = "stop_sequence", self.cutter.matched
         if isinstance(chunk.get("usage"), dict):
             self.usage = usage_o2a(chunk["usage"], chunk.get("service_tier"))
         return out
+
+    def _text(self, text: str) -> list[bytes]:
+        """A text delta, in the open text block (opened for it if need be)."""
+        if not text:
+            return []
+        out = []
+        if self.text_block is None:
+            out += self._open_block({"type": "text", "text": ""})
+            self.text_block = self.block
+        return out + [_anthropic_event({"type": "content_block_delta", "index": self.block, "delta": {"type": "text_delta", "text": text}})]
 
     def _call(self, call: dict[str, Any]) -> list[bytes]:
         """One `tool_calls[]` delta, in the order CallOrder gives them (one call after another, as Claude streams)."""
@@ -150,7 +160,7 @@ class OpenAIToAnthropic:
         delta = {"type": "message_delta", "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}, "usage": self.usage}
         if "context_management" in self.extra:  # where Anthropic's stream says what context editing applied
             delta["context_management"] = self.extra["context_management"]
-        held = [event for call in self.order.flush() for event in self._call(call)]
+        held = self._text(self.cutter.flush()) + [event for call in self.order.flush() for event in self._call(call)]
         return held + self._close_block() + [_anthropic_event(delta), _anthropic_event({"type": "message_stop"})]
 
 
