@@ -15,10 +15,12 @@ import openai
 import pytest
 
 from gateway.testing import RunningServer, running_proxy
+from sdk.cache.stage import CacheStage
+from sdk.types import Endpoint, LLMRequest
 from tests.helpers import requires_extra
 from tests.responses.conftest import policy_text
 
-pytestmark = requires_extra("semantic")  # the response cache's index is faiss
+cached = requires_extra("semantic")  # the proxy's team has the response cache on, whose index is faiss
 
 KEY, OTHER = "sk-conversing-team", "sk-unlisted-team"
 
@@ -43,6 +45,7 @@ def _answered(emulator: Any) -> int:
     return sum(1 for r in emulator.app.state.recent if r["path"] == "/v1/responses")
 
 
+@cached
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("model", ["oai-conv", "auto-conv"])
 @pytest.mark.parametrize("as_object", [False, True])
@@ -75,6 +78,7 @@ def test_a_turn_in_a_provider_conversation_is_never_answered_from_the_cache(prox
     assert texts[0] != texts[1]  # the second answer read the first turn
 
 
+@cached
 def test_a_conversation_the_teams_policy_does_not_list_is_not_found(proxy: RunningServer, fresh_emulator: Any) -> None:
     """Conversations are made on the provider account every team shares, not through the gateway, which
     cannot tell whose one is: a team may name only those its policy lists (`provider_objects`), else the
@@ -89,6 +93,7 @@ def test_a_conversation_the_teams_policy_does_not_list_is_not_found(proxy: Runni
     assert _at_provider(fresh_emulator).conversations.items.list(conversation.id).data == []
 
 
+@cached
 def test_the_proxy_does_not_serve_the_conversations_endpoints(proxy: RunningServer, fresh_emulator: Any) -> None:
     """A conversation made through the gateway would be on the account every team shares with no record of
     whose it is: /v1/conversations is not passed through (the provider-shaped 404), and nothing is sent."""
@@ -100,6 +105,7 @@ def test_the_proxy_does_not_serve_the_conversations_endpoints(proxy: RunningServ
     assert not [r for r in fresh_emulator.app.state.recent if r["path"].startswith("/v1/conversations")]
 
 
+@cached
 def test_a_cached_answer_still_answers_the_same_turn_outside_a_conversation(proxy: RunningServer, fresh_emulator: Any) -> None:
     """What the change leaves as it was: a turn that names no conversation is still the cache's to answer."""
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
@@ -110,6 +116,7 @@ def test_a_cached_answer_still_answers_the_same_turn_outside_a_conversation(prox
     assert again.parse().output_text == first.parse().output_text and _answered(fresh_emulator) == 1
 
 
+@cached
 def test_a_conversation_gone_at_the_provider_leaves_an_auto_provider_native(proxy: RunningServer, fresh_emulator: Any) -> None:
     """OpenAI answers a turn naming a conversation it does not have (deleted, or never made on this account)
     with a 404, as it does an item gone ("... with id '...' not found."). A provider left to discover whether
@@ -123,3 +130,12 @@ def test_a_conversation_gone_at_the_provider_leaves_an_auto_provider_native(prox
     assert "conv_gone" in str(gone.value)
     assert client.responses.create(model="auto-conv", input="Hi", temperature=0).output_text
     assert [r["path"] for r in fresh_emulator.app.state.recent] == ["/v1/responses", "/v1/responses"]  # both native
+
+
+@pytest.mark.parametrize("named", ["conv_1", {"id": "conv_1"}])
+def test_the_cache_stage_leaves_a_conversation_turn_to_the_provider(named: Any) -> None:
+    """The stage itself says a turn in a provider conversation is not its to key (before, only the Chat form's
+    refusal of `conversation`, which keys a Responses request, kept it from being cached)."""
+    stage = object.__new__(CacheStage)  # _eligible reads only the request
+    assert not stage._eligible(LLMRequest(Endpoint.RESPONSES, {"model": "gpt-4o", "input": "Hi", "conversation": named}))
+    assert stage._eligible(LLMRequest(Endpoint.RESPONSES, {"model": "gpt-4o", "input": "Hi", "conversation": None}))
