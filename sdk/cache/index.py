@@ -21,6 +21,7 @@ class PartitionIndex:
     _index: faiss.Index = field(init=False)
     _vectors: dict[int, np.ndarray] = field(default_factory=dict, init=False, repr=False)
     approximate: bool = field(default=False, init=False)
+    training: bool = field(default=False, init=False)  # an approximate index is being trained for it
 
     def __post_init__(self) -> None:
         self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(DIMENSION))
@@ -33,8 +34,11 @@ class PartitionIndex:
         for entry_id, vector in zip(ids, vectors, strict=True):
             self._vectors[entry_id] = vector
         self._index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
-        if not self.approximate and len(self._vectors) >= self.approximate_from:
-            self._rebuild_approximate()
+
+    @property
+    def due(self) -> bool:
+        """Whether it has grown large enough for an approximate index, and none is being trained."""
+        return not self.approximate and not self.training and len(self._vectors) >= self.approximate_from
 
     def remove(self, ids: list[int]) -> None:
         present = [i for i in ids if self._vectors.pop(i, None) is not None]
@@ -57,13 +61,30 @@ class PartitionIndex:
             faiss.omp_set_num_threads(threads)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
-    def _rebuild_approximate(self) -> None:
-        ids = np.fromiter(self._vectors, dtype=np.int64, count=len(self._vectors))
-        data = np.stack([self._vectors[int(i)] for i in ids])
+    def snapshot(self) -> dict[int, np.ndarray]:
+        """Its vectors by entry id as they are now, to train an approximate index from."""
+        return dict(self._vectors)
+
+    @staticmethod
+    def trained(vectors: dict[int, np.ndarray]) -> faiss.Index:
+        """An approximate (IVF) index of `vectors`: k-means over all of them, seconds at 20,000 (faiss lets
+        the GIL go), so run without the lock the lookups take."""
+        ids = np.fromiter(vectors, dtype=np.int64, count=len(vectors))
+        data = np.stack([vectors[int(i)] for i in ids])
         nlist = int(4 * math.sqrt(len(ids)))  # faiss's rule of thumb: 4·sqrt(n) to 16·sqrt(n) lists
         quantizer = faiss.IndexFlatIP(DIMENSION)
         index = faiss.IndexIVFFlat(quantizer, DIMENSION, nlist, faiss.METRIC_INNER_PRODUCT)
         index.train(data)
         index.add_with_ids(data, ids)
         index.nprobe = max(8, nlist // 16)
+        return index
+
+    def install(self, index: faiss.Index, trained_on: dict[int, np.ndarray]) -> None:
+        """Search `index` (trained on `trained_on`) from now on, with the entries added and removed since."""
+        gone = [i for i in trained_on if i not in self._vectors]
+        if gone:
+            index.remove_ids(np.asarray(gone, dtype=np.int64))  # type: ignore[arg-type]  # as in remove(): an id array works
+        new = [i for i in self._vectors if i not in trained_on]
+        if new:
+            index.add_with_ids(np.stack([self._vectors[i] for i in new]), np.asarray(new, dtype=np.int64))
         self._index, self.approximate = index, True

@@ -20,6 +20,7 @@ filters by team, so no lookup can reach another team's entries whatever the simi
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 import time
@@ -33,6 +34,7 @@ import orjson
 
 from sdk.cache.index import PartitionIndex
 from sdk.embedding import DIMENSION
+from sdk.offload import HEAVY_POOL
 
 # Entries deleted in one hold of the store's lock (an invalidation's part, a store's expired or evicted
 # entries). The lock is every team's, and lookups take it on the event loop every team's requests
@@ -211,7 +213,10 @@ class CacheStore:
                 self._remember(entry.team, entry_id, entry.partition, blob, size)
             self._write_stamps()
             self._enforce_caps(entry.team, limits)
-            return entry_id
+        if (index := self._due(entry.team, entry.partition)) is not None:
+            # in the heavy-work pool as the team's work: not in this thread, where every team's stores wait their turn
+            HEAVY_POOL.submit(functools.partial(self._approximate, entry.team, entry.partition, index), tenant=entry.team)
+        return entry_id
 
     def invalidate(self, team: str | None = None, exact_key: str | None = None) -> int:
         """Delete entries: one by key (within a team if given), a whole team, or everything. Returns the count.
@@ -252,6 +257,30 @@ class CacheStore:
         if stamps:
             self._writer.executemany("UPDATE entries SET last_used_at = ? WHERE id = ? AND team = ? AND exact_key = ?",
                                      [(at, i, team, key) for i, (team, key, at) in stamps.items()])
+
+    def _due(self, team: str, partition: str) -> PartitionIndex | None:
+        """The partition's index if it has grown past `approximate_from`, marked as being trained."""
+        with self._lock:
+            index = self._team(team).partitions.get(partition)
+            if index is None or not index.due:
+                return None
+            index.training = True
+            return index
+
+    def _approximate(self, team: str, partition: str, index: PartitionIndex) -> None:
+        """Train `index` an approximate one and install it. Training takes seconds, and runs holding neither
+        lock: with the one every lookup takes (on the event loop every team's requests share) it held them
+        all. The entries stored and removed meanwhile are brought in when it is installed."""
+        with self._lock:
+            vectors = index.snapshot()
+        trained = None
+        try:
+            trained = PartitionIndex.trained(vectors)
+        finally:
+            with self._lock:
+                index.training = False
+                if trained is not None and self._team(team).partitions.get(partition) is index:
+                    index.install(trained, vectors)
 
     def _team(self, team: str) -> _Team:
         state = self._teams.get(team)
@@ -337,6 +366,10 @@ class CacheStore:
         rows = self._db.execute("SELECT id, team, partition, embedding, size FROM entries ORDER BY id").fetchall()
         for entry_id, team, partition, blob, size in rows:
             self._remember(team, entry_id, partition, blob, size)
+        for team, state in list(self._teams.items()):
+            for partition in list(state.partitions):
+                if (index := self._due(team, partition)) is not None:
+                    self._approximate(team, partition, index)
 
 
 def _born_after(now: float, max_age_s: float | None) -> float:

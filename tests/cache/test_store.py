@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.helpers import skip_without_extra
+from tests.helpers import skip_without_extra, wait_until
 
 skip_without_extra("semantic")  # faiss
 
@@ -138,7 +138,7 @@ def test_large_partitions_switch_to_an_approximate_index(tmp_path: Path):
     for n in range(400):
         store.put(entry(n), limits)
     index = store._teams["a"].partitions["p"]
-    assert index.approximate
+    wait_until(lambda: index.approximate, "the partition's approximate index installed")  # trained in the heavy-work pool
     found = sum(store.search("a", "p", vec(n), 1)[0].query == f"question {n}" for n in range(0, 400, 10))
     assert found >= 36  # IVF may miss a few of 40 at this nprobe; exact search would find all
     store.invalidate(exact_key="key-5")
