@@ -76,8 +76,9 @@ class Compressor:
         self._outcomes: LRU[bytes, extractive.Outcome] = LRU(_MAX_OUTCOMES, OUTCOME_CHARS, _outcome_chars)
         self._outcomes_lock = threading.Lock()  # pieces compress in worker threads
 
-    async def run(self, body: dict[str, Any], key_id: str = "") -> Result:
-        """Compress `body`; `key_id` is the team key that sent it (a summary it triggers is that key's call)."""
+    async def run(self, body: dict[str, Any], key_id: str = "", size: int = 0) -> Result:
+        """Compress `body` (`size` bytes as the client sent it); `key_id` is the team key that sent it (a
+        summary it triggers is that key's call)."""
         result = Result(body, CompressionReport())
         if self.docs is not None and self.docs.scorer == "contextual":
             counts = await self._contextual(result)
@@ -85,7 +86,8 @@ class Compressor:
             counts = await off_loop(self._static, result)
         if self.history is not None:
             messages = result.body["messages"]
-            compacted, result.report.history = self.history.apply(messages, counts[1:], places.frozen_until(body)[0] >= 0, key_id)
+            compacted, result.report.history = await self.history.apply(messages, counts[1:], places.frozen_until(body)[0] >= 0,
+                                                                        key_id, size)
             if compacted is not messages:
                 result.body = {**result.body, "messages": compacted}
                 counts = await off_loop(_body_counts, self.team, result.body)

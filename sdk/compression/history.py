@@ -27,6 +27,7 @@ import orjson
 from sdk.compression import report
 from sdk.errors import RateLimitedError
 from sdk.lru import LRU
+from sdk.offload import off_loop_if_large
 
 log = logging.getLogger("slipstream.compression")
 
@@ -58,22 +59,27 @@ class HistoryCompactor:
         self._summaries: LRU[bytes, list[Summary]] = LRU(MAX_CONVERSATIONS)  # by digest of messages[0]
         self._tasks: dict[bytes, asyncio.Task[None]] = {}  # by digest of the prefix being summarized
 
-    def apply(self, messages: list[Any], counts: list[int], cached_prefix: bool, key_id: str = "") -> tuple[list[Any], str]:
+    async def apply(self, messages: list[Any], counts: list[int], cached_prefix: bool, key_id: str = "",
+                    size: int = 0) -> tuple[list[Any], str]:
         """The messages to send and what happened ("compacted", "pending" or ""). `counts` are the
         messages' tokens. Compaction rewrites the conversation from its first message, so a client
         cache_control marker anywhere in the messages (`cached_prefix`) rules it out. A summary it
-        schedules is admitted and charged as a call of `key_id`, the team key that sent the request."""
+        schedules is admitted and charged as a call of `key_id`, the team key that sent the request.
+        Digesting every message and writing the transcript are work in proportion to the request: for
+        one of `size` 256 KiB or more, in the heavy-work pool as the team's work, not on the loop."""
         if len(messages) < 2 or cached_prefix:
             return messages, ""
-        prefix = _prefix_digests(messages)
+        prefix = await off_loop_if_large(size, _prefix_digests, messages)
         current = self._current(messages, prefix)
         start = current.cut if current else 0
         status = ""
         if sum(counts[start:]) > self.settings.trigger_tokens:
-            cut = self._cut(messages)
+            cut = await off_loop_if_large(size, self._cut, messages)
             if cut > start and prefix[cut] not in self._tasks:
-                self._schedule(messages, prefix, current, cut, key_id)
-                status = "pending"
+                transcript = await off_loop_if_large(size, render_transcript, messages[start:cut], current.text if current else "")
+                if prefix[cut] not in self._tasks:  # another request of the conversation may have scheduled it meanwhile
+                    self._schedule(prefix, cut, transcript, key_id)
+                    status = "pending"
         if current is None:
             return messages, status
         report.HISTORY.labels(self.team, "applied").inc()
@@ -94,9 +100,7 @@ class HistoryCompactor:
         plain = [m for m, message in enumerate(messages) if _plain_user(message)]
         return plain[-self.settings.keep_turns] if len(plain) > self.settings.keep_turns else 0
 
-    def _schedule(self, messages: list[Any], prefix: list[bytes], previous: Summary | None, cut: int, key_id: str) -> None:
-        start = previous.cut if previous else 0
-        transcript = render_transcript(messages[start:cut], previous.text if previous else "")
+    def _schedule(self, prefix: list[bytes], cut: int, transcript: str, key_id: str) -> None:
         key = prefix[cut]
         task = asyncio.get_running_loop().create_task(self._summarize(prefix[1], Summary(cut, key, ""), transcript, key_id))
         self._tasks[key] = task

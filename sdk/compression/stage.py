@@ -52,7 +52,7 @@ class CompressionStage:
         started_ns = time.time_ns() if trace is not None else 0
         started = time.perf_counter()
         try:
-            result = await self.compressor.run(request.body, ctx.key_id)
+            result = await self.compressor.run(request.body, ctx.key_id, request.size)
         except Exception:  # compression only saves tokens; it must never cost the request
             log.exception("team %s: compression failed; sending the request unchanged", self.team)
             report.REQUESTS.labels(self.team, "error").inc()
