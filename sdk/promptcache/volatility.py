@@ -4,8 +4,11 @@ Two detectors, both line-based over the system prompt (and tool descriptions, re
 - patterns: timestamps, times of day, UUIDs, request/session/trace ids, epoch seconds, counters
   ("turn 12"); a bare date changes only daily, so alone it is reported but not moved;
 - learning: within one conversation (same first user message) the system prompt should not change;
-  a line that does is remembered by its label (first words, digits masked) and treated as volatile
-  for the team from then on, e.g. "The user's name is Alice" / "... Bob".
+  a line that does is remembered by its label (first words, digits masked), e.g. "The user's name is
+  Alice" / "... Bob", and treated as volatile while it keeps changing: judged over its last
+  `LEARN_WINDOW` comparisons, volatile when it changed in more than `VOLATILE_SHARE` of them. A line
+  that changed once (a new prompt version, `v0 ...` -> `v1 ...`) and is then seen unchanged earns its
+  breakpoints back; one learned for good after a single change left a team with no prompt caching.
 
 Analysis of a text is memoised by digest, so an unchanged system prompt costs one dict lookup. The
 memo, and the lines each conversation last sent, are the team's but live in the process every team
@@ -33,6 +36,12 @@ SCAN_BUDGET_CHARS = 64 * 1024  # per request, over every text scanned (sdk/promp
 MEMO_COST = 16 << 20  # what a team's memo of analyses may hold: characters kept, and LINE_COST a line
 LINE_COST = 128  # a line's label, digest, kind and places in the analysis' tuples, about
 LEARN_LINES = 256  # lines of a text compared within a conversation (volatile lines sit near the top)
+LEARN_WINDOW = 4  # a learned line's latest comparisons within a conversation that judge it
+# Changed in more than this share of them: volatile. The break-even of caching a prefix that changes with
+# probability p on Anthropic's prices (writes 1.25x, reads 0.1x the input price): marking it saves 0.9 of the
+# input when it is read again, (1 - p) * 0.9, and costs 0.25 more when it changed, p * 0.25: worth it below
+# p = 0.9 / 1.15, about 0.78. So with four comparisons, only a line that changed in all of them is volatile.
+VOLATILE_SHARE = 0.75
 
 
 class _RequestId:
@@ -141,8 +150,11 @@ class VolatilityDetector:
         self._memo_cost = 0  # what the memo holds (`_Analysis.cost`), within MEMO_COST
         # (path, conversation) -> its text's line count, its first LEARN_LINES lines' digests, the rest's digest
         self._previous: LRU[tuple[str, int], tuple[int, tuple[int, ...], int]] = LRU(self.MAX_CONVERSATIONS)
-        self.learned: dict[str, set[str]] = {}  # path -> labels seen to vary within a conversation
-        self._learned_count = 0  # labels in `learned`, within MAX_LEARNED
+        self.learned: dict[str, set[str]] = {}  # path -> labels volatile now (seen to vary within a conversation)
+        # path -> label -> its latest comparisons (True: changed), at most LEARN_WINDOW; a label whose
+        # window holds no change any more is dropped
+        self._windows: dict[str, dict[str, tuple[bool, ...]]] = {}
+        self._learned_count = 0  # labels in `_windows`, within MAX_LEARNED
 
     def _analyse(self, text: str) -> _Analysis:
         key = hash(text)  # cached on the string object
@@ -171,18 +183,43 @@ class VolatilityDetector:
         now = (len(digests), digests[:LEARN_LINES], hash(digests[LEARN_LINES:]))
         before = self._previous.get(key)
         self._previous.put(key, now)
+        windows = self._windows.get(path)
         # the same line count, and below the first LEARN_LINES the same lines: else nothing to learn from
-        if before is None or before == now or before[0] != now[0] or before[2] != now[2]:
+        if before is None or (before == now and not windows) or before[0] != now[0] or before[2] != now[2]:
             return
         changed = [i for i, (a, b) in enumerate(zip(before[1], now[1], strict=True)) if a != b]
-        if len(changed) <= max(2, int(now[0] * self.MAX_CHANGED_SHARE)):
-            new = {analysis.labels[i] for i in changed} - self.learned.get(path, set())
-            if self._learned_count + len(new) > self.MAX_LEARNED:  # a team's labels, bounded as its memo is
-                self.learned.clear()
-                self._learned_count = 0
-            if new:
-                self.learned.setdefault(path, set()).update(new)
-                self._learned_count += len(new)
+        if len(changed) > max(2, int(now[0] * self.MAX_CHANGED_SHARE)):
+            return  # a different prompt, not a volatile line
+        varied = {analysis.labels[i] for i in changed}
+        new = varied - windows.keys() if windows else varied
+        if self._learned_count + len(new) > self.MAX_LEARNED:  # a team's labels, bounded as its memo is
+            self.learned.clear()
+            self._windows.clear()
+            self._learned_count = 0
+            windows = None
+        for label in varied:
+            self._observe(path, label, True)
+        if windows:  # a tracked line seen unchanged: evidence against its volatility
+            compared = set(analysis.labels[:LEARN_LINES]) - varied
+            for label in [label for label in windows if label in compared]:
+                self._observe(path, label, False)
+
+    def _observe(self, path: str, label: str, changed: bool) -> None:
+        """One comparison of a line within a conversation: it changed, or it stayed the same."""
+        windows = self._windows.setdefault(path, {})
+        window = (*windows.get(label, ())[1 - LEARN_WINDOW :], changed)
+        if label not in windows:
+            self._learned_count += 1
+        if any(window):
+            windows[label] = window
+        else:  # no change left in its window: forgotten
+            del windows[label]
+            self._learned_count -= 1
+        volatile = self.learned.setdefault(path, set())
+        if sum(window) > VOLATILE_SHARE * len(window):
+            volatile.add(label)
+        else:
+            volatile.discard(label)
 
     def scan(self, path: str, text: str, conversation: int | None, movable_section: bool = True) -> list[Finding]:
         """Volatile lines of one text; `conversation` (None: do not learn) identifies its thread."""

@@ -1,0 +1,120 @@
+"""Learned volatility is judged over a line's recent comparisons, not kept for good after one change.
+
+A system-prompt line that changes within a conversation is learned as volatile, and no breakpoint goes
+after volatile content left in place (reorder off). The learned label used to stay for the team's life:
+one new prompt version (`v0 …` -> `v1 …`) reported `miss_cause=system_changed@system.0;advice=1` and
+then `write=0` on every request after it, the new prompt reused turn after turn included, so the team
+lost all its prompt caching. A line that changes on nearly every request must still be kept out of the
+cached prefix. Through the proxy with the official clients, the emulator as Anthropic's cache.
+"""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import pytest
+
+from gateway.testing import running_proxy
+from tests.helpers import write_policy
+
+KEY = "sk-prompt-cache-versions"
+MODEL = "claude-sonnet-5"  # minimum cacheable prefix: 1,024 tokens
+BODY = "You are the support assistant: answer from the manual and cite its section. " * 120  # ~1,800 tokens
+FIRST = "How do I reset the device?"  # the same first message: one conversation to the learner
+
+
+def _fields(header: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in header.split(";"))
+
+
+@pytest.fixture
+def proxy(request, tmp_path, fresh_emulator):
+    write_policy(tmp_path, f"pcversions-{request.node.name[5:14]}", KEY, fresh_emulator.url)
+    with running_proxy([tmp_path], watch_interval_s=None) as running:
+        yield running
+
+
+def _anthropic_turns(client: anthropic.Anthropic, system: str, turns: int = 2) -> list[tuple[int, int, dict[str, str]]]:
+    """A conversation of `turns` requests: (cache_read_input_tokens, cache_creation_input_tokens, plan header) each."""
+    messages: list[dict] = [{"role": "user", "content": FIRST}]
+    out = []
+    for turn in range(turns):
+        raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=8, system=system, messages=messages)
+        usage = raw.parse().usage
+        out.append((usage.cache_read_input_tokens or 0, usage.cache_creation_input_tokens or 0,
+                    _fields(raw.headers["x-slipstream-prompt-cache"])))
+        messages += [{"role": "assistant", "content": "Hold the button for five seconds."},
+                     {"role": "user", "content": f"And after step {turn + 1}?"}]
+    return out
+
+
+def test_a_new_prompt_version_gets_its_caching_back_native_messages(proxy):
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+    v0 = _anthropic_turns(client, f"v0 {BODY}")
+    assert v0[0][1] > 1000 and v0[1][0] > 1000  # written, then read
+    changed, settled = _anthropic_turns(client, f"v1 {BODY}")
+    # The request that changed the line: the change is reported, and nothing is written after it.
+    assert changed[2]["miss_cause"] == "system_changed@system.0" and changed[2]["advice"] == "1"
+    assert changed[:2] == (0, 0)
+    # The next one sees the line unchanged: it is no longer volatile, the prefix is written again
+    # (the old code: write=0 and advice=1 here and on every later request).
+    assert settled[1] > 1000 and "advice" not in settled[2] and settled[2]["write"] == str(settled[1])
+    # Reused turn after turn (the next conversations on v1), it is read.
+    for _ in range(2):
+        for read, _write, fields in _anthropic_turns(client, f"v1 {BODY}"):
+            assert read > 1000 and fields["read"] == str(read) == fields["expected_read"]
+            assert "advice" not in fields
+
+
+def test_a_new_prompt_version_gets_its_caching_back_openai_client_to_claude(proxy):
+    """The same planner plans the Messages body a Chat request to Claude is translated into."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
+
+    def conversation(system: str) -> list[tuple[int, int, dict[str, str]]]:
+        messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": FIRST}]
+        out = []
+        for turn in range(2):
+            raw = client.chat.completions.with_raw_response.create(model=MODEL, max_tokens=8, messages=messages)
+            details = raw.parse().usage.prompt_tokens_details
+            written = getattr(details, "cache_write_tokens", None) or 0  # Anthropic's cache_creation_input_tokens
+            out.append((details.cached_tokens or 0, written, _fields(raw.headers["x-slipstream-prompt-cache"])))
+            messages += [{"role": "assistant", "content": "Hold the button for five seconds."},
+                         {"role": "user", "content": f"And after step {turn + 1}?"}]
+        return out
+
+    conversation(f"v0 {BODY}")
+    changed, settled = conversation(f"v1 {BODY}")
+    assert changed[2]["advice"] == "1" and changed[:2] == (0, 0)
+    assert settled[1] > 1000 and "advice" not in settled[2]
+    for read, _write, fields in conversation(f"v1 {BODY}"):
+        assert read > 1000 and fields["read"] == str(read)
+
+
+def test_a_line_that_changes_on_every_request_stays_out_of_the_cached_prefix(proxy):
+    """No pattern matches it (no digits, no id): only learning finds it, and it keeps finding it."""
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+    weather = ["sunny", "cloudy", "windy", "rainy", "foggy", "snowy", "stormy"]
+    results = []
+    for sky in weather:
+        results += _anthropic_turns(client, f"The weather outside is {sky} today.\n{BODY}", turns=1)
+    for read, write, fields in results[1:]:  # from the first change on: advice, nothing written, nothing read
+        assert (read, write) == (0, 0) and fields["advice"] == "1"
+
+
+def test_the_detector_judges_a_learned_line_over_its_latest_comparisons():
+    from sdk.promptcache.volatility import LEARN_WINDOW, VolatilityDetector
+
+    detector = VolatilityDetector()
+    body = "\nBe brief.\nCite the manual."
+
+    def volatile(text: str) -> bool:
+        return any(f.kind == "learned" and f.movable for f in detector.scan("system.0", text, 1))
+
+    assert not volatile("v0 You are the assistant." + body)
+    assert volatile("v1 You are the assistant." + body)  # changed within the conversation: learned
+    assert not volatile("v1 You are the assistant." + body)  # then unchanged: caching pays again
+    for _ in range(LEARN_WINDOW):
+        assert not volatile("v1 You are the assistant." + body)
+    assert detector.learned == {"system.0": set()} and detector._windows == {"system.0": {}}  # forgotten
+    # A line that changes on every request stays volatile, however long it goes on.
+    assert all(volatile(f"v{i % 2} You are the assistant." + body) for i in range(3 * LEARN_WINDOW))
