@@ -118,6 +118,7 @@ class Connection(asyncio.Protocol):
         self.error: BaseException | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._paused = False
+        self._interim = False  # parsing an interim (1xx) answer: the final one follows it
 
     def begin(self, request: bytes) -> asyncio.Future[None]:
         """Write the request; the future resolves when the answer's head has arrived."""
@@ -227,7 +228,15 @@ class Connection(asyncio.Protocol):
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
 
     def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            # An interim answer (100 Continue, 103 Early Hints), which HTTP/1.1 lets any server send: the
+            # final one follows. Taken as the answer, the connection went back to the pool with the final
+            # answer still to come, and the next request on it, any team's, was given it.
+            self._interim = True
+            self.headers.clear()
+            return
+        self.status = status
         if self.head is not None and not self.head.done():
             self.head.set_result(None)
 
@@ -240,6 +249,9 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self.complete = True
         self.keep_alive = self._parser.should_keep_alive()  # release() also refuses a closed connection
         self._wake()
