@@ -247,8 +247,8 @@ class _Exchange:
             async for lines, size in parts:
                 bodies = [line for _, line in lines]
                 await self.owners.check_files(self.team.team, bodies, size)
-                await check_audio(self.owners, self.team.team, bodies)
                 # a part of 256 KiB or more (a line may be 16 MiB) is walked in the heavy-work pool, as the team's work
+                await check_audio(self.owners, self.team.team, bodies, size)
                 await off_loop_if_large(size, check_account_objects, self.limits.provider_objects, bodies)
                 await self.check_conversations(bodies)
                 new = [model for model in dict.fromkeys(str(line.get("model") or "") for line in bodies) if model not in models]

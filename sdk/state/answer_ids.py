@@ -40,6 +40,10 @@ def named_audio(body: Any) -> list[str]:
                               and isinstance(audio := message.get("audio"), dict) and isinstance(audio.get("id"), str)))
 
 
+def _named(bodies: list[Any]) -> list[str]:
+    return list(dict.fromkeys(audio_id for body in bodies for audio_id in named_audio(body)))
+
+
 def answered_audio(data: Any) -> list[str]:
     """The audio ids of a Chat Completions answer or chunk (`choices[].message.audio.id`, `.delta.audio.id`)."""
     choices = data.get("choices") if isinstance(data, dict) else None
@@ -49,9 +53,10 @@ def answered_audio(data: Any) -> list[str]:
         if isinstance(choices, list) else []
 
 
-async def check_audio(ownership: Ownership, team: str, bodies: list[Any]) -> None:
-    """Refuse (404, nothing sent) bodies naming an audio id the gateway did not answer `team` with."""
-    named = list(dict.fromkeys(audio_id for body in bodies for audio_id in named_audio(body)))
+async def check_audio(ownership: Ownership, team: str, bodies: list[Any], size: int = 0) -> None:
+    """Refuse (404, nothing sent) bodies naming an audio id the gateway did not answer `team` with; `size`
+    is their bytes, and large ones are walked in the heavy-work pool (as `Ownership.check_files` does)."""
+    named = await off_loop_if_large(size, _named, bodies)
     if not named:
         return
     if len(named) > MAX_NAMED_FILES:  # each is a lookup in the store every team shares

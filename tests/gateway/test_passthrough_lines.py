@@ -23,6 +23,7 @@ from sdk.limits.stage import LimitsStage
 from sdk.offload import LARGE_BYTES, TENANT
 from sdk.passthrough import bodies
 from sdk.passthrough.bodies import Lines
+from sdk.state import answer_ids
 from tests.helpers import oai, write_policy
 
 KEY = "sk-alpha-lines"
@@ -48,7 +49,9 @@ def test_a_large_batch_input_line_is_read_in_the_heavy_work_pool(tmp_path: Path,
     keyed: list[tuple[bool, tuple[str, str]]] = []
     parsed: list[tuple[bool, tuple[str, str]]] = []
     costed: list[tuple[bool, tuple[str, str]]] = []
+    walked: list[tuple[bool, tuple[str, str]]] = []  # for the audio ids it names
     keyed_line, input_file_lines, reservation = bodies.keyed_line, bodies.input_file_lines, LimitsStage.reservation
+    named_audio = answer_ids.named_audio
 
     def recorded_keyed(line: bytes, team: str) -> bytes:
         keyed.append((len(line) >= LARGE_BYTES, _where()))
@@ -59,6 +62,10 @@ def test_a_large_batch_input_line_is_read_in_the_heavy_work_pool(tmp_path: Path,
         parsed.append((any(len(line) >= LARGE_BYTES for line in lines), _where()))
         return input_file_lines(iter(lines))
 
+    def recorded_walk(body: Any) -> list[str]:
+        walked.append((len(body.get("messages") or ()) > 1, _where()))
+        return named_audio(body)
+
     def recorded_cost(self: LimitsStage, request: Any, *args: Any, **kwargs: Any) -> float:
         costed.append((len(request.body.get("messages") or ()) > 1, _where()))
         return reservation(self, request, *args, **kwargs)
@@ -66,13 +73,14 @@ def test_a_large_batch_input_line_is_read_in_the_heavy_work_pool(tmp_path: Path,
     monkeypatch.setattr(bodies, "keyed_line", recorded_keyed)
     monkeypatch.setattr(bodies, "input_file_lines", recorded_parsed)
     monkeypatch.setattr(LimitsStage, "reservation", recorded_cost)
+    monkeypatch.setattr(answer_ids, "named_audio", recorded_walk)
     write_policy(tmp_path, "alpha", KEY, fresh_emulator.url, extra=PRICED)
     with running_proxy([tmp_path]) as proxy:
         client = oai(proxy, KEY)
         source = client.files.create(file=("in.jsonl", small + b"\n" + big + b"\n"), purpose="batch")
         assert client.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h").id
     heavy = ("slipstream-heavy", "alpha")
-    for name, ran in (("keyed", keyed), ("parsed", parsed), ("costed", costed)):
+    for name, ran in (("keyed", keyed), ("parsed", parsed), ("costed", costed), ("walked", walked)):
         assert [where for large, where in ran if large] == [heavy], name  # before: the loop's thread
         assert all(where != heavy for large, where in ran if not large), name
 
