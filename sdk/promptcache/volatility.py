@@ -6,9 +6,11 @@ Two detectors, both line-based over the system prompt (and tool descriptions, re
 - learning: within one conversation (same first user message) the system prompt should not change;
   a line that does is remembered by its label (first words, digits masked), e.g. "The user's name is
   Alice" / "... Bob", and treated as volatile while it keeps changing: judged over its last
-  `LEARN_WINDOW` comparisons, volatile when it changed in more than `VOLATILE_SHARE` of them. A line
-  that changed once (a new prompt version, `v0 ...` -> `v1 ...`) and is then seen unchanged earns its
-  breakpoints back; one learned for good after a single change left a team with no prompt caching.
+  `LEARN_WINDOW` comparisons, volatile when it changed in more than `VOLATILE_SHARE` of them. A change
+  back to a line the text had lately (`RECENT_VALUES`: two prompt variants in turn under one opening
+  message, an A/B test) counts as no change: that prefix was sent lately and may still be cached. A
+  line that changed once (a new prompt version, `v0 ...` -> `v1 ...`) and is then seen unchanged earns
+  its breakpoints back; one learned for good after a single change left a team with no prompt caching.
 
 Analysis of a text is memoised by digest, so an unchanged system prompt costs one dict lookup. The
 memo, and the lines each conversation last sent, are the team's but live in the process every team
@@ -42,6 +44,7 @@ LEARN_WINDOW = 4  # a learned line's latest comparisons within a conversation th
 # input when it is read again, (1 - p) * 0.9, and costs 0.25 more when it changed, p * 0.25: worth it below
 # p = 0.9 / 1.15, about 0.78. So with four comparisons, only a line that changed in all of them is volatile.
 VOLATILE_SHARE = 0.75
+RECENT_VALUES = 2 * LEARN_WINDOW  # a text's lines lately changed from or to, whose prefixes may still be cached
 
 
 class _RequestId:
@@ -142,7 +145,7 @@ class VolatilityDetector:
 
     MAX_ANALYSES = 4096
     MAX_CONVERSATIONS = 4096
-    MAX_LEARNED = 4096  # labels learned, every path together
+    MAX_LEARNED = 4096  # labels learned (volatile now or not), every path together; paths with recent values
     MAX_CHANGED_SHARE = 0.25  # more lines than this changed: a different prompt, not a volatile line
 
     def __init__(self) -> None:
@@ -151,9 +154,9 @@ class VolatilityDetector:
         # (path, conversation) -> its text's line count, its first LEARN_LINES lines' digests, the rest's digest
         self._previous: LRU[tuple[str, int], tuple[int, tuple[int, ...], int]] = LRU(self.MAX_CONVERSATIONS)
         self.learned: dict[str, set[str]] = {}  # path -> labels volatile now (seen to vary within a conversation)
-        # path -> label -> its latest comparisons (True: changed), at most LEARN_WINDOW; a label whose
-        # window holds no change any more is dropped
+        # path -> label -> its latest comparisons (True: changed to a value not seen lately), at most LEARN_WINDOW
         self._windows: dict[str, dict[str, tuple[bool, ...]]] = {}
+        self._values: dict[str, tuple[int, ...]] = {}  # path -> digests of the lines that changed there lately
         self._learned_count = 0  # labels in `_windows`, within MAX_LEARNED
 
     def _analyse(self, text: str) -> _Analysis:
@@ -190,29 +193,40 @@ class VolatilityDetector:
         changed = [i for i, (a, b) in enumerate(zip(before[1], now[1], strict=True)) if a != b]
         if len(changed) > max(2, int(now[0] * self.MAX_CHANGED_SHARE)):
             return  # a different prompt, not a volatile line
-        varied = {analysis.labels[i] for i in changed}
-        new = varied - windows.keys() if windows else varied
-        if self._learned_count + len(new) > self.MAX_LEARNED:  # a team's labels, bounded as its memo is
-            self.learned.clear()
+        # A line changed back to a value this text had lately (two prompt variants in turn, an A/B test) ends a
+        # prefix that was sent lately and may still be cached: no evidence of volatility.
+        recent = self._values.get(path, ())
+        varied: dict[str, bool] = {}  # label -> changed to a value not seen lately
+        for i in changed:
+            varied[analysis.labels[i]] = varied.get(analysis.labels[i], False) or digests[i] not in recent
+        if changed:
+            added = [before[1][i] for i in changed] + [digests[i] for i in changed]  # the newest last
+            if path not in self._values and len(self._values) >= self.MAX_LEARNED:
+                self._values.clear()
+            self._values[path] = (*[v for v in recent if v not in added], *added)[-RECENT_VALUES:]
+        if self._learned_count + len(varied.keys() - (windows or {}).keys()) > self.MAX_LEARNED:
+            self.learned.clear()  # a team's labels, bounded as its memo is
             self._windows.clear()
             self._learned_count = 0
             windows = None
-        for label in varied:
-            self._observe(path, label, True)
-        if windows:  # a tracked line seen unchanged: evidence against its volatility
-            compared = set(analysis.labels[:LEARN_LINES]) - varied
+        for label, novel in varied.items():
+            self._observe(path, label, novel)
+        if windows:  # a learned line seen unchanged: evidence against its volatility
+            compared = set(analysis.labels[:LEARN_LINES]) - varied.keys()
             for label in [label for label in windows if label in compared]:
                 self._observe(path, label, False)
 
     def _observe(self, path: str, label: str, changed: bool) -> None:
-        """One comparison of a line within a conversation: it changed, or it stayed the same."""
+        """One comparison of a line within a conversation: it changed to a value not seen lately, or not."""
         windows = self._windows.setdefault(path, {})
+        if not changed and label not in windows:
+            return  # nothing learned of it
         window = (*windows.get(label, ())[1 - LEARN_WINDOW :], changed)
         if label not in windows:
             self._learned_count += 1
         if any(window):
             windows[label] = window
-        else:  # no change left in its window: forgotten
+        else:  # no change left in its window: forgotten (a change after this is judged as a new one's)
             del windows[label]
             self._learned_count -= 1
         volatile = self.learned.setdefault(path, set())

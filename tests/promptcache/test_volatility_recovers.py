@@ -90,6 +90,29 @@ def test_a_new_prompt_version_gets_its_caching_back_openai_client_to_claude(prox
         assert read > 1000 and fields["read"] == str(read)
 
 
+def test_two_prompt_variants_in_turn_are_each_read_from_the_cache(proxy):
+    """An A/B test: two conversations, one per variant, interleaved, both opening with the same message
+    (one conversation to the learner), so the line changes on every request, but always back to a
+    value sent lately, whose prefix is cached: only the first switch is kept out (on the code before
+    variants were remembered, every request after it: write=0, read=0, advice=1)."""
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+    threads: dict[str, list[dict]] = {v: [{"role": "user", "content": FIRST}] for v in ("A", "B")}
+    seen: dict[str, list[tuple[int, int, dict[str, str]]]] = {"A": [], "B": []}
+    for turn in range(4):
+        for variant, messages in threads.items():
+            raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=8, system=f"Variant {variant}: {BODY}",
+                                                           messages=messages)
+            usage = raw.parse().usage
+            seen[variant].append((usage.cache_read_input_tokens or 0, usage.cache_creation_input_tokens or 0,
+                                  _fields(raw.headers["x-slipstream-prompt-cache"])))
+            messages += [{"role": "assistant", "content": "Hold the button."}, {"role": "user", "content": f"Then {turn}?"}]
+    a, b = seen["A"], seen["B"]
+    assert a[0][1] > 1000 and b[0][:2] == (0, 0) and b[0][2]["advice"] == "1"  # the first switch: kept out
+    assert b[1][1] > 1000 and "advice" not in b[1][2]  # B sent again: written
+    for read, _write, fields in a[1:] + b[2:]:  # then each variant reads its own prefix
+        assert read > 1000 and fields["read"] == str(read) and "advice" not in fields
+
+
 def test_a_line_that_changes_on_every_request_stays_out_of_the_cached_prefix(proxy):
     """No pattern matches it (no digits, no id): only learning finds it, and it keeps finding it."""
     client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
@@ -115,6 +138,10 @@ def test_the_detector_judges_a_learned_line_over_its_latest_comparisons():
     assert not volatile("v1 You are the assistant." + body)  # then unchanged: caching pays again
     for _ in range(LEARN_WINDOW):
         assert not volatile("v1 You are the assistant." + body)
-    assert detector.learned == {"system.0": set()} and detector._windows == {"system.0": {}}  # forgotten
-    # A line that changes on every request stays volatile, however long it goes on.
-    assert all(volatile(f"v{i % 2} You are the assistant." + body) for i in range(3 * LEARN_WINDOW))
+    assert detector.learned == {"system.0": set()}
+    # A line that changes on every request, to values not seen lately, stays volatile however long it goes on.
+    assert all(volatile(f"v{i} You are the assistant." + body) for i in range(2, 3 * LEARN_WINDOW))
+    # Two variants in turn (an A/B test under one opening message): each was sent lately, so after the
+    # first switch, the line is not volatile.
+    detector = VolatilityDetector()
+    assert [volatile(f"{'AB'[i % 2]} variant of the assistant." + body) for i in range(8)] == [False, True] + [False] * 6
