@@ -218,12 +218,24 @@ class Optimizer:
             body, moved = move_lines(protocol, body, texts, lines, remove)
         return findings, moved, body
 
-    def _volatile_from(self, layout: Layout, findings: list[Finding], moved: bool) -> int | None:
-        """First block that still holds volatile content after any move."""
+    @staticmethod
+    def _volatile_from(scope: Scope, layout: Layout, findings: list[Finding], moved: bool) -> int | None:
+        """First block that still holds volatile content after any move, and whose prefix none of the
+        scope's recent requests sent. A finding only guesses that its content changes on every call (so
+        that a prefix through it is written at 1.25x and never read); one that recurred unchanged (an
+        example timestamp in a tool description, a knowledge-cutoff date, a static UUID, a learned line
+        back to a recent value) did not, and keeping every breakpoint out for it left the team with no
+        prompt caching for good. Chain digests are cumulative, so one comparison per snapshot."""
         paths = {f.path for f in findings if not (moved and f.movable)}
         if "system" in paths:
             paths.add("system.0")  # a string system prompt becomes one list block before placement
-        return next((i for i, b in enumerate(layout.blocks) if b.path in paths), None)
+        if not paths:
+            return None
+        chain = layout.chain
+        for i, block in enumerate(layout.blocks):
+            if block.path in paths and not any(len(s.chain) > i and s.chain[i] == chain[i] for s in scope.history):
+                return i
+        return None
 
     def _plan_anthropic(self, draft: Draft, now: float) -> Plan:
         body, model, layout = draft.body, draft.model, draft.layout
@@ -235,7 +247,7 @@ class Optimizer:
             placement = place(
                 layout, auto=auto, ttl=self.config.ttl, tail_ttl=self.config.tail_ttl,
                 minimum=min_cacheable_tokens(model), ratio=ratio,
-                volatile_from=self._volatile_from(layout, draft.findings, bool(draft.moved)),
+                volatile_from=self._volatile_from(scope, layout, draft.findings, bool(draft.moved)),
                 tail_moved=bool(draft.moved), anchor=self._anchor(scope, layout, now),
             )
             body = apply(body, layout, placement)

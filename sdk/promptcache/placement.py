@@ -13,7 +13,7 @@ reported against it; docs/prompt-cache.md):
 - the rolling breakpoint goes on the last block that will be the same next turn, i.e. never on
   content Slipstream moved to the tail, never on a final assistant turn (a prefill, which the next
   turn holds whole), and never after unmoved volatile content, since such a prefix is written every
-  time and read never;
+  time and read never (the optimizer leaves out content whose prefix recent requests sent unchanged);
 - reads look back 20 positions: when the longest prefix the ledger knows is live lies further back
   than that, a breakpoint goes exactly on it so the read is found.
 Breakpoints cost nothing by themselves (billing is by tokens), so every useful boundary is marked

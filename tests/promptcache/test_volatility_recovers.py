@@ -1,14 +1,23 @@
-"""Learned volatility is judged over a line's recent comparisons, not kept for good after one change.
+"""The planner does not keep a prefix out of the cache for good on one sign of volatility.
 
-A system-prompt line that changes within a conversation is learned as volatile, and no breakpoint goes
-after volatile content left in place (reorder off). The learned label used to stay for the team's life:
-one new prompt version (`v0 …` -> `v1 …`) reported `miss_cause=system_changed@system.0;advice=1` and
-then `write=0` on every request after it, the new prompt reused turn after turn included, so the team
-lost all its prompt caching. A line that changes on nearly every request must still be kept out of the
-cached prefix. Through the proxy with the official clients, the emulator as Anthropic's cache.
+No breakpoint goes after volatile content left in place (reorder off; tool descriptions are never
+moved), because such a prefix would be written at 1.25x on every call and never read. Two ways that
+turned caching off for good, through the proxy with the official clients, the emulator as Anthropic's
+cache:
+- a learned label stayed for the team's life: one new prompt version (`v0 …` -> `v1 …`) reported
+  `miss_cause=system_changed@system.0;advice=1` and then `write=0` on every request after it, the new
+  prompt reused turn after turn included. Learned volatility is judged over a line's recent comparisons.
+- a pattern only guesses at volatility: an example timestamp in a tool description, a knowledge-cutoff
+  date, a workspace UUID are the same on every request, and each kept every breakpoint out of the
+  team's requests (write=0, read=0 on every turn). A prefix through a finding that a recent request of
+  the scope sent is not changing on every call.
+A line or a timestamp that changes on every request must still be kept out of the cached prefix.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import anthropic
 import openai
@@ -17,7 +26,7 @@ import pytest
 from gateway.testing import running_proxy
 from tests.helpers import write_policy
 
-KEY = "sk-prompt-cache-versions"
+KEY = "sk-prompt-cache-volatility"
 MODEL = "claude-sonnet-5"  # minimum cacheable prefix: 1,024 tokens
 BODY = "You are the support assistant: answer from the manual and cite its section. " * 120  # ~1,800 tokens
 FIRST = "How do I reset the device?"  # the same first message: one conversation to the learner
@@ -34,12 +43,15 @@ def proxy(request, tmp_path, fresh_emulator):
         yield running
 
 
-def _anthropic_turns(client: anthropic.Anthropic, system: str, turns: int = 2) -> list[tuple[int, int, dict[str, str]]]:
-    """A conversation of `turns` requests: (cache_read_input_tokens, cache_creation_input_tokens, plan header) each."""
+def _anthropic_turns(client: anthropic.Anthropic, system: str | Callable[[int], str], turns: int = 2,
+                     **kw: Any) -> list[tuple[int, int, dict[str, str]]]:
+    """A conversation of `turns` requests: (cache_read_input_tokens, cache_creation_input_tokens, plan header)
+    each; `system` may be a function of the turn."""
     messages: list[dict] = [{"role": "user", "content": FIRST}]
     out = []
     for turn in range(turns):
-        raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=8, system=system, messages=messages)
+        raw = client.messages.with_raw_response.create(
+            model=MODEL, max_tokens=8, system=system(turn) if callable(system) else system, messages=messages, **kw)
         usage = raw.parse().usage
         out.append((usage.cache_read_input_tokens or 0, usage.cache_creation_input_tokens or 0,
                     _fields(raw.headers["x-slipstream-prompt-cache"])))
@@ -145,3 +157,28 @@ def test_the_detector_judges_a_learned_line_over_its_latest_comparisons():
     # first switch, the line is not volatile.
     detector = VolatilityDetector()
     assert [volatile(f"{'AB'[i % 2]} variant of the assistant." + body) for i in range(8)] == [False, True] + [False] * 6
+
+
+TOOL = {"name": "schedule", "description": "Book a meeting. start: an ISO 8601 time, e.g. 2025-01-01T09:00:00Z.",
+        "input_schema": {"type": "object", "properties": {"start": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize(("system", "tools"), [
+    pytest.param(BODY, [TOOL], id="example-timestamp-in-a-tool-description"),
+    pytest.param("Knowledge cutoff: 2025-01-31.\n" + BODY, None, id="static-date"),
+    pytest.param("Workspace 123e4567-e89b-12d3-a456-426614174000.\n" + BODY, None, id="static-uuid"),
+])
+def test_a_finding_that_recurs_unchanged_gets_its_breakpoints(proxy, system, tools):
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+    turns = _anthropic_turns(client, system, 4, **({"tools": tools} if tools else {}))
+    assert all(fields["advice"] == "1" for *_, fields in turns)  # still reported
+    assert turns[0][:2] == (0, 0)  # a prefix not seen before: kept out, as before
+    assert turns[1][1] > 1000 and turns[1][2]["write"] == str(turns[1][1])  # seen again: written (old code: 0)
+    for read, _write, fields in turns[2:]:
+        assert read > 1000 and fields["read"] == str(read) == fields["expected_read"]
+
+
+def test_a_timestamp_that_changes_on_every_request_stays_out_of_the_cached_prefix(proxy):
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+    turns = _anthropic_turns(client, lambda turn: f"Current time: 2026-05-01T10:00:0{turn}Z\n{BODY}", 4)
+    assert all((read, write) == (0, 0) and fields["advice"] == "1" for read, write, fields in turns)
