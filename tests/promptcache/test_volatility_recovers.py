@@ -78,6 +78,20 @@ def test_a_new_prompt_version_gets_its_caching_back_native_messages(proxy):
             assert "advice" not in fields
 
 
+def test_a_new_prompt_version_is_moved_once_with_reorder(tmp_path, fresh_emulator):
+    """With reorder on, the learned line (here the whole one-line system prompt) was moved to the latest user
+    turn on every later request, where no breakpoint goes: nothing written or read after the change."""
+    write_policy(tmp_path, "pcversions-reorder", KEY, fresh_emulator.url, extra="prompt_cache: {reorder: true}\n")
+    with running_proxy([tmp_path], watch_interval_s=None) as running:
+        client = anthropic.Anthropic(base_url=running.url, api_key=KEY, max_retries=0)
+        _anthropic_turns(client, f"v0 {BODY}")
+        changed, settled = _anthropic_turns(client, f"v1 {BODY}")
+        assert changed[2]["moved"] == "1"
+        assert "moved" not in settled[2] and settled[1] > 1000  # old code: moved=1, write=0
+        for read, _write, fields in _anthropic_turns(client, f"v1 {BODY}"):
+            assert read > 1000 and "moved" not in fields
+
+
 def test_a_new_prompt_version_gets_its_caching_back_openai_client_to_claude(proxy):
     """The same planner plans the Messages body a Chat request to Claude is translated into."""
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
