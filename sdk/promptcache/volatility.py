@@ -218,9 +218,11 @@ class VolatilityDetector:
 
     def _observe(self, path: str, label: str, changed: bool) -> None:
         """One comparison of a line within a conversation: it changed to a value not seen lately, or not."""
-        windows = self._windows.setdefault(path, {})
-        if not changed and label not in windows:
+        windows = self._windows.get(path)
+        if not changed and (windows is None or label not in windows):
             return  # nothing learned of it
+        if windows is None:
+            windows = self._windows[path] = {}
         window = (*windows.get(label, ())[1 - LEARN_WINDOW :], changed)
         if label not in windows:
             self._learned_count += 1
@@ -229,11 +231,14 @@ class VolatilityDetector:
         else:  # no change left in its window: forgotten (a change after this is judged as a new one's)
             del windows[label]
             self._learned_count -= 1
-        volatile = self.learned.setdefault(path, set())
+            if not windows:
+                del self._windows[path]
         if sum(window) > VOLATILE_SHARE * len(window):
-            volatile.add(label)
-        else:
-            volatile.discard(label)
+            self.learned.setdefault(path, set()).add(label)
+        elif label in (volatile := self.learned.get(path, set())):
+            volatile.remove(label)
+            if not volatile:
+                del self.learned[path]
 
     def scan(self, path: str, text: str, conversation: int | None, movable_section: bool = True) -> list[Finding]:
         """Volatile lines of one text; `conversation` (None: do not learn) identifies its thread."""

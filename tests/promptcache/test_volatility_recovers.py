@@ -164,7 +164,7 @@ def test_the_detector_judges_a_learned_line_over_its_latest_comparisons():
     assert not volatile("v1 You are the assistant." + body)  # then unchanged: caching pays again
     for _ in range(LEARN_WINDOW):
         assert not volatile("v1 You are the assistant." + body)
-    assert detector.learned == {"system.0": set()}
+    assert detector.learned == {} and detector._windows == {}  # forgotten
     # A line that changes on every request, to values not seen lately, stays volatile however long it goes on.
     assert all(volatile(f"v{i} You are the assistant." + body) for i in range(2, 3 * LEARN_WINDOW))
     # Two variants in turn (an A/B test under one opening message): each was sent lately, so after the
