@@ -137,14 +137,15 @@ def _exporter() -> Any:
     """The SDK's OTLP HTTP exporter (it reads every `OTEL_EXPORTER_OTLP_*` variable), taking requests
     encoded by sdk/observability/tracing/otlp_encoding.py: its module-level `encode_spans` passes those through.
     Patched in this process only, which exists for this exporter alone."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
     from opentelemetry.exporter.otlp.proto.http import trace_exporter
-
-    sdk_encode = trace_exporter.encode_spans
 
     def encode_spans(spans: Any) -> Any:
         return spans if isinstance(spans, Encoded) else sdk_encode(spans)
 
-    trace_exporter.encode_spans = encode_spans  # type: ignore[assignment]  # the patch widens what it takes: see the docstring
+    # The exporter calls the name it imported into its own namespace (not one it exports), so the
+    # patch replaces it there; it widens what the name takes: see the docstring.
+    vars(trace_exporter)["encode_spans"] = encode_spans
     return trace_exporter.OTLPSpanExporter()
 
 

@@ -22,7 +22,8 @@ from sdk.routing.translation.breakpoints import (
     with_claude_breakpoints,
 )
 from sdk.routing.translation.claude_tools import as_custom
-from sdk.routing.translation.fields import THINKING_OFF, Fate, Shape, check, fate, one_sampler, refuse
+from sdk.routing.translation.field_types import Fate
+from sdk.routing.translation.fields import THINKING_OFF, Shape, check, fate, one_sampler, refuse
 from sdk.routing.translation.media import image_source, o2a_document
 from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
 from sdk.routing.translation.output_limits import WARMING_LIMIT, claude_output_limit, default_max_tokens, openai_output_limit
