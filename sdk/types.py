@@ -68,6 +68,9 @@ class Usage:
     # A stream's usage fills in as its events pass: True once the provider's final report arrived
     # (OpenAI's usage chunk, Anthropic's message_delta, the terminal response.* event).
     final: bool = field(default=False, compare=False)
+    # The gateway counted these itself, the provider's own report never to come: a stream the gateway ended at a stop
+    # it applies, its upstream closed there (sdk/routing/translation/stops.py). Charged marked `estimated`.
+    estimated: bool = field(default=False, compare=False)
 
     @property
     def total_input_tokens(self) -> int:

@@ -43,12 +43,14 @@ _COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_to
 
 
 def summed(usages: list[Usage], into: Usage) -> Usage:
-    """`into`, set to the sum of `usages` (several answers billed as one: Chat's `n` on Claude); final once all are."""
+    """`into`, set to the sum of `usages` (several answers billed as one: Chat's `n` on Claude); final once all are,
+    estimated where one is."""
     for name in _COUNTS:
         setattr(into, name, sum(getattr(usage, name) for usage in usages))
     into.service_tier, into.inference_geo = usages[0].service_tier, usages[0].inference_geo
     into.fast = any(usage.fast for usage in usages)
     into.final = all(usage.final for usage in usages)
+    into.estimated = any(usage.estimated for usage in usages)
     return into
 
 

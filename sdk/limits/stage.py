@@ -430,6 +430,8 @@ class LimitsStage:
             usage.web_searches, usage.file_searches, usage.images = counted.web_searches, counted.file_searches, counted.images
             usage.containers = counted.containers
             ctx.usage_estimated = estimated = True
+        elif usage is not None and usage.estimated:  # counted by the gateway where it ended the stream (a stop it applies)
+            ctx.usage_estimated = estimated = True
         if usage is not None and _fast(ctx.request):
             usage.fast = True  # billed at fast mode's rates; the usage does not say so
         self._charge_reads(ctx, admission, ctx.abandoned, history)

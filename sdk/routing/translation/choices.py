@@ -56,9 +56,10 @@ class ChatAnswers:
             body = chat_custom.answered(body, self.custom) if self.custom else body
             answer.body = legacy_functions.answered(body) if self.legacy else body
             return None
-        chunks = AnthropicToOpenAI(self.include_usage, self.prefill, self.stops, index, ending)
+        chunks = AnthropicToOpenAI(self.include_usage, self.prefill, self.stops, index, ending, answer.usage)
         custom: Translator = chat_custom.CustomChunks(chunks, self.custom) if self.custom else chunks
-        answer.events = translated_events(answer.events, legacy_functions.LegacyChunks(custom) if self.legacy else custom)
+        answer.events = translated_events(answer.events, legacy_functions.LegacyChunks(custom) if self.legacy else custom,
+                                          chunks.cutter)
         return chunks
 
 

@@ -102,7 +102,7 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "max_tokens": Field(T, "max_tokens (as max_completion_tokens; default when neither is sent: 8192; 4096 for Claude 3 "
                                "models, their most)"),
         "stop": Field(T, "stop_sequences (whitespace-only ones such as `\\n`, which Claude refuses, are applied by the gateway: "
-                             "the answer is cut where one first appears, finish_reason stop)"),
+                             "the answer is cut where one first appears, finish_reason stop; a stream's Claude call closed there)"),
         "stream": Field(T, "stream"),
         "stream_options": Field(T, "include_usage: the usage chunk is built from Anthropic's usage"),
         # 1 is both protocols' default for each; Claude 4.1 and later refuse the two together, so a default is not sent.
@@ -197,7 +197,8 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         # an empty list stops nothing; sent as `stop: []`, a reasoning model answers the parameter with a 400
         "stop_sequences": Field(T, "stop; for a reasoning model (o-series, gpt-5), which takes none, and beyond OpenAI's 4, "
                                    "applied by the gateway: the answer is cut where one first appears, stop_reason "
-                                   "stop_sequence naming it, as Claude's (the model writes on past it, billed)", ([],)),
+                                   "stop_sequence naming it, as Claude's (a stream's upstream call closed there; a body's model writes on past "
+                                   "it, billed)", ([],)),
         "stream": Field(T, "stream (with stream_options.include_usage, so usage stays exact)"),
         "temperature": Field(T, "temperature (dropped for a reasoning model, o-series and gpt-5, which samples as it does "
                                 "and refuses it; gpt-5.1 to 5.5 take it at reasoning effort none, which is then sent: dropped "

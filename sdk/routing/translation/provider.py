@@ -127,8 +127,9 @@ class TranslatingProvider:
                 answer.body = warmed(answer.body)
             return answer
         assert count is not None
-        to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops)
-        answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic)
+        to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops,
+                                         answer.usage)
+        answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic, to_anthropic.cutter)
         return answer
 
     def _prepared(self, request: LLMRequest) -> _Prepared:

@@ -4,11 +4,17 @@ Claude answers a whitespace-only stop sequence (`"\\n"`, which completion-style 
 get one line) with a 400 ("each stop sequence must contain non-whitespace"), where OpenAI's APIs take
 it. Such a stop is not sent: the gateway cuts the answer where one first appears, as OpenAI would have
 stopped there (`finish_reason: "stop"`, nothing after it: neither text nor tool calls). An empty stop
-string stops nothing and is left out. The usage stays the upstream's: what Claude wrote and billed.
+string stops nothing and is left out.
 The other way, a Messages request's stop sequences an OpenAI model would refuse (any, to a reasoning model, which
 takes none; more than OpenAI's 4) are the gateway's too, all of them (OpenAI does not say which of its own ended an
 answer): the answer is cut where one first appears and ends `stop_reason: "stop_sequence"`, naming it, as Claude's
-(`openai_stops`). The model writes on past the stop, billed as it is written.
+(`openai_stops`).
+
+A stream ends at the stop, as the provider's own would: the client gets the answer's end at once and the upstream
+call is closed there (streams.translated_events), so the model stops writing, and being billed, past it; the usage is
+the gateway's count of what the model wrote up to the cut (the input its message_start said, the text counted as
+sdk/stream_tally.py counts a stream the client left), charged marked `estimated`. A body is known only once the model
+has finished: it is cut, and its usage is the upstream's, all the model wrote and billed.
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ Each is a small state machine fed one complete SSE event at a time, returning th
 upstream reports usage only at the end: counting.py), Anthropic's closing `message_delta` the
 upstream's full usage (the SDKs overwrite message_start's numbers with it), and an OpenAI client that asked for
 `stream_options.include_usage` gets its usage chunk before `[DONE]`.
+
+A stream that meets a stop sequence the gateway applies (stops.py) ends there: the translator sends the answer's end
+at once (finish_reason `stop`, stop_reason `stop_sequence` naming it, the usage) and `translated_events` closes the
+upstream before that end goes out, so the model stops writing, and being billed, for text the client would never see.
+The usage is then the gateway's count of what the model wrote up to the cut (its text, counted as a stream the client
+left is: sdk/stream_tally.py), written into the stream's `Usage`, which is charged marked `estimated`.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
 from sdk.routing.translation.web_search import url_citations
 from sdk.sse import event_data, events_of
+from sdk.stream_tally import StreamTally
 from sdk.streams import close_after
-from sdk.types import Protocol, Usage
+from sdk.types import Endpoint, Protocol, Usage
 from sdk.usage import merge_anthropic_usage
 
 _ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
@@ -62,13 +69,47 @@ def read_chunk(event: bytes) -> dict[str, Any] | ChunkError | None:
     return chunk
 
 
-class OpenAIToAnthropic:
+class _EndsAtStops:
+    """A translator that applies stop sequences the upstream was not sent: once one appears, `feed` returns the
+    answer's end (`_cut`) and nothing after it. What the model wrote is tallied for the usage of that end (`written`), and
+    the count goes into the upstream stream's usage (`billed`, the one charged)."""
+
+    def __init__(self, stops: tuple[str, ...], endpoint: Endpoint, billed: Usage | None) -> None:
+        self.cutter = StopCutter(stops)
+        self.written = StreamTally(endpoint) if stops else None  # the upstream's events, counted only at a stop
+        self.billed = billed
+        self.ended = False  # a stop was met: the answer's end is sent, the upstream is to be closed
+
+    def feed(self, event: bytes) -> list[bytes]:
+        if self.ended:
+            return []  # the answer ended at a stop: what the upstream sent with it is past that
+        if self.written is not None:
+            self.written.observe(event)
+        out = self._fed(event)
+        return out + self._cut() if self.cutter.hit else out
+
+    def _fed(self, event: bytes) -> list[bytes]:
+        raise NotImplementedError
+
+    def _cut(self) -> list[bytes]:
+        raise NotImplementedError
+
+    def _written(self, protocol: Protocol) -> int:
+        """The output tokens the model wrote up to the stop, counted (the upstream's usage is never to come)."""
+        assert self.written is not None
+        self.ended = True
+        return self.written.output_tokens(protocol)
+
+
+class OpenAIToAnthropic(_EndsAtStops):
     """Feeds on an OpenAI chunk stream (from an OpenAI target), yields Anthropic events."""
 
-    def __init__(self, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None, stops: tuple[str, ...] = ()) -> None:
+    def __init__(self, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None, stops: tuple[str, ...] = (),
+                 billed: Usage | None = None) -> None:
         self.extra = extra or {}  # fields message_start's message carries besides the usual (bodies.extra_o2a)
         self.names = names or {}  # the client's tool names the upstream knows by shorter ones (tool_ids.py)
-        self.cutter = StopCutter(stops)  # the stop sequences the model would refuse: the gateway's (stops.openai_stops)
+        super().__init__(stops, Endpoint.CHAT_COMPLETIONS, billed)  # the stop sequences the model would refuse (stops.openai_stops)
+        self.tier: Any = None  # the upstream's `service_tier`, which every chunk names
         self.started = False
         self.block = -1  # index of the last Anthropic content block opened
         self.open = False  # that block is still open
@@ -81,7 +122,7 @@ class OpenAIToAnthropic:
         self.usage: dict[str, Any] = {"output_tokens": 0}
         self.input_tokens = 0  # what message_start says the input is: the gateway's count (counting.py)
 
-    def feed(self, event: bytes) -> list[bytes]:
+    def _fed(self, event: bytes) -> list[bytes]:
         chunk = read_chunk(event)
         if chunk is None:
             return []
@@ -90,6 +131,7 @@ class OpenAIToAnthropic:
         if isinstance(chunk, ChunkError):
             return [error_event(Protocol.ANTHROPIC, chunk.status, chunk.message)]
         out: list[bytes] = []
+        self.tier = chunk.get("service_tier", self.tier)
         if not self.started:
             self.started = True
             # The cache's numbers come with the upstream's usage, at the end (message_delta's, which the SDKs take over
@@ -114,8 +156,6 @@ class OpenAIToAnthropic:
             if choice.get("finish_reason"):
                 stop = stop_o2a(choice, self.refused, bool(self.tools or self.order.held))
                 self.stop_reason, self.stop_sequence = stop["stop_reason"], stop["stop_sequence"]
-            if self.cutter.hit:
-                self.stop_reason, self.stop_sequence = "stop_sequence", self.cutter.matched
         if isinstance(chunk.get("usage"), dict):
             self.usage = usage_o2a(chunk["usage"], chunk.get("service_tier"))
         return out
@@ -156,6 +196,19 @@ class OpenAIToAnthropic:
         self.open, self.text_block = False, None
         return [_anthropic_event({"type": "content_block_stop", "index": self.block})]
 
+    def _cut(self) -> list[bytes]:
+        """The answer's end where a stop the gateway applies appeared: now, with the usage the gateway counts (the input
+        message_start said, the text the model wrote up to here), not once the model stops on its own."""
+        self.stop_reason, self.stop_sequence = "stop_sequence", self.cutter.matched
+        written = self._written(Protocol.OPENAI)
+        self.usage = usage_o2a({"prompt_tokens": self.input_tokens, "completion_tokens": written}, self.tier)
+        if self.billed is not None:
+            if not self.billed.total_input_tokens:
+                self.billed.input_tokens = self.input_tokens
+            self.billed.output_tokens = max(self.billed.output_tokens, written)
+            self.billed.estimated = True
+        return self._finish()
+
     def _finish(self) -> list[bytes]:
         delta = {"type": "message_delta", "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}, "usage": self.usage}
         if "context_management" in self.extra:  # where Anthropic's stream says what context editing applied
@@ -164,11 +217,11 @@ class OpenAIToAnthropic:
         return held + self._close_block() + [_anthropic_event(delta), _anthropic_event({"type": "message_stop"})]
 
 
-class AnthropicToOpenAI:
+class AnthropicToOpenAI(_EndsAtStops):
     """Feeds on an Anthropic event stream (from an Anthropic target), yields OpenAI chunks."""
 
     def __init__(self, include_usage: bool, prefill: str | None = None, stops: tuple[str, ...] = (), index: int = 0,
-                 ending: bool = True) -> None:
+                 ending: bool = True, billed: Usage | None = None) -> None:
         self.include_usage = include_usage
         # The choice this answer is (Chat's `n` > 1, one Claude request per choice: choices.py); with `ending` False
         # the stream's end (the usage chunk, `[DONE]`) is left to the merge of the choices.
@@ -177,7 +230,7 @@ class AnthropicToOpenAI:
         # is the answer's start, and a code fence around the answer is taken off.
         self.prefill = prefill or ""
         self.fence = Unfencer() if prefill is not None else None
-        self.cutter = StopCutter(stops)  # the Chat stops Claude refuses, applied here (stops.py)
+        super().__init__(stops, Endpoint.MESSAGES, billed)  # the Chat stops Claude refuses, applied here (stops.py)
         self.id = ""
         self.model = ""
         self.created = int(time.time())
@@ -203,7 +256,7 @@ class AnthropicToOpenAI:
         annotations = url_citations(citations, start, self.sent)
         return [self._chunk({"annotations": annotations})] if annotations else []
 
-    def feed(self, event: bytes) -> list[bytes]:
+    def _fed(self, event: bytes) -> list[bytes]:
         data = event_data(event)
         if not data:
             return []
@@ -216,8 +269,6 @@ class AnthropicToOpenAI:
             self.tier = service_tier_a2o(message.get("usage"))  # the tier it is served on, which every chunk names
             merge_anthropic_usage(self.usage, message.get("usage"))
             return [self._chunk({"role": "assistant", "content": self.prefill, "refusal": None})]
-        if kind in ("content_block_start", "content_block_delta", "content_block_stop") and self.cutter.hit:
-            return []  # a stop the gateway applies ended the answer: nothing after it
         if kind == "content_block_start":
             block = payload.get("content_block") or {}
             if block.get("type") == "text":
@@ -259,7 +310,7 @@ class AnthropicToOpenAI:
             merge_anthropic_usage(self.usage, payload.get("usage"))
             reason = (payload.get("delta") or {}).get("stop_reason")
             if reason:
-                self.finish_reason = "stop" if self.cutter.hit else A2O_STOP.get(reason, "stop")
+                self.finish_reason = A2O_STOP.get(reason, "stop")
             return []
         if kind == "message_stop":
             self.finished = True
@@ -269,6 +320,17 @@ class AnthropicToOpenAI:
             status = _ANTHROPIC_ERROR_STATUS.get(str(error.get("type")), 500)
             return [error_event(Protocol.OPENAI, status, error.get("message") or "upstream error")]
         return []  # ping, and event types this translation does not carry (tolerated, as the protocol asks)
+
+    def _cut(self) -> list[bytes]:
+        """The answer's end where a stop the gateway applies appeared: now, with the usage the gateway counts (the input
+        message_start said, the text Claude wrote up to here), not once Claude stops on its own."""
+        self.finished, self.finish_reason = True, "stop"
+        written = self._written(Protocol.ANTHROPIC)
+        self.usage.output_tokens = max(self.usage.output_tokens, written)
+        if self.billed is not None:
+            self.billed.output_tokens = max(self.billed.output_tokens, written)
+            self.billed.estimated = True
+        return [*self._citations(), self._chunk({}, self.finish_reason), *(self.end(self.usage) if self.ending else ())]
 
     def end(self, usage: Usage) -> list[bytes]:
         """The stream's end: the usage chunk (`usage`, when the client asked for it), then `[DONE]`."""
@@ -283,12 +345,22 @@ class Translator(TypingProtocol):
     def feed(self, event: bytes) -> list[bytes]: ...
 
 
-async def translated_events(events: AsyncIterator[bytes], translator: Translator) -> AsyncIterator[bytes]:
-    """Each item's events fed through `translator`; what one item yields leaves as one item."""
+async def translated_events(events: AsyncIterator[bytes], translator: Translator,
+                            cutter: StopCutter | None = None) -> AsyncIterator[bytes]:
+    """Each item's events fed through `translator`; what one item yields leaves as one item. `cutter`: the stops the
+    translator applies; once one is met the translator has ended the answer, and `events` (the upstream) is closed
+    before that end is sent, not read on while the model writes past the stop."""
+    out: list[bytes] = []
     try:
         async for item in events:
             out = [translated for event in events_of(item) for translated in translator.feed(event)]
+            if cutter is not None and cutter.hit:
+                break
             if out:
                 yield b"".join(out)
+        else:
+            return
     finally:
         await close_after(events)
+    if out:
+        yield b"".join(out)  # the answer's end at the stop, its upstream closed
