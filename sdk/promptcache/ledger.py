@@ -147,9 +147,14 @@ class Ledger:
         self._remembered: deque[tuple[Scope, Snapshot]] = deque()
 
     def scope(self, protocol: str, model: str, cache_key: str = "") -> Scope:
+        """The scope, made if new; past MAX_SCOPES the least recently used goes (the first made went, however
+        busy: a team's many OpenAI cache keys dropped its Claude scope, and the prefixes its conversations had
+        written with it, again and again)."""
         key = (protocol, model, cache_key)
-        found = self.scopes.get(key)
-        if found is None:
+        found = self.scopes.pop(key, None)
+        if found is not None:
+            self.scopes[key] = found  # the most recently used last
+        else:
             if len(self.scopes) >= self.MAX_SCOPES:
                 dropped = self.scopes.pop(next(iter(self.scopes)))
                 self.history_chars -= sum(snapshot.chars for snapshot in dropped.history)
