@@ -67,7 +67,8 @@ def main() -> None:
         features = tokenizer(a, b, padding=True, truncation=True, max_length=96, return_tensors="pt")
         hidden = model(**features).last_hidden_state
         mask = features["attention_mask"].unsqueeze(-1).float()
-        return head((hidden * mask).sum(1) / mask.sum(1)).squeeze(-1)
+        scores: torch.Tensor = head((hidden * mask).sum(1) / mask.sum(1)).squeeze(-1)
+        return scores
 
     parameters = [module.get_parameter(n) for module in adapted.values() for n in ("down", "up")] + list(head.parameters())
     optimizer = torch.optim.AdamW(parameters, lr=1e-3, weight_decay=0.01)

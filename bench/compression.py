@@ -87,9 +87,9 @@ def build_cases(count: int, sizes: list[int], seed: int, kinds: tuple[str, ...] 
     return cases, [s for s in SOURCES if s not in available]
 
 
-def request(case: Case, position: str) -> dict:
+def request(case: Case, position: str) -> dict[str, Any]:
     q = case.needle.question
-    body: dict = {"model": "claude-bench", "max_tokens": 64}
+    body: dict[str, Any] = {"model": "claude-bench", "max_tokens": 64}
     if position == "system":
         body["system"] = ("You are a support assistant for our engineering organisation. Answer using only the reference "
                           "material below, and say so when it does not contain the answer.\n\nReference material:\n\n" + case.document)
@@ -110,7 +110,7 @@ def request(case: Case, position: str) -> dict:
     return body
 
 
-def compressor(settings: dict, tmp: Path):
+def compressor(settings: dict[str, Any], tmp: Path):
     """The team's Compressor, built from a policy exactly as the stage is (None: the code rejects the settings)."""
     from sdk.compression.stage import build_compression
     from sdk.errors import PolicyError
@@ -134,7 +134,7 @@ def compressor(settings: dict, tmp: Path):
     return stage.compressor
 
 
-def _sent_text(body: dict) -> str:
+def _sent_text(body: dict[str, Any]) -> str:
     return json.dumps({"system": body.get("system"), "messages": body["messages"]}, ensure_ascii=False)
 
 
@@ -175,8 +175,8 @@ async def evaluate(run, cases: list[Case], position: str, show_misses: bool = Fa
     }
 
 
-def _settings(names: list[str]) -> dict[str, dict]:
-    chosen: dict[str, dict] = {}
+def _settings(names: list[str]) -> dict[str, dict[str, Any]]:
+    chosen: dict[str, dict[str, Any]] = {}
     for name in names:
         if name.startswith("ratio="):
             chosen[name] = {"documents": {"ratio": float(name.split("=", 1)[1])}}

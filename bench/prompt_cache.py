@@ -43,7 +43,7 @@ INSTRUCTIONS = "You are the build agent of ACME. Use the tools to inspect and fi
 DOCUMENT = "ACME engineering handbook. " + "Section: builds are hermetic and reproducible; caches are keyed by inputs. " * 250
 
 
-def _tools(rng: random.Random) -> list[dict]:
+def _tools(rng: random.Random) -> list[dict[str, Any]]:
     tools = []
     for name in ("read_file", "write_file", "run_tests", "grep", "list_dir"):
         props = {f"{name}_arg_{i}": {"type": "string", "description": f"argument {i} of {name} " * 6} for i in range(12)}
@@ -64,13 +64,13 @@ def _conversation_turns(conv: int) -> list[int]:
     return [1, 2, 12, 1, 3] if conv == 0 else [1, 2, 1, 3, 1]
 
 
-def workload(conversations: int, seed: int = 7) -> list[list[dict]]:
+def workload(conversations: int, seed: int = 7) -> list[list[dict[str, Any]]]:
     """Per conversation, the request bodies in order (each turn: a request per tool step)."""
     rng = random.Random(seed)
     step = 0
     out = []
     for conv in range(conversations):
-        messages: list[dict] = [{"role": "user", "content": [
+        messages: list[dict[str, Any]] = [{"role": "user", "content": [
             {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": DOCUMENT}},
             {"type": "text", "text": f"Task {conv}: fix the flaky build in module {conv}."}]}]
         bodies = []
@@ -94,7 +94,7 @@ def workload(conversations: int, seed: int = 7) -> list[list[dict]]:
     return out
 
 
-def litellm_markers(body: dict) -> dict:
+def litellm_markers(body: dict[str, Any]) -> dict[str, Any]:
     """Marker on the system message and on the last message, as LiteLLM's injection points do."""
     body = dict(body)
     body["system"] = [{"type": "text", "text": body["system"], "cache_control": {"type": "ephemeral"}}]
@@ -106,7 +106,7 @@ def litellm_markers(body: dict) -> dict:
     return body
 
 
-async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path) -> dict:
+async def run_mode(url: str, mode: str, convs: list[list[dict[str, Any]]], directory: Path) -> dict[str, Any]:
     team = f"bench-{mode}"
     extra = {"as-written": "{enabled: false}", "litellm": "{enabled: false}", "advice": "{reorder: false}",
              "slipstream": "{reorder: true}"}[mode]
@@ -140,7 +140,7 @@ async def run_mode(url: str, mode: str, convs: list[list[dict]], directory: Path
     return totals
 
 
-def possible_reads(sent: list[dict], minimum: int = 1024) -> int:
+def possible_reads(sent: list[dict[str, Any]], minimum: int = 1024) -> int:
     """Ideal reads: longest shared prefix with any earlier request (moved tail excluded)."""
     seen: list[list[int]] = []
     total = 0

@@ -120,7 +120,7 @@ sys.exit(main(sys.argv[2:]))
 class Proxy:
     label: str
     tree: Path
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     target: Target
     prefix: Path  # of the files the proxy writes at the end of each window (_SERVE)
     cpu_us: dict[str, list[float]] = field(default_factory=dict)
@@ -143,7 +143,7 @@ def label_of(tree: Path) -> str:
     return f"{tree.name}@{sha}{'+dirty' if dirty else ''}"
 
 
-def start_proxy(tree: Path, policy: Path, prefix: Path, label: str) -> tuple[subprocess.Popen, int]:
+def start_proxy(tree: Path, policy: Path, prefix: Path, label: str) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     cmd = [PY, "-c", _SERVE, str(prefix), "serve", "--policy", str(policy), "--port", str(port)]
     # A data directory of its own (the response store, spend records, ownership): shared with the other
@@ -371,7 +371,7 @@ def main() -> None:
         parser.error("--latency and --include-usage measure chat only")
     uvloop.install()
     modes = [False, True] if args.mode == "both" else [args.mode == "stream"]
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     workdir = args.out or Path(tempfile.mkdtemp(prefix="slipstream-cpu-"))
     workdir.mkdir(parents=True, exist_ok=True)
     checkouts = [workdir / f"ref-{ref}" for ref in args.ref]

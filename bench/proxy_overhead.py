@@ -41,7 +41,8 @@ BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello i
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
 def wait_ready(url: str, timeout_s: float = 60) -> None:
@@ -60,7 +61,7 @@ def wait_ready(url: str, timeout_s: float = 60) -> None:
     raise RuntimeError(f"{url} never answered")
 
 
-def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """The process in its own session, its log in an unnamed temporary file (kept while the process
     runs): a pipe nobody reads fills after 64 KiB and then blocks the process's next log line (the
     isolation benchmark's proxy hung so after ~350 requests that each logged a line)."""
@@ -69,7 +70,7 @@ def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen
                                 start_new_session=True)
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=10)
@@ -184,7 +185,7 @@ def write_policy(workdir: Path, emu_port: int) -> Path:
     return policy
 
 
-def emulator_process(port: int, ttft_ms: float) -> subprocess.Popen:
+def emulator_process(port: int, ttft_ms: float) -> subprocess.Popen[bytes]:
     code = (
         "from emulator.app import EmulatorConfig, serve;"
         f"serve('127.0.0.1', {port}, EmulatorConfig(ttft_base_ms={ttft_ms}, default_output_tokens=16))"
@@ -203,7 +204,7 @@ def main() -> None:
     parser.add_argument("--only-traced", action="store_true", help="with --traced: only the tracing on vs off comparison")
     args = parser.parse_args()
     uvloop.install()
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     workdir = Path(tempfile.mkdtemp(prefix="slipstream-bench-"))
     try:
         emu_port, proxy_port = free_port(), free_port()

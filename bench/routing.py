@@ -82,10 +82,11 @@ def serve_emulator(port: int, rate: float, jitter: float) -> None:
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
-def start_emulator(rate: float, jitter: float) -> tuple[subprocess.Popen, str]:
+def start_emulator(rate: float, jitter: float) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, __file__, "--serve-emulator", str(port), "--fault-rate", str(rate),
                              "--ttft-jitter", str(jitter)],
@@ -105,7 +106,8 @@ def start_emulator(rate: float, jitter: float) -> tuple[subprocess.Popen, str]:
 def upstream_requests(url: str) -> int:
     import json
 
-    return json.load(urllib.request.urlopen(f"{url}/_emulator/stats"))["requests_total"]
+    stats: dict[str, int] = json.load(urllib.request.urlopen(f"{url}/_emulator/stats"))
+    return stats["requests_total"]
 
 
 @dataclass

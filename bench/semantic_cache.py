@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def _request(question: str):
     return LLMRequest(Endpoint.MESSAGES, body)
 
 
-def _answer(question: str) -> dict:
+def _answer(question: str) -> dict[str, Any]:
     return {"type": "message", "role": "assistant", "content": [{"type": "text", "text": question}], "stop_reason": "end_turn", "usage": {}}
 
 
@@ -72,12 +72,12 @@ class _KnownVectors:
         return self.vectors[text] if text in self.vectors else await self.embedder.embed(text, *tenant)
 
 
-async def _lookups(cache, team: str, questions: list[str], concurrency: int, min_precision: float) -> list[dict]:
+async def _lookups(cache, team: str, questions: list[str], concurrency: int, min_precision: float) -> list[dict[str, Any]]:
     from sdk.cache.keys import cache_keys
 
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(question: str) -> dict:
+    async def one(question: str) -> dict[str, Any]:
         async with gate:
             keys = cache_keys(team, _request(question))
             started = time.perf_counter()
@@ -156,10 +156,11 @@ def baseline_tree(ref: str, into: Path) -> Path:
     return into / "tree"
 
 
-def run_child(tree: Path, workload: Path, out: Path, concurrency: int) -> dict:
+def run_child(tree: Path, workload: Path, out: Path, concurrency: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     subprocess.run([sys.executable, __file__, "--child", str(workload), str(out), "--concurrency", str(concurrency)], env=env, check=True)
-    return json.loads(out.read_text())
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +171,7 @@ class Score:
     hit_rate: float
 
 
-def score(rows: list[list], workload) -> Score:
+def score(rows: list[list[Any]], workload) -> Score:
     hits = [(question, served) for question, served, _ in rows if served is not None]
     right = sum(workload.correct(q, s) for q, s in hits)
     answerable = sum(workload.answerable(q) for q, _, _ in rows)

@@ -39,6 +39,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
@@ -49,7 +50,7 @@ MODEL = "claude-sonnet-4-5"
 KEY = "sk-bench"
 
 
-def body(question: str) -> dict:
+def body(question: str) -> dict[str, Any]:
     # What a plain client sends: the emulator's answer (48 tokens) ends on its own well under 256, so it is stored.
     return {"model": MODEL, "max_tokens": 256, "temperature": 0, "messages": [{"role": "user", "content": question}]}
 

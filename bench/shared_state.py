@@ -35,6 +35,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import uvloop
@@ -57,7 +58,7 @@ def policies(directory: Path, emulator_port: int, rpm: int) -> Path:
     return directory
 
 
-def replicas(policy_dir: Path, state_url: str | None, n: int) -> tuple[list, list[str]]:
+def replicas(policy_dir: Path, state_url: str | None, n: int) -> tuple[list[Any], list[str]]:
     procs, urls = [], []
     for _ in range(n):
         port = free_port()
@@ -108,7 +109,7 @@ async def burst(urls: list[str], key: str, n: int) -> None:
         await asyncio.gather(*(post(session, urls[i % len(urls)], key) for i in range(n)))
 
 
-def limits(urls: list[str], rpm: int, seconds: float) -> dict:
+def limits(urls: list[str], rpm: int, seconds: float) -> dict[str, Any]:
     asyncio.run(burst(urls, "sk-limited", rpm * 3 + 50))  # spend every replica's initial burst
     results = asyncio.run(open_loop(urls, "sk-limited", 3 * rpm / 60, seconds))
     admitted = sum(status == 200 for _, status, _ in results)
@@ -150,7 +151,7 @@ def second_turn(i: int) -> bytes:
 
 
 async def paired(local: tuple[str, int], shared: tuple[str, int], n: int, concurrency: int, body=lambda i: BODY,
-                 elsewhere: str | None = None) -> dict:
+                 elsewhere: str | None = None) -> dict[str, Any]:
     """Each worker alternates one request to the in-process replica and one to the Redis replica, so
     machine noise falls on both alike; also the proxies' own `x-slipstream-overhead-ms`, their CPU
     time per request (less noisy than latency on a busy machine), and how the Redis replica admitted.
@@ -198,7 +199,7 @@ async def paired(local: tuple[str, int], shared: tuple[str, int], n: int, concur
             "admissions": {how: how_after.get(how, 0) - how_before.get(how, 0) for how in how_after}}
 
 
-async def admit_alone(state_url: str, n: int, concurrency: int) -> dict:
+async def admit_alone(state_url: str, n: int, concurrency: int) -> dict[str, Any]:
     """p50 ms of `GuardedState.admit` (one rate, one cap, far from both) with its settlement, in this
     process, as a request sees it (granted ahead after the first); and of the checked admission's
     round trip alone (`RedisState.admit`: the script in Redis, what a request near its limit waits).
@@ -238,7 +239,7 @@ async def admit_alone(state_url: str, n: int, concurrency: int) -> dict:
             **{f"{name}_p99_ms": pct(values, 0.99) for name, values in seen.items()}, "redis_answered_all": up}
 
 
-def outage(urls: list[str], server: RedisServer, rate: float, outage_s: float) -> dict:
+def outage(urls: list[str], server: RedisServer, rate: float, outage_s: float) -> dict[str, Any]:
     lead = 5.0
 
     async def kill_and_restart() -> None:

@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "faiss", "sentence_transformers", "transformers")
@@ -57,10 +58,11 @@ def import_times(runs: int, policy: str) -> None:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
-def _get(url: str) -> tuple[int, dict]:
+def _get(url: str) -> tuple[int, dict[str, Any]]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return response.status, json.loads(response.read())

@@ -18,6 +18,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -36,7 +37,7 @@ RATE, CAP = Rate("limit:{bench}:rpm", 1e9, 1), Cap("limit:{bench}:conc", 1_000_0
 SPEND = SpendRecord(0.001, (("spend:{bench}:day:x", 86_400), ("spend:{bench}:month:x", 2_678_400)), ("total", "key:k", "model:m"))
 
 
-async def cpu_us_per_request(url: str, requests: int, concurrency: int) -> dict:
+async def cpu_us_per_request(url: str, requests: int, concurrency: int) -> dict[str, Any]:
     state = open_state(url)
 
     async def caller(count: int) -> None:

@@ -31,12 +31,12 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from opentelemetry.sdk.trace import SpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
 from emulator.testing import running_emulator  # noqa: E402
@@ -52,7 +52,7 @@ BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello i
 
 
 class DroppingExporter(SpanExporter):
-    def export(self, spans: Sequence) -> SpanExportResult:
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
 
 
@@ -87,7 +87,7 @@ async def end_to_end(runtime: TeamRuntime, sinks: list[Sink | ProcessSink | None
     return [statistics.median(group) for group in times]
 
 
-def otlp_sink_process() -> tuple[subprocess.Popen, str]:
+def otlp_sink_process() -> tuple[subprocess.Popen[bytes], str]:
     """bench/otlp_sink.py on a free port: the export process's collector."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -145,7 +145,7 @@ async def encoding(requests: int) -> tuple[float, float]:
 
     class Keep:
         def __init__(self) -> None:
-            self.items: list = []
+            self.items: list[Any] = []
 
         def on_end(self, span) -> None:
             self.items.append(span)

@@ -173,7 +173,7 @@ def _ttl_of(cc: Any, path: str) -> str:
     ttl = cc.get("ttl", "5m")
     if ttl is None:
         ttl = "5m"
-    if ttl not in TTL_SECONDS:
+    if not isinstance(ttl, str) or ttl not in TTL_SECONDS:
         raise CacheError(f"{path}.cache_control.ttl: Input should be '5m' or '1h'")
     return ttl
 

@@ -25,8 +25,10 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from litestar.connection import ASGIConnection
+from litestar.datastructures import State
 from litestar.handlers.base import BaseRouteHandler
 
 from gateway.refusals import auth_failure, client_address
@@ -58,7 +60,7 @@ class LoginThrottle:
             return 0.0
         if count < self.free_failures:
             return 0.0
-        return max(0.0, last + min(self.max_s, self.base_s * 2 ** (count - self.free_failures)) - now)
+        return max(0.0, last + min(self.max_s, self.base_s * 2.0 ** (count - self.free_failures)) - now)
 
     def failed(self, source: str) -> None:
         count, _ = self._failures.pop(source, (0, 0.0))  # re-inserted last: oldest first
@@ -141,7 +143,7 @@ class AdminKey:
         return hmac.new(self._digest, f"slipstream-ui:{session}".encode(), hashlib.sha256).hexdigest()
 
 
-def admin_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+def admin_guard(connection: ASGIConnection[Any, Any, Any, State], _: BaseRouteHandler) -> None:
     """Litestar guard: the app's `state.admin_key` must accept the request's Authorization header."""
     admin: AdminKey = connection.app.state.admin_key
     admin.check(connection.headers.get("authorization"), client_address(connection.scope), connection.scope["path"])

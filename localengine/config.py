@@ -64,7 +64,8 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device, checkpoint_dty
         # CPUs run fp32 matmuls fastest and keep greedy results comparable to reference models.
         if device.type == "cpu" or checkpoint_dtype in (None, "float32"):
             return torch.float32
-        return getattr(torch, checkpoint_dtype)
+        named: torch.dtype = getattr(torch, checkpoint_dtype)  # a checkpoint's torch_dtype names one: "bfloat16"
+        return named
     names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
     if dtype not in names:

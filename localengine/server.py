@@ -155,7 +155,8 @@ async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
 
 
 def _tenant(scope: Scope) -> str:
-    for name, value in scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = scope["headers"]  # ASGI's raw header pairs
+    for name, value in headers:
         if name == TENANT_HEADER:
             return "h:" + value.decode("latin-1")
     client = scope.get("client")

@@ -120,7 +120,8 @@ class Embedder:
     async def embed(self, text: str, tenant: str = "") -> np.ndarray:
         """One text's embedding, shape (DIMENSION,), computed in a batch with whatever else is queued."""
         vectors, _ = await self._submit(_Job([text], Future(), tenant))
-        return vectors[0]
+        vector: np.ndarray = vectors[0]
+        return vector
 
     async def embed_counted(self, texts: list[str], tenant: str = "") -> tuple[np.ndarray, list[int]]:
         """Several texts' embeddings, shape (len(texts), DIMENSION), and each text's token count
@@ -291,7 +292,8 @@ def _onnx_forward(bert: torch.nn.Module, example: dict[str, torch.Tensor]) -> Fo
             self.bert = bert
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden: torch.Tensor = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return hidden
 
     names = ("input_ids", "attention_mask", "last_hidden_state")
     graph = io.BytesIO()

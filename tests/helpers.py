@@ -147,7 +147,8 @@ def spend_report(proxy: RunningServer, key: str) -> dict[str, Any]:
     """`GET /v1/slipstream/spend` as team `key`."""
     answer = httpx.get(f"{proxy.url}/v1/slipstream/spend", headers={"authorization": f"Bearer {key}"})
     answer.raise_for_status()
-    return answer.json()
+    report: dict[str, Any] = answer.json()
+    return report
 
 
 def held_while_streaming(proxy: RunningServer, key: str, body: dict[str, Any], beside: dict[str, Any]) -> float:

@@ -162,7 +162,7 @@ def simulated(llm: Any, prompts: list[list[int]], rounder: Rounder) -> list[list
         forward = attn.forward
 
         def rounded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any, *, i: int = i,
-                    forward: Any = forward) -> torch.Tensor:
+                    forward: Callable[..., torch.Tensor] = forward) -> torch.Tensor:
             rk, rv = rounder(i, k, v)
             return forward(q, rk, rv, meta)
 
@@ -222,7 +222,8 @@ def decode_rate(llm: Any, prompts: list[list[int]], tokens: int) -> float:
     firsts = [o.metrics.first_token_time for o in outs]
     lasts = [o.metrics.last_token_time for o in outs]
     decoded = sum(len(o.outputs[0].token_ids) - 1 for o in outs)
-    return decoded / (max(lasts) - max(firsts))
+    elapsed: float = max(lasts) - max(firsts)
+    return decoded / elapsed
 
 
 def run_speed(runs: int, tokens: int) -> None:

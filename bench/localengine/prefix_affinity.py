@@ -38,6 +38,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -48,10 +49,11 @@ STRATEGIES = ("prefix_affinity", "least_busy", "weighted")
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
-def start_replicas(n: int, blocks: int) -> tuple[list[subprocess.Popen], list[int]]:
+def start_replicas(n: int, blocks: int) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     ports = [free_port() for _ in range(n)]
     procs = [subprocess.Popen([sys.executable, "-m", "gateway.cli", "engine", "serve", "--model", "demo",
@@ -121,7 +123,7 @@ semantic_cache: {{enabled: false}}
     return TeamRuntime.build(load_policy(Path(f.name)))
 
 
-async def one_turn(runtime, messages: list[dict], max_tokens: int) -> tuple[float, str]:
+async def one_turn(runtime, messages: list[dict[str, Any]], max_tokens: int) -> tuple[float, str]:
     """Time to the first content delta, and the answer's text."""
     import orjson
 

@@ -40,6 +40,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -84,7 +85,7 @@ CHAT_PROMPTS = [
     ("open", "Explain how a refrigerator keeps food cold."),
 ]
 
-DEMO_CONFIGS: list[tuple[str, dict | None]] = [
+DEMO_CONFIGS: list[tuple[str, dict[str, Any] | None]] = [
     ("no speculation", None),
     ("ngram k=4", {"method": "ngram", "num_speculative_tokens": 4, "adaptive": False}),
     ("ngram k=4 adaptive", {"method": "ngram", "num_speculative_tokens": 4}),
@@ -98,14 +99,14 @@ DEMO_CONFIGS: list[tuple[str, dict | None]] = [
     ("mlp_speculator k=6 adaptive", {"method": "mlp_speculator", "model": "demo-speculator",
                                      "num_speculative_tokens": 6}),
 ]
-SMOLLM2_CONFIGS: list[tuple[str, dict | None]] = [
+SMOLLM2_CONFIGS: list[tuple[str, dict[str, Any] | None]] = [
     ("no speculation", None),
     ("ngram k=4 adaptive", {"method": "ngram", "num_speculative_tokens": 4}),
     ("ngram k=8 adaptive", {"method": "ngram", "num_speculative_tokens": 8}),
 ]
 
 
-def smollm2_speculator_configs(path: str) -> list[tuple[str, dict | None]]:
+def smollm2_speculator_configs(path: str) -> list[tuple[str, dict[str, Any] | None]]:
     return [("mlp_speculator k=4", {"method": "mlp_speculator", "model": path, "num_speculative_tokens": 4,
                                     "adaptive": False}),
             ("mlp_speculator k=4 adaptive", {"method": "mlp_speculator", "model": path, "num_speculative_tokens": 4}),
@@ -185,7 +186,7 @@ def run_case(title: str, llms: dict[str, LLM], prompt_ids: list[list[int]], para
               f"| {mal} | {rate} | {drafts} | {cost} |")
 
 
-def selected(configs: list[tuple[str, dict | None]], only: list[str]) -> list[tuple[str, dict | None]]:
+def selected(configs: list[tuple[str, dict[str, Any] | None]], only: list[str]) -> list[tuple[str, dict[str, Any] | None]]:
     return [(name, spec) for name, spec in configs if spec is None or not only or any(word in name for word in only)]
 
 

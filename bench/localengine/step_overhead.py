@@ -145,7 +145,8 @@ def finish(child: subprocess.Popen[str], tree: Path) -> dict[str, Any]:
     out, err = child.communicate()
     if child.returncode:
         raise SystemExit(f"child failed in {tree}:\n{err[-3000:]}")
-    return json.loads(out.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 def extract(ref: str, into: Path) -> Path:

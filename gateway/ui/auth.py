@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Any
 
 from litestar.connection import ASGIConnection
-from litestar.datastructures import Cookie
+from litestar.datastructures import Cookie, State
 from litestar.handlers.base import BaseRouteHandler
 
 from gateway.admin import AdminKey
@@ -40,7 +41,7 @@ class NoAdminKey(SlipstreamError):
     status = 403
 
 
-async def authorize(connection: ASGIConnection) -> None:
+async def authorize(connection: ASGIConnection[Any, Any, Any, State]) -> None:
     """Raise NoAdminKey (none configured) or AuthenticationError unless the caller holds the key or a session."""
     admin: AdminKey = connection.app.state.admin_key
     if not admin.required:
@@ -52,7 +53,7 @@ async def authorize(connection: ASGIConnection) -> None:
         raise AuthenticationError("the status page needs the admin key: sign in at /ui, or send 'Authorization: Bearer ADMIN_KEY'")
 
 
-def _records(connection: ASGIConnection) -> Records:
+def _records(connection: ASGIConnection[Any, Any, Any, State]) -> Records:
     state: StateBackend = connection.app.state.registry.services.state()
     return records_of(state)
 
@@ -67,7 +68,7 @@ async def _live_session(admin: AdminKey, records: Records, token: str | None) ->
     return (await records.get([_revocation(token)]))[0] is None
 
 
-async def revoke_session(connection: ASGIConnection) -> None:
+async def revoke_session(connection: ASGIConnection[Any, Any, Any, State]) -> None:
     """End the caller's session for every worker and replica (a no-op without a valid one: only the
     holder of a session can write its record, so the records cannot be flooded)."""
     admin: AdminKey = connection.app.state.admin_key
@@ -78,7 +79,7 @@ async def revoke_session(connection: ASGIConnection) -> None:
         await _records(connection).put({_revocation(token): "revoked"}, keep_s)
 
 
-async def ui_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+async def ui_guard(connection: ASGIConnection[Any, Any, Any, State], _: BaseRouteHandler) -> None:
     """Litestar guard for the page's data and assets."""
     await authorize(connection)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
+from litestar.datastructures import State
 from litestar.params import PathParameter
 from litestar.response import Redirect
 
@@ -61,13 +62,13 @@ def status_json(status: Status) -> dict[str, Any]:
     }
 
 
-async def _status(request: Request) -> Status:
+async def _status(request: Request[Any, Any, State]) -> Status:
     registry: TeamRegistry = request.app.state.registry
     return await gather(registry, registry.services.state())
 
 
 @get("/ui")
-async def ui_page(request: Request) -> Response[str]:
+async def ui_page(request: Request[Any, Any, State]) -> Response[str]:
     try:
         await authorize(request)
     except NoAdminKey:
@@ -78,7 +79,7 @@ async def ui_page(request: Request) -> Response[str]:
 
 
 @get("/ui/data", guards=[ui_guard])
-async def ui_data(request: Request) -> Response[dict[str, Any]]:
+async def ui_data(request: Request[Any, Any, State]) -> Response[dict[str, Any]]:
     return Response(status_json(await _status(request)), headers={"cache-control": "no-store"})
 
 
@@ -91,7 +92,7 @@ def ui_static(name: Annotated[str, PathParameter()]) -> Response[bytes]:
 
 
 @post("/ui/login", status_code=303, request_max_body_size=LOGIN_FORM_MAX_BYTES)
-async def ui_login(request: Request) -> Response[str]:
+async def ui_login(request: Request[Any, Any, State]) -> Response[str]:
     admin: AdminKey = request.app.state.admin_key
     if not admin.required:
         return _html(page.closed_page(NO_ADMIN_KEY), 403)
@@ -108,7 +109,7 @@ async def ui_login(request: Request) -> Response[str]:
 
 
 @post("/ui/logout", status_code=303, request_max_body_size=LOGIN_FORM_MAX_BYTES)
-async def ui_logout(request: Request) -> Response[str]:
+async def ui_logout(request: Request[Any, Any, State]) -> Response[str]:
     await revoke_session(request)
     return Redirect("/ui", status_code=303, cookies=[cleared_cookie(request.url.scheme == "https")])
 

@@ -42,7 +42,8 @@ class IncrementalDetokenizer:
         self.holdback = max((len(s) for s in stops), default=1) - 1
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=self.params.skip_special_tokens)
+        text: str = self.tokenizer.decode(ids, skip_special_tokens=self.params.skip_special_tokens)
+        return text
 
     def append(self, token_id: int, check_stop: bool = True) -> str | None:
         """Add a token; returns the stop string if the new text completes one (text is truncated).

@@ -21,7 +21,8 @@ from localengine.config import Config
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
 def _worker_main(config: Config, rank: int, port: int) -> None:

@@ -23,7 +23,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ops = cpu_ops.for_fp32(x)
         if ops is not None:
-            return ops.rms_norm(x.contiguous(), self.weight, self.eps)
+            normed: torch.Tensor = ops.rms_norm(x.contiguous(), self.weight, self.eps)
+            return normed
         if x.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype

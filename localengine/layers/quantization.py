@@ -222,7 +222,7 @@ class Int4Weight:
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1]).to(ACTIVATION_DTYPE)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, self.scales_and_zeros)
+        out: torch.Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, self.scales_and_zeros)
         if out.shape[1] != self.out_features:
             out = out[:, : self.out_features]
         return out.to(x.dtype).reshape(*x.shape[:-1], -1)
@@ -262,7 +262,8 @@ class Int4BlockWeight:
     def dequantize(self) -> torch.Tensor:
         """W as fp32 [out, in]: the CPU op where it is built, else the same unpacking in PyTorch ops."""
         if self.packed.device.type == "cpu" and cpu_ops.ops() is not None:
-            return cpu_ops.ops().int4_dequantize(self.packed, self.scale, self.offset, self.group_size)
+            weight: torch.Tensor = cpu_ops.ops().int4_dequantize(self.packed, self.scale, self.offset, self.group_size)
+            return weight
         rows, half = self.packed.shape
         blocks = self.packed.reshape(rows, half // 16, 1, 16)
         q = torch.cat([blocks & 15, blocks >> 4], dim=2).reshape(rows, -1, self.group_size).float()

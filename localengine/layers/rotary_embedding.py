@@ -23,7 +23,8 @@ def _inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> to
         return inv_freq
     assert scaling is not None
     if rope_type == "linear":
-        return inv_freq / scaling["factor"]
+        factor: float = scaling["factor"]
+        return inv_freq / factor
     if rope_type == "llama3":
         # Llama 3.1+: keep high frequencies, stretch low ones, blend in between.
         factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]

@@ -119,7 +119,8 @@ class LlamaAttention(nn.Module):
         # q and k sit side by side in the fused projection: one rotation call for both.
         q, k = apply_rotary(qk, *rope).split([self.num_heads, self.num_kv_heads], dim=1)
         out = self.attn(q, k.contiguous(), v.contiguous(), meta)
-        return self.o_proj(out.flatten(1))
+        projected: torch.Tensor = self.o_proj(out.flatten(1))
+        return projected
 
 
 class LlamaMLP(nn.Module):
@@ -132,10 +133,13 @@ class LlamaMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
         ops = cpu_ops.for_fp32(gate_up)
+        out: torch.Tensor
         if ops is not None and gate_up.shape[-1] % 16 == 0:
-            return self.down_proj(ops.silu_and_mul(gate_up.contiguous()))
-        gate, up = gate_up.chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+            out = self.down_proj(ops.silu_and_mul(gate_up.contiguous()))
+        else:
+            gate, up = gate_up.chunk(2, dim=-1)
+            out = self.down_proj(F.silu(gate) * up)
+        return out
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -254,7 +258,8 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        return self.model(input_ids, positions, meta)
+        hidden: torch.Tensor = self.model(input_ids, positions, meta)
+        return hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """Logits over the whole vocabulary (None on tensor-parallel ranks other than 0)."""

@@ -116,7 +116,8 @@ class MLPSpeculator(nn.Module):
 
     def embed(self, i: int, tokens: torch.Tensor) -> torch.Tensor:
         if self.emb is not None:
-            return self.emb[i](tokens)
+            embedded: torch.Tensor = self.emb[i](tokens)
+            return embedded
         if self.target_embed is None:
             raise RuntimeError("this speculator embeds with the target's embedding: attach_target_embedding first")
         return self.target_embed(tokens)
@@ -175,10 +176,11 @@ class MLPSpeculator(nn.Module):
         norms = [cast(ScaleNorm, ln) for ln in self.ln[:k]]
         if tables is None or any(n.weight is None or n.bias is None for n in norms):
             return None
-        return ops.mlp_speculate_greedy(
+        drafted: torch.Tensor = ops.mlp_speculate_greedy(
             self.start(hidden).contiguous(), last_tokens.to(torch.int64), [cast(nn.Linear, p).weight for p in self.proj[:k]],
             tables, [n.weight for n in norms], [n.bias for n in norms], [cast(nn.Linear, h).weight for h in self.head[:k]],
             self.draft_vocab, self.emb_scale, norms[0].eps, k)
+        return drafted
 
     def _embedding_tables(self, k: int) -> list[torch.Tensor] | None:
         """Each stage's embedding weight [V, inner]: its own, or the target's when that is a plain

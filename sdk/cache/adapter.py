@@ -63,7 +63,8 @@ class LowRank:
                 torch.nn.init.kaiming_uniform_(self.down, a=5**0.5)
 
             def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return self.base(x) + (x @ self.down.T @ self.up.T) * (alpha / rank)
+                out: torch.Tensor = self.base(x) + (x @ self.down.T @ self.up.T) * (alpha / rank)
+                return out
 
         for parameter in model.parameters():
             parameter.requires_grad_(False)

@@ -24,6 +24,7 @@ import argparse
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -43,7 +44,7 @@ class Reading:
     qqp: bool  # right by QQP's labels (joined after the reading)
 
 
-def _rows(path: Path) -> list[dict]:
+def _rows(path: Path) -> list[dict[str, Any]]:  # calibration and held-out rows: Reading's fields; duplicates: query, stored, same
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 

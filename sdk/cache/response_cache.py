@@ -10,6 +10,7 @@ import asyncio
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class ResponseCache:
             return Lookup(await _parsed(entry), "semantic-hit", vector)
         return Lookup(None, "miss", vector)
 
-    async def put(self, team: str, keys: CacheKeys, route: str, response: dict, vector: np.ndarray | None, config: SemanticCachePolicy) -> int:
+    async def put(self, team: str, keys: CacheKeys, route: str, response: dict[str, Any], vector: np.ndarray | None, config: SemanticCachePolicy) -> int:
         """Store an answer in a thread: a store can wait for another worker's write to the shared file
         (SQLite's busy timeout), which on the loop would hold every team's requests."""
         limits = TeamLimits(ttl_s=config.ttl_s, max_entries=config.max_entries, max_bytes=config.max_bytes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -61,7 +61,7 @@ def _stored(response: Any) -> Message | None:
     return response
 
 
-def _replayable(response: Any) -> bool:
+def _replayable(response: Any) -> TypeGuard[Message]:
     output = response.get("output") if isinstance(response, dict) else None
     return isinstance(output, list) and all(isinstance(item, dict) and item.get("type") in _REPLAYABLE for item in output)
 

@@ -67,7 +67,8 @@ class Verifier:
     def scores(self, features: np.ndarray) -> np.ndarray:
         hidden = np.maximum(features @ self.w1 + self.b1, 0.0)
         logits = (hidden @ self.w2 + self.b2).reshape(-1)
-        return 1.0 / (1.0 + np.exp(-logits))
+        probabilities: np.ndarray = 1.0 / (1.0 + np.exp(-logits))
+        return probabilities
 
     def threshold(self, min_precision: float) -> float | None:
         """Score threshold for the least calibrated target at or above `min_precision`; None if none reaches it."""

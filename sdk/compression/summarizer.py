@@ -9,6 +9,8 @@ both, so compaction cannot carry a team past its token limit or budget, nor a ke
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from sdk.errors import SlipstreamError
@@ -57,7 +59,7 @@ class Summarizer:
         return _text(self.provider.protocol, orjson.loads(answer.body))
 
 
-def _text(protocol: Protocol, body: dict) -> str:
+def _text(protocol: Protocol, body: dict[str, Any]) -> str:
     if protocol is Protocol.ANTHROPIC:
         return "".join(block.get("text", "") for block in body.get("content", []) if block.get("type") == "text")
     choices = body.get("choices") or [{}]

@@ -199,7 +199,8 @@ def apply(body: dict[str, Any], layout: Layout, placement: Placement) -> dict[st
         if key not in copied:
             container[key] = list(container[key])
             copied.add(key)
-        return container[key]
+        owned: list[Any] = container[key]
+        return owned
 
     for path, ttl in changes:
         parts = path.split(".")

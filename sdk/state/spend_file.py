@@ -95,7 +95,7 @@ class SpendFile:
                 db.execute("DELETE FROM batch_holds WHERE expires <= ?", (now,))
                 row = db.execute("SELECT usd FROM spend WHERE key = ? AND field = 'total' AND expires > ?", (key, now)).fetchone()
                 (held,) = db.execute("SELECT COALESCE(SUM(usd), 0) FROM batch_holds WHERE key = ?", (key,)).fetchone()
-                spent = max(row[0] if row is not None else 0.0, seen) + extra + held
+                spent: float = max(row[0] if row is not None else 0.0, seen) + extra + held
                 if spent >= limit:
                     db.execute("ROLLBACK")
                     return spent

@@ -77,4 +77,5 @@ def sampled(sampler: Any, parent: Parent | None, trace_id: int, name: str, attri
     result = sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes)
     if result.attributes:
         attributes.update(result.attributes)
-    return result.decision.is_sampled()
+    sampled: bool = result.decision.is_sampled()  # opentelemetry leaves is_sampled unannotated
+    return sampled

@@ -202,8 +202,9 @@ def error_message(body: bytes) -> str:
     except orjson.JSONDecodeError:
         return body.decode("utf-8", "replace")[:500]
     error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
+    message = error.get("message") if isinstance(error, dict) else None
+    if isinstance(message, str):
+        return message
     return body.decode("utf-8", "replace")[:500]
 
 

@@ -19,7 +19,8 @@ def image_url(source: dict[str, Any], where: str) -> str:
     if source.get("type") == "base64":
         return f"data:{source['media_type']};base64,{source['data']}"
     if source.get("type") == "url":
-        return source["url"]
+        url: str = source["url"]  # as the client sent it (a Messages url source's url is a string)
+        return url
     raise refuse(f"{where}: an image from a {source.get('type')!r} source", "OpenAI")
 
 

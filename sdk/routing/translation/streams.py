@@ -42,7 +42,8 @@ _OPENAI_ERROR_STATUS = {"invalid_request_error": 400, "rate_limit_error": 429, "
 
 
 def _anthropic_event(payload: dict[str, Any]) -> bytes:
-    return b"event: " + payload["type"].encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+    kind: str = payload["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
 DONE: dict[str, Any] = {}  # `read_chunk`'s answer to `data: [DONE]`
@@ -61,7 +62,7 @@ def read_chunk(event: bytes) -> dict[str, Any] | ChunkError | None:
         return None
     if data == b"[DONE]":
         return DONE
-    chunk = orjson.loads(data)
+    chunk: dict[str, Any] = orjson.loads(data)
     if "error" in chunk and "choices" not in chunk:
         error = chunk["error"] or {}
         message = error.get("message") or "upstream error"
