@@ -21,6 +21,7 @@ import argparse
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -113,7 +114,9 @@ def main() -> None:
     crossed = np.concatenate(cross)
     answerable = sum(workload.answerable(q) for q in workload.lookups)
     print(f"calibration split: {len(workload.lookups)} lookups, {answerable} answerable, {len(candidates)} candidates cross-encoded")
-    for name, combine in (("verifier", lambda v, c: v), ("cross-encoder", lambda v, c: c), ("mean", lambda v, c: (v + c) / 2)):
+    combiners: list[tuple[str, Callable[[float, float], float]]] = [
+        ("verifier", lambda v, c: v), ("cross-encoder", lambda v, c: c), ("mean", lambda v, c: (v + c) / 2)]
+    for name, combine in combiners:
         best: dict[int, tuple[float, bool]] = {}
         for (lookup, _, by_verifier, correct), crossing in zip(candidates, crossed, strict=True):
             value = combine(by_verifier, float(crossing))

@@ -17,6 +17,7 @@ their length: ignore_eos). Measured, each side warmed up first:
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -24,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "0")
@@ -52,8 +54,8 @@ def build_smollm2_shaped(out: Path, layers: int) -> None:
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="t0").save_pretrained(out)
 
 
-def timed(fn) -> float:
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+def timed(fn: Callable[[], object]) -> float:
+    sync: Callable[[], None] = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     sync()
     start = time.perf_counter()
     fn()
@@ -71,7 +73,7 @@ def engine_figures(path: Path, args: argparse.Namespace, reqs, prompt500: list[i
                   enforce_eager=eager, enable_prefix_caching=False, gpu_memory_utilization=0.3)
         llm.generate([[5, 6, 7]], decode)  # warm-up: Triton compiles, graphs replay once
         figures["decode_eager" if eager else "decode_graphs"] = args.decode_tokens / timed(
-            lambda llm=llm: llm.generate([[5, 6, 7]], decode))
+            functools.partial(llm.generate, [[5, 6, 7]], decode))
         if eager:
             del llm
             gc.collect()

@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -211,7 +212,7 @@ def main() -> None:
     if args.int8_side_by_side:
         int8_side_by_side(args.runs, chat, args.decode_tokens)
         return
-    rows = {
+    rows: dict[str, Callable[[], tuple[list[float], float]]] = {
         "engine fp32": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens),
         "engine bf16": lambda: engine("bfloat16", args.runs, prompts, chat, args.decode_tokens),
         "engine bf16 weights": lambda: engine("float32", args.runs, prompts, chat, args.decode_tokens, "bf16"),
