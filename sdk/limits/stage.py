@@ -32,15 +32,15 @@ from typing import Any
 
 import orjson
 
-from sdk import estimate
-from sdk.errors import RateLimitedError, SlipstreamError
-from sdk.estimate import CHARS_PER_TOKEN, choice_limit, input_tokens, media_of, output_limit, tool_call_limits, worst_input
-from sdk.limits.attempts import dropped_reads, upstream_requests
+from sdk.errors import RateLimitedError
+from sdk.estimate import CHARS_PER_TOKEN, input_tokens, media_of
+from sdk.limits.reservation import RESERVE_EXACT_CHARS as RESERVE_EXACT_CHARS  # re-exported: callers size holds by it
+from sdk.limits.reservation import WorstCost, fast_mode
 from sdk.observability import metrics
 from sdk.observability.tracing.records import RequestTrace
 from sdk.offload import HOLDING, is_large, off_loop, off_loop_if_large
 from sdk.pipeline import Handler, RequestContext
-from sdk.policy import Policy, Price, RateLimits
+from sdk.policy import Policy, RateLimits
 from sdk.promptcache.keys import with_team_ids
 from sdk.responses.conversation import READ
 from sdk.responses.store import ResponseStore, StoredResponse
@@ -52,21 +52,18 @@ from sdk.spend import (
     created_batch_record,
     periods,
     spend_record,
-    worst_cost_usd,
 )
 from sdk.state.answer_ids import check_audio, may_answer_audio, recorded
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, SpendRecord, StateBackend, team_slot
 from sdk.state.ownership import check_account_objects, ownership_of
 from sdk.stream_tally import StreamTally
 from sdk.streams import on_end
-from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Protocol, Usage
+from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Usage
 
 log = logging.getLogger("slipstream.spend")
 UNPRICED_WARNINGS = 16  # unpriced models logged per team, then one line saying the rest are not
-_FREE = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # token counts cost nothing
 _CONTINUED = (Endpoint.RESPONSES, Endpoint.RESPONSES_COMPACT)  # billed for the stored conversation they name
 _PERIODLY = {"day": "daily", "month": "monthly"}  # a budget's period in a refusal's words
-RESERVE_EXACT_CHARS = 8 * 1024  # input text tokenized exactly for a reservation; beyond, counted by length
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +86,6 @@ class _Scope:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Priced:
-    """A hosted target of a route, as a budget's hold prices it: its model, its provider's protocol, its price."""
-
-    model: str
-    protocol: Protocol
-    price: Price
-
-
 class LimitsStage:
     name = "limits"
 
@@ -111,7 +99,7 @@ class LimitsStage:
         self.model_labels = metrics.ModelLabels(policy)
         self.provider_objects = policy.usable_objects()
         self._unpriced_warnings = 0
-        self._targets: dict[str, tuple[_Priced, ...]] = {}  # requested model → its priced hosted targets (budgeted teams)
+        self.worst = WorstCost(policy, self.prices)  # what a budgeted request holds while it runs
         limits = policy.limits
         self.team_scope = _Scope.of(f"team {policy.team}", f"limit:{team_slot(policy.team)}", limits) if limits.active else None
         self.per_key = limits.per_key if limits.per_key.active else None
@@ -226,56 +214,15 @@ class LimitsStage:
 
     def reservation(self, request: LLMRequest, exact: int = RESERVE_EXACT_CHARS, history: int = 0, token_rate: float = 1.0,
                     routed: bool = True) -> float:
-        """USD a budgeted team's request holds while it runs: its worst cost (input counted, `exact`
-        characters of it tokenized, with `history` tokens of a stored conversation it continues; the
-        output limit it asks for or a default; its tokens times `token_rate`, 0.5 for a batch's request,
-        and the hosted tool calls it allows in full; `routed`: through the router, whose retries and hedges may
-        each read the prompt, `dropped_reads`) on the dearest hosted target of its route. Raises a 403
-        naming the `pricing:` entry to add when a target's model has no price (or no fast-mode price,
-        for a fast request; no image price, for one offering the image tool; no container price, for one
-        offering the code interpreter or a hosted shell): a budget cannot hold
-        against spend nobody can count. 0 for a team without a budget."""
-        if self.budget is None or request.endpoint in _FREE:
-            return 0.0
-        targets = self._targets.get(request.model)
-        if targets is None:
-            targets = self._priced_targets(request.model)
-        if not targets:
-            return 0.0
-        prices = [target.price for target in targets]
-        body = request.body
-        fast = _fast(request)
-        if fast and any(price.fast is None for price in prices):
-            raise SlipstreamError(f"pricing: team {self.team} has a budget and Anthropic's fast mode (speed: fast) has no price for "
-                                  f"model {request.model!r}, so its spend could not be counted; the gateway's operator must add "
-                                  "`fast: MULTIPLIER` (of the standard token prices) to the model's pricing: entry (docs/spend.md)", status=403)
-        calls = tool_call_limits(request)
-        if calls.images and any(price.image_generation is None for price in prices):
-            raise SlipstreamError(f"pricing: team {self.team} has a budget and the image generation tool has no price for model "
-                                  f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
-                                  "`image_generation: USD_PER_IMAGE` to the model's pricing: entry (docs/spend.md)", status=403)
-        if calls.containers and any(price.code_interpreter is None for price in prices):
-            raise SlipstreamError(f"pricing: team {self.team} has a budget and containers (the code interpreter's, the hosted "
-                                  f"shell's) have no price for model "
-                                  f"{request.model!r}, so its spend could not be counted; the gateway's operator must add "
-                                  "`code_interpreter: USD_PER_CONTAINER` to the model's pricing: entry (docs/spend.md)", status=403)
-        legs = self.legs(request)  # each of them the request's worst cost (Claude bills each its prompt and tool calls)
-        counted, allowed = worst_input(request, exact), output_limit(request) if legs == 1 else choice_limit(request)
-        tier, us_only = body.get("service_tier"), body.get("inference_geo") == "us"
-        steps = estimate.hosted_steps(request)  # a hosted tool loop reads the prompt again at each step (docs/spend.md)
-        result, listed = (estimate.result_tokens(request), estimate.listed_tools(request)) if steps else (0, 0)
-        reads = dropped_reads(self.policy, request.model, len(targets)) if routed else 0  # the pass-through sends once
-
-        def worst(t: _Priced) -> float:  # its images at the worst the target's model bills one (OpenAI's differ by model)
-            prompt = counted.on(t.model, t.protocol) + history + listed
-            read = estimate.looped_input(prompt, steps, allowed, result)
-            looped = worst_cost_usd(read, allowed, t.price, calls, tier, us_only, fast, token_rate)
-            return looped + reads * worst_cost_usd(prompt, 0, t.price, None, tier, us_only, fast, token_rate)
-
-        return legs * max(worst(t) for t in targets)
+        """USD a budgeted team's request holds while it runs (`WorstCost.reservation`); 0 without a budget."""
+        return self.worst.reservation(request, exact, history, token_rate, routed)
 
     def legs(self, request: LLMRequest) -> int:
-        return upstream_requests(self.policy, request)
+        return self.worst.legs(request)
+
+    def own_call_reservation(self, request: LLMRequest, model: str) -> float:
+        """USD a call the gateway makes itself for the team holds against its budget (`WorstCost.own_call`)."""
+        return self.worst.own_call(request, model)
 
     def _counted(self, rates: tuple[Rate, ...], caps: tuple[Cap, ...], scopes: list[_Scope],
                  requests: int) -> tuple[tuple[Rate, ...], tuple[Cap, ...]]:
@@ -289,17 +236,6 @@ class LimitsStage:
                     raise _too_large(requests, f"{scope.name}'s limit of {int(limit)} {what}")
         return (tuple(replace(rate, cost=rate.cost * requests) for rate in rates),
                 tuple(replace(cap, weight=requests) for cap in caps))
-
-    def own_call_reservation(self, request: LLMRequest, model: str) -> float:
-        """USD a call the gateway makes itself for the team (a history summary, sent to `model` on a
-        hosted provider without a route) holds against its budget: its worst cost. Raises the 403
-        naming the `pricing:` entry when a budgeted team's `model` has no price. 0 without a budget."""
-        if self.budget is None:
-            return 0.0
-        price = self.prices.price(model)
-        if price is None:
-            raise self._unpriced([model])
-        return worst_cost_usd(input_tokens(request, RESERVE_EXACT_CHARS, worst=True), output_limit(request), price)
 
     async def hold_batch(self, worst: float) -> Admission | None:
         """Hold a batch's worst cost (`worst` USD, at batch rates) against the budget while the call
@@ -347,38 +283,6 @@ class LimitsStage:
         worker of `--workers N` reads them up to a second late (sdk/state/spend_file.py), so one
         reading them soon after another worker created the batch found nothing to take back."""
         self.state.settle(Settlement("", spend=SpendRecord(-charged.usd, charged.records, charged.fields)))
-
-    def _priced_targets(self, model: str) -> tuple[_Priced, ...]:
-        route = self.policy.route_for(model)
-        if route is None:
-            return ()  # the router answers 404
-        prices: list[_Priced] = []
-        missing: list[str] = []
-        for target in route.targets:
-            kind = self.policy.providers[target.provider].kind
-            if kind == "local":
-                continue  # the bundled engine costs nothing per token
-            name = target.model or model
-            price = self.prices.price(name)
-            if price is None:
-                missing.append(name)
-            else:
-                prices.append(_Priced(name, Protocol.ANTHROPIC if kind == "anthropic" else Protocol.OPENAI, price))
-        if missing:
-            raise self._unpriced(missing)
-        if len(self._targets) >= 1024:  # model names come from clients: keep the memo bounded
-            self._targets.clear()
-        self._targets[model] = found = tuple(prices)
-        return found
-
-    def _unpriced(self, missing: list[str]) -> SlipstreamError:
-        """The 403 for a budgeted team's call to models without a price: a budget cannot hold
-        against spend nobody can count."""
-        names = ", ".join(repr(name) for name in dict.fromkeys(missing))
-        return SlipstreamError(
-            f"pricing: team {self.team} has a budget and model {names} has no price, so its spend could not be "
-            f"counted; the gateway's operator must add it to the team's policy, e.g. pricing: {{\"{missing[0]}\": "
-            "{input: USD_PER_MILLION_TOKENS, output: USD_PER_MILLION_TOKENS}} (docs/spend.md)", status=403)
 
     def _hosted(self, model: str) -> bool:
         """Whether `model` may be served by a hosted provider (the bundled engine's cost nothing)."""
@@ -432,7 +336,7 @@ class LimitsStage:
             ctx.usage_estimated = estimated = True
         elif usage is not None and usage.estimated:  # counted by the gateway where it ended the stream (a stop it applies)
             ctx.usage_estimated = estimated = True
-        if usage is not None and _fast(ctx.request):
+        if usage is not None and fast_mode(ctx.request):
             usage.fast = True  # billed at fast mode's rates; the usage does not say so
         self._charge_reads(ctx, admission, ctx.abandoned, history)
         # a cached answer cost nothing upstream: its tokens count against the buckets, not the budget
@@ -499,12 +403,7 @@ class LimitsStage:
 
 def _read(request: LLMRequest, history: int) -> Usage:
     """What the provider bills for reading the request's prompt (its stored `history` tokens too), counted."""
-    return Usage(input_tokens=input_tokens(request) + history, fast=_fast(request))
-
-
-def _fast(request: LLMRequest) -> bool:
-    """Whether the request asks for Anthropic's fast mode, which bills it at the price's `fast` rate."""
-    return request.body.get("speed") == "fast"
+    return Usage(input_tokens=input_tokens(request) + history, fast=fast_mode(request))
 
 
 def _too_large(requests: int, limit: str) -> RateLimitedError:
