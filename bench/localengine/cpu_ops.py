@@ -50,7 +50,7 @@ def timed(weights: Sequence[FloatWeight | Int8Weight | Int4BlockWeight], rows: i
           avx512: bool = WIDE) -> float:
     """Milliseconds for one pass over every weight."""
     cpu_ops.MAX_ROWS = 1 << 30 if kernel else 0
-    cpu_ops.ops().use_avx512(avx512)
+    cpu_ops.built().use_avx512(avx512)
     xs = [torch.randn(rows, w.dequantize().shape[1]) for w in weights]
     for w, x in zip(weights, xs, strict=True):
         w.matmul(x)
@@ -76,7 +76,7 @@ def attention_us(rows: int, context: int, cache: str, kernel: bool, repeats: int
 
     def run() -> None:
         if kernel:
-            cpu_ops.ops().paged_attention_decode(q, k_cache, v_cache, tables, lens, d**-0.5)
+            cpu_ops.built().paged_attention_decode(q, k_cache, v_cache, tables, lens, d**-0.5)
             return
         keys = k_cache[ids].float().reshape(-1, kv_heads, d).transpose(0, 1)[None].expand(rows, -1, -1, -1)
         values = v_cache[ids].float().reshape(-1, kv_heads, d).transpose(0, 1)[None].expand(rows, -1, -1, -1)
@@ -114,7 +114,7 @@ def main() -> None:
         if WIDE:
             cells += [timed(fp32, rows, True, args.repeats, avx512=False), timed(int8, rows, True, args.repeats, avx512=False)]
         print(f"| {rows} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
-    cpu_ops.ops().use_avx512(WIDE)
+    cpu_ops.built().use_avx512(WIDE)
     print(f"\ndecode attention, SmolLM2's heads (9, 3 KV, 64 wide), us per layer call  (load {os.getloadavg()[0]:.2f})")
     print("| rows | context | op, fp32 cache | op, int8 cache | op, fp8 cache | SDPA over gathered blocks (fp32) |\n"
           "|---:|---:|---:|---:|---:|---:|")

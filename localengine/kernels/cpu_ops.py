@@ -17,8 +17,9 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol, cast
 
 import torch
 
@@ -32,6 +33,32 @@ HEADERS = [KERNELS / "cpu_ops.h"]
 # 124 ms (int4) against 232 and 251 ms dequantized; at 1 row 11.5 and 11.2 against 382 and 548.
 MAX_ROWS = 32
 STALE_LOCK_S = 600  # a build takes ~20 s on 2 quiet cores, a few minutes on a loaded machine
+
+
+class CpuOps(Protocol):
+    """torch.ops.slipstream_cpu as the C++ files register it (TORCH_LIBRARY: cpu_ops.cpp, cpu_speculator.cpp)."""
+
+    def use_avx512(self, enabled: bool) -> None: ...
+    def fp32_matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor: ...
+    def int8_matmul(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor: ...
+    def int4_matmul(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                    group_size: int) -> torch.Tensor: ...
+    def int4_dequantize(self, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, group_size: int) -> torch.Tensor: ...
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
+    def fused_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None: ...
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor: ...
+    def rotary_embedding(self, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None: ...
+    def decode_layer(self, x: torch.Tensor, residual: torch.Tensor, weights: Sequence[torch.Tensor], kinds: Sequence[int],
+                     groups: Sequence[int], input_norm: torch.Tensor, post_norm: torch.Tensor, eps: float, cos: torch.Tensor,
+                     sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                     block_tables: torch.Tensor, seq_lens: torch.Tensor, num_heads: int, num_kv_heads: int, scale: float,
+                     kv_scales: Sequence[torch.Tensor]) -> torch.Tensor: ...
+    def paged_attention_decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                               seq_lens: torch.Tensor, scale: float) -> torch.Tensor: ...
+    def mlp_speculate_greedy(self, hidden: torch.Tensor, last_tokens: torch.Tensor, proj: Sequence[torch.Tensor],
+                             emb: Sequence[torch.Tensor], ln_weight: Sequence[torch.Tensor], ln_bias: Sequence[torch.Tensor],
+                             head: Sequence[torch.Tensor], draft_vocab: torch.Tensor, emb_scale: float, eps: float,
+                             k: int) -> torch.Tensor: ...
 
 
 def _build_dir() -> Path:
@@ -59,7 +86,7 @@ def _clear_stale_lock(build: Path) -> None:
 
 
 @functools.cache
-def ops() -> Any:
+def ops() -> CpuOps | None:
     """torch.ops.slipstream_cpu once built and loaded, else None (the reason is logged once)."""
     if os.environ.get("SLIPSTREAM_CPU_KERNELS", "1") == "0":
         return None
@@ -79,8 +106,17 @@ def ops() -> Any:
         log.warning("CPU kernels could not be built (%s); PyTorch's ops are used", exc)
         return None
     # PyTorch's choice of vector width, so ATEN_CPU_CAPABILITY=avx2 narrows both alike.
-    torch.ops.slipstream_cpu.use_avx512(torch.backends.cpu.get_cpu_capability() == "AVX512")
-    return torch.ops.slipstream_cpu
+    loaded = cast(CpuOps, torch.ops.slipstream_cpu)  # registered by the C++ files, typed by CpuOps
+    loaded.use_avx512(torch.backends.cpu.get_cpu_capability() == "AVX512")
+    return loaded
+
+
+def built() -> CpuOps:
+    """`ops()` where the caller has seen them load (`ops() is not None`, cached: the same answer)."""
+    loaded = ops()
+    if loaded is None:
+        raise RuntimeError("the engine's CPU ops are not built (cpu_ops.ops() is None)")
+    return loaded
 
 
 @functools.cache
@@ -100,6 +136,6 @@ def fast_bf16_gemm() -> bool:
     return not cpu_flags().isdisjoint({"amx_bf16", "avx512_bf16"})
 
 
-def for_fp32(x: torch.Tensor) -> Any:
+def for_fp32(x: torch.Tensor) -> CpuOps | None:
     """The ops when they serve x (fp32 on CPU), else None."""
     return ops() if x.dtype == torch.float32 and x.device.type == "cpu" else None

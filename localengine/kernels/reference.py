@@ -23,7 +23,7 @@ A prefill with no cached prefix attends to its own keys and values as the cache 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -95,7 +95,7 @@ def _decode_plan(meta: AttentionMetadata, rows: slice, block_size: int) -> tuple
 
 
 def decode_attention_ops(x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                         kv_scales: KVScales | None) -> Any:
+                         kv_scales: KVScales | None) -> cpu_ops.CpuOps | None:
     """The engine's CPU ops where their decode attention serves this layer (fp32 activations on CPU, an
     fp32 cache, or an int8 or fp8 e4m3fn one with its scales, read in place, heads a multiple of 8 wide),
     else None."""

@@ -23,8 +23,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ops = cpu_ops.for_fp32(x)
         if ops is not None:
-            normed: torch.Tensor = ops.rms_norm(x.contiguous(), self.weight, self.eps)
-            return normed
+            return ops.rms_norm(x.contiguous(), self.weight, self.eps)
         if x.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype

@@ -61,7 +61,7 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     reaches a third of the FMA units' rate at 4-16 rows; cpu_matmul.cpp `fp32_matmul`), else PyTorch's."""
     flat = _rows(x)
     if x.dtype == weight.dtype == torch.float32 and weight.is_contiguous() and _kernel_rows(flat):
-        return _as_input(cpu_ops.ops().fp32_matmul(flat.contiguous(), weight), x)
+        return _as_input(cpu_ops.built().fp32_matmul(flat.contiguous(), weight), x)
     return F.linear(x, weight)
 
 
@@ -98,7 +98,7 @@ class Bf16Weight:
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         flat = _rows(x)
         if _kernel_rows(flat):
-            out = cpu_ops.ops().fp32_matmul(_fp32_rows(flat), self.weight)
+            out = cpu_ops.built().fp32_matmul(_fp32_rows(flat), self.weight)
         else:  # in fp32 as well, not the bf16 GEMM the quantized formats' prefill takes on AMX: exact stays exact
             out = F.linear(flat.float(), self.dequantize())
         return _as_input(out, x)
@@ -137,7 +137,7 @@ class Int8Weight:
 
             out = int8_matmul(flat, self.qweight, self.scales_f32)
         elif self.qweight.shape[1] % 16 == 0 and _kernel_rows(flat):
-            out = cpu_ops.ops().int8_matmul(_fp32_rows(flat), self.qweight, self.scales_f32)
+            out = cpu_ops.built().int8_matmul(_fp32_rows(flat), self.qweight, self.scales_f32)
         elif flat.shape[0] > cpu_ops.MAX_ROWS and x.device.type == "cpu":
             out = dequantized_linear(flat, self.dequantize)
         else:
@@ -254,7 +254,7 @@ class Int4BlockWeight:
 
             out = int4_matmul(flat, self.packed, self.scale, self.offset, self.group_size)
         elif _kernel_rows(flat):
-            out = cpu_ops.ops().int4_matmul(_fp32_rows(flat), self.packed, self.scale, self.offset, self.group_size)
+            out = cpu_ops.built().int4_matmul(_fp32_rows(flat), self.packed, self.scale, self.offset, self.group_size)
         else:
             out = dequantized_linear(flat, self.dequantize)
         return _as_input(out, x)
@@ -262,8 +262,7 @@ class Int4BlockWeight:
     def dequantize(self) -> torch.Tensor:
         """W as fp32 [out, in]: the CPU op where it is built, else the same unpacking in PyTorch ops."""
         if self.packed.device.type == "cpu" and cpu_ops.ops() is not None:
-            weight: torch.Tensor = cpu_ops.ops().int4_dequantize(self.packed, self.scale, self.offset, self.group_size)
-            return weight
+            return cpu_ops.built().int4_dequantize(self.packed, self.scale, self.offset, self.group_size)
         rows, half = self.packed.shape
         blocks = self.packed.reshape(rows, half // 16, 1, 16)
         q = torch.cat([blocks & 15, blocks >> 4], dim=2).reshape(rows, -1, self.group_size).float()

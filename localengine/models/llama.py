@@ -163,7 +163,7 @@ class LlamaDecoderLayer(nn.Module):
         x, residual = self.post_attention_layernorm.add_and_norm(x, residual)
         return self.mlp(x), residual
 
-    def fused_decode(self, ops: Any, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
+    def fused_decode(self, ops: cpu_ops.CpuOps, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
                      residual: torch.Tensor | None, meta: AttentionMetadata, block_tables: torch.Tensor,
                      context_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """`forward` as one call of the engine's CPU op for a step whose every token is a row of decode

@@ -174,13 +174,14 @@ class MLPSpeculator(nn.Module):
             return None
         tables = self._embedding_tables(k)
         norms = [cast(ScaleNorm, ln) for ln in self.ln[:k]]
-        if tables is None or any(n.weight is None or n.bias is None for n in norms):
+        weights = [n.weight for n in norms if n.weight is not None]
+        biases = [n.bias for n in norms if n.bias is not None]
+        if tables is None or len(weights) < len(norms) or len(biases) < len(norms):
             return None
-        drafted: torch.Tensor = ops.mlp_speculate_greedy(
+        return ops.mlp_speculate_greedy(
             self.start(hidden).contiguous(), last_tokens.to(torch.int64), [cast(nn.Linear, p).weight for p in self.proj[:k]],
-            tables, [n.weight for n in norms], [n.bias for n in norms], [cast(nn.Linear, h).weight for h in self.head[:k]],
+            tables, weights, biases, [cast(nn.Linear, h).weight for h in self.head[:k]],
             self.draft_vocab, self.emb_scale, norms[0].eps, k)
-        return drafted
 
     def _embedding_tables(self, k: int) -> list[torch.Tensor] | None:
         """Each stage's embedding weight [V, inner]: its own, or the target's when that is a plain
