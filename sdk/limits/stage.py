@@ -143,7 +143,7 @@ class LimitsStage:
         check_account_objects(self.provider_objects, (ctx.request.body,))
         owners = ownership_of(self.state)
         await owners.check_files(self.team, (ctx.request.body,), ctx.request.size)
-        await check_audio(owners, self.team, [ctx.request.body])  # an earlier answer's audio, read by id
+        await check_audio(owners, self.team, [ctx.request.body], ctx.request.size)  # an earlier answer's audio, read by id
         if is_large(ctx.request.size):  # its PDFs' pages, for the hold and any estimate (a walk: off the loop)
             ctx.request.media = await off_loop(media_of, ctx.request)
         read: dict[tuple[str, str], StoredResponse] = {}  # what it continues, read once for its targets too (conversation.READ)
