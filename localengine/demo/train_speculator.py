@@ -200,9 +200,6 @@ def main(argv: list[str] | None = None) -> None:
                     help="embed tokens with the target's own embedding (not trained, not stored)")
     ap.add_argument("--minutes", type=float, default=6.0, help="training budget in CPU minutes (all threads together)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for generating and training")
-    ap.add_argument("--dtype", default="float32",
-                    help="the target's dtype while generating (bfloat16: faster batched decode on CPUs with bf16 "
-                         "matmul units; the hidden states are kept in fp32 either way)")
     ap.add_argument("--soft-weight", type=float, default=1.0,
                     help="weight of the target's whole next-token distribution as a soft label")
     ap.add_argument("--greedy-weight", type=float, default=0.0,
@@ -218,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     t0 = time.perf_counter()
-    llm = LLM(args.target, num_threads=args.threads, max_num_seqs=args.max_num_seqs, dtype=args.dtype)
+    llm = LLM(args.target, num_threads=args.threads, max_num_seqs=args.max_num_seqs, dtype="float32")
     tokenizer = llm.get_tokenizer()
     chat = args.prompt_set == "chat" or (args.prompt_set == "auto" and getattr(tokenizer, "chat_template", None))
     max_prompt = llm.llm_engine.max_model_len - args.gen_tokens
