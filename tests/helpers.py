@@ -4,6 +4,7 @@ and the few bounds a test may put on time."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -13,9 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 
 from sdk.extras import missing_extra_message
+from sdk.offload import LARGE_BYTES, TENANT
 
 if TYPE_CHECKING:
     from gateway.testing import RunningServer
@@ -131,6 +134,27 @@ def cpu_seconds(fn: Callable[..., T], *args: object) -> tuple[float, T]:
     started = time.thread_time()
     result = fn(*args)
     return time.thread_time() - started, result
+
+
+def running_where() -> tuple[str, str]:
+    """Where the calling code runs: its thread's name without the number ("slipstream-heavy" for the
+    heavy-work pool, "uvicorn:PORT" for the proxy's event loop) and whose turn it is (`TENANT`)."""
+    return threading.current_thread().name.rsplit("-", 1)[0], TENANT.get()
+
+
+def long_talk(turns: int) -> list[dict[str, str]]:
+    """A Chat conversation of `turns` short messages and a last question (6,000 turns: about 320 KB)."""
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} of a long talk"}
+            for i in range(turns)] + [{"role": "user", "content": "Sum it up."}]
+
+
+def large_then_small_chat(client: openai.OpenAI, model: str = "gpt-4o") -> None:
+    """A Chat request past the heavy-work pool's size (`long_talk(6_000)`), then a small one, which
+    costs less than the hop to a thread and is handled where it is."""
+    large = long_talk(6_000)
+    assert len(orjson.dumps(large)) >= LARGE_BYTES
+    assert client.chat.completions.create(model=model, max_tokens=8, messages=large).choices  # type: ignore[arg-type]
+    assert client.chat.completions.create(model=model, max_tokens=8, messages=[{"role": "user", "content": "Hi"}]).choices
 
 
 def oai(proxy: RunningServer, key: str) -> openai.OpenAI:

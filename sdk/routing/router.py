@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdk.errors import NotFoundError, SlipstreamError, UpstreamHTTPError, UpstreamTimeoutError
 from sdk.observability import tracing
+from sdk.offload import off_loop_if_large
 from sdk.pipeline import RequestContext
 from sdk.policy import BreakerPolicy, HedgingPolicy, RetryPolicy, Route, Target
 from sdk.providers.base import Provider
@@ -104,7 +105,9 @@ class Router:
         """
         model = ctx.request.model
         route = self.route_for(model)
-        prefix = prefix_hashes(ctx.request.body) if route.strategy == "prefix_affinity" else []
+        # The prompt is serialized whole to be cut into blocks: a large one in the heavy-work pool, as the team's work.
+        prefix = (await off_loop_if_large(ctx.request.size, prefix_hashes, ctx.request.body)
+                  if route.strategy == "prefix_affinity" else [])
         order = ordered_targets(route, model, self.stats, prefix)
         keys = [target_key(t, model) for t in order]
         plan = AttemptPlan(order, keys, self.retry)

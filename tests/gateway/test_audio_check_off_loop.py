@@ -10,20 +10,15 @@ runs in the heavy-work pool now, as its team's turn.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from emulator.testing import RunningEmulator
 from gateway.testing import running_proxy
-from sdk.offload import LARGE_BYTES, TENANT
 from sdk.state import answer_ids
-from tests.helpers import oai, write_policy
+from tests.helpers import large_then_small_chat, oai, running_where, write_policy
 
 KEY = "sk-alpha-audio-walk"
-TURNS = 6_000  # short messages: about 320 KB of body, past LARGE_BYTES
 
 
 def test_a_large_requests_audio_ids_are_looked_for_in_the_heavy_work_pool(
@@ -32,18 +27,14 @@ def test_a_large_requests_audio_ids_are_looked_for_in_the_heavy_work_pool(
     named = answer_ids._named
 
     def recorded(bodies: list[Any]) -> list[str]:
-        ran.append((threading.current_thread().name.rsplit("-", 1)[0], TENANT.get()))
+        ran.append(running_where())
         return named(bodies)
 
     monkeypatch.setattr(answer_ids, "_named", recorded)
-    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} of a long talk"}
-                for i in range(TURNS)] + [{"role": "user", "content": "Sum it up."}]
-    assert len(orjson.dumps(messages)) >= LARGE_BYTES
     write_policy(tmp_path, "alpha", KEY, fresh_emulator.url, extra="prompt_cache: {enabled: false}\n")
     with running_proxy([tmp_path]) as proxy:
-        client = oai(proxy, KEY)
-        assert client.chat.completions.create(model="gpt-4o", max_tokens=8, messages=messages).choices  # type: ignore[arg-type]
-        # A small request costs less than the hop to a thread: walked where it is.
-        client.chat.completions.create(model="gpt-4o", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+        # A large request (6,000 short messages), then a small one, which costs less than the hop to a
+        # thread: walked where it is.
+        large_then_small_chat(oai(proxy, KEY))
     assert ran[0] == ("slipstream-heavy", "alpha")  # before: the event loop's thread
     assert len(ran) == 2 and ran[1][0] != "slipstream-heavy"
