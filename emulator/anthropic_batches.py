@@ -15,7 +15,6 @@ from . import anthropic_wire as wire
 from . import batch_runner
 from .asgi import Call
 from .batch_runner import BatchJob, LineResult
-from .paging import limit_of, page
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -149,11 +148,6 @@ async def list_batches(emu: Emulator, call: Call) -> None:
     key = await wire.admit(emu, call)
     if key is None:
         return
-    q = call.query()
-    n = limit_of(q, 20, 1000)
-    if n is None:
-        await wire.error(emu, call, 400, "limit: Input should be between 1 and 1000")
-        return
     rows = [j.obj for j in reversed(emu.state.batches.entries.values())
             if j.key == key and j.obj.get("type") == "message_batch"]
-    await wire.ok(emu, call, page(rows, n, q.get("after_id"), q.get("before_id")))
+    await wire.answer_page(emu, call, rows)

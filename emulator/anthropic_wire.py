@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import streaming
 from .asgi import Call, Headers
-from .faults import FaultSet, FaultSpecError
-from .streaming import apply_pre_faults, retry_headers
+from .faults import FaultSet
+from .paging import limit_of, page
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -89,6 +90,17 @@ async def ok(emu: Emulator, call: Call, obj: Any) -> None:
     await call.json(200, obj, headers(call))
 
 
+async def answer_page(emu: Emulator, call: Call, rows: list[dict[str, Any]]) -> None:
+    """A list endpoint's answer: the page of `rows` that the query's `limit` (1-1000, default 20) and
+    `after_id` / `before_id` cursors pick, or the 400 for a `limit` out of range."""
+    q = call.query()
+    n = limit_of(q, 20, 1000)
+    if n is None:
+        await error(emu, call, 400, "limit: Input should be between 1 and 1000")
+        return
+    await ok(emu, call, page(rows, n, q.get("after_id"), q.get("before_id")))
+
+
 async def authenticate(emu: Emulator, call: Call) -> str | None:
     """The API key (x-api-key or Bearer) after the version check; None once a 4xx is answered."""
     call.request_id = emu.new_id("req_")
@@ -130,21 +142,17 @@ async def preamble(emu: Emulator, call: Call) -> tuple[dict[str, Any], str] | No
 async def pre_faults(emu: Emulator, call: Call, model: Any,
                      stream: bool) -> tuple[bool, FaultSet | None]:
     """(handled, faults): faults that answer before the first byte are applied here."""
-    try:
-        faults = emu.take_faults(call, model if isinstance(model, str) else None, stream)
-    except FaultSpecError as e:
-        await error(emu, call, 400, f"x-emulator-fault: {e}")
-        return True, None
-    if faults is None:  # the common case: nothing to apply
-        return False, None
 
-    async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
-        extra = retry_headers(ra, ra_ms)
+    async def bad_spec(message: str) -> None:
+        await error(emu, call, 400, message)
+
+    async def send_fault(status: int, extra: Headers) -> None:
         if status == 429:
             extra.append((b"anthropic-ratelimit-requests-remaining", b"0"))
         await error(emu, call, status, extra=extra)
 
-    return await apply_pre_faults(emu, call, faults, stream, send_fault), faults
+    name = model if isinstance(model, str) else None
+    return await streaming.pre_faults(emu, call, name, stream, bad_spec, send_fault)
 
 
 async def admit(emu: Emulator, call: Call) -> str | None:

@@ -15,7 +15,6 @@ from . import openai_wire as wire
 from .asgi import Call
 from .batch_runner import BatchJob, LineResult
 from .files import missing
-from .paging import limit_of, page
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -174,12 +173,6 @@ async def list_batches(emu: Emulator, call: Call) -> None:
     key = await wire.admit(emu, call)
     if key is None:
         return
-    q = call.query()
-    n = limit_of(q, 20, 100)
-    if n is None:
-        await wire.bad(emu, call, "Invalid 'limit': expected an integer between 1 and 100.", "limit",
-                       "invalid_value")
-        return
     rows = [j.obj for j in reversed(emu.state.batches.entries.values())
             if j.key == key and j.obj.get("object") == "batch"]
-    await wire.ok(emu, call, {"object": "list", **page(rows, n, q.get("after"))})
+    await wire.answer_page(emu, call, rows)

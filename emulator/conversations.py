@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import openai_wire as wire
 from .asgi import Call
-from .paging import limit_of, page
 from .responses_input import input_items
 
 if TYPE_CHECKING:
@@ -103,10 +102,5 @@ async def items(emu: Emulator, call: Call) -> None:
     conversation = await _held(emu, call)
     if conversation is None:
         return
-    q = call.query()
-    n = limit_of(q, 20, 100)
-    if n is None:
-        await wire.bad(emu, call, "Invalid 'limit': expected an integer between 1 and 100.", "limit", "invalid_value")
-        return
-    rows = conversation.items if q.get("order", "desc") == "asc" else conversation.items[::-1]
-    await wire.ok(emu, call, {"object": "list", **page(rows, n, q.get("after"))})
+    asc = call.query().get("order", "desc") == "asc"
+    await wire.answer_page(emu, call, conversation.items if asc else conversation.items[::-1])

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import openai_wire as wire
 from .asgi import Call
-from .paging import limit_of, page
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -98,16 +97,11 @@ async def list_files(emu: Emulator, call: Call) -> None:
     if key is None:
         return
     q = call.query()
-    n = limit_of(q, 10_000, 10_000)
-    if n is None:
-        await wire.bad(emu, call, "Invalid 'limit': expected an integer between 1 and 10000.",
-                       "limit", "invalid_value")
-        return
     files = [f.obj for f in emu.state.files.entries.values()
              if f.key == key and q.get("purpose") in (None, f.obj["purpose"])]
     if q.get("order", "desc") == "desc":
         files.reverse()
-    await wire.ok(emu, call, {"object": "list", **page(files, n, q.get("after"))})
+    await wire.answer_page(emu, call, files, 10_000, 10_000)
 
 
 async def _stored(emu: Emulator, call: Call) -> StoredFile | None:

@@ -9,7 +9,6 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from . import anthropic_wire, openai_wire
-from .paging import limit_of, page
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -137,10 +136,4 @@ async def _anthropic_list(emu: Emulator, call: Call) -> None:
     """Anthropic's page: `limit` (1-1000, default 20), `after_id` / `before_id` cursors."""
     if await anthropic_wire.admit(emu, call) is None:
         return
-    q = call.query()
-    n = limit_of(q, 20, 1000)
-    if n is None:
-        await anthropic_wire.error(emu, call, 400, "limit: Input should be between 1 and 1000")
-        return
-    rows = [_anthropic_entry(r) for r in ANTHROPIC_MODELS]
-    await anthropic_wire.ok(emu, call, page(rows, n, q.get("after_id"), q.get("before_id")))
+    await anthropic_wire.answer_page(emu, call, [_anthropic_entry(r) for r in ANTHROPIC_MODELS])

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import streaming
 from .asgi import Call, Headers
-from .faults import FaultSet, FaultSpecError
-from .streaming import apply_pre_faults, retry_headers
+from .faults import FaultSet
+from .paging import limit_of, page
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -80,6 +81,19 @@ async def not_found(emu: Emulator, call: Call, message: str, param: str | None =
 async def ok(emu: Emulator, call: Call, obj: Any) -> None:
     emu.count_status(200)
     await call.json(200, obj, headers(call))
+
+
+async def answer_page(emu: Emulator, call: Call, rows: list[dict[str, Any]], default: int = 20,
+                      most: int = 100) -> None:
+    """A list endpoint's answer: the page of `rows` that the query's `limit` (1..most) and `after`
+    cursor pick, or the 400 for a `limit` out of range."""
+    q = call.query()
+    n = limit_of(q, default, most)
+    if n is None:
+        await bad(emu, call, f"Invalid 'limit': expected an integer between 1 and {most}.", "limit",
+                  "invalid_value")
+        return
+    await ok(emu, call, {"object": "list", **page(rows, n, q.get("after"))})
 
 
 def fault_body(status: int, model: str | None) -> dict[str, Any]:
@@ -168,22 +182,17 @@ async def preamble(emu: Emulator, call: Call) -> tuple[dict[str, Any], str] | No
 async def pre_faults(emu: Emulator, call: Call, model: str | None,
                      stream: bool) -> tuple[bool, FaultSet | None]:
     """(handled, faults): faults that answer before the first byte are applied here."""
-    try:
-        faults = emu.take_faults(call, model, stream)
-    except FaultSpecError as e:
-        await bad(emu, call, f"x-emulator-fault: {e}")
-        return True, None
-    if faults is None:  # the common case: nothing to apply
-        return False, None
 
-    async def send_fault(status: int, ra: float | None, ra_ms: float | None) -> None:
+    async def bad_spec(message: str) -> None:
+        await bad(emu, call, message)
+
+    async def send_fault(status: int, extra: Headers) -> None:
         status = 503 if status == 529 else status
-        extra = retry_headers(ra, ra_ms)
         if status == 429:
             extra.append((b"x-ratelimit-remaining-requests", b"0"))
         await error(emu, call, status, fault_body(status, model), extra)
 
-    return await apply_pre_faults(emu, call, faults, stream, send_fault), faults
+    return await streaming.pre_faults(emu, call, model, stream, bad_spec, send_fault)
 
 
 @dataclass(slots=True)

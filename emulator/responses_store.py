@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import openai_wire as wire
 from .asgi import Call
-from .paging import limit_of, page
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -99,10 +98,4 @@ async def input_items(emu: Emulator, call: Call) -> None:
         await wire.bad(emu, call, f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
                        "order", "invalid_value")
         return
-    n = limit_of(q, 20, 100)
-    if n is None:
-        await wire.bad(emu, call, "Invalid 'limit': expected an integer between 1 and 100.", "limit",
-                       "invalid_value")
-        return
-    items = e.input_items if order == "asc" else e.input_items[::-1]
-    await wire.ok(emu, call, {"object": "list", **page(items, n, q.get("after"))})
+    await wire.answer_page(emu, call, e.input_items if order == "asc" else e.input_items[::-1])

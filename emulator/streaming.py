@@ -7,13 +7,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .asgi import Call, Headers
-from .faults import FaultSet
+from .faults import FaultSet, FaultSpecError
 
 if TYPE_CHECKING:
     from .app import Emulator
 
-# Sends a provider-shaped error response: (status, retry_after_s, retry_after_ms) -> None
-ErrorSender = Callable[[int, "float | None", "float | None"], Awaitable[None]]
+# Sends a provider-shaped error response: (status, its retry-after headers) -> None
+ErrorSender = Callable[[int, Headers], Awaitable[None]]
 
 
 def retry_headers(retry_after: float | None, retry_after_ms: float | None) -> Headers:
@@ -25,25 +25,32 @@ def retry_headers(retry_after: float | None, retry_after_ms: float | None) -> He
     return h
 
 
-async def apply_pre_faults(
-    emu: Emulator, call: Call, faults: FaultSet | None, stream: bool, send_error: ErrorSender
-) -> bool:
-    """Stall / reset / error-status faults that act before the first byte.
+async def pre_faults(
+    emu: Emulator, call: Call, model: str | None, stream: bool,
+    bad_spec: Callable[[str], Awaitable[None]], send_error: ErrorSender,
+) -> tuple[bool, FaultSet | None]:
+    """(handled, faults): the request's faults, with the stall / reset / error-status ones that act
+    before the first byte applied. A malformed `x-emulator-fault` is answered by `bad_spec`.
 
-    Returns True when the request has been fully dealt with (answered, dropped or cancelled).
+    `handled` is True when the request has been fully dealt with (answered, dropped or cancelled).
     """
-    if faults is None:
-        return False
+    try:
+        faults = emu.take_faults(call, model, stream)
+    except FaultSpecError as e:
+        await bad_spec(f"x-emulator-fault: {e}")
+        return True, None
+    if faults is None:  # the common case: nothing to apply
+        return False, None
     if faults.stall_ms > 0 and not await call.pause(faults.stall_ms / 1000.0):
         _cancelled(emu, stream)
-        return True
+        return True, faults
     if faults.reset:
         await call.reset()
-        return True
+        return True, faults
     if faults.status:
-        await send_error(faults.status, faults.retry_after, faults.retry_after_ms)
-        return True
-    return False
+        await send_error(faults.status, retry_headers(faults.retry_after, faults.retry_after_ms))
+        return True, faults
+    return False, faults
 
 
 def _cancelled(emu: Emulator, stream: bool) -> None:
