@@ -365,7 +365,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     elif op.action == "list":
         await ex.check_cursors(query)
     elif op.kind == "file" and op.action == "create":  # a batch input file's client ids are keyed on the way
-        body = keyed_upload(bounded(once(body) if isinstance(body, bytes) else body, limit), team.team)
+        body = keyed_upload(bounded(once(body) if isinstance(body, bytes) else body, limit), team.team, length)
         length = None
     elif not isinstance(body, bytes):
         body = bounded(body, limit)

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError
-from sdk.offload import off_loop_if_large
+from sdk.offload import is_large, off_loop, off_loop_if_large
 from sdk.promptcache.keys import scoped_ids
 from sdk.providers.base import HTTPProvider
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
@@ -113,39 +113,63 @@ def keyed_line(line: bytes, team: str) -> bytes:
     return orjson.dumps(parsed) + line[len(line.rstrip()):]  # the line's own ending (a CR before a boundary)
 
 
-async def keyed_upload(chunks: AsyncIterable[bytes], team: str) -> AsyncIterator[bytes]:
+async def keyed_upload(chunks: AsyncIterable[bytes], team: str, length: int | None = 0) -> AsyncIterator[bytes]:
     """An upload as it streams, each JSON line through `keyed_line`: a batch input file's client keys
     are namespaced on their way to the provider, whatever the multipart framing around them. Only a
     line that opens a JSON object is held until it is whole (up to MAX_LINE: a longer one passes
     unread, and a batch whose input file has one is refused when it is created); every other byte
-    goes on as it comes."""
-    pending: list[bytes] = []  # the start of a JSON line, held until it is whole
-    size = 0
-    passing = False  # inside a line that is not held: its bytes go on as they come
+    goes on as it comes.
+
+    An upload of 256 KiB or more (its declared `length`, None when it declares none, or the bytes
+    seen so far) is read a piece at a time in the heavy-work pool, as the team's work: a piece of
+    short lines is Python work in proportion to its bytes (about 40 ms for 256 KiB of short
+    lines that name a user), and a file may be as large as the team's upload limit."""
+    keys = _UploadKeys(team)
+    seen, large = 0, length is None or is_large(length)
     async for chunk in chunks:
+        seen += len(chunk)
+        out = await off_loop(keys.feed, chunk) if large or is_large(seen) else keys.feed(chunk)
+        if out:
+            yield out
+    tail = await off_loop(keys.end) if large or is_large(seen) else keys.end()
+    if tail:
+        yield tail
+
+
+class _UploadKeys:
+    """`keyed_upload`'s reading of an upload so far: the start of a JSON line, held until it is whole."""
+
+    def __init__(self, team: str) -> None:
+        self._team = team
+        self._pending: list[bytes] = []
+        self._size = 0
+        self._passing = False  # inside a line that is not held: its bytes go on as they come
+
+    def feed(self, chunk: bytes) -> bytes:
+        """What of the upload goes on once `chunk` has come."""
         out: list[bytes] = []
         start, end = 0, len(chunk)
         while start < end:  # a piece at a time, by position: the rest of the chunk is never copied
             cut = chunk.find(b"\n", start) + 1
             piece, start = chunk[start:cut or end], cut or end
-            if passing or (not pending and piece.lstrip()[:1] not in (b"{", b"")):
+            if self._passing or (not self._pending and piece.lstrip()[:1] not in (b"{", b"")):
                 out.append(piece)
-                passing = not cut
+                self._passing = not cut
                 continue
-            pending.append(piece)
-            size += len(piece)
-            if cut:  # a line of 256 KiB or more (up to MAX_LINE) is read in the heavy-work pool, as the team's work
-                whole = b"".join(pending)
-                out.append(await off_loop_if_large(len(whole), keyed_line, whole, team))
-                pending, size = [], 0
-            elif size > MAX_LINE:
-                out.append(b"".join(pending))
-                pending, size, passing = [], 0, True
-        if out:
-            yield b"".join(out)
-    if pending:
-        whole = b"".join(pending)
-        yield await off_loop_if_large(len(whole), keyed_line, whole, team)
+            self._pending.append(piece)
+            self._size += len(piece)
+            if cut:
+                out.append(keyed_line(b"".join(self._pending), self._team))
+                self._pending, self._size = [], 0
+            elif self._size > MAX_LINE:
+                out.append(b"".join(self._pending))
+                self._pending, self._size, self._passing = [], 0, True
+        return b"".join(out)
+
+    def end(self) -> bytes:
+        """The upload's unfinished last line, keyed."""
+        whole, self._pending, self._size = b"".join(self._pending), [], 0
+        return keyed_line(whole, self._team) if whole else b""
 
 
 def _model(body: Any) -> str:

@@ -82,7 +82,34 @@ def test_a_large_batch_input_line_is_read_in_the_heavy_work_pool(tmp_path: Path,
     heavy = ("slipstream-heavy", "alpha")
     for name, ran in (("keyed", keyed), ("parsed", parsed), ("costed", costed), ("walked", walked)):
         assert [where for large, where in ran if large] == [heavy], name  # before: the loop's thread
-        assert all(where != heavy for large, where in ran if not large), name
+        # The upload is large, so its every line is keyed in the pool (test_an_uploads_short_lines_...).
+        assert all((where != heavy) != (name == "keyed") for large, where in ran if not large), name
+
+
+def test_an_uploads_short_lines_are_keyed_in_the_heavy_work_pool(tmp_path: Path, fresh_emulator: RunningEmulator,
+                                                                 monkeypatch) -> None:
+    """A large upload of short lines: each line was keyed on the loop where it arrived, about 40 ms for
+    256 KiB of them (each names its user), and a file may be 512 MiB. An upload of 256 KiB or more is
+    keyed a piece at a time in the heavy-work pool as the team's work now; a small one stays on the loop."""
+    keyed: list[tuple[str, str]] = []
+    keyed_line = bodies.keyed_line
+
+    def recorded_keyed(line: bytes, team: str) -> bytes:
+        keyed.append(_where())
+        return keyed_line(line, team)
+
+    monkeypatch.setattr(bodies, "keyed_line", recorded_keyed)
+    many = b"".join(_line(f"q{i}", 1) + b"\n" for i in range(2_000))
+    assert len(many) >= LARGE_BYTES
+    write_policy(tmp_path, "alpha", KEY, fresh_emulator.url)
+    with running_proxy([tmp_path]) as proxy:
+        client = oai(proxy, KEY)
+        client.files.create(file=("many.jsonl", many), purpose="batch")
+        large = list(keyed)
+        keyed.clear()
+        client.files.create(file=("few.jsonl", _line("one", 1) + b"\n"), purpose="batch")
+    assert len(large) >= 2_000 and set(large) == {("slipstream-heavy", "alpha")}  # before: the loop's thread
+    assert keyed and all(where[0] != "slipstream-heavy" for where in keyed)  # the line and the framing's blank lines
 
 
 def test_a_long_lines_pieces_are_joined_once() -> None:
