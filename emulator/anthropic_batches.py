@@ -15,10 +15,12 @@ from . import anthropic_wire as wire
 from . import batch_runner
 from .asgi import Call
 from .batch_runner import BatchJob, LineResult
+from .owned import owned
 
 if TYPE_CHECKING:
     from .app import Emulator
 
+_KIND = ("type", "message_batch")
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
@@ -89,7 +91,7 @@ async def _stored(emu: Emulator, call: Call) -> BatchJob | None:
     async def missing(bid: str) -> None:
         await wire.error(emu, call, 404, f"message_batch: {bid} not found")
 
-    return await batch_runner.find(emu, call, wire.admit, ("type", "message_batch"), missing)
+    return await owned(emu, call, wire.admit, lambda bid, key: emu.state.batches.get(bid, key, _KIND), missing)
 
 
 async def retrieve(emu: Emulator, call: Call) -> None:
@@ -149,5 +151,5 @@ async def list_batches(emu: Emulator, call: Call) -> None:
     if key is None:
         return
     rows = [j.obj for j in reversed(emu.state.batches.entries.values())
-            if j.key == key and j.obj.get("type") == "message_batch"]
+            if j.key == key and j.obj.get(_KIND[0]) == _KIND[1]]
     await wire.answer_page(emu, call, rows)

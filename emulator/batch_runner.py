@@ -6,7 +6,7 @@ validation included, but without faults), and can be cancelled between requests.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,6 @@ import orjson
 
 if TYPE_CHECKING:
     from .app import Emulator
-    from .asgi import Call
 
 
 @dataclass(slots=True)
@@ -37,29 +36,17 @@ class BatchJob:
 class BatchStore:
     entries: dict[str, BatchJob] = field(default_factory=dict)
 
-    def get(self, bid: str, key: str) -> BatchJob | None:
+    def get(self, bid: str, key: str, kind: tuple[str, str]) -> BatchJob | None:
+        """The batch `bid` if it is `key`'s and of this `kind` (field, value): both providers'
+        batches share this store."""
         b = self.entries.get(bid)
-        return b if b is not None and b.key == key else None
+        return b if b is not None and b.key == key and b.obj.get(kind[0]) == kind[1] else None
 
     def clear(self) -> None:
         for b in self.entries.values():
             if b.task is not None:
                 b.task.cancel()
         self.entries.clear()
-
-
-async def find(emu: Emulator, call: Call, admit: Callable[[Emulator, Call], Awaitable[str | None]],
-               kind: tuple[str, str], missing: Callable[[str], Awaitable[None]]) -> BatchJob | None:
-    """The batch named in the path, if it is this key's and of this `kind` (field, value) (both
-    providers' batches share one store); otherwise `missing(id)` answers the 404."""
-    key = await admit(emu, call)
-    if key is None:
-        return None
-    job = emu.state.batches.get(call.params[0], key)
-    if job is None or job.obj.get(kind[0]) != kind[1]:
-        await missing(call.params[0])
-        return None
-    return job
 
 
 def start(emu: Emulator, job: BatchJob, path: str, headers: dict[str, str],

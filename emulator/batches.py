@@ -15,10 +15,12 @@ from . import openai_wire as wire
 from .asgi import Call
 from .batch_runner import BatchJob, LineResult
 from .files import missing
+from .owned import owned
 
 if TYPE_CHECKING:
     from .app import Emulator
 
+_KIND = ("object", "batch")
 ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions")
 
 
@@ -147,7 +149,7 @@ async def _stored(emu: Emulator, call: Call) -> BatchJob | None:
     async def missing(bid: str) -> None:
         await wire.not_found(emu, call, f"No batch found with id '{bid}'.")
 
-    return await batch_runner.find(emu, call, wire.admit, ("object", "batch"), missing)
+    return await owned(emu, call, wire.admit, lambda bid, key: emu.state.batches.get(bid, key, _KIND), missing)
 
 
 async def retrieve(emu: Emulator, call: Call) -> None:
@@ -174,5 +176,5 @@ async def list_batches(emu: Emulator, call: Call) -> None:
     if key is None:
         return
     rows = [j.obj for j in reversed(emu.state.batches.entries.values())
-            if j.key == key and j.obj.get("object") == "batch"]
+            if j.key == key and j.obj.get(_KIND[0]) == _KIND[1]]
     await wire.answer_page(emu, call, rows)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import openai_wire as wire
 from .asgi import Call
+from .owned import owned
 from .responses_input import input_items
 
 if TYPE_CHECKING:
@@ -82,13 +83,10 @@ async def create(emu: Emulator, call: Call) -> None:
 
 
 async def _held(emu: Emulator, call: Call) -> Conversation | None:
-    key = await wire.admit(emu, call)
-    if key is None:
-        return None
-    conversation = emu.state.conversations.get(call.params[0], key)
-    if conversation is None:
-        await wire.not_found(emu, call, missing(call.params[0]))
-    return conversation
+    async def absent(cid: str) -> None:
+        await wire.not_found(emu, call, missing(cid))
+
+    return await owned(emu, call, wire.admit, emu.state.conversations.get, absent)
 
 
 async def retrieve(emu: Emulator, call: Call) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import openai_wire as wire
 from .asgi import Call
+from .owned import owned
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -105,13 +106,10 @@ async def list_files(emu: Emulator, call: Call) -> None:
 
 
 async def _stored(emu: Emulator, call: Call) -> StoredFile | None:
-    key = await wire.admit(emu, call)
-    if key is None:
-        return None
-    f = emu.state.files.get(call.params[0], key)
-    if f is None:
-        await wire.error(emu, call, 404, missing(call.params[0]))
-    return f
+    async def absent(fid: str) -> None:
+        await wire.error(emu, call, 404, missing(fid))
+
+    return await owned(emu, call, wire.admit, emu.state.files.get, absent)
 
 
 async def retrieve(emu: Emulator, call: Call) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import openai_wire as wire
 from .asgi import Call
+from .owned import owned
 
 if TYPE_CHECKING:
     from .app import Emulator
@@ -54,29 +55,25 @@ class ResponseStore:
         self.entries.clear()
 
 
-async def _stored(emu: Emulator, call: Call) -> tuple[str, StoredResponse] | None:
-    """(id, entry) of the response in the path after auth and faults; None once answered."""
-    key = await wire.admit(emu, call)
-    if key is None:
-        return None
-    rid = call.params[0]
-    e = emu.state.responses.get(rid, key)
-    if e is None:
+async def _stored(emu: Emulator, call: Call) -> StoredResponse | None:
+    """The response the path names, after auth and faults; None once answered."""
+
+    async def absent(rid: str) -> None:
         await wire.not_found(emu, call, f"Response with id '{rid}' not found.")
-        return None
-    return rid, e
+
+    return await owned(emu, call, wire.admit, emu.state.responses.get, absent)
 
 
 async def retrieve(emu: Emulator, call: Call) -> None:
-    got = await _stored(emu, call)
-    if got is not None:
-        await wire.ok(emu, call, got[1].response)
+    e = await _stored(emu, call)
+    if e is not None:
+        await wire.ok(emu, call, e.response)
 
 
 async def delete(emu: Emulator, call: Call) -> None:
-    got = await _stored(emu, call)
-    if got is not None:
-        rid, e = got
+    e = await _stored(emu, call)
+    if e is not None:
+        rid = call.params[0]
         emu.state.responses.delete(rid, e.key)
         await wire.ok(emu, call, {"id": rid, "object": "response.deleted", "deleted": True})
 
@@ -88,10 +85,9 @@ async def cancel(emu: Emulator, call: Call) -> None:
 
 async def input_items(emu: Emulator, call: Call) -> None:
     """The request's input items, newest first unless `order=asc`; `limit` 1-100, `after` an id."""
-    got = await _stored(emu, call)
-    if got is None:
+    e = await _stored(emu, call)
+    if e is None:
         return
-    e = got[1]
     q = call.query()
     order = q.get("order", "desc")
     if order not in ("asc", "desc"):
