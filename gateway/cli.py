@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
 import logging
@@ -133,6 +134,39 @@ def _engine_serve(args: argparse.Namespace) -> int:
     except (FileNotFoundError, NotImplementedError, ValueError) as exc:  # a model or option it cannot serve
         print(f"slipstream engine: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _engine_build_speculator(args: argparse.Namespace) -> int:
+    from localengine.spec_decode.built import (
+        BUILT_SPECULATORS,
+        build_speculator,
+        is_built,
+        speculator_dir,
+    )
+
+    if args.name not in BUILT_SPECULATORS:
+        print(f"slipstream engine: no speculator is built for {args.name!r}; known: {', '.join(BUILT_SPECULATORS)}",
+              file=sys.stderr)
+        return 2
+    try:
+        out = speculator_dir(args.name)
+    except FileNotFoundError as exc:  # the target's package is not installed
+        print(f"slipstream engine: {exc}", file=sys.stderr)
+        return 2
+    if is_built(out) and not args.force:
+        print(f"{args.name} is already built: {out} (--force builds it again)")
+        return 0
+    default = BUILT_SPECULATORS[args.name]
+    recipe = dataclasses.replace(default, prompts=args.prompts or default.prompts,
+                                 gen_tokens=args.gen_tokens or default.gen_tokens, minutes=args.minutes or default.minutes)
+    print(f"slipstream engine: building {args.name} into {out}", flush=True)
+    try:
+        build_speculator(args.name, out, recipe, threads=args.threads)
+    except RuntimeError as exc:
+        print(f"slipstream engine: {exc}", file=sys.stderr)
+        return 1
+    print(out)
     return 0
 
 
@@ -306,6 +340,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--speculative-config", help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\''
     )
     engine_serve.set_defaults(run=_engine_serve)
+    build = engine_commands.add_parser(
+        "build-speculator", formatter_class=formatter,
+        help="train a packaged model's MLP speculator into the data directory (what its first use would do)")
+    build.add_argument("name", help="the speculator's name (smollm2-135m-instruct-speculator)")
+    build.add_argument("--prompts", type=int, help="answers to train on (default: the recipe's, 5,000)")
+    build.add_argument("--gen-tokens", type=int, help="tokens per answer at most (default: 192)")
+    build.add_argument("--minutes", type=float, help="training budget in CPU minutes (default: 45)")
+    build.add_argument("--threads", type=int, help="CPU threads (default: one per core)")
+    build.add_argument("--force", action="store_true", help="build again over an existing build")
+    build.set_defaults(run=_engine_build_speculator)
 
     policy = commands.add_parser("policy", help="policy tools", formatter_class=formatter)
     policy_commands = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")

@@ -46,6 +46,10 @@ def resolve_model_path(model: str) -> Path:
         return BUNDLED_MODELS[model]
     if model in PACKAGED_MODELS:
         return packaged_model_path(model)
+    from localengine.spec_decode.built import BUILT_SPECULATORS, built_speculator
+
+    if model in BUILT_SPECULATORS:
+        return built_speculator(model)
     path = Path(model).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         return path
@@ -80,7 +84,8 @@ class SpeculativeConfig:
     method: str  # "ngram" | "draft_model" | "mlp_speculator"
     num_speculative_tokens: int  # k, the most tokens proposed per request per step
     # draft_model: a local HF directory or "demo-draft" (same tokenizer); mlp_speculator: a
-    # speculator checkpoint trained on the target's hidden states, or "demo-speculator" for demo.
+    # speculator checkpoint trained on the target's hidden states, "demo-speculator" for demo, or
+    # one built on first use (spec_decode/built.py: "smollm2-135m-instruct-speculator").
     model: str | None = None
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4

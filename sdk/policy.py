@@ -46,7 +46,8 @@ class SpeculativePolicy(_Strict):
     method: Literal["ngram", "draft_model", "mlp_speculator"]
     num_speculative_tokens: Annotated[int, Field(ge=1, le=32)] = 4
     # draft_model: a local HF directory or "demo-draft"; mlp_speculator: a speculator checkpoint
-    # trained on the target's hidden states, or "demo-speculator"
+    # trained on the target's hidden states, "demo-speculator", or one built on first use
+    # ("smollm2-135m-instruct-speculator", localengine/spec_decode/built.py)
     model: str | None = None
     # mlp_speculator: n-gram lookup proposes where the context repeats, the speculator elsewhere
     # (None: off, and left out of the engine's arguments, which key the shared engines)

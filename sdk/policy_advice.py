@@ -1,5 +1,6 @@
 """What `slipstream policy check` adds to validation: "did you mean" for misspelt keys, and warnings
-for a policy that is valid but will not work as written here (its environment variables unset).
+for a policy that is valid but will not work as written here (its environment variables unset, a
+speculator its first start would spend hours building).
 
 Messages speak in policy keys, never in the names of the classes that validate them.
 """
@@ -82,4 +83,26 @@ def warnings(policy: Policy) -> list[str]:
                          f"{name!r} go to the next target of their route{where_last}")
         elif unset:
             found.append(f"providers.{name}.api_key_env: {' and '.join(unset)} not set (the other keys are used)")
+        speculator = provider.speculative.model if provider.speculative else None
+        if speculator and (hours := _unbuilt_speculator_hours(speculator)):
+            found.append(f"providers.{name}.speculative.model: {speculator} is not built yet: the engine's first start "
+                         f"trains it (about {hours:.0f} hours on 2 CPU cores) before the gateway is ready; "
+                         f"`slipstream engine build-speculator {speculator}` builds it ahead of time")
     return found
+
+
+def _unbuilt_speculator_hours(model: str) -> float:
+    """How long a build of `model` takes, when it is a speculator built on first use and not built here
+    (0 otherwise, and where the engine is not installed: the extras check reports that)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return 0.0
+    from localengine.spec_decode.built import BUILT_SPECULATORS, is_built, speculator_dir
+
+    if model not in BUILT_SPECULATORS:
+        return 0.0
+    try:
+        return 0.0 if is_built(speculator_dir(model)) else BUILT_SPECULATORS[model].hours_on_two_cores
+    except FileNotFoundError:  # its target's package is missing: loading the target reports that
+        return 0.0

@@ -13,10 +13,8 @@ instructions from localengine/demo/speculator_prompts.py (open questions and wor
 code and docstrings), chat-templated, for instruct models.
 
     python -m localengine.demo.train_speculator                   # demo-speculator
-    python -m localengine.demo.train_speculator --target smollm2-135m-instruct --prompts 5000 \\
-        --gen-tokens 192 --sampled-share 0 --n-predict 4 --draft-vocab 4096 --target-embeddings \\
-        --soft-weight 0 --greedy-weight 1 --minutes 45 --batch-size 512 --max-num-seqs 256 --threads 2 \\
-        --texts ~/smollm2-texts.pt --out ~/smollm2-speculator   # docs/localengine.md: what it gives
+    python -m localengine.demo.train_speculator --target smollm2-135m-instruct ...   # what
+        `slipstream engine build-speculator smollm2-135m-instruct-speculator` runs (spec_decode/built.py)
 """
 
 from __future__ import annotations

@@ -1,15 +1,20 @@
 """Speculative decoding on the bundled real model (smollm2-135m-instruct): greedy tokens equal to
 decoding without it, with n-gram lookup (accepted on a prompt whose answer copies its input) and
-with an MLP speculator of the shape `localengine/demo/train_speculator.py` writes for it (tied
-stages, a 2,048-token draft vocabulary, the target's embeddings), untrained: whatever it proposes,
-the target's tokens are kept; and the two together (`prompt_lookup`)."""
+with its MLP speculator, `smollm2-135m-instruct-speculator`, built on first use by
+`localengine/demo/train_speculator.py` (here from a tiny recipe: what a build does, not how well it
+trains; whatever it proposes, the target's tokens are kept); and the two together (`prompt_lookup`)."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 
+from gateway.cli import main as slipstream
 from localengine import LLM, SamplingParams
 from localengine.config import packaged_model_path
+from localengine.spec_decode.built import BUILT_SPECULATORS, SpeculatorRecipe, is_built, speculator_dir
 
 try:
     packaged_model_path("smollm2-135m-instruct")
@@ -35,26 +40,68 @@ def plain() -> LLM:
     return LLM("smollm2-135m-instruct", **COMMON)
 
 
+SPECULATOR = "smollm2-135m-instruct-speculator"
+POLICY = f"""team: local
+api_keys: [{{value: sk-local-team}}]
+providers:
+  engine: {{kind: local, model: smollm2-135m-instruct,
+           speculative: {{method: mlp_speculator, model: {SPECULATOR}, prompt_lookup: true}}}}
+routes:
+  - match: {{model: "*"}}
+    targets: [{{provider: engine}}]
+"""
+TINY = ["--prompts", "8", "--gen-tokens", "16", "--minutes", "0.02", "--threads", "1"]
+
+
 @pytest.fixture(scope="module")
-def untrained_speculator(tmp_path_factory) -> str:
-    import torch
+def speculator() -> str:
+    """The speculator's name, built ahead of time by the command line (in the suite's data dir)."""
+    if not is_built(speculator_dir(SPECULATOR)):
+        assert slipstream(["engine", "build-speculator", SPECULATOR, *TINY]) == 0
+    assert is_built(speculator_dir(SPECULATOR))
+    return SPECULATOR
 
-    from localengine.spec_decode.mlp_speculator import MLPSpeculator, MLPSpeculatorConfig
 
-    torch.manual_seed(0)
-    model = MLPSpeculator(MLPSpeculatorConfig(vocab_size=49152, emb_dim=576, n_predict=4, tie_weights=True,
-                                              draft_vocab_size=2048, target_embeddings=True))
-    out = tmp_path_factory.mktemp("smollm2-speculator")
-    model.save(out)
-    return str(out)
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_build_speculator_command(speculator, capsys):
+    assert slipstream(["engine", "build-speculator", speculator]) == 0  # built already: nothing trained
+    assert "already built" in capsys.readouterr().out
+    assert slipstream(["engine", "build-speculator", "gpt-4o-speculator"]) == 2
+    assert "no speculator is built for 'gpt-4o-speculator'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_speculator_built_on_first_use(tmp_path: Path, monkeypatch, caplog, capsys):
+    """The first engine that names it builds it into the data dir; the next one loads that build.
+    `policy check` warns of a policy whose first start would build it, until it is built."""
+    monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path))
+    monkeypatch.setitem(BUILT_SPECULATORS, SPECULATOR,
+                        SpeculatorRecipe(target="smollm2-135m-instruct", prompts=8, gen_tokens=16, minutes=0.02))
+    policy = tmp_path / "team.yaml"
+    policy.write_text(POLICY)
+    warning = f"providers.engine.speculative.model: {SPECULATOR} is not built yet"
+    assert slipstream(["policy", "check", str(policy)]) == 0 and warning in capsys.readouterr().out
+    spec = {"method": "mlp_speculator", "model": SPECULATOR, "num_speculative_tokens": 4}
+    for _ in range(2):
+        with caplog.at_level(logging.INFO, logger="localengine.speculator"):
+            LLM("smollm2-135m-instruct", speculative_config=spec, **COMMON)
+    built = speculator_dir(SPECULATOR)
+    assert built.is_relative_to(tmp_path) and is_built(built)
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("is not built yet: building it now" in m for m in messages) == 1, messages
+    assert sum(m.endswith(f"built: {built}") for m in messages) == 1
+    assert any("held-out greedy acceptance" in m for m in messages)  # the training script's own report
+    assert slipstream(["policy", "check", str(policy)]) == 0 and warning not in capsys.readouterr().out
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # two loads of the model and 48 decode steps on a shared CPU
 @pytest.mark.parametrize(("method", "messages"), [("ngram", MESSAGES), ("mlp_speculator", PROSE),
                                                   ("mlp_speculator+lookup", MESSAGES)])
-def test_speculation_keeps_greedy_tokens(plain, untrained_speculator, method, messages):
-    spec = NGRAM if method == "ngram" else {"method": "mlp_speculator", "model": untrained_speculator,
+def test_speculation_keeps_greedy_tokens(plain, speculator, method, messages):
+    spec = NGRAM if method == "ngram" else {"method": "mlp_speculator", "model": speculator,
                                             "num_speculative_tokens": 4, "adaptive": False,
                                             "prompt_lookup": method.endswith("+lookup")}
     reference = plain.chat(messages, PARAMS)[0].outputs[0].token_ids
