@@ -60,8 +60,10 @@ def test_include_entries_and_a_reasoning_summary_that_ask_for_nothing_a_translat
     assert check(Shape.RESPONSES, {"model": "gpt-5.6", "prompt_cache_options": {"mode": "explicit"}}, "Anthropic Messages") == ["prompt_cache_options"]
     assert check(Shape.RESPONSES, {"model": "gpt-5.6", "prompt_cache_options": {"mode": "explicit"}}, "Chat Completions") == []
     assert check(Shape.RESPONSES, {"max_tool_calls": 2, "tools": [{"type": "function", "name": "f"}]}, "Anthropic Messages") == ["max_tool_calls"]
+    # beside web search to Claude, its tool's max_uses (web_search.py); beside another built-in tool, refused
+    assert check(Shape.RESPONSES, {"max_tool_calls": 2, "tools": [{"type": "web_search"}]}, "Anthropic Messages") == []
     with pytest.raises(TranslationRefused, match=r"'max_tool_calls' beside the built-in tool 'web_search'"):
-        check(Shape.RESPONSES, {"max_tool_calls": 2, "tools": [{"type": "web_search"}]}, "Anthropic Messages")
+        check(Shape.RESPONSES, {"max_tool_calls": 2, "tools": [{"type": "web_search"}]}, "Chat Completions")
     with pytest.raises(TranslationRefused, match=r"include 'file_search_call.results' cannot be translated for an Anthropic"):
         check(Shape.RESPONSES, {"include": ["file_search_call.results"]}, "Anthropic Messages")
 

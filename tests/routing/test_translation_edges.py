@@ -302,7 +302,7 @@ def test_web_search_reaches_claude_as_its_web_search_tool_and_its_citations_come
     raw = oa.responses.with_raw_response.create(model="gpt-x", input="Weather news in Oslo?", tools=tools,
                                                 include=["web_search_call.action.sources"])
     sent = _sent(fresh_emulator)
-    assert sent["tools"][-1] == {"type": "web_search_20250305", "name": "web_search", "allowed_domains": ["yr.no"],
+    assert sent["tools"][-1] == {"type": "web_search_20250305", "name": "web_search", "max_uses": 5, "allowed_domains": ["yr.no"],
                                  "user_location": {"type": "approximate", "city": "Oslo", "country": "NO"}}
     assert [tool.get("name") for tool in sent["tools"]] == ["get_weather", "web_search"]
     assert "include.web_search_call.action.sources" in raw.headers["x-slipstream-dropped-fields"]

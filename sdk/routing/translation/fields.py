@@ -63,6 +63,8 @@ class Shape(StrEnum):
 
 # Responses `include` entries that ask for something a translated answer has not and does not miss
 # (there are no reasoning items to carry encrypted content in): dropped, named as `include.ENTRY`.
+# The Responses API's hosted web search tools (web_search.py: Claude's web search server tool).
+WEB_SEARCH_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11")
 INCLUDE_DROPPED = ("reasoning.encrypted_content", "web_search_call.action.sources", "web_search_call.results")
 def retention_travels(target: str, model: Any, retention: Any) -> bool:
     """Whether a Responses request's prompt_cache_retention goes on to `target`: to a Chat target (the same field),
@@ -161,8 +163,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
         "verbosity": Field(T, "an instruction at the end of the system prompt (low: be concise; high: be thorough); Claude "
                               "has no such setting", ("medium",)),
         "web_search_options": Field(T, "Claude's web search server tool, web_search_20250305 (user_location carried; "
-                                       "search_context_size dropped, named: Claude has no such setting); its citations come "
-                                       "back as url_citation annotations"),
+                                       "search_context_size dropped, named: Claude has no such setting; `max_uses` 5, the "
+                                       "searches the budget holds, where OpenAI's Chat search runs one a request); its "
+                                       "citations come back as url_citation annotations"),
         # openai 3.x: `block` withholds a flagged answer, `score` returns moderation results with it.
         "moderation": Field(R, "OpenAI's moderation of the input and output (`block` withholds a flagged answer, `score` "
                                "adds its results): Claude runs none, and dropping it would pass unmoderated text"),
@@ -390,6 +393,8 @@ def _built_in_limit(body: dict[str, Any], target: str) -> list[str]:
     tool_search.py); refused beside a built-in tool, whose calls the target would not limit."""
     tools = tool_search.offered_tools(body)
     built_in = [t.get("type") for t in tools if isinstance(t, dict) and t.get("type") not in ("function", "custom", "namespace")] if isinstance(tools, list) else []
+    if built_in and target.startswith("Anthropic") and all(kind in WEB_SEARCH_TOOLS for kind in built_in):
+        return []  # Claude's web search tool's max_uses (web_search.py), 0 offering it none
     if built_in:
         raise refuse(f"'max_tool_calls' beside the built-in tool {built_in[0]!r} (the target would not limit its calls)", target)
     return ["max_tool_calls"]

@@ -84,7 +84,8 @@ RESPONSES_FIELDS: dict[str, Field] = {
     "background": Field(R, "background runs exist only on OpenAI", (False,)),
     "max_tool_calls": Field(T, "a limit on built-in tools' calls only: with none but function, custom and namespace "
                                "tools (whose calls it does not limit) it changes nothing, and is dropped, named; beside "
-                               "a built-in tool, which the target runs or has the client run without it, refused"),
+                               "web search to Claude, the web search server tool's `max_uses` (0: no search offered); "
+                               "beside another built-in tool, which the target runs or has the client run without it, refused"),
     "top_logprobs": Field(R, "no counterpart", (0,)),
     "prompt": Field(R, "OpenAI's stored prompt templates"),
     "conversation": Field(R, "OpenAI's conversation objects"),

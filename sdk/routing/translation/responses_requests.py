@@ -78,8 +78,9 @@ def responses_to_chat(body: dict[str, Any], target: str = _CHAT_TARGET, dropped:
             raise refuse(f"a tool named {name!r} beside the built-in {name} tool", target)
     if target.startswith("Anthropic"):  # web search: Claude's server tool, by way of Chat's web_search_options
         searches = [tool for _, tool in tools if isinstance(tool, dict) and tool.get("type") in web_search.RESPONSES_TOOLS]
-        if searches:
-            out["web_search_options"] = web_search.options_of(searches[0])
+        limit = body.get("max_tool_calls")  # built-in calls: the searches, the one built-in tool Claude runs
+        if searches and limit != 0:
+            out["web_search_options"] = web_search.options_of(searches[0], limit)
         tools = [(i, tool) for i, tool in tools if not any(tool is search for search in searches)]
     if tools:
         out["tools"] = [_tool(tool, f"tools.{i}", target) for i, tool in tools]

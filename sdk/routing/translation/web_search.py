@@ -7,7 +7,11 @@ cites the pages it used. So
   `web_search_options` on the way (responses_requests.py), and Chat's `web_search_options` reach Claude as
   the `web_search_20250305` server tool: `user_location` carried, `filters.allowed_domains` as
   `allowed_domains`; `search_context_size` (how much of each page OpenAI reads) has no counterpart and is
-  dropped, named (fields.py);
+  dropped, named (fields.py). Its `max_uses` is the Responses request's `max_tool_calls` (its limit on built-in
+  tools' calls, web search the only one that reaches Claude), else DEFAULT_SEARCHES: Claude's tool without one searches
+  as often as its loop runs (and a paused turn, resumed by the gateway, runs it again), each search billed, where the
+  budget's hold assumed DEFAULT_SEARCHES (sdk/estimate.py:search_limit) and OpenAI's Chat search runs one a request;
+  `max_tool_calls: 0` (no built-in calls) offers Claude no search;
 - Claude's answer cites with `web_search_result_location` citations on its text blocks: they reach a Chat
   client as the message's `url_citation` annotations (start and end index over the text; streamed, in a
   chunk's `delta.annotations` when the cited block ends), a Responses client as its output_text's
@@ -28,17 +32,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdk.routing.translation.fields import refuse
+from sdk.estimate import DEFAULT_SEARCHES
+from sdk.routing.translation.fields import WEB_SEARCH_TOOLS, refuse
 
-# The Responses API's hosted web search tools.
-RESPONSES_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11")
+RESPONSES_TOOLS = WEB_SEARCH_TOOLS  # the Responses API's hosted web search tools
 CLAUDE_TOOL = "web_search_20250305"  # every Claude model with web search takes this version
 _LOCATION = ("city", "region", "country", "timezone")
 
 
-def options_of(tool: dict[str, Any]) -> dict[str, Any]:
-    """A Responses web search tool as Chat's web_search_options (with its domain filter, which Claude takes)."""
-    out: dict[str, Any] = {}
+def options_of(tool: dict[str, Any], limit: Any = None) -> dict[str, Any]:
+    """A Responses web search tool as Chat's web_search_options (with its domain filter, which Claude takes); `limit`, the
+    request's `max_tool_calls`, as the gateway's own `max_uses` in them (read by `claude_tool` only: the body goes to Claude)."""
+    out: dict[str, Any] = {"max_uses": limit} if _uses(limit) else {}
     location = tool.get("user_location")
     if isinstance(location, dict):
         out["user_location"] = {"type": "approximate", "approximate": {k: location[k] for k in _LOCATION if location.get(k)}}
@@ -52,7 +57,8 @@ def claude_tool(options: Any) -> dict[str, Any]:
     """Chat's web_search_options as Claude's web search server tool."""
     if not isinstance(options, dict):
         raise refuse("web_search_options that is not an object", "Anthropic")
-    tool: dict[str, Any] = {"type": CLAUDE_TOOL, "name": "web_search"}
+    uses = options.get("max_uses")
+    tool: dict[str, Any] = {"type": CLAUDE_TOOL, "name": "web_search", "max_uses": uses if _uses(uses) else DEFAULT_SEARCHES}
     location = (options.get("user_location") or {}).get("approximate")
     if isinstance(location, dict) and any(location.get(k) for k in _LOCATION):
         tool["user_location"] = {"type": "approximate", **{k: location[k] for k in _LOCATION if location.get(k)}}
@@ -60,6 +66,11 @@ def claude_tool(options: Any) -> dict[str, Any]:
     if domains:
         tool["allowed_domains"] = list(domains)
     return tool
+
+
+def _uses(limit: Any) -> bool:
+    """Whether `limit` is a number of searches Claude takes as `max_uses` (a positive integer)."""
+    return isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
 
 
 def annotations_a2o(blocks: list[dict[str, Any]], offset: int, end: int) -> list[dict[str, Any]]:
