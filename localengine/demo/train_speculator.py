@@ -99,11 +99,17 @@ def generate(llm: LLM, prompt_ids: list[list[int]], gen_tokens: int, num_sampled
         engine.add_request(rid, prompt, p)
         seqs.append(engine.scheduler.requests[rid])
     hiddens: list[list[torch.Tensor]] = [[] for _ in seqs]
+    start, reported = time.perf_counter(), 0
     while engine.has_unfinished_requests():
         engine.step()
         for seq, rows in zip(seqs, hiddens, strict=True):
             if seq.num_output_tokens > len(rows) and seq.last_hidden is not None:
                 rows.append(seq.last_hidden.detach().float().clone())  # one token a step: no speculation here
+        # A long build says how far it is (a tenth of the answers at a time), not only when it ends.
+        done = sum(seq.is_finished for seq in seqs)
+        if done * 10 // len(seqs) > reported:
+            reported = done * 10 // len(seqs)
+            print(f"answered {done} of {len(seqs)} in {time.perf_counter() - start:.0f}s", flush=True)
     engine.model_runner.keep_hidden = False
     return [Text(len(p), list(s.token_ids), torch.stack(h)) for p, s, h in zip(prompt_ids, seqs, hiddens, strict=True)]
 

@@ -92,6 +92,7 @@ def test_speculator_built_on_first_use(tmp_path: Path, monkeypatch, caplog, caps
     messages = [r.getMessage() for r in caplog.records]
     assert sum("is not built yet: building it now" in m for m in messages) == 1, messages
     assert sum(m.endswith(f"built: {built}") for m in messages) == 1
+    assert any(": answered 8 of 8 in " in m for m in messages)  # its progress while answering
     assert any("held-out greedy acceptance" in m for m in messages)  # the training script's own report
     assert slipstream(["policy", "check", str(policy)]) == 0 and warning not in capsys.readouterr().out
 
