@@ -116,3 +116,24 @@ def test_each_choice_of_a_chat_stream_for_several_ends_at_the_stop_and_cancels_i
     assert usage is not None and 0 < usage.completion_tokens < 2 * WHOLE
     stats = wait_until(lambda: (s := _stats(upstream))["cancelled_streams"] + s["completed_streams"] >= 2 and s, "both streams ended")
     assert stats["cancelled_streams"] == 2 and stats["completed_streams"] == 0
+
+
+def test_a_reasoning_models_cut_stream_is_charged_its_output_limit(stack):
+    """An OpenAI reasoning model's reasoning is billed as output but not streamed, so the text counted up to the cut is
+    not all it wrote: the cut stream is charged the output limit it was sent (all it can have written, marked estimated),
+    where it was charged the text alone and a team could spend past its budget by cutting streams. gpt-4o, which does
+    not reason, is still charged what it wrote. The client's usage is what it was sent, either way."""
+    upstream, proxy = stack
+    client = anthropic.Anthropic(base_url=proxy, api_key=KEY, max_retries=0)
+    charged = {}
+    for model in ("claude-o3-x", "claude-x"):
+        httpx.post(f"{upstream.url}/_emulator/reset").raise_for_status()
+        before = _estimated(proxy)
+        stops = [" "] if model == "claude-o3-x" else [" ", *(f"<never {i}>" for i in range(4))]
+        with client.messages.stream(model=model, max_tokens=WHOLE, messages=ASK, stop_sequences=stops) as stream:
+            final = stream.get_final_message()
+        assert final.stop_reason == "stop_sequence" and 0 < final.usage.output_tokens < WHOLE
+        _ended(upstream)
+        charged[model] = wait_until(lambda start=before: (now := _estimated(proxy)) > start and now - start, "the cut stream's spend")
+    assert charged["claude-o3-x"] >= WHOLE * 8 / 1e6  # o3's output at $8 a million tokens, all 400 of its limit
+    assert charged["claude-x"] < WHOLE * 10 / 1e6 / 4  # gpt-4o's ($10): the few tokens it wrote

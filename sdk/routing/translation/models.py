@@ -46,6 +46,15 @@ def asks_effort(body: dict[str, Any]) -> bool:
             or (isinstance(thinking, dict) and thinking.get("type") == "enabled"))
 
 
+def reasons_unseen(body: dict[str, Any]) -> bool:
+    """Whether the model of a Chat `body` (as sent upstream) reasons without streaming it: a reasoning model, less gpt-5.1's
+    family at effort none, its default (OpenAI's reasoning guide: reasoning tokens are billed as output, not returned)."""
+    model, effort = body.get("model"), body.get("reasoning_effort")
+    if not reasons(model):
+        return False
+    return effort not in (None, "none") if _SAMPLES_UNREASONED.match(str(model or "")) else effort != "none"
+
+
 def takes_sampling(body: dict[str, Any]) -> bool:
     """Whether the OpenAI target model of a translated Messages `body` takes temperature and top_p: a model that
     does not reason, and one of gpt-5.1's family at effort none (sent with them), which the request does not raise."""

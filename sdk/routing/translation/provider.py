@@ -29,7 +29,7 @@ from sdk.routing.translation.output_limits import warmed, warming
 from sdk.routing.translation.output_modes import json_mode
 from sdk.routing.translation.paused_turns import resumed
 from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anthropic, refuse_prefill
-from sdk.routing.translation.stops import openai_stops, split_stops
+from sdk.routing.translation.stops import cut_bound, openai_stops, split_stops
 from sdk.routing.translation.streams import OpenAIToAnthropic, translated_events
 from sdk.routing.translation.tool_ids import shortened_tool_names
 from sdk.streams import close_after
@@ -128,7 +128,7 @@ class TranslatingProvider:
             return answer
         assert count is not None
         to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops,
-                                         answer.usage)
+                                         answer.usage, cut_bound(body))
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic, to_anthropic.cutter)
         return answer
 

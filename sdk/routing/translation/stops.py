@@ -15,13 +15,18 @@ call is closed there (streams.translated_events), so the model stops writing, an
 the gateway's count of what the model wrote up to the cut (the input its message_start said, the text counted as
 sdk/stream_tally.py counts a stream the client left), charged marked `estimated`. A body is known only once the model
 has finished: it is cut, and its usage is the upstream's, all the model wrote and billed.
+
+An OpenAI reasoning model writes, and bills as output, reasoning it does not stream (OpenAI's reasoning guide). What a
+cut stream of one wrote is not known, only bounded by the output limit it was sent, and that is what its charge is at
+least (`cut_bound`): a team cannot spend past its budget by having its streams cut. (Claude's thinking, billed whole
+where streamed summarized, is not asked for by a translated Chat request, which sends no `thinking`.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sdk.routing.translation.models import reasons
+from sdk.routing.translation.models import reasons, reasons_unseen
 
 
 def split_stops(stop: Any) -> tuple[list[str], tuple[str, ...]]:
@@ -94,3 +99,10 @@ def openai_stops(stops: Any, model: Any) -> tuple[Any, tuple[str, ...]]:
     if reasons(model) or len(stops) > OPENAI_MAX_STOPS:
         return None, tuple(s for s in stops if isinstance(s, str) and s)
     return stops, ()
+
+
+def cut_bound(body: dict[str, Any]) -> int:
+    """What a stream cut at a stop the gateway applies is charged for output at least: the output limit the upstream
+    Chat `body` was sent where its model reasons unseen (models.reasons_unseen), else 0."""
+    limit = body.get("max_completion_tokens")
+    return limit if isinstance(limit, int) and reasons_unseen(body) else 0

@@ -10,7 +10,10 @@ A stream that meets a stop sequence the gateway applies (stops.py) ends there: t
 at once (finish_reason `stop`, stop_reason `stop_sequence` naming it, the usage) and `translated_events` closes the
 upstream before that end goes out, so the model stops writing, and being billed, for text the client would never see.
 The usage is then the gateway's count of what the model wrote up to the cut (its text, counted as a stream the client
-left is: sdk/stream_tally.py), written into the stream's `Usage`, which is charged marked `estimated`.
+left is: sdk/stream_tally.py), written into the stream's `Usage`, which is charged marked `estimated`. An OpenAI
+reasoning model wrote, and is billed for, reasoning it does not stream, which no count of the stream can see: its charge
+is the output limit it was sent (`bound`, stops.cut_bound), all it can have written, so a team's budget is never spent
+past by cutting its streams; the client's usage is still what it was sent.
 """
 
 from __future__ import annotations
@@ -73,12 +76,13 @@ def read_chunk(event: bytes) -> dict[str, Any] | ChunkError | None:
 class _EndsAtStops:
     """A translator that applies stop sequences the upstream was not sent: once one appears, `feed` returns the
     answer's end (`_cut`) and nothing after it. What the model wrote is tallied for the usage of that end (`written`), and
-    the count goes into the upstream stream's usage (`billed`, the one charged)."""
+    the count goes into the upstream stream's usage (`billed`, the one charged), at least `bound` output tokens."""
 
-    def __init__(self, stops: tuple[str, ...], endpoint: Endpoint, billed: Usage | None) -> None:
+    def __init__(self, stops: tuple[str, ...], endpoint: Endpoint, billed: Usage | None, bound: int = 0) -> None:
         self.cutter = StopCutter(stops)
         self.written = StreamTally(endpoint) if stops else None  # the upstream's events, counted only at a stop
         self.billed = billed
+        self.bound = bound  # the output limit of a model that reasons unseen: what a cut is charged at least
         self.ended = False  # a stop was met: the answer's end is sent, the upstream is to be closed
 
     def feed(self, event: bytes) -> list[bytes]:
@@ -101,15 +105,22 @@ class _EndsAtStops:
         self.ended = True
         return self.written.output_tokens(protocol)
 
+    def _charge(self, written: int) -> None:
+        """The cut answer's output charged, marked estimated: what the model wrote, or `bound` where it reasons unseen."""
+        if self.billed is not None:
+            self.billed.output_tokens = max(self.billed.output_tokens, written, self.bound)
+            self.billed.estimated = True
+
 
 class OpenAIToAnthropic(_EndsAtStops):
     """Feeds on an OpenAI chunk stream (from an OpenAI target), yields Anthropic events."""
 
     def __init__(self, extra: dict[str, Any] | None = None, names: dict[str, str] | None = None, stops: tuple[str, ...] = (),
-                 billed: Usage | None = None) -> None:
+                 billed: Usage | None = None, bound: int = 0) -> None:
         self.extra = extra or {}  # fields message_start's message carries besides the usual (bodies.extra_o2a)
         self.names = names or {}  # the client's tool names the upstream knows by shorter ones (tool_ids.py)
-        super().__init__(stops, Endpoint.CHAT_COMPLETIONS, billed)  # the stop sequences the model would refuse (stops.openai_stops)
+        # the stop sequences the model would refuse (stops.openai_stops); `bound`: a reasoning model's output limit
+        super().__init__(stops, Endpoint.CHAT_COMPLETIONS, billed, bound)
         self.tier: Any = None  # the upstream's `service_tier`, which every chunk names
         self.started = False
         self.block = -1  # index of the last Anthropic content block opened
@@ -203,11 +214,9 @@ class OpenAIToAnthropic(_EndsAtStops):
         self.stop_reason, self.stop_sequence = "stop_sequence", self.cutter.matched
         written = self._written(Protocol.OPENAI)
         self.usage = usage_o2a({"prompt_tokens": self.input_tokens, "completion_tokens": written}, self.tier)
-        if self.billed is not None:
-            if not self.billed.total_input_tokens:
-                self.billed.input_tokens = self.input_tokens
-            self.billed.output_tokens = max(self.billed.output_tokens, written)
-            self.billed.estimated = True
+        if self.billed is not None and not self.billed.total_input_tokens:
+            self.billed.input_tokens = self.input_tokens
+        self._charge(written)
         return self._finish()
 
     def _finish(self) -> list[bytes]:
@@ -328,9 +337,7 @@ class AnthropicToOpenAI(_EndsAtStops):
         self.finished, self.finish_reason = True, "stop"
         written = self._written(Protocol.ANTHROPIC)
         self.usage.output_tokens = max(self.usage.output_tokens, written)
-        if self.billed is not None:
-            self.billed.output_tokens = max(self.billed.output_tokens, written)
-            self.billed.estimated = True
+        self._charge(written)
         return [*self._citations(), self._chunk({}, self.finish_reason), *(self.end(self.usage) if self.ending else ())]
 
     def end(self, usage: Usage) -> list[bytes]:
