@@ -22,15 +22,29 @@ the same way (`claude_compacted`): the summary as a user message (SUMMARY_INTRO,
 what followed the block; what came before it is not sent, as Claude does not read it. A compaction that failed
 (`content` null) is a no-op to Claude and is left out; one with `tool_changes` (the tools in effect after it, which the
 request's `tools` do not show) is refused, naming it.
+
+A Messages request can also ask for a compaction outright (the `compaction: {type: "summarize"}` parameter, anthropic 2.x
+beta): the whole conversation is summarized and the answer holds only the `compaction` block, `stop_reason`
+`"compaction"`, which the client sends first in `messages` from then on. To an OpenAI model it goes as Codex's trigger
+does (`SUMMARIZE`): the conversation, then a user message asking for the summary (the request's `instructions`, which
+replace Anthropic's summarization prompt, else INSTRUCTION), `tool_choice: none` where it has tools; the answer's text
+comes back as the one block (`summary_message`; streamed as Claude streams it, one `compaction_delta` holding the
+summary: `summary_events`), and the block, sent back, is read as above. The block has no `signature`: only Claude signs.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
+
 from sdk.routing.translation.fields import refuse
+from sdk.routing.translation.streams import anthropic_event
+from sdk.sse import event_data, events_of
+from sdk.streams import close_after
 
 TRIGGER = "compaction_trigger"
 _MARK = "slipstream-summary.v1."  # what no OpenAI-encrypted content starts with
@@ -100,3 +114,63 @@ def claude_compacted(body: dict[str, Any]) -> dict[str, Any]:
             head = [{"role": "user", "content": SUMMARY_INTRO + block["content"]}, *([{**message, "content": rest}] if rest else [])]
             return {**body, "messages": head + messages[i + 1:]}
     return body
+
+
+# --- a Messages compaction request (`compaction: {type: "summarize"}`) to an OpenAI model ------------------------
+
+SUMMARIZE = "compaction"  # the Messages parameter that asks for one
+_STOP = "compaction"  # the stop_reason of its answer
+
+
+def summarize(body: dict[str, Any], out: dict[str, Any]) -> None:
+    """The Chat body `out` of the Messages compaction request `body` asking for the summary: the request's
+    `instructions` (blank: absent, as Anthropic reads them), else INSTRUCTION, as the last user message; no tool call."""
+    config = body[SUMMARIZE]
+    given = config.get("instructions") if isinstance(config, dict) else None
+    out["messages"].append({"role": "user", "content": given if isinstance(given, str) and given.strip() else INSTRUCTION})
+    if out.get("tools"):  # the tools stay in the cached prefix; a summary calls none
+        out["tool_choice"] = "none"
+        out.pop("parallel_tool_calls", None)
+
+
+def summary_message(body: bytes) -> bytes:
+    """A translated Messages answer to a compaction request as Claude's: its text the one `compaction` block, ended
+    `compaction` (a summary cut by the output limit keeps `max_tokens`)."""
+    data = orjson.loads(body)
+    text = "".join(b.get("text") or "" for b in data.get("content") or () if isinstance(b, dict) and b.get("type") == "text")
+    data["content"] = [{"type": "compaction", "content": text or None}]
+    if data.get("stop_reason") != "max_tokens":
+        data["stop_reason"], data["stop_sequence"] = _STOP, None
+    return orjson.dumps(data)
+
+
+async def summary_events(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A translated Messages stream answering a compaction request, as Claude streams one: its text held, then the one
+    `compaction` block (start, one `compaction_delta` with the whole summary, stop) before the message's end."""
+    text: list[str] = []
+    try:
+        async for item in events:
+            out: list[bytes] = []
+            for event in events_of(item):
+                data = event_data(event)
+                payload = orjson.loads(data) if data.startswith(b"{") else {}
+                kind = payload.get("type")
+                if kind in ("content_block_start", "content_block_stop"):
+                    continue
+                if kind == "content_block_delta":
+                    text.append((payload.get("delta") or {}).get("text") or "")
+                    continue
+                if kind == "message_delta":
+                    summary = "".join(text) or None
+                    out += [anthropic_event({"type": "content_block_start", "index": 0, "content_block": {"type": "compaction", "content": None}}),
+                            anthropic_event({"type": "content_block_delta", "index": 0, "delta": {"type": "compaction_delta", "content": summary}}),
+                            anthropic_event({"type": "content_block_stop", "index": 0})]
+                    delta = payload.get("delta") or {}
+                    if delta.get("stop_reason") != "max_tokens":
+                        payload["delta"] = {**delta, "stop_reason": _STOP, "stop_sequence": None}
+                    event = anthropic_event(payload)
+                out.append(event)
+            if out:
+                yield b"".join(out)
+    finally:
+        await close_after(events)

@@ -263,6 +263,13 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                        "`{}`, unless fewer tokens than `clear_at_least`), the answer's `applied_edits` counting "
                                        "it; dropped where no edit acts (clear_thinking_*: a Chat target never gets earlier "
                                        "turns' thinking). compact_20260112 past its trigger, and other edits, refused"),
+        "compaction": Field(T, "a compaction request (`{type: \"summarize\"}`, the conversation summarized into one "
+                               "`compaction` block): the conversation, then a user message asking for the summary (its "
+                               "`instructions`, else the gateway's, as for Codex's compaction), tool_choice none; the text "
+                               "back as the one block, with no signature, stop_reason `compaction`; ignored by a token count"),
+        "thread": Field(R, "Anthropic's server-held conversation state (a Thread: `create` keeps it under the answer's id, "
+                           "`continue` sends only the new turn): an OpenAI target holds no such state, and a `continue` "
+                           "sent on without the conversation would be answered without it; send the whole conversation"),
         # The anthropic SDK's beta `billing_policy`: bill_to "self" is the default; "user_profile" bills the customer
         # behind the anthropic-user-profile-id header, and Anthropic refuses the request rather than bill the caller.
         "billing_policy": Field(R, "which organization Anthropic bills: `bill_to: \"user_profile\"` (the customer behind "

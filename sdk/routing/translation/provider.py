@@ -125,11 +125,15 @@ class TranslatingProvider:
                                                   extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops)
             if prepared.warm:
                 answer.body = warmed(answer.body)
+            if client_body.get(compaction.SUMMARIZE) is not None:  # a compaction request: the summary its one block
+                answer.body = compaction.summary_message(answer.body)
             return answer
         assert count is not None
         to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops,
                                          answer.usage, cut_bound(body))
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic, to_anthropic.cutter)
+        if client_body.get(compaction.SUMMARIZE) is not None:
+            answer.events = compaction.summary_events(answer.events)
         return answer
 
     def _prepared(self, request: LLMRequest) -> _Prepared:
@@ -163,6 +167,8 @@ class TranslatingProvider:
     def _chats(self, messages: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """A Messages body as Claude reads it, and the Chat bodies whose tokens make its count."""
         body = compaction.claude_compacted(messages)
+        # Anthropic's count takes the compaction parameter and ignores it: the conversation as sent is counted
+        body = {key: value for key, value in body.items() if key != compaction.SUMMARIZE}
         chats = [translate(self._to_openai, body, str(self.inner.protocol))]
         if self.edits.edited(body).applied:
             whole = {key: value for key, value in body.items() if key != "context_management"}

@@ -58,7 +58,8 @@ def _text_of(blocks: Any, where: str, target: str) -> str:
 _A2O_TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 # Messages fields translated apart from the walk of the others, or answered (diagnostics; context_management, whose
 # tool-result clearing is applied to the conversation here, and which fields.check refuses where it cannot be: context_edits.py).
-_A2O_ELSEWHERE = ("model", "messages", "system", "tools", "tool_choice", "thinking", "diagnostics", "context_management")
+_A2O_ELSEWHERE = ("model", "messages", "system", "tools", "tool_choice", "thinking", "diagnostics", "context_management",
+                  compaction.SUMMARIZE)
 
 
 def _one_hour(body: dict[str, Any]) -> bool:
@@ -129,6 +130,8 @@ def anthropic_to_openai(body: dict[str, Any], edits: context_edits.Edits = conte
         out["tool_choice"] = {"type": "function", "function": {"name": openai_tool_name(choice.get("name"))}} if kind == "tool" else _A2O_TOOL_CHOICE[str(kind)]
         if choice.get("disable_parallel_tool_use") and body.get("tools"):
             out["parallel_tool_calls"] = False
+    if body.get(compaction.SUMMARIZE) is not None:  # a compaction request: the summary, asked for (compaction.py)
+        compaction.summarize(body, out)
     return out
 
 
@@ -137,6 +140,8 @@ def refuse_prefill(body: dict[str, Any]) -> None:
     text (`{` for JSON, a started sentence), and clients put it back in front of the answer. A Chat
     model answers after such a turn instead, so the client's answer would be mangled: refused."""
     messages = body.get("messages")
+    if body.get(compaction.SUMMARIZE) is not None:
+        return  # a compaction request's conversation is summarized, not continued: the request asks last (compaction.py)
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
         raise refuse(f"messages.{len(messages) - 1}: a final assistant turn (a prefill, which Claude continues and a Chat "
                      "model answers after)", "OpenAI")

@@ -44,7 +44,7 @@ _ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error":
 _OPENAI_ERROR_STATUS = {"invalid_request_error": 400, "rate_limit_error": 429, "server_error": 500}
 
 
-def _anthropic_event(payload: dict[str, Any]) -> bytes:
+def anthropic_event(payload: dict[str, Any]) -> bytes:
     kind: str = payload["type"]
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
@@ -153,7 +153,7 @@ class OpenAIToAnthropic(_EndsAtStops):
                                      "cache_read_input_tokens": 0, "output_tokens": 0}
             if (tier := service_tier_o2a(chunk.get("service_tier"))) is not None:
                 usage["service_tier"] = tier
-            out.append(_anthropic_event({"type": "message_start", "message": {
+            out.append(anthropic_event({"type": "message_start", "message": {
                 "id": f"msg_{chunk.get('id', '')}", "type": "message", "role": "assistant", "model": chunk.get("model"),
                 "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage, **self.extra}}))
         for choice in chunk.get("choices") or ():
@@ -180,7 +180,7 @@ class OpenAIToAnthropic(_EndsAtStops):
         if self.text_block is None:
             out += self._open_block({"type": "text", "text": ""})
             self.text_block = self.block
-        return out + [_anthropic_event({"type": "content_block_delta", "index": self.block, "delta": {"type": "text_delta", "text": text}})]
+        return out + [anthropic_event({"type": "content_block_delta", "index": self.block, "delta": {"type": "text_delta", "text": text}})]
 
     def _call(self, call: dict[str, Any]) -> list[bytes]:
         """One `tool_calls[]` delta, in the order CallOrder gives them (one call after another, as Claude streams)."""
@@ -192,7 +192,7 @@ class OpenAIToAnthropic(_EndsAtStops):
             out += self._open_block({"type": "tool_use", "id": call.get("id"), "name": self.names.get(str(name), name), "input": {}})
             self.tools[index] = self.block
         if function.get("arguments"):
-            out.append(_anthropic_event({"type": "content_block_delta", "index": self.tools[index],
+            out.append(anthropic_event({"type": "content_block_delta", "index": self.tools[index],
                                          "delta": {"type": "input_json_delta", "partial_json": function["arguments"]}}))
         return out
 
@@ -200,13 +200,13 @@ class OpenAIToAnthropic(_EndsAtStops):
         out = self._close_block()
         self.block += 1
         self.open = True
-        return out + [_anthropic_event({"type": "content_block_start", "index": self.block, "content_block": block})]
+        return out + [anthropic_event({"type": "content_block_start", "index": self.block, "content_block": block})]
 
     def _close_block(self) -> list[bytes]:
         if not self.open:
             return []
         self.open, self.text_block = False, None
-        return [_anthropic_event({"type": "content_block_stop", "index": self.block})]
+        return [anthropic_event({"type": "content_block_stop", "index": self.block})]
 
     def _cut(self) -> list[bytes]:
         """The answer's end where a stop the gateway applies appeared: now, with the usage the gateway counts (the input
@@ -224,7 +224,7 @@ class OpenAIToAnthropic(_EndsAtStops):
         if "context_management" in self.extra:  # where Anthropic's stream says what context editing applied
             delta["context_management"] = self.extra["context_management"]
         held = self._text(self.cutter.flush()) + [event for call in self.order.flush() for event in self._call(call)]
-        return held + self._close_block() + [_anthropic_event(delta), _anthropic_event({"type": "message_stop"})]
+        return held + self._close_block() + [anthropic_event(delta), anthropic_event({"type": "message_stop"})]
 
 
 class AnthropicToOpenAI(_EndsAtStops):
