@@ -29,6 +29,11 @@ OPENAI_TTL_S = 300.0  # in-memory retention is "5-10 min idle": predict the shor
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 HISTORY_PER_SCOPE = 32  # requests a scope's history keeps
 HISTORY_CHARS = 16 << 20  # block text a team's history keeps, every scope together (the oldest goes first)
+# Entries one request writes or refreshes: OpenAI caches every prefix past 1,024 tokens, one entry a message,
+# and a request of 200,000 short messages made 200,000 entries (seconds of the event loop every team shares,
+# each kept for the TTL and sent to the shared ledger). Past this many, the first and last third of them and
+# the rest spread evenly between (`spread`): a later request sharing a prefix reads the nearest one before it.
+WRITES_PER_REQUEST = 192
 _BLOCK_CHARS = 64  # a block's own share of what a snapshot holds, beside its text
 
 
@@ -130,14 +135,42 @@ class Scope:
     def sweep(self, now: float) -> None:
         self._writes += 1
         if self._writes % 1024 == 0:
-            for key in [k for k, e in self.entries.items() if e.expires <= now]:
-                del self.entries[key]
+            self.expire(now)
+
+    def expire(self, now: float) -> None:
+        for key in [k for k, e in self.entries.items() if e.expires <= now]:
+            del self.entries[key]
+
+    def evict(self, count: int) -> int:
+        """Forget up to `count` entries, the first written first; how many went. A fan-out sibling waiting
+        on one stops waiting."""
+        gone = 0
+        while gone < count and self.entries:
+            entry = self.entries.pop(next(iter(self.entries)))
+            if entry.ready is not None:
+                entry.ready.set()
+            gone += 1
+        return gone
+
+
+def spread(count: int, most: int = WRITES_PER_REQUEST) -> list[int]:
+    """Indices of at most `most` of `count` items: every one when there are no more; else the first and last
+    third of `most`, and the rest spread evenly between."""
+    if count <= most:
+        return list(range(count))
+    end = most // 3
+    middle, between = count - 2 * end, most - 2 * end
+    return [*range(end), *(end + k * middle // between for k in range(between)), *range(count - end, count)]
 
 
 class Ledger:
     """One team's view of its provider caches."""
 
     MAX_SCOPES = 256
+    # Entries the team's scopes hold together: each is kept for the provider's TTL (5 minutes, an hour) and a
+    # team could write them as fast as it sends distinct prompts, in the process every team shares. Past it,
+    # the expired go, then the first written of the least recently used scopes, to three quarters.
+    MAX_ENTRIES = 1 << 16
 
     def __init__(self) -> None:
         self.scopes: dict[tuple[str, str, str], Scope] = {}
@@ -198,11 +231,13 @@ class Ledger:
         return prediction
 
     # --- writes ----------------------------------------------------------------------------
-    @staticmethod
-    def begin(scope: Scope, layout: Layout, marks: list[tuple[int, float]], hit: int, start: float,
+    def begin(self, scope: Scope, layout: Layout, marks: list[tuple[int, float]], hit: int, start: float,
               ratio: float, with_event: bool) -> list[Write]:
-        """Record the entries this request writes or refreshes: (block, ttl seconds) per mark."""
+        """Record the entries this request writes or refreshes: (block, ttl seconds) per mark, at most
+        WRITES_PER_REQUEST of them (`spread`)."""
         writes: list[Write] = []
+        if len(marks) > WRITES_PER_REQUEST:
+            marks = [marks[k] for k in spread(len(marks))]
         if hit >= 0 and (entry := scope.live(layout.chain[hit], start)) is not None:
             entry.expires = max(entry.expires, start + entry.ttl)  # a hit refreshes the TTL (A.9)
         for index, ttl in marks:
@@ -217,7 +252,21 @@ class Ledger:
             scope.entries[key] = entry
             writes.append(Write(key, entry, True))
         scope.sweep(start)
+        self.bound(start)
         return writes
+
+    def bound(self, now: float) -> None:
+        """At most MAX_ENTRIES entries in the team's scopes together (a shared ledger's too, read in before)."""
+        held = sum(len(scope.entries) for scope in self.scopes.values())
+        if held <= self.MAX_ENTRIES:
+            return
+        for scope in self.scopes.values():
+            scope.expire(now)
+        held = sum(len(scope.entries) for scope in self.scopes.values())
+        for scope in self.scopes.values():  # the least recently used first
+            if held <= self.MAX_ENTRIES * 3 // 4:
+                break
+            held -= scope.evict(held - self.MAX_ENTRIES * 3 // 4)
 
     @staticmethod
     def publish(writes: list[Write]) -> None:
