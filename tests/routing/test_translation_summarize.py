@@ -11,11 +11,13 @@ through the proxy (team key "sk-routing"), the emulator as OpenAI; each test fai
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types.thread_unsupported_request_error import ThreadUnsupportedRequestError
 
 from sdk.routing.translation.compaction import INSTRUCTION, SUMMARY_INTRO
 from tests.routing.conftest import routed_proxy, sent
@@ -69,6 +71,26 @@ def test_a_compaction_requests_token_count_ignores_the_parameter(an, fresh_emula
     assert counted.input_tokens == an.beta.messages.count_tokens(model="claude-4t-x", messages=TURNS).input_tokens
 
 
-def test_server_held_thread_state_is_refused_naming_it(an, fresh_emulator):
-    with pytest.raises(anthropic.BadRequestError, match=r"'thread' cannot be translated .*server-held conversation"):
+def test_server_held_thread_state_is_refused_as_anthropic_refuses_what_threads_cannot_serve(an, fresh_emulator):
+    """`thread` toward an OpenAI model was refused as an unknown field, and the anthropic SDK's tool runner sends it on
+    every run (`client.beta.messages.tool_runner`, threaded by default), so no tool runner could run there. It is refused
+    with Anthropic's `thread_unsupported_request`, on which the SDK's thread sends the whole conversation without it:
+    the runner runs its tools on the OpenAI model and ends with its answer."""
+    with pytest.raises(ThreadUnsupportedRequestError, match=r"'thread' cannot be translated .*server-held conversation"):
         an.beta.messages.create(model="claude-x", max_tokens=64, messages=TURNS[:1], thread={"type": "create"})
+
+    ran: list[str] = []
+
+    @anthropic.beta_tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(city)
+        return "18C and sunny"
+
+    runner = an.beta.messages.tool_runner(model="claude-x", max_tokens=256, tools=[weather],
+                                          messages=[{"role": "user", "content": "What is the weather in Paris? Use weather."}])
+    final = runner.until_done()
+    assert ran and final.stop_reason == "end_turn" and final.content[0].type == "text"
+    bodies = [json.loads(call["body"]) for call in fresh_emulator.state.recent]
+    assert len(bodies) == 2 and "thread" not in str(bodies)  # the call, then its result: each turn whole
+    assert bodies[1]["messages"][-1]["role"] == "tool" and bodies[1]["messages"][0]["content"].startswith("What is")

@@ -46,6 +46,7 @@ from sdk.routing.translation.models import (
     takes_sampling,
 )
 from sdk.routing.translation.responses_fields import RESPONSES_FIELDS
+from sdk.types import Protocol
 
 DROPPED_HEADER = "x-slipstream-dropped-fields"
 # Messages thinking types that turn thinking off: `between_tools` too ("thinking turned off, and any short progress
@@ -268,8 +269,9 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                "`instructions`, else the gateway's, as for Codex's compaction), tool_choice none; the text "
                                "back as the one block, with no signature, stop_reason `compaction`; ignored by a token count"),
         "thread": Field(R, "Anthropic's server-held conversation state (a Thread: `create` keeps it under the answer's id, "
-                           "`continue` sends only the new turn): an OpenAI target holds no such state, and a `continue` "
-                           "sent on without the conversation would be answered without it; send the whole conversation"),
+                           "`continue` sends only the new turn), which an OpenAI target does not hold: refused as Anthropic "
+                           "refuses a request Threads cannot serve (`error.details.error_code: thread_unsupported_request`), "
+                           "on which the anthropic SDK's threads and tool runner send the whole conversation without it"),
         # The anthropic SDK's beta `billing_policy`: bill_to "self" is the default; "user_profile" bills the customer
         # behind the anthropic-user-profile-id header, and Anthropic refuses the request rather than bill the caller.
         "billing_policy": Field(R, "which organization Anthropic bills: `bill_to: \"user_profile\"` (the customer behind "
@@ -304,6 +306,8 @@ def check(shape: Shape, body: dict[str, Any], target: str, edits: context_edits.
             if not edits(body).applied:
                 dropped.append(key)
             continue
+        if shape is Shape.MESSAGES and key == "thread":
+            raise ThreadRefused(target)
         kind = fate(shape, key, value)
         if kind is Fate.REFUSED:
             why = FIELDS[shape][key].note if key in FIELDS[shape] else "not a field this gateway knows"
@@ -329,6 +333,22 @@ def check(shape: Shape, body: dict[str, Any], target: str, edits: context_edits.
         elif shape is Shape.RESPONSES and key == "input" and not breakpoints_travel(target, body.get("model")) and in_responses_input(value):
             dropped.append(BREAKPOINT)
     return dropped + _nested(shape, body) + _unreasoned(shape, body) + _effortless(shape, body) + _unsampled(shape, body, dropped)
+
+
+class ThreadRefused(TranslationRefused):
+    """A Messages request's `thread` for a target that holds no conversation, refused in Anthropic's words for a request
+    Threads cannot serve: the anthropic SDK's thread (`continue_unthreaded`, its tool runner's) reads the error code and
+    sends the turn again with the whole conversation and no `thread`, where any other 400 ended the run."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(f"'thread' cannot be translated for {_article(target)} {target} target ({FIELDS[Shape.MESSAGES]['thread'].note}); "
+                         "send the full conversation without `thread`")
+
+    def body(self, protocol: Protocol) -> bytes:
+        if protocol is not Protocol.ANTHROPIC:
+            return super().body(protocol)
+        return orjson.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": self.message,
+                                                        "details": {"error_code": "thread_unsupported_request"}}})
 
 
 def _cache_setting_travels(key: str, value: Any, target: str, model: Any) -> bool:
