@@ -94,3 +94,27 @@ def test_server_held_thread_state_is_refused_as_anthropic_refuses_what_threads_c
     bodies = [json.loads(call["body"]) for call in fresh_emulator.state.recent]
     assert len(bodies) == 2 and "thread" not in str(bodies)  # the call, then its result: each turn whole
     assert bodies[1]["messages"][-1]["role"] == "tool" and bodies[1]["messages"][0]["content"].startswith("What is")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_runner_compacts_and_carries_on_on_an_openai_model(an, fresh_emulator, stream):
+    """The SDK's tool runner compacts when asked (`runner.compact_before_next_turn()`): a compaction request, then the
+    loop carries on from the block, sent back alone as the assistant's turn, as Claude resumes a compacted conversation.
+    That turn was refused as a prefill, which ended the run; it reads as the summary, and the model answers from it."""
+
+    @anthropic.beta_tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "18C and sunny"
+
+    runner = an.beta.messages.tool_runner(model="claude-x", max_tokens=256, tools=[weather], stream=stream,
+                                          messages=[{"role": "user", "content": "What is the weather in Paris? Use weather."}])
+    ends = []
+    for message in runner:
+        final = message.get_final_message() if stream else message
+        ends.append(final.stop_reason)
+        if len(ends) == 1:
+            runner.compact_before_next_turn()
+    assert ends == ["tool_use", "compaction", "end_turn"]
+    carried_on = sent(fresh_emulator)["messages"]
+    assert len(carried_on) == 1 and carried_on[0]["role"] == "user" and carried_on[0]["content"].startswith(SUMMARY_INTRO)

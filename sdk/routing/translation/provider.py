@@ -145,8 +145,8 @@ class TranslatingProvider:
         if to_openai:  # a conversation Claude compacted, from its summary on, as Claude reads it (compaction.py)
             client_body = compaction.claude_compacted(client_body)
         dropped = check(Shape.MESSAGES if to_openai else Shape.CHAT, client_body, target, self.edits.edited)
-        if to_openai:
-            refuse_prefill(request.body)
+        if to_openai:  # as compacted: a turn that opens with the compaction block (the SDK's, an assistant turn) asks nothing
+            refuse_prefill(client_body)
         warm = to_openai and warming(request.body)  # max_tokens 0: the prompt cached, nothing written (output_limits.py)
         # the body just checked, as it is: Chat → Messages does not check it again
         body = translate(self._to_openai if to_openai else _to_anthropic, client_body, str(self.inner.protocol))
