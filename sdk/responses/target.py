@@ -131,8 +131,9 @@ class ResponsesTarget:
         to_anthropic = self.inner.protocol is Protocol.ANTHROPIC
         protocol = "Anthropic Messages" if to_anthropic else "Chat Completions"
         chat = await _as_chat(request.body, resolved, protocol)
-        if to_anthropic:
-            n = await anthropic_count(upstream, translate(openai_to_anthropic, chat, protocol), timings)
+        if to_anthropic:  # a large body translated in the heavy-work pool, as the team's work
+            messages = await off_loop_if_large(resolved.size, translate, openai_to_anthropic, chat, protocol)
+            n = await anthropic_count(upstream, messages, timings, resolved.size)
         else:
             n = await count_chat(self.inner, chat)
         return counted({"object": "response.input_tokens", "input_tokens": n}, f"{self.name}/{request.model}")

@@ -123,11 +123,12 @@ async def start_count(provider: Provider, chat: dict[str, Any]) -> int:
         return (await _bundled_counts([chat]))[0]
 
 
-async def anthropic_count(upstream: Provider, messages_body: dict[str, Any], timings: Timings) -> int:
+async def anthropic_count(upstream: Provider, messages_body: dict[str, Any], timings: Timings, size: int = 0) -> int:
     """Input tokens of a Messages body, by the Anthropic target's own count_tokens; its error answers
-    in OpenAI's shape (the client that asked speaks OpenAI)."""
+    in OpenAI's shape (the client that asked speaks OpenAI). `size`: the client's bytes it was made
+    from (a large body is written for the upstream off the loop)."""
     body = {key: value for key, value in messages_body.items() if key in _COUNTED}
-    request = LLMRequest(Endpoint.COUNT_TOKENS, body)
+    request = LLMRequest(Endpoint.COUNT_TOKENS, body, size=size)
     try:
         answer = await upstream.send(request, timings)
     except UpstreamHTTPError as exc:
