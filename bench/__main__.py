@@ -109,7 +109,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("spec_decode_smollm2", "Speculative decoding (smollm2-135m-instruct, batch 1, input-grounded prompts)",
               "bench/localengine/spec_decode.py",
               ("--model", "smollm2-135m-instruct", "--max-tokens", "64", "--repeats", "1", "--only", "ngram k=8"),
-              ("--model", "smollm2-135m-instruct", "--max-tokens", "192", "--repeats", "3"), quick_timeout_s=300),
+              ("--model", "smollm2-135m-instruct", "--max-tokens", "192", "--repeats", "3",
+               "--speculator", "smollm2-135m-instruct-speculator"), quick_timeout_s=300),
     Benchmark("step_overhead", "Local engine: Python per step", "bench/localengine/step_overhead.py",
               ("--models", "demo", "--baseline", "none", "--steps", "60", "--rounds", "1"), ("--baseline", "none")),
 )

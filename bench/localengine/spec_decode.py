@@ -9,10 +9,11 @@ continuation repeats most ("def main(").
 
 `--model smollm2-135m-instruct`: the bundled real model at batch 1 on input-grounded chat prompts
 (rename a variable in a function, quote a paragraph) and one open question; n-gram lookup, and with
-`--speculator DIR` an MLP speculator you trained for it (written by `python -m
-localengine.demo.train_speculator --target smollm2-135m-instruct ...`; only the demo models' weights
-are in the repository, see docs/localengine.md), alone and with lookup (`prompt_lookup`); answers
-end at the end-of-turn token.
+`--speculator NAME|DIR` an MLP speculator for it, alone and with lookup (`prompt_lookup`): its name
+`smollm2-135m-instruct-speculator` once built (`slipstream engine build-speculator`: this benchmark
+does not train one, and leaves those rows out while it is not built), or a checkpoint directory
+written by `python -m localengine.demo.train_speculator --target smollm2-135m-instruct ...`
+(docs/localengine.md); answers end at the end-of-turn token.
 
 Greedy, fp32 on CPU. Each configuration must produce the same tokens as no speculation (checked);
 the difference is how many target passes it takes. "copied" is the share of the baseline's output
@@ -205,7 +206,13 @@ def demo(args: argparse.Namespace) -> None:
 
 
 def smollm2(args: argparse.Namespace) -> None:
-    speculators = smollm2_speculator_configs(args.speculator) if args.speculator else []
+    from localengine.spec_decode.built import BUILT_SPECULATORS, is_built, speculator_dir
+
+    speculator = args.speculator
+    if speculator in BUILT_SPECULATORS and not is_built(speculator_dir(speculator)):
+        print(f"{speculator} is not built here (`slipstream engine build-speculator {speculator}`): its rows are left out")
+        speculator = None
+    speculators = smollm2_speculator_configs(speculator) if speculator else []
     configs = selected(SMOLLM2_CONFIGS + speculators, args.only)
     common = {"dtype": "float32", "max_model_len": 1024, "max_num_seqs": 4, "num_kvcache_blocks": 80,
               "num_threads": args.threads}
@@ -224,8 +231,8 @@ def smollm2(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="demo", choices=["demo", "smollm2-135m-instruct"])
-    ap.add_argument("--speculator", metavar="DIR",
-                    help="smollm2: an MLP speculator checkpoint for it (train_speculator.py's output)")
+    ap.add_argument("--speculator", metavar="NAME|DIR",
+                    help="smollm2: its MLP speculator: smollm2-135m-instruct-speculator once built, or a checkpoint")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 4, 8], help="demo: requests per run (prompts cycle)")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
