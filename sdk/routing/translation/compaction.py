@@ -20,8 +20,8 @@ Claude compacts the same way (context_management's `compact_20260112`): its answ
 before it, reading the conversation on from the summary. A Messages conversation holding one reaches an OpenAI model
 the same way (`claude_compacted`): the summary as a user message (SUMMARY_INTRO, as the Responses door gives one), then
 what followed the block; what came before it is not sent, as Claude does not read it. A compaction that failed
-(`content` null) is a no-op to Claude and is left out; one with `tool_changes` (the tools in effect after it, which the
-request's `tools` do not show) is refused, naming it.
+(`content` null) is a no-op to Claude and is left out; its `tool_changes` (what takes the request's `tools` to the tools in
+effect after it) are applied there (tool_changes.py).
 
 A Messages request can also ask for a compaction outright (the `compaction: {type: "summarize"}` parameter, anthropic 2.x
 beta): the whole conversation is summarized and the answer holds only the `compaction` block, `stop_reason`
@@ -41,7 +41,6 @@ from typing import Any
 
 import orjson
 
-from sdk.routing.translation.fields import refuse
 from sdk.routing.translation.streams import anthropic_event
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
@@ -108,10 +107,10 @@ def claude_compacted(body: dict[str, Any]) -> dict[str, Any]:
             if not (isinstance(block, dict) and block.get("type") == "compaction" and isinstance(block.get("content"), str)
                     and block["content"]):
                 continue
-            if block.get("tool_changes"):
-                raise refuse(f"messages.{i}.content.{j}.tool_changes (the tools in effect after a compaction)", "OpenAI")
             rest = blocks[j + 1:]
             head = [{"role": "user", "content": SUMMARY_INTRO + block["content"]}, *([{**message, "content": rest}] if rest else [])]
+            if block.get("tool_changes"):  # the summarized turns' tool changes, where the summary is (tool_changes.py)
+                head.insert(0, {"role": "system", "content": list(block["tool_changes"])})
             return {**body, "messages": head + messages[i + 1:]}
     return body
 

@@ -190,7 +190,10 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                  "redacted_thinking blocks of earlier turns left out, and `fallback` blocks (where a "
                                  "server-side fallback handed over, which Anthropic does not render into the prompt); a "
                                  "`compaction` block with its summary (compact_20260112) as Claude reads it: the summary a user "
-                                 "message, the turns before it left out (one with `tool_changes` refused; a failed one left out); a "
+                                 "message, the turns before it left out (its `tool_changes` applied there; a failed one left out); "
+                                 "`tool_addition` / `tool_removal` blocks (the tool runner's add_tools/remove_tools, in "
+                                 "system messages) applied to `tools`: the tools in effect at the end offered, the blocks "
+                                 "left out (MCP references refused); a "
                                  "final assistant turn, a prefill that Claude continues and a Chat model would answer after, refused)"),
         "system": Field(T, "a system message"),
         "max_tokens": Field(T, "max_completion_tokens (at most the OpenAI model's own most, e.g. gpt-4o's 16384: a larger "

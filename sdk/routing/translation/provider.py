@@ -20,7 +20,7 @@ from sdk.offload import off_loop_if_large
 from sdk.promptcache.placement import min_cacheable_tokens
 from sdk.providers.base import Provider
 from sdk.routing.backoff import TranslationRefused
-from sdk.routing.translation import chat_custom, compaction, context_edits, legacy_functions
+from sdk.routing.translation import chat_custom, compaction, context_edits, legacy_functions, tool_changes
 from sdk.routing.translation.bodies import completion_o2a, error_for, extra_o2a
 from sdk.routing.translation.choices import ChatAnswers, Spent, fan_out
 from sdk.routing.translation.counting import count_chats, counted, start_count
@@ -122,14 +122,14 @@ class TranslatingProvider:
         if isinstance(answer, LLMResponse):
             _cancel(count)
             answer.body = await off_loop_if_large(len(answer.body), completion_o2a, answer.body,
-                                                  extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops)
+                                                  extra_o2a(client_body, self.edits.edited), shortened_tool_names(client_body), stops)
             if prepared.warm:
                 answer.body = warmed(answer.body)
             if client_body.get(compaction.SUMMARIZE) is not None:  # a compaction request: the summary its one block
                 answer.body = compaction.summary_message(answer.body)
             return answer
         assert count is not None
-        to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(request.body), stops,
+        to_anthropic = OpenAIToAnthropic(extra_o2a(client_body, self.edits.edited), shortened_tool_names(client_body), stops,
                                          answer.usage, cut_bound(body))
         answer.events = translated_events(_counted_first(count, to_anthropic, answer.events), to_anthropic, to_anthropic.cutter)
         if client_body.get(compaction.SUMMARIZE) is not None:
@@ -142,8 +142,8 @@ class TranslatingProvider:
         target = "OpenAI" if to_openai else "Anthropic"
         legacy = not to_openai and legacy_functions.used(request.body)  # functions, not tools: as tools (legacy_functions.py)
         client_body = translate(legacy_functions.as_tools, request.body, target) if legacy else request.body
-        if to_openai:  # a conversation Claude compacted, from its summary on, as Claude reads it (compaction.py)
-            client_body = compaction.claude_compacted(client_body)
+        if to_openai:  # a conversation Claude compacted, from its summary on, as Claude reads it (compaction.py), with the
+            client_body = tool_changes.applied(compaction.claude_compacted(client_body))  # tools in effect at its end
         dropped = check(Shape.MESSAGES if to_openai else Shape.CHAT, client_body, target, self.edits.edited)
         if to_openai:  # as compacted: a turn that opens with the compaction block (the SDK's, an assistant turn) asks nothing
             refuse_prefill(client_body)

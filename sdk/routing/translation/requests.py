@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from sdk.errors import InvalidRequestError
-from sdk.routing.translation import chat_custom, compaction, context_edits
+from sdk.routing.translation import chat_custom, compaction, context_edits, tool_changes
 from sdk.routing.translation.a2o_messages import a2o_message, block_text
 from sdk.routing.translation.breakpoints import (
     system_parts,
@@ -79,7 +79,8 @@ def _one_hour(body: dict[str, Any]) -> bool:
 def anthropic_to_openai(body: dict[str, Any], edits: context_edits.Edits = context_edits.edited) -> dict[str, Any]:
     """A Messages body as a Chat one; `edits`: how the request's context edits are had (context_edits.Memo)."""
     out: dict[str, Any] = {"model": body.get("model"), "messages": []}
-    body = beta_format(compaction.claude_compacted(body))  # (the body itself where TranslatingProvider has done so)
+    # (the body itself where TranslatingProvider has done so): as compacted, with the tools in effect (tool_changes.py)
+    body = beta_format(tool_changes.applied(compaction.claude_compacted(body)))
     check(Shape.MESSAGES, body, "OpenAI", edits)
     body = edits(body).body  # the conversation as Claude would be sent it, its old tool results cleared
     for key, value in body.items():
