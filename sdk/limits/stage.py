@@ -111,19 +111,20 @@ class LimitsStage:
         return scopes
 
     async def admit(self, key_id: str, budget: bool = True, trace: RequestTrace | None = None, reserve: float = 0.0,
-                    requests: int = 1) -> Admission:
+                    requests: int = 1, limits: bool = True, lease: str = "") -> Admission:
         """Check and charge the team's (and the key's) limits and, with `budget`, its budget, holding
         `reserve` USD against it until `settle` (`reservation(request)` computes it), counting `requests`
         against the request buckets and concurrency caps (`legs`); a refusal raises the provider-shaped 429. The pipeline and
-        the pass-through (sdk/passthrough/) both admit here."""
-        scopes = self._scopes(key_id)
+        the pass-through (sdk/passthrough/) both admit here. Without `limits`, the budget only, its hold
+        under `lease` when given (the lease of the request's admission to its limits: one settlement ends both)."""
+        scopes = self._scopes(key_id) if limits else []
         rates = tuple(rate for scope in scopes for rate in (scope.requests, scope.tokens) if rate is not None)
         caps = tuple(scope.cap for scope in scopes if scope.cap is not None)
         if requests > 1:
             rates, caps = self._counted(rates, caps, scopes, requests)
         check = budget_check(self.team, self.budget, reserve) if budget else None
-        admission = Admission("", rates, caps, check)
-        if admission.holds:  # a lease names its slots and its hold
+        admission = Admission(lease, rates, caps, check)
+        if admission.holds and not lease:  # a lease names its slots and its hold
             admission = Admission(secrets.token_hex(16), rates, caps, check)
         if rates or caps or admission.budget is not None:
             started = time.time_ns() if trace is not None else 0
@@ -141,15 +142,25 @@ class LimitsStage:
         # A file or account object the request names is read by the provider under the shared key:
         # the team's own files only, and the account objects its policy lists.
         check_account_objects(self.provider_objects, (ctx.request.body,))
+        # The team's rates and concurrency first: a request past them is refused before it costs a lookup in the
+        # stores every team's requests use (up to 10,000 files named, audio ids, a stored conversation read).
+        limited = await self.admit(ctx.key_id, budget=False, trace=ctx.trace, requests=self.legs(ctx.request))
         owners = ownership_of(self.state)
-        await owners.check_files(self.team, (ctx.request.body,), ctx.request.size)
-        await check_audio(owners, self.team, [ctx.request.body], ctx.request.size)  # an earlier answer's audio, read by id
-        if is_large(ctx.request.size):  # its PDFs' pages, for the hold and any estimate (a walk: off the loop)
-            ctx.request.media = await off_loop(media_of, ctx.request)
         read: dict[tuple[str, str], StoredResponse] = {}  # what it continues, read once for its targets too (conversation.READ)
-        (history,) = await self.history_tokens([ctx.request], read)
-        admission = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history),
-                                     requests=self.legs(ctx.request))
+        try:
+            await owners.check_files(self.team, (ctx.request.body,), ctx.request.size)
+            await check_audio(owners, self.team, [ctx.request.body], ctx.request.size)  # an earlier answer's audio, read by id
+            if is_large(ctx.request.size):  # its PDFs' pages, for the hold and any estimate (a walk: off the loop)
+                ctx.request.media = await off_loop(media_of, ctx.request)
+            (history,) = await self.history_tokens([ctx.request], read)
+            # Then its budget, which holds its worst cost: what it continues and the media it sends counted.
+            held = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history),
+                                    limits=False, lease=limited.lease)
+        except BaseException:
+            if limited.holds:
+                self.settle(limited, ctx.key_id, "", None)  # its slots go back; its rate charge stays (it was a request)
+            raise
+        admission = Admission(held.lease or limited.lease, limited.rates, limited.caps, held.budget)
         reading = READ.set(read) if read else None
         try:
             answer = await call_next(ctx)

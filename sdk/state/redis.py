@@ -132,8 +132,8 @@ class RedisState:
             keys += [self.key(budget.key), self.key(budget.holds)]
             args += [float(budget.usd), _usd(budget.reserve), HOLDS_KEEP_S]
         if admission.holds:  # held from now (renewed by the check-in); a refusal or a failure lets go
-            for each in admissions:
-                self._held[each.lease] = self._holding(each)
+            for each in admissions:  # added to what the lease holds already (a request's limits, then its budget)
+                self._held[each.lease] = (*self._held.get(each.lease, ()), *self._holding(each))
         return keys, [*args, *(each.lease for each in admissions)]
 
     def _holding(self, admission: Admission) -> tuple[tuple[str, str], ...]:
