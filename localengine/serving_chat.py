@@ -9,10 +9,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from localengine.engine.async_engine import AsyncLLMEngine
 from localengine.outputs import Logprob, RequestOutput
@@ -25,12 +24,14 @@ from localengine.serving_common import (
     check_model,
     check_stream_options,
     count,
+    finish_reason,
     last_outputs,
-    merged,
     number,
     reseeded,
     running_usage,
     sampling_params,
+    sse,
+    steps,
     truncated,
 )
 
@@ -180,11 +181,6 @@ def _logprobs(req: ChatRequest, tokenizer: Any, token_ids: list[int],
     return {"content": content, "refusal": None}
 
 
-def finish_reason(out: RequestOutput) -> str | None:
-    reason = out.outputs[0].finish_reason
-    return None if reason == "abort" else reason
-
-
 def engine_request_ids(request_id: str, n: int, first: int = 0) -> list[str]:
     """The engine's ids for the n choices of an API request (what aborting it must abort)."""
     return [f"{request_id}-{first + i}" for i in range(n)]
@@ -219,11 +215,6 @@ async def chat_completion(engine: AsyncLLMEngine, req: ChatRequest) -> dict[str,
     }
 
 
-def sse(data: dict[str, Any] | str) -> bytes:
-    payload = data.encode() if isinstance(data, str) else orjson.dumps(data)
-    return b"data: " + payload + b"\n\n"
-
-
 async def chat_completion_events(engine: AsyncLLMEngine, req: ChatRequest,
                                  on_usage: Callable[[dict[str, Any]], None] | None = None) -> AsyncGenerator[bytes, None]:
     """SSE events of a streamed chat completion, ending in `data: [DONE]`. A choice's last text comes
@@ -245,20 +236,17 @@ async def chat_completion_events(engine: AsyncLLMEngine, req: ChatRequest,
 
     for i in range(req.n):
         yield chunk(i, {"role": "assistant", "content": "", "refusal": None}, 0)
-    sent_text, sent_tokens = [0] * req.n, [0] * req.n
     finals: list[RequestOutput | None] = [None] * req.n
     streams = generations(engine, req.prompt_token_ids, req.params, req.request_id, req.n, req.cache_salt)
-    async for i, out in merged(streams):
-        completion = out.outputs[0]
-        delta = completion.text[sent_text[i]:]
-        new_ids = completion.token_ids[sent_tokens[i]:]
-        entries = completion.logprobs[sent_tokens[i]:] if completion.logprobs is not None else None
-        sent_text[i], sent_tokens[i] = len(completion.text), len(completion.token_ids)
-        if out.finished:
-            finals[i] = out
-        if out.finished or delta or (req.top_logprobs is not None and new_ids):
-            yield chunk(i, {"content": delta}, len(completion.token_ids), finish_reason(out) if out.finished else None,
-                        _logprobs(req, engine.tokenizer, new_ids, entries), completion.stop_reason)
+    async with aclosing(steps(streams)) as outputs:
+        async for s in outputs:
+            out, completion = s.out, s.out.outputs[0]
+            if out.finished:
+                finals[s.index] = out
+            if out.finished or s.text or (req.top_logprobs is not None and s.token_ids):
+                yield chunk(s.index, {"content": s.text}, len(completion.token_ids),
+                            finish_reason(out) if out.finished else None,
+                            _logprobs(req, engine.tokenizer, s.token_ids, s.logprobs), completion.stop_reason)
     done = [f for f in finals if f is not None]
     assert len(done) == req.n
     if on_usage is not None:

@@ -11,13 +11,15 @@ never silently dropped. Fields that cannot change the answer (`user`, `metadata`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import orjson
 
 from localengine.engine.async_engine import AsyncLLMEngine
+from localengine.outputs import Logprob, RequestOutput
 from localengine.sampling_params import SamplingParams
 
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
@@ -251,7 +253,7 @@ class _End:
     error: BaseException | None = None
 
 
-async def merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+async def merged(streams: list[AsyncIterator[T]]) -> AsyncGenerator[tuple[int, T], None]:
     """Items of several streams as they come, tagged with the stream's index. Closing this closes
     (so aborts) every stream still running; the first error ends it. A stream is read no faster than
     this is (at most one item of each waits here), so a slow reader leaves the items in the streams."""
@@ -293,3 +295,39 @@ async def last_outputs(streams: list[AsyncIterator[T]]) -> list[T]:
         return final
 
     return list(await asyncio.gather(*(last(s) for s in streams)))
+
+
+def finish_reason(out: RequestOutput) -> str | None:
+    reason = out.outputs[0].finish_reason
+    return None if reason == "abort" else reason
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    payload = data.encode() if isinstance(data, str) else orjson.dumps(data)
+    return b"data: " + payload + b"\n\n"
+
+
+@dataclass(slots=True)
+class Step:
+    """What one engine output adds to its choice since the choice's last output."""
+
+    index: int  # the choice
+    out: RequestOutput
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[int, Logprob]] | None  # None: not requested
+    text_offset: int  # characters of the choice's text before this step
+    first: bool  # no token of the choice came before this step
+
+
+async def steps(streams: list[AsyncIterator[RequestOutput]]) -> AsyncGenerator[Step, None]:
+    """The choices' outputs as they come (`merged`), each cut to what it adds. Closing this closes
+    (so aborts) the streams."""
+    sent_text, sent_tokens = [0] * len(streams), [0] * len(streams)
+    async with aclosing(merged(streams)) as outputs:
+        async for i, out in outputs:
+            c = out.outputs[0]
+            text, tokens = sent_text[i], sent_tokens[i]
+            sent_text[i], sent_tokens[i] = len(c.text), len(c.token_ids)
+            yield Step(i, out, c.text[text:], c.token_ids[tokens:],
+                       c.logprobs[tokens:] if c.logprobs is not None else None, text, tokens == 0)

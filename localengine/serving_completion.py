@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 from localengine.engine.async_engine import AsyncLLMEngine
 from localengine.outputs import Logprob, RequestOutput
 from localengine.sampling_params import SamplingParams
-from localengine.serving_chat import finish_reason, generations, sse
+from localengine.serving_chat import generations
 from localengine.serving_common import (
     INERT_FIELDS,
     SAMPLING_FIELDS,
@@ -27,11 +28,13 @@ from localengine.serving_common import (
     check_model,
     check_stream_options,
     count,
+    finish_reason,
     last_outputs,
-    merged,
     number,
     running_usage,
     sampling_params,
+    sse,
+    steps,
     truncated,
 )
 
@@ -174,24 +177,21 @@ async def completion_events(engine: AsyncLLMEngine, req: CompletionRequest) -> A
         return sse({**base, "choices": [{"index": i, **choice}], **usage})
 
     streams = _streams(engine, req)
-    sent_text, sent_tokens = [0] * len(streams), [0] * len(streams)
     finals: list[RequestOutput | None] = [None] * len(streams)
     for i in range(len(streams)):
         if req.echo:
             yield chunk(i, {"text": req.prompt_texts[i // req.n], "logprobs": None, "finish_reason": None}, 0)
-    async for i, out in merged(streams):
-        c = out.outputs[0]
-        delta, new_ids = c.text[sent_text[i]:], c.token_ids[sent_tokens[i]:]
-        entries = c.logprobs[sent_tokens[i]:] if c.logprobs is not None else None
-        offset = len(req.prompt_texts[i // req.n]) + sent_text[i]
-        sent_text[i], sent_tokens[i] = len(c.text), len(c.token_ids)
-        if out.finished:
-            finals[i] = out
-        if delta or new_ids or out.finished:
-            yield chunk(i, {"text": delta, "finish_reason": finish_reason(out) if out.finished else None,
-                            "logprobs": _logprobs(engine.tokenizer, new_ids, entries, req.logprobs, offset),
-                            **_token_ids(req, i, new_ids, first=sent_tokens[i] == len(new_ids))},
-                        len(c.token_ids))
+    async with aclosing(steps(streams)) as outputs:
+        async for s in outputs:
+            i, out = s.index, s.out
+            offset = len(req.prompt_texts[i // req.n]) + s.text_offset
+            if out.finished:
+                finals[i] = out
+            if s.text or s.token_ids or out.finished:
+                yield chunk(i, {"text": s.text, "finish_reason": finish_reason(out) if out.finished else None,
+                                "logprobs": _logprobs(engine.tokenizer, s.token_ids, s.logprobs, req.logprobs, offset),
+                                **_token_ids(req, i, s.token_ids, first=s.first)},
+                            len(out.outputs[0].token_ids))
     if req.include_usage:
         yield sse({**base, "choices": [], "usage": completion_usage(req, [f for f in finals if f is not None])})
     yield sse("[DONE]")
