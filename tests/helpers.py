@@ -8,6 +8,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -186,6 +187,39 @@ def held_while_streaming(proxy: RunningServer, key: str, body: dict[str, Any], b
             client.messages.create(**beside)
     return held
 
+
+class GatedTurns:
+    """The harness of the tests that one team's many calls do not hold another team's: work the teams
+    ask for (recorded in `asked`, in order, by the test's wrapper on the loop) waits behind a gate (a
+    slow disk) in `held`, which records it in `done` in the order it ran."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.done: list[str] = []
+        self._gate = threading.Event()
+        self._lock = threading.Lock()
+
+    def held(self, team: str, work: Callable[[], T]) -> T:
+        """`work()` once the gate opens, recorded as `team`'s."""
+        self._gate.wait(PATIENCE_S)
+        try:
+            return work()
+        finally:
+            with self._lock:
+                self.done.append(team)
+
+    def race(self, alpha: Callable[[int], object], beta: Callable[[], object], n: int) -> None:
+        """`alpha(i)` for each i < n at once, then `beta()` once all n are asked for; the gate opens once
+        beta's is asked for too. Every call must answer (something truthy)."""
+        with ThreadPoolExecutor(n + 4) as pool:
+            alphas = [pool.submit(alpha, i) for i in range(n)]
+            wait_until(lambda: self.asked.count("alpha") == n, f"alpha's {n} were asked for")
+            betas = pool.submit(beta)
+            wait_until(lambda: "beta" in self.asked, "beta's was asked for")
+            time.sleep(0.05)  # let the loop hand beta's to its thread
+            self._gate.set()
+            for future in [*alphas, betas]:
+                assert future.result()
 
 
 # --- PDFs ---------------------------------------------------------------------------------------------

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-
 import openai
 
 from gateway.testing import running_proxy
-from tests.helpers import skip_without_extra, write_policy
+from tests.helpers import GatedTurns, skip_without_extra, write_policy
 
 skip_without_extra("semantic")  # the teams' policies turn the response cache on (faiss)
 
 CACHED = "semantic_cache: {enabled: true, semantic: false}\n"
-
-
-def _until(condition, what: str) -> None:
-    deadline = time.monotonic() + 30  # a hang guard, not a timing bound
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
 
 
 def test_one_teams_many_cache_stores_do_not_hold_another_teams_answer(tmp_path, monkeypatch, fresh_emulator):
@@ -37,23 +26,15 @@ def test_one_teams_many_cache_stores_do_not_hold_another_teams_answer(tmp_path, 
     monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))
     write_policy(tmp_path, "alpha", "sk-alpha", fresh_emulator.url, extra=CACHED)
     write_policy(tmp_path, "beta", "sk-beta", fresh_emulator.url, extra=CACHED)
-    queued: list[str] = []  # stores asked for, in order (on the loop)
-    stored: list[str] = []  # stores done, in order (in the store's thread)
-    gate = threading.Event()
-    lock = threading.Lock()
+    turns = GatedTurns()
     original_put, original_store = ResponseCache.put, CacheStore.put
 
     async def asking(self, team, *args, **kwargs):
-        queued.append(team)
+        turns.asked.append(team)
         return await original_put(self, team, *args, **kwargs)
 
     def slow_disk(self, entry, limits):
-        gate.wait(30)
-        try:
-            return original_store(self, entry, limits)
-        finally:
-            with lock:
-                stored.append(entry.team)
+        return turns.held(entry.team, lambda: original_store(self, entry, limits))
 
     monkeypatch.setattr(ResponseCache, "put", asking)
     monkeypatch.setattr(CacheStore, "put", slow_disk)
@@ -64,14 +45,6 @@ def test_one_teams_many_cache_stores_do_not_hold_another_teams_answer(tmp_path, 
         def ask(client: openai.OpenAI, text: str) -> str:
             return client.chat.completions.create(model="gpt-4o", temperature=0, messages=[{"role": "user", "content": text}]).id
 
-        with ThreadPoolExecutor(24) as pool:
-            alphas = [pool.submit(ask, alpha, f"Alpha question {i}?") for i in range(20)]
-            _until(lambda: queued.count("alpha") == 20, "alpha's 20 stores were asked for")
-            betas = pool.submit(ask, beta, "Beta question?")
-            _until(lambda: "beta" in queued, "beta's store was asked for")
-            time.sleep(0.05)  # let the loop hand beta's store to its pool
-            gate.set()
-            for future in [*alphas, betas]:
-                future.result()
-    assert sorted(stored) == sorted(["alpha"] * 20 + ["beta"])
-    assert stored.index("beta") <= 2, stored  # after at most two of alpha's (14 or more before)
+        turns.race(lambda i: ask(alpha, f"Alpha question {i}?"), lambda: ask(beta, "Beta question?"), 20)
+    assert sorted(turns.done) == sorted(["alpha"] * 20 + ["beta"])
+    assert turns.done.index("beta") <= 2, turns.done  # after at most two of alpha's (14 or more before)

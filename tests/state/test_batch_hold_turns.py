@@ -10,9 +10,6 @@ take turns by team now in a thread of their own (sdk/offload.py:FairPool).
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anthropic
@@ -23,7 +20,7 @@ from sdk.state import spend_file
 from sdk.state.backend import BudgetCheck, Refusal
 from sdk.state.local import LocalState
 from sdk.state.spend_file import SpendFile
-from tests.helpers import wait_until, write_policy
+from tests.helpers import GatedTurns, write_policy
 
 BUDGETED = 'pricing: {"claude-sonnet-4-6": {input: 3, output: 15}}\nbudget: {usd: 100, period: day}\n'
 MSG = {"model": "claude-sonnet-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
@@ -41,23 +38,15 @@ def test_one_teams_many_batch_holds_do_not_hold_another_teams_batch(tmp_path: Pa
     monkeypatch.setenv(spend_file.ENV, str(tmp_path / "spend.sqlite3"))
     write_policy(tmp_path, "alpha", "sk-alpha-batches", fresh_emulator.url, extra=BUDGETED)
     write_policy(tmp_path, "beta", "sk-beta-batches", fresh_emulator.url, extra=BUDGETED)
-    asked: list[str] = []  # holds asked for, in order (on the loop)
-    held: list[str] = []  # holds done, in order (in the thread that runs them)
-    gate = threading.Event()
-    lock = threading.Lock()
+    turns = GatedTurns()
     original, hold = SpendFile.hold_batch, LocalState._hold_batch
 
     async def asking(self: LocalState, lease: str, budget: BudgetCheck, file: SpendFile) -> Refusal | None:
-        asked.append(_team(budget.key))
+        turns.asked.append(_team(budget.key))
         return await hold(self, lease, budget, file)
 
     def slow_disk(self: SpendFile, key: str, *args: object) -> float | None:
-        gate.wait(30)
-        try:
-            return original(self, key, *args)  # type: ignore[arg-type]
-        finally:
-            with lock:
-                held.append(_team(key))
+        return turns.held(_team(key), lambda: original(self, key, *args))  # type: ignore[arg-type]
 
     monkeypatch.setattr(LocalState, "_hold_batch", asking)
     monkeypatch.setattr(SpendFile, "hold_batch", slow_disk)
@@ -68,14 +57,6 @@ def test_one_teams_many_batch_holds_do_not_hold_another_teams_batch(tmp_path: Pa
         def create(client: anthropic.Anthropic, cid: str) -> str:
             return client.messages.batches.create(requests=[{"custom_id": cid, "params": MSG}]).id  # type: ignore[list-item]
 
-        with ThreadPoolExecutor(16) as pool:
-            alphas = [pool.submit(create, alpha, f"a{i}") for i in range(12)]
-            wait_until(lambda: asked.count("alpha") == 12, "alpha's 12 holds were asked for")
-            betas = pool.submit(create, beta, "b")
-            wait_until(lambda: "beta" in asked, "beta's hold was asked for")
-            time.sleep(0.05)  # let the loop hand beta's hold to its thread
-            gate.set()
-            for future in [*alphas, betas]:
-                assert future.result()
-    assert sorted(held) == sorted(["alpha"] * 12 + ["beta"])
-    assert held.index("beta") <= 2, held  # after 11 of alpha's 12 on the old code
+        turns.race(lambda i: create(alpha, f"a{i}"), lambda: create(beta, "b"), 12)
+    assert sorted(turns.done) == sorted(["alpha"] * 12 + ["beta"])
+    assert turns.done.index("beta") <= 2, turns.done  # after 11 of alpha's 12 on the old code
