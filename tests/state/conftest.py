@@ -4,8 +4,9 @@ backends of both kinds for the suite every backend must pass."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -114,22 +115,23 @@ def tls_redis(tls_files) -> Iterator[RedisServer]:
 @pytest.fixture
 def redis_cluster(tmp_path: Path) -> Iterator[RedisClusterServers]:
     """A Redis Cluster of three masters of this test's own."""
-    skip_without_redis()
-    skip_without_binary("redis-cli", "apt-get install redis-tools")
-    cluster = RedisClusterServers(tmp_path)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _own(RedisClusterServers, tmp_path)
 
 
 @pytest.fixture
 def redis_sentinel(tmp_path: Path) -> Iterator[RedisSentinelServers]:
     """A master, its replica and a Sentinel watching them, of this test's own."""
+    yield from _own(RedisSentinelServers, tmp_path)
+
+
+Group = TypeVar("Group", RedisClusterServers, RedisSentinelServers)
+
+
+def _own(kind: Callable[[Path], Group], folder: Path) -> Iterator[Group]:
+    """A group of redis-servers (and redis-cli to join them) in `folder`, stopped after the test."""
     skip_without_redis()
     skip_without_binary("redis-cli", "apt-get install redis-tools")
-    group = RedisSentinelServers(tmp_path)
+    group = kind(folder)
     try:
         group.start()
         yield group
