@@ -135,6 +135,13 @@ class LimitsStage:
                 raise self._refused(refusal, scopes, requests)
         return admission
 
+    async def admit_budget(self, limited: Admission, key_id: str, reserve: float, trace: RequestTrace | None = None) -> Admission:
+        """The budget's part of a request `limited` admitted to its rates and concurrency (`admit(budget=False)`,
+        before the work that tells its worst cost): `reserve` held under the same lease. The admission
+        that settles both."""
+        held = await self.admit(key_id, trace=trace, reserve=reserve, limits=False, lease=limited.lease)
+        return Admission(held.lease or limited.lease, limited.rates, limited.caps, held.budget)
+
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
         # Every pipeline request passes here once its team is known: a client's own provider
         # prompt_cache_key and end-user ids are namespaced to the team before anything else reads the body.
@@ -154,13 +161,11 @@ class LimitsStage:
                 ctx.request.media = await off_loop(media_of, ctx.request)
             (history,) = await self.history_tokens([ctx.request], read)
             # Then its budget, which holds its worst cost: what it continues and the media it sends counted.
-            held = await self.admit(ctx.key_id, trace=ctx.trace, reserve=self.reservation(ctx.request, history=history),
-                                    limits=False, lease=limited.lease)
+            admission = await self.admit_budget(limited, ctx.key_id, self.reservation(ctx.request, history=history), ctx.trace)
         except BaseException:
             if limited.holds:
                 self.settle(limited, ctx.key_id, "", None)  # its slots go back; its rate charge stays (it was a request)
             raise
-        admission = Admission(held.lease or limited.lease, limited.rates, limited.caps, held.budget)
         reading = READ.set(read) if read else None
         try:
             answer = await call_next(ctx)

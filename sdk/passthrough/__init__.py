@@ -345,6 +345,9 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     reserve = batch_worst = 0.0
     request: dict[str, Any] = {}
     if op.spends:  # read whole: what it runs is checked before anything leaves
+        # The team's rates and concurrency first: a request past them is refused before its body is read and checked
+        # (its files looked up in the store every team shares, its batch's requests costed); its budget after.
+        ex.admission = await ex.limits.admit(ex.client.key_id, budget=False)
         if need is not None and length is not None:
             need(length)  # held from its declared length, before a byte of it is read
         raw = await whole(body, limit, need)
@@ -352,7 +355,10 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         await ex.owners.check_files(team.team, (request,), len(raw))  # a message batch's requests may name files
         raw, reserve, batch_worst = await off_loop_if_large(len(raw), spend_checks, ex, request, raw)
         body, length = raw, len(raw)
-    ex.admission = await ex.limits.admit(ex.client.key_id, budget=op.spends, reserve=reserve)
+    if ex.admission is not None:
+        ex.admission = await ex.limits.admit_budget(ex.admission, ex.client.key_id, reserve)
+    else:
+        ex.admission = await ex.limits.admit(ex.client.key_id, budget=False)
     if op.spends and op.kind == "batch":  # its models are in its input file, which must be the team's
         file_id = request.get("input_file_id")
         if not isinstance(file_id, str) or not (await ex.owners.file(team.team, file_id))[0]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -21,7 +22,7 @@ from emulator.testing import RunningEmulator
 from gateway.testing import running_proxy
 from sdk.limits.stage import LimitsStage
 from sdk.state.ownership import Ownership
-from tests.helpers import oai, write_policy
+from tests.helpers import anth, oai, write_policy
 
 KEY = "sk-alpha-limited-lookups"
 
@@ -55,3 +56,29 @@ def test_a_request_past_the_rate_limit_is_refused_before_its_lookups(
                 client.chat.completions.create(model="gpt-4o", max_tokens=8,
                                                messages=[{"role": "user", "content": [*files, {"type": "text", "text": "Read them."}]}])  # type: ignore[list-item]
     assert len(checked) == 2 and len(read) == 2  # before: 5 each, the last three refused only after their lookups
+
+
+def test_a_message_batch_past_the_rate_limit_is_refused_before_its_checks(
+        tmp_path: Path, fresh_emulator: RunningEmulator, monkeypatch) -> None:
+    """The pass-through read a message batch create whole, looked up the files its requests name and
+    costed each request before it admitted the create to the team's limits."""
+    checked: list[int] = []
+    check_files = Ownership.check_files
+
+    async def recorded_files(self: Ownership, team: str, bodies: Any, size: int) -> None:
+        checked.append(size)
+        await check_files(self, team, bodies, size)
+
+    monkeypatch.setattr(Ownership, "check_files", recorded_files)
+    write_policy(tmp_path, "alpha", KEY, fresh_emulator.url, extra="limits: {requests_per_minute: 1}\n")
+    document = {"type": "document", "source": {"type": "file", "file_id": "file_unknown_to_alpha"}}
+    requests = [{"custom_id": f"r{i}", "params": {"model": "claude-haiku-4-5", "max_tokens": 8,
+                                                  "messages": [{"role": "user", "content": [document, {"type": "text", "text": "Sum it up."}]}]}}
+                for i in range(100)]
+    with running_proxy([tmp_path]) as proxy:
+        client = anth(proxy, KEY)
+        assert client.messages.create(model="claude-haiku-4-5", max_tokens=8, messages=[{"role": "user", "content": "Hi"}]).content
+        for _ in range(3):  # past the limit: read, looked up and refused as naming an unknown file on the old code
+            with pytest.raises(anthropic.RateLimitError, match="rate limit"):
+                client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+    assert len(checked) == 1  # the first request's own; before: 4, each create's files looked up (a 404, not the 429)
