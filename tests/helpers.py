@@ -3,12 +3,14 @@ and the few bounds a test may put on time."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -174,6 +176,28 @@ def spend_report(proxy: RunningServer, key: str) -> dict[str, Any]:
     answer.raise_for_status()
     report: dict[str, Any] = answer.json()
     return report
+
+
+def answered_within_budget(proxies: list[RunningServer], key: str,
+                           ask: Callable[[openai.AsyncOpenAI], Awaitable[object]], n: int = 60) -> int:
+    """How many of `n` calls that `ask` makes at once as team `key` (spread over `proxies` in turn) were
+    answered; every other one must have been refused for the budget (a 429 that says so)."""
+
+    async def one(client: openai.AsyncOpenAI) -> bool:
+        try:
+            await ask(client)
+        except openai.RateLimitError as refused:
+            assert "budget" in refused.body["message"]  # type: ignore[index]
+            return False
+        return True
+
+    async def at_once() -> list[bool]:
+        async with AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key=key,
+                                                                          max_retries=0)) for proxy in proxies]
+            return await asyncio.gather(*(one(clients[i % len(clients)]) for i in range(n)))
+
+    return sum(asyncio.run(at_once()))
 
 
 def held_while_streaming(proxy: RunningServer, key: str, body: dict[str, Any], beside: dict[str, Any]) -> float:

@@ -34,7 +34,7 @@ from sdk.policy import Price
 from sdk.promptcache.keys import team_key
 from sdk.spend import worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
-from tests.helpers import anth, oai, skip_without_redis, wait_until, write_policy
+from tests.helpers import answered_within_budget, anth, oai, skip_without_redis, wait_until, write_policy
 from tests.helpers import spend_report as spend
 
 ALPHA, BETA, THRIFTY, SAVER = "sk-alpha-budget", "sk-beta-budget", "sk-thrifty-budget", "sk-saver-budget"
@@ -74,19 +74,7 @@ def upstream(emulator, needle: str) -> list[dict]:
 
 
 def test_parallel_completions_overshoot_a_budget_by_at_most_one_reservation(proxy, fresh_emulator):
-    async def one(client: openai.AsyncOpenAI) -> bool:
-        try:
-            await client.completions.create(**COMPLETION)
-        except openai.RateLimitError as refused:
-            assert "budget" in refused.body["message"]
-            return False
-        return True
-
-    async def sixty() -> list[bool]:
-        async with openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0) as client:
-            return await asyncio.gather(*(one(client) for _ in range(60)))
-
-    answered = sum(asyncio.run(sixty()))
+    answered = answered_within_budget([proxy], ALPHA, lambda client: client.completions.create(**COMPLETION))
     spent = spend(proxy, ALPHA)["day"]["total"]
     reservation = worst_cost_usd(input_tokens(LLMRequest(Endpoint.CHAT_COMPLETIONS, COMPLETION)),
                                  output_limit(LLMRequest(Endpoint.CHAT_COMPLETIONS, COMPLETION)), Price(input=1000, output=1000))

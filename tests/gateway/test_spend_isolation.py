@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,23 +30,13 @@ from sdk.estimate import DEFAULT_OUTPUT_TOKENS, input_tokens, output_limit
 from sdk.observability import access_log, metrics
 from sdk.spend import price_of, worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
+from tests.helpers import answered_within_budget, wait_until, write_policy
 from tests.helpers import spend_report as _spend
-from tests.helpers import write_policy
 
 SHARED_KEY = "org-key-shared-by-every-team"  # the one provider key both teams' policies hold
 ALPHA, BETA = "sk-team-alpha-spend", "sk-team-beta-spend"
 PLAIN = "retry: {max_attempts: 1}\nprompt_cache: {enabled: false}\n"
 HELLO = [{"role": "user", "content": "Tell me a long story about the sea."}]
-PATIENCE_S = 30.0
-
-
-def _wait(condition: Any, what: str) -> Any:
-    deadline = time.monotonic() + PATIENCE_S
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {PATIENCE_S:.0f} s")
-        time.sleep(0.02)
-    return value
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +89,7 @@ def test_streams_closed_before_their_usage_are_charged_estimated(tmp_path: Path,
                 if read == 40:
                     break
         slow.wait_for(lambda s: s["cancelled_streams"] == 1)
-        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "alpha's stream charged")
+        day = wait_until(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "alpha's stream charged")
         # Input and the 40+ tokens received, at gpt-4o-mini's prices; all of it estimated.
         price = price_of("gpt-4o-mini", {})
         assert day["total"] >= (40 * price.output + 10 * price.input) / 1e6
@@ -113,7 +102,7 @@ def test_streams_closed_before_their_usage_are_charged_estimated(tmp_path: Path,
                     break
         slow.wait_for(lambda s: s["cancelled_streams"] == 2)
         before = day["total"]
-        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > before and d, "alpha's Anthropic stream charged")
+        day = wait_until(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > before and d, "alpha's Anthropic stream charged")
         claude = day["by_model"]["claude-sonnet-4-6"]
         assert claude >= (40 * 15) / 1e6  # the output streamed, not message_start's single token
         assert day["estimated"] == pytest.approx(day["total"])
@@ -133,7 +122,7 @@ def test_a_stream_the_upstream_cuts_is_charged_estimated(tmp_path: Path, emu: Ru
             for _ in oa.chat.completions.create(model="gpt-4o", messages=HELLO, stream=True,
                                                 stream_options={"include_usage": True}):
                 pass
-        day = _wait(lambda: (d := _spend(proxy, BETA)["day"])["total"] > 0 and d, "the cut stream charged")
+        day = wait_until(lambda: (d := _spend(proxy, BETA)["day"])["total"] > 0 and d, "the cut stream charged")
         assert day["estimated"] == day["total"]
         assert _spend(proxy, ALPHA)["day"]["total"] == 0
 
@@ -158,7 +147,7 @@ def test_an_openai_stream_without_include_usage_is_charged_the_providers_count(
         received = chunks(openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0))
         assert [chunk["choices"] for chunk in received] == [chunk["choices"] for chunk in unasked]
         assert [sorted(chunk) for chunk in received] == [sorted(chunk) for chunk in unasked]  # no `usage` key
-        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "the stream charged")
+        day = wait_until(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "the stream charged")
         price = price_of("gpt-4o", {})
         assert day["estimated"] == 0
         assert day["total"] == pytest.approx((counted.prompt_tokens * price.input + counted.completion_tokens * price.output) / 1e6)
@@ -174,7 +163,7 @@ def test_a_request_cancelled_before_its_first_byte_is_charged_its_input(tmp_path
         with pytest.raises(openai.APITimeoutError):
             impatient.chat.completions.create(model="gpt-4o", messages=HELLO, stream=True)
         emu.wait_for(lambda s: s["cancelled_streams"] == 1)  # the proxy dropped the upstream call
-        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "the cancelled request charged")
+        day = wait_until(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > 0 and d, "the cancelled request charged")
         assert day["estimated"] == day["total"] <= 50 * price_of("gpt-4o", {}).input / 1e6  # its input only
         assert _spend(proxy, BETA)["day"]["total"] == 0
 
@@ -201,7 +190,7 @@ def test_attempts_dropped_after_they_went_upstream_are_charged_their_input(tmp_p
         assert answer.usage is not None
         answered = (answer.usage.prompt_tokens * price.input + answer.usage.completion_tokens * price.output) / 1e6
         read = input_tokens(LLMRequest(Endpoint.CHAT_COMPLETIONS, body)) * price.input / 1e6
-        day = _wait(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > answered * 1.01 and d, "the dropped attempt charged")
+        day = wait_until(lambda: (d := _spend(proxy, ALPHA)["day"])["total"] > answered * 1.01 and d, "the dropped attempt charged")
         assert day["estimated"] == pytest.approx(read, abs=1e-6)  # $0 before: only the answer was charged (the report rounds)
         assert day["total"] == pytest.approx(answered + read, abs=1e-6)
         assert _spend(proxy, BETA)["day"]["total"] == 0
@@ -291,19 +280,8 @@ def test_parallel_requests_overshoot_a_budget_by_at_most_one_reservation(tmp_pat
     # Each answer costs about $0.0003 (≈ 20 input + 16 output tokens of gpt-4o); the budget is two of them.
     budget = 0.0006
     with running_proxy([_teams(tmp_path, emu, f"budget: {{usd: {budget}, period: day}}\n")]) as proxy:
-        async def one(client: openai.AsyncOpenAI) -> bool:
-            try:
-                await client.chat.completions.create(model="gpt-4o", messages=HELLO, max_tokens=16)
-            except openai.RateLimitError as error:
-                assert "budget" in error.body["message"]
-                return False
-            return True
-
-        async def sixty() -> list[bool]:
-            async with openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key=ALPHA, max_retries=0) as client:
-                return await asyncio.gather(*(one(client) for _ in range(60)))
-
-        answered = sum(asyncio.run(sixty()))
+        answered = answered_within_budget(
+            [proxy], ALPHA, lambda client: client.chat.completions.create(model="gpt-4o", messages=HELLO, max_tokens=16))
         spent = _spend(proxy, ALPHA)["day"]["total"]
     request = LLMRequest(Endpoint.CHAT_COMPLETIONS, {"model": "gpt-4o", "messages": HELLO, "max_tokens": 16})
     reservation = worst_cost_usd(input_tokens(request), output_limit(request), price_of("gpt-4o", {}))
@@ -351,19 +329,8 @@ def test_two_replicas_over_redis_bound_the_overshoot_together(tmp_path: Path, em
     with running_redis() as server:
         url = f"{server.url}?prefix=overshoot&timeout_ms=500"
         with running_proxy([policies], state_url=url) as one, running_proxy([policies], state_url=url) as two:
-            async def sixty() -> list[bool]:
-                async with openai.AsyncOpenAI(base_url=f"{one.url}/v1", api_key=ALPHA, max_retries=0) as a, \
-                        openai.AsyncOpenAI(base_url=f"{two.url}/v1", api_key=ALPHA, max_retries=0) as b:
-                    async def call(client: openai.AsyncOpenAI) -> bool:
-                        try:
-                            await client.chat.completions.create(model="gpt-4o", messages=HELLO, max_tokens=16)
-                        except openai.RateLimitError:
-                            return False
-                        return True
-
-                    return await asyncio.gather(*(call(a if i % 2 else b) for i in range(60)))
-
-            answered = sum(asyncio.run(sixty()))
+            answered = answered_within_budget(
+                [two, one], ALPHA, lambda client: client.chat.completions.create(model="gpt-4o", messages=HELLO, max_tokens=16))
         spent = asyncio.run(_total_in_redis(url, "alpha"))  # both replicas closed: every charge has reached Redis
     request = LLMRequest(Endpoint.CHAT_COMPLETIONS, {"model": "gpt-4o", "messages": HELLO, "max_tokens": 16})
     reservation = worst_cost_usd(input_tokens(request), output_limit(request), price_of("gpt-4o", {}))
