@@ -24,6 +24,7 @@ from sdk.extras import missing_extra_message
 from sdk.offload import LARGE_BYTES, TENANT
 
 if TYPE_CHECKING:
+    from emulator.testing import RunningEmulator
     from gateway.testing import RunningServer
 
 T = TypeVar("T")
@@ -168,6 +169,11 @@ def oai(proxy: RunningServer, key: str) -> openai.OpenAI:
 def anth(proxy: RunningServer, key: str) -> anthropic.Anthropic:
     """The official Anthropic client through `proxy` as team `key`; no retries."""
     return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+
+
+def upstream(emulator: RunningEmulator, needle: str) -> list[dict[str, Any]]:
+    """The requests the emulator received (its recent ones) whose path names `needle`."""
+    return [r for r in emulator.app.state.recent if needle in r["path"]]
 
 
 def spend_report(proxy: RunningServer, key: str) -> dict[str, Any]:

@@ -3,7 +3,6 @@ through the proxy with the official clients and LangChain, and through the drop-
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -13,7 +12,6 @@ import openai
 import pytest
 
 import sdk
-from gateway.testing import RunningServer, running_proxy
 from tests.helpers import requires_extra, write_policy
 
 # Every team here serves MiniLM from the in-process local provider.
@@ -34,17 +32,11 @@ def _policy(directory: Path, team: str, key: str, emulator_url: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def policies(tmp_path_factory, emulator) -> Path:
+def policy_dir(tmp_path_factory, emulator) -> Path:
     directory = tmp_path_factory.mktemp("embedding-policies")
     _policy(directory, "emb-a", KEY_A, emulator.url)
     _policy(directory, "emb-b", KEY_B, emulator.url)
     return directory
-
-
-@pytest.fixture(scope="module")
-def proxy(policies) -> Iterator[RunningServer]:
-    with running_proxy([policies]) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +95,7 @@ def test_embedding_errors_are_provider_shaped(proxy):
         client.embeddings.create(model=MINILM, input=[[1, 2, 3]])
 
 
-def test_langchain_embeddings_through_proxy_and_sdk(proxy, policies, minilm):
+def test_langchain_embeddings_through_proxy_and_sdk(proxy, policy_dir, minilm):
     from langchain_openai import OpenAIEmbeddings
 
     docs = ["Paris is the capital of France.", "Bergen gets a lot of rain."]
@@ -114,14 +106,14 @@ def test_langchain_embeddings_through_proxy_and_sdk(proxy, policies, minilm):
     assert np.allclose(np.array(through_proxy.embed_documents(docs)), expected, atol=1e-5)
     assert np.allclose(through_proxy.embed_query(docs[0]), expected[0], atol=1e-5)
 
-    policy = policies / "emb-a.yaml"
+    policy = policy_dir / "emb-a.yaml"
     in_process = OpenAIEmbeddings(model=MINILM, client=sdk.OpenAI(policy=policy).embeddings,
                                   async_client=sdk.AsyncOpenAI(policy=policy).embeddings, check_embedding_ctx_length=False)
     assert np.allclose(np.array(in_process.embed_documents(docs)), expected, atol=1e-5)
 
 
-async def test_sdk_embeddings_and_models(policies, minilm):
-    client = sdk.AsyncOpenAI(policy=policies / "emb-a.yaml")
+async def test_sdk_embeddings_and_models(policy_dir, minilm):
+    client = sdk.AsyncOpenAI(policy=policy_dir / "emb-a.yaml")
     try:
         response = await client.embeddings.create(model=MINILM, input=["one", "two"], encoding_format="float")
         assert np.allclose(_vectors(response), minilm.embed_many(["one", "two"]), atol=1e-5)

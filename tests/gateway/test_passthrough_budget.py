@@ -17,7 +17,7 @@ provider key (the emulator's `up-openai` / `up-anthropic`):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from sdk.policy import Price
 from sdk.promptcache.keys import team_key
 from sdk.spend import worst_cost_usd
 from sdk.types import Endpoint, LLMRequest
-from tests.helpers import answered_within_budget, anth, oai, skip_without_redis, wait_until, write_policy
+from tests.helpers import answered_within_budget, anth, oai, skip_without_redis, upstream, wait_until, write_policy
 from tests.helpers import spend_report as spend
 
 ALPHA, BETA, THRIFTY, SAVER = "sk-alpha-budget", "sk-beta-budget", "sk-thrifty-budget", "sk-saver-budget"
@@ -47,7 +47,7 @@ COMPLETIONS_BUDGET = 0.00005
 
 
 @pytest.fixture(scope="module")
-def policies(tmp_path_factory, emulator) -> Path:
+def policy_dir(tmp_path_factory, emulator) -> Path:
     directory = tmp_path_factory.mktemp("passthrough-budget")
     write_policy(directory, "alpha", ALPHA, emulator.url, extra=PRICED + f"budget: {{usd: {COMPLETIONS_BUDGET}, period: day}}\n")
     write_policy(directory, "beta", BETA, emulator.url, extra=PRICED)  # same provider key, no budget
@@ -57,20 +57,10 @@ def policies(tmp_path_factory, emulator) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module")
-def proxy(policies) -> Iterator[RunningServer]:
-    with running_proxy([policies]) as running:
-        yield running
-
-
 def batch_line(cid: str, max_tokens: int = 8, **body: object) -> bytes:
     return orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
                          "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": cid}],
                                   "max_tokens": max_tokens, **body}})
-
-
-def upstream(emulator, needle: str) -> list[dict]:
-    return [r for r in emulator.app.state.recent if needle in r["path"]]
 
 
 def test_parallel_completions_overshoot_a_budget_by_at_most_one_reservation(proxy, fresh_emulator):
@@ -172,7 +162,7 @@ def test_a_partial_read_of_batch_results_is_not_their_complete_read(proxy, fresh
     assert report["total"] >= one_line * 2.5  # the whole file is charged: two lines, the first again
 
 
-def test_two_replicas_count_each_others_batches(policies, fresh_emulator):
+def test_two_replicas_count_each_others_batches(policy_dir, fresh_emulator):
     """Over Redis, a message batch created through one replica is charged where the other admits:
     the second is refused there, and the results read through it take the charge back."""
     skip_without_redis()
@@ -181,7 +171,7 @@ def test_two_replicas_count_each_others_batches(policies, fresh_emulator):
     params = {**MSG, "max_tokens": 100_000}  # Claude Sonnet 4.6 output at $15 per million, halved: ≈ $0.75 of $1
     with running_redis() as server:
         url = f"{server.url}?prefix=batch-holds&timeout_ms=500"
-        with running_proxy([policies], state_url=url) as one, running_proxy([policies], state_url=url) as two:
+        with running_proxy([policy_dir], state_url=url) as one, running_proxy([policy_dir], state_url=url) as two:
             made = anth(one, SAVER).messages.batches.create(requests=[{"custom_id": "a", "params": params}])
             with pytest.raises(anthropic.RateLimitError, match="batch at batch rates may cost up to"):
                 anth(two, SAVER).messages.batches.create(requests=[{"custom_id": "b", "params": params}])
@@ -199,10 +189,10 @@ def spend_worst_of(proxy: RunningServer) -> float:
     return worst_cost_usd(input_tokens(request), output_limit(request), Price(input=1000, output=2000), token_rate=0.5)
 
 
-def test_batch_prompt_cache_keys_are_namespaced_to_the_team(proxy, policies, fresh_emulator):
+def test_batch_prompt_cache_keys_are_namespaced_to_the_team(proxy, policy_dir, fresh_emulator):
     keyed = batch_line("k", prompt_cache_key="shared-prefix") + b"\n" + batch_line("plain") + b"\n"
     sent = {}
-    for team, client in (("beta", oai(proxy, BETA)), ("thrifty", sdk.OpenAI(policy=policies / "thrifty.yaml", max_retries=0))):
+    for team, client in (("beta", oai(proxy, BETA)), ("thrifty", sdk.OpenAI(policy=policy_dir / "thrifty.yaml", max_retries=0))):
         source = client.files.create(file=("in.jsonl", keyed), purpose="batch")
         stored = fresh_emulator.app.state.files.entries[source.id].content.splitlines()
         sent[team] = orjson.loads(stored[0])["body"]["prompt_cache_key"]

@@ -22,7 +22,7 @@ import sdk
 from gateway.testing import RedisServer, RunningServer, running_proxy, running_redis
 from sdk.observability import access_log
 from sdk.spend import price_of
-from tests.helpers import anth, oai, spend_report, wait_until, write_policy
+from tests.helpers import anth, oai, spend_report, upstream, wait_until, write_policy
 
 A, B = "sk-alpha-team", "sk-beta-team"
 # USD per million tokens: cents per call, so a spend report's 6 decimals show every token
@@ -36,7 +36,7 @@ def line(cid: str, model: str = "gpt-4o-mini") -> bytes:
 
 
 @pytest.fixture(scope="module")
-def policies(tmp_path_factory, emulator) -> Path:
+def policy_dir(tmp_path_factory, emulator) -> Path:
     directory = tmp_path_factory.mktemp("isolation")
     write_policy(directory, "alpha", A, emulator.url, extra=PRICED)
     write_policy(directory, "beta", B, emulator.url)
@@ -46,17 +46,6 @@ def policies(tmp_path_factory, emulator) -> Path:
     write_policy(directory, "careful", "sk-careful", emulator.url, extra=PRICED + "budget: {usd: 100, period: day}\n")
     write_policy(directory, "frugal", "sk-frugal", emulator.url, extra="budget: {usd: 0.03, period: day}\n")
     return directory
-
-
-@pytest.fixture(scope="module")
-def proxy(policies) -> Iterator[RunningServer]:
-    with running_proxy([policies]) as running:
-        yield running
-
-
-def upstream(emulator, needle: str) -> list[dict]:
-    """The requests the emulator received whose path names `needle`."""
-    return [r for r in emulator.app.state.recent if needle in r["path"]]
 
 
 def assert_files_isolated(mine: openai.OpenAI, theirs: openai.OpenAI) -> None:
@@ -78,11 +67,11 @@ def assert_files_isolated(mine: openai.OpenAI, theirs: openai.OpenAI) -> None:
     assert mine.files.delete(secret.id).deleted
 
 
-def test_files_belong_to_the_team_that_uploaded_them(proxy, policies, fresh_emulator):
+def test_files_belong_to_the_team_that_uploaded_them(proxy, policy_dir, fresh_emulator):
     assert_files_isolated(oai(proxy, B), oai(proxy, A))
     # the drop-in SDK is the same door: a team's in-process client against the proxy's other team
-    assert_files_isolated(oai(proxy, B), sdk.OpenAI(policy=policies / "alpha.yaml", max_retries=0))
-    assert_files_isolated(sdk.OpenAI(policy=policies / "beta.yaml", max_retries=0), oai(proxy, A))
+    assert_files_isolated(oai(proxy, B), sdk.OpenAI(policy=policy_dir / "alpha.yaml", max_retries=0))
+    assert_files_isolated(sdk.OpenAI(policy=policy_dir / "beta.yaml", max_retries=0), oai(proxy, A))
     team_keys = [r for r in fresh_emulator.app.state.recent if A in str(r["headers"]) or B in str(r["headers"])]
     assert team_keys == []  # the provider only ever saw the shared provider key
 
@@ -116,12 +105,12 @@ def spend(proxy: RunningServer, key: str) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("door", ["proxy", "drop-in"])
-def test_message_batches_belong_to_their_team_and_results_come_back_through_the_gateway(proxy, policies, fresh_emulator, door):
+def test_message_batches_belong_to_their_team_and_results_come_back_through_the_gateway(proxy, policy_dir, fresh_emulator, door):
     beta = anth(proxy, B)
     if door == "proxy":
         alpha, origin = anth(proxy, A), proxy.url
     else:
-        alpha, origin = sdk.Anthropic(policy=policies / "alpha.yaml", max_retries=0), "http://slipstream.invalid"
+        alpha, origin = sdk.Anthropic(policy=policy_dir / "alpha.yaml", max_retries=0), "http://slipstream.invalid"
     batch = alpha.messages.batches.create(requests=[{"custom_id": "a", "params": MSG}])
     ended = wait_until(lambda: (b := alpha.messages.batches.retrieve(batch.id)).processing_status == "ended" and b, "ended")
     assert ended.results_url == f"{origin}/v1/messages/batches/{batch.id}/results"
@@ -327,21 +316,21 @@ def test_expect_continue_and_forwarding_headers(proxy, fresh_emulator):
     assert not names & {"expect", "x-forwarded-for", "forwarded", "via", "x-real-ip", "x-hop"}
 
 
-def test_an_upstream_401_that_echoes_the_key_is_replaced(proxy, policies, fresh_emulator, monkeypatch):
+def test_an_upstream_401_that_echoes_the_key_is_replaced(proxy, policy_dir, fresh_emulator, monkeypatch):
     monkeypatch.setattr(fresh_emulator.app.config, "api_keys", frozenset({"another-key"}))
-    for client in (oai(proxy, A), sdk.OpenAI(policy=policies / "alpha.yaml", max_retries=0)):
+    for client in (oai(proxy, A), sdk.OpenAI(policy=policy_dir / "alpha.yaml", max_retries=0)):
         with pytest.raises(openai.AuthenticationError) as refused:
             client.files.list()
         assert "refused the gateway's upstream credentials" in refused.value.body["message"]
         assert "up-" not in str(refused.value.body) and "enai" not in str(refused.value.body)
-    for anthropic_client in (anth(proxy, A), sdk.Anthropic(policy=policies / "alpha.yaml", max_retries=0)):
+    for anthropic_client in (anth(proxy, A), sdk.Anthropic(policy=policy_dir / "alpha.yaml", max_retries=0)):
         with pytest.raises(anthropic.AuthenticationError) as refused_a:
             anthropic_client.messages.batches.list()
         assert "refused the gateway's upstream credentials" in str(refused_a.value.body)
 
 
-def test_an_unreachable_provider_is_named_not_located(proxy, policies):
-    for client in (oai(proxy, "sk-gone"), sdk.OpenAI(policy=policies / "gone.yaml", max_retries=0)):
+def test_an_unreachable_provider_is_named_not_located(proxy, policy_dir):
+    for client in (oai(proxy, "sk-gone"), sdk.OpenAI(policy=policy_dir / "gone.yaml", max_retries=0)):
         with pytest.raises(openai.APIStatusError) as failed:
             client.files.list()
         assert failed.value.status_code == 502 and "provider 'gpt'" in failed.value.body["message"]

@@ -19,28 +19,18 @@ import pytest
 
 import sdk
 from gateway.testing import RedisServer, RunningServer, running_proxy, running_redis
-from tests.helpers import anth, oai, write_policy
+from tests.helpers import anth, oai, upstream, write_policy
 
 A, B = "sk-alpha-refs", "sk-beta-refs"
 MSG = {"model": "claude-sonnet-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
 
 
 @pytest.fixture(scope="module")
-def policies(tmp_path_factory, emulator) -> Path:
+def policy_dir(tmp_path_factory, emulator) -> Path:
     directory = tmp_path_factory.mktemp("references")
     write_policy(directory, "alpha", A, emulator.url)
     write_policy(directory, "beta", B, emulator.url)
     return directory
-
-
-@pytest.fixture(scope="module")
-def proxy(policies) -> Iterator[RunningServer]:
-    with running_proxy([policies]) as running:
-        yield running
-
-
-def _sent(emulator, needle: str) -> list[dict]:
-    return [r for r in emulator.app.state.recent if needle in r["path"]]
 
 
 def _uses(file_id: str) -> list[tuple[str, object]]:
@@ -58,16 +48,16 @@ def _uses(file_id: str) -> list[tuple[str, object]]:
 
 
 @pytest.mark.parametrize("door", ["proxy", "drop-in"])
-def test_another_teams_file_cannot_be_read_through_a_message(proxy, policies, fresh_emulator, door):
+def test_another_teams_file_cannot_be_read_through_a_message(proxy, policy_dir, fresh_emulator, door):
     secret = oai(proxy, B).files.create(file=("secret.txt", b"BETA CONFIDENTIAL " + uuid.uuid4().hex.encode()), purpose="user_data")
-    alpha = oai(proxy, A) if door == "proxy" else sdk.OpenAI(policy=policies / "alpha.yaml", max_retries=0)
+    alpha = oai(proxy, A) if door == "proxy" else sdk.OpenAI(policy=policy_dir / "alpha.yaml", max_retries=0)
     for file_id in (secret.id, "file-madeup"):  # another team's id answers as one nobody made
         for path, body in _uses(file_id):
             fresh_emulator.app.state.recent.clear()
             with pytest.raises(openai.NotFoundError) as refused:
                 alpha.post(path, body=body, cast_to=object)
             assert refused.value.body["message"] == f"No such File object: {file_id}"
-            assert _sent(fresh_emulator, path) == []  # the provider never saw the id under the shared key
+            assert upstream(fresh_emulator, path) == []  # the provider never saw the id under the shared key
 
 
 def test_a_file_id_key_written_with_escapes_is_still_checked(proxy, fresh_emulator):
@@ -81,7 +71,7 @@ def test_a_file_id_key_written_with_escapes_is_still_checked(proxy, fresh_emulat
     answer = httpx.post(f"{proxy.url}/v1/chat/completions", content=raw,
                         headers={"authorization": f"Bearer {A}", "content-type": "application/json"})
     assert answer.status_code == 404 and secret.id in answer.text
-    assert _sent(fresh_emulator, "/chat/completions") == []
+    assert upstream(fresh_emulator, "/chat/completions") == []
 
 
 def test_a_teams_own_file_still_goes_upstream(proxy, fresh_emulator):
@@ -93,7 +83,7 @@ def test_a_teams_own_file_still_goes_upstream(proxy, fresh_emulator):
             beta.post(path, body=body, cast_to=object)
         except openai.APIStatusError as exc:  # the emulator may not read file parts; the gateway let it through
             assert "No such File object" not in str(exc.body)
-        assert _sent(fresh_emulator, path)
+        assert upstream(fresh_emulator, path)
 
 
 def test_a_batch_line_cannot_read_another_teams_file(proxy, fresh_emulator):
@@ -106,7 +96,7 @@ def test_a_batch_line_cannot_read_another_teams_file(proxy, fresh_emulator):
     with pytest.raises(openai.NotFoundError) as refused:
         alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert refused.value.body["message"] == f"No such File object: {secret.id}"
-    assert [r for r in _sent(fresh_emulator, "/batches") if r["method"] == "POST"] == []
+    assert [r for r in upstream(fresh_emulator, "/batches") if r["method"] == "POST"] == []
 
 
 def test_a_batch_line_the_gateway_cannot_read_is_refused_not_skipped(proxy, fresh_emulator):
@@ -125,7 +115,7 @@ def test_a_batch_line_the_gateway_cannot_read_is_refused_not_skipped(proxy, fres
     fresh_emulator.app.state.recent.clear()
     with pytest.raises(openai.BadRequestError, match="not valid JSON"):
         alpha.batches.create(input_file_id=source.id, endpoint="/v1/chat/completions", completion_window="24h")
-    assert [r for r in _sent(fresh_emulator, "/batches") if r["method"] == "POST"] == []
+    assert [r for r in upstream(fresh_emulator, "/batches") if r["method"] == "POST"] == []
     # each line ended by a line feed, as the format asks, the same file is checked line by line
     again = alpha.files.create(file=("in.jsonl", b"\n".join(lines) + b"\n"), purpose="batch")
     with pytest.raises(openai.NotFoundError, match=f"No such File object: {secret.id}"):
@@ -191,11 +181,11 @@ def test_objects_made_on_the_provider_account_are_usable_only_where_the_policy_l
             with pytest.raises(openai.NotFoundError) as refused:
                 alpha.post(path, body=body, cast_to=object, options={"headers": headers})
             assert "provider_objects" in refused.value.body["message"]
-            assert _sent(fresh_emulator, path) == []  # the provider never saw the id under the shared key
+            assert upstream(fresh_emulator, path) == []  # the provider never saw the id under the shared key
             for allowed in (beta, gamma):  # listed, or the account is the team's alone: sent as asked
                 with contextlib.suppress(openai.APIStatusError):  # the emulator has none of these objects
                     allowed.post(path, body=body, cast_to=object, options={"headers": headers})
-                assert len(_sent(fresh_emulator, path)) == 1
+                assert len(upstream(fresh_emulator, path)) == 1
                 fresh_emulator.app.state.recent.clear()
 
 
@@ -215,7 +205,7 @@ def test_batches_name_no_unlisted_account_object(proxy, fresh_emulator):
 
 
 @pytest.mark.parametrize("door", ["proxy", "drop-in"])
-def test_a_batch_line_cannot_continue_or_reference_another_teams_response(proxy, policies, fresh_emulator, door):
+def test_a_batch_line_cannot_continue_or_reference_another_teams_response(proxy, policy_dir, fresh_emulator, door):
     """A batch's /v1/responses lines run at the provider, which resolves `previous_response_id` and
     `item_reference` itself under the key every team shares. The gateway checked a line's files,
     account objects and models, not those, so a team's batch continued another team's conversation (the
@@ -225,7 +215,7 @@ def test_a_batch_line_cannot_continue_or_reference_another_teams_response(proxy,
     alpha = oai(proxy, A)
     secret = alpha.responses.create(model="gpt-4o-mini", input="My locker code is 4417. Remember it.", max_output_tokens=30)
     item = secret.output[-1].id
-    beta = oai(proxy, B) if door == "proxy" else sdk.OpenAI(policy=policies / "beta.yaml", max_retries=0)
+    beta = oai(proxy, B) if door == "proxy" else sdk.OpenAI(policy=policy_dir / "beta.yaml", max_retries=0)
 
     def batch_of(body: dict) -> bytes:
         return orjson.dumps({"custom_id": "x", "method": "POST", "url": "/v1/responses", "body": {"model": "gpt-4o-mini", **body}}) + b"\n"
