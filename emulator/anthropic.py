@@ -371,6 +371,13 @@ async def messages(emu: Emulator, call: Call) -> None:
     if not anthropic_generates(model):
         await wire.error(emu, call, 404, f"model: {model}")
         return
+    thread = body.get("thread") if isinstance(body.get("thread"), dict) else None
+    if thread is not None and thread.get("type") == "continue":  # the new turn after the conversation the Thread holds
+        held = emu.state.threads.get((key, str(thread.get("previous_message_id"))))
+        if held is None:
+            await _thread_not_found(emu, call, thread.get("previous_message_id"))
+            return
+        body = {**body, "messages": held + body["messages"]}
     cfg = emu.config
     window, prompt = context_window(model, cfg.context_windows), count_input_tokens(body)
     if window is not None and prompt > window:
@@ -407,6 +414,8 @@ async def messages(emu: Emulator, call: Call) -> None:
             usage["output_tokens"] = out_tokens = spent + PAUSED_OUTPUT_TOKENS
     out = {"id": emu.new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": content,
            "stop_reason": stop, "stop_sequence": reply.stop_sequence, "usage": usage}
+    if thread is not None and content:  # held under the answer's id, for the workspace's key (what one account shares)
+        emu.state.threads[(key, str(out["id"]))] = [*body["messages"], {"role": "assistant", "content": content}]
     ttft = cfg.ttft_seconds(plan.uncached, plan.read)
     if stream:
         events, tokens = stream_events(out, reply, thinking, _usage(plan, 1, body), cfg.tokens_per_delta)
@@ -421,6 +430,14 @@ async def messages(emu: Emulator, call: Call) -> None:
     headers.append(JSON_CT)
     delay = ttft + cfg.per_output_token_ms * out_tokens / 1000.0
     await respond_after(emu, call, delay, 200, orjson.dumps(out), headers, plan.commit)
+
+
+async def _thread_not_found(emu: Emulator, call: Call, message_id: Any) -> None:
+    """Anthropic's 404 for a `previous_message_id` no Thread is held under (the SDK's ThreadNotFoundError)."""
+    emu.count_status(404)
+    await call.json(404, {"type": "error", "request_id": call.request_id,
+                          "error": {"type": "not_found_error", "message": f"No thread found for message {message_id}",
+                                    "details": {"error_code": "thread_not_found"}}}, wire.headers(call))
 
 
 # Claude models (4.6 and later) that wrap an answer asked for as JSON by instruction in a ```json code fence.

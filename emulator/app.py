@@ -120,6 +120,7 @@ class EmulatorState:
     conversations: ConversationStore = field(default_factory=ConversationStore)
     files: FileStore = field(default_factory=FileStore)
     batches: BatchStore = field(default_factory=BatchStore)
+    threads: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)  # (key, msg id): a Thread's conversation
     clock_offset: float = 0.0  # added by POST /_emulator/clock to test TTL expiry
     recent: deque[dict[str, Any]] = field(default_factory=deque)
 
@@ -336,6 +337,7 @@ class Emulator:
         st.conversations.clear()
         st.files.clear()
         st.batches.clear()
+        st.threads.clear()
         st.recent.clear()
         st.clock_offset = 0.0
 

@@ -55,6 +55,8 @@ from sdk.spend import (
 )
 from sdk.state.answer_ids import check_audio, may_answer_audio, recorded
 from sdk.state.backend import Admission, Cap, Rate, Refusal, Settlement, SpendRecord, StateBackend, team_slot
+from sdk.state.message_threads import check_messages, may_name_messages
+from sdk.state.message_threads import recorded as recorded_messages
 from sdk.state.ownership import check_account_objects, ownership_of
 from sdk.stream_tally import StreamTally
 from sdk.streams import on_end
@@ -160,6 +162,8 @@ class LimitsStage:
             if is_large(ctx.request.size):  # its PDFs' pages, for the hold and any estimate (a walk: off the loop)
                 ctx.request.media = await off_loop(media_of, ctx.request)
             (history,) = await self.history_tokens([ctx.request], read)
+            if may_name_messages(ctx.request):  # an earlier answer's Thread or prompt, read by id; a Thread's context is billed again
+                history += await check_messages(owners, self.team, ctx.request.body)
             # Then its budget, which holds its worst cost: what it continues and the media it sends counted.
             admission = await self.admit_budget(limited, ctx.key_id, self.reservation(ctx.request, history=history), ctx.trace)
         except BaseException:
@@ -171,6 +175,8 @@ class LimitsStage:
             answer = await call_next(ctx)
             if may_answer_audio(ctx.request):  # its audio ids are the team's before the client has them
                 answer = await recorded(owners, self.team, answer)
+            elif may_name_messages(ctx.request):  # its id is the team's, for a later turn to continue or compare with
+                answer = await recorded_messages(owners, self.team, ctx.request, answer)
         except asyncio.CancelledError:
             self._settle_cancelled(ctx, admission, history)
             raise
