@@ -71,6 +71,18 @@ def _connect(proxy: RunningServer) -> socket.socket:
     return sock
 
 
+def _flood(sock: socket.socket, fill: bytes, most: int) -> int:
+    """How many bytes of `fill` went out, 64 KiB at a time, before `most` or the proxy's close."""
+    sent, chunk = 0, fill * 65536
+    try:
+        while sent < most:
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return sent
+
+
 def _read_all(sock: socket.socket) -> bytes:
     """What the server sent until it closed (a reset after the answer counts as the close)."""
     chunks = []
@@ -125,16 +137,9 @@ def test_a_64_mib_header_is_refused_while_it_arrives(proxy):
     """The issue's finding: one 64 MiB header held the loop for seconds. Now the connection is closed
     after the limit; the sender finds it closed long before it has sent its 64 MiB."""
     before = _edge("header_too_large")
-    sent = 0
     with _connect(proxy) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-big: ")
-        chunk = b"a" * 65536
-        try:
-            while sent < 64 * 1024 * 1024:
-                sock.sendall(chunk)
-                sent += len(chunk)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        sent = _flood(sock, b"a", 64 * 1024 * 1024)
     assert sent < 32 * 1024 * 1024, f"the proxy kept reading: {sent} bytes of header accepted"
     assert _edge("header_too_large") == before + 1
     assert _beta_answers(proxy) == 200
@@ -237,16 +242,9 @@ def test_at_the_connection_cap_a_slow_head_makes_room_then_503(policies):
 def _send_big_body(proxy: RunningServer, path: str, headers: bytes) -> tuple[bytes, int]:
     """POST a 400 MiB body (announced; 64 KiB at a time); the answer, and how much went out before the
     proxy closed."""
-    sent = 0
     with _connect(proxy) as sock:
         sock.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nhost: x\r\ncontent-length: 419430400\r\n" + headers + b"\r\n")
-        chunk = b"k" * 65536
-        try:
-            while sent < 400 * 1024 * 1024:
-                sock.sendall(chunk)
-                sent += len(chunk)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        sent = _flood(sock, b"k", 400 * 1024 * 1024)
         try:
             answer = sock.recv(65536)
         except ConnectionResetError:

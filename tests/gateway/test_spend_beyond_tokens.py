@@ -45,6 +45,16 @@ def _tokens_cost(usage: Any) -> float:
     return cost_usd(tokens, price)
 
 
+def _native_and_streamed(client: openai.OpenAI, **request: Any) -> tuple[list[Any], float]:
+    """gpt-4.1's Responses answers to `request`, native and streamed, and what their tokens cost at the
+    tests' price for it ($2 input, $8 output per million)."""
+    answer = client.responses.create(model="gpt-4.1", **request)
+    with client.responses.stream(model="gpt-4.1", **request) as stream:
+        streamed = stream.get_final_response()
+    tokens = sum((r.usage.input_tokens * 2 + r.usage.output_tokens * 8) / 1e6 for r in (answer, streamed) if r.usage)
+    return [answer, streamed], tokens
+
+
 def test_a_web_search_is_charged_native_and_streamed(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
     with running_proxy([write_policy(tmp_path, "search", KEY, fresh_emulator.url, extra=PLAIN)]) as proxy:
         client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
@@ -107,12 +117,9 @@ def test_file_searches_and_generated_images_are_charged(tmp_path: Path, fresh_em
                  extra=PLAIN + 'provider_objects: ["vs_team"]\nbudget: {usd: 5, period: day}\n')
     with running_proxy([tmp_path]) as proxy:
         client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
-        answer = client.responses.create(model="gpt-4.1", input="Find our logo and draw it.", tools=tools, max_output_tokens=2000)
-        with client.responses.stream(model="gpt-4.1", input="Find our logo and draw it.", tools=tools, max_output_tokens=2000) as stream:
-            streamed = stream.get_final_response()
-        for response in (answer, streamed):
+        answers, tokens = _native_and_streamed(client, input="Find our logo and draw it.", tools=tools, max_output_tokens=2000)
+        for response in answers:
             assert [item.type for item in response.output][:2] == ["file_search_call", "image_generation_call"]
-        tokens = sum((r.usage.input_tokens * 2 + r.usage.output_tokens * 8) / 1e6 for r in (answer, streamed) if r.usage)
         spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > tokens and total, "the tools charged")
         assert spent == pytest.approx(tokens + 2 * (2.5 / 1000 + 0.2), abs=2e-6)
 
@@ -478,12 +485,9 @@ def test_code_interpreter_containers_are_charged_and_refused_unpriced_to_a_budge
     write_policy(tmp_path, "frugal", "sk-team-frugal-code", fresh_emulator.url, extra=PLAIN + "budget: {usd: 5, period: day}\n")
     with running_proxy([tmp_path]) as proxy:
         client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=KEY, max_retries=0)
-        answer = client.responses.create(model="gpt-4.1", input="What is six times seven?", tools=tools, max_output_tokens=64)
-        with client.responses.stream(model="gpt-4.1", input="What is six times seven?", tools=tools, max_output_tokens=64) as stream:
-            streamed = stream.get_final_response()
-        for response in (answer, streamed):
+        answers, tokens = _native_and_streamed(client, input="What is six times seven?", tools=tools, max_output_tokens=64)
+        for response in answers:
             assert response.output[0].type == "code_interpreter_call"
-        tokens = sum((r.usage.input_tokens * 2 + r.usage.output_tokens * 8) / 1e6 for r in (answer, streamed) if r.usage)
         spent = wait_until(lambda: (total := spend_report(proxy, KEY)["day"]["total"]) > tokens and total, "the containers charged")
         assert spent == pytest.approx(tokens + 2 * 0.12, abs=2e-6)  # before: the tokens alone
 
