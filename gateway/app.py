@@ -179,6 +179,7 @@ async def _lifespan(app: Litestar) -> AsyncIterator[None]:
     tracing.enabled()  # with an OTLP endpoint, tracing (and its export process) is set up now, not on the first request
     interval: float | None = app.state.watch_interval_s
     watcher = asyncio.create_task(registry.watch(interval, reloaded)) if interval else None
+    sweeper = asyncio.create_task(registry.sweep())  # what the teams' prompt-cache planners no longer need
     start = getattr(registry.services.state(), "start", None)
     if start is not None:
         start()  # check in with the shared store now: replica count and flags before the first request
@@ -189,6 +190,7 @@ async def _lifespan(app: Litestar) -> AsyncIterator[None]:
     finally:
         if watcher is not None:
             watcher.cancel()
+        sweeper.cancel()
         if publisher is not None:
             publisher.cancel()
         # uvicorn waits for the requests in flight, but past --shutdown-timeout it cancels them and goes

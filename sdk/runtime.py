@@ -25,7 +25,7 @@ from sdk.models import ModelCatalog
 from sdk.observability import metrics
 from sdk.pipeline import CompressionReport, Pipeline, RequestContext
 from sdk.policy import Policy, load_policies, policy_files
-from sdk.promptcache.stage import build_prompt_cache
+from sdk.promptcache.stage import PromptCachePlanner, build_prompt_cache
 from sdk.providers import build_provider
 from sdk.providers.base import Provider
 from sdk.readiness import HasWarmUps, WarmUp
@@ -38,6 +38,7 @@ from sdk.stages import build_stages
 from sdk.types import Answer, LLMRequest, LLMResponse, LLMStream, Usage
 
 log = logging.getLogger("slipstream")
+SWEEP_INTERVAL_S = 60.0  # how often the teams' prompt-cache memory is swept (TeamRegistry.sweep)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class TeamRuntime:
     providers: Mapping[str, Provider]
     responses: StoredResponses  # GET / DELETE / input_items of the team's stored responses
     warm_ups: tuple[WarmUp, ...] = ()  # what its providers and stages load before the first request
+    planner: PromptCachePlanner | None = None  # its prompt-cache planning (the router runs it per attempt)
 
     @property
     def team(self) -> str:
@@ -73,7 +75,8 @@ class TeamRuntime:
         warm_ups = tuple(w for part in [*stages, *providers.values()] if isinstance(part, HasWarmUps) for w in part.warm_ups())
         return cls(policy=policy, pipeline=Pipeline(stages, router),
                    models=ModelCatalog(policy.routes, providers, policy.models, policy.usable_objects()), providers=providers,
-                   responses=StoredResponses(policy.team, services.response_store, providers), warm_ups=warm_ups)
+                   responses=StoredResponses(policy.team, services.response_store, providers), warm_ups=warm_ups,
+                   planner=planner)
 
     async def handle(self, request: LLMRequest, ctx: RequestContext | None = None) -> tuple[Answer, RequestContext]:
         ctx = ctx or RequestContext(request=request, team=self.team)
@@ -222,6 +225,16 @@ class TeamRegistry:
     def warm_ups(self) -> list[WarmUp]:
         """What every served team needs loaded (duplicates are loaded once by name, in sdk/readiness.py)."""
         return [warm_up for runtime in self.teams.values() for warm_up in runtime.warm_ups]
+
+    async def sweep(self, interval_s: float | None = None) -> None:
+        """Every `interval_s` (SWEEP_INTERVAL_S), let each team's prompt-cache planner go of what has outlived every provider
+        cache (its memory is the team's, in the process every team shares); run as a background task."""
+        while True:
+            await asyncio.sleep(interval_s or SWEEP_INTERVAL_S)
+            now = time.time()
+            for runtime in list(self.teams.values()):
+                if runtime.planner is not None:
+                    await runtime.planner.sweep(now)
 
     async def watch(self, interval_s: float = 1.0, on_reload: Callable[[], None] | None = None) -> None:
         """Poll the policy files and reload on change; run as a background task."""

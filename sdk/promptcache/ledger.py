@@ -29,6 +29,9 @@ OPENAI_TTL_S = 300.0  # in-memory retention is "5-10 min idle": predict the shor
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 HISTORY_PER_SCOPE = 32  # requests a scope's history keeps
 HISTORY_CHARS = 16 << 20  # block text a team's history keeps, every scope together (the oldest goes first)
+# No provider cache entry outlives an hour (Anthropic's long TTL): a request older than that explains no
+# miss, and its text was kept in the process every team shares however long its team stayed away.
+HISTORY_TTL_S = 3600.0
 # Entries one request writes or refreshes: OpenAI caches every prefix past 1,024 tokens, one entry a message,
 # and a request of 200,000 short messages made 200,000 entries (seconds of the event loop every team shares,
 # each kept for the TTL and sent to the shared ledger). Past this many, the first and last third of them and
@@ -68,6 +71,7 @@ class Snapshot:
     reach_pos: int
     conversation: int
     chars: int = 0  # what it holds, counted against HISTORY_CHARS
+    at: float = 0.0  # when its request started (wall clock): kept HISTORY_TTL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,18 +290,35 @@ class Ledger:
                 write.entry.ready.set()
 
     # --- history and causes ----------------------------------------------------------------
-    def remember(self, scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: int) -> None:
+    def remember(self, scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: int, now: float = 0.0) -> None:
         """Keep the request's chain for later diagnoses: the newest HISTORY_PER_SCOPE of its scope, and
-        the team's newest within HISTORY_CHARS (one larger than that alone is not kept)."""
+        the team's newest within HISTORY_CHARS (one larger than that alone is not kept), for HISTORY_TTL_S
+        from `now`, its start."""
         chars = sum(len(block.text) + _BLOCK_CHARS for block in layout.blocks)
-        snapshot = Snapshot(layout.chain, layout.blocks, reach, reach_pos, conversation, chars)
+        snapshot = Snapshot(layout.chain, layout.blocks, reach, reach_pos, conversation, chars, now)
         scope.history.append(snapshot)
         self._remembered.append((scope, snapshot))
         self.history_chars += chars
         if len(scope.history) > HISTORY_PER_SCOPE:
             self.history_chars -= scope.history.popleft().chars
+        self._trim(now)
+
+    def sweep(self, now: float) -> None:
+        """Let go of what has outlived every provider cache: requests older than HISTORY_TTL_S, expired
+        entries, and scopes left holding neither (a team that stopped sending held its last hour for good)."""
+        self._trim(now)
+        # A scope a request has planned on but not yet written to is empty too: dropped, that one request's
+        # entries and history go unremembered (a prediction only, at most once a sweep).
+        for key in list(self.scopes):
+            scope = self.scopes[key]
+            scope.expire(now)
+            if not scope.entries and not scope.history:
+                del self.scopes[key]
+
+    def _trim(self, now: float) -> None:
         most = self.MAX_SCOPES * HISTORY_PER_SCOPE  # a bound on the snapshots kept, so on those let go here too
-        while self._remembered and (self.history_chars > HISTORY_CHARS or len(self._remembered) > most):
+        while self._remembered and (self.history_chars > HISTORY_CHARS or len(self._remembered) > most
+                                    or self._remembered[0][1].at < now - HISTORY_TTL_S):
             owner, oldest = self._remembered.popleft()
             if owner.history and owner.history[0] is oldest:  # still kept: its scope's oldest
                 owner.history.popleft()

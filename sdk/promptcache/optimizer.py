@@ -15,6 +15,7 @@ from hashlib import blake2b
 from typing import Any
 
 from sdk.policy import Price, PromptCachePolicy
+from sdk.promptcache import ledger as ledgers
 from sdk.promptcache import stats
 from sdk.promptcache.blocks import Block, Layout, anthropic_layout, openai_layout
 from sdk.promptcache.canonicalize import canonicalize
@@ -123,6 +124,7 @@ class Optimizer:
         self.config = config
         self.prices = PriceBook(pricing or {})  # the policy's `pricing:`, for the money a cache read saved
         self.detector = VolatilityDetector()
+        self.used = 0.0  # when its latest request started (wall clock)
         self.ledger = Ledger()
         self.calibration = Calibration()
         self.stats = stats.team_stats(team)
@@ -301,7 +303,15 @@ class Optimizer:
         # tail. A later request that diverges before that point lost cache for a reason worth naming.
         reach = len(plan.layout.blocks) - 1 - (1 if plan.moved else 0)
         reach_pos = round(plan.layout.pos[reach] * plan.ratio) if reach >= 0 else 0
-        self.ledger.remember(plan.scope, plan.layout, reach, reach_pos, plan.conversation)
+        self.ledger.remember(plan.scope, plan.layout, reach, reach_pos, plan.conversation, start)
+        self.used = start
+
+    def sweep(self, now: float) -> None:
+        """Let go of what no provider cache can still hold (`Ledger.sweep`), and, a team gone for as long,
+        its memo of analysed prompts."""
+        self.ledger.sweep(now)
+        if self.used < now - ledgers.HISTORY_TTL_S:
+            self.detector.forget_texts()
 
     # --- reporting -------------------------------------------------------------------------
     def report_findings(self, plan: Plan) -> tuple[int, int]:

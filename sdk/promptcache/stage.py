@@ -60,6 +60,11 @@ class PromptCachePlanner:
         # same team's requests wait for it; other teams have optimizers of their own.
         self._planning = asyncio.Lock()
 
+    async def sweep(self, now: float) -> None:
+        """Let go of what has outlived every provider cache (`Optimizer.sweep`), between the team's plans."""
+        async with self._planning:
+            self.optimizer.sweep(now)
+
     def attempt(self, provider: Provider, ctx: RequestContext) -> Provider:
         """`provider` (the routing target's own, speaking its own protocol) with every body it is sent
         for this attempt planned first; the plan is reported on `ctx`."""

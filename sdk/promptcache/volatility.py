@@ -159,6 +159,12 @@ class VolatilityDetector:
         self._values: dict[str, tuple[int, ...]] = {}  # path -> digests of the lines that changed there lately
         self._learned_count = 0  # labels in `_windows`, within MAX_LEARNED
 
+    def forget_texts(self) -> None:
+        """Let go of the memo of analyses and each conversation's last lines (what is learned stays)."""
+        self._analyses.clear()
+        self._memo_cost = 0
+        self._previous = LRU(self.MAX_CONVERSATIONS)
+
     def _analyse(self, text: str) -> _Analysis:
         key = hash(text)  # cached on the string object
         found = self._analyses.get(key)
