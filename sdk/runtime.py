@@ -235,6 +235,7 @@ class TeamRegistry:
             for runtime in list(self.teams.values()):
                 if runtime.planner is not None:
                     await runtime.planner.sweep(now)
+                    await asyncio.sleep(0)  # one team's sweep a loop turn, not every team's at once
 
     async def watch(self, interval_s: float = 1.0, on_reload: Callable[[], None] | None = None) -> None:
         """Poll the policy files and reload on change; run as a background task."""
