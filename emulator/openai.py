@@ -314,7 +314,8 @@ async def chat_completions(emu: Emulator, call: Call) -> None:
         err_ev = b"data: " + orjson.dumps(wire.midstream_error(faults, model)) + b"\n\n"
         headers = wire.headers(call)
         headers.extend(SSE_HEADERS)
-        await run_stream(emu, call, headers, events, tokens, faults, err_ev, ttft, plan.commit)
+        pauses = {len(events) - 2: cfg.usage_delay_ms / 1000.0} if usage is not None and cfg.usage_delay_ms > 0 else None
+        await run_stream(emu, call, headers, events, tokens, faults, err_ev, ttft, plan.commit, pauses)
         return
     out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
            "choices": [c.message() for c in choices], "usage": _usage(plan, out_tokens, reasoning),

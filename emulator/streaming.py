@@ -83,9 +83,11 @@ async def run_stream(
     error_event: bytes | Callable[[int], bytes],
     ttft_s: float,
     on_start: Callable[[], None],
+    pauses: dict[int, float] | None = None,
 ) -> None:
     """Send SSE `events` (each preceded by tokens[i] x per_output_token_ms of pacing).
 
+    `pauses`: seconds more to wait before the events at these indexes (a Chat stream's usage chunk).
     `error_event` is what `midstream_error` sends, or a function of the event index it replaces
     (for protocols that number their events). Exactly one of completed_streams / cancelled_streams / errored_streams is incremented for
     every stream that got past validation.
@@ -104,7 +106,7 @@ async def run_stream(
             n = faults.disconnect_after if faults.disconnect_after >= 0 else faults.midstream_after
             cut = min(n, len(events) - 1) if n >= 0 else -1
         pace = emu.config.per_output_token_ms / 1000.0
-        if pace <= 0 and cut < 0 and not call.gone():
+        if pace <= 0 and cut < 0 and not pauses and not call.gone():
             # Nothing to wait for: one write is much cheaper than one per event.
             await call.chunk(b"".join(events), more=False)
             st.completed_streams += 1
@@ -119,8 +121,9 @@ async def run_stream(
                     err = error_event(i) if callable(error_event) else error_event
                     await call.chunk(err, more=False)
                 return
-            if pace > 0 and tokens[i] > 0:
-                ok = await call.pause(pace * tokens[i])
+            wait = (pace * tokens[i] if pace > 0 else 0.0) + (pauses.get(i, 0.0) if pauses else 0.0)
+            if wait > 0:
+                ok = await call.pause(wait)
             else:
                 ok = not call.gone()
             if not ok:

@@ -119,6 +119,12 @@ class StreamObserver:
         self.error: bytes | None = None  # the provider's in-band error event, if one arrived
         self.finished = False  # saw message_stop / [DONE] / the terminal response.* event
 
+    @property
+    def awaiting_usage(self) -> bool:
+        """The answer has finished and its usage has yet to come: a Chat stream's usage chunk follows its
+        finish chunks (Claude's `message_delta` and a Responses stream's terminal event carry both at once)."""
+        return bool(self.finish_reasons) and not self.usage.final and not self.finished and self.error is None
+
     def observe(self, event: bytes, now: float) -> None:
         try:
             if self.endpoint is Endpoint.RESPONSES:

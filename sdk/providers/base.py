@@ -11,10 +11,11 @@ is taken out before the client sees the stream. Usage is then the provider's cou
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from typing import Protocol as TypingProtocol
@@ -61,6 +62,10 @@ _RATE_LIMITS = ("anthropic-ratelimit-", "x-ratelimit-", "anthropic-priority-", "
 _ACCOUNT = frozenset({"openai-organization", "openai-project", "anthropic-organization-id"})
 _MAX_MODEL_PAGES = 20
 _NEVER_STREAMED = (Endpoint.COUNT_TOKENS, Endpoint.RESPONSES_INPUT_TOKENS)  # counts answer with JSON, whatever `stream` says
+# A stream whose client left after the answer's finish reads on to its usage for at most this long and this
+# many bytes (a Chat stream's usage chunk follows its finish chunk at once, a few hundred bytes), then closes.
+READ_ON_S = 2.0
+READ_ON_BYTES = 64 * 1024
 # What `include_usage` adds to a Chat Completions stream, compact (OpenAI's) or spaced.
 _NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
@@ -161,8 +166,10 @@ class HTTPProvider:
                                   shared_account=self.name if self.shared_account else None)
 
         async def close() -> None:
-            response.abort()
+            if not observer.awaiting_usage:  # else the events read on to it first (_observed_events)
+                response.abort()
             await events.aclose()
+            response.abort()
 
         return LLMStream(
             status=response.status,
@@ -223,6 +230,41 @@ class HTTPProvider:
         return LLMResponse(status=response.status, body=data, headers=passthrough_headers(response.headers, self.shared_account), usage=Usage(), route=route)
 
 
+async def _next(batches: AsyncIterator[list[bytes]]) -> list[bytes] | None:
+    """The next batch of events, or None at the end."""
+    async for batch in batches:
+        return batch
+    return None
+
+
+async def _read_on(batches: AsyncIterator[list[bytes]], reading: asyncio.Future[list[bytes] | None] | None,
+                   observer: StreamObserver) -> None:
+    """Read a stream whose client left after its finish on to its usage, for READ_ON_S and READ_ON_BYTES at
+    most, observing what arrives (nobody is sent it): the provider bills the answer whole, reasoning the
+    client never saw included, and the usage is how the charge knows it. Whatever stops it, the caller then
+    closes the upstream."""
+    read = 0
+    try:
+        async with asyncio.timeout(READ_ON_S):
+            while observer.awaiting_usage and read < READ_ON_BYTES:
+                batch = await (reading if reading is not None else _next(batches))
+                reading = None
+                if batch is None:
+                    return
+                now = time.perf_counter()
+                for event in batch:
+                    read += len(event)
+                    if is_large(len(event)):
+                        await off_loop(observer.observe, event, now)
+                    else:
+                        observer.observe(event, now)
+    except (TimeoutError, SlipstreamError, OSError):
+        pass  # no usage after all: the charge is estimated, as for any stream without it
+    finally:
+        if reading is not None:
+            reading.cancel()
+
+
 def _asking_usage(request: LLMRequest) -> dict[str, Any] | None:
     """The body of a Chat Completions stream that did not ask for its usage chunk, asking for it;
     None for any other request (and for `stream_options` that is not an object: the upstream's 400)."""
@@ -258,8 +300,22 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
     limits an in-band error must not tell a team about (as `_failed` does for a 429)."""
     protocol = observer.protocol
     drained = False  # read to the end: the connection can go back to the pool
+    batches = split_event_batches(response.iter_chunks())
+    reading: asyncio.Future[list[bytes] | None] | None = None  # a read after the finish, which a client's leaving does not stop
     try:
-        async for batch in split_event_batches(response.iter_chunks()):
+        while True:
+            if observer.awaiting_usage:
+                reading = asyncio.ensure_future(_next(batches))
+                try:
+                    batch = await asyncio.shield(reading)
+                except Exception:
+                    reading = None  # the read itself failed: nothing to read on
+                    raise
+                reading = None
+            else:
+                batch = await _next(batches)
+            if batch is None:
+                break
             now = time.perf_counter()
             for event in batch:
                 if is_large(len(event)):  # a Responses event echoes the request's instructions: a team's megabytes
@@ -281,4 +337,6 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
         yield exc.sse_event(protocol)
     finally:
         if not drained:
+            if reading is not None or observer.awaiting_usage:  # the client left between the finish and the usage
+                await _read_on(batches, reading, observer)
             response.abort()
