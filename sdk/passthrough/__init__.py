@@ -87,6 +87,7 @@ from sdk.sse import without_account_limits
 from sdk.state import in_background
 from sdk.state.answer_ids import AUDIO, check_audio
 from sdk.state.backend import Admission
+from sdk.state.message_threads import check_batch_requests
 from sdk.state.ownership import KEEP_S, MISSING_FILE, Ownership, check_account_objects, ownership_of
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 
@@ -353,6 +354,8 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         raw = await whole(body, limit, need)
         request = await off_loop_if_large(len(raw), json_object, raw, f"{method} {op.upstream_path}")
         await ex.owners.check_files(team.team, (request,), len(raw))  # a message batch's requests may name files
+        if op.kind == "message_batch":  # and earlier answers, by id: a Thread to continue, a prompt to compare with
+            await check_batch_requests(ex.owners, team.team, request)
         raw, reserve, batch_worst = await off_loop_if_large(len(raw), spend_checks, ex, request, raw)
         body, length = raw, len(raw)
     if ex.admission is not None:

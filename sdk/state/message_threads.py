@@ -28,10 +28,10 @@ from typing import Any
 
 import orjson
 
-from sdk.errors import NotFoundError
+from sdk.errors import InvalidRequestError, NotFoundError
 from sdk.offload import off_loop_if_large
 from sdk.sse import event_data, events_of
-from sdk.state.ownership import KEEP_S, Ownership
+from sdk.state.ownership import KEEP_S, MAX_NAMED_FILES, Ownership
 from sdk.streams import close_after
 from sdk.types import Answer, Endpoint, LLMRequest, LLMResponse, Protocol
 
@@ -81,16 +81,42 @@ async def check_messages(ownership: Ownership, team: str, body: Any) -> int:
     """Refuse (404, nothing sent) a body naming a message id the gateway did not answer `team` with; the
     tokens of the context the Thread it continues holds (0 when it continues none), which the provider
     bills again with the new turn."""
-    thread, diagnosed = continued(body), compared(body)
-    named = list(dict.fromkeys(i for i in (thread, diagnosed) if i is not None))
+    thread = continued(body)
+    named = _named([body])
     if not named:
         return 0
     values = await ownership.records.get([f"{MESSAGE}:{i}" for i in named] + ([f"{CONTEXT}:{team}:{thread}"] if thread else []))
-    for message_id, owner in zip(named, values, strict=False):
-        if owner != team:
-            raise MessageNotFound(message_id, thread=message_id == thread)
+    _refuse_unowned(team, named, values)
     context = values[-1] if thread else None
     return int(context) if context is not None and context.isdigit() else 0
+
+
+async def check_batch_requests(ownership: Ownership, team: str, batch: Any) -> None:
+    """The same check for a message batch's requests (`requests[].params`), which Anthropic runs under the
+    shared key into results the team reads; at most MAX_NAMED_FILES distinct ids (each a lookup)."""
+    requests = batch.get("requests") if isinstance(batch, dict) else None
+    named = _named([request.get("params") for request in requests if isinstance(request, dict)]) if isinstance(requests, list) else {}
+    if len(named) > MAX_NAMED_FILES:
+        raise InvalidRequestError(f"the batch names {len(named)} distinct message ids; at most {MAX_NAMED_FILES} are checked")
+    if named:
+        _refuse_unowned(team, named, await ownership.records.get([f"{MESSAGE}:{i}" for i in named]))
+
+
+def _named(bodies: list[Any]) -> dict[str, bool]:
+    """The message ids `bodies` name, once each, and whether each is a Thread's (else only compared with)."""
+    named: dict[str, bool] = {}
+    for body in bodies:
+        if (thread := continued(body)) is not None:
+            named[thread] = True
+        if (diagnosed := compared(body)) is not None:
+            named.setdefault(diagnosed, False)
+    return named
+
+
+def _refuse_unowned(team: str, named: dict[str, bool], owners: list[str | None]) -> None:
+    for (message_id, thread), owner in zip(named.items(), owners, strict=False):
+        if owner != team:
+            raise MessageNotFound(message_id, thread)
 
 
 def _input(usage: Any) -> int:

@@ -132,3 +132,17 @@ def _held_while_continuing(proxy: RunningServer, turn: dict[str, Any], beside: d
     return held
 
 
+
+
+def test_a_message_batch_cannot_continue_another_teams_thread(proxy: RunningServer, fresh_emulator: RunningEmulator) -> None:
+    """A message batch's requests are run by Anthropic under the shared key into results the team reads: one
+    naming another team's message id (a Thread to continue, a prompt to compare with) is the same 404, and
+    no batch is created."""
+    created = _create(anth(proxy, A), False, SECRET, thread={"type": "create"})
+    beta = anth(proxy, B)
+    fresh_emulator.app.state.recent.clear()
+    for named in ({"thread": {"type": "continue", "previous_message_id": created}}, {"diagnostics": {"previous_message_id": created}}):
+        with pytest.raises(anthropic.NotFoundError):
+            beta.messages.batches.create(requests=[{"custom_id": "x", "params": {"model": MODEL, "max_tokens": 50,  # type: ignore[typeddict-unknown-key]
+                                                                                 "messages": NEXT, **named}}])
+    assert _sent(fresh_emulator, created) == []
