@@ -38,6 +38,7 @@ from sdk.door.bodies import DEFAULT_BUDGET_BYTES, BodyBudget
 from sdk.errors import InvalidRequestError, SlipstreamError
 from sdk.observability import live_stats, live_workers, tracing
 from sdk.observability.exposition import exposition
+from sdk.offload import HEAVY_POOL
 from sdk.passthrough import PREFIXES as PASSTHROUGH_PREFIXES
 from sdk.pipeline import REQUEST_ID_HEADER, new_request_id
 from sdk.promptcache.stats import report as prompt_cache_report
@@ -148,20 +149,23 @@ async def spend(team: NamedDependency[TeamRuntime], state: State) -> Response[ob
     return Response(await spend_report(registry.services.state(), team.team, team.policy.budget))
 
 
-@delete("/v1/slipstream/cache", status_code=200, sync_to_thread=True)
-def invalidate_cache(team: NamedDependency[TeamRuntime], state: State, key: Annotated[str | None, QueryParameter()] = None) -> dict[str, int]:
+@delete("/v1/slipstream/cache", status_code=200)
+async def invalidate_cache(team: NamedDependency[TeamRuntime], state: State,
+                           key: Annotated[str | None, QueryParameter()] = None) -> dict[str, int]:
     """Drop the caller's team's response-cache entries: all of them, or the one `?key=` names
-    (the `x-slipstream-cache-key` header of the answer it produced)."""
+    (the `x-slipstream-cache-key` header of the answer it produced). Each is one of the team's turns in
+    the cache stores' thread (ResponseCache.invalidate): in asyncio's default pool, first come, first served,
+    one team's many calls held every other caller of it (policy reloads, /metrics, the shared cache's
+    replication), and each took the store's writer lock every team's stores wait on."""
     if key is not None and not key.strip():
         raise InvalidRequestError("key: empty; give an entry's x-slipstream-cache-key, or leave 'key' out to drop every entry")
     if key is not None and not is_entry_key(key):  # shared with every replica through Redis: only a key an entry can have
         raise InvalidRequestError("key: not an entry's key; give the x-slipstream-cache-key header of the answer "
                                   "(64 lowercase hex digits), or leave 'key' out to drop every entry")
     services: Services = state.registry.services
-    cache = services.installed_response_cache()
-    if key:
-        return {"removed": cache.invalidate_key(key, team=team.team) if cache is not None else 0}
-    return {"removed": (cache.invalidate_team(team.team) if cache is not None else 0) + services.embedding_cache().invalidate_team(team.team)}
+    cache = await asyncio.wrap_future(HEAVY_POOL.submit(services.installed_response_cache, tenant=team.team))  # opened there the first time
+    removed = await cache.invalidate(team.team, key or None) if cache is not None else 0
+    return {"removed": removed if key else removed + services.embedding_cache().invalidate_team(team.team)}
 
 
 # --- the app ------------------------------------------------------------------------------------------

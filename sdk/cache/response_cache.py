@@ -81,6 +81,17 @@ class ResponseCache:
 
     # -- admin -----------------------------------------------------------------------------------
 
+    async def invalidate(self, team: str, key: str | None = None) -> int:
+        """`invalidate_key(key, team)`, or `invalidate_team(team)` without a key, as one of the team's turns in
+        the stores' thread (it holds the store's writer lock, as a store does); the other replicas told here."""
+        if key is not None and not is_entry_key(key):
+            return 0
+        removed = await asyncio.wrap_future(_STORES.submit(functools.partial(self.store.invalidate, team=team, exact_key=key),
+                                                           tenant=team))
+        if self.replicator is not None:
+            self.replicator.invalidated(team, key)
+        return removed
+
     def invalidate_team(self, team: str) -> int:
         return self._invalidate(team, None)
 
