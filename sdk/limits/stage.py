@@ -113,7 +113,7 @@ class LimitsStage:
         return scopes
 
     async def admit(self, key_id: str, budget: bool = True, trace: RequestTrace | None = None, reserve: float = 0.0,
-                    requests: int = 1, limits: bool = True, lease: str = "") -> Admission:
+                    requests: int = 1, limits: bool = True, lease: str = "", span: str = "limits admit") -> Admission:
         """Check and charge the team's (and the key's) limits and, with `budget`, its budget, holding
         `reserve` USD against it until `settle` (`reservation(request)` computes it), counting `requests`
         against the request buckets and concurrency caps (`legs`); a refusal raises the provider-shaped 429. The pipeline and
@@ -132,7 +132,7 @@ class LimitsStage:
             started = time.time_ns() if trace is not None else 0
             refusal = await self.state.admit(admission)
             if trace is not None:
-                trace.stage("limits admit", started, {"slipstream.limits.outcome": "refused" if refusal else "admitted"})
+                trace.stage(span, started, {"slipstream.limits.outcome": "refused" if refusal else "admitted"})
             if refusal is not None:
                 raise self._refused(refusal, scopes, requests)
         return admission
@@ -141,7 +141,8 @@ class LimitsStage:
         """The budget's part of a request `limited` admitted to its rates and concurrency (`admit(budget=False)`,
         before the work that tells its worst cost): `reserve` held under the same lease. The admission
         that settles both."""
-        held = await self.admit(key_id, trace=trace, reserve=reserve, limits=False, lease=limited.lease)
+        held = await self.admit(key_id, trace=trace, reserve=reserve, limits=False, lease=limited.lease,
+                                span="limits budget" if limited.rates or limited.caps else "limits admit")
         return Admission(held.lease or limited.lease, limited.rates, limited.caps, held.budget)
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
