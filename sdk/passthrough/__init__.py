@@ -354,9 +354,9 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         raw = await whole(body, limit, need)
         request = await off_loop_if_large(len(raw), json_object, raw, f"{method} {op.upstream_path}")
         await ex.owners.check_files(team.team, (request,), len(raw))  # a message batch's requests may name files
-        if op.kind == "message_batch":  # and earlier answers, by id: a Thread to continue, a prompt to compare with
-            await check_batch_requests(ex.owners, team.team, request)
-        raw, reserve, batch_worst = await off_loop_if_large(len(raw), spend_checks, ex, request, raw)
+        # and earlier answers, by id: a Thread to continue (whose context each request is billed), a prompt to compare with
+        contexts = await check_batch_requests(ex.owners, team.team, request) if op.kind == "message_batch" else {}
+        raw, reserve, batch_worst = await off_loop_if_large(len(raw), spend_checks, ex, request, raw, contexts)
         body, length = raw, len(raw)
     if ex.admission is not None:
         ex.admission = await ex.limits.admit_budget(ex.admission, ex.client.key_id, reserve)

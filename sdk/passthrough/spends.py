@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sdk.passthrough.bodies import batch_params, keyed_body, keyed_params, requested_models
+from sdk.state.message_threads import continued
 from sdk.state.ownership import check_account_objects
 from sdk.types import Endpoint, LLMRequest
 
@@ -14,10 +15,11 @@ if TYPE_CHECKING:
     from sdk.passthrough import _Exchange
 
 
-def spend_checks(ex: _Exchange, request: dict[str, Any], raw: bytes) -> tuple[bytes, float, float]:
+def spend_checks(ex: _Exchange, request: dict[str, Any], raw: bytes, contexts: dict[str, int] | None = None) -> tuple[bytes, float, float]:
     """A request that runs a model, checked before it leaves: the account objects it names, its client
     ids keyed to the team (the body rewritten if any was), its models, its worst cost (a completion's
-    hold, a message batch's). A message batch's every request is walked: in the heavy-work pool for a
+    hold, a message batch's, each request continuing a Thread with the context it holds, `contexts`, by
+    the message id it continues). A message batch's every request is walked: in the heavy-work pool for a
     large body (up to the team's upload limit), not on the loop every team's requests share."""
     op, team = ex.op, ex.team.team
     batch = op.kind == "message_batch"
@@ -30,5 +32,7 @@ def spend_checks(ex: _Exchange, request: dict[str, Any], raw: bytes) -> tuple[by
         return raw, ex.worst_cost([ex.completion]), 0.0
     if batch:
         ex.check_models(requested_models(op.kind, request))
-        return raw, 0.0, ex.worst_cost([LLMRequest(Endpoint.MESSAGES, params) for params in batch_params(request)])
+        params = batch_params(request)
+        history = [contexts.get(continued(body) or "", 0) for body in params] if contexts else None
+        return raw, 0.0, ex.worst_cost([LLMRequest(Endpoint.MESSAGES, body) for body in params], 0, history)
     return raw, 0.0, 0.0

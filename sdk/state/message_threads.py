@@ -91,15 +91,21 @@ async def check_messages(ownership: Ownership, team: str, body: Any) -> int:
     return int(context) if context is not None and context.isdigit() else 0
 
 
-async def check_batch_requests(ownership: Ownership, team: str, batch: Any) -> None:
+async def check_batch_requests(ownership: Ownership, team: str, batch: Any) -> dict[str, int]:
     """The same check for a message batch's requests (`requests[].params`), which Anthropic runs under the
-    shared key into results the team reads; at most MAX_NAMED_FILES distinct ids (each a lookup)."""
+    shared key into results the team reads; at most MAX_NAMED_FILES distinct ids (each a lookup). The
+    context each continued Thread holds, in tokens, by the id it continues from (for the batch's worst cost)."""
     requests = batch.get("requests") if isinstance(batch, dict) else None
     named = _named([request.get("params") for request in requests if isinstance(request, dict)]) if isinstance(requests, list) else {}
     if len(named) > MAX_NAMED_FILES:
         raise InvalidRequestError(f"the batch names {len(named)} distinct message ids; at most {MAX_NAMED_FILES} are checked")
-    if named:
-        _refuse_unowned(team, named, await ownership.records.get([f"{MESSAGE}:{i}" for i in named]))
+    if not named:
+        return {}
+    threads = [message_id for message_id, thread in named.items() if thread]
+    values = await ownership.records.get([f"{MESSAGE}:{i}" for i in named] + [f"{CONTEXT}:{team}:{i}" for i in threads])
+    _refuse_unowned(team, named, values)
+    return {message_id: int(context) for message_id, context in zip(threads, values[len(named):], strict=True)
+            if context is not None and context.isdigit()}
 
 
 def _named(bodies: list[Any]) -> dict[str, bool]:

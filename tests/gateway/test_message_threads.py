@@ -146,3 +146,24 @@ def test_a_message_batch_cannot_continue_another_teams_thread(proxy: RunningServ
             beta.messages.batches.create(requests=[{"custom_id": "x", "params": {"model": MODEL, "max_tokens": 50,  # type: ignore[typeddict-unknown-key]
                                                                                  "messages": NEXT, **named}}])
     assert _sent(fresh_emulator, created) == []
+
+
+def test_a_message_batch_continuing_a_thread_counts_its_context(tmp_path: Path, fresh_emulator: RunningEmulator) -> None:
+    """A message batch is created only if its worst cost fits what is left of the budget, and a request
+    continuing a Thread is billed the thread's context: it counted the request's new turn alone."""
+    budget = 0.013
+    extra = f"prompt_cache: {{enabled: false}}\nbudget: {{usd: {budget}, period: day}}\n"
+    long = [{"role": "user", "content": "Contract clause under review. " * 2000}]
+    price = price_of(MODEL, {})
+    assert price is not None
+    with running_proxy([write_policy(tmp_path, "alpha", A, fresh_emulator.url, extra=extra)]) as proxy:
+        client = anth(proxy, A)
+        created = client.beta.messages.create(model=MODEL, max_tokens=50, messages=long, betas=[BETA],  # type: ignore[arg-type]
+                                              thread={"type": "create"})
+        context = created.usage.input_tokens + created.usage.output_tokens
+        params = {"model": MODEL, "max_tokens": 50, "messages": NEXT, "thread": {"type": "continue", "previous_message_id": created.id}}
+        prompt = input_tokens(LLMRequest(Endpoint.MESSAGES, params), RESERVE_EXACT_CHARS, worst=True)
+        spent = float(spend_report(proxy, A)["budget"]["spent"])
+        assert spent + worst_cost_usd(prompt, 50, price) / 2 < budget < spent + worst_cost_usd(prompt + context, 50, price) / 2
+        with pytest.raises(anthropic.RateLimitError, match="budget"):  # before: created
+            client.messages.batches.create(requests=[{"custom_id": "x", "params": params}])  # type: ignore[list-item]
