@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import orjson
 import pytest
 
 from emulator.testing import RunningEmulator
@@ -167,3 +168,22 @@ def test_a_message_batch_continuing_a_thread_counts_its_context(tmp_path: Path, 
         assert spent + worst_cost_usd(prompt, 50, price) / 2 < budget < spent + worst_cost_usd(prompt + context, 50, price) / 2
         with pytest.raises(anthropic.RateLimitError, match="budget"):  # before: created
             client.messages.batches.create(requests=[{"custom_id": "x", "params": params}])  # type: ignore[list-item]
+
+
+def test_the_sdks_tool_runner_threads_through_the_gateway(proxy: RunningServer, fresh_emulator: RunningEmulator) -> None:
+    """The anthropic SDK's tool runner threads by default: it creates a Thread, then continues it with only the
+    new turn, naming the answer it was given; that answer is the team's, so the turn goes on to Claude."""
+    ran: list[str] = []
+
+    @anthropic.beta_tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(city)
+        return "18C and sunny"
+
+    runner = anth(proxy, A).beta.messages.tool_runner(model=MODEL, max_tokens=256, tools=[weather],
+                                                      messages=[{"role": "user", "content": "What is the weather in Paris? Use weather."}])
+    final = runner.until_done()
+    assert ran and final.stop_reason == "end_turn"
+    threads = [orjson.loads(r["body"]).get("thread") for r in fresh_emulator.app.state.recent if r["path"] == "/v1/messages"]
+    assert [t["type"] for t in threads] == ["create", "continue"]
