@@ -65,8 +65,12 @@ def speculator() -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_build_speculator_command(speculator, capsys):
+    weights = speculator_dir(speculator) / "model.safetensors"
+    built_at = weights.stat().st_mtime_ns
     assert slipstream(["engine", "build-speculator", speculator]) == 0  # built already: nothing trained
-    assert "already built" in capsys.readouterr().out
+    assert "already built" in capsys.readouterr().out and weights.stat().st_mtime_ns == built_at
+    assert slipstream(["engine", "build-speculator", speculator, *TINY, "--force"]) == 0  # trained again, in its place
+    assert is_built(speculator_dir(speculator)) and weights.stat().st_mtime_ns != built_at
     assert slipstream(["engine", "build-speculator", "gpt-4o-speculator"]) == 2
     assert "no speculator is built for 'gpt-4o-speculator'" in capsys.readouterr().err
 
