@@ -89,6 +89,18 @@ def make_llm(path, **kwargs):
     return LLM(str(path), **args)
 
 
+def cached_tokens(engine: Any, request_id: str, prompt: list[int], params: Any, salt: str | None) -> int:
+    """Run one request alone through `engine` (an LLMEngine) to its end: how many of its prompt tokens
+    came from the prefix cache."""
+    engine.add_request(request_id, prompt, params, cache_salt=salt)
+    cached = 0
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                cached = out.num_cached_tokens
+    return cached
+
+
 @contextmanager
 def ops_at_width(width: str) -> Iterator[None]:
     """The engine's CPU ops with their AVX2 ("avx2") or AVX-512 ("avx512") forms, then back to the

@@ -6,7 +6,7 @@ import pytest
 
 from localengine import LLM, SamplingParams
 from localengine.engine.sequence import SequenceStatus
-from tests.localengine.conftest import make_llm
+from tests.localengine.conftest import cached_tokens, make_llm
 
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 PROMPTS = [list(range(3, 3 + n)) for n in (5, 23, 40, 9, 17, 64)]
@@ -76,12 +76,7 @@ def test_cache_salt_isolates_tenants(llama_dir):
     prompt = list(range(10, 50))
 
     def run(rid: str, salt: str | None) -> int:
-        engine.add_request(rid, prompt, GREEDY, cache_salt=salt)
-        cached = 0
-        while engine.has_unfinished_requests():
-            for out in engine.step():
-                cached = out.num_cached_tokens
-        return cached
+        return cached_tokens(engine, rid, prompt, GREEDY, salt)
 
     assert run("a1", "team-a") == 0
     assert run("b1", "team-b") == 0  # same prompt, other tenant: no hit
@@ -239,13 +234,7 @@ def test_a_tenants_flood_of_prompts_does_not_evict_another_tenants_prefixes(llam
     params = SamplingParams(max_tokens=4, ignore_eos=True, temperature=0)
 
     def run(request_id: str, prompt: list[int], salt: str) -> int:
-        engine.add_request(request_id, prompt, params, cache_salt=salt)
-        cached = 0
-        while engine.has_unfinished_requests():
-            for out in engine.step():
-                if out.finished:
-                    cached = out.num_cached_tokens
-        return cached
+        return cached_tokens(engine, request_id, prompt, params, salt)
 
     b_prompt = list(range(100, 117))
     run("b0", b_prompt, "team-b")

@@ -13,7 +13,7 @@ import torch
 from localengine import LLM, SamplingParams
 from localengine.kernels import kv_quant, reference
 from localengine.kernels.kv_quant import FORMATS, KVStats, quantize, scales_for_layers
-from tests.localengine.conftest import make_llm
+from tests.localengine.conftest import cached_tokens, make_llm
 from tests.localengine.paged_batch import HEAD_DIM, build_batch
 
 FORMAT_IDS = pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=list(FORMATS))
@@ -204,12 +204,7 @@ def test_cache_salt_still_isolates_quantized_blocks(quantized_llm):
     prompt = list(range(100, 140))
 
     def cached(rid: str, salt: str) -> int:
-        engine.add_request(rid, prompt, GREEDY, cache_salt=salt)
-        n = 0
-        while engine.has_unfinished_requests():
-            for out in engine.step():
-                n = out.num_cached_tokens
-        return n
+        return cached_tokens(engine, rid, prompt, GREEDY, salt)
 
     assert cached("a1", "team-a") == 0
     assert cached("b1", "team-b") == 0
