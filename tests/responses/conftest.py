@@ -19,11 +19,19 @@ import pytest
 
 from gateway.testing import RunningServer, running_proxy
 from sdk.extras import missing_extra_message
+from sdk.responses.store import StoredResponse
 
 KEY = "sk-responses-team"
 OTHER_KEY = "sk-other-team"
 CACHING_KEY = "sk-caching-team"  # the same targets with the prompt-cache optimizer on
 HITS_KEY = "sk-hits-team"  # the same targets with the response cache (exact and semantic tiers) on
+MIB = 1024 * 1024
+
+
+def stored_response(team: str, response_id: str = "resp_1", previous: str | None = None, text: str = "hi") -> StoredResponse:
+    """A stored response of `team`'s: one user message of `text`, continuing `previous` if given."""
+    return StoredResponse(response_id, team, "claude", False, 0.0, [{"role": "user", "content": text}],
+                          {"id": response_id, "output": [{"type": "message", "id": f"msg_{response_id}", "content": []}]}, previous)
 
 
 def policy_text(team: str, key: str, emulator_url: str, prompt_cache: str = "{enabled: false}", extra: str = "") -> str:
