@@ -102,7 +102,16 @@ class SQLiteRecords:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS records (name TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL NOT NULL)")
-        self._db.execute("DELETE FROM records WHERE expires < ?", (time.time(),))
+        # The expired go at the first call, in the heavy-work pool: a scan of every team's records (each
+        # file, batch and spoken answer's audio id, kept 400 days), which ran where the records were
+        # opened, on the event loop every team's requests share at the first request after a start.
+        self._swept = False
+
+    def _sweep_once(self) -> None:
+        """(Holding `_lock`.) The expired records deleted, once."""
+        if not self._swept:
+            self._db.execute("DELETE FROM records WHERE expires < ?", (time.time(),))
+            self._swept = True
 
     async def put(self, records: Mapping[str, str], keep_s: float) -> None:
         rows = [(name, value, time.time() + keep_s) for name, value in records.items()]
@@ -120,6 +129,7 @@ class SQLiteRecords:
 
     def _claim(self, name: str, now: float, keep_s: float) -> bool:
         with self._lock:  # one statement: the file's write lock decides between the workers
+            self._sweep_once()
             taken = self._db.execute("INSERT INTO records VALUES (?, 'claimed', ?) ON CONFLICT (name) DO UPDATE "
                                      "SET value = excluded.value, expires = excluded.expires WHERE records.expires <= ?",
                                      (name, now + keep_s, now))
@@ -127,6 +137,7 @@ class SQLiteRecords:
 
     def _write(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
         with self._lock:
+            self._sweep_once()
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany(statement, rows)
@@ -138,6 +149,7 @@ class SQLiteRecords:
     def _get(self, names: list[str], now: float) -> list[str | None]:
         found: dict[str, str] = {}
         with self._lock:
+            self._sweep_once()
             for start in range(0, len(names), LOOKUP_CHUNK):
                 part = names[start:start + LOOKUP_CHUNK]
                 marks = ", ".join("?" * len(part))
