@@ -162,7 +162,7 @@ def _engine_build_speculator(args: argparse.Namespace) -> int:
                                  gen_tokens=args.gen_tokens or default.gen_tokens, minutes=args.minutes or default.minutes)
     print(f"slipstream engine: building {args.name} into {out}", flush=True)
     try:
-        build_speculator(args.name, out, recipe, threads=args.threads)
+        build_speculator(args.name, recipe, threads=args.threads, force=args.force)
     except RuntimeError as exc:
         print(f"slipstream engine: {exc}", file=sys.stderr)
         return 1

@@ -69,39 +69,45 @@ def is_built(path: Path) -> bool:
 def built_speculator(name: str) -> Path:
     """`name`'s speculator, built now if no build exists (one process builds, the others wait)."""
     out = speculator_dir(name)
-    if is_built(out):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(out.parent / f"{out.name}.lock"):
-        if not is_built(out):
-            recipe = BUILT_SPECULATORS[name]
-            log.warning("%s is not built yet: building it now, once, into %s (about %.0f hours on 2 CPU cores, "
-                        "less on more; `slipstream engine build-speculator %s` builds it ahead of time)",
-                        name, out, recipe.hours_on_two_cores, name)
-            build_speculator(name, out, recipe)
+    if not is_built(out):
+        recipe = BUILT_SPECULATORS[name]
+        log.warning("%s is not built yet: building it now, once, into %s (about %.0f hours on 2 CPU cores, "
+                    "less on more; `slipstream engine build-speculator %s` builds it ahead of time)",
+                    name, out, recipe.hours_on_two_cores, name)
+        build_speculator(name, recipe)
     return out
 
 
-def build_speculator(name: str, out: Path, recipe: SpeculatorRecipe, threads: int | None = None) -> None:
-    """Train `recipe` in a child process (its torch threads, seeds and memory stay its own) into a
-    temporary directory beside `out`, then put it in `out`'s place, replacing a build already there."""
+def build_speculator(name: str, recipe: SpeculatorRecipe, threads: int | None = None, force: bool = False) -> Path:
+    """Build `name` from `recipe` unless a build exists (or `force`), under a file lock: a process
+    that finds another building it waits and then takes that build. The training runs in a child
+    process (its torch threads, seeds and memory stay its own), into a temporary directory beside
+    the build, which then takes the build's place."""
+    out = speculator_dir(name)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    command = [sys.executable, "-m", "localengine.demo.train_speculator",
-               *recipe.argv(tmp / "speculator", threads or os.cpu_count() or 1)]
-    tail: list[str] = []
-    try:
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
-            assert child.stdout is not None
-            for line in child.stdout:  # the script's progress, as it comes
-                log.info("%s: %s", name, line.rstrip())
-                tail = [*tail[-19:], line.rstrip()]
-        if child.returncode:
-            raise RuntimeError(f"building {name} failed (exit {child.returncode}):\n" + "\n".join(tail))
-        if out.exists():
-            shutil.rmtree(out)
-        (tmp / "speculator").rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with FileLock(out.parent / f"{out.name}.lock"):
+        if is_built(out) and not force:
+            return out
+        for stale in out.parent.glob(f"{out.name}.*"):  # what a build killed midway left (we hold the lock)
+            if stale.is_dir():
+                shutil.rmtree(stale)
+        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+        command = [sys.executable, "-m", "localengine.demo.train_speculator",
+                   *recipe.argv(tmp / "speculator", threads or os.cpu_count() or 1)]
+        tail: list[str] = []
+        try:
+            with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+                assert child.stdout is not None
+                for line in child.stdout:  # the script's progress, as it comes
+                    log.info("%s: %s", name, line.rstrip())
+                    tail = [*tail[-19:], line.rstrip()]
+            if child.returncode:
+                raise RuntimeError(f"building {name} failed (exit {child.returncode}):\n" + "\n".join(tail))
+            if out.exists():
+                shutil.rmtree(out)
+            (tmp / "speculator").rename(out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     log.info("%s built: %s", name, out)
+    return out
 

@@ -87,12 +87,14 @@ def test_speculator_built_on_first_use(tmp_path: Path, monkeypatch, caplog, caps
     policy.write_text(POLICY)
     warning = f"providers.engine.speculative.model: {SPECULATOR} is not built yet"
     assert slipstream(["policy", "check", str(policy)]) == 0 and warning in capsys.readouterr().out
+    killed_midway = speculator_dir(SPECULATOR).with_name(speculator_dir(SPECULATOR).name + ".x1y2z3")
+    (killed_midway / "speculator").mkdir(parents=True)  # a build that never finished: cleared, not taken
     spec = {"method": "mlp_speculator", "model": SPECULATOR, "num_speculative_tokens": 4}
     for _ in range(2):
         with caplog.at_level(logging.INFO, logger="localengine.speculator"):
             LLM("smollm2-135m-instruct", speculative_config=spec, **COMMON)
     built = speculator_dir(SPECULATOR)
-    assert built.is_relative_to(tmp_path) and is_built(built)
+    assert built.is_relative_to(tmp_path) and is_built(built) and not killed_midway.exists()
     messages = [r.getMessage() for r in caplog.records]
     assert sum("is not built yet: building it now" in m for m in messages) == 1, messages
     assert sum(m.endswith(f"built: {built}") for m in messages) == 1
