@@ -12,16 +12,17 @@ starts load it in well under a second). It returns None, and the engine keeps Py
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
 import os
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol, cast
 
 import torch
+from filelock import FileLock
 
 log = logging.getLogger(__name__)
 KERNELS = Path(__file__).parent
@@ -32,7 +33,6 @@ HEADERS = [KERNELS / "cpu_ops.h"]
 # SmolLM2's 120 linears (2 threads, 2-core AVX2): at 32 rows the kernels took 104 ms (int8) and
 # 124 ms (int4) against 232 and 251 ms dequantized; at 1 row 11.5 and 11.2 against 382 and 548.
 MAX_ROWS = 32
-STALE_LOCK_S = 600  # a build takes ~20 s on 2 quiet cores, a few minutes on a loaded machine
 
 
 class CpuOps(Protocol):
@@ -73,16 +73,18 @@ def _build_dir() -> Path:
     return Path(root) / f"slipstream-cpu-ops-torch-{torch.__version__}-{install}-{code}".replace("+", "_")
 
 
-def _clear_stale_lock(build: Path) -> None:
-    """PyTorch's builder waits, without a limit, while its lock file exists; a build that was killed
-    leaves it behind, and every later start would hang. A build takes well under STALE_LOCK_S."""
-    lock = build / "lock"
-    try:
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+@contextlib.contextmanager
+def _building(build: Path) -> Iterator[None]:
+    """Hold the build directory. PyTorch's builder waits, without a limit, while its own lock file
+    exists, and a build that was killed (a Ctrl-C during a first start) leaves it behind, so every
+    later start would hang. Ours is an flock, which the kernel releases when its holder dies: while
+    we hold it no other start is building here, and a PyTorch lock file found is a dead build's."""
+    with FileLock(build / "slipstream.lock"):
+        lock = build / "lock"
+        if lock.exists():
             log.warning("removing %s, left by a build that did not finish", lock)
             lock.unlink(missing_ok=True)
-    except FileNotFoundError:
-        pass
+        yield
 
 
 @functools.cache
@@ -98,10 +100,10 @@ def ops() -> CpuOps | None:
 
         build = _build_dir()
         build.mkdir(parents=True, exist_ok=True)
-        _clear_stale_lock(build)
-        cpp_extension.load(name="slipstream_cpu_ops", sources=[str(f) for f in SOURCES], build_directory=str(build),
-                           extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-ffp-contract=off"], extra_ldflags=["-fopenmp"],
-                           is_python_module=False, verbose=False)
+        with _building(build):
+            cpp_extension.load(name="slipstream_cpu_ops", sources=[str(f) for f in SOURCES], build_directory=str(build),
+                               extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-ffp-contract=off"],
+                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the engine still runs
         log.warning("CPU kernels could not be built (%s); PyTorch's ops are used", exc)
         return None

@@ -63,21 +63,36 @@ def test_bf16_keeps_pytorch_rounding(kernels):
 
 def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_start(tmp_path, monkeypatch):
     """PyTorch's extension builder waits while its lock file exists: one left by a build that was
-    killed (a Ctrl-C during the first start) is removed once it is older than any build takes."""
-    import os
-    import time
+    killed (a Ctrl-C during the first start) is removed at once by the next start, and one of a
+    build still running (holding the build directory) is kept until that build ends."""
+    import threading
+
+    from filelock import FileLock
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     build = cpu_ops._build_dir()
     build.mkdir(parents=True)
     lock = build / "lock"
+    lock.touch()  # a dead build's: nobody holds the directory
+    with cpu_ops._building(build):
+        assert not lock.exists()
+
+    running = FileLock(build / "slipstream.lock")  # a build in another start, with its PyTorch lock
+    running.acquire()
     lock.touch()
-    cpu_ops._clear_stale_lock(build)
-    assert lock.exists()  # a build may be running right now: its lock is kept
-    old = time.time() - cpu_ops.STALE_LOCK_S - 1
-    os.utime(lock, (old, old))
-    cpu_ops._clear_stale_lock(build)
-    assert not lock.exists()
+    entered = threading.Event()
+
+    def start() -> None:
+        with cpu_ops._building(build):
+            entered.set()
+
+    second = threading.Thread(target=start)
+    second.start()
+    assert not entered.wait(0.5) and lock.exists()  # it waits for the running build, its lock kept
+    lock.unlink()  # the running build ends
+    running.release()
+    assert entered.wait(30)
+    second.join()
 
 
 @pytest.mark.parametrize("head_dim", [64, 20])
