@@ -404,6 +404,8 @@ async def messages(emu: Emulator, call: Call) -> None:
     out_tokens = reply.output_tokens + spent
     tool_ids = [emu.new_id("toolu_") for _ in reply.calls()]
     content, usage = content_blocks(reply, tool_ids, thinking) if body["max_tokens"] else [], _usage(plan, out_tokens, body)
+    if spent:  # the thinking within output_tokens (the anthropic SDK's OutputTokensDetails.thinking_tokens)
+        usage["output_tokens_details"] = {"thinking_tokens": spent}
     search = web_search_tool(body) if body["max_tokens"] else None
     stop = STOP_REASONS[reply.stop]
     if search is not None and not resumes_paused_turn(body):  # one search before the answer (web_search.py)

@@ -108,6 +108,8 @@ def stream_events(message: dict[str, Any], reply: Reply, thinking: Thinking | No
     # Plain answers' message_delta carries output_tokens only; after a web search, the whole usage with
     # server_tool_use (Anthropic's streaming docs show both)
     usage = message["usage"] if "server_tool_use" in message["usage"] else {"output_tokens": message["usage"]["output_tokens"]}
+    if "output_tokens_details" in message["usage"]:  # the thinking within them, with the final count
+        usage = {**usage, "output_tokens_details": message["usage"]["output_tokens_details"]}
     ev.append(sse("message_delta", {"type": "message_delta",
                                     "delta": {"stop_reason": message["stop_reason"],
                                               "stop_sequence": message["stop_sequence"]},

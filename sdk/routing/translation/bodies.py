@@ -42,14 +42,27 @@ def usage_a2o(usage: dict[str, Any]) -> dict[str, Any]:
     written = usage.get("cache_creation_input_tokens") or 0
     prompt = (usage.get("input_tokens") or 0) + read + written
     completion = usage.get("output_tokens") or 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
+    # Claude's thinking, within output_tokens as a reasoning model's reasoning is within completion_tokens (reasoning.py)
+    if (thought := thinking_tokens(usage)) > 0:
+        out["completion_tokens_details"] = {"reasoning_tokens": thought}
+    return out
 
 
-def chat_usage(usage: Usage) -> dict[str, Any]:
-    """Chat's usage object for usage the gateway holds (a stream's, the sum of several answers')."""
+def thinking_tokens(usage: Any) -> int:
+    """The thinking tokens an Anthropic usage object reports (usage.output_tokens_details.thinking_tokens), or 0."""
+    details = usage.get("output_tokens_details") if isinstance(usage, dict) else None
+    thought = details.get("thinking_tokens") if isinstance(details, dict) else None
+    return thought if isinstance(thought, int) else 0
+
+
+def chat_usage(usage: Usage, thought: int = 0) -> dict[str, Any]:
+    """Chat's usage object for usage the gateway holds (a stream's, the sum of several answers'); `thought`: the
+    thinking tokens Claude reported within its output tokens."""
     return usage_a2o({"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                      "cache_read_input_tokens": usage.cache_read_tokens, "cache_creation_input_tokens": usage.cache_write_tokens})
+                      "cache_read_input_tokens": usage.cache_read_tokens, "cache_creation_input_tokens": usage.cache_write_tokens,
+                      "output_tokens_details": {"thinking_tokens": thought}})
 
 
 # OpenAI's service tiers as Anthropic's usage.service_tier ("standard", "priority", "batch"): the default tier is

@@ -45,6 +45,7 @@ from sdk.routing.translation.models import (
     reasons,
     takes_sampling,
 )
+from sdk.routing.translation.reasoning import chat_thinking, thinking_mode, unsampled
 from sdk.routing.translation.responses_fields import RESPONSES_FIELDS
 from sdk.types import Protocol
 
@@ -83,8 +84,8 @@ def one_sampler(body: dict[str, Any]) -> bool:
 
 def effort_travels(target: str, model: Any) -> bool:
     """Whether a Responses request's reasoning effort goes on to `target`: a Claude model as its
-    output_config.effort, if it takes one; a Chat model as reasoning_effort, if it reasons."""
-    return bool(claude_efforts(model)) if target.startswith("Anthropic") else reasons(model)
+    output_config.effort and thinking, if it takes either (reasoning.py); a Chat model as reasoning_effort, if it reasons."""
+    return bool(claude_efforts(model) or thinking_mode(model)) if target.startswith("Anthropic") else reasons(model)
 
 
 FIELDS: dict[Shape, dict[str, Field]] = {
@@ -126,11 +127,15 @@ FIELDS: dict[Shape, dict[str, Field]] = {
                                     "json_object (and json_schema on models without structured outputs) → an instruction "
                                     "and, for models before 4.6, an assistant prefill `{`, the answer validated as JSON",
                                  ({"type": "text"},)),
-        # Claude reasons only when `thinking` is on, which a translated request never turns on: "none" is its default.
-        "reasoning_effort": Field(T, "output_config.effort for a model that takes it (Opus 4.5 and later, Sonnet 4.6 and "
-                                     "later: low/medium/high, xhigh where the model has it, else high; minimal → low, the "
-                                     "least Claude has); dropped for the others (Sonnet 4.5, Haiku 4.5, Opus 4.1), which "
-                                     "refuse it", ("none",)),
+        # Claude reasons only when `thinking` is on: "none" is its default (reasoning.py).
+        "reasoning_effort": Field(T, "thinking, with output_config.effort for a model that takes it (Opus 4.5 and later, "
+                                     "Sonnet 4.6 and later: low/medium/high, xhigh where the model has it, else high; "
+                                     "minimal → low, the least Claude has): adaptive thinking on Opus/Sonnet 4.6 and later, "
+                                     "enabled with a budget_tokens the effort stands for (within max_tokens) on the 4.5 "
+                                     "models, Opus 4.1, Opus/Sonnet 4 and Sonnet 3.7; no thinking where it would be Claude's "
+                                     "400 (a prefill, a tool loop, a forced tool, max_tokens 1024 or less in enabled mode), "
+                                     "temperature and a top_p below 0.95 then left out; dropped where neither is sent",
+                                  ("none",)),
         "user": Field(T, "metadata.user_id"),
         "n": Field(T, "one Messages request per choice (up to 128), the others started once the first has begun answering "
                       "so they read the prompt it cached; one answer, choices indexed 0..n-1; its usage the requests' summed, as "
@@ -372,9 +377,11 @@ def _unreasoned(shape: Shape, body: dict[str, Any]) -> list[str]:
 
 
 def _effortless(shape: Shape, body: dict[str, Any]) -> list[str]:
-    """A Chat request's reasoning_effort, which a Claude model without effort would refuse: left out, and named."""
+    """A Chat request's reasoning_effort, which a Claude model without effort would refuse and which is not sent as
+    thinking (reasoning.py): left out, and named."""
     effort = body.get("reasoning_effort") if shape is Shape.CHAT else None
-    return ["reasoning_effort"] if isinstance(effort, str) and effort != "none" and not claude_efforts(body.get("model")) else []
+    return ["reasoning_effort"] if (isinstance(effort, str) and effort != "none" and not claude_efforts(body.get("model"))
+                                    and chat_thinking(body) is None) else []
 
 
 def _unsampled(shape: Shape, body: dict[str, Any], dropped: list[str]) -> list[str]:
@@ -382,6 +389,8 @@ def _unsampled(shape: Shape, body: dict[str, Any], dropped: list[str]) -> list[s
     request, a reasoning OpenAI one for a Messages request), and a Chat request's top_p beside a temperature for a
     Claude model that takes one of the two: left out, and named."""
     model = body.get("model")
+    if shape is Shape.CHAT and not fixed_sampling(model) and (unthought := unsampled(body)):
+        return unthought  # thinking takes no temperature, a top_p of 0.95 or more only (reasoning.py)
     if shape is Shape.CHAT and not fixed_sampling(model) and one_sampler(body):
         return ["top_p"]
     if not (fixed_sampling(model) if shape is Shape.CHAT else shape is Shape.MESSAGES and not takes_sampling(body)):

@@ -26,8 +26,9 @@ from sdk.routing.translation.field_types import Fate
 from sdk.routing.translation.fields import THINKING_OFF, Shape, check, fate, one_sampler, refuse
 from sdk.routing.translation.media import image_source, o2a_document
 from sdk.routing.translation.models import claude_efforts, fixed_sampling, in_place_system, long_retention, reasons, takes_sampling
-from sdk.routing.translation.output_limits import WARMING_LIMIT, claude_output_limit, default_max_tokens, openai_output_limit
+from sdk.routing.translation.output_limits import WARMING_LIMIT, openai_output_limit
 from sdk.routing.translation.output_modes import VERBOSITY, beta_format, claude_schema, instructed, json_mode, openai_strict
+from sdk.routing.translation.reasoning import chat_thinking, max_tokens_of, unsampled
 from sdk.routing.translation.stops import openai_stops, split_stops
 from sdk.routing.translation.tool_ids import claude_tool_id, openai_tool_name
 from sdk.routing.translation.tool_search import claude_tool_search
@@ -218,6 +219,8 @@ def openai_to_anthropic(body: dict[str, Any], checked: bool = False) -> dict[str
         check(Shape.CHAT, body, "Anthropic")
     if chat_custom.used(body):  # custom tools as functions of one string (chat_custom.py)
         body = chat_custom.as_functions(body)
+    thinking = chat_thinking(body)  # reasoning asked of a model that thinks (reasoning.py); no sampling beside it
+    unthought = unsampled(body)
     for key, value in body.items():
         if value is None or key in _O2A_ELSEWHERE or fate(Shape.CHAT, key, value) is Fate.DROPPED:
             continue
@@ -225,7 +228,7 @@ def openai_to_anthropic(body: dict[str, Any], checked: bool = False) -> dict[str
             sent = split_stops(value)[0]  # whitespace-only stops, which Claude refuses, are the gateway's (stops.py)
             if sent:
                 out["stop_sequences"] = sent
-        elif (key in ("temperature", "top_p") and fixed_sampling(out["model"])) or (key == "top_p" and one_sampler(body)):
+        elif (key in ("temperature", "top_p") and fixed_sampling(out["model"])) or (key == "top_p" and one_sampler(body)) or key in unthought:
             continue  # the model samples as it does, or takes temperature or top_p, not both (fields.py names it dropped)
         elif key == "temperature":
             if value is not None and value > 1:
@@ -241,8 +244,9 @@ def openai_to_anthropic(body: dict[str, Any], checked: bool = False) -> dict[str
             continue  # an instruction in the system prompt, below
         else:
             raise refuse(f"{key!r}", "Anthropic")
-    asked = body.get("max_completion_tokens") or body.get("max_tokens")
-    out["max_tokens"] = claude_output_limit(out["model"], asked) if asked else default_max_tokens(out["model"])
+    out["max_tokens"] = max_tokens_of(body)
+    if thinking is not None:
+        out["thinking"] = thinking
     user = body.get("user") or body.get("safety_identifier")  # Claude's abuse detection reads metadata.user_id
     if user:
         out["metadata"] = {"user_id": user}

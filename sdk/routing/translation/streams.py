@@ -27,7 +27,7 @@ from typing import Protocol as TypingProtocol
 import orjson
 
 from sdk.errors import error_event
-from sdk.routing.translation.bodies import A2O_STOP, chat_usage, service_tier_a2o, service_tier_o2a, stop_o2a, usage_o2a
+from sdk.routing.translation.bodies import A2O_STOP, chat_usage, service_tier_a2o, service_tier_o2a, stop_o2a, thinking_tokens, usage_o2a
 from sdk.routing.translation.call_order import CallOrder
 from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
@@ -248,6 +248,7 @@ class AnthropicToOpenAI(_EndsAtStops):
         self.argued: set[int] = set()  # Anthropic block indexes of tool calls whose arguments have begun
         self.finish_reason = "stop"
         self.usage = Usage()
+        self.thought = 0  # the thinking tokens Claude reports within its output tokens (message_delta's usage)
         self.sent = len(self.prefill)  # characters of the answer sent so far
         self.cited: tuple[int, list[Any]] = (0, [])  # the open text block's start and its web search citations
         self.tier: dict[str, str] = {}  # `service_tier`, from message_start's usage (bodies.service_tier_a2o)
@@ -318,6 +319,7 @@ class AnthropicToOpenAI(_EndsAtStops):
             return [self._chunk({"tool_calls": [call]})]
         if kind == "message_delta":
             merge_anthropic_usage(self.usage, payload.get("usage"))
+            self.thought = thinking_tokens(payload.get("usage")) or self.thought
             reason = (payload.get("delta") or {}).get("stop_reason")
             if reason:
                 self.finish_reason = A2O_STOP.get(reason, "stop")
@@ -345,7 +347,7 @@ class AnthropicToOpenAI(_EndsAtStops):
         if not self.include_usage:
             return [b"data: [DONE]\n\n"]
         chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model, **self.tier,
-                 "choices": [], "usage": chat_usage(usage)}
+                 "choices": [], "usage": chat_usage(usage, self.thought)}
         return [b"data: " + orjson.dumps(chunk) + b"\n\n", b"data: [DONE]\n\n"]
 
 
