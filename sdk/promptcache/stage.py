@@ -81,8 +81,9 @@ class PromptCachePlanner:
         large = is_large(request.size)  # hashing, tokenizing and scanning megabytes: off the loop
         async with self._planning:
             draft = await off_loop(optimizer.draft, request, rewrite) if large else optimizer.draft(request, rewrite)
+            scope = optimizer.ledger.scope(*draft.scope)  # under the lock: a plan in a worker thread reads the scopes
         if self.shared is not None:  # what other replicas' requests cached, before placing breakpoints
-            await self.shared.pull(optimizer.ledger.scope(*draft.scope), draft.scope, optimizer.cacheable(draft))
+            await self.shared.pull(scope, draft.scope, optimizer.cacheable(draft))
         async with self._planning:
             plan = await off_loop(optimizer.plan, draft, time.time()) if large else optimizer.plan(draft, time.time())
             optimizer.diagnose(plan)
@@ -98,7 +99,10 @@ class PromptCachePlanner:
         report.canonicalized = plan.canonicalized
         if plan.body is not request.body:
             request = replace(request, body=plan.body)
-        optimizer.begin(plan, time.time(), self.config.warm_fanout)
+        # Under the team's planning lock: another request's plan may be reading the ledger in a worker
+        # thread (its scopes and their history), and begin writes and trims them.
+        async with self._planning:
+            optimizer.begin(plan, time.time(), self.config.warm_fanout)
         try:
             answer = await send(request)
         except BaseException:
