@@ -126,6 +126,11 @@ def diff_excerpt(old: str, new: str, width: int = 40) -> str:
     return f"…{context} [{excerpt(changed_old, width)}→{excerpt(changed_new, width)}]…"
 
 
+def held_chars(layout: Layout) -> int:
+    """What a snapshot of `layout` holds, counted against HISTORY_CHARS: a pass over every block's text."""
+    return sum(len(block.text) + _BLOCK_CHARS for block in layout.blocks)
+
+
 @dataclass
 class Scope:
     entries: dict[int, Entry] = field(default_factory=dict)
@@ -290,11 +295,13 @@ class Ledger:
                 write.entry.ready.set()
 
     # --- history and causes ----------------------------------------------------------------
-    def remember(self, scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: int, now: float = 0.0) -> None:
+    def remember(self, scope: Scope, layout: Layout, reach: int, reach_pos: int, conversation: int, now: float = 0.0,
+                 chars: int | None = None) -> None:
         """Keep the request's chain for later diagnoses: the newest HISTORY_PER_SCOPE of its scope, and
         the team's newest within HISTORY_CHARS (one larger than that alone is not kept), for HISTORY_TTL_S
-        from `now`, its start."""
-        chars = sum(len(block.text) + _BLOCK_CHARS for block in layout.blocks)
+        from `now`, its start. `chars`: `held_chars(layout)`, if counted already (off the loop, for a large request)."""
+        if chars is None:
+            chars = held_chars(layout)
         snapshot = Snapshot(layout.chain, layout.blocks, reach, reach_pos, conversation, chars, now)
         scope.history.append(snapshot)
         self._remembered.append((scope, snapshot))

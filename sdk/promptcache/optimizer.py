@@ -76,6 +76,7 @@ class Plan:
     cause: Cause | None = None
     writes: list[Write] = field(default_factory=list)
     canonicalized: bool = False
+    chars: int = 0  # what its history snapshot holds (ledger.held_chars), counted with the plan
 
 
 def _fingerprint(value: Any) -> int:
@@ -189,6 +190,7 @@ class Optimizer:
         else:
             plan = self._plan_openai(draft, now)
         plan.canonicalized = draft.canonicalized
+        plan.chars = ledgers.held_chars(draft.layout)  # with the plan: off the loop for a large request
         return plan
 
     def _volatility(self, protocol: Protocol, body: dict[str, Any], conversation: int,
@@ -303,7 +305,7 @@ class Optimizer:
         # tail. A later request that diverges before that point lost cache for a reason worth naming.
         reach = len(plan.layout.blocks) - 1 - (1 if plan.moved else 0)
         reach_pos = round(plan.layout.pos[reach] * plan.ratio) if reach >= 0 else 0
-        self.ledger.remember(plan.scope, plan.layout, reach, reach_pos, plan.conversation, start)
+        self.ledger.remember(plan.scope, plan.layout, reach, reach_pos, plan.conversation, start, plan.chars)
         self.used = start
 
     def sweep(self, now: float) -> None:
