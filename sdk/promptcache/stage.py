@@ -108,9 +108,10 @@ class PromptCachePlanner:
         except BaseException:
             optimizer.ledger.discard(plan.scope, plan.writes)
             raise
-        optimizer.ledger.publish(plan.writes)  # the response has started: the provider's entries are readable
-        if answer.status != 200:
+        if answer.status != 200:  # refused: the provider cached nothing of it
+            optimizer.ledger.discard(plan.scope, plan.writes)
             return answer
+        optimizer.ledger.publish(plan.writes)  # the response has started: the provider's entries are readable
         if isinstance(answer, LLMStream) and not answer.usage.total_input_tokens:
             on_end(answer, lambda _completed: self._settle_at_end(plan, answer))  # usage comes with the events
         else:
