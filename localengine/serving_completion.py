@@ -120,22 +120,67 @@ def _streams(engine: AsyncLLMEngine, req: CompletionRequest) -> list[AsyncIterat
             for s in generations(engine, ids, params, req.request_id, req.n, req.cache_salt, first=k * req.n)]
 
 
+class TextOffsets:
+    """`text_offset`: where each of a choice's tokens starts in its text (after the echoed prompt),
+    from the tokens alone, so a streamed answer gets the same offsets as the whole one however its
+    chunks fell. Token i starts at the part of the text of tokens 0..i-1 that token i leaves as it
+    is; a token that only continues a character still incomplete (a multi-byte UTF-8 character split
+    across byte tokens, shown as U+FFFD until complete) starts where that character starts.
+    Each token decodes the choice's tokens so far (quadratic in its length, only with `logprobs`)."""
+
+    def __init__(self, tokenizer: Any, skip_special_tokens: bool, start: int):
+        self._tokenizer, self._skip, self._start = tokenizer, skip_special_tokens, start
+        self._special = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
+        self._ids: list[int] = []
+        self._text = ""
+
+    def add(self, token_ids: list[int]) -> list[int]:
+        """The offsets of these next tokens of the choice."""
+        offsets = []
+        for tid in token_ids:
+            self._ids.append(tid)
+            before, text = self._text, self._tokenizer.decode(self._ids, skip_special_tokens=self._skip)
+            if text == before and before.endswith("\ufffd") and tid not in self._special:
+                at = len(before) - 1  # a byte more of the character still incomplete: it starts there
+            else:
+                at = _shared_start(before, text)
+            offsets.append(self._start + at)
+            self._text = text
+        return offsets
+
+
+def _shared_start(before: str, text: str) -> int:
+    """How many characters the two texts start with alike."""
+    if text.startswith(before):
+        return len(before)
+    at = 0
+    for a, b in zip(before, text, strict=False):
+        if a != b:
+            break
+        at += 1
+    return at
+
+
 def _logprobs(tokenizer: Any, token_ids: list[int], entries: list[dict[int, Logprob]] | None, k: int | None,
-              offset: int) -> dict[str, Any] | None:
+              offsets: TextOffsets) -> dict[str, Any] | None:
     """OpenAI's legacy shape: tokens, their logprobs, the top-k alternatives and character offsets."""
     if k is None or entries is None:
         return None
-    tokens, token_logprobs, top, offsets = [], [], [], []
+    tokens, token_logprobs, top = [], [], []
     for tid, entry in zip(token_ids, entries, strict=False):
-        text = tokenizer.decode([tid])
-        tokens.append(text)
+        tokens.append(tokenizer.decode([tid]))
         token_logprobs.append(entry[tid].logprob)
         ranked = sorted(((t, e) for t, e in entry.items() if e.rank is not None), key=lambda x: x[1].rank or 0)
         # vLLM's: the top k and the sampled token (so k or k + 1 entries; logprobs=0 gives the sampled one)
         top.append({tokenizer.decode([t]): e.logprob for t, e in [*ranked[:k], (tid, entry[tid])]})
-        offsets.append(offset)
-        offset += len(text)
-    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top,
+            "text_offset": offsets.add(token_ids[:len(tokens)])}
+
+
+def _offsets(engine: AsyncLLMEngine, req: CompletionRequest, i: int) -> TextOffsets:
+    """Choice i's text offsets, counted from the start of its text (echoed prompt included)."""
+    prompt = i // req.n
+    return TextOffsets(engine.tokenizer, req.params[prompt].skip_special_tokens, len(req.prompt_texts[prompt]))
 
 
 def _token_ids(req: CompletionRequest, i: int, new_ids: list[int], first: bool) -> dict[str, Any]:
@@ -159,7 +204,8 @@ async def completion(engine: AsyncLLMEngine, req: CompletionRequest) -> dict[str
     for i, final in enumerate(finals):
         out, echoed = final.outputs[0], req.prompt_texts[i // req.n]
         choices.append({"index": i, "text": echoed + out.text, "finish_reason": finish_reason(final),
-                        "logprobs": _logprobs(engine.tokenizer, out.token_ids, out.logprobs, req.logprobs, len(echoed)),
+                        "logprobs": _logprobs(engine.tokenizer, out.token_ids, out.logprobs, req.logprobs,
+                                              _offsets(engine, req, i)),
                         "prompt_logprobs": None,  # vLLM's field; prompt logprobs are refused, so always null
                         **_token_ids(req, i, out.token_ids, first=True)})
     return {"id": req.request_id, "object": "text_completion", "created": req.created, "model": req.model,
@@ -178,18 +224,18 @@ async def completion_events(engine: AsyncLLMEngine, req: CompletionRequest) -> A
 
     streams = _streams(engine, req)
     finals: list[RequestOutput | None] = [None] * len(streams)
+    offsets = [_offsets(engine, req, i) for i in range(len(streams))]
     for i in range(len(streams)):
         if req.echo:
             yield chunk(i, {"text": req.prompt_texts[i // req.n], "logprobs": None, "finish_reason": None}, 0)
     async with aclosing(steps(streams)) as outputs:
         async for s in outputs:
             i, out = s.index, s.out
-            offset = len(req.prompt_texts[i // req.n]) + s.text_offset
             if out.finished:
                 finals[i] = out
             if s.text or s.token_ids or out.finished:
                 yield chunk(i, {"text": s.text, "finish_reason": finish_reason(out) if out.finished else None,
-                                "logprobs": _logprobs(engine.tokenizer, s.token_ids, s.logprobs, req.logprobs, offset),
+                                "logprobs": _logprobs(engine.tokenizer, s.token_ids, s.logprobs, req.logprobs, offsets[i]),
                                 **_token_ids(req, i, s.token_ids, first=s.first)},
                             len(out.outputs[0].token_ids))
     if req.include_usage:
