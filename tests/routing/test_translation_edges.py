@@ -306,13 +306,13 @@ def test_web_search_reaches_claude_as_its_web_search_tool_and_its_citations_come
                                  "user_location": {"type": "approximate", "city": "Oslo", "country": "NO"}}
     assert [tool.get("name") for tool in sent["tools"]] == ["get_weather", "web_search"]
     assert "include.web_search_call.action.sources" in raw.headers["x-slipstream-dropped-fields"]
-    part = raw.parse().output[0].content[0]  # type: ignore[union-attr]
+    part = raw.parse().output[-1].content[0]  # type: ignore[union-attr]  # after the search's web_search_call item
     cited = part.annotations[0]  # type: ignore[union-attr]
     assert cited.type == "url_citation" and cited.url.startswith("https://yr.no/")  # type: ignore[union-attr]
     assert (cited.start_index, cited.end_index) == (0, len(part.text))  # type: ignore[union-attr]
     events = list(oa.responses.create(model="gpt-x", input="Weather news in Oslo?", tools=tools, stream=True))
     added = [e for e in events if e.type == "response.output_text.annotation.added"]
-    final = events[-1].response.output[0].content[0]  # type: ignore[union-attr]
+    final = events[-1].response.output[-1].content[0]  # type: ignore[union-attr]
     assert len(added) == 1 and added[0].annotation.url == cited.url  # type: ignore[union-attr]
     assert final.annotations[0].url == cited.url and not any("function_call" in e.type for e in events)  # type: ignore[union-attr]
     history: Any = [{"role": "user", "content": "Weather news in Oslo?"},

@@ -17,7 +17,7 @@ from sdk.errors import SlipstreamError, error_body
 from sdk.routing.translation import context_edits
 from sdk.routing.translation.output_modes import validated
 from sdk.routing.translation.stops import cut, stopped
-from sdk.routing.translation.web_search import annotations_a2o
+from sdk.routing.translation.web_search import ITEMS, annotations_a2o, claude_searches
 from sdk.types import Protocol, Usage
 
 # stop_reason ↔ finish_reason (Anthropic's Messages and OpenAI's Chat Completions references).
@@ -107,11 +107,11 @@ def service_tier_o2a(tier: Any) -> str | None:
     return _TIERS.get(tier) if isinstance(tier, str) else None
 
 
-def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] = ()) -> bytes:
+def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] = (), searches: bool = False) -> bytes:
     """An Anthropic message as an OpenAI chat.completion. For a JSON-mode request that Claude answers by
     instruction, `prefill` is its assistant prefill ("" for none, output_modes.py): re-attached, and the
     text validated as JSON. The text is cut at the first of `stops` (the Chat stops Claude refuses,
-    stops.py), which ends the answer there."""
+    stops.py), which ends the answer there. `searches`: the message carries Claude's web searches (web_search.ITEMS)."""
     data = orjson.loads(body)
     blocks = [b for b in data.get("content") or () if b.get("type") == "text"]
     texts = [b["text"] for b in blocks]
@@ -127,6 +127,8 @@ def message_a2o(body: bytes, prefill: str | None = None, stops: tuple[str, ...] 
         message["tool_calls"] = calls
     if annotations:
         message["annotations"] = annotations
+    if searches and (ran := claude_searches(data.get("content") or [])):
+        message[ITEMS] = ran
     finish = "stop" if stopped else A2O_STOP.get(data.get("stop_reason") or "", "stop")
     return orjson.dumps({
         "id": f"chatcmpl-{data.get('id', '')}", "object": "chat.completion", "created": int(time.time()),

@@ -47,16 +47,17 @@ class ChatAnswers:
     legacy: bool
     include_usage: bool
     custom: frozenset[str] = frozenset()
+    searches: bool = False  # the answer carries Claude's web searches (web_search.ITEMS)
 
     def translated(self, answer: Answer, index: int = 0, ending: bool = True) -> AnthropicToOpenAI | None:
         """`answer` made a Chat one in place (choice `index`); a stream's translator, whose end (`ending`
         False) the merge of several choices writes."""
         if isinstance(answer, LLMResponse):
-            body = message_a2o(answer.body, self.prefill, self.stops)
+            body = message_a2o(answer.body, self.prefill, self.stops, self.searches)
             body = chat_custom.answered(body, self.custom) if self.custom else body
             answer.body = legacy_functions.answered(body) if self.legacy else body
             return None
-        chunks = AnthropicToOpenAI(self.include_usage, self.prefill, self.stops, index, ending, answer.usage)
+        chunks = AnthropicToOpenAI(self.include_usage, self.prefill, self.stops, index, ending, answer.usage, self.searches)
         custom: Translator = chat_custom.CustomChunks(chunks, self.custom) if self.custom else chunks
         answer.events = translated_events(answer.events, legacy_functions.LegacyChunks(custom) if self.legacy else custom,
                                           chunks.cutter)

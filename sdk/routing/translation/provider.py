@@ -32,6 +32,7 @@ from sdk.routing.translation.requests import anthropic_to_openai, openai_to_anth
 from sdk.routing.translation.stops import cut_bound, openai_stops, split_stops
 from sdk.routing.translation.streams import OpenAIToAnthropic, translated_events
 from sdk.routing.translation.tool_ids import shortened_tool_names
+from sdk.routing.translation.web_search import searches_asked
 from sdk.streams import close_after
 from sdk.types import (
     Answer,
@@ -193,7 +194,8 @@ def _chat_answers(body: dict[str, Any], legacy: bool) -> ChatAnswers:
     prefill = mode.prefill if mode is not None and not mode.native else None  # an answer by instruction: validated
     stops = split_stops(body.get("stop"))[1]  # those Claude refuses: cut here
     options = body.get("stream_options")
-    return ChatAnswers(prefill, stops, legacy, isinstance(options, dict) and bool(options.get("include_usage")), chat_custom.names(body))
+    return ChatAnswers(prefill, stops, legacy, isinstance(options, dict) and bool(options.get("include_usage")), chat_custom.names(body),
+                       searches_asked(body))
 
 
 def _cancel(task: asyncio.Future[int] | None) -> None:

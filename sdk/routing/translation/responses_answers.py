@@ -25,7 +25,7 @@ from sdk.routing.translation.compaction import item as compaction_item
 from sdk.routing.translation.namespaces import as_called, flattened, namespaced
 from sdk.routing.translation.responses_requests import CUSTOM_INPUT
 from sdk.routing.translation.tool_search import offered_tools
-from sdk.routing.translation.web_search import annotations_c2r
+from sdk.routing.translation.web_search import ITEMS, annotations_c2r, search_item
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -125,7 +125,8 @@ def completion_c2r(request: dict[str, Any], response_id: str, body: bytes) -> by
     data = orjson.loads(body)
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
-    output: list[dict[str, Any]] = []
+    # Claude's web searches, each a web_search_call item before the message, as OpenAI's answer has them (web_search.py)
+    output: list[dict[str, Any]] = [search_item(search, new_id("ws")) for search in message.get(ITEMS) or ()]
     if compacting(request):  # the summary is the one compaction item (compaction.py)
         output.append(compaction_item(new_id("cmp"), message.get("content") or ""))
     elif message.get("content"):  # with the url_citation annotations of a web search (web_search.py)

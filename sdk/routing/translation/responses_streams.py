@@ -39,7 +39,7 @@ from sdk.routing.translation.responses_answers import (
     usage_c2r,
 )
 from sdk.routing.translation.streams import DONE, ChunkError, read_chunk
-from sdk.routing.translation.web_search import annotations_c2r
+from sdk.routing.translation.web_search import ITEMS, annotations_c2r, search_item
 from sdk.sse import event_data, events_of
 from sdk.streams import close_after
 
@@ -109,6 +109,8 @@ class ChatToResponses:
             return out + self._failed(chunk)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
+            for search in delta.get(ITEMS) or ():
+                out += self._search(search)
             if delta.get("content"):
                 out += self._text(delta["content"])
             if delta.get("refusal"):
@@ -171,6 +173,16 @@ class ChatToResponses:
             out.append(self._event("response.compaction.compacting", item_id=self.open["id"], output_index=len(self.output)))
         self.raw += text
         return out
+
+    def _search(self, search: dict[str, Any]) -> list[bytes]:
+        """One of Claude's web searches, whole when it arrives (web_search.py): its item's events, as OpenAI streams one."""
+        out, index = self._close(), len(self.output)
+        item = search_item(search, new_id("ws"))
+        out.append(self._event("response.output_item.added", output_index=index, item={**item, "status": "in_progress"}))
+        out += [self._event(f"response.web_search_call.{stage}", output_index=index, item_id=item["id"])
+                for stage in ("in_progress", "searching", "completed")]
+        self.output.append(item)
+        return out + [self._event("response.output_item.done", output_index=index, item=item)]
 
     def _annotated(self, annotations: list[dict[str, Any]]) -> list[bytes]:
         """Web search citations of the text streamed so far (web_search.py), on the open message's text part."""

@@ -31,7 +31,7 @@ from sdk.routing.translation.bodies import A2O_STOP, chat_usage, service_tier_a2
 from sdk.routing.translation.call_order import CallOrder
 from sdk.routing.translation.output_modes import Unfencer
 from sdk.routing.translation.stops import StopCutter
-from sdk.routing.translation.web_search import url_citations
+from sdk.routing.translation.web_search import ITEMS, searched, url_citations
 from sdk.sse import event_data, events_of
 from sdk.stream_tally import StreamTally
 from sdk.streams import close_after
@@ -231,8 +231,11 @@ class AnthropicToOpenAI(_EndsAtStops):
     """Feeds on an Anthropic event stream (from an Anthropic target), yields OpenAI chunks."""
 
     def __init__(self, include_usage: bool, prefill: str | None = None, stops: tuple[str, ...] = (), index: int = 0,
-                 ending: bool = True, billed: Usage | None = None) -> None:
+                 ending: bool = True, billed: Usage | None = None, searches: bool = False) -> None:
         self.include_usage = include_usage
+        # Claude's web searches carried (web_search.ITEMS): the server_tool_use blocks by id, their input as it streams
+        self.searches: dict[str, dict[str, Any]] | None = {} if searches else None
+        self.searching: dict[int, tuple[str, str]] = {}  # block index → (server_tool_use id, its input so far)
         # The choice this answer is (Chat's `n` > 1, one Claude request per choice: choices.py); with `ending` False
         # the stream's end (the usage chunk, `[DONE]`) is left to the merge of the choices.
         self.index, self.ending, self.finished = index, ending, False
@@ -284,6 +287,8 @@ class AnthropicToOpenAI(_EndsAtStops):
             block = payload.get("content_block") or {}
             if block.get("type") == "text":
                 self.cited = (self.sent, [])
+            if self.searches is not None and block.get("type") in ("server_tool_use", "web_search_tool_result"):
+                return self._searched(payload.get("index"), block)
             if block.get("type") != "tool_use":
                 return []
             index = self.tools[payload["index"]] = len(self.tools)
@@ -298,6 +303,9 @@ class AnthropicToOpenAI(_EndsAtStops):
                 return [self._chunk({"content": text})] if text or not self.cutter.stops else []
             if delta.get("type") == "citations_delta":
                 self.cited[1].append(delta.get("citation"))
+            if delta.get("type") == "input_json_delta" and payload.get("index") in self.searching:
+                call_id, given = self.searching[payload["index"]]
+                self.searching[payload["index"]] = (call_id, given + (delta.get("partial_json") or ""))
             if delta.get("type") == "input_json_delta" and delta.get("partial_json") and payload.get("index") in self.tools:
                 # (a server tool's input, Claude's web search query, is not a call of the client's: web_search.py)
                 self.argued.add(payload["index"])
@@ -332,6 +340,21 @@ class AnthropicToOpenAI(_EndsAtStops):
             status = _ANTHROPIC_ERROR_STATUS.get(str(error.get("type")), 500)
             return [error_event(Protocol.OPENAI, status, error.get("message") or "upstream error")]
         return []  # ping, and event types this translation does not carry (tolerated, as the protocol asks)
+
+    def _searched(self, index: Any, block: dict[str, Any]) -> list[bytes]:
+        """A web search's block (web_search.ITEMS): its call held (its input streams after it), its result the search
+        whole, one chunk carrying it."""
+        assert self.searches is not None
+        if block.get("type") == "server_tool_use":
+            if block.get("name") == "web_search":
+                self.searches[str(block.get("id"))] = block
+                self.searching[index] = (str(block.get("id")), "")
+            return []
+        for call_id, given in self.searching.values():  # the inputs streamed so far, on their calls
+            if given:
+                self.searches[call_id] = {**self.searches[call_id], "input": _json_or_none(given)}
+        call = self.searches.get(str(block.get("tool_use_id")))
+        return [self._chunk({ITEMS: [searched(call, block)]})] if call is not None else []
 
     def _cut(self) -> list[bytes]:
         """The answer's end where a stop the gateway applies appeared: now, with the usage the gateway counts (the input
@@ -374,3 +397,11 @@ async def translated_events(events: AsyncIterator[bytes], translator: Translator
         await close_after(events)
     if out:
         yield b"".join(out)  # the answer's end at the stop, its upstream closed
+
+
+def _json_or_none(text: str) -> Any:
+    """`text` parsed as JSON (a server tool's streamed input, whole), None if it is not."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None

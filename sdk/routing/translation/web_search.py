@@ -16,7 +16,14 @@ cites the pages it used. So
   client as the message's `url_citation` annotations (start and end index over the text; streamed, in a
   chunk's `delta.annotations` when the cited block ends), a Responses client as its output_text's
   `url_citation` annotations (streamed, `response.output_text.annotation.added`). The search's own blocks (`server_tool_use`,
-  `web_search_tool_result`) of a Claude answer are not sent to the Chat client (its answer is the text and citations).
+  `web_search_tool_result`) of a Claude answer are not sent to the Chat client (its answer is the text and citations);
+  for a Responses client each search is a `web_search_call` output item before the message (the Agents SDK's
+  WebSearchCall items, which its runs and traces read), as OpenAI's answer has it: `action: {type: "search", query}`,
+  `failed` where Claude's result is a `web_search_tool_result_error`; no `sources` (`include:
+  ["web_search_call.action.sources"]` stays dropped, named). The Chat answer between carries them under the gateway's
+  own ITEMS key, which only the Chat request made from a Responses one asks for (its web_search_options' ITEMS);
+  streamed, each goes in a chunk of its own when its result starts, and the Responses stream sends the item's added,
+  in_progress, searching, completed and done events at once.
 - a conversation's earlier searches, sent to a model of the other provider (after a model switch, or on a fallback),
   are context that model should still see: what was searched and which pages were found. Each is carried as text in
   the assistant turn where it happened (`history_text`), for either provider: Claude's `server_tool_use` of
@@ -40,10 +47,16 @@ CLAUDE_TOOL = "web_search_20250305"  # every Claude model with web search takes 
 _LOCATION = ("city", "region", "country", "timezone")
 
 
+# The gateway's own key, in a Chat request's web_search_options and its answer's message (a stream's delta): the searches
+# Claude ran, for the Responses answer made of it.
+ITEMS = "slipstream_web_search_calls"
+
+
 def options_of(tool: dict[str, Any], limit: Any = None) -> dict[str, Any]:
     """A Responses web search tool as Chat's web_search_options (with its domain filter, which Claude takes); `limit`, the
-    request's `max_tool_calls`, as the gateway's own `max_uses` in them (read by `claude_tool` only: the body goes to Claude)."""
-    out: dict[str, Any] = {"max_uses": limit} if _uses(limit) else {}
+    request's `max_tool_calls`, as the gateway's own `max_uses` in them (read by `claude_tool` only: the body goes to Claude);
+    ITEMS: the answer is to carry the searches (for their web_search_call items)."""
+    out: dict[str, Any] = {ITEMS: True, **({"max_uses": limit} if _uses(limit) else {})}
     location = tool.get("user_location")
     if isinstance(location, dict):
         out["user_location"] = {"type": "approximate", "approximate": {k: location[k] for k in _LOCATION if location.get(k)}}
@@ -71,6 +84,32 @@ def claude_tool(options: Any) -> dict[str, Any]:
 def _uses(limit: Any) -> bool:
     """Whether `limit` is a number of searches Claude takes as `max_uses` (a positive integer)."""
     return isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+
+
+def searches_asked(body: dict[str, Any]) -> bool:
+    """Whether a Chat request's answer is to carry Claude's searches (made from a Responses request: ITEMS)."""
+    options = body.get("web_search_options")
+    return isinstance(options, dict) and options.get(ITEMS) is True
+
+
+def searched(call: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """One of Claude's web searches (its server_tool_use, its web_search_tool_result) as the answer carries it."""
+    content = result.get("content")
+    failed = isinstance(content, dict) and str(content.get("type")).endswith("_error")
+    return {"query": _obj(call.get("input")).get("query"), "failed": failed}
+
+
+def claude_searches(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The web searches in a Claude answer's `blocks` that have their result, in order (`searched`)."""
+    calls = {b.get("id"): b for b in blocks if b.get("type") == "server_tool_use" and b.get("name") == "web_search"}
+    return [searched(calls[b.get("tool_use_id")], b) for b in blocks
+            if b.get("type") == "web_search_tool_result" and b.get("tool_use_id") in calls]
+
+
+def search_item(search: dict[str, Any], item_id: str) -> dict[str, Any]:
+    """A search the answer carries (`searched`) as a Responses web_search_call output item."""
+    return {"id": item_id, "type": "web_search_call", "status": "failed" if search.get("failed") else "completed",
+            "action": {"type": "search", "query": search.get("query") or ""}}
 
 
 def annotations_a2o(blocks: list[dict[str, Any]], offset: int, end: int) -> list[dict[str, Any]]:
