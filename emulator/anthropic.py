@@ -15,6 +15,7 @@ from .anthropic_stream import STOP_REASONS, content_blocks, plan_thinking, sse, 
 from .anthropic_wire import ERROR_MESSAGES
 from .asgi import JSON_CT, SSE_HEADERS, Call
 from .caching import CacheError, CachePlan, count_input_tokens, plan_anthropic
+from .message_state import continued, diagnosed
 from .models import anthropic_generates, anthropic_max_output, context_window
 from .parallel import extra_calls, parallel_names
 from .reply import ToolPick, choose_tool, make_reply, output_schema
@@ -373,9 +374,9 @@ async def messages(emu: Emulator, call: Call) -> None:
         return
     thread = body.get("thread") if isinstance(body.get("thread"), dict) else None
     if thread is not None and thread.get("type") == "continue":  # the new turn after the conversation the Thread holds
-        held = emu.state.threads.get((key, str(thread.get("previous_message_id"))))
-        if held is None:
-            await _thread_not_found(emu, call, thread.get("previous_message_id"))
+        held = continued(emu, key, thread)
+        if isinstance(held, str):
+            await _thread_refused(emu, call, thread.get("previous_message_id"), held)
             return
         body = {**body, "messages": held + body["messages"]}
     cfg = emu.config
@@ -416,6 +417,8 @@ async def messages(emu: Emulator, call: Call) -> None:
             usage["output_tokens"] = out_tokens = spent + PAUSED_OUTPUT_TOKENS
     out = {"id": emu.new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": content,
            "stop_reason": stop, "stop_sequence": reply.stop_sequence, "usage": usage}
+    if (diagnostics := diagnosed(emu, key, body, str(out["id"]))) is not None:
+        out["diagnostics"] = diagnostics
     if thread is not None and content:  # held under the answer's id, for the workspace's key (what one account shares)
         emu.state.threads[(key, str(out["id"]))] = [*body["messages"], {"role": "assistant", "content": content}]
     ttft = cfg.ttft_seconds(plan.uncached, plan.read)
@@ -434,12 +437,14 @@ async def messages(emu: Emulator, call: Call) -> None:
     await respond_after(emu, call, delay, 200, orjson.dumps(out), headers, plan.commit)
 
 
-async def _thread_not_found(emu: Emulator, call: Call, message_id: Any) -> None:
-    """Anthropic's 404 for a `previous_message_id` no Thread is held under (the SDK's ThreadNotFoundError)."""
-    emu.count_status(404)
-    await call.json(404, {"type": "error", "request_id": call.request_id,
-                          "error": {"type": "not_found_error", "message": f"No thread found for message {message_id}",
-                                    "details": {"error_code": "thread_not_found"}}}, wire.headers(call))
+async def _thread_refused(emu: Emulator, call: Call, message_id: Any, code: str) -> None:
+    """Anthropic's 404 for a `previous_message_id` no Thread is held under (the SDK's ThreadNotFoundError), or
+    its 400 for one already continued (ThreadAlreadyContinuedError)."""
+    status, kind, message = ((404, "not_found_error", f"No thread found for message {message_id}") if code == "thread_not_found"
+                             else (400, "invalid_request_error", f"Message {message_id} has already been continued"))
+    emu.count_status(status)
+    await call.json(status, {"type": "error", "request_id": call.request_id,
+                             "error": {"type": kind, "message": message, "details": {"error_code": code}}}, wire.headers(call))
 
 
 # Claude models (4.6 and later) that wrap an answer asked for as JSON by instruction in a ```json code fence.

@@ -122,6 +122,8 @@ class EmulatorState:
     files: FileStore = field(default_factory=FileStore)
     batches: BatchStore = field(default_factory=BatchStore)
     threads: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)  # (key, msg id): a Thread's conversation
+    threads_continued: set[tuple[str, str]] = field(default_factory=set)  # each answer in a Thread is continued once
+    prompts: dict[tuple[str, str], Any] = field(default_factory=dict)  # (key, msg id): a diagnosed request's prompt
     clock_offset: float = 0.0  # added by POST /_emulator/clock to test TTL expiry
     recent: deque[dict[str, Any]] = field(default_factory=deque)
 
@@ -339,6 +341,8 @@ class Emulator:
         st.files.clear()
         st.batches.clear()
         st.threads.clear()
+        st.threads_continued.clear()
+        st.prompts.clear()
         st.recent.clear()
         st.clock_offset = 0.0
 
