@@ -196,10 +196,14 @@ class LocalProvider:
 
         usage = Usage()
 
-        def fill(raw: dict[str, Any]) -> None:  # always, even when the client did not ask for usage
+        def fill(raw: dict[str, Any]) -> None:
+            """The engine's own count, always (even when the client did not ask for usage in the stream),
+            and when the client left mid-stream the tokens generated until then: final, so the gateway
+            charges it rather than an estimate of the text the client was sent."""
             filled = usage_of(raw)
             usage.input_tokens, usage.output_tokens = filled.input_tokens, filled.output_tokens
             usage.cache_read_tokens = filled.cache_read_tokens
+            usage.final = True
 
         source = chat_completion_events(engine, chat, on_usage=fill)
         observer = StreamObserver(Endpoint.CHAT_COMPLETIONS, usage, timings)
