@@ -31,7 +31,9 @@ An edit that would not act changes nothing Claude would have been sent: `context
 dropped and the request goes on. `compact_20260112` that would act is refused, naming it (its summary is
 written by a model, which the gateway does not do behind the client's back), as is an edit this module
 does not know; whether compaction would act is decided on the side of acting (its trigger counted on
-the conversation before any clearing).
+the conversation before any clearing, as sdk/estimate.py counts, which leans above Claude's count). The refusal says
+what works instead on this target (COMPACT_INSTEAD): the summary asked for outright (`compaction: {type: "summarize"}`,
+compaction.py), the conversation then sent on from its compaction block, whose trigger is counted on that.
 
 The answer says what was applied, as Anthropic's does: `context_management: {"applied_edits": [...]}`
 (the body; a stream's `message_start` and `message_delta`), each applied clearing as
@@ -121,8 +123,15 @@ def _compacts(edit: dict[str, Any], body: dict[str, Any]) -> str | None:
     tokens = input_tokens(LLMRequest(Endpoint.MESSAGES, body))
     if tokens < limit:
         return None
-    return (f"an input of about {tokens} tokens reaches its trigger of {limit}, where Claude would summarize the "
-            "conversation an OpenAI model would be sent whole")
+    return (f"an input of about {tokens} tokens reaches its trigger of {limit}, where Claude would replace the conversation "
+            f"with a summary it writes and answer from that, which the gateway does not do behind the client's back; "
+            f"{COMPACT_INSTEAD}")
+
+
+# What a client whose compaction would act can do on an OpenAI target instead (compaction.py answers it there).
+COMPACT_INSTEAD = ("to compact here, ask for the summary outright (the Messages `compaction: {\"type\": \"summarize\"}` "
+                   "parameter: the anthropic SDK tool runner's compact_before_next_turn()) and send the conversation on from its "
+                   "compaction block, or raise the edit's trigger")
 
 
 def edited(body: dict[str, Any]) -> Edited:
