@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # numpy and faiss load with the cache itself, only for teams 
 PRECISION_HEADER = "x-slipstream-min-precision"
 METADATA_FIELD = "slipstream"  # body field {"min_precision": x}; the official clients send it via extra_body
 KEY_HEADER = "x-slipstream-cache-key"
+SKIP_HEADER = "x-slipstream-cache-skip"  # why a request was not the cache's: a skip_reason
 # What a stored answer is folded by: the wire protocol of a chat answer, or the Responses API shape.
 Shape = Protocol | Literal[Endpoint.RESPONSES]
 
@@ -99,8 +100,10 @@ class CacheStage:
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Answer:
         request, asked = _strip_metadata(ctx.request)
         ctx.request = request
-        if not self._eligible(request):
-            return await call_next(ctx)
+        if request.endpoint not in (Endpoint.CHAT_COMPLETIONS, Endpoint.MESSAGES, Endpoint.RESPONSES):
+            return await call_next(ctx)  # token counts, embeddings: nothing this cache answers
+        if (reason := skip_reason(request)) is not None:
+            return await self._skipped(ctx, call_next, reason)
         # Hashing a large body (canonical JSON, SHA-256) runs in the heavy-work pool, off the loop.
         keys = await off_loop_if_large(request.size, self._keys, request)
         if keys is None:
@@ -148,19 +151,15 @@ class CacheStage:
         answer.events = self._capture(shape, keys, answer, found, answer.events)
         return answer
 
-    def _eligible(self, request: LLMRequest) -> bool:
-        body = request.body
-        if request.endpoint is Endpoint.RESPONSES:
-            # A continued conversation lives in the response store (or at the provider), not in the body:
-            # `previous_response_id`, or a provider-side `conversation` (OpenAI's Conversations API), whose
-            # earlier turns the provider prepends and to which it appends this turn's items (a hit would
-            # answer from another point of the conversation, and leave the turn out of it).
-            # A turn with more items than a stored turn may hold goes on to be refused (a hit would store it).
-            items = body.get("input")
-            return (not body.get("previous_response_id") and body.get("conversation") is None and not body.get("background")
-                    and not (isinstance(items, list) and len(items) > MAX_TURN_ITEMS))
-        n = body.get("n", 1)
-        return request.endpoint in (Endpoint.MESSAGES, Endpoint.CHAT_COMPLETIONS) and (n is None or n == 1)
+    async def _skipped(self, ctx: RequestContext, call_next: Handler, reason: str) -> Answer:
+        """A request the cache neither answers nor stores: counted by reason, and said in the answer's
+        `x-slipstream-cache-skip` (its `x-slipstream-cache` stays `miss`)."""
+        metrics.RESPONSE_CACHE_SKIPS.labels(self.team, reason).inc()
+        if ctx.trace is not None:
+            ctx.trace.stage("cache skip", time.time_ns(), {"slipstream.cache.skip": reason})
+        answer = await call_next(ctx)
+        answer.headers[SKIP_HEADER] = reason
+        return answer
 
     def _keys(self, request: LLMRequest) -> CacheKeys | None:
         """The request's keys; a Responses request is keyed by its Chat form (so the semantic tier reads
@@ -289,6 +288,50 @@ class CacheStage:
         reasons = [response["status"]] if isinstance(response.get("status"), str) else []
         return LLMStream(status=200, events=events, headers=headers, usage=_nothing_spent(), route=route, close=close,
                          finish_reasons=reasons)
+
+
+# Messages fields naming what the provider holds, or doing what a hit would not do (docs/semantic-cache.md).
+_MESSAGES_STATE = (
+    # the answer's id is a Thread's, which a later `continue` names (a hit's fresh id holds none), and a
+    # `continue` follows the conversation held under its previous id, once (a second is thread_already_continued)
+    "thread",
+    # the answer says why the provider's prompt cache missed against the request an id names, now; a later
+    # request names this answer's id to be compared with it
+    "diagnostics",
+    # a code-execution container by id: its files, which earlier requests' code wrote, are read and written
+    "container",
+    # remote MCP servers: their tools (not in the key) are listed and called by the provider
+    "mcp_servers",
+)
+
+
+def skip_reason(request: LLMRequest) -> str | None:
+    """Why the response cache neither answers nor stores `request` (Chat Completions, Messages or
+    Responses), or None: an answer that depends on state the key does not hold (a conversation or
+    container the provider keeps), or that must be the provider's own (an id a later request names), or
+    a request whose effects a hit would leave undone."""
+    body = request.body
+    if request.endpoint is Endpoint.RESPONSES:
+        # A continued conversation lives in the response store (or at the provider), not in the body:
+        # `previous_response_id`, or a provider-side `conversation` (OpenAI's Conversations API), whose
+        # earlier turns the provider prepends and to which it appends this turn's items (a hit would
+        # answer from another point of the conversation, and leave the turn out of it). `background` is
+        # run and polled at the provider; `prompt` is a template it holds, whose latest version answers.
+        for field in ("previous_response_id", "background", "prompt"):
+            if body.get(field):
+                return field
+        if body.get("conversation") is not None:
+            return "conversation"
+        # A turn with more items than a stored turn may hold goes on to be refused (a hit would store it).
+        items = body.get("input")
+        return "input_items" if isinstance(items, list) and len(items) > MAX_TURN_ITEMS else None
+    if request.endpoint is Endpoint.MESSAGES:
+        return next((field for field in _MESSAGES_STATE if body.get(field) not in (None, [], {})), None)
+    n = body.get("n", 1)
+    if not (n is None or n == 1):
+        return "n"
+    # `store: true`: OpenAI keeps the completion (evals, distillation, GET by its id); a hit keeps nothing
+    return "store" if body.get("store") is True else None
 
 
 def _nothing_spent() -> Usage:

@@ -55,6 +55,12 @@ RESPONSE_CACHE = Counter(
     ("team", "outcome"),
     registry=REGISTRY,
 )
+RESPONSE_CACHE_SKIPS = Counter(
+    "slipstream_response_cache_skips_total",
+    "Requests the response cache neither answers nor stores, by the field that says why (sdk/cache/stage.py:skip_reason)",
+    ("team", "reason"),
+    registry=REGISTRY,
+)
 EMBEDDING_CACHE = Counter(
     "slipstream_embedding_cache_items_total",
     "Embedding input items looked up in the exact embedding cache, by outcome (hit, miss)",

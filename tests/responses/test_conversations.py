@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from gateway.testing import RunningServer, running_proxy
-from sdk.cache.stage import CacheStage
+from sdk.cache.stage import skip_reason
 from sdk.types import Endpoint, LLMRequest
 from tests.helpers import requires_extra
 from tests.responses.conftest import policy_text
@@ -136,6 +136,5 @@ def test_a_conversation_gone_at_the_provider_leaves_an_auto_provider_native(prox
 def test_the_cache_stage_leaves_a_conversation_turn_to_the_provider(named: Any) -> None:
     """The stage itself says a turn in a provider conversation is not its to key (before, only the Chat form's
     refusal of `conversation`, which keys a Responses request, kept it from being cached)."""
-    stage = object.__new__(CacheStage)  # _eligible reads only the request
-    assert not stage._eligible(LLMRequest(Endpoint.RESPONSES, {"model": "gpt-4o", "input": "Hi", "conversation": named}))
-    assert stage._eligible(LLMRequest(Endpoint.RESPONSES, {"model": "gpt-4o", "input": "Hi", "conversation": None}))
+    assert skip_reason(LLMRequest(Endpoint.RESPONSES, {"model": "gpt-4o", "input": "Hi", "conversation": named})) == "conversation"
+    assert skip_reason(LLMRequest(Endpoint.RESPONSES, {"model": "gpt-4o", "input": "Hi", "conversation": None})) is None
