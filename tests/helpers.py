@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sqlite3
 import threading
 import time
 import zlib
@@ -159,6 +160,23 @@ def large_then_small_chat(client: openai.OpenAI, model: str = "gpt-4o") -> None:
     assert len(orjson.dumps(large)) >= LARGE_BYTES
     assert client.chat.completions.create(model=model, max_tokens=8, messages=large).choices  # type: ignore[arg-type]
     assert client.chat.completions.create(model=model, max_tokens=8, messages=[{"role": "user", "content": "Hi"}]).choices
+
+
+def sqlite_statement_threads(monkeypatch: pytest.MonkeyPatch, module: Any, file_name: str, *starts: str) -> list[str]:
+    """The names (less their last `-` part) of the threads that run the statements starting with any of
+    `starts` on the SQLite files named `file_name` that `module` connects to from now on."""
+    threads: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        db: sqlite3.Connection = connect(database, *args, **kwargs)
+        if str(database).endswith(file_name):
+            db.set_trace_callback(lambda sql: threads.append(threading.current_thread().name.rsplit("-", 1)[0])
+                                  if sql.lstrip().startswith(starts) else None)
+        return db
+
+    monkeypatch.setattr(module.sqlite3, "connect", traced)
+    return threads
 
 
 def oai(proxy: RunningServer, key: str) -> openai.OpenAI:

@@ -103,6 +103,36 @@ def _row(row: tuple[Any, ...]) -> StoredResponse:
                           previous, depth, chain_bytes)
 
 
+class _OpeningLock:
+    """The store's lock (one connection, every team's calls; a call takes it only in the store's thread).
+    Whoever takes it first opens the file: its schema, a migration from the older format and a recount
+    of every team's totals (a scan of the records table). They ran where the store was made, on the
+    event loop every team's requests share, at the first Responses request after a start."""
+
+    def __init__(self, open_file: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self._open_file: Callable[[], None] | None = open_file
+
+    def acquire(self, opening: bool = True) -> None:
+        self._lock.acquire()
+        if opening and self._open_file is not None:
+            try:
+                self._open_file()
+            except BaseException:  # the next call tries again
+                self._lock.release()
+                raise
+            self._open_file = None
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class SQLiteResponseStore:
     """The embedded store: one SQLite file, calls run in a worker thread (never on the event loop) as
     their team's turns (`_TURNS`): a chain renewal or read, an item lookup, a large record are
@@ -112,13 +142,8 @@ class SQLiteResponseStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.limits: Mapping[str, StoreLimits] = limits if limits is not None else {}
-        self._lock = threading.Lock()
+        self._lock = _OpeningLock(self._open)  # the file is opened by the first call, in the store's thread
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
-        self._migrate()
-        self._db.executescript(RECOUNT)
         self._pending: dict[tuple[str, str], StoredResponse] = {}  # put, not yet written
         # team → its puts waiting for a write turn (one is submitted while the list is not empty);
         # appended on the callers' loops, taken in the store's thread, under `_queued_lock`.
@@ -225,6 +250,14 @@ class SQLiteResponseStore:
                     _TURNS.submit(reader.close, tenant=team)
             record = await asyncio.wrap_future(HEAVY_POOL.submit(functools.partial(_row, reader.row()), tenant=team))
             yield part, {record.id: record}
+
+    def _open(self) -> None:
+        """(Holding `_lock`, at its first hold.) The schema, the older format migrated, every team's totals recounted."""
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._migrate()
+        self._db.executescript(RECOUNT)
 
     def _migrate(self) -> None:
         """Records of the earlier format (table `responses`, each holding its whole conversation) become
@@ -458,5 +491,8 @@ class SQLiteResponseStore:
             return self._remove(team, response_id)
 
     def close(self) -> None:
-        with self._lock:
+        self._lock.acquire(opening=False)  # a store never used is not opened to be closed
+        try:
             self._db.close()
+        finally:
+            self._lock.release()

@@ -100,7 +100,9 @@ async def test_the_workers_of_one_host_write_one_file_at_once(tmp_path):
     spawn = multiprocessing.get_context("spawn")
     start, failures = spawn.Barrier(2), spawn.Queue()
     path, turns = tmp_path / "r.sqlite3", 300
-    SQLiteResponseStore(path).close()  # the schema, before the writers race to make it
+    made = SQLiteResponseStore(path)
+    assert await made.get("t", "resp_none") is None  # the schema (made by the first call), before the writers race to make it
+    made.close()
     writers = [spawn.Process(target=_write_a_conversation, args=(path, tag, turns, start, failures)) for tag in "ab"]
     for writer in writers:
         writer.start()
@@ -241,6 +243,7 @@ async def test_the_quota_totals_follow_every_write_and_a_file_without_them(tmp_p
         db.executescript("DROP TRIGGER stored_responses_counted; DROP TRIGGER stored_responses_uncounted;"
                          "DROP TABLE stored_response_totals;")
     reopened = SQLiteResponseStore(path, {"a": StoreLimits(max_entries=3)})
+    assert await reopened.get("a", "a4") is not None  # the first call opens the file: its totals recounted
     kept, summed = _totals(path)
     assert kept == summed
     await reopened.put(stored_response("a", "a5"))  # the quota still holds: the oldest goes

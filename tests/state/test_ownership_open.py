@@ -9,31 +9,18 @@ heavy-work pool, with the other calls.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from pathlib import Path
-from typing import Any
 
 from emulator.testing import RunningEmulator
 from gateway.testing import running_proxy
 from sdk.state import ownership
-from tests.helpers import oai, write_policy
+from tests.helpers import oai, sqlite_statement_threads, write_policy
 
 KEY = "sk-alpha-owners-open"
 
 
 def test_the_expired_records_are_swept_off_the_loop(tmp_path: Path, fresh_emulator: RunningEmulator, monkeypatch) -> None:
-    swept: list[str] = []
-    connect = sqlite3.connect
-
-    def traced(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
-        db = connect(database, *args, **kwargs)
-        if str(database).endswith("owners.sqlite3"):
-            db.set_trace_callback(lambda sql: swept.append(threading.current_thread().name.rsplit("-", 1)[0])
-                                  if sql.startswith("DELETE FROM records WHERE expires") else None)
-        return db
-
-    monkeypatch.setattr(ownership.sqlite3, "connect", traced)
+    swept = sqlite_statement_threads(monkeypatch, ownership, "owners.sqlite3", "DELETE FROM records WHERE expires")
     monkeypatch.setenv("SLIPSTREAM_DATA_DIR", str(tmp_path / "data"))  # records of its own: opened by this test's proxy
     write_policy(tmp_path, "alpha", KEY, fresh_emulator.url)
     with running_proxy([tmp_path]) as proxy:
