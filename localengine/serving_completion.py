@@ -2,7 +2,8 @@
 
 What evaluation harnesses and code-completion clients send: one prompt or a batch (strings or
 token ids), `n` choices per prompt (choice index = prompt index * n + j, as OpenAI numbers them),
-`echo`, `logprobs` (0-20 alternatives per token, OpenAI's legacy shape), `stop`, streaming.
+`echo` (with `max_tokens` 0: the prompt back, nothing generated), `logprobs` (0-20 alternatives per
+token, OpenAI's legacy shape), `stop`, streaming.
 Refused with a 400 naming the field: `suffix` (no fill-in-the-middle), `echo` together with
 `logprobs` (that needs the prompt's logprobs, which the engine does not compute), `best_of` > n.
 """
@@ -51,6 +52,7 @@ class CompletionRequest:
     params: list[SamplingParams]  # per prompt (max_tokens depends on its length)
     n: int
     echo: bool
+    echo_only: bool  # echo with max_tokens 0 (OpenAI's and vLLM's): the prompt back, nothing generated
     return_token_ids: bool  # vLLM's: each choice carries its prompt's and its own token ids
     logprobs: int | None
     stream: bool
@@ -104,13 +106,16 @@ def parse_completion_request(body: Any, engine: AsyncLLMEngine, served_model: st
     n = count(body, "n", engine)
     stream_options = check_stream_options(body)
     prompts = _prompts(body, engine)
-    params = [sampling_params(body, engine, len(p), logprobs=logprobs, default_max_tokens=OPENAI_DEFAULT_MAX_TOKENS)
+    max_tokens = body.get("max_tokens")
+    echo_only = echo and max_tokens == 0 and not isinstance(max_tokens, bool)
+    checked = {**body, "max_tokens": 1} if echo_only else body  # the other fields still checked as for any request
+    params = [sampling_params(checked, engine, len(p), logprobs=logprobs, default_max_tokens=OPENAI_DEFAULT_MAX_TOKENS)
               for p in prompts]
     salt = body.get("cache_salt")
     return CompletionRequest(
         request_id=f"cmpl-{uuid.uuid4().hex}", model=model, prompts=prompts,
         prompt_texts=[engine.tokenizer.decode(p) for p in prompts] if echo else [""] * len(prompts),
-        params=params, n=n, echo=echo, return_token_ids=body.get("return_token_ids") is True, logprobs=logprobs, stream=body.get("stream") is True,
+        params=params, n=n, echo=echo, echo_only=echo_only, return_token_ids=body.get("return_token_ids") is True, logprobs=logprobs, stream=body.get("stream") is True,
         include_usage=stream_options.include_usage, continuous_usage=stream_options.continuous_usage, cache_salt=salt if isinstance(salt, str) else None, created=int(time.time()))
 
 
@@ -193,14 +198,20 @@ def _token_ids(req: CompletionRequest, i: int, new_ids: list[int], first: bool) 
 def completion_usage(req: CompletionRequest, finals: list[RequestOutput]) -> dict[str, Any]:
     prompt = sum(len(p) for p in req.prompts)
     completion = sum(len(f.outputs[0].token_ids) for f in finals)
-    cached = sum(finals[k * req.n].num_cached_tokens for k in range(len(req.prompts)))
+    cached = sum(finals[k * req.n].num_cached_tokens for k in range(len(req.prompts))) if finals else 0
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached}}
 
 
+def _echoed_only(req: CompletionRequest) -> list[dict[str, Any]]:
+    """The choices of an echo with max_tokens 0: each its prompt, finished for length, as vLLM answers."""
+    return [{"index": i, "text": req.prompt_texts[i // req.n], "finish_reason": "length", "logprobs": None,
+             **_token_ids(req, i, [], first=True)} for i in range(len(req.prompts) * req.n)]
+
+
 async def completion(engine: AsyncLLMEngine, req: CompletionRequest) -> dict[str, Any]:
-    finals = await last_outputs(_streams(engine, req))
-    choices = []
+    finals = [] if req.echo_only else await last_outputs(_streams(engine, req))
+    choices = [{**c, "prompt_logprobs": None} for c in _echoed_only(req)] if req.echo_only else []
     for i, final in enumerate(finals):
         out, echoed = final.outputs[0], req.prompt_texts[i // req.n]
         choices.append({"index": i, "text": echoed + out.text, "finish_reason": finish_reason(final),
@@ -222,6 +233,13 @@ async def completion_events(engine: AsyncLLMEngine, req: CompletionRequest) -> A
         usage = {"usage": running_usage(len(req.prompts[i // req.n]), tokens)} if req.continuous_usage else tail
         return sse({**base, "choices": [{"index": i, **choice}], **usage})
 
+    if req.echo_only:
+        for choice in _echoed_only(req):
+            yield chunk(choice.pop("index"), choice, 0)
+        if req.include_usage:
+            yield sse({**base, "choices": [], "usage": completion_usage(req, [])})
+        yield sse("[DONE]")
+        return
     streams = _streams(engine, req)
     finals: list[RequestOutput | None] = [None] * len(streams)
     offsets = [_offsets(engine, req, i) for i in range(len(streams))]

@@ -174,3 +174,20 @@ def engine_server(engine: Any, served_model_name: str) -> Iterator[str]:
     finally:
         srv.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def tiny_client(llama_dir) -> Iterator[Any]:
+    """The official `openai` client against `slipstream engine serve` over the tiny Llama (served as
+    "tiny", a 128-token context), one engine per test module."""
+    import openai
+
+    from localengine.engine.async_engine import AsyncLLMEngine
+
+    engine = AsyncLLMEngine.from_args(str(llama_dir), dtype="float32", block_size=4, max_model_len=128,
+                                      num_kvcache_blocks=256)
+    try:
+        with engine_server(engine, "tiny") as url:
+            yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    finally:
+        engine.shutdown()

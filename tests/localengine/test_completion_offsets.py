@@ -5,26 +5,18 @@ writes stray and split UTF-8 bytes, which are what made the offsets move."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from localengine.engine.async_engine import AsyncLLMEngine
 from localengine.serving_completion import TextOffsets
-from tests.localengine.conftest import engine_server, make_tokenizer
+from tests.localengine.conftest import make_tokenizer
 
 
-@pytest.fixture(scope="module")
-def client(llama_dir) -> Iterator[openai.OpenAI]:
-    engine = AsyncLLMEngine.from_args(str(llama_dir), dtype="float32", block_size=4, max_model_len=128,
-                                      num_kvcache_blocks=256)
-    try:
-        with engine_server(engine, "tiny") as url:
-            yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-    finally:
-        engine.shutdown()
+@pytest.fixture
+def client(tiny_client: openai.OpenAI) -> openai.OpenAI:
+    return tiny_client
 
 
 def test_offsets_of_a_character_split_across_byte_tokens():
