@@ -94,3 +94,10 @@ def test_thinking_is_left_off_where_claude_would_refuse_it(oa, fresh_emulator):
     raw = oa.chat.completions.with_raw_response.create(model="gpt-sonnet-x", messages=ASK, reasoning_effort="low", temperature=0.2)
     body = sent(fresh_emulator)
     assert body["thinking"]["type"] == "enabled" and "temperature" not in body and "temperature" in _dropped(raw)
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-sonnet-x", messages=ASK, reasoning_effort="low", temperature=0.2,
+                                                       top_p=0.97)  # the pair Sonnet 4.5 refuses is no pair without temperature
+    body = sent(fresh_emulator)
+    assert body["thinking"]["type"] == "enabled" and body["top_p"] == 0.97 and "temperature" not in body
+    assert _dropped(raw) == ["temperature"]
+    raw = oa.chat.completions.with_raw_response.create(model="gpt-sonnet-x", messages=ASK, reasoning_effort="low", top_p=0.5)
+    assert "top_p" not in sent(fresh_emulator) and _dropped(raw) == ["top_p"]

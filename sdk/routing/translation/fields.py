@@ -389,8 +389,8 @@ def _unsampled(shape: Shape, body: dict[str, Any], dropped: list[str]) -> list[s
     request, a reasoning OpenAI one for a Messages request), and a Chat request's top_p beside a temperature for a
     Claude model that takes one of the two: left out, and named."""
     model = body.get("model")
-    if shape is Shape.CHAT and not fixed_sampling(model) and (unthought := unsampled(body)):
-        return unthought  # thinking takes no temperature, a top_p of 0.95 or more only (reasoning.py)
+    if shape is Shape.CHAT and not fixed_sampling(model) and chat_thinking(body) is not None:
+        return unsampled(body)  # thinking takes no temperature, a top_p of 0.95 or more only (reasoning.py): no pair left
     if shape is Shape.CHAT and not fixed_sampling(model) and one_sampler(body):
         return ["top_p"]
     if not (fixed_sampling(model) if shape is Shape.CHAT else shape is Shape.MESSAGES and not takes_sampling(body)):

@@ -228,7 +228,7 @@ def openai_to_anthropic(body: dict[str, Any], checked: bool = False) -> dict[str
             sent = split_stops(value)[0]  # whitespace-only stops, which Claude refuses, are the gateway's (stops.py)
             if sent:
                 out["stop_sequences"] = sent
-        elif (key in ("temperature", "top_p") and fixed_sampling(out["model"])) or (key == "top_p" and one_sampler(body)) or key in unthought:
+        elif (key in ("temperature", "top_p") and fixed_sampling(out["model"])) or (key == "top_p" and one_sampler(body) and thinking is None) or key in unthought:
             continue  # the model samples as it does, or takes temperature or top_p, not both (fields.py names it dropped)
         elif key == "temperature":
             if value is not None and value > 1:
