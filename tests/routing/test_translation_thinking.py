@@ -67,6 +67,10 @@ def test_a_responses_reasoning_effort_turns_claudes_thinking_on(oa, fresh_emulat
     assert "reasoning.effort" not in _dropped(raw)
     response = raw.parse()
     assert response.output_text and response.usage is not None and response.usage.output_tokens_details.reasoning_tokens > 0
+    events = list(oa.responses.create(model="gpt-opus-x", input="Why is the sky blue?", reasoning={"effort": "low"}, stream=True))
+    assert sent(fresh_emulator)["thinking"] == {"type": "adaptive"}
+    usage = events[-1].response.usage  # type: ignore[union-attr]
+    assert usage is not None and usage.output_tokens_details.reasoning_tokens > 0
 
 
 def test_thinking_is_left_off_where_claude_would_refuse_it(oa, fresh_emulator):
