@@ -36,7 +36,7 @@ class EmulatorConfig:
     ttft_per_cached_token_ms: float = 0.0  # ... plus this per cache-read token (reads are fast)
     ttft_jitter: float = 0.0  # sigma of a lognormal factor (median 1) on each TTFT; 0: deterministic
     per_output_token_ms: float = 0.0  # stream pacing; also added to non-streaming latency
-    usage_delay_ms: float = 0.0  # a Chat stream's pause between its last choice's finish chunk and its usage chunk
+    usage_delay_ms: float = 0.0  # a Chat or completions stream's pause between its last finish chunk and its usage chunk
     default_output_tokens: int = 48  # reply length when max_tokens allows
     tokens_per_delta: int = 4  # words per streamed text delta
     api_keys: set[str] | frozenset[str] | None = None  # None: any non-empty key is accepted

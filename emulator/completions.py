@@ -97,13 +97,15 @@ async def completions(emu: Emulator, call: Call) -> None:
                 "system_fingerprint": "fp_emulator"}
     ttft = emu.config.ttft_seconds(prompt_tokens, 0)
     if req.stream:
-        events, tokens = _events(emu, base_obj, choices, usage,
-                                 bool((body.get("stream_options") or {}).get("include_usage")))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        events, tokens = _events(emu, base_obj, choices, usage, include_usage)
         err = wire.midstream_error(req.faults, model)
         headers = wire.headers(call)
         headers.extend(SSE_HEADERS)
+        delay = emu.config.usage_delay_ms / 1000.0  # before the usage chunk, as for a Chat stream
+        pauses = {len(events) - 2: delay} if include_usage and delay > 0 else None
         await run_stream(emu, call, headers, events, tokens, req.faults,
-                         b"data: " + orjson.dumps(err) + b"\n\n", ttft, lambda: None)
+                         b"data: " + orjson.dumps(err) + b"\n\n", ttft, lambda: None, pauses)
         return
     headers = wire.headers(call)
     headers.append(JSON_CT)

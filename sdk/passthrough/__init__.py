@@ -66,6 +66,7 @@ from sdk.offload import off_loop_if_large
 from sdk.passthrough.bodies import (
     Tally,
     bounded,
+    completion_events,
     input_file_parts,
     json_object,
     keyed_upload,
@@ -89,6 +90,7 @@ from sdk.state.answer_ids import AUDIO, check_audio
 from sdk.state.backend import Admission
 from sdk.state.message_threads import check_batch_requests
 from sdk.state.ownership import KEEP_S, MISSING_FILE, Ownership, check_account_objects, ownership_of
+from sdk.streams import close_after
 from sdk.types import Endpoint, LLMRequest, Protocol, Usage
 
 __all__ = ["PREFIXES", "Client", "Passed", "family", "forward"]
@@ -133,6 +135,7 @@ class Passed:
             async for chunk in self.chunks:
                 yield chunk
         except (GeneratorExit, asyncio.CancelledError):
+            await close_after(self.chunks)  # the body's own end first: a completion stream reads on to its usage
             self._end("cancelled")
             raise
         except BaseException as exc:
@@ -421,9 +424,16 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
         tally = Tally(whole=op.action == "complete" and not streamed)
     # the audio ids in a batch's output are the team's, as those the pipeline answers it with (sdk/state/answer_ids.py)
     record = functools.partial(ex.owners.own, team.team, AUDIO) if output_of else None
-    chunks = tallied(response, tally, record)
-    if op.action == "complete" and streamed and provider.shared_account:  # a limit's in-band error names the account
-        chunks = without_account_limits(chunks, provider.name)
+    # a limit's in-band error in a completion stream names the account, where other teams share it
+    shared = provider.name if op.action == "complete" and streamed and provider.shared_account else None
+    if op.action == "complete" and streamed and tally is not None and ex.completion is not None:
+        options = ex.completion.body.get("stream_options")
+        asked = isinstance(options, dict) and options.get("include_usage") is True
+        chunks = completion_events(response, tally, asked, shared)
+    else:
+        chunks = tallied(response, tally, record)
+        if shared is not None:
+            chunks = without_account_limits(chunks, shared)
     return _answer(ex, status, ex.headers(response), chunks, tally, output_of or op.object_id, response)
 
 

@@ -11,6 +11,8 @@ and cost a part at a time). Bodies are bounded by the team's limit as they are r
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +22,9 @@ import orjson
 from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError
 from sdk.offload import is_large, off_loop, off_loop_if_large
 from sdk.promptcache.keys import scoped_ids
-from sdk.providers.base import HTTPProvider
+from sdk.providers.base import HTTPProvider, UsageReads
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
+from sdk.sse import account_limit_event, may_name_an_account_limit, split_event_batches
 from sdk.state.answer_ids import answered_audio
 from sdk.state.ownership import MISSING_FILE
 from sdk.types import Protocol, Usage
@@ -393,6 +396,51 @@ async def tallied(response: UpstreamResponse, tally: Tally | None,
         if tally.audio and record is not None:
             await record(tally.audio)
             tally.audio = []
+
+
+_FINISH = re.compile(rb'"finish_reason":\s*"')  # a choice's finish (a string cannot hold an unescaped quote)
+
+
+@dataclass(slots=True)
+class _CompletionUsage:
+    """A completion stream as its read-on watches it: a choice has finished, and the usage chunk the client
+    asked for (`stream_options.include_usage`, which follows the finish chunks) has not come yet."""
+
+    tally: Tally
+    asked: bool
+    finished: bool = False
+
+    @property
+    def awaiting_usage(self) -> bool:
+        return self.asked and self.finished and not self.tally.by_model
+
+    def observe(self, event: bytes, now: float) -> None:
+        self.finished = self.finished or _FINISH.search(event) is not None
+        self.tally.feed(event)
+
+
+async def completion_events(response: UpstreamResponse, tally: Tally, usage_asked: bool,
+                            shared_account: str | None) -> AsyncIterator[bytes]:
+    """A streamed completion's events, tallied as they pass. A client that leaves after the finish and
+    before the usage chunk it asked for had the upstream closed and was charged its worst case; the
+    stream is read on to the usage (sdk/providers/base.py:UsageReads, bounded), which is charged.
+    `shared_account`: the provider's name where other teams share its account (`account_limit_event`)."""
+    watched = _CompletionUsage(tally, usage_asked)
+    reads = UsageReads(split_event_batches(response.iter_chunks()), watched)
+    drained = False
+    try:
+        while (batch := await reads.next()) is not None:
+            now = time.perf_counter()
+            for event in batch:
+                await off_loop_if_large(len(event), watched.observe, event, now)
+            if shared_account is not None:
+                batch = [account_limit_event(event, shared_account) if may_name_an_account_limit(event) else event for event in batch]
+            yield batch[0] if len(batch) == 1 else b"".join(batch)
+        drained = True
+        tally.end()
+    finally:
+        if not drained:
+            await reads.left()
 
 
 async def once(data: bytes) -> AsyncIterator[bytes]:

@@ -237,8 +237,43 @@ async def _next(batches: AsyncIterator[list[bytes]]) -> list[bytes] | None:
     return None
 
 
+class Watched(TypingProtocol):
+    """What reads a stream's events for its usage: StreamObserver, a pass-through completion's tally."""
+
+    @property
+    def awaiting_usage(self) -> bool: ...
+
+    def observe(self, event: bytes, now: float) -> None: ...
+
+
+class UsageReads:
+    """A stream's event batches, read for `observer`: once the finish has passed and the usage is still to
+    come, each read runs in a task the client's leaving does not cancel (asyncio.shield), and `left`, called
+    when the client has left, reads on to the usage (`_read_on`) before the caller closes the upstream."""
+
+    def __init__(self, batches: AsyncIterator[list[bytes]], observer: Watched):
+        self.batches, self.observer = batches, observer
+        self.reading: asyncio.Future[list[bytes] | None] | None = None  # a read after the finish
+
+    async def next(self) -> list[bytes] | None:
+        if not self.observer.awaiting_usage:
+            return await _next(self.batches)
+        self.reading = asyncio.ensure_future(_next(self.batches))
+        try:
+            batch = await asyncio.shield(self.reading)  # cancelled: the client left, and `left` reads on from it
+        except Exception:
+            self.reading = None  # the read itself failed: nothing to read on
+            raise
+        self.reading = None
+        return batch
+
+    async def left(self) -> None:
+        if self.reading is not None or self.observer.awaiting_usage:  # the client left between the finish and the usage
+            await _read_on(self.batches, self.reading, self.observer)
+
+
 async def _read_on(batches: AsyncIterator[list[bytes]], reading: asyncio.Future[list[bytes] | None] | None,
-                   observer: StreamObserver) -> None:
+                   observer: Watched) -> None:
     """Read a stream whose client left after its finish on to its usage, for READ_ON_S and READ_ON_BYTES at
     most, observing what arrives (nobody is sent it): the provider bills the answer whole, reasoning the
     client never saw included, and the usage is how the charge knows it. Whatever stops it, the caller then
@@ -300,20 +335,10 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
     limits an in-band error must not tell a team about (as `_failed` does for a 429)."""
     protocol = observer.protocol
     drained = False  # read to the end: the connection can go back to the pool
-    batches = split_event_batches(response.iter_chunks())
-    reading: asyncio.Future[list[bytes] | None] | None = None  # a read after the finish, which a client's leaving does not stop
+    reads = UsageReads(split_event_batches(response.iter_chunks()), observer)
     try:
         while True:
-            if observer.awaiting_usage:
-                reading = asyncio.ensure_future(_next(batches))
-                try:
-                    batch = await asyncio.shield(reading)
-                except Exception:
-                    reading = None  # the read itself failed: nothing to read on
-                    raise
-                reading = None
-            else:
-                batch = await _next(batches)
+            batch = await reads.next()
             if batch is None:
                 break
             now = time.perf_counter()
@@ -337,6 +362,5 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
         yield exc.sse_event(protocol)
     finally:
         if not drained:
-            if reading is not None or observer.awaiting_usage:  # the client left between the finish and the usage
-                await _read_on(batches, reading, observer)
+            await reads.left()
             response.abort()

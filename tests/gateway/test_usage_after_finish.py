@@ -91,3 +91,38 @@ def test_anthropic_and_responses_streams_carry_the_usage_with_the_finish(tmp_pat
             charged, estimated = _charged(proxy, total, ask)
             total += charged
             assert estimated == 0.0
+
+
+COMPLETION = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once upon a time", "max_tokens": 400, "stream": True,
+              "stream_options": {"include_usage": True}}
+
+
+def test_a_legacy_completion_client_leaving_after_the_finish_is_charged_the_usage_it_asked_for(
+        tmp_path: Path, fresh_emulator: RunningEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass-through `/v1/completions` stream, asked for with `include_usage`: its usage chunk follows the
+    finish chunk (here 300 ms after), and a client that left at the finish had the upstream closed and was
+    charged its worst case (the prompt and all of `max_tokens`, marked estimated). It is read on to the usage
+    (bounded, as a Chat stream is) and charged exactly, as a client that read the stream whole is."""
+    monkeypatch.setattr(fresh_emulator.config, "usage_delay_ms", 300.0)
+    priced = 'pricing: {"gpt-3.5-*": {input: 1000, output: 1000}}\n'  # dollars a token: what the report rounds shows
+    with running_proxy([write_policy(tmp_path, "usage", KEY, fresh_emulator.url, extra=priced)]) as proxy:
+        client = oai(proxy, KEY)
+
+        def read_whole() -> None:
+            with client.completions.create(**COMPLETION) as stream:  # type: ignore[call-overload]
+                for _ in stream:
+                    pass
+
+        def left_at_finish() -> None:
+            with client.completions.create(**COMPLETION) as stream:  # type: ignore[call-overload]
+                for chunk in stream:
+                    if chunk.choices and chunk.choices[0].finish_reason:
+                        break
+
+        whole, whole_estimated = _charged(proxy, 0.0, read_whole)
+        left, left_estimated = _charged(proxy, whole, left_at_finish)
+        stats = httpx.get(f"{fresh_emulator.url}/_emulator/stats").json()
+    assert whole_estimated == 0.0
+    assert left_estimated == 0.0  # before: the whole charge estimated
+    assert left == pytest.approx(whole, abs=2e-6)  # before: the worst case, 400 output tokens
+    assert stats["completed_streams"] == 2
