@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -313,12 +314,26 @@ def test_two_replicas_over_redis_agree_on_referenced_files_and_cursors(tmp_path,
 
 @pytest.fixture
 def guard_failures(monkeypatch) -> list[BaseException]:
-    """Every time a replica's guard over the shared store opened (it then runs on local state)."""
+    """Every failure of a guard over the shared store made during the test (a failure opens it: the
+    replica then runs on local state). A guard another test left running in the process (a drop-in
+    client's, probing a Redis that test has stopped) fails on every probe: not this test's."""
     from sdk.state.guard import GuardedState
 
     failures: list[BaseException] = []
-    went_down = GuardedState._went_down
-    monkeypatch.setattr(GuardedState, "_went_down", lambda self, exc: (failures.append(exc), went_down(self, exc))[1])
+    made: weakref.WeakSet[GuardedState] = weakref.WeakSet()
+    init, went_down = GuardedState.__init__, GuardedState._went_down
+
+    def recorded(self: GuardedState, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        made.add(self)
+
+    def failed(self: GuardedState, exc: BaseException) -> None:
+        if self in made:
+            failures.append(exc)
+        went_down(self, exc)
+
+    monkeypatch.setattr(GuardedState, "__init__", recorded)
+    monkeypatch.setattr(GuardedState, "_went_down", failed)
     return failures
 
 
@@ -328,7 +343,12 @@ def test_a_long_list_page_does_not_take_the_shared_state_down(tmp_path, fresh_em
     the replica's guard opened, and every team on it ran on local state (limits divided, objects made
     on other replicas not found), and the team's own file was missing from its list (read from the
     replica's own records only). Owners are asked LOOKUP_CHUNK at a time now: counted per call, not
-    timed (a 25 ms bound here failed on a loaded machine with no call over the chunk)."""
+    timed (a 25 ms bound here failed on a loaded machine with no call over the chunk). For the same
+    reason the store's bound is a minute here: every Redis call of the test (the upload's ownership
+    claim, the page's lookups) is timed on the proxy's loop, which a loaded machine can hold for
+    seconds (a 3 s bound, never reached by the old code's 50 to 250 ms call, opened the guard once in a
+    loaded run); what the fix bounds is each call's rows, and that every row of the page was asked of
+    the store (a guard that opened would have left the rest to local records)."""
     pytest.importorskip("redis")
     from sdk.state.ownership import LOOKUP_CHUNK
     from sdk.state.resp import Link
@@ -346,7 +366,7 @@ def test_a_long_list_page_does_not_take_the_shared_state_down(tmp_path, fresh_em
     for i in range(20_000):  # files on the shared account that no team made through the gateway: two full pages
         fresh_emulator.app.state.files.add(fresh_emulator.app, "up-openai", f"f{i}.txt", "user_data", b"x")
     try:
-        with running_redis() as redis, running_proxy([tmp_path], state_url=f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=3000") as one:
+        with running_redis() as redis, running_proxy([tmp_path], state_url=f"{redis.url}?prefix=t{uuid.uuid4().hex[:8]}&timeout_ms=60000") as one:
             mine = oai(one, A).files.create(file=("mine.txt", b"A"), purpose="user_data").id
             assert [f.id for f in oai(one, A).files.list()] == [mine]
             assert guard_failures == []
