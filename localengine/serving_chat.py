@@ -6,6 +6,7 @@ Shared by the HTTP server (localengine/server.py) and the in-process gateway pro
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -173,6 +174,34 @@ def partial_usage(prompt_tokens: int, latest: list[RequestOutput | None]) -> dic
             "prompt_tokens_details": {"cached_tokens": seen[0].num_cached_tokens if seen else 0}}
 
 
+def _gpt2_byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet (Llama 3, Qwen, SmolLM2 and the tiny test models use it): the
+    character each byte is written as in a token's piece, back to the byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + i): b for i, b in enumerate(others)}}
+
+
+_BYTE_DECODER = _gpt2_byte_decoder()
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte tokens
+
+
+def token_bytes(tokenizer: Any, token_id: int, text: str) -> list[int]:
+    """OpenAI's `bytes` of a token: its own UTF-8 bytes, so that a client joining the bytes of the tokens
+    of a character split across tokens gets the character. Decoded alone, such a token is U+FFFD, whose
+    bytes (239, 191, 189) are not the token's; its piece (byte-level BPE, or SentencePiece's <0xNN>)
+    gives the real ones."""
+    if "\ufffd" not in text:
+        return list(text.encode())
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if isinstance(piece, str):
+        if match := _BYTE_FALLBACK.fullmatch(piece):
+            return [int(match.group(1), 16)]
+        if piece and all(c in _BYTE_DECODER for c in piece):
+            return [_BYTE_DECODER[c] for c in piece]
+    return list(text.encode())
+
+
 def _logprobs(req: ChatRequest, tokenizer: Any, token_ids: list[int],
               entries: list[dict[int, Logprob]] | None) -> dict[str, Any] | None:
     if req.top_logprobs is None or entries is None:
@@ -180,7 +209,7 @@ def _logprobs(req: ChatRequest, tokenizer: Any, token_ids: list[int],
 
     def item(tid: int, lp: float) -> dict[str, Any]:
         text = tokenizer.decode([tid])
-        return {"token": text, "logprob": lp, "bytes": list(text.encode())}
+        return {"token": text, "logprob": lp, "bytes": token_bytes(tokenizer, tid, text)}
 
     content = []
     for tid, entry in zip(token_ids, entries, strict=False):

@@ -31,6 +31,10 @@ class IncrementalDetokenizer:
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
         self.text = ""
+        # Every token so far (the prompt's last few first), and how many of them the text shows: the
+        # rest wait for the bytes that complete a character, and are decoded as they are at the end.
+        self.history = list(self.ids)
+        self.shown = len(self.history)
         backend = getattr(tokenizer, "_tokenizer", None)
         self.stream: DecodeStream | None = None
         if isinstance(backend, Tokenizer) and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
@@ -49,11 +53,25 @@ class IncrementalDetokenizer:
         """Add a token; returns the stop string if the new text completes one (text is truncated).
         With `check_stop` False (before min_tokens, as in vLLM) stop strings are not looked for."""
         new = self.stream.step(self.backend, token_id) if self.stream is not None else self._window_step(token_id)
+        self.history.append(token_id)
         if not new:
             return None
+        self.shown = len(self.history)
         before = len(self.text)
         self.text += new
         return self._check_stop(before) if check_stop else None
+
+    def flush(self) -> None:
+        """At the end of a request (not at a stop string: what follows it is cut): the text of the tokens
+        still held back for an incomplete character, decoded as they are (U+FFFD for bytes that will
+        never complete), as the whole sequence decodes. Dropped before: an answer whose last tokens were
+        such bytes (a character cut by max_tokens, a run of stray bytes) lost them, streamed or not."""
+        if self.shown == len(self.history):
+            return
+        start = max(0, self.shown - _PROMPT_CONTEXT)
+        prefix = self._decode(self.history[start:self.shown])
+        self.text += self._decode(self.history[start:])[len(prefix):]
+        self.shown = len(self.history)
 
     def _window_step(self, token_id: int) -> str | None:
         self.ids.append(token_id)

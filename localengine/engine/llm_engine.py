@@ -271,6 +271,8 @@ class LLMEngine:
         ):
             reason = ("length", None)
         if reason is not None:
+            if stop_string is None or reason[1] != stop_string:
+                self.detokenizers[seq.request_id].flush()
             self.scheduler.finish(seq, *reason)
 
     def _output(self, seq: Sequence) -> RequestOutput:

@@ -11,6 +11,8 @@ import openai
 import pytest
 
 PROMPT = "The quick brown"
+# The tiny tokenizer's tokens for the bytes of "é" (0xC3, 0xA9): favoured, the random model writes é from them
+E_ACUTE_BYTES = {"128": 100, "103": 100}
 
 
 @pytest.fixture
@@ -70,3 +72,42 @@ def test_a_stop_token_at_the_last_allowed_token_finishes_for_stop(client):
     chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1,
                                           logit_bias=eos)
     assert chat.choices[0].finish_reason == "stop" and chat.choices[0].model_extra["stop_reason"] is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_bytes_join_into_the_answer(client, stream):
+    """OpenAI's `bytes` are each token's own UTF-8 bytes, so that a character split across tokens can be
+    joined back; a byte token's were those of U+FFFD (239, 191, 189), its text decoded alone."""
+    kw: dict[str, Any] = dict(model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=40,
+                              temperature=0, logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True},
+                              logit_bias=E_ACUTE_BYTES)
+    if stream:
+        text, content = "", []
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                content += choice.logprobs.content if choice.logprobs is not None else []
+    else:
+        choice = client.chat.completions.create(**kw).choices[0]
+        text, content = choice.message.content, choice.logprobs.content
+    assert len(content) == 40 and "\u00e9" in text  # an é written as its two byte tokens
+    assert b"".join(bytes(t.bytes) for t in content).decode("utf-8", errors="replace") == text
+    assert all(t.bytes == list(t.token.encode()) for t in content if "\ufffd" not in t.token)
+    # The sampled token among its alternatives carries the same bytes
+    assert all(top.bytes == t.bytes for t in content for top in t.top_logprobs if top.token == t.token
+               and "\ufffd" not in t.token)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bytes_held_for_an_incomplete_character_are_not_lost_at_the_end(client, stream):
+    """Tokens held back while their character might still complete were dropped when the answer ended
+    on them (here a run of lead bytes, each U+FFFD once the next comes): the text is the tokens' whole decode."""
+    from tests.localengine.conftest import make_tokenizer
+
+    kw: dict[str, Any] = dict(model="tiny", prompt=PROMPT, max_tokens=40, temperature=0, logit_bias=E_ACUTE_BYTES,
+                              extra_body={"ignore_eos": True, "return_token_ids": True})
+    text, ids = "", []
+    for chunk in client.completions.create(stream=True, **kw) if stream else [client.completions.create(**kw)]:
+        for choice in chunk.choices:
+            text, ids = text + choice.text, ids + choice.model_extra["token_ids"]
+    assert len(ids) == 40 and text == make_tokenizer().decode(ids) and text.endswith("\ufffd")
