@@ -58,6 +58,12 @@ async def _resolve(emu: Emulator, call: Call, body: dict[str, Any], key: str) ->
     """Input items plus the `previous_response_id` chain or the `conversation`'s items; None once a 400
     or 404 has been answered."""
     items = input_items(body.get("input"), emu.new_id)
+    unknown = next((item["id"] for item in items if item.get("type") == "reasoning" and not item.get("encrypted_content")
+                    and isinstance(item.get("id"), str) and not emu.state.responses.holds_item(item["id"], key)), None)
+    if unknown is not None:  # a reasoning item by id alone is read from the responses stored on the account
+        await wire.not_found(emu, call, f"Item with id '{unknown}' not found. Items are not persisted when `store` is set "
+                             "to false. Try again with `store` set to true, or remove this item from your input.", "input")
+        return None
     prev_id = body.get("previous_response_id")
     earlier: list[dict[str, Any]] = []
     cid = conversations.named(body)

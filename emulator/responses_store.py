@@ -46,6 +46,11 @@ class ResponseStore:
         del self.entries[rid]
         return True
 
+    def holds_item(self, item_id: str, key: str) -> bool:
+        """Whether a response `key` stored has an output item `item_id` (what an input item sent by id reads)."""
+        return any(e.key == key and any(item.get("id") == item_id for item in e.response.get("output") or ())
+                   for e in self.entries.values())
+
     def continuation(self, rid: str, key: str) -> list[dict[str, Any]] | None:
         """What `previous_response_id=rid` prepends: that turn's context, then its output."""
         e = self.get(rid, key)

@@ -67,11 +67,16 @@ def _replayable(response: Any) -> TypeGuard[Message]:
 
 
 def completed_safely(response: Message, allow_tool_calls: bool) -> bool:
-    """Completed, with no refusal part (the model's call on one request), no function call unless allowed."""
+    """Completed, with no refusal part (the model's call on one request), no function call unless allowed,
+    and no reasoning item the provider would read by its id: one without `encrypted_content` is sent back
+    by id alone (the next turn's `input`, or the history `previous_response_id` expands), which OpenAI reads
+    from the responses stored on the account, and a hit's fresh id is none of them (its 404, "Item with id
+    'rs_…' not found"). Asked for with `include: ["reasoning.encrypted_content"]`, the item carries itself."""
     calls = any(item["type"] == "function_call" for item in response["output"])
     refused = any(isinstance(part, dict) and part.get("type") == "refusal"
                   for item in response["output"] if item["type"] == "message" for part in item.get("content") or ())
-    return response.get("status") == "completed" and not refused and (allow_tool_calls or not calls)
+    by_id = any(item["type"] == "reasoning" and not item.get("encrypted_content") for item in response["output"])
+    return response.get("status") == "completed" and not refused and not by_id and (allow_tool_calls or not calls)
 
 
 class StreamCapture:

@@ -111,7 +111,9 @@ def test_a_hit_carries_fresh_ids_as_every_provider_answer_does(oa, an, fresh_emu
     assert final.id not in (stored_m.id, hit_m.id) and final.content[-1].id not in (use.id, replayed_use.id)
 
     function: Any = [{"type": "function", "name": "get_weather", "parameters": WEATHER[0]["function"]["parameters"]}]
-    turn: Any = dict(model="o4-mini", input="Weather in Tromsø?", tools=function, tool_choice="required")
+    # (its reasoning carried whole: one the provider reads by id is not stored, sdk/cache/responses.py:completed_safely)
+    turn: Any = dict(model="o4-mini", input="Weather in Tromsø?", tools=function, tool_choice="required",
+                     include=["reasoning.encrypted_content"])
     first_r, again_r = (oa.responses.create(**turn) for _ in range(2))
     called, recalled = first_r.output[-1], again_r.output[-1]
     assert called.type == recalled.type == "function_call" and recalled.id != called.id
@@ -311,7 +313,8 @@ def test_a_replayed_responses_stream_streams_its_reasoning_summary(oa, fresh_emu
     """A reasoning item's summary streams as reasoning_summary_part / reasoning_summary_text events, which
     Codex and the Agents SDK show as the model thinks. A replayed stream sent the item whole in
     output_item.added and no summary events: a client showing them showed nothing."""
-    ask: Any = dict(model="o4-mini", input="Why do fjords form?", reasoning={"summary": "auto"}, stream=True)
+    ask: Any = dict(model="o4-mini", input="Why do fjords form?", reasoning={"summary": "auto"}, stream=True,
+                    include=["reasoning.encrypted_content"])  # stored only carried whole (completed_safely)
 
     def summary_events(events: list[Any]) -> tuple[list[str], str]:
         kinds = [e.type for e in events if "reasoning" in e.type or e.type.startswith("response.output_item")]

@@ -126,3 +126,29 @@ def test_a_chat_completion_to_be_stored_reaches_openai(proxy: RunningServer, fre
     for _ in range(2):
         plain = client.chat.completions.with_raw_response.create(**asked)  # type: ignore[call-overload]
     assert plain.headers["x-slipstream-cache"] == "exact-hit" and SKIP_HEADER not in plain.headers
+
+
+THINK = {"model": "gpt-5-mini", "input": "Think about the number 41.", "reasoning": {"effort": "low"}, "max_output_tokens": 2000}
+
+
+@pytest.mark.parametrize("by", ["previous_response_id", "input"])
+def test_a_responses_hit_is_not_handed_out_with_reasoning_the_provider_reads_by_id(
+        proxy: RunningServer, fresh_emulator: RunningEmulator, by: str) -> None:
+    """A reasoning model's response holds a reasoning item that, without its `encrypted_content`, goes back by its
+    id alone (the history `previous_response_id` expands, or the client's own next `input`), and OpenAI reads it
+    from the responses stored on the account. A hit re-identified it: the next turn was OpenAI's 404 ("Item with id
+    'rs_…' not found"). Such an answer is not stored; one asked with `include: ["reasoning.encrypted_content"]`
+    carries its reasoning and is, and the next turn from its hit goes on."""
+    client = oai(proxy, KEY)
+    for include in ([], ["reasoning.encrypted_content"]):
+        for _ in range(2):
+            raw = client.responses.with_raw_response.create(**THINK, include=include)  # type: ignore[call-overload]
+        answer = raw.parse()
+        assert [item.type for item in answer.output] == ["reasoning", "message"]
+        if by == "previous_response_id":  # before: the 404 after the hit without encrypted content
+            client.responses.create(model="gpt-5-mini", previous_response_id=answer.id, input="Which number?")
+        else:
+            sent = [item.model_dump(exclude_none=True) for item in answer.output]
+            client.responses.create(model="gpt-5-mini", input=[{"role": "user", "content": THINK["input"]}, *sent,
+                                                               {"role": "user", "content": "Which number?"}])
+        assert raw.headers["x-slipstream-cache"] == ("exact-hit" if include else "miss")
