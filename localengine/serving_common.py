@@ -194,15 +194,17 @@ def sampling_params(body: dict[str, Any], engine: AsyncLLMEngine, prompt_len: in
     """SamplingParams from the request's fields, with vLLM's range checks."""
     vocab = engine.engine.model_runner.model.args.vocab_size
     max_len = engine.engine.max_model_len
+    # vLLM's words (its OpenAI server's input validation): clients read the numbers out of them to lower
+    # max_tokens or drop turns and ask again
     if prompt_len >= max_len:
-        raise RequestError(f"This model's maximum context length is {max_len} tokens. However, your prompt has "
-                           f"{prompt_len} tokens.", param="messages" if "messages" in body else "prompt")
+        raise RequestError(f"This model's maximum context length is {max_len} tokens. However, your request has "
+                           f"{prompt_len} input tokens. Please reduce the length of the input messages.",
+                           param="messages" if "messages" in body else "prompt")
     max_tokens = number(body, max_tokens_key, None, int)
     if max_tokens is not None and prompt_len + max_tokens > max_len:
-        raise RequestError(f"This model's maximum context length is {max_len} tokens. However, you requested "
-                           f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} in the "
-                           f"completion). Please reduce the length of the prompt or '{max_tokens_key}'.",
-                           param=max_tokens_key)
+        raise RequestError(f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+                           f"context length is {max_len} tokens and your request has {prompt_len} input tokens "
+                           f"({max_tokens} > {max_len} - {prompt_len}).", param=max_tokens_key)
     seed = number(body, "seed", None, int)
     if seed is not None and not -_INT64 <= seed < _INT64:
         # vLLM's wording (pydantic's, with its error type), which clients match on

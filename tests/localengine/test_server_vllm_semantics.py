@@ -111,3 +111,26 @@ def test_bytes_held_for_an_incomplete_character_are_not_lost_at_the_end(client, 
         for choice in chunk.choices:
             text, ids = text + choice.text, ids + choice.model_extra["token_ids"]
     assert len(ids) == 40 and text == make_tokenizer().decode(ids) and text.endswith("\ufffd")
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_context_length_errors_in_vllms_words(client, chat):
+    """Clients (and the gateway's `truncation: auto`) read the numbers out of vLLM's messages to lower
+    max_tokens or drop turns and ask again; the old wording was vLLM's of long ago."""
+    ask = ((lambda **k: client.chat.completions.create(messages=[{"role": "user", "content": "hi"}], **k)) if chat
+           else (lambda **k: client.completions.create(prompt=PROMPT, **k)))
+    fits = ask(model="tiny", max_tokens=1)
+    prompt = fits.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(model="tiny", max_tokens=500)
+    assert err.value.body["message"] == (f"'max_tokens' or 'max_completion_tokens' is too large: 500. This model's maximum "
+                                 f"context length is 128 tokens and your request has {prompt} input tokens "
+                                 f"(500 > 128 - {prompt}).")
+    assert err.value.param == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as err:
+        if chat:
+            client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi " * 200}], max_tokens=1)
+        else:
+            client.completions.create(model="tiny", prompt=[5] * 200, max_tokens=1)
+    assert err.value.body["message"].startswith("This model's maximum context length is 128 tokens. However, your request has ")
+    assert err.value.body["message"].endswith(" input tokens. Please reduce the length of the input messages.")

@@ -279,6 +279,10 @@ def test_a_conversation_claude_compacted_reaches_an_openai_model_from_its_summar
     ("This model's maximum context length is 4096 tokens. However, your prompt has 5000 tokens.", (5000, 4096)),
     ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the prompt, "
      "1000 in the completion). Please reduce the length of the prompt or 'max_tokens'.", (4000, 3096)),
+    ("This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. Please reduce "
+     "the length of the input messages.", (5000, 4096)),
+    ("'max_tokens' or 'max_completion_tokens' is too large: 1000. This model's maximum context length is 4096 tokens "
+     "and your request has 4000 input tokens (1000 > 4096 - 4000).", (4000, 3096)),
     ("Invalid value for 'model'.", None)])
 def test_truncation_reads_each_targets_overflow(message: str, told: tuple[int, int] | None):
     """What `truncation: "auto"` reads from an overflow 400, in the words of Claude, OpenAI, vLLM and the bundled engine

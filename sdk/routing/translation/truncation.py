@@ -36,12 +36,16 @@ _MARGIN = 1.1  # drop a tenth more than the estimate says is over: one more roun
 _SLACK = 256  # tokens, on top: the estimate is by length, item by item
 
 # (prompt tokens, the most the prompt may be) in each provider's words; the groups' meaning is each pattern's own.
-# OpenAI's "your messages resulted in N tokens"; vLLM's (and the bundled engine's) "your prompt has N tokens", "your
-# request has N input tokens", and "you requested N tokens (P in the messages|prompt, C in the completion)".
+# OpenAI's "your messages resulted in N tokens"; vLLM's (and the bundled engine's) "your request has N input tokens",
+# "'max_tokens' or 'max_completion_tokens' is too large: C. ... context length is W tokens and your request has P input
+# tokens", and older vLLM's "your prompt has N tokens", "you requested N tokens (P in the messages|prompt, C in the
+# completion)".
 _RESULTED = re.compile(r"maximum context length is (\d+) tokens\. However, (?:your messages resulted in|your prompt has|"
                        r"your request has) (\d+) (?:input )?tokens")
 _REQUESTED = re.compile(r"maximum context length is (\d+) tokens\. However, you requested \d+ tokens \((\d+) in the "
                         r"(?:messages|prompt), (\d+) in the completion\)")
+_TOO_LARGE = re.compile(r"is too large: (\d+)\. This model's maximum context length is (\d+) tokens and your "
+                        r"request has (\d+) input tokens")
 _TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
 _WITH_OUTPUT = re.compile(r"exceed context limit: (\d+) \+ (\d+) > (\d+)")
 
@@ -53,6 +57,8 @@ def overflow(body: bytes) -> tuple[int, int] | None:
         return int(match[2]), int(match[1])
     if match := _REQUESTED.search(message):
         return int(match[2]), int(match[1]) - int(match[3])
+    if match := _TOO_LARGE.search(message):
+        return int(match[3]), int(match[2]) - int(match[1])
     if match := _TOO_LONG.search(message):
         return int(match[1]), int(match[2])
     if match := _WITH_OUTPUT.search(message):
