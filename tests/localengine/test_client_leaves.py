@@ -8,9 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import openai
+import pytest
+
 from gateway.testing import running_proxy
-from localengine.engine.async_engine import get_shared_engine
+from localengine.engine.async_engine import AsyncLLMEngine, get_shared_engine
 from tests.helpers import oai, spend_report, wait_until
+from tests.localengine.conftest import engine_server
+from tests.localengine.test_server import _finished
 
 KEY = "sk-local-leaves"
 # $1 a generated token, prompts free: the day's spend is the output tokens charged
@@ -53,3 +58,25 @@ def test_a_client_leaving_mid_stream_aborts_and_is_charged_what_was_generated(tm
         # not the gateway's estimate from the text the client was sent.
         assert received <= charged < 1500
         assert float(day["estimated"]) == 0.0
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_engine_serve_aborts_every_choice_of_a_stream_its_client_left(llama_dir, chat: bool) -> None:
+    """`slipstream engine serve`, n=2 (two engine requests), chat and legacy completions: both are aborted
+    at once, their KV blocks, batch places and the async engine's streams let go."""
+    engine = AsyncLLMEngine.from_args(str(llama_dir), dtype="float32", block_size=4, max_model_len=512,
+                                      num_kvcache_blocks=256)
+    try:
+        with engine_server(engine, "tiny") as url:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            kw: dict[str, Any] = dict(model="tiny", max_tokens=480, n=2, stream=True, extra_body={"ignore_eos": True})
+            stream: Any = (client.chat.completions.create(messages=[{"role": "user", "content": "hi"}], **kw) if chat
+                           else client.completions.create(prompt="def add(a, b):", **kw))
+            with stream:
+                for seen, _ in enumerate(stream):
+                    if seen == 6:
+                        break
+            wait_until(lambda: _idle(engine.engine) and not engine._streams, "both choices aborted and freed")
+            assert _finished(url, "length") == 0  # aborted, neither generated to max_tokens
+    finally:
+        engine.shutdown()
