@@ -183,6 +183,7 @@ class _Exchange:
     request_id: str = ""
     model: str = ""
     completion: LLMRequest | None = None  # a completion's request, counted when its answer carries no usage
+    usage_asked: bool = False  # the gateway, not the client, asked the completion's stream for its usage chunk
     admission: Admission | None = None
     batch_hold: Admission | None = None  # a batch's worst cost, held while the call creating it runs
     trace: RequestTrace | None = None
@@ -429,7 +430,7 @@ async def _forward(ex: _Exchange, method: str, query: str, headers: Mapping[str,
     if op.action == "complete" and streamed and tally is not None and ex.completion is not None:
         options = ex.completion.body.get("stream_options")
         asked = isinstance(options, dict) and options.get("include_usage") is True
-        chunks = completion_events(response, tally, asked, shared)
+        chunks = completion_events(response, tally, asked, ex.usage_asked, shared)
     else:
         chunks = tallied(response, tally, record)
         if shared is not None:

@@ -22,7 +22,7 @@ import orjson
 from sdk.errors import InvalidRequestError, NotFoundError, RequestTooLargeError, SlipstreamError
 from sdk.offload import is_large, off_loop, off_loop_if_large
 from sdk.promptcache.keys import scoped_ids
-from sdk.providers.base import HTTPProvider, UsageReads
+from sdk.providers.base import HTTPProvider, UsageReads, without_asked_usage
 from sdk.providers.upstream import UpstreamResponse, upstream_for_running_loop
 from sdk.sse import account_limit_event, may_name_an_account_limit, split_event_batches
 from sdk.state.answer_ids import answered_audio
@@ -419,13 +419,15 @@ class _CompletionUsage:
         self.tally.feed(event)
 
 
-async def completion_events(response: UpstreamResponse, tally: Tally, usage_asked: bool,
+async def completion_events(response: UpstreamResponse, tally: Tally, usage_coming: bool, usage_asked: bool,
                             shared_account: str | None) -> AsyncIterator[bytes]:
-    """A streamed completion's events, tallied as they pass. A client that leaves after the finish and
-    before the usage chunk it asked for had the upstream closed and was charged its worst case; the
-    stream is read on to the usage (sdk/providers/base.py:UsageReads, bounded), which is charged.
-    `shared_account`: the provider's name where other teams share its account (`account_limit_event`)."""
-    watched = _CompletionUsage(tally, usage_asked)
+    """A streamed completion's events, tallied as they pass. Its usage chunk (`usage_coming`: asked for by
+    the client, or by the gateway, `usage_asked`, and then taken out of what the client reads, as for a Chat
+    stream: sdk/providers/base.py:without_asked_usage) follows the finish: a client that leaves between
+    the two had the upstream closed and was charged its worst case; the stream is read on to the usage
+    (sdk/providers/base.py:UsageReads, bounded), which is charged. `shared_account`: the provider's name
+    where other teams share its account (`account_limit_event`)."""
+    watched = _CompletionUsage(tally, usage_coming)
     reads = UsageReads(split_event_batches(response.iter_chunks()), watched)
     drained = False
     try:
@@ -433,6 +435,8 @@ async def completion_events(response: UpstreamResponse, tally: Tally, usage_aske
             now = time.perf_counter()
             for event in batch:
                 await off_loop_if_large(len(event), watched.observe, event, now)
+            if usage_asked and not (batch := without_asked_usage(batch)):
+                continue
             if shared_account is not None:
                 batch = [account_limit_event(event, shared_account) if may_name_an_account_limit(event) else event for event in batch]
             yield batch[0] if len(batch) == 1 else b"".join(batch)

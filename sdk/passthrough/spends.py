@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sdk.passthrough.bodies import batch_params, keyed_body, keyed_params, requested_models
+from sdk.providers.base import asking_usage
 from sdk.state.message_threads import continued
 from sdk.state.ownership import check_account_objects
 from sdk.types import Endpoint, LLMRequest
@@ -27,6 +28,10 @@ def spend_checks(ex: _Exchange, request: dict[str, Any], raw: bytes, contexts: d
     if keyed_params(request, team) if batch else keyed_body(request, team):
         raw = orjson.dumps(request)
     if op.action == "complete":  # held against the budget until its answer ends
+        if request.get("stream") is True and (asking := asking_usage(LLMRequest(Endpoint.CHAT_COMPLETIONS, request))) is not None:
+            # its usage chunk, which the client did not ask for, charges it exactly (taken out of what it reads)
+            request, ex.usage_asked = asking, True
+            raw = orjson.dumps(request)
         ex.completion = LLMRequest(Endpoint.CHAT_COMPLETIONS, request, size=len(raw))
         ex.check_models(requested_models("", request))
         return raw, ex.worst_cost([ex.completion]), 0.0

@@ -132,7 +132,7 @@ class HTTPProvider:
         client = self.client or upstream_for_running_loop()
         url = self.base_url + self.dialect.path(request.endpoint) + (f"?{request.query}" if request.query else "")
         streamed = request.stream and request.endpoint not in _NEVER_STREAMED
-        sent = _asking_usage(request) if streamed else None
+        sent = asking_usage(request) if streamed else None
         fields = request.body if sent is None else sent
         body = await off_loop_if_large(request.size, orjson.dumps, fields)
         try:
@@ -300,7 +300,7 @@ async def _read_on(batches: AsyncIterator[list[bytes]], reading: asyncio.Future[
             reading.cancel()
 
 
-def _asking_usage(request: LLMRequest) -> dict[str, Any] | None:
+def asking_usage(request: LLMRequest) -> dict[str, Any] | None:
     """The body of a Chat Completions stream that did not ask for its usage chunk, asking for it;
     None for any other request (and for `stream_options` that is not an object: the upstream's 400)."""
     if request.endpoint is not Endpoint.CHAT_COMPLETIONS:
@@ -313,7 +313,7 @@ def _asking_usage(request: LLMRequest) -> dict[str, Any] | None:
     return {**request.body, "stream_options": {**options, "include_usage": True}}
 
 
-def _without_asked_usage(batch: list[bytes]) -> list[bytes]:
+def without_asked_usage(batch: list[bytes]) -> list[bytes]:
     """`batch` as the client would have had it without `include_usage`: no usage chunk (its
     `choices` is empty: a client reading `choices[0]` of every chunk would fail on it) and no
     `"usage":null` in the others. A JSON string cannot hold an unescaped quote, so these patterns
@@ -348,7 +348,7 @@ async def _observed_events(response: UpstreamResponse, observer: StreamObserver,
                 else:
                     observer.observe(event, now)
             if usage_asked:
-                batch = _without_asked_usage(batch)
+                batch = without_asked_usage(batch)
                 if not batch:
                     continue
             if shared_account is not None and any(may_name_an_account_limit(event) for event in batch):

@@ -97,24 +97,28 @@ COMPLETION = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once upon a time", "
               "stream_options": {"include_usage": True}}
 
 
-def test_a_legacy_completion_client_leaving_after_the_finish_is_charged_the_usage_it_asked_for(
-        tmp_path: Path, fresh_emulator: RunningEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("asked", [True, False])
+def test_a_legacy_completion_client_leaving_after_the_finish_is_charged_its_usage(
+        tmp_path: Path, fresh_emulator: RunningEmulator, monkeypatch: pytest.MonkeyPatch, asked: bool) -> None:
     """The pass-through `/v1/completions` stream, asked for with `include_usage`: its usage chunk follows the
     finish chunk (here 300 ms after), and a client that left at the finish had the upstream closed and was
     charged its worst case (the prompt and all of `max_tokens`, marked estimated). It is read on to the usage
-    (bounded, as a Chat stream is) and charged exactly, as a client that read the stream whole is."""
+    (bounded, as a Chat stream is) and charged exactly, as a client that read the stream whole is. A stream
+    whose client did not ask for its usage was charged its worst case however it was read: the gateway asks
+    for the usage chunk itself, as for a Chat stream, and takes it out of what the client reads."""
     monkeypatch.setattr(fresh_emulator.config, "usage_delay_ms", 300.0)
+    ask = COMPLETION if asked else {k: v for k, v in COMPLETION.items() if k != "stream_options"}
+    chunks: list[Any] = []
     priced = 'pricing: {"gpt-3.5-*": {input: 1000, output: 1000}}\n'  # dollars a token: what the report rounds shows
     with running_proxy([write_policy(tmp_path, "usage", KEY, fresh_emulator.url, extra=priced)]) as proxy:
         client = oai(proxy, KEY)
 
         def read_whole() -> None:
-            with client.completions.create(**COMPLETION) as stream:  # type: ignore[call-overload]
-                for _ in stream:
-                    pass
+            with client.completions.create(**ask) as stream:  # type: ignore[call-overload]
+                chunks.extend(stream)
 
         def left_at_finish() -> None:
-            with client.completions.create(**COMPLETION) as stream:  # type: ignore[call-overload]
+            with client.completions.create(**ask) as stream:  # type: ignore[call-overload]
                 for chunk in stream:
                     if chunk.choices and chunk.choices[0].finish_reason:
                         break
@@ -122,7 +126,9 @@ def test_a_legacy_completion_client_leaving_after_the_finish_is_charged_the_usag
         whole, whole_estimated = _charged(proxy, 0.0, read_whole)
         left, left_estimated = _charged(proxy, whole, left_at_finish)
         stats = httpx.get(f"{fresh_emulator.url}/_emulator/stats").json()
-    assert whole_estimated == 0.0
+    assert whole_estimated == 0.0  # without asking, before: the worst case, estimated
     assert left_estimated == 0.0  # before: the whole charge estimated
     assert left == pytest.approx(whole, abs=2e-6)  # before: the worst case, 400 output tokens
     assert stats["completed_streams"] == 2
+    usage = [chunk for chunk in chunks if chunk.usage is not None]
+    assert len(usage) == (1 if asked else 0) and all(chunk.choices for chunk in chunks if chunk.usage is None)
