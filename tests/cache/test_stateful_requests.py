@@ -15,7 +15,8 @@ import pytest
 
 from emulator.testing import RunningEmulator
 from gateway.testing import RunningServer, running_proxy
-from sdk.cache.stage import SKIP_HEADER
+from sdk.cache.stage import SKIP_HEADER, skip_reason
+from sdk.types import Endpoint, LLMRequest
 from tests.helpers import anth, oai, skip_without_extra, upstream, write_policy
 
 skip_without_extra("semantic")  # the team's policy turns the response cache on (faiss)
@@ -152,3 +153,20 @@ def test_a_responses_hit_is_not_handed_out_with_reasoning_the_provider_reads_by_
             client.responses.create(model="gpt-5-mini", input=[{"role": "user", "content": THINK["input"]}, *sent,
                                                                {"role": "user", "content": "Which number?"}])
         assert raw.headers["x-slipstream-cache"] == ("exact-hit" if include else "miss")
+
+
+@pytest.mark.parametrize(("endpoint", "body", "reason"), [
+    (Endpoint.MESSAGES, {"thread": {"type": "create"}}, "thread"),
+    (Endpoint.MESSAGES, {"diagnostics": {"previous_message_id": None}}, "diagnostics"),
+    (Endpoint.MESSAGES, {"thread": None, "mcp_servers": [], "container": None, "context_management": {"edits": []}}, None),
+    (Endpoint.CHAT_COMPLETIONS, {"n": 2}, "n"),
+    (Endpoint.CHAT_COMPLETIONS, {"store": True, "seed": 7}, "store"),
+    (Endpoint.CHAT_COMPLETIONS, {"store": False, "seed": 7}, None),
+    (Endpoint.RESPONSES, {"previous_response_id": "resp_1"}, "previous_response_id"),
+    (Endpoint.RESPONSES, {"conversation": "conv_1"}, "conversation"),
+    (Endpoint.RESPONSES, {"background": True}, "background"),
+    (Endpoint.RESPONSES, {"prompt": {"id": "pmpt_1"}}, "prompt"),
+    (Endpoint.RESPONSES, {"store": True, "background": False}, None),
+])
+def test_the_field_that_rules_a_request_out_is_named(endpoint: Endpoint, body: dict[str, Any], reason: str | None) -> None:
+    assert skip_reason(LLMRequest(endpoint, {"model": "m", **body})) == reason
