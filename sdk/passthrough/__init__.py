@@ -135,8 +135,10 @@ class Passed:
             async for chunk in self.chunks:
                 yield chunk
         except (GeneratorExit, asyncio.CancelledError):
-            await close_after(self.chunks)  # the body's own end first: a completion stream reads on to its usage
-            self._end("cancelled")
+            try:
+                await close_after(self.chunks)  # the body's own end first: a completion stream reads on to its usage
+            finally:
+                self._end("cancelled")  # settled even if the read-on is cancelled in its turn
             raise
         except BaseException as exc:
             self._end("failed", exc)
