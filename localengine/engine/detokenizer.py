@@ -35,6 +35,7 @@ class IncrementalDetokenizer:
         # rest wait for the bytes that complete a character, and are decoded as they are at the end.
         self.history = list(self.ids)
         self.shown = len(self.history)
+        self._undo = (0, self.shown)  # the text's length and `shown` before the last token
         backend = getattr(tokenizer, "_tokenizer", None)
         self.stream: DecodeStream | None = None
         if isinstance(backend, Tokenizer) and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
@@ -54,12 +55,21 @@ class IncrementalDetokenizer:
         With `check_stop` False (before min_tokens, as in vLLM) stop strings are not looked for."""
         new = self.stream.step(self.backend, token_id) if self.stream is not None else self._window_step(token_id)
         self.history.append(token_id)
+        self._undo = (len(self.text), self.shown)  # drop_last's
         if not new:
             return None
         self.shown = len(self.history)
         before = len(self.text)
         self.text += new
         return self._check_stop(before) if check_stop else None
+
+    def drop_last(self) -> None:
+        """Leave the last token out of the text: a stop token's, as vLLM leaves it out (unless
+        include_stop_str_in_output). Tokens held before it stay held, for `flush`."""
+        length, shown = self._undo
+        self.text = self.text[:length]
+        self.history.pop()
+        self.shown = min(shown, len(self.history))
 
     def flush(self) -> None:
         """At the end of a request (not at a stop string: what follows it is cut): the text of the tokens

@@ -258,11 +258,12 @@ class LLMEngine:
         may_stop = seq.num_output_tokens >= params.min_tokens
         stop_string = self.detokenizers[seq.request_id].append(token_id, check_stop=may_stop)
         reason: tuple[str, int | str | None] | None = None
+        by_token = False  # ended by a stop token (end of text, stop_token_ids)
         if may_stop:
             if token_id in params.stop_token_ids:
-                reason = ("stop", token_id)
+                reason, by_token = ("stop", token_id), True
             elif not params.ignore_eos and token_id in self.eos_token_ids:
-                reason = ("stop", None)
+                reason, by_token = ("stop", None), True
             elif stop_string is not None:
                 reason = ("stop", stop_string)
         if reason is None and (
@@ -271,8 +272,11 @@ class LLMEngine:
         ):
             reason = ("length", None)
         if reason is not None:
-            if stop_string is None or reason[1] != stop_string:
-                self.detokenizers[seq.request_id].flush()
+            detok = self.detokenizers[seq.request_id]
+            if by_token and not params.include_stop_str_in_output:
+                detok.drop_last()  # a stop token's text is not the answer's (vLLM's rule)
+            if stop_string is None:  # after a stop string the text is cut there
+                detok.flush()
             self.scheduler.finish(seq, *reason)
 
     def _output(self, seq: Sequence) -> RequestOutput:

@@ -134,3 +134,23 @@ def test_context_length_errors_in_vllms_words(client, chat):
             client.completions.create(model="tiny", prompt=[5] * 200, max_tokens=1)
     assert err.value.body["message"].startswith("This model's maximum context length is 128 tokens. However, your request has ")
     assert err.value.body["message"].endswith(" input tokens. Please reduce the length of the input messages.")
+
+
+def test_a_stop_tokens_text_is_left_out_unless_asked_for(client):
+    """vLLM leaves the stop token that ended a choice (stop_token_ids, the end of text) out of its text unless
+    include_stop_str_in_output; its text was in the answer."""
+    stop = {"5": 100}  # the tiny model's token 5, led to come first
+    res = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3, logit_bias=stop,
+                                    extra_body={"stop_token_ids": [5], "return_token_ids": True})
+    choice = res.choices[0]
+    assert (choice.text, choice.finish_reason, choice.model_extra["token_ids"]) == ("", "stop", [5])
+    kept = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3, logit_bias=stop,
+                                     extra_body={"stop_token_ids": [5], "include_stop_str_in_output": True})
+    assert kept.choices[0].text != "" and kept.choices[0].finish_reason == "stop"
+    streamed = list(client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3, logit_bias=stop, stream=True,
+                                              extra_body={"stop_token_ids": [5]}))
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == ""
+    # The end-of-text token, shown as text (skip_special_tokens false): left out as well
+    eos = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3, logit_bias={"0": 100},
+                                    extra_body={"skip_special_tokens": False})
+    assert (eos.choices[0].text, eos.choices[0].finish_reason) == ("", "stop")
