@@ -144,9 +144,11 @@ def _secrets_of_six_workers(data_dir: Path) -> list[bytes]:
 
 def test_workers_starting_together_share_one_whole_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first worker created the file and then wrote it: another could read it in between, empty,
-    and key its digests with no secret (in about one start in six of six workers)."""
+    and key its digests with no secret (in about one start in six of six workers: 30 starts miss it
+    with a chance of (5/6)^30, 0.4%; each start forks the test process six times, which took 3 s a
+    start in a loaded full run, where this process holds the suite's models)."""
     monkeypatch.delenv(keys.SECRET_ENV, raising=False)
-    for start_number in range(60):
+    for start_number in range(30):
         data_dir = tmp_path / str(start_number)
         read = _secrets_of_six_workers(data_dir)
         assert read == [(data_dir / "server-secret").read_bytes()] * 6 and len(read[0]) == 32, start_number
