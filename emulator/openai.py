@@ -265,11 +265,27 @@ def _usage(plan: CachePlan, out: int, reasoning: int = 0) -> dict[str, Any]:
     }
 
 
+def _absent_file(emu: Emulator, value: Any, key: str) -> str | None:
+    """The first `file` part's `file.file_id` that names no file of this key (deleted, or never made)."""
+    if isinstance(value, list):
+        return next((fid for v in value if (fid := _absent_file(emu, v, key)) is not None), None)
+    if not isinstance(value, dict):
+        return None
+    inner = value.get("file") if value.get("type") == "file" else None
+    fid = inner.get("file_id") if isinstance(inner, dict) else None
+    if isinstance(fid, str):
+        return fid if emu.state.files.get(fid, key) is None else None
+    return _absent_file(emu, value.get("content"), key)
+
+
 async def chat_completions(emu: Emulator, call: Call) -> None:
     req = await wire.begin(emu, call, _validate, openai_generates)
     if req is None:
         return
     body, key, model, stream, faults = req.body, req.key, req.model, req.stream, req.faults
+    if (absent := _absent_file(emu, body.get("messages"), key)) is not None:
+        await wire.not_found(emu, call, f"No such File object: {absent}", "messages")
+        return
     cfg = emu.config
     blob = openai_prompt_blob(body)
     mt = body.get("max_completion_tokens") or body.get("max_tokens")

@@ -37,6 +37,7 @@ from sdk.routing.backoff import TranslationRefused
 from sdk.routing.translation.responses_requests import responses_to_chat
 from sdk.services import Services
 from sdk.sse import events_of
+from sdk.state.ownership import names_files
 from sdk.streams import close_after
 from sdk.types import (
     Answer,
@@ -308,9 +309,14 @@ _MESSAGES_STATE = (
 def skip_reason(request: LLMRequest) -> str | None:
     """Why the response cache neither answers nor stores `request` (Chat Completions, Messages or
     Responses), or None: an answer that depends on state the key does not hold (a conversation or
-    container the provider keeps), or that must be the provider's own (an id a later request names), or
-    a request whose effects a hit would leave undone."""
+    container the provider keeps, a file by its id), or that must be the provider's own (an id a later
+    request names), or a request whose effects a hit would leave undone."""
     body = request.body
+    # A file the provider holds, by its id (a document, image or input file part, a container upload, a
+    # code interpreter's files): the key holds the id, not the file, which may be deleted (the provider's
+    # 404) or replaced under the same name; the gateway does not see every deletion (another key, expiry).
+    if names_files(body):
+        return "file_id"
     if request.endpoint is Endpoint.RESPONSES:
         # A continued conversation lives in the response store (or at the provider), not in the body:
         # `previous_response_id`, or a provider-side `conversation` (OpenAI's Conversations API), whose

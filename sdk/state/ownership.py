@@ -292,6 +292,11 @@ def _may_name_files(body: Any) -> bool:
         return True
 
 
+def names_files(body: Any) -> bool:
+    """Whether a request body makes the provider read a file it holds by id (`referenced_files`)."""
+    return _may_name_files(body) and bool(referenced_files(body))
+
+
 def referenced_files(body: Any) -> list[str]:
     """The provider file ids a request body makes the provider read, wherever the wire formats put
     them: a Chat Completions `{"type": "file", "file": {"file_id"}}` part, a Responses `input_file` /

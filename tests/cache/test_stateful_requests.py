@@ -11,6 +11,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 
 from emulator.testing import RunningEmulator
@@ -129,6 +130,29 @@ def test_a_chat_completion_to_be_stored_reaches_openai(proxy: RunningServer, fre
     assert plain.headers["x-slipstream-cache"] == "exact-hit" and SKIP_HEADER not in plain.headers
 
 
+@pytest.mark.parametrize("gone", ["at the provider", "through the gateway"])
+def test_a_request_naming_a_file_by_id_is_the_providers_after_the_file_is_deleted(
+        proxy: RunningServer, fresh_emulator: RunningEmulator, gone: str) -> None:
+    """A Chat `file` part names a file the provider holds by its id; the key holds the id, not the file. A file
+    deleted at the provider (it expired, or another tool on the account deleted it) left the same question an exact
+    hit, answered from the deleted file, where OpenAI answers 404: such a request is asked each time and its answer
+    not stored. Deleted through the gateway, the gateway's own ownership check answers the 404 (before too)."""
+    client = oai(proxy, KEY)
+    made = client.files.create(file=("notes.txt", b"The launch code is 7-4-1-9."), purpose="user_data")
+    asked = {"model": "gpt-4.1-mini", "temperature": 0, "messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": made.id}}, {"type": "text", "text": "What is the launch code?"}]}]}
+    for _ in range(2):
+        raw = client.chat.completions.with_raw_response.create(**asked)  # type: ignore[call-overload]
+    if gone == "at the provider":
+        httpx.delete(f"{fresh_emulator.url}/v1/files/{made.id}", headers={"authorization": "Bearer up-openai"}).raise_for_status()
+    else:
+        client.files.delete(made.id)
+    with pytest.raises(openai.NotFoundError):  # before, deleted at the provider: an exact hit, the deleted file's answer
+        client.chat.completions.create(**asked)  # type: ignore[call-overload]
+    assert raw.headers["x-slipstream-cache"] == "miss" and raw.headers[SKIP_HEADER] == "file_id"
+    assert len(upstream(fresh_emulator, "/chat/completions")) == (3 if gone == "at the provider" else 2)
+
+
 THINK = {"model": "gpt-5-mini", "input": "Think about the number 41.", "reasoning": {"effort": "low"}, "max_output_tokens": 2000}
 
 
@@ -167,6 +191,18 @@ def test_a_responses_hit_is_not_handed_out_with_reasoning_the_provider_reads_by_
     (Endpoint.RESPONSES, {"background": True}, "background"),
     (Endpoint.RESPONSES, {"prompt": {"id": "pmpt_1"}}, "prompt"),
     (Endpoint.RESPONSES, {"store": True, "background": False}, None),
+    (Endpoint.MESSAGES, {"messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "file", "file_id": "file_011"}}]}]}, "file_id"),
+    (Endpoint.MESSAGES, {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "image", "source": {"type": "file", "file_id": "file_011"}}]}]}]}, "file_id"),
+    (Endpoint.MESSAGES, {"messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]}]}, None),
+    (Endpoint.CHAT_COMPLETIONS, {"messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": "file-1"}}]}]}, "file_id"),
+    (Endpoint.CHAT_COMPLETIONS, {"messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBE"}}]}]}, None),
+    (Endpoint.RESPONSES, {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}, "file_id"),
+    (Endpoint.RESPONSES, {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]}, "file_id"),
 ])
 def test_the_field_that_rules_a_request_out_is_named(endpoint: Endpoint, body: dict[str, Any], reason: str | None) -> None:
     assert skip_reason(LLMRequest(endpoint, {"model": "m", **body})) == reason
