@@ -190,3 +190,22 @@ def test_the_response_cache_neither_serves_nor_stores_several_choices(tmp_path: 
             raw = client.chat.completions.with_raw_response.create(**ask, n=3)
             assert raw.headers["x-slipstream-cache"] == "miss" and len(raw.parse().choices) == 3
     assert fresh_emulator.stats()["endpoints"]["POST /v1/messages"] == 1 + 3 + 3
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_usage_carries_their_reasoning_tokens_summed(stream: bool, tmp_path: Path, fresh_emulator) -> None:
+    """Each choice is a Claude answer whose thinking Claude reports within its output tokens (Chat's
+    completion_tokens_details.reasoning_tokens). The merged usage summed the counts but left the reasoning out:
+    a client of n choices saw no reasoning tokens at all, of one choice the right count."""
+    asked: dict[str, Any] = {"model": "gpt-x", "messages": ASK, "max_completion_tokens": 3000, "reasoning_effort": "low"}
+    if stream:
+        asked |= {"stream": True, "stream_options": {"include_usage": True}}
+    with _client("proxy", tmp_path, fresh_emulator) as client:
+        answers = [client.chat.completions.create(**asked, n=n) for n in (1, 3)]
+    one, three = (list(answer)[-1].usage if stream else answer.usage for answer in answers)
+    assert one is not None and one.completion_tokens_details is not None
+    thought = one.completion_tokens_details.reasoning_tokens or 0
+    assert thought > 0
+    assert three is not None and three.completion_tokens_details is not None  # before: None
+    assert three.completion_tokens_details.reasoning_tokens == 3 * thought
+    assert three.completion_tokens == 3 * one.completion_tokens

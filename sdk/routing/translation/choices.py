@@ -24,7 +24,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -152,18 +152,28 @@ async def _dropped(first: list[_Leg], rest: list[asyncio.Future[_Leg]], spent: S
 
 
 def _merged_body(legs: list[_Leg]) -> LLMResponse:
-    """The choices' bodies as one chat.completion: the first's id, each choice its index, the usage summed."""
+    """The choices' bodies as one chat.completion: the first's id, each choice its index, the usage summed (each
+    choice's reasoning tokens too, which Usage does not hold)."""
     first = legs[0].answer
     assert isinstance(first, LLMResponse)
     merged = orjson.loads(first.body)
-    choices = []
+    choices, thought = [], 0
     for index, leg in enumerate(legs):
         assert isinstance(leg.answer, LLMResponse)
-        choice = (merged if index == 0 else orjson.loads(leg.answer.body))["choices"][0]
-        choices.append({**choice, "index": index})
+        body = merged if index == 0 else orjson.loads(leg.answer.body)
+        choices.append({**body["choices"][0], "index": index})
+        thought += _reasoning(body)
     usage = summed([leg.answer.usage for leg in legs], Usage())
-    merged["choices"], merged["usage"] = choices, chat_usage(usage)
+    merged["choices"], merged["usage"] = choices, chat_usage(usage, thought)
     return LLMResponse(first.status, orjson.dumps(merged), first.headers, usage, first.route, first.media_type)
+
+
+def _reasoning(body: Any) -> int:
+    """A Chat body's usage.completion_tokens_details.reasoning_tokens, or 0."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
+    tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return tokens if isinstance(tokens, int) else 0
 
 
 def _has_error(item: bytes) -> bool:
@@ -204,7 +214,8 @@ class _Merge:
             ends = [leg.chunks for leg in self.legs]
             if all(chunks is not None and chunks.finished for chunks in ends):  # else cut short, as a single stream is
                 assert ends[0] is not None
-                yield b"".join(ends[0].end(self._summed()))
+                thought = sum(chunks.thought for chunks in ends if chunks is not None)  # each choice's thinking
+                yield b"".join(ends[0].end(self._summed(), thought))
         finally:
             await self.stop()
 

@@ -365,12 +365,13 @@ class AnthropicToOpenAI(_EndsAtStops):
         self._charge(written)
         return [*self._citations(), self._chunk({}, self.finish_reason), *(self.end(self.usage) if self.ending else ())]
 
-    def end(self, usage: Usage) -> list[bytes]:
-        """The stream's end: the usage chunk (`usage`, when the client asked for it), then `[DONE]`."""
+    def end(self, usage: Usage, thought: int | None = None) -> list[bytes]:
+        """The stream's end: the usage chunk (`usage`, when the client asked for it; `thought`, its thinking tokens
+        where not this stream's own: several choices'), then `[DONE]`."""
         if not self.include_usage:
             return [b"data: [DONE]\n\n"]
         chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model, **self.tier,
-                 "choices": [], "usage": chat_usage(usage, self.thought)}
+                 "choices": [], "usage": chat_usage(usage, self.thought if thought is None else thought)}
         return [b"data: " + orjson.dumps(chunk) + b"\n\n", b"data: [DONE]\n\n"]
 
 
