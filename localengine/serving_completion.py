@@ -125,33 +125,76 @@ def _streams(engine: AsyncLLMEngine, req: CompletionRequest) -> list[AsyncIterat
             for s in generations(engine, ids, params, req.request_id, req.n, req.cache_salt, first=k * req.n)]
 
 
+# Tokens decoded behind the newest: what a token's text depends on before it (SentencePiece's leading space, a
+# character split across byte tokens, spaces cleaned up before punctuation).
+_OFFSET_CONTEXT = 8
+
+
 class TextOffsets:
     """`text_offset`: where each of a choice's tokens starts in its text (after the echoed prompt),
     from the tokens alone, so a streamed answer gets the same offsets as the whole one however its
     chunks fell. Token i starts at the part of the text of tokens 0..i-1 that token i leaves as it
     is; a token that only continues a character still incomplete (a multi-byte UTF-8 character split
     across byte tokens, shown as U+FFFD until complete) starts where that character starts.
-    Each token decodes the choice's tokens so far (quadratic in its length, only with `logprobs`)."""
+
+    The text is not decoded whole at each token (that was quadratic in the answer's length): it is a
+    head, of which only the length is kept, and a window of the last tokens, decoded at each token,
+    which moves on once it holds 2 x _OFFSET_CONTEXT tokens to the last _OFFSET_CONTEXT, where those
+    tokens decoded alone are how the window's text ends (not where they would cut a character), and not
+    within a run of SentencePiece byte tokens (its byte fallback decodes a run whole: a stray byte at its
+    end turns every character of the run to U+FFFD)."""
 
     def __init__(self, tokenizer: Any, skip_special_tokens: bool, start: int):
         self._tokenizer, self._skip, self._start = tokenizer, skip_special_tokens, start
         self._special = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
         self._ids: list[int] = []
-        self._text = ""
+        self._from = 0  # the window's first token
+        self._head = 0  # the length of the text before the window
+        self._head_incomplete = False  # whether that text ends in U+FFFD
+        self._window = ""  # the window's tokens decoded: the text is the head's and this
 
     def add(self, token_ids: list[int]) -> list[int]:
         """The offsets of these next tokens of the choice."""
         offsets = []
         for tid in token_ids:
             self._ids.append(tid)
-            before, text = self._text, self._tokenizer.decode(self._ids, skip_special_tokens=self._skip)
-            if text == before and before.endswith("\ufffd") and tid not in self._special:
-                at = len(before) - 1  # a byte more of the character still incomplete: it starts there
+            before, window = self._window, self._decode(self._ids[self._from:])
+            incomplete = before.endswith("\ufffd") if before else self._head_incomplete
+            if window == before and incomplete and tid not in self._special:
+                at = self._head + len(before) - 1  # a byte more of the character still incomplete: it starts there
             else:
-                at = _shared_start(before, text)
+                at = self._head + _shared_start(before, window)
             offsets.append(self._start + at)
-            self._text = text
+            self._window = window
+            self._slide()
         return offsets
+
+    def _decode(self, ids: list[int]) -> str:
+        text: str = self._tokenizer.decode(ids, skip_special_tokens=self._skip)
+        return text
+
+    def _byte_piece(self, token_id: int) -> bool:
+        """Whether the token is a SentencePiece byte token (`<0xNN>`, byte fallback)."""
+        convert = getattr(self._tokenizer, "convert_ids_to_tokens", None)
+        piece = convert(token_id) if convert is not None else None
+        return isinstance(piece, str) and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">")
+
+    def _slide(self) -> None:
+        """Move the window on to its last _OFFSET_CONTEXT tokens, once it holds twice that, where their text alone
+        ends the window's; else it waits for a later token."""
+        if len(self._ids) - self._from < 2 * _OFFSET_CONTEXT or self._window.endswith("\ufffd"):
+            return
+        at = len(self._ids) - _OFFSET_CONTEXT
+        if self._byte_piece(self._ids[at - 1]) and self._byte_piece(self._ids[at]):
+            return  # within a run of SentencePiece byte tokens, which a later stray byte turns to U+FFFD whole
+        tail = self._decode(self._ids[at:])
+        if not self._window.endswith(tail):
+            return
+        kept = len(self._window) - len(tail)
+        if kept:
+            self._head += kept
+            self._head_incomplete = self._window[kept - 1] == "\ufffd"
+        self._from, self._window = at, tail
 
 
 def _shared_start(before: str, text: str) -> int:
