@@ -56,14 +56,14 @@ def test_events_of_splits_an_item_back_into_events():
 def test_the_usage_chunk_the_gateway_asked_for_is_taken_out_in_any_spacing():
     """Chat Completions events as the client would have had them without `include_usage`: OpenAI's
     compact form, a spaced one, and text that only quotes the field are all handled alike."""
-    from sdk.providers.base import _without_asked_usage
+    from sdk.providers.base import without_asked_usage
 
     compact = b'data: {"id":"c","choices":[{"delta":{"content":"hi"}}],"usage":null}\n\n'
     spaced = b'data: {"id": "c", "choices": [{"delta": {"content": "hi"}}], "usage": null}\n\n'
     quoted = b'data: {"id":"c","choices":[{"delta":{"content":"x,\\"usage\\":null"}}],"usage":null}\n\n'
     usage_compact = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}\n\n'
     usage_spaced = b'data: {"id": "c", "choices": [ ], "usage": {"prompt_tokens": 3}}\n\n'
-    assert _without_asked_usage([compact, spaced, quoted, usage_compact, usage_spaced, b"data: [DONE]\n\n"]) == [
+    assert without_asked_usage([compact, spaced, quoted, usage_compact, usage_spaced, b"data: [DONE]\n\n"]) == [
         b'data: {"id":"c","choices":[{"delta":{"content":"hi"}}]}\n\n',
         b'data: {"id": "c", "choices": [{"delta": {"content": "hi"}}]}\n\n',
         b'data: {"id":"c","choices":[{"delta":{"content":"x,\\"usage\\":null"}}]}\n\n',
