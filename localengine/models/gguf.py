@@ -77,10 +77,15 @@ class GGUFCheckpoint:
     tensors: tuple[TensorEntry, ...]
 
 
-def cache_dir_for(path: Path) -> Path:
+def file_key(path: Path, *extra: str) -> str:
+    """A short digest of a file's identity (its path, size and mtime) and `extra`: what is derived
+    from the file is kept under it, and made again when the file changes."""
     st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{CACHE_FORMAT}".encode()).hexdigest()[:20]
-    return data_dir() / "localengine" / "gguf" / f"{path.stem}-{key}"
+    return hashlib.sha256(":".join([str(path.resolve()), str(st.st_size), str(st.st_mtime_ns), *extra]).encode()).hexdigest()[:20]
+
+
+def cache_dir_for(path: Path) -> Path:
+    return data_dir() / "localengine" / "gguf" / f"{path.stem}-{file_key(path, str(CACHE_FORMAT))}"
 
 
 def open_gguf(path: Path) -> GGUFCheckpoint:

@@ -9,20 +9,20 @@ target file it was trained on, so a new release of the target's package gets a n
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
 
 from localengine.config import packaged_model_path
-from localengine.models.gguf import data_dir
+from localengine.models.gguf import data_dir, file_key
 
 log = logging.getLogger("localengine.speculator")
 
@@ -57,9 +57,7 @@ BUILT_SPECULATORS: dict[str, SpeculatorRecipe] = {
 def speculator_dir(name: str) -> Path:
     """Where `name`'s build lives: keyed by the target file (path, size, mtime) it is trained on."""
     target = packaged_model_path(BUILT_SPECULATORS[name].target)
-    st = target.stat()
-    key = hashlib.sha256(f"{target.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:20]
-    return data_dir() / "localengine" / "speculators" / f"{name}-{key}"
+    return data_dir() / "localengine" / "speculators" / f"{name}-{file_key(target)}"
 
 
 def is_built(path: Path) -> bool:
@@ -94,13 +92,13 @@ def build_speculator(name: str, recipe: SpeculatorRecipe, threads: int | None = 
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
         command = [sys.executable, "-m", "localengine.demo.train_speculator",
                    *recipe.argv(tmp / "speculator", threads or os.cpu_count() or 1)]
-        tail: list[str] = []
+        tail: deque[str] = deque(maxlen=20)  # the last lines, for the error
         try:
             with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
                 assert child.stdout is not None
                 for line in child.stdout:  # the script's progress, as it comes
                     log.info("%s: %s", name, line.rstrip())
-                    tail = [*tail[-19:], line.rstrip()]
+                    tail.append(line.rstrip())
             if child.returncode:
                 raise RuntimeError(f"building {name} failed (exit {child.returncode}):\n" + "\n".join(tail))
             if out.exists():
